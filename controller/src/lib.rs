@@ -1,0 +1,1 @@
+//! kube-discovery: Endpoints/EndpointSlices -> DiscoveredService custom resources.

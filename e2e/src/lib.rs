@@ -1,0 +1,1 @@
+//! kube-sim: a small, honest Kubernetes API server for tests and demos.
