@@ -1,1 +1,21 @@
-//! Pure logic of kube-discovery: objects in, nodes out. No I/O in this crate.
+//! Pure logic of kube-discovery: objects in, nodes out. No I/O in this crate:
+//! no network, no filesystem, no environment reads (callers pass an env lookup
+//! closure), no clocks (callers pass `now`).
+//!
+//! ```text
+//!  config.rs   YAML text ──parse+validate (garde)──▶ Config
+//!  convert/    Endpoints | EndpointSlices ──▶ PortMap (+ warnings)
+//!  index.rs    apply/delete/reset events ──▶ changed ServiceKeys, desired ServiceNodes
+//!  crd.rs      ServiceNodes ──▶ DiscoveredService (name, labels, ownerReference)
+//!  render.rs   objects (JSON values) + config ──▶ DiscoveredServices; lookup(query)
+//! ```
+
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod crd;
+pub mod model;
+
+pub use model::{
+    content_version, parse_service_name, Node, NodeQuery, NodeTargetRef, ParseError, PortMap, ServiceKey,
+    ServiceNodes, SourceKind,
+};

@@ -1,0 +1,523 @@
+//! The `DiscoveredService` custom resource (`kubediscovery.io/v1alpha1`,
+//! short name `dsvc`) and how a [`ServiceNodes`] becomes one.
+//!
+//! One object per source Service:
+//!
+//! ```yaml
+//! apiVersion: kubediscovery.io/v1alpha1
+//! kind: DiscoveredService
+//! metadata:
+//!   name: plat-dev            # see "Naming" below
+//!   namespace: default
+//!   labels:
+//!     app.kubernetes.io/managed-by: kube-discovery
+//!     kubediscovery.io/cluster: ""          # cluster id, empty in single-cluster mode
+//!     kubediscovery.io/service-namespace: default
+//!     kubediscovery.io/service-name: plat-dev
+//!   ownerReferences: [{apiVersion: v1, kind: Service, name: plat-dev, uid: ...}]
+//! spec:
+//!   cluster: ""
+//!   service: default/plat-dev               # APISIX name without ":port"
+//!   sourceNamespace: default
+//!   sourceName: plat-dev
+//!   source: Endpoints                       # or EndpointSlice
+//!   ports:
+//!     port: [{host: 10.5.10.109, port: 3306, weight: 50}, {host: 10.5.10.110, port: 3306, weight: 50}]
+//!   version: 1f0c...                        # content hash (16 hex), equal content => equal version
+//! status: {nodeCount: 2, ports: "port", lastSyncTime: ..., conditions: [...]}
+//! ```
+//!
+//! # Naming
+//!
+//! [`ObjectNaming`] maps a [`ServiceKey`] to the object's namespace and name:
+//!
+//! | mode | namespace | name |
+//! |---|---|---|
+//! | single cluster, `namespace_mode: source` | source namespace | `<name>` |
+//! | single cluster, `namespace_mode: fixed`  | the fixed namespace | `<namespace>.<name>` |
+//! | multi cluster, `namespace_mode: source`  | source namespace | `<id>.<name>` |
+//! | multi cluster, `namespace_mode: fixed`   | the fixed namespace | `<id>.<namespace>.<name>` |
+//!
+//! Namespaces, Service names and cluster ids never contain `.`, so joining the
+//! parts with `.` is collision-free, and the result (at most 8+1+63+1+63
+//! characters) is always a valid object name (DNS subdomain, <= 253). Should a
+//! name ever not be valid (e.g. hand-written input to `render`), it is
+//! sanitized (lowercase, other characters -> `-`), cut to 46 characters and
+//! suffixed with `-<16 hex of sha256(parts)>` (63 characters at most), which
+//! stays deterministic and practically collision-free. Label values longer than
+//! 63 characters are shortened the same way. The ownerReference to the source
+//! Service is only set in single-cluster `source` mode (owner references cannot
+//! cross namespaces or clusters) and only when the Service UID is known.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
+use kube::{CustomResource, CustomResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::model::{Node, ServiceKey, ServiceNodes, SourceKind};
+
+/// API group of the resource.
+pub const GROUP: &str = "kubediscovery.io";
+/// API version of the resource.
+pub const VERSION: &str = "v1alpha1";
+/// Label: cluster id (empty in single-cluster mode).
+pub const LABEL_CLUSTER: &str = "kubediscovery.io/cluster";
+/// Label: namespace of the source Service.
+pub const LABEL_SERVICE_NAMESPACE: &str = "kubediscovery.io/service-namespace";
+/// Label: name of the source Service.
+pub const LABEL_SERVICE_NAME: &str = "kubediscovery.io/service-name";
+/// Label key marking objects we manage.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Value of [`LABEL_MANAGED_BY`].
+pub const MANAGED_BY: &str = "kube-discovery";
+/// Label selector matching every object we manage.
+pub const MANAGED_BY_SELECTOR: &str = "app.kubernetes.io/managed-by=kube-discovery";
+
+/// Spec of a `DiscoveredService`: the nodes of one source Service.
+#[derive(CustomResource, Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
+#[kube(
+    group = "kubediscovery.io",
+    version = "v1alpha1",
+    kind = "DiscoveredService",
+    plural = "discoveredservices",
+    singular = "discoveredservice",
+    shortname = "dsvc",
+    namespaced,
+    status = "DiscoveredServiceStatus",
+    derive = "PartialEq",
+    doc = "Nodes of one Kubernetes Service, discovered from its Endpoints or EndpointSlices by kube-discovery (APISIX-compatible node shape).",
+    printcolumn = r#"{"name":"Ports","type":"string","description":"Port keys","jsonPath":".status.ports"}"#,
+    printcolumn = r#"{"name":"Nodes","type":"integer","description":"Number of nodes over all ports","jsonPath":".status.nodeCount"}"#,
+    printcolumn = r#"{"name":"Source","type":"string","description":"Endpoints or EndpointSlice","jsonPath":".spec.source"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoveredServiceSpec {
+    /// Cluster id (APISIX multi-cluster `id`); empty in single-cluster mode.
+    #[serde(default)]
+    pub cluster: String,
+    /// The APISIX service name without the port: `ns/name` or `id/ns/name`.
+    pub service: String,
+    /// Namespace of the source Service.
+    pub source_namespace: String,
+    /// Name of the source Service.
+    pub source_name: String,
+    /// Which resource the nodes were read from.
+    pub source: SourceKind,
+    /// Port key (name, else targetPort, else number) -> nodes sorted by host then port.
+    #[serde(default)]
+    pub ports: BTreeMap<String, Vec<Node>>,
+    /// Content hash of `source` + `ports` (16 hex characters).
+    pub version: String,
+    /// Set when a big service is split over several objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<Shard>,
+}
+
+/// Position of one object among the shards of a big service.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Shard {
+    /// 0-based index of this shard.
+    pub index: u32,
+    /// Total number of shards.
+    pub count: u32,
+}
+
+/// Status of a `DiscoveredService`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoveredServiceStatus {
+    /// Number of nodes over all ports.
+    #[serde(default)]
+    pub node_count: i64,
+    /// Comma-separated port keys (for the `Ports` printer column).
+    #[serde(default)]
+    pub ports: String,
+    /// When the controller last wrote this object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_time: Option<Time>,
+    /// Standard Kubernetes conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The CustomResourceDefinition as YAML (what `kube-discovery crd` prints and
+/// what `crds/discoveredservices.yaml` holds).
+pub fn crd_yaml() -> String {
+    match serde_yaml::to_string(&DiscoveredService::crd()) {
+        Ok(s) => s,
+        // Serializing a fixed, derived struct does not fail in practice; keep
+        // the error visible instead of panicking.
+        Err(e) => format!("# error: cannot serialize the DiscoveredService CRD: {e}\n"),
+    }
+}
+
+/// Where DiscoveredServices are written.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum NamespaceMode {
+    /// Into the namespace of the source Service (default).
+    #[default]
+    Source,
+    /// All into one namespace.
+    Fixed(String),
+}
+
+/// Maps a [`ServiceKey`] to the namespace and name of its object. See the
+/// module docs for the rules.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ObjectNaming {
+    /// Where objects go.
+    pub namespace_mode: NamespaceMode,
+}
+
+const MAX_NAME: usize = 253;
+const MAX_LABEL_VALUE: usize = 63;
+
+impl ObjectNaming {
+    /// Objects next to their source Service.
+    pub fn source() -> Self {
+        Self {
+            namespace_mode: NamespaceMode::Source,
+        }
+    }
+
+    /// All objects in `namespace`.
+    pub fn fixed(namespace: impl Into<String>) -> Self {
+        Self {
+            namespace_mode: NamespaceMode::Fixed(namespace.into()),
+        }
+    }
+
+    /// Namespace of the object for `key`.
+    pub fn namespace(&self, key: &ServiceKey) -> String {
+        match &self.namespace_mode {
+            NamespaceMode::Source => key.namespace.clone(),
+            NamespaceMode::Fixed(ns) => ns.clone(),
+        }
+    }
+
+    /// Name of the object for `key`.
+    pub fn name(&self, key: &ServiceKey) -> String {
+        let mut parts: Vec<&str> = Vec::with_capacity(3);
+        if !key.cluster.is_empty() {
+            parts.push(&key.cluster);
+        }
+        if matches!(self.namespace_mode, NamespaceMode::Fixed(_)) {
+            parts.push(&key.namespace);
+        }
+        parts.push(&key.name);
+        let joined = parts.join(".");
+        if is_dns_subdomain(&joined) {
+            joined
+        } else {
+            // One RFC 1123 label (<= 63) is also a valid subdomain.
+            shorten(&joined, &parts.join("\0"), MAX_LABEL_VALUE, true)
+        }
+    }
+
+    /// Whether objects carry an ownerReference to the source Service.
+    pub fn owner_references_allowed(&self, key: &ServiceKey) -> bool {
+        key.cluster.is_empty() && self.namespace_mode == NamespaceMode::Source
+    }
+}
+
+fn is_dns_label_part(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// RFC 1123 subdomain: <= 253 characters, dot-separated RFC 1123 labels.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= MAX_NAME && s.split('.').all(is_dns_label_part)
+}
+
+/// Kubernetes label value: empty or <= 63 of `[A-Za-z0-9_.-]`, alphanumeric at both ends.
+pub fn is_label_value(s: &str) -> bool {
+    s.is_empty()
+        || (s.len() <= MAX_LABEL_VALUE
+            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+            && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+            && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric()))
+}
+
+/// Sanitizes `s`, cuts it so that `-<16 hex>` fits into `max`, and appends the
+/// hash of `hash_input`. `lower` forces lowercase (object names).
+fn shorten(s: &str, hash_input: &str, max: usize, lower: bool) -> String {
+    let hash = {
+        let mut h = hex::encode(Sha256::digest(hash_input.as_bytes()));
+        h.truncate(16);
+        h
+    };
+    let keep = max - hash.len() - 1;
+    let mut prefix: String = s
+        .chars()
+        .map(|c| {
+            let c = if lower { c.to_ascii_lowercase() } else { c };
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || (!lower && c.is_ascii_uppercase()) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(keep)
+        .collect();
+    while prefix.ends_with(|c: char| !c.is_ascii_alphanumeric()) {
+        prefix.pop();
+    }
+    while prefix.starts_with(|c: char| !c.is_ascii_alphanumeric()) {
+        prefix.remove(0);
+    }
+    if prefix.is_empty() {
+        hash
+    } else {
+        format!("{prefix}-{hash}")
+    }
+}
+
+/// A valid label value for `s` (unchanged when already valid).
+pub fn label_value(s: &str) -> String {
+    if is_label_value(s) {
+        s.to_string()
+    } else {
+        shorten(s, s, MAX_LABEL_VALUE, false)
+    }
+}
+
+/// The labels every object for `key` carries.
+pub fn labels_for(key: &ServiceKey) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_MANAGED_BY.to_string(), MANAGED_BY.to_string()),
+        (LABEL_CLUSTER.to_string(), label_value(&key.cluster)),
+        (LABEL_SERVICE_NAMESPACE.to_string(), label_value(&key.namespace)),
+        (LABEL_SERVICE_NAME.to_string(), label_value(&key.name)),
+    ])
+}
+
+/// The object the controller wants for `svc` (no status: the status is written
+/// through the status subresource, see [`desired_status`]).
+pub fn desired_object(svc: &ServiceNodes, naming: &ObjectNaming) -> DiscoveredService {
+    let key = &svc.key;
+    let owner_references = match &svc.owner_uid {
+        Some(uid) if naming.owner_references_allowed(key) => Some(vec![OwnerReference {
+            api_version: "v1".to_string(),
+            kind: "Service".to_string(),
+            name: key.name.clone(),
+            uid: uid.clone(),
+            controller: None,
+            // `true` would need `update services/finalizers` permission.
+            block_owner_deletion: None,
+        }]),
+        _ => None,
+    };
+    DiscoveredService {
+        metadata: ObjectMeta {
+            name: Some(naming.name(key)),
+            namespace: Some(naming.namespace(key)),
+            labels: Some(labels_for(key)),
+            owner_references,
+            ..ObjectMeta::default()
+        },
+        spec: DiscoveredServiceSpec {
+            cluster: key.cluster.clone(),
+            service: key.to_string(),
+            source_namespace: key.namespace.clone(),
+            source_name: key.name.clone(),
+            source: svc.source,
+            ports: svc.ports.clone(),
+            version: svc.version.clone(),
+            shard: None,
+        },
+        status: None,
+    }
+}
+
+/// Condition type set by [`desired_status`].
+pub const CONDITION_SYNCED: &str = "Synced";
+
+/// The status for `svc` written at `now`: node count, port keys, and a
+/// `Synced=True` condition whose transition time is `now`.
+pub fn desired_status(svc: &ServiceNodes, now: Time) -> DiscoveredServiceStatus {
+    let node_count = i64::try_from(svc.node_count()).unwrap_or(i64::MAX);
+    DiscoveredServiceStatus {
+        node_count,
+        ports: svc.ports.keys().cloned().collect::<Vec<_>>().join(","),
+        last_sync_time: Some(now.clone()),
+        conditions: vec![Condition {
+            type_: CONDITION_SYNCED.to_string(),
+            status: "True".to_string(),
+            reason: "Discovered".to_string(),
+            message: format!("{} node(s) from {}", node_count, svc.source),
+            last_transition_time: now,
+            observed_generation: None,
+        }],
+    }
+}
+
+/// The service an existing object describes (from its spec), e.g. to rebuild
+/// the "what the API server holds" cache after a restart.
+pub fn key_of(ds: &DiscoveredService) -> ServiceKey {
+    ServiceKey::new(&ds.spec.cluster, &ds.spec.source_namespace, &ds.spec.source_name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::PortMap;
+
+    fn svc(cluster: &str, ns: &str, name: &str, uid: Option<&str>) -> ServiceNodes {
+        let mut ports = PortMap::new();
+        ports.insert(
+            "port".into(),
+            vec![Node::new("10.5.10.109", 3306, 50), Node::new("10.5.10.110", 3306, 50)],
+        );
+        ServiceNodes::new(
+            ServiceKey::new(cluster, ns, name),
+            SourceKind::Endpoints,
+            ports,
+            uid.map(str::to_string),
+        )
+    }
+
+    /// Set `UPDATE_CRDS=1` to rewrite the file after an intended change.
+    #[test]
+    fn crd_file_is_up_to_date() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../crds/discoveredservices.yaml");
+        let want = crd_yaml();
+        if std::env::var("UPDATE_CRDS").as_deref() == Ok("1") {
+            std::fs::write(path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("cannot read {path}: {e}; run with UPDATE_CRDS=1 to generate it"));
+        assert!(
+            have == want,
+            "{path} is stale; regenerate it with `UPDATE_CRDS=1 cargo nextest run -p kube-discovery-core crd_file_is_up_to_date`"
+        );
+    }
+
+    #[test]
+    fn crd_has_names_columns_and_status() {
+        let crd = DiscoveredService::crd();
+        assert_eq!(crd.spec.group, GROUP);
+        assert_eq!(crd.spec.names.plural, "discoveredservices");
+        assert_eq!(crd.spec.names.kind, "DiscoveredService");
+        assert_eq!(crd.spec.names.short_names, Some(vec!["dsvc".to_string()]));
+        assert_eq!(crd.spec.scope, "Namespaced");
+        let v = &crd.spec.versions[0];
+        assert_eq!(v.name, VERSION);
+        assert!(v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
+        let cols: Vec<_> = v
+            .additional_printer_columns
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| (c.name.as_str(), c.json_path.as_str()))
+            .collect();
+        assert_eq!(
+            cols,
+            vec![
+                ("Ports", ".status.ports"),
+                ("Nodes", ".status.nodeCount"),
+                ("Source", ".spec.source"),
+                ("Age", ".metadata.creationTimestamp")
+            ]
+        );
+        let yaml = crd_yaml();
+        assert!(yaml.contains("sourceNamespace"));
+        assert!(yaml.contains("lastSyncTime"));
+    }
+
+    #[test]
+    fn single_cluster_object_mirrors_source_with_owner() {
+        let s = svc("", "default", "plat-dev", Some("uid-1"));
+        let ds = desired_object(&s, &ObjectNaming::source());
+        assert_eq!(ds.metadata.name.as_deref(), Some("plat-dev"));
+        assert_eq!(ds.metadata.namespace.as_deref(), Some("default"));
+        let owners = ds.metadata.owner_references.unwrap();
+        assert_eq!(owners.len(), 1);
+        assert_eq!((owners[0].kind.as_str(), owners[0].name.as_str(), owners[0].uid.as_str()), ("Service", "plat-dev", "uid-1"));
+        let labels = ds.metadata.labels.unwrap();
+        assert_eq!(labels[LABEL_SERVICE_NAMESPACE], "default");
+        assert_eq!(labels[LABEL_SERVICE_NAME], "plat-dev");
+        assert_eq!(labels[LABEL_CLUSTER], "");
+        assert_eq!(labels[LABEL_MANAGED_BY], MANAGED_BY);
+        assert_eq!(ds.spec.service, "default/plat-dev");
+        assert_eq!(ds.spec.version, s.version);
+        assert_eq!(ds.spec.ports, s.ports);
+        assert_eq!(key_of(&DiscoveredService { metadata: ObjectMeta::default(), spec: ds.spec, status: None }), s.key);
+    }
+
+    #[test]
+    fn no_owner_without_uid_or_across_namespaces_or_clusters() {
+        let s = svc("", "default", "web", None);
+        assert!(desired_object(&s, &ObjectNaming::source()).metadata.owner_references.is_none());
+        let s = svc("", "default", "web", Some("u"));
+        assert!(desired_object(&s, &ObjectNaming::fixed("kd")).metadata.owner_references.is_none());
+        let s = svc("c1", "default", "web", Some("u"));
+        assert!(desired_object(&s, &ObjectNaming::source()).metadata.owner_references.is_none());
+    }
+
+    #[test]
+    fn naming_table() {
+        let k1 = ServiceKey::new("", "ns", "web");
+        let k2 = ServiceKey::new("c1", "ns", "web");
+        let src = ObjectNaming::source();
+        let fixed = ObjectNaming::fixed("kd");
+        assert_eq!((src.namespace(&k1), src.name(&k1)), ("ns".into(), "web".into()));
+        assert_eq!((fixed.namespace(&k1), fixed.name(&k1)), ("kd".into(), "ns.web".into()));
+        assert_eq!((src.namespace(&k2), src.name(&k2)), ("ns".into(), "c1.web".into()));
+        assert_eq!((fixed.namespace(&k2), fixed.name(&k2)), ("kd".into(), "c1.ns.web".into()));
+        let ds = desired_object(&svc("c1", "ns", "web", None), &src);
+        assert_eq!(ds.metadata.labels.unwrap()[LABEL_CLUSTER], "c1");
+        assert_eq!(ds.spec.service, "c1/ns/web");
+    }
+
+    #[test]
+    fn naming_is_collision_free_where_dashes_would_collide() {
+        let fixed = ObjectNaming::fixed("kd");
+        let a = fixed.name(&ServiceKey::new("", "a-b", "c"));
+        let b = fixed.name(&ServiceKey::new("", "a", "b-c"));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn naming_handles_any_length_deterministically() {
+        let long = "x".repeat(300);
+        let fixed = ObjectNaming::fixed("kd");
+        let k = ServiceKey::new("c1", &long, &long);
+        let n = fixed.name(&k);
+        assert!(is_dns_subdomain(&n), "{n}");
+        assert!(n.len() <= 253);
+        assert_eq!(n, fixed.name(&k));
+        let k2 = ServiceKey::new("c1", &long, format!("{long}y"));
+        assert_ne!(n, fixed.name(&k2));
+        let odd = ObjectNaming::source().name(&ServiceKey::new("", "ns", "Bad_Name"));
+        assert!(is_dns_subdomain(&odd), "{odd}");
+    }
+
+    #[test]
+    fn label_values_are_valid() {
+        assert_eq!(label_value("web"), "web");
+        assert_eq!(label_value(""), "");
+        let v = label_value(&"a".repeat(100));
+        assert!(is_label_value(&v) && v.len() <= 63, "{v}");
+        assert_ne!(v, label_value(&"a".repeat(101)));
+    }
+
+    #[test]
+    fn status_counts_nodes_and_ports() {
+        let s = svc("", "default", "plat-dev", None);
+        let now = Time(jiff::Timestamp::UNIX_EPOCH);
+        let st = desired_status(&s, now.clone());
+        assert_eq!(st.node_count, 2);
+        assert_eq!(st.ports, "port");
+        assert_eq!(st.last_sync_time, Some(now));
+        assert_eq!(st.conditions[0].type_, CONDITION_SYNCED);
+    }
+}
