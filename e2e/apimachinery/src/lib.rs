@@ -1,1 +1,8 @@
 //! Pure Kubernetes API machinery used by kube-sim. No I/O in this crate.
+//!
+//! Modules, each self-contained and deterministic:
+//! - [`selector`]: label and field selectors (parse + match, API server error text).
+//! - [`names`]: DNS-1123 / DNS-1035 / qualified-name / label-value validation.
+
+pub mod names;
+pub mod selector;
