@@ -1,0 +1,185 @@
+//! Conversion of Kubernetes endpoint objects into [`PortMap`]s: pure functions,
+//! no I/O, every rule unit-tested.
+//!
+//! * [`from_endpoints`]: `v1/Endpoints`, `subsets[].addresses x subsets[].ports`
+//!   (never `notReadyAddresses`, exactly like APISIX).
+//! * [`from_slices`]: all `discovery.k8s.io/v1/EndpointSlice`s of one Service
+//!   merged, with kube-proxy's condition rules (absent `ready`/`serving` = true,
+//!   absent `terminating` = false), de-duplicated by `host:port` (the
+//!   non-terminating endpoint wins), and the opt-in draining fallback.
+//!
+//! Port key: the port `name` when non-empty, else the port number as a string.
+//! (APISIX also looks at a `targetPort` there, but neither `EndpointPort` type of
+//! the Kubernetes API has that field, so name > number is the effective rule.)
+//! With [`ConvertOptions::index_port_numbers`] a named port is additionally
+//! indexed under its number, so `ns/name:http` and `ns/name:8080` both resolve.
+//!
+//! Bad data (an invalid address for the slice's `addressType`, a port 0 or
+//! > 65535, a missing port, a duplicate port name, an unknown `addressType`) is
+//! skipped with a warning in [`Converted::warnings`]; good data of the same
+//! object is kept and nothing panics.
+
+mod endpoints;
+mod slices;
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+pub use endpoints::from_endpoints;
+pub use slices::from_slices;
+
+use crate::model::{Node, NodeTargetRef, PortMap};
+
+/// Knobs of the conversion (from `discovery.kubernetes.default_weight` and the
+/// `kube_discovery:` block).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConvertOptions {
+    /// Weight of every node (`default_weight`, APISIX default 50).
+    pub default_weight: u32,
+    /// Opt-in: when a port has no ready endpoint, use the serving+terminating ones
+    /// (flagged `draining: true`). EndpointSlices only (Endpoints carry no
+    /// terminating information).
+    pub drain_terminating: bool,
+    /// Also index a named port under its number.
+    pub index_port_numbers: bool,
+    /// Fill `zone`, `nodeName` and `targetRef` of every node.
+    pub topology: bool,
+}
+
+impl Default for ConvertOptions {
+    fn default() -> Self {
+        Self {
+            default_weight: 50,
+            drain_terminating: false,
+            index_port_numbers: false,
+            topology: false,
+        }
+    }
+}
+
+/// Result of a conversion: the nodes, plus one warning per skipped piece of bad data.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Converted {
+    /// Port key -> nodes, sorted by host then port.
+    pub ports: PortMap,
+    /// Human-readable warnings naming the object and field that was skipped.
+    pub warnings: Vec<String>,
+}
+
+/// The UID of the owning Service, from `ownerReferences` of kind `Service`.
+pub fn owner_service_uid(meta: &ObjectMeta) -> Option<String> {
+    meta.owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.kind == "Service" && (o.api_version == "v1" || o.api_version.is_empty()) && !o.uid.is_empty())
+        .map(|o| o.uid.clone())
+}
+
+pub(crate) fn object_name(kind: &str, meta: &ObjectMeta) -> String {
+    format!(
+        "{kind} {}/{}",
+        meta.namespace.as_deref().unwrap_or(""),
+        meta.name.as_deref().unwrap_or("")
+    )
+}
+
+/// Validates a port number; `Err` carries the reason.
+pub(crate) fn check_port(port: Option<i32>) -> Result<i32, String> {
+    match port {
+        None => Err("has no port number".to_string()),
+        Some(p) if (1..=65535).contains(&p) => Ok(p),
+        Some(p) => Err(format!("has port {p} outside 1..65535")),
+    }
+}
+
+/// The port key: `name` if non-empty, else the number.
+pub(crate) fn port_key(name: Option<&str>, port: i32) -> String {
+    match name {
+        Some(n) if !n.is_empty() => n.to_string(),
+        _ => port.to_string(),
+    }
+}
+
+/// Address family of an address, per EndpointSlice `addressType`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AddressType {
+    V4,
+    V6,
+    Fqdn,
+    /// Endpoints: any IP.
+    AnyIp,
+}
+
+pub(crate) fn valid_address(addr: &str, t: AddressType) -> bool {
+    match t {
+        AddressType::V4 => addr.parse::<Ipv4Addr>().is_ok(),
+        AddressType::V6 => addr.parse::<Ipv6Addr>().is_ok(),
+        AddressType::AnyIp => addr.parse::<Ipv4Addr>().is_ok() || addr.parse::<Ipv6Addr>().is_ok(),
+        AddressType::Fqdn => crate::crd::is_dns_subdomain(addr.strip_suffix('.').unwrap_or(addr)),
+    }
+}
+
+pub(crate) fn target_ref(r: &ObjectReference) -> NodeTargetRef {
+    NodeTargetRef {
+        kind: r.kind.clone().unwrap_or_default(),
+        namespace: r.namespace.clone(),
+        name: r.name.clone().unwrap_or_default(),
+        uid: r.uid.clone(),
+    }
+}
+
+/// One validated port of an object: key, number, and its alias under the number.
+#[derive(Debug, Clone)]
+pub(crate) struct PortSpec {
+    pub key: String,
+    pub number: i32,
+    pub alias: Option<String>,
+}
+
+impl PortSpec {
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &String> {
+        std::iter::once(&self.key).chain(self.alias.iter())
+    }
+}
+
+/// Validates a list of `(name, port)` pairs of one subset/slice. Invalid or
+/// duplicate-name ports are skipped with a warning.
+pub(crate) fn validate_ports<'a>(
+    ports: impl Iterator<Item = (Option<&'a str>, Option<i32>)>,
+    opts: &ConvertOptions,
+    what: &str,
+    warnings: &mut Vec<String>,
+) -> Vec<PortSpec> {
+    let mut out: Vec<PortSpec> = Vec::new();
+    for (i, (name, port)) in ports.enumerate() {
+        let number = match check_port(port) {
+            Ok(p) => p,
+            Err(why) => {
+                warnings.push(format!("{what}: ports[{i}] {why}; port skipped"));
+                continue;
+            }
+        };
+        let key = port_key(name, number);
+        let named = name.is_some_and(|n| !n.is_empty());
+        if named && out.iter().any(|p| p.key == key) {
+            warnings.push(format!("{what}: ports[{i}] duplicates port name {key:?}; port skipped"));
+            continue;
+        }
+        let alias = (named && opts.index_port_numbers).then(|| number.to_string());
+        out.push(PortSpec { key, number, alias });
+    }
+    out
+}
+
+/// Sorts every port's nodes and removes exact `host:port` duplicates (the first
+/// occurrence wins; callers order candidates by preference first).
+pub(crate) fn finish(mut ports: BTreeMap<String, Vec<Node>>) -> PortMap {
+    for nodes in ports.values_mut() {
+        crate::model::sort_nodes(nodes);
+        nodes.dedup_by(|b, a| a.host == b.host && a.port == b.port);
+    }
+    ports
+}

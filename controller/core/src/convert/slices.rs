@@ -1,0 +1,322 @@
+//! All `EndpointSlice`s of one Service -> one [`PortMap`].
+//!
+//! Rules (kube-proxy's `endpointslicecache.go`):
+//! * conditions: absent `ready` = true, absent `serving` = true, absent
+//!   `terminating` = false;
+//! * only the first valid address of an endpoint is used (addresses of one
+//!   endpoint are fungible);
+//! * the same `host:port` in several slices appears once: the non-terminating
+//!   one wins, then the ready one, then the first seen (callers pass slices in
+//!   a stable order, e.g. by name);
+//! * a port uses its ready endpoints; with `drain_terminating`, a port with no
+//!   ready endpoint falls back to the `serving && terminating` ones, flagged
+//!   `draining: true`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use super::{finish, object_name, target_ref, valid_address, validate_ports, AddressType, ConvertOptions, Converted};
+use crate::model::Node;
+
+#[derive(Debug)]
+struct Candidate {
+    node: Node,
+    ready: bool,
+    serving: bool,
+    terminating: bool,
+}
+
+impl Candidate {
+    /// Whether `self` should replace `old` for the same `host:port`.
+    fn beats(&self, old: &Candidate) -> bool {
+        (old.terminating && !self.terminating) || (old.terminating == self.terminating && !old.ready && self.ready)
+    }
+}
+
+/// Merges the slices of ONE Service (the caller groups them by the
+/// `kubernetes.io/service-name` label).
+pub fn from_slices<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>, opts: &ConvertOptions) -> Converted {
+    let mut warnings = Vec::new();
+    let mut candidates: BTreeMap<String, BTreeMap<(String, i32), Candidate>> = BTreeMap::new();
+    for slice in slices {
+        let obj = object_name("EndpointSlice", &slice.metadata);
+        let address_type = match slice.address_type.as_str() {
+            "IPv4" => AddressType::V4,
+            "IPv6" => AddressType::V6,
+            "FQDN" => AddressType::Fqdn,
+            other => {
+                warnings.push(format!("{obj}: unknown addressType {other:?}; slice skipped"));
+                continue;
+            }
+        };
+        let specs = validate_ports(
+            slice.ports.iter().flatten().map(|p| (p.name.as_deref(), p.port)),
+            opts,
+            &obj,
+            &mut warnings,
+        );
+        for spec in &specs {
+            for key in spec.keys() {
+                candidates.entry(key.clone()).or_default();
+            }
+        }
+        for (ei, ep) in slice.endpoints.iter().enumerate() {
+            let mut host = None;
+            for (ai, addr) in ep.addresses.iter().enumerate() {
+                if valid_address(addr, address_type) {
+                    host = Some(addr);
+                    break;
+                }
+                warnings.push(format!(
+                    "{obj}: endpoints[{ei}].addresses[{ai}] {addr:?} is not a valid {} address; skipped",
+                    slice.address_type
+                ));
+            }
+            let Some(host) = host else {
+                if ep.addresses.is_empty() {
+                    warnings.push(format!("{obj}: endpoints[{ei}] has no address; skipped"));
+                }
+                continue;
+            };
+            let cond = ep.conditions.clone().unwrap_or_default();
+            let ready = cond.ready.unwrap_or(true);
+            let serving = cond.serving.unwrap_or(true);
+            let terminating = cond.terminating.unwrap_or(false);
+            for spec in &specs {
+                let mut node = Node::new(host.clone(), spec.number, opts.default_weight);
+                if opts.topology {
+                    node.zone = ep.zone.clone();
+                    node.node_name = ep.node_name.clone();
+                    node.target_ref = ep.target_ref.as_ref().map(target_ref);
+                }
+                for key in spec.keys() {
+                    let cand = Candidate {
+                        node: node.clone(),
+                        ready,
+                        serving,
+                        terminating,
+                    };
+                    let per_port = candidates.entry(key.clone()).or_default();
+                    let hp = (host.clone(), spec.number);
+                    match per_port.get(&hp) {
+                        Some(old) if !cand.beats(old) => {}
+                        _ => {
+                            per_port.insert(hp, cand);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let ports = candidates
+        .into_iter()
+        .map(|(key, cands)| {
+            let ready: Vec<Node> = cands.values().filter(|c| c.ready).map(|c| c.node.clone()).collect();
+            let nodes = if !ready.is_empty() || !opts.drain_terminating {
+                ready
+            } else {
+                cands
+                    .into_values()
+                    .filter(|c| c.serving && c.terminating)
+                    .map(|c| Node {
+                        draining: Some(true),
+                        ..c.node
+                    })
+                    .collect()
+            };
+            (key, nodes)
+        })
+        .collect();
+    Converted {
+        ports: finish(ports),
+        warnings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn slice(name: &str, address_type: &str, ports: Value, endpoints: Value) -> EndpointSlice {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": address_type,
+            "ports": ports,
+            "endpoints": endpoints,
+        }))
+        .unwrap()
+    }
+
+    fn hosts(c: &Converted, key: &str) -> Vec<String> {
+        c.ports[key].iter().map(|n| format!("{}:{}", n.host, n.port)).collect()
+    }
+
+    fn http() -> Value {
+        json!([{"name": "http", "port": 80}])
+    }
+
+    #[test]
+    fn reference_plat_dev_example_as_slice() {
+        let s = slice(
+            "plat-dev-abc",
+            "IPv4",
+            json!([{"name": "port", "port": 3306}]),
+            json!([{"addresses": ["10.5.10.110"], "conditions": {"ready": true}},
+                   {"addresses": ["10.5.10.109"], "conditions": {"ready": true}}]),
+        );
+        let c = from_slices([&s], &ConvertOptions::default());
+        assert_eq!(
+            serde_json::to_value(&c.ports["port"]).unwrap(),
+            json!([{"host": "10.5.10.109", "port": 3306, "weight": 50},
+                   {"host": "10.5.10.110", "port": 3306, "weight": 50}])
+        );
+    }
+
+    #[test]
+    fn ready_true_or_absent_counts_false_does_not() {
+        let s = slice(
+            "a",
+            "IPv4",
+            http(),
+            json!([{"addresses": ["10.0.0.1"], "conditions": {"ready": true}},
+                   {"addresses": ["10.0.0.2"], "conditions": {}},
+                   {"addresses": ["10.0.0.3"]},
+                   {"addresses": ["10.0.0.4"], "conditions": {"ready": false}}]),
+        );
+        let c = from_slices([&s], &ConvertOptions::default());
+        assert_eq!(hosts(&c, "http"), vec!["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"]);
+    }
+
+    #[test]
+    fn slices_are_merged_and_deduplicated_non_terminating_wins() {
+        let a = slice(
+            "a",
+            "IPv4",
+            http(),
+            json!([{"addresses": ["10.0.0.1"], "conditions": {"ready": false, "serving": true, "terminating": true}},
+                   {"addresses": ["10.0.0.2"]}]),
+        );
+        let b = slice(
+            "b",
+            "IPv4",
+            http(),
+            json!([{"addresses": ["10.0.0.1"], "conditions": {"ready": true}},
+                   {"addresses": ["10.0.0.2"]},
+                   {"addresses": ["10.0.0.3"]}]),
+        );
+        let c = from_slices([&a, &b], &ConvertOptions::default());
+        assert_eq!(hosts(&c, "http"), vec!["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"]);
+        // Same result in the other order.
+        let c2 = from_slices([&b, &a], &ConvertOptions::default());
+        assert_eq!(c.ports, c2.ports);
+        // A terminating duplicate never replaces a non-terminating one.
+        let t = slice(
+            "c",
+            "IPv4",
+            http(),
+            json!([{"addresses": ["10.0.0.3"], "conditions": {"ready": false, "serving": true, "terminating": true}}]),
+        );
+        let c3 = from_slices([&b, &t], &ConvertOptions::default());
+        assert_eq!(hosts(&c3, "http"), vec!["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"]);
+    }
+
+    #[test]
+    fn draining_fallback_is_opt_in_and_per_port() {
+        let s = slice(
+            "a",
+            "IPv4",
+            http(),
+            json!([{"addresses": ["10.0.0.1"], "conditions": {"ready": false, "serving": true, "terminating": true}},
+                   {"addresses": ["10.0.0.2"], "conditions": {"ready": false, "serving": false, "terminating": true}},
+                   {"addresses": ["10.0.0.3"], "conditions": {"ready": false, "serving": false, "terminating": false}}]),
+        );
+        let off = from_slices([&s], &ConvertOptions::default());
+        assert_eq!(off.ports["http"], vec![]);
+        let on = from_slices([&s], &ConvertOptions { drain_terminating: true, ..Default::default() });
+        assert_eq!(hosts(&on, "http"), vec!["10.0.0.1:80"]);
+        assert_eq!(on.ports["http"][0].draining, Some(true));
+        // With a ready endpoint present, terminating ones are not used.
+        let s2 = slice(
+            "b",
+            "IPv4",
+            http(),
+            json!([{"addresses": ["10.0.0.1"], "conditions": {"ready": false, "serving": true, "terminating": true}},
+                   {"addresses": ["10.0.0.5"], "conditions": {"ready": true}}]),
+        );
+        let on2 = from_slices([&s2], &ConvertOptions { drain_terminating: true, ..Default::default() });
+        assert_eq!(hosts(&on2, "http"), vec!["10.0.0.5:80"]);
+        assert_eq!(on2.ports["http"][0].draining, None);
+    }
+
+    #[test]
+    fn port_keys_name_then_number_and_aliases() {
+        let s = slice(
+            "a",
+            "IPv4",
+            json!([{"name": "http", "port": 8080}, {"name": "", "port": 9090}, {"port": 9091}]),
+            json!([{"addresses": ["10.0.0.1"]}]),
+        );
+        let c = from_slices([&s], &ConvertOptions::default());
+        assert_eq!(c.ports.keys().collect::<Vec<_>>(), vec!["9090", "9091", "http"]);
+        let c = from_slices([&s], &ConvertOptions { index_port_numbers: true, ..Default::default() });
+        assert_eq!(c.ports.keys().collect::<Vec<_>>(), vec!["8080", "9090", "9091", "http"]);
+        assert_eq!(c.ports["8080"], c.ports["http"]);
+    }
+
+    #[test]
+    fn ipv6_and_fqdn_slices() {
+        let v6 = slice("a", "IPv6", http(), json!([{"addresses": ["fd00::1"]}, {"addresses": ["10.0.0.1"]}]));
+        let c = from_slices([&v6], &ConvertOptions::default());
+        assert_eq!(hosts(&c, "http"), vec!["fd00::1:80"]);
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(c.warnings[0].contains("not a valid IPv6 address"));
+        let fqdn = slice("b", "FQDN", http(), json!([{"addresses": ["db.example.com"]}, {"addresses": ["bad_name!"]}]));
+        let c = from_slices([&fqdn], &ConvertOptions::default());
+        assert_eq!(hosts(&c, "http"), vec!["db.example.com:80"]);
+        assert_eq!(c.warnings.len(), 1);
+    }
+
+    #[test]
+    fn bad_data_skipped_with_warnings_good_kept() {
+        let bad_type = slice("t", "IPX", http(), json!([{"addresses": ["10.0.0.9"]}]));
+        let s = slice(
+            "a",
+            "IPv4",
+            json!([{"name": "http", "port": 80}, {"name": "none"}, {"name": "zero", "port": 0},
+                   {"name": "big", "port": 65536}, {"name": "http", "port": 81}]),
+            json!([{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.256"]}, {"addresses": []},
+                   {"addresses": ["nope", "10.0.0.2"]}]),
+        );
+        let c = from_slices([&bad_type, &s], &ConvertOptions::default());
+        assert_eq!(c.ports.keys().collect::<Vec<_>>(), vec!["http"]);
+        assert_eq!(hosts(&c, "http"), vec!["10.0.0.1:80", "10.0.0.2:80"]);
+        let w = c.warnings.join("\n");
+        assert!(w.contains("EndpointSlice ns/t: unknown addressType \"IPX\""), "{w}");
+        assert!(w.contains("ports[1] has no port number"), "{w}");
+        assert!(w.contains("port 0 outside"), "{w}");
+        assert!(w.contains("port 65536 outside"), "{w}");
+        assert!(w.contains("duplicates port name \"http\""), "{w}");
+        assert!(w.contains("\"10.0.0.256\" is not a valid IPv4"), "{w}");
+        assert!(w.contains("endpoints[2] has no address"), "{w}");
+        assert!(w.contains("\"nope\""), "{w}");
+    }
+
+    #[test]
+    fn topology_fields() {
+        let s = slice(
+            "a",
+            "IPv4",
+            http(),
+            json!([{"addresses": ["10.0.0.1"], "zone": "z1", "nodeName": "n1",
+                    "targetRef": {"kind": "Pod", "name": "web-1", "namespace": "ns"}}]),
+        );
+        let c = from_slices([&s], &ConvertOptions { topology: true, ..Default::default() });
+        let n = &c.ports["http"][0];
+        assert_eq!((n.zone.as_deref(), n.node_name.as_deref()), (Some("z1"), Some("n1")));
+        assert_eq!(n.target_ref.as_ref().unwrap().name, "web-1");
+        let plain = from_slices([&s], &ConvertOptions::default());
+        assert_eq!(serde_json::to_value(&plain.ports["http"][0]).unwrap(), json!({"host": "10.0.0.1", "port": 80, "weight": 50}));
+    }
+}
