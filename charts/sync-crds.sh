@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Copies the generated CRD (crds/discoveredservices.yaml, written by
+# `kube-discovery crd` / the core crate) into the Helm chart, byte for byte.
+# The test e2e/tests/chart_render.rs fails when the two differ.
+#   charts/sync-crds.sh          copy
+#   charts/sync-crds.sh --check  only compare; exit 1 on a difference
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+src="$root/crds/discoveredservices.yaml"
+dst="$root/charts/kube-discovery/crds/discoveredservices.yaml"
+if [[ ! -f "$src" ]]; then
+  echo "sync-crds: $src not found" >&2
+  exit 1
+fi
+if [[ "${1:-}" == "--check" ]]; then
+  if cmp -s "$src" "$dst"; then
+    echo "sync-crds: chart CRD is up to date"
+  else
+    echo "sync-crds: $dst differs from $src; run charts/sync-crds.sh" >&2
+    exit 1
+  fi
+else
+  cp "$src" "$dst"
+  echo "sync-crds: copied $src -> $dst"
+fi
