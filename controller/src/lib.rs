@@ -1,1 +1,89 @@
-//! kube-discovery: Endpoints/EndpointSlices -> DiscoveredService custom resources.
+//! kube-discovery runtime: the I/O around the pure core (`kube-discovery-core`).
+//!
+//! Data flows one way; every arrow is a function call or a channel:
+//!
+//! ```text
+//!  source.rs   watcher(Endpoints|EndpointSlice) per cluster
+//!                 │ Apply/Delete/Init..InitDone (relist)
+//!                 ▼
+//!  core Index  (pure) ── changed ServiceKeys ──▶ state.rs  Shared (desired nodes, per-cluster status)
+//!                                                   │ keys
+//!                                                   ▼
+//!  writer.rs   coalesce ▶ skip no-ops ▶ rate limit ▶ server-side apply / delete (sink.rs)
+//!
+//!  http.rs     /healthz /readyz /metrics /v1/discovery/kubernetes/{dump,nodes}  (reads Shared)
+//!  nodes.rs    library API: reflector over DiscoveredServices -> nodes("ns/name:port")
+//! ```
+//!
+//! `anyhow` is used only in `main.rs`; everything here returns [`Result`].
+
+//pub mod cli;
+pub mod client;
+//pub mod demo;
+pub mod http;
+pub mod metrics;
+//pub mod nodes;
+//pub mod render;
+//pub mod run;
+pub mod sink;
+//pub mod source;
+pub mod state;
+pub mod writer;
+
+/// Every error of the runtime. Display strings never contain credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+    /// The configuration is invalid (one line per problem).
+    #[error("{0}")]
+    Config(String),
+    /// A kubeconfig could not be loaded.
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(#[from] kube::config::KubeconfigError),
+    /// Reading a file failed.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// User input (a file given to `render`, a service name) is malformed.
+    #[error("{0}")]
+    Input(String),
+    /// JSON (de)serialization failed.
+    #[error("JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// YAML (de)serialization failed.
+    #[error("YAML: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+    /// The HTTP server could not start.
+    #[error("HTTP server: {0}")]
+    Http(String),
+}
+
+impl Error {
+    /// A short, stable label for the failure counters.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(s)) if s.code == 409 => "conflict",
+            Error::Kube(kube::Error::Api(s)) if s.code == 403 => "forbidden",
+            Error::Kube(kube::Error::Api(s)) if s.code == 404 => "not_found",
+            Error::Kube(kube::Error::Api(s)) if s.code == 429 => "throttled",
+            Error::Kube(kube::Error::Api(_)) => "api_error",
+            Error::Kube(_) => "transport_error",
+            Error::Config(_) => "config",
+            Error::Kubeconfig(_) => "kubeconfig",
+            Error::Io { .. } => "io",
+            Error::Input(_) => "input",
+            Error::Json(_) | Error::Yaml(_) => "serialization",
+            Error::Http(_) => "http",
+        }
+    }
+}
+
+/// Result with [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

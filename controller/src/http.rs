@@ -1,0 +1,284 @@
+//! The HTTP server (axum): probes, metrics and the APISIX-compatible debug API.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /healthz` | `200 ok` while the process runs |
+//! | `GET /readyz` | `200` once the first complete list of EVERY cluster is written, else `503`; JSON detail per cluster |
+//! | `GET /metrics` | Prometheus text (see [`crate::metrics`]) |
+//! | `GET /v1/discovery/kubernetes/dump` | APISIX dump shape: `{"endpoints":[{"id","endpoints":[{"name":"ns/name","value":"<json>"}]}],"config":[..]}` (secrets redacted) |
+//! | `GET /v1/discovery/kubernetes/nodes?service=[id/]ns/name:port` | nodes JSON; `404` unknown service/port; `400` malformed name |
+//!
+//! The dump and nodes routes require `Authorization: Bearer <token>` when an
+//! auth token is configured; probes and metrics never do.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use kube_discovery_core::parse_service_name;
+use prometheus_client::registry::Registry;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::state::Shared;
+use crate::{Error, Result};
+
+/// What the handlers read.
+#[derive(Clone)]
+pub struct AppState {
+    /// Desired nodes and cluster status.
+    pub shared: Arc<Shared>,
+    /// Metrics registry.
+    pub registry: Arc<Registry>,
+    /// The effective configuration with secrets redacted (dump `config`).
+    pub config: Value,
+    /// Bearer token required by dump/nodes, if any.
+    pub auth_token: Option<String>,
+}
+
+/// The router (exposed for in-process tests).
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/v1/discovery/kubernetes/dump", get(dump))
+        .route("/v1/discovery/kubernetes/nodes", get(nodes))
+        .with_state(state)
+}
+
+/// Binds `addr` and serves until `shutdown` is cancelled. Returns the bound
+/// address (useful with port 0) and the server task.
+pub async fn serve(
+    addr: SocketAddr,
+    state: AppState,
+    shutdown: CancellationToken,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Error::Http(format!("cannot bind {addr}: {e}")))?;
+    let local = listener.local_addr().map_err(|e| Error::Http(e.to_string()))?;
+    let app = router(state);
+    let task = tokio::spawn(async move {
+        let res = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+        if let Err(e) = res {
+            tracing::error!(error = %e, "HTTP server failed");
+        }
+    });
+    Ok((local, task))
+}
+
+async fn readyz(State(st): State<AppState>) -> Response {
+    let clusters = st.shared.clusters();
+    let ready = st.shared.ready();
+    let detail: serde_json::Map<String, Value> = clusters
+        .iter()
+        .map(|(id, c)| {
+            let state = if c.synced {
+                "synced"
+            } else if c.listed {
+                "writing first list"
+            } else {
+                "waiting for first list"
+            };
+            (id.clone(), json!({"state": state, "status": c}))
+        })
+        .collect();
+    let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, Json(json!({"ready": ready, "clusters": detail}))).into_response()
+}
+
+async fn metrics(State(st): State<AppState>) -> Response {
+    // Gauges are refreshed from the shared state at scrape time.
+    let body = crate::metrics::encode(&st.registry);
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+fn authorized(st: &AppState, headers: &HeaderMap) -> bool {
+    let Some(want) = &st.auth_token else { return true };
+    let got = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    // Length-independent comparison of equal-length inputs.
+    got.len() == want.len() && got.bytes().zip(want.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+fn unauthorized() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        Json(json!({"error": "missing or wrong bearer token"})),
+    )
+        .into_response()
+}
+
+/// The APISIX dump document built from the shared state.
+pub fn dump_value(shared: &Shared, config: &Value) -> Value {
+    let endpoints: Vec<Value> = shared
+        .clusters()
+        .keys()
+        .map(|id| {
+            let eps: Vec<Value> = shared
+                .desired_of(id)
+                .iter()
+                .map(|s| {
+                    let value = serde_json::to_string(&s.ports).unwrap_or_else(|_| "{}".to_string());
+                    json!({"name": format!("{}/{}", s.key.namespace, s.key.name), "value": value})
+                })
+                .collect();
+            json!({"id": id, "endpoints": eps})
+        })
+        .collect();
+    let config = match config {
+        Value::Array(_) => config.clone(),
+        Value::Null => json!([]),
+        other => json!([other]),
+    };
+    json!({"endpoints": endpoints, "config": config})
+}
+
+async fn dump(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    if !authorized(&st, &headers) {
+        return unauthorized();
+    }
+    Json(dump_value(&st.shared, &st.config)).into_response()
+}
+
+#[derive(Deserialize)]
+struct NodesQuery {
+    service: Option<String>,
+}
+
+async fn nodes(State(st): State<AppState>, headers: HeaderMap, Query(q): Query<NodesQuery>) -> Response {
+    if !authorized(&st, &headers) {
+        return unauthorized();
+    }
+    let Some(service) = q.service else {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "missing query parameter 'service' (expected [id/]namespace/name:port)"})),
+        )
+            .into_response();
+    };
+    let query = match parse_service_name(&service) {
+        Ok(q) => q,
+        Err(e) => return (StatusCode::BAD_REQUEST, Json(json!({"error": e.to_string()}))).into_response(),
+    };
+    let Some(svc) = st.shared.desired(&query.key()) else {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": format!("service {} not found", query.key())})),
+        )
+            .into_response();
+    };
+    match svc.ports.get(&query.port) {
+        Some(nodes) => Json(nodes).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({
+                "error": format!("service {} has no port {:?}", query.key(), query.port),
+                "ports": svc.ports.keys().collect::<Vec<_>>(),
+            })),
+        )
+            .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use http::Request;
+    use kube_discovery_core::{Node, PortMap, ServiceKey, ServiceNodes, SourceKind};
+    use tower::ServiceExt;
+
+    fn state(token: Option<&str>) -> AppState {
+        let shared = Arc::new(Shared::new([""]));
+        let k = ServiceKey::new("", "default", "plat-dev");
+        let mut ports = PortMap::new();
+        ports.insert("port".into(), vec![Node::new("10.5.10.109", 3306, 50), Node::new("10.5.10.110", 3306, 50)]);
+        shared.set_desired(&k, Some(ServiceNodes::new(k.clone(), SourceKind::Endpoints, ports, None)));
+        AppState {
+            shared,
+            registry: Arc::new(crate::metrics::Metrics::default().registry()),
+            config: json!({"client": {"token": "<redacted>"}}),
+            auth_token: token.map(str::to_string),
+        }
+    }
+
+    async fn get(st: AppState, uri: &str, token: Option<&str>) -> (StatusCode, String) {
+        let mut req = Request::get(uri);
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let resp = router(st).oneshot(req.body(Body::empty()).unwrap()).await.unwrap();
+        let code = resp.status();
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+        (code, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn nodes_api_answers_found_unknown_and_malformed() {
+        let (c, b) = get(state(None), "/v1/discovery/kubernetes/nodes?service=default/plat-dev:port", None).await;
+        assert_eq!(c, StatusCode::OK);
+        assert_eq!(
+            b,
+            r#"[{"host":"10.5.10.109","port":3306,"weight":50},{"host":"10.5.10.110","port":3306,"weight":50}]"#
+        );
+        let (c, _) = get(state(None), "/v1/discovery/kubernetes/nodes?service=default/nope:port", None).await;
+        assert_eq!(c, StatusCode::NOT_FOUND);
+        let (c, b) = get(state(None), "/v1/discovery/kubernetes/nodes?service=default/plat-dev:other", None).await;
+        assert_eq!(c, StatusCode::NOT_FOUND);
+        assert!(b.contains("no port"), "{b}");
+        let (c, b) = get(state(None), "/v1/discovery/kubernetes/nodes?service=default/plat-dev", None).await;
+        assert_eq!(c, StatusCode::BAD_REQUEST);
+        assert!(b.contains("missing ':<port>'"), "{b}");
+    }
+
+    #[tokio::test]
+    async fn dump_has_apisix_shape_and_auth_is_enforced() {
+        let (c, b) = get(state(Some("s3cret")), "/v1/discovery/kubernetes/dump", None).await;
+        assert_eq!(c, StatusCode::UNAUTHORIZED);
+        assert!(!b.contains("s3cret"));
+        let (c, _) = get(state(Some("s3cret")), "/v1/discovery/kubernetes/dump", Some("wrong")).await;
+        assert_eq!(c, StatusCode::UNAUTHORIZED);
+        let (c, b) = get(state(Some("s3cret")), "/v1/discovery/kubernetes/dump", Some("s3cret")).await;
+        assert_eq!(c, StatusCode::OK);
+        let v: Value = serde_json::from_str(&b).unwrap();
+        assert_eq!(v["endpoints"][0]["id"], "");
+        assert_eq!(v["endpoints"][0]["endpoints"][0]["name"], "default/plat-dev");
+        let inner: Value = serde_json::from_str(v["endpoints"][0]["endpoints"][0]["value"].as_str().unwrap()).unwrap();
+        assert_eq!(inner["port"][1]["host"], "10.5.10.110");
+        assert_eq!(v["config"][0]["client"]["token"], "<redacted>");
+        // Probes never need the token.
+        let (c, _) = get(state(Some("s3cret")), "/healthz", None).await;
+        assert_eq!(c, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn readyz_gates_on_every_cluster() {
+        let st = state(None);
+        let (c, b) = get(st.clone(), "/readyz", None).await;
+        assert_eq!(c, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(b.contains("waiting for first list"), "{b}");
+        st.shared.update_cluster("", |c| {
+            c.listed = true;
+            c.synced = true;
+        });
+        let (c, _) = get(st, "/readyz", None).await;
+        assert_eq!(c, StatusCode::OK);
+    }
+}

@@ -1,0 +1,133 @@
+//! The process-wide shared state: the desired nodes of every service (written
+//! by the sources from the pure core `Index`, read by the writer at write time
+//! and by the HTTP API) and the status of every cluster (listed? written?).
+//!
+//! The writer only queues *keys* and reads the desired value from here when it
+//! is about to write, so a newer desired state always replaces an older pending
+//! one and nothing is ever written stale.
+
+use std::collections::BTreeMap;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use kube_discovery_core::{ServiceKey, ServiceNodes};
+use serde::Serialize;
+
+/// Status of one cluster as shown by `/readyz`.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct ClusterStatus {
+    /// The first complete list has been received and indexed.
+    pub listed: bool,
+    /// Everything from the first complete list has been written (or found
+    /// already up to date on the API server).
+    pub synced: bool,
+    /// Number of complete lists so far (1 + relists).
+    pub lists: u64,
+    /// The last watch error, if the watch is currently failing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// Shared state; cheap to share behind an `Arc`.
+#[derive(Debug, Default)]
+pub struct Shared {
+    desired: RwLock<BTreeMap<ServiceKey, ServiceNodes>>,
+    clusters: RwLock<BTreeMap<String, ClusterStatus>>,
+}
+
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Shared {
+    /// Creates the state with the given clusters registered (not listed yet).
+    pub fn new<'a>(clusters: impl IntoIterator<Item = &'a str>) -> Self {
+        let s = Self::default();
+        {
+            let mut c = write(&s.clusters);
+            for id in clusters {
+                c.insert(id.to_string(), ClusterStatus::default());
+            }
+        }
+        s
+    }
+
+    /// Sets (`Some`) or removes (`None`) the desired nodes of `key`.
+    pub fn set_desired(&self, key: &ServiceKey, value: Option<ServiceNodes>) {
+        let mut d = write(&self.desired);
+        match value {
+            Some(v) => {
+                d.insert(key.clone(), v);
+            }
+            None => {
+                d.remove(key);
+            }
+        }
+    }
+
+    /// The desired nodes of `key` (`None`: the source is gone).
+    pub fn desired(&self, key: &ServiceKey) -> Option<ServiceNodes> {
+        read(&self.desired).get(key).cloned()
+    }
+
+    /// All desired services of `cluster`.
+    pub fn desired_of(&self, cluster: &str) -> Vec<ServiceNodes> {
+        read(&self.desired).values().filter(|s| s.key.cluster == cluster).cloned().collect()
+    }
+
+    /// Whether `key` currently has desired nodes.
+    pub fn has_desired(&self, key: &ServiceKey) -> bool {
+        read(&self.desired).contains_key(key)
+    }
+
+    /// `(services, nodes)` of `cluster`.
+    pub fn counts(&self, cluster: &str) -> (usize, usize) {
+        let d = read(&self.desired);
+        d.values()
+            .filter(|s| s.key.cluster == cluster)
+            .fold((0, 0), |(s, n), v| (s + 1, n + v.node_count()))
+    }
+
+    /// Updates the status of `cluster` in place.
+    pub fn update_cluster(&self, cluster: &str, f: impl FnOnce(&mut ClusterStatus)) {
+        let mut c = write(&self.clusters);
+        f(c.entry(cluster.to_string()).or_default());
+    }
+
+    /// Snapshot of all cluster statuses.
+    pub fn clusters(&self) -> BTreeMap<String, ClusterStatus> {
+        read(&self.clusters).clone()
+    }
+
+    /// Ready when every registered cluster is synced (and there is at least one).
+    pub fn ready(&self) -> bool {
+        let c = read(&self.clusters);
+        !c.is_empty() && c.values().all(|s| s.synced)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube_discovery_core::{PortMap, SourceKind};
+
+    #[test]
+    fn desired_roundtrip_and_readiness() {
+        let s = Shared::new(["", "c2"]);
+        let k = ServiceKey::new("", "ns", "a");
+        assert!(!s.ready());
+        s.set_desired(&k, Some(ServiceNodes::new(k.clone(), SourceKind::Endpoints, PortMap::new(), None)));
+        assert!(s.has_desired(&k));
+        assert_eq!(s.counts(""), (1, 0));
+        assert_eq!(s.counts("c2"), (0, 0));
+        s.update_cluster("", |c| c.synced = true);
+        assert!(!s.ready(), "c2 is not synced yet");
+        s.update_cluster("c2", |c| c.synced = true);
+        assert!(s.ready());
+        s.set_desired(&k, None);
+        assert!(s.desired(&k).is_none());
+    }
+}

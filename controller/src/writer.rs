@@ -1,0 +1,609 @@
+//! The writer: turns "these keys changed" into as few API writes as possible.
+//!
+//! ```text
+//!  WriterMsg::Changed(keys) ──▶ pending{key: due = first change + window}
+//!                                   │ due, not in flight, < concurrency, rate token
+//!                                   ▼
+//!              desired = Shared::desired(key)      (always the LATEST state)
+//!              ├─ Some(v), known[key] == v.version ─▶ skip (no write)
+//!              ├─ Some(v)                           ─▶ Sink::apply(v)  ─▶ known[key] = v.version
+//!              ├─ None, key in known                ─▶ Sink::delete    ─▶ known.remove(key)
+//!              └─ None, unknown                     ─▶ nothing
+//!              failure ─▶ back into pending with exponential backoff (never dropped)
+//! ```
+//!
+//! * `known` starts from [`Sink::list_versions`] (the objects the API server
+//!   already holds), so a restart with unchanged sources writes nothing.
+//! * Coalescing: a key's write is due `coalesce_window` after its FIRST change
+//!   since the last write; later changes inside the window ride along, so a
+//!   rolling update's burst becomes one write per window.
+//! * One write per key at a time (no reordering), at most `concurrency` in
+//!   flight overall, at most `qps` writes per second (token bucket).
+//! * `WriterMsg::Synced(cluster)` is a barrier sent by a source after its first
+//!   complete list: objects of that cluster the API server holds but the list
+//!   did not produce are queued for deletion, and the cluster becomes `synced`
+//!   (readiness) once every key queued before the barrier is written.
+//! * On shutdown no new writes start; in-flight writes finish.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube_discovery_core::{ServiceKey, ServiceNodes};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::state::Shared;
+use crate::Result;
+
+/// Where DiscoveredServices go (the API server in production, a fake in tests).
+pub trait Sink: Clone + Send + Sync + 'static {
+    /// Versions (`spec.version`) of the objects that already exist, by service.
+    fn list_versions(&self) -> impl Future<Output = Result<HashMap<ServiceKey, String>>> + Send;
+    /// Creates or updates the object for `svc` (and its status).
+    fn apply(&self, svc: ServiceNodes) -> impl Future<Output = Result<()>> + Send;
+    /// Deletes the object for `key` (absent is success).
+    fn delete(&self, key: ServiceKey) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// Tuning of the writer.
+#[derive(Debug, Clone)]
+pub struct WriterOptions {
+    /// Per-key coalescing window.
+    pub coalesce_window: Duration,
+    /// Maximum writes in flight.
+    pub concurrency: usize,
+    /// Maximum writes per second (0 = unlimited).
+    pub qps: f64,
+    /// First retry delay after a failed write.
+    pub retry_min: Duration,
+    /// Maximum retry delay.
+    pub retry_max: Duration,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        Self {
+            coalesce_window: Duration::from_millis(100),
+            concurrency: 8,
+            qps: 50.0,
+            retry_min: Duration::from_millis(500),
+            retry_max: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Messages from the sources.
+#[derive(Debug)]
+pub enum WriterMsg {
+    /// These keys' desired state (in [`Shared`]) changed at `at`.
+    Changed {
+        /// The keys.
+        keys: Vec<ServiceKey>,
+        /// When the source event arrived (for the latency histogram).
+        at: Instant,
+    },
+    /// `cluster` finished its first complete list; everything before this
+    /// message belongs to it.
+    Synced {
+        /// The cluster id.
+        cluster: String,
+    },
+}
+
+/// Sending side of the writer.
+#[derive(Clone, Debug)]
+pub struct WriterHandle {
+    tx: mpsc::UnboundedSender<WriterMsg>,
+}
+
+impl WriterHandle {
+    /// Queues changed keys (ignored after shutdown).
+    pub fn changed(&self, keys: Vec<ServiceKey>, at: Instant) {
+        if !keys.is_empty() {
+            let _ = self.tx.send(WriterMsg::Changed { keys, at });
+        }
+    }
+
+    /// Sends the first-list barrier of `cluster`.
+    pub fn synced(&self, cluster: &str) {
+        let _ = self.tx.send(WriterMsg::Synced { cluster: cluster.to_string() });
+    }
+}
+
+#[derive(Debug)]
+struct Pending {
+    due: Instant,
+    first_event: Instant,
+    seq: u64,
+    attempts: u32,
+}
+
+enum Outcome {
+    Applied(String),
+    Deleted,
+}
+
+struct Done {
+    key: ServiceKey,
+    seq: u64,
+    first_event: Instant,
+    attempts: u32,
+    result: Result<Outcome>,
+}
+
+/// Starts the writer task. It first reads what the sink already holds
+/// (retrying with backoff), then processes messages until `shutdown`.
+pub fn spawn<S: Sink>(
+    sink: S,
+    shared: Arc<Shared>,
+    metrics: Metrics,
+    opts: WriterOptions,
+    shutdown: CancellationToken,
+) -> (WriterHandle, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let w = Writer {
+        sink,
+        shared,
+        metrics,
+        opts,
+        known: HashMap::new(),
+        pending: HashMap::new(),
+        inflight: HashSet::new(),
+        barriers: Vec::new(),
+        seq: 0,
+        next_token: Instant::now(),
+    };
+    let task = tokio::spawn(w.run(rx, shutdown));
+    (WriterHandle { tx }, task)
+}
+
+struct Writer<S> {
+    sink: S,
+    shared: Arc<Shared>,
+    metrics: Metrics,
+    opts: WriterOptions,
+    known: HashMap<ServiceKey, String>,
+    pending: HashMap<ServiceKey, Pending>,
+    inflight: HashSet<ServiceKey>,
+    barriers: Vec<(String, u64)>,
+    seq: u64,
+    next_token: Instant,
+}
+
+fn backoff(opts: &WriterOptions, attempts: u32) -> Duration {
+    let exp = attempts.saturating_sub(1).min(16);
+    let d = opts.retry_min.saturating_mul(1u32 << exp);
+    d.min(opts.retry_max)
+}
+
+impl<S: Sink> Writer<S> {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<WriterMsg>, shutdown: CancellationToken) {
+        // What the API server holds, so unchanged services are never rewritten.
+        let mut attempt = 0;
+        loop {
+            match self.sink.list_versions().await {
+                Ok(known) => {
+                    tracing::info!(objects = known.len(), "read existing DiscoveredServices");
+                    self.known = known;
+                    break;
+                }
+                Err(e) => {
+                    attempt += 1;
+                    let d = backoff(&self.opts, attempt);
+                    tracing::warn!(error = %e, retry_in = ?d, "cannot list existing DiscoveredServices");
+                    tokio::select! {
+                        () = tokio::time::sleep(d) => {}
+                        () = shutdown.cancelled() => return,
+                    }
+                }
+            }
+        }
+
+        let mut tasks: JoinSet<Done> = JoinSet::new();
+        let mut open = true;
+        loop {
+            self.dispatch(&mut tasks);
+            self.check_barriers();
+            let wake = self.next_wake();
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break,
+                Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+                    match done {
+                        Ok(done) => self.finish(done),
+                        Err(e) => tracing::error!(error = %e, "write task failed"),
+                    }
+                }
+                msg = rx.recv(), if open => match msg {
+                    Some(m) => self.receive(m),
+                    None => open = false,
+                },
+                () = sleep_until_opt(wake) => {}
+            }
+            if !open && tasks.is_empty() && self.pending.is_empty() {
+                break;
+            }
+        }
+        // Graceful shutdown: let in-flight writes finish, start no new ones.
+        while let Some(done) = tasks.join_next().await {
+            if let Ok(done) = done {
+                self.finish(done);
+            }
+        }
+    }
+
+    fn receive(&mut self, msg: WriterMsg) {
+        match msg {
+            WriterMsg::Changed { keys, at } => {
+                for key in keys {
+                    self.enqueue(key, at);
+                }
+            }
+            WriterMsg::Synced { cluster } => {
+                // Objects the API server holds for this cluster that the first
+                // complete list did not produce: their source vanished while we
+                // were not watching.
+                let stale: Vec<ServiceKey> = self
+                    .known
+                    .keys()
+                    .filter(|k| k.cluster == cluster && !self.shared.has_desired(k))
+                    .cloned()
+                    .collect();
+                let now = Instant::now();
+                for key in stale {
+                    self.enqueue(key, now);
+                }
+                self.barriers.push((cluster, self.seq));
+                self.seq += 1;
+            }
+        }
+    }
+
+    fn enqueue(&mut self, key: ServiceKey, at: Instant) {
+        let seq = self.seq;
+        self.seq += 1;
+        let due = Instant::now() + self.opts.coalesce_window;
+        self.pending
+            .entry(key)
+            .and_modify(|p| {
+                if at < p.first_event {
+                    p.first_event = at;
+                }
+                // A change after failures is worth trying again soon.
+                if p.attempts > 0 && p.due > due {
+                    p.due = due;
+                }
+            })
+            .or_insert(Pending { due, first_event: at, seq, attempts: 0 });
+    }
+
+    fn next_wake(&self) -> Option<Instant> {
+        let due = self
+            .pending
+            .iter()
+            .filter(|(k, _)| !self.inflight.contains(*k))
+            .map(|(_, p)| p.due)
+            .min()?;
+        Some(due.max(self.next_token))
+    }
+
+    fn take_token(&mut self, now: Instant) -> bool {
+        if self.opts.qps <= 0.0 {
+            return true;
+        }
+        if now < self.next_token {
+            return false;
+        }
+        let step = Duration::from_secs_f64(1.0 / self.opts.qps);
+        // Allow a small burst of one second's worth after idle time.
+        let floor = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
+        self.next_token = self.next_token.max(floor) + step;
+        true
+    }
+
+    fn dispatch(&mut self, tasks: &mut JoinSet<Done>) {
+        let now = Instant::now();
+        let mut due: Vec<(Instant, ServiceKey)> = self
+            .pending
+            .iter()
+            .filter(|(k, p)| p.due <= now && !self.inflight.contains(*k))
+            .map(|(k, p)| (p.due, k.clone()))
+            .collect();
+        due.sort();
+        for (_, key) in due {
+            if tasks.len() >= self.opts.concurrency.max(1) {
+                break;
+            }
+            let desired = self.shared.desired(&key);
+            let known = self.known.get(&key);
+            // Decide first: skips and no-ops need neither a token nor a task.
+            match (&desired, known) {
+                (Some(d), Some(v)) if &d.version == v => {
+                    self.pending.remove(&key);
+                    self.metrics.writes_skipped.get_or_create(&Metrics::cluster(&key.cluster)).inc();
+                    tracing::debug!(service = %key, version = %v, "up to date, no write");
+                    continue;
+                }
+                (None, None) => {
+                    self.pending.remove(&key);
+                    continue;
+                }
+                _ => {}
+            }
+            if !self.take_token(now) {
+                break;
+            }
+            let Some(p) = self.pending.remove(&key) else { continue };
+            self.inflight.insert(key.clone());
+            let sink = self.sink.clone();
+            let (seq, first_event, attempts) = (p.seq, p.first_event, p.attempts);
+            tasks.spawn(async move {
+                let result = match desired {
+                    Some(d) => {
+                        let v = d.version.clone();
+                        sink.apply(d).await.map(|()| Outcome::Applied(v))
+                    }
+                    None => sink.delete(key.clone()).await.map(|()| Outcome::Deleted),
+                };
+                Done { key, seq, first_event, attempts, result }
+            });
+        }
+    }
+
+    fn finish(&mut self, done: Done) {
+        let Done { key, seq, first_event, attempts, result } = done;
+        self.inflight.remove(&key);
+        let cluster = key.cluster.clone();
+        match result {
+            Ok(outcome) => {
+                let label = match outcome {
+                    Outcome::Applied(v) => {
+                        tracing::info!(service = %key, version = %v, "applied");
+                        self.known.insert(key.clone(), v);
+                        "applied"
+                    }
+                    Outcome::Deleted => {
+                        tracing::info!(service = %key, "deleted");
+                        self.known.remove(&key);
+                        "deleted"
+                    }
+                };
+                self.metrics.write(&cluster, label);
+                self.metrics
+                    .event_to_write
+                    .get_or_create(&Metrics::cluster(&cluster))
+                    .observe(first_event.elapsed().as_secs_f64());
+            }
+            Err(e) => {
+                self.metrics.write(&cluster, &format!("error_{}", e.metric_label()));
+                let attempts = attempts + 1;
+                let delay = backoff(&self.opts, attempts);
+                tracing::warn!(service = %key, error = %e, attempt = attempts, retry_in = ?delay, "write failed");
+                let due = Instant::now() + delay;
+                // Keep the oldest sequence number (readiness waits for it) and
+                // the earliest event time; a newer change may already be pending.
+                self.pending
+                    .entry(key)
+                    .and_modify(|p| {
+                        p.seq = p.seq.min(seq);
+                        p.first_event = p.first_event.min(first_event);
+                        p.attempts = attempts;
+                        p.due = p.due.max(due);
+                    })
+                    .or_insert(Pending { due, first_event, seq, attempts });
+            }
+        }
+    }
+
+    fn check_barriers(&mut self) {
+        if self.barriers.is_empty() {
+            return;
+        }
+        let pending = &self.pending;
+        let inflight_seqs: Vec<(&ServiceKey, u64)> = pending.iter().map(|(k, p)| (k, p.seq)).collect();
+        let inflight = &self.inflight;
+        let shared = &self.shared;
+        self.barriers.retain(|(cluster, bseq)| {
+            let waiting = inflight_seqs.iter().any(|(k, s)| &k.cluster == cluster && s <= bseq)
+                || inflight.iter().any(|k| &k.cluster == cluster);
+            if waiting {
+                return true;
+            }
+            shared.update_cluster(cluster, |c| c.synced = true);
+            tracing::info!(cluster = %cluster, "first complete list written");
+            false
+        });
+    }
+}
+
+async fn sleep_until_opt(when: Option<Instant>) {
+    match when {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube_discovery_core::{Node, PortMap, SourceKind};
+    use std::sync::Mutex;
+
+    #[derive(Debug, Clone, PartialEq)]
+    enum Call {
+        Apply(String, String),
+        Delete(String),
+    }
+
+    #[derive(Clone, Default)]
+    struct FakeSink {
+        existing: HashMap<ServiceKey, String>,
+        calls: Arc<Mutex<Vec<Call>>>,
+        /// Number of upcoming apply calls that fail.
+        fail_next: Arc<Mutex<u32>>,
+    }
+
+    impl FakeSink {
+        fn calls(&self) -> Vec<Call> {
+            self.calls.lock().unwrap().clone()
+        }
+    }
+
+    impl Sink for FakeSink {
+        async fn list_versions(&self) -> Result<HashMap<ServiceKey, String>> {
+            Ok(self.existing.clone())
+        }
+        async fn apply(&self, svc: ServiceNodes) -> Result<()> {
+            {
+                let mut f = self.fail_next.lock().unwrap();
+                if *f > 0 {
+                    *f -= 1;
+                    return Err(crate::Error::Input("injected failure".into()));
+                }
+            }
+            self.calls.lock().unwrap().push(Call::Apply(svc.key.to_string(), svc.version.clone()));
+            Ok(())
+        }
+        async fn delete(&self, key: ServiceKey) -> Result<()> {
+            self.calls.lock().unwrap().push(Call::Delete(key.to_string()));
+            Ok(())
+        }
+    }
+
+    fn nodes(key: &ServiceKey, hosts: &[&str]) -> ServiceNodes {
+        let mut ports = PortMap::new();
+        ports.insert("http".into(), hosts.iter().map(|h| Node::new(*h, 80, 50)).collect());
+        ServiceNodes::new(key.clone(), SourceKind::EndpointSlice, ports, None)
+    }
+
+    fn opts() -> WriterOptions {
+        WriterOptions {
+            coalesce_window: Duration::from_millis(100),
+            concurrency: 2,
+            qps: 0.0,
+            retry_min: Duration::from_millis(200),
+            retry_max: Duration::from_secs(2),
+        }
+    }
+
+    /// Runs the paused clock forward so every due write happens.
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn burst_inside_window_is_coalesced_into_one_write_of_the_latest_state() {
+        let sink = FakeSink::default();
+        let shared = Arc::new(Shared::new([""]));
+        let (h, _t) = spawn(sink.clone(), shared.clone(), Metrics::default(), opts(), CancellationToken::new());
+        let k = ServiceKey::new("", "ns", "web");
+        for hosts in [&["10.0.0.1"][..], &["10.0.0.1", "10.0.0.2"], &["10.0.0.1", "10.0.0.2", "10.0.0.3"]] {
+            shared.set_desired(&k, Some(nodes(&k, hosts)));
+            h.changed(vec![k.clone()], Instant::now());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        settle().await;
+        let want = nodes(&k, &["10.0.0.1", "10.0.0.2", "10.0.0.3"]).version;
+        assert_eq!(sink.calls(), vec![Call::Apply("ns/web".into(), want)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn existing_equal_versions_are_not_rewritten_and_changed_ones_are() {
+        let k1 = ServiceKey::new("", "ns", "same");
+        let k2 = ServiceKey::new("", "ns", "changed");
+        let shared = Arc::new(Shared::new([""]));
+        shared.set_desired(&k1, Some(nodes(&k1, &["10.0.0.1"])));
+        shared.set_desired(&k2, Some(nodes(&k2, &["10.0.0.9"])));
+        let sink = FakeSink {
+            existing: HashMap::from([
+                (k1.clone(), nodes(&k1, &["10.0.0.1"]).version),
+                (k2.clone(), nodes(&k2, &["10.0.0.2"]).version),
+            ]),
+            ..FakeSink::default()
+        };
+        let m = Metrics::default();
+        let (h, _t) = spawn(sink.clone(), shared.clone(), m.clone(), opts(), CancellationToken::new());
+        h.changed(vec![k1.clone(), k2.clone()], Instant::now());
+        h.synced("");
+        settle().await;
+        assert_eq!(sink.calls(), vec![Call::Apply("ns/changed".into(), nodes(&k2, &["10.0.0.9"]).version)]);
+        assert_eq!(m.writes_skipped.get_or_create(&Metrics::cluster("")).get(), 1);
+        assert!(shared.ready());
+        // The same desired state again: no write.
+        h.changed(vec![k1.clone(), k2.clone()], Instant::now());
+        settle().await;
+        assert_eq!(sink.calls().len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn first_list_barrier_deletes_objects_whose_source_vanished() {
+        let gone = ServiceKey::new("", "ns", "gone");
+        let other = ServiceKey::new("c2", "ns", "gone");
+        let shared = Arc::new(Shared::new([""]));
+        let sink = FakeSink {
+            existing: HashMap::from([(gone.clone(), "v".to_string()), (other.clone(), "v".to_string())]),
+            ..FakeSink::default()
+        };
+        let (h, _t) = spawn(sink.clone(), shared.clone(), Metrics::default(), opts(), CancellationToken::new());
+        h.synced("");
+        tokio::task::yield_now().await;
+        settle().await;
+        // Only this cluster's object is deleted; another cluster's is left alone.
+        assert_eq!(sink.calls(), vec![Call::Delete("ns/gone".into())]);
+        assert!(shared.ready());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_writes_are_retried_and_never_lose_the_latest_state() {
+        let sink = FakeSink { fail_next: Arc::new(Mutex::new(3)), ..FakeSink::default() };
+        let shared = Arc::new(Shared::new([""]));
+        let m = Metrics::default();
+        let (h, _t) = spawn(sink.clone(), shared.clone(), m.clone(), opts(), CancellationToken::new());
+        let k = ServiceKey::new("", "ns", "web");
+        shared.set_desired(&k, Some(nodes(&k, &["10.0.0.1"])));
+        h.changed(vec![k.clone()], Instant::now());
+        h.synced("");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(sink.calls().is_empty());
+        assert!(!shared.ready(), "not ready while the first list is not written");
+        // A newer state arrives while retrying: the newer one is what gets written.
+        shared.set_desired(&k, Some(nodes(&k, &["10.0.0.2"])));
+        h.changed(vec![k.clone()], Instant::now());
+        settle().await;
+        assert_eq!(sink.calls(), vec![Call::Apply("ns/web".into(), nodes(&k, &["10.0.0.2"]).version)]);
+        assert!(shared.ready());
+        let text = crate::metrics::encode(&m.registry());
+        assert!(text.contains(r#"kube_discovery_writes_total{cluster="",result="error_input"} 3"#), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deletes_only_what_exists_and_rate_limit_spaces_writes() {
+        let sink = FakeSink::default();
+        let shared = Arc::new(Shared::new([""]));
+        let o = WriterOptions { qps: 2.0, concurrency: 8, ..opts() };
+        let (h, _t) = spawn(sink.clone(), shared.clone(), Metrics::default(), o, CancellationToken::new());
+        let keys: Vec<ServiceKey> = (0..6).map(|i| ServiceKey::new("", "ns", format!("s{i}"))).collect();
+        for k in &keys {
+            shared.set_desired(k, Some(nodes(k, &["10.0.0.1"])));
+        }
+        let start = Instant::now();
+        h.changed(keys.clone(), start);
+        // Never-written key removed: nothing to delete.
+        h.changed(vec![ServiceKey::new("", "ns", "never")], start);
+        settle().await;
+        assert_eq!(sink.calls().len(), 6);
+        // 6 writes at 2/s with a one-second burst allowance take >= 1.5 s.
+        assert!(Instant::now() - start >= Duration::from_millis(1500));
+        shared.set_desired(&keys[0], None);
+        h.changed(vec![keys[0].clone()], Instant::now());
+        settle().await;
+        assert_eq!(sink.calls().last(), Some(&Call::Delete("ns/s0".into())));
+    }
+}
