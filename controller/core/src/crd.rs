@@ -228,7 +228,8 @@ impl ObjectNaming {
 fn is_dns_label_part(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -242,7 +243,8 @@ pub fn is_dns_subdomain(s: &str) -> bool {
 pub fn is_label_value(s: &str) -> bool {
     s.is_empty()
         || (s.len() <= MAX_LABEL_VALUE
-            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
             && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
             && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric()))
 }
@@ -295,7 +297,10 @@ pub fn labels_for(key: &ServiceKey) -> BTreeMap<String, String> {
     BTreeMap::from([
         (LABEL_MANAGED_BY.to_string(), MANAGED_BY.to_string()),
         (LABEL_CLUSTER.to_string(), label_value(&key.cluster)),
-        (LABEL_SERVICE_NAMESPACE.to_string(), label_value(&key.namespace)),
+        (
+            LABEL_SERVICE_NAMESPACE.to_string(),
+            label_value(&key.namespace),
+        ),
         (LABEL_SERVICE_NAME.to_string(), label_value(&key.name)),
     ])
 }
@@ -363,7 +368,11 @@ pub fn desired_status(svc: &ServiceNodes, now: Time) -> DiscoveredServiceStatus 
 /// The service an existing object describes (from its spec), e.g. to rebuild
 /// the "what the API server holds" cache after a restart.
 pub fn key_of(ds: &DiscoveredService) -> ServiceKey {
-    ServiceKey::new(&ds.spec.cluster, &ds.spec.source_namespace, &ds.spec.source_name)
+    ServiceKey::new(
+        &ds.spec.cluster,
+        &ds.spec.source_namespace,
+        &ds.spec.source_name,
+    )
 }
 
 #[cfg(test)]
@@ -375,7 +384,10 @@ mod tests {
         let mut ports = PortMap::new();
         ports.insert(
             "port".into(),
-            vec![Node::new("10.5.10.109", 3306, 50), Node::new("10.5.10.110", 3306, 50)],
+            vec![
+                Node::new("10.5.10.109", 3306, 50),
+                Node::new("10.5.10.110", 3306, 50),
+            ],
         );
         ServiceNodes::new(
             ServiceKey::new(cluster, ns, name),
@@ -388,13 +400,17 @@ mod tests {
     /// Set `UPDATE_CRDS=1` to rewrite the file after an intended change.
     #[test]
     fn crd_file_is_up_to_date() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../crds/discoveredservices.yaml");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../crds/discoveredservices.yaml"
+        );
         let want = crd_yaml();
         if std::env::var("UPDATE_CRDS").as_deref() == Ok("1") {
             std::fs::write(path, &want).unwrap();
         }
-        let have = std::fs::read_to_string(path)
-            .unwrap_or_else(|e| panic!("cannot read {path}: {e}; run with UPDATE_CRDS=1 to generate it"));
+        let have = std::fs::read_to_string(path).unwrap_or_else(|e| {
+            panic!("cannot read {path}: {e}; run with UPDATE_CRDS=1 to generate it")
+        });
         assert!(
             have == want,
             "{path} is stale; regenerate it with `UPDATE_CRDS=1 cargo nextest run -p kube-discovery-core crd_file_is_up_to_date`"
@@ -411,7 +427,12 @@ mod tests {
         assert_eq!(crd.spec.scope, "Namespaced");
         let v = &crd.spec.versions[0];
         assert_eq!(v.name, VERSION);
-        assert!(v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
+        assert!(
+            v.subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some()
+        );
         let cols: Vec<_> = v
             .additional_printer_columns
             .as_ref()
@@ -441,7 +462,14 @@ mod tests {
         assert_eq!(ds.metadata.namespace.as_deref(), Some("default"));
         let owners = ds.metadata.owner_references.unwrap();
         assert_eq!(owners.len(), 1);
-        assert_eq!((owners[0].kind.as_str(), owners[0].name.as_str(), owners[0].uid.as_str()), ("Service", "plat-dev", "uid-1"));
+        assert_eq!(
+            (
+                owners[0].kind.as_str(),
+                owners[0].name.as_str(),
+                owners[0].uid.as_str()
+            ),
+            ("Service", "plat-dev", "uid-1")
+        );
         let labels = ds.metadata.labels.unwrap();
         assert_eq!(labels[LABEL_SERVICE_NAMESPACE], "default");
         assert_eq!(labels[LABEL_SERVICE_NAME], "plat-dev");
@@ -450,17 +478,39 @@ mod tests {
         assert_eq!(ds.spec.service, "default/plat-dev");
         assert_eq!(ds.spec.version, s.version);
         assert_eq!(ds.spec.ports, s.ports);
-        assert_eq!(key_of(&DiscoveredService { metadata: ObjectMeta::default(), spec: ds.spec, status: None }), s.key);
+        assert_eq!(
+            key_of(&DiscoveredService {
+                metadata: ObjectMeta::default(),
+                spec: ds.spec,
+                status: None
+            }),
+            s.key
+        );
     }
 
     #[test]
     fn no_owner_without_uid_or_across_namespaces_or_clusters() {
         let s = svc("", "default", "web", None);
-        assert!(desired_object(&s, &ObjectNaming::source()).metadata.owner_references.is_none());
+        assert!(
+            desired_object(&s, &ObjectNaming::source())
+                .metadata
+                .owner_references
+                .is_none()
+        );
         let s = svc("", "default", "web", Some("u"));
-        assert!(desired_object(&s, &ObjectNaming::fixed("kd")).metadata.owner_references.is_none());
+        assert!(
+            desired_object(&s, &ObjectNaming::fixed("kd"))
+                .metadata
+                .owner_references
+                .is_none()
+        );
         let s = svc("c1", "default", "web", Some("u"));
-        assert!(desired_object(&s, &ObjectNaming::source()).metadata.owner_references.is_none());
+        assert!(
+            desired_object(&s, &ObjectNaming::source())
+                .metadata
+                .owner_references
+                .is_none()
+        );
     }
 
     #[test]
@@ -469,10 +519,22 @@ mod tests {
         let k2 = ServiceKey::new("c1", "ns", "web");
         let src = ObjectNaming::source();
         let fixed = ObjectNaming::fixed("kd");
-        assert_eq!((src.namespace(&k1), src.name(&k1)), ("ns".into(), "web".into()));
-        assert_eq!((fixed.namespace(&k1), fixed.name(&k1)), ("kd".into(), "ns.web".into()));
-        assert_eq!((src.namespace(&k2), src.name(&k2)), ("ns".into(), "c1.web".into()));
-        assert_eq!((fixed.namespace(&k2), fixed.name(&k2)), ("kd".into(), "c1.ns.web".into()));
+        assert_eq!(
+            (src.namespace(&k1), src.name(&k1)),
+            ("ns".into(), "web".into())
+        );
+        assert_eq!(
+            (fixed.namespace(&k1), fixed.name(&k1)),
+            ("kd".into(), "ns.web".into())
+        );
+        assert_eq!(
+            (src.namespace(&k2), src.name(&k2)),
+            ("ns".into(), "c1.web".into())
+        );
+        assert_eq!(
+            (fixed.namespace(&k2), fixed.name(&k2)),
+            ("kd".into(), "c1.ns.web".into())
+        );
         let ds = desired_object(&svc("c1", "ns", "web", None), &src);
         assert_eq!(ds.metadata.labels.unwrap()[LABEL_CLUSTER], "c1");
         assert_eq!(ds.spec.service, "c1/ns/web");

@@ -14,9 +14,14 @@
 
 pub mod convert;
 pub mod crd;
+pub mod filter;
+pub mod index;
 pub mod model;
 
+pub use convert::{ConvertOptions, Converted};
+pub use filter::{LabelSelector, NamespaceFilter};
+pub use index::Index;
 pub use model::{
-    content_version, parse_service_name, Node, NodeQuery, NodeTargetRef, ParseError, PortMap, ServiceKey,
-    ServiceNodes, SourceKind,
+    Node, NodeQuery, NodeTargetRef, ParseError, PortMap, ServiceKey, ServiceNodes, SourceKind,
+    content_version, parse_service_name,
 };

@@ -35,7 +35,11 @@ pub struct ServiceKey {
 
 impl ServiceKey {
     /// Builds a key.
-    pub fn new(cluster: impl Into<String>, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub fn new(
+        cluster: impl Into<String>,
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+    ) -> Self {
         Self {
             cluster: cluster.into(),
             namespace: namespace.into(),
@@ -58,7 +62,9 @@ impl fmt::Display for ServiceKey {
 
 /// Reference to the object behind an endpoint (usually a Pod), filled only
 /// when topology output is enabled.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeTargetRef {
     /// Kind of the referenced object, e.g. `Pod`.
@@ -76,7 +82,9 @@ pub struct NodeTargetRef {
 }
 
 /// One upstream node, APISIX shape `{host, port, weight}` plus optional extras.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct Node {
     /// IPv4 / IPv6 address or FQDN.
@@ -122,11 +130,28 @@ pub type PortMap = BTreeMap<String, Vec<Node>>;
 /// Sorts nodes the way APISIX does (host, then port) and breaks remaining ties
 /// on the other fields so the order is total.
 pub fn sort_nodes(nodes: &mut [Node]) {
-    nodes.sort_by(|a, b| (&a.host, a.port).cmp(&(&b.host, b.port)).then_with(|| a.cmp(b)));
+    nodes.sort_by(|a, b| {
+        (&a.host, a.port)
+            .cmp(&(&b.host, b.port))
+            .then_with(|| a.cmp(b))
+    });
 }
 
 /// Which Kubernetes resource the nodes were read from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema, Default)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    Default,
+)]
 pub enum SourceKind {
     /// `v1/Endpoints` (APISIX default, deprecated since Kubernetes 1.33).
     #[default]
@@ -169,7 +194,12 @@ pub struct ServiceNodes {
 
 impl ServiceNodes {
     /// Builds the value and computes its version.
-    pub fn new(key: ServiceKey, source: SourceKind, ports: PortMap, owner_uid: Option<String>) -> Self {
+    pub fn new(
+        key: ServiceKey,
+        source: SourceKind,
+        ports: PortMap,
+        owner_uid: Option<String>,
+    ) -> Self {
         let version = content_version(source, &ports);
         Self {
             key,
@@ -245,7 +275,9 @@ pub fn parse_service_name(s: &str) -> Result<NodeQuery, ParseError> {
     if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(ParseError::BadCharacters(s.to_string()));
     }
-    let (svc, port) = s.rsplit_once(':').ok_or_else(|| ParseError::MissingPort(s.to_string()))?;
+    let (svc, port) = s
+        .rsplit_once(':')
+        .ok_or_else(|| ParseError::MissingPort(s.to_string()))?;
     let empty = |part| ParseError::EmptyPart {
         input: s.to_string(),
         part,
@@ -304,8 +336,14 @@ mod tests {
 
     #[test]
     fn service_key_display_single_and_multi() {
-        assert_eq!(ServiceKey::new("", "default", "web").to_string(), "default/web");
-        assert_eq!(ServiceKey::new("c1", "default", "web").to_string(), "c1/default/web");
+        assert_eq!(
+            ServiceKey::new("", "default", "web").to_string(),
+            "default/web"
+        );
+        assert_eq!(
+            ServiceKey::new("c1", "default", "web").to_string(),
+            "c1/default/web"
+        );
     }
 
     #[test]
@@ -329,7 +367,10 @@ mod tests {
 
     #[test]
     fn source_kind_serde_names() {
-        assert_eq!(serde_json::to_string(&SourceKind::Endpoints).unwrap(), r#""Endpoints""#);
+        assert_eq!(
+            serde_json::to_string(&SourceKind::Endpoints).unwrap(),
+            r#""Endpoints""#
+        );
         assert_eq!(
             serde_json::to_string(&SourceKind::EndpointSlice).unwrap(),
             r#""EndpointSlice""#
@@ -350,7 +391,12 @@ mod tests {
     fn parse_multi_cluster() {
         let q = parse_service_name("c1/default/web:8080").unwrap();
         assert_eq!(
-            (q.cluster.as_str(), q.namespace.as_str(), q.name.as_str(), q.port.as_str()),
+            (
+                q.cluster.as_str(),
+                q.namespace.as_str(),
+                q.name.as_str(),
+                q.port.as_str()
+            ),
             ("c1", "default", "web", "8080")
         );
         assert_eq!(q.to_string(), "c1/default/web:8080");
@@ -359,7 +405,11 @@ mod tests {
     #[test]
     fn parse_errors_are_specific() {
         let msg = |s: &str| parse_service_name(s).unwrap_err().to_string();
-        assert!(msg("default/web").contains("missing ':<port>'"), "{}", msg("default/web"));
+        assert!(
+            msg("default/web").contains("missing ':<port>'"),
+            "{}",
+            msg("default/web")
+        );
         assert!(msg("default/web:").contains("empty port"));
         assert!(msg("/web:http").contains("empty namespace"));
         assert!(msg("default/:http").contains("empty name"));
@@ -392,6 +442,9 @@ mod tests {
         ];
         sort_nodes(&mut nodes);
         let got: Vec<_> = nodes.iter().map(|n| (n.host.as_str(), n.port)).collect();
-        assert_eq!(got, vec![("10.0.0.1", 80), ("10.0.0.1", 90), ("10.0.0.2", 80)]);
+        assert_eq!(
+            got,
+            vec![("10.0.0.1", 80), ("10.0.0.1", 90), ("10.0.0.2", 80)]
+        );
     }
 }

@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Endpoints;
 
-use super::{finish, object_name, target_ref, valid_address, validate_ports, AddressType, ConvertOptions, Converted};
+use super::{
+    AddressType, ConvertOptions, Converted, finish, object_name, target_ref, valid_address,
+    validate_ports,
+};
 use crate::model::Node;
 
 /// Converts one Endpoints object. Only `addresses` count, never
@@ -17,7 +20,11 @@ pub fn from_endpoints(ep: &Endpoints, opts: &ConvertOptions) -> Converted {
     for (si, subset) in ep.subsets.iter().flatten().enumerate() {
         let what = format!("{obj}: subsets[{si}]");
         let specs = validate_ports(
-            subset.ports.iter().flatten().map(|p| (p.name.as_deref(), Some(p.port))),
+            subset
+                .ports
+                .iter()
+                .flatten()
+                .map(|p| (p.name.as_deref(), Some(p.port))),
             opts,
             &what,
             &mut warnings,
@@ -63,7 +70,10 @@ mod tests {
     }
 
     fn hosts(c: &Converted, key: &str) -> Vec<(String, i32)> {
-        c.ports[key].iter().map(|n| (n.host.clone(), n.port)).collect()
+        c.ports[key]
+            .iter()
+            .map(|n| (n.host.clone(), n.port))
+            .collect()
     }
 
     /// The reference page's example: `nodes("default/plat-dev:port")`.
@@ -102,7 +112,10 @@ mod tests {
             }]
         }));
         let c = from_endpoints(&e, &ConvertOptions::default());
-        assert_eq!(hosts(&c, "http"), vec![("10.0.0.1".into(), 80), ("10.0.0.2".into(), 8080)]);
+        assert_eq!(
+            hosts(&c, "http"),
+            vec![("10.0.0.1".into(), 80), ("10.0.0.2".into(), 8080)]
+        );
         assert_eq!(hosts(&c, "metrics"), vec![("10.0.0.1".into(), 9090)]);
     }
 
@@ -126,7 +139,11 @@ mod tests {
         let c = from_endpoints(&e, &ConvertOptions::default());
         assert_eq!(c.ports["http"], vec![]);
         let e = ep(json!({"metadata": {"name": "web", "namespace": "ns"}}));
-        assert!(from_endpoints(&e, &ConvertOptions::default()).ports.is_empty());
+        assert!(
+            from_endpoints(&e, &ConvertOptions::default())
+                .ports
+                .is_empty()
+        );
     }
 
     #[test]
@@ -135,11 +152,18 @@ mod tests {
             "metadata": {"name": "web", "namespace": "ns"},
             "subsets": [{"addresses": [{"ip": "10.0.0.1"}], "ports": [{"name": "http", "port": 80}]}]
         }));
-        let opts = ConvertOptions { index_port_numbers: true, ..Default::default() };
+        let opts = ConvertOptions {
+            index_port_numbers: true,
+            ..Default::default()
+        };
         let c = from_endpoints(&e, &opts);
         assert_eq!(c.ports["http"], c.ports["80"]);
         assert_eq!(c.ports.len(), 2);
-        assert!(!from_endpoints(&e, &ConvertOptions::default()).ports.contains_key("80"));
+        assert!(
+            !from_endpoints(&e, &ConvertOptions::default())
+                .ports
+                .contains_key("80")
+        );
     }
 
     #[test]
@@ -149,10 +173,16 @@ mod tests {
             "subsets": [{"addresses": [{"ip": "fd00::2"}, {"ip": "10.0.0.2"}, {"ip": "10.0.0.1"}, {"ip": "fd00::1"}],
                          "ports": [{"name": "http", "port": 80}]}]
         }));
-        let opts = ConvertOptions { default_weight: 7, ..Default::default() };
+        let opts = ConvertOptions {
+            default_weight: 7,
+            ..Default::default()
+        };
         let c = from_endpoints(&e, &opts);
         assert_eq!(
-            c.ports["http"].iter().map(|n| n.host.as_str()).collect::<Vec<_>>(),
+            c.ports["http"]
+                .iter()
+                .map(|n| n.host.as_str())
+                .collect::<Vec<_>>(),
             vec!["10.0.0.1", "10.0.0.2", "fd00::1", "fd00::2"]
         );
         assert!(c.ports["http"].iter().all(|n| n.weight == 7));
@@ -160,7 +190,13 @@ mod tests {
             "metadata": {"name": "web", "namespace": "ns"},
             "subsets": [{"addresses": [{"ip": "10.0.0.1"}], "ports": [{"name": "http", "port": 80}]}]
         }));
-        let c0 = from_endpoints(&e0, &ConvertOptions { default_weight: 0, ..Default::default() });
+        let c0 = from_endpoints(
+            &e0,
+            &ConvertOptions {
+                default_weight: 0,
+                ..Default::default()
+            },
+        );
         assert_eq!(c0.ports["http"][0].weight, 0);
     }
 
@@ -178,10 +214,18 @@ mod tests {
         assert_eq!(c.ports.keys().collect::<Vec<_>>(), vec!["http"]);
         assert_eq!(hosts(&c, "http"), vec![("10.0.0.1".into(), 80)]);
         assert_eq!(c.warnings.len(), 5, "{:#?}", c.warnings);
-        assert!(c.warnings.iter().any(|w| w.contains("Endpoints ns/web") && w.contains("not-an-ip")));
+        assert!(
+            c.warnings
+                .iter()
+                .any(|w| w.contains("Endpoints ns/web") && w.contains("not-an-ip"))
+        );
         assert!(c.warnings.iter().any(|w| w.contains("port 0 outside")));
         assert!(c.warnings.iter().any(|w| w.contains("port 70000 outside")));
-        assert!(c.warnings.iter().any(|w| w.contains("duplicates port name \"http\"")));
+        assert!(
+            c.warnings
+                .iter()
+                .any(|w| w.contains("duplicates port name \"http\""))
+        );
     }
 
     #[test]
@@ -195,10 +239,19 @@ mod tests {
         let plain = from_endpoints(&e, &ConvertOptions::default());
         assert_eq!(plain.ports["http"][0].node_name, None);
         assert_eq!(plain.ports["http"][0].target_ref, None);
-        let c = from_endpoints(&e, &ConvertOptions { topology: true, ..Default::default() });
+        let c = from_endpoints(
+            &e,
+            &ConvertOptions {
+                topology: true,
+                ..Default::default()
+            },
+        );
         let n = &c.ports["http"][0];
         assert_eq!(n.node_name.as_deref(), Some("n1"));
         let t = n.target_ref.as_ref().unwrap();
-        assert_eq!((t.kind.as_str(), t.name.as_str(), t.uid.as_deref()), ("Pod", "web-1", Some("u1")));
+        assert_eq!(
+            (t.kind.as_str(), t.name.as_str(), t.uid.as_deref()),
+            ("Pod", "web-1", Some("u1"))
+        );
     }
 }

@@ -14,8 +14,8 @@
 //! With [`ConvertOptions::index_port_numbers`] a named port is additionally
 //! indexed under its number, so `ns/name:http` and `ns/name:8080` both resolve.
 //!
-//! Bad data (an invalid address for the slice's `addressType`, a port 0 or
-//! > 65535, a missing port, a duplicate port name, an unknown `addressType`) is
+//! Bad data (an invalid address for the slice's `addressType`, a port outside
+//! 1..=65535, a missing port, a duplicate port name, an unknown `addressType`) is
 //! skipped with a warning in [`Converted::warnings`]; good data of the same
 //! object is kept and nothing panics.
 
@@ -74,7 +74,11 @@ pub fn owner_service_uid(meta: &ObjectMeta) -> Option<String> {
     meta.owner_references
         .as_ref()?
         .iter()
-        .find(|o| o.kind == "Service" && (o.api_version == "v1" || o.api_version.is_empty()) && !o.uid.is_empty())
+        .find(|o| {
+            o.kind == "Service"
+                && (o.api_version == "v1" || o.api_version.is_empty())
+                && !o.uid.is_empty()
+        })
         .map(|o| o.uid.clone())
 }
 
@@ -165,7 +169,9 @@ pub(crate) fn validate_ports<'a>(
         let key = port_key(name, number);
         let named = name.is_some_and(|n| !n.is_empty());
         if named && out.iter().any(|p| p.key == key) {
-            warnings.push(format!("{what}: ports[{i}] duplicates port name {key:?}; port skipped"));
+            warnings.push(format!(
+                "{what}: ports[{i}] duplicates port name {key:?}; port skipped"
+            ));
             continue;
         }
         let alias = (named && opts.index_port_numbers).then(|| number.to_string());

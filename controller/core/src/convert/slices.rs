@@ -16,7 +16,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::{finish, object_name, target_ref, valid_address, validate_ports, AddressType, ConvertOptions, Converted};
+use super::{
+    AddressType, ConvertOptions, Converted, finish, object_name, target_ref, valid_address,
+    validate_ports,
+};
 use crate::model::Node;
 
 #[derive(Debug)]
@@ -30,13 +33,17 @@ struct Candidate {
 impl Candidate {
     /// Whether `self` should replace `old` for the same `host:port`.
     fn beats(&self, old: &Candidate) -> bool {
-        (old.terminating && !self.terminating) || (old.terminating == self.terminating && !old.ready && self.ready)
+        (old.terminating && !self.terminating)
+            || (old.terminating == self.terminating && !old.ready && self.ready)
     }
 }
 
 /// Merges the slices of ONE Service (the caller groups them by the
 /// `kubernetes.io/service-name` label).
-pub fn from_slices<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>, opts: &ConvertOptions) -> Converted {
+pub fn from_slices<'a>(
+    slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    opts: &ConvertOptions,
+) -> Converted {
     let mut warnings = Vec::new();
     let mut candidates: BTreeMap<String, BTreeMap<(String, i32), Candidate>> = BTreeMap::new();
     for slice in slices {
@@ -46,12 +53,18 @@ pub fn from_slices<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>, opts
             "IPv6" => AddressType::V6,
             "FQDN" => AddressType::Fqdn,
             other => {
-                warnings.push(format!("{obj}: unknown addressType {other:?}; slice skipped"));
+                warnings.push(format!(
+                    "{obj}: unknown addressType {other:?}; slice skipped"
+                ));
                 continue;
             }
         };
         let specs = validate_ports(
-            slice.ports.iter().flatten().map(|p| (p.name.as_deref(), p.port)),
+            slice
+                .ports
+                .iter()
+                .flatten()
+                .map(|p| (p.name.as_deref(), p.port)),
             opts,
             &obj,
             &mut warnings,
@@ -112,7 +125,11 @@ pub fn from_slices<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>, opts
     let ports = candidates
         .into_iter()
         .map(|(key, cands)| {
-            let ready: Vec<Node> = cands.values().filter(|c| c.ready).map(|c| c.node.clone()).collect();
+            let ready: Vec<Node> = cands
+                .values()
+                .filter(|c| c.ready)
+                .map(|c| c.node.clone())
+                .collect();
             let nodes = if !ready.is_empty() || !opts.drain_terminating {
                 ready
             } else {
@@ -137,7 +154,7 @@ pub fn from_slices<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>, opts
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::{json, Value};
+    use serde_json::{Value, json};
 
     fn slice(name: &str, address_type: &str, ports: Value, endpoints: Value) -> EndpointSlice {
         serde_json::from_value(json!({
@@ -150,7 +167,10 @@ mod tests {
     }
 
     fn hosts(c: &Converted, key: &str) -> Vec<String> {
-        c.ports[key].iter().map(|n| format!("{}:{}", n.host, n.port)).collect()
+        c.ports[key]
+            .iter()
+            .map(|n| format!("{}:{}", n.host, n.port))
+            .collect()
     }
 
     fn http() -> Value {
@@ -186,7 +206,10 @@ mod tests {
                    {"addresses": ["10.0.0.4"], "conditions": {"ready": false}}]),
         );
         let c = from_slices([&s], &ConvertOptions::default());
-        assert_eq!(hosts(&c, "http"), vec!["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"]);
+        assert_eq!(
+            hosts(&c, "http"),
+            vec!["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"]
+        );
     }
 
     #[test]
@@ -207,7 +230,10 @@ mod tests {
                    {"addresses": ["10.0.0.3"]}]),
         );
         let c = from_slices([&a, &b], &ConvertOptions::default());
-        assert_eq!(hosts(&c, "http"), vec!["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"]);
+        assert_eq!(
+            hosts(&c, "http"),
+            vec!["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"]
+        );
         // Same result in the other order.
         let c2 = from_slices([&b, &a], &ConvertOptions::default());
         assert_eq!(c.ports, c2.ports);
@@ -219,7 +245,10 @@ mod tests {
             json!([{"addresses": ["10.0.0.3"], "conditions": {"ready": false, "serving": true, "terminating": true}}]),
         );
         let c3 = from_slices([&b, &t], &ConvertOptions::default());
-        assert_eq!(hosts(&c3, "http"), vec!["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"]);
+        assert_eq!(
+            hosts(&c3, "http"),
+            vec!["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"]
+        );
     }
 
     #[test]
@@ -234,7 +263,13 @@ mod tests {
         );
         let off = from_slices([&s], &ConvertOptions::default());
         assert_eq!(off.ports["http"], vec![]);
-        let on = from_slices([&s], &ConvertOptions { drain_terminating: true, ..Default::default() });
+        let on = from_slices(
+            [&s],
+            &ConvertOptions {
+                drain_terminating: true,
+                ..Default::default()
+            },
+        );
         assert_eq!(hosts(&on, "http"), vec!["10.0.0.1:80"]);
         assert_eq!(on.ports["http"][0].draining, Some(true));
         // With a ready endpoint present, terminating ones are not used.
@@ -245,7 +280,13 @@ mod tests {
             json!([{"addresses": ["10.0.0.1"], "conditions": {"ready": false, "serving": true, "terminating": true}},
                    {"addresses": ["10.0.0.5"], "conditions": {"ready": true}}]),
         );
-        let on2 = from_slices([&s2], &ConvertOptions { drain_terminating: true, ..Default::default() });
+        let on2 = from_slices(
+            [&s2],
+            &ConvertOptions {
+                drain_terminating: true,
+                ..Default::default()
+            },
+        );
         assert_eq!(hosts(&on2, "http"), vec!["10.0.0.5:80"]);
         assert_eq!(on2.ports["http"][0].draining, None);
     }
@@ -259,20 +300,42 @@ mod tests {
             json!([{"addresses": ["10.0.0.1"]}]),
         );
         let c = from_slices([&s], &ConvertOptions::default());
-        assert_eq!(c.ports.keys().collect::<Vec<_>>(), vec!["9090", "9091", "http"]);
-        let c = from_slices([&s], &ConvertOptions { index_port_numbers: true, ..Default::default() });
-        assert_eq!(c.ports.keys().collect::<Vec<_>>(), vec!["8080", "9090", "9091", "http"]);
+        assert_eq!(
+            c.ports.keys().collect::<Vec<_>>(),
+            vec!["9090", "9091", "http"]
+        );
+        let c = from_slices(
+            [&s],
+            &ConvertOptions {
+                index_port_numbers: true,
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            c.ports.keys().collect::<Vec<_>>(),
+            vec!["8080", "9090", "9091", "http"]
+        );
         assert_eq!(c.ports["8080"], c.ports["http"]);
     }
 
     #[test]
     fn ipv6_and_fqdn_slices() {
-        let v6 = slice("a", "IPv6", http(), json!([{"addresses": ["fd00::1"]}, {"addresses": ["10.0.0.1"]}]));
+        let v6 = slice(
+            "a",
+            "IPv6",
+            http(),
+            json!([{"addresses": ["fd00::1"]}, {"addresses": ["10.0.0.1"]}]),
+        );
         let c = from_slices([&v6], &ConvertOptions::default());
         assert_eq!(hosts(&c, "http"), vec!["fd00::1:80"]);
         assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
         assert!(c.warnings[0].contains("not a valid IPv6 address"));
-        let fqdn = slice("b", "FQDN", http(), json!([{"addresses": ["db.example.com"]}, {"addresses": ["bad_name!"]}]));
+        let fqdn = slice(
+            "b",
+            "FQDN",
+            http(),
+            json!([{"addresses": ["db.example.com"]}, {"addresses": ["bad_name!"]}]),
+        );
         let c = from_slices([&fqdn], &ConvertOptions::default());
         assert_eq!(hosts(&c, "http"), vec!["db.example.com:80"]);
         assert_eq!(c.warnings.len(), 1);
@@ -293,7 +356,10 @@ mod tests {
         assert_eq!(c.ports.keys().collect::<Vec<_>>(), vec!["http"]);
         assert_eq!(hosts(&c, "http"), vec!["10.0.0.1:80", "10.0.0.2:80"]);
         let w = c.warnings.join("\n");
-        assert!(w.contains("EndpointSlice ns/t: unknown addressType \"IPX\""), "{w}");
+        assert!(
+            w.contains("EndpointSlice ns/t: unknown addressType \"IPX\""),
+            "{w}"
+        );
         assert!(w.contains("ports[1] has no port number"), "{w}");
         assert!(w.contains("port 0 outside"), "{w}");
         assert!(w.contains("port 65536 outside"), "{w}");
@@ -312,11 +378,23 @@ mod tests {
             json!([{"addresses": ["10.0.0.1"], "zone": "z1", "nodeName": "n1",
                     "targetRef": {"kind": "Pod", "name": "web-1", "namespace": "ns"}}]),
         );
-        let c = from_slices([&s], &ConvertOptions { topology: true, ..Default::default() });
+        let c = from_slices(
+            [&s],
+            &ConvertOptions {
+                topology: true,
+                ..Default::default()
+            },
+        );
         let n = &c.ports["http"][0];
-        assert_eq!((n.zone.as_deref(), n.node_name.as_deref()), (Some("z1"), Some("n1")));
+        assert_eq!(
+            (n.zone.as_deref(), n.node_name.as_deref()),
+            (Some("z1"), Some("n1"))
+        );
         assert_eq!(n.target_ref.as_ref().unwrap().name, "web-1");
         let plain = from_slices([&s], &ConvertOptions::default());
-        assert_eq!(serde_json::to_value(&plain.ports["http"][0]).unwrap(), json!({"host": "10.0.0.1", "port": 80, "weight": 50}));
+        assert_eq!(
+            serde_json::to_value(&plain.ports["http"][0]).unwrap(),
+            json!({"host": "10.0.0.1", "port": 80, "weight": 50})
+        );
     }
 }

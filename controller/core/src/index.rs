@@ -1,0 +1,877 @@
+//! The pure per-cluster index, in the style of linkerd's policy-controller:
+//! watch events go in, the keys whose DESIRED nodes changed come out.
+//!
+//! ```text
+//!  apply_* / delete_* / reset_*  ──▶  Index  ──▶  Vec<ServiceKey> (changed)
+//!                                       │
+//!                                       └── get(key) -> Some(desired) | None (delete the object)
+//! ```
+//!
+//! * Endpoints: one object per Service, converted with
+//!   [`from_endpoints`](crate::convert::from_endpoints).
+//! * EndpointSlices: tracked per slice name (endpoints move between slices,
+//!   and a slice can even be relabelled to another Service); every change
+//!   re-merges all slices of the affected Service(s), in slice-name order. A
+//!   slice without the `kubernetes.io/service-name` label is skipped with a
+//!   warning.
+//! * A change is reported only when the resulting [`ServiceNodes`] differs
+//!   (nodes, version or owner UID), so annotation edits, `resourceVersion`
+//!   bumps or a not-ready endpoint flapping report nothing.
+//! * `reset_*` (after a relist) replaces the whole state: services that vanished
+//!   are reported (and `get` returns `None`), unchanged ones are not.
+//! * The namespace filter and the label selector are applied here too; an
+//!   object that stops matching is treated like a delete.
+//! * Owner UID: from the object's ownerReferences of kind Service, else from
+//!   [`Index::set_service_uid`] (the runtime may feed Service UIDs; Endpoints
+//!   objects usually have no ownerReferences).
+//!
+//! Only the fields the conversion needs are kept in memory (managedFields,
+//! annotations and unrelated labels are dropped). Conversion warnings are
+//! logged once per object and change (not on every event) and can be read
+//! with [`Index::warnings`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Endpoints;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::convert::{ConvertOptions, from_endpoints, from_slices, owner_service_uid};
+use crate::filter::{LabelSelector, NamespaceFilter};
+use crate::model::{ServiceKey, ServiceNodes, SourceKind};
+
+/// Label linking an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// Desired state of one cluster. See the module docs.
+#[derive(Debug, Clone)]
+pub struct Index {
+    cluster: String,
+    source: SourceKind,
+    opts: ConvertOptions,
+    filter: NamespaceFilter,
+    labels: LabelSelector,
+    services: BTreeMap<ServiceKey, ServiceNodes>,
+    /// Endpoints mode: owner UID found on the Endpoints object.
+    endpoints_owner: BTreeMap<ServiceKey, Option<String>>,
+    /// Slices mode: (namespace, slice name) -> (service, stripped slice).
+    slices: BTreeMap<(String, String), (ServiceKey, EndpointSlice)>,
+    /// Slices mode: service -> its slice names.
+    by_service: BTreeMap<ServiceKey, BTreeSet<String>>,
+    /// UIDs of Services learned via `set_service_uid`.
+    service_uids: BTreeMap<(String, String), String>,
+    /// Current warnings per object ("Kind ns/name").
+    warnings: BTreeMap<String, Vec<String>>,
+}
+
+impl Index {
+    /// An empty index for `cluster` (`""` in single-cluster mode).
+    pub fn new(
+        cluster: String,
+        source: SourceKind,
+        opts: ConvertOptions,
+        filter: NamespaceFilter,
+    ) -> Self {
+        Self {
+            cluster,
+            source,
+            opts,
+            filter,
+            labels: LabelSelector::default(),
+            services: BTreeMap::new(),
+            endpoints_owner: BTreeMap::new(),
+            slices: BTreeMap::new(),
+            by_service: BTreeMap::new(),
+            service_uids: BTreeMap::new(),
+            warnings: BTreeMap::new(),
+        }
+    }
+
+    /// Also filter by `label_selector` client-side.
+    pub fn with_label_selector(mut self, labels: LabelSelector) -> Self {
+        self.labels = labels;
+        self
+    }
+
+    /// The cluster id.
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// The configured source kind.
+    pub fn source(&self) -> SourceKind {
+        self.source
+    }
+
+    fn selected(&self, meta: &ObjectMeta) -> bool {
+        let ns = meta.namespace.as_deref().unwrap_or("");
+        let empty = BTreeMap::new();
+        self.filter.matches(ns) && self.labels.matches(meta.labels.as_ref().unwrap_or(&empty))
+    }
+
+    fn key(&self, ns: &str, name: &str) -> ServiceKey {
+        ServiceKey::new(&self.cluster, ns, name)
+    }
+
+    fn set_warnings(&mut self, object: String, warnings: Vec<String>) {
+        if warnings.is_empty() {
+            self.warnings.remove(&object);
+            return;
+        }
+        if self.warnings.get(&object) != Some(&warnings) {
+            for w in &warnings {
+                tracing::warn!(cluster = %self.cluster, "{w}");
+            }
+            self.warnings.insert(object, warnings);
+        }
+    }
+
+    /// Stores `new` (or removes the key when `None`); returns whether it changed.
+    fn store(&mut self, key: &ServiceKey, new: Option<ServiceNodes>) -> bool {
+        match new {
+            Some(n) => {
+                if self.services.get(key) == Some(&n) {
+                    false
+                } else {
+                    self.services.insert(key.clone(), n);
+                    true
+                }
+            }
+            None => self.services.remove(key).is_some(),
+        }
+    }
+
+    fn owner(&self, key: &ServiceKey, from_object: Option<String>) -> Option<String> {
+        from_object.or_else(|| {
+            self.service_uids
+                .get(&(key.namespace.clone(), key.name.clone()))
+                .cloned()
+        })
+    }
+
+    // ----- Endpoints -----
+
+    fn endpoints_desired(&mut self, ep: &Endpoints) -> Option<(ServiceKey, Option<ServiceNodes>)> {
+        let ns = ep.metadata.namespace.as_deref().unwrap_or("");
+        let Some(name) = ep.metadata.name.as_deref() else {
+            tracing::warn!(cluster = %self.cluster, namespace = ns, "Endpoints without metadata.name; skipped");
+            return None;
+        };
+        let key = self.key(ns, name);
+        let object = format!("Endpoints {ns}/{name}");
+        if !self.selected(&ep.metadata) {
+            self.set_warnings(object, Vec::new());
+            self.endpoints_owner.remove(&key);
+            return Some((key, None));
+        }
+        let conv = from_endpoints(ep, &self.opts);
+        self.set_warnings(object, conv.warnings);
+        let obj_owner = owner_service_uid(&ep.metadata);
+        self.endpoints_owner.insert(key.clone(), obj_owner.clone());
+        let owner = self.owner(&key, obj_owner);
+        Some((
+            key.clone(),
+            Some(ServiceNodes::new(
+                key,
+                SourceKind::Endpoints,
+                conv.ports,
+                owner,
+            )),
+        ))
+    }
+
+    /// An Endpoints object was added or modified.
+    pub fn apply_endpoints(&mut self, ep: &Endpoints) -> Vec<ServiceKey> {
+        match self.endpoints_desired(ep) {
+            Some((key, new)) => {
+                if self.store(&key, new) {
+                    vec![key]
+                } else {
+                    Vec::new()
+                }
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// An Endpoints object was deleted.
+    pub fn delete_endpoints(&mut self, ep: &Endpoints) -> Vec<ServiceKey> {
+        let ns = ep.metadata.namespace.as_deref().unwrap_or("");
+        let Some(name) = ep.metadata.name.as_deref() else {
+            return Vec::new();
+        };
+        let key = self.key(ns, name);
+        self.warnings.remove(&format!("Endpoints {ns}/{name}"));
+        self.endpoints_owner.remove(&key);
+        if self.store(&key, None) {
+            vec![key]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// A relist of all Endpoints: afterwards the index holds exactly `all`.
+    /// Returns the keys that changed or vanished (unchanged ones are not reported).
+    pub fn reset_endpoints(&mut self, all: &[Endpoints]) -> Vec<ServiceKey> {
+        let mut desired = BTreeMap::new();
+        self.endpoints_owner.clear();
+        self.warnings.retain(|k, _| !k.starts_with("Endpoints "));
+        for ep in all {
+            if let Some((key, Some(nodes))) = self.endpoints_desired(ep) {
+                desired.insert(key, nodes);
+            }
+        }
+        self.replace_all(desired)
+    }
+
+    fn replace_all(&mut self, desired: BTreeMap<ServiceKey, ServiceNodes>) -> Vec<ServiceKey> {
+        let mut changed: BTreeSet<ServiceKey> = self
+            .services
+            .keys()
+            .filter(|k| !desired.contains_key(*k))
+            .cloned()
+            .collect();
+        for (k, v) in &desired {
+            if self.services.get(k) != Some(v) {
+                changed.insert(k.clone());
+            }
+        }
+        self.services = desired;
+        changed.into_iter().collect()
+    }
+
+    // ----- EndpointSlices -----
+
+    /// Keeps only what the conversion and the index need.
+    fn strip_slice(s: &EndpointSlice) -> EndpointSlice {
+        let m = &s.metadata;
+        let labels = m
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SERVICE_NAME_LABEL))
+            .map(|v| BTreeMap::from([(SERVICE_NAME_LABEL.to_string(), v.clone())]));
+        EndpointSlice {
+            address_type: s.address_type.clone(),
+            endpoints: s
+                .endpoints
+                .iter()
+                .map(|e| k8s_openapi::api::discovery::v1::Endpoint {
+                    deprecated_topology: None,
+                    hints: None,
+                    hostname: None,
+                    ..e.clone()
+                })
+                .collect(),
+            ports: s.ports.clone(),
+            metadata: ObjectMeta {
+                name: m.name.clone(),
+                namespace: m.namespace.clone(),
+                labels,
+                owner_references: m.owner_references.clone(),
+                ..ObjectMeta::default()
+            },
+        }
+    }
+
+    /// Where a slice belongs: `Err(())` when it has no name; `Ok(None)` when it
+    /// is not selected or has no service-name label (warned).
+    fn slice_target(
+        &mut self,
+        s: &EndpointSlice,
+    ) -> Result<(String, String, Option<ServiceKey>), ()> {
+        let ns = s.metadata.namespace.clone().unwrap_or_default();
+        let Some(name) = s.metadata.name.clone() else {
+            tracing::warn!(cluster = %self.cluster, namespace = %ns, "EndpointSlice without metadata.name; skipped");
+            return Err(());
+        };
+        let object = format!("EndpointSlice {ns}/{name}");
+        let service = s
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SERVICE_NAME_LABEL))
+            .filter(|v| !v.is_empty())
+            .cloned();
+        let Some(service) = service else {
+            let warning = format!("{object}: no {SERVICE_NAME_LABEL} label; slice skipped");
+            self.set_warnings(object, vec![warning]);
+            return Ok((ns, name, None));
+        };
+        if !self.selected(&s.metadata) {
+            self.set_warnings(object, Vec::new());
+            return Ok((ns, name, None));
+        }
+        let key = self.key(&ns, &service);
+        Ok((ns, name, Some(key)))
+    }
+
+    fn recompute_service(&mut self, key: &ServiceKey) -> bool {
+        let names = self.by_service.get(key).cloned().unwrap_or_default();
+        if names.is_empty() {
+            self.by_service.remove(key);
+            self.warnings
+                .remove(&format!("EndpointSlices of {}/{}", key.namespace, key.name));
+            return self.store(key, None);
+        }
+        let slices: Vec<&EndpointSlice> = names
+            .iter()
+            .filter_map(|n| {
+                self.slices
+                    .get(&(key.namespace.clone(), n.clone()))
+                    .map(|(_, s)| s)
+            })
+            .collect();
+        let conv = from_slices(slices.iter().copied(), &self.opts);
+        let obj_owner = slices.iter().find_map(|s| owner_service_uid(&s.metadata));
+        let owner = self.owner(key, obj_owner);
+        let nodes = ServiceNodes::new(key.clone(), SourceKind::EndpointSlice, conv.ports, owner);
+        self.set_warnings(
+            format!("EndpointSlices of {}/{}", key.namespace, key.name),
+            conv.warnings,
+        );
+        self.store(key, Some(nodes))
+    }
+
+    fn untrack_slice(&mut self, ns: &str, name: &str) -> Option<ServiceKey> {
+        let (old_key, _) = self.slices.remove(&(ns.to_string(), name.to_string()))?;
+        if let Some(set) = self.by_service.get_mut(&old_key) {
+            set.remove(name);
+        }
+        Some(old_key)
+    }
+
+    /// An EndpointSlice was added or modified.
+    pub fn apply_slice(&mut self, s: &EndpointSlice) -> Vec<ServiceKey> {
+        let Ok((ns, name, key)) = self.slice_target(s) else {
+            return Vec::new();
+        };
+        let old_key = self.untrack_slice(&ns, &name);
+        let mut affected = BTreeSet::new();
+        if let Some(k) = old_key {
+            affected.insert(k);
+        }
+        if let Some(k) = key {
+            self.slices
+                .insert((ns, name.clone()), (k.clone(), Self::strip_slice(s)));
+            self.by_service.entry(k.clone()).or_default().insert(name);
+            affected.insert(k);
+        }
+        affected
+            .into_iter()
+            .filter(|k| self.recompute_service(k))
+            .collect()
+    }
+
+    /// An EndpointSlice was deleted.
+    pub fn delete_slice(&mut self, s: &EndpointSlice) -> Vec<ServiceKey> {
+        let ns = s.metadata.namespace.clone().unwrap_or_default();
+        let Some(name) = s.metadata.name.clone() else {
+            return Vec::new();
+        };
+        self.warnings.remove(&format!("EndpointSlice {ns}/{name}"));
+        match self.untrack_slice(&ns, &name) {
+            Some(k) if self.recompute_service(&k) => vec![k],
+            _ => Vec::new(),
+        }
+    }
+
+    /// A relist of all EndpointSlices: afterwards the index holds exactly `all`.
+    /// Returns the keys that changed or vanished (unchanged ones are not reported).
+    pub fn reset_slices(&mut self, all: &[EndpointSlice]) -> Vec<ServiceKey> {
+        let before: BTreeSet<ServiceKey> = self.services.keys().cloned().collect();
+        self.slices.clear();
+        self.by_service.clear();
+        self.warnings.retain(|k, _| !k.starts_with("EndpointSlice"));
+        for s in all {
+            if let Ok((ns, name, Some(k))) = self.slice_target(s) {
+                self.slices
+                    .insert((ns, name.clone()), (k.clone(), Self::strip_slice(s)));
+                self.by_service.entry(k).or_default().insert(name);
+            }
+        }
+        let mut keys = before;
+        keys.extend(self.by_service.keys().cloned());
+        keys.into_iter()
+            .filter(|k| self.recompute_service(k))
+            .collect()
+    }
+
+    // ----- Services -----
+
+    /// Tells the index the UID of Service `namespace/name` (`None`: unknown or
+    /// deleted). Used as the owner UID when the endpoint objects carry no
+    /// ownerReference. Returns the keys whose desired state changed.
+    pub fn set_service_uid(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        uid: Option<String>,
+    ) -> Vec<ServiceKey> {
+        let id = (namespace.to_string(), name.to_string());
+        match uid {
+            Some(u) => {
+                self.service_uids.insert(id, u);
+            }
+            None => {
+                self.service_uids.remove(&id);
+            }
+        }
+        let key = self.key(namespace, name);
+        let Some(current) = self.services.get(&key) else {
+            return Vec::new();
+        };
+        let changed = if current.source == SourceKind::Endpoints {
+            let obj_owner = self.endpoints_owner.get(&key).cloned().flatten();
+            let owner = self.owner(&key, obj_owner);
+            let mut next = current.clone();
+            next.owner_uid = owner;
+            self.store(&key, Some(next))
+        } else {
+            self.recompute_service(&key)
+        };
+        if changed { vec![key] } else { Vec::new() }
+    }
+
+    // ----- Reads -----
+
+    /// Desired state of `key`; `None` means the service is gone (delete its object).
+    pub fn get(&self, key: &ServiceKey) -> Option<&ServiceNodes> {
+        self.services.get(key)
+    }
+
+    /// All services, ordered by key.
+    pub fn iter(&self) -> impl Iterator<Item = &ServiceNodes> {
+        self.services.values()
+    }
+
+    /// Number of services.
+    pub fn len(&self) -> usize {
+        self.services.len()
+    }
+
+    /// Whether there is no service.
+    pub fn is_empty(&self) -> bool {
+        self.services.is_empty()
+    }
+
+    /// Number of nodes over all services and ports.
+    pub fn node_count(&self) -> usize {
+        self.services.values().map(ServiceNodes::node_count).sum()
+    }
+
+    /// Current conversion warnings, per object.
+    pub fn warnings(&self) -> impl Iterator<Item = (&String, &Vec<String>)> {
+        self.warnings.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::AnchoredRegex;
+    use serde_json::{Value, json};
+
+    fn ep(ns: &str, name: &str, ips: &[&str], extra_meta: Value) -> Endpoints {
+        let mut meta = json!({"name": name, "namespace": ns, "resourceVersion": "1"});
+        if let (Some(m), Some(e)) = (meta.as_object_mut(), extra_meta.as_object()) {
+            m.extend(e.clone());
+        }
+        let addrs: Vec<Value> = ips.iter().map(|ip| json!({"ip": ip})).collect();
+        serde_json::from_value(json!({
+            "metadata": meta,
+            "subsets": [{"addresses": addrs, "notReadyAddresses": [], "ports": [{"name": "http", "port": 80}]}]
+        }))
+        .unwrap()
+    }
+
+    fn slice(ns: &str, name: &str, svc: Option<&str>, eps: Value) -> EndpointSlice {
+        let mut labels =
+            json!({"endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"});
+        if let Some(s) = svc {
+            labels["kubernetes.io/service-name"] = json!(s);
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": ns, "labels": labels,
+                          "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": svc.unwrap_or(""), "uid": "svc-uid"}]},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 80}],
+            "endpoints": eps,
+        }))
+        .unwrap()
+    }
+
+    fn idx(source: SourceKind) -> Index {
+        Index::new(
+            String::new(),
+            source,
+            ConvertOptions::default(),
+            NamespaceFilter::All,
+        )
+    }
+
+    fn k(ns: &str, name: &str) -> ServiceKey {
+        ServiceKey::new("", ns, name)
+    }
+
+    fn hosts(i: &Index, key: &ServiceKey) -> Vec<String> {
+        i.get(key).unwrap().ports["http"]
+            .iter()
+            .map(|n| n.host.clone())
+            .collect()
+    }
+
+    #[test]
+    fn endpoints_apply_change_noop_delete() {
+        let mut i = idx(SourceKind::Endpoints);
+        assert_eq!(
+            i.apply_endpoints(&ep("ns", "web", &["10.0.0.1"], json!({}))),
+            vec![k("ns", "web")]
+        );
+        assert_eq!(i.len(), 1);
+        assert_eq!(i.node_count(), 1);
+        // resourceVersion bump + annotation: nothing relevant changed.
+        let noisy = ep(
+            "ns",
+            "web",
+            &["10.0.0.1"],
+            json!({"resourceVersion": "2", "annotations": {"a": "b"}}),
+        );
+        assert!(i.apply_endpoints(&noisy).is_empty());
+        // A not-ready address flapping: no change.
+        let mut flap = ep("ns", "web", &["10.0.0.1"], json!({}));
+        flap.subsets.as_mut().unwrap()[0].not_ready_addresses = Some(vec![
+            serde_json::from_value(json!({"ip": "10.0.0.9"})).unwrap(),
+        ]);
+        assert!(i.apply_endpoints(&flap).is_empty());
+        // Scale up.
+        assert_eq!(
+            i.apply_endpoints(&ep("ns", "web", &["10.0.0.2", "10.0.0.1"], json!({}))),
+            vec![k("ns", "web")]
+        );
+        assert_eq!(hosts(&i, &k("ns", "web")), vec!["10.0.0.1", "10.0.0.2"]);
+        // Scale to zero: still present, with an empty port.
+        assert_eq!(
+            i.apply_endpoints(&ep("ns", "web", &[], json!({}))),
+            vec![k("ns", "web")]
+        );
+        assert!(i.get(&k("ns", "web")).unwrap().ports["http"].is_empty());
+        // Delete.
+        assert_eq!(
+            i.delete_endpoints(&ep("ns", "web", &[], json!({}))),
+            vec![k("ns", "web")]
+        );
+        assert!(i.get(&k("ns", "web")).is_none());
+        assert!(
+            i.delete_endpoints(&ep("ns", "web", &[], json!({})))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn endpoints_reset_reports_only_changed_and_vanished() {
+        let mut i = idx(SourceKind::Endpoints);
+        i.apply_endpoints(&ep("ns", "a", &["10.0.0.1"], json!({})));
+        i.apply_endpoints(&ep("ns", "b", &["10.0.0.2"], json!({})));
+        i.apply_endpoints(&ep("ns", "c", &["10.0.0.3"], json!({})));
+        let changed = i.reset_endpoints(&[
+            ep("ns", "a", &["10.0.0.1"], json!({"resourceVersion": "9"})),
+            ep("ns", "b", &["10.0.0.22"], json!({})),
+            ep("ns", "d", &["10.0.0.4"], json!({})),
+        ]);
+        assert_eq!(changed, vec![k("ns", "b"), k("ns", "c"), k("ns", "d")]);
+        assert!(i.get(&k("ns", "c")).is_none());
+        assert_eq!(i.len(), 3);
+        assert!(
+            i.reset_endpoints(&[
+                ep("ns", "a", &["10.0.0.1"], json!({})),
+                ep("ns", "b", &["10.0.0.22"], json!({})),
+                ep("ns", "d", &["10.0.0.4"], json!({})),
+            ])
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn namespace_and_label_filters() {
+        let filter = NamespaceFilter::Match(vec![AnchoredRegex::new("dev").unwrap()]);
+        let mut i = Index::new(
+            String::new(),
+            SourceKind::Endpoints,
+            ConvertOptions::default(),
+            filter,
+        )
+        .with_label_selector(LabelSelector::parse("app=web").unwrap());
+        let labelled = json!({"labels": {"app": "web"}});
+        assert!(
+            i.apply_endpoints(&ep("dev-2", "web", &["10.0.0.1"], labelled.clone()))
+                .is_empty()
+        );
+        assert!(
+            i.apply_endpoints(&ep("dev", "web", &["10.0.0.1"], json!({})))
+                .is_empty()
+        );
+        assert_eq!(
+            i.apply_endpoints(&ep("dev", "web", &["10.0.0.1"], labelled)),
+            vec![k("dev", "web")]
+        );
+        // Label removed: the object leaves the selection -> treated as delete.
+        assert_eq!(
+            i.apply_endpoints(&ep("dev", "web", &["10.0.0.1"], json!({}))),
+            vec![k("dev", "web")]
+        );
+        assert!(i.is_empty());
+    }
+
+    #[test]
+    fn cluster_id_goes_into_keys() {
+        let mut i = Index::new(
+            "c1".into(),
+            SourceKind::Endpoints,
+            ConvertOptions::default(),
+            NamespaceFilter::All,
+        );
+        assert_eq!(
+            i.apply_endpoints(&ep("ns", "web", &["10.0.0.1"], json!({}))),
+            vec![ServiceKey::new("c1", "ns", "web")]
+        );
+        assert_eq!(i.iter().next().unwrap().key.to_string(), "c1/ns/web");
+    }
+
+    #[test]
+    fn owner_uid_from_owner_refs_or_service_lookup() {
+        let mut i = idx(SourceKind::Endpoints);
+        let owned = json!({"ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": "web", "uid": "u-own"}]});
+        i.apply_endpoints(&ep("ns", "web", &["10.0.0.1"], owned));
+        assert_eq!(
+            i.get(&k("ns", "web")).unwrap().owner_uid.as_deref(),
+            Some("u-own")
+        );
+        i.apply_endpoints(&ep("ns", "api", &["10.0.0.1"], json!({})));
+        assert_eq!(i.get(&k("ns", "api")).unwrap().owner_uid, None);
+        assert_eq!(
+            i.set_service_uid("ns", "api", Some("u-api".into())),
+            vec![k("ns", "api")]
+        );
+        assert_eq!(
+            i.get(&k("ns", "api")).unwrap().owner_uid.as_deref(),
+            Some("u-api")
+        );
+        assert!(
+            i.set_service_uid("ns", "api", Some("u-api".into()))
+                .is_empty()
+        );
+        // Survives later updates of the Endpoints.
+        assert!(
+            i.apply_endpoints(&ep("ns", "api", &["10.0.0.1"], json!({})))
+                .is_empty()
+        );
+        // An explicit ownerReference wins over the looked-up UID.
+        assert!(
+            i.set_service_uid("ns", "web", Some("other".into()))
+                .is_empty()
+        );
+        // A UID for a Service with no endpoints object yet is remembered.
+        assert!(
+            i.set_service_uid("ns", "later", Some("u-later".into()))
+                .is_empty()
+        );
+        i.apply_endpoints(&ep("ns", "later", &[], json!({})));
+        assert_eq!(
+            i.get(&k("ns", "later")).unwrap().owner_uid.as_deref(),
+            Some("u-later")
+        );
+    }
+
+    #[test]
+    fn slices_merge_move_and_delete() {
+        let mut i = idx(SourceKind::EndpointSlice);
+        let web = k("ns", "web");
+        assert_eq!(
+            i.apply_slice(&slice(
+                "ns",
+                "web-a",
+                Some("web"),
+                json!([{"addresses": ["10.0.0.1"]}])
+            )),
+            vec![web.clone()]
+        );
+        assert_eq!(
+            i.apply_slice(&slice(
+                "ns",
+                "web-b",
+                Some("web"),
+                json!([{"addresses": ["10.0.0.2"]}])
+            )),
+            vec![web.clone()]
+        );
+        assert_eq!(hosts(&i, &web), vec!["10.0.0.1", "10.0.0.2"]);
+        assert_eq!(i.get(&web).unwrap().source, SourceKind::EndpointSlice);
+        assert_eq!(i.get(&web).unwrap().owner_uid.as_deref(), Some("svc-uid"));
+        // Endpoint moves from slice b to slice a: two events, but the final state
+        // equals the start, and the intermediate one is reported honestly.
+        let c1 = i.apply_slice(&slice(
+            "ns",
+            "web-a",
+            Some("web"),
+            json!([{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.2"]}]),
+        ));
+        assert!(
+            c1.is_empty(),
+            "10.0.0.2 is now in both slices: deduplicated, no change"
+        );
+        let c2 = i.apply_slice(&slice("ns", "web-b", Some("web"), json!([])));
+        assert!(c2.is_empty());
+        assert_eq!(hosts(&i, &web), vec!["10.0.0.1", "10.0.0.2"]);
+        // Deleting one slice keeps the service while another slice exists.
+        assert!(
+            i.delete_slice(&slice("ns", "web-b", Some("web"), json!([])))
+                .is_empty()
+        );
+        assert_eq!(
+            i.delete_slice(&slice("ns", "web-a", Some("web"), json!([]))),
+            vec![web.clone()]
+        );
+        assert!(i.get(&web).is_none());
+        assert!(i.is_empty());
+    }
+
+    #[test]
+    fn slice_relabelled_to_another_service_updates_both() {
+        let mut i = idx(SourceKind::EndpointSlice);
+        i.apply_slice(&slice(
+            "ns",
+            "s1",
+            Some("a"),
+            json!([{"addresses": ["10.0.0.1"]}]),
+        ));
+        i.apply_slice(&slice(
+            "ns",
+            "s2",
+            Some("a"),
+            json!([{"addresses": ["10.0.0.2"]}]),
+        ));
+        let changed = i.apply_slice(&slice(
+            "ns",
+            "s2",
+            Some("b"),
+            json!([{"addresses": ["10.0.0.2"]}]),
+        ));
+        assert_eq!(changed, vec![k("ns", "a"), k("ns", "b")]);
+        assert_eq!(hosts(&i, &k("ns", "a")), vec!["10.0.0.1"]);
+        assert_eq!(hosts(&i, &k("ns", "b")), vec!["10.0.0.2"]);
+    }
+
+    #[test]
+    fn slice_without_service_label_is_skipped_with_warning() {
+        let mut i = idx(SourceKind::EndpointSlice);
+        assert!(
+            i.apply_slice(&slice(
+                "ns",
+                "orphan",
+                None,
+                json!([{"addresses": ["10.0.0.1"]}])
+            ))
+            .is_empty()
+        );
+        assert!(i.is_empty());
+        let w: Vec<_> = i.warnings().collect();
+        assert_eq!(w.len(), 1);
+        assert!(w[0].1[0].contains("no kubernetes.io/service-name label"));
+        // If a tracked slice loses its label, its service is recomputed.
+        i.apply_slice(&slice(
+            "ns",
+            "s1",
+            Some("a"),
+            json!([{"addresses": ["10.0.0.1"]}]),
+        ));
+        assert_eq!(
+            i.apply_slice(&slice(
+                "ns",
+                "s1",
+                None,
+                json!([{"addresses": ["10.0.0.1"]}])
+            )),
+            vec![k("ns", "a")]
+        );
+        assert!(i.get(&k("ns", "a")).is_none());
+    }
+
+    #[test]
+    fn slice_irrelevant_changes_report_nothing() {
+        let mut i = idx(SourceKind::EndpointSlice);
+        let eps = json!([{"addresses": ["10.0.0.1"], "conditions": {"ready": true}},
+                         {"addresses": ["10.0.0.9"], "conditions": {"ready": false, "serving": false}}]);
+        i.apply_slice(&slice("ns", "s1", Some("web"), eps));
+        let mut s = slice(
+            "ns",
+            "s1",
+            Some("web"),
+            json!([{"addresses": ["10.0.0.1"], "conditions": {"ready": true}},
+                                                         {"addresses": ["10.0.0.9"], "conditions": {"ready": false, "serving": true}}]),
+        );
+        s.metadata.annotations = Some(BTreeMap::from([("x".to_string(), "y".to_string())]));
+        s.metadata.resource_version = Some("77".into());
+        assert!(i.apply_slice(&s).is_empty());
+    }
+
+    #[test]
+    fn slices_reset_removes_vanished_keeps_unchanged() {
+        let mut i = idx(SourceKind::EndpointSlice);
+        i.apply_slice(&slice(
+            "ns",
+            "a-1",
+            Some("a"),
+            json!([{"addresses": ["10.0.0.1"]}]),
+        ));
+        i.apply_slice(&slice(
+            "ns",
+            "b-1",
+            Some("b"),
+            json!([{"addresses": ["10.0.0.2"]}]),
+        ));
+        i.apply_slice(&slice(
+            "ns",
+            "c-1",
+            Some("c"),
+            json!([{"addresses": ["10.0.0.3"]}]),
+        ));
+        let changed = i.reset_slices(&[
+            slice("ns", "a-1", Some("a"), json!([{"addresses": ["10.0.0.1"]}])),
+            slice(
+                "ns",
+                "b-2",
+                Some("b"),
+                json!([{"addresses": ["10.0.0.2"]}, {"addresses": ["10.0.0.5"]}]),
+            ),
+        ]);
+        assert_eq!(changed, vec![k("ns", "b"), k("ns", "c")]);
+        assert!(i.get(&k("ns", "c")).is_none());
+        assert_eq!(hosts(&i, &k("ns", "b")), vec!["10.0.0.2", "10.0.0.5"]);
+        // The replaced slice b-1 is really gone: deleting b-2 removes b.
+        assert_eq!(
+            i.delete_slice(&slice("ns", "b-2", Some("b"), json!([]))),
+            vec![k("ns", "b")]
+        );
+    }
+
+    #[test]
+    fn stripped_slices_drop_noise() {
+        let mut s = slice(
+            "ns",
+            "s1",
+            Some("web"),
+            json!([{"addresses": ["10.0.0.1"], "hostname": "h"}]),
+        );
+        s.metadata.annotations = Some(BTreeMap::from([("big".to_string(), "x".repeat(1000))]));
+        s.metadata.managed_fields = Some(vec![Default::default()]);
+        let st = Index::strip_slice(&s);
+        assert!(st.metadata.annotations.is_none());
+        assert!(st.metadata.managed_fields.is_none());
+        assert_eq!(st.metadata.labels.as_ref().unwrap().len(), 1);
+        assert_eq!(st.endpoints[0].hostname, None);
+        assert_eq!(
+            from_slices([&st], &ConvertOptions::default()).ports,
+            from_slices([&s], &ConvertOptions::default()).ports
+        );
+    }
+}
