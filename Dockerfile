@@ -11,12 +11,12 @@
 
 ARG RUST_VERSION=1.95
 
-FROM --platform=$BUILDPLATFORM docker.io/library/rust:${RUST_VERSION}-bookworm AS builder
+FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS builder
 ARG TARGETARCH
 WORKDIR /src
-# musl-tools: the C compiler ring needs for the static target. For a
-# cross-build (e.g. arm64 on an amd64 runner) use `docker buildx` on a native
-# runner or QEMU; the target triple follows TARGETARCH.
+# musl-tools: the C compiler ring needs for the static target. The image
+# builds natively for TARGETARCH (multi-arch via `docker buildx` + QEMU or
+# native runners); the target triple follows TARGETARCH.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends musl-tools \
  && rm -rf /var/lib/apt/lists/*
