@@ -26,7 +26,7 @@ pub mod metrics;
 //pub mod render;
 //pub mod run;
 pub mod sink;
-//pub mod source;
+pub mod source;
 pub mod state;
 pub mod writer;
 
