@@ -1,0 +1,1282 @@
+//! Request handling: authentication, routing, authorization, faults, and the verbs.
+//!
+//! Every request goes through the same steps:
+//! ```text
+//! token -> user (401) -> route (404) -> verb -> RBAC (403) -> stats + faults
+//!       -> verb handler (get/list/watch/create/update/patch/delete/...) -> JSON or Status
+//! ```
+//! Writes run entirely under the store lock: read the live object, compute the new
+//! one (patch / server-side apply / defaults / schema), check preconditions, stamp
+//! the next revision, commit. That keeps `resourceVersion` preconditions exact.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::body::Body;
+use base64::Engine;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::{HeaderMap, Method, Request, Response};
+use serde_json::{Map, Value, json};
+
+use crate::machinery::{self, Attributes, FieldSel, LabelSel, RbacObjects, User};
+use crate::registry::{self, ResourceInfo};
+use crate::server::{Shared, json_response};
+use crate::status::{ApiError, ApiResult, Cause, success_status};
+use crate::store::{EventType, Key, Store, WriteRecord};
+use crate::{discovery, table, watch};
+
+/// Largest accepted request body (the real server's etcd object limit is 1.5 MiB).
+pub const MAX_BODY: usize = 3 * 1024 * 1024 / 2;
+
+/// Parsed `Accept` header.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Accept {
+    pub table: bool,
+    pub partial: bool,
+}
+
+fn parse_accept(headers: &HeaderMap) -> ApiResult<Accept> {
+    let Some(raw) = headers.get("accept").and_then(|v| v.to_str().ok()) else { return Ok(Accept::default()) };
+    let mut json_ok = false;
+    for part in raw.split(',') {
+        let p = part.trim().to_ascii_lowercase();
+        let media = p.split(';').next().unwrap_or("").trim();
+        if media == "application/json" || media == "*/*" || media == "application/*" || media.is_empty() {
+            if p.contains("as=table") {
+                return Ok(Accept { table: true, partial: false });
+            }
+            if p.contains("as=partialobjectmetadata") {
+                return Ok(Accept { table: false, partial: true });
+            }
+            if !p.contains("as=") {
+                json_ok = true;
+            }
+        }
+        if media == "application/yaml" {
+            json_ok = true;
+        }
+    }
+    if json_ok { Ok(Accept::default()) } else { Err(ApiError::not_acceptable()) }
+}
+
+/// Decode an `application/x-www-form-urlencoded` query string.
+pub fn parse_query(q: &str) -> HashMap<String, String> {
+    fn decode(s: &str) -> String {
+        let bytes = s.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'+' => out.push(b' '),
+                b'%' if i + 2 < bytes.len() + 0 && i + 2 <= bytes.len() - 1 => {
+                    match u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"), 16) {
+                        Ok(b) => {
+                            out.push(b);
+                            i += 2;
+                        }
+                        Err(_) => out.push(b'%'),
+                    }
+                }
+                b => out.push(b),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (decode(k), decode(v)),
+            None => (decode(p), String::new()),
+        })
+        .collect()
+}
+
+/// Where a request goes.
+#[derive(Debug)]
+enum Route {
+    Version,
+    Health,
+    CoreVersions,
+    Groups,
+    Group(String),
+    GroupVersion(String, String),
+    OpenApiV2,
+    OpenApiV3Root,
+    OpenApiV3(String),
+    Sim(String),
+    Resource(ResPath),
+    NotFound,
+}
+
+#[derive(Debug, Clone)]
+pub struct ResPath {
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub sub: Option<String>,
+}
+
+fn route(path: &str) -> Route {
+    let trimmed = path.trim_end_matches('/');
+    let segs: Vec<&str> = trimmed.split('/').filter(|s| !s.is_empty()).collect();
+    match segs.as_slice() {
+        ["version"] => Route::Version,
+        ["healthz"] | ["livez"] | ["readyz"] => Route::Health,
+        ["healthz", ..] | ["livez", ..] | ["readyz", ..] => Route::Health,
+        ["api"] => Route::CoreVersions,
+        ["apis"] => Route::Groups,
+        ["api", "v1"] => Route::GroupVersion(String::new(), "v1".into()),
+        ["apis", g] => Route::Group(g.to_string()),
+        ["apis", g, v] => Route::GroupVersion(g.to_string(), v.to_string()),
+        ["openapi", "v2"] => Route::OpenApiV2,
+        ["openapi", "v3"] => Route::OpenApiV3Root,
+        ["openapi", "v3", rest @ ..] => Route::OpenApiV3(rest.join("/")),
+        ["_sim", rest @ ..] => Route::Sim(rest.join("/")),
+        ["api", "v1", rest @ ..] => res_path("", "v1", rest),
+        ["apis", g, v, rest @ ..] => res_path(g, v, rest),
+        _ => Route::NotFound,
+    }
+}
+
+fn res_path(group: &str, version: &str, rest: &[&str]) -> Route {
+    let mk = |resource: &str, namespace: Option<&str>, name: Option<&str>, sub: Option<&str>| {
+        Route::Resource(ResPath {
+            group: group.into(),
+            version: version.into(),
+            resource: resource.into(),
+            namespace: namespace.map(str::to_string),
+            name: name.map(str::to_string),
+            sub: sub.map(str::to_string),
+        })
+    };
+    match rest {
+        ["namespaces"] => mk("namespaces", None, None, None),
+        ["namespaces", ns] => mk("namespaces", None, Some(ns), None),
+        ["namespaces", ns, s @ ("status" | "finalize")] => mk("namespaces", None, Some(ns), Some(s)),
+        ["namespaces", ns, r] => mk(r, Some(ns), None, None),
+        ["namespaces", ns, r, n] => mk(r, Some(ns), Some(n), None),
+        ["namespaces", ns, r, n, s] => mk(r, Some(ns), Some(n), Some(s)),
+        [r] => mk(r, None, None, None),
+        [r, n] => mk(r, None, Some(n), None),
+        [r, n, s] => mk(r, None, Some(n), Some(s)),
+        _ => Route::NotFound,
+    }
+}
+
+fn error_response(e: &ApiError) -> Response<Body> {
+    let mut resp = json_response(e.code, &e.to_status());
+    if let Some(s) = e.retry_after {
+        if let Ok(v) = http::HeaderValue::from_str(&s.to_string()) {
+            resp.headers_mut().insert("retry-after", v);
+        }
+    }
+    resp
+}
+
+/// Entry point for every HTTP request.
+pub async fn handle(sh: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    match handle_inner(&sh, req).await {
+        Ok(r) => r,
+        Err(e) => {
+            if e.code == 404 && matches!(route(&path), Route::NotFound) {
+                tracing::debug!(%method, %path, "kube-sim: unknown path");
+            }
+            error_response(&e)
+        }
+    }
+}
+
+fn bearer(headers: &HeaderMap) -> Option<String> {
+    let v = headers.get("authorization")?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_string())
+}
+
+async fn read_body(body: Incoming) -> ApiResult<bytes::Bytes> {
+    match http_body_util::Limited::new(body, MAX_BODY).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) => {
+            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                Err(ApiError::too_large(MAX_BODY))
+            } else {
+                Err(ApiError::bad_request(format!("reading request body: {e}")))
+            }
+        }
+    }
+}
+
+fn verb_for(method: &Method, p: &ResPath, query: &HashMap<String, String>) -> ApiResult<&'static str> {
+    let is_watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
+    Ok(match (method, p.name.is_some()) {
+        (&Method::GET, true) if is_watch => "watch",
+        (&Method::GET, true) => "get",
+        (&Method::GET, false) if is_watch => "watch",
+        (&Method::GET, false) => "list",
+        (&Method::POST, false) => "create",
+        (&Method::POST, true) if p.sub.is_some() => "create",
+        (&Method::PUT, true) => "update",
+        (&Method::PATCH, true) => "patch",
+        (&Method::DELETE, true) => "delete",
+        (&Method::DELETE, false) => "deletecollection",
+        _ => return Err(ApiError::method_not_allowed(format!("the server does not allow this method on the requested resource ({method})"))),
+    })
+}
+
+fn rbac_snapshot(st: &Store) -> RbacObjects {
+    let take = |res: &str| st.range(res, None).map(|(_, v)| (**v).clone()).collect::<Vec<_>>();
+    RbacObjects {
+        roles: take("rbac.authorization.k8s.io/roles"),
+        cluster_roles: take("rbac.authorization.k8s.io/clusterroles"),
+        role_bindings: take("rbac.authorization.k8s.io/rolebindings"),
+        cluster_role_bindings: take("rbac.authorization.k8s.io/clusterrolebindings"),
+    }
+}
+
+fn authorize(sh: &Shared, user: &User, attrs: &Attributes) -> ApiResult<()> {
+    if user.admin {
+        return Ok(());
+    }
+    let objs = rbac_snapshot(&sh.lock());
+    if machinery::authorize(user, attrs, &objs) {
+        Ok(())
+    } else {
+        let mut e = ApiError::new(403, "Forbidden", machinery::forbidden_message(user, attrs));
+        if attrs.resource_request {
+            e = e.with_details(json!({"name": attrs.name, "group": attrs.api_group, "kind": attrs.resource}));
+        }
+        Err(e)
+    }
+}
+
+async fn apply_faults(sh: &Shared, verb: &str, resource: &str) -> ApiResult<()> {
+    let latency = sh.faults().take_latency(verb, resource);
+    if let Some(d) = latency {
+        tokio::time::sleep(d).await;
+    }
+    let failure = sh.faults().take_failure(verb, resource);
+    if let Some((code, retry_after)) = failure {
+        let reason = match code {
+            429 => "TooManyRequests",
+            500 => "InternalError",
+            503 => "ServiceUnavailable",
+            504 => "Timeout",
+            409 => "Conflict",
+            404 => "NotFound",
+            403 => "Forbidden",
+            _ => "Unknown",
+        };
+        let mut e = ApiError::new(code, reason, format!("kube-sim injected fault: {code} for {verb} {resource}"));
+        e.retry_after = retry_after.or(if code == 429 { Some(1) } else { None });
+        return Err(e);
+    }
+    Ok(())
+}
+
+async fn handle_inner(sh: &Arc<Shared>, req: Request<Incoming>) -> ApiResult<Response<Body>> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let query = parse_query(parts.uri.query().unwrap_or(""));
+    let user = bearer(&parts.headers).and_then(|t| sh.user_for_token(&t)).ok_or_else(ApiError::unauthorized)?;
+    let r = route(&path);
+    let nonresource = |verb: &str| Attributes {
+        verb: verb.to_string(),
+        resource_request: false,
+        path: path.clone(),
+        ..Default::default()
+    };
+    let method_verb = match parts.method {
+        Method::GET | Method::HEAD => "get",
+        Method::POST => "post",
+        Method::PUT => "put",
+        Method::DELETE => "delete",
+        Method::PATCH => "patch",
+        _ => "unknown",
+    };
+    match r {
+        Route::Sim(hook) => {
+            if !user.admin {
+                return Err(ApiError::new(403, "Forbidden", format!("User {:?} cannot use /_sim/ hooks (admin token only)", user.name)));
+            }
+            let body = read_body(body).await?;
+            return sim_hook(sh, &parts.method, &hook, &query, &body);
+        }
+        Route::Resource(p) => {
+            let verb = verb_for(&parts.method, &p, &query)?;
+            let body = if matches!(verb, "create" | "update" | "patch" | "delete" | "deletecollection") {
+                read_body(body).await?
+            } else {
+                bytes::Bytes::new()
+            };
+            return resource_request(sh, user, parts.headers, p, verb, query, body).await;
+        }
+        Route::NotFound => {
+            authorize(sh, &user, &nonresource(method_verb))?;
+            return Err(ApiError::no_route());
+        }
+        _ => {}
+    }
+    authorize(sh, &user, &nonresource(method_verb))?;
+    if parts.method != Method::GET && parts.method != Method::HEAD {
+        return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"));
+    }
+    sh.count_request("get", "nonresource");
+    let reg = sh.lock().registry.clone();
+    let body = match r {
+        Route::Version => discovery::version(),
+        Route::Health => {
+            return Ok(Response::builder()
+                .status(200)
+                .header("content-type", "text/plain")
+                .body(Body::from("ok"))
+                .unwrap_or_else(|_| Response::new(Body::empty())));
+        }
+        Route::CoreVersions => discovery::core_versions(&sh.url),
+        Route::Groups => discovery::groups(&reg),
+        Route::Group(g) => discovery::group(&reg, &g).ok_or_else(ApiError::no_route)?,
+        Route::GroupVersion(g, v) => discovery::resource_list(&reg, &g, &v).ok_or_else(ApiError::no_route)?,
+        Route::OpenApiV2 => discovery::openapi_v2(&reg),
+        Route::OpenApiV3Root => discovery::openapi_v3_root(&reg),
+        Route::OpenApiV3(gv) => discovery::openapi_v3(&reg, &gv).ok_or_else(ApiError::no_route)?,
+        _ => return Err(ApiError::no_route()),
+    };
+    Ok(json_response(200, &body))
+}
+
+fn sim_hook(sh: &Arc<Shared>, method: &Method, hook: &str, query: &HashMap<String, String>, body: &[u8]) -> ApiResult<Response<Body>> {
+    match (method, hook) {
+        (&Method::GET, "stats") => Ok(json_response(200, &sh.stats_json())),
+        (&Method::GET, "writes") => {
+            let since: u64 = match query.get("since") {
+                Some(s) => s.parse().map_err(|_| ApiError::bad_request(format!("since: not a resourceVersion: {s:?}")))?,
+                None => 0,
+            };
+            let resource = query.get("resource");
+            let st = sh.lock();
+            let items: Vec<&WriteRecord> = st
+                .writes
+                .iter()
+                .filter(|w| w.resource_version.parse::<u64>().unwrap_or(0) > since)
+                .filter(|w| resource.is_none_or(|r| *r == w.resource))
+                .collect();
+            Ok(json_response(200, &json!({"resourceVersion": st.rv.to_string(), "items": items})))
+        }
+        (&Method::POST, "faults") => {
+            let req: crate::server::FaultRequest =
+                serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid fault request: {e}")))?;
+            crate::server::validate_faults(&req).map_err(ApiError::bad_request)?;
+            sh.apply_faults(req);
+            Ok(json_response(200, &json!({"ok": true})))
+        }
+        (_, "stats" | "writes" | "faults") => Err(ApiError::method_not_allowed(format!("/_sim/{hook} does not allow {method}"))),
+        _ => Err(ApiError::no_route()),
+    }
+}
+
+/// Everything a resource verb handler needs.
+pub struct Ctx {
+    pub sh: Arc<Shared>,
+    pub user: User,
+    pub info: Arc<ResourceInfo>,
+    pub version: String,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub sub: Option<String>,
+    pub query: HashMap<String, String>,
+    pub headers: HeaderMap,
+    pub accept: Accept,
+}
+
+impl Ctx {
+    fn q(&self, k: &str) -> Option<&str> {
+        self.query.get(k).map(String::as_str)
+    }
+
+    fn dry_run(&self) -> bool {
+        self.q("dryRun") == Some("All")
+    }
+
+    fn manager(&self, default_suffix: &str) -> String {
+        if let Some(m) = self.q("fieldManager") {
+            return m.to_string();
+        }
+        let ua = self.headers.get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or("unknown");
+        let base = ua.split('/').next().unwrap_or("unknown").to_string();
+        if default_suffix.is_empty() { base } else { format!("{base}{default_suffix}") }
+    }
+
+    fn key(&self, name: &str) -> Key {
+        (self.info.key(), self.namespace.clone().unwrap_or_default(), name.to_string())
+    }
+
+    fn api_version(&self) -> String {
+        self.info.api_version(&self.version)
+    }
+}
+
+async fn resource_request(
+    sh: &Arc<Shared>,
+    user: User,
+    headers: HeaderMap,
+    p: ResPath,
+    verb: &'static str,
+    query: HashMap<String, String>,
+    body: bytes::Bytes,
+) -> ApiResult<Response<Body>> {
+    let attrs = Attributes {
+        verb: verb.to_string(),
+        api_group: p.group.clone(),
+        resource: p.resource.clone(),
+        subresource: p.sub.clone().unwrap_or_default(),
+        namespace: p.namespace.clone().unwrap_or_default(),
+        name: p.name.clone().unwrap_or_default(),
+        resource_request: true,
+        path: String::new(),
+    };
+    authorize(sh, &user, &attrs)?;
+    let info = sh.lock().registry.lookup(&p.group, &p.version, &p.resource).ok_or_else(ApiError::no_route)?;
+    // Scope checks: a namespaced path for a cluster-scoped resource (or vice versa
+    // for a single object) does not exist.
+    if p.namespace.is_some() && !info.namespaced {
+        return Err(ApiError::no_route());
+    }
+    if info.namespaced && p.namespace.is_none() && !matches!(verb, "list" | "watch") {
+        return Err(ApiError::no_route());
+    }
+    if !info.verbs.contains(&verb) {
+        return Err(ApiError::method_not_allowed(format!("the server does not allow this method on the requested resource ({verb} {})", p.resource)));
+    }
+    sh.count_request(verb, &p.resource);
+    apply_faults(sh, verb, &p.resource).await?;
+    let accept = parse_accept(&headers)?;
+    let ctx = Ctx {
+        sh: sh.clone(),
+        user,
+        info,
+        version: p.version.clone(),
+        namespace: p.namespace.clone(),
+        name: p.name.clone(),
+        sub: p.sub.clone(),
+        query,
+        headers,
+        accept,
+    };
+    if let Some(sub) = ctx.sub.as_deref() {
+        let ok = match sub {
+            "status" => ctx.info.status_subresource(&ctx.version) && matches!(verb, "get" | "update" | "patch"),
+            "token" => ctx.info.resource == "serviceaccounts" && verb == "create",
+            "finalize" => false,
+            _ => false,
+        };
+        if !ok {
+            return Err(ApiError::no_route());
+        }
+    }
+    let name = ctx.name.clone().unwrap_or_default();
+    match verb {
+        "get" => get(&ctx, &name),
+        "list" => list(&ctx),
+        "watch" => watch::start(&ctx),
+        "create" if ctx.sub.as_deref() == Some("token") => token_request(&ctx, &name, &body),
+        "create" => create(&ctx, &body),
+        "update" => update(&ctx, &name, &body),
+        "patch" => patch(&ctx, &name, &body),
+        "delete" => delete(&ctx, &name, &body),
+        "deletecollection" => delete_collection(&ctx),
+        _ => Err(ApiError::method_not_allowed(verb)),
+    }
+}
+
+/// The object as served in `version` (objects are stored in the storage version).
+pub fn present(info: &ResourceInfo, version: &str, obj: &Value) -> Value {
+    let mut out = obj.clone();
+    if version != info.storage_version() {
+        out["apiVersion"] = json!(info.api_version(version));
+    }
+    out
+}
+
+fn ok_json(code: u16, v: &Value) -> ApiResult<Response<Body>> {
+    Ok(json_response(code, v))
+}
+
+fn get(ctx: &Ctx, name: &str) -> ApiResult<Response<Body>> {
+    let obj = ctx.sh.lock().objects.get(&ctx.key(name)).cloned();
+    let obj = obj.ok_or_else(|| ApiError::not_found(&ctx.info.group, &ctx.info.resource, name))?;
+    let obj = present(&ctx.info, &ctx.version, &obj);
+    if ctx.accept.table {
+        return ok_json(200, &table::table(&ctx.info, &ctx.version, &[obj], None, ctx.q("includeObject")));
+    }
+    if ctx.accept.partial {
+        return ok_json(200, &table::partial(&obj));
+    }
+    ok_json(200, &obj)
+}
+
+pub fn selectors(ctx: &Ctx) -> ApiResult<(LabelSel, FieldSel)> {
+    let label = LabelSel::parse(ctx.q("labelSelector").unwrap_or(""))?;
+    let field = FieldSel::parse(ctx.q("fieldSelector").unwrap_or(""))?;
+    Ok((label, field))
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Continue {
+    rv: u64,
+    ns: String,
+    name: String,
+}
+
+fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
+    let (label, field) = selectors(ctx)?;
+    let limit: usize = match ctx.q("limit") {
+        Some(l) if !l.is_empty() => l.parse::<usize>().map_err(|_| ApiError::bad_request(format!("limit: invalid value {l:?}")))?,
+        _ => 0,
+    };
+    let cont: Option<Continue> = match ctx.q("continue") {
+        Some(c) if !c.is_empty() => {
+            let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(c)
+                .map_err(|_| ApiError::bad_request("continue key is not valid"))?;
+            Some(serde_json::from_slice(&raw).map_err(|_| ApiError::bad_request("continue key is not valid"))?)
+        }
+        _ => None,
+    };
+    let res = ctx.info.key();
+    let st = ctx.sh.lock();
+    if let Some(c) = &cont {
+        if !st.can_watch_from(c.rv) {
+            return Err(ApiError::new(410, "Expired", "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter."));
+        }
+    }
+    let mut items = Vec::new();
+    let mut next: Option<Continue> = None;
+    let mut remaining = 0u64;
+    for ((_, ns, name), obj) in st.range(&res, ctx.namespace.as_deref()) {
+        if let Some(c) = &cont {
+            if (ns.as_str(), name.as_str()) <= (c.ns.as_str(), c.name.as_str()) {
+                continue;
+            }
+        }
+        if !label.matches(obj) || !field.matches(obj) {
+            continue;
+        }
+        if limit > 0 && items.len() >= limit {
+            if next.is_none() {
+                if let Some(last) = items.last() {
+                    let last: &Arc<Value> = last;
+                    next = Some(Continue {
+                        rv: cont.as_ref().map(|c| c.rv).unwrap_or(st.rv),
+                        ns: last.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string(),
+                        name: last.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string(),
+                    });
+                }
+            }
+            remaining += 1;
+            continue;
+        }
+        items.push(obj.clone());
+    }
+    let rv = st.rv;
+    drop(st);
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if let Some(n) = next {
+        let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(&n).unwrap_or_default());
+        metadata["continue"] = json!(token);
+        metadata["remainingItemCount"] = json!(remaining);
+    }
+    let items: Vec<Value> = items.iter().map(|o| present(&ctx.info, &ctx.version, o)).collect();
+    if ctx.accept.table {
+        return ok_json(200, &table::table(&ctx.info, &ctx.version, &items, Some(metadata), ctx.q("includeObject")));
+    }
+    if ctx.accept.partial {
+        let items: Vec<Value> = items.iter().map(table::partial).collect();
+        return ok_json(200, &json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "items": items}));
+    }
+    ok_json(
+        200,
+        &json!({"kind": ctx.info.list_kind, "apiVersion": ctx.api_version(), "metadata": metadata, "items": items}),
+    )
+}
+
+fn parse_body(ctx: &Ctx, body: &[u8]) -> ApiResult<Value> {
+    let ct = ctx.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    let media = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let v: Value = match media.as_str() {
+        "application/json" | "" => serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded as JSON: {e}")))?,
+        "application/yaml" | "application/apply-patch+yaml" => serde_yaml::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded as YAML: {e}")))?,
+        "application/vnd.kubernetes.protobuf" => return Err(ApiError::unsupported_media_type(ct)),
+        _ => serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}")))?,
+    };
+    if !v.is_object() {
+        return Err(ApiError::bad_request("the body of the request must be a JSON object"));
+    }
+    Ok(v)
+}
+
+fn now() -> String {
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    obj.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str)
+}
+
+fn check_type_meta(ctx: &Ctx, obj: &mut Value) -> ApiResult<()> {
+    let expected_av = ctx.api_version();
+    let av = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+    if !av.is_empty() && av != expected_av {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({av}) does not match the expected API version ({expected_av})"
+        )));
+    }
+    if !kind.is_empty() && kind != ctx.info.kind {
+        return Err(ApiError::bad_request(format!(
+            "the kind in the data ({kind}) does not match the expected kind ({})",
+            ctx.info.kind
+        )));
+    }
+    obj["apiVersion"] = json!(ctx.info.api_version(ctx.info.storage_version()));
+    obj["kind"] = json!(ctx.info.kind);
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = json!({});
+    }
+    if let Some(ns) = meta_str(obj, "namespace") {
+        match &ctx.namespace {
+            Some(path_ns) if ns != path_ns => {
+                return Err(ApiError::bad_request(format!(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )));
+            }
+            None if !ns.is_empty() && !ctx.info.namespaced => {
+                if let Some(m) = obj["metadata"].as_object_mut() {
+                    m.remove("namespace");
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(ns) = &ctx.namespace {
+        obj["metadata"]["namespace"] = json!(ns);
+    }
+    Ok(())
+}
+
+fn random_suffix(n: usize) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let bytes = uuid::Uuid::new_v4();
+    bytes.as_bytes().iter().take(n).map(|b| ALPHABET[(*b as usize) % ALPHABET.len()] as char).collect()
+}
+
+fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response<Body>> {
+    let mut obj = parse_body(ctx, body)?;
+    check_type_meta(ctx, &mut obj)?;
+    if meta_str(&obj, "resourceVersion").is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::internal("resourceVersion should not be set on objects to be created"));
+    }
+    if meta_str(&obj, "name").unwrap_or("").is_empty() {
+        match meta_str(&obj, "generateName") {
+            Some(g) if !g.is_empty() => {
+                let name = format!("{g}{}", random_suffix(5));
+                obj["metadata"]["name"] = json!(name);
+            }
+            _ => {
+                return Err(ApiError::invalid(&ctx.info.kind, &ctx.info.group, "", vec![Cause::new(
+                    "FieldValueRequired",
+                    "metadata.name",
+                    "name or generateName is required",
+                )]));
+            }
+        }
+    }
+    let name = meta_str(&obj, "name").unwrap_or("").to_string();
+    let manager = ctx.manager("");
+    let mut st = ctx.sh.lock();
+    let key = ctx.key(&name);
+    if st.objects.contains_key(&key) {
+        return Err(ApiError::already_exists(&ctx.info.group, &ctx.info.resource, &name));
+    }
+    let out = write(ctx, &mut st, "create", None, obj, &manager, false)?;
+    drop(st);
+    ok_json(201, &present(&ctx.info, &ctx.version, &out))
+}
+
+fn update(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
+    let mut obj = parse_body(ctx, body)?;
+    check_type_meta(ctx, &mut obj)?;
+    let body_name = meta_str(&obj, "name").unwrap_or("");
+    if body_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    let manager = ctx.manager("");
+    let status_only = ctx.sub.as_deref() == Some("status");
+    let mut st = ctx.sh.lock();
+    let key = ctx.key(name);
+    let old = st.objects.get(&key).cloned();
+    let Some(old) = old else {
+        if ctx.info.create_on_update && !status_only {
+            if let Some(m) = obj["metadata"].as_object_mut() {
+                m.remove("resourceVersion");
+            }
+            let out = write(ctx, &mut st, "create", None, obj, &manager, false)?;
+            return ok_json(201, &present(&ctx.info, &ctx.version, &out));
+        }
+        return Err(ApiError::not_found(&ctx.info.group, &ctx.info.resource, name));
+    };
+    if let Some(rv) = meta_str(&obj, "resourceVersion").filter(|s| !s.is_empty()) {
+        if Some(rv) != meta_str(&old, "resourceVersion") {
+            return Err(ApiError::conflict(&ctx.info.group, &ctx.info.resource, name, "the object has been modified; please apply your changes to the latest version and try again"));
+        }
+    }
+    let out = write(ctx, &mut st, "update", Some(old), obj, &manager, status_only)?;
+    drop(st);
+    ok_json(200, &present(&ctx.info, &ctx.version, &out))
+}
+
+fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
+    let ct = ctx.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let media = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let status_only = ctx.sub.as_deref() == Some("status");
+    let patch_doc: Value = match media.as_str() {
+        "application/apply-patch+yaml" => serde_yaml::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?,
+        "application/merge-patch+json" | "application/strategic-merge-patch+json" | "application/json-patch+json" => {
+            serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?
+        }
+        _ => return Err(ApiError::unsupported_media_type(&ct)),
+    };
+    let force = ctx.q("force") == Some("true");
+    let mut st = ctx.sh.lock();
+    let key = ctx.key(name);
+    let old = st.objects.get(&key).cloned();
+    if media == "application/apply-patch+yaml" {
+        let Some(manager) = ctx.q("fieldManager").map(str::to_string) else {
+            return Err(ApiError::bad_request("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"));
+        };
+        let mut applied = patch_doc;
+        check_type_meta(ctx, &mut applied)?;
+        let applied_name = meta_str(&applied, "name").unwrap_or("");
+        if applied_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({applied_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        if let Some(rv) = meta_str(&applied, "resourceVersion").filter(|s| !s.is_empty()) {
+            if old.as_deref().and_then(|o| meta_str(o, "resourceVersion")) != Some(rv) {
+                return Err(ApiError::conflict(&ctx.info.group, &ctx.info.resource, name, "the object has been modified; please apply your changes to the latest version and try again"));
+            }
+        }
+        let av = ctx.api_version();
+        let mut merged = match machinery::ssa_apply(old.as_deref(), &applied, &manager, force, &now(), &av) {
+            Ok(v) => v,
+            Err(c) => {
+                let causes: Vec<Value> = c
+                    .0
+                    .iter()
+                    .map(|(m, p)| json!({"reason": "FieldManagerConflict", "message": format!("conflict with {m:?}: {p}"), "field": p}))
+                    .collect();
+                let lines: Vec<String> = c.0.iter().map(|(m, p)| format!("- {m:?}: {p}")).collect();
+                let n = c.0.len();
+                let msg = format!(
+                    "Apply failed with {n} conflict{}: conflict{} with {}",
+                    if n == 1 { "" } else { "s" },
+                    if n == 1 { "" } else { "s" },
+                    lines.join("\n")
+                );
+                return Err(ApiError::new(409, "Conflict", msg).with_details(json!({"causes": causes})));
+            }
+        };
+        merged["apiVersion"] = json!(ctx.info.api_version(ctx.info.storage_version()));
+        let out = match old {
+            None => {
+                if let Some(m) = merged["metadata"].as_object_mut() {
+                    m.remove("resourceVersion");
+                }
+                write(ctx, &mut st, "create", None, merged, "", status_only).map(|o| (201, o))
+            }
+            Some(old) => write(ctx, &mut st, "patch", Some(old), merged, "", status_only).map(|o| (200, o)),
+        }?;
+        drop(st);
+        return ok_json(out.0, &present(&ctx.info, &ctx.version, &out.1));
+    }
+    let Some(old) = old else {
+        return Err(ApiError::not_found(&ctx.info.group, &ctx.info.resource, name));
+    };
+    let mut target = present(&ctx.info, &ctx.version, &old);
+    match media.as_str() {
+        "application/merge-patch+json" => machinery::merge_patch(&mut target, &patch_doc),
+        "application/json-patch+json" => machinery::json_patch(&mut target, &patch_doc)
+            .map_err(|e| ApiError::new(422, "Invalid", format!("the server rejected our request due to an error in our request: {e}")))?,
+        _ => machinery::strategic_merge_patch(&mut target, &patch_doc, &ctx.info.kind)
+            .map_err(|e| ApiError::new(422, "Invalid", format!("the server rejected our request due to an error in our request: {e}")))?,
+    }
+    if let Some(rv) = meta_str(&target, "resourceVersion").filter(|s| !s.is_empty()) {
+        if Some(rv) != meta_str(&old, "resourceVersion") {
+            return Err(ApiError::conflict(&ctx.info.group, &ctx.info.resource, name, "the object has been modified; please apply your changes to the latest version and try again"));
+        }
+    }
+    check_type_meta(ctx, &mut target)?;
+    if meta_str(&target, "name") != Some(name) {
+        return Err(ApiError::bad_request("metadata.name: the name of a patched object cannot change"));
+    }
+    let manager = ctx.manager("");
+    let out = write(ctx, &mut st, "patch", Some(old), target, &manager, status_only)?;
+    drop(st);
+    ok_json(200, &present(&ctx.info, &ctx.version, &out))
+}
+
+/// Compare two objects ignoring `metadata` (and `status` when `ignore_status`).
+fn content_equal(a: &Value, b: &Value, ignore_status: bool) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else { return a == b };
+    let skip = |k: &String| k == "metadata" || (ignore_status && k == "status");
+    let ak: Vec<_> = a.iter().filter(|(k, _)| !skip(k)).collect();
+    let bk: Vec<_> = b.iter().filter(|(k, _)| !skip(k)).collect();
+    ak == bk
+}
+
+/// The common write path: system metadata, subresource rules, type defaults,
+/// validation, generation, managedFields, commit (unless dry-run), and post-commit
+/// effects (CRD registration, namespace cascade, garbage collection).
+fn write(
+    ctx: &Ctx,
+    st: &mut Store,
+    verb: &str,
+    old: Option<Arc<Value>>,
+    mut obj: Value,
+    manager: &str,
+    status_only: bool,
+) -> ApiResult<Value> {
+    let info = &ctx.info;
+    let name = meta_str(&obj, "name").unwrap_or("").to_string();
+    let ts = now();
+    let status_sub = info.status_subresource(&ctx.version);
+    // --- subresource semantics
+    if let Some(old) = &old {
+        if status_only {
+            let mut merged = (**old).clone();
+            match obj.get("status") {
+                Some(s) => merged["status"] = s.clone(),
+                None => {
+                    if let Some(m) = merged.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+            // Status writes may not change metadata other than managedFields.
+            if let Some(mf) = obj.pointer("/metadata/managedFields") {
+                merged["metadata"]["managedFields"] = mf.clone();
+            }
+            obj = merged;
+        } else if status_sub {
+            match old.get("status") {
+                Some(s) => obj["status"] = s.clone(),
+                None => {
+                    if let Some(m) = obj.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+        }
+    } else if status_sub && info.crd.is_some() {
+        if let Some(m) = obj.as_object_mut() {
+            m.remove("status");
+        }
+    }
+    // --- system metadata
+    {
+        let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+            return Err(ApiError::bad_request("metadata must be an object"));
+        };
+        meta.remove("resourceVersion");
+        match &old {
+            Some(old) => {
+                for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
+                    match old.pointer(&format!("/metadata/{f}")) {
+                        Some(v) => {
+                            meta.insert(f.to_string(), v.clone());
+                        }
+                        None => {
+                            meta.remove(f);
+                        }
+                    }
+                }
+                if !meta.contains_key("managedFields") {
+                    if let Some(mf) = old.pointer("/metadata/managedFields") {
+                        meta.insert("managedFields".into(), mf.clone());
+                    }
+                }
+            }
+            None => {
+                meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+                meta.insert("creationTimestamp".into(), json!(ts));
+                meta.remove("deletionTimestamp");
+                meta.remove("generation");
+            }
+        }
+    }
+    // --- names and namespace
+    if old.is_none() {
+        let label = matches!(info.resource.as_str(), "namespaces" | "services");
+        if let Err(msg) = machinery::validate_name(&name, label) {
+            return Err(ApiError::invalid(&info.kind, &info.group, &name, vec![Cause::new("FieldValueInvalid", "metadata.name", format!("Invalid value: {name:?}: {msg}"))]));
+        }
+        if let Some(ns) = &ctx.namespace {
+            if !st.objects.contains_key(&("/namespaces".to_string(), String::new(), ns.clone())) {
+                return Err(ApiError::not_found("", "namespaces", ns));
+            }
+            if let Some(nsobj) = st.objects.get(&("/namespaces".to_string(), String::new(), ns.clone())) {
+                if nsobj.pointer("/metadata/deletionTimestamp").is_some() {
+                    return Err(ApiError::new(403, "Forbidden", format!("{} {name:?} is forbidden: unable to create new content in namespace {ns} because it is being terminated", info.resource)));
+                }
+            }
+        }
+    }
+    // --- type-specific defaults and validation
+    crate::types::admit(info, &ctx.version, old.as_deref(), &mut obj, st, ctx.q("fieldValidation"))?;
+    // --- generation
+    if info.has_generation {
+        let generation = match &old {
+            None => 1,
+            Some(old) => {
+                let g = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+                if content_equal(old, &obj, status_sub) { g } else { g + 1 }
+            }
+        };
+        obj["metadata"]["generation"] = json!(generation);
+    }
+    // --- managed fields
+    if !manager.is_empty() {
+        machinery::record_update(old.as_deref(), &mut obj, manager, &ts, &ctx.api_version());
+    }
+    // A no-op update does not bump the revision (like the real server).
+    if let Some(old) = &old {
+        let mut cmp = obj.clone();
+        cmp["metadata"]["resourceVersion"] = old.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
+        if let (Some(a), Some(b)) = (cmp.pointer_mut("/metadata/managedFields"), old.pointer("/metadata/managedFields")) {
+            strip_times(a);
+            let mut b = b.clone();
+            strip_times(&mut b);
+            if *a == b {
+                *a = old.pointer("/metadata/managedFields").cloned().unwrap_or(Value::Null);
+            }
+        }
+        if cmp == **old {
+            return Ok((**old).clone());
+        }
+    }
+    if ctx.dry_run() {
+        return Ok(obj);
+    }
+    // --- finalizers: an object being deleted goes once its finalizers are gone
+    let finalize = old.is_some()
+        && obj.pointer("/metadata/deletionTimestamp").is_some()
+        && obj.pointer("/metadata/finalizers").and_then(Value::as_array).is_none_or(|a| a.is_empty());
+    let rv = st.next_rv();
+    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+    let key = ctx.key(&name);
+    let etype = if old.is_some() { EventType::Modified } else { EventType::Added };
+    let obj = Arc::new(obj);
+    st.commit(rv, etype, key.clone(), old.clone(), obj.clone());
+    record(ctx, st, verb, &name, rv);
+    after_write(st, info, &obj, false)?;
+    if finalize {
+        remove_now(st, &ctx.user.name, info, key, obj.clone());
+    }
+    Ok((*obj).clone())
+}
+
+fn strip_times(mf: &mut Value) {
+    if let Some(a) = mf.as_array_mut() {
+        for e in a {
+            if let Some(m) = e.as_object_mut() {
+                m.remove("time");
+            }
+        }
+    }
+}
+
+fn record(ctx: &Ctx, st: &mut Store, verb: &str, name: &str, rv: u64) {
+    record_raw(st, &ctx.sh, &ctx.user.name, verb, &ctx.info, ctx.namespace.as_deref().unwrap_or(""), name, rv);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record_raw(st: &mut Store, sh: &Shared, user: &str, verb: &str, info: &ResourceInfo, ns: &str, name: &str, rv: u64) {
+    let time_nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    st.record_write(WriteRecord {
+        time_nanos,
+        verb: verb.to_string(),
+        group: info.group.clone(),
+        resource: info.resource.clone(),
+        namespace: ns.to_string(),
+        name: name.to_string(),
+        resource_version: rv.to_string(),
+        user: user.to_string(),
+    });
+    sh.count_write(&info.resource);
+    sh.rv_tx.send_replace(rv);
+}
+
+/// Effects of a committed write on the registry.
+fn after_write(st: &mut Store, info: &ResourceInfo, obj: &Value, deleted: bool) -> ApiResult<()> {
+    if info.resource == "customresourcedefinitions" && info.group == "apiextensions.k8s.io" {
+        if deleted {
+            if let (Some(g), Some(p)) = (obj.pointer("/spec/group").and_then(Value::as_str), obj.pointer("/spec/names/plural").and_then(Value::as_str)) {
+                st.registry.remove(g, p);
+            }
+        } else if obj.pointer("/metadata/deletionTimestamp").is_none() {
+            let ri = registry::from_crd(obj).map_err(|e| ApiError::bad_request(e))?;
+            st.registry.add_crd(ri);
+        }
+    }
+    Ok(())
+}
+
+/// Remove an object now (no finalizers left): DELETED event, then cascade to
+/// namespace contents and garbage-collect dependents.
+fn remove_now(st: &mut Store, user: &str, info: &ResourceInfo, key: Key, obj: Arc<Value>) -> Value {
+    let rv = st.next_rv();
+    let mut last = (*obj).clone();
+    last["metadata"]["resourceVersion"] = json!(rv.to_string());
+    let last = Arc::new(last);
+    st.commit(rv, EventType::Deleted, key.clone(), Some(obj.clone()), last.clone());
+    let _ = after_write(st, info, &last, true);
+    // Cascade deletions are recorded separately by the caller through `cascade`.
+    let _ = user;
+    (*last).clone()
+}
+
+/// Objects to delete after `deleted` is gone: namespace contents and
+/// dependents whose owners are all gone. Returns keys with their resource info.
+fn collect_cascade(st: &Store, deleted: &Value, info: &ResourceInfo) -> Vec<(Arc<ResourceInfo>, Key)> {
+    let mut out = Vec::new();
+    if info.resource == "namespaces" && info.group.is_empty() {
+        let ns = meta_str(deleted, "name").unwrap_or("");
+        for (k, _) in st.objects.iter().filter(|(k, _)| k.1 == ns && !ns.is_empty()) {
+            if let Some((g, r)) = k.0.split_once('/') {
+                if let Some(ri) = st.registry.get(g, r) {
+                    out.push((ri, k.clone()));
+                }
+            }
+        }
+        return out;
+    }
+    if info.resource == "customresourcedefinitions" && info.group == "apiextensions.k8s.io" {
+        if let (Some(g), Some(p)) = (deleted.pointer("/spec/group").and_then(Value::as_str), deleted.pointer("/spec/names/plural").and_then(Value::as_str)) {
+            let res = format!("{g}/{p}");
+            if let Some(ri) = st.registry.get(g, p) {
+                for (k, _) in st.range(&res, None) {
+                    out.push((ri.clone(), k.clone()));
+                }
+            }
+        }
+    }
+    let Some(uid) = meta_str(deleted, "uid") else { return out };
+    let live_uids: std::collections::HashSet<&str> = st.objects.values().filter_map(|o| meta_str(o, "uid")).collect();
+    for (k, o) in &st.objects {
+        let Some(refs) = o.pointer("/metadata/ownerReferences").and_then(Value::as_array) else { continue };
+        if !refs.iter().any(|r| r.get("uid").and_then(Value::as_str) == Some(uid)) {
+            continue;
+        }
+        let all_gone = refs.iter().all(|r| r.get("uid").and_then(Value::as_str).is_none_or(|u| !live_uids.contains(u)));
+        if all_gone {
+            if let Some((g, r)) = k.0.split_once('/') {
+                if let Some(ri) = st.registry.get(g, r) {
+                    out.push((ri, k.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Delete one object (honouring finalizers) and cascade. Returns the final state.
+fn delete_key(sh: &Shared, st: &mut Store, user: &str, info: &ResourceInfo, key: Key, dry_run: bool, orphan: bool) -> Option<(Value, bool)> {
+    let obj = st.objects.get(&key).cloned()?;
+    if dry_run {
+        return Some(((*obj).clone(), true));
+    }
+    let has_finalizers = obj.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+    if has_finalizers {
+        if obj.pointer("/metadata/deletionTimestamp").is_some() {
+            return Some(((*obj).clone(), false));
+        }
+        let mut o = (*obj).clone();
+        o["metadata"]["deletionTimestamp"] = json!(now());
+        o["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        let rv = st.next_rv();
+        o["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let o = Arc::new(o);
+        st.commit(rv, EventType::Modified, key.clone(), Some(obj), o.clone());
+        record_raw(st, sh, user, "delete", info, &key.1, &key.2, rv);
+        return Some(((*o).clone(), false));
+    }
+    let last = remove_now(st, user, info, key.clone(), obj);
+    let rv = st.rv;
+    record_raw(st, sh, user, "delete", info, &key.1, &key.2, rv);
+    if orphan {
+        orphan_dependents(sh, st, &last);
+    } else {
+        for (ri, k) in collect_cascade(st, &last, info) {
+            delete_key(sh, st, "system:serviceaccount:kube-system:generic-garbage-collector", &ri, k, false, false);
+        }
+    }
+    Some((last, true))
+}
+
+fn orphan_dependents(sh: &Shared, st: &mut Store, deleted: &Value) {
+    let Some(uid) = meta_str(deleted, "uid").map(str::to_string) else { return };
+    let keys: Vec<Key> = st
+        .objects
+        .iter()
+        .filter(|(_, o)| o.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|a| a.iter().any(|r| r.get("uid").and_then(Value::as_str) == Some(uid.as_str()))))
+        .map(|(k, _)| k.clone())
+        .collect();
+    for k in keys {
+        let Some(old) = st.objects.get(&k).cloned() else { continue };
+        let mut o = (*old).clone();
+        if let Some(a) = o.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut) {
+            a.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()));
+        }
+        let rv = st.next_rv();
+        o["metadata"]["resourceVersion"] = json!(rv.to_string());
+        st.commit(rv, EventType::Modified, k.clone(), Some(old), Arc::new(o));
+        if let Some((g, r)) = k.0.split_once('/') {
+            if let Some(ri) = st.registry.get(g, r) {
+                record_raw(st, sh, "system:serviceaccount:kube-system:generic-garbage-collector", "update", &ri, &k.1, &k.2, rv);
+            }
+        }
+    }
+}
+
+fn delete_options(ctx: &Ctx, body: &[u8]) -> ApiResult<(bool, Option<Value>)> {
+    let mut policy = ctx.q("propagationPolicy").map(str::to_string);
+    let mut preconditions = None;
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let opts: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
+        if let Some(p) = opts.get("propagationPolicy").and_then(Value::as_str) {
+            policy = Some(p.to_string());
+        }
+        if opts.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
+            policy = Some("Orphan".into());
+        }
+        preconditions = opts.get("preconditions").cloned();
+        if let Some(dr) = opts.get("dryRun").and_then(Value::as_array) {
+            if dr.iter().any(|d| d.as_str() == Some("All")) {
+                return Err(ApiError::bad_request("dryRun in the body is not supported by kube-sim; use the dryRun=All query parameter"));
+            }
+        }
+    }
+    match policy.as_deref() {
+        None | Some("Background" | "Foreground" | "Orphan") => {}
+        Some(p) => return Err(ApiError::bad_request(format!("propagationPolicy: Unsupported value: {p:?}"))),
+    }
+    Ok((policy.as_deref() == Some("Orphan"), preconditions))
+}
+
+fn delete(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
+    let (orphan, pre) = delete_options(ctx, body)?;
+    let mut st = ctx.sh.lock();
+    let key = ctx.key(name);
+    let Some(obj) = st.objects.get(&key).cloned() else {
+        return Err(ApiError::not_found(&ctx.info.group, &ctx.info.resource, name));
+    };
+    if let Some(pre) = pre {
+        if let Some(uid) = pre.get("uid").and_then(Value::as_str) {
+            if meta_str(&obj, "uid") != Some(uid) {
+                return Err(ApiError::conflict(&ctx.info.group, &ctx.info.resource, name, &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta_str(&obj, "uid").unwrap_or(""))));
+            }
+        }
+        if let Some(rv) = pre.get("resourceVersion").and_then(Value::as_str) {
+            if meta_str(&obj, "resourceVersion") != Some(rv) {
+                return Err(ApiError::conflict(&ctx.info.group, &ctx.info.resource, name, &format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", meta_str(&obj, "resourceVersion").unwrap_or(""))));
+            }
+        }
+    }
+    let user = ctx.user.name.clone();
+    let Some((last, gone)) = delete_key(&ctx.sh, &mut st, &user, &ctx.info, key, ctx.dry_run(), orphan) else {
+        return Err(ApiError::not_found(&ctx.info.group, &ctx.info.resource, name));
+    };
+    drop(st);
+    if !gone || ctx.info.crd.is_some() {
+        return ok_json(200, &present(&ctx.info, &ctx.version, &last));
+    }
+    ok_json(200, &success_status(&ctx.info.group, &ctx.info.resource, name, meta_str(&last, "uid").unwrap_or("")))
+}
+
+fn delete_collection(ctx: &Ctx) -> ApiResult<Response<Body>> {
+    let (label, field) = selectors(ctx)?;
+    let mut st = ctx.sh.lock();
+    let res = ctx.info.key();
+    let keys: Vec<Key> = st
+        .range(&res, ctx.namespace.as_deref())
+        .filter(|(_, o)| label.matches(o) && field.matches(o))
+        .map(|(k, _)| k.clone())
+        .collect();
+    let user = ctx.user.name.clone();
+    let mut items = Vec::new();
+    for k in keys {
+        if let Some((last, _)) = delete_key(&ctx.sh, &mut st, &user, &ctx.info, k, ctx.dry_run(), false) {
+            items.push(present(&ctx.info, &ctx.version, &last));
+        }
+    }
+    let rv = st.rv;
+    drop(st);
+    ok_json(200, &json!({"kind": ctx.info.list_kind, "apiVersion": ctx.api_version(), "metadata": {"resourceVersion": rv.to_string()}, "items": items}))
+}
+
+/// `POST .../serviceaccounts/<name>/token`: a TokenRequest, answered with a bearer
+/// token that authenticates as the ServiceAccount.
+fn token_request(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
+    let ns = ctx.namespace.clone().unwrap_or_default();
+    if !ctx.sh.lock().objects.contains_key(&ctx.key(name)) {
+        return Err(ApiError::not_found("", "serviceaccounts", name));
+    }
+    let mut req: Value = if body.is_empty() { json!({}) } else { parse_body(ctx, body)? };
+    let token = crate::issue_token_on(&ctx.sh, &ns, name);
+    let expiration = req.pointer("/spec/expirationSeconds").and_then(Value::as_i64).unwrap_or(3600);
+    let exp = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::from_secs(expiration))
+        .unwrap_or_else(|_| jiff::Timestamp::now())
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    req["apiVersion"] = json!("authentication.k8s.io/v1");
+    req["kind"] = json!("TokenRequest");
+    if !req.get("metadata").is_some_and(Value::is_object) {
+        req["metadata"] = json!({});
+    }
+    req["metadata"]["name"] = json!(name);
+    req["metadata"]["namespace"] = json!(ns);
+    req["metadata"]["creationTimestamp"] = json!(now());
+    if !req.get("spec").is_some_and(Value::is_object) {
+        req["spec"] = json!({});
+    }
+    req["spec"]["expirationSeconds"] = json!(expiration);
+    req["status"] = json!({"token": token, "expirationTimestamp": exp});
+    ok_json(201, &req)
+}
+
+/// Count a watch as open while the guard lives.
+pub struct WatchGuard(pub Arc<Shared>);
+
+impl WatchGuard {
+    pub fn new(sh: Arc<Shared>) -> Self {
+        sh.open_watches.fetch_add(1, Ordering::SeqCst);
+        WatchGuard(sh)
+    }
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.0.open_watches.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[allow(dead_code)]
+fn _object_map(_: Map<String, Value>) {}

@@ -1,0 +1,171 @@
+//! `Status` errors, shaped exactly like the real API server's.
+//!
+//! Every failure kube-sim returns is a `meta/v1 Status` object with a `reason` and a
+//! `code` that clients (kubectl, helm, kube-rs) interpret, e.g. `NotFound`/404,
+//! `AlreadyExists`/409, `Conflict`/409, `Invalid`/422, `Forbidden`/403, `Expired`/410.
+
+use serde_json::{Value, json};
+
+/// An API error: rendered as a `Status` body with the given HTTP code.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+    pub details: Option<Value>,
+    /// `Retry-After` header value in seconds (429/503 faults).
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        ApiError { code, reason, message: message.into(), details: None, retry_after: None }
+    }
+
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    /// `<resource>[.<group>] "<name>" not found`
+    pub fn not_found(group: &str, resource: &str, name: &str) -> Self {
+        let qualified = qualified(group, resource);
+        Self::new(404, "NotFound", format!("{qualified} \"{name}\" not found"))
+            .with_details(json!({"name": name, "group": group, "kind": resource}))
+    }
+
+    /// The generic 404 for paths and resources kube-sim does not serve.
+    pub fn no_route() -> Self {
+        Self::new(404, "NotFound", "the server could not find the requested resource")
+            .with_details(json!({}))
+    }
+
+    pub fn already_exists(group: &str, resource: &str, name: &str) -> Self {
+        let qualified = qualified(group, resource);
+        Self::new(409, "AlreadyExists", format!("{qualified} \"{name}\" already exists"))
+            .with_details(json!({"name": name, "group": group, "kind": resource}))
+    }
+
+    pub fn conflict(group: &str, resource: &str, name: &str, why: &str) -> Self {
+        let qualified = qualified(group, resource);
+        Self::new(409, "Conflict", format!("Operation cannot be fulfilled on {qualified} \"{name}\": {why}"))
+            .with_details(json!({"name": name, "group": group, "kind": resource}))
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(405, "MethodNotAllowed", message)
+    }
+
+    pub fn unsupported_media_type(content_type: &str) -> Self {
+        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {content_type:?})"))
+    }
+
+    pub fn not_acceptable() -> Self {
+        Self::new(406, "NotAcceptable", "only the following media types are accepted: application/json, application/yaml")
+    }
+
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(413, "RequestEntityTooLarge", format!("Request entity too large: limit is {limit}"))
+    }
+
+    pub fn gone(requested: u64, oldest: u64) -> Self {
+        Self::new(410, "Expired", format!("too old resource version: {requested} ({oldest})"))
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", format!("Internal error occurred: {}", message.into()))
+    }
+
+    /// 422 Invalid: `<Kind>.<group> "<name>" is invalid: [field: kind: message, ...]`.
+    pub fn invalid(kind: &str, group: &str, name: &str, causes: Vec<Cause>) -> Self {
+        let qualified = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
+        let list: Vec<String> = causes.iter().map(|c| c.text()).collect();
+        let joined = if list.len() == 1 { list[0].clone() } else { format!("[{}]", list.join(", ")) };
+        let causes_json: Vec<Value> = causes
+            .iter()
+            .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+            .collect();
+        Self::new(422, "Invalid", format!("{qualified} \"{name}\" is invalid: {joined}"))
+            .with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes_json}))
+    }
+
+    pub fn to_status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if let Some(d) = &self.details {
+            status["details"] = d.clone();
+        }
+        if let Some(seconds) = self.retry_after {
+            let details = status["details"].as_object().cloned().unwrap_or_default();
+            let mut details = Value::Object(details);
+            details["retryAfterSeconds"] = json!(seconds);
+            status["details"] = details;
+        }
+        status
+    }
+}
+
+/// One field-level cause of an `Invalid` error.
+#[derive(Debug, Clone)]
+pub struct Cause {
+    /// `FieldValueRequired`, `FieldValueInvalid`, `FieldValueNotSupported`, ...
+    pub reason: String,
+    pub field: String,
+    pub message: String,
+}
+
+impl Cause {
+    pub fn new(reason: &str, field: &str, message: impl Into<String>) -> Self {
+        Cause { reason: reason.to_string(), field: field.to_string(), message: message.into() }
+    }
+
+    fn text(&self) -> String {
+        let kind = match self.reason.as_str() {
+            "FieldValueRequired" => "Required value",
+            "FieldValueNotSupported" => "Unsupported value",
+            "FieldValueForbidden" => "Forbidden",
+            "FieldValueDuplicate" => "Duplicate value",
+            "FieldValueTooLong" => "Too long",
+            "FieldValueTypeInvalid" => "Invalid value",
+            _ => "Invalid value",
+        };
+        if self.field.is_empty() {
+            format!("{kind}: {}", self.message)
+        } else {
+            format!("{}: {kind}: {}", self.field, self.message)
+        }
+    }
+}
+
+/// `configmaps` or `endpointslices.discovery.k8s.io`.
+pub fn qualified(group: &str, resource: &str) -> String {
+    if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") }
+}
+
+/// A `Status` of `Success` (DELETE responses).
+pub fn success_status(group: &str, resource: &str, name: &str, uid: &str) -> Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {"name": name, "group": group, "kind": resource, "uid": uid},
+    })
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

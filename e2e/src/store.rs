@@ -1,0 +1,160 @@
+//! In-memory storage: objects, the global revision and the event history.
+//!
+//! Like etcd, one global counter (`rv`) is bumped by every write and stamped into the
+//! written object's `metadata.resourceVersion`. Every write also appends one [`Event`]
+//! to a bounded history; watches replay from it and then follow it. When an event
+//! falls out of the history (or the history is compacted by a fault hook), a watch
+//! from an older revision gets `410 Gone` ("too old resource version"), exactly the
+//! condition a real API server reports after etcd compaction.
+//!
+//! ```text
+//!  write ──► objects (BTreeMap key -> Arc<Value>)
+//!        └─► history (VecDeque<Arc<Event>>, bounded) ──► notify(rv) ──► watch streams
+//! ```
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::registry::Registry;
+
+/// `(group/resource, namespace, name)`; namespace is `""` for cluster-scoped objects.
+pub type Key = (String, String, String);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One committed write.
+#[derive(Debug)]
+pub struct Event {
+    pub rv: u64,
+    pub etype: EventType,
+    /// `group/resource`
+    pub res: String,
+    pub namespace: String,
+    /// The object before the write (None for ADDED).
+    pub old: Option<Arc<Value>>,
+    /// The object after the write (the last state for DELETED).
+    pub object: Arc<Value>,
+    /// `object` serialized once, shared by all watchers.
+    pub object_json: Bytes,
+}
+
+/// One entry of the write log (`/_sim/writes`).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteRecord {
+    pub time_nanos: u128,
+    pub verb: String,
+    pub group: String,
+    pub resource: String,
+    pub namespace: String,
+    pub name: String,
+    pub resource_version: String,
+    pub user: String,
+}
+
+pub struct Store {
+    pub objects: BTreeMap<Key, Arc<Value>>,
+    pub rv: u64,
+    pub history: VecDeque<Arc<Event>>,
+    pub history_size: usize,
+    /// Highest revision whose event is no longer available to watches.
+    pub compacted: u64,
+    pub registry: Registry,
+    pub writes: VecDeque<WriteRecord>,
+    pub writes_cap: usize,
+    pub next_cluster_ip: u32,
+}
+
+impl Store {
+    pub fn new(history_size: usize) -> Self {
+        Store {
+            objects: BTreeMap::new(),
+            rv: 1,
+            history: VecDeque::new(),
+            history_size: history_size.max(1),
+            compacted: 1,
+            registry: Registry::with_builtins(),
+            writes: VecDeque::new(),
+            writes_cap: 200_000,
+            next_cluster_ip: 10,
+        }
+    }
+
+    /// Allocate the next revision (the caller stamps it and then calls [`Store::commit`]).
+    pub fn next_rv(&mut self) -> u64 {
+        self.rv += 1;
+        self.rv
+    }
+
+    /// Store (or remove, for DELETED) the object and append the event.
+    pub fn commit(&mut self, rv: u64, etype: EventType, key: Key, old: Option<Arc<Value>>, object: Arc<Value>) -> Arc<Event> {
+        match etype {
+            EventType::Deleted => {
+                self.objects.remove(&key);
+            }
+            _ => {
+                self.objects.insert(key.clone(), object.clone());
+            }
+        }
+        let object_json = Bytes::from(serde_json::to_vec(&*object).unwrap_or_default());
+        let event = Arc::new(Event { rv, etype, res: key.0, namespace: key.1, old, object, object_json });
+        self.history.push_back(event.clone());
+        while self.history.len() > self.history_size {
+            if let Some(e) = self.history.pop_front() {
+                self.compacted = e.rv;
+            }
+        }
+        event
+    }
+
+    /// Whether events after `rv` are all still in the history.
+    pub fn can_watch_from(&self, rv: u64) -> bool {
+        rv >= self.compacted
+    }
+
+    /// Events with a revision greater than `rv` (caller checked [`Store::can_watch_from`]).
+    pub fn events_after(&self, rv: u64, max: usize) -> Vec<Arc<Event>> {
+        let start = self.history.partition_point(|e| e.rv <= rv);
+        self.history.range(start..).take(max).cloned().collect()
+    }
+
+    /// Drop the whole history now (fault hook): the next watch from an older
+    /// revision gets 410.
+    pub fn compact(&mut self) {
+        self.history.clear();
+        self.compacted = self.rv;
+    }
+
+    /// Objects of one resource, optionally in one namespace, in key order.
+    pub fn range<'a>(&'a self, res: &'a str, namespace: Option<&'a str>) -> impl Iterator<Item = (&'a Key, &'a Arc<Value>)> + 'a {
+        let start: Key = (res.to_string(), namespace.unwrap_or("").to_string(), String::new());
+        self.objects
+            .range(start..)
+            .take_while(move |(k, _)| k.0 == res && namespace.is_none_or(|ns| k.1 == ns))
+    }
+
+    pub fn record_write(&mut self, rec: WriteRecord) {
+        self.writes.push_back(rec);
+        while self.writes.len() > self.writes_cap {
+            self.writes.pop_front();
+        }
+    }
+}

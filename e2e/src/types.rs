@@ -1,0 +1,204 @@
+//! Per-type admission: the defaults and validation the real API server applies to
+//! the types kube-sim serves (Services get a cluster IP, Secrets fold `stringData`
+//! into `data`, CRDs are checked and marked Established, custom resources are
+//! pruned/defaulted/validated against their CRD schema, ...).
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::registry::{self, ResourceInfo};
+use crate::status::{ApiError, ApiResult, Cause};
+use crate::store::Store;
+
+fn name_of(obj: &Value) -> String {
+    obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string()
+}
+
+pub fn admit(
+    info: &ResourceInfo,
+    version: &str,
+    old: Option<&Value>,
+    obj: &mut Value,
+    st: &mut Store,
+    field_validation: Option<&str>,
+) -> ApiResult<()> {
+    if let Some(crd) = &info.crd {
+        if let Some(v) = crd.versions.get(version) {
+            if let Some(schema) = &v.schema {
+                let (pruned, causes) = schema.admit(obj);
+                if !causes.is_empty() {
+                    return Err(ApiError::invalid(&info.kind, &info.group, &name_of(obj), causes));
+                }
+                if field_validation == Some("Strict") && !pruned.is_empty() {
+                    let list: Vec<String> = pruned.iter().map(|p| format!("unknown field {p:?}")).collect();
+                    return Err(ApiError::bad_request(format!(
+                        "{} in version \"{version}\" cannot be handled as a {}: strict decoding error: {}",
+                        info.kind,
+                        info.kind,
+                        list.join(", ")
+                    )));
+                }
+            }
+        }
+        return Ok(());
+    }
+    let _ = st;
+    match (info.group.as_str(), info.resource.as_str()) {
+        ("", "namespaces") => {
+            if obj.pointer("/metadata/deletionTimestamp").is_none() {
+                obj["status"] = json!({"phase": "Active"});
+            }
+            let ns_name = name_of(obj);
+            let labels = obj["metadata"]
+                .as_object_mut()
+                .map(|m| m.entry("labels").or_insert_with(|| json!({})));
+            if let Some(l) = labels.and_then(Value::as_object_mut) {
+                l.insert("kubernetes.io/metadata.name".into(), json!(ns_name));
+            }
+        }
+        ("", "secrets") => {
+            if let Some(sd) = obj.as_object_mut().and_then(|m| m.remove("stringData")) {
+                if let Some(sd) = sd.as_object() {
+                    if !obj.get("data").is_some_and(Value::is_object) {
+                        obj["data"] = json!({});
+                    }
+                    for (k, v) in sd {
+                        let s = v.as_str().unwrap_or_default();
+                        obj["data"][k] = json!(base64::engine::general_purpose::STANDARD.encode(s));
+                    }
+                }
+            }
+            if obj.get("type").is_none() {
+                obj["type"] = json!("Opaque");
+            }
+        }
+        ("", "services") => service_defaults(old, obj, st)?,
+        ("discovery.k8s.io", "endpointslices") => {
+            match obj.get("addressType").and_then(Value::as_str) {
+                Some("IPv4" | "IPv6" | "FQDN") => {}
+                Some(other) => {
+                    return Err(ApiError::invalid(&info.kind, &info.group, &name_of(obj), vec![Cause::new(
+                        "FieldValueNotSupported",
+                        "addressType",
+                        format!("Unsupported value: {other:?}: supported values: \"FQDN\", \"IPv4\", \"IPv6\""),
+                    )]));
+                }
+                None => {
+                    return Err(ApiError::invalid(&info.kind, &info.group, &name_of(obj), vec![Cause::new(
+                        "FieldValueRequired",
+                        "addressType",
+                        "",
+                    )]));
+                }
+            }
+            if let Some(eps) = obj.get("endpoints").and_then(Value::as_array) {
+                for (i, ep) in eps.iter().enumerate() {
+                    let ok = ep.get("addresses").and_then(Value::as_array).is_some_and(|a| !a.is_empty() && a.len() <= 100);
+                    if !ok {
+                        return Err(ApiError::invalid(&info.kind, &info.group, &name_of(obj), vec![Cause::new(
+                            "FieldValueRequired",
+                            &format!("endpoints[{i}].addresses"),
+                            "must contain at least 1 address",
+                        )]));
+                    }
+                }
+            }
+        }
+        ("apiextensions.k8s.io", "customresourcedefinitions") => crd_admit(info, obj, st)?,
+        _ => {}
+    }
+    Ok(())
+}
+
+fn service_defaults(old: Option<&Value>, obj: &mut Value, st: &mut Store) -> ApiResult<()> {
+    if !obj.get("spec").is_some_and(Value::is_object) {
+        obj["spec"] = json!({});
+    }
+    let spec = &mut obj["spec"];
+    if spec.get("type").is_none() {
+        spec["type"] = json!("ClusterIP");
+    }
+    let is_external = spec["type"] == "ExternalName";
+    if !is_external {
+        let old_ip = old.and_then(|o| o.pointer("/spec/clusterIP")).cloned();
+        match (spec.get("clusterIP").cloned(), old_ip) {
+            (None, Some(ip)) => spec["clusterIP"] = ip,
+            (Some(ip), Some(old)) if ip != old && ip != "" => {
+                return Err(ApiError::invalid("Service", "", &name_of(obj), vec![Cause::new(
+                    "FieldValueInvalid",
+                    "spec.clusterIPs[0]",
+                    "Invalid value: field is immutable",
+                )]));
+            }
+            (None, None) => {
+                let n = st.next_cluster_ip;
+                st.next_cluster_ip += 1;
+                spec["clusterIP"] = json!(format!("10.96.{}.{}", (n >> 8) & 0xff, n & 0xff));
+            }
+            _ => {}
+        }
+        if let Some(ip) = spec.get("clusterIP").cloned() {
+            spec["clusterIPs"] = json!([ip]);
+        }
+        if spec.get("sessionAffinity").is_none() {
+            spec["sessionAffinity"] = json!("None");
+        }
+    }
+    if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+        for p in ports {
+            if p.get("protocol").is_none() {
+                p["protocol"] = json!("TCP");
+            }
+            if p.get("targetPort").is_none() {
+                if let Some(port) = p.get("port").cloned() {
+                    p["targetPort"] = port;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn crd_admit(info: &ResourceInfo, obj: &mut Value, st: &mut Store) -> ApiResult<()> {
+    let name = name_of(obj);
+    let ri = registry::from_crd(obj).map_err(|e| {
+        let (field, msg) = e.split_once(": ").unwrap_or(("spec", e.as_str()));
+        ApiError::invalid(&info.kind, &info.group, &name, vec![Cause::new("FieldValueInvalid", field, msg.to_string())])
+    })?;
+    let expected = format!("{}.{}", ri.resource, ri.group);
+    if name != expected {
+        return Err(ApiError::invalid(&info.kind, &info.group, &name, vec![Cause::new(
+            "FieldValueInvalid",
+            "metadata.name",
+            format!("Invalid value: {name:?}: must be spec.names.plural+\".\"+spec.group"),
+        )]));
+    }
+    if let Some(existing) = st.registry.get(&ri.group, &ri.resource) {
+        if existing.crd.is_none() {
+            return Err(ApiError::invalid(&info.kind, &info.group, &name, vec![Cause::new(
+                "FieldValueInvalid",
+                "spec.names.plural",
+                "Invalid value: conflicts with a built-in resource",
+            )]));
+        }
+    }
+    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let names = obj.pointer("/spec/names").cloned().unwrap_or(json!({}));
+    let mut accepted = names.clone();
+    if accepted.get("singular").is_none() {
+        accepted["singular"] = json!(ri.singular);
+    }
+    if accepted.get("listKind").is_none() {
+        accepted["listKind"] = json!(ri.list_kind);
+    }
+    let stored: Vec<&str> = vec![ri.storage_version()];
+    obj["status"] = json!({
+        "acceptedNames": accepted,
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
+        ],
+        "storedVersions": stored,
+    });
+    Ok(())
+}
