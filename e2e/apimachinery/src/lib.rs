@@ -3,6 +3,8 @@
 //! Modules, each self-contained and deterministic:
 //! - [`selector`]: label and field selectors (parse + match, API server error text).
 //! - [`names`]: DNS-1123 / DNS-1035 / qualified-name / label-value validation.
+//! - [`patch`]: JSON merge patch, JSON patch and strategic merge patch.
 
 pub mod names;
+pub mod patch;
 pub mod selector;
