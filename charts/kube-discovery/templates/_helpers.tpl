@@ -146,6 +146,19 @@ client:
 {{- fail (printf "discovery.clusters[%d].id: duplicate cluster id %q (ids must be unique)" $i $c.id) }}
 {{- end }}
 {{- $_ := set $ids $c.id true }}
+{{- $ways := list }}
+{{- if $c.inCluster }}{{ $ways = append $ways "inCluster" }}{{ end }}
+{{- if $c.kubeconfigSecret }}{{ $ways = append $ways "kubeconfigSecret" }}{{ end }}
+{{- if or $c.service $c.client $c.tokenSecret $c.caSecret }}{{ $ways = append $ways "service/client/tokenSecret/caSecret" }}{{ end }}
+{{- if gt (len $ways) 1 }}
+{{- fail (printf "discovery.clusters[%d] (id %q): choose one way to connect, not %s" $i $c.id (join " + " $ways)) }}
+{{- end }}
+{{- if and $c.context (not $c.kubeconfigSecret) }}
+{{- fail (printf "discovery.clusters[%d] (id %q): context needs kubeconfigSecret" $i $c.id) }}
+{{- end }}
+{{- if and $c.client $c.client.token $c.client.token_file }}
+{{- fail (printf "discovery.clusters[%d] (id %q): client.token and client.token_file are exclusive" $i $c.id) }}
+{{- end }}
 {{- if and (not $c.inCluster) (not $c.kubeconfigSecret) (not $c.tokenSecret) (not (and $c.client (or $c.client.token $c.client.token_file))) }}
 {{- fail (printf "discovery.clusters[%d] (id %q): set one of inCluster, tokenSecret, kubeconfigSecret, client.token_file or client.token" $i $c.id) }}
 {{- end }}
