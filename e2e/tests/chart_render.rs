@@ -23,9 +23,15 @@ fn chart_lint_is_clean_with_default_and_multi_cluster_values() {
         c.arg("lint").arg("--strict").arg(chart_dir()).args(&extra);
         let out = run(c);
         let t = text(&out);
-        assert!(out.status.success(), "helm lint --strict {extra:?} failed:\n{t}");
+        assert!(
+            out.status.success(),
+            "helm lint --strict {extra:?} failed:\n{t}"
+        );
         assert!(t.contains("1 chart(s) linted, 0 chart(s) failed"), "{t}");
-        assert!(!t.contains("[WARNING]") && !t.contains("[ERROR]"), "helm lint {extra:?} not clean:\n{t}");
+        assert!(
+            !t.contains("[WARNING]") && !t.contains("[ERROR]"),
+            "helm lint {extra:?} not clean:\n{t}"
+        );
     }
 }
 
@@ -50,17 +56,29 @@ fn chart_default_render_has_every_object() {
     assert_eq!(got, want);
     for d in &docs {
         if d["kind"] != "ClusterRole" && d["kind"] != "ClusterRoleBinding" {
-            assert_eq!(d["metadata"]["namespace"], "kube-discovery", "{}", d["kind"]);
+            assert_eq!(
+                d["metadata"]["namespace"], "kube-discovery",
+                "{}",
+                d["kind"]
+            );
         }
     }
     // Optional objects appear when asked for.
-    let docs = render("kd", "kube-discovery", &["--set", "serviceMonitor.enabled=true"]);
+    let docs = render(
+        "kd",
+        "kube-discovery",
+        &["--set", "serviceMonitor.enabled=true"],
+    );
     let sm = find(&docs, "ServiceMonitor", Some("kd-kube-discovery"));
     assert_eq!(sm["spec"]["endpoints"][0]["path"], "/metrics");
     assert_eq!(sm["spec"]["endpoints"][0]["port"], "http");
     // No PDB for a single replica (it would block node drains).
     let docs = render("kd", "kube-discovery", &["--set", "replicaCount=1"]);
-    assert!(!kinds(&docs).iter().any(|k| k.starts_with("PodDisruptionBudget/")));
+    assert!(
+        !kinds(&docs)
+            .iter()
+            .any(|k| k.starts_with("PodDisruptionBudget/"))
+    );
 }
 
 #[test]
@@ -71,10 +89,25 @@ fn chart_deployment_is_hardened_and_probed() {
     let pod = &dep["spec"]["template"]["spec"];
     assert_eq!(pod["serviceAccountName"], "kd-kube-discovery");
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
-    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
     let c = &pod["containers"][0];
-    assert_eq!(c["image"], "ghcr.io/kube-discovery/kube-discovery:0.1.0", "tag defaults to appVersion");
-    assert_eq!(c["args"], json!(["run", "--config", "/etc/kube-discovery/config.yaml", "--log-format", "json"]));
+    assert_eq!(
+        c["image"], "ghcr.io/kube-discovery/kube-discovery:0.1.0",
+        "tag defaults to appVersion"
+    );
+    assert_eq!(
+        c["args"],
+        json!([
+            "run",
+            "--config",
+            "/etc/kube-discovery/config.yaml",
+            "--log-format",
+            "json"
+        ])
+    );
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(c["ports"][0]["containerPort"], 8080);
@@ -87,21 +120,33 @@ fn chart_deployment_is_hardened_and_probed() {
     assert!(c["resources"]["requests"]["memory"].is_string());
     // The config file is mounted where the args point.
     let mounts = c["volumeMounts"].as_array().expect("volumeMounts");
-    assert!(mounts.iter().any(|m| m["mountPath"] == "/etc/kube-discovery/config.yaml"));
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m["mountPath"] == "/etc/kube-discovery/config.yaml")
+    );
 
     // Scheduling and extras pass through.
     let docs = render(
         "kd",
         "kube-discovery",
         &[
-            "--set", "nodeSelector.disk=ssd",
-            "--set", "tolerations[0].key=dedicated,tolerations[0].operator=Exists",
-            "--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=zone",
-            "--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
-            "--set", "extraEnv[0].name=FOO,extraEnv[0].value=bar",
-            "--set", "extraVolumes[0].name=extra,extraVolumes[0].emptyDir.medium=Memory",
-            "--set", "extraVolumeMounts[0].name=extra,extraVolumeMounts[0].mountPath=/extra",
-            "--set", "image.tag=v9,image.pullPolicy=Always",
+            "--set",
+            "nodeSelector.disk=ssd",
+            "--set",
+            "tolerations[0].key=dedicated,tolerations[0].operator=Exists",
+            "--set",
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=zone",
+            "--set",
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+            "--set",
+            "extraEnv[0].name=FOO,extraEnv[0].value=bar",
+            "--set",
+            "extraVolumes[0].name=extra,extraVolumes[0].emptyDir.medium=Memory",
+            "--set",
+            "extraVolumeMounts[0].name=extra,extraVolumeMounts[0].mountPath=/extra",
+            "--set",
+            "image.tag=v9,image.pullPolicy=Always",
         ],
     );
     let pod = &find(&docs, "Deployment", None)["spec"]["template"]["spec"];
@@ -111,9 +156,27 @@ fn chart_deployment_is_hardened_and_probed() {
     let c = &pod["containers"][0];
     assert_eq!(c["image"], "ghcr.io/kube-discovery/kube-discovery:v9");
     assert_eq!(c["imagePullPolicy"], "Always");
-    assert!(c["env"].as_array().expect("env").iter().any(|e| e["name"] == "FOO" && e["value"] == "bar"));
-    assert!(pod["volumes"].as_array().expect("volumes").iter().any(|v| v["name"] == "extra"));
-    assert!(c["volumeMounts"].as_array().expect("mounts").iter().any(|m| m["mountPath"] == "/extra"));
+    assert!(
+        c["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .any(|e| e["name"] == "FOO" && e["value"] == "bar")
+    );
+    assert!(
+        pod["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .any(|v| v["name"] == "extra")
+    );
+    assert!(
+        c["volumeMounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .any(|m| m["mountPath"] == "/extra")
+    );
 }
 
 fn checksum(args: &[&str]) -> String {
@@ -129,9 +192,20 @@ fn checksum(args: &[&str]) -> String {
 fn chart_config_checksum_follows_the_config_only() {
     let base = checksum(&[]);
     assert_eq!(base.len(), 64, "sha256 hex: {base}");
-    assert_ne!(base, checksum(&["--set", "controller.drainTerminating=true"]), "config change must roll the pods");
-    assert_ne!(base, checksum(&["--set", "discovery.kubernetes.label_selector=app=web"]));
-    assert_eq!(base, checksum(&["--set", "podLabels.team=a"]), "non-config change must not change the checksum");
+    assert_ne!(
+        base,
+        checksum(&["--set", "controller.drainTerminating=true"]),
+        "config change must roll the pods"
+    );
+    assert_ne!(
+        base,
+        checksum(&["--set", "discovery.kubernetes.label_selector=app=web"])
+    );
+    assert_eq!(
+        base,
+        checksum(&["--set", "podLabels.team=a"]),
+        "non-config change must not change the checksum"
+    );
 }
 
 #[test]
@@ -140,10 +214,14 @@ fn chart_renders_single_cluster_config() {
         "kd",
         "kube-discovery",
         &[
-            "--set", "discovery.kubernetes.namespace_selector.not_match[0]=kube-.*",
-            "--set", "discovery.kubernetes.default_weight=0",
-            "--set", "discovery.kubernetes.watch_endpoint_slices=false",
-            "--set", "http.port=9090",
+            "--set",
+            "discovery.kubernetes.namespace_selector.not_match[0]=kube-.*",
+            "--set",
+            "discovery.kubernetes.default_weight=0",
+            "--set",
+            "discovery.kubernetes.watch_endpoint_slices=false",
+            "--set",
+            "http.port=9090",
         ],
     );
     let cfg: Value = serde_yaml::from_str(&rendered_config(&docs)).expect("config is YAML");
@@ -152,50 +230,86 @@ fn chart_renders_single_cluster_config() {
     assert_eq!(k["namespace_selector"], json!({"not_match": ["kube-.*"]}));
     assert_eq!(k["default_weight"], 0, "an explicit 0 weight is kept");
     assert_eq!(k["watch_endpoint_slices"], false);
-    assert!(k.get("service").is_none() && k.get("client").is_none(), "in-cluster defaults: {k}");
+    assert!(
+        k.get("service").is_none() && k.get("client").is_none(),
+        "in-cluster defaults: {k}"
+    );
     let kd = &cfg["kube_discovery"];
     assert_eq!(kd["http"]["addr"], "0.0.0.0:9090");
     assert_eq!(kd["leader_election"]["enabled"], true);
     assert_eq!(kd["leader_election"]["lease_name"], "kd-kube-discovery");
     assert_eq!(kd["leader_election"]["lease_namespace"], "kube-discovery");
     let dep = find(&docs, "Deployment", None);
-    assert_eq!(dep["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"], 9090);
+    assert_eq!(
+        dep["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"],
+        9090
+    );
 }
 
 #[test]
 fn chart_renders_multi_cluster_config_with_secret_credentials() {
     let docs = render("kd", "kube-discovery", &["-f", &multi_values()]);
     let cfg: Value = serde_yaml::from_str(&rendered_config(&docs)).expect("config is YAML");
-    let list = cfg["discovery"]["kubernetes"].as_array().expect("multi cluster = list");
+    let list = cfg["discovery"]["kubernetes"]
+        .as_array()
+        .expect("multi cluster = list");
     let ids: Vec<&str> = list.iter().filter_map(|c| c["id"].as_str()).collect();
     assert_eq!(ids, ["local", "east", "west"]);
     let local = &list[0];
     assert_eq!(local["service"]["host"], "${KUBERNETES_SERVICE_HOST}");
-    assert_eq!(local["client"]["token_file"], "/var/run/secrets/kubernetes.io/serviceaccount/token");
+    assert_eq!(
+        local["client"]["token_file"],
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    );
     let east = &list[1];
-    assert_eq!(east["client"]["token_file"], "/etc/kube-discovery/clusters/east/token");
-    assert_eq!(east["service"]["ca_file"], "/etc/kube-discovery/clusters/east/ca.crt");
+    assert_eq!(
+        east["client"]["token_file"],
+        "/etc/kube-discovery/clusters/east/token"
+    );
+    assert_eq!(
+        east["service"]["ca_file"],
+        "/etc/kube-discovery/clusters/east/ca.crt"
+    );
     assert_eq!(east["service"]["port"], 6443);
     assert_eq!(east["default_weight"], 10);
     let west = &list[2];
-    assert_eq!(west["kubeconfig"], "/etc/kube-discovery/clusters/west/kubeconfig");
+    assert_eq!(
+        west["kubeconfig"],
+        "/etc/kube-discovery/clusters/west/kubeconfig"
+    );
     assert_eq!(west["context"], "west");
     assert!(west.get("service").is_none());
 
     // The Secrets are mounted exactly where the config points.
     let pod = &find(&docs, "Deployment", None)["spec"]["template"]["spec"];
-    let mounts = pod["containers"][0]["volumeMounts"].as_array().expect("mounts");
+    let mounts = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .expect("mounts");
     for (id, vol, secret, key, path) in [
         ("east", "cluster-east", "east-reader", "token", "token"),
         ("east", "cluster-east", "east-reader", "ca.crt", "ca.crt"),
-        ("west", "cluster-west", "west-kubeconfig", "kubeconfig", "kubeconfig"),
+        (
+            "west",
+            "cluster-west",
+            "west-kubeconfig",
+            "kubeconfig",
+            "kubeconfig",
+        ),
     ] {
         assert!(
-            mounts.iter().any(|m| m["name"] == vol && m["mountPath"] == format!("/etc/kube-discovery/clusters/{id}")),
+            mounts.iter().any(|m| m["name"] == vol
+                && m["mountPath"] == format!("/etc/kube-discovery/clusters/{id}")),
             "mount of {vol}: {mounts:?}"
         );
-        let v = pod["volumes"].as_array().expect("volumes").iter().find(|v| v["name"] == vol).expect(vol);
-        let sources = v["projected"]["sources"].as_array().expect("projected sources");
+        let v = pod["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .find(|v| v["name"] == vol)
+            .expect(vol);
+        let sources = v["projected"]["sources"]
+            .as_array()
+            .expect("projected sources");
         assert!(
             sources.iter().any(|s| s["secret"]["name"] == secret
                 && s["secret"]["items"] == json!([{"key": key, "path": path}])),
@@ -211,37 +325,109 @@ fn chart_renders_multi_cluster_config_with_secret_credentials() {
 #[test]
 fn chart_schema_rejects_bad_values_with_clear_messages() {
     let cases: &[(&[&str], &str)] = &[
-        (&["--set", "replicaCount=two"], "/replicaCount': got string, want integer"),
-        (&["--set", "unknownKey=1"], "additional properties 'unknownKey' not allowed"),
-        (&["--set", "controller.leaderElection.enabeld=true"], "additional properties 'enabeld' not allowed"),
-        (&["--set", "discovery.kubernetes.watch_endpointslices=true"], "additional properties 'watch_endpointslices' not allowed"),
-        (&["--set", "discovery.clusters[0].id=Bad_Id,discovery.clusters[0].inCluster=true"], "/discovery/clusters/0/id': 'Bad_Id' does not match pattern"),
-        (&["--set", "discovery.clusters[0].id=muchtoolong,discovery.clusters[0].inCluster=true"], "/discovery/clusters/0/id': 'muchtoolong' does not match pattern"),
-        (&["--set", "discovery.clusters[0].inCluster=true"], "missing property 'id'"),
-        (&["--set", "discovery.kubernetes.default_weight=-1"], "/discovery/kubernetes/default_weight': minimum"),
-        (&["--set-string", "discovery.kubernetes.watch_endpoint_slices=yes"], "/discovery/kubernetes/watch_endpoint_slices': got string, want boolean"),
-        (&["--set", "discovery.kubernetes.service.schema=ftp"], "/discovery/kubernetes/service/schema': value must be one of 'http', 'https'"),
-        (&["--set", "discovery.kubernetes.service.port=70000"], "/discovery/kubernetes/service/port"),
-        (&["--set", "discovery.kubernetes.client.token=s3cr3t"], "/discovery/kubernetes/client/token': 's3cr3t' does not match pattern"),
-        (&["--set", "discovery.kubernetes.namespace_selector.equal=a,discovery.kubernetes.namespace_selector.not_equal=b"], "/discovery/kubernetes/namespace_selector': maxProperties"),
-        (&["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy': value must be one of"),
-        (&["--set", "controller.logFormat=xml"], "/controller/logFormat': value must be one of 'json', 'text'"),
-        (&["--set", "controller.coalesceWindow=soon"], "/controller/coalesceWindow': 'soon' does not match pattern"),
+        (
+            &["--set", "replicaCount=two"],
+            "/replicaCount': got string, want integer",
+        ),
+        (
+            &["--set", "unknownKey=1"],
+            "additional properties 'unknownKey' not allowed",
+        ),
+        (
+            &["--set", "controller.leaderElection.enabeld=true"],
+            "additional properties 'enabeld' not allowed",
+        ),
+        (
+            &["--set", "discovery.kubernetes.watch_endpointslices=true"],
+            "additional properties 'watch_endpointslices' not allowed",
+        ),
+        (
+            &[
+                "--set",
+                "discovery.clusters[0].id=Bad_Id,discovery.clusters[0].inCluster=true",
+            ],
+            "/discovery/clusters/0/id': 'Bad_Id' does not match pattern",
+        ),
+        (
+            &[
+                "--set",
+                "discovery.clusters[0].id=muchtoolong,discovery.clusters[0].inCluster=true",
+            ],
+            "/discovery/clusters/0/id': 'muchtoolong' does not match pattern",
+        ),
+        (
+            &["--set", "discovery.clusters[0].inCluster=true"],
+            "missing property 'id'",
+        ),
+        (
+            &["--set", "discovery.kubernetes.default_weight=-1"],
+            "/discovery/kubernetes/default_weight': minimum",
+        ),
+        (
+            &[
+                "--set-string",
+                "discovery.kubernetes.watch_endpoint_slices=yes",
+            ],
+            "/discovery/kubernetes/watch_endpoint_slices': got string, want boolean",
+        ),
+        (
+            &["--set", "discovery.kubernetes.service.schema=ftp"],
+            "/discovery/kubernetes/service/schema': value must be one of 'http', 'https'",
+        ),
+        (
+            &["--set", "discovery.kubernetes.service.port=70000"],
+            "/discovery/kubernetes/service/port",
+        ),
+        (
+            &["--set", "discovery.kubernetes.client.token=s3cr3t"],
+            "/discovery/kubernetes/client/token': 's3cr3t' does not match pattern",
+        ),
+        (
+            &[
+                "--set",
+                "discovery.kubernetes.namespace_selector.equal=a,discovery.kubernetes.namespace_selector.not_equal=b",
+            ],
+            "/discovery/kubernetes/namespace_selector': maxProperties",
+        ),
+        (
+            &["--set", "image.pullPolicy=Sometimes"],
+            "/image/pullPolicy': value must be one of",
+        ),
+        (
+            &["--set", "controller.logFormat=xml"],
+            "/controller/logFormat': value must be one of 'json', 'text'",
+        ),
+        (
+            &["--set", "controller.coalesceWindow=soon"],
+            "/controller/coalesceWindow': 'soon' does not match pattern",
+        ),
         // Checks the schema cannot express are done by the templates.
         (
-            &["--set", "discovery.clusters[0].id=a,discovery.clusters[0].inCluster=true,discovery.clusters[1].id=a,discovery.clusters[1].inCluster=true"],
+            &[
+                "--set",
+                "discovery.clusters[0].id=a,discovery.clusters[0].inCluster=true,discovery.clusters[1].id=a,discovery.clusters[1].inCluster=true",
+            ],
             "discovery.clusters[1].id: duplicate cluster id \"a\"",
         ),
         (
-            &["--set", "discovery.clusters[0].id=a,discovery.clusters[0].service.host=h"],
+            &[
+                "--set",
+                "discovery.clusters[0].id=a,discovery.clusters[0].service.host=h",
+            ],
             "discovery.clusters[0] (id \"a\"): set one of inCluster, tokenSecret, kubeconfigSecret",
         ),
         (
-            &["--set", "discovery.clusters[0].id=a,discovery.clusters[0].inCluster=true,discovery.clusters[0].kubeconfigSecret.name=k"],
+            &[
+                "--set",
+                "discovery.clusters[0].id=a,discovery.clusters[0].inCluster=true,discovery.clusters[0].kubeconfigSecret.name=k",
+            ],
             "discovery.clusters[0] (id \"a\"): choose one way to connect",
         ),
         (
-            &["--set", "discovery.clusters[0].id=a,discovery.clusters[0].tokenSecret.name=t"],
+            &[
+                "--set",
+                "discovery.clusters[0].id=a,discovery.clusters[0].tokenSecret.name=t",
+            ],
             "discovery.clusters[0] (id \"a\"): service.host is required",
         ),
     ];
@@ -250,28 +436,46 @@ fn chart_schema_rejects_bad_values_with_clear_messages() {
         let out = run(template_cmd("kd", "kube-discovery", args));
         let t = text(&out);
         if out.status.success() {
-            failures.push(format!("{args:?}: accepted, expected rejection containing {want:?}"));
+            failures.push(format!(
+                "{args:?}: accepted, expected rejection containing {want:?}"
+            ));
         } else if !t.contains(want) {
             failures.push(format!("{args:?}: message lacks {want:?}:\n{t}"));
         }
     }
-    assert!(failures.is_empty(), "{} case(s) failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} case(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     // And the good values next to them are accepted (the table is not vacuous).
     for args in [
-        &["--set", "discovery.clusters[0].id=abc12345,discovery.clusters[0].inCluster=true"][..],
-        &["--set", "discovery.kubernetes.service.port=${KUBERNETES_SERVICE_PORT}"][..],
+        &[
+            "--set",
+            "discovery.clusters[0].id=abc12345,discovery.clusters[0].inCluster=true",
+        ][..],
+        &[
+            "--set",
+            "discovery.kubernetes.service.port=${KUBERNETES_SERVICE_PORT}",
+        ][..],
         &["--set", "discovery.kubernetes.client.token=${MY_TOKEN}"][..],
         &["--set", "controller.coalesceWindow=250ms"][..],
     ] {
         let out = run(template_cmd("kd", "kube-discovery", args));
-        assert!(out.status.success(), "{args:?} should be accepted:\n{}", text(&out));
+        assert!(
+            out.status.success(),
+            "{args:?} should be accepted:\n{}",
+            text(&out)
+        );
     }
 }
 
 #[test]
 fn chart_crd_equals_generated_crd_byte_for_byte() {
     let root = repo_root();
-    let generated = std::fs::read(root.join("crds/discoveredservices.yaml")).expect("crds/discoveredservices.yaml");
+    let generated = std::fs::read(root.join("crds/discoveredservices.yaml"))
+        .expect("crds/discoveredservices.yaml");
     let chart = std::fs::read(chart_dir().join("crds/discoveredservices.yaml")).expect("chart CRD");
     assert!(
         generated == chart,
@@ -279,7 +483,10 @@ fn chart_crd_equals_generated_crd_byte_for_byte() {
     );
     let docs = parse_docs(&String::from_utf8_lossy(&chart));
     assert_eq!(docs.len(), 1);
-    assert_eq!(docs[0]["metadata"]["name"], "discoveredservices.kubediscovery.io");
+    assert_eq!(
+        docs[0]["metadata"]["name"],
+        "discoveredservices.kubediscovery.io"
+    );
 }
 
 /// RBAC rules normalized for comparison: each rule's lists sorted, rules sorted.
@@ -306,7 +513,10 @@ fn assert_no_wildcards(what: &str, obj: &Value) {
     for r in obj["rules"].as_array().into_iter().flatten() {
         for k in ["apiGroups", "resources", "verbs", "resourceNames"] {
             for v in r[k].as_array().into_iter().flatten() {
-                assert!(v.as_str().is_some_and(|s| !s.contains('*')), "{what}: wildcard in {k}: {r}");
+                assert!(
+                    v.as_str().is_some_and(|s| !s.contains('*')),
+                    "{what}: wildcard in {k}: {r}"
+                );
             }
         }
     }
@@ -334,12 +544,19 @@ fn chart_rbac_equals_plain_rbac_manifests() {
         let kind = p["kind"].as_str().expect("kind");
         let name = p["metadata"]["name"].as_str().expect("name");
         let c = find(&chart, kind, Some(name));
-        assert_eq!(c["metadata"]["namespace"], p["metadata"]["namespace"], "{kind}/{name} namespace");
+        assert_eq!(
+            c["metadata"]["namespace"], p["metadata"]["namespace"],
+            "{kind}/{name} namespace"
+        );
         match kind {
             "ClusterRole" | "Role" => {
                 assert_no_wildcards(&format!("rbac/ {kind}/{name}"), p);
                 assert_no_wildcards(&format!("chart {kind}/{name}"), c);
-                assert_eq!(rules(c), rules(p), "{kind}/{name}: chart rules != rbac/ rules");
+                assert_eq!(
+                    rules(c),
+                    rules(p),
+                    "{kind}/{name}: chart rules != rbac/ rules"
+                );
             }
             "ClusterRoleBinding" | "RoleBinding" => {
                 assert_eq!(c["roleRef"], p["roleRef"], "{kind}/{name} roleRef");
@@ -356,7 +573,9 @@ fn chart_rbac_equals_plain_rbac_manifests() {
         let kind = c["kind"].as_str().unwrap_or_default();
         if ["ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"].contains(&kind) {
             assert!(
-                plain.iter().any(|p| p["kind"] == kind && p["metadata"]["name"] == c["metadata"]["name"]),
+                plain
+                    .iter()
+                    .any(|p| p["kind"] == kind && p["metadata"]["name"] == c["metadata"]["name"]),
                 "chart {kind}/{} has no counterpart in rbac/",
                 c["metadata"]["name"]
             );
@@ -376,7 +595,11 @@ fn chart_remote_reader_role_is_read_only() {
             {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
         ]}))
     );
-    let binding = find(&docs, "ClusterRoleBinding", Some("kube-discovery-remote-reader"));
+    let binding = find(
+        &docs,
+        "ClusterRoleBinding",
+        Some("kube-discovery-remote-reader"),
+    );
     assert_eq!(binding["roleRef"]["name"], "kube-discovery-remote-reader");
     let token = find(&docs, "Secret", Some("kube-discovery-remote-reader"));
     assert_eq!(token["type"], "kubernetes.io/service-account-token");

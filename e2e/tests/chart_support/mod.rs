@@ -51,7 +51,8 @@ pub fn helm() -> Command {
 /// Runs a command, returning its output (never panics on a non-zero exit).
 pub fn run(mut cmd: Command) -> Output {
     let shown = format!("{cmd:?}");
-    cmd.output().unwrap_or_else(|e| panic!("cannot run {shown}: {e}"))
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"))
 }
 
 /// Combined stdout+stderr as text.
@@ -136,7 +137,12 @@ pub fn rendered_config(docs: &[Value]) -> String {
         .iter()
         .filter(|d| d["kind"] == "ConfigMap" && d["data"]["config.yaml"].is_string())
         .collect();
-    assert_eq!(cms.len(), 1, "one ConfigMap with config.yaml: {:?}", kinds(docs));
+    assert_eq!(
+        cms.len(),
+        1,
+        "one ConfigMap with config.yaml: {:?}",
+        kinds(docs)
+    );
     cms[0]["data"]["config.yaml"]
         .as_str()
         .expect("config.yaml is a string")
