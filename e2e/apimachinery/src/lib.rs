@@ -4,7 +4,9 @@
 //! - [`selector`]: label and field selectors (parse + match, API server error text).
 //! - [`names`]: DNS-1123 / DNS-1035 / qualified-name / label-value validation.
 //! - [`patch`]: JSON merge patch, JSON patch and strategic merge patch.
+//! - [`rbac`]: RBAC authorization over stored Role/ClusterRole/bindings and 403 messages.
 
 pub mod names;
 pub mod patch;
+pub mod rbac;
 pub mod selector;
