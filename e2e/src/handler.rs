@@ -610,7 +610,9 @@ fn parse_body(ctx: &Ctx, body: &[u8]) -> ApiResult<Value> {
     let v: Value = match media.as_str() {
         "application/json" | "" => serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded as JSON: {e}")))?,
         "application/yaml" | "application/apply-patch+yaml" => serde_yaml::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded as YAML: {e}")))?,
-        "application/vnd.kubernetes.protobuf" => return Err(ApiError::unsupported_media_type(ct)),
+        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body).map_err(|(code, msg)| {
+            if code == 415 { ApiError::new(415, "UnsupportedMediaType", msg) } else { ApiError::bad_request(msg) }
+        })?,
         _ => serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}")))?,
     };
     if !v.is_object() {
@@ -923,8 +925,7 @@ fn write(
     }
     // --- names and namespace
     if old.is_none() {
-        let label = matches!(info.resource.as_str(), "namespaces" | "services");
-        if let Err(msg) = machinery::validate_name(&name, label) {
+        if let Err(msg) = machinery::validate_name(&info.kind, &name) {
             return Err(ApiError::invalid(&info.kind, &info.group, &name, vec![Cause::new("FieldValueInvalid", "metadata.name", format!("Invalid value: {name:?}: {msg}"))]));
         }
         if let Some(ns) = &ctx.namespace {
@@ -938,7 +939,11 @@ fn write(
             }
         }
     }
-    // --- type-specific defaults and validation
+    // --- labels, type-specific defaults and validation
+    let causes = machinery::validate_labels(&obj);
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(&info.kind, &info.group, &name, causes));
+    }
     crate::types::admit(info, &ctx.version, old.as_deref(), &mut obj, st, ctx.q("fieldValidation"))?;
     // --- generation
     if info.has_generation {
@@ -1159,7 +1164,11 @@ fn delete_options(ctx: &Ctx, body: &[u8]) -> ApiResult<(bool, Option<Value>)> {
     let mut policy = ctx.q("propagationPolicy").map(str::to_string);
     let mut preconditions = None;
     if !body.iter().all(u8::is_ascii_whitespace) {
-        let opts: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
+        let opts: Value = if body.starts_with(b"k8s\0") {
+            crate::protobuf::decode(body).map_err(|(_, m)| ApiError::bad_request(format!("invalid DeleteOptions: {m}")))?
+        } else {
+            serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+        };
         if let Some(p) = opts.get("propagationPolicy").and_then(Value::as_str) {
             policy = Some(p.to_string());
         }

@@ -27,6 +27,7 @@
 pub mod discovery;
 pub mod handler;
 pub mod machinery;
+pub mod protobuf;
 pub mod registry;
 pub mod server;
 pub mod status;

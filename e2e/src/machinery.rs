@@ -5,8 +5,7 @@
 //! SHIM: parts of `kube-sim-apimachinery` had not landed when this was written;
 //! functions marked `SHIM` are temporary minimal stand-ins, replaced as modules land.
 
-use std::collections::BTreeMap;
-
+use kube_sim_apimachinery::{names, selector};
 use serde_json::Value;
 
 use crate::status::{ApiError, Cause};
@@ -31,96 +30,65 @@ impl CompiledSchema {
     }
 }
 
-/// A parsed label selector.
-#[derive(Debug, Clone, Default)]
-pub struct LabelSel {
-    reqs: Vec<(String, Option<String>)>,
-}
+/// A parsed label selector (`kube_sim_apimachinery::selector`).
+#[derive(Debug, Clone)]
+pub struct LabelSel(selector::LabelSelector);
 
 impl LabelSel {
-    /// SHIM: equality and existence only.
     pub fn parse(s: &str) -> Result<Self, ApiError> {
-        let mut reqs = Vec::new();
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            match part.split_once('=') {
-                Some((k, v)) => reqs.push((k.trim().to_string(), Some(v.trim_start_matches('=').trim().to_string()))),
-                None => reqs.push((part.to_string(), None)),
-            }
-        }
-        Ok(LabelSel { reqs })
+        selector::LabelSelector::parse(s).map(LabelSel).map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
-        let labels = obj.pointer("/metadata/labels");
-        self.reqs.iter().all(|(k, v)| {
-            let actual = labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-            match v {
-                Some(v) => actual == Some(v.as_str()),
-                None => actual.is_some(),
-            }
-        })
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.reqs.is_empty()
+        self.0.is_empty() || self.0.matches_value(obj.pointer("/metadata/labels"))
     }
 }
 
 /// A parsed field selector over `metadata.name` / `metadata.namespace`.
-#[derive(Debug, Clone, Default)]
-pub struct FieldSel {
-    reqs: Vec<(String, bool, String)>,
-}
+#[derive(Debug, Clone)]
+pub struct FieldSel(selector::FieldSelector);
 
 pub const SUPPORTED_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
 
 impl FieldSel {
-    /// SHIM
     pub fn parse(s: &str) -> Result<Self, ApiError> {
-        let mut reqs = Vec::new();
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, neg, v) = if let Some((k, v)) = part.split_once("!=") {
-                (k, true, v)
-            } else if let Some((k, v)) = part.split_once("==") {
-                (k, false, v)
-            } else if let Some((k, v)) = part.split_once('=') {
-                (k, false, v)
-            } else {
-                return Err(ApiError::bad_request(format!("invalid selector: '{part}'; can't understand '{part}'")));
-            };
-            if !SUPPORTED_FIELDS.contains(&k) {
-                return Err(ApiError::bad_request(format!("field label not supported: {k}")));
-            }
-            reqs.push((k.to_string(), neg, v.to_string()));
-        }
-        Ok(FieldSel { reqs })
+        selector::FieldSelector::parse(s, SUPPORTED_FIELDS).map(FieldSel).map_err(|e| ApiError::bad_request(e.to_string()))
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
-        self.reqs.iter().all(|(k, neg, v)| {
-            let actual = match k.as_str() {
-                "metadata.name" => obj.pointer("/metadata/name"),
-                _ => obj.pointer("/metadata/namespace"),
-            }
-            .and_then(Value::as_str)
-            .unwrap_or("");
-            (actual == v) != *neg
-        })
+        self.0.is_empty()
+            || self.0.matches(|f| match f {
+                "metadata.name" => obj.pointer("/metadata/name").and_then(Value::as_str).map(str::to_string),
+                "metadata.namespace" => Some(obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string()),
+                _ => None,
+            })
     }
 }
 
-/// Kubernetes object-name validation; `label` for DNS-1123 labels (namespaces, services).
-pub fn validate_name(name: &str, label: bool) -> Result<(), String> {
-    // SHIM
-    let ok_len = if label { name.len() <= 63 } else { name.len() <= 253 };
-    let ok_chars = name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (!label && c == '.'));
-    let ok_ends = name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && name.chars().last().is_some_and(|c| c.is_ascii_alphanumeric());
-    if ok_len && ok_chars && ok_ends {
-        Ok(())
-    } else {
-        Err(format!("{name:?}: a lowercase RFC 1123 name is required"))
+/// Kubernetes object-name validation for `kind`.
+pub fn validate_name(kind: &str, name: &str) -> Result<(), String> {
+    names::validate_object_name(kind, name)
+}
+
+/// Validate `metadata.labels` keys and values; returns field causes.
+pub fn validate_labels(obj: &Value) -> Vec<Cause> {
+    let mut out = Vec::new();
+    if let Some(labels) = obj.pointer("/metadata/labels").and_then(Value::as_object) {
+        for (k, v) in labels {
+            if let Err(e) = names::validate_qualified_name(k) {
+                out.push(Cause::new("FieldValueInvalid", "metadata.labels", format!("Invalid value: {k:?}: {e}")));
+            }
+            match v.as_str() {
+                Some(v) => {
+                    if let Err(e) = names::validate_label_value(v) {
+                        out.push(Cause::new("FieldValueInvalid", &format!("metadata.labels"), format!("Invalid value: {v:?}: {e}")));
+                    }
+                }
+                None => out.push(Cause::new("FieldValueTypeInvalid", "metadata.labels", format!("Invalid value: label {k:?} must be a string"))),
+            }
+        }
     }
+    out
 }
 
 pub fn merge_patch(target: &mut Value, patch: &Value) {
@@ -191,5 +159,3 @@ pub fn ssa_apply(live: Option<&Value>, applied: &Value, _manager: &str, _force: 
 /// SHIM: no-op.
 pub fn record_update(_old: Option<&Value>, _new: &mut Value, _manager: &str, _now: &str, _api_version: &str) {}
 
-#[allow(dead_code)]
-fn _unused(_: BTreeMap<String, String>) {}
