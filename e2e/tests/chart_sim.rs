@@ -1,0 +1,576 @@
+//! Chart tests against kube-sim, driving the real `kubectl` and `helm`
+//! binaries as a user would:
+//!
+//! * `kubectl apply -f rbac/ -f crds/` (the no-Helm path) and the rendered
+//!   chart (default and multi-cluster values) accepted by `--dry-run=server`
+//!   with kubectl v1.34 and the machine's kubectl, storing nothing;
+//! * `helm install` → `helm upgrade` (changed config rolls the checksum) →
+//!   `helm uninstall` leaving nothing behind but the CRD;
+//! * the controller binary run the way the chart runs it: the config read
+//!   back from the installed ConfigMap, the chart ServiceAccount's token, RBAC
+//!   enforced by kube-sim; `kubectl get dsvc -A` shows the expected object.
+
+mod chart_support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use chart_support::*;
+use kube_sim::{Sim, SimConfig};
+use serde_json::Value;
+
+const NS: &str = "kube-discovery";
+const RELEASE: &str = "kd";
+const FULLNAME: &str = "kd-kube-discovery";
+
+/// A kube-sim (TLS) with an admin kubeconfig in a temporary directory.
+struct Env {
+    sim: Sim,
+    dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+}
+
+impl Env {
+    async fn start() -> Env {
+        let sim = Sim::start(SimConfig {
+            tls: true,
+            ..SimConfig::default()
+        })
+        .await
+        .expect("kube-sim starts");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        sim.write_kubeconfig(&kubeconfig, &sim.admin_token())
+            .expect("kubeconfig");
+        Env {
+            sim,
+            dir,
+            kubeconfig,
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Runs a command without blocking the runtime's other workers (kube-sim
+    /// serves on them).
+    fn exec(&self, mut cmd: Command) -> Output {
+        cmd.env("KUBECONFIG", &self.kubeconfig);
+        tokio::task::block_in_place(|| run(cmd))
+    }
+
+    fn kubectl_bin(&self, bin: &str, args: &[&str]) -> Output {
+        let mut c = Command::new(tool(bin));
+        c.args(args);
+        self.exec(c)
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_bin("kubectl-1.34", args)
+    }
+
+    /// kubectl that must succeed; returns stdout.
+    fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed:\n{}",
+            text(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn helm_ok(&self, args: &[&str]) -> String {
+        let mut c = helm();
+        c.args(args);
+        let out = self.exec(c);
+        assert!(
+            out.status.success(),
+            "helm {args:?} failed:\n{}",
+            text(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `kubectl get <kind> <name> [-n ns]` exit status as "exists".
+    fn exists(&self, kind: &str, name: &str, ns: Option<&str>) -> bool {
+        let mut args = vec!["get", kind, name, "-o", "name"];
+        if let Some(ns) = ns {
+            args.extend(["-n", ns]);
+        }
+        let out = self.kubectl(&args);
+        if out.status.success() {
+            return true;
+        }
+        let t = text(&out);
+        assert!(
+            t.contains("NotFound") || t.contains("not found"),
+            "kubectl {args:?}: unexpected error:\n{t}"
+        );
+        false
+    }
+}
+
+/// The release's objects: (kubectl kind, name, namespace).
+fn release_objects() -> Vec<(&'static str, String, Option<&'static str>)> {
+    vec![
+        ("serviceaccount", FULLNAME.into(), Some(NS)),
+        ("configmap", FULLNAME.into(), Some(NS)),
+        ("clusterrole", FULLNAME.into(), None),
+        ("clusterrolebinding", FULLNAME.into(), None),
+        ("role", format!("{FULLNAME}-leader-election"), Some(NS)),
+        (
+            "rolebinding",
+            format!("{FULLNAME}-leader-election"),
+            Some(NS),
+        ),
+        ("service", FULLNAME.into(), Some(NS)),
+        ("deployment", FULLNAME.into(), Some(NS)),
+        ("poddisruptionbudget", FULLNAME.into(), Some(NS)),
+    ]
+}
+
+fn write_rendered(env: &Env, name: &str, args: &[&str]) -> (PathBuf, usize) {
+    let out = run(template_cmd(RELEASE, NS, args));
+    assert!(
+        out.status.success(),
+        "helm template {args:?}:\n{}",
+        text(&out)
+    );
+    let yaml = String::from_utf8_lossy(&out.stdout).into_owned();
+    let count = parse_docs(&yaml).len();
+    let p = env.path(name);
+    std::fs::write(&p, yaml).expect("write rendered chart");
+    (p, count)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chart_plain_rbac_applies_and_rendered_chart_passes_server_dry_run() {
+    let env = Env::start().await;
+    let root = repo_root();
+    let (rbac, crds) = (root.join("rbac"), root.join("crds"));
+    // The no-Helm path from the README.
+    let out = env.kubectl_ok(&[
+        "apply",
+        "-f",
+        &rbac.display().to_string(),
+        "-f",
+        &crds.display().to_string(),
+    ]);
+    for obj in [
+        "namespace/kube-discovery",
+        "serviceaccount/kube-discovery",
+        "clusterrole.rbac.authorization.k8s.io/kube-discovery",
+        "clusterrolebinding.rbac.authorization.k8s.io/kube-discovery",
+        "role.rbac.authorization.k8s.io/kube-discovery-leader-election",
+        "rolebinding.rbac.authorization.k8s.io/kube-discovery-leader-election",
+        "customresourcedefinition.apiextensions.k8s.io/discoveredservices.kubediscovery.io",
+    ] {
+        assert!(
+            out.contains(&format!("{obj} created")),
+            "apply output lacks {obj}:\n{out}"
+        );
+    }
+    for f in [
+        "rbac/optional/configmap-snapshot.yaml",
+        "rbac/remote/remote-reader.yaml",
+    ] {
+        env.kubectl_ok(&[
+            "apply",
+            "--dry-run=server",
+            "-f",
+            &root.join(f).display().to_string(),
+        ]);
+    }
+
+    let multi = chart_dir()
+        .join("ci/multi-cluster-values.yaml")
+        .display()
+        .to_string();
+    for (file, args) in [
+        ("default.yaml", vec![]),
+        ("multi.yaml", vec!["-f", multi.as_str()]),
+    ] {
+        let (path, count) = write_rendered(&env, file, &args);
+        assert!(count >= 9, "{file}: {count} objects");
+        for bin in ["kubectl-1.34", "kubectl"] {
+            let out = env.kubectl_bin(
+                bin,
+                &[
+                    "apply",
+                    "--dry-run=server",
+                    "-f",
+                    &path.display().to_string(),
+                ],
+            );
+            let t = text(&out);
+            assert!(
+                out.status.success(),
+                "{bin} apply --dry-run=server {file} failed:\n{t}"
+            );
+            assert_eq!(
+                t.matches("(server dry run)").count(),
+                count,
+                "{bin} {file}: one line per object:\n{t}"
+            );
+        }
+    }
+    // A dry run stores nothing.
+    for (kind, name, ns) in release_objects() {
+        assert!(
+            !env.exists(kind, &name, ns),
+            "{kind}/{name} exists after a dry run"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chart_helm_install_upgrade_uninstall_leaves_only_the_crd() {
+    let env = Env::start().await;
+    let chart = chart_dir().display().to_string();
+    env.helm_ok(&[
+        "install",
+        RELEASE,
+        &chart,
+        "--namespace",
+        NS,
+        "--create-namespace",
+    ]);
+    assert!(
+        env.exists("crd", "discoveredservices.kubediscovery.io", None),
+        "helm installs crds/"
+    );
+    for (kind, name, ns) in release_objects() {
+        assert!(
+            env.exists(kind, &name, ns),
+            "{kind}/{name} missing after helm install"
+        );
+    }
+    let checksum = |env: &Env| {
+        env.kubectl_ok(&[
+            "get",
+            "deployment",
+            FULLNAME,
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.spec.template.metadata.annotations.checksum/config}",
+        ])
+    };
+    let config = |env: &Env| {
+        env.kubectl_ok(&[
+            "get",
+            "configmap",
+            FULLNAME,
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.data.config\\.yaml}",
+        ])
+    };
+    let before = checksum(&env);
+    assert_eq!(before.len(), 64, "checksum annotation: {before:?}");
+    assert!(config(&env).contains("drain_terminating: false"));
+
+    env.helm_ok(&[
+        "upgrade",
+        RELEASE,
+        &chart,
+        "--namespace",
+        NS,
+        "--set",
+        "controller.drainTerminating=true",
+    ]);
+    assert!(
+        config(&env).contains("drain_terminating: true"),
+        "upgrade changed the ConfigMap"
+    );
+    let after = checksum(&env);
+    assert_ne!(
+        before, after,
+        "a config change must change the pod template (rolls the pods)"
+    );
+    let history = env.helm_ok(&["history", RELEASE, "--namespace", NS, "-o", "json"]);
+    let history: Value = serde_json::from_str(&history).expect("helm history json");
+    assert_eq!(history.as_array().map(Vec::len), Some(2), "{history}");
+
+    env.helm_ok(&["uninstall", RELEASE, "--namespace", NS]);
+    for (kind, name, ns) in release_objects() {
+        assert!(
+            !env.exists(kind, &name, ns),
+            "{kind}/{name} left after helm uninstall"
+        );
+    }
+    let left = env.kubectl_ok(&["get", "secrets", "-n", NS, "-l", "owner=helm", "-o", "name"]);
+    assert!(left.trim().is_empty(), "helm release secrets left: {left}");
+    let left = env.kubectl_ok(&[
+        "get",
+        "clusterroles,clusterrolebindings",
+        "-l",
+        &format!("app.kubernetes.io/instance={RELEASE}"),
+        "-o",
+        "name",
+    ]);
+    assert!(left.trim().is_empty(), "cluster objects left: {left}");
+    assert!(
+        env.exists("crd", "discoveredservices.kubediscovery.io", None),
+        "Helm keeps crds/ on uninstall by design"
+    );
+}
+
+/// The controller binary built by `./test.sh` (`cargo build --workspace --bins`).
+fn controller_bin() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"));
+    let p = target.join("debug/kube-discovery");
+    assert!(
+        p.exists(),
+        "{} is missing: build it with `cargo build -p kube-discovery` (./test.sh does)",
+        p.display()
+    );
+    p
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// Minimal HTTP/1.1 GET: (status, body).
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+/// Stops the controller (SIGTERM, then SIGKILL) when the test ends.
+struct Controller(Child);
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.0.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chart_controller_works_with_chart_config_and_service_account_rbac() {
+    let env = Env::start().await;
+    let bin = controller_bin();
+    let (token_file, ca_file) = (env.path("token"), env.path("ca.crt"));
+    std::fs::write(&ca_file, env.sim.ca_pem().expect("TLS CA")).expect("write CA");
+    // The chart's ServiceAccount token (kube-sim enforces RBAC for it).
+    std::fs::write(&token_file, env.sim.issue_token(NS, FULLNAME)).expect("write token");
+
+    // Install the chart pointing the controller at kube-sim instead of in-cluster.
+    let port = env.sim.addr().port().to_string();
+    let chart = chart_dir().display().to_string();
+    let sets = [
+        "discovery.kubernetes.service.schema=https".to_string(),
+        "discovery.kubernetes.service.host=127.0.0.1".to_string(),
+        format!("discovery.kubernetes.service.port={port}"),
+        "discovery.kubernetes.service.ssl_verify=true".to_string(),
+        format!("discovery.kubernetes.service.ca_file={}", ca_file.display()),
+        format!(
+            "discovery.kubernetes.client.token_file={}",
+            token_file.display()
+        ),
+    ];
+    let mut args = vec![
+        "install",
+        RELEASE,
+        chart.as_str(),
+        "--namespace",
+        NS,
+        "--create-namespace",
+    ];
+    for s in &sets {
+        args.extend(["--set", s.as_str()]);
+    }
+    env.helm_ok(&args);
+
+    // The config exactly as the pod would mount it.
+    let config = env.kubectl_ok(&[
+        "get",
+        "configmap",
+        FULLNAME,
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.data.config\\.yaml}",
+    ]);
+    let config_file = env.path("config.yaml");
+    std::fs::write(&config_file, &config).expect("write config");
+
+    // A Service with one EndpointSlice: two ready endpoints (one with `ready`
+    // absent, which means ready) and one not ready.
+    let backend = env.path("backend.yaml");
+    std::fs::write(
+        &backend,
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-abcde
+  namespace: shop
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+  - addresses: ["10.0.0.2"]
+    conditions: {ready: true}
+  - addresses: ["10.0.0.1"]
+  - addresses: ["10.0.0.3"]
+    conditions: {ready: false}
+"#,
+    )
+    .expect("write backend");
+    env.kubectl_ok(&["apply", "-f", &backend.display().to_string()]);
+
+    let http_port = free_port();
+    let (stdout, stderr) = (env.path("controller.out"), env.path("controller.err"));
+    let child = Command::new(&bin)
+        .args(["run", "--config", &config_file.display().to_string()])
+        .args([
+            "--http-addr",
+            &format!("127.0.0.1:{http_port}"),
+            "--log-format",
+            "json",
+        ])
+        .env_remove("KUBECONFIG")
+        .env("POD_NAME", "kd-kube-discovery-test-0")
+        .env("POD_NAMESPACE", NS)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::from(
+            std::fs::File::create(&stdout).expect("stdout file"),
+        ))
+        .stderr(Stdio::from(
+            std::fs::File::create(&stderr).expect("stderr file"),
+        ))
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+    let mut controller = Controller(child);
+
+    // Wait for the DiscoveredService with exactly the ready endpoints.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let want = serde_json::json!([
+        {"host": "10.0.0.1", "port": 8080, "weight": 50},
+        {"host": "10.0.0.2", "port": 8080, "weight": 50},
+    ]);
+    loop {
+        if let Ok(Some(status)) = controller.0.try_wait() {
+            panic!(
+                "controller exited early ({status}) with the chart config\nconfig:\n{config}\nstderr:\n{}\nstdout:\n{}",
+                read(&stderr),
+                read(&stdout)
+            );
+        }
+        let out = env.kubectl(&[
+            "get",
+            "discoveredservices",
+            "web",
+            "-n",
+            "shop",
+            "-o",
+            "json",
+        ]);
+        let last = if out.status.success() {
+            let v: Value = serde_json::from_slice(&out.stdout).expect("dsvc json");
+            if v["spec"]["ports"]["http"] == want {
+                assert_eq!(v["spec"]["service"], "shop/web");
+                break;
+            }
+            v["spec"].to_string()
+        } else {
+            text(&out)
+        };
+        assert!(
+            Instant::now() < deadline,
+            "no DiscoveredService shop/web with {want} after 60s; last: {last}\ncontroller stderr:\n{}\nstdout:\n{}",
+            read(&stderr),
+            read(&stdout)
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // What a user sees.
+    let table = env.kubectl_ok(&["get", "dsvc", "-A"]);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.split_whitespace().take(2).eq(["shop", "web"])),
+        "kubectl get dsvc -A lacks shop/web:\n{table}"
+    );
+    // Leader election used the Lease the chart's Role allows.
+    assert!(
+        env.exists("lease", FULLNAME, Some(NS)),
+        "Lease {NS}/{FULLNAME} not created"
+    );
+    // The HTTP API agrees, and the controller is ready.
+    let (code, body) = http_get(
+        http_port,
+        "/v1/discovery/kubernetes/nodes?service=shop/web:http",
+    )
+    .expect("HTTP API answers");
+    assert_eq!(code, 200, "{body}");
+    let nodes: Value =
+        serde_json::from_str(body.trim()).unwrap_or_else(|e| panic!("nodes JSON ({e}): {body}"));
+    assert_eq!(nodes, want);
+    let (code, body) = http_get(http_port, "/readyz").expect("readyz answers");
+    assert_eq!(code, 200, "/readyz: {body}");
+    // Exactly the chart's permissions were enough: nothing was forbidden.
+    let logs = format!("{}{}", read(&stdout), read(&stderr));
+    assert!(
+        !logs.contains("Forbidden") && !logs.contains("forbidden") && !logs.contains(" 403"),
+        "the controller hit a permission error with the chart's RBAC:\n{logs}"
+    );
+    assert!(
+        !logs.contains(&read(&token_file)),
+        "the token must never be logged"
+    );
+    drop(controller);
+}
