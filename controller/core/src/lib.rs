@@ -12,12 +12,14 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod config;
 pub mod convert;
 pub mod crd;
 pub mod filter;
 pub mod index;
 pub mod model;
 
+pub use config::{ClusterConfig, Config, ConfigErrors, Connection, Settings, parse_config};
 pub use convert::{ConvertOptions, Converted};
 pub use filter::{LabelSelector, NamespaceFilter};
 pub use index::Index;
