@@ -5,7 +5,7 @@
 //! SHIM: parts of `kube-sim-apimachinery` had not landed when this was written;
 //! functions marked `SHIM` are temporary minimal stand-ins, replaced as modules land.
 
-use kube_sim_apimachinery::{names, selector};
+use kube_sim_apimachinery::{names, patch, rbac, selector};
 use serde_json::Value;
 
 use crate::status::{ApiError, Cause};
@@ -92,18 +92,17 @@ pub fn validate_labels(obj: &Value) -> Vec<Cause> {
 }
 
 pub fn merge_patch(target: &mut Value, patch: &Value) {
-    json_patch::merge(target, patch);
+    patch::merge_patch(target, patch);
 }
 
-pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), String> {
-    let p: json_patch::Patch = serde_json::from_value(patch.clone()).map_err(|e| e.to_string())?;
-    json_patch::patch(target, &p).map_err(|e| e.to_string())
+/// RFC 6902 JSON patch; the error text is the Status message.
+pub fn json_patch(target: &mut Value, patch_doc: &Value) -> Result<(), String> {
+    patch::json_patch(target, patch_doc).map_err(|e| e.to_string())
 }
 
-/// SHIM: merge semantics.
-pub fn strategic_merge_patch(target: &mut Value, patch: &Value, _kind: &str) -> Result<(), String> {
-    json_patch::merge(target, patch);
-    Ok(())
+/// Strategic merge patch for `kind` (list merge keys of the built-in types).
+pub fn strategic_merge_patch(target: &mut Value, patch_doc: &Value, kind: &str) -> Result<(), String> {
+    patch::strategic_merge_patch(target, patch_doc, kind).map_err(|e| e.to_string())
 }
 
 /// The authenticated user of a request.
@@ -114,26 +113,23 @@ pub struct User {
     pub admin: bool,
 }
 
+impl User {
+    fn info(&self) -> rbac::UserInfo {
+        rbac::UserInfo { name: self.name.clone(), groups: self.groups.clone() }
+    }
+}
+
 /// What a request does, for RBAC.
-#[derive(Debug, Clone, Default)]
-pub struct Attributes {
-    pub verb: String,
-    pub api_group: String,
-    pub resource: String,
-    pub subresource: String,
-    pub namespace: String,
-    pub name: String,
-    pub resource_request: bool,
-    pub path: String,
+pub type Attributes = rbac::RequestAttributes;
+
+/// Evaluate the stored RBAC objects (`kube_sim_apimachinery::rbac`).
+pub fn authorize(user: &User, attrs: &Attributes, objs: &RbacObjects) -> bool {
+    rbac::authorize(&user.info(), attrs, &objs.roles, &objs.cluster_roles, &objs.role_bindings, &objs.cluster_role_bindings)
 }
 
-/// SHIM: allow everything.
-pub fn authorize(_user: &User, _attrs: &Attributes, _rbac: &RbacObjects) -> bool {
-    true
-}
-
+/// The 403 message, exactly as the real server writes it.
 pub fn forbidden_message(user: &User, attrs: &Attributes) -> String {
-    format!("User {:?} cannot {} resource {:?}", user.name, attrs.verb, attrs.resource)
+    rbac::forbidden_message(&user.info(), attrs)
 }
 
 /// The RBAC objects currently stored.

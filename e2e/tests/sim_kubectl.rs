@@ -1,0 +1,271 @@
+//! Real kubectl (the machine's v1.32 and v1.34 from `.tools/bin`) against kube-sim
+//! over TLS: namespaces, client-side and server-side apply, get -o json, watch,
+//! selectors, a CRD with printer columns, patch, delete, and RBAC denial.
+
+mod sim_support;
+
+use std::io::{BufRead, BufReader};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use sim_support::{ADMIN, Cli, start};
+
+const NS2: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: demo2\n  labels: {team: blue}\n";
+
+fn workloads(ip: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: demo
+  labels: {{app: web, tier: front}}
+spec:
+  selector: {{app: web}}
+  ports:
+  - name: http
+    port: 80
+    targetPort: 8080
+---
+apiVersion: v1
+kind: Endpoints
+metadata:
+  name: web
+  namespace: demo
+  labels: {{app: web}}
+subsets:
+- addresses:
+  - ip: {ip}
+  ports:
+  - name: http
+    port: 8080
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-abc
+  namespace: demo
+  labels: {{kubernetes.io/service-name: web, app: web}}
+addressType: IPv4
+endpoints:
+- addresses: [{ip}]
+  conditions: {{ready: true}}
+ports:
+- name: http
+  port: 8080
+  protocol: TCP
+"#
+    )
+}
+
+const SSA: &str = r#"apiVersion: v1
+kind: Service
+metadata:
+  name: api
+  namespace: demo
+  labels: {app: api, tier: back}
+spec:
+  ports:
+  - name: grpc
+    port: 9000
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: api-1
+  namespace: demo
+  labels: {kubernetes.io/service-name: api}
+addressType: IPv4
+endpoints:
+- addresses: [10.1.0.1]
+- addresses: [10.1.0.2]
+ports:
+- name: grpc
+  port: 9000
+"#;
+
+const CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget, shortNames: [wg]}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    additionalPrinterColumns:
+    - {name: Size, type: integer, jsonPath: .spec.size}
+    - {name: Color, type: string, jsonPath: .spec.color}
+    - {name: Age, type: date, jsonPath: .metadata.creationTimestamp}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            required: [size]
+            properties:
+              size: {type: integer, minimum: 1, maximum: 10}
+              color: {type: string, enum: [red, blue]}
+          status:
+            type: object
+            x-kubernetes-preserve-unknown-fields: true
+"#;
+
+const WIDGET: &str = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: demo, labels: {team: a}}\nspec: {size: 3, color: red}\n";
+
+fn scenario(bin: &'static str) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let sim = rt.block_on(start(true));
+    let k = Cli::new(&sim, bin, ADMIN);
+
+    // Namespaces: the generator (protobuf body) and a manifest.
+    assert!(k.ok(&["create", "namespace", "demo"]).contains("namespace/demo created"));
+    let ns2 = k.write("ns2.yaml", NS2);
+    k.ok(&["apply", "-f", ns2.to_str().expect("path")]);
+    let names = k.ok(&["get", "namespaces", "-o", "name"]);
+    for ns in ["namespace/default", "namespace/demo", "namespace/demo2"] {
+        assert!(names.lines().any(|l| l == ns), "{ns} missing in {names}");
+    }
+    assert_eq!(k.ok(&["get", "ns", "-l", "team=blue", "-o", "name"]).trim(), "namespace/demo2");
+
+    // Client-side apply: created, unchanged, configured.
+    let m1 = k.write("w1.yaml", &workloads("10.0.0.1"));
+    let m1 = m1.to_str().expect("path");
+    let out = k.ok(&["apply", "-f", m1]);
+    for line in ["service/web created", "endpoints/web created", "endpointslice.discovery.k8s.io/web-abc created"] {
+        assert!(out.contains(line), "{line:?} not in {out}");
+    }
+    assert_eq!(k.ok(&["apply", "-f", m1]).matches("unchanged").count(), 3);
+    let m2 = k.write("w2.yaml", &workloads("10.0.0.2"));
+    let out = k.ok(&["apply", "-f", m2.to_str().expect("path")]);
+    assert!(out.contains("endpointslice.discovery.k8s.io/web-abc configured"), "{out}");
+    assert!(out.contains("service/web unchanged"), "{out}");
+
+    // get -o json returns what was applied, with server-filled fields.
+    let slice = k.json(&["-n", "demo", "get", "endpointslice", "web-abc", "-o", "json"]);
+    assert_eq!(slice["endpoints"][0]["addresses"][0], "10.0.0.2");
+    assert!(slice["metadata"]["uid"].as_str().is_some_and(|u| !u.is_empty()));
+    let svc = k.json(&["-n", "demo", "get", "svc", "web", "-o", "json"]);
+    assert!(svc["spec"]["clusterIP"].as_str().is_some_and(|ip| ip.starts_with("10.96.")), "{svc}");
+    assert_eq!(svc["spec"]["ports"][0]["protocol"], "TCP");
+
+    // Server-side apply.
+    let ssa = k.write("ssa.yaml", SSA);
+    let out = k.ok(&["apply", "--server-side", "-f", ssa.to_str().expect("path")]);
+    assert!(out.contains("service/api serverside-applied"), "{out}");
+    let api = k.json(&["-n", "demo", "get", "endpointslice", "api-1", "-o", "json"]);
+    assert_eq!(api["endpoints"].as_array().map(Vec::len), Some(2));
+
+    // Label and field selectors.
+    let by_label = |sel: &str| k.ok(&["-n", "demo", "get", "svc", "-l", sel, "-o", "name"]);
+    assert_eq!(by_label("tier in (front)").trim(), "service/web");
+    assert_eq!(by_label("tier notin (front)").trim(), "service/api");
+    assert_eq!(by_label("app,!missing").lines().count(), 2);
+    assert_eq!(by_label("app!=web").trim(), "service/api");
+    let by_field = |sel: &str| k.ok(&["get", "svc", "-A", "--field-selector", sel, "-o", "name"]);
+    assert_eq!(by_field("metadata.name=api").trim(), "service/api");
+    assert_eq!(by_field("metadata.name!=api,metadata.namespace==demo").trim(), "service/web");
+    let err = k.fails(&["get", "svc", "-A", "--field-selector", "spec.type=ClusterIP"]);
+    assert!(err.contains("field label not supported: spec.type"), "{err}");
+
+    // get --watch sees a change.
+    let mut child = k.spawn(&["-n", "demo", "get", "endpoints", "web", "--watch", "-o", "jsonpath={.subsets[0].addresses[0].ip}{\"\\n\"}"]);
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    assert_eq!(rx.recv_timeout(Duration::from_secs(20)).expect("initial watch line"), "10.0.0.2");
+    k.ok(&["-n", "demo", "patch", "endpoints", "web", "--type=json", "-p", r#"[{"op":"replace","path":"/subsets/0/addresses/0/ip","value":"10.0.0.9"}]"#]);
+    let seen = rx.recv_timeout(Duration::from_secs(20)).expect("watch saw the change");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(seen, "10.0.0.9");
+
+    // A CRD: served after apply, printer columns, patch, delete.
+    let crd = k.write("crd.yaml", CRD);
+    k.ok(&["apply", "-f", crd.to_str().expect("path")]);
+    k.ok(&["wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=20s"]);
+    let w = k.write("widget.yaml", WIDGET);
+    assert!(k.ok(&["apply", "-f", w.to_str().expect("path")]).contains("widget.example.com/w1 created"));
+    let table = k.ok(&["-n", "demo", "get", "widgets"]);
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().expect("header").split_whitespace().collect();
+    assert_eq!(header, ["NAME", "SIZE", "COLOR", "AGE"], "{table}");
+    let row: Vec<&str> = lines.next().expect("row").split_whitespace().collect();
+    assert_eq!(&row[..3], ["w1", "3", "red"], "{table}");
+    k.ok(&["-n", "demo", "patch", "wg", "w1", "--type=merge", "-p", r#"{"spec":{"size":5}}"#]);
+    let got = k.ok(&["-n", "demo", "get", "widget", "w1", "-o", "jsonpath={.spec.size}/{.metadata.generation}"]);
+    assert_eq!(got, "5/2");
+    assert_eq!(k.ok(&["-n", "demo", "get", "widgets", "-l", "team=a", "-o", "name"]).trim(), "widget.example.com/w1");
+    assert!(k.ok(&["-n", "demo", "delete", "widget", "w1"]).contains("widget.example.com \"w1\" deleted"));
+    let err = k.fails(&["-n", "demo", "get", "widget", "w1"]);
+    assert!(err.contains("NotFound") && err.contains("widgets.example.com \"w1\" not found"), "{err}");
+
+    // delete
+    k.ok(&["-n", "demo", "delete", "svc", "web"]);
+    let err = k.fails(&["-n", "demo", "get", "svc", "web"]);
+    assert!(err.contains("services \"web\" not found"), "{err}");
+
+    // RBAC: a ServiceAccount token is denied until a Role grants access.
+    let token = sim.issue_token("demo", "viewer");
+    let viewer = Cli::new(&sim, bin, &token);
+    let err = viewer.fails(&["-n", "demo", "get", "configmaps"]);
+    assert!(
+        err.contains(r#"Error from server (Forbidden): configmaps is forbidden: User "system:serviceaccount:demo:viewer" cannot list resource "configmaps" in API group "" in the namespace "demo""#),
+        "{err}"
+    );
+    let rbac = k.write(
+        "rbac.yaml",
+        r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: cm-reader, namespace: demo}
+rules:
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: viewer-cm, namespace: demo}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: cm-reader}
+subjects:
+- {kind: ServiceAccount, name: viewer, namespace: demo}
+"#,
+    );
+    k.ok(&["apply", "-f", rbac.to_str().expect("path")]);
+    k.ok(&["-n", "demo", "create", "configmap", "c1", "--from-literal=a=b"]);
+    assert_eq!(viewer.ok(&["-n", "demo", "get", "configmaps", "-o", "name"]).trim(), "configmap/c1");
+    let err = viewer.fails(&["-n", "demo2", "get", "configmaps"]);
+    assert!(err.contains("(Forbidden)"), "{err}");
+    let err = viewer.fails(&["-n", "demo", "delete", "configmap", "c1"]);
+    assert!(err.contains(r#"configmaps "c1" is forbidden"#), "{err}");
+
+    // Server-side apply recorded its field manager.
+    let managers: Vec<&str> = api["metadata"]["managedFields"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|m| m["manager"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(managers.contains(&"kubectl"), "managedFields managers: {managers:?}");
+
+    rt.block_on(sim.shutdown());
+}
+
+#[test]
+fn kubectl_1_32_against_kube_sim() {
+    scenario("kubectl");
+}
+
+#[test]
+fn kubectl_1_34_against_kube_sim() {
+    scenario("kubectl-1.34");
+}

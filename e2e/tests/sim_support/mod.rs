@@ -1,0 +1,155 @@
+//! Shared helpers for kube-sim's end-to-end tests: start a server, find the real
+//! client binaries under `.tools/bin`, run them with a timeout, build kube clients.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use kube_sim::{Sim, SimConfig};
+use serde_json::Value;
+
+pub const ADMIN: &str = "test-admin-token";
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A client binary installed by `e2e/tools/install-tools.sh`; panics with a clear
+/// message when it is missing (tests never skip silently).
+pub fn tool(name: &str) -> PathBuf {
+    let p = repo_root().join(".tools/bin").join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run `bash e2e/tools/install-tools.sh` (or ./test.sh) to install helm v4.1 and kubectl v1.34/v1.32 into .tools/bin",
+        p.display()
+    );
+    p
+}
+
+pub async fn start(tls: bool) -> Sim {
+    let cfg = SimConfig {
+        admin_token: ADMIN.into(),
+        tls,
+        history_size: 1000,
+        bookmark_interval: Duration::from_millis(200),
+    };
+    Sim::start(cfg).await.expect("kube-sim starts")
+}
+
+pub struct Cli {
+    pub bin: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub home: tempfile::TempDir,
+}
+
+impl Cli {
+    pub fn new(sim: &Sim, bin: &str, token: &str) -> Cli {
+        let home = tempfile::tempdir().expect("tempdir");
+        let kubeconfig = home.path().join("kubeconfig");
+        sim.write_kubeconfig(&kubeconfig, token).expect("kubeconfig");
+        Cli { bin: tool(bin), kubeconfig, home }
+    }
+
+    pub fn write(&self, name: &str, content: &str) -> PathBuf {
+        let p = self.home.path().join(name);
+        std::fs::write(&p, content).expect("write manifest");
+        p
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HOME", self.home.path())
+            .env("XDG_CACHE_HOME", self.home.path().join("cache"))
+            .env("XDG_CONFIG_HOME", self.home.path().join("config"))
+            .env("XDG_DATA_HOME", self.home.path().join("data"))
+            .env("HELM_CACHE_HOME", self.home.path().join("helm-cache"))
+            .env("HELM_CONFIG_HOME", self.home.path().join("helm-config"))
+            .env("HELM_DATA_HOME", self.home.path().join("helm-data"))
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Run to completion (60 s limit) and return the output.
+    pub fn run(&self, args: &[&str]) -> Output {
+        let mut child = self.command(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn client");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if child.try_wait().expect("wait").is_some() {
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("{} {args:?} did not finish within 60s", self.bin.display());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().expect("output")
+    }
+
+    /// Run and require success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{} {args:?} failed ({}):\nstdout: {stdout}\nstderr: {stderr}", self.bin.display(), out.status);
+        assert!(!stderr.contains("Warning: "), "unexpected warning from {args:?}: {stderr}");
+        stdout
+    }
+
+    /// Run and require failure; returns stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(!out.status.success(), "{args:?} unexpectedly succeeded: {}", String::from_utf8_lossy(&out.stdout));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    pub fn json(&self, args: &[&str]) -> Value {
+        let out = self.ok(args);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?} did not print JSON ({e}): {out}"))
+    }
+
+    pub fn spawn(&self, args: &[&str]) -> std::process::Child {
+        self.command(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn client")
+    }
+}
+
+/// A kube client for the sim authenticating with `token`.
+pub async fn client(sim: &Sim, token: &str) -> kube::Client {
+    let kc = kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(token)).expect("kubeconfig parses");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.expect("config");
+    kube::Client::try_from(cfg).expect("client")
+}
+
+/// Raw JSON request with the admin client: returns (status, body).
+pub async fn raw(client: &kube::Client, method: &str, path: &str, body: Option<Value>, content_type: &str) -> (u16, Value) {
+    let mut b = http::Request::builder().method(method).uri(path);
+    if body.is_some() {
+        b = b.header("content-type", content_type);
+    }
+    let req = b.body(body.map(|v| serde_json::to_vec(&v).expect("json")).unwrap_or_default()).expect("request");
+    let resp = client.send(req.map(kube::client::Body::from)).await.expect("send");
+    let status = resp.status().as_u16();
+    use http_body_util::BodyExt;
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    let v = serde_json::from_slice(&bytes).unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    (status, v)
+}
+
+/// Poll `f` until it returns Some, or panic after `secs`.
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {secs}s waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
