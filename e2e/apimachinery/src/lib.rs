@@ -5,8 +5,10 @@
 //! - [`names`]: DNS-1123 / DNS-1035 / qualified-name / label-value validation.
 //! - [`patch`]: JSON merge patch, JSON patch and strategic merge patch.
 //! - [`rbac`]: RBAC authorization over stored Role/ClusterRole/bindings and 403 messages.
+//! - [`ssa`]: server-side apply, managedFields (FieldsV1), update ownership tracking.
 
 pub mod names;
 pub mod patch;
 pub mod rbac;
 pub mod selector;
+pub mod ssa;

@@ -123,7 +123,7 @@ pub fn rule_allows(rule: &Value, attrs: &RequestAttributes) -> bool {
         return false;
     }
     let names = str_list(rule, "resourceNames");
-    names.is_empty() || names.iter().any(|n| *n == attrs.name)
+    names.is_empty() || names.contains(&attrs.name)
 }
 
 fn subject_matches(subject: &Value, user: &UserInfo, binding_namespace: &str) -> bool {
