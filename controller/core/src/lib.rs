@@ -18,6 +18,7 @@ pub mod crd;
 pub mod filter;
 pub mod index;
 pub mod model;
+pub mod render;
 
 pub use config::{ClusterConfig, Config, ConfigErrors, Connection, Settings, parse_config};
 pub use convert::{ConvertOptions, Converted};
@@ -27,3 +28,4 @@ pub use model::{
     Node, NodeQuery, NodeTargetRef, ParseError, PortMap, ServiceKey, ServiceNodes, SourceKind,
     content_version, parse_service_name,
 };
+pub use render::{RenderError, RenderOptions, lookup, render};
