@@ -176,7 +176,12 @@ client:
 {{- end }}
 {{- $c := .Values.controller }}
 {{- $kd := dict }}
-{{- $_ := set $kd "http" (dict "addr" (printf "0.0.0.0:%d" (int .Values.http.port))) }}
+{{- $http := dict "addr" (printf "0.0.0.0:%d" (int .Values.http.port)) }}
+{{- if .Values.http.authTokenSecret.name }}{{ $_ := set $http "auth_token_file" "/etc/kube-discovery/http-auth/token" }}{{ end }}
+{{- $_ := set $kd "http" $http }}
+{{- with $c.watchTimeout }}{{ $_ := set $kd "watch_timeout" . }}{{ end }}
+{{- $_ := set $kd "write_concurrency" (int64 $c.writeConcurrency) }}
+{{- $_ := set $kd "write_qps" $c.writeQps }}
 {{- with $c.coalesceWindow }}{{ $_ := set $kd "coalesce_window" . }}{{ end }}
 {{- $_ := set $kd "drain_terminating" $c.drainTerminating }}
 {{- $_ := set $kd "index_port_numbers" $c.indexPortNumbers }}
@@ -195,6 +200,11 @@ client:
 {{/* sinks.discoveredservices */}}
 {{- define "kube-discovery.dsvcSink" -}}
 {{- $s := .Values.controller.discoveredServices }}
-{{- $out := dict "enabled" $s.enabled }}
+{{- $out := dict "enabled" $s.enabled "namespace_mode" $s.namespaceMode }}
+{{- if eq $s.namespaceMode "fixed" }}
+{{- $_ := set $out "namespace" (default .Release.Namespace $s.namespace) }}
+{{- else if $s.namespace }}
+{{- fail "controller.discoveredServices.namespace is only used with namespaceMode: fixed" }}
+{{- end }}
 {{- toYaml $out }}
 {{- end }}
