@@ -232,7 +232,9 @@ async fn run(
             if batch.is_empty() {
                 break;
             }
-            stall(&sh).await;
+            if !stall(&sh, &mut drop_rx).await {
+                return;
+            }
             for e in batch {
                 cursor = e.rv;
                 if e.res != spec.res {
@@ -260,7 +262,7 @@ async fn run(
             _ = tx.closed() => return,
             changed = rv_rx.changed() => { if changed.is_err() { return; } }
             _ = ticker.tick(), if spec.bookmarks && !spec.table => {
-                stall(&sh).await;
+                if !stall(&sh, &mut drop_rx).await { return; }
                 if tx.send(Ok(spec.bookmark(cursor, false))).await.is_err() { return; }
             }
         }
@@ -268,12 +270,19 @@ async fn run(
 }
 
 /// Honour a `stallWatchesSeconds` fault: keep the connection, send nothing.
-async fn stall(sh: &Shared) {
+/// Returns false when the watch must end (dropped or shutting down) meanwhile.
+async fn stall(sh: &Shared, drop_rx: &mut tokio::sync::watch::Receiver<u64>) -> bool {
     loop {
         let until = sh.faults().stall_until;
         match until {
-            Some(t) if t > Instant::now() => tokio::time::sleep_until(t.into()).await,
-            _ => return,
+            Some(t) if t > Instant::now() => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(t.into()) => {}
+                    _ = drop_rx.changed() => return false,
+                    _ = sh.shutdown.cancelled() => return false,
+                }
+            }
+            _ => return true,
         }
     }
 }

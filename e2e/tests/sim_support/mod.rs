@@ -153,3 +153,47 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Read a watch response as JSON lines until `n` lines, the end of the stream, or
+/// `secs` seconds. Returns the HTTP status and the events.
+pub async fn watch_lines(client: &kube::Client, path: &str, n: usize, secs: u64) -> (u16, Vec<Value>) {
+    use http_body_util::BodyExt;
+    let req = http::Request::builder().uri(path).body(Vec::new()).expect("request");
+    let resp = client.send(req.map(kube::client::Body::from)).await.expect("send");
+    let status = resp.status().as_u16();
+    let mut body = resp.into_body();
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    while out.len() < n {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(f))) => f,
+            _ => break,
+        };
+        if let Ok(data) = frame.into_data() {
+            buf.extend_from_slice(&data);
+            while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=pos).collect();
+                out.push(serde_json::from_slice(&line).expect("watch line is JSON"));
+            }
+        }
+    }
+    (status, out)
+}
+
+/// POST a fault request to `/_sim/faults` with the admin client.
+pub async fn fault(client: &kube::Client, body: Value) {
+    let (status, resp) = raw(client, "POST", "/_sim/faults", Some(body.clone()), "application/json").await;
+    assert_eq!(status, 200, "fault {body} rejected: {resp}");
+}
+
+pub async fn stats(client: &kube::Client) -> Value {
+    let (status, v) = raw(client, "GET", "/_sim/stats", None, "").await;
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+/// `stats.requests[verb][resource]`
+pub fn count(stats: &Value, verb: &str, resource: &str) -> u64 {
+    stats["requests"][verb][resource].as_u64().unwrap_or(0)
+}
