@@ -9,41 +9,12 @@
 //! * A kubeconfig (path and optional context; `--kubeconfig`/`KUBECONFIG`),
 //!   which brings contexts, client certificates and exec plugins.
 
-use std::path::PathBuf;
-
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 use crate::{Error, Result};
 
-/// How to reach one API server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Connection {
-    /// APISIX `service` + `client` block (already `${VAR}`-expanded).
-    Service {
-        /// `http` or `https`.
-        schema: String,
-        /// Host (IPv4, IPv6 or DNS name).
-        host: String,
-        /// Port.
-        port: u16,
-        /// Verify the server certificate.
-        ssl_verify: bool,
-        /// Extra CA bundle (PEM file).
-        ca_file: Option<PathBuf>,
-        /// Inline bearer token.
-        token: Option<String>,
-        /// Bearer token file (re-read by kube when it changes).
-        token_file: Option<PathBuf>,
-    },
-    /// A kubeconfig file (`None`: `KUBECONFIG`/`~/.kube/config`/in-cluster).
-    Kubeconfig {
-        /// The file.
-        path: Option<PathBuf>,
-        /// The context (default: current-context).
-        context: Option<String>,
-    },
-}
+pub use kube_discovery_core::config::Connection;
 
 /// Formats a host for a URL (IPv6 literals get brackets).
 fn url_host(host: &str) -> String {
@@ -58,7 +29,7 @@ fn url_host(host: &str) -> String {
 pub async fn kube_config(conn: &Connection) -> Result<Config> {
     match conn {
         Connection::Service { schema, host, port, ssl_verify, ca_file, token, token_file } => {
-            let url = format!("{schema}://{}:{port}", url_host(host));
+            let url = format!("{}://{}:{port}", schema.as_str(), url_host(host));
             let uri: http::Uri = url
                 .parse()
                 .map_err(|e| Error::Config(format!("discovery.kubernetes.service: cannot build URL {url}: {e}")))?;
@@ -74,7 +45,7 @@ pub async fn kube_config(conn: &Connection) -> Result<Config> {
                 cfg.root_cert_file = Some(ca.clone());
             }
             if let Some(t) = token {
-                cfg.auth_info.token = Some(t.trim().to_string().into());
+                cfg.auth_info.token = Some(t.expose().trim().to_string().into());
             } else if let Some(f) = token_file {
                 if !f.exists() {
                     return Err(Error::Config(format!(
@@ -110,6 +81,7 @@ pub async fn client(conn: &Connection) -> Result<Client> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube_discovery_core::config::{Schema, Secret};
 
     #[tokio::test]
     async fn service_connection_verifies_tls_by_default_and_uses_token_file() {
@@ -117,7 +89,7 @@ mod tests {
         let tf = dir.path().join("token");
         std::fs::write(&tf, "abc").unwrap();
         let conn = Connection::Service {
-            schema: "https".into(),
+            schema: Schema::Https,
             host: "::1".into(),
             port: 6443,
             ssl_verify: true,
@@ -134,12 +106,12 @@ mod tests {
     #[tokio::test]
     async fn missing_files_are_named_in_the_error() {
         let conn = Connection::Service {
-            schema: "https".into(),
+            schema: Schema::Https,
             host: "10.0.0.1".into(),
             port: 443,
             ssl_verify: true,
             ca_file: Some("/nonexistent/ca.crt".into()),
-            token: Some("secret-token".into()),
+            token: Some(Secret::new("secret-token")),
             token_file: None,
         };
         let e = kube_config(&conn).await.unwrap_err().to_string();

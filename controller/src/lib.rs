@@ -17,14 +17,14 @@
 //!
 //! `anyhow` is used only in `main.rs`; everything here returns [`Result`].
 
-//pub mod cli;
+pub mod cli;
 pub mod client;
-//pub mod demo;
+pub mod demo;
 pub mod http;
 pub mod metrics;
-//pub mod nodes;
-//pub mod render;
-//pub mod run;
+pub mod nodes;
+pub mod render;
+pub mod run;
 pub mod sink;
 pub mod source;
 pub mod state;
@@ -60,6 +60,9 @@ pub enum Error {
     /// YAML (de)serialization failed.
     #[error("YAML: {0}")]
     Yaml(#[from] serde_yaml::Error),
+    /// A looked-up service or port does not exist.
+    #[error("{0}")]
+    NotFound(String),
     /// The HTTP server could not start.
     #[error("HTTP server: {0}")]
     Http(String),
@@ -80,6 +83,7 @@ impl Error {
             Error::Io { .. } => "io",
             Error::Input(_) => "input",
             Error::Json(_) | Error::Yaml(_) => "serialization",
+            Error::NotFound(_) => "not_found",
             Error::Http(_) => "http",
         }
     }

@@ -1,0 +1,121 @@
+//! The command line (clap). `main.rs` parses it, sets up tracing and calls
+//! into the library; each subcommand lives in its own module.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// kube-discovery: Endpoints/EndpointSlices -> DiscoveredService custom resources,
+/// APISIX-compatible.
+#[derive(Debug, Parser)]
+#[command(name = "kube-discovery", version, about)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "KUBE_DISCOVERY_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Output format of `render`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// YAML documents separated by `---`.
+    Yaml,
+    /// A JSON `List`.
+    Json,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the controller.
+    Run {
+        /// Configuration file (YAML with a `discovery.kubernetes` block).
+        #[arg(long, short = 'c')]
+        config: PathBuf,
+        /// HTTP listen address (overrides `kube_discovery.http.addr`).
+        #[arg(long)]
+        http_addr: Option<SocketAddr>,
+        /// Kubeconfig to use instead of the `service`/`client` settings
+        /// (single cluster; also where DiscoveredServices are written).
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+    },
+    /// Print the DiscoveredService CustomResourceDefinition YAML.
+    Crd,
+    /// Print the DiscoveredServices the controller would write for the given
+    /// Kubernetes objects (Endpoints, EndpointSlices; one object, multi-document
+    /// YAML/JSON, or a List).
+    Render {
+        /// Input file, `-` for stdin.
+        #[arg(short = 'f', long = "filename")]
+        file: String,
+        /// Configuration file (same as `run`); defaults apply without it.
+        #[arg(long, short = 'c')]
+        config: Option<PathBuf>,
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Yaml)]
+        output: OutputFormat,
+        /// Print only the nodes JSON of `[id/]namespace/name:port`.
+        #[arg(long)]
+        nodes: Option<String>,
+    },
+    /// Print the nodes of `[id/]namespace/name:port` from the DiscoveredServices
+    /// on the API server.
+    Nodes {
+        /// `[id/]namespace/name:port`.
+        service: String,
+        /// Kubeconfig (default: `KUBECONFIG`, `~/.kube/config`, in-cluster).
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+        /// Kubeconfig context.
+        #[arg(long)]
+        context: Option<String>,
+    },
+    /// Start an in-process kube-sim with sample workloads, run the controller
+    /// against it, and keep changing endpoints so updates are visible.
+    Demo {
+        /// Stop after this many seconds (default: until Ctrl-C).
+        #[arg(long)]
+        duration: Option<u64>,
+        /// HTTP listen address of the controller.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        http_addr: SocketAddr,
+        /// Directory for the kubeconfig (default: a new temporary directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Seconds between endpoint changes.
+        #[arg(long, default_value_t = 3)]
+        interval: u64,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_subcommand() {
+        let c = Cli::try_parse_from(["kube-discovery", "run", "--config", "c.yaml", "--http-addr", "127.0.0.1:9"]).unwrap();
+        assert!(matches!(c.command, Command::Run { http_addr: Some(_), .. }));
+        let c = Cli::try_parse_from(["kube-discovery", "--log-format", "json", "crd"]).unwrap();
+        assert_eq!(c.log_format, LogFormat::Json);
+        let c = Cli::try_parse_from(["kube-discovery", "render", "-f", "-", "-o", "json", "--nodes", "a/b:c"]).unwrap();
+        assert!(matches!(c.command, Command::Render { output: OutputFormat::Json, nodes: Some(_), .. }));
+        let c = Cli::try_parse_from(["kube-discovery", "demo", "--duration", "5"]).unwrap();
+        assert!(matches!(c.command, Command::Demo { duration: Some(5), .. }));
+        assert!(Cli::try_parse_from(["kube-discovery", "run"]).is_err(), "--config is required");
+    }
+}

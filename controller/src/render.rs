@@ -1,0 +1,105 @@
+//! `kube-discovery render`: Kubernetes YAML/JSON in (one object, several
+//! documents, or a `List`), the DiscoveredServices the controller would write
+//! out. The conversion is the core's `render` (the same Index and conversion
+//! code as the controller), configured from the same config file.
+
+use std::io::Read;
+use std::path::Path;
+
+use kube_discovery_core::config::parse_config;
+use kube_discovery_core::parse_service_name;
+use kube_discovery_core::render::{lookup, render_report, RenderOptions};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::cli::OutputFormat;
+use crate::{Error, Result};
+
+/// Parses every YAML (or JSON) document of `text`.
+pub fn parse_documents(text: &str) -> Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let v = Value::deserialize(doc).map_err(|e| Error::Input(format!("input document #{}: {e}", i + 1)))?;
+        if !v.is_null() {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+fn read_input(file: &str) -> Result<String> {
+    if file == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|e| Error::Io { path: "<stdin>".into(), source: e })?;
+        Ok(s)
+    } else {
+        std::fs::read_to_string(file).map_err(|e| Error::Io { path: file.to_string(), source: e })
+    }
+}
+
+/// Runs `render` and returns what to print.
+pub fn render_command(file: &str, config: Option<&Path>, output: OutputFormat, nodes: Option<&str>) -> Result<String> {
+    let query = nodes
+        .map(parse_service_name)
+        .transpose()
+        .map_err(|e| Error::Input(format!("--nodes: {e}")))?;
+    let opts = match config {
+        None => RenderOptions::default(),
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| Error::Io { path: p.display().to_string(), source: e })?;
+            let env = |k: &str| std::env::var(k).ok();
+            let cfg = parse_config(&text, &env).map_err(|e| Error::Config(e.to_string()))?;
+            let id = match (&query, cfg.multi_cluster) {
+                (Some(q), true) => q.cluster.clone(),
+                (None, true) => {
+                    let first = cfg.clusters.first().map(|c| c.id.clone()).unwrap_or_default();
+                    tracing::info!(cluster = %first, "multi-cluster config: rendering as cluster {first:?}");
+                    first
+                }
+                (_, false) => String::new(),
+            };
+            RenderOptions::from_config(&cfg, &id)
+                .ok_or_else(|| Error::Input(format!("--nodes: cluster id {id:?} is not in the configuration")))?
+        }
+    };
+    let objects = parse_documents(&read_input(file)?)?;
+    let rendered = render_report(&objects, &opts).map_err(|e| Error::Input(e.to_string()))?;
+    for w in &rendered.warnings {
+        tracing::warn!("{w}");
+    }
+    if let Some(q) = query {
+        return match lookup(&rendered.objects, &q) {
+            Some(n) => Ok(format!("{}\n", serde_json::to_string_pretty(&n)?)),
+            None => Err(Error::NotFound(format!("no nodes for {q}: the input has no such service and port"))),
+        };
+    }
+    match output {
+        OutputFormat::Json => {
+            let list = json!({"apiVersion": "v1", "kind": "List", "items": rendered.objects});
+            Ok(format!("{}\n", serde_json::to_string_pretty(&list)?))
+        }
+        OutputFormat::Yaml => {
+            let docs: Vec<String> = rendered
+                .objects
+                .iter()
+                .map(serde_yaml::to_string)
+                .collect::<std::result::Result<_, _>>()?;
+            Ok(docs.join("---\n"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_multi_document_yaml_and_json() {
+        let docs = parse_documents("a: 1\n---\n---\n{\"b\": 2}\n").unwrap();
+        assert_eq!(docs, vec![json!({"a": 1}), json!({"b": 2})]);
+        let e = parse_documents("a: 1\n---\nb: [\n").unwrap_err().to_string();
+        assert!(e.contains("document #2"), "{e}");
+    }
+}

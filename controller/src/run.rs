@@ -1,0 +1,253 @@
+//! `kube-discovery run`: wires sources, writer and HTTP server together and
+//! shuts them down gracefully.
+//!
+//! ```text
+//!  config file ──core::config::parse_config──▶ Config ──plan()──▶ Plan
+//!  Plan ──run_plan──▶ per cluster: Source task ─┐
+//!                                               ├─▶ Shared ◀── HTTP server
+//!                     one writer task (KubeSink on the home cluster)
+//!  SIGTERM/SIGINT ─▶ cancel: sources stop, the writer starts no new write,
+//!                    in-flight writes finish, the HTTP server drains.
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kube_discovery_core::crd::ObjectNaming;
+use kube_discovery_core::Index;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::Connection;
+use crate::http::AppState;
+use crate::metrics::Metrics;
+use crate::sink::KubeSink;
+use crate::source::{Source, SourceParams};
+use crate::state::Shared;
+use crate::writer::WriterOptions;
+use crate::{Error, Result};
+use kube_discovery_core::config::{parse_config, Config};
+
+/// One watched cluster.
+pub struct ClusterPlan {
+    /// What to watch.
+    pub params: SourceParams,
+    /// How to connect.
+    pub conn: Connection,
+    /// The (empty) index, configured with filters and conversion options.
+    pub index: Index,
+}
+
+/// Everything `run` needs, derived from the configuration.
+pub struct Plan {
+    /// Watched clusters.
+    pub clusters: Vec<ClusterPlan>,
+    /// Where DiscoveredServices are written.
+    pub home: Connection,
+    /// Object naming.
+    pub naming: ObjectNaming,
+    /// Writer tuning.
+    pub writer: WriterOptions,
+    /// HTTP listen address.
+    pub http_addr: SocketAddr,
+    /// Bearer token for dump/nodes.
+    pub auth_token: Option<String>,
+    /// Redacted effective configuration (dump API).
+    pub redacted_config: Value,
+}
+
+/// Builds the [`Plan`] for a validated configuration. `http_addr` overrides
+/// `kube_discovery.http.addr`; `kubeconfig` (single cluster only) replaces the
+/// `service`/`client` settings.
+pub fn plan(cfg: &Config, http_addr: Option<SocketAddr>, kubeconfig: Option<PathBuf>) -> Result<Plan> {
+    let s = &cfg.settings;
+    if !s.sinks.discoveredservices.enabled {
+        return Err(Error::Config(
+            "kube_discovery.sinks.discoveredservices.enabled: false is not supported by this version (it is the only sink)".into(),
+        ));
+    }
+    if s.sinks.configmap.enabled {
+        return Err(Error::Config(
+            "kube_discovery.sinks.configmap.enabled: the ConfigMap snapshot sink is not implemented in this version".into(),
+        ));
+    }
+    if s.leader_election.enabled {
+        tracing::warn!(
+            "kube_discovery.leader_election.enabled: leader election is not implemented in this version; \
+             every replica writes (writes are idempotent server-side applies, but run ONE replica)"
+        );
+    }
+    if cfg.multi_cluster && kubeconfig.is_some() {
+        return Err(Error::Config(
+            "--kubeconfig: only valid in single-cluster mode (use discovery.kubernetes[].kubeconfig and kube_discovery.home)".into(),
+        ));
+    }
+    let mut clusters = Vec::new();
+    for c in &cfg.clusters {
+        let conn = match &kubeconfig {
+            Some(p) => Connection::Kubeconfig { path: Some(p.clone()), context: None },
+            None => c.connection.clone(),
+        };
+        let params = SourceParams {
+            cluster: c.id.clone(),
+            kind: c.source(),
+            label_selector: (!c.label_selector.is_empty()).then(|| c.label_selector.as_str().to_string()),
+            field_selector: c.namespace_selector.field_selector(),
+            watch_timeout: s.watch_timeout,
+        };
+        clusters.push(ClusterPlan { params, conn, index: c.new_index(s) });
+    }
+    let home = if cfg.multi_cluster {
+        Connection::Kubeconfig { path: s.home.kubeconfig.clone(), context: s.home.context.clone() }
+    } else {
+        clusters
+            .first()
+            .map(|c| c.conn.clone())
+            .ok_or_else(|| Error::Config("discovery.kubernetes: no cluster configured".into()))?
+    };
+    let auth_token = match &s.http.auth_token_file {
+        Some(p) => {
+            let t = std::fs::read_to_string(p).map_err(|e| {
+                Error::Config(format!("kube_discovery.http.auth_token_file: cannot read {}: {e}", p.display()))
+            })?;
+            let t = t.trim().to_string();
+            if t.is_empty() {
+                return Err(Error::Config(format!("kube_discovery.http.auth_token_file: {} is empty", p.display())));
+            }
+            Some(t)
+        }
+        None => None,
+    };
+    Ok(Plan {
+        clusters,
+        home,
+        naming: s.sinks.discoveredservices.naming.clone(),
+        writer: WriterOptions {
+            coalesce_window: s.coalesce_window,
+            concurrency: s.write_concurrency,
+            qps: s.write_qps,
+            ..WriterOptions::default()
+        },
+        http_addr: http_addr.unwrap_or(s.http.addr),
+        auth_token,
+        redacted_config: cfg.kubernetes_redacted_json(),
+    })
+}
+
+/// Parses configuration text (environment from the process) and builds the plan.
+pub fn plan_from_text(text: &str, http_addr: Option<SocketAddr>, kubeconfig: Option<PathBuf>) -> Result<Plan> {
+    let env = |k: &str| std::env::var(k).ok();
+    let cfg = parse_config(text, &env).map_err(|e| Error::Config(e.to_string()))?;
+    plan(&cfg, http_addr, kubeconfig)
+}
+
+/// `kube-discovery run`.
+pub async fn run_from_file(path: &Path, http_addr: Option<SocketAddr>, kubeconfig: Option<PathBuf>) -> Result<()> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.display().to_string(), source: e })?;
+    let plan = plan_from_text(&text, http_addr, kubeconfig)?;
+    run_plan(plan).await
+}
+
+/// A running controller (for `demo` and tests).
+pub struct Running {
+    /// The HTTP server's bound address.
+    pub http_addr: SocketAddr,
+    /// Shared state.
+    pub shared: Arc<Shared>,
+    shutdown: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    writer: tokio::task::JoinHandle<()>,
+    http: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops everything; in-flight writes finish first.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        let _ = self.writer.await;
+        let _ = self.http.await;
+    }
+}
+
+/// Starts the controller described by `plan`.
+pub async fn start(plan: Plan) -> Result<Running> {
+    let shutdown = CancellationToken::new();
+    let metrics = Metrics::default();
+    let shared = Arc::new(Shared::new(plan.clusters.iter().map(|c| c.params.cluster.as_str())));
+
+    let home = crate::client::client(&plan.home).await?;
+    let (writer, writer_task) = crate::writer::spawn(
+        KubeSink::new(home, plan.naming.clone()),
+        shared.clone(),
+        metrics.clone(),
+        plan.writer.clone(),
+        shutdown.clone(),
+    );
+
+    let mut tasks = Vec::new();
+    for c in plan.clusters {
+        let client = crate::client::client(&c.conn).await?;
+        let source = Source {
+            params: c.params,
+            client,
+            index: c.index,
+            shared: shared.clone(),
+            writer: writer.clone(),
+            metrics: metrics.clone(),
+        };
+        tasks.push(tokio::spawn(source.run(shutdown.clone())));
+    }
+
+    let state = AppState {
+        shared: shared.clone(),
+        registry: Arc::new(metrics.registry()),
+        config: plan.redacted_config,
+        auth_token: plan.auth_token,
+    };
+    // The HTTP server outlives the sources slightly: it is cancelled by the
+    // same token and drains open requests.
+    let (http_addr, http) = crate::http::serve(plan.http_addr, state, shutdown.clone()).await?;
+    tracing::info!(addr = %http_addr, "HTTP server listening");
+    Ok(Running { http_addr, shared, shutdown, tasks, writer: writer_task, http })
+}
+
+/// Resolves when SIGTERM or SIGINT arrives.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => tracing::info!("SIGINT received, shutting down"),
+        () = term => tracing::info!("SIGTERM received, shutting down"),
+    }
+}
+
+/// Runs `plan` until SIGTERM/SIGINT.
+pub async fn run_plan(plan: Plan) -> Result<()> {
+    let running = start(plan).await?;
+    shutdown_signal().await;
+    running.stop().await;
+    tracing::info!("stopped");
+    Ok(())
+}
