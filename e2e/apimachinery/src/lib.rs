@@ -5,10 +5,12 @@
 //! - [`names`]: DNS-1123 / DNS-1035 / qualified-name / label-value validation.
 //! - [`patch`]: JSON merge patch, JSON patch and strategic merge patch.
 //! - [`rbac`]: RBAC authorization over stored Role/ClusterRole/bindings and 403 messages.
+//! - [`schema`]: CRD openAPIV3Schema pruning, defaulting and validation (via `jsonschema`).
 //! - [`ssa`]: server-side apply, managedFields (FieldsV1), update ownership tracking.
 
 pub mod names;
 pub mod patch;
 pub mod rbac;
+pub mod schema;
 pub mod selector;
 pub mod ssa;
