@@ -107,10 +107,11 @@ pub struct DiscoveredServiceSpec {
     pub source_name: String,
     /// Which resource the nodes were read from.
     pub source: SourceKind,
-    /// Port key (name, else targetPort, else number) -> nodes sorted by host then port.
+    /// Port key (port name, else the number as a string) -> nodes sorted by host then port.
     #[serde(default)]
     pub ports: BTreeMap<String, Vec<Node>>,
-    /// Content hash of `source` + `ports` (16 hex characters).
+    /// Content hash of `source`, `ports` and the owner UID (16 hex characters);
+    /// equal version = equal object.
     pub version: String,
     /// Set when a big service is split over several objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]

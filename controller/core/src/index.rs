@@ -423,8 +423,7 @@ impl Index {
         let changed = if current.source == SourceKind::Endpoints {
             let obj_owner = self.endpoints_owner.get(&key).cloned().flatten();
             let owner = self.owner(&key, obj_owner);
-            let mut next = current.clone();
-            next.owner_uid = owner;
+            let next = ServiceNodes::new(key.clone(), current.source, current.ports.clone(), owner);
             self.store(&key, Some(next))
         } else {
             self.recompute_service(&key)

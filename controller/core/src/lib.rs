@@ -26,6 +26,6 @@ pub use filter::{LabelSelector, NamespaceFilter};
 pub use index::Index;
 pub use model::{
     Node, NodeQuery, NodeTargetRef, ParseError, PortMap, ServiceKey, ServiceNodes, SourceKind,
-    content_version, parse_service_name,
+    content_version, object_version, parse_service_name,
 };
 pub use render::{RenderError, RenderOptions, lookup, render};

@@ -90,6 +90,7 @@ pub struct Node {
     /// IPv4 / IPv6 address or FQDN.
     pub host: String,
     /// Port number (1..=65535).
+    #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
     /// Load-balancing weight (the configured `default_weight`).
     pub weight: u32,
@@ -188,7 +189,8 @@ pub struct ServiceNodes {
     pub ports: PortMap,
     /// UID of the source Service, when known (from ownerReferences).
     pub owner_uid: Option<String>,
-    /// [`content_version`] of `source` + `ports`.
+    /// [`object_version`] of `source` + `ports` + `owner_uid` (equals
+    /// [`content_version`] when the owner is unknown).
     pub version: String,
 }
 
@@ -200,7 +202,7 @@ impl ServiceNodes {
         ports: PortMap,
         owner_uid: Option<String>,
     ) -> Self {
-        let version = content_version(source, &ports);
+        let version = object_version(source, &ports, owner_uid.as_deref());
         Self {
             key,
             source,
@@ -315,15 +317,31 @@ pub fn parse_service_name(s: &str) -> Result<NodeQuery, ParseError> {
 /// sorted node lists make the JSON canonical). Equal content => equal version,
 /// so writers can skip no-op writes, including right after a restart.
 pub fn content_version(source: SourceKind, ports: &PortMap) -> String {
+    object_version(source, ports, None)
+}
+
+/// The version stored in [`ServiceNodes::version`] and `spec.version`: like
+/// [`content_version`] (and equal to it when `owner_uid` is `None`), but the
+/// owner UID is hashed too, because it ends up in the written object (its
+/// ownerReference). A writer comparing versions therefore never skips a write
+/// that would change the object.
+pub fn object_version(source: SourceKind, ports: &PortMap, owner_uid: Option<&str>) -> String {
     #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
     struct Canonical<'a> {
         source: SourceKind,
         ports: &'a PortMap,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        owner_uid: Option<&'a str>,
     }
     // Serializing plain structs, strings and integers into a Vec cannot fail;
     // fall back to the Debug form rather than panicking if it ever did.
-    let bytes = serde_json::to_vec(&Canonical { source, ports })
-        .unwrap_or_else(|_| format!("{source:?}{ports:?}").into_bytes());
+    let bytes = serde_json::to_vec(&Canonical {
+        source,
+        ports,
+        owner_uid,
+    })
+    .unwrap_or_else(|_| format!("{source:?}{ports:?}{owner_uid:?}").into_bytes());
     let digest = Sha256::digest(&bytes);
     let mut hex = hex::encode(digest);
     hex.truncate(16);
@@ -431,6 +449,27 @@ mod tests {
         ports.insert("http".into(), vec![Node::new("10.0.0.1", 80, 51)]);
         assert_ne!(v1, content_version(SourceKind::Endpoints, &ports));
         assert_ne!(v1, content_version(SourceKind::Endpoints, &PortMap::new()));
+    }
+
+    #[test]
+    fn object_version_covers_the_owner() {
+        let mut ports = PortMap::new();
+        ports.insert("http".into(), vec![Node::new("10.0.0.1", 80, 50)]);
+        let key = ServiceKey::new("", "ns", "web");
+        let plain = ServiceNodes::new(key.clone(), SourceKind::Endpoints, ports.clone(), None);
+        assert_eq!(
+            plain.version,
+            content_version(SourceKind::Endpoints, &ports)
+        );
+        let owned = ServiceNodes::new(
+            key.clone(),
+            SourceKind::Endpoints,
+            ports.clone(),
+            Some("u1".into()),
+        );
+        assert_ne!(owned.version, plain.version);
+        let other = ServiceNodes::new(key, SourceKind::Endpoints, ports, Some("u2".into()));
+        assert_ne!(owned.version, other.version);
     }
 
     #[test]
