@@ -604,3 +604,63 @@ fn chart_remote_reader_role_is_read_only() {
     let token = find(&docs, "Secret", Some("kube-discovery-remote-reader"));
     assert_eq!(token["type"], "kubernetes.io/service-account-token");
 }
+
+/// Dot paths of every leaf of a YAML mapping (empty maps and lists are leaves).
+fn leaf_paths(prefix: &str, v: &Value, out: &mut Vec<String>) {
+    match v.as_object() {
+        Some(m) if !m.is_empty() => {
+            for (k, child) in m {
+                let p = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                leaf_paths(&p, child, out);
+            }
+        }
+        _ => out.push(prefix.to_string()),
+    }
+}
+
+#[test]
+fn chart_readme_documents_every_value() {
+    let values = read_docs("charts/kube-discovery/values.yaml");
+    let mut leaves = Vec::new();
+    leaf_paths("", &values[0], &mut leaves);
+    let readme = std::fs::read_to_string(chart_dir().join("README.md")).expect("chart README");
+    // First column of the values table: | `key` | default | meaning |
+    let rows: BTreeSet<String> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once("` |").map(|(k, _)| k.to_string()))
+        .collect();
+    let missing: Vec<&String> = leaves
+        .iter()
+        .filter(|leaf| {
+            !rows
+                .iter()
+                .any(|r| *leaf == r || leaf.starts_with(&format!("{r}.")))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "values not documented in charts/kube-discovery/README.md: {missing:?}"
+    );
+    let stale: Vec<&String> = rows
+        .iter()
+        .filter(|r| {
+            !leaves
+                .iter()
+                .any(|l| l == *r || l.starts_with(&format!("{r}.")))
+        })
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "README documents values that do not exist: {stale:?}"
+    );
+    assert!(
+        rows.len() >= 60,
+        "the values table was found ({} rows)",
+        rows.len()
+    );
+}
