@@ -14,9 +14,14 @@
 //! | `k notin (a,b)`    | label `k` is absent or is none of the values          |
 //! | `k`                | label `k` exists                                      |
 //! | `!k`               | label `k` does not exist                              |
+//! | `k>n`, `k<n`       | label `k` is an integer greater / less than `n`       |
 //!
 //! The empty selector matches everything. The parser is a small hand-written
-//! lexer + recursive-descent parser mirroring `labels.Parse`: keys are validated
+//! lexer + recursive-descent parser with the structure (and so the error
+//! texts) of `labels.Parse`, including its quirks: `in`/`notin` are plain
+//! identifiers outside the operator position, `k=` and `k in ()` mean the empty
+//! value, and a bad key is reported with a `<nil>` field path. Requirements are
+//! sorted by key. Keys are validated
 //! as qualified names (`[prefix/]name`, name at most 63 characters, prefix a DNS
 //! subdomain), values as label values (at most 63 characters, alphanumeric at both
 //! ends, `-_.` inside). Errors carry the real server's wording, e.g.
@@ -56,6 +61,10 @@ pub enum Operator {
     Exists,
     /// `!key`
     DoesNotExist,
+    /// `key > n` (integer comparison; the label must parse as an integer)
+    GreaterThan,
+    /// `key < n`
+    LessThan,
 }
 
 /// One requirement of a label selector.
@@ -77,6 +86,15 @@ impl Requirement {
             Operator::NotEquals | Operator::NotIn => !got.is_some_and(|v| self.values.contains(v)),
             Operator::Exists => got.is_some(),
             Operator::DoesNotExist => got.is_none(),
+            Operator::GreaterThan | Operator::LessThan => {
+                let (Some(have), Some(want)) = (
+                    got.and_then(|v| v.parse::<i64>().ok()),
+                    self.values.first().and_then(|v| v.parse::<i64>().ok()),
+                ) else {
+                    return false;
+                };
+                if self.op == Operator::GreaterThan { have > want } else { have < want }
+            }
         }
     }
 }
@@ -90,6 +108,8 @@ impl fmt::Display for Requirement {
             Operator::NotIn => write!(f, "{} notin ({})", self.key, self.values.join(",")),
             Operator::Exists => write!(f, "{}", self.key),
             Operator::DoesNotExist => write!(f, "!{}", self.key),
+            Operator::GreaterThan => write!(f, "{}>{}", self.key, self.values.join(",")),
+            Operator::LessThan => write!(f, "{}<{}", self.key, self.values.join(",")),
         }
     }
 }
@@ -199,133 +219,211 @@ struct Parser {
     pos: usize,
 }
 
-impl Parser {
-    fn peek(&self) -> &Token {
-        self.toks.get(self.pos).unwrap_or(&Token::End)
+/// In the "values" context (everywhere except the operator position) the
+/// keywords `in`/`notin` are plain identifiers, as in the Go parser.
+fn as_value(t: Token) -> Token {
+    match t {
+        Token::In => Token::Identifier("in".into()),
+        Token::NotIn => Token::Identifier("notin".into()),
+        t => t,
     }
-    fn next(&mut self) -> Token {
-        let t = self.peek().clone();
+}
+
+fn err(msg: String) -> SelectorError {
+    SelectorError(msg)
+}
+
+impl Parser {
+    fn lookahead(&self) -> Token {
+        as_value(self.toks.get(self.pos).cloned().unwrap_or(Token::End))
+    }
+    fn consume_raw(&mut self) -> Token {
+        let t = self.toks.get(self.pos).cloned().unwrap_or(Token::End);
         if self.pos < self.toks.len() {
             self.pos += 1;
         }
         t
     }
+    fn consume(&mut self) -> Token {
+        as_value(self.consume_raw())
+    }
 
     fn parse(&mut self) -> Result<Vec<Requirement>, SelectorError> {
         let mut reqs = Vec::new();
         loop {
-            match self.peek() {
-                Token::End => return Ok(reqs),
+            match self.lookahead() {
                 Token::Identifier(_) | Token::Bang => {
-                    reqs.push(self.requirement()?);
-                    match self.next() {
+                    let r = self
+                        .requirement()
+                        .map_err(|e| err(format!("unable to parse requirement: {e}")))?;
+                    reqs.push(r);
+                    match self.consume() {
                         Token::End => return Ok(reqs),
-                        Token::Comma => {
-                            if matches!(self.peek(), Token::End) {
-                                return Err(err_found(",", "identifier"));
+                        Token::Comma => match self.lookahead() {
+                            Token::Identifier(_) | Token::Bang => {}
+                            t => {
+                                return Err(err(format!("found '{}', expected: identifier after ','", t.literal())));
                             }
-                        }
-                        t => return Err(err_found(&t.literal(), "',' or 'end of string'")),
+                        },
+                        t => return Err(err(format!("found '{}', expected: ',' or 'end of string'", t.literal()))),
                     }
                 }
-                t => return Err(err_found(&t.literal(), "identifier or '!'")),
+                Token::End => return Ok(reqs),
+                t => {
+                    return Err(err(format!(
+                        "found '{}', expected: !, identifier, or 'end of string'",
+                        t.literal()
+                    )));
+                }
             }
         }
     }
 
     fn requirement(&mut self) -> Result<Requirement, SelectorError> {
-        let bang = matches!(self.peek(), Token::Bang);
+        let mut tok = self.consume();
+        let bang = tok == Token::Bang;
         if bang {
-            self.next();
+            tok = self.consume();
         }
-        let key = match self.next() {
+        let key = match tok {
             Token::Identifier(k) => k,
-            t => return Err(err_found(&t.literal(), "identifier")),
+            t => return Err(err(format!("found '{}', expected: identifier", t.literal()))),
         };
-        validate_label_key(&key).map_err(|e| SelectorError(format!("unable to parse requirement: {e}")))?;
+        // The Go parser validates the key with a nil field path here.
+        names::validate_qualified_name(&key)
+            .map_err(|e| err(format!("<nil>: Invalid value: \"{key}\": {e}")))?;
         if bang {
-            return Ok(Requirement { key, op: Operator::DoesNotExist, values: vec![] });
+            return new_requirement(key, Operator::DoesNotExist, vec![]);
         }
-        let op = match self.peek() {
-            Token::End | Token::Comma => {
-                return Ok(Requirement { key, op: Operator::Exists, values: vec![] });
-            }
-            Token::Equals | Token::DoubleEquals => Operator::Equals,
-            Token::NotEquals => Operator::NotEquals,
+        if matches!(self.lookahead(), Token::End | Token::Comma) {
+            return new_requirement(key, Operator::Exists, vec![]);
+        }
+        let op = match self.consume_raw() {
             Token::In => Operator::In,
+            Token::Equals | Token::DoubleEquals => Operator::Equals,
+            Token::Gt => Operator::GreaterThan,
+            Token::Lt => Operator::LessThan,
             Token::NotIn => Operator::NotIn,
-            Token::Gt | Token::Lt => {
-                return Err(SelectorError(
-                    "numeric comparison operators (>, <) are not supported by kube-sim".into(),
-                ));
-            }
+            Token::NotEquals => Operator::NotEquals,
             t => {
-                return Err(err_found(
-                    &t.literal(),
-                    "[!=, ==, =, in, notin, gt, lt]",
-                ));
+                return Err(err(format!(
+                    "found '{}', expected: in, notin, =, ==, !=, gt, lt",
+                    t.literal()
+                )));
             }
         };
-        self.next();
         let values = match op {
-            Operator::In | Operator::NotIn => self.value_set()?,
-            _ => match self.peek() {
-                Token::Identifier(v) => {
-                    let v = v.clone();
-                    self.next();
-                    vec![v]
-                }
-                // `k=` means the empty value.
-                Token::End | Token::Comma => vec![String::new()],
-                t => return Err(err_found(&t.literal(), "identifier")),
-            },
+            Operator::In | Operator::NotIn => self.values()?,
+            _ => self.exact_value()?,
         };
-        for (i, v) in values.iter().enumerate() {
-            validate_label_value(v).map_err(|e| {
-                SelectorError(format!(
-                    "unable to parse requirement: values[{i}][{key}]: Invalid value: \"{v}\": {e}"
-                ))
-            })?;
-        }
-        Ok(Requirement { key, op, values })
+        new_requirement(key, op, values)
     }
 
-    fn value_set(&mut self) -> Result<Vec<String>, SelectorError> {
-        match self.next() {
+    fn values(&mut self) -> Result<Vec<String>, SelectorError> {
+        match self.consume() {
             Token::OpenPar => {}
-            t => return Err(err_found(&t.literal(), "'('")),
+            t => return Err(err(format!("found '{}' expected: '('", t.literal()))),
         }
-        let mut values = Vec::new();
-        // `in ()` and `in (a,)` are permitted by Kubernetes and contain "".
+        match self.lookahead() {
+            Token::Identifier(_) | Token::Comma => {
+                let set = self.identifiers_list()?;
+                match self.consume() {
+                    Token::ClosePar => Ok(set),
+                    t => Err(err(format!("found '{}', expected: ')'", t.literal()))),
+                }
+            }
+            Token::ClosePar => {
+                self.consume();
+                Ok(vec![String::new()])
+            }
+            t => Err(err(format!("found '{}', expected: ',', ')' or identifier", t.literal()))),
+        }
+    }
+
+    fn identifiers_list(&mut self) -> Result<Vec<String>, SelectorError> {
+        let mut set: Vec<String> = Vec::new();
+        let insert = |set: &mut Vec<String>, v: String| {
+            if !set.contains(&v) {
+                set.push(v);
+            }
+        };
         loop {
-            match self.next() {
+            match self.consume() {
                 Token::Identifier(v) => {
-                    values.push(v);
-                    match self.next() {
-                        Token::Comma => {}
+                    insert(&mut set, v);
+                    match self.lookahead() {
+                        Token::Comma => continue,
                         Token::ClosePar => break,
-                        t => return Err(err_found(&t.literal(), "',' or ')'")),
+                        t => return Err(err(format!("found '{}', expected: ',' or ')'", t.literal()))),
                     }
                 }
-                Token::Comma => values.push(String::new()),
-                Token::ClosePar => {
-                    values.push(String::new());
-                    break;
+                Token::Comma => {
+                    if set.is_empty() {
+                        insert(&mut set, String::new());
+                    }
+                    match self.lookahead() {
+                        Token::ClosePar => {
+                            insert(&mut set, String::new());
+                            break;
+                        }
+                        Token::Comma => {
+                            self.consume();
+                            insert(&mut set, String::new());
+                        }
+                        _ => {}
+                    }
                 }
-                t => return Err(err_found(&t.literal(), "identifier, ',' or ')'")),
+                t => return Err(err(format!("found '{}', expected: ',', or identifier", t.literal()))),
             }
         }
-        values.sort();
-        values.dedup();
-        Ok(values)
+        set.sort();
+        Ok(set)
+    }
+
+    fn exact_value(&mut self) -> Result<Vec<String>, SelectorError> {
+        if matches!(self.lookahead(), Token::End | Token::Comma) {
+            return Ok(vec![String::new()]);
+        }
+        match self.consume() {
+            Token::Identifier(v) => Ok(vec![v]),
+            t => Err(err(format!("found '{}', expected: identifier", t.literal()))),
+        }
     }
 }
 
-fn err_found(found: &str, expected: &str) -> SelectorError {
-    if found.is_empty() {
-        SelectorError(format!("found '', expected: {expected}"))
-    } else {
-        SelectorError(format!("found '{found}', expected: {expected}"))
+/// `labels.NewRequirement` checks (key already validated by the parser).
+fn new_requirement(key: String, op: Operator, values: Vec<String>) -> Result<Requirement, SelectorError> {
+    let mut errs = Vec::new();
+    match op {
+        Operator::In | Operator::NotIn if values.is_empty() => {
+            errs.push("values: Invalid value: []: for 'in', 'notin' operators, values set can't be empty".to_string());
+        }
+        Operator::Equals | Operator::NotEquals if values.len() != 1 => {
+            errs.push(format!("values: Invalid value: {values:?}: exact-match compatibility requires one single value"));
+        }
+        Operator::GreaterThan | Operator::LessThan => {
+            if values.len() != 1 {
+                errs.push(format!("values: Invalid value: {values:?}: for 'Gt', 'Lt' operators, exactly one value is required"));
+            }
+            for (i, v) in values.iter().enumerate() {
+                if v.parse::<i64>().is_err() {
+                    errs.push(format!(
+                        "values[{i}]: Invalid value: \"{v}\": for 'Gt', 'Lt' operators, the value must be an integer"
+                    ));
+                }
+            }
+        }
+        _ => {}
+    }
+    for (i, v) in values.iter().enumerate() {
+        if let Err(e) = names::validate_label_value(v) {
+            errs.push(format!("values[{i}][{key}]: Invalid value: \"{v}\": {e}"));
+        }
+    }
+    match errs.as_slice() {
+        [] => Ok(Requirement { key, op, values }),
+        [one] => Err(err(one.clone())),
+        many => Err(err(format!("[{}]", many.join(", ")))),
     }
 }
 
@@ -671,7 +769,7 @@ mod tests {
         assert!(e.to_string().contains("must be no more than 63 characters"), "{e}");
         let e = LabelSelector::parse(&format!("{long}=v")).expect_err("long key");
         assert!(
-            e.to_string().starts_with(&format!("unable to parse requirement: key: Invalid value: \"{long}\": name part must be no more than 63 characters")),
+            e.to_string().starts_with(&format!("unable to parse requirement: <nil>: Invalid value: \"{long}\": name part must be no more than 63 characters")),
             "{e}"
         );
     }
@@ -690,13 +788,47 @@ mod tests {
     #[test]
     fn syntax_errors() {
         let e = LabelSelector::parse("a=b,").expect_err("trailing comma");
-        assert_eq!(e.to_string(), "found ',', expected: identifier");
+        assert_eq!(e.to_string(), "found '', expected: identifier after ','");
         let e = LabelSelector::parse("a in b").expect_err("no paren");
-        assert_eq!(e.to_string(), "found 'b', expected: '('");
+        assert_eq!(e.to_string(), "unable to parse requirement: found 'b' expected: '('");
         let e = LabelSelector::parse("a b").expect_err("two idents");
-        assert_eq!(e.to_string(), "found 'b', expected: [!=, ==, =, in, notin, gt, lt]");
-        assert!(LabelSelector::parse("a in (x").is_err());
-        assert!(LabelSelector::parse("=x").is_err());
+        assert_eq!(e.to_string(), "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt");
+        let e = LabelSelector::parse("a in (x").expect_err("unclosed");
+        assert_eq!(e.to_string(), "unable to parse requirement: found '', expected: ',' or ')'");
+        let e = LabelSelector::parse("=x").expect_err("no key");
+        assert_eq!(e.to_string(), "found '=', expected: !, identifier, or 'end of string'");
+        let e = LabelSelector::parse("a=b c=d").expect_err("missing comma");
+        assert_eq!(e.to_string(), "found 'c', expected: ',' or 'end of string'");
+    }
+
+    #[test]
+    fn keywords_are_values_in_value_position() {
+        let s = LabelSelector::parse("x in (in,notin),in=notin").expect("parse");
+        assert!(s.matches(&labels(&[("x", "in"), ("in", "notin")])));
+        assert!(!s.matches(&labels(&[("x", "other"), ("in", "notin")])));
+    }
+
+    #[test]
+    fn empty_values_in_sets() {
+        let s = LabelSelector::parse("x in (,a)").expect("parse");
+        assert_eq!(s.requirements()[0].values, vec!["".to_string(), "a".to_string()]);
+        let s = LabelSelector::parse("x notin ()").expect("parse");
+        assert!(!s.matches(&labels(&[("x", "")])));
+        assert!(s.matches(&labels(&[("x", "a")])));
+    }
+
+    #[test]
+    fn numeric_comparisons() {
+        let s = LabelSelector::parse("gen>3,gen<10").expect("parse");
+        assert!(s.matches(&labels(&[("gen", "5")])));
+        assert!(!s.matches(&labels(&[("gen", "3")])));
+        assert!(!s.matches(&labels(&[("gen", "x")])));
+        assert!(!s.matches(&labels(&[])));
+        let e = LabelSelector::parse("gen>x").expect_err("not an int");
+        assert_eq!(
+            e.to_string(),
+            "unable to parse requirement: values[0]: Invalid value: \"x\": for 'Gt', 'Lt' operators, the value must be an integer"
+        );
     }
 
     #[test]
