@@ -1142,7 +1142,21 @@ fn deserialize_at<T: serde::de::DeserializeOwned>(
                 p if p.starts_with('[') => format!("{prefix}{p}"),
                 p => format!("{prefix}.{p}"),
             };
-            errors.push(path, e.into_inner().to_string());
+            // serde names our internal types ("expected struct RawService");
+            // the user needs to know that a mapping was expected.
+            let msg = e.into_inner().to_string();
+            let msg = regex::Regex::new(r"expected struct Raw[A-Za-z]+")
+                .map(|re| re.replace_all(&msg, "expected a mapping").into_owned())
+                .unwrap_or(msg);
+            // Under `client` a wrongly typed value may be a token: never echo it.
+            let msg = if path.contains(".client") {
+                regex::Regex::new(r#"(invalid (?:type|value): [a-z ]+?) (?:`[^`]*`|"[^"]*")"#)
+                    .map(|re| re.replace_all(&msg, "$1 (value not shown)").into_owned())
+                    .unwrap_or(msg)
+            } else {
+                msg
+            };
+            errors.push(path, msg);
             None
         }
     }
@@ -1255,8 +1269,14 @@ pub fn parse_config(
         None | Some(serde_yaml::Value::Null) => {
             Some(resolve_settings(RawSettings::default(), env, &mut errors))
         }
-        Some(v) => deserialize_at::<RawSettings>(v.clone(), "kube_discovery", &mut errors)
-            .map(|raw| resolve_settings(raw, env, &mut errors)),
+        Some(v @ serde_yaml::Value::Mapping(_)) => {
+            deserialize_at::<RawSettings>(v.clone(), "kube_discovery", &mut errors)
+                .map(|raw| resolve_settings(raw, env, &mut errors))
+        }
+        Some(_) => {
+            errors.push("kube_discovery", "must be a mapping");
+            None
+        }
     };
 
     if !errors.0.is_empty() {
@@ -1865,6 +1885,15 @@ plugins: [proxy-rewrite]
             "must be a string (value not shown)",
         );
         assert!(!lines.join("\n").contains("1234567"));
+        // A token written where the client mapping belongs is not echoed either.
+        let lines = errs(&format!(
+            "discovery: {{kubernetes: {{client: \"{TOKEN}\"}}}}"
+        ));
+        has(
+            &lines,
+            "discovery.kubernetes.client",
+            "invalid type: string (value not shown), expected a mapping",
+        );
         // Tokens expanded from the environment are not echoed either.
         let env = env_of(&[
             ("KUBERNETES_SERVICE_HOST", "h"),
@@ -2152,6 +2181,24 @@ discovery:
             &errs("discovery: {kubernetes: {kubeconfig: \"\"}}"),
             "discovery.kubernetes.kubeconfig",
             "non-empty",
+        );
+    }
+
+    #[test]
+    fn type_errors_name_the_field_not_internal_types() {
+        let lines = errs("discovery: {kubernetes: {service: 5}}\nkube_discovery: 7");
+        has(
+            &lines,
+            "discovery.kubernetes.service",
+            "invalid type: integer `5`, expected a mapping",
+        );
+        has(&lines, "kube_discovery", "must be a mapping");
+        assert!(!lines.join("\n").contains("Raw"), "{lines:?}");
+        let lines = errs("discovery: {kubernetes: {}}\nkube_discovery: {sinks: {configmap: true}}");
+        has(
+            &lines,
+            "kube_discovery.sinks.configmap",
+            "invalid type: boolean `true`, expected a mapping",
         );
     }
 
