@@ -1345,6 +1345,7 @@ fn resolve_cluster(
         }
     }
     // ${VAR} expansion.
+    let before_expansion = errors.0.len();
     let in_cluster_hint = if in_cluster_host {
         " (in-cluster default; outside a pod set service.host/service.port or kubeconfig)"
     } else {
@@ -1400,7 +1401,7 @@ fn resolve_cluster(
         errors,
         "",
     );
-    if errors.0.len() > before {
+    if errors.0.len() > before_expansion {
         return None; // validating unexpanded values would only repeat the problem
     }
     if let Err(report) = raw.validate_with(&Ctx { multi }) {
@@ -2123,6 +2124,11 @@ discovery:
         has(
             &lines,
             "discovery.kubernetes[4].service",
+            "is required in the multi-cluster form",
+        );
+        has(
+            &lines,
+            "discovery.kubernetes[4].client",
             "is required in the multi-cluster form",
         );
         has(
