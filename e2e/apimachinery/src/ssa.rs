@@ -47,10 +47,20 @@
 //! different from the stored one is taken as the new baseline) and
 //! `managedFields: [{}]` strips them entirely.
 //!
-//! Simplifications: no per-version conversion of field sets; the status
-//! subresource reset (apply to the main resource ignoring `.status`) is left to
-//! the caller; entries are keyed by (manager, operation, subresource) and, for
-//! updates, apiVersion.
+//! # Subresources and first apply
+//!
+//! [`apply_with`] takes a [`Scope`]: for kinds with a status subresource the
+//! main resource ignores `.status` and the `status` subresource only takes
+//! `.status`, and their entries are kept apart (`subresource: status`), so one
+//! manager applying both never removes its own spec with a status apply. If
+//! the live object has no managedFields at all, its fields are first given to
+//! `before-first-apply` (as Kubernetes does), so a first apply conflicts
+//! instead of silently changing values it never owned.
+//!
+//! Simplifications: no per-version conversion of field sets; entries are keyed
+//! by (manager, operation, subresource) and, for updates, apiVersion; the
+//! `ApplyConflict` message names managers without the ` using <apiVersion>`
+//! suffix Kubernetes adds for `Update` entries.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -668,7 +678,60 @@ fn merge_applied(live: &mut Value, applied: &Value, fields: &mut Vec<String>, lt
     }
 }
 
-/// Server-side apply with the built-in list types of `applied.kind`.
+/// Which part of an object a request may change, for kinds with a `status`
+/// subresource (the API server's "reset fields").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scope {
+    /// The whole object (kinds without a status subresource).
+    #[default]
+    All,
+    /// The main resource of a kind with a status subresource: `.status` in the
+    /// applied configuration is ignored.
+    MainResource,
+    /// The `status` subresource: only `.status` of the applied configuration counts.
+    Status,
+}
+
+/// Everything [`apply_with`] needs besides the objects.
+pub struct ApplyOptions<'a> {
+    /// The field manager (`?fieldManager=`).
+    pub manager: &'a str,
+    /// `?force=true`.
+    pub force: bool,
+    /// Timestamp recorded in the manager's entry.
+    pub now_rfc3339: &'a str,
+    /// API version of the request, recorded in the entry.
+    pub api_version: &'a str,
+    /// Main resource or status subresource (entries are kept per subresource).
+    pub scope: Scope,
+    /// List types; `None` = the built-in table for the object's kind.
+    pub list_types: Option<ListTypes<'a>>,
+}
+
+/// The applied configuration restricted to what `scope` may change.
+fn scoped(applied: &Value, scope: Scope) -> Value {
+    let Some(m) = applied.as_object() else { return applied.clone() };
+    let keep = |k: &str| match scope {
+        Scope::All => true,
+        Scope::MainResource => k != "status",
+        Scope::Status => matches!(k, "apiVersion" | "kind" | "status") || k == "metadata",
+    };
+    let mut out: Map<String, Value> = m.iter().filter(|(k, _)| keep(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    if scope == Scope::Status
+        && let Some(Value::Object(meta)) = out.get_mut("metadata")
+    {
+        // Only the identifying fields; labels etc. belong to the main resource.
+        meta.retain(|k, _| UNTRACKED_METADATA.contains(&k.as_str()));
+    }
+    Value::Object(out)
+}
+
+/// The manager name Kubernetes gives to fields that existed before the first
+/// server-side apply to an object without managedFields.
+pub const BEFORE_FIRST_APPLY: &str = "before-first-apply";
+
+/// Server-side apply with the built-in list types of `applied.kind`, on the
+/// whole object.
 ///
 /// `live` is the stored object (`None` on create). Returns the new object,
 /// including the updated `metadata.managedFields`.
@@ -680,18 +743,15 @@ pub fn apply(
     now_rfc3339: &str,
     api_version: &str,
 ) -> Result<Value, ApplyConflict> {
-    let kind = applied
-        .get("kind")
-        .and_then(Value::as_str)
-        .or_else(|| live.and_then(|l| l.get("kind")).and_then(Value::as_str))
-        .unwrap_or("")
-        .to_string();
-    let lt = move |p: &[&str]| list_type(&kind, p);
-    apply_with_list_types(live, applied, manager, force, now_rfc3339, api_version, &lt)
+    apply_with(
+        live,
+        applied,
+        &ApplyOptions { manager, force, now_rfc3339, api_version, scope: Scope::All, list_types: None },
+    )
 }
 
-/// [`apply`] with a caller-supplied list-type resolver (e.g. from a CRD schema's
-/// `x-kubernetes-list-type` / `x-kubernetes-list-map-keys`).
+/// [`apply`] with a caller-supplied list-type resolver (e.g.
+/// [`crate::schema::StructuralSchema::list_type_at`] for custom resources).
 pub fn apply_with_list_types(
     live: Option<&Value>,
     applied: &Value,
@@ -701,11 +761,52 @@ pub fn apply_with_list_types(
     api_version: &str,
     lt: ListTypes<'_>,
 ) -> Result<Value, ApplyConflict> {
+    apply_with(
+        live,
+        applied,
+        &ApplyOptions { manager, force, now_rfc3339, api_version, scope: Scope::All, list_types: Some(lt) },
+    )
+}
+
+/// The general form of [`apply`]: scope (main resource / status subresource)
+/// and list types configurable.
+///
+/// With [`Scope::Status`] the result still contains the live `spec` etc.
+/// unchanged; with [`Scope::MainResource`] the live `status` is kept.
+pub fn apply_with(live: Option<&Value>, applied: &Value, opts: &ApplyOptions<'_>) -> Result<Value, ApplyConflict> {
+    let kind = applied
+        .get("kind")
+        .and_then(Value::as_str)
+        .or_else(|| live.and_then(|l| l.get("kind")).and_then(Value::as_str))
+        .unwrap_or("")
+        .to_string();
+    let builtin = move |p: &[&str]| list_type(&kind, p);
+    let lt: ListTypes<'_> = opts.list_types.unwrap_or(&builtin);
+    let manager = opts.manager;
+    let api_version = opts.api_version;
+    let subresource = if opts.scope == Scope::Status { "status" } else { "" };
+    let applied = &scoped(applied, opts.scope);
+
     let empty = Value::Object(Map::new());
     let live_obj = live.unwrap_or(&empty);
     let mut entries = managed_fields(live_obj);
+    if live.is_some() && entries.is_empty() {
+        // As Kubernetes: fields of an object nobody tracked yet are owned by
+        // `before-first-apply`, so the first apply cannot silently change them.
+        let fields = field_set(live_obj, lt);
+        if !fields.is_empty() {
+            entries.push(ManagedFieldsEntry {
+                manager: BEFORE_FIRST_APPLY.into(),
+                operation: "Update".into(),
+                api_version: api_version.into(),
+                time: opts.now_rfc3339.into(),
+                subresource: String::new(),
+                fields,
+            });
+        }
+    }
     let s_new = field_set(applied, lt);
-    let own_idx = entries.iter().position(|e| e.is(manager, "Apply", api_version, ""));
+    let own_idx = entries.iter().position(|e| e.is(manager, "Apply", api_version, subresource));
     let s_old = own_idx.map(|i| entries[i].fields.clone()).unwrap_or_default();
 
     // Conflicts: paths others own whose value the apply would change.
@@ -728,7 +829,7 @@ pub fn apply_with_list_types(
         }
     }
     if !conflicts.is_empty() {
-        if !force {
+        if !opts.force {
             let mut list: Vec<(String, String)> =
                 conflicts.iter().map(|(i, p)| (entries[*i].manager.clone(), path_string(p))).collect();
             list.dedup();
@@ -745,7 +846,7 @@ pub fn apply_with_list_types(
     // Fields this manager stopped applying and nobody else owns are removed.
     let others: FieldSet = entries
         .iter()
-        .filter(|e| !e.is(manager, "Apply", api_version, ""))
+        .filter(|e| !e.is(manager, "Apply", api_version, subresource))
         .flat_map(|e| e.fields.iter().cloned())
         .collect();
     let mut result = live_obj.clone();
@@ -764,8 +865,8 @@ pub fn apply_with_list_types(
         manager: manager.to_string(),
         operation: "Apply".into(),
         api_version: api_version.to_string(),
-        time: now_rfc3339.to_string(),
-        subresource: String::new(),
+        time: opts.now_rfc3339.to_string(),
+        subresource: subresource.to_string(),
         fields: s_new,
     };
     match own_idx {
@@ -1118,6 +1219,46 @@ mod tests {
         assert_eq!(list_type("DiscoveredService", &["status", "conditions"]), ListType::Atomic);
         assert_eq!(list_type("Deployment", &["status", "conditions"]), ListType::Map(vec!["type".into()]));
         assert_eq!(list_type("X", &["metadata", "finalizers"]), ListType::Set);
+    }
+
+    fn opts<'a>(manager: &'a str, scope: Scope) -> ApplyOptions<'a> {
+        ApplyOptions { manager, force: false, now_rfc3339: T1, api_version: "kubediscovery.io/v1alpha1", scope, list_types: None }
+    }
+
+    #[test]
+    fn status_and_main_resource_are_tracked_separately() {
+        let ds = |spec: Value, status: Value| {
+            json!({"apiVersion": "kubediscovery.io/v1alpha1", "kind": "DiscoveredService",
+                   "metadata": {"name": "web", "namespace": "kd"}, "spec": spec, "status": status})
+        };
+        // Main resource: .status in the applied config is ignored.
+        let live = apply_with(None, &ds(json!({"a": 1}), json!({"x": "ignored"})), &opts("kd", Scope::MainResource)).expect("create");
+        assert!(live.get("status").is_none(), "{live}");
+        // Status apply by the same manager must not remove the spec it applied.
+        let live = apply_with(Some(&live), &ds(json!({"a": 99}), json!({"ready": true})), &opts("kd", Scope::Status)).expect("status");
+        assert_eq!(live["spec"], json!({"a": 1}), "spec untouched by a status apply");
+        assert_eq!(live["status"], json!({"ready": true}));
+        let entries = managed_fields(&live);
+        assert_eq!(entries.len(), 2, "{entries:?}");
+        let st = entries.iter().find(|e| e.subresource == "status").expect("status entry");
+        assert_eq!(to_fields_v1(&st.fields), json!({"f:status": {"f:ready": {}}}));
+        // Re-applying the main resource keeps status, and vice versa.
+        let live = apply_with(Some(&live), &ds(json!({"a": 2}), json!({})), &opts("kd", Scope::MainResource)).expect("main");
+        assert_eq!(live["status"], json!({"ready": true}));
+        assert_eq!(live["spec"], json!({"a": 2}));
+        let live = apply_with(Some(&live), &ds(json!({}), json!({"count": 3})), &opts("kd", Scope::Status)).expect("status 2");
+        assert_eq!(live["status"], json!({"count": 3}), "ready no longer applied -> removed");
+        assert_eq!(live["spec"], json!({"a": 2}));
+    }
+
+    #[test]
+    fn before_first_apply_owns_untracked_fields() {
+        let live = cm(json!({"a": "1"}));
+        let e = apply(Some(&live), &cm(json!({"a": "2"})), "ctl", false, T1, "v1").expect_err("conflict");
+        assert_eq!(e.message(), r#"Apply failed with 1 conflict: conflict with "before-first-apply": .data.a"#);
+        let out = apply(Some(&live), &cm(json!({"b": "2"})), "ctl", false, T1, "v1").expect("no overlap");
+        assert_eq!(out["data"], json!({"a": "1", "b": "2"}));
+        assert_eq!(entry(&out, BEFORE_FIRST_APPLY).expect("seeded")["fieldsV1"], json!({"f:data": {"f:a": {}}}));
     }
 
     #[test]
