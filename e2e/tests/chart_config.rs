@@ -158,12 +158,7 @@ fn chart_multi_cluster_config_parses_with_mounted_credentials() {
     );
     let s = &cfg.settings;
     assert!(s.drain_terminating);
-    assert!(s.sinks.configmap.enabled);
-    assert_eq!(
-        s.sinks.configmap.namespace.as_deref(),
-        Some("kube-discovery")
-    );
-    assert_eq!(s.sinks.configmap.name, "kd-kube-discovery-snapshot");
+    assert!(!s.sinks.configmap.enabled);
 }
 
 #[test]
@@ -188,6 +183,10 @@ fn chart_settings_reach_the_controller_config() {
         "--set",
         "controller.leaderElection.leaseDuration=20s",
         "--set",
+        "controller.configMapSnapshot.enabled=true",
+        "--set",
+        "controller.configMapSnapshot.namespace=gw",
+        "--set",
         "http.port=9090",
         "--set",
         "http.authTokenSecret.name=api-token",
@@ -199,6 +198,9 @@ fn chart_settings_reach_the_controller_config() {
         "discovery.kubernetes.default_weight=0",
     ]);
     let s = &cfg.settings;
+    assert!(s.sinks.configmap.enabled);
+    assert_eq!(s.sinks.configmap.namespace.as_deref(), Some("gw"));
+    assert_eq!(s.sinks.configmap.name, "kd-kube-discovery-snapshot");
     assert_eq!(s.coalesce_window, Duration::from_millis(250));
     assert_eq!(s.watch_timeout, Duration::from_secs(60));
     assert_eq!(s.write_concurrency, 3);

@@ -316,9 +316,22 @@ fn chart_renders_multi_cluster_config_with_secret_credentials() {
             "{vol} projects {secret}/{key} as {path}: {sources:?}"
         );
     }
-    // The snapshot sink gets its own Role in its namespace.
+    // The snapshot sink, when enabled, gets its own Role in its namespace only.
+    assert!(!kinds(&docs).iter().any(|k| k.ends_with("-snapshot")));
+    let docs = render(
+        "kd",
+        "kube-discovery",
+        &[
+            "--set",
+            "controller.configMapSnapshot.enabled=true",
+            "--set",
+            "controller.configMapSnapshot.namespace=gw",
+        ],
+    );
     let role = find(&docs, "Role", Some("kd-kube-discovery-snapshot"));
-    assert_eq!(role["metadata"]["namespace"], "kube-discovery");
+    assert_eq!(role["metadata"]["namespace"], "gw");
+    let binding = find(&docs, "RoleBinding", Some("kd-kube-discovery-snapshot"));
+    assert_eq!(binding["subjects"][0]["namespace"], "kube-discovery");
 }
 
 /// Bad values and a piece of the message helm must print for each.

@@ -387,16 +387,50 @@ fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn chart_controller_works_with_chart_config_and_service_account_rbac() {
-    let env = Env::start().await;
+/// A controller started from the installed chart's config with the chart
+/// ServiceAccount's token.
+struct Running {
+    controller: Controller,
+    config: String,
+    http_port: u16,
+    stdout: PathBuf,
+    stderr: PathBuf,
+    token: String,
+}
+
+impl Running {
+    fn logs(&self) -> String {
+        format!(
+            "stderr:\n{}\nstdout:\n{}",
+            read(&self.stderr),
+            read(&self.stdout)
+        )
+    }
+
+    /// Panics with the logs when the controller has exited.
+    fn assert_alive(&mut self) {
+        if let Ok(Some(status)) = self.controller.0.try_wait() {
+            panic!(
+                "controller exited early ({status}) with the chart config\nconfig:\n{}\n{}",
+                self.config,
+                self.logs()
+            );
+        }
+    }
+}
+
+/// `helm install` with the connection pointed at kube-sim instead of
+/// in-cluster (everything else default), then runs `kube-discovery run` exactly as the
+/// pod would: the config read back from the installed ConfigMap, the
+/// ServiceAccount's token file, the pod's environment.
+async fn install_and_run(env: &Env) -> Running {
     let bin = controller_bin();
     let (token_file, ca_file) = (env.path("token"), env.path("ca.crt"));
     std::fs::write(&ca_file, env.sim.ca_pem().expect("TLS CA")).expect("write CA");
     // The chart's ServiceAccount token (kube-sim enforces RBAC for it).
-    std::fs::write(&token_file, env.sim.issue_token(NS, FULLNAME)).expect("write token");
+    let token = env.sim.issue_token(NS, FULLNAME);
+    std::fs::write(&token_file, &token).expect("write token");
 
-    // Install the chart pointing the controller at kube-sim instead of in-cluster.
     let port = env.sim.addr().port().to_string();
     let chart = chart_dir().display().to_string();
     let sets = [
@@ -436,6 +470,41 @@ async fn chart_controller_works_with_chart_config_and_service_account_rbac() {
     let config_file = env.path("config.yaml");
     std::fs::write(&config_file, &config).expect("write config");
 
+    let http_port = free_port();
+    let (stdout, stderr) = (env.path("controller.out"), env.path("controller.err"));
+    let child = Command::new(&bin)
+        .args(["run", "--config", &config_file.display().to_string()])
+        .args([
+            "--http-addr",
+            &format!("127.0.0.1:{http_port}"),
+            "--log-format",
+            "json",
+        ])
+        .env_remove("KUBECONFIG")
+        .env("POD_NAME", "kd-kube-discovery-test-0")
+        .env("POD_NAMESPACE", NS)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::from(
+            std::fs::File::create(&stdout).expect("stdout file"),
+        ))
+        .stderr(Stdio::from(
+            std::fs::File::create(&stderr).expect("stderr file"),
+        ))
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+    Running {
+        controller: Controller(child),
+        config,
+        http_port,
+        stdout,
+        stderr,
+        token,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chart_controller_works_with_chart_config_and_service_account_rbac() {
+    let env = Env::start().await;
     // A Service with one EndpointSlice: two ready endpoints (one with `ready`
     // absent, which means ready) and one not ready.
     let backend = env.path("backend.yaml");
@@ -470,30 +539,7 @@ endpoints:
     )
     .expect("write backend");
     env.kubectl_ok(&["apply", "-f", &backend.display().to_string()]);
-
-    let http_port = free_port();
-    let (stdout, stderr) = (env.path("controller.out"), env.path("controller.err"));
-    let child = Command::new(&bin)
-        .args(["run", "--config", &config_file.display().to_string()])
-        .args([
-            "--http-addr",
-            &format!("127.0.0.1:{http_port}"),
-            "--log-format",
-            "json",
-        ])
-        .env_remove("KUBECONFIG")
-        .env("POD_NAME", "kd-kube-discovery-test-0")
-        .env("POD_NAMESPACE", NS)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::from(
-            std::fs::File::create(&stdout).expect("stdout file"),
-        ))
-        .stderr(Stdio::from(
-            std::fs::File::create(&stderr).expect("stderr file"),
-        ))
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-    let mut controller = Controller(child);
+    let mut run = install_and_run(&env).await;
 
     // Wait for the DiscoveredService with exactly the ready endpoints.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -502,13 +548,7 @@ endpoints:
         {"host": "10.0.0.2", "port": 8080, "weight": 50},
     ]);
     loop {
-        if let Ok(Some(status)) = controller.0.try_wait() {
-            panic!(
-                "controller exited early ({status}) with the chart config\nconfig:\n{config}\nstderr:\n{}\nstdout:\n{}",
-                read(&stderr),
-                read(&stdout)
-            );
-        }
+        run.assert_alive();
         let out = env.kubectl(&[
             "get",
             "discoveredservices",
@@ -530,9 +570,8 @@ endpoints:
         };
         assert!(
             Instant::now() < deadline,
-            "no DiscoveredService shop/web with {want} after 60s; last: {last}\ncontroller stderr:\n{}\nstdout:\n{}",
-            read(&stderr),
-            read(&stdout)
+            "no DiscoveredService shop/web with {want} after 60s; last: {last}\n{}",
+            run.logs()
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -545,14 +584,9 @@ endpoints:
             .any(|l| l.split_whitespace().take(2).eq(["shop", "web"])),
         "kubectl get dsvc -A lacks shop/web:\n{table}"
     );
-    // Leader election used the Lease the chart's Role allows.
-    assert!(
-        env.exists("lease", FULLNAME, Some(NS)),
-        "Lease {NS}/{FULLNAME} not created"
-    );
     // The HTTP API agrees, and the controller is ready.
     let (code, body) = http_get(
-        http_port,
+        run.http_port,
         "/v1/discovery/kubernetes/nodes?service=shop/web:http",
     )
     .expect("HTTP API answers");
@@ -560,17 +594,80 @@ endpoints:
     let nodes: Value =
         serde_json::from_str(body.trim()).unwrap_or_else(|e| panic!("nodes JSON ({e}): {body}"));
     assert_eq!(nodes, want);
-    let (code, body) = http_get(http_port, "/readyz").expect("readyz answers");
+    let (code, body) = http_get(run.http_port, "/readyz").expect("readyz answers");
     assert_eq!(code, 200, "/readyz: {body}");
     // Exactly the chart's permissions were enough: nothing was forbidden.
-    let logs = format!("{}{}", read(&stdout), read(&stderr));
+    let logs = run.logs();
     assert!(
         !logs.contains("Forbidden") && !logs.contains("forbidden") && !logs.contains(" 403"),
         "the controller hit a permission error with the chart's RBAC:\n{logs}"
     );
+    assert!(!logs.contains(&run.token), "the token must never be logged");
+    // Deleting the Service's slice empties the object (the controller keeps writing with the same RBAC).
+    env.kubectl_ok(&["delete", "endpointslice", "web-abcde", "-n", "shop"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        run.assert_alive();
+        let out = env.kubectl(&[
+            "get",
+            "discoveredservices",
+            "web",
+            "-n",
+            "shop",
+            "-o",
+            "json",
+        ]);
+        let gone_or_empty = if out.status.success() {
+            let v: Value = serde_json::from_slice(&out.stdout).expect("dsvc json");
+            v["spec"]["ports"]["http"]
+                .as_array()
+                .is_none_or(Vec::is_empty)
+        } else {
+            text(&out).contains("NotFound")
+        };
+        if gone_or_empty {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "shop/web still has nodes 30s after its slice was deleted\n{}",
+            run.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chart_controller_holds_the_lease_the_chart_role_allows() {
+    let env = Env::start().await;
+    let mut run = install_and_run(&env).await;
+    // Leader election is on by default (2 replicas); the Role allows exactly this Lease.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        run.assert_alive();
+        let out = env.kubectl(&[
+            "get",
+            "lease",
+            FULLNAME,
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ]);
+        let holder = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() && !holder.trim().is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Lease {NS}/{FULLNAME} with a holder 30s after start (leader election with the chart's Role)\n{}",
+            run.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let logs = run.logs();
     assert!(
-        !logs.contains(&read(&token_file)),
-        "the token must never be logged"
+        !logs.contains("Forbidden") && !logs.contains("forbidden") && !logs.contains(" 403"),
+        "permission error with the chart's RBAC:\n{logs}"
     );
-    drop(controller);
 }
