@@ -677,3 +677,50 @@ fn chart_readme_documents_every_value() {
         rows.len()
     );
 }
+
+fn notes(args: &[&str]) -> String {
+    let mut c = helm();
+    c.args(["install", "kd"])
+        .arg(chart_dir())
+        .args(["--namespace", "kube-discovery", "--dry-run=client"])
+        .args(args);
+    let out = run(c);
+    assert!(
+        out.status.success(),
+        "helm install --dry-run=client {args:?}:\n{}",
+        text(&out)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    stdout
+        .split_once("NOTES:")
+        .map(|(_, n)| n.to_string())
+        .unwrap_or_else(|| panic!("no NOTES in:\n{stdout}"))
+}
+
+#[test]
+fn chart_notes_tell_how_to_see_the_result() {
+    let n = notes(&[]);
+    for want in [
+        "kubectl -n kube-discovery rollout status deployment/kd-kube-discovery",
+        "kubectl get discoveredservices -A",
+        "kubectl get dsvc -n default kubernetes -o yaml",
+        "nodes?service=default/kubernetes:https",
+        "kube-discovery nodes default/kubernetes:https",
+    ] {
+        assert!(n.contains(want), "NOTES lack {want:?}:\n{n}");
+    }
+    assert!(!n.contains("WARNING"), "{n}");
+    let multi = chart_dir().join(MULTI).display().to_string();
+    let n = notes(&["-f", &multi]);
+    assert!(n.contains("multi-cluster (local, east, west)"), "{n}");
+    assert!(
+        n.contains("kubectl get dsvc -n default local.kubernetes -o yaml"),
+        "{n}"
+    );
+    assert!(
+        n.contains("kube-discovery nodes local/default/kubernetes:https"),
+        "{n}"
+    );
+    let n = notes(&["--set", "controller.leaderElection.enabled=false"]);
+    assert!(n.contains("WARNING: replicaCount is 2"), "{n}");
+}
