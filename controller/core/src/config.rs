@@ -576,15 +576,24 @@ fn expand(
     out
 }
 
+/// Expands `v` in place. On failure the error is recorded and the value is
+/// replaced by `placeholder` (a value that passes validation), so that the
+/// other fields are still validated and reported, without a second, confusing
+/// error about the unexpanded text.
 fn expand_opt(
     v: &mut Option<String>,
     path: &str,
     env: &dyn Fn(&str) -> Option<String>,
     errors: &mut Errors,
     hint: &str,
+    placeholder: &str,
 ) {
     if let Some(s) = v.as_mut() {
+        let before = errors.0.len();
         *s = expand(s, path, env, errors, hint);
+        if errors.0.len() > before {
+            *s = placeholder.to_string();
+        }
     }
 }
 
@@ -964,9 +973,9 @@ struct RawSettings {
     topology: Option<bool>,
     #[garde(custom(check_duration(Duration::from_secs(1), Duration::from_secs(290))))]
     watch_timeout: Option<String>,
-    #[garde(range(min = 1, max = 256))]
+    #[garde(custom(check_concurrency))]
     write_concurrency: Option<u64>,
-    #[garde(range(min = 0.1, max = 10000.0))]
+    #[garde(custom(check_qps))]
     write_qps: Option<f64>,
     #[garde(dive)]
     http: Option<RawHttp>,
@@ -1064,6 +1073,22 @@ fn check_duration(
             ));
         }
         Ok(())
+    }
+}
+
+fn check_concurrency(v: &Option<u64>, _: &()) -> garde::Result {
+    match v {
+        Some(n) if !(1..=256).contains(n) => err(format!("{n} must be between 1 and 256")),
+        _ => Ok(()),
+    }
+}
+
+fn check_qps(v: &Option<f64>, _: &()) -> garde::Result {
+    match v {
+        Some(q) if !(0.1..=10000.0).contains(q) => err(format!(
+            "{q} must be between 0.1 and 10000 writes per second"
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -1345,7 +1370,6 @@ fn resolve_cluster(
         }
     }
     // ${VAR} expansion.
-    let before_expansion = errors.0.len();
     let in_cluster_hint = if in_cluster_host {
         " (in-cluster default; outside a pod set service.host/service.port or kubeconfig)"
     } else {
@@ -1358,6 +1382,7 @@ fn resolve_cluster(
             env,
             errors,
             in_cluster_hint,
+            "unset.invalid",
         );
         expand_opt(
             &mut svc.port,
@@ -1365,6 +1390,7 @@ fn resolve_cluster(
             env,
             errors,
             in_cluster_hint,
+            "1",
         );
         expand_opt(
             &mut svc.ca_file,
@@ -1372,12 +1398,18 @@ fn resolve_cluster(
             env,
             errors,
             "",
+            "/unset",
         );
     }
     if let Some(client) = raw.client.as_mut() {
         if let Some(t) = client.token.as_mut() {
+            let before_token = errors.0.len();
             let expanded = expand(t.expose(), &format!("{path}.client.token"), env, errors, "");
-            *t = Secret(strip_ws(&expanded));
+            *t = if errors.0.len() > before_token {
+                Secret("unset".to_string())
+            } else {
+                Secret(strip_ws(&expanded))
+            };
         }
         expand_opt(
             &mut client.token_file,
@@ -1385,6 +1417,7 @@ fn resolve_cluster(
             env,
             errors,
             "",
+            "/unset",
         );
     }
     expand_opt(
@@ -1393,6 +1426,7 @@ fn resolve_cluster(
         env,
         errors,
         "",
+        "/unset",
     );
     expand_opt(
         &mut raw.context,
@@ -1400,10 +1434,8 @@ fn resolve_cluster(
         env,
         errors,
         "",
+        "unset",
     );
-    if errors.0.len() > before_expansion {
-        return None; // validating unexpanded values would only repeat the problem
-    }
     if let Err(report) = raw.validate_with(&Ctx { multi }) {
         errors.report(path, report);
     }
@@ -1494,6 +1526,7 @@ fn resolve_settings(
             env,
             errors,
             "",
+            "/unset",
         );
     }
     if let Some(home) = raw.home.as_mut() {
@@ -1503,6 +1536,7 @@ fn resolve_settings(
             env,
             errors,
             "",
+            "/unset",
         );
         expand_opt(
             &mut home.context,
@@ -1510,6 +1544,7 @@ fn resolve_settings(
             env,
             errors,
             "",
+            "unset",
         );
     }
     if let Err(report) = raw.validate() {
@@ -1840,6 +1875,29 @@ plugins: [proxy-rewrite]
             ),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn an_unset_variable_does_not_hide_other_errors_nor_add_fake_ones() {
+        let lines = errs(
+            "discovery: {kubernetes: {service: {schema: ftp, host: \"${NOPE}\"}, client: {token: \"${NOPE2}\"}}}",
+        );
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        has(
+            &lines,
+            "discovery.kubernetes.service.host",
+            "NOPE is not set",
+        );
+        has(
+            &lines,
+            "discovery.kubernetes.client.token",
+            "NOPE2 is not set",
+        );
+        has(
+            &lines,
+            "discovery.kubernetes.service.schema",
+            "must be \"http\" or \"https\"",
+        );
     }
 
     #[test]
@@ -2309,8 +2367,16 @@ kube_discovery:
             "kube_discovery.watch_timeout",
             "must be between 1s and 290s",
         );
-        has(&lines, "kube_discovery.write_concurrency", "");
-        has(&lines, "kube_discovery.write_qps", "");
+        has(
+            &lines,
+            "kube_discovery.write_concurrency",
+            "0 must be between 1 and 256",
+        );
+        has(
+            &lines,
+            "kube_discovery.write_qps",
+            "must be between 0.1 and 10000",
+        );
         has(&lines, "kube_discovery.http.addr", "must be ip:port");
         has(
             &lines,
