@@ -2,12 +2,14 @@
 //!
 //! Modules, each self-contained and deterministic:
 //! - [`selector`]: label and field selectors (parse + match, API server error text).
-//! - [`names`]: DNS-1123 / DNS-1035 / qualified-name / label-value validation.
+//! - [`field`]: Kubernetes field errors (`FieldError`) and the 422 message.
+//! - [`names`]: DNS-1123 / DNS-1035 / qualified-name / label-value validation, `ObjectMeta` checks.
 //! - [`patch`]: JSON merge patch, JSON patch and strategic merge patch.
 //! - [`rbac`]: RBAC authorization over stored Role/ClusterRole/bindings and 403 messages.
 //! - [`schema`]: CRD openAPIV3Schema pruning, defaulting and validation (via `jsonschema`).
 //! - [`ssa`]: server-side apply, managedFields (FieldsV1), update ownership tracking.
 
+pub mod field;
 pub mod names;
 pub mod patch;
 pub mod rbac;

@@ -36,64 +36,7 @@ use serde_json::{Map, Value};
 
 use crate::ssa::ListType;
 
-/// Kubernetes `field.ErrorType`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FieldErrorKind {
-    /// `Required value`
-    Required,
-    /// `Invalid value`
-    Invalid,
-    /// `Unsupported value` (enum)
-    NotSupported,
-    /// `Too long`
-    TooLong,
-    /// `Too many`
-    TooMany,
-}
-
-impl FieldErrorKind {
-    /// The `reason` of a `Status` cause, e.g. `FieldValueRequired`.
-    pub fn reason(self) -> &'static str {
-        match self {
-            FieldErrorKind::Required => "FieldValueRequired",
-            FieldErrorKind::Invalid => "FieldValueInvalid",
-            FieldErrorKind::NotSupported => "FieldValueNotSupported",
-            FieldErrorKind::TooLong => "FieldValueTooLong",
-            FieldErrorKind::TooMany => "FieldValueTooMany",
-        }
-    }
-}
-
-/// One validation error. `message` is the complete Kubernetes text including
-/// the field, e.g. `spec.ports[0].port: Required value`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldError {
-    /// The field path, e.g. `spec.ports[0].port` (empty for the root).
-    pub field: String,
-    /// The error type.
-    pub kind: FieldErrorKind,
-    /// The full message.
-    pub message: String,
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-/// The 422 message for an invalid object:
-/// `DiscoveredService.kubediscovery.io "web" is invalid: spec.x: Required value`
-/// (several errors are wrapped in `[..]`, comma-separated, like the API server).
-pub fn invalid_message(kind: &str, group: &str, name: &str, errors: &[FieldError]) -> String {
-    let qualified = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
-    let list: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
-    let body = match list.as_slice() {
-        [one] => one.to_string(),
-        many => format!("[{}]", many.join(", ")),
-    };
-    format!("{qualified} {name:?} is invalid: {body}")
-}
+pub use crate::field::{FieldError, FieldErrorKind, invalid_message};
 
 /// A compiled CRD version schema.
 pub struct StructuralSchema {
@@ -255,8 +198,7 @@ fn join_field(parent: &str, child: &str) -> String {
 }
 
 fn fe(field: String, kind: FieldErrorKind, detail: String) -> FieldError {
-    let label = if field.is_empty() { "<root>".to_string() } else { field.clone() };
-    FieldError { message: format!("{label}: {detail}"), field, kind }
+    FieldError::new(field, kind, detail)
 }
 
 fn map_error(e: &jsonschema::ValidationError<'_>) -> FieldError {
@@ -343,7 +285,17 @@ impl StructuralSchema {
 
     /// Removes fields the schema does not declare.
     pub fn prune(&self, obj: &mut Value) {
-        prune(&self.raw, obj, true);
+        self.prune_with_paths(obj);
+    }
+
+    /// [`prune`](Self::prune), returning the removed field paths
+    /// (`spec.ports[0].extra`) in document order — the API server turns each into
+    /// a warning `unknown field "<path>"` (or, with `fieldValidation=Strict`, a
+    /// 400 `strict decoding error: unknown field "<path>"`).
+    pub fn prune_with_paths(&self, obj: &mut Value) -> Vec<String> {
+        let mut removed = Vec::new();
+        prune(&self.raw, obj, true, "", &mut removed);
+        removed
     }
 
     /// Applies `default:` values.
@@ -396,7 +348,7 @@ impl StructuralSchema {
     }
 }
 
-fn prune(schema: &Value, v: &mut Value, keep_type_meta: bool) {
+fn prune(schema: &Value, v: &mut Value, keep_type_meta: bool, at: &str, removed: &mut Vec<String>) {
     let preserve = truthy(schema, "x-kubernetes-preserve-unknown-fields");
     let embedded = truthy(schema, "x-kubernetes-embedded-resource");
     match v {
@@ -411,7 +363,7 @@ fn prune(schema: &Value, v: &mut Value, keep_type_meta: bool) {
                         && k != "metadata"
                         && let Some(child) = m.get_mut(&k)
                     {
-                        prune(ps, child, false);
+                        prune(ps, child, false, &join_field(at, &k), removed);
                     }
                     continue;
                 }
@@ -419,20 +371,21 @@ fn prune(schema: &Value, v: &mut Value, keep_type_meta: bool) {
                 match sub {
                     Some(s) => {
                         if let Some(child) = m.get_mut(&k) {
-                            prune(s, child, false);
+                            prune(s, child, false, &join_field(at, &k), removed);
                         }
                     }
                     None if preserve => {}
                     None => {
                         m.remove(&k);
+                        removed.push(join_field(at, &k));
                     }
                 }
             }
         }
         Value::Array(items) => {
             if let Some(is) = schema.get("items").filter(|i| i.is_object()) {
-                for item in items {
-                    prune(is, item, false);
+                for (i, item) in items.iter_mut().enumerate() {
+                    prune(is, item, false, &format!("{at}[{i}]"), removed);
                 }
             }
         }
@@ -606,7 +559,10 @@ mod tests {
                      "free": {"anything": {"deep": 1}, "known": {"a": "x", "b": "pruned"}}},
             "status": {"ready": true, "junk": 1},
             "top": "level"});
-        compiled().prune(&mut obj);
+        let removed = compiled().prune_with_paths(&mut obj);
+        let mut sorted = removed.clone();
+        sorted.sort();
+        assert_eq!(sorted, vec!["spec.bogus", "spec.free.known.b", "spec.ports[0].extra", "status.junk", "top"]);
         assert_eq!(obj, json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "n", "labels": {"a": "b"}},
             "spec": {"service": "w", "ports": [{"port": 80}], "labels": {"any": "x"},
                      "free": {"anything": {"deep": 1}, "known": {"a": "x"}}},

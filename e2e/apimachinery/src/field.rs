@@ -1,0 +1,87 @@
+//! Kubernetes field errors (`k8s.io/apimachinery/pkg/util/validation/field`),
+//! shared by schema validation and object-meta validation.
+//!
+//! A [`FieldError`] carries the field path, the error type (whose
+//! [`FieldErrorKind::reason`] is the `Status.details.causes[].reason`) and the
+//! complete rendered message (`metadata.name: Required value: name or
+//! generateName is required`). [`invalid_message`] renders the 422
+//! `Status.message` the way the API server does.
+
+use std::fmt;
+
+/// Kubernetes `field.ErrorType`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldErrorKind {
+    /// `Required value`
+    Required,
+    /// `Invalid value`
+    Invalid,
+    /// `Unsupported value` (enum)
+    NotSupported,
+    /// `Too long`
+    TooLong,
+    /// `Too many`
+    TooMany,
+    /// `Forbidden`
+    Forbidden,
+}
+
+impl FieldErrorKind {
+    /// The `reason` of a `Status` cause, e.g. `FieldValueRequired`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            FieldErrorKind::Required => "FieldValueRequired",
+            FieldErrorKind::Invalid => "FieldValueInvalid",
+            FieldErrorKind::NotSupported => "FieldValueNotSupported",
+            FieldErrorKind::TooLong => "FieldValueTooLong",
+            FieldErrorKind::TooMany => "FieldValueTooMany",
+            FieldErrorKind::Forbidden => "FieldValueForbidden",
+        }
+    }
+}
+
+/// One validation error. `message` is the complete Kubernetes text including
+/// the field, e.g. `spec.ports[0].port: Required value`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// The field path, e.g. `spec.ports[0].port` (empty for the root).
+    pub field: String,
+    /// The error type.
+    pub kind: FieldErrorKind,
+    /// The full message.
+    pub message: String,
+}
+
+impl FieldError {
+    /// Builds an error; `detail` is the text after `<field>: `, e.g. `Required value`.
+    pub fn new(field: impl Into<String>, kind: FieldErrorKind, detail: impl AsRef<str>) -> Self {
+        let field = field.into();
+        let label = if field.is_empty() { "<root>" } else { field.as_str() };
+        FieldError { message: format!("{label}: {}", detail.as_ref()), field, kind }
+    }
+
+    /// The text after `<field>: `.
+    pub fn detail(&self) -> &str {
+        self.message.split_once(": ").map_or(self.message.as_str(), |(_, d)| d)
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The 422 message for an invalid object:
+/// `DiscoveredService.kubediscovery.io "web" is invalid: spec.x: Required value`
+/// (several errors are wrapped in `[..]`, comma-separated, like the API server).
+pub fn invalid_message(kind: &str, group: &str, name: &str, errors: &[FieldError]) -> String {
+    let qualified = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
+    let list: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
+    let body = match list.as_slice() {
+        [one] => one.to_string(),
+        many => format!("[{}]", many.join(", ")),
+    };
+    format!("{qualified} {name:?} is invalid: {body}")
+}
+
