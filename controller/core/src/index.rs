@@ -8,7 +8,7 @@
 //! ```
 //!
 //! * Endpoints: one object per Service, converted with
-//!   [`from_endpoints`](crate::convert::from_endpoints).
+//!   [`from_endpoints`].
 //! * EndpointSlices: tracked per slice name (endpoints move between slices,
 //!   and a slice can even be relabelled to another Service); every change
 //!   re-merges all slices of the affected Service(s), in slice-name order. A

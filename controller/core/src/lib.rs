@@ -4,9 +4,11 @@
 //!
 //! ```text
 //!  config.rs   YAML text ──parse+validate (garde)──▶ Config
+//!  filter.rs   namespace_selector / label_selector, compiled and matchable
 //!  convert/    Endpoints | EndpointSlices ──▶ PortMap (+ warnings)
 //!  index.rs    apply/delete/reset events ──▶ changed ServiceKeys, desired ServiceNodes
-//!  crd.rs      ServiceNodes ──▶ DiscoveredService (name, labels, ownerReference)
+//!  crd.rs      ServiceNodes ──▶ DiscoveredService (name, labels, ownerReference); crd_yaml()
+//!  model.rs    ServiceKey, Node, PortMap, parse_service_name, content_version
 //!  render.rs   objects (JSON values) + config ──▶ DiscoveredServices; lookup(query)
 //! ```
 
