@@ -873,4 +873,63 @@ mod tests {
             from_slices([&s], &ConvertOptions::default()).ports
         );
     }
+
+    /// Incremental updates and a relist must agree: applying the same slices in
+    /// any order (with redundant re-applies and a delete of a slice that is later
+    /// re-created) ends in the state `reset_slices(final set)` produces.
+    #[test]
+    fn incremental_equals_relist_in_any_order() {
+        let all: Vec<EndpointSlice> = vec![
+            slice(
+                "ns",
+                "a-1",
+                Some("a"),
+                json!([{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.2"], "conditions": {"ready": false}}]),
+            ),
+            slice(
+                "ns",
+                "a-2",
+                Some("a"),
+                json!([{"addresses": ["10.0.0.2"]}, {"addresses": ["10.0.0.3"], "conditions": {"terminating": true, "ready": false, "serving": true}}]),
+            ),
+            slice("ns", "a-3", Some("a"), json!([{"addresses": ["10.0.0.3"]}])),
+            slice("ns", "b-1", Some("b"), json!([{"addresses": ["10.0.1.1"]}])),
+            slice(
+                "other",
+                "a-1",
+                Some("a"),
+                json!([{"addresses": ["10.0.2.1"]}]),
+            ),
+            slice("ns", "c-1", Some("c"), json!([])),
+        ];
+        let mut reference = idx(SourceKind::EndpointSlice);
+        reference.reset_slices(&all);
+        let want: Vec<ServiceNodes> = reference.iter().cloned().collect();
+        assert_eq!(want.len(), 4);
+        // Every rotation of the order, forwards and backwards.
+        for rot in 0..all.len() {
+            for reverse in [false, true] {
+                let mut order: Vec<&EndpointSlice> =
+                    all.iter().cycle().skip(rot).take(all.len()).collect();
+                if reverse {
+                    order.reverse();
+                }
+                let mut i = idx(SourceKind::EndpointSlice);
+                for s in &order {
+                    i.apply_slice(s);
+                }
+                // Redundant events change nothing.
+                for s in &order {
+                    assert!(i.apply_slice(s).is_empty());
+                }
+                // Delete and re-create one slice.
+                i.delete_slice(order[0]);
+                i.apply_slice(order[0]);
+                let got: Vec<ServiceNodes> = i.iter().cloned().collect();
+                assert_eq!(got, want, "rotation {rot}, reverse {reverse}");
+                // A relist of the same state reports nothing.
+                assert!(i.reset_slices(&all).is_empty());
+            }
+        }
+    }
 }
