@@ -159,6 +159,10 @@ fn chart_multi_cluster_config_parses_with_mounted_credentials() {
     let s = &cfg.settings;
     assert!(s.drain_terminating);
     assert!(!s.sinks.configmap.enabled);
+    assert_eq!(
+        s.sinks.discoveredservices.naming.namespace_mode,
+        NamespaceMode::Fixed("kube-discovery".into())
+    );
 }
 
 #[test]

@@ -714,7 +714,7 @@ fn chart_notes_tell_how_to_see_the_result() {
     let n = notes(&["-f", &multi]);
     assert!(n.contains("multi-cluster (local, east, west)"), "{n}");
     assert!(
-        n.contains("kubectl get dsvc -n default local.kubernetes -o yaml"),
+        n.contains("kubectl get dsvc -n kube-discovery local.default.kubernetes -o yaml"),
         "{n}"
     );
     assert!(
