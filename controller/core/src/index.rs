@@ -243,7 +243,8 @@ impl Index {
     // ----- EndpointSlices -----
 
     /// Keeps only what the conversion and the index need.
-    fn strip_slice(s: &EndpointSlice) -> EndpointSlice {
+    /// Topology fields are kept only when `topology` output is on.
+    fn strip_slice(s: &EndpointSlice, topology: bool) -> EndpointSlice {
         let m = &s.metadata;
         let labels = m
             .labels
@@ -256,10 +257,14 @@ impl Index {
                 .endpoints
                 .iter()
                 .map(|e| k8s_openapi::api::discovery::v1::Endpoint {
+                    addresses: e.addresses.clone(),
+                    conditions: e.conditions.clone(),
                     deprecated_topology: None,
                     hints: None,
                     hostname: None,
-                    ..e.clone()
+                    node_name: e.node_name.clone().filter(|_| topology),
+                    target_ref: e.target_ref.clone().filter(|_| topology),
+                    zone: e.zone.clone().filter(|_| topology),
                 })
                 .collect(),
             ports: s.ports.clone(),
@@ -297,8 +302,9 @@ impl Index {
             self.set_warnings(object, vec![warning]);
             return Ok((ns, name, None));
         };
+        // Any earlier "no label" warning of this slice is obsolete now.
+        self.set_warnings(object, Vec::new());
         if !self.selected(&s.metadata) {
-            self.set_warnings(object, Vec::new());
             return Ok((ns, name, None));
         }
         let key = self.key(&ns, &service);
@@ -351,8 +357,10 @@ impl Index {
             affected.insert(k);
         }
         if let Some(k) = key {
-            self.slices
-                .insert((ns, name.clone()), (k.clone(), Self::strip_slice(s)));
+            self.slices.insert(
+                (ns, name.clone()),
+                (k.clone(), Self::strip_slice(s, self.opts.topology)),
+            );
             self.by_service.entry(k.clone()).or_default().insert(name);
             affected.insert(k);
         }
@@ -384,8 +392,10 @@ impl Index {
         self.warnings.retain(|k, _| !k.starts_with("EndpointSlice"));
         for s in all {
             if let Ok((ns, name, Some(k))) = self.slice_target(s) {
-                self.slices
-                    .insert((ns, name.clone()), (k.clone(), Self::strip_slice(s)));
+                self.slices.insert(
+                    (ns, name.clone()),
+                    (k.clone(), Self::strip_slice(s, self.opts.topology)),
+                );
                 self.by_service.entry(k).or_default().insert(name);
             }
         }
@@ -776,6 +786,15 @@ mod tests {
         let w: Vec<_> = i.warnings().collect();
         assert_eq!(w.len(), 1);
         assert!(w[0].1[0].contains("no kubernetes.io/service-name label"));
+        // Once labelled, the warning is gone.
+        i.apply_slice(&slice(
+            "ns",
+            "orphan",
+            Some("web"),
+            json!([{"addresses": ["10.0.0.1"]}]),
+        ));
+        assert_eq!(i.warnings().count(), 0);
+        assert!(i.get(&k("ns", "web")).is_some());
         // If a tracked slice loses its label, its service is recomputed.
         i.apply_slice(&slice(
             "ns",
@@ -859,15 +878,26 @@ mod tests {
             "ns",
             "s1",
             Some("web"),
-            json!([{"addresses": ["10.0.0.1"], "hostname": "h"}]),
+            json!([{"addresses": ["10.0.0.1"], "hostname": "h", "zone": "z", "nodeName": "n"}]),
         );
         s.metadata.annotations = Some(BTreeMap::from([("big".to_string(), "x".repeat(1000))]));
         s.metadata.managed_fields = Some(vec![Default::default()]);
-        let st = Index::strip_slice(&s);
+        let st = Index::strip_slice(&s, false);
         assert!(st.metadata.annotations.is_none());
         assert!(st.metadata.managed_fields.is_none());
         assert_eq!(st.metadata.labels.as_ref().unwrap().len(), 1);
         assert_eq!(st.endpoints[0].hostname, None);
+        assert_eq!(st.endpoints[0].zone, None);
+        let topo = ConvertOptions {
+            topology: true,
+            ..Default::default()
+        };
+        let st_topo = Index::strip_slice(&s, true);
+        assert_eq!(st_topo.endpoints[0].zone.as_deref(), Some("z"));
+        assert_eq!(
+            from_slices([&st_topo], &topo).ports,
+            from_slices([&s], &topo).ports
+        );
         assert_eq!(
             from_slices([&st], &ConvertOptions::default()).ports,
             from_slices([&s], &ConvertOptions::default()).ports
