@@ -31,13 +31,13 @@
 //! | `{"name": "x", "$patch": "delete"}` item| removes the item with that merge key from the list  |
 //! | `{"$patch": "replace"}` list item       | the list is replaced by the other patch items       |
 //! | `$retainKeys: [..]`                     | after merging, drop map keys not listed             |
-//! | `$setElementOrder/<f>: [..]`            | orders list `<f>` (listed items first, in order)    |
+//! | `$setElementOrder/<f>: [..]`            | the order of list `<f>` (see below)                 |
 //! | `$deleteFromPrimitiveList/<f>: [..]`    | removes those values from primitive list `<f>`      |
 //!
-//! Simplification: with `$setElementOrder` the listed items come first in the
-//! given order, followed by live-only items in their live order (Kubernetes
-//! interleaves live-only items at their old relative positions). Without the
-//! directive, live items keep their order and new items are appended.
+//! Ordering follows the Go implementation (`normalizeElementOrder`): items
+//! named by the patch — or by `$setElementOrder/<f>` when present — are
+//! ordered as the patch lists them, live-only items keep their live order,
+//! and the two are interleaved by their live positions.
 //!
 //! The real API server rejects strategic merge patches for custom resources
 //! (415); the caller (kube-sim) is expected to do the same — here an unknown
@@ -195,8 +195,15 @@ fn merge_map_value(
     if !target.is_object() {
         *target = Value::Object(Map::new());
     }
+    // Live lists named by `$setElementOrder/<f>`, before anything is merged
+    // (independent of the key order of the patch document).
+    let originals: Map<String, Value> = patch
+        .keys()
+        .filter_map(|k| k.strip_prefix(SET_ORDER))
+        .filter_map(|f| target.get(f).filter(|v| v.is_array()).map(|v| (f.to_string(), v.clone())))
+        .collect();
     let mut retain: Option<Vec<String>> = None;
-    let mut orders: Vec<(&str, &Vec<Value>)> = Vec::new();
+    let mut orders: Vec<(&str, &Vec<Value>, Vec<Value>)> = Vec::new();
     for (key, pval) in patch {
         let key = key.as_str();
         if key == PATCH {
@@ -216,7 +223,8 @@ fn merge_map_value(
             let list = pval.as_array().ok_or_else(|| {
                 PatchError::Invalid(format!("{key} at {} must be a list", at()))
             })?;
-            orders.push((field, list));
+            let original: Vec<Value> = originals.get(field).and_then(Value::as_array).cloned().unwrap_or_default();
+            orders.push((field, list, original));
             continue;
         }
         if let Some(field) = key.strip_prefix(DELETE_PRIMITIVE) {
@@ -265,12 +273,13 @@ fn merge_map_value(
         path.pop();
     }
     if let Some(tmap) = target.as_object_mut() {
-        for (field, order) in orders {
+        for (field, order, original) in orders {
             if let Some(Value::Array(list)) = tmap.get_mut(field) {
                 path.push(field.to_string());
                 let strategy = strategy_at(kind, path);
                 path.pop();
-                apply_order(list, order, strategy);
+                let merged = std::mem::take(list);
+                *list = normalize_order(merged, &order_keys(order, strategy), &order_keys(&original, strategy), strategy);
             }
         }
         if let Some(keep) = retain {
@@ -321,20 +330,25 @@ fn merge_list(
     match strategy {
         ListStrategy::Atomic => Ok(()),
         ListStrategy::MergePrimitives => {
-            for item in items {
+            let server_order = live.clone();
+            for item in &items {
                 if item.is_object() || item.is_array() {
                     return Err(PatchError::Invalid(format!(
                         "{at}: expected a list of primitives, found {item}"
                     )));
                 }
                 if !live.contains(item) {
-                    live.push(item.clone());
+                    live.push((*item).clone());
                 }
             }
+            let patch_order: Vec<Value> = items.iter().map(|v| (*v).clone()).collect();
+            let merged = std::mem::take(live);
+            *live = normalize_order(merged, &patch_order, &server_order, strategy);
             Ok(())
         }
         ListStrategy::MergeKey(mk) => {
-            for item in items {
+            let mut merges: Vec<(&Map<String, Value>, &Value)> = Vec::new();
+            for item in &items {
                 let Some(pm) = item.as_object() else {
                     return Err(PatchError::Invalid(format!("{at}: expected a list of maps, found {item}")));
                 };
@@ -343,17 +357,26 @@ fn merge_list(
                         "{at}: map: {item} does not contain declared merge key: {mk}"
                     )));
                 };
-                let pos = live.iter().position(|l| item_key(l, mk) == Some(kv));
-                match pm.get(PATCH).and_then(Value::as_str) {
-                    Some("delete") => {
-                        live.retain(|l| item_key(l, mk) != Some(kv));
-                    }
-                    _ => match pos {
-                        Some(i) => merge_map_value(&mut live[i], pm, kind, path)?,
-                        None => live.push(clean_value(item, kind, path)?),
-                    },
+                if pm.get(PATCH).and_then(Value::as_str) == Some("delete") {
+                    live.retain(|l| item_key(l, mk) != Some(kv));
+                } else {
+                    merges.push((pm, kv));
                 }
             }
+            // Server order is taken after deletions, as in `mergeSlice`.
+            let server_order = order_keys(live, strategy);
+            let patch_order: Vec<Value> = merges.iter().map(|(_, kv)| (*kv).clone()).collect();
+            for (pm, kv) in merges {
+                match live.iter().position(|l| item_key(l, mk) == Some(kv)) {
+                    Some(i) => merge_map_value(&mut live[i], pm, kind, path)?,
+                    None => {
+                        let v = Value::Object(pm.clone());
+                        live.push(clean_value(&v, kind, path)?);
+                    }
+                }
+            }
+            let merged = std::mem::take(live);
+            *live = normalize_order(merged, &patch_order, &server_order, strategy);
             Ok(())
         }
     }
@@ -383,29 +406,49 @@ fn clean_value(v: &Value, kind: &str, path: &mut Vec<String>) -> Result<Value, P
     }
 }
 
-fn apply_order(list: &mut Vec<Value>, order: &[Value], strategy: ListStrategy) {
-    let key_of = |v: &Value| -> Value {
-        match strategy {
-            ListStrategy::MergeKey(k) => item_key(v, k).cloned().unwrap_or(Value::Null),
-            _ => v.clone(),
-        }
-    };
-    let order_key = |o: &Value| -> Value {
-        match strategy {
-            ListStrategy::MergeKey(k) => item_key(o, k).cloned().unwrap_or(Value::Null),
-            _ => o.clone(),
-        }
-    };
-    let mut rest = std::mem::take(list);
-    let mut out = Vec::with_capacity(rest.len());
-    for o in order {
-        let ok = order_key(o);
-        if let Some(i) = rest.iter().position(|v| key_of(v) == ok) {
-            out.push(rest.remove(i));
+/// The ordering identity of list items: the merge key value, or the item itself.
+fn order_keys(items: &[Value], strategy: ListStrategy) -> Vec<Value> {
+    items.iter().map(|v| order_key(v, strategy)).collect()
+}
+
+fn order_key(v: &Value, strategy: ListStrategy) -> Value {
+    match strategy {
+        ListStrategy::MergeKey(k) => item_key(v, k).cloned().unwrap_or(Value::Null),
+        _ => v.clone(),
+    }
+}
+
+/// `normalizeElementOrder` + `mergeSortedSlice` of the Go implementation:
+/// items named by the patch (or `$setElementOrder`) are sorted by
+/// `patch_order`, live-only items keep their live order, and the two runs are
+/// interleaved using the live (server) positions where both are known.
+fn normalize_order(merged: Vec<Value>, patch_order: &[Value], server_order: &[Value], strategy: ListStrategy) -> Vec<Value> {
+    let index = |keys: &[Value], k: &Value| keys.iter().position(|x| x == k);
+    let (mut patch_items, mut server_only): (Vec<Value>, Vec<Value>) =
+        merged.into_iter().partition(|v| index(patch_order, &order_key(v, strategy)).is_some());
+    patch_items.sort_by_key(|v| index(patch_order, &order_key(v, strategy)).unwrap_or(usize::MAX));
+    server_only.sort_by_key(|v| index(server_order, &order_key(v, strategy)).unwrap_or(usize::MAX));
+    let mut out = Vec::with_capacity(patch_items.len() + server_only.len());
+    let mut left = server_only.into_iter().peekable();
+    let mut right = patch_items.into_iter().peekable();
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(l), Some(r)) => {
+                match (index(server_order, &order_key(l, strategy)), index(server_order, &order_key(r, strategy))) {
+                    (Some(li), Some(ri)) => li < ri,
+                    _ => false,
+                }
+            }
+        };
+        let next = if take_left { left.next() } else { right.next() };
+        if let Some(v) = next {
+            out.push(v);
         }
     }
-    out.append(&mut rest);
-    *list = out;
+    out
 }
 
 #[cfg(test)]
@@ -493,12 +536,15 @@ mod tests {
         .expect("ok");
         let c = containers(&t);
         assert_eq!(c.len(), 3);
+        // Go's normalizeElementOrder: patch items in patch order, the live-only
+        // sidecar after them (it cannot be placed relative to the new item).
+        let names: Vec<&Value> = c.iter().map(|x| &x["name"]).collect();
+        assert_eq!(names, vec!["app", "new", "sidecar"]);
         assert_eq!(c[0]["image"], "app:2");
         assert_eq!(c[0]["env"], json!([{"name": "A", "value": "1"}, {"name": "B", "value": "20"}, {"name": "C", "value": "3"}]));
         assert_eq!(c[0]["args"], json!(["z"]), "args is atomic");
         assert_eq!(c[0]["ports"], json!([{"containerPort": 80, "name": "http"}]), "untouched");
-        assert_eq!(c[1]["name"], "sidecar");
-        assert_eq!(c[2], json!({"name": "new", "image": "new:1"}));
+        assert_eq!(c[1], json!({"name": "new", "image": "new:1"}));
     }
 
     #[test]
@@ -522,6 +568,26 @@ mod tests {
     }
 
     #[test]
+    fn smp_order_interleaves_live_only_items() {
+        // Live [a, b, c, d]; the patch touches d and b: patch order [d, b];
+        // live-only a and c keep their places relative to known positions.
+        let mut t = json!({"spec": {"ports": [{"port": 1}, {"port": 2}, {"port": 3}, {"port": 4}]}});
+        strategic_merge_patch(&mut t, &json!({"spec": {"ports": [{"port": 4, "name": "d"}, {"port": 2, "name": "b"}]}}), "Service")
+            .expect("ok");
+        let ports: Vec<&Value> = t["spec"]["ports"].as_array().expect("ports").iter().map(|p| &p["port"]).collect();
+        assert_eq!(ports, vec![1, 3, 4, 2]);
+        // $setElementOrder puts it back, regardless of key order in the patch.
+        let patch: Value = serde_json::from_str(
+            r#"{"spec": {"ports": [{"port": 3, "name": "c"}], "$setElementOrder/ports": [{"port": 1}, {"port": 2}, {"port": 3}, {"port": 4}]}}"#,
+        )
+        .expect("json");
+        strategic_merge_patch(&mut t, &patch, "Service").expect("ok");
+        let ports: Vec<&Value> = t["spec"]["ports"].as_array().expect("ports").iter().map(|p| &p["port"]).collect();
+        assert_eq!(ports, vec![1, 2, 3, 4]);
+        assert_eq!(t["spec"]["ports"][2], json!({"port": 3, "name": "c"}));
+    }
+
+    #[test]
     fn smp_service_ports_by_port() {
         let mut t = json!({"kind": "Service", "spec": {"ports": [
             {"name": "http", "port": 80, "targetPort": 8080},
@@ -535,7 +601,7 @@ mod tests {
         .expect("ok");
         assert_eq!(
             t["spec"]["ports"],
-            json!([{"name": "http", "port": 80, "targetPort": 9090}, {"name": "https", "port": 443}, {"port": 8443, "name": "alt"}])
+            json!([{"name": "http", "port": 80, "targetPort": 9090}, {"port": 8443, "name": "alt"}, {"name": "https", "port": 443}])
         );
     }
 
@@ -558,10 +624,11 @@ mod tests {
     fn smp_finalizers_union_and_delete_from_primitive_list() {
         let mut t = json!({"metadata": {"finalizers": ["a", "b"]}});
         strategic_merge_patch(&mut t, &json!({"metadata": {"finalizers": ["c", "a"]}}), "ConfigMap").expect("ok");
-        assert_eq!(t["metadata"]["finalizers"], json!(["a", "b", "c"]));
+        // Union, ordered like Go: patch values first in patch order, then live-only ones.
+        assert_eq!(t["metadata"]["finalizers"], json!(["c", "a", "b"]));
         strategic_merge_patch(&mut t, &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["b"]}}), "ConfigMap")
             .expect("ok");
-        assert_eq!(t["metadata"]["finalizers"], json!(["a", "c"]));
+        assert_eq!(t["metadata"]["finalizers"], json!(["c", "a"]));
         strategic_merge_patch(
             &mut t,
             &json!({"metadata": {"$setElementOrder/finalizers": ["c", "a", "d"], "finalizers": ["d"], "$deleteFromPrimitiveList/finalizers": ["a"]}}),
