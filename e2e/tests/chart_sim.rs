@@ -424,7 +424,6 @@ impl Running {
 /// pod would: the config read back from the installed ConfigMap, the
 /// ServiceAccount's token file, the pod's environment.
 async fn install_and_run(env: &Env) -> Running {
-    let bin = controller_bin();
     let (token_file, ca_file) = (env.path("token"), env.path("ca.crt"));
     std::fs::write(&ca_file, env.sim.ca_pem().expect("TLS CA")).expect("write CA");
     // The chart's ServiceAccount token (kube-sim enforces RBAC for it).
@@ -456,8 +455,14 @@ async fn install_and_run(env: &Env) -> Running {
         args.extend(["--set", s.as_str()]);
     }
     env.helm_ok(&args);
+    spawn_from_chart(env, token, None)
+}
 
-    // The config exactly as the pod would mount it.
+/// Runs `kube-discovery run` with the config read back from the installed
+/// ConfigMap and the pod's environment; `home_kubeconfig` (multi-cluster mode)
+/// is where DiscoveredServices are written (in a pod: in-cluster).
+fn spawn_from_chart(env: &Env, token: String, home_kubeconfig: Option<&Path>) -> Running {
+    let bin = controller_bin();
     let config = env.kubectl_ok(&[
         "get",
         "configmap",
@@ -472,8 +477,8 @@ async fn install_and_run(env: &Env) -> Running {
 
     let http_port = free_port();
     let (stdout, stderr) = (env.path("controller.out"), env.path("controller.err"));
-    let child = Command::new(&bin)
-        .args(["run", "--config", &config_file.display().to_string()])
+    let mut cmd = Command::new(&bin);
+    cmd.args(["run", "--config", &config_file.display().to_string()])
         .args([
             "--http-addr",
             &format!("127.0.0.1:{http_port}"),
@@ -489,7 +494,16 @@ async fn install_and_run(env: &Env) -> Running {
         ))
         .stderr(Stdio::from(
             std::fs::File::create(&stderr).expect("stderr file"),
-        ))
+        ));
+    if let Some(kc) = home_kubeconfig {
+        // Found through $HOME/.kube/config: `run` reads $KUBECONFIG as its
+        // `--kubeconfig` flag, which is single-cluster only.
+        let home = env.path("home");
+        std::fs::create_dir_all(home.join(".kube")).expect("mkdir .kube");
+        std::fs::copy(kc, home.join(".kube/config")).expect("copy kubeconfig");
+        cmd.env("HOME", home);
+    }
+    let child = cmd
         .spawn()
         .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
     Running {
@@ -669,5 +683,128 @@ async fn chart_controller_holds_the_lease_the_chart_role_allows() {
     assert!(
         !logs.contains("Forbidden") && !logs.contains("forbidden") && !logs.contains(" 403"),
         "permission error with the chart's RBAC:\n{logs}"
+    );
+}
+
+/// Multi-cluster mode as the chart renders it: a remote cluster (a second
+/// kube-sim) read with the read-only identity from `rbac/remote/`, objects
+/// written into the home cluster with the chart ServiceAccount's RBAC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chart_multi_cluster_reads_a_remote_cluster_with_the_remote_reader_role() {
+    let home = Env::start().await;
+    let remote = Env::start().await;
+    let root = repo_root();
+
+    // Remote cluster: the read-only identity and a backend.
+    remote.kubectl_ok(&[
+        "apply",
+        "-f",
+        &root.join("rbac/remote").display().to_string(),
+    ]);
+    let backend = remote.path("backend.yaml");
+    std::fs::write(
+        &backend,
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-remote
+  namespace: shop
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+  - addresses: ["10.1.0.7"]
+    conditions: {ready: true}
+"#,
+    )
+    .expect("write backend");
+    remote.kubectl_ok(&["apply", "-f", &backend.display().to_string()]);
+    let remote_token = remote
+        .sim
+        .issue_token("kube-discovery", "kube-discovery-remote-reader");
+    let (remote_token_file, remote_ca) = (home.path("east-token"), home.path("east-ca.crt"));
+    std::fs::write(&remote_token_file, &remote_token).expect("write remote token");
+    std::fs::write(&remote_ca, remote.sim.ca_pem().expect("CA")).expect("write remote CA");
+
+    // Home cluster: the chart, multi-cluster, objects in the release namespace.
+    let clusters = serde_json::json!([{
+        "id": "east",
+        "service": {"schema": "https", "host": "127.0.0.1", "port": remote.sim.addr().port(),
+                    "ssl_verify": true, "ca_file": remote_ca.display().to_string()},
+        "client": {"token_file": remote_token_file.display().to_string()},
+        "watch_endpoint_slices": true,
+    }]);
+    let chart = chart_dir().display().to_string();
+    let clusters_arg = format!("discovery.clusters={clusters}");
+    home.helm_ok(&[
+        "install",
+        RELEASE,
+        &chart,
+        "--namespace",
+        NS,
+        "--create-namespace",
+        "--set-json",
+        &clusters_arg,
+        "--set",
+        "controller.discoveredServices.namespaceMode=fixed",
+    ]);
+    let home_token = home.sim.issue_token(NS, FULLNAME);
+    let home_kubeconfig = home.path("home-kubeconfig");
+    home.sim
+        .write_kubeconfig(&home_kubeconfig, &home_token)
+        .expect("home kubeconfig");
+    let mut run = spawn_from_chart(&home, home_token, Some(&home_kubeconfig));
+
+    let want = serde_json::json!([{"host": "10.1.0.7", "port": 8080, "weight": 50}]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        run.assert_alive();
+        let out = home.kubectl(&["get", "dsvc", "east.shop.web", "-n", NS, "-o", "json"]);
+        let last = if out.status.success() {
+            let v: Value = serde_json::from_slice(&out.stdout).expect("dsvc json");
+            if v["spec"]["ports"]["http"] == want {
+                assert_eq!(v["spec"]["service"], "east/shop/web");
+                assert_eq!(v["spec"]["cluster"], "east");
+                break;
+            }
+            v["spec"].to_string()
+        } else {
+            text(&out)
+        };
+        assert!(
+            Instant::now() < deadline,
+            "no DiscoveredService {NS}/east.shop.web with {want} after 60s; last: {last}\n{}",
+            run.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let (code, body) = http_get(
+        run.http_port,
+        "/v1/discovery/kubernetes/nodes?service=east/shop/web:http",
+    )
+    .expect("HTTP API answers");
+    assert_eq!(
+        (code, serde_json::from_str::<Value>(body.trim()).ok()),
+        (200, Some(want)),
+        "{body}"
+    );
+    let logs = run.logs();
+    assert!(
+        !logs.contains("Forbidden") && !logs.contains("forbidden") && !logs.contains(" 403"),
+        "permission error with rbac/remote or the chart's RBAC:\n{logs}"
+    );
+    assert!(
+        !logs.contains(&remote_token) && !logs.contains(&run.token),
+        "a token was logged"
     );
 }
