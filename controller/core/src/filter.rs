@@ -198,6 +198,9 @@ fn split_top_level(s: &str) -> Result<Vec<&str>, String> {
 }
 
 fn parse_set(key: &str, inner: &str) -> Result<BTreeSet<String>, String> {
+    if inner.trim().is_empty() {
+        return Err(format!("the value set of {key:?} is empty"));
+    }
     let mut set = BTreeSet::new();
     for v in inner.split(',') {
         set.insert(check_value(key, v.trim())?);
@@ -387,6 +390,7 @@ mod tests {
             "app=-x-",
             "a b",
             "app notinn (a)",
+            "app in ()",
             "/x=y",
             &format!("{}=1", "k".repeat(64)),
         ] {
