@@ -656,26 +656,104 @@ fn merge_applied(live: &mut Value, applied: &Value, fields: &mut Vec<String>, lt
             let lt_live = effective_list_type(ll, declared.clone());
             match effective_list_type(al, declared) {
                 ListType::Set if lt_live == ListType::Set => {
-                    for item in al {
-                        if !ll.contains(item) {
-                            ll.push(item.clone());
-                        }
-                    }
+                    let pe = |v: &Value| Some(PathElement::Value(canonical_json(v)));
+                    let lhs = std::mem::take(ll);
+                    *ll = merge_list_items(lhs, al, pe, |_, r| strip_nulls(r));
                 }
                 ListType::Map(keys) if matches!(lt_live, ListType::Map(_)) => {
-                    for item in al {
-                        let Some(PathElement::Key(kv)) = item_key(item, &keys) else { continue };
-                        match ll.iter_mut().find(|i| item_matches(i, &kv)) {
-                            Some(li) => merge_applied(li, item, fields, lt),
-                            None => ll.push(strip_nulls(item)),
+                    let pe = |v: &Value| item_key(v, &keys);
+                    let lhs = std::mem::take(ll);
+                    *ll = merge_list_items(lhs, al, pe, |l, r| match l {
+                        Some(mut l) => {
+                            merge_applied(&mut l, r, fields, lt);
+                            l
                         }
-                    }
+                        None => strip_nulls(r),
+                    });
                 }
                 _ => *ll = al.iter().map(strip_nulls).collect(),
             }
         }
         (l, a) => *l = strip_nulls(a),
     }
+}
+
+/// Merges the items of a keyed list or set like structured-merge-diff's
+/// `visitListItems`: items are matched by path element, applied (rhs) items
+/// keep their relative order, live-only (lhs) items stay where they were
+/// relative to the shared ones.
+fn merge_list_items(
+    lhs: Vec<Value>,
+    rhs: &[Value],
+    pe_of: impl Fn(&Value) -> Option<PathElement>,
+    mut merge: impl FnMut(Option<Value>, &Value) -> Value,
+) -> Vec<Value> {
+    use std::collections::{HashMap, HashSet, VecDeque};
+    let lhs_pes: Vec<Option<PathElement>> = lhs.iter().map(&pe_of).collect();
+    let rhs_pes: Vec<Option<PathElement>> = rhs.iter().map(&pe_of).collect();
+    let mut observed_lhs: HashMap<&PathElement, usize> = HashMap::new();
+    for (i, pe) in lhs_pes.iter().enumerate() {
+        if let Some(pe) = pe {
+            observed_lhs.entry(pe).or_insert(i);
+        }
+    }
+    let observed_rhs: HashSet<&PathElement> = rhs_pes.iter().flatten().collect();
+    let mut shared: VecDeque<&PathElement> =
+        rhs_pes.iter().flatten().filter(|pe| observed_lhs.contains_key(pe)).collect();
+    let mut next_shared = shared.pop_front();
+    let mut merged_rhs: HashSet<&PathElement> = HashSet::new();
+    let mut out = Vec::with_capacity(lhs.len() + rhs.len());
+    let (mut li, mut ri) = (0, 0);
+    while li < lhs.len() || ri < rhs.len() {
+        if li < lhs.len() && ri < rhs.len() {
+            if let (Some(l), Some(r)) = (&lhs_pes[li], &rhs_pes[ri])
+                && l == r
+            {
+                merged_rhs.insert(r);
+                out.push(merge(Some(lhs[li].clone()), &rhs[ri]));
+                li += 1;
+                ri += 1;
+                next_shared = shared.pop_front();
+                continue;
+            }
+            if let Some(l) = &lhs_pes[li]
+                && observed_rhs.contains(l)
+                && next_shared.is_some_and(|n| n != l)
+            {
+                li += 1;
+                continue;
+            }
+        }
+        if li < lhs.len() {
+            match &lhs_pes[li] {
+                Some(l) if observed_rhs.contains(l) => {
+                    if merged_rhs.contains(l) {
+                        li += 1;
+                        continue;
+                    }
+                }
+                _ => {
+                    out.push(lhs[li].clone());
+                    li += 1;
+                    continue;
+                }
+            }
+        }
+        if ri < rhs.len() {
+            let lchild = rhs_pes[ri].as_ref().and_then(|pe| {
+                merged_rhs.insert(pe);
+                observed_lhs.get(pe).map(|&i| lhs[i].clone())
+            });
+            out.push(merge(lchild, &rhs[ri]));
+            if let (Some(n), Some(pe)) = (next_shared, &rhs_pes[ri])
+                && n == pe
+            {
+                next_shared = shared.pop_front();
+            }
+            ri += 1;
+        }
+    }
+    out
 }
 
 /// Which part of an object a request may change, for kinds with a `status`
@@ -1117,6 +1195,21 @@ mod tests {
         assert_eq!(out["endpoints"], json!([{"addresses": ["10.0.0.2"]}]));
         let e = apply(Some(&out), &es(json!(["10.0.0.3"])), "other", false, T1, "discovery.k8s.io/v1").expect_err("atomic conflict");
         assert_eq!(e.conflicts, vec![("ctl".to_string(), ".endpoints".to_string())]);
+    }
+
+    #[test]
+    fn keyed_list_order_follows_structured_merge_diff() {
+        // Live [80, 443, 8080]; another manager applies [8080, 9000]: 8080 is
+        // shared, 9000 is new and follows it; live-only items keep their place.
+        let live = apply(None, &svc(json!([{"port": 80}, {"port": 443}, {"port": 8080}])), "a", false, T0, "v1").expect("create");
+        let out = apply(Some(&live), &svc(json!([{"port": 8080}, {"port": 9000}])), "b", false, T1, "v1").expect("apply");
+        let ports: Vec<&Value> = out["spec"]["ports"].as_array().expect("ports").iter().map(|p| &p["port"]).collect();
+        assert_eq!(ports, vec![80, 443, 8080, 9000]);
+        // Applied order wins among shared items; the live-only 8080 is emitted
+        // as soon as the walk passes it (SMD's interleave), before 80.
+        let out = apply(Some(&live), &svc(json!([{"port": 443}, {"port": 80}])), "b", false, T1, "v1").expect("apply");
+        let ports: Vec<&Value> = out["spec"]["ports"].as_array().expect("ports").iter().map(|p| &p["port"]).collect();
+        assert_eq!(ports, vec![443, 8080, 80]);
     }
 
     #[test]
