@@ -1,0 +1,180 @@
+//! Checks of the shipping files that cannot be exercised on this machine (no
+//! Docker): the Dockerfile builds the package and binary that exist, its
+//! build context (`.dockerignore`) keeps everything the workspace needs, the
+//! runtime image is non-root and the chart runs the image the way the CLI
+//! expects; the kind e2e script and the sync script are valid bash.
+
+mod chart_support;
+
+use std::process::Command;
+
+use chart_support::*;
+
+fn read(rel: &str) -> String {
+    let p = repo_root().join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
+
+/// `true` when `.dockerignore` (simple patterns: `dir/`, `name`, `**/*.ext`) excludes `path`.
+fn ignored(patterns: &[String], path: &str) -> bool {
+    patterns.iter().any(|p| {
+        if let Some(suffix) = p.strip_prefix("**/*") {
+            path.ends_with(suffix)
+        } else if let Some(dir) = p.strip_suffix('/') {
+            path == dir || path.starts_with(&format!("{dir}/"))
+        } else {
+            path == p || path.starts_with(&format!("{p}/"))
+        }
+    })
+}
+
+#[test]
+fn chart_image_dockerfile_builds_the_controller_binary_as_non_root() {
+    let dockerfile = read("Dockerfile");
+    let controller: toml_like::Manifest = toml_like::parse(&read("controller/Cargo.toml"));
+    let (package, bin) = (controller.package_name, controller.bin_name);
+    assert_eq!(
+        (package.as_str(), bin.as_str()),
+        ("kube-discovery", "kube-discovery")
+    );
+    assert!(
+        dockerfile.contains(&format!("-p {package} --bin {bin}")),
+        "the Dockerfile must build package {package}, binary {bin}"
+    );
+    assert!(
+        dockerfile.contains("--locked"),
+        "reproducible: cargo build --locked"
+    );
+    let froms: Vec<&str> = dockerfile
+        .lines()
+        .filter(|l| l.starts_with("FROM "))
+        .collect();
+    assert_eq!(froms.len(), 2, "multi-stage: builder + runtime: {froms:?}");
+    assert!(
+        froms[1].contains("distroless/static"),
+        "static distroless runtime: {}",
+        froms[1]
+    );
+    assert!(froms[1].contains(":nonroot"), "non-root base: {}", froms[1]);
+    assert!(
+        dockerfile.lines().any(|l| l.trim() == "USER 65532:65532"),
+        "explicit non-root USER"
+    );
+    // The chart's securityContext uses the same uid/gid.
+    let docs = render("kd", "kube-discovery", &[]);
+    let pod = &find(&docs, "Deployment", None)["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+    assert_eq!(pod["securityContext"]["runAsGroup"], 65532);
+    // ENTRYPOINT is the binary; the chart passes `run --config ...` as args.
+    assert!(dockerfile.contains(&format!("ENTRYPOINT [\"/usr/local/bin/{bin}\"]")));
+    assert_eq!(pod["containers"][0]["args"][0], "run");
+}
+
+#[test]
+fn chart_image_build_context_keeps_the_workspace() {
+    let patterns: Vec<String> = read(".dockerignore")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect();
+    // Sanity of the matcher on what must be excluded.
+    for heavy in [
+        "target/debug/kube-discovery",
+        ".tools/bin/helm",
+        ".git/HEAD",
+    ] {
+        assert!(
+            ignored(&patterns, heavy),
+            "{heavy} should not be sent to Docker"
+        );
+    }
+    // Cargo loads every workspace member, so all of them must be in the context.
+    let root = read("Cargo.toml");
+    let members_line = root
+        .lines()
+        .find(|l| l.trim_start().starts_with("members"))
+        .expect("workspace members");
+    let members: Vec<&str> = members_line.split('"').skip(1).step_by(2).collect();
+    assert!(members.len() >= 2, "{members_line}");
+    let mut needed = vec![
+        "Cargo.toml".to_string(),
+        "Cargo.lock".to_string(),
+        "crds/discoveredservices.yaml".to_string(),
+    ];
+    for m in &members {
+        needed.push(format!("{m}/Cargo.toml"));
+        needed.push(format!("{m}/src/lib.rs"));
+    }
+    for path in &needed {
+        assert!(
+            repo_root().join(path).exists(),
+            "{path} missing in the repository"
+        );
+        assert!(
+            !ignored(&patterns, path),
+            ".dockerignore excludes {path}, which the build needs"
+        );
+    }
+}
+
+#[test]
+fn chart_image_scripts_are_valid_bash() {
+    for script in ["e2e/kind/run.sh", "charts/sync-crds.sh"] {
+        let p = repo_root().join(script);
+        let out = run({
+            let mut c = Command::new("bash");
+            c.arg("-n").arg(&p);
+            c
+        });
+        assert!(out.status.success(), "bash -n {script}:\n{}", text(&out));
+        let meta = std::fs::metadata(&p).expect("metadata");
+        use std::os::unix::fs::PermissionsExt;
+        assert!(
+            meta.permissions().mode() & 0o111 != 0,
+            "{script} must be executable"
+        );
+    }
+    // The sync script's --check agrees with the CRD test.
+    let out = run({
+        let mut c = Command::new("bash");
+        c.arg(repo_root().join("charts/sync-crds.sh"))
+            .arg("--check");
+        c
+    });
+    assert!(
+        out.status.success(),
+        "charts/sync-crds.sh --check:\n{}",
+        text(&out)
+    );
+}
+
+/// Just enough of Cargo.toml for the package and binary names (no TOML
+/// dependency for two keys).
+mod toml_like {
+    pub struct Manifest {
+        pub package_name: String,
+        pub bin_name: String,
+    }
+
+    pub fn parse(text: &str) -> Manifest {
+        let mut section = String::new();
+        let (mut package_name, mut bin_name) = (String::new(), String::new());
+        for line in text.lines().map(str::trim) {
+            if line.starts_with('[') {
+                section = line.to_string();
+            } else if let Some(v) = line.strip_prefix("name = ") {
+                let v = v.trim_matches('"').to_string();
+                match section.as_str() {
+                    "[package]" => package_name = v,
+                    "[[bin]]" => bin_name = v,
+                    _ => {}
+                }
+            }
+        }
+        Manifest {
+            package_name,
+            bin_name,
+        }
+    }
+}
