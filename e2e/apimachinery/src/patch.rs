@@ -51,8 +51,10 @@ pub enum PatchError {
     /// The patch document is not a valid patch of its type.
     #[error("invalid patch: {0}")]
     Invalid(String),
-    /// An RFC 6902 operation failed.
-    #[error("the server rejected our request due to an error in our request: {0}")]
+    /// An RFC 6902 operation failed (the `json-patch` crate's text, e.g.
+    /// `operation '/1' failed at path '/spec/missing': path is invalid`); the
+    /// server wraps it in its own 422 message.
+    #[error("{0}")]
     JsonPatch(String),
 }
 
@@ -486,7 +488,7 @@ mod tests {
             ]),
         )
         .expect_err("second op fails");
-        assert!(e.to_string().contains("/spec/missing"), "{e}");
+        assert_eq!(e.to_string(), "operation '/1' failed at path '/spec/missing': path is invalid");
         assert_eq!(t, before, "failed patch must not change the target");
     }
 
