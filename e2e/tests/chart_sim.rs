@@ -475,26 +475,55 @@ fn spawn_from_chart(env: &Env, token: String, home_kubeconfig: Option<&Path>) ->
     let config_file = env.path("config.yaml");
     std::fs::write(&config_file, &config).expect("write config");
 
+    // The container's args and env exactly as the installed Deployment has
+    // them; only the mounted config path and the pod's field refs are local.
+    let dep = env.kubectl_ok(&["get", "deployment", FULLNAME, "-n", NS, "-o", "json"]);
+    let dep: Value = serde_json::from_str(&dep).expect("deployment json");
+    let container = &dep["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .expect("container args")
+        .iter()
+        .map(|a| {
+            let a = a.as_str().expect("string arg");
+            if a == "/etc/kube-discovery/config.yaml" {
+                config_file.display().to_string()
+            } else {
+                a.to_string()
+            }
+        })
+        .collect();
+    assert!(
+        args.contains(&config_file.display().to_string()),
+        "the chart passes --config: {args:?}"
+    );
+
     let http_port = free_port();
     let (stdout, stderr) = (env.path("controller.out"), env.path("controller.err"));
     let mut cmd = Command::new(&bin);
-    cmd.args(["run", "--config", &config_file.display().to_string()])
-        .args([
-            "--http-addr",
-            &format!("127.0.0.1:{http_port}"),
-            "--log-format",
-            "json",
-        ])
-        .env_remove("KUBECONFIG")
-        .env("POD_NAME", "kd-kube-discovery-test-0")
-        .env("POD_NAMESPACE", NS)
-        .env("RUST_LOG", "info")
+    cmd.args(&args)
+        .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .stdout(Stdio::from(
             std::fs::File::create(&stdout).expect("stdout file"),
         ))
         .stderr(Stdio::from(
             std::fs::File::create(&stderr).expect("stderr file"),
         ));
+    for e in container["env"].as_array().expect("container env") {
+        let name = e["name"].as_str().expect("env name");
+        let value = match (
+            e["value"].as_str(),
+            e["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+        ) {
+            (Some(v), _) => v.to_string(),
+            (None, Some("metadata.name")) => "kd-kube-discovery-test-0".to_string(),
+            (None, Some("metadata.namespace")) => NS.to_string(),
+            other => panic!("env {name}: unexpected source {other:?}"),
+        };
+        cmd.env(name, value);
+    }
     if let Some(kc) = home_kubeconfig {
         // Found through $HOME/.kube/config: `run` reads $KUBECONFIG as its
         // `--kubeconfig` flag, which is single-cluster only.
