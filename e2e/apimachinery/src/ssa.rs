@@ -36,7 +36,9 @@
 //!    configuration still has something below it).
 //! 4. The applied configuration is merged into the live object (maps
 //!    recursively, keyed lists item by item, sets by union, atomic lists and
-//!    scalars replaced), and the manager's entry becomes `S_new`.
+//!    scalars replaced; item order as structured-merge-diff interleaves it),
+//!    and the manager's entry becomes `S_new`. Its `time` is only bumped when
+//!    the object changed, so a no-op apply returns the live object unchanged.
 //!
 //! # Updates ([`record_update`])
 //!
@@ -619,6 +621,14 @@ impl fmt::Display for ApplyConflict {
 
 impl std::error::Error for ApplyConflict {}
 
+fn without_managed_fields(v: &Value) -> Value {
+    let mut out = v.clone();
+    if let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    out
+}
+
 fn strip_nulls(v: &Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
@@ -939,11 +949,17 @@ pub fn apply_with(live: Option<&Value>, applied: &Value, opts: &ApplyOptions<'_>
     }
     merge_applied(&mut result, applied, &mut Vec::new(), lt);
 
+    // As Kubernetes: a no-op apply keeps the entry's time, so an unchanged
+    // object stays byte-identical and the server can skip the write.
+    let time = match own_idx {
+        Some(i) if without_managed_fields(&result) == without_managed_fields(live_obj) => entries[i].time.clone(),
+        _ => opts.now_rfc3339.to_string(),
+    };
     let own = ManagedFieldsEntry {
         manager: manager.to_string(),
         operation: "Apply".into(),
         api_version: api_version.to_string(),
-        time: opts.now_rfc3339.to_string(),
+        time,
         subresource: subresource.to_string(),
         fields: s_new,
     };
@@ -1316,6 +1332,15 @@ mod tests {
 
     fn opts<'a>(manager: &'a str, scope: Scope) -> ApplyOptions<'a> {
         ApplyOptions { manager, force: false, now_rfc3339: T1, api_version: "kubediscovery.io/v1alpha1", scope, list_types: None }
+    }
+
+    #[test]
+    fn noop_apply_is_byte_identical() {
+        let live = apply(None, &cm(json!({"a": "1"})), "ctl", true, T0, "v1").expect("create");
+        let again = apply(Some(&live), &cm(json!({"a": "1"})), "ctl", true, T1, "v1").expect("same");
+        assert_eq!(again, live, "no-op apply must not touch managedFields time");
+        let changed = apply(Some(&live), &cm(json!({"a": "2"})), "ctl", true, T1, "v1").expect("changed");
+        assert_eq!(entry(&changed, "ctl").expect("e")["time"], T1);
     }
 
     #[test]
