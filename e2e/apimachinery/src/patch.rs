@@ -2,7 +2,7 @@
 //!
 //! * [`merge_patch`] — JSON merge patch (RFC 7386, `application/merge-patch+json`),
 //!   delegated to the `json-patch` crate.
-//! * [`json_patch`] — JSON patch (RFC 6902, `application/json-patch+json`),
+//! * [`json_patch()`] — JSON patch (RFC 6902, `application/json-patch+json`),
 //!   delegated to the `json-patch` crate; atomic (on error nothing changes).
 //! * [`strategic_merge_patch`] — `application/strategic-merge-patch+json`, what
 //!   `kubectl apply` (client side), `kubectl patch`, `kubectl edit` and Helm send.
