@@ -76,7 +76,7 @@ docker info >/dev/null 2>&1 || fail "docker is installed but the daemon is not r
 ready_pod_ips() {
   k -n "$APP_NS" get pods -l "app=$BACKEND" -o \
     jsonpath='{range .items[*]}{.metadata.deletionTimestamp}{"|"}{.status.podIP}{"|"}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' |
-    awk -F'|' '$1 == "" && $2 != "" && $3 == "True" { print $2 }' | sort
+    awk -F'|' '$1 == "" && $2 != "" && $3 == "True" { print $2 }' | sort || true
 }
 
 # Sorted hosts of port "http" in the backend's DiscoveredService ("<absent>" if there is none).
