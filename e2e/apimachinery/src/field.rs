@@ -24,6 +24,8 @@ pub enum FieldErrorKind {
     TooMany,
     /// `Forbidden`
     Forbidden,
+    /// `Duplicate value`
+    Duplicate,
 }
 
 impl FieldErrorKind {
@@ -36,6 +38,7 @@ impl FieldErrorKind {
             FieldErrorKind::TooLong => "FieldValueTooLong",
             FieldErrorKind::TooMany => "FieldValueTooMany",
             FieldErrorKind::Forbidden => "FieldValueForbidden",
+            FieldErrorKind::Duplicate => "FieldValueDuplicate",
         }
     }
 }

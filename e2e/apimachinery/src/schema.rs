@@ -25,8 +25,9 @@
 //! compile (e.g. an invalid `pattern`).
 //!
 //! Not supported (documented gaps): `x-kubernetes-validations` (CEL rules) are
-//! ignored; `metadata` of embedded resources is not validated; list-type
-//! uniqueness (`x-kubernetes-list-type: set|map` duplicates) is not checked.
+//! ignored; `metadata` of embedded resources is not validated. Duplicates in
+//! `x-kubernetes-list-type: set|map` lists are reported by a separate schema
+//! walk (`spec.ports[1]: Duplicate value: {"port":80}`).
 
 use std::fmt;
 use std::sync::LazyLock;
@@ -251,7 +252,7 @@ fn map_error(e: &jsonschema::ValidationError<'_>) -> FieldError {
         K::ExclusiveMinimum { limit } => invalid(format!("{body} should be greater than {}", show(limit))),
         K::MultipleOf { multiple_of } => invalid(format!("{body} should be a multiple of {multiple_of}")),
         K::Format { format } => invalid(format!("{body} must be of type {format}: {}", show(inst))),
-        K::UniqueItems => fe(field.clone(), FieldErrorKind::Invalid, format!("Duplicate value: {}", show(inst))),
+        K::UniqueItems => fe(field.clone(), FieldErrorKind::Duplicate, format!("Duplicate value: {}", show(inst))),
         _ => invalid(e.to_string()),
     }
 }
@@ -306,6 +307,7 @@ impl StructuralSchema {
     /// Validates `obj`, returning every error (empty = valid), sorted by field.
     pub fn validate(&self, obj: &Value) -> Vec<FieldError> {
         let mut out: Vec<FieldError> = self.validator.iter_errors(obj).map(|e| map_error(&e)).collect();
+        list_uniqueness(&self.raw, obj, "", &mut out);
         out.sort_by(|a, b| a.field.cmp(&b.field).then_with(|| a.message.cmp(&b.message)));
         out.dedup();
         out
@@ -345,6 +347,64 @@ impl StructuralSchema {
             }
             _ => ListType::Atomic,
         }
+    }
+}
+
+/// `x-kubernetes-list-type: set` items must be unique, `map` items unique by
+/// their `x-kubernetes-list-map-keys` (JSON Schema cannot express the latter).
+fn list_uniqueness(schema: &Value, v: &Value, at: &str, out: &mut Vec<FieldError>) {
+    match v {
+        Value::Object(m) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (k, child) in m {
+                if let Some(s) = props.and_then(|p| p.get(k)).or(additional) {
+                    list_uniqueness(s, child, &join_field(at, k), out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            let keys: Option<Vec<&str>> = match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
+                Some("set") => Some(Vec::new()),
+                Some("map") => Some(
+                    schema
+                        .get("x-kubernetes-list-map-keys")
+                        .and_then(Value::as_array)
+                        .map(|a| a.iter().filter_map(Value::as_str).collect())
+                        .unwrap_or_default(),
+                ),
+                _ => None,
+            };
+            if let Some(keys) = keys {
+                let mut seen: Vec<Value> = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    let identity = if keys.is_empty() {
+                        item.clone()
+                    } else {
+                        Value::Object(
+                            keys.iter()
+                                .filter_map(|k| item.get(*k).map(|v| (k.to_string(), v.clone())))
+                                .collect(),
+                        )
+                    };
+                    if seen.contains(&identity) {
+                        out.push(FieldError::new(
+                            format!("{at}[{i}]"),
+                            FieldErrorKind::Duplicate,
+                            format!("Duplicate value: {identity}"),
+                        ));
+                    } else {
+                        seen.push(identity);
+                    }
+                }
+            }
+            if let Some(is) = schema.get("items").filter(|i| i.is_object()) {
+                for (i, item) in items.iter().enumerate() {
+                    list_uniqueness(is, item, &format!("{at}[{i}]"), out);
+                }
+            }
+        }
+        _ => {}
     }
 }
 
@@ -660,6 +720,19 @@ mod tests {
                 r#"spec.source: Unsupported value: "Pods": supported values: "Endpoints", "EndpointSlice""#.to_string(),
             ]
         );
+    }
+
+    #[test]
+    fn list_type_duplicates() {
+        let e = compiled().validate(&json!({"spec": {"service": "w", "ports": [{"port": 80, "name": "a"}, {"port": 80, "name": "b"}]}}));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].message, r#"spec.ports[1]: Duplicate value: {"port":80}"#);
+        assert_eq!(e[0].kind.reason(), "FieldValueDuplicate");
+        let s = StructuralSchema::compile(&json!({"type": "object", "properties": {
+            "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}}}))
+        .expect("schema");
+        assert!(s.validate(&json!({"tags": ["a", "b"]})).is_empty());
+        assert_eq!(s.validate(&json!({"tags": ["a", "a"]}))[0].message, r#"tags[1]: Duplicate value: "a""#);
     }
 
     #[test]
