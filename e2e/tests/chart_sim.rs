@@ -26,6 +26,35 @@ const NS: &str = "kube-discovery";
 const RELEASE: &str = "kd";
 const FULLNAME: &str = "kd-kube-discovery";
 
+/// A Service with one EndpointSlice: two ready endpoints (one with `ready`
+/// absent, which means ready) and one not ready.
+const BACKEND: &str = r#"apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-abcde
+  namespace: shop
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+  - addresses: ["10.0.0.2"]
+    conditions: {ready: true}
+  - addresses: ["10.0.0.1"]
+  - addresses: ["10.0.0.3"]
+    conditions: {ready: false}
+"#;
+
 /// A kube-sim (TLS) with an admin kubeconfig in a temporary directory.
 struct Env {
     sim: Sim,
@@ -423,7 +452,7 @@ impl Running {
 /// in-cluster (everything else default), then runs `kube-discovery run` exactly as the
 /// pod would: the config read back from the installed ConfigMap, the
 /// ServiceAccount's token file, the pod's environment.
-async fn install_and_run(env: &Env) -> Running {
+async fn install_and_run(env: &Env, extra_sets: &[&str]) -> Running {
     let (token_file, ca_file) = (env.path("token"), env.path("ca.crt"));
     std::fs::write(&ca_file, env.sim.ca_pem().expect("TLS CA")).expect("write CA");
     // The chart's ServiceAccount token (kube-sim enforces RBAC for it).
@@ -451,8 +480,12 @@ async fn install_and_run(env: &Env) -> Running {
         NS,
         "--create-namespace",
     ];
-    for s in &sets {
-        args.extend(["--set", s.as_str()]);
+    for s in sets
+        .iter()
+        .map(String::as_str)
+        .chain(extra_sets.iter().copied())
+    {
+        args.extend(["--set", s]);
     }
     env.helm_ok(&args);
     spawn_from_chart(env, token, None)
@@ -551,38 +584,9 @@ async fn chart_controller_works_with_chart_config_and_service_account_rbac() {
     // A Service with one EndpointSlice: two ready endpoints (one with `ready`
     // absent, which means ready) and one not ready.
     let backend = env.path("backend.yaml");
-    std::fs::write(
-        &backend,
-        r#"apiVersion: v1
-kind: Namespace
-metadata: {name: shop}
----
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: shop}
-spec:
-  selector: {app: web}
-  ports: [{name: http, port: 80, targetPort: 8080}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: web-abcde
-  namespace: shop
-  labels: {kubernetes.io/service-name: web}
-addressType: IPv4
-ports: [{name: http, port: 8080, protocol: TCP}]
-endpoints:
-  - addresses: ["10.0.0.2"]
-    conditions: {ready: true}
-  - addresses: ["10.0.0.1"]
-  - addresses: ["10.0.0.3"]
-    conditions: {ready: false}
-"#,
-    )
-    .expect("write backend");
+    std::fs::write(&backend, BACKEND).expect("write backend");
     env.kubectl_ok(&["apply", "-f", &backend.display().to_string()]);
-    let mut run = install_and_run(&env).await;
+    let mut run = install_and_run(&env, &[]).await;
 
     // Wait for the DiscoveredService with exactly the ready endpoints.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -683,7 +687,7 @@ endpoints:
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chart_controller_holds_the_lease_the_chart_role_allows() {
     let env = Env::start().await;
-    let mut run = install_and_run(&env).await;
+    let mut run = install_and_run(&env, &[]).await;
     // Leader election is on by default (2 replicas); the Role allows exactly this Lease.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -836,4 +840,36 @@ endpoints:
         !logs.contains(&remote_token) && !logs.contains(&run.token),
         "a token was logged"
     );
+}
+
+/// The counter-check of the RBAC tests above: without the chart's RBAC
+/// (`rbac.create=false`) kube-sim forbids the controller's requests and no
+/// DiscoveredService appears, so "nothing forbidden" there means something.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chart_controller_without_the_chart_rbac_is_forbidden() {
+    let env = Env::start().await;
+    let backend = env.path("backend.yaml");
+    std::fs::write(&backend, BACKEND).expect("write backend");
+    env.kubectl_ok(&["apply", "-f", &backend.display().to_string()]);
+    let mut run = install_and_run(&env, &["rbac.create=false"]).await;
+    assert!(!env.exists("clusterrole", FULLNAME, None));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        run.assert_alive();
+        let logs = run.logs();
+        if logs.contains("forbidden") || logs.contains("Forbidden") || logs.contains("403") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no permission error logged without RBAC after 30s\n{logs}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(
+        !env.exists("dsvc", "web", Some("shop")),
+        "written without permission"
+    );
+    let (code, _) = http_get(run.http_port, "/readyz").expect("readyz answers");
+    assert_ne!(code, 200, "not ready while it cannot list");
 }
