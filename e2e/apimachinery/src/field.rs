@@ -59,13 +59,23 @@ impl FieldError {
     /// Builds an error; `detail` is the text after `<field>: `, e.g. `Required value`.
     pub fn new(field: impl Into<String>, kind: FieldErrorKind, detail: impl AsRef<str>) -> Self {
         let field = field.into();
-        let label = if field.is_empty() { "<root>" } else { field.as_str() };
-        FieldError { message: format!("{label}: {}", detail.as_ref()), field, kind }
+        let label = if field.is_empty() {
+            "<root>"
+        } else {
+            field.as_str()
+        };
+        FieldError {
+            message: format!("{label}: {}", detail.as_ref()),
+            field,
+            kind,
+        }
     }
 
     /// The text after `<field>: `.
     pub fn detail(&self) -> &str {
-        self.message.split_once(": ").map_or(self.message.as_str(), |(_, d)| d)
+        self.message
+            .split_once(": ")
+            .map_or(self.message.as_str(), |(_, d)| d)
     }
 }
 
@@ -79,7 +89,11 @@ impl fmt::Display for FieldError {
 /// `DiscoveredService.kubediscovery.io "web" is invalid: spec.x: Required value`
 /// (several errors are wrapped in `[..]`, comma-separated, like the API server).
 pub fn invalid_message(kind: &str, group: &str, name: &str, errors: &[FieldError]) -> String {
-    let qualified = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
+    let qualified = if group.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}.{group}")
+    };
     let list: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
     let body = match list.as_slice() {
         [one] => one.to_string(),
@@ -87,4 +101,3 @@ pub fn invalid_message(kind: &str, group: &str, name: &str, errors: &[FieldError
     };
     format!("{qualified} {name:?} is invalid: {body}")
 }
-

@@ -19,7 +19,8 @@ use serde_json::Value;
 use crate::field::{FieldError, FieldErrorKind};
 
 const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
-const DNS1123_SUBDOMAIN_FMT: &str = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const DNS1123_SUBDOMAIN_FMT: &str =
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 const DNS1035_LABEL_FMT: &str = "[a-z]([-a-z0-9]*[a-z0-9])?";
 const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
 const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
@@ -47,7 +48,11 @@ fn max_len_error(n: usize) -> String {
 }
 
 fn join(errs: Vec<String>) -> Result<(), String> {
-    if errs.is_empty() { Ok(()) } else { Err(errs.join("; ")) }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(errs.join("; "))
+    }
 }
 
 fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
@@ -152,7 +157,10 @@ pub fn validate_qualified_name(s: &str) -> Result<(), String> {
         errs.push("name part must be non-empty".to_string());
     } else {
         if name.len() > QUALIFIED_NAME_MAX_LENGTH {
-            errs.push(format!("name part {}", max_len_error(QUALIFIED_NAME_MAX_LENGTH)));
+            errs.push(format!(
+                "name part {}",
+                max_len_error(QUALIFIED_NAME_MAX_LENGTH)
+            ));
         }
         if !QUALIFIED_NAME_RE.is_match(name) {
             errs.push(format!(
@@ -205,7 +213,11 @@ pub fn validate_object_name(kind: &str, name: &str) -> Result<(), String> {
 pub const TOTAL_ANNOTATION_SIZE_LIMIT_BYTES: usize = 256 * 1024;
 
 fn invalid(field: &str, value: &str, msg: &str) -> FieldError {
-    FieldError::new(field, FieldErrorKind::Invalid, format!("Invalid value: {value:?}: {msg}"))
+    FieldError::new(
+        field,
+        FieldErrorKind::Invalid,
+        format!("Invalid value: {value:?}: {msg}"),
+    )
 }
 
 /// `ValidateObjectMeta` for an object of `kind`: `metadata.name` (or
@@ -215,11 +227,19 @@ fn invalid(field: &str, value: &str, msg: &str) -> FieldError {
 pub fn validate_object_meta(kind: &str, obj: &Value, namespaced: bool) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let meta = obj.get("metadata");
-    let text = |k: &str| meta.and_then(|m| m.get(k)).and_then(Value::as_str).unwrap_or("");
+    let text = |k: &str| {
+        meta.and_then(|m| m.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    };
     let name = text("name");
     let generate_name = text("generateName");
     if name.is_empty() && generate_name.is_empty() {
-        errs.push(FieldError::new("metadata.name", FieldErrorKind::Required, "Required value: name or generateName is required"));
+        errs.push(FieldError::new(
+            "metadata.name",
+            FieldErrorKind::Required,
+            "Required value: name or generateName is required",
+        ));
     }
     if !name.is_empty()
         && let Err(e) = validate_object_name(kind, name)
@@ -227,7 +247,10 @@ pub fn validate_object_meta(kind: &str, obj: &Value, namespaced: bool) -> Vec<Fi
         errs.push(invalid("metadata.name", name, &e));
     }
     if !generate_name.is_empty() {
-        let masked = generate_name.strip_suffix('-').map(|p| format!("{p}a")).unwrap_or_else(|| generate_name.to_string());
+        let masked = generate_name
+            .strip_suffix('-')
+            .map(|p| format!("{p}a"))
+            .unwrap_or_else(|| generate_name.to_string());
         if let Err(e) = validate_object_name(kind, &masked) {
             errs.push(invalid("metadata.generateName", generate_name, &e));
         }
@@ -235,16 +258,28 @@ pub fn validate_object_meta(kind: &str, obj: &Value, namespaced: bool) -> Vec<Fi
     let namespace = text("namespace");
     if namespaced {
         if namespace.is_empty() {
-            errs.push(FieldError::new("metadata.namespace", FieldErrorKind::Required, "Required value"));
+            errs.push(FieldError::new(
+                "metadata.namespace",
+                FieldErrorKind::Required,
+                "Required value",
+            ));
         } else if let Err(e) = validate_dns1123_label(namespace) {
             errs.push(invalid("metadata.namespace", namespace, &e));
         }
     } else if !namespace.is_empty() {
-        errs.push(FieldError::new("metadata.namespace", FieldErrorKind::Forbidden, "Forbidden: not allowed on this type"));
+        errs.push(FieldError::new(
+            "metadata.namespace",
+            FieldErrorKind::Forbidden,
+            "Forbidden: not allowed on this type",
+        ));
     }
     if let Some(labels) = meta.and_then(|m| m.get("labels")).filter(|v| !v.is_null()) {
         match labels.as_object() {
-            None => errs.push(FieldError::new("metadata.labels", FieldErrorKind::Invalid, "Invalid value: must be an object of strings")),
+            None => errs.push(FieldError::new(
+                "metadata.labels",
+                FieldErrorKind::Invalid,
+                "Invalid value: must be an object of strings",
+            )),
             Some(map) => {
                 for (k, v) in map {
                     if let Err(e) = validate_qualified_name(k) {
@@ -266,9 +301,16 @@ pub fn validate_object_meta(kind: &str, obj: &Value, namespaced: bool) -> Vec<Fi
             }
         }
     }
-    if let Some(annotations) = meta.and_then(|m| m.get("annotations")).filter(|v| !v.is_null()) {
+    if let Some(annotations) = meta
+        .and_then(|m| m.get("annotations"))
+        .filter(|v| !v.is_null())
+    {
         match annotations.as_object() {
-            None => errs.push(FieldError::new("metadata.annotations", FieldErrorKind::Invalid, "Invalid value: must be an object of strings")),
+            None => errs.push(FieldError::new(
+                "metadata.annotations",
+                FieldErrorKind::Invalid,
+                "Invalid value: must be an object of strings",
+            )),
             Some(map) => {
                 let mut total = 0;
                 for (k, v) in map {
@@ -323,7 +365,13 @@ mod tests {
     fn dns1123_subdomain_accepts_and_rejects() {
         assert!(validate_dns1123_subdomain("example.com").is_ok());
         assert!(validate_dns1123_subdomain("a").is_ok());
-        let max = format!("{}.{}.{}.{}", "a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61));
+        let max = format!(
+            "{}.{}.{}.{}",
+            "a".repeat(63),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(61)
+        );
         assert_eq!(max.len(), 253);
         assert!(validate_dns1123_subdomain(&max).is_ok());
         assert_eq!(
@@ -342,7 +390,10 @@ mod tests {
     #[test]
     fn both_errors_are_reported() {
         let e = validate_dns1123_label(&"A".repeat(64)).expect_err("bad");
-        assert!(e.starts_with("must be no more than 63 characters; a lowercase RFC 1123 label"), "{e}");
+        assert!(
+            e.starts_with("must be no more than 63 characters; a lowercase RFC 1123 label"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -357,10 +408,24 @@ mod tests {
         assert!(validate_qualified_name("app").is_ok());
         assert!(validate_qualified_name("app.kubernetes.io/name").is_ok());
         assert!(validate_qualified_name("My_Name.x").is_ok());
-        assert_eq!(validate_qualified_name("/x").expect_err("empty prefix"), "prefix part must be non-empty");
-        assert_eq!(validate_qualified_name("x/").expect_err("empty name"), "name part must be non-empty");
-        assert!(validate_qualified_name("a/b/c").expect_err("slashes").contains("with an optional DNS subdomain prefix"));
-        assert!(validate_qualified_name("UP/x").expect_err("prefix").starts_with("prefix part a lowercase RFC 1123 subdomain"));
+        assert_eq!(
+            validate_qualified_name("/x").expect_err("empty prefix"),
+            "prefix part must be non-empty"
+        );
+        assert_eq!(
+            validate_qualified_name("x/").expect_err("empty name"),
+            "name part must be non-empty"
+        );
+        assert!(
+            validate_qualified_name("a/b/c")
+                .expect_err("slashes")
+                .contains("with an optional DNS subdomain prefix")
+        );
+        assert!(
+            validate_qualified_name("UP/x")
+                .expect_err("prefix")
+                .starts_with("prefix part a lowercase RFC 1123 subdomain")
+        );
         assert_eq!(
             validate_qualified_name(&"n".repeat(64)).expect_err("long"),
             "name part must be no more than 63 characters"
@@ -384,7 +449,10 @@ mod tests {
         assert!(validate_object_name("Service", "1svc").is_err());
         assert!(validate_object_name("ConfigMap", "a.b").is_ok());
         assert!(validate_object_name("ClusterRole", "system:controller:x").is_ok());
-        assert_eq!(validate_object_name("ClusterRole", "a/b").expect_err("slash"), "may not contain '/'");
+        assert_eq!(
+            validate_object_name("ClusterRole", "a/b").expect_err("slash"),
+            "may not contain '/'"
+        );
         assert!(validate_object_name("ConfigMap", "").is_err());
     }
 
@@ -393,49 +461,118 @@ mod tests {
     }
 
     fn msgs(kind: &str, obj: &Value, namespaced: bool) -> Vec<String> {
-        validate_object_meta(kind, obj, namespaced).into_iter().map(|e| e.message).collect()
+        validate_object_meta(kind, obj, namespaced)
+            .into_iter()
+            .map(|e| e.message)
+            .collect()
     }
 
     #[test]
     fn object_meta_valid() {
-        let obj = meta(serde_json::json!({"name": "web", "namespace": "kd", "labels": {"app.kubernetes.io/name": "web"},
-                                           "annotations": {"Example.com/Note": "anything at all"}}));
+        let obj = meta(
+            serde_json::json!({"name": "web", "namespace": "kd", "labels": {"app.kubernetes.io/name": "web"},
+                                           "annotations": {"Example.com/Note": "anything at all"}}),
+        );
         assert!(msgs("ConfigMap", &obj, true).is_empty());
-        assert!(msgs("ConfigMap", &meta(serde_json::json!({"generateName": "web-", "namespace": "kd"})), true).is_empty());
+        assert!(
+            msgs(
+                "ConfigMap",
+                &meta(serde_json::json!({"generateName": "web-", "namespace": "kd"})),
+                true
+            )
+            .is_empty()
+        );
     }
 
     #[test]
     fn object_meta_name_and_namespace() {
         assert_eq!(
-            msgs("ConfigMap", &meta(serde_json::json!({"namespace": "kd"})), true),
+            msgs(
+                "ConfigMap",
+                &meta(serde_json::json!({"namespace": "kd"})),
+                true
+            ),
             vec!["metadata.name: Required value: name or generateName is required"]
         );
-        let m = msgs("Service", &meta(serde_json::json!({"name": "1web", "namespace": "kd"})), true);
+        let m = msgs(
+            "Service",
+            &meta(serde_json::json!({"name": "1web", "namespace": "kd"})),
+            true,
+        );
         assert_eq!(m.len(), 1);
-        assert!(m[0].starts_with(r#"metadata.name: Invalid value: "1web": a DNS-1035 label"#), "{m:?}");
-        assert_eq!(msgs("ConfigMap", &meta(serde_json::json!({"name": "c"})), true), vec!["metadata.namespace: Required value"]);
+        assert!(
+            m[0].starts_with(r#"metadata.name: Invalid value: "1web": a DNS-1035 label"#),
+            "{m:?}"
+        );
         assert_eq!(
-            msgs("ClusterRole", &meta(serde_json::json!({"name": "c", "namespace": "kd"})), false),
+            msgs("ConfigMap", &meta(serde_json::json!({"name": "c"})), true),
+            vec!["metadata.namespace: Required value"]
+        );
+        assert_eq!(
+            msgs(
+                "ClusterRole",
+                &meta(serde_json::json!({"name": "c", "namespace": "kd"})),
+                false
+            ),
             vec!["metadata.namespace: Forbidden: not allowed on this type"]
         );
-        assert!(msgs("ConfigMap", &meta(serde_json::json!({"name": "c", "namespace": "Bad_NS"})), true)[0]
-            .starts_with(r#"metadata.namespace: Invalid value: "Bad_NS": a lowercase RFC 1123 label"#));
-        assert!(msgs("ConfigMap", &meta(serde_json::json!({"generateName": "Bad-", "namespace": "kd"})), true)[0]
-            .starts_with(r#"metadata.generateName: Invalid value: "Bad-""#));
+        assert!(
+            msgs(
+                "ConfigMap",
+                &meta(serde_json::json!({"name": "c", "namespace": "Bad_NS"})),
+                true
+            )[0]
+            .starts_with(
+                r#"metadata.namespace: Invalid value: "Bad_NS": a lowercase RFC 1123 label"#
+            )
+        );
+        assert!(
+            msgs(
+                "ConfigMap",
+                &meta(serde_json::json!({"generateName": "Bad-", "namespace": "kd"})),
+                true
+            )[0]
+            .starts_with(r#"metadata.generateName: Invalid value: "Bad-""#)
+        );
     }
 
     #[test]
     fn object_meta_labels_and_annotations() {
-        let obj = meta(serde_json::json!({"name": "c", "namespace": "kd", "labels": {"-k": "v", "k": "-v", "n": 1}}));
+        let obj = meta(
+            serde_json::json!({"name": "c", "namespace": "kd", "labels": {"-k": "v", "k": "-v", "n": 1}}),
+        );
         let m = msgs("ConfigMap", &obj, true);
         assert_eq!(m.len(), 3, "{m:?}");
-        assert!(m.iter().any(|e| e.starts_with(r#"metadata.labels: Invalid value: "-k": name part must consist of"#)), "{m:?}");
-        assert!(m.iter().any(|e| e.starts_with(r#"metadata.labels: Invalid value: "-v": a valid label must be"#)), "{m:?}");
-        assert!(m.contains(&"metadata.labels.n: Invalid value: 1: must be a string".to_string()), "{m:?}");
+        assert!(
+            m.iter().any(|e| e
+                .starts_with(r#"metadata.labels: Invalid value: "-k": name part must consist of"#)),
+            "{m:?}"
+        );
+        assert!(
+            m.iter()
+                .any(|e| e
+                    .starts_with(r#"metadata.labels: Invalid value: "-v": a valid label must be"#)),
+            "{m:?}"
+        );
+        assert!(
+            m.contains(&"metadata.labels.n: Invalid value: 1: must be a string".to_string()),
+            "{m:?}"
+        );
         let big = "x".repeat(TOTAL_ANNOTATION_SIZE_LIMIT_BYTES);
-        let obj = meta(serde_json::json!({"name": "c", "namespace": "kd", "annotations": {"a": big, "b/c/d": "x"}}));
+        let obj = meta(
+            serde_json::json!({"name": "c", "namespace": "kd", "annotations": {"a": big, "b/c/d": "x"}}),
+        );
         let m = msgs("ConfigMap", &obj, true);
-        assert!(m.contains(&"metadata.annotations: Too long: may not be more than 262144 bytes".to_string()), "{m:?}");
-        assert!(m.iter().any(|e| e.starts_with(r#"metadata.annotations: Invalid value: "b/c/d""#)), "{m:?}");
+        assert!(
+            m.contains(
+                &"metadata.annotations: Too long: may not be more than 262144 bytes".to_string()
+            ),
+            "{m:?}"
+        );
+        assert!(
+            m.iter()
+                .any(|e| e.starts_with(r#"metadata.annotations: Invalid value: "b/c/d""#)),
+            "{m:?}"
+        );
     }
 }

@@ -99,7 +99,10 @@ pub fn list_strategy(kind: &str, path: &[&str]) -> ListStrategy {
     if !is_known_kind(kind) {
         return Atomic;
     }
-    let in_container = matches!(parent, "containers" | "initContainers" | "ephemeralContainers");
+    let in_container = matches!(
+        parent,
+        "containers" | "initContainers" | "ephemeralContainers"
+    );
     let in_pod_spec = parent == "spec" && parents.len() >= 2 || (kind == "Pod" && path.len() == 2);
     match field {
         "ports" if kind == "Service" && path == ["spec", "ports"] => MergeKey("port"),
@@ -111,7 +114,11 @@ pub fn list_strategy(kind: &str, path: &[&str]) -> ListStrategy {
         "hostAliases" if in_pod_spec => MergeKey("ip"),
         "topologySpreadConstraints" if in_pod_spec => MergeKey("topologyKey"),
         "env" | "resizePolicy" if in_container => {
-            if field == "env" { MergeKey("name") } else { MergeKey("resourceName") }
+            if field == "env" {
+                MergeKey("name")
+            } else {
+                MergeKey("resourceName")
+            }
         }
         "volumeMounts" if in_container => MergeKey("mountPath"),
         "volumeDevices" if in_container => MergeKey("devicePath"),
@@ -154,10 +161,14 @@ const DELETE_PRIMITIVE: &str = "$deleteFromPrimitiveList/";
 
 /// Kubernetes strategic merge patch for an object of kind `gvk_kind`.
 /// On error `target` is left unchanged.
-pub fn strategic_merge_patch(target: &mut Value, patch: &Value, gvk_kind: &str) -> Result<(), PatchError> {
-    let patch_map = patch
-        .as_object()
-        .ok_or_else(|| PatchError::Invalid("a strategic merge patch must be a JSON object".into()))?;
+pub fn strategic_merge_patch(
+    target: &mut Value,
+    patch: &Value,
+    gvk_kind: &str,
+) -> Result<(), PatchError> {
+    let patch_map = patch.as_object().ok_or_else(|| {
+        PatchError::Invalid("a strategic merge patch must be a JSON object".into())
+    })?;
     let mut work = target.clone();
     if !work.is_object() {
         work = Value::Object(Map::new());
@@ -175,7 +186,11 @@ fn merge_map_value(
     kind: &str,
     path: &mut Vec<String>,
 ) -> Result<(), PatchError> {
-    let here = if path.is_empty() { "the object root".to_string() } else { path.join(".") };
+    let here = if path.is_empty() {
+        "the object root".to_string()
+    } else {
+        path.join(".")
+    };
     let at = || here.clone();
     match patch.get(PATCH) {
         None => {}
@@ -188,10 +203,16 @@ fn merge_map_value(
         }
         Some(Value::String(s)) if s == "delete" => {
             // Handled by the parent; reaching here means a root-level delete.
-            return Err(PatchError::Invalid(format!("$patch: delete is not allowed at {}", at())));
+            return Err(PatchError::Invalid(format!(
+                "$patch: delete is not allowed at {}",
+                at()
+            )));
         }
         Some(other) => {
-            return Err(PatchError::Invalid(format!("unknown patch type: {other} in map at {}", at())));
+            return Err(PatchError::Invalid(format!(
+                "unknown patch type: {other} in map at {}",
+                at()
+            )));
         }
     }
     if !target.is_object() {
@@ -202,7 +223,12 @@ fn merge_map_value(
     let originals: Map<String, Value> = patch
         .keys()
         .filter_map(|k| k.strip_prefix(SET_ORDER))
-        .filter_map(|f| target.get(f).filter(|v| v.is_array()).map(|v| (f.to_string(), v.clone())))
+        .filter_map(|f| {
+            target
+                .get(f)
+                .filter(|v| v.is_array())
+                .map(|v| (f.to_string(), v.clone()))
+        })
         .collect();
     let mut retain: Option<Vec<String>> = None;
     let mut orders: Vec<(&str, &Vec<Value>, Vec<Value>)> = Vec::new();
@@ -215,24 +241,31 @@ fn merge_map_value(
             let list = pval.as_array().ok_or_else(|| {
                 PatchError::Invalid(format!("$retainKeys at {} must be a list of strings", at()))
             })?;
-            let keys: Option<Vec<String>> = list.iter().map(|v| v.as_str().map(str::to_string)).collect();
+            let keys: Option<Vec<String>> = list
+                .iter()
+                .map(|v| v.as_str().map(str::to_string))
+                .collect();
             retain = Some(keys.ok_or_else(|| {
                 PatchError::Invalid(format!("$retainKeys at {} must be a list of strings", at()))
             })?);
             continue;
         }
         if let Some(field) = key.strip_prefix(SET_ORDER) {
-            let list = pval.as_array().ok_or_else(|| {
-                PatchError::Invalid(format!("{key} at {} must be a list", at()))
-            })?;
-            let original: Vec<Value> = originals.get(field).and_then(Value::as_array).cloned().unwrap_or_default();
+            let list = pval
+                .as_array()
+                .ok_or_else(|| PatchError::Invalid(format!("{key} at {} must be a list", at())))?;
+            let original: Vec<Value> = originals
+                .get(field)
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
             orders.push((field, list, original));
             continue;
         }
         if let Some(field) = key.strip_prefix(DELETE_PRIMITIVE) {
-            let list = pval.as_array().ok_or_else(|| {
-                PatchError::Invalid(format!("{key} at {} must be a list", at()))
-            })?;
+            let list = pval
+                .as_array()
+                .ok_or_else(|| PatchError::Invalid(format!("{key} at {} must be a list", at())))?;
             // Applied below, after the field itself is merged, if present in the patch.
             if !patch.contains_key(field)
                 && let Some(Value::Array(live)) = target.get_mut(field)
@@ -241,7 +274,9 @@ fn merge_map_value(
             }
             continue;
         }
-        let Some(tmap) = target.as_object_mut() else { continue };
+        let Some(tmap) = target.as_object_mut() else {
+            continue;
+        };
         path.push(key.to_string());
         match pval {
             Value::Null => {
@@ -251,13 +286,17 @@ fn merge_map_value(
                 if pm.get(PATCH).and_then(Value::as_str) == Some("delete") {
                     tmap.remove(key);
                 } else {
-                    let slot = tmap.entry(key.to_string()).or_insert_with(|| Value::Object(Map::new()));
+                    let slot = tmap
+                        .entry(key.to_string())
+                        .or_insert_with(|| Value::Object(Map::new()));
                     merge_map_value(slot, pm, kind, path)?;
                 }
             }
             Value::Array(pl) => {
                 let strategy = strategy_at(kind, path);
-                let slot = tmap.entry(key.to_string()).or_insert_with(|| Value::Array(Vec::new()));
+                let slot = tmap
+                    .entry(key.to_string())
+                    .or_insert_with(|| Value::Array(Vec::new()));
                 if !slot.is_array() {
                     *slot = Value::Array(Vec::new());
                 }
@@ -281,7 +320,12 @@ fn merge_map_value(
                 let strategy = strategy_at(kind, path);
                 path.pop();
                 let merged = std::mem::take(list);
-                *list = normalize_order(merged, &order_keys(order, strategy), &order_keys(&original, strategy), strategy);
+                *list = normalize_order(
+                    merged,
+                    &order_keys(order, strategy),
+                    &order_keys(&original, strategy),
+                    strategy,
+                );
             }
         }
         if let Some(keep) = retain {
@@ -313,12 +357,16 @@ fn merge_list(
     };
     // A `{"$patch": "replace"}` element means: replace the list with the other items.
     let replace = patch.iter().any(|v| {
-        v.as_object().is_some_and(|m| m.len() == 1 && m.get(PATCH).and_then(Value::as_str) == Some("replace"))
+        v.as_object().is_some_and(|m| {
+            m.len() == 1 && m.get(PATCH).and_then(Value::as_str) == Some("replace")
+        })
     });
     let items: Vec<&Value> = patch
         .iter()
         .filter(|v| {
-            !v.as_object().is_some_and(|m| m.len() == 1 && m.get(PATCH).and_then(Value::as_str) == Some("replace"))
+            !v.as_object().is_some_and(|m| {
+                m.len() == 1 && m.get(PATCH).and_then(Value::as_str) == Some("replace")
+            })
         })
         .collect();
     if replace || strategy == ListStrategy::Atomic {
@@ -352,7 +400,9 @@ fn merge_list(
             let mut merges: Vec<(&Map<String, Value>, &Value)> = Vec::new();
             for item in &items {
                 let Some(pm) = item.as_object() else {
-                    return Err(PatchError::Invalid(format!("{at}: expected a list of maps, found {item}")));
+                    return Err(PatchError::Invalid(format!(
+                        "{at}: expected a list of maps, found {item}"
+                    )));
                 };
                 let Some(kv) = pm.get(mk) else {
                     return Err(PatchError::Invalid(format!(
@@ -424,10 +474,16 @@ fn order_key(v: &Value, strategy: ListStrategy) -> Value {
 /// items named by the patch (or `$setElementOrder`) are sorted by
 /// `patch_order`, live-only items keep their live order, and the two runs are
 /// interleaved using the live (server) positions where both are known.
-fn normalize_order(merged: Vec<Value>, patch_order: &[Value], server_order: &[Value], strategy: ListStrategy) -> Vec<Value> {
+fn normalize_order(
+    merged: Vec<Value>,
+    patch_order: &[Value],
+    server_order: &[Value],
+    strategy: ListStrategy,
+) -> Vec<Value> {
     let index = |keys: &[Value], k: &Value| keys.iter().position(|x| x == k);
-    let (mut patch_items, mut server_only): (Vec<Value>, Vec<Value>) =
-        merged.into_iter().partition(|v| index(patch_order, &order_key(v, strategy)).is_some());
+    let (mut patch_items, mut server_only): (Vec<Value>, Vec<Value>) = merged
+        .into_iter()
+        .partition(|v| index(patch_order, &order_key(v, strategy)).is_some());
     patch_items.sort_by_key(|v| index(patch_order, &order_key(v, strategy)).unwrap_or(usize::MAX));
     server_only.sort_by_key(|v| index(server_order, &order_key(v, strategy)).unwrap_or(usize::MAX));
     let mut out = Vec::with_capacity(patch_items.len() + server_only.len());
@@ -439,7 +495,10 @@ fn normalize_order(merged: Vec<Value>, patch_order: &[Value], server_order: &[Va
             (Some(_), None) => true,
             (None, Some(_)) => false,
             (Some(l), Some(r)) => {
-                match (index(server_order, &order_key(l, strategy)), index(server_order, &order_key(r, strategy))) {
+                match (
+                    index(server_order, &order_key(l, strategy)),
+                    index(server_order, &order_key(r, strategy)),
+                ) {
                     (Some(li), Some(ri)) => li < ri,
                     _ => false,
                 }
@@ -488,7 +547,10 @@ mod tests {
             ]),
         )
         .expect_err("second op fails");
-        assert_eq!(e.to_string(), "operation '/1' failed at path '/spec/missing': path is invalid");
+        assert_eq!(
+            e.to_string(),
+            "operation '/1' failed at path '/spec/missing': path is invalid"
+        );
         assert_eq!(t, before, "failed patch must not change the target");
     }
 
@@ -497,16 +559,24 @@ mod tests {
         let mut t = json!({});
         let e = json_patch(&mut t, &json!({"op": "add"})).expect_err("not an array");
         assert!(matches!(e, PatchError::Invalid(_)), "{e}");
-        let e = json_patch(&mut t, &json!([{"op": "frobnicate", "path": "/a"}])).expect_err("bad op");
+        let e =
+            json_patch(&mut t, &json!([{"op": "frobnicate", "path": "/a"}])).expect_err("bad op");
         assert!(matches!(e, PatchError::Invalid(_)), "{e}");
     }
 
     #[test]
     fn smp_maps_merge_and_null_deletes() {
         let mut t = json!({"metadata": {"labels": {"a": "1", "b": "2"}}, "data": {"x": "1"}});
-        strategic_merge_patch(&mut t, &json!({"metadata": {"labels": {"a": null, "c": "3"}}, "data": {"y": "2"}}), "ConfigMap")
-            .expect("ok");
-        assert_eq!(t, json!({"metadata": {"labels": {"b": "2", "c": "3"}}, "data": {"x": "1", "y": "2"}}));
+        strategic_merge_patch(
+            &mut t,
+            &json!({"metadata": {"labels": {"a": null, "c": "3"}}, "data": {"y": "2"}}),
+            "ConfigMap",
+        )
+        .expect("ok");
+        assert_eq!(
+            t,
+            json!({"metadata": {"labels": {"b": "2", "c": "3"}}, "data": {"x": "1", "y": "2"}})
+        );
     }
 
     fn deployment() -> Value {
@@ -521,7 +591,9 @@ mod tests {
     }
 
     fn containers(v: &Value) -> &Vec<Value> {
-        v["spec"]["template"]["spec"]["containers"].as_array().expect("containers")
+        v["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .expect("containers")
     }
 
     #[test]
@@ -543,9 +615,16 @@ mod tests {
         let names: Vec<&Value> = c.iter().map(|x| &x["name"]).collect();
         assert_eq!(names, vec!["app", "new", "sidecar"]);
         assert_eq!(c[0]["image"], "app:2");
-        assert_eq!(c[0]["env"], json!([{"name": "A", "value": "1"}, {"name": "B", "value": "20"}, {"name": "C", "value": "3"}]));
+        assert_eq!(
+            c[0]["env"],
+            json!([{"name": "A", "value": "1"}, {"name": "B", "value": "20"}, {"name": "C", "value": "3"}])
+        );
         assert_eq!(c[0]["args"], json!(["z"]), "args is atomic");
-        assert_eq!(c[0]["ports"], json!([{"containerPort": 80, "name": "http"}]), "untouched");
+        assert_eq!(
+            c[0]["ports"],
+            json!([{"containerPort": 80, "name": "http"}]),
+            "untouched"
+        );
         assert_eq!(c[1], json!({"name": "new", "image": "new:1"}));
     }
 
@@ -566,17 +645,30 @@ mod tests {
         assert_eq!(c[1]["name"], "app");
         assert_eq!(c[1]["env"], json!([{"name": "B", "value": "2"}]));
         let s = t.to_string();
-        assert!(!s.contains("$setElementOrder") && !s.contains("$patch"), "{s}");
+        assert!(
+            !s.contains("$setElementOrder") && !s.contains("$patch"),
+            "{s}"
+        );
     }
 
     #[test]
     fn smp_order_interleaves_live_only_items() {
         // Live [a, b, c, d]; the patch touches d and b: patch order [d, b];
         // live-only a and c keep their places relative to known positions.
-        let mut t = json!({"spec": {"ports": [{"port": 1}, {"port": 2}, {"port": 3}, {"port": 4}]}});
-        strategic_merge_patch(&mut t, &json!({"spec": {"ports": [{"port": 4, "name": "d"}, {"port": 2, "name": "b"}]}}), "Service")
-            .expect("ok");
-        let ports: Vec<&Value> = t["spec"]["ports"].as_array().expect("ports").iter().map(|p| &p["port"]).collect();
+        let mut t =
+            json!({"spec": {"ports": [{"port": 1}, {"port": 2}, {"port": 3}, {"port": 4}]}});
+        strategic_merge_patch(
+            &mut t,
+            &json!({"spec": {"ports": [{"port": 4, "name": "d"}, {"port": 2, "name": "b"}]}}),
+            "Service",
+        )
+        .expect("ok");
+        let ports: Vec<&Value> = t["spec"]["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .map(|p| &p["port"])
+            .collect();
         assert_eq!(ports, vec![1, 3, 4, 2]);
         // $setElementOrder puts it back, regardless of key order in the patch.
         let patch: Value = serde_json::from_str(
@@ -584,7 +676,12 @@ mod tests {
         )
         .expect("json");
         strategic_merge_patch(&mut t, &patch, "Service").expect("ok");
-        let ports: Vec<&Value> = t["spec"]["ports"].as_array().expect("ports").iter().map(|p| &p["port"]).collect();
+        let ports: Vec<&Value> = t["spec"]["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .map(|p| &p["port"])
+            .collect();
         assert_eq!(ports, vec![1, 2, 3, 4]);
         assert_eq!(t["spec"]["ports"][2], json!({"port": 3, "name": "c"}));
     }
@@ -610,26 +707,50 @@ mod tests {
     #[test]
     fn smp_unknown_and_atomic_lists_are_replaced() {
         let mut t = json!({"subsets": [{"addresses": [{"ip": "10.0.0.1"}]}]});
-        strategic_merge_patch(&mut t, &json!({"subsets": [{"addresses": [{"ip": "10.0.0.2"}]}]}), "Endpoints").expect("ok");
+        strategic_merge_patch(
+            &mut t,
+            &json!({"subsets": [{"addresses": [{"ip": "10.0.0.2"}]}]}),
+            "Endpoints",
+        )
+        .expect("ok");
         assert_eq!(t, json!({"subsets": [{"addresses": [{"ip": "10.0.0.2"}]}]}));
 
         let mut t = json!({"spec": {"containers": [{"name": "a", "x": 1}]}});
-        strategic_merge_patch(&mut t, &json!({"spec": {"containers": [{"name": "b"}]}}), "DiscoveredService").expect("ok");
-        assert_eq!(t, json!({"spec": {"containers": [{"name": "b"}]}}), "unknown kind: atomic");
+        strategic_merge_patch(
+            &mut t,
+            &json!({"spec": {"containers": [{"name": "b"}]}}),
+            "DiscoveredService",
+        )
+        .expect("ok");
+        assert_eq!(
+            t,
+            json!({"spec": {"containers": [{"name": "b"}]}}),
+            "unknown kind: atomic"
+        );
 
         let mut t = json!({"rules": [{"verbs": ["get"]}, {"verbs": ["list"]}]});
-        strategic_merge_patch(&mut t, &json!({"rules": [{"verbs": ["watch"]}]}), "Role").expect("ok");
+        strategic_merge_patch(&mut t, &json!({"rules": [{"verbs": ["watch"]}]}), "Role")
+            .expect("ok");
         assert_eq!(t, json!({"rules": [{"verbs": ["watch"]}]}));
     }
 
     #[test]
     fn smp_finalizers_union_and_delete_from_primitive_list() {
         let mut t = json!({"metadata": {"finalizers": ["a", "b"]}});
-        strategic_merge_patch(&mut t, &json!({"metadata": {"finalizers": ["c", "a"]}}), "ConfigMap").expect("ok");
+        strategic_merge_patch(
+            &mut t,
+            &json!({"metadata": {"finalizers": ["c", "a"]}}),
+            "ConfigMap",
+        )
+        .expect("ok");
         // Union, ordered like Go: patch values first in patch order, then live-only ones.
         assert_eq!(t["metadata"]["finalizers"], json!(["c", "a", "b"]));
-        strategic_merge_patch(&mut t, &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["b"]}}), "ConfigMap")
-            .expect("ok");
+        strategic_merge_patch(
+            &mut t,
+            &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["b"]}}),
+            "ConfigMap",
+        )
+        .expect("ok");
         assert_eq!(t["metadata"]["finalizers"], json!(["c", "a"]));
         strategic_merge_patch(
             &mut t,
@@ -643,9 +764,19 @@ mod tests {
     #[test]
     fn smp_patch_replace_and_delete_on_maps() {
         let mut t = json!({"data": {"a": "1", "b": "2"}, "metadata": {"annotations": {"x": "y"}}});
-        strategic_merge_patch(&mut t, &json!({"data": {"$patch": "replace", "c": "3"}}), "ConfigMap").expect("ok");
+        strategic_merge_patch(
+            &mut t,
+            &json!({"data": {"$patch": "replace", "c": "3"}}),
+            "ConfigMap",
+        )
+        .expect("ok");
         assert_eq!(t["data"], json!({"c": "3"}));
-        strategic_merge_patch(&mut t, &json!({"metadata": {"annotations": {"$patch": "delete"}}}), "ConfigMap").expect("ok");
+        strategic_merge_patch(
+            &mut t,
+            &json!({"metadata": {"annotations": {"$patch": "delete"}}}),
+            "ConfigMap",
+        )
+        .expect("ok");
         assert_eq!(t["metadata"], json!({}));
     }
 
@@ -685,7 +816,10 @@ mod tests {
             "Deployment",
         )
         .expect("ok");
-        assert_eq!(containers(&t), &vec![json!({"name": "a", "env": [{"name": "X", "value": "1"}]})]);
+        assert_eq!(
+            containers(&t),
+            &vec![json!({"name": "a", "env": [{"name": "X", "value": "1"}]})]
+        );
         assert!(!t.to_string().contains('$'));
     }
 
@@ -699,22 +833,54 @@ mod tests {
             "Deployment",
         )
         .expect_err("missing merge key");
-        assert!(e.to_string().contains("does not contain declared merge key: name"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("does not contain declared merge key: name"),
+            "{e}"
+        );
         assert_eq!(t, before);
-        let e = strategic_merge_patch(&mut t, &json!({"data": {"$patch": "explode"}}), "ConfigMap").expect_err("bad");
+        let e = strategic_merge_patch(&mut t, &json!({"data": {"$patch": "explode"}}), "ConfigMap")
+            .expect_err("bad");
         assert!(e.to_string().contains("unknown patch type"), "{e}");
         assert!(strategic_merge_patch(&mut t, &json!([1]), "ConfigMap").is_err());
     }
 
     #[test]
     fn strategy_table() {
-        assert_eq!(list_strategy("Service", &["spec", "ports"]), ListStrategy::MergeKey("port"));
-        assert_eq!(list_strategy("EndpointSlice", &["ports"]), ListStrategy::Atomic);
-        assert_eq!(list_strategy("Deployment", &["spec", "template", "spec", "containers", "ports"]), ListStrategy::MergeKey("containerPort"));
-        assert_eq!(list_strategy("Deployment", &["spec", "template", "spec", "volumes"]), ListStrategy::MergeKey("name"));
-        assert_eq!(list_strategy("Deployment", &["status", "conditions"]), ListStrategy::MergeKey("type"));
-        assert_eq!(list_strategy("ServiceAccount", &["secrets"]), ListStrategy::MergeKey("name"));
-        assert_eq!(list_strategy("Endpoints", &["subsets"]), ListStrategy::Atomic);
-        assert_eq!(list_strategy("Whatever", &["metadata", "finalizers"]), ListStrategy::MergePrimitives);
+        assert_eq!(
+            list_strategy("Service", &["spec", "ports"]),
+            ListStrategy::MergeKey("port")
+        );
+        assert_eq!(
+            list_strategy("EndpointSlice", &["ports"]),
+            ListStrategy::Atomic
+        );
+        assert_eq!(
+            list_strategy(
+                "Deployment",
+                &["spec", "template", "spec", "containers", "ports"]
+            ),
+            ListStrategy::MergeKey("containerPort")
+        );
+        assert_eq!(
+            list_strategy("Deployment", &["spec", "template", "spec", "volumes"]),
+            ListStrategy::MergeKey("name")
+        );
+        assert_eq!(
+            list_strategy("Deployment", &["status", "conditions"]),
+            ListStrategy::MergeKey("type")
+        );
+        assert_eq!(
+            list_strategy("ServiceAccount", &["secrets"]),
+            ListStrategy::MergeKey("name")
+        );
+        assert_eq!(
+            list_strategy("Endpoints", &["subsets"]),
+            ListStrategy::Atomic
+        );
+        assert_eq!(
+            list_strategy("Whatever", &["metadata", "finalizers"]),
+            ListStrategy::MergePrimitives
+        );
     }
 }

@@ -83,7 +83,11 @@ pub const PRIVILEGED_GROUP: &str = "system:masters";
 fn str_list(v: &Value, key: &str) -> Vec<String> {
     v.get(key)
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -101,7 +105,8 @@ pub fn rule_allows(rule: &Value, attrs: &RequestAttributes) -> bool {
         return str_list(rule, "nonResourceURLs").iter().any(|u| {
             u == "*"
                 || *u == attrs.path
-                || u.strip_suffix('*').is_some_and(|prefix| attrs.path.starts_with(prefix))
+                || u.strip_suffix('*')
+                    .is_some_and(|prefix| attrs.path.starts_with(prefix))
         });
     }
     let groups = str_list(rule, "apiGroups");
@@ -117,7 +122,8 @@ pub fn rule_allows(rule: &Value, attrs: &RequestAttributes) -> bool {
     let resource_ok = resources.iter().any(|r| {
         r == "*"
             || *r == combined
-            || (!attrs.subresource.is_empty() && r.strip_prefix("*/") == Some(attrs.subresource.as_str()))
+            || (!attrs.subresource.is_empty()
+                && r.strip_prefix("*/") == Some(attrs.subresource.as_str()))
     });
     if !resource_ok {
         return false;
@@ -136,7 +142,9 @@ fn subject_matches(subject: &Value, user: &UserInfo, binding_namespace: &str) ->
                 "" => binding_namespace,
                 ns => ns,
             };
-            !ns.is_empty() && !name.is_empty() && user.name == format!("system:serviceaccount:{ns}:{name}")
+            !ns.is_empty()
+                && !name.is_empty()
+                && user.name == format!("system:serviceaccount:{ns}:{name}")
         }
         _ => false,
     }
@@ -146,7 +154,11 @@ fn binding_applies(binding: &Value, user: &UserInfo, binding_namespace: &str) ->
     binding
         .get("subjects")
         .and_then(Value::as_array)
-        .is_some_and(|subjects| subjects.iter().any(|s| subject_matches(s, user, binding_namespace)))
+        .is_some_and(|subjects| {
+            subjects
+                .iter()
+                .any(|s| subject_matches(s, user, binding_namespace))
+        })
 }
 
 fn name_of(v: &Value) -> &str {
@@ -158,7 +170,10 @@ fn namespace_of(v: &Value) -> &str {
 }
 
 fn rules_of(role: &Value) -> Vec<&Value> {
-    role.get("rules").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default()
+    role.get("rules")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().collect())
+        .unwrap_or_default()
 }
 
 /// The effective rules of a ClusterRole, including aggregated ones.
@@ -167,7 +182,11 @@ fn cluster_role_rules<'v>(role: &'v Value, cluster_roles: &'v [Value]) -> Vec<&'
     let selectors = role
         .pointer("/aggregationRule/clusterRoleSelectors")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|s| LabelSelector::from_label_selector_value(s).ok()).collect::<Vec<_>>())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| LabelSelector::from_label_selector_value(s).ok())
+                .collect::<Vec<_>>()
+        })
         .unwrap_or_default();
     if selectors.is_empty() {
         return rules;
@@ -177,7 +196,10 @@ fn cluster_role_rules<'v>(role: &'v Value, cluster_roles: &'v [Value]) -> Vec<&'
             continue;
         }
         let labels = other.pointer("/metadata/labels");
-        if selectors.iter().any(|s| !s.is_empty() && s.matches_value(labels)) {
+        if selectors
+            .iter()
+            .any(|s| !s.is_empty() && s.matches_value(labels))
+        {
             rules.extend(rules_of(other));
         }
     }
@@ -203,7 +225,9 @@ pub fn authorize(
             continue;
         }
         if let Some(role) = find_cluster_role(str_at(crb, "/roleRef/name"))
-            && cluster_role_rules(role, cluster_roles).iter().any(|r| rule_allows(r, attrs))
+            && cluster_role_rules(role, cluster_roles)
+                .iter()
+                .any(|r| rule_allows(r, attrs))
         {
             return true;
         }
@@ -211,7 +235,10 @@ pub fn authorize(
     if attrs.namespace.is_empty() {
         return false;
     }
-    for rb in role_bindings.iter().filter(|rb| namespace_of(rb) == attrs.namespace) {
+    for rb in role_bindings
+        .iter()
+        .filter(|rb| namespace_of(rb) == attrs.namespace)
+    {
         if !binding_applies(rb, user, &attrs.namespace) {
             continue;
         }
@@ -238,7 +265,10 @@ pub fn authorize(
 /// `User "u" cannot list resource "endpoints" in API group "" in the namespace "default"`.
 pub fn forbidden_reason(user: &UserInfo, attrs: &RequestAttributes) -> String {
     if !attrs.resource_request {
-        return format!("User {:?} cannot {} path {:?}", user.name, attrs.verb, attrs.path);
+        return format!(
+            "User {:?} cannot {} path {:?}",
+            user.name, attrs.verb, attrs.path
+        );
     }
     let mut resource = attrs.resource.clone();
     if !attrs.subresource.is_empty() {
@@ -315,7 +345,14 @@ mod tests {
         UserInfo::service_account("kd", "ctl")
     }
 
-    fn req(verb: &str, group: &str, resource: &str, sub: &str, ns: &str, name: &str) -> RequestAttributes {
+    fn req(
+        verb: &str,
+        group: &str,
+        resource: &str,
+        sub: &str,
+        ns: &str,
+        name: &str,
+    ) -> RequestAttributes {
         RequestAttributes {
             verb: verb.into(),
             api_group: group.into(),
@@ -329,7 +366,12 @@ mod tests {
     }
 
     fn path_req(verb: &str, path: &str) -> RequestAttributes {
-        RequestAttributes { verb: verb.into(), path: path.into(), resource_request: false, ..Default::default() }
+        RequestAttributes {
+            verb: verb.into(),
+            path: path.into(),
+            resource_request: false,
+            ..Default::default()
+        }
     }
 
     fn cluster_role(name: &str, rules: Value) -> Value {
@@ -358,114 +400,363 @@ mod tests {
 
     #[test]
     fn cluster_role_binding_grants_everywhere() {
-        let crs = [cluster_role("reader", json!([{"apiGroups": [""], "resources": ["endpoints"], "verbs": ["get", "list", "watch"]}]))];
+        let crs = [cluster_role(
+            "reader",
+            json!([{"apiGroups": [""], "resources": ["endpoints"], "verbs": ["get", "list", "watch"]}]),
+        )];
         let crbs = [crb("b", "reader", sa_subject())];
-        assert!(authorize(&sa(), &req("list", "", "endpoints", "", "default", ""), &[], &crs, &[], &crbs));
-        assert!(authorize(&sa(), &req("list", "", "endpoints", "", "", ""), &[], &crs, &[], &crbs));
-        assert!(!authorize(&sa(), &req("delete", "", "endpoints", "", "default", "x"), &[], &crs, &[], &crbs));
-        assert!(!authorize(&sa(), &req("list", "", "services", "", "default", ""), &[], &crs, &[], &crbs));
-        assert!(!authorize(&sa(), &req("list", "apps", "endpoints", "", "default", ""), &[], &crs, &[], &crbs));
-        assert!(!authorize(&sa(), &req("list", "", "endpoints", "", "default", ""), &[], &crs, &[], &[]));
+        assert!(authorize(
+            &sa(),
+            &req("list", "", "endpoints", "", "default", ""),
+            &[],
+            &crs,
+            &[],
+            &crbs
+        ));
+        assert!(authorize(
+            &sa(),
+            &req("list", "", "endpoints", "", "", ""),
+            &[],
+            &crs,
+            &[],
+            &crbs
+        ));
+        assert!(!authorize(
+            &sa(),
+            &req("delete", "", "endpoints", "", "default", "x"),
+            &[],
+            &crs,
+            &[],
+            &crbs
+        ));
+        assert!(!authorize(
+            &sa(),
+            &req("list", "", "services", "", "default", ""),
+            &[],
+            &crs,
+            &[],
+            &crbs
+        ));
+        assert!(!authorize(
+            &sa(),
+            &req("list", "apps", "endpoints", "", "default", ""),
+            &[],
+            &crs,
+            &[],
+            &crbs
+        ));
+        assert!(!authorize(
+            &sa(),
+            &req("list", "", "endpoints", "", "default", ""),
+            &[],
+            &crs,
+            &[],
+            &[]
+        ));
     }
 
     #[test]
     fn role_binding_scopes_to_its_namespace() {
-        let roles = [role("kd", "r", json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]))];
+        let roles = [role(
+            "kd",
+            "r",
+            json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]),
+        )];
         let rbs = [rb("kd", "b", "Role", "r", sa_subject())];
-        assert!(authorize(&sa(), &req("update", "", "configmaps", "", "kd", "cm"), &roles, &[], &rbs, &[]));
-        assert!(!authorize(&sa(), &req("update", "", "configmaps", "", "other", "cm"), &roles, &[], &rbs, &[]));
-        assert!(!authorize(&sa(), &req("list", "", "configmaps", "", "", ""), &roles, &[], &rbs, &[]), "cluster scope");
+        assert!(authorize(
+            &sa(),
+            &req("update", "", "configmaps", "", "kd", "cm"),
+            &roles,
+            &[],
+            &rbs,
+            &[]
+        ));
+        assert!(!authorize(
+            &sa(),
+            &req("update", "", "configmaps", "", "other", "cm"),
+            &roles,
+            &[],
+            &rbs,
+            &[]
+        ));
+        assert!(
+            !authorize(
+                &sa(),
+                &req("list", "", "configmaps", "", "", ""),
+                &roles,
+                &[],
+                &rbs,
+                &[]
+            ),
+            "cluster scope"
+        );
         // A Role of the same name in another namespace does not count.
-        let roles_elsewhere = [role("other", "r", json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]))];
-        assert!(!authorize(&sa(), &req("get", "", "configmaps", "", "kd", "cm"), &roles_elsewhere, &[], &rbs, &[]));
+        let roles_elsewhere = [role(
+            "other",
+            "r",
+            json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]),
+        )];
+        assert!(!authorize(
+            &sa(),
+            &req("get", "", "configmaps", "", "kd", "cm"),
+            &roles_elsewhere,
+            &[],
+            &rbs,
+            &[]
+        ));
     }
 
     #[test]
     fn role_binding_to_cluster_role_is_namespaced() {
-        let crs = [cluster_role("edit", json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]))];
+        let crs = [cluster_role(
+            "edit",
+            json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]),
+        )];
         let rbs = [rb("kd", "b", "ClusterRole", "edit", sa_subject())];
-        assert!(authorize(&sa(), &req("delete", "apps", "deployments", "", "kd", "d"), &[], &crs, &rbs, &[]));
-        assert!(!authorize(&sa(), &req("delete", "apps", "deployments", "", "default", "d"), &[], &crs, &rbs, &[]));
-        assert!(!authorize(&sa(), &req("list", "", "namespaces", "", "", ""), &[], &crs, &rbs, &[]));
+        assert!(authorize(
+            &sa(),
+            &req("delete", "apps", "deployments", "", "kd", "d"),
+            &[],
+            &crs,
+            &rbs,
+            &[]
+        ));
+        assert!(!authorize(
+            &sa(),
+            &req("delete", "apps", "deployments", "", "default", "d"),
+            &[],
+            &crs,
+            &rbs,
+            &[]
+        ));
+        assert!(!authorize(
+            &sa(),
+            &req("list", "", "namespaces", "", "", ""),
+            &[],
+            &crs,
+            &rbs,
+            &[]
+        ));
     }
 
     #[test]
     fn subresources() {
-        let crs = [cluster_role("status", json!([
-            {"apiGroups": ["kubediscovery.io"], "resources": ["discoveredservices/status"], "verbs": ["patch"]},
-            {"apiGroups": [""], "resources": ["*/scale"], "verbs": ["get"]}
-        ]))];
+        let crs = [cluster_role(
+            "status",
+            json!([
+                {"apiGroups": ["kubediscovery.io"], "resources": ["discoveredservices/status"], "verbs": ["patch"]},
+                {"apiGroups": [""], "resources": ["*/scale"], "verbs": ["get"]}
+            ]),
+        )];
         let crbs = [crb("b", "status", sa_subject())];
-        let a = |v: &str, g: &str, r: &str, s: &str| authorize(&sa(), &req(v, g, r, s, "kd", "x"), &[], &crs, &[], &crbs);
-        assert!(a("patch", "kubediscovery.io", "discoveredservices", "status"));
-        assert!(!a("patch", "kubediscovery.io", "discoveredservices", ""), "main resource not granted");
+        let a = |v: &str, g: &str, r: &str, s: &str| {
+            authorize(&sa(), &req(v, g, r, s, "kd", "x"), &[], &crs, &[], &crbs)
+        };
+        assert!(a(
+            "patch",
+            "kubediscovery.io",
+            "discoveredservices",
+            "status"
+        ));
+        assert!(
+            !a("patch", "kubediscovery.io", "discoveredservices", ""),
+            "main resource not granted"
+        );
         assert!(a("get", "", "replicationcontrollers", "scale"));
         assert!(!a("get", "", "replicationcontrollers", ""));
         // `*` covers subresources, a plain resource does not.
-        let all = [cluster_role("all", json!([{"apiGroups": [""], "resources": ["*"], "verbs": ["get"]}]))];
-        let plain = [cluster_role("all", json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]))];
+        let all = [cluster_role(
+            "all",
+            json!([{"apiGroups": [""], "resources": ["*"], "verbs": ["get"]}]),
+        )];
+        let plain = [cluster_role(
+            "all",
+            json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]),
+        )];
         let crbs = [crb("b", "all", sa_subject())];
-        assert!(authorize(&sa(), &req("get", "", "pods", "log", "kd", "p"), &[], &all, &[], &crbs));
-        assert!(!authorize(&sa(), &req("get", "", "pods", "log", "kd", "p"), &[], &plain, &[], &crbs));
+        assert!(authorize(
+            &sa(),
+            &req("get", "", "pods", "log", "kd", "p"),
+            &[],
+            &all,
+            &[],
+            &crbs
+        ));
+        assert!(!authorize(
+            &sa(),
+            &req("get", "", "pods", "log", "kd", "p"),
+            &[],
+            &plain,
+            &[],
+            &crbs
+        ));
     }
 
     #[test]
     fn resource_names_only_match_named_requests() {
-        let crs = [cluster_role("one", json!([{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["cfg"], "verbs": ["get", "list", "update"]}]))];
+        let crs = [cluster_role(
+            "one",
+            json!([{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["cfg"], "verbs": ["get", "list", "update"]}]),
+        )];
         let crbs = [crb("b", "one", sa_subject())];
-        assert!(authorize(&sa(), &req("get", "", "configmaps", "", "kd", "cfg"), &[], &crs, &[], &crbs));
-        assert!(!authorize(&sa(), &req("get", "", "configmaps", "", "kd", "other"), &[], &crs, &[], &crbs));
-        assert!(!authorize(&sa(), &req("list", "", "configmaps", "", "kd", ""), &[], &crs, &[], &crbs));
+        assert!(authorize(
+            &sa(),
+            &req("get", "", "configmaps", "", "kd", "cfg"),
+            &[],
+            &crs,
+            &[],
+            &crbs
+        ));
+        assert!(!authorize(
+            &sa(),
+            &req("get", "", "configmaps", "", "kd", "other"),
+            &[],
+            &crs,
+            &[],
+            &crbs
+        ));
+        assert!(!authorize(
+            &sa(),
+            &req("list", "", "configmaps", "", "kd", ""),
+            &[],
+            &crs,
+            &[],
+            &crbs
+        ));
     }
 
     #[test]
     fn non_resource_urls() {
-        let crs = [cluster_role("nr", json!([{"nonResourceURLs": ["/healthz", "/apis/*"], "verbs": ["get"]}]))];
-        let crbs = [crb("b", "nr", json!([{"kind": "Group", "name": "system:authenticated"}]))];
+        let crs = [cluster_role(
+            "nr",
+            json!([{"nonResourceURLs": ["/healthz", "/apis/*"], "verbs": ["get"]}]),
+        )];
+        let crbs = [crb(
+            "b",
+            "nr",
+            json!([{"kind": "Group", "name": "system:authenticated"}]),
+        )];
         let ok = |p: &str| authorize(&sa(), &path_req("get", p), &[], &crs, &[], &crbs);
         assert!(ok("/healthz"));
         assert!(!ok("/healthz/ready"));
         assert!(ok("/apis/"));
         assert!(ok("/apis/apps/v1"));
         assert!(!ok("/api"));
-        assert!(!authorize(&sa(), &path_req("post", "/healthz"), &[], &crs, &[], &crbs));
+        assert!(!authorize(
+            &sa(),
+            &path_req("post", "/healthz"),
+            &[],
+            &crs,
+            &[],
+            &crbs
+        ));
         // Non-resource rules never grant resource requests and vice versa.
-        assert!(!authorize(&sa(), &req("get", "", "healthz", "", "", ""), &[], &crs, &[], &crbs));
+        assert!(!authorize(
+            &sa(),
+            &req("get", "", "healthz", "", "", ""),
+            &[],
+            &crs,
+            &[],
+            &crbs
+        ));
         // Non-resource rules bound by a RoleBinding do not apply.
         let rbs = [rb("kd", "b", "ClusterRole", "nr", sa_subject())];
-        assert!(!authorize(&sa(), &path_req("get", "/healthz"), &[], &crs, &rbs, &[]));
+        assert!(!authorize(
+            &sa(),
+            &path_req("get", "/healthz"),
+            &[],
+            &crs,
+            &rbs,
+            &[]
+        ));
     }
 
     #[test]
     fn subjects_user_group_and_service_account() {
-        let crs = [cluster_role("r", json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]))];
+        let crs = [cluster_role(
+            "r",
+            json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]),
+        )];
         let r = req("get", "", "pods", "", "kd", "p");
-        let alice = UserInfo { name: "alice".into(), groups: vec!["devs".into()] };
-        let user_binding = [crb("b", "r", json!([{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"}]))];
+        let alice = UserInfo {
+            name: "alice".into(),
+            groups: vec!["devs".into()],
+        };
+        let user_binding = [crb(
+            "b",
+            "r",
+            json!([{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"}]),
+        )];
         assert!(authorize(&alice, &r, &[], &crs, &[], &user_binding));
         assert!(!authorize(&sa(), &r, &[], &crs, &[], &user_binding));
         let group_binding = [crb("b", "r", json!([{"kind": "Group", "name": "devs"}]))];
         assert!(authorize(&alice, &r, &[], &crs, &[], &group_binding));
-        let sa_group = [crb("b", "r", json!([{"kind": "Group", "name": "system:serviceaccounts:kd"}]))];
+        let sa_group = [crb(
+            "b",
+            "r",
+            json!([{"kind": "Group", "name": "system:serviceaccounts:kd"}]),
+        )];
         assert!(authorize(&sa(), &r, &[], &crs, &[], &sa_group));
         assert!(!authorize(&alice, &r, &[], &crs, &[], &sa_group));
         // ServiceAccount without namespace: never in a ClusterRoleBinding ...
         let no_ns = json!([{"kind": "ServiceAccount", "name": "ctl"}]);
-        assert!(!authorize(&sa(), &r, &[], &crs, &[], &[crb("b", "r", no_ns.clone())]));
+        assert!(!authorize(
+            &sa(),
+            &r,
+            &[],
+            &crs,
+            &[],
+            &[crb("b", "r", no_ns.clone())]
+        ));
         // ... but defaults to the RoleBinding's namespace.
-        assert!(authorize(&sa(), &r, &[], &crs, &[rb("kd", "b", "ClusterRole", "r", no_ns.clone())], &[]));
-        assert!(!authorize(&UserInfo::service_account("other", "ctl"), &req("get", "", "pods", "", "other", "p"), &[], &crs, &[rb("kd", "b", "ClusterRole", "r", no_ns)], &[]));
+        assert!(authorize(
+            &sa(),
+            &r,
+            &[],
+            &crs,
+            &[rb("kd", "b", "ClusterRole", "r", no_ns.clone())],
+            &[]
+        ));
+        assert!(!authorize(
+            &UserInfo::service_account("other", "ctl"),
+            &req("get", "", "pods", "", "other", "p"),
+            &[],
+            &crs,
+            &[rb("kd", "b", "ClusterRole", "r", no_ns)],
+            &[]
+        ));
         // Wrong namespace in the subject.
-        let wrong = [crb("b", "r", json!([{"kind": "ServiceAccount", "name": "ctl", "namespace": "x"}]))];
+        let wrong = [crb(
+            "b",
+            "r",
+            json!([{"kind": "ServiceAccount", "name": "ctl", "namespace": "x"}]),
+        )];
         assert!(!authorize(&sa(), &r, &[], &crs, &[], &wrong));
     }
 
     #[test]
     fn missing_role_and_masters() {
         let crbs = [crb("b", "absent", sa_subject())];
-        assert!(!authorize(&sa(), &req("get", "", "pods", "", "kd", "p"), &[], &[], &[], &crbs));
-        let admin = UserInfo { name: "admin".into(), groups: vec![PRIVILEGED_GROUP.into()] };
-        assert!(authorize(&admin, &req("delete", "", "namespaces", "", "", "kd"), &[], &[], &[], &[]));
+        assert!(!authorize(
+            &sa(),
+            &req("get", "", "pods", "", "kd", "p"),
+            &[],
+            &[],
+            &[],
+            &crbs
+        ));
+        let admin = UserInfo {
+            name: "admin".into(),
+            groups: vec![PRIVILEGED_GROUP.into()],
+        };
+        assert!(authorize(
+            &admin,
+            &req("delete", "", "namespaces", "", "", "kd"),
+            &[],
+            &[],
+            &[],
+            &[]
+        ));
     }
 
     #[test]
@@ -479,8 +770,22 @@ mod tests {
                    "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]}),
         ];
         let crbs = [crb("b", "agg", sa_subject())];
-        assert!(authorize(&sa(), &req("list", "", "services", "", "kd", ""), &[], &crs, &[], &crbs));
-        assert!(!authorize(&sa(), &req("list", "", "secrets", "", "kd", ""), &[], &crs, &[], &crbs));
+        assert!(authorize(
+            &sa(),
+            &req("list", "", "services", "", "kd", ""),
+            &[],
+            &crs,
+            &[],
+            &crbs
+        ));
+        assert!(!authorize(
+            &sa(),
+            &req("list", "", "secrets", "", "kd", ""),
+            &[],
+            &crs,
+            &[],
+            &crbs
+        ));
     }
 
     #[test]
@@ -495,7 +800,17 @@ mod tests {
             r#"namespaces is forbidden: User "system:serviceaccount:kd:ctl" cannot list resource "namespaces" in API group "" at the cluster scope"#
         );
         assert_eq!(
-            forbidden_message(&u, &req("patch", "kubediscovery.io", "discoveredservices", "status", "kd", "web")),
+            forbidden_message(
+                &u,
+                &req(
+                    "patch",
+                    "kubediscovery.io",
+                    "discoveredservices",
+                    "status",
+                    "kd",
+                    "web"
+                )
+            ),
             r#"discoveredservices.kubediscovery.io "web" is forbidden: User "system:serviceaccount:kd:ctl" cannot patch resource "discoveredservices/status" in API group "kubediscovery.io" in the namespace "kd""#
         );
         assert_eq!(
@@ -505,6 +820,9 @@ mod tests {
         let st = forbidden_status(&u, &req("get", "apps", "deployments", "", "kd", "d"));
         assert_eq!(st["code"], 403);
         assert_eq!(st["reason"], "Forbidden");
-        assert_eq!(st["details"], json!({"name": "d", "group": "apps", "kind": "deployments"}));
+        assert_eq!(
+            st["details"],
+            json!({"name": "d", "group": "apps", "kind": "deployments"})
+        );
     }
 }

@@ -47,7 +47,9 @@ pub struct StructuralSchema {
 
 impl fmt::Debug for StructuralSchema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StructuralSchema").field("schema", &self.raw).finish()
+        f.debug_struct("StructuralSchema")
+            .field("schema", &self.raw)
+            .finish()
     }
 }
 
@@ -55,7 +57,8 @@ const KEPT_FORMATS: &[&str] = &["date-time", "date", "ipv4", "ipv6", "uuid", "by
 
 static BASE64_RE: LazyLock<Regex> = LazyLock::new(|| {
     #[allow(clippy::expect_used)]
-    Regex::new(r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$").expect("static regex compiles")
+    Regex::new(r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")
+        .expect("static regex compiles")
 });
 
 fn truthy(schema: &Value, key: &str) -> bool {
@@ -68,12 +71,23 @@ fn check_structural(schema: &Value, at: &str, errs: &mut Vec<String>) {
         errs.push(format!("{at}: Invalid value: must be a schema object"));
         return;
     };
-    let typed = m.get("type").and_then(Value::as_str).is_some_and(|t| !t.is_empty());
-    if !typed && !truthy(schema, "x-kubernetes-int-or-string") && !truthy(schema, "x-kubernetes-preserve-unknown-fields") {
-        errs.push(format!("{at}.type: Required value: must not be empty for specified object fields"));
+    let typed = m
+        .get("type")
+        .and_then(Value::as_str)
+        .is_some_and(|t| !t.is_empty());
+    if !typed
+        && !truthy(schema, "x-kubernetes-int-or-string")
+        && !truthy(schema, "x-kubernetes-preserve-unknown-fields")
+    {
+        errs.push(format!(
+            "{at}.type: Required value: must not be empty for specified object fields"
+        ));
     }
     if let Some(t) = m.get("type").and_then(Value::as_str)
-        && !matches!(t, "object" | "array" | "string" | "integer" | "number" | "boolean")
+        && !matches!(
+            t,
+            "object" | "array" | "string" | "integer" | "number" | "boolean"
+        )
     {
         errs.push(format!(
             "{at}.type: Unsupported value: {t:?}: supported values: \"array\", \"boolean\", \"integer\", \"number\", \"object\", \"string\""
@@ -86,7 +100,9 @@ fn check_structural(schema: &Value, at: &str, errs: &mut Vec<String>) {
     }
     if let Some(items) = m.get("items") {
         if items.is_array() {
-            errs.push(format!("{at}.items: Forbidden: items must be a schema object and not an array"));
+            errs.push(format!(
+                "{at}.items: Forbidden: items must be a schema object and not an array"
+            ));
         } else {
             check_structural(items, &format!("{at}.items"), errs);
         }
@@ -100,17 +116,28 @@ fn check_structural(schema: &Value, at: &str, errs: &mut Vec<String>) {
 
 /// Translates the Kubernetes dialect into plain JSON Schema draft 4.
 fn translate(schema: &Value) -> Value {
-    let Some(m) = schema.as_object() else { return schema.clone() };
+    let Some(m) = schema.as_object() else {
+        return schema.clone();
+    };
     let mut out = Map::new();
     for (k, v) in m {
-        if k.starts_with("x-kubernetes-") || matches!(k.as_str(), "nullable" | "default" | "example" | "externalDocs") {
+        if k.starts_with("x-kubernetes-")
+            || matches!(
+                k.as_str(),
+                "nullable" | "default" | "example" | "externalDocs"
+            )
+        {
             continue;
         }
         match k.as_str() {
             "properties" | "patternProperties" | "definitions" => {
                 let mapped = v
                     .as_object()
-                    .map(|p| p.iter().map(|(n, s)| (n.clone(), translate(s))).collect::<Map<_, _>>())
+                    .map(|p| {
+                        p.iter()
+                            .map(|(n, s)| (n.clone(), translate(s)))
+                            .collect::<Map<_, _>>()
+                    })
                     .unwrap_or_default();
                 out.insert(k.clone(), Value::Object(mapped));
             }
@@ -118,7 +145,10 @@ fn translate(schema: &Value) -> Value {
                 out.insert(k.clone(), translate(v));
             }
             "allOf" | "anyOf" | "oneOf" => {
-                let mapped = v.as_array().map(|a| a.iter().map(translate).collect()).unwrap_or_default();
+                let mapped = v
+                    .as_array()
+                    .map(|a| a.iter().map(translate).collect())
+                    .unwrap_or_default();
                 out.insert(k.clone(), Value::Array(mapped));
             }
             "format" => {
@@ -171,7 +201,9 @@ fn show(v: &Value) -> String {
         Value::String(s) => format!("{s:?}"),
         Value::Array(_) | Value::Object(_) => json_type_name(v).to_string(),
         Value::Number(n) => match n.as_f64() {
-            Some(f) if !n.is_i64() && !n.is_u64() && f.fract() == 0.0 && f.abs() < 1e15 => format!("{}", f as i64),
+            Some(f) if !n.is_i64() && !n.is_u64() && f.fract() == 0.0 && f.abs() < 1e15 => {
+                format!("{}", f as i64)
+            }
             _ => n.to_string(),
         },
         other => other.to_string(),
@@ -195,7 +227,11 @@ fn field_path(loc: &jsonschema::paths::Location) -> String {
 }
 
 fn join_field(parent: &str, child: &str) -> String {
-    if parent.is_empty() { child.to_string() } else { format!("{parent}.{child}") }
+    if parent.is_empty() {
+        child.to_string()
+    } else {
+        format!("{parent}.{child}")
+    }
 }
 
 fn fe(field: String, kind: FieldErrorKind, detail: String) -> FieldError {
@@ -206,17 +242,39 @@ fn map_error(e: &jsonschema::ValidationError<'_>) -> FieldError {
     use jsonschema::error::{TypeKind, ValidationErrorKind as K};
     let field = field_path(e.instance_path());
     let inst: &Value = e.instance();
-    let body = if field.is_empty() { "body".to_string() } else { format!("{field} in body") };
-    let invalid = |detail: String| fe(field.clone(), FieldErrorKind::Invalid, format!("Invalid value: {}: {detail}", show(inst)));
+    let body = if field.is_empty() {
+        "body".to_string()
+    } else {
+        format!("{field} in body")
+    };
+    let invalid = |detail: String| {
+        fe(
+            field.clone(),
+            FieldErrorKind::Invalid,
+            format!("Invalid value: {}: {detail}", show(inst)),
+        )
+    };
     match e.kind() {
         K::Required { property } => {
-            let p = property.as_str().map(str::to_string).unwrap_or_else(|| property.to_string());
-            fe(join_field(&field, &p), FieldErrorKind::Required, "Required value".to_string())
+            let p = property
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| property.to_string());
+            fe(
+                join_field(&field, &p),
+                FieldErrorKind::Required,
+                "Required value".to_string(),
+            )
         }
         K::Type { kind } => {
             let expected = match kind {
                 TypeKind::Single(t) => t.to_string(),
-                TypeKind::Multiple(ts) => ts.iter().map(|t| t.to_string()).filter(|t| t != "null").collect::<Vec<_>>().join("/"),
+                TypeKind::Multiple(ts) => ts
+                    .iter()
+                    .map(|t| t.to_string())
+                    .filter(|t| t != "null")
+                    .collect::<Vec<_>>()
+                    .join("/"),
             };
             let got = json_type_name(inst);
             fe(
@@ -226,33 +284,70 @@ fn map_error(e: &jsonschema::ValidationError<'_>) -> FieldError {
             )
         }
         K::Enum { options } => {
-            let opts: Vec<String> = options.as_array().map(|a| a.iter().map(show).collect()).unwrap_or_default();
+            let opts: Vec<String> = options
+                .as_array()
+                .map(|a| a.iter().map(show).collect())
+                .unwrap_or_default();
             fe(
                 field.clone(),
                 FieldErrorKind::NotSupported,
-                format!("Unsupported value: {}: supported values: {}", show(inst), opts.join(", ")),
+                format!(
+                    "Unsupported value: {}: supported values: {}",
+                    show(inst),
+                    opts.join(", ")
+                ),
             )
         }
         K::Pattern { pattern } => invalid(format!("{body} should match '{pattern}'")),
-        K::MaxLength { limit } => fe(field.clone(), FieldErrorKind::TooLong, format!("Too long: may not be more than {limit} bytes")),
+        K::MaxLength { limit } => fe(
+            field.clone(),
+            FieldErrorKind::TooLong,
+            format!("Too long: may not be more than {limit} bytes"),
+        ),
         K::MinLength { limit } => invalid(format!("{body} should be at least {limit} chars long")),
         K::MaxItems { limit } => {
             let n = inst.as_array().map_or(0, Vec::len);
-            fe(field.clone(), FieldErrorKind::TooMany, format!("Too many: {n}: must have at most {limit} items"))
+            fe(
+                field.clone(),
+                FieldErrorKind::TooMany,
+                format!("Too many: {n}: must have at most {limit} items"),
+            )
         }
         K::MinItems { limit } => invalid(format!("{body} should have at least {limit} items")),
         K::MaxProperties { limit } => {
             let n = inst.as_object().map_or(0, Map::len);
-            fe(field.clone(), FieldErrorKind::TooMany, format!("Too many: {n}: must have at most {limit} items"))
+            fe(
+                field.clone(),
+                FieldErrorKind::TooMany,
+                format!("Too many: {n}: must have at most {limit} items"),
+            )
         }
-        K::MinProperties { limit } => invalid(format!("{body} should have at least {limit} properties")),
-        K::Maximum { limit } => invalid(format!("{body} should be less than or equal to {}", show(limit))),
-        K::Minimum { limit } => invalid(format!("{body} should be greater than or equal to {}", show(limit))),
-        K::ExclusiveMaximum { limit } => invalid(format!("{body} should be less than {}", show(limit))),
-        K::ExclusiveMinimum { limit } => invalid(format!("{body} should be greater than {}", show(limit))),
-        K::MultipleOf { multiple_of } => invalid(format!("{body} should be a multiple of {multiple_of}")),
+        K::MinProperties { limit } => {
+            invalid(format!("{body} should have at least {limit} properties"))
+        }
+        K::Maximum { limit } => invalid(format!(
+            "{body} should be less than or equal to {}",
+            show(limit)
+        )),
+        K::Minimum { limit } => invalid(format!(
+            "{body} should be greater than or equal to {}",
+            show(limit)
+        )),
+        K::ExclusiveMaximum { limit } => {
+            invalid(format!("{body} should be less than {}", show(limit)))
+        }
+        K::ExclusiveMinimum { limit } => {
+            invalid(format!("{body} should be greater than {}", show(limit)))
+        }
+        K::MultipleOf { multiple_of } => {
+            invalid(format!("{body} should be a multiple of {multiple_of}"))
+        }
         K::Format { format } => invalid(format!("{body} must be of type {format}: {}", show(inst))),
-        K::UniqueItems => fe(field.clone(), FieldErrorKind::Duplicate, format!("Duplicate value: {}", show(inst))),
+        K::UniqueItems => fe(
+            field.clone(),
+            FieldErrorKind::Duplicate,
+            format!("Duplicate value: {}", show(inst)),
+        ),
         _ => invalid(e.to_string()),
     }
 }
@@ -261,7 +356,10 @@ impl StructuralSchema {
     /// Compiles a CRD version's `openAPIV3Schema`.
     pub fn compile(open_api_v3_schema: &Value) -> Result<Self, String> {
         if open_api_v3_schema.get("type").and_then(Value::as_str) != Some("object") {
-            return Err("openAPIV3Schema.type: Unsupported value: must be \"object\" at the root".to_string());
+            return Err(
+                "openAPIV3Schema.type: Unsupported value: must be \"object\" at the root"
+                    .to_string(),
+            );
         }
         let mut errs = Vec::new();
         check_structural(open_api_v3_schema, "openAPIV3Schema", &mut errs);
@@ -276,7 +374,10 @@ impl StructuralSchema {
             .with_format("byte", |s: &str| BASE64_RE.is_match(s))
             .build(&translated)
             .map_err(|e| format!("openAPIV3Schema: Invalid value: {e}"))?;
-        Ok(StructuralSchema { raw: open_api_v3_schema.clone(), validator })
+        Ok(StructuralSchema {
+            raw: open_api_v3_schema.clone(),
+            validator,
+        })
     }
 
     /// The schema as given.
@@ -306,9 +407,17 @@ impl StructuralSchema {
 
     /// Validates `obj`, returning every error (empty = valid), sorted by field.
     pub fn validate(&self, obj: &Value) -> Vec<FieldError> {
-        let mut out: Vec<FieldError> = self.validator.iter_errors(obj).map(|e| map_error(&e)).collect();
+        let mut out: Vec<FieldError> = self
+            .validator
+            .iter_errors(obj)
+            .map(|e| map_error(&e))
+            .collect();
         list_uniqueness(&self.raw, obj, "", &mut out);
-        out.sort_by(|a, b| a.field.cmp(&b.field).then_with(|| a.message.cmp(&b.message)));
+        out.sort_by(|a, b| {
+            a.field
+                .cmp(&b.field)
+                .then_with(|| a.message.cmp(&b.message))
+        });
         out.dedup();
         out
     }
@@ -341,9 +450,17 @@ impl StructuralSchema {
                 let keys: Vec<String> = node
                     .get("x-kubernetes-list-map-keys")
                     .and_then(Value::as_array)
-                    .map(|a| a.iter().filter_map(|k| k.as_str().map(str::to_string)).collect())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|k| k.as_str().map(str::to_string))
+                            .collect()
+                    })
                     .unwrap_or_default();
-                if keys.is_empty() { ListType::Atomic } else { ListType::Map(keys) }
+                if keys.is_empty() {
+                    ListType::Atomic
+                } else {
+                    ListType::Map(keys)
+                }
             }
             _ => ListType::Atomic,
         }
@@ -364,17 +481,18 @@ fn list_uniqueness(schema: &Value, v: &Value, at: &str, out: &mut Vec<FieldError
             }
         }
         Value::Array(items) => {
-            let keys: Option<Vec<&str>> = match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
-                Some("set") => Some(Vec::new()),
-                Some("map") => Some(
-                    schema
-                        .get("x-kubernetes-list-map-keys")
-                        .and_then(Value::as_array)
-                        .map(|a| a.iter().filter_map(Value::as_str).collect())
-                        .unwrap_or_default(),
-                ),
-                _ => None,
-            };
+            let keys: Option<Vec<&str>> =
+                match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
+                    Some("set") => Some(Vec::new()),
+                    Some("map") => Some(
+                        schema
+                            .get("x-kubernetes-list-map-keys")
+                            .and_then(Value::as_array)
+                            .map(|a| a.iter().filter_map(Value::as_str).collect())
+                            .unwrap_or_default(),
+                    ),
+                    _ => None,
+                };
             if let Some(keys) = keys {
                 let mut seen: Vec<Value> = Vec::new();
                 for (i, item) in items.iter().enumerate() {
@@ -417,7 +535,9 @@ fn prune(schema: &Value, v: &mut Value, keep_type_meta: bool, at: &str, removed:
             let additional = schema.get("additionalProperties").filter(|a| a.is_object());
             let keys: Vec<String> = m.keys().cloned().collect();
             for k in keys {
-                if (keep_type_meta || embedded) && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+                if (keep_type_meta || embedded)
+                    && matches!(k.as_str(), "apiVersion" | "kind" | "metadata")
+                {
                     // metadata itself is validated by the server's ObjectMeta rules.
                     if let Some(ps) = props.and_then(|p| p.get(&k))
                         && k != "metadata"
@@ -530,14 +650,20 @@ mod tests {
     }
 
     fn messages(obj: Value) -> Vec<String> {
-        compiled().validate(&obj).into_iter().map(|e| e.message).collect()
+        compiled()
+            .validate(&obj)
+            .into_iter()
+            .map(|e| e.message)
+            .collect()
     }
 
     #[test]
     fn valid_object_has_no_errors() {
-        let errs = messages(json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "n"},
+        let errs = messages(
+            json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "n"},
             "spec": {"service": "web", "replicas": 2, "mode": "a", "target": "http", "note": null,
-                     "since": "2026-01-01T00:00:00Z", "ports": [{"port": 80}], "labels": {"a": "b"}}}));
+                     "since": "2026-01-01T00:00:00Z", "ports": [{"port": 80}], "labels": {"a": "b"}}}),
+        );
         assert!(errs.is_empty(), "{errs:?}");
         assert!(messages(json!({"spec": {"service": "web", "target": 8080}})).is_empty());
     }
@@ -545,7 +671,12 @@ mod tests {
     #[test]
     fn type_error_has_kubernetes_format() {
         let errs = messages(json!({"spec": {"service": "web", "replicas": "string"}}));
-        assert_eq!(errs, vec![r#"spec.replicas: Invalid value: "string": spec.replicas in body must be of type integer: "string""#]);
+        assert_eq!(
+            errs,
+            vec![
+                r#"spec.replicas: Invalid value: "string": spec.replicas in body must be of type integer: "string""#
+            ]
+        );
         let e = &compiled().validate(&json!({"spec": {"service": "web", "replicas": "x"}}))[0];
         assert_eq!(e.field, "spec.replicas");
         assert_eq!(e.kind, FieldErrorKind::Invalid);
@@ -554,7 +685,10 @@ mod tests {
 
     #[test]
     fn required_fields_name_the_missing_child() {
-        assert_eq!(messages(json!({"spec": {}})), vec!["spec.service: Required value"]);
+        assert_eq!(
+            messages(json!({"spec": {}})),
+            vec!["spec.service: Required value"]
+        );
         let e = compiled().validate(&json!({"spec": {"service": "w", "ports": [{"name": "x"}]}}));
         assert_eq!(e.len(), 1);
         assert_eq!(e[0].field, "spec.ports[0].port");
@@ -570,20 +704,35 @@ mod tests {
         );
         assert_eq!(
             messages(json!({"spec": {"service": "Web"}})),
-            vec![r#"spec.service: Invalid value: "Web": spec.service in body should match '^[a-z-]+$'"#]
+            vec![
+                r#"spec.service: Invalid value: "Web": spec.service in body should match '^[a-z-]+$'"#
+            ]
         );
-        assert_eq!(messages(json!({"spec": {"service": "abcdefghijk"}})), vec!["spec.service: Too long: may not be more than 10 bytes"]);
-        assert!(messages(json!({"spec": {"service": ""}})).iter().any(|m| m.contains("should be at least 1 chars long")));
+        assert_eq!(
+            messages(json!({"spec": {"service": "abcdefghijk"}})),
+            vec!["spec.service: Too long: may not be more than 10 bytes"]
+        );
+        assert!(
+            messages(json!({"spec": {"service": ""}}))
+                .iter()
+                .any(|m| m.contains("should be at least 1 chars long"))
+        );
         assert_eq!(
             messages(json!({"spec": {"service": "w", "replicas": 6}})),
-            vec!["spec.replicas: Invalid value: 6: spec.replicas in body should be less than or equal to 5"]
+            vec![
+                "spec.replicas: Invalid value: 6: spec.replicas in body should be less than or equal to 5"
+            ]
         );
         assert_eq!(
             messages(json!({"spec": {"service": "w", "replicas": -1}})),
-            vec!["spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"]
+            vec![
+                "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"
+            ]
         );
         assert_eq!(
-            messages(json!({"spec": {"service": "w", "ports": [{"port": 1}, {"port": 2}, {"port": 3}]}})),
+            messages(
+                json!({"spec": {"service": "w", "ports": [{"port": 1}, {"port": 2}, {"port": 3}]}})
+            ),
             vec!["spec.ports: Too many: 3: must have at most 2 items"]
         );
     }
@@ -592,12 +741,28 @@ mod tests {
     fn nullable_int_or_string_and_format() {
         let errs = messages(json!({"spec": {"service": "w", "replicas": null}}));
         assert_eq!(errs.len(), 1, "replicas is not nullable: {errs:?}");
-        assert!(errs[0].starts_with("spec.replicas: Invalid value: \"null\""), "{errs:?}");
-        assert!(messages(json!({"spec": {"service": "w", "target": true}}))[0].contains("must be of type integer/string"));
+        assert!(
+            errs[0].starts_with("spec.replicas: Invalid value: \"null\""),
+            "{errs:?}"
+        );
+        assert!(
+            messages(json!({"spec": {"service": "w", "target": true}}))[0]
+                .contains("must be of type integer/string")
+        );
         let errs = messages(json!({"spec": {"service": "w", "since": "yesterday"}}));
-        assert_eq!(errs, vec![r#"spec.since: Invalid value: "yesterday": spec.since in body must be of type date-time: "yesterday""#]);
+        assert_eq!(
+            errs,
+            vec![
+                r#"spec.since: Invalid value: "yesterday": spec.since in body must be of type date-time: "yesterday""#
+            ]
+        );
         let errs = messages(json!({"spec": {"service": "w", "labels": {"a": 1}}}));
-        assert_eq!(errs, vec![r#"spec.labels.a: Invalid value: "integer": spec.labels.a in body must be of type string: "integer""#]);
+        assert_eq!(
+            errs,
+            vec![
+                r#"spec.labels.a: Invalid value: "integer": spec.labels.a in body must be of type string: "integer""#
+            ]
+        );
     }
 
     #[test]
@@ -622,11 +787,23 @@ mod tests {
         let removed = compiled().prune_with_paths(&mut obj);
         let mut sorted = removed.clone();
         sorted.sort();
-        assert_eq!(sorted, vec!["spec.bogus", "spec.free.known.b", "spec.ports[0].extra", "status.junk", "top"]);
-        assert_eq!(obj, json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "n", "labels": {"a": "b"}},
+        assert_eq!(
+            sorted,
+            vec![
+                "spec.bogus",
+                "spec.free.known.b",
+                "spec.ports[0].extra",
+                "status.junk",
+                "top"
+            ]
+        );
+        assert_eq!(
+            obj,
+            json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "n", "labels": {"a": "b"}},
             "spec": {"service": "w", "ports": [{"port": 80}], "labels": {"any": "x"},
                      "free": {"anything": {"deep": 1}, "known": {"a": "x"}}},
-            "status": {"ready": true}}));
+            "status": {"ready": true}})
+        );
     }
 
     #[test]
@@ -639,18 +816,28 @@ mod tests {
         .expect("schema");
         let mut obj = json!({"spec": {"empty": {"x": 1}, "tpl": {"apiVersion": "v1", "kind": "Pod", "spec": {"a": 1}}}});
         s.prune(&mut obj);
-        assert_eq!(obj, json!({"spec": {"empty": {}, "tpl": {"apiVersion": "v1", "kind": "Pod", "spec": {"a": 1}}}}));
+        assert_eq!(
+            obj,
+            json!({"spec": {"empty": {}, "tpl": {"apiVersion": "v1", "kind": "Pod", "spec": {"a": 1}}}})
+        );
     }
 
     #[test]
     fn defaults_are_applied() {
-        let mut obj = json!({"spec": {"service": "w", "ports": [{"port": 80}, {"port": 81, "name": "x"}]}});
+        let mut obj =
+            json!({"spec": {"service": "w", "ports": [{"port": 80}, {"port": 81, "name": "x"}]}});
         compiled().default(&mut obj);
         assert_eq!(obj["spec"]["replicas"], 1);
-        assert_eq!(obj["spec"]["ports"], json!([{"port": 80, "name": "p"}, {"port": 81, "name": "x"}]));
+        assert_eq!(
+            obj["spec"]["ports"],
+            json!([{"port": 80, "name": "p"}, {"port": 81, "name": "x"}])
+        );
         let mut obj = json!({"spec": {"service": "w", "replicas": null}});
         compiled().default(&mut obj);
-        assert_eq!(obj["spec"]["replicas"], 1, "null on a non-nullable field is defaulted");
+        assert_eq!(
+            obj["spec"]["replicas"], 1,
+            "null on a non-nullable field is defaulted"
+        );
         let mut obj = json!({"spec": {"service": "w", "replicas": 3}});
         compiled().default(&mut obj);
         assert_eq!(obj["spec"]["replicas"], 3);
@@ -658,13 +845,26 @@ mod tests {
 
     #[test]
     fn compile_rejects_non_structural_schemas() {
-        let e = StructuralSchema::compile(&json!({"type": "object", "properties": {"spec": {"properties": {}}}})).expect_err("no type");
-        assert_eq!(e, "openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields");
+        let e = StructuralSchema::compile(
+            &json!({"type": "object", "properties": {"spec": {"properties": {}}}}),
+        )
+        .expect_err("no type");
+        assert_eq!(
+            e,
+            "openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields"
+        );
         assert!(StructuralSchema::compile(&json!({"type": "string"})).is_err());
-        let e = StructuralSchema::compile(&json!({"type": "object", "properties": {"s": {"type": "string", "pattern": "(["}}}))
-            .expect_err("bad regex");
+        let e = StructuralSchema::compile(
+            &json!({"type": "object", "properties": {"s": {"type": "string", "pattern": "(["}}}),
+        )
+        .expect_err("bad regex");
         assert!(e.starts_with("openAPIV3Schema: Invalid value"), "{e}");
-        assert!(StructuralSchema::compile(&json!({"type": "object", "properties": {"x": {"type": "strin"}}})).is_err());
+        assert!(
+            StructuralSchema::compile(
+                &json!({"type": "object", "properties": {"x": {"type": "strin"}}})
+            )
+            .is_err()
+        );
     }
 
     #[test]
@@ -675,9 +875,15 @@ mod tests {
         assert!(s.validate(&json!({"n": 4.5})).is_empty());
         let e = s.validate(&json!({"n": 5}));
         assert_eq!(e.len(), 1, "{e:?}");
-        assert_eq!(e[0].message, "n: Invalid value: 5: n in body should be less than 5");
+        assert_eq!(
+            e[0].message,
+            "n: Invalid value: 5: n in body should be less than 5"
+        );
         let e = s.validate(&json!({"n": 0}));
-        assert_eq!(e[0].message, "n: Invalid value: 0: n in body should be greater than 0");
+        assert_eq!(
+            e[0].message,
+            "n: Invalid value: 0: n in body should be greater than 0"
+        );
     }
 
     #[test]
@@ -686,16 +892,24 @@ mod tests {
             .expect("schema");
         assert!(s.validate(&json!({"b": "aGVsbG8=", "i": 1})).is_empty());
         let e = s.validate(&json!({"b": "not base64!"}));
-        assert_eq!(e[0].message, r#"b: Invalid value: "not base64!": b in body must be of type byte: "not base64!""#);
+        assert_eq!(
+            e[0].message,
+            r#"b: Invalid value: "not base64!": b in body must be of type byte: "not base64!""#
+        );
     }
 
     /// The project's own CRD (generated by `controller/core`) must compile and
     /// validate the objects the controller writes.
     #[test]
     fn project_crd_compiles_and_validates() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../crds/discoveredservices.yaml");
-        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
-        let crd: Value = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{path} is not YAML: {e}"));
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../crds/discoveredservices.yaml"
+        );
+        let text =
+            std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
+        let crd: Value =
+            serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{path} is not YAML: {e}"));
         let schema = crd
             .pointer("/spec/versions/0/schema/openAPIV3Schema")
             .unwrap_or_else(|| panic!("{path}: no spec.versions[0].schema.openAPIV3Schema"));
@@ -726,19 +940,28 @@ mod tests {
     fn list_type_duplicates() {
         let e = compiled().validate(&json!({"spec": {"service": "w", "ports": [{"port": 80, "name": "a"}, {"port": 80, "name": "b"}]}}));
         assert_eq!(e.len(), 1, "{e:?}");
-        assert_eq!(e[0].message, r#"spec.ports[1]: Duplicate value: {"port":80}"#);
+        assert_eq!(
+            e[0].message,
+            r#"spec.ports[1]: Duplicate value: {"port":80}"#
+        );
         assert_eq!(e[0].kind.reason(), "FieldValueDuplicate");
         let s = StructuralSchema::compile(&json!({"type": "object", "properties": {
             "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}}}))
         .expect("schema");
         assert!(s.validate(&json!({"tags": ["a", "b"]})).is_empty());
-        assert_eq!(s.validate(&json!({"tags": ["a", "a"]}))[0].message, r#"tags[1]: Duplicate value: "a""#);
+        assert_eq!(
+            s.validate(&json!({"tags": ["a", "a"]}))[0].message,
+            r#"tags[1]: Duplicate value: "a""#
+        );
     }
 
     #[test]
     fn list_types_from_schema() {
         let s = compiled();
-        assert_eq!(s.list_type_at(&["spec", "ports"]), ListType::Map(vec!["port".into()]));
+        assert_eq!(
+            s.list_type_at(&["spec", "ports"]),
+            ListType::Map(vec!["port".into()])
+        );
         assert_eq!(s.list_type_at(&["spec", "service"]), ListType::Atomic);
         assert_eq!(s.list_type_at(&["spec", "nope"]), ListType::Atomic);
     }

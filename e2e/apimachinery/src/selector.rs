@@ -93,7 +93,11 @@ impl Requirement {
                 ) else {
                     return false;
                 };
-                if self.op == Operator::GreaterThan { have > want } else { have < want }
+                if self.op == Operator::GreaterThan {
+                    have > want
+                } else {
+                    have < want
+                }
             }
         }
     }
@@ -262,10 +266,18 @@ impl Parser {
                         Token::Comma => match self.lookahead() {
                             Token::Identifier(_) | Token::Bang => {}
                             t => {
-                                return Err(err(format!("found '{}', expected: identifier after ','", t.literal())));
+                                return Err(err(format!(
+                                    "found '{}', expected: identifier after ','",
+                                    t.literal()
+                                )));
                             }
                         },
-                        t => return Err(err(format!("found '{}', expected: ',' or 'end of string'", t.literal()))),
+                        t => {
+                            return Err(err(format!(
+                                "found '{}', expected: ',' or 'end of string'",
+                                t.literal()
+                            )));
+                        }
                     }
                 }
                 Token::End => return Ok(reqs),
@@ -287,7 +299,12 @@ impl Parser {
         }
         let key = match tok {
             Token::Identifier(k) => k,
-            t => return Err(err(format!("found '{}', expected: identifier", t.literal()))),
+            t => {
+                return Err(err(format!(
+                    "found '{}', expected: identifier",
+                    t.literal()
+                )));
+            }
         };
         // The Go parser validates the key with a nil field path here.
         names::validate_qualified_name(&key)
@@ -336,7 +353,10 @@ impl Parser {
                 self.consume();
                 Ok(vec![String::new()])
             }
-            t => Err(err(format!("found '{}', expected: ',', ')' or identifier", t.literal()))),
+            t => Err(err(format!(
+                "found '{}', expected: ',', ')' or identifier",
+                t.literal()
+            ))),
         }
     }
 
@@ -354,7 +374,12 @@ impl Parser {
                     match self.lookahead() {
                         Token::Comma => continue,
                         Token::ClosePar => break,
-                        t => return Err(err(format!("found '{}', expected: ',' or ')'", t.literal()))),
+                        t => {
+                            return Err(err(format!(
+                                "found '{}', expected: ',' or ')'",
+                                t.literal()
+                            )));
+                        }
                     }
                 }
                 Token::Comma => {
@@ -373,7 +398,12 @@ impl Parser {
                         _ => {}
                     }
                 }
-                t => return Err(err(format!("found '{}', expected: ',', or identifier", t.literal()))),
+                t => {
+                    return Err(err(format!(
+                        "found '{}', expected: ',', or identifier",
+                        t.literal()
+                    )));
+                }
             }
         }
         set.sort();
@@ -386,17 +416,27 @@ impl Parser {
         }
         match self.consume() {
             Token::Identifier(v) => Ok(vec![v]),
-            t => Err(err(format!("found '{}', expected: identifier", t.literal()))),
+            t => Err(err(format!(
+                "found '{}', expected: identifier",
+                t.literal()
+            ))),
         }
     }
 }
 
 /// `labels.NewRequirement` checks (key already validated by the parser).
-fn new_requirement(key: String, op: Operator, values: Vec<String>) -> Result<Requirement, SelectorError> {
+fn new_requirement(
+    key: String,
+    op: Operator,
+    values: Vec<String>,
+) -> Result<Requirement, SelectorError> {
     let mut errs = Vec::new();
     match op {
         Operator::In | Operator::NotIn if values.is_empty() => {
-            errs.push("values: Invalid value: []: for 'in', 'notin' operators, values set can't be empty".to_string());
+            errs.push(
+                "values: Invalid value: []: for 'in', 'notin' operators, values set can't be empty"
+                    .to_string(),
+            );
         }
         Operator::Equals | Operator::NotEquals if values.len() != 1 => {
             errs.push(format!("values: Invalid value: {values:?}: exact-match compatibility requires one single value"));
@@ -441,7 +481,10 @@ pub fn validate_label_value(v: &str) -> Result<(), String> {
 impl LabelSelector {
     /// Parses a selector string. The empty (or all-whitespace) string selects everything.
     pub fn parse(s: &str) -> Result<Self, SelectorError> {
-        let mut p = Parser { toks: lex(s), pos: 0 };
+        let mut p = Parser {
+            toks: lex(s),
+            pos: 0,
+        };
         let mut requirements = p.parse()?;
         requirements.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(LabelSelector { requirements })
@@ -460,7 +503,11 @@ impl LabelSelector {
                 validate_label_value(val).map_err(|e| {
                     SelectorError(format!("matchLabels.{k}: Invalid value: \"{val}\": {e}"))
                 })?;
-                requirements.push(Requirement { key: k.clone(), op: Operator::Equals, values: vec![val.to_string()] });
+                requirements.push(Requirement {
+                    key: k.clone(),
+                    op: Operator::Equals,
+                    values: vec![val.to_string()],
+                });
             }
         }
         if let Some(exprs) = v.get("matchExpressions").and_then(Value::as_array) {
@@ -472,7 +519,11 @@ impl LabelSelector {
                 let values: Vec<String> = e
                     .get("values")
                     .and_then(Value::as_array)
-                    .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(str::to_string))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 let op = match e.get("operator").and_then(Value::as_str) {
                     Some("In") => Operator::In,
@@ -497,7 +548,11 @@ impl LabelSelector {
                         "matchExpressions[{i}].values: Invalid value: {values:?}: values set must be empty for exists and does not exist"
                     )));
                 }
-                requirements.push(Requirement { key: key.to_string(), op, values });
+                requirements.push(Requirement {
+                    key: key.to_string(),
+                    op,
+                    values,
+                });
             }
         }
         requirements.sort_by(|a, b| a.key.cmp(&b.key));
@@ -641,7 +696,11 @@ impl FieldSelector {
                 return Err(SelectorError(format!("field label not supported: {field}")));
             }
             let value = unescape_field_value(raw)?;
-            requirements.push(FieldRequirement { field: field.to_string(), negated, value });
+            requirements.push(FieldRequirement {
+                field: field.to_string(),
+                negated,
+                value,
+            });
         }
         Ok(FieldSelector { requirements })
     }
@@ -672,7 +731,10 @@ mod tests {
     use serde_json::json;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -766,7 +828,10 @@ mod tests {
     fn too_long_value_and_key() {
         let long = "a".repeat(64);
         let e = LabelSelector::parse(&format!("k={long}")).expect_err("long value");
-        assert!(e.to_string().contains("must be no more than 63 characters"), "{e}");
+        assert!(
+            e.to_string().contains("must be no more than 63 characters"),
+            "{e}"
+        );
         let e = LabelSelector::parse(&format!("{long}=v")).expect_err("long key");
         assert!(
             e.to_string().starts_with(&format!("unable to parse requirement: <nil>: Invalid value: \"{long}\": name part must be no more than 63 characters")),
@@ -782,7 +847,11 @@ mod tests {
             "{e}"
         );
         let e = LabelSelector::parse("Bad_Prefix/x=y").expect_err("bad prefix");
-        assert!(e.to_string().contains("prefix part a lowercase RFC 1123 subdomain"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("prefix part a lowercase RFC 1123 subdomain"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -790,13 +859,25 @@ mod tests {
         let e = LabelSelector::parse("a=b,").expect_err("trailing comma");
         assert_eq!(e.to_string(), "found '', expected: identifier after ','");
         let e = LabelSelector::parse("a in b").expect_err("no paren");
-        assert_eq!(e.to_string(), "unable to parse requirement: found 'b' expected: '('");
+        assert_eq!(
+            e.to_string(),
+            "unable to parse requirement: found 'b' expected: '('"
+        );
         let e = LabelSelector::parse("a b").expect_err("two idents");
-        assert_eq!(e.to_string(), "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt");
+        assert_eq!(
+            e.to_string(),
+            "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt"
+        );
         let e = LabelSelector::parse("a in (x").expect_err("unclosed");
-        assert_eq!(e.to_string(), "unable to parse requirement: found '', expected: ',' or ')'");
+        assert_eq!(
+            e.to_string(),
+            "unable to parse requirement: found '', expected: ',' or ')'"
+        );
         let e = LabelSelector::parse("=x").expect_err("no key");
-        assert_eq!(e.to_string(), "found '=', expected: !, identifier, or 'end of string'");
+        assert_eq!(
+            e.to_string(),
+            "found '=', expected: !, identifier, or 'end of string'"
+        );
         let e = LabelSelector::parse("a=b c=d").expect_err("missing comma");
         assert_eq!(e.to_string(), "found 'c', expected: ',' or 'end of string'");
     }
@@ -811,7 +892,10 @@ mod tests {
     #[test]
     fn empty_values_in_sets() {
         let s = LabelSelector::parse("x in (,a)").expect("parse");
-        assert_eq!(s.requirements()[0].values, vec!["".to_string(), "a".to_string()]);
+        assert_eq!(
+            s.requirements()[0].values,
+            vec!["".to_string(), "a".to_string()]
+        );
         let s = LabelSelector::parse("x notin ()").expect("parse");
         assert!(!s.matches(&labels(&[("x", "")])));
         assert!(s.matches(&labels(&[("x", "a")])));
@@ -859,7 +943,8 @@ mod tests {
 
     #[test]
     fn field_selector_equality_and_inequality() {
-        let s = FieldSelector::parse("metadata.name=x,metadata.namespace!=y", SUPPORTED).expect("parse");
+        let s = FieldSelector::parse("metadata.name=x,metadata.namespace!=y", SUPPORTED)
+            .expect("parse");
         assert!(s.matches(getter("x", "z")));
         assert!(!s.matches(getter("x", "y")));
         assert!(!s.matches(getter("w", "z")));
@@ -887,7 +972,10 @@ mod tests {
         assert_eq!(s.requirements()[0].value, "a,b");
         assert!(s.matches(getter("a,b", "")));
         let e = FieldSelector::parse("metadata.name", SUPPORTED).expect_err("no op");
-        assert!(e.to_string().contains("can't understand 'metadata.name'"), "{e}");
+        assert!(
+            e.to_string().contains("can't understand 'metadata.name'"),
+            "{e}"
+        );
         assert!(FieldSelector::parse(r"metadata.name=a\q", SUPPORTED).is_err());
     }
 

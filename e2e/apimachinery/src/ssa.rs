@@ -118,7 +118,10 @@ impl PathElement {
             "k:" => {
                 let v: Value = serde_json::from_str(rest).ok()?;
                 let m = v.as_object()?;
-                let mut kv: Vec<(String, String)> = m.iter().map(|(k, v)| (k.clone(), canonical_json(v))).collect();
+                let mut kv: Vec<(String, String)> = m
+                    .iter()
+                    .map(|(k, v)| (k.clone(), canonical_json(v)))
+                    .collect();
                 kv.sort();
                 Some(PathElement::Key(kv))
             }
@@ -174,7 +177,10 @@ pub fn canonical_json(v: &Value) -> String {
                 .collect();
             format!("{{{}}}", parts.join(","))
         }
-        Value::Array(a) => format!("[{}]", a.iter().map(canonical_json).collect::<Vec<_>>().join(",")),
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(canonical_json).collect::<Vec<_>>().join(",")
+        ),
         other => other.to_string(),
     }
 }
@@ -194,20 +200,45 @@ pub fn list_type(kind: &str, path: &[&str]) -> ListType {
     }
     let builtin = matches!(
         kind,
-        "Service" | "Endpoints" | "EndpointSlice" | "ConfigMap" | "Secret" | "Namespace" | "ServiceAccount"
-            | "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job" | "Pod" | "Role"
-            | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding" | "Lease" | "Event"
+        "Service"
+            | "Endpoints"
+            | "EndpointSlice"
+            | "ConfigMap"
+            | "Secret"
+            | "Namespace"
+            | "ServiceAccount"
+            | "Deployment"
+            | "StatefulSet"
+            | "DaemonSet"
+            | "ReplicaSet"
+            | "Job"
+            | "Pod"
+            | "Role"
+            | "ClusterRole"
+            | "RoleBinding"
+            | "ClusterRoleBinding"
+            | "Lease"
+            | "Event"
     );
     if !builtin {
         return ListType::Atomic;
     }
-    let in_container = matches!(parent, "containers" | "initContainers" | "ephemeralContainers");
-    let in_pod_spec = (parent == "spec" && parents.len() >= 2) || (kind == "Pod" && path.len() == 2);
+    let in_container = matches!(
+        parent,
+        "containers" | "initContainers" | "ephemeralContainers"
+    );
+    let in_pod_spec =
+        (parent == "spec" && parents.len() >= 2) || (kind == "Pod" && path.len() == 2);
     match field {
         "ports" if kind == "Service" && path == ["spec", "ports"] => keys(&["port", "protocol"]),
         "ports" if in_container => keys(&["containerPort", "protocol"]),
-        "containers" | "initContainers" | "ephemeralContainers" | "volumes" | "imagePullSecrets"
-        | "resourceClaims" | "schedulingGates"
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "volumes"
+        | "imagePullSecrets"
+        | "resourceClaims"
+        | "schedulingGates"
             if in_pod_spec =>
         {
             keys(&["name"])
@@ -235,7 +266,12 @@ fn item_key(item: &Value, keys: &[String]) -> Option<PathElement> {
     let m = item.as_object()?;
     let mut kv = Vec::new();
     for k in keys {
-        if let Some(v) = m.get(k).filter(|v| !v.is_null()).cloned().or_else(|| key_default(k)) {
+        if let Some(v) = m
+            .get(k)
+            .filter(|v| !v.is_null())
+            .cloned()
+            .or_else(|| key_default(k))
+        {
             kv.push((k.clone(), canonical_json(&v)));
         }
     }
@@ -247,7 +283,9 @@ fn item_key(item: &Value, keys: &[String]) -> Option<PathElement> {
 }
 
 fn item_matches(item: &Value, kv: &[(String, String)]) -> bool {
-    let Some(m) = item.as_object() else { return false };
+    let Some(m) = item.as_object() else {
+        return false;
+    };
     kv.iter().all(|(k, want)| {
         m.get(k)
             .filter(|v| !v.is_null())
@@ -305,7 +343,13 @@ pub fn field_set(obj: &Value, lt: ListTypes<'_>) -> FieldSet {
     out
 }
 
-fn walk(v: &Value, path: &mut Path, fields: &mut Vec<String>, lt: ListTypes<'_>, out: &mut FieldSet) {
+fn walk(
+    v: &Value,
+    path: &mut Path,
+    fields: &mut Vec<String>,
+    lt: ListTypes<'_>,
+    out: &mut FieldSet,
+) {
     match v {
         Value::Null => {}
         Value::Object(m) => {
@@ -342,7 +386,9 @@ fn walk(v: &Value, path: &mut Path, fields: &mut Vec<String>, lt: ListTypes<'_>,
                 }
                 ListType::Map(keys) => {
                     for item in items {
-                        let Some(k) = item_key(item, &keys) else { continue };
+                        let Some(k) = item_key(item, &keys) else {
+                            continue;
+                        };
                         path.push(k);
                         out.insert(path.clone());
                         walk(item, path, fields, lt, out);
@@ -361,7 +407,9 @@ fn walk(v: &Value, path: &mut Path, fields: &mut Vec<String>, lt: ListTypes<'_>,
 fn effective_list_type(items: &[Value], declared: ListType) -> ListType {
     match declared {
         ListType::Set if items.iter().any(|i| i.is_object() || i.is_array()) => ListType::Atomic,
-        ListType::Map(keys) if items.iter().any(|i| item_key(i, &keys).is_none()) => ListType::Atomic,
+        ListType::Map(keys) if items.iter().any(|i| item_key(i, &keys).is_none()) => {
+            ListType::Atomic
+        }
         other => other,
     }
 }
@@ -385,8 +433,14 @@ fn get_at_mut<'v>(v: &'v mut Value, path: &[PathElement]) -> Option<&'v mut Valu
     for pe in path {
         cur = match pe {
             PathElement::Field(f) => cur.as_object_mut()?.get_mut(f)?,
-            PathElement::Key(kv) => cur.as_array_mut()?.iter_mut().find(|i| item_matches(i, kv))?,
-            PathElement::Value(s) => cur.as_array_mut()?.iter_mut().find(|i| canonical_json(i) == *s)?,
+            PathElement::Key(kv) => cur
+                .as_array_mut()?
+                .iter_mut()
+                .find(|i| item_matches(i, kv))?,
+            PathElement::Value(s) => cur
+                .as_array_mut()?
+                .iter_mut()
+                .find(|i| canonical_json(i) == *s)?,
             PathElement::Index(i) => cur.as_array_mut()?.get_mut(*i)?,
         };
     }
@@ -394,8 +448,12 @@ fn get_at_mut<'v>(v: &'v mut Value, path: &[PathElement]) -> Option<&'v mut Valu
 }
 
 fn remove_at(v: &mut Value, path: &[PathElement]) {
-    let Some((last, parent_path)) = path.split_last() else { return };
-    let Some(parent) = get_at_mut(v, parent_path) else { return };
+    let Some((last, parent_path)) = path.split_last() else {
+        return;
+    };
+    let Some(parent) = get_at_mut(v, parent_path) else {
+        return;
+    };
     match (last, parent) {
         (PathElement::Field(f), Value::Object(m)) => {
             m.remove(f);
@@ -429,7 +487,9 @@ pub fn to_fields_v1(set: &FieldSet) -> Value {
                 node.insert(".".to_string(), Value::Object(Map::new()));
             }
             Some((pe, rest)) => {
-                let entry = node.entry(pe.fields_v1_key()).or_insert_with(|| Value::Object(Map::new()));
+                let entry = node
+                    .entry(pe.fields_v1_key())
+                    .or_insert_with(|| Value::Object(Map::new()));
                 if let Value::Object(next) = entry {
                     insert(next, rest);
                 }
@@ -467,7 +527,8 @@ pub fn from_fields_v1(v: &Value) -> FieldSet {
             if k == "." {
                 continue;
             }
-            let (Some(pe), Some(cm)) = (PathElement::parse_fields_v1_key(k), child.as_object()) else {
+            let (Some(pe), Some(cm)) = (PathElement::parse_fields_v1_key(k), child.as_object())
+            else {
                 continue;
             };
             path.push(pe);
@@ -546,7 +607,11 @@ impl ManagedFieldsEntry {
 pub fn managed_fields(obj: &Value) -> Vec<ManagedFieldsEntry> {
     obj.pointer("/metadata/managedFields")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(ManagedFieldsEntry::from_value).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(ManagedFieldsEntry::from_value)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -554,10 +619,20 @@ fn set_managed_fields(obj: &mut Value, entries: &[ManagedFieldsEntry]) {
     if !obj.is_object() {
         return;
     }
-    let Some(root) = obj.as_object_mut() else { return };
-    let meta = root.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
-    let Some(meta) = meta.as_object_mut() else { return };
-    let live: Vec<Value> = entries.iter().filter(|e| !e.fields.is_empty()).map(ManagedFieldsEntry::to_value).collect();
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let meta = root
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Some(meta) = meta.as_object_mut() else {
+        return;
+    };
+    let live: Vec<Value> = entries
+        .iter()
+        .filter(|e| !e.fields.is_empty())
+        .map(ManagedFieldsEntry::to_value)
+        .collect();
     if live.is_empty() {
         meta.remove("managedFields");
     } else {
@@ -632,7 +707,10 @@ fn without_managed_fields(v: &Value) -> Value {
 fn strip_nulls(v: &Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
-            m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), strip_nulls(v))).collect(),
+            m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), strip_nulls(v)))
+                .collect(),
         ),
         Value::Array(a) => Value::Array(a.iter().map(strip_nulls).collect()),
         other => other.clone(),
@@ -646,7 +724,10 @@ fn merge_applied(live: &mut Value, applied: &Value, fields: &mut Vec<String>, lt
                 if av.is_null() {
                     continue;
                 }
-                if fields.len() == 1 && fields[0] == "metadata" && SERVER_OWNED_METADATA.contains(&k.as_str()) {
+                if fields.len() == 1
+                    && fields[0] == "metadata"
+                    && SERVER_OWNED_METADATA.contains(&k.as_str())
+                {
                     continue;
                 }
                 match lm.get_mut(k) {
@@ -708,8 +789,11 @@ fn merge_list_items(
         }
     }
     let observed_rhs: HashSet<&PathElement> = rhs_pes.iter().flatten().collect();
-    let mut shared: VecDeque<&PathElement> =
-        rhs_pes.iter().flatten().filter(|pe| observed_lhs.contains_key(pe)).collect();
+    let mut shared: VecDeque<&PathElement> = rhs_pes
+        .iter()
+        .flatten()
+        .filter(|pe| observed_lhs.contains_key(pe))
+        .collect();
     let mut next_shared = shared.pop_front();
     let mut merged_rhs: HashSet<&PathElement> = HashSet::new();
     let mut out = Vec::with_capacity(lhs.len() + rhs.len());
@@ -798,13 +882,19 @@ pub struct ApplyOptions<'a> {
 
 /// The applied configuration restricted to what `scope` may change.
 fn scoped(applied: &Value, scope: Scope) -> Value {
-    let Some(m) = applied.as_object() else { return applied.clone() };
+    let Some(m) = applied.as_object() else {
+        return applied.clone();
+    };
     let keep = |k: &str| match scope {
         Scope::All => true,
         Scope::MainResource => k != "status",
         Scope::Status => matches!(k, "apiVersion" | "kind" | "status") || k == "metadata",
     };
-    let mut out: Map<String, Value> = m.iter().filter(|(k, _)| keep(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut out: Map<String, Value> = m
+        .iter()
+        .filter(|(k, _)| keep(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     if scope == Scope::Status
         && let Some(Value::Object(meta)) = out.get_mut("metadata")
     {
@@ -834,7 +924,14 @@ pub fn apply(
     apply_with(
         live,
         applied,
-        &ApplyOptions { manager, force, now_rfc3339, api_version, scope: Scope::All, list_types: None },
+        &ApplyOptions {
+            manager,
+            force,
+            now_rfc3339,
+            api_version,
+            scope: Scope::All,
+            list_types: None,
+        },
     )
 }
 
@@ -852,7 +949,14 @@ pub fn apply_with_list_types(
     apply_with(
         live,
         applied,
-        &ApplyOptions { manager, force, now_rfc3339, api_version, scope: Scope::All, list_types: Some(lt) },
+        &ApplyOptions {
+            manager,
+            force,
+            now_rfc3339,
+            api_version,
+            scope: Scope::All,
+            list_types: Some(lt),
+        },
     )
 }
 
@@ -861,7 +965,11 @@ pub fn apply_with_list_types(
 ///
 /// With [`Scope::Status`] the result still contains the live `spec` etc.
 /// unchanged; with [`Scope::MainResource`] the live `status` is kept.
-pub fn apply_with(live: Option<&Value>, applied: &Value, opts: &ApplyOptions<'_>) -> Result<Value, ApplyConflict> {
+pub fn apply_with(
+    live: Option<&Value>,
+    applied: &Value,
+    opts: &ApplyOptions<'_>,
+) -> Result<Value, ApplyConflict> {
     let kind = applied
         .get("kind")
         .and_then(Value::as_str)
@@ -872,7 +980,11 @@ pub fn apply_with(live: Option<&Value>, applied: &Value, opts: &ApplyOptions<'_>
     let lt: ListTypes<'_> = opts.list_types.unwrap_or(&builtin);
     let manager = opts.manager;
     let api_version = opts.api_version;
-    let subresource = if opts.scope == Scope::Status { "status" } else { "" };
+    let subresource = if opts.scope == Scope::Status {
+        "status"
+    } else {
+        ""
+    };
     let applied = &scoped(applied, opts.scope);
 
     let empty = Value::Object(Map::new());
@@ -894,8 +1006,12 @@ pub fn apply_with(live: Option<&Value>, applied: &Value, opts: &ApplyOptions<'_>
         }
     }
     let s_new = field_set(applied, lt);
-    let own_idx = entries.iter().position(|e| e.is(manager, "Apply", api_version, subresource));
-    let s_old = own_idx.map(|i| entries[i].fields.clone()).unwrap_or_default();
+    let own_idx = entries
+        .iter()
+        .position(|e| e.is(manager, "Apply", api_version, subresource));
+    let s_old = own_idx
+        .map(|i| entries[i].fields.clone())
+        .unwrap_or_default();
 
     // Conflicts: paths others own whose value the apply would change.
     let changes = |p: &Path| -> bool {
@@ -918,8 +1034,10 @@ pub fn apply_with(live: Option<&Value>, applied: &Value, opts: &ApplyOptions<'_>
     }
     if !conflicts.is_empty() {
         if !opts.force {
-            let mut list: Vec<(String, String)> =
-                conflicts.iter().map(|(i, p)| (entries[*i].manager.clone(), path_string(p))).collect();
+            let mut list: Vec<(String, String)> = conflicts
+                .iter()
+                .map(|(i, p)| (entries[*i].manager.clone(), path_string(p)))
+                .collect();
             list.dedup();
             return Err(ApplyConflict { conflicts: list });
         }
@@ -952,7 +1070,9 @@ pub fn apply_with(live: Option<&Value>, applied: &Value, opts: &ApplyOptions<'_>
     // As Kubernetes: a no-op apply keeps the entry's time, so an unchanged
     // object stays byte-identical and the server can skip the write.
     let time = match own_idx {
-        Some(i) if without_managed_fields(&result) == without_managed_fields(live_obj) => entries[i].time.clone(),
+        Some(i) if without_managed_fields(&result) == without_managed_fields(live_obj) => {
+            entries[i].time.clone()
+        }
         _ => opts.now_rfc3339.to_string(),
     };
     let own = ManagedFieldsEntry {
@@ -973,8 +1093,18 @@ pub fn apply_with(live: Option<&Value>, applied: &Value, opts: &ApplyOptions<'_>
 
 /// Records a create/update/patch by `manager` in `new`'s `metadata.managedFields`,
 /// with the built-in list types of the object's kind.
-pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, now_rfc3339: &str, api_version: &str) {
-    let kind = new.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+pub fn record_update(
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    now_rfc3339: &str,
+    api_version: &str,
+) {
+    let kind = new
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     let lt = move |p: &[&str]| list_type(&kind, p);
     record_update_with(old, new, manager, now_rfc3339, api_version, "", &lt);
 }
@@ -1000,8 +1130,13 @@ pub fn record_update_with(
             set_managed_fields(new, &[]);
             return;
         }
-        Some(Value::Array(a)) if !a.is_empty() && old_obj.pointer("/metadata/managedFields") != requested.as_ref() => {
-            a.iter().filter_map(ManagedFieldsEntry::from_value).collect()
+        Some(Value::Array(a))
+            if !a.is_empty()
+                && old_obj.pointer("/metadata/managedFields") != requested.as_ref() =>
+        {
+            a.iter()
+                .filter_map(ManagedFieldsEntry::from_value)
+                .collect()
         }
         _ => old_entries,
     };
@@ -1020,12 +1155,15 @@ pub fn record_update_with(
         .collect();
     let removed: FieldSet = s_old.difference(&s_new).cloned().collect();
 
-    let own_idx = entries.iter().position(|e| e.is(manager, "Update", api_version, subresource));
+    let own_idx = entries
+        .iter()
+        .position(|e| e.is(manager, "Update", api_version, subresource));
     for (i, e) in entries.iter_mut().enumerate() {
         if Some(i) == own_idx {
             continue;
         }
-        e.fields.retain(|p| !changed.contains(p) && !removed.contains(p));
+        e.fields
+            .retain(|p| !changed.contains(p) && !removed.contains(p));
     }
     match own_idx {
         Some(i) => {
@@ -1079,72 +1217,191 @@ mod tests {
         assert_eq!(e["apiVersion"], "v1");
         assert_eq!(e["time"], T0);
         assert_eq!(e["fieldsType"], "FieldsV1");
-        assert_eq!(e["fieldsV1"], json!({"f:data": {"f:a": {}}, "f:metadata": {"f:labels": {"f:app": {}}}}));
+        assert_eq!(
+            e["fieldsV1"],
+            json!({"f:data": {"f:a": {}}, "f:metadata": {"f:labels": {"f:app": {}}}})
+        );
     }
 
     #[test]
     fn fields_no_longer_applied_are_removed() {
-        let live = apply(None, &cm(json!({"a": "1", "b": "2"})), "ctl", false, T0, "v1").expect("create");
-        let out = apply(Some(&live), &cm(json!({"a": "1"})), "ctl", false, T1, "v1").expect("apply");
+        let live = apply(
+            None,
+            &cm(json!({"a": "1", "b": "2"})),
+            "ctl",
+            false,
+            T0,
+            "v1",
+        )
+        .expect("create");
+        let out =
+            apply(Some(&live), &cm(json!({"a": "1"})), "ctl", false, T1, "v1").expect("apply");
         assert_eq!(out["data"], json!({"a": "1"}));
-        assert_eq!(entry(&out, "ctl").expect("entry")["fieldsV1"], json!({"f:data": {"f:a": {}}}));
+        assert_eq!(
+            entry(&out, "ctl").expect("entry")["fieldsV1"],
+            json!({"f:data": {"f:a": {}}})
+        );
     }
 
     #[test]
     fn removal_keeps_fields_other_managers_own() {
-        let live = apply(None, &cm(json!({"a": "1", "b": "2"})), "ctl", false, T0, "v1").expect("create");
+        let live = apply(
+            None,
+            &cm(json!({"a": "1", "b": "2"})),
+            "ctl",
+            false,
+            T0,
+            "v1",
+        )
+        .expect("create");
         // Another manager co-owns b with the same value.
-        let live = apply(Some(&live), &cm(json!({"b": "2"})), "other", false, T0, "v1").expect("shared");
-        let out = apply(Some(&live), &cm(json!({"a": "1"})), "ctl", false, T1, "v1").expect("apply");
+        let live = apply(
+            Some(&live),
+            &cm(json!({"b": "2"})),
+            "other",
+            false,
+            T0,
+            "v1",
+        )
+        .expect("shared");
+        let out =
+            apply(Some(&live), &cm(json!({"a": "1"})), "ctl", false, T1, "v1").expect("apply");
         assert_eq!(out["data"], json!({"a": "1", "b": "2"}));
         // Fields set by an Update manager are not removed either.
         let mut upd = out.clone();
         upd["data"]["c"] = json!("3");
         record_update(Some(&out), &mut upd, "kubectl-edit", T1, "v1");
-        let out2 = apply(Some(&upd), &cm(json!({"a": "1"})), "ctl", false, T1, "v1").expect("apply");
+        let out2 =
+            apply(Some(&upd), &cm(json!({"a": "1"})), "ctl", false, T1, "v1").expect("apply");
         assert_eq!(out2["data"]["c"], "3");
     }
 
     #[test]
     fn conflict_with_other_manager_and_message() {
-        let live = apply(None, &cm(json!({"a": "1"})), "other-manager", false, T0, "v1").expect("create");
-        let e = apply(Some(&live), &cm(json!({"a": "2"})), "ctl", false, T1, "v1").expect_err("conflict");
-        assert_eq!(e.conflicts, vec![("other-manager".to_string(), ".data.a".to_string())]);
-        assert_eq!(e.message(), r#"Apply failed with 1 conflict: conflict with "other-manager": .data.a"#);
+        let live = apply(
+            None,
+            &cm(json!({"a": "1"})),
+            "other-manager",
+            false,
+            T0,
+            "v1",
+        )
+        .expect("create");
+        let e = apply(Some(&live), &cm(json!({"a": "2"})), "ctl", false, T1, "v1")
+            .expect_err("conflict");
+        assert_eq!(
+            e.conflicts,
+            vec![("other-manager".to_string(), ".data.a".to_string())]
+        );
+        assert_eq!(
+            e.message(),
+            r#"Apply failed with 1 conflict: conflict with "other-manager": .data.a"#
+        );
         assert_eq!(e.causes()[0]["field"], ".data.a");
     }
 
     #[test]
     fn multiple_conflicts_message() {
-        let live = apply(None, &cm(json!({"a": "1", "b": "1"})), "m1", false, T0, "v1").expect("create");
-        let e = apply(Some(&live), &cm(json!({"a": "2", "b": "2"})), "ctl", false, T1, "v1").expect_err("conflict");
-        assert_eq!(e.message(), "Apply failed with 2 conflicts: conflicts with \"m1\"\n- .data.a\n- .data.b");
+        let live = apply(
+            None,
+            &cm(json!({"a": "1", "b": "1"})),
+            "m1",
+            false,
+            T0,
+            "v1",
+        )
+        .expect("create");
+        let e = apply(
+            Some(&live),
+            &cm(json!({"a": "2", "b": "2"})),
+            "ctl",
+            false,
+            T1,
+            "v1",
+        )
+        .expect_err("conflict");
+        assert_eq!(
+            e.message(),
+            "Apply failed with 2 conflicts: conflicts with \"m1\"\n- .data.a\n- .data.b"
+        );
         let live = apply(Some(&live), &cm(json!({"c": "1"})), "m2", false, T0, "v1").expect("m2");
-        let e = apply(Some(&live), &cm(json!({"a": "2", "c": "2"})), "ctl", false, T1, "v1").expect_err("conflict");
-        assert_eq!(e.message(), "Apply failed with 2 conflicts: conflicts with\n\"m1\":\n- .data.a\n\"m2\":\n- .data.c");
+        let e = apply(
+            Some(&live),
+            &cm(json!({"a": "2", "c": "2"})),
+            "ctl",
+            false,
+            T1,
+            "v1",
+        )
+        .expect_err("conflict");
+        assert_eq!(
+            e.message(),
+            "Apply failed with 2 conflicts: conflicts with\n\"m1\":\n- .data.a\n\"m2\":\n- .data.c"
+        );
     }
 
     #[test]
     fn force_moves_ownership() {
-        let live = apply(None, &cm(json!({"a": "1", "b": "1"})), "other", false, T0, "v1").expect("create");
-        let out = apply(Some(&live), &cm(json!({"a": "2"})), "ctl", true, T1, "v1").expect("forced");
+        let live = apply(
+            None,
+            &cm(json!({"a": "1", "b": "1"})),
+            "other",
+            false,
+            T0,
+            "v1",
+        )
+        .expect("create");
+        let out =
+            apply(Some(&live), &cm(json!({"a": "2"})), "ctl", true, T1, "v1").expect("forced");
         assert_eq!(out["data"], json!({"a": "2", "b": "1"}));
-        assert_eq!(entry(&out, "ctl").expect("ctl")["fieldsV1"], json!({"f:data": {"f:a": {}}}));
-        assert_eq!(entry(&out, "other").expect("other")["fieldsV1"], json!({"f:data": {"f:b": {}}}));
+        assert_eq!(
+            entry(&out, "ctl").expect("ctl")["fieldsV1"],
+            json!({"f:data": {"f:a": {}}})
+        );
+        assert_eq!(
+            entry(&out, "other").expect("other")["fieldsV1"],
+            json!({"f:data": {"f:b": {}}})
+        );
         // The previous owner now conflicts in turn.
-        let e = apply(Some(&out), &cm(json!({"a": "1", "b": "1"})), "other", false, T1, "v1").expect_err("conflict");
-        assert_eq!(e.conflicts, vec![("ctl".to_string(), ".data.a".to_string())]);
+        let e = apply(
+            Some(&out),
+            &cm(json!({"a": "1", "b": "1"})),
+            "other",
+            false,
+            T1,
+            "v1",
+        )
+        .expect_err("conflict");
+        assert_eq!(
+            e.conflicts,
+            vec![("ctl".to_string(), ".data.a".to_string())]
+        );
         // When a manager loses all its fields, its entry disappears.
-        let out = apply(Some(&live), &cm(json!({"a": "2", "b": "2"})), "ctl", true, T1, "v1").expect("forced");
+        let out = apply(
+            Some(&live),
+            &cm(json!({"a": "2", "b": "2"})),
+            "ctl",
+            true,
+            T1,
+            "v1",
+        )
+        .expect("forced");
         assert!(entry(&out, "other").is_none());
     }
 
     #[test]
     fn same_value_is_shared_ownership() {
         let live = apply(None, &cm(json!({"a": "1"})), "other", false, T0, "v1").expect("create");
-        let out = apply(Some(&live), &cm(json!({"a": "1"})), "ctl", false, T1, "v1").expect("no conflict");
-        assert_eq!(entry(&out, "ctl").expect("ctl")["fieldsV1"], json!({"f:data": {"f:a": {}}}));
-        assert_eq!(entry(&out, "other").expect("other")["fieldsV1"], json!({"f:data": {"f:a": {}}}));
+        let out = apply(Some(&live), &cm(json!({"a": "1"})), "ctl", false, T1, "v1")
+            .expect("no conflict");
+        assert_eq!(
+            entry(&out, "ctl").expect("ctl")["fieldsV1"],
+            json!({"f:data": {"f:a": {}}})
+        );
+        assert_eq!(
+            entry(&out, "other").expect("other")["fieldsV1"],
+            json!({"f:data": {"f:a": {}}})
+        );
         // Now ctl stops applying it: other still owns it, so it stays.
         let out = apply(Some(&out), &cm(json!({"z": "9"})), "ctl", false, T1, "v1").expect("apply");
         assert_eq!(out["data"], json!({"a": "1", "z": "9"}));
@@ -1157,23 +1414,61 @@ mod tests {
 
     #[test]
     fn keyed_lists_use_k_elements_and_merge_per_item() {
-        let live = apply(None, &svc(json!([{"port": 80, "targetPort": 8080}])), "ctl", false, T0, "v1").expect("create");
+        let live = apply(
+            None,
+            &svc(json!([{"port": 80, "targetPort": 8080}])),
+            "ctl",
+            false,
+            T0,
+            "v1",
+        )
+        .expect("create");
         assert_eq!(
             entry(&live, "ctl").expect("e")["fieldsV1"],
             json!({"f:spec": {"f:ports": {"k:{\"port\":80,\"protocol\":\"TCP\"}": {".": {}, "f:port": {}, "f:targetPort": {}}}}})
         );
         // A second manager adds a port; both coexist.
-        let live = apply(Some(&live), &svc(json!([{"port": 443, "protocol": "TCP", "name": "https"}])), "other", false, T0, "v1")
-            .expect("other");
+        let live = apply(
+            Some(&live),
+            &svc(json!([{"port": 443, "protocol": "TCP", "name": "https"}])),
+            "other",
+            false,
+            T0,
+            "v1",
+        )
+        .expect("other");
         assert_eq!(live["spec"]["ports"].as_array().expect("ports").len(), 2);
         // Conflict on an item field: path names the key.
-        let e = apply(Some(&live), &svc(json!([{"port": 80, "targetPort": 9090}, {"port": 443, "name": "tls"}])), "ctl", false, T1, "v1")
-            .expect_err("conflict");
-        assert_eq!(e.conflicts, vec![("other".to_string(), r#".spec.ports[port=443,protocol="TCP"].name"#.to_string())]);
+        let e = apply(
+            Some(&live),
+            &svc(json!([{"port": 80, "targetPort": 9090}, {"port": 443, "name": "tls"}])),
+            "ctl",
+            false,
+            T1,
+            "v1",
+        )
+        .expect_err("conflict");
+        assert_eq!(
+            e.conflicts,
+            vec![(
+                "other".to_string(),
+                r#".spec.ports[port=443,protocol="TCP"].name"#.to_string()
+            )]
+        );
         // ctl drops its port: removed, other's stays.
-        let out = apply(Some(&live), &svc(json!([{"port": 443, "protocol": "TCP", "name": "https"}])), "ctl", false, T1, "v1")
-            .expect("apply");
-        assert_eq!(out["spec"]["ports"], json!([{"port": 443, "protocol": "TCP", "name": "https"}]));
+        let out = apply(
+            Some(&live),
+            &svc(json!([{"port": 443, "protocol": "TCP", "name": "https"}])),
+            "ctl",
+            false,
+            T1,
+            "v1",
+        )
+        .expect("apply");
+        assert_eq!(
+            out["spec"]["ports"],
+            json!([{"port": 443, "protocol": "TCP", "name": "https"}])
+        );
     }
 
     #[test]
@@ -1182,9 +1477,27 @@ mod tests {
             json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
                    "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "app", "image": image, "env": env}]}}}})
         };
-        let live = apply(None, &dep("a:1", json!([{"name": "X", "value": "1"}, {"name": "Y", "value": "2"}])), "ctl", false, T0, "apps/v1")
-            .expect("create");
-        let out = apply(Some(&live), &dep("a:2", json!([{"name": "X", "value": "1"}])), "ctl", false, T1, "apps/v1").expect("apply");
+        let live = apply(
+            None,
+            &dep(
+                "a:1",
+                json!([{"name": "X", "value": "1"}, {"name": "Y", "value": "2"}]),
+            ),
+            "ctl",
+            false,
+            T0,
+            "apps/v1",
+        )
+        .expect("create");
+        let out = apply(
+            Some(&live),
+            &dep("a:2", json!([{"name": "X", "value": "1"}])),
+            "ctl",
+            false,
+            T1,
+            "apps/v1",
+        )
+        .expect("apply");
         let c = &out["spec"]["template"]["spec"]["containers"][0];
         assert_eq!(c["image"], "a:2");
         assert_eq!(c["env"], json!([{"name": "X", "value": "1"}]));
@@ -1194,9 +1507,19 @@ mod tests {
         let mut scaled = out.clone();
         scaled["spec"]["replicas"] = json!(5);
         record_update(Some(&out), &mut scaled, "hpa", T1, "apps/v1");
-        let e = apply(Some(&scaled), &dep("a:2", json!([{"name": "X", "value": "1"}])), "ctl", false, T1, "apps/v1")
-            .expect_err("replicas conflict");
-        assert_eq!(e.message(), r#"Apply failed with 1 conflict: conflict with "hpa": .spec.replicas"#);
+        let e = apply(
+            Some(&scaled),
+            &dep("a:2", json!([{"name": "X", "value": "1"}])),
+            "ctl",
+            false,
+            T1,
+            "apps/v1",
+        )
+        .expect_err("replicas conflict");
+        assert_eq!(
+            e.message(),
+            r#"Apply failed with 1 conflict: conflict with "hpa": .spec.replicas"#
+        );
     }
 
     #[test]
@@ -1205,26 +1528,90 @@ mod tests {
             json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {"name": "e"},
                    "addressType": "IPv4", "endpoints": [{"addresses": addrs}]})
         };
-        let live = apply(None, &es(json!(["10.0.0.1"])), "ctl", false, T0, "discovery.k8s.io/v1").expect("create");
-        assert_eq!(entry(&live, "ctl").expect("e")["fieldsV1"], json!({"f:addressType": {}, "f:endpoints": {}}));
-        let out = apply(Some(&live), &es(json!(["10.0.0.2"])), "ctl", false, T1, "discovery.k8s.io/v1").expect("apply");
+        let live = apply(
+            None,
+            &es(json!(["10.0.0.1"])),
+            "ctl",
+            false,
+            T0,
+            "discovery.k8s.io/v1",
+        )
+        .expect("create");
+        assert_eq!(
+            entry(&live, "ctl").expect("e")["fieldsV1"],
+            json!({"f:addressType": {}, "f:endpoints": {}})
+        );
+        let out = apply(
+            Some(&live),
+            &es(json!(["10.0.0.2"])),
+            "ctl",
+            false,
+            T1,
+            "discovery.k8s.io/v1",
+        )
+        .expect("apply");
         assert_eq!(out["endpoints"], json!([{"addresses": ["10.0.0.2"]}]));
-        let e = apply(Some(&out), &es(json!(["10.0.0.3"])), "other", false, T1, "discovery.k8s.io/v1").expect_err("atomic conflict");
-        assert_eq!(e.conflicts, vec![("ctl".to_string(), ".endpoints".to_string())]);
+        let e = apply(
+            Some(&out),
+            &es(json!(["10.0.0.3"])),
+            "other",
+            false,
+            T1,
+            "discovery.k8s.io/v1",
+        )
+        .expect_err("atomic conflict");
+        assert_eq!(
+            e.conflicts,
+            vec![("ctl".to_string(), ".endpoints".to_string())]
+        );
     }
 
     #[test]
     fn keyed_list_order_follows_structured_merge_diff() {
         // Live [80, 443, 8080]; another manager applies [8080, 9000]: 8080 is
         // shared, 9000 is new and follows it; live-only items keep their place.
-        let live = apply(None, &svc(json!([{"port": 80}, {"port": 443}, {"port": 8080}])), "a", false, T0, "v1").expect("create");
-        let out = apply(Some(&live), &svc(json!([{"port": 8080}, {"port": 9000}])), "b", false, T1, "v1").expect("apply");
-        let ports: Vec<&Value> = out["spec"]["ports"].as_array().expect("ports").iter().map(|p| &p["port"]).collect();
+        let live = apply(
+            None,
+            &svc(json!([{"port": 80}, {"port": 443}, {"port": 8080}])),
+            "a",
+            false,
+            T0,
+            "v1",
+        )
+        .expect("create");
+        let out = apply(
+            Some(&live),
+            &svc(json!([{"port": 8080}, {"port": 9000}])),
+            "b",
+            false,
+            T1,
+            "v1",
+        )
+        .expect("apply");
+        let ports: Vec<&Value> = out["spec"]["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .map(|p| &p["port"])
+            .collect();
         assert_eq!(ports, vec![80, 443, 8080, 9000]);
         // Applied order wins among shared items; the live-only 8080 is emitted
         // as soon as the walk passes it (SMD's interleave), before 80.
-        let out = apply(Some(&live), &svc(json!([{"port": 443}, {"port": 80}])), "b", false, T1, "v1").expect("apply");
-        let ports: Vec<&Value> = out["spec"]["ports"].as_array().expect("ports").iter().map(|p| &p["port"]).collect();
+        let out = apply(
+            Some(&live),
+            &svc(json!([{"port": 443}, {"port": 80}])),
+            "b",
+            false,
+            T1,
+            "v1",
+        )
+        .expect("apply");
+        let ports: Vec<&Value> = out["spec"]["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .map(|p| &p["port"])
+            .collect();
         assert_eq!(ports, vec![443, 8080, 80]);
     }
 
@@ -1234,7 +1621,10 @@ mod tests {
         let live = apply(None, &obj(json!(["a"])), "m1", false, T0, "v1").expect("create");
         let live = apply(Some(&live), &obj(json!(["b"])), "m2", false, T0, "v1").expect("m2");
         assert_eq!(live["metadata"]["finalizers"], json!(["a", "b"]));
-        assert_eq!(entry(&live, "m2").expect("e")["fieldsV1"], json!({"f:metadata": {"f:finalizers": {"v:\"b\"": {}}}}));
+        assert_eq!(
+            entry(&live, "m2").expect("e")["fieldsV1"],
+            json!({"f:metadata": {"f:finalizers": {"v:\"b\"": {}}}})
+        );
         let out = apply(Some(&live), &obj(json!([])), "m1", false, T1, "v1").expect("m1 drops a");
         assert_eq!(out["metadata"]["finalizers"], json!(["b"]));
     }
@@ -1248,12 +1638,23 @@ mod tests {
         let out = apply(Some(&live), &applied, "ctl", false, T1, "v1").expect("apply");
         assert_eq!(out["metadata"]["uid"], "u1");
         assert_eq!(out["metadata"]["resourceVersion"], "7");
-        assert_eq!(entry(&out, "ctl").expect("e")["fieldsV1"], json!({"f:data": {"f:a": {}}}));
+        assert_eq!(
+            entry(&out, "ctl").expect("e")["fieldsV1"],
+            json!({"f:data": {"f:a": {}}})
+        );
     }
 
     #[test]
     fn record_update_takes_changed_fields_from_others() {
-        let live = apply(None, &cm(json!({"a": "1", "b": "1"})), "ctl", false, T0, "v1").expect("create");
+        let live = apply(
+            None,
+            &cm(json!({"a": "1", "b": "1"})),
+            "ctl",
+            false,
+            T0,
+            "v1",
+        )
+        .expect("create");
         let mut new = live.clone();
         new["data"]["a"] = json!("2");
         new["data"]["c"] = json!("3");
@@ -1269,14 +1670,20 @@ mod tests {
         let mut same = new.clone();
         record_update(Some(&new), &mut same, "someone", T1, "v1");
         assert!(entry(&same, "someone").is_none());
-        assert_eq!(same["metadata"]["managedFields"], new["metadata"]["managedFields"]);
+        assert_eq!(
+            same["metadata"]["managedFields"],
+            new["metadata"]["managedFields"]
+        );
     }
 
     #[test]
     fn record_update_on_create_and_status_subresource() {
         let mut obj = cm(json!({"a": "1"}));
         record_update(None, &mut obj, "kubectl-create", T0, "v1");
-        assert_eq!(entry(&obj, "kubectl-create").expect("e")["fieldsV1"], json!({"f:data": {"f:a": {}}}));
+        assert_eq!(
+            entry(&obj, "kubectl-create").expect("e")["fieldsV1"],
+            json!({"f:data": {"f:a": {}}})
+        );
         let mut st = obj.clone();
         st["status"] = json!({"phase": "Ready"});
         let lt = |_: &[&str]| ListType::Atomic;
@@ -1297,17 +1704,27 @@ mod tests {
         let mut kept = live.clone();
         kept["metadata"]["managedFields"] = json!([]);
         record_update(Some(&live), &mut kept, "x", T1, "v1");
-        assert_eq!(kept["metadata"]["managedFields"], live["metadata"]["managedFields"]);
+        assert_eq!(
+            kept["metadata"]["managedFields"],
+            live["metadata"]["managedFields"]
+        );
     }
 
     #[test]
     fn fields_v1_roundtrip() {
         let mut set = FieldSet::new();
         let f = |s: &str| PathElement::Field(s.into());
-        let k = PathElement::Key(vec![("port".into(), "80".into()), ("protocol".into(), "\"TCP\"".into())]);
+        let k = PathElement::Key(vec![
+            ("port".into(), "80".into()),
+            ("protocol".into(), "\"TCP\"".into()),
+        ]);
         set.insert(vec![f("spec"), f("ports"), k.clone()]);
         set.insert(vec![f("spec"), f("ports"), k.clone(), f("port")]);
-        set.insert(vec![f("metadata"), f("finalizers"), PathElement::Value("\"x\"".into())]);
+        set.insert(vec![
+            f("metadata"),
+            f("finalizers"),
+            PathElement::Value("\"x\"".into()),
+        ]);
         let v = to_fields_v1(&set);
         assert_eq!(
             v,
@@ -1315,7 +1732,10 @@ mod tests {
                    "f:metadata": {"f:finalizers": {"v:\"x\"": {}}}})
         );
         assert_eq!(from_fields_v1(&v), set);
-        assert_eq!(path_string(&[f("spec"), f("ports"), k, f("port")]), r#".spec.ports[port=80,protocol="TCP"].port"#);
+        assert_eq!(
+            path_string(&[f("spec"), f("ports"), k, f("port")]),
+            r#".spec.ports[port=80,protocol="TCP"].port"#
+        );
         // Real-world FieldsV1 with i: elements parses too.
         let parsed = from_fields_v1(&json!({"f:spec": {"f:args": {"i:0": {}}}}));
         assert!(parsed.contains(&vec![f("spec"), f("args"), PathElement::Index(0)]));
@@ -1323,23 +1743,41 @@ mod tests {
 
     #[test]
     fn list_type_table() {
-        assert_eq!(list_type("Service", &["spec", "ports"]), ListType::Map(vec!["port".into(), "protocol".into()]));
+        assert_eq!(
+            list_type("Service", &["spec", "ports"]),
+            ListType::Map(vec!["port".into(), "protocol".into()])
+        );
         assert_eq!(list_type("EndpointSlice", &["ports"]), ListType::Atomic);
-        assert_eq!(list_type("DiscoveredService", &["status", "conditions"]), ListType::Atomic);
-        assert_eq!(list_type("Deployment", &["status", "conditions"]), ListType::Map(vec!["type".into()]));
+        assert_eq!(
+            list_type("DiscoveredService", &["status", "conditions"]),
+            ListType::Atomic
+        );
+        assert_eq!(
+            list_type("Deployment", &["status", "conditions"]),
+            ListType::Map(vec!["type".into()])
+        );
         assert_eq!(list_type("X", &["metadata", "finalizers"]), ListType::Set);
     }
 
     fn opts<'a>(manager: &'a str, scope: Scope) -> ApplyOptions<'a> {
-        ApplyOptions { manager, force: false, now_rfc3339: T1, api_version: "kubediscovery.io/v1alpha1", scope, list_types: None }
+        ApplyOptions {
+            manager,
+            force: false,
+            now_rfc3339: T1,
+            api_version: "kubediscovery.io/v1alpha1",
+            scope,
+            list_types: None,
+        }
     }
 
     #[test]
     fn noop_apply_is_byte_identical() {
         let live = apply(None, &cm(json!({"a": "1"})), "ctl", true, T0, "v1").expect("create");
-        let again = apply(Some(&live), &cm(json!({"a": "1"})), "ctl", true, T1, "v1").expect("same");
+        let again =
+            apply(Some(&live), &cm(json!({"a": "1"})), "ctl", true, T1, "v1").expect("same");
         assert_eq!(again, live, "no-op apply must not touch managedFields time");
-        let changed = apply(Some(&live), &cm(json!({"a": "2"})), "ctl", true, T1, "v1").expect("changed");
+        let changed =
+            apply(Some(&live), &cm(json!({"a": "2"})), "ctl", true, T1, "v1").expect("changed");
         assert_eq!(entry(&changed, "ctl").expect("e")["time"], T1);
     }
 
@@ -1350,38 +1788,91 @@ mod tests {
                    "metadata": {"name": "web", "namespace": "kd"}, "spec": spec, "status": status})
         };
         // Main resource: .status in the applied config is ignored.
-        let live = apply_with(None, &ds(json!({"a": 1}), json!({"x": "ignored"})), &opts("kd", Scope::MainResource)).expect("create");
+        let live = apply_with(
+            None,
+            &ds(json!({"a": 1}), json!({"x": "ignored"})),
+            &opts("kd", Scope::MainResource),
+        )
+        .expect("create");
         assert!(live.get("status").is_none(), "{live}");
         // Status apply by the same manager must not remove the spec it applied.
-        let live = apply_with(Some(&live), &ds(json!({"a": 99}), json!({"ready": true})), &opts("kd", Scope::Status)).expect("status");
-        assert_eq!(live["spec"], json!({"a": 1}), "spec untouched by a status apply");
+        let live = apply_with(
+            Some(&live),
+            &ds(json!({"a": 99}), json!({"ready": true})),
+            &opts("kd", Scope::Status),
+        )
+        .expect("status");
+        assert_eq!(
+            live["spec"],
+            json!({"a": 1}),
+            "spec untouched by a status apply"
+        );
         assert_eq!(live["status"], json!({"ready": true}));
         let entries = managed_fields(&live);
         assert_eq!(entries.len(), 2, "{entries:?}");
-        let st = entries.iter().find(|e| e.subresource == "status").expect("status entry");
-        assert_eq!(to_fields_v1(&st.fields), json!({"f:status": {"f:ready": {}}}));
+        let st = entries
+            .iter()
+            .find(|e| e.subresource == "status")
+            .expect("status entry");
+        assert_eq!(
+            to_fields_v1(&st.fields),
+            json!({"f:status": {"f:ready": {}}})
+        );
         // Re-applying the main resource keeps status, and vice versa.
-        let live = apply_with(Some(&live), &ds(json!({"a": 2}), json!({})), &opts("kd", Scope::MainResource)).expect("main");
+        let live = apply_with(
+            Some(&live),
+            &ds(json!({"a": 2}), json!({})),
+            &opts("kd", Scope::MainResource),
+        )
+        .expect("main");
         assert_eq!(live["status"], json!({"ready": true}));
         assert_eq!(live["spec"], json!({"a": 2}));
-        let live = apply_with(Some(&live), &ds(json!({}), json!({"count": 3})), &opts("kd", Scope::Status)).expect("status 2");
-        assert_eq!(live["status"], json!({"count": 3}), "ready no longer applied -> removed");
+        let live = apply_with(
+            Some(&live),
+            &ds(json!({}), json!({"count": 3})),
+            &opts("kd", Scope::Status),
+        )
+        .expect("status 2");
+        assert_eq!(
+            live["status"],
+            json!({"count": 3}),
+            "ready no longer applied -> removed"
+        );
         assert_eq!(live["spec"], json!({"a": 2}));
     }
 
     #[test]
     fn before_first_apply_owns_untracked_fields() {
         let live = cm(json!({"a": "1"}));
-        let e = apply(Some(&live), &cm(json!({"a": "2"})), "ctl", false, T1, "v1").expect_err("conflict");
-        assert_eq!(e.message(), r#"Apply failed with 1 conflict: conflict with "before-first-apply": .data.a"#);
-        let out = apply(Some(&live), &cm(json!({"b": "2"})), "ctl", false, T1, "v1").expect("no overlap");
+        let e = apply(Some(&live), &cm(json!({"a": "2"})), "ctl", false, T1, "v1")
+            .expect_err("conflict");
+        assert_eq!(
+            e.message(),
+            r#"Apply failed with 1 conflict: conflict with "before-first-apply": .data.a"#
+        );
+        let out =
+            apply(Some(&live), &cm(json!({"b": "2"})), "ctl", false, T1, "v1").expect("no overlap");
         assert_eq!(out["data"], json!({"a": "1", "b": "2"}));
-        assert_eq!(entry(&out, BEFORE_FIRST_APPLY).expect("seeded")["fieldsV1"], json!({"f:data": {"f:a": {}}}));
+        assert_eq!(
+            entry(&out, BEFORE_FIRST_APPLY).expect("seeded")["fieldsV1"],
+            json!({"f:data": {"f:a": {}}})
+        );
     }
 
     #[test]
     fn keyed_list_item_without_key_falls_back_to_atomic() {
-        let live = apply(None, &svc(json!([{"name": "noport"}])), "ctl", false, T0, "v1").expect("create");
-        assert_eq!(entry(&live, "ctl").expect("e")["fieldsV1"], json!({"f:spec": {"f:ports": {}}}));
+        let live = apply(
+            None,
+            &svc(json!([{"name": "noport"}])),
+            "ctl",
+            false,
+            T0,
+            "v1",
+        )
+        .expect("create");
+        assert_eq!(
+            entry(&live, "ctl").expect("e")["fieldsV1"],
+            json!({"f:spec": {"f:ports": {}}})
+        );
     }
 }
