@@ -443,6 +443,20 @@ fn chart_schema_rejects_bad_values_with_clear_messages() {
             ],
             "discovery.clusters[0] (id \"a\"): service.host is required",
         ),
+        (
+            &[
+                "--set",
+                "discovery.clusters[0].id=a,discovery.clusters[0].service.host=h,discovery.clusters[0].tokenSecret.name=t,discovery.clusters[0].client.token_file=/t",
+            ],
+            "discovery.clusters[0] (id \"a\"): tokenSecret and client are exclusive",
+        ),
+        (
+            &[
+                "--set",
+                "discovery.clusters[0].id=a,discovery.clusters[0].service.host=h,discovery.clusters[0].service.ca_file=/ca,discovery.clusters[0].tokenSecret.name=t,discovery.clusters[0].caSecret.name=c",
+            ],
+            "discovery.clusters[0] (id \"a\"): caSecret and service.ca_file are exclusive",
+        ),
     ];
     let mut failures = Vec::new();
     for (args, want) in cases {

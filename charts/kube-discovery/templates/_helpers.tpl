@@ -156,6 +156,12 @@ client:
 {{- if and $c.context (not $c.kubeconfigSecret) }}
 {{- fail (printf "discovery.clusters[%d] (id %q): context needs kubeconfigSecret" $i $c.id) }}
 {{- end }}
+{{- if and $c.tokenSecret $c.client }}
+{{- fail (printf "discovery.clusters[%d] (id %q): tokenSecret and client are exclusive (tokenSecret becomes client.token_file)" $i $c.id) }}
+{{- end }}
+{{- if and $c.caSecret $c.service $c.service.ca_file }}
+{{- fail (printf "discovery.clusters[%d] (id %q): caSecret and service.ca_file are exclusive (caSecret becomes service.ca_file)" $i $c.id) }}
+{{- end }}
 {{- if and $c.client $c.client.token $c.client.token_file }}
 {{- fail (printf "discovery.clusters[%d] (id %q): client.token and client.token_file are exclusive" $i $c.id) }}
 {{- end }}
