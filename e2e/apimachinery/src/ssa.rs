@@ -1771,6 +1771,60 @@ mod tests {
     }
 
     #[test]
+    fn custom_resource_list_types_from_schema() {
+        let schema = crate::schema::StructuralSchema::compile(&json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                      "items": {"type": "object", "properties": {"name": {"type": "string"}, "port": {"type": "integer"}}}}}}}}))
+        .expect("schema");
+        let lt = |p: &[&str]| schema.list_type_at(p);
+        let obj = |ports: Value| json!({"apiVersion": "x.io/v1", "kind": "Thing", "metadata": {"name": "t"}, "spec": {"ports": ports}});
+        let o = |m| ApplyOptions {
+            manager: m,
+            force: false,
+            now_rfc3339: T0,
+            api_version: "x.io/v1",
+            scope: Scope::All,
+            list_types: Some(&lt),
+        };
+        let live =
+            apply_with(None, &obj(json!([{"name": "a", "port": 1}])), &o("m1")).expect("create");
+        let live = apply_with(
+            Some(&live),
+            &obj(json!([{"name": "b", "port": 2}])),
+            &o("m2"),
+        )
+        .expect("second manager");
+        assert_eq!(
+            live["spec"]["ports"],
+            json!([{"name": "a", "port": 1}, {"name": "b", "port": 2}]),
+            "merged by key, not replaced"
+        );
+        // Without the schema the list would be atomic: m2 would conflict with m1.
+        let atomic = apply(
+            None,
+            &obj(json!([{"name": "a", "port": 1}])),
+            "m1",
+            false,
+            T0,
+            "x.io/v1",
+        )
+        .expect("create");
+        let e = apply(
+            Some(&atomic),
+            &obj(json!([{"name": "b", "port": 2}])),
+            "m2",
+            false,
+            T0,
+            "x.io/v1",
+        )
+        .expect_err("atomic");
+        assert_eq!(
+            e.conflicts,
+            vec![("m1".to_string(), ".spec.ports".to_string())]
+        );
+    }
+
+    #[test]
     fn noop_apply_is_byte_identical() {
         let live = apply(None, &cm(json!({"a": "1"})), "ctl", true, T0, "v1").expect("create");
         let again =
