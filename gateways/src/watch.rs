@@ -1,0 +1,114 @@
+//! A reflector over DiscoveredServices (selected by label) that says when
+//! something changed, and the Kubernetes connection flags shared by the
+//! `sync` commands.
+//!
+//! Changes are signalled through a `tokio::sync::watch` counter: a consumer
+//! that is busy (running `nginx -t`, talking to HAProxy) sees one change for
+//! a whole burst of events, which coalesces a rolling update for free. The
+//! first signal comes after the initial list (`InitDone`), so nothing is
+//! rendered from a half-listed cache.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use kube_discovery_core::crd::{DiscoveredService, MANAGED_BY_SELECTOR};
+use kube_discovery_core::{Node, parse_service_name};
+
+/// Where to read DiscoveredServices from.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KubeArgs {
+    /// Kubeconfig file (default: `KUBECONFIG`, `~/.kube/config`, or in-cluster).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Only DiscoveredServices in this namespace (default: all namespaces).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Label selector of the DiscoveredServices to watch.
+    #[arg(long, default_value = MANAGED_BY_SELECTOR)]
+    pub selector: String,
+}
+
+impl KubeArgs {
+    /// A client for these flags.
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        let conn = kube_discovery::client::Connection::Kubeconfig { path: self.kubeconfig.clone(), context: self.context.clone() };
+        Ok(kube_discovery::client::client(&conn).await?)
+    }
+}
+
+/// The DiscoveredServices currently known.
+pub type Snapshot = Vec<Arc<DiscoveredService>>;
+
+/// A running reflector.
+pub struct DsWatch {
+    store: Store<DiscoveredService>,
+    changed: tokio::sync::watch::Receiver<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for DsWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl DsWatch {
+    /// Starts watching DiscoveredServices in `namespace` (all when `None`) matching `selector`.
+    pub fn start(client: Client, namespace: Option<&str>, selector: &str) -> Self {
+        let api: Api<DiscoveredService> = match namespace {
+            Some(ns) => Api::namespaced(client, ns),
+            None => Api::all(client),
+        };
+        let (store, writer) = reflector::store();
+        let (tx, changed) = tokio::sync::watch::channel(0u64);
+        let stream = watcher(api, watcher::Config::default().labels(selector))
+            .default_backoff()
+            .modify(|o: &mut DiscoveredService| {
+                o.managed_fields_mut().clear();
+                o.annotations_mut().clear();
+            })
+            .reflect(writer);
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+                        tx.send_modify(|n| *n += 1);
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "DiscoveredService watch failed; retrying"),
+                }
+            }
+        });
+        Self { store, changed, task }
+    }
+
+    /// Waits for the next change (returns at once if one is pending), then marks it seen.
+    /// The first change is the end of the initial list.
+    pub async fn changed(&mut self) -> anyhow::Result<()> {
+        self.changed.changed().await.map_err(|_| anyhow::anyhow!("DiscoveredService watch stopped"))?;
+        self.changed.borrow_and_update();
+        Ok(())
+    }
+
+    /// Nodes of `service` (`[id/]ns/name:port`) in the current cache: `None` when
+    /// the service or port is unknown.
+    pub fn nodes(&self, service: &str) -> anyhow::Result<Option<Vec<Node>>> {
+        let q = parse_service_name(service).map_err(|e| anyhow::anyhow!("{service}: {e}"))?;
+        let objs: Vec<DiscoveredService> = self
+            .store
+            .state()
+            .iter()
+            .filter(|o| o.spec.cluster == q.cluster && o.spec.source_namespace == q.namespace && o.spec.source_name == q.name)
+            .map(|o| (**o).clone())
+            .collect();
+        Ok(kube_discovery_core::render::lookup(&objs, &q))
+    }
+}
