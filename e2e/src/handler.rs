@@ -341,7 +341,19 @@ async fn handle_inner(sh: &Arc<Shared>, req: Request<Incoming>) -> ApiResult<Res
         Route::Groups => discovery::groups(&reg),
         Route::Group(g) => discovery::group(&reg, &g).ok_or_else(ApiError::no_route)?,
         Route::GroupVersion(g, v) => discovery::resource_list(&reg, &g, &v).ok_or_else(ApiError::no_route)?,
-        Route::OpenApiV2 => discovery::openapi_v2(&reg),
+        Route::OpenApiV2 => {
+            let accept = parts.headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or("");
+            if accept.contains("protobuf") && !accept.contains("json") {
+                // client-go asks for the protobuf encoding only; an empty message is a
+                // valid, empty openapi_v2.Document.
+                return Ok(Response::builder()
+                    .status(200)
+                    .header("content-type", "application/com.github.proto-openapi.spec.v2.v1.0+protobuf")
+                    .body(Body::empty())
+                    .unwrap_or_else(|_| Response::new(Body::empty())));
+            }
+            discovery::openapi_v2(&reg)
+        }
         Route::OpenApiV3Root => discovery::openapi_v3_root(&reg),
         Route::OpenApiV3(gv) => discovery::openapi_v3(&reg, &gv).ok_or_else(ApiError::no_route)?,
         _ => return Err(ApiError::no_route()),
@@ -764,8 +776,11 @@ fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
         };
         let mut applied = patch_doc;
         check_type_meta(ctx, &mut applied)?;
-        let applied_name = meta_str(&applied, "name").unwrap_or("");
-        if applied_name != name {
+        let applied_name = meta_str(&applied, "name").unwrap_or("").to_string();
+        if applied_name.is_empty() {
+            // Like the real server: the object's name comes from the URL.
+            applied["metadata"]["name"] = json!(name);
+        } else if applied_name != name {
             return Err(ApiError::bad_request(format!(
                 "the name of the object ({applied_name}) does not match the name on the URL ({name})"
             )));
@@ -779,20 +794,7 @@ fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
         let mut merged = match machinery::ssa_apply(old.as_deref(), &applied, &manager, force, &now(), &av) {
             Ok(v) => v,
             Err(c) => {
-                let causes: Vec<Value> = c
-                    .0
-                    .iter()
-                    .map(|(m, p)| json!({"reason": "FieldManagerConflict", "message": format!("conflict with {m:?}: {p}"), "field": p}))
-                    .collect();
-                let lines: Vec<String> = c.0.iter().map(|(m, p)| format!("- {m:?}: {p}")).collect();
-                let n = c.0.len();
-                let msg = format!(
-                    "Apply failed with {n} conflict{}: conflict{} with {}",
-                    if n == 1 { "" } else { "s" },
-                    if n == 1 { "" } else { "s" },
-                    lines.join("\n")
-                );
-                return Err(ApiError::new(409, "Conflict", msg).with_details(json!({"causes": causes})));
+                return Err(ApiError::new(409, "Conflict", c.message()).with_details(json!({"causes": c.causes()})));
             }
         };
         merged["apiVersion"] = json!(ctx.info.api_version(ctx.info.storage_version()));

@@ -5,7 +5,7 @@
 //! SHIM: parts of `kube-sim-apimachinery` had not landed when this was written;
 //! functions marked `SHIM` are temporary minimal stand-ins, replaced as modules land.
 
-use kube_sim_apimachinery::{names, patch, rbac, selector};
+use kube_sim_apimachinery::{names, patch, rbac, selector, ssa};
 use serde_json::Value;
 
 use crate::status::{ApiError, Cause};
@@ -141,17 +141,15 @@ pub struct RbacObjects {
     pub cluster_role_bindings: Vec<Value>,
 }
 
-/// Server-side apply conflict: (manager, field path) pairs.
-#[derive(Debug)]
-pub struct Conflicts(pub Vec<(String, String)>);
+/// Server-side apply conflict (`kube_sim_apimachinery::ssa::ApplyConflict`).
+pub type Conflicts = ssa::ApplyConflict;
 
-/// SHIM: merge semantics, no conflicts.
-pub fn ssa_apply(live: Option<&Value>, applied: &Value, _manager: &str, _force: bool, _now: &str, _api_version: &str) -> Result<Value, Conflicts> {
-    let mut out = live.cloned().unwrap_or_else(|| Value::Object(Default::default()));
-    json_patch::merge(&mut out, applied);
-    Ok(out)
+/// Server-side apply: the new object with updated managedFields, or the conflicts.
+pub fn ssa_apply(live: Option<&Value>, applied: &Value, manager: &str, force: bool, now: &str, api_version: &str) -> Result<Value, Conflicts> {
+    ssa::apply(live, applied, manager, force, now, api_version)
 }
 
-/// SHIM: no-op.
-pub fn record_update(_old: Option<&Value>, _new: &mut Value, _manager: &str, _now: &str, _api_version: &str) {}
-
+/// Record a create/update/patch by `manager` in `new`'s managedFields.
+pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, now: &str, api_version: &str) {
+    ssa::record_update(old, new, manager, now, api_version);
+}

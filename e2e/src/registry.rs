@@ -135,6 +135,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
         builtin("discovery.k8s.io", "v1", "endpointslices", "endpointslice", "EndpointSlice", true, &[], false),
         builtin("coordination.k8s.io", "v1", "leases", "lease", "Lease", true, &[], false),
         builtin("apps", "v1", "deployments", "deployment", "Deployment", true, &["deploy"], true),
+        builtin("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", true, &["pdb"], true),
         builtin("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", true, &[], false),
         builtin("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", true, &[], false),
         builtin("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", false, &[], false),
@@ -146,7 +147,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
             "namespaces" => {
                 r.verbs = vec!["create", "delete", "get", "list", "patch", "update", "watch"];
             }
-            "deployments" => {
+            "deployments" | "poddisruptionbudgets" => {
                 r.has_generation = true;
                 r.categories = vec!["all".into()];
             }

@@ -41,7 +41,7 @@ fn helm_install_upgrade_uninstall() {
     assert_eq!(list[0]["status"], "deployed");
 
     // Helm applied server-side: its field manager owns the ConfigMap's data.
-    let cm = k.json(&["-n", "apps", "get", "configmap", "rel1-config", "-o", "json"]);
+    let cm = k.json(&["-n", "apps", "get", "configmap", "rel1-config", "-o", "json", "--show-managed-fields"]);
     let managers: Vec<&str> = cm["metadata"]["managedFields"].as_array().map(|a| a.iter().filter_map(|m| m["manager"].as_str()).collect()).unwrap_or_default();
     assert!(managers.iter().any(|m| m.contains("helm")), "managers: {managers:?}");
 

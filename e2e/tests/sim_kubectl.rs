@@ -158,7 +158,7 @@ fn scenario(bin: &'static str) {
     let ssa = k.write("ssa.yaml", SSA);
     let out = k.ok(&["apply", "--server-side", "-f", ssa.to_str().expect("path")]);
     assert!(out.contains("service/api serverside-applied"), "{out}");
-    let api = k.json(&["-n", "demo", "get", "endpointslice", "api-1", "-o", "json"]);
+    let api = k.json(&["-n", "demo", "get", "endpointslice", "api-1", "-o", "json", "--show-managed-fields"]);
     assert_eq!(api["endpoints"].as_array().map(Vec::len), Some(2));
 
     // Label and field selectors.
