@@ -104,7 +104,8 @@ fn chart_image_build_context_keeps_the_workspace() {
     ];
     for m in &members {
         needed.push(format!("{m}/Cargo.toml"));
-        needed.push(format!("{m}/src/lib.rs"));
+        // Every Rust source of the member (targets, modules, build scripts).
+        rust_files(&repo_root(), m, &mut needed);
     }
     for path in &needed {
         assert!(
@@ -147,6 +148,24 @@ fn chart_image_scripts_are_valid_bash() {
         "charts/sync-crds.sh --check:\n{}",
         text(&out)
     );
+}
+
+/// Relative paths of the `.rs` files under `dir` (skipping `target`).
+fn rust_files(root: &std::path::Path, dir: &str, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let rel = format!("{dir}/{name}");
+        if e.path().is_dir() {
+            if name != "target" {
+                rust_files(root, &rel, out);
+            }
+        } else if name.ends_with(".rs") {
+            out.push(rel);
+        }
+    }
 }
 
 /// Just enough of Cargo.toml for the package and binary names (no TOML
