@@ -1,0 +1,258 @@
+//! `kd-bench`: the benchmark harness of kube-discovery (issue 6).
+//!
+//! ```text
+//!  kd-bench ──in-process──▶ kube-sim (fresh per scenario; write log = the clock)
+//!     │                        ▲            ▲
+//!     ├─spawn─▶ kube-discovery run (release binary, separate process)
+//!     │          /readyz, /metrics; /proc/<pid>/{status,stat}
+//!     └─spawn─▶ kd-bench echo  (the "floor": watcher + one apply per event)
+//! ```
+//!
+//! `kd-bench --size full --out bench/results/full.json` runs every scenario
+//! (see [`scenarios`]) and writes the JSON plus a Markdown table next to it
+//! (`.md`); the JSON is rewritten after every run, so a partial run keeps what
+//! it measured. `--size tiny` is the CI smoke size (seconds, no timing asserted).
+//! `kd-bench echo` is the echo client itself (spawned by the harness).
+
+mod child;
+mod echo;
+mod env;
+mod load;
+mod procfs;
+mod report;
+mod scenarios;
+mod stats;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::{Value, json};
+
+use crate::load::Mode;
+use crate::scenarios::{ChurnParams, Opts};
+
+/// Benchmarks of kube-discovery against kube-sim.
+#[derive(Debug, Parser)]
+#[command(name = "kd-bench", about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+    /// Workload size.
+    #[arg(long, value_enum, default_value_t = Size::Full)]
+    size: Size,
+    /// Scenarios to run (comma separated).
+    #[arg(long, value_delimiter = ',', default_values = ["sync", "churn", "recovery"])]
+    only: Vec<String>,
+    /// Result JSON; the Markdown table goes next to it with `.md`.
+    #[arg(long, default_value = "kd-bench-results.json")]
+    out: PathBuf,
+    /// The kube-discovery binary (default: next to kd-bench).
+    #[arg(long)]
+    controller_bin: Option<PathBuf>,
+    /// `kube_discovery.coalesce_window` in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    window_ms: u64,
+    /// `kube_discovery.write_qps` (the default of 50 would cap a 10,000-service sync at 200 s).
+    #[arg(long, default_value_t = 10000.0)]
+    write_qps: f64,
+    /// Override the churn rate (changes/s).
+    #[arg(long)]
+    churn_rate: Option<f64>,
+    /// Override the churn duration (s).
+    #[arg(long)]
+    churn_seconds: Option<f64>,
+    /// Override the outage duration (s).
+    #[arg(long)]
+    outage_seconds: Option<f64>,
+    /// Sync sizes to run as `SERVICESxENDPOINTS` (comma separated), overriding the size's list.
+    #[arg(long, value_delimiter = ',')]
+    sync_sizes: Vec<String>,
+    /// Source modes to run (comma separated: slices, endpoints).
+    #[arg(long, value_delimiter = ',', default_values = ["slices", "endpoints"])]
+    modes: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run the echo client (used by the harness).
+    Echo {
+        /// Kubeconfig.
+        #[arg(long)]
+        kubeconfig: PathBuf,
+        /// Watch EndpointSlices instead of Endpoints.
+        #[arg(long)]
+        slices: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Size {
+    /// Seconds: the CI smoke size.
+    Tiny,
+    /// The sizes of issue 6.
+    Full,
+}
+
+struct Plan {
+    sync: Vec<(usize, usize)>,
+    churn: ChurnParams,
+    recovery: (usize, usize, f64),
+    timeout: Duration,
+}
+
+fn plan(cli: &Cli) -> Result<Plan> {
+    let mut p = match cli.size {
+        Size::Tiny => Plan {
+            sync: vec![(20, 5)],
+            churn: ChurnParams { relevant: 20, irrelevant: 5, per: 5, rate: 40.0, irrelevant_share: 0.2, seconds: 2.0 },
+            recovery: (20, 5, 1.0),
+            timeout: Duration::from_secs(60),
+        },
+        Size::Full => Plan {
+            sync: vec![(1000, 10), (10_000, 10), (100, 1000), (1, 20_000)],
+            churn: ChurnParams { relevant: 1000, irrelevant: 100, per: 10, rate: 500.0, irrelevant_share: 0.2, seconds: 30.0 },
+            recovery: (10_000, 10, 30.0),
+            timeout: Duration::from_secs(600),
+        },
+    };
+    if !cli.sync_sizes.is_empty() {
+        p.sync = cli
+            .sync_sizes
+            .iter()
+            .map(|s| {
+                let (a, b) = s.split_once('x').with_context(|| format!("--sync-sizes: {s:?} is not SERVICESxENDPOINTS"))?;
+                Ok((a.parse().with_context(|| format!("--sync-sizes: {a:?}"))?, b.parse().with_context(|| format!("--sync-sizes: {b:?}"))?))
+            })
+            .collect::<Result<_>>()?;
+    }
+    if let Some(r) = cli.churn_rate {
+        p.churn.rate = r;
+    }
+    if let Some(s) = cli.churn_seconds {
+        p.churn.seconds = s;
+    }
+    if let Some(s) = cli.outage_seconds {
+        p.recovery.2 = s;
+    }
+    Ok(p)
+}
+
+fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo.lines().find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).to_string()));
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_kib = meminfo.lines().find_map(|l| l.strip_prefix("MemTotal:").and_then(|r| r.split_whitespace().next()?.parse::<u64>().ok()));
+    json!({
+        "nproc": std::thread::available_parallelism().map(|n| n.get()).ok(),
+        "cpu_model": model,
+        "mem_total_mib": mem_kib.map(|k| k / 1024),
+        "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").ok().map(|s| s.trim().to_string()),
+    })
+}
+
+fn save(cli: &Cli, doc: &Value) -> Result<()> {
+    if let Some(dir) = cli.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(&cli.out, serde_json::to_string_pretty(doc)?).with_context(|| format!("writing {}", cli.out.display()))?;
+    let md = cli.out.with_extension("md");
+    std::fs::write(&md, report::markdown(doc)).with_context(|| format!("writing {}", md.display()))?;
+    Ok(())
+}
+
+async fn bench(cli: Cli) -> Result<()> {
+    let p = plan(&cli)?;
+    let modes: Vec<Mode> = cli
+        .modes
+        .iter()
+        .map(|m| match m.as_str() {
+            "slices" => Ok(Mode::Slices),
+            "endpoints" => Ok(Mode::Endpoints),
+            other => bail!("--modes: unknown mode {other:?} (slices, endpoints)"),
+        })
+        .collect::<Result<_>>()?;
+    for s in &cli.only {
+        if !["sync", "churn", "recovery"].contains(&s.as_str()) {
+            bail!("--only: unknown scenario {s:?} (sync, churn, recovery)");
+        }
+    }
+    let opts = Opts {
+        bin: child::controller_bin(cli.controller_bin.as_deref())?,
+        window_ms: cli.window_ms,
+        write_qps: cli.write_qps,
+        timeout: p.timeout,
+    };
+    let started = unix_now();
+    let mut doc = json!({
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "started_unix": started, "size": format!("{:?}", cli.size).to_lowercase(),
+        "machine": machine(), "controller_bin": opts.bin.display().to_string(),
+        "settings": {"coalesce_window_ms": opts.window_ms, "write_qps": opts.write_qps, "write_concurrency": "default (8)"},
+        "runs": [], "errors": [],
+    });
+    let wants = |s: &str| cli.only.iter().any(|o| o == s);
+    let record = |doc: &mut Value, what: String, r: Result<Value>| -> Result<()> {
+        match r {
+            Ok(v) => {
+                eprintln!("kd-bench: {what}: done");
+                if let Some(a) = doc["runs"].as_array_mut() {
+                    a.push(v);
+                }
+            }
+            Err(e) => {
+                eprintln!("kd-bench: {what}: FAILED: {e:#}");
+                if let Some(a) = doc["errors"].as_array_mut() {
+                    a.push(json!({"run": what, "error": format!("{e:#}")}));
+                }
+            }
+        }
+        save(&cli, doc)
+    };
+    if wants("sync") {
+        for &mode in &modes {
+            for &(s, e) in &p.sync {
+                eprintln!("kd-bench: sync {} {s}x{e} ...", mode.as_str());
+                let r = scenarios::sync(&opts, mode, s, e).await;
+                record(&mut doc, format!("sync {} {s}x{e}", mode.as_str()), r)?;
+            }
+        }
+    }
+    if wants("churn") {
+        for &mode in &modes {
+            eprintln!("kd-bench: churn {} ...", mode.as_str());
+            let r = scenarios::churn(&opts, mode, &p.churn).await;
+            record(&mut doc, format!("churn {}", mode.as_str()), r)?;
+        }
+    }
+    if wants("recovery") {
+        let mode = modes.first().copied().unwrap_or(Mode::Slices);
+        let (s, e, outage) = p.recovery;
+        eprintln!("kd-bench: recovery {} {s}x{e} ...", mode.as_str());
+        let r = scenarios::recovery(&opts, mode, s, e, outage).await;
+        record(&mut doc, format!("recovery {}", mode.as_str()), r)?;
+    }
+    let errors = doc["errors"].as_array().map(Vec::len).unwrap_or(0);
+    eprintln!("kd-bench: results in {} and {}", cli.out.display(), cli.out.with_extension("md").display());
+    if errors > 0 {
+        bail!("{errors} run(s) failed (see \"errors\" in {})", cli.out.display());
+    }
+    Ok(())
+}
+
+fn unix_now() -> String {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs().to_string())
+        .unwrap_or_default()
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Cmd::Echo { kubeconfig, slices }) => echo::run(&kubeconfig, slices).await,
+        None => bench(cli).await,
+    }
+}

@@ -1,0 +1,117 @@
+//! Markdown tables from the result JSON (the same document `--out` writes).
+
+use serde_json::Value;
+
+fn f(v: &Value, digits: usize) -> String {
+    match v.as_f64() {
+        Some(x) => format!("{x:.digits$}"),
+        None => "-".to_string(),
+    }
+}
+
+fn yes(v: &Value) -> &'static str {
+    match v.as_bool() {
+        Some(true) => "yes",
+        Some(false) => "**NO**",
+        None => "-",
+    }
+}
+
+/// Renders every scenario of `results` (`{"machine":..,"runs":[..]}`).
+pub fn markdown(results: &Value) -> String {
+    let mut out = String::new();
+    let runs = results["runs"].as_array().cloned().unwrap_or_default();
+    let of = |s: &str| runs.iter().filter(|r| r["scenario"] == s).cloned().collect::<Vec<_>>();
+    let sync = of("sync");
+    if !sync.is_empty() {
+        out.push_str("### Initial sync\n\n| mode | services x endpoints | endpoints | sync s | /readyz s | peak RSS MiB | RSS B/endpoint | RSS budget MiB | within | API requests | DS API writes | CPU s | content ok |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for r in &sync {
+            out.push_str(&format!(
+                "| {} | {} x {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                r["mode"].as_str().unwrap_or(""),
+                r["services"], r["endpoints_per_service"], r["endpoints"],
+                f(&r["sync_s"], 2), f(&r["ready_s"], 2), f(&r["peak_rss_mib"], 1), f(&r["rss_bytes_per_endpoint"], 0),
+                f(&r["rss_budget_mib"], 1), yes(&r["rss_within_budget"]), r["api_requests"], r["ds_api_writes"], f(&r["cpu_s"], 2),
+                yes(&r["content_check"]["ok"]),
+            ));
+        }
+        out.push('\n');
+    }
+    for r in of("churn") {
+        let c = &r["controller"];
+        let e = &r["echo"];
+        out.push_str(&format!(
+            "### Churn ({} mode): {} changes in {:.1} s ({:.0}/s, target {}/s), {} relevant, window {} ms\n\n",
+            r["mode"].as_str().unwrap_or(""), r["changes"], r["load_s"].as_f64().unwrap_or(0.0),
+            r["achieved_rate"].as_f64().unwrap_or(0.0), r["target_rate"], r["relevant_changes"], r["coalesce_window_ms"],
+        ));
+        out.push_str("| client | p50 ms | p90 ms | p99 ms | max ms | unreflected | CPU s | CPU s / 1000 changes | max RSS MiB |\n|---|---|---|---|---|---|---|---|---|\n");
+        for (name, x) in [("kube-discovery", c), ("echo (floor)", e)] {
+            out.push_str(&format!(
+                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                f(&x["latency_ms"]["p50"], 1), f(&x["latency_ms"]["p90"], 1), f(&x["latency_ms"]["p99"], 1), f(&x["latency_ms"]["max"], 1),
+                x["unreflected_changes"], f(&x["cpu_s"], 2), f(&x["cpu_s_per_1000_changes"], 3), f(&x["max_rss_mib"], 1),
+            ));
+        }
+        out.push_str(&format!(
+            "| ratio controller/echo | {} | | {} | {} | | {} | | |\n\n",
+            f(&r["ratios"]["p50"], 2), f(&r["ratios"]["p99"], 2), f(&r["ratios"]["max"], 2), f(&r["ratios"]["cpu"], 2),
+        ));
+        out.push_str(&format!(
+            "Controller writes: {} applies ({} per relevant change), {} DiscoveredService API writes on changed services ({} per relevant change), **{} from irrelevant changes**; echo: {} API writes.\n\n",
+            f(&c["applies_metric"], 0), f(&c["applies_per_relevant_change"], 3), c["ds_api_writes_relevant"],
+            f(&c["api_writes_per_relevant_change"], 3), c["ds_api_writes_from_irrelevant"], e["api_writes"],
+        ));
+        out.push_str(&targets(&r["targets_met"]));
+    }
+    for r in of("recovery") {
+        let i = &r["idle_restart"];
+        let g = &r["forced_410"];
+        let o = &r["outage"];
+        out.push_str(&format!(
+            "### Restart and recovery ({} mode, {} services x {})\n\n| event | figure |\n|---|---|\n",
+            r["mode"].as_str().unwrap_or(""), r["services"], r["endpoints_per_service"]
+        ));
+        out.push_str(&format!("| idle restart: API writes | {} |\n| idle restart: /readyz after | {} s |\n| idle restart: API requests | {} |\n", i["api_writes"], f(&i["ready_s"], 2), i["api_requests"]));
+        out.push_str(&format!(
+            "| forced 410 ({} services changed while the watch stalled): last write after compaction + watch drop | {} s |\n| forced 410: services rewritten | {} |\n| forced 410: relist events (metric) | {} |\n",
+            g["changed_services"], f(&g["reconverge_s"], 2), g["services_rewritten"], f(&g["relist_events_metric"], 0)
+        ));
+        out.push_str(&format!(
+            "| {} s outage, then {} changes: last write after the API server answered | {} s |\n\n",
+            o["seconds"], o["changed_services"], f(&o["reconverge_s"], 2)
+        ));
+        out.push_str(&targets(&r["targets_met"]));
+    }
+    out
+}
+
+fn targets(t: &Value) -> String {
+    let mut s = String::from("Targets: ");
+    if let Some(m) = t.as_object() {
+        let parts: Vec<String> = m.iter().map(|(k, v)| format!("`{k}` {}", yes(v))).collect();
+        s.push_str(&parts.join(", "));
+    }
+    s.push_str("\n\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn renders_each_scenario() {
+        let r = json!({"runs": [
+            {"scenario": "sync", "mode": "slices", "services": 2, "endpoints_per_service": 3, "endpoints": 6, "sync_s": 1.5,
+             "rss_within_budget": false, "content_check": {"ok": true}},
+            {"scenario": "recovery", "mode": "slices", "idle_restart": {"api_writes": 0}, "forced_410": {}, "outage": {}, "targets_met": {"idle_restart_zero_writes": true}},
+        ]});
+        let md = markdown(&r);
+        assert!(md.contains("| slices | 2 x 3 | 6 | 1.50 |"), "{md}");
+        assert!(md.contains("**NO**"));
+        assert!(md.contains("`idle_restart_zero_writes` yes"));
+        assert!(!md.contains("### Churn"));
+    }
+}
