@@ -500,7 +500,7 @@ async fn resource_request(
         "update" => update(&ctx, &name, &body),
         "patch" => patch(&ctx, &name, &body),
         "delete" => delete(&ctx, &name, &body),
-        "deletecollection" => delete_collection(&ctx),
+        "deletecollection" => delete_collection(&ctx, &body),
         _ => Err(ApiError::method_not_allowed(verb)),
     }
 }
@@ -1075,12 +1075,11 @@ fn collect_cascade(st: &Store, deleted: &Value, info: &ResourceInfo) -> Vec<(Arc
         return out;
     }
     if info.resource == "customresourcedefinitions" && info.group == "apiextensions.k8s.io" {
-        if let (Some(g), Some(p)) = (deleted.pointer("/spec/group").and_then(Value::as_str), deleted.pointer("/spec/names/plural").and_then(Value::as_str)) {
-            let res = format!("{g}/{p}");
-            if let Some(ri) = st.registry.get(g, p) {
-                for (k, _) in st.range(&res, None) {
-                    out.push((ri.clone(), k.clone()));
-                }
+        // The registry entry is already gone; rebuild it from the deleted CRD.
+        if let Ok(ri) = registry::from_crd(deleted) {
+            let ri = Arc::new(ri);
+            for (k, _) in st.range(&ri.key(), None) {
+                out.push((ri.clone(), k.clone()));
             }
         }
     }
@@ -1162,9 +1161,11 @@ fn orphan_dependents(sh: &Shared, st: &mut Store, deleted: &Value) {
     }
 }
 
-fn delete_options(ctx: &Ctx, body: &[u8]) -> ApiResult<(bool, Option<Value>)> {
+/// (orphan dependents, preconditions, dry run) from query and DeleteOptions body.
+fn delete_options(ctx: &Ctx, body: &[u8]) -> ApiResult<(bool, Option<Value>, bool)> {
     let mut policy = ctx.q("propagationPolicy").map(str::to_string);
     let mut preconditions = None;
+    let mut dry_run = ctx.dry_run();
     if !body.iter().all(u8::is_ascii_whitespace) {
         let opts: Value = if body.starts_with(b"k8s\0") {
             crate::protobuf::decode(body).map_err(|(_, m)| ApiError::bad_request(format!("invalid DeleteOptions: {m}")))?
@@ -1179,8 +1180,11 @@ fn delete_options(ctx: &Ctx, body: &[u8]) -> ApiResult<(bool, Option<Value>)> {
         }
         preconditions = opts.get("preconditions").cloned();
         if let Some(dr) = opts.get("dryRun").and_then(Value::as_array) {
-            if dr.iter().any(|d| d.as_str() == Some("All")) {
-                return Err(ApiError::bad_request("dryRun in the body is not supported by kube-sim; use the dryRun=All query parameter"));
+            for d in dr {
+                match d.as_str() {
+                    Some("All") => dry_run = true,
+                    other => return Err(ApiError::bad_request(format!("dryRun: Unsupported value: {other:?}: supported values: \"All\""))),
+                }
             }
         }
     }
@@ -1188,11 +1192,11 @@ fn delete_options(ctx: &Ctx, body: &[u8]) -> ApiResult<(bool, Option<Value>)> {
         None | Some("Background" | "Foreground" | "Orphan") => {}
         Some(p) => return Err(ApiError::bad_request(format!("propagationPolicy: Unsupported value: {p:?}"))),
     }
-    Ok((policy.as_deref() == Some("Orphan"), preconditions))
+    Ok((policy.as_deref() == Some("Orphan"), preconditions, dry_run))
 }
 
 fn delete(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
-    let (orphan, pre) = delete_options(ctx, body)?;
+    let (orphan, pre, dry_run) = delete_options(ctx, body)?;
     let mut st = ctx.sh.lock();
     let key = ctx.key(name);
     let Some(obj) = st.objects.get(&key).cloned() else {
@@ -1211,7 +1215,7 @@ fn delete(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
         }
     }
     let user = ctx.user.name.clone();
-    let Some((last, gone)) = delete_key(&ctx.sh, &mut st, &user, &ctx.info, key, ctx.dry_run(), orphan) else {
+    let Some((last, gone)) = delete_key(&ctx.sh, &mut st, &user, &ctx.info, key, dry_run, orphan) else {
         return Err(ApiError::not_found(&ctx.info.group, &ctx.info.resource, name));
     };
     drop(st);
@@ -1221,7 +1225,8 @@ fn delete(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
     ok_json(200, &success_status(&ctx.info.group, &ctx.info.resource, name, meta_str(&last, "uid").unwrap_or("")))
 }
 
-fn delete_collection(ctx: &Ctx) -> ApiResult<Response<Body>> {
+fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response<Body>> {
+    let (orphan, _, dry_run) = delete_options(ctx, body)?;
     let (label, field) = selectors(ctx)?;
     let mut st = ctx.sh.lock();
     let res = ctx.info.key();
@@ -1233,7 +1238,7 @@ fn delete_collection(ctx: &Ctx) -> ApiResult<Response<Body>> {
     let user = ctx.user.name.clone();
     let mut items = Vec::new();
     for k in keys {
-        if let Some((last, _)) = delete_key(&ctx.sh, &mut st, &user, &ctx.info, k, ctx.dry_run(), false) {
+        if let Some((last, _)) = delete_key(&ctx.sh, &mut st, &user, &ctx.info, k, dry_run, orphan) {
             items.push(present(&ctx.info, &ctx.version, &last));
         }
     }
