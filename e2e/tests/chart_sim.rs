@@ -488,13 +488,18 @@ async fn install_and_run(env: &Env, extra_sets: &[&str]) -> Running {
         args.extend(["--set", s]);
     }
     env.helm_ok(&args);
-    spawn_from_chart(env, token, None)
+    spawn_from_chart(env, token, None, "kd-kube-discovery-0")
 }
 
 /// Runs `kube-discovery run` with the config read back from the installed
 /// ConfigMap and the pod's environment; `home_kubeconfig` (multi-cluster mode)
 /// is where DiscoveredServices are written (in a pod: in-cluster).
-fn spawn_from_chart(env: &Env, token: String, home_kubeconfig: Option<&Path>) -> Running {
+fn spawn_from_chart(
+    env: &Env,
+    token: String,
+    home_kubeconfig: Option<&Path>,
+    pod: &str,
+) -> Running {
     let bin = controller_bin();
     let config = env.kubectl_ok(&[
         "get",
@@ -532,7 +537,10 @@ fn spawn_from_chart(env: &Env, token: String, home_kubeconfig: Option<&Path>) ->
     );
 
     let http_port = free_port();
-    let (stdout, stderr) = (env.path("controller.out"), env.path("controller.err"));
+    let (stdout, stderr) = (
+        env.path(&format!("{pod}.out")),
+        env.path(&format!("{pod}.err")),
+    );
     let mut cmd = Command::new(&bin);
     cmd.args(&args)
         .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
@@ -551,7 +559,7 @@ fn spawn_from_chart(env: &Env, token: String, home_kubeconfig: Option<&Path>) ->
             e["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
         ) {
             (Some(v), _) => v.to_string(),
-            (None, Some("metadata.name")) => "kd-kube-discovery-test-0".to_string(),
+            (None, Some("metadata.name")) => pod.to_string(),
             (None, Some("metadata.namespace")) => NS.to_string(),
             other => panic!("env {name}: unexpected source {other:?}"),
         };
@@ -684,14 +692,27 @@ async fn chart_controller_works_with_chart_config_and_service_account_rbac() {
     }
 }
 
+/// The chart's default: 2 replicas with leader election. Exactly one holds
+/// the Lease (which the chart's Role allows), the objects get written, and
+/// BOTH replicas become ready — a follower that never turns ready would block
+/// every rolling update (the new pod waits for readiness) and, with the
+/// PodDisruptionBudget, every node drain.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn chart_controller_holds_the_lease_the_chart_role_allows() {
+async fn chart_default_two_replicas_elect_one_leader_and_both_become_ready() {
     let env = Env::start().await;
-    let mut run = install_and_run(&env, &[]).await;
-    // Leader election is on by default (2 replicas); the Role allows exactly this Lease.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let backend = env.path("backend.yaml");
+    std::fs::write(&backend, BACKEND).expect("write backend");
+    env.kubectl_ok(&["apply", "-f", &backend.display().to_string()]);
+    let replicas = find(&render("kd", NS, &[]), "Deployment", None)["spec"]["replicas"].clone();
+    assert_eq!(replicas, 2, "the chart's default replica count");
+    let mut first = install_and_run(&env, &[]).await;
+    let mut second = spawn_from_chart(&env, first.token.clone(), None, "kd-kube-discovery-1");
+    let pods = ["kd-kube-discovery-0", "kd-kube-discovery-1"];
+
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        run.assert_alive();
+        first.assert_alive();
+        second.assert_alive();
         let out = env.kubectl(&[
             "get",
             "lease",
@@ -701,22 +722,35 @@ async fn chart_controller_holds_the_lease_the_chart_role_allows() {
             "-o",
             "jsonpath={.spec.holderIdentity}",
         ]);
-        let holder = String::from_utf8_lossy(&out.stdout).into_owned();
-        if out.status.success() && !holder.trim().is_empty() {
+        let holder = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let leader = out.status.success() && !holder.is_empty();
+        let written = env.exists("dsvc", "web", Some("shop"));
+        let ready = [&first, &second]
+            .map(|r| http_get(r.http_port, "/readyz").is_some_and(|(c, _)| c == 200));
+        if leader && written && ready == [true, true] {
+            assert!(
+                pods.iter().any(|p| holder.contains(p)),
+                "the Lease holder {holder:?} is one of the replicas {pods:?}"
+            );
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "no Lease {NS}/{FULLNAME} with a holder 30s after start (leader election with the chart's Role)\n{}",
-            run.logs()
+            "after 60s: Lease {NS}/{FULLNAME} holder {holder:?} (leader elected: {leader}), \
+             DiscoveredService shop/web written: {written}, /readyz 200 on [replica 0, replica 1]: {ready:?}\n\
+             replica 0 {}\nreplica 1 {}",
+            first.logs(),
+            second.logs()
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    let logs = run.logs();
-    assert!(
-        !logs.contains("Forbidden") && !logs.contains("forbidden") && !logs.contains(" 403"),
-        "permission error with the chart's RBAC:\n{logs}"
-    );
+    for r in [&first, &second] {
+        let logs = r.logs();
+        assert!(
+            !logs.contains("Forbidden") && !logs.contains("forbidden") && !logs.contains(" 403"),
+            "permission error with the chart's RBAC:\n{logs}"
+        );
+    }
 }
 
 /// Multi-cluster mode as the chart renders it: a remote cluster (a second
@@ -796,7 +830,12 @@ endpoints:
     home.sim
         .write_kubeconfig(&home_kubeconfig, &home_token)
         .expect("home kubeconfig");
-    let mut run = spawn_from_chart(&home, home_token, Some(&home_kubeconfig));
+    let mut run = spawn_from_chart(
+        &home,
+        home_token,
+        Some(&home_kubeconfig),
+        "kd-kube-discovery-0",
+    );
 
     let want = serde_json::json!([{"host": "10.1.0.7", "port": 8080, "weight": 50}]);
     let deadline = Instant::now() + Duration::from_secs(60);
