@@ -791,7 +791,8 @@ fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
             }
         }
         let av = ctx.api_version();
-        let mut merged = match machinery::ssa_apply(old.as_deref(), &applied, &manager, force, &now(), &av) {
+        let schema = ctx.info.crd.as_ref().and_then(|c| c.versions.get(&ctx.version)).and_then(|v| v.schema.clone());
+        let mut merged = match machinery::ssa_apply(old.as_deref(), &applied, &manager, force, &now(), &av, schema.as_deref()) {
             Ok(v) => v,
             Err(c) => {
                 return Err(ApiError::new(409, "Conflict", c.message()).with_details(json!({"causes": c.causes()})));

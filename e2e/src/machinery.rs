@@ -5,28 +5,37 @@
 //! SHIM: parts of `kube-sim-apimachinery` had not landed when this was written;
 //! functions marked `SHIM` are temporary minimal stand-ins, replaced as modules land.
 
-use kube_sim_apimachinery::{names, patch, rbac, selector, ssa};
+use kube_sim_apimachinery::{names, patch, rbac, schema, selector, ssa};
 use serde_json::Value;
 
 use crate::status::{ApiError, Cause};
 
-/// A compiled CRD `openAPIV3Schema`.
+/// A compiled CRD `openAPIV3Schema` (`kube_sim_apimachinery::schema`).
 #[derive(Debug)]
-pub struct CompiledSchema {
-    raw: Value,
-}
+pub struct CompiledSchema(schema::StructuralSchema);
 
 impl CompiledSchema {
-    /// SHIM: accepts any schema.
     pub fn compile(raw: &Value) -> Result<Self, String> {
-        Ok(CompiledSchema { raw: raw.clone() })
+        schema::StructuralSchema::compile(raw).map(CompiledSchema)
     }
 
-    /// Prune unknown fields, apply defaults, validate. Returns the pruned field paths
-    /// and the field errors.
-    pub fn admit(&self, _obj: &mut Value) -> (Vec<String>, Vec<Cause>) {
-        let _ = &self.raw;
-        (Vec::new(), Vec::new())
+    /// Prune unknown fields, apply defaults, validate (the real server's order).
+    /// Returns the pruned field paths and the field errors.
+    pub fn admit(&self, obj: &mut Value) -> (Vec<String>, Vec<Cause>) {
+        let pruned = self.0.prune_with_paths(obj);
+        self.0.default(obj);
+        let causes = self
+            .0
+            .validate(obj)
+            .into_iter()
+            .map(|e| Cause::new(e.kind.reason(), &e.field, e.detail().to_string()))
+            .collect();
+        (pruned, causes)
+    }
+
+    /// List types declared by the schema, for server-side apply.
+    pub fn list_type_at(&self, path: &[&str]) -> ssa::ListType {
+        self.0.list_type_at(path)
     }
 }
 
@@ -145,8 +154,23 @@ pub struct RbacObjects {
 pub type Conflicts = ssa::ApplyConflict;
 
 /// Server-side apply: the new object with updated managedFields, or the conflicts.
-pub fn ssa_apply(live: Option<&Value>, applied: &Value, manager: &str, force: bool, now: &str, api_version: &str) -> Result<Value, Conflicts> {
-    ssa::apply(live, applied, manager, force, now, api_version)
+/// Custom resources use their schema's list types; built-in kinds the crate's table.
+pub fn ssa_apply(
+    live: Option<&Value>,
+    applied: &Value,
+    manager: &str,
+    force: bool,
+    now: &str,
+    api_version: &str,
+    schema: Option<&CompiledSchema>,
+) -> Result<Value, Conflicts> {
+    match schema {
+        Some(s) => {
+            let lt = |p: &[&str]| s.list_type_at(p);
+            ssa::apply_with_list_types(live, applied, manager, force, now, api_version, &lt)
+        }
+        None => ssa::apply(live, applied, manager, force, now, api_version),
+    }
 }
 
 /// Record a create/update/patch by `manager` in `new`'s managedFields.

@@ -144,11 +144,15 @@ impl Cause {
             "FieldValueTypeInvalid" => "Invalid value",
             _ => "Invalid value",
         };
-        if self.field.is_empty() {
-            format!("{kind}: {}", self.message)
+        const PREFIXES: &[&str] = &["Required value", "Unsupported value", "Forbidden", "Duplicate value", "Too long", "Too many", "Invalid value"];
+        let detail = if PREFIXES.iter().any(|p| self.message.starts_with(p)) {
+            self.message.clone()
+        } else if self.message.is_empty() {
+            kind.to_string()
         } else {
-            format!("{}: {kind}: {}", self.field, self.message)
-        }
+            format!("{kind}: {}", self.message)
+        };
+        if self.field.is_empty() { detail } else { format!("{}: {detail}", self.field) }
     }
 }
 

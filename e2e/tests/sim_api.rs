@@ -410,3 +410,61 @@ async fn discovery_and_crd_lifecycle() {
     assert!(api.list(&ListParams::default()).await.expect("list").items.is_empty(), "objects went with the CRD");
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resources_are_validated_and_pruned_by_their_schema() {
+    let sim = start(false).await;
+    let c = client(&sim, ADMIN).await;
+    create_crd(&c).await;
+    let api = gizmo_api(&c);
+    let invalid = |spec: Value| {
+        let api = api.clone();
+        async move { api_err(api.create(&PostParams::default(), &gizmo("bad", spec)).await.expect_err("invalid")) }
+    };
+    let s = invalid(json!({"size": 20})).await;
+    assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+    assert!(s.message.starts_with(r#"Gizmo.test.io "bad" is invalid: spec.size"#), "{}", s.message);
+    assert!(s.message.contains("less than or equal to 10"), "{}", s.message);
+    let s = invalid(json!({})).await;
+    assert!(s.message.contains("spec.size: Required value"), "{}", s.message);
+    let s = invalid(json!({"size": 1, "mode": "c"})).await;
+    assert!(s.message.contains("spec.mode: Unsupported value"), "{}", s.message);
+    let s = invalid(json!({"size": 1, "name": "UPPER"})).await;
+    assert!(s.message.contains("spec.name"), "{}", s.message);
+    let s = invalid(json!({"size": "one"})).await;
+    assert!(s.message.contains("spec.size"), "{}", s.message);
+    let s = invalid(json!({"size": 1, "labels": {"a": 1}})).await;
+    assert!(s.message.contains("spec.labels.a"), "{}", s.message);
+    let causes = s.details.expect("details").causes;
+    assert!(causes.iter().any(|c| c.field == "spec.labels.a"), "{causes:?}");
+
+    // Unknown fields are pruned; x-kubernetes-preserve-unknown-fields keeps them.
+    let o = api
+        .create(&PostParams::default(), &gizmo("ok", json!({"size": 2, "bogus": true, "extra": {"anything": {"goes": 1}}})))
+        .await
+        .expect("valid");
+    assert!(o.data["spec"].get("bogus").is_none(), "{:?}", o.data);
+    assert_eq!(o.data["spec"]["extra"]["anything"]["goes"], 1);
+    // With fieldValidation=Strict the unknown field is an error instead.
+    let (status, body) = raw(
+        &c,
+        "POST",
+        "/apis/test.io/v1/namespaces/default/gizmos?fieldValidation=Strict",
+        Some(json!({"apiVersion": "test.io/v1", "kind": "Gizmo", "metadata": {"name": "strict"}, "spec": {"size": 2, "bogus": true}})),
+        "application/json",
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["message"].as_str().is_some_and(|m| m.contains(r#"unknown field "spec.bogus""#)), "{body}");
+    // Updates are validated too.
+    let s = api_err(api.patch("ok", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 0}}))).await.expect_err("invalid patch"));
+    assert_eq!(s.code, 422);
+    // An invalid CRD schema is rejected.
+    let mut crd: Value = serde_json::from_str(CRD).expect("crd");
+    crd["metadata"]["name"] = json!("bads.test.io");
+    crd["spec"]["names"] = json!({"plural": "bads", "singular": "bad", "kind": "Bad"});
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = json!({"type": "string"});
+    let (status, body) = raw(&c, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", Some(crd), "application/json").await;
+    assert_eq!(status, 422, "{body}");
+    sim.shutdown().await;
+}
