@@ -1,0 +1,143 @@
+//! nginx (Debian package) follows DiscoveredServices through
+//! `kube-discovery-sync nginx`: kube-sim, the controller, real backends on
+//! 127.0.1.x and a bounded client loop through nginx (issue 8).
+//!
+//! nginx runs as a plain process (`daemon off`) with its config in a temp
+//! dir; the test FAILS when nginx is not installed (`gateways/tools/install.sh`).
+
+mod controller_support;
+mod gateway_support;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use controller_support::{Env, LIMIT, eventually};
+use gateway_support::*;
+
+const NET: u8 = 1;
+
+fn nginx_conf(dir: &Path, port: u16, upstreams: &Path, upstream: &str) -> String {
+    let d = dir.display();
+    format!(
+        "daemon off;\nmaster_process on;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/nginx-error.log notice;\n\
+events {{ worker_connections 512; }}\n\
+http {{\n  access_log off;\n  client_body_temp_path {d}/t-body;\n  proxy_temp_path {d}/t-proxy;\n  fastcgi_temp_path {d}/t-fcgi;\n  uwsgi_temp_path {d}/t-uwsgi;\n  scgi_temp_path {d}/t-scgi;\n\
+  include {};\n\
+  server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://{upstream};\n      proxy_connect_timeout 1s;\n      proxy_next_upstream error timeout;\n    }}\n  }}\n}}\n",
+        upstreams.display()
+    )
+}
+
+struct Nginx {
+    addr: SocketAddr,
+    proc: Proc,
+    sync: Proc,
+}
+
+/// Writes the nginx config, renders the upstreams once (`--once`), starts nginx, then the follow-mode sync.
+async fn start_nginx(env: &Env, name: &str, services: &[&str], upstream: &str, extra: &[&str]) -> Nginx {
+    let nginx = system_bin("nginx");
+    let dir = env.path(name);
+    std::fs::create_dir_all(&dir).expect("nginx dir");
+    let port = free_port([127, 0, 0, 1].into());
+    let upstreams = dir.join("upstreams.conf");
+    let conf = dir.join("nginx.conf");
+    std::fs::write(&conf, nginx_conf(&dir, port, &upstreams, upstream)).expect("write nginx.conf");
+    let kubeconfig = env.kubeconfig(&env.sim.admin_token());
+    let sync_args = |once: bool| {
+        let mut c = tokio::process::Command::new(gw_bin("kube-discovery-sync"));
+        c.arg("nginx").arg("--kubeconfig").arg(&kubeconfig).arg("--output").arg(&upstreams);
+        c.arg("--nginx-bin").arg(&nginx).arg("--nginx-conf").arg(&conf).arg("--nginx-prefix").arg(&dir);
+        for s in services {
+            c.args(["--service", s]);
+        }
+        c.args(extra);
+        if once {
+            c.arg("--once");
+        }
+        c
+    };
+    run_ok("kube-discovery-sync nginx --once", &mut sync_args(true)).await;
+    let text = std::fs::read_to_string(&upstreams).expect("upstreams written by --once");
+    assert!(text.contains(&format!("upstream {upstream} {{")), "{text}");
+    let mut cmd = tokio::process::Command::new(&nginx);
+    cmd.arg("-p").arg(&dir).arg("-c").arg(&conf).arg("-e").arg(dir.join("nginx-error.log"));
+    let mut proc = Proc::spawn(env, &format!("{name}-nginx"), &mut cmd);
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    eventually("nginx listening", LIMIT, || {
+        let exited = proc.child.try_wait().ok().flatten();
+        let err = std::fs::read_to_string(dir.join("nginx-error.log")).unwrap_or_default();
+        async move {
+            if let Some(s) = exited {
+                panic!("nginx exited with {s}: {err}");
+            }
+            tokio::net::TcpStream::connect(addr).await.ok().map(|_| ())
+        }
+    })
+    .await;
+    proc.assert_running();
+    let sync = Proc::spawn(env, &format!("{name}-sync"), &mut sync_args(false));
+    Nginx { addr, proc, sync }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nginx_follows_scale_rolling_replacement_and_moves() {
+    let (env, ctl, backends, port) = start_world(NET).await;
+    let mut gw = start_nginx(&env, "ngx", &["web=shop/web:http"], "web", &[]).await;
+    let report = scenario(&env, gw.addr, NET, backends, port).await;
+    gw.sync.assert_running();
+    gw.proc.assert_running();
+    let logs = gw.sync.logs();
+    report.assert_issue_targets("nginx");
+    // Each applied change was one reload; the controller's status-only writes caused none.
+    let reloads = logs.matches("applied=Reloaded").count();
+    assert!((4..=20).contains(&reloads), "nginx reloads: {reloads}\n{logs}");
+    assert!(!logs.contains("not applied"), "{logs}");
+    gw.sync.stop().await;
+    gw.proc.stop().await;
+    ctl.stop().await;
+}
+
+/// A hand-written DiscoveredService (no controller) with weights 1 and 3,
+/// then its nodes removed: `--empty-policy 503` answers 503, `keep` keeps
+/// serving the last set. Also: a node that would break the config is skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nginx_spreads_by_weight_and_applies_the_empty_policy() {
+    let env = Env::start().await;
+    env.namespace(NS).await;
+    let port = free_port([127, 0, 1, 21].into());
+    let light = Backend::start("light", ([127, 0, 1, 20], port).into()).await;
+    let heavy = Backend::start("heavy", ([127, 0, 1, 21], port).into()).await;
+    put_dsvc(&env, "wtd", &[("127.0.1.20", port, 10), ("127.0.1.21", port, 30), ("bad;host", port, 10)]).await;
+    put_dsvc(&env, "keepme", &[("127.0.1.20", port, 10)]).await;
+    let mut gw = start_nginx(&env, "ngx-w", &["wtd=shop/wtd:http", "keepme=shop/keepme:http"], "wtd", &["--empty-policy", "503"]).await;
+    let keep = start_nginx(&env, "ngx-k", &["wtd=shop/wtd:http"], "wtd", &["--empty-policy", "keep"]).await;
+    wait_served(gw.addr, "heavy").await;
+    let mut counts = (0usize, 0usize);
+    for _ in 0..400 {
+        match get(gw.addr).await {
+            Ok((200, b)) if b == "heavy" => counts.1 += 1,
+            Ok((200, b)) if b == "light" => counts.0 += 1,
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    let share = counts.1 as f64 / (counts.0 + counts.1) as f64;
+    eprintln!("BENCH gateway=nginx weighted 10:30 heavy_share={share:.3} counts={counts:?}");
+    assert!((0.70..=0.80).contains(&share), "weight 30 of 40 should get ~75%: {counts:?}");
+    assert!(gw.sync.logs().contains("bad;host"), "the unusable node is reported: {}", gw.sync.logs());
+
+    // Nodes gone: 503 policy answers 503 within a second or so; keep policy keeps serving.
+    put_dsvc(&env, "wtd", &[]).await;
+    eventually("nginx answers 503 for an empty service", Duration::from_secs(10), || async {
+        matches!(get(gw.addr).await, Ok((503, _))).then_some(())
+    })
+    .await;
+    for _ in 0..20 {
+        let r = get(keep.addr).await;
+        assert!(matches!(&r, Ok((200, _))), "keep policy must keep serving: {r:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gw.sync.assert_running();
+    drop((light, heavy));
+}

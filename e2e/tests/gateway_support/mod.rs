@@ -1,0 +1,459 @@
+//! Shared harness of the gateway end-to-end tests (`gateway_*.rs`): real
+//! backends (axum servers on 127.0.x.y answering with their identity and
+//! recording when they were hit), a bounded client loop through a gateway,
+//! EndpointSlices with explicit conditions, and the scenario of issue 8
+//! (scale 1 -> 3 -> 1, rolling replacement with draining, move to new
+//! addresses) run against any gateway, returning what was measured.
+//!
+//! Uses `controller_support` (kube-sim with the CRD, the `kube-discovery`
+//! binary); each test file declares both modules.
+#![allow(dead_code)]
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+
+use crate::controller_support::{Controller, Env, LIMIT, eventually, repo_root};
+
+/// Namespace and Service of the scenario.
+pub const NS: &str = "shop";
+pub const SVC: &str = "web";
+/// The APISIX name the gateways route.
+pub const SERVICE: &str = "shop/web:http";
+
+/// A binary of the gateways crate next to the test's target dir.
+pub fn gw_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let p = dir.join(name);
+    assert!(p.exists(), "{} not found: run `cargo build -p kube-discovery-gateways --bins` first (./test.sh does)", p.display());
+    p
+}
+
+/// A gateway binary from the system (Debian package): FAILS when missing.
+pub fn system_bin(name: &str) -> PathBuf {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+    dirs.extend(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from));
+    dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file()).unwrap_or_else(|| {
+        panic!("{name} is not installed: run `bash gateways/tools/install.sh` (Debian packages nginx-light/nginx and haproxy)")
+    })
+}
+
+/// A free TCP port on `ip` (bound and released; fine for tests on loopback).
+pub fn free_port(ip: IpAddr) -> u16 {
+    std::net::TcpListener::bind((ip, 0)).and_then(|l| l.local_addr()).expect("free port").port()
+}
+
+/// A backend: answers every request with its name, records when it was hit.
+pub struct Backend {
+    pub name: String,
+    pub addr: SocketAddr,
+    hits: Arc<Mutex<Vec<Instant>>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Backend {
+    pub async fn start(name: &str, addr: SocketAddr) -> Backend {
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap_or_else(|e| panic!("backend {name} bind {addr}: {e}"));
+        let hits: Arc<Mutex<Vec<Instant>>> = Arc::default();
+        let (h, body) = (hits.clone(), name.to_string());
+        let app = axum::Router::new().fallback(move || {
+            let (h, body) = (h.clone(), body.clone());
+            async move {
+                h.lock().expect("hits").push(Instant::now());
+                body
+            }
+        });
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).with_graceful_shutdown(async move {
+                let _ = rx.await;
+            }).await;
+        });
+        Backend { name: name.to_string(), addr, hits, stop: Some(tx), task }
+    }
+
+    /// Hits after `t`.
+    pub fn hits_after(&self, t: Instant) -> usize {
+        self.hits.lock().expect("hits").iter().filter(|h| **h > t).count()
+    }
+
+    pub fn hits(&self) -> usize {
+        self.hits.lock().expect("hits").len()
+    }
+
+    /// Stops listening (in-flight requests finish).
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(5), &mut self.task).await;
+    }
+}
+
+/// One request of the client loop.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub start: Instant,
+    pub done: Instant,
+    /// `Ok((status, body))` or a connection error / timeout.
+    pub outcome: Result<(u16, String), String>,
+}
+
+/// One `GET /` with `Connection: close` (bounded by 2 s).
+pub async fn get(addr: SocketAddr) -> Result<(u16, String), String> {
+    let fut = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+        s.write_all(format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await.map_err(|e| format!("write: {e}"))?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.map_err(|e| format!("read: {e}"))?;
+        let text = String::from_utf8_lossy(&buf).to_string();
+        let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| format!("no HTTP response: {text:?}"))?;
+        let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or_else(|| format!("bad status line: {head:?}"))?;
+        Ok((code, body.trim().to_string()))
+    };
+    tokio::time::timeout(Duration::from_secs(2), fut).await.unwrap_or_else(|_| Err("timeout after 2s".into()))
+}
+
+/// A bounded client loop (at most `max` requests, at most `max_time`, one
+/// request every `every`), only to a loopback address.
+pub struct Load {
+    samples: Arc<Mutex<Vec<Sample>>>,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Load {
+    pub fn start(addr: SocketAddr, every: Duration, max: usize, max_time: Duration) -> Load {
+        assert!(addr.ip().is_loopback(), "the client loop only talks to 127.0.0.0/8");
+        let samples: Arc<Mutex<Vec<Sample>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, st) = (samples.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            let begin = Instant::now();
+            for _ in 0..max {
+                if st.load(Ordering::Relaxed) || begin.elapsed() > max_time {
+                    break;
+                }
+                let start = Instant::now();
+                let outcome = get(addr).await;
+                s.lock().expect("samples").push(Sample { start, done: Instant::now(), outcome });
+                tokio::time::sleep(every).await;
+            }
+        });
+        Load { samples, stop, task }
+    }
+
+    pub fn samples(&self) -> Vec<Sample> {
+        self.samples.lock().expect("samples").clone()
+    }
+
+    pub async fn stop(self) -> Vec<Sample> {
+        self.stop.store(true, Ordering::Relaxed);
+        let samples = self.samples.clone();
+        let _ = self.task.await;
+        let v = samples.lock().expect("samples").clone();
+        v
+    }
+}
+
+/// Creates or replaces the EndpointSlice `shop/web-1` of Service `shop/web`:
+/// `eps` are `(ip, ready, serving, terminating)`.
+pub async fn slice(env: &Env, eps: &[(Ipv4Addr, bool, bool, bool)], port: u16) {
+    let obj = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "web-1", "namespace": NS, "labels": {"kubernetes.io/service-name": SVC}},
+        "addressType": "IPv4",
+        "endpoints": eps.iter().map(|(ip, ready, serving, terminating)| json!({
+            "addresses": [ip.to_string()],
+            "conditions": {"ready": ready, "serving": serving, "terminating": terminating}})).collect::<Vec<_>>(),
+        "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+    });
+    let api: Api<EndpointSlice> = Api::namespaced(env.admin.clone(), NS);
+    api.patch("web-1", &PatchParams::apply("e2e").force(), &Patch::Apply(&obj)).await.expect("apply EndpointSlice");
+}
+
+fn ready(ip: Ipv4Addr) -> (Ipv4Addr, bool, bool, bool) {
+    (ip, true, true, false)
+}
+
+fn terminating(ip: Ipv4Addr) -> (Ipv4Addr, bool, bool, bool) {
+    (ip, false, true, true)
+}
+
+/// kube-sim + the controller (EndpointSlices, draining on) with `shop/web`
+/// served by one backend; returns the env, the controller, the backends and the port.
+pub async fn start_world(net: u8) -> (Env, Controller, Vec<Backend>, u16) {
+    let env = Env::start().await;
+    env.namespace(NS).await;
+    let b1_ip = Ipv4Addr::new(127, 0, net, 1);
+    let port = free_port(b1_ip.into());
+    let b1 = Backend::start("b1", (b1_ip, port).into()).await;
+    slice(&env, &[ready(b1_ip)], port).await;
+    let cfg = format!(
+        "discovery:\n  kubernetes:\n{}    watch_endpoint_slices: true\nkube_discovery:\n  coalesce_window: 20ms\n  drain_terminating: true\n",
+        env.service_block(&env.sim.admin_token())
+    );
+    let ctl = Controller::start(&env, "ctl", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    env.wait_nodes(NS, SVC, "http", &[&b1_ip.to_string()]).await;
+    (env, ctl, vec![b1], port)
+}
+
+/// A child process (gateway or sync) with its log file, killed on drop.
+pub struct Proc {
+    pub name: String,
+    pub child: tokio::process::Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(env: &Env, name: &str, cmd: &mut tokio::process::Command) -> Proc {
+        let log = env.path(&format!("{name}.log"));
+        let f = std::fs::File::create(&log).expect("log file");
+        let f2 = f.try_clone().expect("log file");
+        let child = cmd
+            .env("RUST_LOG", "info,kube_discovery_gateways=debug")
+            .env_remove("KUBECONFIG")
+            .stdout(Stdio::from(f2))
+            .stderr(Stdio::from(f))
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        Proc { name: name.to_string(), child, log }
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Panics with the log when the process has exited.
+    pub fn assert_running(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("{} exited with {status}:\n{}", self.name, self.logs());
+        }
+    }
+
+    /// SIGTERM and wait (bounded).
+    pub async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+        }
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await.is_err() {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+/// Runs a one-shot command (e.g. `sync --once`), panicking with its output on failure.
+pub async fn run_ok(what: &str, cmd: &mut tokio::process::Command) -> String {
+    let out = tokio::time::timeout(LIMIT, cmd.env_remove("KUBECONFIG").kill_on_drop(true).output())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no exit within {LIMIT:?}"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{what} failed ({}):\n{text}", out.status);
+    text
+}
+
+/// Waits until a GET through the gateway answers 200 with `body`.
+pub async fn wait_served(gw: SocketAddr, body: &str) {
+    eventually(&format!("gateway {gw} answers {body}"), LIMIT, || async {
+        matches!(get(gw).await, Ok((200, b)) if b == body).then_some(())
+    })
+    .await;
+}
+
+/// What the scenario measured.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Change -> first response from each new backend (done time), per new backend.
+    pub follow: Vec<Duration>,
+    /// Requests / non-2xx / connection errors over the whole run.
+    pub requests: usize,
+    pub non_2xx: usize,
+    pub conn_errors: usize,
+    /// The same during the rolling replacement.
+    pub rolling_requests: usize,
+    pub rolling_5xx: usize,
+    pub rolling_conn_errors: usize,
+    /// Requests reaching a removed backend later than 1 s after its removal.
+    pub late_hits_removed: usize,
+    /// Share of each of the 3 equal-weight backends at 3 replicas.
+    pub spread: Vec<(String, f64)>,
+}
+
+impl Report {
+    /// p99 of the follow latencies (nearest rank).
+    pub fn p99(&self) -> Duration {
+        let mut v = self.follow.clone();
+        v.sort();
+        let idx = ((v.len() as f64 * 0.99).ceil() as usize).saturating_sub(1);
+        v.get(idx).copied().unwrap_or_default()
+    }
+
+    pub fn max(&self) -> Duration {
+        self.follow.iter().max().copied().unwrap_or_default()
+    }
+
+    /// One line for BENCHMARKS.md.
+    pub fn line(&self, gateway: &str) -> String {
+        let mut f = self.follow.clone();
+        f.sort();
+        let ms: Vec<String> = f.iter().map(|d| format!("{}", d.as_millis())).collect();
+        format!(
+            "BENCH gateway={gateway} follow_ms=[{}] p99_ms={} requests={} non_2xx={} conn_errors={} rolling: requests={} 5xx={} conn_errors={} late_hits_removed={} spread={:?}",
+            ms.join(","),
+            self.p99().as_millis(),
+            self.requests,
+            self.non_2xx,
+            self.conn_errors,
+            self.rolling_requests,
+            self.rolling_5xx,
+            self.rolling_conn_errors,
+            self.late_hits_removed,
+            self.spread.iter().map(|(n, s)| format!("{n}:{s:.2}")).collect::<Vec<_>>()
+        )
+    }
+
+    /// The issue's asserts.
+    pub fn assert_issue_targets(&self, gateway: &str) {
+        eprintln!("{}", self.line(gateway));
+        assert!(self.follow.len() >= 6, "{gateway}: follow samples {:?}", self.follow);
+        assert!(self.p99() <= Duration::from_secs(1), "{gateway}: traffic reached new backends after {:?} (p99 > 1s): {:?}", self.p99(), self.follow);
+        assert!(self.rolling_requests >= 50, "{gateway}: only {} requests during the rolling replacement", self.rolling_requests);
+        assert_eq!((self.rolling_5xx, self.rolling_conn_errors), (0, 0), "{gateway}: 5xx / connection errors during the rolling replacement");
+        assert_eq!(self.late_hits_removed, 0, "{gateway}: removed backends still got requests 1 s after removal");
+        for (n, s) in &self.spread {
+            assert!((0.2..=0.47).contains(s), "{gateway}: backend {n} got {s:.2} of the traffic at 3 equal-weight replicas: {:?}", self.spread);
+        }
+    }
+}
+
+/// First time after `since` a response came from `name`.
+fn first_from(samples: &[Sample], since: Instant, name: &str) -> Option<Instant> {
+    samples.iter().find(|s| s.start >= since && matches!(&s.outcome, Ok((200, b)) if b == name)).map(|s| s.done)
+}
+
+async fn wait_reached(load: &Load, since: Instant, names: &[&str]) -> Vec<Duration> {
+    let mut out = Vec::new();
+    for n in names {
+        let at = eventually(&format!("traffic reaches {n}"), Duration::from_secs(15), || async {
+            first_from(&load.samples(), since, n)
+        })
+        .await;
+        out.push(at.saturating_duration_since(since));
+    }
+    out
+}
+
+/// The scenario of issue 8 through the gateway at `gw`. `backends` holds b1
+/// (serving `shop/web` on 127.0.`net`.1:`port`) on entry.
+pub async fn scenario(env: &Env, gw: SocketAddr, net: u8, mut backends: Vec<Backend>, port: u16) -> Report {
+    let ip = |i: u8| Ipv4Addr::new(127, 0, net, i);
+    wait_served(gw, "b1").await;
+    let load = Load::start(gw, Duration::from_millis(4), 40_000, Duration::from_secs(90));
+    let mut r = Report::default();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // 1 -> 3.
+    for (i, n) in [(2u8, "b2"), (3, "b3")] {
+        backends.push(Backend::start(n, (ip(i), port).into()).await);
+    }
+    let t = Instant::now();
+    slice(env, &[ready(ip(1)), ready(ip(2)), ready(ip(3))], port).await;
+    r.follow.extend(wait_reached(&load, t, &["b2", "b3"]).await);
+    // Spread at 3 equal-weight replicas, over the next 1.2 s.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let from = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let window: Vec<Sample> = load.samples().into_iter().filter(|s| s.start >= from).collect();
+    let ok = window.iter().filter(|s| matches!(s.outcome, Ok((200, _)))).count().max(1) as f64;
+    for n in ["b1", "b2", "b3"] {
+        let c = window.iter().filter(|s| matches!(&s.outcome, Ok((200, b)) if b == n)).count() as f64;
+        r.spread.push((n.to_string(), c / ok));
+    }
+
+    // 3 -> 1: b2, b3 keep listening for 2 s and must get nothing after 1 s.
+    let t = Instant::now();
+    slice(env, &[ready(ip(1))], port).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let gone: Vec<Backend> = backends.drain(1..).collect();
+    for b in gone {
+        r.late_hits_removed += b.hits_after(t + Duration::from_secs(1));
+        b.stop().await;
+    }
+
+    // Rolling replacement with draining: n1, n2 ready; b1 terminating (serving); b1 away.
+    let rolling_from = Instant::now();
+    for (i, n) in [(4u8, "n1"), (5, "n2")] {
+        backends.push(Backend::start(n, (ip(i), port).into()).await);
+    }
+    let t = Instant::now();
+    slice(env, &[ready(ip(1)), ready(ip(4)), ready(ip(5))], port).await;
+    r.follow.extend(wait_reached(&load, t, &["n1", "n2"]).await);
+    let t = Instant::now();
+    slice(env, &[terminating(ip(1)), ready(ip(4)), ready(ip(5))], port).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    slice(env, &[ready(ip(4)), ready(ip(5))], port).await;
+    let b1 = backends.remove(0);
+    r.late_hits_removed += b1.hits_after(t + Duration::from_secs(1));
+    b1.stop().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rolling: Vec<Sample> = load.samples().into_iter().filter(|s| s.start >= rolling_from).collect();
+    r.rolling_requests = rolling.len();
+    r.rolling_5xx = rolling.iter().filter(|s| matches!(s.outcome, Ok((c, _)) if c >= 500)).count();
+    r.rolling_conn_errors = rolling.iter().filter(|s| s.outcome.is_err()).count();
+
+    // Move to new addresses on a new port.
+    let port2 = free_port(ip(6).into());
+    for (i, n) in [(6u8, "m1"), (7, "m2")] {
+        backends.push(Backend::start(n, (ip(i), port2).into()).await);
+    }
+    let t = Instant::now();
+    slice(env, &[ready(ip(6)), ready(ip(7))], port2).await;
+    r.follow.extend(wait_reached(&load, t, &["m1", "m2"]).await);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let old: Vec<Backend> = backends.drain(..2).collect();
+    for b in old {
+        r.late_hits_removed += b.hits_after(t + Duration::from_secs(1));
+        b.stop().await;
+    }
+
+    let all = load.stop().await;
+    r.requests = all.len();
+    r.non_2xx = all.iter().filter(|s| matches!(s.outcome, Ok((c, _)) if !(200..300).contains(&c))).count();
+    r.conn_errors = all.iter().filter(|s| s.outcome.is_err()).count();
+    for b in backends {
+        b.stop().await;
+    }
+    r
+}
+
+/// Creates or replaces the DiscoveredService `shop/<name>` (port key `http`) by hand.
+pub async fn put_dsvc(env: &Env, name: &str, nodes: &[(&str, u16, u32)]) {
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    let obj = serde_json::json!({
+        "apiVersion": "kubediscovery.io/v1alpha1", "kind": "DiscoveredService",
+        "metadata": {"name": name, "namespace": NS, "labels": {"app.kubernetes.io/managed-by": "kube-discovery"}},
+        "spec": {"cluster": "", "service": format!("{NS}/{name}"), "sourceNamespace": NS, "sourceName": name,
+            "source": "EndpointSlice", "version": "0000000000000000",
+            "ports": {"http": nodes.iter().map(|(h, p, w)| serde_json::json!({"host": h, "port": p, "weight": w})).collect::<Vec<_>>()}},
+    });
+    let api: Api<DynamicObject> = Api::namespaced_with(env.admin.clone(), NS, &crate::controller_support::dsvc_resource());
+    api.patch(name, &PatchParams::apply("e2e").force(), &Patch::Apply(&obj)).await.expect("apply DiscoveredService");
+}
+
+/// The repository root (for scripts in messages).
+pub fn root() -> PathBuf {
+    repo_root()
+}
