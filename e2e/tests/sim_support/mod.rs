@@ -197,3 +197,23 @@ pub async fn stats(client: &kube::Client) -> Value {
 pub fn count(stats: &Value, verb: &str, resource: &str) -> u64 {
     stats["requests"][verb][resource].as_u64().unwrap_or(0)
 }
+
+/// One plain-HTTP request over a fresh TCP connection (no client retries, unlike
+/// kube's client, which retries 429/503): returns (status, headers, JSON body).
+pub async fn plain_http(addr: std::net::SocketAddr, method: &str, path: &str, token: &str, body: Option<Value>) -> (u16, String, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {token}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.expect("read");
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").expect("http response");
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("status");
+    let v = serde_json::from_str(rest).unwrap_or(Value::String(rest.to_string()));
+    (status, head.to_ascii_lowercase(), v)
+}
