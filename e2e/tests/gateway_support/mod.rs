@@ -162,8 +162,7 @@ impl Load {
         self.stop.store(true, Ordering::Relaxed);
         let samples = self.samples.clone();
         let _ = self.task.await;
-        let v = samples.lock().expect("samples").clone();
-        v
+        samples.lock().expect("samples").clone()
     }
 }
 
