@@ -48,7 +48,10 @@ pub fn core_versions(url: &str) -> Value {
 }
 
 fn group_json(name: &str, versions: &[String]) -> Value {
-    let vs: Vec<Value> = versions.iter().map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v})).collect();
+    let vs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
+        .collect();
     json!({
         "name": name,
         "versions": vs,
@@ -67,7 +70,10 @@ pub fn groups(reg: &Registry) -> Value {
 }
 
 pub fn group(reg: &Registry, name: &str) -> Option<Value> {
-    let (g, vs) = reg.groups().into_iter().find(|(g, _)| g == name && !g.is_empty())?;
+    let (g, vs) = reg
+        .groups()
+        .into_iter()
+        .find(|(g, _)| g == name && !g.is_empty())?;
     let mut v = group_json(&g, &vs);
     v["kind"] = json!("APIGroup");
     v["apiVersion"] = json!("v1");
@@ -109,8 +115,14 @@ pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value
             list.push(json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true, "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]}));
         }
     }
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}))
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}),
+    )
 }
 
 pub fn openapi_v2(_reg: &Registry) -> Value {
@@ -123,7 +135,11 @@ pub fn openapi_v2(_reg: &Registry) -> Value {
 }
 
 fn gv_path(group: &str, version: &str) -> String {
-    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
 }
 
 fn doc_hash(doc: &Value) -> String {
@@ -191,20 +207,28 @@ pub fn openapi_v3(reg: &Registry, gv: &str) -> Option<Value> {
             })
         };
         paths.insert(item, json!({"get": op("get"), "put": op("put"), "patch": op("patch"), "delete": op("delete")}));
-        if let Some(crd) = &r.crd {
-            if let Some(raw) = crd.versions.get(&version).and_then(|v| v.raw_schema.clone()) {
-                let mut schema = raw;
-                if let Some(m) = schema.as_object_mut() {
-                    m.insert("x-kubernetes-group-version-kind".into(), gvk.clone());
-                    let props = m.entry("properties").or_insert_with(|| json!({}));
-                    if let Some(p) = props.as_object_mut() {
-                        p.entry("apiVersion").or_insert_with(|| json!({"type": "string"}));
-                        p.entry("kind").or_insert_with(|| json!({"type": "string"}));
-                        p.entry("metadata").or_insert_with(|| json!({"type": "object"}));
-                    }
+        if let Some(crd) = &r.crd
+            && let Some(raw) = crd
+                .versions
+                .get(&version)
+                .and_then(|v| v.raw_schema.clone())
+        {
+            let mut schema = raw;
+            if let Some(m) = schema.as_object_mut() {
+                m.insert("x-kubernetes-group-version-kind".into(), gvk.clone());
+                let props = m.entry("properties").or_insert_with(|| json!({}));
+                if let Some(p) = props.as_object_mut() {
+                    p.entry("apiVersion")
+                        .or_insert_with(|| json!({"type": "string"}));
+                    p.entry("kind").or_insert_with(|| json!({"type": "string"}));
+                    p.entry("metadata")
+                        .or_insert_with(|| json!({"type": "object"}));
                 }
-                schemas.insert(format!("{}.{}.{}", reverse_group(&r.group), version, r.kind), schema);
             }
+            schemas.insert(
+                format!("{}.{}.{}", reverse_group(&r.group), version, r.kind),
+                schema,
+            );
         }
     }
     Some(json!({

@@ -38,17 +38,29 @@ pub struct Accept {
 }
 
 fn parse_accept(headers: &HeaderMap) -> ApiResult<Accept> {
-    let Some(raw) = headers.get("accept").and_then(|v| v.to_str().ok()) else { return Ok(Accept::default()) };
+    let Some(raw) = headers.get("accept").and_then(|v| v.to_str().ok()) else {
+        return Ok(Accept::default());
+    };
     let mut json_ok = false;
     for part in raw.split(',') {
         let p = part.trim().to_ascii_lowercase();
         let media = p.split(';').next().unwrap_or("").trim();
-        if media == "application/json" || media == "*/*" || media == "application/*" || media.is_empty() {
+        if media == "application/json"
+            || media == "*/*"
+            || media == "application/*"
+            || media.is_empty()
+        {
             if p.contains("as=table") {
-                return Ok(Accept { table: true, partial: false });
+                return Ok(Accept {
+                    table: true,
+                    partial: false,
+                });
             }
             if p.contains("as=partialobjectmetadata") {
-                return Ok(Accept { table: false, partial: true });
+                return Ok(Accept {
+                    table: false,
+                    partial: true,
+                });
             }
             if !p.contains("as=") {
                 json_ok = true;
@@ -58,7 +70,11 @@ fn parse_accept(headers: &HeaderMap) -> ApiResult<Accept> {
             json_ok = true;
         }
     }
-    if json_ok { Ok(Accept::default()) } else { Err(ApiError::not_acceptable()) }
+    if json_ok {
+        Ok(Accept::default())
+    } else {
+        Err(ApiError::not_acceptable())
+    }
 }
 
 /// Decode an `application/x-www-form-urlencoded` query string.
@@ -70,8 +86,11 @@ pub fn parse_query(q: &str) -> HashMap<String, String> {
         while i < bytes.len() {
             match bytes[i] {
                 b'+' => out.push(b' '),
-                b'%' if i + 2 < bytes.len() + 0 && i + 2 <= bytes.len() - 1 => {
-                    match u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"), 16) {
+                b'%' if i + 2 < bytes.len() => {
+                    match u8::from_str_radix(
+                        std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
+                        16,
+                    ) {
                         Ok(b) => {
                             out.push(b);
                             i += 2;
@@ -157,7 +176,9 @@ fn res_path(group: &str, version: &str, rest: &[&str]) -> Route {
     match rest {
         ["namespaces"] => mk("namespaces", None, None, None),
         ["namespaces", ns] => mk("namespaces", None, Some(ns), None),
-        ["namespaces", ns, s @ ("status" | "finalize")] => mk("namespaces", None, Some(ns), Some(s)),
+        ["namespaces", ns, s @ ("status" | "finalize")] => {
+            mk("namespaces", None, Some(ns), Some(s))
+        }
         ["namespaces", ns, r] => mk(r, Some(ns), None, None),
         ["namespaces", ns, r, n] => mk(r, Some(ns), Some(n), None),
         ["namespaces", ns, r, n, s] => mk(r, Some(ns), Some(n), Some(s)),
@@ -170,10 +191,10 @@ fn res_path(group: &str, version: &str, rest: &[&str]) -> Route {
 
 fn error_response(e: &ApiError) -> Response<Body> {
     let mut resp = json_response(e.code, &e.to_status());
-    if let Some(s) = e.retry_after {
-        if let Ok(v) = http::HeaderValue::from_str(&s.to_string()) {
-            resp.headers_mut().insert("retry-after", v);
-        }
+    if let Some(s) = e.retry_after
+        && let Ok(v) = http::HeaderValue::from_str(&s.to_string())
+    {
+        resp.headers_mut().insert("retry-after", v);
     }
     resp
 }
@@ -196,14 +217,18 @@ pub async fn handle(sh: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
 fn bearer(headers: &HeaderMap) -> Option<String> {
     let v = headers.get("authorization")?.to_str().ok()?;
     let (scheme, token) = v.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_string())
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim().to_string())
 }
 
 async fn read_body(body: Incoming) -> ApiResult<bytes::Bytes> {
     match http_body_util::Limited::new(body, MAX_BODY).collect().await {
         Ok(c) => Ok(c.to_bytes()),
         Err(e) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
                 Err(ApiError::too_large(MAX_BODY))
             } else {
                 Err(ApiError::bad_request(format!("reading request body: {e}")))
@@ -212,7 +237,11 @@ async fn read_body(body: Incoming) -> ApiResult<bytes::Bytes> {
     }
 }
 
-fn verb_for(method: &Method, p: &ResPath, query: &HashMap<String, String>) -> ApiResult<&'static str> {
+fn verb_for(
+    method: &Method,
+    p: &ResPath,
+    query: &HashMap<String, String>,
+) -> ApiResult<&'static str> {
     let is_watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
     Ok(match (method, p.name.is_some()) {
         (&Method::GET, true) if is_watch => "watch",
@@ -225,12 +254,20 @@ fn verb_for(method: &Method, p: &ResPath, query: &HashMap<String, String>) -> Ap
         (&Method::PATCH, true) => "patch",
         (&Method::DELETE, true) => "delete",
         (&Method::DELETE, false) => "deletecollection",
-        _ => return Err(ApiError::method_not_allowed(format!("the server does not allow this method on the requested resource ({method})"))),
+        _ => {
+            return Err(ApiError::method_not_allowed(format!(
+                "the server does not allow this method on the requested resource ({method})"
+            )));
+        }
     })
 }
 
 fn rbac_snapshot(st: &Store) -> RbacObjects {
-    let take = |res: &str| st.range(res, None).map(|(_, v)| (**v).clone()).collect::<Vec<_>>();
+    let take = |res: &str| {
+        st.range(res, None)
+            .map(|(_, v)| (**v).clone())
+            .collect::<Vec<_>>()
+    };
     RbacObjects {
         roles: take("rbac.authorization.k8s.io/roles"),
         cluster_roles: take("rbac.authorization.k8s.io/clusterroles"),
@@ -249,7 +286,9 @@ fn authorize(sh: &Shared, user: &User, attrs: &Attributes) -> ApiResult<()> {
     } else {
         let mut e = ApiError::new(403, "Forbidden", machinery::forbidden_message(user, attrs));
         if attrs.resource_request {
-            e = e.with_details(json!({"name": attrs.name, "group": attrs.api_group, "kind": attrs.resource}));
+            e = e.with_details(
+                json!({"name": attrs.name, "group": attrs.api_group, "kind": attrs.resource}),
+            );
         }
         Err(e)
     }
@@ -272,7 +311,11 @@ async fn apply_faults(sh: &Shared, verb: &str, resource: &str) -> ApiResult<()> 
             403 => "Forbidden",
             _ => "Unknown",
         };
-        let mut e = ApiError::new(code, reason, format!("kube-sim injected fault: {code} for {verb} {resource}"));
+        let mut e = ApiError::new(
+            code,
+            reason,
+            format!("kube-sim injected fault: {code} for {verb} {resource}"),
+        );
         e.retry_after = retry_after.or(if code == 429 { Some(1) } else { None });
         return Err(e);
     }
@@ -283,7 +326,9 @@ async fn handle_inner(sh: &Arc<Shared>, req: Request<Incoming>) -> ApiResult<Res
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let query = parse_query(parts.uri.query().unwrap_or(""));
-    let user = bearer(&parts.headers).and_then(|t| sh.user_for_token(&t)).ok_or_else(ApiError::unauthorized)?;
+    let user = bearer(&parts.headers)
+        .and_then(|t| sh.user_for_token(&t))
+        .ok_or_else(ApiError::unauthorized)?;
     let r = route(&path);
     let nonresource = |verb: &str| Attributes {
         verb: verb.to_string(),
@@ -302,14 +347,24 @@ async fn handle_inner(sh: &Arc<Shared>, req: Request<Incoming>) -> ApiResult<Res
     match r {
         Route::Sim(hook) => {
             if !user.admin {
-                return Err(ApiError::new(403, "Forbidden", format!("User {:?} cannot use /_sim/ hooks (admin token only)", user.name)));
+                return Err(ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!(
+                        "User {:?} cannot use /_sim/ hooks (admin token only)",
+                        user.name
+                    ),
+                ));
             }
             let body = read_body(body).await?;
             return sim_hook(sh, &parts.method, &hook, &query, &body);
         }
         Route::Resource(p) => {
             let verb = verb_for(&parts.method, &p, &query)?;
-            let body = if matches!(verb, "create" | "update" | "patch" | "delete" | "deletecollection") {
+            let body = if matches!(
+                verb,
+                "create" | "update" | "patch" | "delete" | "deletecollection"
+            ) {
                 read_body(body).await?
             } else {
                 bytes::Bytes::new()
@@ -324,7 +379,9 @@ async fn handle_inner(sh: &Arc<Shared>, req: Request<Incoming>) -> ApiResult<Res
     }
     authorize(sh, &user, &nonresource(method_verb))?;
     if parts.method != Method::GET && parts.method != Method::HEAD {
-        return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"));
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
     }
     sh.count_request("get", "nonresource");
     let reg = sh.lock().registry.clone();
@@ -340,15 +397,24 @@ async fn handle_inner(sh: &Arc<Shared>, req: Request<Incoming>) -> ApiResult<Res
         Route::CoreVersions => discovery::core_versions(&sh.url),
         Route::Groups => discovery::groups(&reg),
         Route::Group(g) => discovery::group(&reg, &g).ok_or_else(ApiError::no_route)?,
-        Route::GroupVersion(g, v) => discovery::resource_list(&reg, &g, &v).ok_or_else(ApiError::no_route)?,
+        Route::GroupVersion(g, v) => {
+            discovery::resource_list(&reg, &g, &v).ok_or_else(ApiError::no_route)?
+        }
         Route::OpenApiV2 => {
-            let accept = parts.headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or("");
+            let accept = parts
+                .headers
+                .get("accept")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
             if accept.contains("protobuf") && !accept.contains("json") {
                 // client-go asks for the protobuf encoding only; an empty message is a
                 // valid, empty openapi_v2.Document.
                 return Ok(Response::builder()
                     .status(200)
-                    .header("content-type", "application/com.github.proto-openapi.spec.v2.v1.0+protobuf")
+                    .header(
+                        "content-type",
+                        "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                    )
                     .body(Body::empty())
                     .unwrap_or_else(|_| Response::new(Body::empty())));
             }
@@ -361,12 +427,20 @@ async fn handle_inner(sh: &Arc<Shared>, req: Request<Incoming>) -> ApiResult<Res
     Ok(json_response(200, &body))
 }
 
-fn sim_hook(sh: &Arc<Shared>, method: &Method, hook: &str, query: &HashMap<String, String>, body: &[u8]) -> ApiResult<Response<Body>> {
+fn sim_hook(
+    sh: &Arc<Shared>,
+    method: &Method,
+    hook: &str,
+    query: &HashMap<String, String>,
+    body: &[u8],
+) -> ApiResult<Response<Body>> {
     match (method, hook) {
         (&Method::GET, "stats") => Ok(json_response(200, &sh.stats_json())),
         (&Method::GET, "writes") => {
             let since: u64 = match query.get("since") {
-                Some(s) => s.parse().map_err(|_| ApiError::bad_request(format!("since: not a resourceVersion: {s:?}")))?,
+                Some(s) => s.parse().map_err(|_| {
+                    ApiError::bad_request(format!("since: not a resourceVersion: {s:?}"))
+                })?,
                 None => 0,
             };
             let resource = query.get("resource");
@@ -377,16 +451,21 @@ fn sim_hook(sh: &Arc<Shared>, method: &Method, hook: &str, query: &HashMap<Strin
                 .filter(|w| w.resource_version.parse::<u64>().unwrap_or(0) > since)
                 .filter(|w| resource.is_none_or(|r| *r == w.resource))
                 .collect();
-            Ok(json_response(200, &json!({"resourceVersion": st.rv.to_string(), "items": items})))
+            Ok(json_response(
+                200,
+                &json!({"resourceVersion": st.rv.to_string(), "items": items}),
+            ))
         }
         (&Method::POST, "faults") => {
-            let req: crate::server::FaultRequest =
-                serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid fault request: {e}")))?;
+            let req: crate::server::FaultRequest = serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("invalid fault request: {e}")))?;
             crate::server::validate_faults(&req).map_err(ApiError::bad_request)?;
             sh.apply_faults(req);
             Ok(json_response(200, &json!({"ok": true})))
         }
-        (_, "stats" | "writes" | "faults") => Err(ApiError::method_not_allowed(format!("/_sim/{hook} does not allow {method}"))),
+        (_, "stats" | "writes" | "faults") => Err(ApiError::method_not_allowed(format!(
+            "/_sim/{hook} does not allow {method}"
+        ))),
         _ => Err(ApiError::no_route()),
     }
 }
@@ -418,13 +497,25 @@ impl Ctx {
         if let Some(m) = self.q("fieldManager") {
             return m.to_string();
         }
-        let ua = self.headers.get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or("unknown");
+        let ua = self
+            .headers
+            .get("user-agent")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("unknown");
         let base = ua.split('/').next().unwrap_or("unknown").to_string();
-        if default_suffix.is_empty() { base } else { format!("{base}{default_suffix}") }
+        if default_suffix.is_empty() {
+            base
+        } else {
+            format!("{base}{default_suffix}")
+        }
     }
 
     fn key(&self, name: &str) -> Key {
-        (self.info.key(), self.namespace.clone().unwrap_or_default(), name.to_string())
+        (
+            self.info.key(),
+            self.namespace.clone().unwrap_or_default(),
+            name.to_string(),
+        )
     }
 
     fn api_version(&self) -> String {
@@ -452,7 +543,11 @@ async fn resource_request(
         path: String::new(),
     };
     authorize(sh, &user, &attrs)?;
-    let info = sh.lock().registry.lookup(&p.group, &p.version, &p.resource).ok_or_else(ApiError::no_route)?;
+    let info = sh
+        .lock()
+        .registry
+        .lookup(&p.group, &p.version, &p.resource)
+        .ok_or_else(ApiError::no_route)?;
     // Scope checks: a namespaced path for a cluster-scoped resource (or vice versa
     // for a single object) does not exist.
     if p.namespace.is_some() && !info.namespaced {
@@ -462,7 +557,10 @@ async fn resource_request(
         return Err(ApiError::no_route());
     }
     if !info.verbs.contains(&verb) {
-        return Err(ApiError::method_not_allowed(format!("the server does not allow this method on the requested resource ({verb} {})", p.resource)));
+        return Err(ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({verb} {})",
+            p.resource
+        )));
     }
     sh.count_request(verb, &p.resource);
     apply_faults(sh, verb, &p.resource).await?;
@@ -481,7 +579,10 @@ async fn resource_request(
     };
     if let Some(sub) = ctx.sub.as_deref() {
         let ok = match sub {
-            "status" => ctx.info.status_subresource(&ctx.version) && matches!(verb, "get" | "update" | "patch"),
+            "status" => {
+                ctx.info.status_subresource(&ctx.version)
+                    && matches!(verb, "get" | "update" | "patch")
+            }
             "token" => ctx.info.resource == "serviceaccounts" && verb == "create",
             "finalize" => false,
             _ => false,
@@ -523,7 +624,16 @@ fn get(ctx: &Ctx, name: &str) -> ApiResult<Response<Body>> {
     let obj = obj.ok_or_else(|| ApiError::not_found(&ctx.info.group, &ctx.info.resource, name))?;
     let obj = present(&ctx.info, &ctx.version, &obj);
     if ctx.accept.table {
-        return ok_json(200, &table::table(&ctx.info, &ctx.version, &[obj], None, ctx.q("includeObject")));
+        return ok_json(
+            200,
+            &table::table(
+                &ctx.info,
+                &ctx.version,
+                &[obj],
+                None,
+                ctx.q("includeObject"),
+            ),
+        );
     }
     if ctx.accept.partial {
         return ok_json(200, &table::partial(&obj));
@@ -547,7 +657,9 @@ struct Continue {
 fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
     let (label, field) = selectors(ctx)?;
     let limit: usize = match ctx.q("limit") {
-        Some(l) if !l.is_empty() => l.parse::<usize>().map_err(|_| ApiError::bad_request(format!("limit: invalid value {l:?}")))?,
+        Some(l) if !l.is_empty() => l
+            .parse::<usize>()
+            .map_err(|_| ApiError::bad_request(format!("limit: invalid value {l:?}")))?,
         _ => 0,
     };
     let cont: Option<Continue> = match ctx.q("continue") {
@@ -555,39 +667,54 @@ fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
             let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
                 .decode(c)
                 .map_err(|_| ApiError::bad_request("continue key is not valid"))?;
-            Some(serde_json::from_slice(&raw).map_err(|_| ApiError::bad_request("continue key is not valid"))?)
+            Some(
+                serde_json::from_slice(&raw)
+                    .map_err(|_| ApiError::bad_request("continue key is not valid"))?,
+            )
         }
         _ => None,
     };
     let res = ctx.info.key();
     let st = ctx.sh.lock();
-    if let Some(c) = &cont {
-        if !st.can_watch_from(c.rv) {
-            return Err(ApiError::new(410, "Expired", "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter."));
-        }
+    if let Some(c) = &cont
+        && !st.can_watch_from(c.rv)
+    {
+        return Err(ApiError::new(
+            410,
+            "Expired",
+            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+        ));
     }
     let mut items = Vec::new();
     let mut next: Option<Continue> = None;
     let mut remaining = 0u64;
     for ((_, ns, name), obj) in st.range(&res, ctx.namespace.as_deref()) {
-        if let Some(c) = &cont {
-            if (ns.as_str(), name.as_str()) <= (c.ns.as_str(), c.name.as_str()) {
-                continue;
-            }
+        if let Some(c) = &cont
+            && (ns.as_str(), name.as_str()) <= (c.ns.as_str(), c.name.as_str())
+        {
+            continue;
         }
         if !label.matches(obj) || !field.matches(obj) {
             continue;
         }
         if limit > 0 && items.len() >= limit {
-            if next.is_none() {
-                if let Some(last) = items.last() {
-                    let last: &Arc<Value> = last;
-                    next = Some(Continue {
-                        rv: cont.as_ref().map(|c| c.rv).unwrap_or(st.rv),
-                        ns: last.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string(),
-                        name: last.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string(),
-                    });
-                }
+            if next.is_none()
+                && let Some(last) = items.last()
+            {
+                let last: &Arc<Value> = last;
+                next = Some(Continue {
+                    rv: cont.as_ref().map(|c| c.rv).unwrap_or(st.rv),
+                    ns: last
+                        .pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                    name: last
+                        .pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                });
             }
             remaining += 1;
             continue;
@@ -598,17 +725,33 @@ fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
     drop(st);
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if let Some(n) = next {
-        let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(&n).unwrap_or_default());
+        let token = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(serde_json::to_vec(&n).unwrap_or_default());
         metadata["continue"] = json!(token);
         metadata["remainingItemCount"] = json!(remaining);
     }
-    let items: Vec<Value> = items.iter().map(|o| present(&ctx.info, &ctx.version, o)).collect();
+    let items: Vec<Value> = items
+        .iter()
+        .map(|o| present(&ctx.info, &ctx.version, o))
+        .collect();
     if ctx.accept.table {
-        return ok_json(200, &table::table(&ctx.info, &ctx.version, &items, Some(metadata), ctx.q("includeObject")));
+        return ok_json(
+            200,
+            &table::table(
+                &ctx.info,
+                &ctx.version,
+                &items,
+                Some(metadata),
+                ctx.q("includeObject"),
+            ),
+        );
     }
     if ctx.accept.partial {
         let items: Vec<Value> = items.iter().map(table::partial).collect();
-        return ok_json(200, &json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "items": items}));
+        return ok_json(
+            200,
+            &json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "items": items}),
+        );
     }
     ok_json(
         200,
@@ -617,28 +760,60 @@ fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
 }
 
 fn parse_body(ctx: &Ctx, body: &[u8]) -> ApiResult<Value> {
-    let ct = ctx.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json");
-    let media = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let ct = ctx
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let media = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     let v: Value = match media.as_str() {
-        "application/json" | "" => serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded as JSON: {e}")))?,
-        "application/yaml" | "application/apply-patch+yaml" => serde_yaml::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded as YAML: {e}")))?,
-        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body).map_err(|(code, msg)| {
-            if code == 415 { ApiError::new(415, "UnsupportedMediaType", msg) } else { ApiError::bad_request(msg) }
+        "application/json" | "" => serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body of the request could not be decoded as JSON: {e}"
+            ))
         })?,
-        _ => serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}")))?,
+        "application/yaml" | "application/apply-patch+yaml" => serde_yaml::from_slice(body)
+            .map_err(|e| {
+                ApiError::bad_request(format!(
+                    "the body of the request could not be decoded as YAML: {e}"
+                ))
+            })?,
+        "application/vnd.kubernetes.protobuf" => {
+            crate::protobuf::decode(body).map_err(|(code, msg)| {
+                if code == 415 {
+                    ApiError::new(415, "UnsupportedMediaType", msg)
+                } else {
+                    ApiError::bad_request(msg)
+                }
+            })?
+        }
+        _ => serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
+        })?,
     };
     if !v.is_object() {
-        return Err(ApiError::bad_request("the body of the request must be a JSON object"));
+        return Err(ApiError::bad_request(
+            "the body of the request must be a JSON object",
+        ));
     }
     Ok(v)
 }
 
 fn now() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
-    obj.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str)
+    obj.get("metadata")
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_str)
 }
 
 fn check_type_meta(ctx: &Ctx, obj: &mut Value) -> ApiResult<()> {
@@ -664,9 +839,7 @@ fn check_type_meta(ctx: &Ctx, obj: &mut Value) -> ApiResult<()> {
     if let Some(ns) = meta_str(obj, "namespace") {
         match &ctx.namespace {
             Some(path_ns) if ns != path_ns => {
-                return Err(ApiError::bad_request(format!(
-                    "the namespace of the provided object does not match the namespace sent on the request"
-                )));
+                return Err(ApiError::bad_request("the namespace of the provided object does not match the namespace sent on the request".to_string()));
             }
             None if !ns.is_empty() && !ctx.info.namespaced => {
                 if let Some(m) = obj["metadata"].as_object_mut() {
@@ -685,14 +858,21 @@ fn check_type_meta(ctx: &Ctx, obj: &mut Value) -> ApiResult<()> {
 fn random_suffix(n: usize) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let bytes = uuid::Uuid::new_v4();
-    bytes.as_bytes().iter().take(n).map(|b| ALPHABET[(*b as usize) % ALPHABET.len()] as char).collect()
+    bytes
+        .as_bytes()
+        .iter()
+        .take(n)
+        .map(|b| ALPHABET[(*b as usize) % ALPHABET.len()] as char)
+        .collect()
 }
 
 fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response<Body>> {
     let mut obj = parse_body(ctx, body)?;
     check_type_meta(ctx, &mut obj)?;
     if meta_str(&obj, "resourceVersion").is_some_and(|s| !s.is_empty()) {
-        return Err(ApiError::internal("resourceVersion should not be set on objects to be created"));
+        return Err(ApiError::internal(
+            "resourceVersion should not be set on objects to be created",
+        ));
     }
     if meta_str(&obj, "name").unwrap_or("").is_empty() {
         match meta_str(&obj, "generateName") {
@@ -701,11 +881,16 @@ fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response<Body>> {
                 obj["metadata"]["name"] = json!(name);
             }
             _ => {
-                return Err(ApiError::invalid(&ctx.info.kind, &ctx.info.group, "", vec![Cause::new(
-                    "FieldValueRequired",
-                    "metadata.name",
-                    "name or generateName is required",
-                )]));
+                return Err(ApiError::invalid(
+                    &ctx.info.kind,
+                    &ctx.info.group,
+                    "",
+                    vec![Cause::new(
+                        "FieldValueRequired",
+                        "metadata.name",
+                        "name or generateName is required",
+                    )],
+                ));
             }
         }
     }
@@ -714,7 +899,11 @@ fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response<Body>> {
     let mut st = ctx.sh.lock();
     let key = ctx.key(&name);
     if st.objects.contains_key(&key) {
-        return Err(ApiError::already_exists(&ctx.info.group, &ctx.info.resource, &name));
+        return Err(ApiError::already_exists(
+            &ctx.info.group,
+            &ctx.info.resource,
+            &name,
+        ));
     }
     let out = write(ctx, &mut st, "create", None, obj, &manager, false)?;
     drop(st);
@@ -743,27 +932,56 @@ fn update(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
             let out = write(ctx, &mut st, "create", None, obj, &manager, false)?;
             return ok_json(201, &present(&ctx.info, &ctx.version, &out));
         }
-        return Err(ApiError::not_found(&ctx.info.group, &ctx.info.resource, name));
+        return Err(ApiError::not_found(
+            &ctx.info.group,
+            &ctx.info.resource,
+            name,
+        ));
     };
-    if let Some(rv) = meta_str(&obj, "resourceVersion").filter(|s| !s.is_empty()) {
-        if Some(rv) != meta_str(&old, "resourceVersion") {
-            return Err(ApiError::conflict(&ctx.info.group, &ctx.info.resource, name, "the object has been modified; please apply your changes to the latest version and try again"));
-        }
+    if let Some(rv) = meta_str(&obj, "resourceVersion").filter(|s| !s.is_empty())
+        && Some(rv) != meta_str(&old, "resourceVersion")
+    {
+        return Err(ApiError::conflict(
+            &ctx.info.group,
+            &ctx.info.resource,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        ));
     }
-    let out = write(ctx, &mut st, "update", Some(old), obj, &manager, status_only)?;
+    let out = write(
+        ctx,
+        &mut st,
+        "update",
+        Some(old),
+        obj,
+        &manager,
+        status_only,
+    )?;
     drop(st);
     ok_json(200, &present(&ctx.info, &ctx.version, &out))
 }
 
 fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
-    let ct = ctx.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-    let media = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let ct = ctx
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let media = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     let status_only = ctx.sub.as_deref() == Some("status");
     let patch_doc: Value = match media.as_str() {
-        "application/apply-patch+yaml" => serde_yaml::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?,
-        "application/merge-patch+json" | "application/strategic-merge-patch+json" | "application/json-patch+json" => {
-            serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?
-        }
+        "application/apply-patch+yaml" => serde_yaml::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?,
+        "application/merge-patch+json"
+        | "application/strategic-merge-patch+json"
+        | "application/json-patch+json" => serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?,
         _ => return Err(ApiError::unsupported_media_type(&ct)),
     };
     let force = ctx.q("force") == Some("true");
@@ -772,7 +990,9 @@ fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
     let old = st.objects.get(&key).cloned();
     if media == "application/apply-patch+yaml" {
         let Some(manager) = ctx.q("fieldManager").map(str::to_string) else {
-            return Err(ApiError::bad_request("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"));
+            return Err(ApiError::bad_request(
+                "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+            ));
         };
         let mut applied = patch_doc;
         check_type_meta(ctx, &mut applied)?;
@@ -785,17 +1005,36 @@ fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
                 "the name of the object ({applied_name}) does not match the name on the URL ({name})"
             )));
         }
-        if let Some(rv) = meta_str(&applied, "resourceVersion").filter(|s| !s.is_empty()) {
-            if old.as_deref().and_then(|o| meta_str(o, "resourceVersion")) != Some(rv) {
-                return Err(ApiError::conflict(&ctx.info.group, &ctx.info.resource, name, "the object has been modified; please apply your changes to the latest version and try again"));
-            }
+        if let Some(rv) = meta_str(&applied, "resourceVersion").filter(|s| !s.is_empty())
+            && old.as_deref().and_then(|o| meta_str(o, "resourceVersion")) != Some(rv)
+        {
+            return Err(ApiError::conflict(
+                &ctx.info.group,
+                &ctx.info.resource,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            ));
         }
         let av = ctx.api_version();
-        let schema = ctx.info.crd.as_ref().and_then(|c| c.versions.get(&ctx.version)).and_then(|v| v.schema.clone());
-        let mut merged = match machinery::ssa_apply(old.as_deref(), &applied, &manager, force, &now(), &av, schema.as_deref()) {
+        let schema = ctx
+            .info
+            .crd
+            .as_ref()
+            .and_then(|c| c.versions.get(&ctx.version))
+            .and_then(|v| v.schema.clone());
+        let mut merged = match machinery::ssa_apply(
+            old.as_deref(),
+            &applied,
+            &manager,
+            force,
+            &now(),
+            &av,
+            schema.as_deref(),
+        ) {
             Ok(v) => v,
             Err(c) => {
-                return Err(ApiError::new(409, "Conflict", c.message()).with_details(json!({"causes": c.causes()})));
+                return Err(ApiError::new(409, "Conflict", c.message())
+                    .with_details(json!({"causes": c.causes()})));
             }
         };
         merged["apiVersion"] = json!(ctx.info.api_version(ctx.info.storage_version()));
@@ -806,40 +1045,77 @@ fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
                 }
                 write(ctx, &mut st, "create", None, merged, "", status_only).map(|o| (201, o))
             }
-            Some(old) => write(ctx, &mut st, "patch", Some(old), merged, "", status_only).map(|o| (200, o)),
+            Some(old) => {
+                write(ctx, &mut st, "patch", Some(old), merged, "", status_only).map(|o| (200, o))
+            }
         }?;
         drop(st);
         return ok_json(out.0, &present(&ctx.info, &ctx.version, &out.1));
     }
     let Some(old) = old else {
-        return Err(ApiError::not_found(&ctx.info.group, &ctx.info.resource, name));
+        return Err(ApiError::not_found(
+            &ctx.info.group,
+            &ctx.info.resource,
+            name,
+        ));
     };
     let mut target = present(&ctx.info, &ctx.version, &old);
     match media.as_str() {
         "application/merge-patch+json" => machinery::merge_patch(&mut target, &patch_doc),
-        "application/json-patch+json" => machinery::json_patch(&mut target, &patch_doc)
-            .map_err(|e| ApiError::new(422, "Invalid", format!("the server rejected our request due to an error in our request: {e}")))?,
-        _ => machinery::strategic_merge_patch(&mut target, &patch_doc, &ctx.info.kind)
-            .map_err(|e| ApiError::new(422, "Invalid", format!("the server rejected our request due to an error in our request: {e}")))?,
-    }
-    if let Some(rv) = meta_str(&target, "resourceVersion").filter(|s| !s.is_empty()) {
-        if Some(rv) != meta_str(&old, "resourceVersion") {
-            return Err(ApiError::conflict(&ctx.info.group, &ctx.info.resource, name, "the object has been modified; please apply your changes to the latest version and try again"));
+        "application/json-patch+json" => {
+            machinery::json_patch(&mut target, &patch_doc).map_err(|e| {
+                ApiError::new(
+                    422,
+                    "Invalid",
+                    format!("the server rejected our request due to an error in our request: {e}"),
+                )
+            })?
         }
+        _ => machinery::strategic_merge_patch(&mut target, &patch_doc, &ctx.info.kind).map_err(
+            |e| {
+                ApiError::new(
+                    422,
+                    "Invalid",
+                    format!("the server rejected our request due to an error in our request: {e}"),
+                )
+            },
+        )?,
+    }
+    if let Some(rv) = meta_str(&target, "resourceVersion").filter(|s| !s.is_empty())
+        && Some(rv) != meta_str(&old, "resourceVersion")
+    {
+        return Err(ApiError::conflict(
+            &ctx.info.group,
+            &ctx.info.resource,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        ));
     }
     check_type_meta(ctx, &mut target)?;
     if meta_str(&target, "name") != Some(name) {
-        return Err(ApiError::bad_request("metadata.name: the name of a patched object cannot change"));
+        return Err(ApiError::bad_request(
+            "metadata.name: the name of a patched object cannot change",
+        ));
     }
     let manager = ctx.manager("");
-    let out = write(ctx, &mut st, "patch", Some(old), target, &manager, status_only)?;
+    let out = write(
+        ctx,
+        &mut st,
+        "patch",
+        Some(old),
+        target,
+        &manager,
+        status_only,
+    )?;
     drop(st);
     ok_json(200, &present(&ctx.info, &ctx.version, &out))
 }
 
 /// Compare two objects ignoring `metadata` (and `status` when `ignore_status`).
 fn content_equal(a: &Value, b: &Value, ignore_status: bool) -> bool {
-    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else { return a == b };
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
     let skip = |k: &String| k == "metadata" || (ignore_status && k == "status");
     let ak: Vec<_> = a.iter().filter(|(k, _)| !skip(k)).collect();
     let bk: Vec<_> = b.iter().filter(|(k, _)| !skip(k)).collect();
@@ -889,10 +1165,11 @@ fn write(
                 }
             }
         }
-    } else if status_sub && info.crd.is_some() {
-        if let Some(m) = obj.as_object_mut() {
-            m.remove("status");
-        }
+    } else if status_sub
+        && info.crd.is_some()
+        && let Some(m) = obj.as_object_mut()
+    {
+        m.remove("status");
     }
     // --- system metadata
     {
@@ -902,7 +1179,13 @@ fn write(
         meta.remove("resourceVersion");
         match &old {
             Some(old) => {
-                for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
+                for f in [
+                    "uid",
+                    "creationTimestamp",
+                    "deletionTimestamp",
+                    "deletionGracePeriodSeconds",
+                    "generation",
+                ] {
                     match old.pointer(&format!("/metadata/{f}")) {
                         Some(v) => {
                             meta.insert(f.to_string(), v.clone());
@@ -912,10 +1195,10 @@ fn write(
                         }
                     }
                 }
-                if !meta.contains_key("managedFields") {
-                    if let Some(mf) = old.pointer("/metadata/managedFields") {
-                        meta.insert("managedFields".into(), mf.clone());
-                    }
+                if !meta.contains_key("managedFields")
+                    && let Some(mf) = old.pointer("/metadata/managedFields")
+                {
+                    meta.insert("managedFields".into(), mf.clone());
                 }
             }
             None => {
@@ -929,16 +1212,37 @@ fn write(
     // --- names and namespace
     if old.is_none() {
         if let Err(msg) = machinery::validate_name(&info.kind, &name) {
-            return Err(ApiError::invalid(&info.kind, &info.group, &name, vec![Cause::new("FieldValueInvalid", "metadata.name", format!("Invalid value: {name:?}: {msg}"))]));
+            return Err(ApiError::invalid(
+                &info.kind,
+                &info.group,
+                &name,
+                vec![Cause::new(
+                    "FieldValueInvalid",
+                    "metadata.name",
+                    format!("Invalid value: {name:?}: {msg}"),
+                )],
+            ));
         }
         if let Some(ns) = &ctx.namespace {
-            if !st.objects.contains_key(&("/namespaces".to_string(), String::new(), ns.clone())) {
+            if !st
+                .objects
+                .contains_key(&("/namespaces".to_string(), String::new(), ns.clone()))
+            {
                 return Err(ApiError::not_found("", "namespaces", ns));
             }
-            if let Some(nsobj) = st.objects.get(&("/namespaces".to_string(), String::new(), ns.clone())) {
-                if nsobj.pointer("/metadata/deletionTimestamp").is_some() {
-                    return Err(ApiError::new(403, "Forbidden", format!("{} {name:?} is forbidden: unable to create new content in namespace {ns} because it is being terminated", info.resource)));
-                }
+            if let Some(nsobj) =
+                st.objects
+                    .get(&("/namespaces".to_string(), String::new(), ns.clone()))
+                && nsobj.pointer("/metadata/deletionTimestamp").is_some()
+            {
+                return Err(ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!(
+                        "{} {name:?} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                        info.resource
+                    ),
+                ));
             }
         }
     }
@@ -947,14 +1251,28 @@ fn write(
     if !causes.is_empty() {
         return Err(ApiError::invalid(&info.kind, &info.group, &name, causes));
     }
-    crate::types::admit(info, &ctx.version, old.as_deref(), &mut obj, st, ctx.q("fieldValidation"))?;
+    crate::types::admit(
+        info,
+        &ctx.version,
+        old.as_deref(),
+        &mut obj,
+        st,
+        ctx.q("fieldValidation"),
+    )?;
     // --- generation
     if info.has_generation {
         let generation = match &old {
             None => 1,
             Some(old) => {
-                let g = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
-                if content_equal(old, &obj, status_sub) { g } else { g + 1 }
+                let g = old
+                    .pointer("/metadata/generation")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(1);
+                if content_equal(old, &obj, status_sub) {
+                    g
+                } else {
+                    g + 1
+                }
             }
         };
         obj["metadata"]["generation"] = json!(generation);
@@ -966,13 +1284,22 @@ fn write(
     // A no-op update does not bump the revision (like the real server).
     if let Some(old) = &old {
         let mut cmp = obj.clone();
-        cmp["metadata"]["resourceVersion"] = old.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
-        if let (Some(a), Some(b)) = (cmp.pointer_mut("/metadata/managedFields"), old.pointer("/metadata/managedFields")) {
+        cmp["metadata"]["resourceVersion"] = old
+            .pointer("/metadata/resourceVersion")
+            .cloned()
+            .unwrap_or(Value::Null);
+        if let (Some(a), Some(b)) = (
+            cmp.pointer_mut("/metadata/managedFields"),
+            old.pointer("/metadata/managedFields"),
+        ) {
             strip_times(a);
             let mut b = b.clone();
             strip_times(&mut b);
             if *a == b {
-                *a = old.pointer("/metadata/managedFields").cloned().unwrap_or(Value::Null);
+                *a = old
+                    .pointer("/metadata/managedFields")
+                    .cloned()
+                    .unwrap_or(Value::Null);
             }
         }
         if cmp == **old {
@@ -985,11 +1312,18 @@ fn write(
     // --- finalizers: an object being deleted goes once its finalizers are gone
     let finalize = old.is_some()
         && obj.pointer("/metadata/deletionTimestamp").is_some()
-        && obj.pointer("/metadata/finalizers").and_then(Value::as_array).is_none_or(|a| a.is_empty());
+        && obj
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_none_or(|a| a.is_empty());
     let rv = st.next_rv();
     obj["metadata"]["resourceVersion"] = json!(rv.to_string());
     let key = ctx.key(&name);
-    let etype = if old.is_some() { EventType::Modified } else { EventType::Added };
+    let etype = if old.is_some() {
+        EventType::Modified
+    } else {
+        EventType::Added
+    };
     let obj = Arc::new(obj);
     st.commit(rv, etype, key.clone(), old.clone(), obj.clone());
     record(ctx, st, verb, &name, rv);
@@ -1011,12 +1345,33 @@ fn strip_times(mf: &mut Value) {
 }
 
 fn record(ctx: &Ctx, st: &mut Store, verb: &str, name: &str, rv: u64) {
-    record_raw(st, &ctx.sh, &ctx.user.name, verb, &ctx.info, ctx.namespace.as_deref().unwrap_or(""), name, rv);
+    record_raw(
+        st,
+        &ctx.sh,
+        &ctx.user.name,
+        verb,
+        &ctx.info,
+        ctx.namespace.as_deref().unwrap_or(""),
+        name,
+        rv,
+    );
 }
 
 #[allow(clippy::too_many_arguments)]
-fn record_raw(st: &mut Store, sh: &Shared, user: &str, verb: &str, info: &ResourceInfo, ns: &str, name: &str, rv: u64) {
-    let time_nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+fn record_raw(
+    st: &mut Store,
+    sh: &Shared,
+    user: &str,
+    verb: &str,
+    info: &ResourceInfo,
+    ns: &str,
+    name: &str,
+    rv: u64,
+) {
+    let time_nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
     st.record_write(WriteRecord {
         time_nanos,
         verb: verb.to_string(),
@@ -1035,11 +1390,14 @@ fn record_raw(st: &mut Store, sh: &Shared, user: &str, verb: &str, info: &Resour
 fn after_write(st: &mut Store, info: &ResourceInfo, obj: &Value, deleted: bool) -> ApiResult<()> {
     if info.resource == "customresourcedefinitions" && info.group == "apiextensions.k8s.io" {
         if deleted {
-            if let (Some(g), Some(p)) = (obj.pointer("/spec/group").and_then(Value::as_str), obj.pointer("/spec/names/plural").and_then(Value::as_str)) {
+            if let (Some(g), Some(p)) = (
+                obj.pointer("/spec/group").and_then(Value::as_str),
+                obj.pointer("/spec/names/plural").and_then(Value::as_str),
+            ) {
                 st.registry.remove(g, p);
             }
         } else if obj.pointer("/metadata/deletionTimestamp").is_none() {
-            let ri = registry::from_crd(obj).map_err(|e| ApiError::bad_request(e))?;
+            let ri = registry::from_crd(obj).map_err(ApiError::bad_request)?;
             st.registry.add_crd(ri);
         }
     }
@@ -1053,7 +1411,13 @@ fn remove_now(st: &mut Store, user: &str, info: &ResourceInfo, key: Key, obj: Ar
     let mut last = (*obj).clone();
     last["metadata"]["resourceVersion"] = json!(rv.to_string());
     let last = Arc::new(last);
-    st.commit(rv, EventType::Deleted, key.clone(), Some(obj.clone()), last.clone());
+    st.commit(
+        rv,
+        EventType::Deleted,
+        key.clone(),
+        Some(obj.clone()),
+        last.clone(),
+    );
     let _ = after_write(st, info, &last, true);
     // Cascade deletions are recorded separately by the caller through `cascade`.
     let _ = user;
@@ -1062,15 +1426,23 @@ fn remove_now(st: &mut Store, user: &str, info: &ResourceInfo, key: Key, obj: Ar
 
 /// Objects to delete after `deleted` is gone: namespace contents and
 /// dependents whose owners are all gone. Returns keys with their resource info.
-fn collect_cascade(st: &Store, deleted: &Value, info: &ResourceInfo) -> Vec<(Arc<ResourceInfo>, Key)> {
+fn collect_cascade(
+    st: &Store,
+    deleted: &Value,
+    info: &ResourceInfo,
+) -> Vec<(Arc<ResourceInfo>, Key)> {
     let mut out = Vec::new();
     if info.resource == "namespaces" && info.group.is_empty() {
         let ns = meta_str(deleted, "name").unwrap_or("");
-        for (k, _) in st.objects.iter().filter(|(k, _)| k.1 == ns && !ns.is_empty()) {
-            if let Some((g, r)) = k.0.split_once('/') {
-                if let Some(ri) = st.registry.get(g, r) {
-                    out.push((ri, k.clone()));
-                }
+        for (k, _) in st
+            .objects
+            .iter()
+            .filter(|(k, _)| k.1 == ns && !ns.is_empty())
+        {
+            if let Some((g, r)) = k.0.split_once('/')
+                && let Some(ri) = st.registry.get(g, r)
+            {
+                out.push((ri, k.clone()));
             }
         }
         return out;
@@ -1084,32 +1456,60 @@ fn collect_cascade(st: &Store, deleted: &Value, info: &ResourceInfo) -> Vec<(Arc
             }
         }
     }
-    let Some(uid) = meta_str(deleted, "uid") else { return out };
-    let live_uids: std::collections::HashSet<&str> = st.objects.values().filter_map(|o| meta_str(o, "uid")).collect();
+    let Some(uid) = meta_str(deleted, "uid") else {
+        return out;
+    };
+    let live_uids: std::collections::HashSet<&str> = st
+        .objects
+        .values()
+        .filter_map(|o| meta_str(o, "uid"))
+        .collect();
     for (k, o) in &st.objects {
-        let Some(refs) = o.pointer("/metadata/ownerReferences").and_then(Value::as_array) else { continue };
-        if !refs.iter().any(|r| r.get("uid").and_then(Value::as_str) == Some(uid)) {
+        let Some(refs) = o
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+        else {
+            continue;
+        };
+        if !refs
+            .iter()
+            .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
+        {
             continue;
         }
-        let all_gone = refs.iter().all(|r| r.get("uid").and_then(Value::as_str).is_none_or(|u| !live_uids.contains(u)));
-        if all_gone {
-            if let Some((g, r)) = k.0.split_once('/') {
-                if let Some(ri) = st.registry.get(g, r) {
-                    out.push((ri, k.clone()));
-                }
-            }
+        let all_gone = refs.iter().all(|r| {
+            r.get("uid")
+                .and_then(Value::as_str)
+                .is_none_or(|u| !live_uids.contains(u))
+        });
+        if all_gone
+            && let Some((g, r)) = k.0.split_once('/')
+            && let Some(ri) = st.registry.get(g, r)
+        {
+            out.push((ri, k.clone()));
         }
     }
     out
 }
 
 /// Delete one object (honouring finalizers) and cascade. Returns the final state.
-fn delete_key(sh: &Shared, st: &mut Store, user: &str, info: &ResourceInfo, key: Key, dry_run: bool, orphan: bool) -> Option<(Value, bool)> {
+fn delete_key(
+    sh: &Shared,
+    st: &mut Store,
+    user: &str,
+    info: &ResourceInfo,
+    key: Key,
+    dry_run: bool,
+    orphan: bool,
+) -> Option<(Value, bool)> {
     let obj = st.objects.get(&key).cloned()?;
     if dry_run {
         return Some(((*obj).clone(), true));
     }
-    let has_finalizers = obj.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+    let has_finalizers = obj
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty());
     if has_finalizers {
         if obj.pointer("/metadata/deletionTimestamp").is_some() {
             return Some(((*obj).clone(), false));
@@ -1131,33 +1531,64 @@ fn delete_key(sh: &Shared, st: &mut Store, user: &str, info: &ResourceInfo, key:
         orphan_dependents(sh, st, &last);
     } else {
         for (ri, k) in collect_cascade(st, &last, info) {
-            delete_key(sh, st, "system:serviceaccount:kube-system:generic-garbage-collector", &ri, k, false, false);
+            delete_key(
+                sh,
+                st,
+                "system:serviceaccount:kube-system:generic-garbage-collector",
+                &ri,
+                k,
+                false,
+                false,
+            );
         }
     }
     Some((last, true))
 }
 
 fn orphan_dependents(sh: &Shared, st: &mut Store, deleted: &Value) {
-    let Some(uid) = meta_str(deleted, "uid").map(str::to_string) else { return };
+    let Some(uid) = meta_str(deleted, "uid").map(str::to_string) else {
+        return;
+    };
     let keys: Vec<Key> = st
         .objects
         .iter()
-        .filter(|(_, o)| o.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|a| a.iter().any(|r| r.get("uid").and_then(Value::as_str) == Some(uid.as_str()))))
+        .filter(|(_, o)| {
+            o.pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_some_and(|a| {
+                    a.iter()
+                        .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid.as_str()))
+                })
+        })
         .map(|(k, _)| k.clone())
         .collect();
     for k in keys {
-        let Some(old) = st.objects.get(&k).cloned() else { continue };
+        let Some(old) = st.objects.get(&k).cloned() else {
+            continue;
+        };
         let mut o = (*old).clone();
-        if let Some(a) = o.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut) {
+        if let Some(a) = o
+            .pointer_mut("/metadata/ownerReferences")
+            .and_then(Value::as_array_mut)
+        {
             a.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()));
         }
         let rv = st.next_rv();
         o["metadata"]["resourceVersion"] = json!(rv.to_string());
         st.commit(rv, EventType::Modified, k.clone(), Some(old), Arc::new(o));
-        if let Some((g, r)) = k.0.split_once('/') {
-            if let Some(ri) = st.registry.get(g, r) {
-                record_raw(st, sh, "system:serviceaccount:kube-system:generic-garbage-collector", "update", &ri, &k.1, &k.2, rv);
-            }
+        if let Some((g, r)) = k.0.split_once('/')
+            && let Some(ri) = st.registry.get(g, r)
+        {
+            record_raw(
+                st,
+                sh,
+                "system:serviceaccount:kube-system:generic-garbage-collector",
+                "update",
+                &ri,
+                &k.1,
+                &k.2,
+                rv,
+            );
         }
     }
 }
@@ -1169,9 +1600,11 @@ fn delete_options(ctx: &Ctx, body: &[u8]) -> ApiResult<(bool, Option<Value>, boo
     let mut dry_run = ctx.dry_run();
     if !body.iter().all(u8::is_ascii_whitespace) {
         let opts: Value = if body.starts_with(b"k8s\0") {
-            crate::protobuf::decode(body).map_err(|(_, m)| ApiError::bad_request(format!("invalid DeleteOptions: {m}")))?
+            crate::protobuf::decode(body)
+                .map_err(|(_, m)| ApiError::bad_request(format!("invalid DeleteOptions: {m}")))?
         } else {
-            serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+            serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
         };
         if let Some(p) = opts.get("propagationPolicy").and_then(Value::as_str) {
             policy = Some(p.to_string());
@@ -1184,14 +1617,22 @@ fn delete_options(ctx: &Ctx, body: &[u8]) -> ApiResult<(bool, Option<Value>, boo
             for d in dr {
                 match d.as_str() {
                     Some("All") => dry_run = true,
-                    other => return Err(ApiError::bad_request(format!("dryRun: Unsupported value: {other:?}: supported values: \"All\""))),
+                    other => {
+                        return Err(ApiError::bad_request(format!(
+                            "dryRun: Unsupported value: {other:?}: supported values: \"All\""
+                        )));
+                    }
                 }
             }
         }
     }
     match policy.as_deref() {
         None | Some("Background" | "Foreground" | "Orphan") => {}
-        Some(p) => return Err(ApiError::bad_request(format!("propagationPolicy: Unsupported value: {p:?}"))),
+        Some(p) => {
+            return Err(ApiError::bad_request(format!(
+                "propagationPolicy: Unsupported value: {p:?}"
+            )));
+        }
     }
     Ok((policy.as_deref() == Some("Orphan"), preconditions, dry_run))
 }
@@ -1201,29 +1642,62 @@ fn delete(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
     let mut st = ctx.sh.lock();
     let key = ctx.key(name);
     let Some(obj) = st.objects.get(&key).cloned() else {
-        return Err(ApiError::not_found(&ctx.info.group, &ctx.info.resource, name));
+        return Err(ApiError::not_found(
+            &ctx.info.group,
+            &ctx.info.resource,
+            name,
+        ));
     };
     if let Some(pre) = pre {
-        if let Some(uid) = pre.get("uid").and_then(Value::as_str) {
-            if meta_str(&obj, "uid") != Some(uid) {
-                return Err(ApiError::conflict(&ctx.info.group, &ctx.info.resource, name, &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta_str(&obj, "uid").unwrap_or(""))));
-            }
+        if let Some(uid) = pre.get("uid").and_then(Value::as_str)
+            && meta_str(&obj, "uid") != Some(uid)
+        {
+            return Err(ApiError::conflict(
+                &ctx.info.group,
+                &ctx.info.resource,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta_str(&obj, "uid").unwrap_or("")
+                ),
+            ));
         }
-        if let Some(rv) = pre.get("resourceVersion").and_then(Value::as_str) {
-            if meta_str(&obj, "resourceVersion") != Some(rv) {
-                return Err(ApiError::conflict(&ctx.info.group, &ctx.info.resource, name, &format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", meta_str(&obj, "resourceVersion").unwrap_or(""))));
-            }
+        if let Some(rv) = pre.get("resourceVersion").and_then(Value::as_str)
+            && meta_str(&obj, "resourceVersion") != Some(rv)
+        {
+            return Err(ApiError::conflict(
+                &ctx.info.group,
+                &ctx.info.resource,
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    meta_str(&obj, "resourceVersion").unwrap_or("")
+                ),
+            ));
         }
     }
     let user = ctx.user.name.clone();
-    let Some((last, gone)) = delete_key(&ctx.sh, &mut st, &user, &ctx.info, key, dry_run, orphan) else {
-        return Err(ApiError::not_found(&ctx.info.group, &ctx.info.resource, name));
+    let Some((last, gone)) = delete_key(&ctx.sh, &mut st, &user, &ctx.info, key, dry_run, orphan)
+    else {
+        return Err(ApiError::not_found(
+            &ctx.info.group,
+            &ctx.info.resource,
+            name,
+        ));
     };
     drop(st);
     if !gone || ctx.info.crd.is_some() {
         return ok_json(200, &present(&ctx.info, &ctx.version, &last));
     }
-    ok_json(200, &success_status(&ctx.info.group, &ctx.info.resource, name, meta_str(&last, "uid").unwrap_or("")))
+    ok_json(
+        200,
+        &success_status(
+            &ctx.info.group,
+            &ctx.info.resource,
+            name,
+            meta_str(&last, "uid").unwrap_or(""),
+        ),
+    )
 }
 
 fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response<Body>> {
@@ -1239,13 +1713,17 @@ fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response<Body>> {
     let user = ctx.user.name.clone();
     let mut items = Vec::new();
     for k in keys {
-        if let Some((last, _)) = delete_key(&ctx.sh, &mut st, &user, &ctx.info, k, dry_run, orphan) {
+        if let Some((last, _)) = delete_key(&ctx.sh, &mut st, &user, &ctx.info, k, dry_run, orphan)
+        {
             items.push(present(&ctx.info, &ctx.version, &last));
         }
     }
     let rv = st.rv;
     drop(st);
-    ok_json(200, &json!({"kind": ctx.info.list_kind, "apiVersion": ctx.api_version(), "metadata": {"resourceVersion": rv.to_string()}, "items": items}))
+    ok_json(
+        200,
+        &json!({"kind": ctx.info.list_kind, "apiVersion": ctx.api_version(), "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
+    )
 }
 
 /// `POST .../serviceaccounts/<name>/token`: a TokenRequest, answered with a bearer
@@ -1255,9 +1733,16 @@ fn token_request(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>
     if !ctx.sh.lock().objects.contains_key(&ctx.key(name)) {
         return Err(ApiError::not_found("", "serviceaccounts", name));
     }
-    let mut req: Value = if body.is_empty() { json!({}) } else { parse_body(ctx, body)? };
+    let mut req: Value = if body.is_empty() {
+        json!({})
+    } else {
+        parse_body(ctx, body)?
+    };
     let token = crate::issue_token_on(&ctx.sh, &ns, name);
-    let expiration = req.pointer("/spec/expirationSeconds").and_then(Value::as_i64).unwrap_or(3600);
+    let expiration = req
+        .pointer("/spec/expirationSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(3600);
     let exp = jiff::Timestamp::now()
         .checked_add(jiff::SignedDuration::from_secs(expiration))
         .unwrap_or_else(|_| jiff::Timestamp::now())

@@ -96,11 +96,16 @@ impl Sim {
         if cfg.admin_token.is_empty() {
             anyhow::bail!("admin token must not be empty");
         }
-        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
         let addr = listener.local_addr().context("local address")?;
         let (tls, ca_pem) = if cfg.tls {
             let m = tls::generate()?;
-            (Some(tokio_rustls::TlsAcceptor::from(m.server_config)), Some(m.ca_pem))
+            (
+                Some(tokio_rustls::TlsAcceptor::from(m.server_config)),
+                Some(m.ca_pem),
+            )
         } else {
             (None, None)
         };
@@ -123,8 +128,18 @@ impl Sim {
             url,
         });
         bootstrap(&shared);
-        let task = tokio::spawn(server::accept_loop(shared.clone(), Some(listener), addr, tls));
-        Ok(Sim { shared, addr, ca_pem, task: Some(task) })
+        let task = tokio::spawn(server::accept_loop(
+            shared.clone(),
+            Some(listener),
+            addr,
+            tls,
+        ));
+        Ok(Sim {
+            shared,
+            addr,
+            ca_pem,
+            task: Some(task),
+        })
     }
 
     /// `https://127.0.0.1:PORT` or `http://127.0.0.1:PORT`.
@@ -152,7 +167,8 @@ impl Sim {
     }
 
     pub fn write_kubeconfig(&self, path: &Path, token: &str) -> anyhow::Result<()> {
-        std::fs::write(path, self.kubeconfig_yaml(token)).with_context(|| format!("writing kubeconfig {}", path.display()))
+        std::fs::write(path, self.kubeconfig_yaml(token))
+            .with_context(|| format!("writing kubeconfig {}", path.display()))
     }
 
     /// A bearer token for the ServiceAccount `namespace/service_account` (the
@@ -171,7 +187,14 @@ impl Sim {
             .tokens
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(token.to_string(), User { name: user.to_string(), groups, admin: false });
+            .insert(
+                token.to_string(),
+                User {
+                    name: user.to_string(),
+                    groups,
+                    admin: false,
+                },
+            );
     }
 
     /// Stop the server: close the listener, end watches and connections.
@@ -201,7 +224,11 @@ pub fn issue_token_on(shared: &Shared, namespace: &str, service_account: &str) -
         ],
         admin: false,
     };
-    shared.tokens.write().unwrap_or_else(|p| p.into_inner()).insert(token.clone(), user);
+    shared
+        .tokens
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(token.clone(), user);
     token
 }
 
@@ -209,7 +236,8 @@ pub fn issue_token_on(shared: &Shared, namespace: &str, service_account: &str) -
 pub fn kubeconfig(url: &str, ca_pem: Option<&str>, token: &str) -> String {
     let mut cluster = json!({"server": url});
     if let Some(ca) = ca_pem {
-        cluster["certificate-authority-data"] = json!(base64::engine::general_purpose::STANDARD.encode(ca));
+        cluster["certificate-authority-data"] =
+            json!(base64::engine::general_purpose::STANDARD.encode(ca));
     }
     let cfg = json!({
         "apiVersion": "v1",
@@ -226,7 +254,9 @@ pub fn kubeconfig(url: &str, ca_pem: Option<&str>, token: &str) -> String {
 /// Objects every cluster has: the usual namespaces and the discovery ClusterRoles
 /// that let any authenticated user read discovery, OpenAPI and /version.
 fn bootstrap(shared: &Shared) {
-    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
     let mut objs: Vec<(&str, Value)> = Vec::new();
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         objs.push(("/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}, "spec": {}, "status": {"phase": "Active"}})));
@@ -258,11 +288,20 @@ fn bootstrap(shared: &Shared) {
     let mut st = shared.store.lock().unwrap_or_else(|p| p.into_inner());
     for (res, mut obj) in objs {
         let rv = st.next_rv();
-        let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         obj["metadata"]["uid"] = json!(uuid::Uuid::new_v4().to_string());
         obj["metadata"]["creationTimestamp"] = json!(now);
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-        st.commit(rv, EventType::Added, (res.to_string(), String::new(), name), None, Arc::new(obj));
+        st.commit(
+            rv,
+            EventType::Added,
+            (res.to_string(), String::new(), name),
+            None,
+            Arc::new(obj),
+        );
     }
     let rv = st.rv;
     drop(st);

@@ -45,7 +45,9 @@ pub struct LabelSel(selector::LabelSelector);
 
 impl LabelSel {
     pub fn parse(s: &str) -> Result<Self, ApiError> {
-        selector::LabelSelector::parse(s).map(LabelSel).map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))
+        selector::LabelSelector::parse(s)
+            .map(LabelSel)
+            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
@@ -61,14 +63,24 @@ pub const SUPPORTED_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
 
 impl FieldSel {
     pub fn parse(s: &str) -> Result<Self, ApiError> {
-        selector::FieldSelector::parse(s, SUPPORTED_FIELDS).map(FieldSel).map_err(|e| ApiError::bad_request(e.to_string()))
+        selector::FieldSelector::parse(s, SUPPORTED_FIELDS)
+            .map(FieldSel)
+            .map_err(|e| ApiError::bad_request(e.to_string()))
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.is_empty()
             || self.0.matches(|f| match f {
-                "metadata.name" => obj.pointer("/metadata/name").and_then(Value::as_str).map(str::to_string),
-                "metadata.namespace" => Some(obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string()),
+                "metadata.name" => obj
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                "metadata.namespace" => Some(
+                    obj.pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                ),
                 _ => None,
             })
     }
@@ -85,15 +97,27 @@ pub fn validate_labels(obj: &Value) -> Vec<Cause> {
     if let Some(labels) = obj.pointer("/metadata/labels").and_then(Value::as_object) {
         for (k, v) in labels {
             if let Err(e) = names::validate_qualified_name(k) {
-                out.push(Cause::new("FieldValueInvalid", "metadata.labels", format!("Invalid value: {k:?}: {e}")));
+                out.push(Cause::new(
+                    "FieldValueInvalid",
+                    "metadata.labels",
+                    format!("Invalid value: {k:?}: {e}"),
+                ));
             }
             match v.as_str() {
                 Some(v) => {
                     if let Err(e) = names::validate_label_value(v) {
-                        out.push(Cause::new("FieldValueInvalid", &format!("metadata.labels"), format!("Invalid value: {v:?}: {e}")));
+                        out.push(Cause::new(
+                            "FieldValueInvalid",
+                            "metadata.labels",
+                            format!("Invalid value: {v:?}: {e}"),
+                        ));
                     }
                 }
-                None => out.push(Cause::new("FieldValueTypeInvalid", "metadata.labels", format!("Invalid value: label {k:?} must be a string"))),
+                None => out.push(Cause::new(
+                    "FieldValueTypeInvalid",
+                    "metadata.labels",
+                    format!("Invalid value: label {k:?} must be a string"),
+                )),
             }
         }
     }
@@ -110,7 +134,11 @@ pub fn json_patch(target: &mut Value, patch_doc: &Value) -> Result<(), String> {
 }
 
 /// Strategic merge patch for `kind` (list merge keys of the built-in types).
-pub fn strategic_merge_patch(target: &mut Value, patch_doc: &Value, kind: &str) -> Result<(), String> {
+pub fn strategic_merge_patch(
+    target: &mut Value,
+    patch_doc: &Value,
+    kind: &str,
+) -> Result<(), String> {
     patch::strategic_merge_patch(target, patch_doc, kind).map_err(|e| e.to_string())
 }
 
@@ -124,7 +152,10 @@ pub struct User {
 
 impl User {
     fn info(&self) -> rbac::UserInfo {
-        rbac::UserInfo { name: self.name.clone(), groups: self.groups.clone() }
+        rbac::UserInfo {
+            name: self.name.clone(),
+            groups: self.groups.clone(),
+        }
     }
 }
 
@@ -133,7 +164,14 @@ pub type Attributes = rbac::RequestAttributes;
 
 /// Evaluate the stored RBAC objects (`kube_sim_apimachinery::rbac`).
 pub fn authorize(user: &User, attrs: &Attributes, objs: &RbacObjects) -> bool {
-    rbac::authorize(&user.info(), attrs, &objs.roles, &objs.cluster_roles, &objs.role_bindings, &objs.cluster_role_bindings)
+    rbac::authorize(
+        &user.info(),
+        attrs,
+        &objs.roles,
+        &objs.cluster_roles,
+        &objs.role_bindings,
+        &objs.cluster_role_bindings,
+    )
 }
 
 /// The 403 message, exactly as the real server writes it.
@@ -174,6 +212,12 @@ pub fn ssa_apply(
 }
 
 /// Record a create/update/patch by `manager` in `new`'s managedFields.
-pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, now: &str, api_version: &str) {
+pub fn record_update(
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    now: &str,
+    api_version: &str,
+) {
     ssa::record_update(old, new, manager, now, api_version);
 }

@@ -43,7 +43,10 @@ fn fields(buf: &[u8]) -> Result<Vec<(u64, Field<'_>)>, String> {
             0 => Field::Varint(varint(buf, &mut pos)?),
             2 => {
                 let len = usize::try_from(varint(buf, &mut pos)?).map_err(|_| "length overflow")?;
-                let end = pos.checked_add(len).filter(|e| *e <= buf.len()).ok_or("truncated field")?;
+                let end = pos
+                    .checked_add(len)
+                    .filter(|e| *e <= buf.len())
+                    .ok_or("truncated field")?;
                 let b = &buf[pos..end];
                 pos = end;
                 Field::Bytes(b)
@@ -73,7 +76,7 @@ fn string(b: &[u8]) -> Result<String, String> {
 /// A `map<string, string|bytes>` entry; bytes values become base64 (like JSON).
 fn map_entry(b: &[u8], bytes_value: bool) -> Result<(String, Value), String> {
     let mut k = String::new();
-    let mut v = if bytes_value { json!("") } else { json!("") };
+    let mut v = json!("");
     for (n, f) in fields(b)? {
         if let Field::Bytes(x) = f {
             match n {
@@ -87,7 +90,12 @@ fn map_entry(b: &[u8], bytes_value: bool) -> Result<(String, Value), String> {
     Ok((k, v))
 }
 
-fn insert_map(obj: &mut Map<String, Value>, key: &str, b: &[u8], bytes_value: bool) -> Result<(), String> {
+fn insert_map(
+    obj: &mut Map<String, Value>,
+    key: &str,
+    b: &[u8],
+    bytes_value: bool,
+) -> Result<(), String> {
     let (k, v) = map_entry(b, bytes_value)?;
     let m = obj.entry(key.to_string()).or_insert_with(|| json!({}));
     if let Some(m) = m.as_object_mut() {
@@ -144,11 +152,15 @@ fn decode_kind(kind: &str, raw: &[u8]) -> Result<Value, String> {
     let mut o = Map::new();
     for (n, f) in fields(raw)? {
         match (kind, n, f) {
-            (_, 1, Field::Bytes(x)) if kind != "DeleteOptions" => drop(o.insert("metadata".into(), object_meta(x)?)),
+            (_, 1, Field::Bytes(x)) if kind != "DeleteOptions" => {
+                drop(o.insert("metadata".into(), object_meta(x)?))
+            }
             ("Secret", 2, Field::Bytes(x)) => insert_map(&mut o, "data", x, true)?,
             ("Secret", 3, Field::Bytes(x)) => drop(o.insert("type".into(), json!(string(x)?))),
             ("Secret", 4, Field::Bytes(x)) => insert_map(&mut o, "stringData", x, false)?,
-            ("Secret", 5, Field::Varint(v)) | ("ConfigMap", 4, Field::Varint(v)) => drop(o.insert("immutable".into(), json!(v != 0))),
+            ("Secret", 5, Field::Varint(v)) | ("ConfigMap", 4, Field::Varint(v)) => {
+                drop(o.insert("immutable".into(), json!(v != 0)))
+            }
             ("ConfigMap", 2, Field::Bytes(x)) => insert_map(&mut o, "data", x, false)?,
             ("ConfigMap", 3, Field::Bytes(x)) => insert_map(&mut o, "binaryData", x, true)?,
             ("Namespace", 2, Field::Bytes(x)) => {
@@ -169,21 +181,31 @@ fn decode_kind(kind: &str, raw: &[u8]) -> Result<Value, String> {
                 }
                 push(&mut o, "imagePullSecrets", Value::Object(r));
             }
-            ("ServiceAccount", 4, Field::Varint(v)) => drop(o.insert("automountServiceAccountToken".into(), json!(v != 0))),
-            ("DeleteOptions", 1, Field::Varint(v)) => drop(o.insert("gracePeriodSeconds".into(), json!(v as i64))),
+            ("ServiceAccount", 4, Field::Varint(v)) => {
+                drop(o.insert("automountServiceAccountToken".into(), json!(v != 0)))
+            }
+            ("DeleteOptions", 1, Field::Varint(v)) => {
+                drop(o.insert("gracePeriodSeconds".into(), json!(v as i64)))
+            }
             ("DeleteOptions", 2, Field::Bytes(x)) => {
                 let mut p = Map::new();
                 for (n, f) in fields(x)? {
                     match (n, f) {
                         (1, Field::Bytes(s)) => drop(p.insert("uid".into(), json!(string(s)?))),
-                        (2, Field::Bytes(s)) => drop(p.insert("resourceVersion".into(), json!(string(s)?))),
+                        (2, Field::Bytes(s)) => {
+                            drop(p.insert("resourceVersion".into(), json!(string(s)?)))
+                        }
                         _ => {}
                     }
                 }
                 o.insert("preconditions".into(), Value::Object(p));
             }
-            ("DeleteOptions", 3, Field::Varint(v)) => drop(o.insert("orphanDependents".into(), json!(v != 0))),
-            ("DeleteOptions", 4, Field::Bytes(x)) => drop(o.insert("propagationPolicy".into(), json!(string(x)?))),
+            ("DeleteOptions", 3, Field::Varint(v)) => {
+                drop(o.insert("orphanDependents".into(), json!(v != 0)))
+            }
+            ("DeleteOptions", 4, Field::Bytes(x)) => {
+                drop(o.insert("propagationPolicy".into(), json!(string(x)?)))
+            }
             ("DeleteOptions", 5, Field::Bytes(x)) => push(&mut o, "dryRun", json!(string(x)?)),
             _ => {}
         }
@@ -193,16 +215,23 @@ fn decode_kind(kind: &str, raw: &[u8]) -> Result<Value, String> {
 
 /// Decode a protobuf request body into JSON. `Err` carries a message for a 400/415.
 pub fn decode(body: &[u8]) -> Result<Value, (u16, String)> {
-    let rest = body.strip_prefix(MAGIC).ok_or((400, "protobuf body does not start with the k8s\\0 envelope".to_string()))?;
+    let rest = body.strip_prefix(MAGIC).ok_or((
+        400,
+        "protobuf body does not start with the k8s\\0 envelope".to_string(),
+    ))?;
     let mut api_version = String::new();
     let mut kind = String::new();
     let mut raw: &[u8] = &[];
     for (n, f) in fields(rest).map_err(|e| (400, format!("invalid protobuf envelope: {e}")))? {
         match (n, f) {
             (1, Field::Bytes(tm)) => {
-                for (n, f) in fields(tm).map_err(|e| (400, format!("invalid protobuf TypeMeta: {e}")))? {
+                for (n, f) in
+                    fields(tm).map_err(|e| (400, format!("invalid protobuf TypeMeta: {e}")))?
+                {
                     match (n, f) {
-                        (1, Field::Bytes(s)) => api_version = String::from_utf8_lossy(s).into_owned(),
+                        (1, Field::Bytes(s)) => {
+                            api_version = String::from_utf8_lossy(s).into_owned()
+                        }
                         (2, Field::Bytes(s)) => kind = String::from_utf8_lossy(s).into_owned(),
                         _ => {}
                     }
@@ -212,10 +241,19 @@ pub fn decode(body: &[u8]) -> Result<Value, (u16, String)> {
             _ => {}
         }
     }
-    if !matches!(kind.as_str(), "Namespace" | "ConfigMap" | "Secret" | "ServiceAccount" | "DeleteOptions") {
-        return Err((415, format!("kube-sim decodes protobuf only for Namespace, ConfigMap, Secret, ServiceAccount and DeleteOptions (got kind {kind:?}); send JSON")));
+    if !matches!(
+        kind.as_str(),
+        "Namespace" | "ConfigMap" | "Secret" | "ServiceAccount" | "DeleteOptions"
+    ) {
+        return Err((
+            415,
+            format!(
+                "kube-sim decodes protobuf only for Namespace, ConfigMap, Secret, ServiceAccount and DeleteOptions (got kind {kind:?}); send JSON"
+            ),
+        ));
     }
-    let mut obj = decode_kind(&kind, raw).map_err(|e| (400, format!("invalid protobuf {kind}: {e}")))?;
+    let mut obj =
+        decode_kind(&kind, raw).map_err(|e| (400, format!("invalid protobuf {kind}: {e}")))?;
     obj["apiVersion"] = json!(api_version);
     obj["kind"] = json!(kind);
     Ok(obj)
@@ -240,7 +278,10 @@ mod tests {
         let raw = [field_bytes(1, &meta), field_bytes(2, &entry)].concat();
         let body = [b"k8s\0".to_vec(), field_bytes(1, &tm), field_bytes(2, &raw)].concat();
         let v = decode(&body).expect("decodes");
-        assert_eq!(v, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm1", "labels": {"owner": "helm"}}, "data": {"k": "v"}}));
+        assert_eq!(
+            v,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm1", "labels": {"owner": "helm"}}, "data": {"k": "v"}})
+        );
     }
 
     #[test]

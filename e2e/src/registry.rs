@@ -64,11 +64,24 @@ pub struct CrdVersion {
     pub status_subresource: bool,
 }
 
-const ALL_VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const ALL_VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 impl ResourceInfo {
     pub fn api_version(&self, version: &str) -> String {
-        if self.group.is_empty() { version.to_string() } else { format!("{}/{}", self.group, version) }
+        if self.group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{}/{}", self.group, version)
+        }
     }
 
     pub fn serves(&self, version: &str) -> bool {
@@ -86,7 +99,11 @@ impl ResourceInfo {
     /// `status` subresource for the given version.
     pub fn status_subresource(&self, version: &str) -> bool {
         match &self.crd {
-            Some(crd) => crd.versions.get(version).map(|v| v.status_subresource).unwrap_or(false),
+            Some(crd) => crd
+                .versions
+                .get(version)
+                .map(|v| v.status_subresource)
+                .unwrap_or(false),
             None => self.has_status,
         }
     }
@@ -124,28 +141,165 @@ fn builtin(
 /// The built-in resources kube-sim serves.
 pub fn builtins() -> Vec<ResourceInfo> {
     let mut v = vec![
-        builtin("", "v1", "namespaces", "namespace", "Namespace", false, &["ns"], true),
-        builtin("", "v1", "services", "service", "Service", true, &["svc"], true),
-        builtin("", "v1", "endpoints", "endpoints", "Endpoints", true, &["ep"], false),
-        builtin("", "v1", "configmaps", "configmap", "ConfigMap", true, &["cm"], false),
+        builtin(
+            "",
+            "v1",
+            "namespaces",
+            "namespace",
+            "Namespace",
+            false,
+            &["ns"],
+            true,
+        ),
+        builtin(
+            "",
+            "v1",
+            "services",
+            "service",
+            "Service",
+            true,
+            &["svc"],
+            true,
+        ),
+        builtin(
+            "",
+            "v1",
+            "endpoints",
+            "endpoints",
+            "Endpoints",
+            true,
+            &["ep"],
+            false,
+        ),
+        builtin(
+            "",
+            "v1",
+            "configmaps",
+            "configmap",
+            "ConfigMap",
+            true,
+            &["cm"],
+            false,
+        ),
         builtin("", "v1", "secrets", "secret", "Secret", true, &[], false),
-        builtin("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", true, &["sa"], false),
+        builtin(
+            "",
+            "v1",
+            "serviceaccounts",
+            "serviceaccount",
+            "ServiceAccount",
+            true,
+            &["sa"],
+            false,
+        ),
         builtin("", "v1", "events", "event", "Event", true, &["ev"], false),
-        builtin("events.k8s.io", "v1", "events", "event", "Event", true, &["ev"], false),
-        builtin("discovery.k8s.io", "v1", "endpointslices", "endpointslice", "EndpointSlice", true, &[], false),
-        builtin("coordination.k8s.io", "v1", "leases", "lease", "Lease", true, &[], false),
-        builtin("apps", "v1", "deployments", "deployment", "Deployment", true, &["deploy"], true),
-        builtin("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", true, &["pdb"], true),
-        builtin("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", true, &[], false),
-        builtin("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", true, &[], false),
-        builtin("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", false, &[], false),
-        builtin("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", false, &[], false),
-        builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions", "customresourcedefinition", "CustomResourceDefinition", false, &["crd", "crds"], true),
+        builtin(
+            "events.k8s.io",
+            "v1",
+            "events",
+            "event",
+            "Event",
+            true,
+            &["ev"],
+            false,
+        ),
+        builtin(
+            "discovery.k8s.io",
+            "v1",
+            "endpointslices",
+            "endpointslice",
+            "EndpointSlice",
+            true,
+            &[],
+            false,
+        ),
+        builtin(
+            "coordination.k8s.io",
+            "v1",
+            "leases",
+            "lease",
+            "Lease",
+            true,
+            &[],
+            false,
+        ),
+        builtin(
+            "apps",
+            "v1",
+            "deployments",
+            "deployment",
+            "Deployment",
+            true,
+            &["deploy"],
+            true,
+        ),
+        builtin(
+            "policy",
+            "v1",
+            "poddisruptionbudgets",
+            "poddisruptionbudget",
+            "PodDisruptionBudget",
+            true,
+            &["pdb"],
+            true,
+        ),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "roles",
+            "role",
+            "Role",
+            true,
+            &[],
+            false,
+        ),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "rolebindings",
+            "rolebinding",
+            "RoleBinding",
+            true,
+            &[],
+            false,
+        ),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterroles",
+            "clusterrole",
+            "ClusterRole",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterrolebindings",
+            "clusterrolebinding",
+            "ClusterRoleBinding",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "customresourcedefinition",
+            "CustomResourceDefinition",
+            false,
+            &["crd", "crds"],
+            true,
+        ),
     ];
     for r in &mut v {
         match r.resource.as_str() {
             "namespaces" => {
-                r.verbs = vec!["create", "delete", "get", "list", "patch", "update", "watch"];
+                r.verbs = vec![
+                    "create", "delete", "get", "list", "patch", "update", "watch",
+                ];
             }
             "deployments" | "poddisruptionbudgets" => {
                 r.has_generation = true;
@@ -176,7 +330,12 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, String> {
     let list_kind = s(names.get("listKind")).unwrap_or_else(|| format!("{kind}List"));
     let strs = |v: Option<&Value>| -> Vec<String> {
         v.and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let short_names = strs(names.get("shortNames"));
@@ -184,7 +343,11 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, String> {
     let namespaced = match s(spec.get("scope")).as_deref() {
         Some("Namespaced") => true,
         Some("Cluster") => false,
-        Some(other) => return Err(format!("spec.scope: Unsupported value: {other:?}: supported values: \"Cluster\", \"Namespaced\"")),
+        Some(other) => {
+            return Err(format!(
+                "spec.scope: Unsupported value: {other:?}: supported values: \"Cluster\", \"Namespaced\""
+            ));
+        }
         None => return Err("spec.scope: Required value".into()),
     };
     let versions_json = spec
@@ -202,9 +365,9 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, String> {
         }
         let raw_schema = v.pointer("/schema/openAPIV3Schema").cloned();
         let schema = match &raw_schema {
-            Some(raw) => Some(Arc::new(
-                CompiledSchema::compile(raw).map_err(|e| format!("spec.versions[{i}].schema.openAPIV3Schema: Invalid value: {e}"))?,
-            )),
+            Some(raw) => Some(Arc::new(CompiledSchema::compile(raw).map_err(|e| {
+                format!("spec.versions[{i}].schema.openAPIV3Schema: Invalid value: {e}")
+            })?)),
             None => None,
         };
         let columns = v
@@ -226,10 +389,20 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, String> {
         let status_subresource = v.pointer("/subresources/status").is_some();
         if served {
             versions.push(name.clone());
-            per_version.insert(name, CrdVersion { columns, schema, raw_schema, status_subresource });
+            per_version.insert(
+                name,
+                CrdVersion {
+                    columns,
+                    schema,
+                    raw_schema,
+                    status_subresource,
+                },
+            );
         }
     }
-    let storage = storage.ok_or("spec.versions: Invalid value: must have exactly one version marked as storage version")?;
+    let storage = storage.ok_or(
+        "spec.versions: Invalid value: must have exactly one version marked as storage version",
+    )?;
     // Preferred version first: the storage version if served, else the first served one.
     if let Some(pos) = versions.iter().position(|v| *v == storage) {
         let v = versions.remove(pos);
@@ -253,7 +426,10 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, String> {
         has_status,
         has_generation: true,
         create_on_update: false,
-        crd: Some(CrdInfo { crd_name: s(crd.pointer("/metadata/name")).unwrap_or_default(), versions: per_version }),
+        crd: Some(CrdInfo {
+            crd_name: s(crd.pointer("/metadata/name")).unwrap_or_default(),
+            versions: per_version,
+        }),
     })
 }
 
@@ -303,7 +479,11 @@ impl Registry {
     }
 
     pub fn in_group_version(&self, group: &str, version: &str) -> Vec<Arc<ResourceInfo>> {
-        self.resources.values().filter(|r| r.group == group && r.serves(version)).cloned().collect()
+        self.resources
+            .values()
+            .filter(|r| r.group == group && r.serves(version))
+            .cloned()
+            .collect()
     }
 
     pub fn add_crd(&mut self, info: ResourceInfo) {
@@ -311,10 +491,10 @@ impl Registry {
     }
 
     pub fn remove(&mut self, group: &str, resource: &str) {
-        if let Some(r) = self.resources.get(&format!("{group}/{resource}")) {
-            if r.crd.is_some() {
-                self.resources.remove(&format!("{group}/{resource}"));
-            }
+        if let Some(r) = self.resources.get(&format!("{group}/{resource}"))
+            && r.crd.is_some()
+        {
+            self.resources.remove(&format!("{group}/{resource}"));
         }
     }
 }

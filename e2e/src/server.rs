@@ -94,7 +94,10 @@ fn rule_matches(rule_verb: &str, rule_res: &str, verb: &str, resource: &str) -> 
 impl Faults {
     /// Consume one matching failure, if any: (code, retry-after).
     pub fn take_failure(&mut self, verb: &str, resource: &str) -> Option<(u16, Option<u64>)> {
-        let idx = self.fail.iter().position(|r| r.count > 0 && rule_matches(&r.verb, &r.resource, verb, resource))?;
+        let idx = self
+            .fail
+            .iter()
+            .position(|r| r.count > 0 && rule_matches(&r.verb, &r.resource, verb, resource))?;
         let rule = &mut self.fail[idx];
         rule.count -= 1;
         let out = (rule.code, rule.retry_after_seconds);
@@ -105,10 +108,9 @@ impl Faults {
     }
 
     pub fn take_latency(&mut self, verb: &str, resource: &str) -> Option<Duration> {
-        let idx = self
-            .latency
-            .iter()
-            .position(|r| r.count != Some(0) && rule_matches(&r.verb, &r.resource, verb, resource))?;
+        let idx = self.latency.iter().position(|r| {
+            r.count != Some(0) && rule_matches(&r.verb, &r.resource, verb, resource)
+        })?;
         let rule = &mut self.latency[idx];
         let d = Duration::from_millis(rule.millis);
         if let Some(c) = rule.count.as_mut() {
@@ -158,7 +160,11 @@ impl Shared {
 
     pub fn count_request(&self, verb: &str, resource: &str) {
         let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-        *s.requests.entry(verb.to_string()).or_default().entry(resource.to_string()).or_default() += 1;
+        *s.requests
+            .entry(verb.to_string())
+            .or_default()
+            .entry(resource.to_string())
+            .or_default() += 1;
     }
 
     pub fn count_write(&self, resource: &str) {
@@ -174,7 +180,11 @@ impl Shared {
                 admin: true,
             });
         }
-        self.tokens.read().unwrap_or_else(|p| p.into_inner()).get(token).cloned()
+        self.tokens
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(token)
+            .cloned()
     }
 
     pub fn stats_json(&self) -> Value {
@@ -217,12 +227,18 @@ impl Shared {
 
 /// Validate a fault request's codes before applying it.
 pub fn validate_faults(req: &FaultRequest) -> Result<(), String> {
-    if let Some(f) = &req.fail {
-        if !(400..=599).contains(&f.code) {
-            return Err(format!("fail.code: must be an HTTP error code (400-599), got {}", f.code));
-        }
+    if let Some(f) = &req.fail
+        && !(400..=599).contains(&f.code)
+    {
+        return Err(format!(
+            "fail.code: must be an HTTP error code (400-599), got {}",
+            f.code
+        ));
     }
-    for s in [req.stall_watches_seconds, req.refuse_connections_seconds].into_iter().flatten() {
+    for s in [req.stall_watches_seconds, req.refuse_connections_seconds]
+        .into_iter()
+        .flatten()
+    {
         if !(0.0..=3600.0).contains(&s) {
             return Err(format!("seconds must be between 0 and 3600, got {s}"));
         }
@@ -306,7 +322,9 @@ where
         let shared = shared.clone();
         async move { Ok::<_, Infallible>(crate::handler::handle(shared, req).await) }
     });
-    let conn = hyper::server::conn::http1::Builder::new().keep_alive(true).serve_connection(io, svc);
+    let conn = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(io, svc);
     tokio::select! {
         _ = conn => {}
         _ = token.cancelled() => {}

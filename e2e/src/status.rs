@@ -19,7 +19,13 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        ApiError { code, reason, message: message.into(), details: None, retry_after: None }
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+            retry_after: None,
+        }
     }
 
     pub fn with_details(mut self, details: Value) -> Self {
@@ -36,20 +42,32 @@ impl ApiError {
 
     /// The generic 404 for paths and resources kube-sim does not serve.
     pub fn no_route() -> Self {
-        Self::new(404, "NotFound", "the server could not find the requested resource")
-            .with_details(json!({}))
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+        .with_details(json!({}))
     }
 
     pub fn already_exists(group: &str, resource: &str, name: &str) -> Self {
         let qualified = qualified(group, resource);
-        Self::new(409, "AlreadyExists", format!("{qualified} \"{name}\" already exists"))
-            .with_details(json!({"name": name, "group": group, "kind": resource}))
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{qualified} \"{name}\" already exists"),
+        )
+        .with_details(json!({"name": name, "group": group, "kind": resource}))
     }
 
     pub fn conflict(group: &str, resource: &str, name: &str, why: &str) -> Self {
         let qualified = qualified(group, resource);
-        Self::new(409, "Conflict", format!("Operation cannot be fulfilled on {qualified} \"{name}\": {why}"))
-            .with_details(json!({"name": name, "group": group, "kind": resource}))
+        Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {qualified} \"{name}\": {why}"),
+        )
+        .with_details(json!({"name": name, "group": group, "kind": resource}))
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -61,19 +79,37 @@ impl ApiError {
     }
 
     pub fn unsupported_media_type(content_type: &str) -> Self {
-        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {content_type:?})"))
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {content_type:?})"
+            ),
+        )
     }
 
     pub fn not_acceptable() -> Self {
-        Self::new(406, "NotAcceptable", "only the following media types are accepted: application/json, application/yaml")
+        Self::new(
+            406,
+            "NotAcceptable",
+            "only the following media types are accepted: application/json, application/yaml",
+        )
     }
 
     pub fn too_large(limit: usize) -> Self {
-        Self::new(413, "RequestEntityTooLarge", format!("Request entity too large: limit is {limit}"))
+        Self::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("Request entity too large: limit is {limit}"),
+        )
     }
 
     pub fn gone(requested: u64, oldest: u64) -> Self {
-        Self::new(410, "Expired", format!("too old resource version: {requested} ({oldest})"))
+        Self::new(
+            410,
+            "Expired",
+            format!("too old resource version: {requested} ({oldest})"),
+        )
     }
 
     pub fn unauthorized() -> Self {
@@ -81,20 +117,36 @@ impl ApiError {
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(500, "InternalError", format!("Internal error occurred: {}", message.into()))
+        Self::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {}", message.into()),
+        )
     }
 
     /// 422 Invalid: `<Kind>.<group> "<name>" is invalid: [field: kind: message, ...]`.
     pub fn invalid(kind: &str, group: &str, name: &str, causes: Vec<Cause>) -> Self {
-        let qualified = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
         let list: Vec<String> = causes.iter().map(|c| c.text()).collect();
-        let joined = if list.len() == 1 { list[0].clone() } else { format!("[{}]", list.join(", ")) };
+        let joined = if list.len() == 1 {
+            list[0].clone()
+        } else {
+            format!("[{}]", list.join(", "))
+        };
         let causes_json: Vec<Value> = causes
             .iter()
             .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
             .collect();
-        Self::new(422, "Invalid", format!("{qualified} \"{name}\" is invalid: {joined}"))
-            .with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes_json}))
+        Self::new(
+            422,
+            "Invalid",
+            format!("{qualified} \"{name}\" is invalid: {joined}"),
+        )
+        .with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes_json}))
     }
 
     pub fn to_status(&self) -> Value {
@@ -131,7 +183,11 @@ pub struct Cause {
 
 impl Cause {
     pub fn new(reason: &str, field: &str, message: impl Into<String>) -> Self {
-        Cause { reason: reason.to_string(), field: field.to_string(), message: message.into() }
+        Cause {
+            reason: reason.to_string(),
+            field: field.to_string(),
+            message: message.into(),
+        }
     }
 
     fn text(&self) -> String {
@@ -144,7 +200,15 @@ impl Cause {
             "FieldValueTypeInvalid" => "Invalid value",
             _ => "Invalid value",
         };
-        const PREFIXES: &[&str] = &["Required value", "Unsupported value", "Forbidden", "Duplicate value", "Too long", "Too many", "Invalid value"];
+        const PREFIXES: &[&str] = &[
+            "Required value",
+            "Unsupported value",
+            "Forbidden",
+            "Duplicate value",
+            "Too long",
+            "Too many",
+            "Invalid value",
+        ];
         let detail = if PREFIXES.iter().any(|p| self.message.starts_with(p)) {
             self.message.clone()
         } else if self.message.is_empty() {
@@ -152,13 +216,21 @@ impl Cause {
         } else {
             format!("{kind}: {}", self.message)
         };
-        if self.field.is_empty() { detail } else { format!("{}: {detail}", self.field) }
+        if self.field.is_empty() {
+            detail
+        } else {
+            format!("{}: {detail}", self.field)
+        }
     }
 }
 
 /// `configmaps` or `endpointslices.discovery.k8s.io`.
 pub fn qualified(group: &str, resource: &str) -> String {
-    if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") }
+    if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    }
 }
 
 /// A `Status` of `Success` (DELETE responses).

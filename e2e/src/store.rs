@@ -105,7 +105,14 @@ impl Store {
     }
 
     /// Store (or remove, for DELETED) the object and append the event.
-    pub fn commit(&mut self, rv: u64, etype: EventType, key: Key, old: Option<Arc<Value>>, object: Arc<Value>) -> Arc<Event> {
+    pub fn commit(
+        &mut self,
+        rv: u64,
+        etype: EventType,
+        key: Key,
+        old: Option<Arc<Value>>,
+        object: Arc<Value>,
+    ) -> Arc<Event> {
         match etype {
             EventType::Deleted => {
                 self.objects.remove(&key);
@@ -115,7 +122,15 @@ impl Store {
             }
         }
         let object_json = Bytes::from(serde_json::to_vec(&*object).unwrap_or_default());
-        let event = Arc::new(Event { rv, etype, res: key.0, namespace: key.1, old, object, object_json });
+        let event = Arc::new(Event {
+            rv,
+            etype,
+            res: key.0,
+            namespace: key.1,
+            old,
+            object,
+            object_json,
+        });
         self.history.push_back(event.clone());
         while self.history.len() > self.history_size {
             if let Some(e) = self.history.pop_front() {
@@ -144,8 +159,16 @@ impl Store {
     }
 
     /// Objects of one resource, optionally in one namespace, in key order.
-    pub fn range<'a>(&'a self, res: &'a str, namespace: Option<&'a str>) -> impl Iterator<Item = (&'a Key, &'a Arc<Value>)> + 'a {
-        let start: Key = (res.to_string(), namespace.unwrap_or("").to_string(), String::new());
+    pub fn range<'a>(
+        &'a self,
+        res: &'a str,
+        namespace: Option<&'a str>,
+    ) -> impl Iterator<Item = (&'a Key, &'a Arc<Value>)> + 'a {
+        let start: Key = (
+            res.to_string(),
+            namespace.unwrap_or("").to_string(),
+            String::new(),
+        );
         self.objects
             .range(start..)
             .take_while(move |(k, _)| k.0 == res && namespace.is_none_or(|ns| k.1 == ns))

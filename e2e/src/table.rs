@@ -16,7 +16,9 @@ fn col(name: &str, type_: &str, format: &str, description: &str, priority: i64) 
 
 /// Human age of an RFC 3339 timestamp, as kubectl prints it.
 pub fn age(ts: &str) -> String {
-    let Ok(t) = ts.parse::<jiff::Timestamp>() else { return "<unknown>".into() };
+    let Ok(t) = ts.parse::<jiff::Timestamp>() else {
+        return "<unknown>".into();
+    };
     let secs = jiff::Timestamp::now().as_second() - t.as_second();
     let secs = secs.max(0);
     match secs {
@@ -32,7 +34,11 @@ pub fn age(ts: &str) -> String {
 /// Evaluate a simple JSONPath (`.spec.x`, `.status.conditions[0].type`,
 /// `.items[*].name`, `{.spec.x}`) against an object.
 pub fn json_path<'a>(obj: &'a Value, path: &str) -> Vec<&'a Value> {
-    let p = path.trim().trim_start_matches('{').trim_end_matches('}').trim();
+    let p = path
+        .trim()
+        .trim_start_matches('{')
+        .trim_end_matches('}')
+        .trim();
     let p = p.strip_prefix('$').unwrap_or(p);
     let mut cur: Vec<&Value> = vec![obj];
     for raw in p.split('.').filter(|s| !s.is_empty()) {
@@ -42,7 +48,11 @@ pub fn json_path<'a>(obj: &'a Value, path: &str) -> Vec<&'a Value> {
         };
         let mut next = Vec::new();
         for v in cur {
-            let v = if field.is_empty() { Some(v) } else { v.get(field) };
+            let v = if field.is_empty() {
+                Some(v)
+            } else {
+                v.get(field)
+            };
             let Some(v) = v else { continue };
             match idx {
                 None => next.push(v),
@@ -72,7 +82,10 @@ fn cell(column: &PrinterColumn, obj: &Value) -> Value {
         return Value::Null;
     }
     if column.type_ == "date" {
-        return vals[0].as_str().map(|s| json!(age(s))).unwrap_or(Value::Null);
+        return vals[0]
+            .as_str()
+            .map(|s| json!(age(s)))
+            .unwrap_or(Value::Null);
     }
     if vals.len() == 1 {
         return match vals[0] {
@@ -80,7 +93,14 @@ fn cell(column: &PrinterColumn, obj: &Value) -> Value {
             other => json!(other.to_string()),
         };
     }
-    let parts: Vec<String> = vals.iter().map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())).collect();
+    let parts: Vec<String> = vals
+        .iter()
+        .map(|v| {
+            v.as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string())
+        })
+        .collect();
     json!(parts.join(","))
 }
 
@@ -89,43 +109,98 @@ fn s<'a>(obj: &'a Value, ptr: &str) -> &'a str {
 }
 
 /// Columns and cell extractor for one resource type.
-fn columns(info: &ResourceInfo, version: &str) -> (Vec<Value>, Box<dyn Fn(&Value) -> Vec<Value>>) {
-    let name_col = col("Name", "string", "name", "Name must be unique within a namespace.", 0);
-    let age_col = col("Age", "string", "", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0);
+/// Renders the cells of one row.
+type CellFn = Box<dyn Fn(&Value) -> Vec<Value>>;
+
+fn columns(info: &ResourceInfo, version: &str) -> (Vec<Value>, CellFn) {
+    let name_col = col(
+        "Name",
+        "string",
+        "name",
+        "Name must be unique within a namespace.",
+        0,
+    );
+    let age_col = col(
+        "Age",
+        "string",
+        "",
+        "CreationTimestamp is a timestamp representing the server time when this object was created.",
+        0,
+    );
     let created = |o: &Value| json!(age(s(o, "/metadata/creationTimestamp")));
     let name = |o: &Value| json!(s(o, "/metadata/name"));
     if let Some(crd) = &info.crd {
-        let cols: Vec<PrinterColumn> = crd.versions.get(version).map(|v| v.columns.clone()).unwrap_or_default();
+        let cols: Vec<PrinterColumn> = crd
+            .versions
+            .get(version)
+            .map(|v| v.columns.clone())
+            .unwrap_or_default();
         if cols.is_empty() {
-            return (vec![name_col, age_col], Box::new(move |o| vec![name(o), created(o)]));
+            return (
+                vec![name_col, age_col],
+                Box::new(move |o| vec![name(o), created(o)]),
+            );
         }
         let mut defs = vec![name_col];
         for c in &cols {
-            defs.push(col(&c.name, &c.type_, &c.format, &c.description, c.priority));
+            defs.push(col(
+                &c.name,
+                &c.type_,
+                &c.format,
+                &c.description,
+                c.priority,
+            ));
         }
-        return (defs, Box::new(move |o| {
-            let mut cells = vec![name(o)];
-            cells.extend(cols.iter().map(|c| cell(c, o)));
-            cells
-        }));
+        return (
+            defs,
+            Box::new(move |o| {
+                let mut cells = vec![name(o)];
+                cells.extend(cols.iter().map(|c| cell(c, o)));
+                cells
+            }),
+        );
     }
     match info.resource.as_str() {
         "namespaces" => (
-            vec![name_col, col("Status", "string", "", "The status of the namespace", 0), age_col],
+            vec![
+                name_col,
+                col("Status", "string", "", "The status of the namespace", 0),
+                age_col,
+            ],
             Box::new(move |o| vec![name(o), json!(s(o, "/status/phase")), created(o)]),
         ),
         "configmaps" => (
-            vec![name_col, col("Data", "string", "", "Number of data entries", 0), age_col],
+            vec![
+                name_col,
+                col("Data", "string", "", "Number of data entries", 0),
+                age_col,
+            ],
             Box::new(move |o| {
-                let n = o.get("data").and_then(Value::as_object).map(|m| m.len()).unwrap_or(0)
-                    + o.get("binaryData").and_then(Value::as_object).map(|m| m.len()).unwrap_or(0);
+                let n = o
+                    .get("data")
+                    .and_then(Value::as_object)
+                    .map(|m| m.len())
+                    .unwrap_or(0)
+                    + o.get("binaryData")
+                        .and_then(Value::as_object)
+                        .map(|m| m.len())
+                        .unwrap_or(0);
                 vec![name(o), json!(n), created(o)]
             }),
         ),
         "secrets" => (
-            vec![name_col, col("Type", "string", "", "The type of the secret", 0), col("Data", "string", "", "Number of data entries", 0), age_col],
+            vec![
+                name_col,
+                col("Type", "string", "", "The type of the secret", 0),
+                col("Data", "string", "", "Number of data entries", 0),
+                age_col,
+            ],
             Box::new(move |o| {
-                let n = o.get("data").and_then(Value::as_object).map(|m| m.len()).unwrap_or(0);
+                let n = o
+                    .get("data")
+                    .and_then(Value::as_object)
+                    .map(|m| m.len())
+                    .unwrap_or(0);
                 vec![name(o), json!(s(o, "/type")), json!(n), created(o)]
             }),
         ),
@@ -133,7 +208,13 @@ fn columns(info: &ResourceInfo, version: &str) -> (Vec<Value>, Box<dyn Fn(&Value
             vec![
                 name_col,
                 col("Type", "string", "", "The type of the service", 0),
-                col("Cluster-IP", "string", "", "The cluster IP of the service", 0),
+                col(
+                    "Cluster-IP",
+                    "string",
+                    "",
+                    "The cluster IP of the service",
+                    0,
+                ),
                 col("Ports", "string", "", "The ports of the service", 0),
                 age_col,
             ],
@@ -143,22 +224,56 @@ fn columns(info: &ResourceInfo, version: &str) -> (Vec<Value>, Box<dyn Fn(&Value
                     .and_then(Value::as_array)
                     .map(|a| {
                         a.iter()
-                            .map(|p| format!("{}/{}", p.get("port").map(|v| v.to_string()).unwrap_or_default(), p.get("protocol").and_then(Value::as_str).unwrap_or("TCP")))
+                            .map(|p| {
+                                format!(
+                                    "{}/{}",
+                                    p.get("port").map(|v| v.to_string()).unwrap_or_default(),
+                                    p.get("protocol").and_then(Value::as_str).unwrap_or("TCP")
+                                )
+                            })
                             .collect()
                     })
                     .unwrap_or_default();
-                let ports = if ports.is_empty() { "<none>".to_string() } else { ports.join(",") };
-                vec![name(o), json!(s(o, "/spec/type")), json!(s(o, "/spec/clusterIP")), json!(ports), created(o)]
+                let ports = if ports.is_empty() {
+                    "<none>".to_string()
+                } else {
+                    ports.join(",")
+                };
+                vec![
+                    name(o),
+                    json!(s(o, "/spec/type")),
+                    json!(s(o, "/spec/clusterIP")),
+                    json!(ports),
+                    created(o),
+                ]
             }),
         ),
         "endpointslices" => (
-            vec![name_col, col("AddressType", "string", "", "The IP protocol for this slice", 0), col("Endpoints", "string", "", "Number of endpoints", 0), age_col],
+            vec![
+                name_col,
+                col(
+                    "AddressType",
+                    "string",
+                    "",
+                    "The IP protocol for this slice",
+                    0,
+                ),
+                col("Endpoints", "string", "", "Number of endpoints", 0),
+                age_col,
+            ],
             Box::new(move |o| {
-                let n = o.get("endpoints").and_then(Value::as_array).map(|a| a.len()).unwrap_or(0);
+                let n = o
+                    .get("endpoints")
+                    .and_then(Value::as_array)
+                    .map(|a| a.len())
+                    .unwrap_or(0);
                 vec![name(o), json!(s(o, "/addressType")), json!(n), created(o)]
             }),
         ),
-        _ => (vec![name_col, age_col], Box::new(move |o| vec![name(o), created(o)])),
+        _ => (
+            vec![name_col, age_col],
+            Box::new(move |o| vec![name(o), created(o)]),
+        ),
     }
 }
 
@@ -172,7 +287,13 @@ pub fn partial(obj: &Value) -> Value {
 }
 
 /// A Table of `objs`. `include_object`: `None`/`Metadata` (default), `Object`, `None`.
-pub fn table(info: &ResourceInfo, version: &str, objs: &[Value], list_meta: Option<Value>, include_object: Option<&str>) -> Value {
+pub fn table(
+    info: &ResourceInfo,
+    version: &str,
+    objs: &[Value],
+    list_meta: Option<Value>,
+    include_object: Option<&str>,
+) -> Value {
     let (defs, cells) = columns(info, version);
     let rows: Vec<Value> = objs
         .iter()
@@ -203,7 +324,10 @@ mod tests {
         let o = json!({"spec": {"a": 1, "list": [{"n": "x"}, {"n": "y"}]}});
         assert_eq!(json_path(&o, ".spec.a"), vec![&json!(1)]);
         assert_eq!(json_path(&o, ".spec.list[1].n"), vec![&json!("y")]);
-        assert_eq!(json_path(&o, "{.spec.list[*].n}"), vec![&json!("x"), &json!("y")]);
+        assert_eq!(
+            json_path(&o, "{.spec.list[*].n}"),
+            vec![&json!("x"), &json!("y")]
+        );
         assert!(json_path(&o, ".spec.missing").is_empty());
     }
 }

@@ -11,7 +11,10 @@ use crate::status::{ApiError, ApiResult, Cause};
 use crate::store::Store;
 
 fn name_of(obj: &Value) -> String {
-    obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string()
+    obj.pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
 }
 
 pub fn admit(
@@ -23,21 +26,29 @@ pub fn admit(
     field_validation: Option<&str>,
 ) -> ApiResult<()> {
     if let Some(crd) = &info.crd {
-        if let Some(v) = crd.versions.get(version) {
-            if let Some(schema) = &v.schema {
-                let (pruned, causes) = schema.admit(obj);
-                if !causes.is_empty() {
-                    return Err(ApiError::invalid(&info.kind, &info.group, &name_of(obj), causes));
-                }
-                if field_validation == Some("Strict") && !pruned.is_empty() {
-                    let list: Vec<String> = pruned.iter().map(|p| format!("unknown field {p:?}")).collect();
-                    return Err(ApiError::bad_request(format!(
-                        "{} in version \"{version}\" cannot be handled as a {}: strict decoding error: {}",
-                        info.kind,
-                        info.kind,
-                        list.join(", ")
-                    )));
-                }
+        if let Some(v) = crd.versions.get(version)
+            && let Some(schema) = &v.schema
+        {
+            let (pruned, causes) = schema.admit(obj);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(
+                    &info.kind,
+                    &info.group,
+                    &name_of(obj),
+                    causes,
+                ));
+            }
+            if field_validation == Some("Strict") && !pruned.is_empty() {
+                let list: Vec<String> = pruned
+                    .iter()
+                    .map(|p| format!("unknown field {p:?}"))
+                    .collect();
+                return Err(ApiError::bad_request(format!(
+                    "{} in version \"{version}\" cannot be handled as a {}: strict decoding error: {}",
+                    info.kind,
+                    info.kind,
+                    list.join(", ")
+                )));
             }
         }
         return Ok(());
@@ -57,15 +68,15 @@ pub fn admit(
             }
         }
         ("", "secrets") => {
-            if let Some(sd) = obj.as_object_mut().and_then(|m| m.remove("stringData")) {
-                if let Some(sd) = sd.as_object() {
-                    if !obj.get("data").is_some_and(Value::is_object) {
-                        obj["data"] = json!({});
-                    }
-                    for (k, v) in sd {
-                        let s = v.as_str().unwrap_or_default();
-                        obj["data"][k] = json!(base64::engine::general_purpose::STANDARD.encode(s));
-                    }
+            if let Some(sd) = obj.as_object_mut().and_then(|m| m.remove("stringData"))
+                && let Some(sd) = sd.as_object()
+            {
+                if !obj.get("data").is_some_and(Value::is_object) {
+                    obj["data"] = json!({});
+                }
+                for (k, v) in sd {
+                    let s = v.as_str().unwrap_or_default();
+                    obj["data"][k] = json!(base64::engine::general_purpose::STANDARD.encode(s));
                 }
             }
             if obj.get("type").is_none() {
@@ -77,29 +88,45 @@ pub fn admit(
             match obj.get("addressType").and_then(Value::as_str) {
                 Some("IPv4" | "IPv6" | "FQDN") => {}
                 Some(other) => {
-                    return Err(ApiError::invalid(&info.kind, &info.group, &name_of(obj), vec![Cause::new(
-                        "FieldValueNotSupported",
-                        "addressType",
-                        format!("Unsupported value: {other:?}: supported values: \"FQDN\", \"IPv4\", \"IPv6\""),
-                    )]));
+                    return Err(ApiError::invalid(
+                        &info.kind,
+                        &info.group,
+                        &name_of(obj),
+                        vec![Cause::new(
+                            "FieldValueNotSupported",
+                            "addressType",
+                            format!(
+                                "Unsupported value: {other:?}: supported values: \"FQDN\", \"IPv4\", \"IPv6\""
+                            ),
+                        )],
+                    ));
                 }
                 None => {
-                    return Err(ApiError::invalid(&info.kind, &info.group, &name_of(obj), vec![Cause::new(
-                        "FieldValueRequired",
-                        "addressType",
-                        "",
-                    )]));
+                    return Err(ApiError::invalid(
+                        &info.kind,
+                        &info.group,
+                        &name_of(obj),
+                        vec![Cause::new("FieldValueRequired", "addressType", "")],
+                    ));
                 }
             }
             if let Some(eps) = obj.get("endpoints").and_then(Value::as_array) {
                 for (i, ep) in eps.iter().enumerate() {
-                    let ok = ep.get("addresses").and_then(Value::as_array).is_some_and(|a| !a.is_empty() && a.len() <= 100);
+                    let ok = ep
+                        .get("addresses")
+                        .and_then(Value::as_array)
+                        .is_some_and(|a| !a.is_empty() && a.len() <= 100);
                     if !ok {
-                        return Err(ApiError::invalid(&info.kind, &info.group, &name_of(obj), vec![Cause::new(
-                            "FieldValueRequired",
-                            &format!("endpoints[{i}].addresses"),
-                            "must contain at least 1 address",
-                        )]));
+                        return Err(ApiError::invalid(
+                            &info.kind,
+                            &info.group,
+                            &name_of(obj),
+                            vec![Cause::new(
+                                "FieldValueRequired",
+                                &format!("endpoints[{i}].addresses"),
+                                "must contain at least 1 address",
+                            )],
+                        ));
                     }
                 }
             }
@@ -124,11 +151,16 @@ fn service_defaults(old: Option<&Value>, obj: &mut Value, st: &mut Store) -> Api
         match (spec.get("clusterIP").cloned(), old_ip) {
             (None, Some(ip)) => spec["clusterIP"] = ip,
             (Some(ip), Some(old)) if ip != old && ip != "" => {
-                return Err(ApiError::invalid("Service", "", &name_of(obj), vec![Cause::new(
-                    "FieldValueInvalid",
-                    "spec.clusterIPs[0]",
-                    "Invalid value: field is immutable",
-                )]));
+                return Err(ApiError::invalid(
+                    "Service",
+                    "",
+                    &name_of(obj),
+                    vec![Cause::new(
+                        "FieldValueInvalid",
+                        "spec.clusterIPs[0]",
+                        "Invalid value: field is immutable",
+                    )],
+                ));
             }
             (None, None) => {
                 let n = st.next_cluster_ip;
@@ -149,10 +181,10 @@ fn service_defaults(old: Option<&Value>, obj: &mut Value, st: &mut Store) -> Api
             if p.get("protocol").is_none() {
                 p["protocol"] = json!("TCP");
             }
-            if p.get("targetPort").is_none() {
-                if let Some(port) = p.get("port").cloned() {
-                    p["targetPort"] = port;
-                }
+            if p.get("targetPort").is_none()
+                && let Some(port) = p.get("port").cloned()
+            {
+                p["targetPort"] = port;
             }
         }
     }
@@ -163,26 +195,43 @@ fn crd_admit(info: &ResourceInfo, obj: &mut Value, st: &mut Store) -> ApiResult<
     let name = name_of(obj);
     let ri = registry::from_crd(obj).map_err(|e| {
         let (field, msg) = e.split_once(": ").unwrap_or(("spec", e.as_str()));
-        ApiError::invalid(&info.kind, &info.group, &name, vec![Cause::new("FieldValueInvalid", field, msg.to_string())])
+        ApiError::invalid(
+            &info.kind,
+            &info.group,
+            &name,
+            vec![Cause::new("FieldValueInvalid", field, msg.to_string())],
+        )
     })?;
     let expected = format!("{}.{}", ri.resource, ri.group);
     if name != expected {
-        return Err(ApiError::invalid(&info.kind, &info.group, &name, vec![Cause::new(
-            "FieldValueInvalid",
-            "metadata.name",
-            format!("Invalid value: {name:?}: must be spec.names.plural+\".\"+spec.group"),
-        )]));
+        return Err(ApiError::invalid(
+            &info.kind,
+            &info.group,
+            &name,
+            vec![Cause::new(
+                "FieldValueInvalid",
+                "metadata.name",
+                format!("Invalid value: {name:?}: must be spec.names.plural+\".\"+spec.group"),
+            )],
+        ));
     }
-    if let Some(existing) = st.registry.get(&ri.group, &ri.resource) {
-        if existing.crd.is_none() {
-            return Err(ApiError::invalid(&info.kind, &info.group, &name, vec![Cause::new(
+    if let Some(existing) = st.registry.get(&ri.group, &ri.resource)
+        && existing.crd.is_none()
+    {
+        return Err(ApiError::invalid(
+            &info.kind,
+            &info.group,
+            &name,
+            vec![Cause::new(
                 "FieldValueInvalid",
                 "spec.names.plural",
                 "Invalid value: conflicts with a built-in resource",
-            )]));
-        }
+            )],
+        ));
     }
-    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
     let names = obj.pointer("/spec/names").cloned().unwrap_or(json!({}));
     let mut accepted = names.clone();
     if accepted.get("singular").is_none() {

@@ -51,17 +51,23 @@ impl Spec {
         if self.namespace.as_deref().is_some_and(|n| n != ns) {
             return false;
         }
-        if let Some(name) = &self.name {
-            if obj.pointer("/metadata/name").and_then(Value::as_str) != Some(name.as_str()) {
-                return false;
-            }
+        if let Some(name) = &self.name
+            && obj.pointer("/metadata/name").and_then(Value::as_str) != Some(name.as_str())
+        {
+            return false;
         }
         self.label.matches(obj) && self.field.matches(obj)
     }
 
     fn line(&self, etype: &str, obj: &Value, first_table: &mut bool) -> Bytes {
         let obj = if self.table {
-            let mut t = table::table(&self.info, &self.version, std::slice::from_ref(obj), None, None);
+            let mut t = table::table(
+                &self.info,
+                &self.version,
+                std::slice::from_ref(obj),
+                None,
+                None,
+            );
             if !*first_table {
                 t["columnDefinitions"] = Value::Null;
             }
@@ -95,14 +101,16 @@ impl Spec {
             meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
         let obj = json!({"kind": self.info.kind, "apiVersion": self.info.api_version(&self.version), "metadata": meta});
-        let mut v = serde_json::to_vec(&json!({"type": "BOOKMARK", "object": obj})).unwrap_or_default();
+        let mut v =
+            serde_json::to_vec(&json!({"type": "BOOKMARK", "object": obj})).unwrap_or_default();
         v.push(b'\n');
         Bytes::from(v)
     }
 }
 
 fn error_line(e: &ApiError) -> Bytes {
-    let mut v = serde_json::to_vec(&json!({"type": "ERROR", "object": e.to_status()})).unwrap_or_default();
+    let mut v =
+        serde_json::to_vec(&json!({"type": "ERROR", "object": e.to_status()})).unwrap_or_default();
     v.push(b'\n');
     Bytes::from(v)
 }
@@ -114,28 +122,45 @@ pub fn start(ctx: &Ctx) -> ApiResult<Response<Body>> {
     let send_initial = q("sendInitialEvents") == Some("true");
     let bookmarks = q("allowWatchBookmarks") == Some("true");
     if send_initial && q("resourceVersionMatch") != Some("NotOlderThan") {
-        return Err(ApiError::invalid("ListOptions", "meta.k8s.io", "", vec![crate::status::Cause::new(
-            "FieldValueForbidden",
-            "resourceVersionMatch",
-            "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-        )]));
+        return Err(ApiError::invalid(
+            "ListOptions",
+            "meta.k8s.io",
+            "",
+            vec![crate::status::Cause::new(
+                "FieldValueForbidden",
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            )],
+        ));
     }
     if send_initial && !bookmarks {
-        return Err(ApiError::invalid("ListOptions", "meta.k8s.io", "", vec![crate::status::Cause::new(
-            "FieldValueForbidden",
-            "allowWatchBookmarks",
-            "sendInitialEvents requires setting allowWatchBookmarks to true",
-        )]));
+        return Err(ApiError::invalid(
+            "ListOptions",
+            "meta.k8s.io",
+            "",
+            vec![crate::status::Cause::new(
+                "FieldValueForbidden",
+                "allowWatchBookmarks",
+                "sendInitialEvents requires setting allowWatchBookmarks to true",
+            )],
+        ));
     }
     let rv: Option<u64> = match q("resourceVersion") {
         None | Some("") | Some("0") => None,
-        Some(s) => Some(s.parse().map_err(|_| ApiError::bad_request(format!("resourceVersion: Invalid value: {s:?}: must be a number")))?),
+        Some(s) => Some(s.parse().map_err(|_| {
+            ApiError::bad_request(format!(
+                "resourceVersion: Invalid value: {s:?}: must be a number"
+            ))
+        })?),
     };
-    let timeout = match q("timeoutSeconds") {
-        Some(s) => Duration::from_secs(s.parse::<u64>().map_err(|_| ApiError::bad_request(format!("timeoutSeconds: Invalid value: {s:?}")))?),
-        // The real server picks a random timeout of 30-60 minutes.
-        None => Duration::from_secs(1800),
-    };
+    let timeout =
+        match q("timeoutSeconds") {
+            Some(s) => Duration::from_secs(s.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!("timeoutSeconds: Invalid value: {s:?}"))
+            })?),
+            // The real server picks a random timeout of 30-60 minutes.
+            None => Duration::from_secs(1800),
+        };
     let spec = Spec {
         info: ctx.info.clone(),
         version: ctx.version.clone(),
@@ -170,7 +195,11 @@ pub fn start(ctx: &Ctx) -> ApiResult<Response<Body>> {
                 first.push(error_line(&ApiError::gone(r, st.compacted + 1)));
                 cursor = u64::MAX;
             } else if r > st.rv {
-                return Err(ApiError::new(504, "Timeout", format!("Too large resource version: {r}, current: {}", st.rv)));
+                return Err(ApiError::new(
+                    504,
+                    "Timeout",
+                    format!("Too large resource version: {r}, current: {}", st.rv),
+                ));
             } else {
                 cursor = r;
             }
@@ -220,7 +249,11 @@ async fn run(
         loop {
             let batch = {
                 let st = sh.lock();
-                if st.can_watch_from(cursor) { Ok(st.events_after(cursor, 512)) } else { Err(ApiError::gone(cursor, st.compacted + 1)) }
+                if st.can_watch_from(cursor) {
+                    Ok(st.events_after(cursor, 512))
+                } else {
+                    Err(ApiError::gone(cursor, st.compacted + 1))
+                }
             };
             let batch = match batch {
                 Ok(b) => b,
@@ -240,10 +273,16 @@ async fn run(
                 if e.res != spec.res {
                     continue;
                 }
-                let now_match = e.etype != EventType::Deleted && spec.matches(&e.namespace, &e.object);
-                let was_match = e.old.as_ref().is_some_and(|o| spec.matches(&e.namespace, o));
+                let now_match =
+                    e.etype != EventType::Deleted && spec.matches(&e.namespace, &e.object);
+                let was_match = e
+                    .old
+                    .as_ref()
+                    .is_some_and(|o| spec.matches(&e.namespace, o));
                 let line = match (e.etype, was_match, now_match) {
-                    (EventType::Deleted, true, _) => spec.event_line("DELETED", &e, &mut first_table),
+                    (EventType::Deleted, true, _) => {
+                        spec.event_line("DELETED", &e, &mut first_table)
+                    }
                     (EventType::Deleted, false, _) => continue,
                     (_, true, true) => spec.event_line("MODIFIED", &e, &mut first_table),
                     (_, false, true) => spec.event_line("ADDED", &e, &mut first_table),

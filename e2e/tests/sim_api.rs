@@ -7,13 +7,22 @@ mod sim_support;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
 use serde_json::{Value, json};
 use sim_support::{ADMIN, client, raw, start};
 
 fn cm(name: &str, labels: &[(&str, &str)]) -> ConfigMap {
-    let labels: BTreeMap<String, String> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "data": {"k": "v"}})).expect("cm")
+    let labels: BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": labels}, "data": {"k": "v"}}),
+    )
+    .expect("cm")
 }
 
 fn api_err(e: kube::Error) -> kube::core::Status {
@@ -25,7 +34,12 @@ fn api_err(e: kube::Error) -> kube::core::Status {
 
 async fn ns(c: &kube::Client, name: &str) {
     let api: Api<Namespace> = Api::all(c.clone());
-    api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": name}})).expect("ns")).await.expect("namespace");
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": name}})).expect("ns"),
+    )
+    .await
+    .expect("namespace");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -40,7 +54,9 @@ async fn pagination_and_selectors() {
         if i % 5 == 0 {
             labels.push(("canary", "true"));
         }
-        api.create(&PostParams::default(), &cm(&format!("cm-{i:02}"), &labels)).await.expect("create");
+        api.create(&PostParams::default(), &cm(&format!("cm-{i:02}"), &labels))
+            .await
+            .expect("create");
     }
     // limit/continue: 10 + 10 + 5, in name order, remainingItemCount on the way.
     let mut names = Vec::new();
@@ -61,30 +77,55 @@ async fn pagination_and_selectors() {
     assert_eq!(pages, 3);
     let expected: Vec<String> = (0..25).map(|i| format!("cm-{i:02}")).collect();
     assert_eq!(names, expected);
-    let bad = api.list(&ListParams::default().continue_token("garbage!")).await.expect_err("bad continue");
+    let bad = api
+        .list(&ListParams::default().continue_token("garbage!"))
+        .await
+        .expect_err("bad continue");
     assert_eq!(api_err(bad).code, 400);
 
     let count = |sel: &'static str| {
         let api = api.clone();
-        async move { api.list(&ListParams::default().labels(sel)).await.expect("list").items.len() }
+        async move {
+            api.list(&ListParams::default().labels(sel))
+                .await
+                .expect("list")
+                .items
+                .len()
+        }
     };
     assert_eq!(count("tier=gold").await, 9);
     assert_eq!(count("tier==gold,canary").await, 2);
     assert_eq!(count("tier in (gold,silver),!canary").await, 20);
     assert_eq!(count("tier notin (gold)").await, 16);
     assert_eq!(count("tier!=gold,canary=true").await, 3);
-    let err = api.list(&ListParams::default().labels("tier in gold")).await.expect_err("bad selector");
+    let err = api
+        .list(&ListParams::default().labels("tier in gold"))
+        .await
+        .expect_err("bad selector");
     assert_eq!(api_err(err).code, 400);
 
     let all: Api<ConfigMap> = Api::all(c.clone());
-    let by_name = all.list(&ListParams::default().fields("metadata.name=cm-07")).await.expect("list");
+    let by_name = all
+        .list(&ListParams::default().fields("metadata.name=cm-07"))
+        .await
+        .expect("list");
     assert_eq!(by_name.items.len(), 1);
-    let other_ns = all.list(&ListParams::default().fields("metadata.namespace!=p")).await.expect("list");
+    let other_ns = all
+        .list(&ListParams::default().fields("metadata.namespace!=p"))
+        .await
+        .expect("list");
     assert!(other_ns.items.is_empty());
-    let err = all.list(&ListParams::default().fields("data.k=v")).await.expect_err("unsupported field");
+    let err = all
+        .list(&ListParams::default().fields("data.k=v"))
+        .await
+        .expect_err("unsupported field");
     let s = api_err(err);
     assert_eq!(s.code, 400);
-    assert!(s.message.contains("field label not supported: data.k"), "{}", s.message);
+    assert!(
+        s.message.contains("field label not supported: data.k"),
+        "{}",
+        s.message
+    );
     sim.shutdown().await;
 }
 
@@ -101,29 +142,65 @@ async fn server_side_apply_removes_fields_and_detects_conflicts() {
             api.patch("ssa", &pp, &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}, "data": data}))).await
         }
     };
-    let o = apply("alpha", false, json!({"a": "1", "b": "2"})).await.expect("create by apply");
+    let o = apply("alpha", false, json!({"a": "1", "b": "2"}))
+        .await
+        .expect("create by apply");
     assert_eq!(o.data.as_ref().map(|d| d.len()), Some(2));
     // alpha stops applying b: it is removed.
-    let o = apply("alpha", false, json!({"a": "1"})).await.expect("apply");
+    let o = apply("alpha", false, json!({"a": "1"}))
+        .await
+        .expect("apply");
     let data = o.data.expect("data");
     assert_eq!(data.get("a").map(String::as_str), Some("1"));
     assert!(!data.contains_key("b"), "b must be removed: {data:?}");
     // beta changing alpha's field conflicts (409) ...
-    let err = apply("beta", false, json!({"a": "2"})).await.expect_err("conflict");
+    let err = apply("beta", false, json!({"a": "2"}))
+        .await
+        .expect_err("conflict");
     let s = api_err(err);
     assert_eq!((s.code, s.reason.as_str()), (409, "Conflict"));
-    assert!(s.message.contains("conflict with \"alpha\"") && s.message.contains(".data.a"), "{}", s.message);
+    assert!(
+        s.message.contains("conflict with \"alpha\"") && s.message.contains(".data.a"),
+        "{}",
+        s.message
+    );
     // ... unless forced; then beta owns it and alpha's later removal keeps it.
-    apply("beta", true, json!({"a": "2"})).await.expect("forced");
-    let o = apply("alpha", false, json!({"c": "3"})).await.expect("apply");
+    apply("beta", true, json!({"a": "2"}))
+        .await
+        .expect("forced");
+    let o = apply("alpha", false, json!({"c": "3"}))
+        .await
+        .expect("apply");
     let data = o.data.expect("data");
-    assert_eq!(data.get("a").map(String::as_str), Some("2"), "field owned by beta stays");
-    let managers: Vec<String> = o.metadata.managed_fields.unwrap_or_default().into_iter().filter_map(|m| m.manager).collect();
-    assert!(managers.contains(&"alpha".into()) && managers.contains(&"beta".into()), "{managers:?}");
+    assert_eq!(
+        data.get("a").map(String::as_str),
+        Some("2"),
+        "field owned by beta stays"
+    );
+    let managers: Vec<String> = o
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert!(
+        managers.contains(&"alpha".into()) && managers.contains(&"beta".into()),
+        "{managers:?}"
+    );
     // Applying the same value as another manager is not a conflict (shared ownership).
-    apply("gamma", false, json!({"a": "2"})).await.expect("same value is no conflict");
+    apply("gamma", false, json!({"a": "2"}))
+        .await
+        .expect("same value is no conflict");
     // Apply without fieldManager is rejected.
-    let (status, body) = raw(&c, "PATCH", "/api/v1/namespaces/default/configmaps/ssa", Some(json!({"data": {}})), "application/apply-patch+yaml").await;
+    let (status, body) = raw(
+        &c,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/ssa",
+        Some(json!({"data": {}})),
+        "application/apply-patch+yaml",
+    )
+    .await;
     assert_eq!(status, 400, "{body}");
     sim.shutdown().await;
 }
@@ -144,13 +221,23 @@ const CRD: &str = r#"{
         "status": {"type": "object", "properties": {"ready": {"type": "boolean"}}}}}}}]}}"#;
 
 fn gizmo_api(c: &kube::Client) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("test.io", "v1", "Gizmo"), "gizmos");
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("test.io", "v1", "Gizmo"),
+        "gizmos",
+    );
     Api::namespaced_with(c.clone(), "default", &ar)
 }
 
 async fn create_crd(c: &kube::Client) {
     let crd: Value = serde_json::from_str(CRD).expect("crd json");
-    let (status, body) = raw(c, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", Some(crd), "application/json").await;
+    let (status, body) = raw(
+        c,
+        "POST",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        Some(crd),
+        "application/json",
+    )
+    .await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["status"]["conditions"][1]["type"], "Established");
 }
@@ -167,26 +254,69 @@ async fn status_subresource_and_generation() {
     let api = gizmo_api(&c);
     let mut g = gizmo("g1", json!({"size": 1}));
     g.data["status"] = json!({"ready": true});
-    let created = api.create(&PostParams::default(), &g).await.expect("create");
+    let created = api
+        .create(&PostParams::default(), &g)
+        .await
+        .expect("create");
     assert_eq!(created.metadata.generation, Some(1));
-    assert!(created.data.get("status").is_none(), "status is dropped on create with a status subresource");
+    assert!(
+        created.data.get("status").is_none(),
+        "status is dropped on create with a status subresource"
+    );
     // Status writes change status only, and not the generation.
-    let st = api.patch_status("g1", &PatchParams::default(), &Patch::Merge(json!({"status": {"ready": true}, "spec": {"size": 9}}))).await.expect("status");
+    let st = api
+        .patch_status(
+            "g1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"ready": true}, "spec": {"size": 9}})),
+        )
+        .await
+        .expect("status");
     assert_eq!(st.data["status"]["ready"], true);
     assert_eq!(st.data["spec"]["size"], 1, "spec ignored on /status");
     assert_eq!(st.metadata.generation, Some(1));
     // Main-resource writes ignore status; spec changes bump generation, metadata changes do not.
-    let o = api.patch("g1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 2}, "status": {"ready": false}}))).await.expect("patch");
+    let o = api
+        .patch(
+            "g1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": 2}, "status": {"ready": false}})),
+        )
+        .await
+        .expect("patch");
     assert_eq!(o.metadata.generation, Some(2));
     assert_eq!(o.data["status"]["ready"], true);
-    let o = api.patch("g1", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}}))).await.expect("patch");
+    let o = api
+        .patch(
+            "g1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+        )
+        .await
+        .expect("patch");
     assert_eq!(o.metadata.generation, Some(2));
     // Status via server-side apply, body without a name (like kube-rs controllers).
     let pp = PatchParams::apply("ctl").force();
-    let o = api.patch_status("g1", &pp, &Patch::Apply(json!({"apiVersion": "test.io/v1", "kind": "Gizmo", "status": {"ready": false}}))).await.expect("apply status");
+    let o = api
+        .patch_status(
+            "g1",
+            &pp,
+            &Patch::Apply(
+                json!({"apiVersion": "test.io/v1", "kind": "Gizmo", "status": {"ready": false}}),
+            ),
+        )
+        .await
+        .expect("apply status");
     assert_eq!(o.data["status"]["ready"], false);
     // A type without a status subresource has none.
-    let (status, _) = raw(&c, "GET", "/api/v1/namespaces/default/configmaps/x/status", None, "").await;
+    let (status, _) = raw(
+        &c,
+        "GET",
+        "/api/v1/namespaces/default/configmaps/x/status",
+        None,
+        "",
+    )
+    .await;
     assert_eq!(status, 404);
     sim.shutdown().await;
 }
@@ -196,48 +326,108 @@ async fn owner_reference_garbage_collection() {
     let sim = start(false).await;
     let c = client(&sim, ADMIN).await;
     let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
-    let owner = cms.create(&PostParams::default(), &cm("owner", &[])).await.expect("owner");
+    let owner = cms
+        .create(&PostParams::default(), &cm("owner", &[]))
+        .await
+        .expect("owner");
     let uid = owner.metadata.uid.clone().expect("uid");
     let dependent = |name: &str, uids: &[&str]| -> ConfigMap {
-        let refs: Vec<Value> = uids.iter().map(|u| json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": u})).collect();
-        serde_json::from_value(json!({"metadata": {"name": name, "ownerReferences": refs}})).expect("dep")
+        let refs: Vec<Value> = uids
+            .iter()
+            .map(|u| json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": u}))
+            .collect();
+        serde_json::from_value(json!({"metadata": {"name": name, "ownerReferences": refs}}))
+            .expect("dep")
     };
-    cms.create(&PostParams::default(), &dependent("dep", &[&uid])).await.expect("dep");
-    let other = cms.create(&PostParams::default(), &cm("other-owner", &[])).await.expect("other");
+    cms.create(&PostParams::default(), &dependent("dep", &[&uid]))
+        .await
+        .expect("dep");
+    let other = cms
+        .create(&PostParams::default(), &cm("other-owner", &[]))
+        .await
+        .expect("other");
     let other_uid = other.metadata.uid.clone().expect("uid");
-    cms.create(&PostParams::default(), &dependent("shared", &[&uid, &other_uid])).await.expect("shared");
+    cms.create(
+        &PostParams::default(),
+        &dependent("shared", &[&uid, &other_uid]),
+    )
+    .await
+    .expect("shared");
     // A dependent of a dependent is collected too.
     let dep = cms.get("dep").await.expect("dep");
     let dep_uid = dep.metadata.uid.clone().expect("uid");
-    cms.create(&PostParams::default(), &dependent("grandchild", &[&dep_uid])).await.expect("grandchild");
+    cms.create(
+        &PostParams::default(),
+        &dependent("grandchild", &[&dep_uid]),
+    )
+    .await
+    .expect("grandchild");
 
-    cms.delete("owner", &DeleteParams::default()).await.expect("delete");
-    assert!(cms.get_opt("dep").await.expect("get").is_none(), "dependent collected");
-    assert!(cms.get_opt("grandchild").await.expect("get").is_none(), "transitive dependent collected");
-    assert!(cms.get_opt("shared").await.expect("get").is_some(), "an object with a live owner stays");
+    cms.delete("owner", &DeleteParams::default())
+        .await
+        .expect("delete");
+    assert!(
+        cms.get_opt("dep").await.expect("get").is_none(),
+        "dependent collected"
+    );
+    assert!(
+        cms.get_opt("grandchild").await.expect("get").is_none(),
+        "transitive dependent collected"
+    );
+    assert!(
+        cms.get_opt("shared").await.expect("get").is_some(),
+        "an object with a live owner stays"
+    );
 
     // Orphan propagation keeps dependents and drops the reference.
-    cms.create(&PostParams::default(), &dependent("orphan", &[&other_uid])).await.expect("orphan");
-    cms.delete("other-owner", &DeleteParams::orphan()).await.expect("delete orphan");
+    cms.create(&PostParams::default(), &dependent("orphan", &[&other_uid]))
+        .await
+        .expect("orphan");
+    cms.delete("other-owner", &DeleteParams::orphan())
+        .await
+        .expect("delete orphan");
     let o = cms.get("orphan").await.expect("orphan survives");
     assert!(o.metadata.owner_references.unwrap_or_default().is_empty());
 
     // Finalizers hold deletion until removed.
     let mut f = cm("final", &[]);
     f.metadata.finalizers = Some(vec!["test/hold".into()]);
-    cms.create(&PostParams::default(), &f).await.expect("create");
-    cms.delete("final", &DeleteParams::default()).await.expect("delete");
+    cms.create(&PostParams::default(), &f)
+        .await
+        .expect("create");
+    cms.delete("final", &DeleteParams::default())
+        .await
+        .expect("delete");
     let held = cms.get("final").await.expect("still there");
     assert!(held.metadata.deletion_timestamp.is_some());
-    cms.patch("final", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await.expect("unfinalize");
+    cms.patch(
+        "final",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("unfinalize");
     assert!(cms.get_opt("final").await.expect("get").is_none());
 
     // Deleting a namespace deletes its contents.
     ns(&c, "doomed").await;
     let in_ns: Api<ConfigMap> = Api::namespaced(c.clone(), "doomed");
-    in_ns.create(&PostParams::default(), &cm("x", &[])).await.expect("create");
-    Api::<Namespace>::all(c.clone()).delete("doomed", &DeleteParams::default()).await.expect("delete ns");
-    assert!(Api::<ConfigMap>::all(c.clone()).list(&ListParams::default().fields("metadata.namespace=doomed")).await.expect("list").items.is_empty());
+    in_ns
+        .create(&PostParams::default(), &cm("x", &[]))
+        .await
+        .expect("create");
+    Api::<Namespace>::all(c.clone())
+        .delete("doomed", &DeleteParams::default())
+        .await
+        .expect("delete ns");
+    assert!(
+        Api::<ConfigMap>::all(c.clone())
+            .list(&ListParams::default().fields("metadata.namespace=doomed"))
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+    );
     sim.shutdown().await;
 }
 
@@ -246,51 +436,129 @@ async fn writes_preconditions_dry_run_and_status_errors() {
     let sim = start(false).await;
     let c = client(&sim, ADMIN).await;
     let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
-    let a = api.create(&PostParams::default(), &cm("a", &[])).await.expect("create");
-    let rv1: u64 = a.metadata.resource_version.clone().expect("rv").parse().expect("numeric rv");
-    let b = api.create(&PostParams::default(), &cm("b", &[])).await.expect("create");
-    let rv2: u64 = b.metadata.resource_version.clone().expect("rv").parse().expect("numeric rv");
+    let a = api
+        .create(&PostParams::default(), &cm("a", &[]))
+        .await
+        .expect("create");
+    let rv1: u64 = a
+        .metadata
+        .resource_version
+        .clone()
+        .expect("rv")
+        .parse()
+        .expect("numeric rv");
+    let b = api
+        .create(&PostParams::default(), &cm("b", &[]))
+        .await
+        .expect("create");
+    let rv2: u64 = b
+        .metadata
+        .resource_version
+        .clone()
+        .expect("rv")
+        .parse()
+        .expect("numeric rv");
     assert!(rv2 > rv1, "one global, increasing resourceVersion");
     let list = api.list(&ListParams::default()).await.expect("list");
-    assert_eq!(list.metadata.resource_version.as_deref(), Some(rv2.to_string().as_str()));
+    assert_eq!(
+        list.metadata.resource_version.as_deref(),
+        Some(rv2.to_string().as_str())
+    );
 
     // AlreadyExists
-    let s = api_err(api.create(&PostParams::default(), &cm("a", &[])).await.expect_err("dup"));
+    let s = api_err(
+        api.create(&PostParams::default(), &cm("a", &[]))
+            .await
+            .expect_err("dup"),
+    );
     assert_eq!((s.code, s.reason.as_str()), (409, "AlreadyExists"));
     // Update with a stale resourceVersion -> 409 Conflict.
     let mut stale = a.clone();
-    api.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "new"}}))).await.expect("patch");
+    api.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "new"}})),
+    )
+    .await
+    .expect("patch");
     stale.data = Some(BTreeMap::from([("k".to_string(), "stale".to_string())]));
-    let s = api_err(api.replace("a", &PostParams::default(), &stale).await.expect_err("stale"));
+    let s = api_err(
+        api.replace("a", &PostParams::default(), &stale)
+            .await
+            .expect_err("stale"),
+    );
     assert_eq!((s.code, s.reason.as_str()), (409, "Conflict"));
-    assert!(s.message.contains("the object has been modified"), "{}", s.message);
+    assert!(
+        s.message.contains("the object has been modified"),
+        "{}",
+        s.message
+    );
     // dryRun=All validates but stores nothing.
-    let pp = PostParams { dry_run: true, ..Default::default() };
-    api.create(&pp, &cm("dry", &[])).await.expect("dry run create");
+    let pp = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    api.create(&pp, &cm("dry", &[]))
+        .await
+        .expect("dry run create");
     assert!(api.get_opt("dry").await.expect("get").is_none());
-    let dp = DeleteParams { dry_run: true, ..Default::default() };
+    let dp = DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
     api.delete("a", &dp).await.expect("dry run delete");
     assert!(api.get_opt("a").await.expect("get").is_some());
     // generateName
-    let g: ConfigMap = serde_json::from_value(json!({"metadata": {"generateName": "gen-"}})).expect("cm");
-    let g = api.create(&PostParams::default(), &g).await.expect("generateName");
-    assert!(g.metadata.name.as_deref().is_some_and(|n| n.starts_with("gen-") && n.len() == 9));
+    let g: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"generateName": "gen-"}})).expect("cm");
+    let g = api
+        .create(&PostParams::default(), &g)
+        .await
+        .expect("generateName");
+    assert!(
+        g.metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n.starts_with("gen-") && n.len() == 9)
+    );
     // Invalid names and labels -> 422 Invalid naming the field.
-    let s = api_err(api.create(&PostParams::default(), &cm("Bad_Name", &[])).await.expect_err("bad name"));
+    let s = api_err(
+        api.create(&PostParams::default(), &cm("Bad_Name", &[]))
+            .await
+            .expect_err("bad name"),
+    );
     assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
     assert!(s.message.contains("metadata.name"), "{}", s.message);
-    let s = api_err(api.create(&PostParams::default(), &cm("ok", &[("bad key!", "v")])).await.expect_err("bad label"));
+    let s = api_err(
+        api.create(&PostParams::default(), &cm("ok", &[("bad key!", "v")]))
+            .await
+            .expect_err("bad label"),
+    );
     assert_eq!(s.code, 422);
     assert!(s.message.contains("metadata.labels"), "{}", s.message);
     // A namespaced object needs its namespace.
     let missing: Api<ConfigMap> = Api::namespaced(c.clone(), "nope");
-    let s = api_err(missing.create(&PostParams::default(), &cm("x", &[])).await.expect_err("no ns"));
+    let s = api_err(
+        missing
+            .create(&PostParams::default(), &cm("x", &[]))
+            .await
+            .expect_err("no ns"),
+    );
     assert_eq!((s.code, s.reason.as_str()), (404, "NotFound"));
-    assert!(s.message.contains("namespaces \"nope\" not found"), "{}", s.message);
+    assert!(
+        s.message.contains("namespaces \"nope\" not found"),
+        "{}",
+        s.message
+    );
     // Secrets: stringData folds into data.
     let secrets: Api<Secret> = Api::namespaced(c.clone(), "default");
-    let sec: Secret = serde_json::from_value(json!({"metadata": {"name": "s"}, "stringData": {"user": "admin"}})).expect("secret");
-    let sec = secrets.create(&PostParams::default(), &sec).await.expect("secret");
+    let sec: Secret =
+        serde_json::from_value(json!({"metadata": {"name": "s"}, "stringData": {"user": "admin"}}))
+            .expect("secret");
+    let sec = secrets
+        .create(&PostParams::default(), &sec)
+        .await
+        .expect("secret");
     assert_eq!(sec.data.expect("data")["user"].0, b"admin");
     assert_eq!(sec.type_.as_deref(), Some("Opaque"));
 
@@ -302,18 +570,43 @@ async fn writes_preconditions_dry_run_and_status_errors() {
         ("PUT", "/api/v1/namespaces/default/configmaps", 405),
         ("POST", "/api/v1/namespaces/default/configmaps/a", 405),
     ] {
-        let (status, body) = raw(&c, method, path, if method == "GET" { None } else { Some(json!({})) }, "application/json").await;
+        let (status, body) = raw(
+            &c,
+            method,
+            path,
+            if method == "GET" {
+                None
+            } else {
+                Some(json!({}))
+            },
+            "application/json",
+        )
+        .await;
         assert_eq!(status, code, "{method} {path}: {body}");
         assert_eq!(body["kind"], "Status", "{method} {path}: {body}");
         assert_eq!(body["code"], code);
     }
     // Bodies over 1.5 MiB -> 413.
     let big = json!({"metadata": {"name": "big"}, "data": {"k": "x".repeat(1_600_000)}});
-    let (status, body) = raw(&c, "POST", "/api/v1/namespaces/default/configmaps", Some(big), "application/json").await;
+    let (status, body) = raw(
+        &c,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(big),
+        "application/json",
+    )
+    .await;
     assert_eq!(status, 413, "{body}");
     assert_eq!(body["reason"], "RequestEntityTooLarge");
     // Unknown patch type -> 415.
-    let (status, _) = raw(&c, "PATCH", "/api/v1/namespaces/default/configmaps/a", Some(json!({})), "text/plain").await;
+    let (status, _) = raw(
+        &c,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/a",
+        Some(json!({})),
+        "text/plain",
+    )
+    .await;
     assert_eq!(status, 415);
     sim.shutdown().await;
 }
@@ -334,15 +627,37 @@ async fn authentication_rbac_and_token_requests() {
 
     // A token requested through the API authenticates as the ServiceAccount.
     let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "default");
-    sas.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "bot"}})).expect("sa")).await.expect("sa");
-    let (status, tr) = raw(&admin, "POST", "/api/v1/namespaces/default/serviceaccounts/bot/token", Some(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})), "application/json").await;
+    sas.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "bot"}})).expect("sa"),
+    )
+    .await
+    .expect("sa");
+    let (status, tr) = raw(
+        &admin,
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts/bot/token",
+        Some(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})),
+        "application/json",
+    )
+    .await;
     assert_eq!(status, 201, "{tr}");
     let token = tr["status"]["token"].as_str().expect("token").to_string();
     let bot = client(&sim, &token).await;
-    let (status, body) = raw(&bot, "GET", "/api/v1/namespaces/default/configmaps", None, "").await;
+    let (status, body) = raw(
+        &bot,
+        "GET",
+        "/api/v1/namespaces/default/configmaps",
+        None,
+        "",
+    )
+    .await;
     assert_eq!(status, 403, "{body}");
     assert_eq!(body["reason"], "Forbidden");
-    assert_eq!(body["message"], r#"configmaps is forbidden: User "system:serviceaccount:default:bot" cannot list resource "configmaps" in API group "" in the namespace "default""#);
+    assert_eq!(
+        body["message"],
+        r#"configmaps is forbidden: User "system:serviceaccount:default:bot" cannot list resource "configmaps" in API group "" in the namespace "default""#
+    );
     // Discovery is open to authenticated users (system:discovery).
     let (status, _) = raw(&bot, "GET", "/apis", None, "").await;
     assert_eq!(status, 200);
@@ -351,37 +666,63 @@ async fn authentication_rbac_and_token_requests() {
     assert_eq!(status, 403);
     // A ClusterRole with resourceNames and a RoleBinding grant exactly one object.
     let rbac = [
-        ("/apis/rbac.authorization.k8s.io/v1/clusterroles", json!({"metadata": {"name": "one-cm"}, "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["allowed"], "verbs": ["get"]}]})),
-        ("/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", json!({"metadata": {"name": "bot-one-cm"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "one-cm"}, "subjects": [{"kind": "ServiceAccount", "name": "bot", "namespace": "default"}]})),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            json!({"metadata": {"name": "one-cm"}, "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["allowed"], "verbs": ["get"]}]}),
+        ),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",
+            json!({"metadata": {"name": "bot-one-cm"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "one-cm"}, "subjects": [{"kind": "ServiceAccount", "name": "bot", "namespace": "default"}]}),
+        ),
     ];
     for (path, mut body) in rbac {
         body["apiVersion"] = json!("rbac.authorization.k8s.io/v1");
-        body["kind"] = json!(if path.contains("clusterroles") { "ClusterRole" } else { "RoleBinding" });
+        body["kind"] = json!(if path.contains("clusterroles") {
+            "ClusterRole"
+        } else {
+            "RoleBinding"
+        });
         let (status, resp) = raw(&admin, "POST", path, Some(body), "application/json").await;
         assert_eq!(status, 201, "{resp}");
     }
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), "default");
     for n in ["allowed", "denied"] {
-        cms.create(&PostParams::default(), &cm(n, &[])).await.expect("cm");
+        cms.create(&PostParams::default(), &cm(n, &[]))
+            .await
+            .expect("cm");
     }
     let bot_cms: Api<ConfigMap> = Api::namespaced(bot.clone(), "default");
-    bot_cms.get("allowed").await.expect("granted by resourceNames");
+    bot_cms
+        .get("allowed")
+        .await
+        .expect("granted by resourceNames");
     let s = api_err(bot_cms.get("denied").await.expect_err("other name"));
     assert_eq!(s.code, 403);
-    assert!(s.message.starts_with(r#"configmaps "denied" is forbidden"#), "{}", s.message);
+    assert!(
+        s.message.starts_with(r#"configmaps "denied" is forbidden"#),
+        "{}",
+        s.message
+    );
     // add_user_token: a plain user with a group binding.
     sim.add_user_token("alice-token", "alice", &["devs"]);
     let alice = client(&sim, "alice-token").await;
     let (status, body) = raw(&alice, "GET", "/api/v1/namespaces", None, "").await;
     assert_eq!(status, 403, "{body}");
-    assert!(body["message"].as_str().is_some_and(|m| m.contains(r#"User "alice" cannot list resource "namespaces" in API group "" at the cluster scope"#)), "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| m.contains(
+            r#"User "alice" cannot list resource "namespaces" in API group "" at the cluster scope"#
+        )),
+        "{body}"
+    );
     sim.shutdown().await;
 }
 
 fn rustls_pemfile_der(pem: &str) -> Vec<u8> {
     let b64: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
     use base64::Engine;
-    base64::engine::general_purpose::STANDARD.decode(b64).expect("pem base64")
+    base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .expect("pem base64")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -389,25 +730,63 @@ async fn discovery_and_crd_lifecycle() {
     let sim = start(false).await;
     let c = client(&sim, ADMIN).await;
     create_crd(&c).await;
-    let d = kube::Discovery::new(c.clone()).run().await.expect("discovery");
-    let (ar, caps) = d.resolve_gvk(&GroupVersionKind::gvk("test.io", "v1", "Gizmo")).expect("gizmo discovered");
+    let d = kube::Discovery::new(c.clone())
+        .run()
+        .await
+        .expect("discovery");
+    let (ar, caps) = d
+        .resolve_gvk(&GroupVersionKind::gvk("test.io", "v1", "Gizmo"))
+        .expect("gizmo discovered");
     assert_eq!(ar.plural, "gizmos");
     assert_eq!(caps.scope, kube::discovery::Scope::Namespaced);
-    let (ar, _) = d.resolve_gvk(&GroupVersionKind::gvk("discovery.k8s.io", "v1", "EndpointSlice")).expect("slices");
+    let (ar, _) = d
+        .resolve_gvk(&GroupVersionKind::gvk(
+            "discovery.k8s.io",
+            "v1",
+            "EndpointSlice",
+        ))
+        .expect("slices");
     assert_eq!(ar.plural, "endpointslices");
-    assert!(d.resolve_gvk(&GroupVersionKind::gvk("", "v1", "Pod")).is_none(), "pods are not served");
+    assert!(
+        d.resolve_gvk(&GroupVersionKind::gvk("", "v1", "Pod"))
+            .is_none(),
+        "pods are not served"
+    );
     let (status, v) = raw(&c, "GET", "/version", None, "").await;
     assert_eq!(status, 200);
     assert_eq!(v["major"], "1");
     // Deleting the CRD stops serving the resource and removes its objects.
     let api = gizmo_api(&c);
-    api.create(&PostParams::default(), &gizmo("g", json!({"size": 3}))).await.expect("create");
-    let (status, _) = raw(&c, "DELETE", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gizmos.test.io", None, "").await;
+    api.create(&PostParams::default(), &gizmo("g", json!({"size": 3})))
+        .await
+        .expect("create");
+    let (status, _) = raw(
+        &c,
+        "DELETE",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gizmos.test.io",
+        None,
+        "",
+    )
+    .await;
     assert_eq!(status, 200);
-    let (status, body) = raw(&c, "GET", "/apis/test.io/v1/namespaces/default/gizmos", None, "").await;
+    let (status, body) = raw(
+        &c,
+        "GET",
+        "/apis/test.io/v1/namespaces/default/gizmos",
+        None,
+        "",
+    )
+    .await;
     assert_eq!(status, 404, "{body}");
     create_crd(&c).await;
-    assert!(api.list(&ListParams::default()).await.expect("list").items.is_empty(), "objects went with the CRD");
+    assert!(
+        api.list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .is_empty(),
+        "objects went with the CRD"
+    );
     sim.shutdown().await;
 }
 
@@ -419,16 +798,39 @@ async fn custom_resources_are_validated_and_pruned_by_their_schema() {
     let api = gizmo_api(&c);
     let invalid = |spec: Value| {
         let api = api.clone();
-        async move { api_err(api.create(&PostParams::default(), &gizmo("bad", spec)).await.expect_err("invalid")) }
+        async move {
+            api_err(
+                api.create(&PostParams::default(), &gizmo("bad", spec))
+                    .await
+                    .expect_err("invalid"),
+            )
+        }
     };
     let s = invalid(json!({"size": 20})).await;
     assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
-    assert!(s.message.starts_with(r#"Gizmo.test.io "bad" is invalid: spec.size"#), "{}", s.message);
-    assert!(s.message.contains("less than or equal to 10"), "{}", s.message);
+    assert!(
+        s.message
+            .starts_with(r#"Gizmo.test.io "bad" is invalid: spec.size"#),
+        "{}",
+        s.message
+    );
+    assert!(
+        s.message.contains("less than or equal to 10"),
+        "{}",
+        s.message
+    );
     let s = invalid(json!({})).await;
-    assert!(s.message.contains("spec.size: Required value"), "{}", s.message);
+    assert!(
+        s.message.contains("spec.size: Required value"),
+        "{}",
+        s.message
+    );
     let s = invalid(json!({"size": 1, "mode": "c"})).await;
-    assert!(s.message.contains("spec.mode: Unsupported value"), "{}", s.message);
+    assert!(
+        s.message.contains("spec.mode: Unsupported value"),
+        "{}",
+        s.message
+    );
     let s = invalid(json!({"size": 1, "name": "UPPER"})).await;
     assert!(s.message.contains("spec.name"), "{}", s.message);
     let s = invalid(json!({"size": "one"})).await;
@@ -436,11 +838,20 @@ async fn custom_resources_are_validated_and_pruned_by_their_schema() {
     let s = invalid(json!({"size": 1, "labels": {"a": 1}})).await;
     assert!(s.message.contains("spec.labels.a"), "{}", s.message);
     let causes = s.details.expect("details").causes;
-    assert!(causes.iter().any(|c| c.field == "spec.labels.a"), "{causes:?}");
+    assert!(
+        causes.iter().any(|c| c.field == "spec.labels.a"),
+        "{causes:?}"
+    );
 
     // Unknown fields are pruned; x-kubernetes-preserve-unknown-fields keeps them.
     let o = api
-        .create(&PostParams::default(), &gizmo("ok", json!({"size": 2, "bogus": true, "extra": {"anything": {"goes": 1}}})))
+        .create(
+            &PostParams::default(),
+            &gizmo(
+                "ok",
+                json!({"size": 2, "bogus": true, "extra": {"anything": {"goes": 1}}}),
+            ),
+        )
         .await
         .expect("valid");
     assert!(o.data["spec"].get("bogus").is_none(), "{:?}", o.data);
@@ -455,16 +866,36 @@ async fn custom_resources_are_validated_and_pruned_by_their_schema() {
     )
     .await;
     assert_eq!(status, 400, "{body}");
-    assert!(body["message"].as_str().is_some_and(|m| m.contains(r#"unknown field "spec.bogus""#)), "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(r#"unknown field "spec.bogus""#)),
+        "{body}"
+    );
     // Updates are validated too.
-    let s = api_err(api.patch("ok", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 0}}))).await.expect_err("invalid patch"));
+    let s = api_err(
+        api.patch(
+            "ok",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": 0}})),
+        )
+        .await
+        .expect_err("invalid patch"),
+    );
     assert_eq!(s.code, 422);
     // An invalid CRD schema is rejected.
     let mut crd: Value = serde_json::from_str(CRD).expect("crd");
     crd["metadata"]["name"] = json!("bads.test.io");
     crd["spec"]["names"] = json!({"plural": "bads", "singular": "bad", "kind": "Bad"});
     crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = json!({"type": "string"});
-    let (status, body) = raw(&c, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", Some(crd), "application/json").await;
+    let (status, body) = raw(
+        &c,
+        "POST",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        Some(crd),
+        "application/json",
+    )
+    .await;
     assert_eq!(status, 422, "{body}");
     sim.shutdown().await;
 }

@@ -12,7 +12,15 @@ fn binary_serves_tls_writes_kubeconfig_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubeconfig");
     let mut child = Command::new(env!("CARGO_BIN_EXE_kube-sim"))
-        .args(["--listen", "127.0.0.1:0", "--tls", "--admin-token", "cli-admin", "--sa-token", "default/robot"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--tls",
+            "--admin-token",
+            "cli-admin",
+            "--sa-token",
+            "default/robot",
+        ])
         .arg("--kubeconfig-out")
         .arg(&kubeconfig)
         .stdout(Stdio::piped())
@@ -21,39 +29,76 @@ fn binary_serves_tls_writes_kubeconfig_and_stops_on_sigterm() {
         .expect("spawn kube-sim");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let first = lines.next().expect("a first line").expect("utf-8");
-    let url = first.strip_prefix("listening on ").unwrap_or_else(|| panic!("first line was {first:?}"));
+    let url = first
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("first line was {first:?}"));
     assert!(url.starts_with("https://127.0.0.1:"), "{url}");
     let token_line = lines.next().expect("token line").expect("utf-8");
-    assert!(token_line.starts_with("token default/robot "), "{token_line}");
+    assert!(
+        token_line.starts_with("token default/robot "),
+        "{token_line}"
+    );
 
     let kc = std::fs::read_to_string(&kubeconfig).expect("kubeconfig written");
-    assert!(kc.contains(url) && kc.contains("certificate-authority-data"), "{kc}");
+    assert!(
+        kc.contains(url) && kc.contains("certificate-authority-data"),
+        "{kc}"
+    );
     assert!(!kc.contains("insecure-skip-tls-verify"));
-    let ca = std::fs::read_to_string(dir.path().join("kubeconfig.ca.crt")).expect("CA file written");
+    let ca =
+        std::fs::read_to_string(dir.path().join("kubeconfig.ca.crt")).expect("CA file written");
     assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"));
 
     // The real kubectl verifies the server certificate with that CA.
     let kubectl = sim_support::tool("kubectl");
-    let out = Command::new(&kubectl).args(["get", "namespaces", "-o", "name"]).env("KUBECONFIG", &kubeconfig).env("HOME", dir.path()).output().expect("kubectl");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(&kubectl)
+        .args(["get", "namespaces", "-o", "name"])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("HOME", dir.path())
+        .output()
+        .expect("kubectl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("namespace/default"));
     // Without the CA, verification fails (the TLS is real).
     let out = Command::new(&kubectl)
-        .args(["--server", url, "--token", "cli-admin", "--kubeconfig", "/dev/null", "get", "namespaces"])
+        .args([
+            "--server",
+            url,
+            "--token",
+            "cli-admin",
+            "--kubeconfig",
+            "/dev/null",
+            "get",
+            "namespaces",
+        ])
         .env("HOME", dir.path())
         .output()
         .expect("kubectl");
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("certificate"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("certificate"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
     assert!(status.success());
     let deadline = Instant::now() + Duration::from_secs(10);
     let exit = loop {
         if let Some(s) = child.try_wait().expect("wait") {
             break s;
         }
-        assert!(Instant::now() < deadline, "kube-sim did not stop on SIGTERM");
+        assert!(
+            Instant::now() < deadline,
+            "kube-sim did not stop on SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(exit.success(), "exit status {exit}");
@@ -61,9 +106,20 @@ fn binary_serves_tls_writes_kubeconfig_and_stops_on_sigterm() {
 
 #[test]
 fn binary_rejects_bad_arguments() {
-    let out = Command::new(env!("CARGO_BIN_EXE_kube-sim")).args(["--listen", "not-an-address", "--admin-token", "x"]).output().expect("run");
+    let out = Command::new(env!("CARGO_BIN_EXE_kube-sim"))
+        .args(["--listen", "not-an-address", "--admin-token", "x"])
+        .output()
+        .expect("run");
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--listen"), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = Command::new(env!("CARGO_BIN_EXE_kube-sim")).args(["--listen", "127.0.0.1:0"]).env_remove("KUBE_SIM_ADMIN_TOKEN").output().expect("run");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--listen"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_kube-sim"))
+        .args(["--listen", "127.0.0.1:0"])
+        .env_remove("KUBE_SIM_ADMIN_TOKEN")
+        .output()
+        .expect("run");
     assert!(!out.status.success(), "an admin token is required");
 }

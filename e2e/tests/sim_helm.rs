@@ -9,50 +9,191 @@ use sim_support::{ADMIN, Cli, repo_root, start};
 
 #[test]
 fn helm_install_upgrade_uninstall() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
     let sim = rt.block_on(start(true));
     let helm = Cli::new(&sim, "helm", ADMIN);
     let k = Cli::new(&sim, "kubectl-1.34", ADMIN);
     let chart = repo_root().join("e2e/tests/testdata/sim-chart");
     let chart = chart.to_str().expect("path");
 
-    let out = helm.ok(&["install", "rel1", chart, "--namespace", "apps", "--create-namespace"]);
+    let out = helm.ok(&[
+        "install",
+        "rel1",
+        chart,
+        "--namespace",
+        "apps",
+        "--create-namespace",
+    ]);
     assert!(out.contains("STATUS: deployed"), "{out}");
     // Everything the chart declares exists.
-    assert_eq!(k.ok(&["get", "crd", "gadgets.test.kube-sim.io", "-o", "name"]).trim(), "customresourcedefinition.apiextensions.k8s.io/gadgets.test.kube-sim.io");
-    assert_eq!(k.ok(&["-n", "apps", "get", "serviceaccount", "rel1-sa", "-o", "name"]).trim(), "serviceaccount/rel1-sa");
-    assert_eq!(k.ok(&["get", "clusterrole", "rel1-reader", "-o", "jsonpath={.rules[0].resources[0]}"]), "configmaps");
-    assert_eq!(k.ok(&["-n", "apps", "get", "deployment", "rel1-app", "-o", "jsonpath={.spec.template.spec.serviceAccountName}"]), "rel1-sa");
-    assert_eq!(k.ok(&["-n", "apps", "get", "configmap", "rel1-config", "-o", "jsonpath={.data.greeting}"]), "hello");
-    assert_eq!(k.ok(&["-n", "apps", "get", "gadget", "rel1-gadget", "-o", "jsonpath={.spec.size}"]), "2");
+    assert_eq!(
+        k.ok(&["get", "crd", "gadgets.test.kube-sim.io", "-o", "name"])
+            .trim(),
+        "customresourcedefinition.apiextensions.k8s.io/gadgets.test.kube-sim.io"
+    );
+    assert_eq!(
+        k.ok(&[
+            "-n",
+            "apps",
+            "get",
+            "serviceaccount",
+            "rel1-sa",
+            "-o",
+            "name"
+        ])
+        .trim(),
+        "serviceaccount/rel1-sa"
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "clusterrole",
+            "rel1-reader",
+            "-o",
+            "jsonpath={.rules[0].resources[0]}"
+        ]),
+        "configmaps"
+    );
+    assert_eq!(
+        k.ok(&[
+            "-n",
+            "apps",
+            "get",
+            "deployment",
+            "rel1-app",
+            "-o",
+            "jsonpath={.spec.template.spec.serviceAccountName}"
+        ]),
+        "rel1-sa"
+    );
+    assert_eq!(
+        k.ok(&[
+            "-n",
+            "apps",
+            "get",
+            "configmap",
+            "rel1-config",
+            "-o",
+            "jsonpath={.data.greeting}"
+        ]),
+        "hello"
+    );
+    assert_eq!(
+        k.ok(&[
+            "-n",
+            "apps",
+            "get",
+            "gadget",
+            "rel1-gadget",
+            "-o",
+            "jsonpath={.spec.size}"
+        ]),
+        "2"
+    );
     // The release is stored in a Secret labelled owner=helm.
-    let secrets = k.ok(&["-n", "apps", "get", "secrets", "-l", "owner=helm,name=rel1", "-o", "name"]);
+    let secrets = k.ok(&[
+        "-n",
+        "apps",
+        "get",
+        "secrets",
+        "-l",
+        "owner=helm,name=rel1",
+        "-o",
+        "name",
+    ]);
     assert_eq!(secrets.trim(), "secret/sh.helm.release.v1.rel1.v1");
 
-    let out = helm.ok(&["upgrade", "rel1", chart, "--namespace", "apps", "--set", "greeting=bye", "--set", "replicas=3"]);
+    let out = helm.ok(&[
+        "upgrade",
+        "rel1",
+        chart,
+        "--namespace",
+        "apps",
+        "--set",
+        "greeting=bye",
+        "--set",
+        "replicas=3",
+    ]);
     assert!(out.contains("REVISION: 2"), "{out}");
-    assert_eq!(k.ok(&["-n", "apps", "get", "configmap", "rel1-config", "-o", "jsonpath={.data.greeting}"]), "bye");
+    assert_eq!(
+        k.ok(&[
+            "-n",
+            "apps",
+            "get",
+            "configmap",
+            "rel1-config",
+            "-o",
+            "jsonpath={.data.greeting}"
+        ]),
+        "bye"
+    );
     let dep = k.json(&["-n", "apps", "get", "deployment", "rel1-app", "-o", "json"]);
     assert_eq!(dep["spec"]["replicas"], 3);
-    assert_eq!(dep["metadata"]["generation"], 2, "spec change bumps generation");
+    assert_eq!(
+        dep["metadata"]["generation"], 2,
+        "spec change bumps generation"
+    );
     let list = helm.ok(&["list", "--namespace", "apps", "-o", "json"]);
     let list: serde_json::Value = serde_json::from_str(&list).expect("helm list json");
     assert_eq!(list[0]["revision"], "2");
     assert_eq!(list[0]["status"], "deployed");
 
     // Helm applied server-side: its field manager owns the ConfigMap's data.
-    let cm = k.json(&["-n", "apps", "get", "configmap", "rel1-config", "-o", "json", "--show-managed-fields"]);
-    let managers: Vec<&str> = cm["metadata"]["managedFields"].as_array().map(|a| a.iter().filter_map(|m| m["manager"].as_str()).collect()).unwrap_or_default();
-    assert!(managers.iter().any(|m| m.contains("helm")), "managers: {managers:?}");
+    let cm = k.json(&[
+        "-n",
+        "apps",
+        "get",
+        "configmap",
+        "rel1-config",
+        "-o",
+        "json",
+        "--show-managed-fields",
+    ]);
+    let managers: Vec<&str> = cm["metadata"]["managedFields"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|m| m["manager"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        managers.iter().any(|m| m.contains("helm")),
+        "managers: {managers:?}"
+    );
 
     let out = helm.ok(&["uninstall", "rel1", "--namespace", "apps"]);
     assert!(out.contains("release \"rel1\" uninstalled"), "{out}");
-    for (kind, name) in [("configmap", "rel1-config"), ("deployment", "rel1-app"), ("serviceaccount", "rel1-sa"), ("gadget", "rel1-gadget")] {
+    for (kind, name) in [
+        ("configmap", "rel1-config"),
+        ("deployment", "rel1-app"),
+        ("serviceaccount", "rel1-sa"),
+        ("gadget", "rel1-gadget"),
+    ] {
         let err = k.fails(&["-n", "apps", "get", kind, name]);
-        assert!(err.contains("NotFound"), "{kind}/{name} still present: {err}");
+        assert!(
+            err.contains("NotFound"),
+            "{kind}/{name} still present: {err}"
+        );
     }
-    assert!(k.fails(&["get", "clusterrole", "rel1-reader"]).contains("NotFound"));
-    assert_eq!(k.ok(&["-n", "apps", "get", "secrets", "-l", "owner=helm", "-o", "name"]).trim(), "");
+    assert!(
+        k.fails(&["get", "clusterrole", "rel1-reader"])
+            .contains("NotFound")
+    );
+    assert_eq!(
+        k.ok(&[
+            "-n",
+            "apps",
+            "get",
+            "secrets",
+            "-l",
+            "owner=helm",
+            "-o",
+            "name"
+        ])
+        .trim(),
+        ""
+    );
     // Helm keeps CRDs on uninstall.
     k.ok(&["get", "crd", "gadgets.test.kube-sim.io"]);
     rt.block_on(sim.shutdown());

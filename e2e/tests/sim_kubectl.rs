@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use sim_support::{ADMIN, Cli, start};
 
-const NS2: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: demo2\n  labels: {team: blue}\n";
+const NS2: &str =
+    "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: demo2\n  labels: {team: blue}\n";
 
 fn workloads(ip: &str) -> String {
     format!(
@@ -119,46 +120,89 @@ spec:
 const WIDGET: &str = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: demo, labels: {team: a}}\nspec: {size: 3, color: red}\n";
 
 fn scenario(bin: &'static str) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
     let sim = rt.block_on(start(true));
     let k = Cli::new(&sim, bin, ADMIN);
 
     // Namespaces: the generator (protobuf body) and a manifest.
-    assert!(k.ok(&["create", "namespace", "demo"]).contains("namespace/demo created"));
+    assert!(
+        k.ok(&["create", "namespace", "demo"])
+            .contains("namespace/demo created")
+    );
     let ns2 = k.write("ns2.yaml", NS2);
     k.ok(&["apply", "-f", ns2.to_str().expect("path")]);
     let names = k.ok(&["get", "namespaces", "-o", "name"]);
     for ns in ["namespace/default", "namespace/demo", "namespace/demo2"] {
         assert!(names.lines().any(|l| l == ns), "{ns} missing in {names}");
     }
-    assert_eq!(k.ok(&["get", "ns", "-l", "team=blue", "-o", "name"]).trim(), "namespace/demo2");
+    assert_eq!(
+        k.ok(&["get", "ns", "-l", "team=blue", "-o", "name"]).trim(),
+        "namespace/demo2"
+    );
 
     // Client-side apply: created, unchanged, configured.
     let m1 = k.write("w1.yaml", &workloads("10.0.0.1"));
     let m1 = m1.to_str().expect("path");
     let out = k.ok(&["apply", "-f", m1]);
-    for line in ["service/web created", "endpoints/web created", "endpointslice.discovery.k8s.io/web-abc created"] {
+    for line in [
+        "service/web created",
+        "endpoints/web created",
+        "endpointslice.discovery.k8s.io/web-abc created",
+    ] {
         assert!(out.contains(line), "{line:?} not in {out}");
     }
     assert_eq!(k.ok(&["apply", "-f", m1]).matches("unchanged").count(), 3);
     let m2 = k.write("w2.yaml", &workloads("10.0.0.2"));
     let out = k.ok(&["apply", "-f", m2.to_str().expect("path")]);
-    assert!(out.contains("endpointslice.discovery.k8s.io/web-abc configured"), "{out}");
+    assert!(
+        out.contains("endpointslice.discovery.k8s.io/web-abc configured"),
+        "{out}"
+    );
     assert!(out.contains("service/web unchanged"), "{out}");
 
     // get -o json returns what was applied, with server-filled fields.
-    let slice = k.json(&["-n", "demo", "get", "endpointslice", "web-abc", "-o", "json"]);
+    let slice = k.json(&[
+        "-n",
+        "demo",
+        "get",
+        "endpointslice",
+        "web-abc",
+        "-o",
+        "json",
+    ]);
     assert_eq!(slice["endpoints"][0]["addresses"][0], "10.0.0.2");
-    assert!(slice["metadata"]["uid"].as_str().is_some_and(|u| !u.is_empty()));
+    assert!(
+        slice["metadata"]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    );
     let svc = k.json(&["-n", "demo", "get", "svc", "web", "-o", "json"]);
-    assert!(svc["spec"]["clusterIP"].as_str().is_some_and(|ip| ip.starts_with("10.96.")), "{svc}");
+    assert!(
+        svc["spec"]["clusterIP"]
+            .as_str()
+            .is_some_and(|ip| ip.starts_with("10.96.")),
+        "{svc}"
+    );
     assert_eq!(svc["spec"]["ports"][0]["protocol"], "TCP");
 
     // Server-side apply.
     let ssa = k.write("ssa.yaml", SSA);
     let out = k.ok(&["apply", "--server-side", "-f", ssa.to_str().expect("path")]);
     assert!(out.contains("service/api serverside-applied"), "{out}");
-    let api = k.json(&["-n", "demo", "get", "endpointslice", "api-1", "-o", "json", "--show-managed-fields"]);
+    let api = k.json(&[
+        "-n",
+        "demo",
+        "get",
+        "endpointslice",
+        "api-1",
+        "-o",
+        "json",
+        "--show-managed-fields",
+    ]);
     assert_eq!(api["endpoints"].as_array().map(Vec::len), Some(2));
 
     // Label and field selectors.
@@ -169,12 +213,33 @@ fn scenario(bin: &'static str) {
     assert_eq!(by_label("app!=web").trim(), "service/api");
     let by_field = |sel: &str| k.ok(&["get", "svc", "-A", "--field-selector", sel, "-o", "name"]);
     assert_eq!(by_field("metadata.name=api").trim(), "service/api");
-    assert_eq!(by_field("metadata.name!=api,metadata.namespace==demo").trim(), "service/web");
-    let err = k.fails(&["get", "svc", "-A", "--field-selector", "spec.type=ClusterIP"]);
-    assert!(err.contains("field label not supported: spec.type"), "{err}");
+    assert_eq!(
+        by_field("metadata.name!=api,metadata.namespace==demo").trim(),
+        "service/web"
+    );
+    let err = k.fails(&[
+        "get",
+        "svc",
+        "-A",
+        "--field-selector",
+        "spec.type=ClusterIP",
+    ]);
+    assert!(
+        err.contains("field label not supported: spec.type"),
+        "{err}"
+    );
 
     // get --watch sees a change.
-    let mut child = k.spawn(&["-n", "demo", "get", "endpoints", "web", "--watch", "-o", "jsonpath={.subsets[0].addresses[0].ip}{\"\\n\"}"]);
+    let mut child = k.spawn(&[
+        "-n",
+        "demo",
+        "get",
+        "endpoints",
+        "web",
+        "--watch",
+        "-o",
+        "jsonpath={.subsets[0].addresses[0].ip}{\"\\n\"}",
+    ]);
     let stdout = child.stdout.take().expect("stdout");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -184,9 +249,24 @@ fn scenario(bin: &'static str) {
             }
         }
     });
-    assert_eq!(rx.recv_timeout(Duration::from_secs(20)).expect("initial watch line"), "10.0.0.2");
-    k.ok(&["-n", "demo", "patch", "endpoints", "web", "--type=json", "-p", r#"[{"op":"replace","path":"/subsets/0/addresses/0/ip","value":"10.0.0.9"}]"#]);
-    let seen = rx.recv_timeout(Duration::from_secs(20)).expect("watch saw the change");
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(20))
+            .expect("initial watch line"),
+        "10.0.0.2"
+    );
+    k.ok(&[
+        "-n",
+        "demo",
+        "patch",
+        "endpoints",
+        "web",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/subsets/0/addresses/0/ip","value":"10.0.0.9"}]"#,
+    ]);
+    let seen = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("watch saw the change");
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(seen, "10.0.0.9");
@@ -194,22 +274,57 @@ fn scenario(bin: &'static str) {
     // A CRD: served after apply, printer columns, patch, delete.
     let crd = k.write("crd.yaml", CRD);
     k.ok(&["apply", "-f", crd.to_str().expect("path")]);
-    k.ok(&["wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=20s"]);
+    k.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/widgets.example.com",
+        "--timeout=20s",
+    ]);
     let w = k.write("widget.yaml", WIDGET);
-    assert!(k.ok(&["apply", "-f", w.to_str().expect("path")]).contains("widget.example.com/w1 created"));
+    assert!(
+        k.ok(&["apply", "-f", w.to_str().expect("path")])
+            .contains("widget.example.com/w1 created")
+    );
     let table = k.ok(&["-n", "demo", "get", "widgets"]);
     let mut lines = table.lines();
     let header: Vec<&str> = lines.next().expect("header").split_whitespace().collect();
     assert_eq!(header, ["NAME", "SIZE", "COLOR", "AGE"], "{table}");
     let row: Vec<&str> = lines.next().expect("row").split_whitespace().collect();
     assert_eq!(&row[..3], ["w1", "3", "red"], "{table}");
-    k.ok(&["-n", "demo", "patch", "wg", "w1", "--type=merge", "-p", r#"{"spec":{"size":5}}"#]);
-    let got = k.ok(&["-n", "demo", "get", "widget", "w1", "-o", "jsonpath={.spec.size}/{.metadata.generation}"]);
+    k.ok(&[
+        "-n",
+        "demo",
+        "patch",
+        "wg",
+        "w1",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"size":5}}"#,
+    ]);
+    let got = k.ok(&[
+        "-n",
+        "demo",
+        "get",
+        "widget",
+        "w1",
+        "-o",
+        "jsonpath={.spec.size}/{.metadata.generation}",
+    ]);
     assert_eq!(got, "5/2");
-    assert_eq!(k.ok(&["-n", "demo", "get", "widgets", "-l", "team=a", "-o", "name"]).trim(), "widget.example.com/w1");
-    assert!(k.ok(&["-n", "demo", "delete", "widget", "w1"]).contains("widget.example.com \"w1\" deleted"));
+    assert_eq!(
+        k.ok(&["-n", "demo", "get", "widgets", "-l", "team=a", "-o", "name"])
+            .trim(),
+        "widget.example.com/w1"
+    );
+    assert!(
+        k.ok(&["-n", "demo", "delete", "widget", "w1"])
+            .contains("widget.example.com \"w1\" deleted")
+    );
     let err = k.fails(&["-n", "demo", "get", "widget", "w1"]);
-    assert!(err.contains("NotFound") && err.contains("widgets.example.com \"w1\" not found"), "{err}");
+    assert!(
+        err.contains("NotFound") && err.contains("widgets.example.com \"w1\" not found"),
+        "{err}"
+    );
 
     // delete
     k.ok(&["-n", "demo", "delete", "svc", "web"]);
@@ -243,8 +358,20 @@ subjects:
 "#,
     );
     k.ok(&["apply", "-f", rbac.to_str().expect("path")]);
-    k.ok(&["-n", "demo", "create", "configmap", "c1", "--from-literal=a=b"]);
-    assert_eq!(viewer.ok(&["-n", "demo", "get", "configmaps", "-o", "name"]).trim(), "configmap/c1");
+    k.ok(&[
+        "-n",
+        "demo",
+        "create",
+        "configmap",
+        "c1",
+        "--from-literal=a=b",
+    ]);
+    assert_eq!(
+        viewer
+            .ok(&["-n", "demo", "get", "configmaps", "-o", "name"])
+            .trim(),
+        "configmap/c1"
+    );
     let err = viewer.fails(&["-n", "demo2", "get", "configmaps"]);
     assert!(err.contains("(Forbidden)"), "{err}");
     let err = viewer.fails(&["-n", "demo", "delete", "configmap", "c1"]);
@@ -255,7 +382,10 @@ subjects:
         .as_array()
         .map(|a| a.iter().filter_map(|m| m["manager"].as_str()).collect())
         .unwrap_or_default();
-    assert!(managers.contains(&"kubectl"), "managedFields managers: {managers:?}");
+    assert!(
+        managers.contains(&"kubectl"),
+        "managedFields managers: {managers:?}"
+    );
 
     rt.block_on(sim.shutdown());
 }

@@ -15,7 +15,10 @@ use sim_support::{ADMIN, client, count, eventually, fault, start, stats, watch_l
 use tokio::sync::mpsc;
 
 fn cm(name: &str) -> ConfigMap {
-    serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": "w"}}, "data": {"k": "v"}})).expect("cm")
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": {"app": "w"}}, "data": {"k": "v"}}),
+    )
+    .expect("cm")
 }
 
 /// Spawn a watcher forwarding "apply:<name>", "initapply:<name>", "init", "initdone", "delete:<name>".
@@ -25,9 +28,15 @@ fn spawn_watcher(api: Api<ConfigMap>, cfg: watcher::Config) -> mpsc::UnboundedRe
         let mut s = watcher(api, cfg).boxed();
         while let Some(ev) = s.next().await {
             let msg = match ev {
-                Ok(watcher::Event::Apply(o)) => format!("apply:{}", o.metadata.name.unwrap_or_default()),
-                Ok(watcher::Event::Delete(o)) => format!("delete:{}", o.metadata.name.unwrap_or_default()),
-                Ok(watcher::Event::InitApply(o)) => format!("initapply:{}", o.metadata.name.unwrap_or_default()),
+                Ok(watcher::Event::Apply(o)) => {
+                    format!("apply:{}", o.metadata.name.unwrap_or_default())
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    format!("delete:{}", o.metadata.name.unwrap_or_default())
+                }
+                Ok(watcher::Event::InitApply(o)) => {
+                    format!("initapply:{}", o.metadata.name.unwrap_or_default())
+                }
                 Ok(watcher::Event::Init) => "init".into(),
                 Ok(watcher::Event::InitDone) => "initdone".into(),
                 Err(e) => format!("error:{e}"),
@@ -60,7 +69,9 @@ async fn watcher_resumes_after_dropped_watch_without_relisting() {
     let sim = start(false).await;
     let c = client(&sim, ADMIN).await;
     let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
-    api.create(&PostParams::default(), &cm("before")).await.expect("create");
+    api.create(&PostParams::default(), &cm("before"))
+        .await
+        .expect("create");
     let mut rx = spawn_watcher(api.clone(), watcher::Config::default());
     let init = expect(&mut rx, "initdone").await;
     assert!(init.contains(&"initapply:before".to_string()), "{init:?}");
@@ -70,12 +81,21 @@ async fn watcher_resumes_after_dropped_watch_without_relisting() {
     let watches_before = count(&stats(&c).await, "watch", "configmaps");
 
     fault(&c, json!({"dropWatches": true})).await;
-    api.create(&PostParams::default(), &cm("after-drop")).await.expect("create");
+    api.create(&PostParams::default(), &cm("after-drop"))
+        .await
+        .expect("create");
     expect(&mut rx, "apply:after-drop").await;
 
     let s = stats(&c).await;
-    assert_eq!(count(&s, "list", "configmaps"), lists_before, "the watcher relisted instead of resuming: {s}");
-    assert!(count(&s, "watch", "configmaps") > watches_before, "no new watch request: {s}");
+    assert_eq!(
+        count(&s, "list", "configmaps"),
+        lists_before,
+        "the watcher relisted instead of resuming: {s}"
+    );
+    assert!(
+        count(&s, "watch", "configmaps") > watches_before,
+        "no new watch request: {s}"
+    );
     sim.shutdown().await;
 }
 
@@ -91,17 +111,27 @@ async fn watcher_relists_after_410_gone() {
     // Stall the watch so it cannot see the next write, then compact the history
     // and cut it: its resume point is now too old -> 410 -> relist.
     fault(&c, json!({"stallWatchesSeconds": 30})).await;
-    api.create(&PostParams::default(), &cm("missed")).await.expect("create");
+    api.create(&PostParams::default(), &cm("missed"))
+        .await
+        .expect("create");
     fault(&c, json!({"compact": true, "dropWatches": true})).await;
     fault(&c, json!({"clear": true})).await;
 
     let seen = expect(&mut rx, "initapply:missed").await;
-    assert!(seen.contains(&"init".to_string()), "a relist starts with Init: {seen:?}");
+    assert!(
+        seen.contains(&"init".to_string()),
+        "a relist starts with Init: {seen:?}"
+    );
     expect(&mut rx, "initdone").await;
     let s = stats(&c).await;
-    assert!(count(&s, "list", "configmaps") > lists_before, "no relist after 410: {s}");
+    assert!(
+        count(&s, "list", "configmaps") > lists_before,
+        "no relist after 410: {s}"
+    );
     // And it keeps following changes.
-    api.create(&PostParams::default(), &cm("later")).await.expect("create");
+    api.create(&PostParams::default(), &cm("later"))
+        .await
+        .expect("create");
     expect(&mut rx, "apply:later").await;
     sim.shutdown().await;
 }
@@ -112,12 +142,21 @@ async fn streaming_list_watcher_gets_initial_events_end_bookmark() {
     let c = client(&sim, ADMIN).await;
     let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
     for n in ["s1", "s2"] {
-        api.create(&PostParams::default(), &cm(n)).await.expect("create");
+        api.create(&PostParams::default(), &cm(n))
+            .await
+            .expect("create");
     }
     let mut rx = spawn_watcher(api.clone(), watcher::Config::default().streaming_lists());
     let seen = expect(&mut rx, "initdone").await;
-    assert!(seen.contains(&"initapply:s1".into()) && seen.contains(&"initapply:s2".into()), "{seen:?}");
-    assert_eq!(count(&stats(&c).await, "list", "configmaps"), 0, "streaming lists must not LIST");
+    assert!(
+        seen.contains(&"initapply:s1".into()) && seen.contains(&"initapply:s2".into()),
+        "{seen:?}"
+    );
+    assert_eq!(
+        count(&stats(&c).await, "list", "configmaps"),
+        0,
+        "streaming lists must not LIST"
+    );
 
     // The raw stream: ADDED per object, then the annotated BOOKMARK.
     let (status, lines) = watch_lines(
@@ -131,9 +170,19 @@ async fn streaming_list_watcher_gets_initial_events_end_bookmark() {
     assert_eq!(lines[0]["type"], "ADDED");
     assert_eq!(lines[1]["type"], "ADDED");
     assert_eq!(lines[2]["type"], "BOOKMARK");
-    assert_eq!(lines[2]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
+    assert_eq!(
+        lines[2]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
     // sendInitialEvents without resourceVersionMatch=NotOlderThan is invalid.
-    let (status, body) = sim_support::raw(&c, "GET", "/api/v1/configmaps?watch=true&sendInitialEvents=true&allowWatchBookmarks=true", None, "").await;
+    let (status, body) = sim_support::raw(
+        &c,
+        "GET",
+        "/api/v1/configmaps?watch=true&sendInitialEvents=true&allowWatchBookmarks=true",
+        None,
+        "",
+    )
+    .await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["reason"], "Invalid");
     sim.shutdown().await;
@@ -144,43 +193,81 @@ async fn bookmarks_timeouts_selectors_and_too_old_versions() {
     let sim = start(false).await;
     let c = client(&sim, ADMIN).await;
     let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
-    let first = api.create(&PostParams::default(), &cm("b1")).await.expect("create");
+    let first = api
+        .create(&PostParams::default(), &cm("b1"))
+        .await
+        .expect("create");
     let rv = first.metadata.resource_version.clone().expect("rv");
 
     // Bookmarks every 200 ms; timeoutSeconds=1 ends the stream.
     let started = std::time::Instant::now();
     let (_, lines) = watch_lines(&c, &format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=1"), 1000, 10).await;
     let elapsed = started.elapsed();
-    assert!(elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(5), "timeoutSeconds not honoured: {elapsed:?}");
+    assert!(
+        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(5),
+        "timeoutSeconds not honoured: {elapsed:?}"
+    );
     let bookmarks: Vec<_> = lines.iter().filter(|l| l["type"] == "BOOKMARK").collect();
     assert!(bookmarks.len() >= 2, "{lines:?}");
-    assert_eq!(bookmarks[0]["object"]["metadata"]["resourceVersion"], rv.as_str());
+    assert_eq!(
+        bookmarks[0]["object"]["metadata"]["resourceVersion"],
+        rv.as_str()
+    );
 
     // Exact resourceVersion: only later events. Selector transitions: into the
     // selector -> ADDED, out of it -> DELETED.
     let c2 = c.clone();
-    let path = format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}&labelSelector=tier%3Dgold&timeoutSeconds=5");
+    let path = format!(
+        "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}&labelSelector=tier%3Dgold&timeoutSeconds=5"
+    );
     let reader = tokio::spawn(async move { watch_lines(&c2, &path, 3, 10).await });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let pp = kube::api::PatchParams::default();
-    let label = |v: serde_json::Value| kube::api::Patch::Merge(json!({"metadata": {"labels": {"tier": v}}}));
-    api.patch("b1", &pp, &label(json!("gold"))).await.expect("label in");
-    api.patch("b1", &pp, &label(json!("gold"))).await.expect("no-op");
-    api.patch("b1", &pp, &kube::api::Patch::Merge(json!({"data": {"x": "y"}}))).await.expect("modify");
-    api.patch("b1", &pp, &label(json!(null))).await.expect("label out");
+    let label = |v: serde_json::Value| {
+        kube::api::Patch::Merge(json!({"metadata": {"labels": {"tier": v}}}))
+    };
+    api.patch("b1", &pp, &label(json!("gold")))
+        .await
+        .expect("label in");
+    api.patch("b1", &pp, &label(json!("gold")))
+        .await
+        .expect("no-op");
+    api.patch(
+        "b1",
+        &pp,
+        &kube::api::Patch::Merge(json!({"data": {"x": "y"}})),
+    )
+    .await
+    .expect("modify");
+    api.patch("b1", &pp, &label(json!(null)))
+        .await
+        .expect("label out");
     let (_, lines) = reader.await.expect("reader");
     let types: Vec<&str> = lines.iter().filter_map(|l| l["type"].as_str()).collect();
     assert_eq!(types, ["ADDED", "MODIFIED", "DELETED"], "{lines:?}");
 
     // A resourceVersion older than the history: ERROR event with a 410 Status.
     fault(&c, json!({"compact": true})).await;
-    api.create(&PostParams::default(), &cm("b2")).await.expect("create");
-    let (status, lines) = watch_lines(&c, &format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}"), 1, 5).await;
+    api.create(&PostParams::default(), &cm("b2"))
+        .await
+        .expect("create");
+    let (status, lines) = watch_lines(
+        &c,
+        &format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}"),
+        1,
+        5,
+    )
+    .await;
     assert_eq!(status, 200);
     assert_eq!(lines[0]["type"], "ERROR");
     assert_eq!(lines[0]["object"]["code"], 410);
     assert_eq!(lines[0]["object"]["reason"], "Expired");
-    assert!(lines[0]["object"]["message"].as_str().is_some_and(|m| m.starts_with("too old resource version")), "{lines:?}");
+    assert!(
+        lines[0]["object"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("too old resource version")),
+        "{lines:?}"
+    );
     let open = eventually(5, "watches closed", || {
         let c = c.clone();
         async move {

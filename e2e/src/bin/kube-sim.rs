@@ -13,7 +13,10 @@ use anyhow::Context;
 use clap::Parser;
 
 #[derive(Parser, Debug)]
-#[command(name = "kube-sim", about = "A small, honest Kubernetes API server for tests and demos")]
+#[command(
+    name = "kube-sim",
+    about = "A small, honest Kubernetes API server for tests and demos"
+)]
 struct Args {
     /// Address to listen on (127.0.0.1 only is recommended).
     #[arg(long, default_value = "127.0.0.1:6443")]
@@ -46,7 +49,10 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("KUBE_SIM_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KUBE_SIM_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cfg = kube_sim::SimConfig {
@@ -66,18 +72,22 @@ async fn main() -> anyhow::Result<()> {
                 p.push(".ca.crt");
                 PathBuf::from(p)
             });
-            std::fs::write(&ca_path, ca).with_context(|| format!("writing CA to {}", ca_path.display()))?;
+            std::fs::write(&ca_path, ca)
+                .with_context(|| format!("writing CA to {}", ca_path.display()))?;
         }
     } else if let (Some(ca), Some(p)) = (sim.ca_pem(), &args.ca_out) {
         std::fs::write(p, ca).with_context(|| format!("writing CA to {}", p.display()))?;
     }
     for sa in &args.sa_tokens {
-        let (ns, name) = sa.split_once('/').with_context(|| format!("--sa-token {sa:?}: expected NAMESPACE/NAME"))?;
+        let (ns, name) = sa
+            .split_once('/')
+            .with_context(|| format!("--sa-token {sa:?}: expected NAMESPACE/NAME"))?;
         writeln!(out, "token {ns}/{name} {}", sim.issue_token(ns, name))?;
     }
     out.flush()?;
     drop(out);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("SIGTERM handler")?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}

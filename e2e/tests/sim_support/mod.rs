@@ -47,8 +47,13 @@ impl Cli {
     pub fn new(sim: &Sim, bin: &str, token: &str) -> Cli {
         let home = tempfile::tempdir().expect("tempdir");
         let kubeconfig = home.path().join("kubeconfig");
-        sim.write_kubeconfig(&kubeconfig, token).expect("kubeconfig");
-        Cli { bin: tool(bin), kubeconfig, home }
+        sim.write_kubeconfig(&kubeconfig, token)
+            .expect("kubeconfig");
+        Cli {
+            bin: tool(bin),
+            kubeconfig,
+            home,
+        }
     }
 
     pub fn write(&self, name: &str, content: &str) -> PathBuf {
@@ -74,7 +79,12 @@ impl Cli {
 
     /// Run to completion (60 s limit) and return the output.
     pub fn run(&self, args: &[&str]) -> Output {
-        let mut child = self.command(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn client");
+        let mut child = self
+            .command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn client");
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if child.try_wait().expect("wait").is_some() {
@@ -94,47 +104,82 @@ impl Cli {
         let out = self.run(args);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(out.status.success(), "{} {args:?} failed ({}):\nstdout: {stdout}\nstderr: {stderr}", self.bin.display(), out.status);
-        assert!(!stderr.contains("Warning: "), "unexpected warning from {args:?}: {stderr}");
+        assert!(
+            out.status.success(),
+            "{} {args:?} failed ({}):\nstdout: {stdout}\nstderr: {stderr}",
+            self.bin.display(),
+            out.status
+        );
+        assert!(
+            !stderr.contains("Warning: "),
+            "unexpected warning from {args:?}: {stderr}"
+        );
         stdout
     }
 
     /// Run and require failure; returns stderr.
     pub fn fails(&self, args: &[&str]) -> String {
         let out = self.run(args);
-        assert!(!out.status.success(), "{args:?} unexpectedly succeeded: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            !out.status.success(),
+            "{args:?} unexpectedly succeeded: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         String::from_utf8_lossy(&out.stderr).into_owned()
     }
 
     pub fn json(&self, args: &[&str]) -> Value {
         let out = self.ok(args);
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?} did not print JSON ({e}): {out}"))
+        serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("{args:?} did not print JSON ({e}): {out}"))
     }
 
     pub fn spawn(&self, args: &[&str]) -> std::process::Child {
-        self.command(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn client")
+        self.command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn client")
     }
 }
 
 /// A kube client for the sim authenticating with `token`.
 pub async fn client(sim: &Sim, token: &str) -> kube::Client {
-    let kc = kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(token)).expect("kubeconfig parses");
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.expect("config");
+    let kc = kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(token))
+        .expect("kubeconfig parses");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .expect("config");
     kube::Client::try_from(cfg).expect("client")
 }
 
 /// Raw JSON request with the admin client: returns (status, body).
-pub async fn raw(client: &kube::Client, method: &str, path: &str, body: Option<Value>, content_type: &str) -> (u16, Value) {
+pub async fn raw(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    content_type: &str,
+) -> (u16, Value) {
     let mut b = http::Request::builder().method(method).uri(path);
     if body.is_some() {
         b = b.header("content-type", content_type);
     }
-    let req = b.body(body.map(|v| serde_json::to_vec(&v).expect("json")).unwrap_or_default()).expect("request");
-    let resp = client.send(req.map(kube::client::Body::from)).await.expect("send");
+    let req = b
+        .body(
+            body.map(|v| serde_json::to_vec(&v).expect("json"))
+                .unwrap_or_default(),
+        )
+        .expect("request");
+    let resp = client
+        .send(req.map(kube::client::Body::from))
+        .await
+        .expect("send");
     let status = resp.status().as_u16();
     use http_body_util::BodyExt;
     let bytes = resp.into_body().collect().await.expect("body").to_bytes();
-    let v = serde_json::from_slice(&bytes).unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    let v = serde_json::from_slice(&bytes)
+        .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into_owned()));
     (status, v)
 }
 
@@ -149,17 +194,31 @@ where
         if let Some(v) = f().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {secs}s waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {secs}s waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 /// Read a watch response as JSON lines until `n` lines, the end of the stream, or
 /// `secs` seconds. Returns the HTTP status and the events.
-pub async fn watch_lines(client: &kube::Client, path: &str, n: usize, secs: u64) -> (u16, Vec<Value>) {
+pub async fn watch_lines(
+    client: &kube::Client,
+    path: &str,
+    n: usize,
+    secs: u64,
+) -> (u16, Vec<Value>) {
     use http_body_util::BodyExt;
-    let req = http::Request::builder().uri(path).body(Vec::new()).expect("request");
-    let resp = client.send(req.map(kube::client::Body::from)).await.expect("send");
+    let req = http::Request::builder()
+        .uri(path)
+        .body(Vec::new())
+        .expect("request");
+    let resp = client
+        .send(req.map(kube::client::Body::from))
+        .await
+        .expect("send");
     let status = resp.status().as_u16();
     let mut body = resp.into_body();
     let mut buf = Vec::new();
@@ -183,7 +242,14 @@ pub async fn watch_lines(client: &kube::Client, path: &str, n: usize, secs: u64)
 
 /// POST a fault request to `/_sim/faults` with the admin client.
 pub async fn fault(client: &kube::Client, body: Value) {
-    let (status, resp) = raw(client, "POST", "/_sim/faults", Some(body.clone()), "application/json").await;
+    let (status, resp) = raw(
+        client,
+        "POST",
+        "/_sim/faults",
+        Some(body.clone()),
+        "application/json",
+    )
+    .await;
     assert_eq!(status, 200, "fault {body} rejected: {resp}");
 }
 
@@ -200,7 +266,13 @@ pub fn count(stats: &Value, verb: &str, resource: &str) -> u64 {
 
 /// One plain-HTTP request over a fresh TCP connection (no client retries, unlike
 /// kube's client, which retries 429/503): returns (status, headers, JSON body).
-pub async fn plain_http(addr: std::net::SocketAddr, method: &str, path: &str, token: &str, body: Option<Value>) -> (u16, String, Value) {
+pub async fn plain_http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Option<Value>,
+) -> (u16, String, Value) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let body = body.map(|b| b.to_string()).unwrap_or_default();
@@ -213,7 +285,11 @@ pub async fn plain_http(addr: std::net::SocketAddr, method: &str, path: &str, to
     s.read_to_end(&mut out).await.expect("read");
     let text = String::from_utf8_lossy(&out).into_owned();
     let (head, rest) = text.split_once("\r\n\r\n").expect("http response");
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("status");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status");
     let v = serde_json::from_str(rest).unwrap_or(Value::String(rest.to_string()));
     (status, head.to_ascii_lowercase(), v)
 }
