@@ -1,0 +1,99 @@
+//! Criterion micro-benchmarks of the pure core (issue 6): conversion of a
+//! 1,000-endpoint service from `v1/Endpoints` and from 10 merged
+//! EndpointSlices of 100, the content hash, the dump JSON (per service, as the
+//! dump API encodes it, and a whole 1,000-service document), and the index's
+//! incremental path (one slice of a 1,000-endpoint service changes).
+//!
+//! Run: `cargo bench -p kube-discovery-core --bench core` (results in
+//! `target/criterion/`). Inputs are built once, outside the timed loops.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use k8s_openapi::api::core::v1::Endpoints;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube_discovery_core::convert::{from_endpoints, from_slices};
+use kube_discovery_core::filter::NamespaceFilter;
+use kube_discovery_core::{ConvertOptions, Index, PortMap, SourceKind, content_version};
+use serde_json::{Value, json};
+
+const N: usize = 1000;
+
+fn ip(i: usize) -> String {
+    format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255)
+}
+
+fn ports() -> Value {
+    json!([{"name": "http", "port": 8080, "protocol": "TCP"}])
+}
+
+fn endpoints(n: usize) -> Endpoints {
+    let addrs: Vec<Value> = (0..n).map(|i| json!({"ip": ip(i), "nodeName": format!("node-{}", i % 50)})).collect();
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": "svc", "namespace": "ns"},
+        "subsets": [{"addresses": addrs, "ports": ports()}]}))
+    .unwrap()
+}
+
+fn slice(k: usize, from: usize, to: usize, tweak: bool) -> EndpointSlice {
+    let eps: Vec<Value> = (from..to)
+        .map(|i| json!({"addresses": [ip(i)], "conditions": {"ready": !(tweak && i == from), "serving": true, "terminating": false}, "nodeName": format!("node-{}", i % 50), "zone": "z1"}))
+        .collect();
+    serde_json::from_value(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": format!("svc-{k}"), "namespace": "ns", "labels": {"kubernetes.io/service-name": "svc"}},
+        "addressType": "IPv4", "endpoints": eps, "ports": ports()}))
+    .unwrap()
+}
+
+fn slices(n: usize) -> Vec<EndpointSlice> {
+    (0..n.div_ceil(100)).map(|k| slice(k, k * 100, ((k + 1) * 100).min(n), false)).collect()
+}
+
+fn portmap(n: usize) -> PortMap {
+    from_endpoints(&endpoints(n), &ConvertOptions::default()).ports
+}
+
+fn bench(c: &mut Criterion) {
+    let opts = ConvertOptions::default();
+    let ep = endpoints(N);
+    let sl = slices(N);
+    assert_eq!(from_endpoints(&ep, &opts).ports["http"].len(), N);
+    assert_eq!(from_slices(sl.iter(), &opts).ports["http"].len(), N);
+
+    c.bench_function("convert/endpoints_1000", |b| b.iter(|| from_endpoints(black_box(&ep), &opts)));
+    c.bench_function("convert/slices_10x100_merged", |b| b.iter(|| from_slices(black_box(&sl).iter(), &opts)));
+
+    let pm = portmap(N);
+    c.bench_function("hash/content_version_1000", |b| b.iter(|| content_version(SourceKind::Endpoints, black_box(&pm))));
+
+    // The dump API encodes each service's port map as a JSON string.
+    c.bench_function("dump/service_1000_endpoints", |b| b.iter(|| serde_json::to_string(black_box(&pm)).unwrap()));
+    let small = portmap(10);
+    c.bench_function("dump/document_1000_services_x_10", |b| {
+        b.iter(|| {
+            let eps: Vec<Value> = (0..1000)
+                .map(|i| json!({"name": format!("ns/svc-{i}"), "value": serde_json::to_string(black_box(&small)).unwrap()}))
+                .collect();
+            serde_json::to_vec(&json!({"endpoints": [{"id": "", "endpoints": eps}], "config": []})).unwrap()
+        })
+    });
+
+    // Incremental path: one slice of a 1,000-endpoint service changes (one
+    // endpoint's ready flag flips back and forth), the service is recomputed
+    // and re-hashed.
+    let mut idx = Index::new(String::new(), SourceKind::EndpointSlice, opts.clone(), NamespaceFilter::default());
+    idx.reset_slices(&sl);
+    let (a, b2) = (slice(3, 300, 400, true), slice(3, 300, 400, false));
+    let mut flip = false;
+    c.bench_function("index/apply_slice_of_1000_endpoint_service", |b| {
+        b.iter(|| {
+            flip = !flip;
+            idx.apply_slice(black_box(if flip { &a } else { &b2 }))
+        })
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
