@@ -5,7 +5,7 @@
 //! the next request; nothing is restarted or reloaded.
 //!
 //! ```text
-//! cargo run -p kube-discovery-gateways --bin kd-reverse-proxy -- \
+//! cargo run -p kube-discovery-gateways --example reverse_proxy -- \
 //!     --listen 127.0.0.1:8081 --service default/web:http [--kubeconfig FILE]
 //! ```
 //!
@@ -33,7 +33,7 @@ use kube_discovery::nodes::NodesResolver;
 use kube_discovery_core::Node;
 
 #[derive(Parser)]
-#[command(name = "kd-reverse-proxy", about = "HTTP reverse proxy over kube-discovery nodes()")]
+#[command(name = "reverse_proxy", about = "HTTP reverse proxy over kube-discovery nodes()")]
 struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8081")]

@@ -11,10 +11,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use futures::StreamExt;
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Config, ResourceExt};
 use kube_discovery_core::crd::{DiscoveredService, MANAGED_BY_SELECTOR};
 use kube_discovery_core::{Node, parse_service_name};
 
@@ -36,10 +38,20 @@ pub struct KubeArgs {
 }
 
 impl KubeArgs {
-    /// A client for these flags.
+    /// A client for these flags: the kubeconfig file (and context) when
+    /// given, else the default kubeconfig with the context, else inferred
+    /// (`KUBECONFIG`, `~/.kube/config`, in-cluster).
     pub async fn client(&self) -> anyhow::Result<Client> {
-        let conn = kube_discovery::client::Connection::Kubeconfig { path: self.kubeconfig.clone(), context: self.context.clone() };
-        Ok(kube_discovery::client::client(&conn).await?)
+        let opts = KubeConfigOptions { context: self.context.clone(), ..KubeConfigOptions::default() };
+        let config = match (&self.kubeconfig, &self.context) {
+            (Some(path), _) => {
+                let kc = Kubeconfig::read_from(path).with_context(|| format!("--kubeconfig {}", path.display()))?;
+                Config::from_custom_kubeconfig(kc, &opts).await.with_context(|| format!("--kubeconfig {}", path.display()))?
+            }
+            (None, Some(ctx)) => Config::from_kubeconfig(&opts).await.with_context(|| format!("--context {ctx}"))?,
+            (None, None) => Config::infer().await.context("no kubeconfig and not in a cluster")?,
+        };
+        Ok(Client::try_from(config)?)
     }
 }
 

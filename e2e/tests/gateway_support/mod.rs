@@ -39,6 +39,15 @@ pub fn gw_bin(name: &str) -> PathBuf {
     p
 }
 
+/// An example of the gateways crate (`target/debug/examples/<name>`).
+pub fn gw_example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let p = dir.join("examples").join(name);
+    assert!(p.exists(), "{} not found: run `cargo build -p kube-discovery-gateways --examples` first", p.display());
+    p
+}
+
 /// A gateway binary from the system (Debian package): FAILS when missing.
 pub fn system_bin(name: &str) -> PathBuf {
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
