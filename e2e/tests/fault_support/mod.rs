@@ -1,0 +1,398 @@
+//! Helpers of the fault suite (`fault_*.rs`), on top of `controller_support`:
+//!
+//! * [`truth`]: the DiscoveredServices that SHOULD exist, computed
+//!   independently of the controller: the source objects are listed from
+//!   kube-sim and rendered with the pure core's `render` (the same config
+//!   text, so the same options); [`check_converged`] compares every
+//!   DiscoveredService on kube-sim with it (missing, extra, stale spec);
+//! * [`Churn`]: a bounded, seeded stream of EndpointSlice/Endpoints changes
+//!   over a few services (add/remove endpoints, flip readiness, change a port,
+//!   delete and re-create a source);
+//! * fault hooks (`/_sim/faults`), `/_sim/stats`, metrics scraping, signals.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Endpoints;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, ListParams};
+use kube_discovery_core::config::parse_config;
+use kube_discovery_core::render::{RenderOptions, render};
+use serde_json::{Value, json};
+
+use crate::controller_support::{Controller, Env, eventually};
+
+/// `ns/name` -> `spec` of every DiscoveredService.
+pub type Specs = BTreeMap<String, Value>;
+
+/// Which source kind a test watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Slices,
+    Endpoints,
+}
+
+/// Single-cluster config for `env`, authenticating with `token`.
+pub fn config(env: &Env, token: &str, kind: Kind, extra_settings: &str) -> String {
+    let slices = if kind == Kind::Slices {
+        "    watch_endpoint_slices: true\n"
+    } else {
+        ""
+    };
+    format!(
+        "discovery:\n  kubernetes:\n{}{slices}kube_discovery:\n  coalesce_window: 20ms\n{extra_settings}",
+        env.service_block(token)
+    )
+}
+
+/// The source objects of `client`'s cluster as JSON values (what `render` reads).
+pub async fn sources(client: &kube::Client) -> Vec<Value> {
+    let mut out = Vec::new();
+    let eps: Api<Endpoints> = Api::all(client.clone());
+    for o in eps
+        .list(&ListParams::default())
+        .await
+        .expect("list Endpoints")
+        .items
+    {
+        out.push(serde_json::to_value(o).expect("json"));
+    }
+    let sl: Api<EndpointSlice> = Api::all(client.clone());
+    for o in sl
+        .list(&ListParams::default())
+        .await
+        .expect("list EndpointSlices")
+        .items
+    {
+        out.push(serde_json::to_value(o).expect("json"));
+    }
+    out
+}
+
+/// The expected DiscoveredServices (`ns/name` -> spec) of cluster `id` of
+/// `config_yaml`, from the source objects of `client`'s cluster.
+pub async fn truth_of(client: &kube::Client, config_yaml: &str, id: &str) -> Specs {
+    let env = |k: &str| std::env::var(k).ok();
+    let cfg = parse_config(config_yaml, &env).expect("test config parses");
+    let opts = RenderOptions::from_config(&cfg, id).expect("cluster in config");
+    let objs = sources(client).await;
+    let rendered = render(&objs, &opts).expect("render the source objects");
+    rendered
+        .into_iter()
+        .map(|ds| {
+            let v = serde_json::to_value(&ds).expect("json");
+            let key = format!(
+                "{}/{}",
+                v["metadata"]["namespace"].as_str().unwrap_or(""),
+                v["metadata"]["name"].as_str().unwrap_or("")
+            );
+            (key, v["spec"].clone())
+        })
+        .collect()
+}
+
+/// Single-cluster truth of `env`.
+pub async fn truth(env: &Env, config_yaml: &str) -> Specs {
+    truth_of(&env.admin, config_yaml, "").await
+}
+
+/// Every DiscoveredService on `env` (`ns/name` -> spec).
+pub async fn actual(env: &Env) -> Specs {
+    env.dsvc_api_all()
+        .list(&ListParams::default())
+        .await
+        .expect("list DiscoveredServices")
+        .items
+        .into_iter()
+        .map(|o| {
+            let key = format!(
+                "{}/{}",
+                o.metadata.namespace.clone().unwrap_or_default(),
+                o.metadata.name.clone().unwrap_or_default()
+            );
+            (key, o.data["spec"].clone())
+        })
+        .collect()
+}
+
+/// Human-readable difference (empty = equal).
+pub fn diff(want: &Specs, got: &Specs) -> Vec<String> {
+    let mut out = Vec::new();
+    for (k, w) in want {
+        match got.get(k) {
+            None => out.push(format!("missing {k}: want {w}")),
+            Some(g) if g != w => out.push(format!("stale {k}: want {w}\n      got {g}")),
+            Some(_) => {}
+        }
+    }
+    for (k, g) in got {
+        if !want.contains_key(k) {
+            out.push(format!("extra {k}: {g}"));
+        }
+    }
+    // No two objects for the same service (a "dupe" under another name).
+    let mut services: BTreeMap<String, Vec<&String>> = BTreeMap::new();
+    for (k, g) in got {
+        let svc = format!("{}#{}", g["service"].as_str().unwrap_or(""), g["shard"]);
+        services.entry(svc).or_default().push(k);
+    }
+    for (svc, objs) in services {
+        if objs.len() > 1 {
+            out.push(format!("duplicate objects for {svc}: {objs:?}"));
+        }
+    }
+    out
+}
+
+/// Waits until the DiscoveredServices equal the truth (recomputed on every
+/// poll, so it follows late source changes); panics with the difference.
+pub async fn wait_converged(env: &Env, config_yaml: &str, limit: Duration) -> Specs {
+    let start = tokio::time::Instant::now();
+    loop {
+        let want = truth(env, config_yaml).await;
+        let got = actual(env).await;
+        let d = diff(&want, &got);
+        if d.is_empty() {
+            return got;
+        }
+        if start.elapsed() > limit {
+            panic!("not converged after {limit:?}:\n  {}", d.join("\n  "));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// POST `/_sim/faults` on `env`.
+pub async fn fault(env: &Env, body: Value) {
+    sim_post(&env.admin, "/_sim/faults", body).await;
+}
+
+pub async fn sim_post(client: &kube::Client, path: &str, body: Value) {
+    let req = http::Request::post(path)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).expect("json"))
+        .expect("request");
+    client
+        .request::<Value>(req)
+        .await
+        .unwrap_or_else(|e| panic!("POST {path} {body}: {e}"));
+}
+
+/// `/_sim/stats` (not counted as a request by kube-sim).
+pub async fn stats(env: &Env) -> Value {
+    let req = http::Request::get("/_sim/stats")
+        .body(Vec::new())
+        .expect("request");
+    env.admin.request::<Value>(req).await.expect("stats")
+}
+
+/// `requests[verb][resource]` of a stats document.
+pub fn requests(stats: &Value, verb: &str, resource: &str) -> u64 {
+    stats["requests"][verb][resource].as_u64().unwrap_or(0)
+}
+
+/// Every write kube-sim logged after `since` (all resources).
+pub async fn writes_since(env: &Env, since: u64) -> Vec<Value> {
+    let req = http::Request::get(format!("/_sim/writes?since={since}"))
+        .body(Vec::new())
+        .expect("request");
+    let v = env.admin.request::<Value>(req).await.expect("writes");
+    v["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// Sum of every sample of metric `name` whose labels contain all `labels`.
+pub async fn metric_sum(ctl: &Controller, name: &str, labels: &[&str]) -> f64 {
+    let (_, text) = ctl.get("/metrics").await;
+    metric_sum_in(&text, name, labels)
+}
+
+pub fn metric_sum_in(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter(|l| labels.iter().all(|x| l.contains(x)))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
+/// Sends `sig` (`"TERM"`, `"KILL"`) to the controller process.
+pub fn signal(ctl: &Controller, sig: &str) {
+    let pid = ctl.child.id().expect("controller still running");
+    let st = std::process::Command::new("kill")
+        .args([format!("-{sig}"), pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(st.success(), "kill -{sig} {pid} failed");
+}
+
+/// Outage length of scenario 3: `FAULT_OUTAGE_SECS` (the 30 s), default 5 s.
+pub fn outage_secs() -> f64 {
+    std::env::var("FAULT_OUTAGE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5.0)
+}
+
+/// Small deterministic PRNG (xorshift64*), so a failing churn can be replayed.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.max(1))
+    }
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// A bounded stream of source changes over `services` services in `ns`.
+pub struct Churn {
+    pub ns: String,
+    pub services: usize,
+    pub kind: Kind,
+    pub rng: Rng,
+    /// `10.{net}.x.y` addresses, so tests on one kube-sim do not collide.
+    pub net: u8,
+    /// Changes applied so far.
+    pub applied: u64,
+}
+
+impl Churn {
+    pub fn new(ns: &str, services: usize, kind: Kind, seed: u64, net: u8) -> Self {
+        Churn {
+            ns: ns.to_string(),
+            services,
+            kind,
+            rng: Rng::new(seed),
+            net,
+            applied: 0,
+        }
+    }
+
+    pub fn service(i: usize) -> String {
+        format!("svc-{i}")
+    }
+
+    /// 1-4 endpoints; the first is always ready, so every port of a
+    /// service keeps at least one node while its source exists.
+    fn ips(&mut self, i: usize) -> Vec<(String, bool)> {
+        let n = self.rng.below(4) + 1;
+        (0..n)
+            .map(|k| {
+                (
+                    format!("10.{}.{}.{}", self.net, i, self.rng.below(20) + 1),
+                    k == 0 || !self.rng.chance(20),
+                )
+            })
+            .collect()
+    }
+
+    /// The port keys of service `i` never change while its source exists
+    /// (odd services: `http` + `metrics`, even: `http`); the port NUMBERS do.
+    /// Removing a port key from a live object is exercised separately
+    /// (`fault_suite::s00_removed_port_key`), see the note there.
+    fn ports(&mut self, i: usize) -> Vec<(&'static str, i32)> {
+        let shift = i32::try_from(self.rng.below(3)).unwrap_or(0);
+        if i % 2 == 1 {
+            vec![("http", 8080 + shift), ("metrics", 9090 + shift)]
+        } else {
+            vec![("http", 80 + shift)]
+        }
+    }
+
+    /// Creates every service with a first set of endpoints.
+    pub async fn seed(&mut self, env: &Env) {
+        env.namespace(&self.ns).await;
+        for i in 0..self.services {
+            self.set(env, i).await;
+        }
+    }
+
+    async fn set(&mut self, env: &Env, i: usize) {
+        let eps = self.ips(i);
+        let ports = self.ports(i);
+        let svc = Self::service(i);
+        match self.kind {
+            Kind::Slices => {
+                let refs: Vec<(&str, bool)> = eps.iter().map(|(ip, r)| (ip.as_str(), *r)).collect();
+                env.slice(&self.ns, &svc, &format!("{svc}-a"), &refs, &ports)
+                    .await;
+            }
+            Kind::Endpoints => {
+                let ready: Vec<&str> = eps
+                    .iter()
+                    .filter(|(_, r)| *r)
+                    .map(|(ip, _)| ip.as_str())
+                    .collect();
+                env.endpoints(&self.ns, &svc, &ready, &ports, json!({}))
+                    .await;
+            }
+        }
+        self.applied += 1;
+    }
+
+    /// One random change.
+    pub async fn step(&mut self, env: &Env) {
+        let i = usize::try_from(self.rng.below(self.services as u64)).unwrap_or(0);
+        let svc = Self::service(i);
+        match self.rng.below(10) {
+            0 => {
+                // Delete the source (ignore "already gone").
+                match self.kind {
+                    Kind::Slices => {
+                        let api: Api<EndpointSlice> = Api::namespaced(env.admin.clone(), &self.ns);
+                        let _ = api.delete(&format!("{svc}-a"), &Default::default()).await;
+                        let _ = api.delete(&format!("{svc}-b"), &Default::default()).await;
+                    }
+                    Kind::Endpoints => {
+                        let api: Api<Endpoints> = Api::namespaced(env.admin.clone(), &self.ns);
+                        let _ = api.delete(&svc, &Default::default()).await;
+                    }
+                }
+                self.applied += 1;
+            }
+            1 if self.kind == Kind::Slices => {
+                // A second slice of the same service.
+                let eps = self.ips(i);
+                let ports = self.ports(i);
+                let refs: Vec<(&str, bool)> = eps.iter().map(|(ip, r)| (ip.as_str(), *r)).collect();
+                env.slice(&self.ns, &svc, &format!("{svc}-b"), &refs, &ports)
+                    .await;
+                self.applied += 1;
+            }
+            _ => self.set(env, i).await,
+        }
+    }
+
+    /// `n` changes, `pause` apart.
+    pub async fn run(&mut self, env: &Env, n: usize, pause: Duration) {
+        for _ in 0..n {
+            self.step(env).await;
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+}
+
+/// Waits until the controller's log contains `needle`; returns the log.
+pub async fn wait_log(ctl: &Controller, needle: &str, limit: Duration) -> String {
+    eventually(&format!("log contains {needle:?}"), limit, || async {
+        let l = ctl.logs();
+        l.contains(needle).then_some(l)
+    })
+    .await
+}
