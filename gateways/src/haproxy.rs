@@ -441,7 +441,7 @@ pub async fn run_haproxy(args: HaproxyArgs) -> anyhow::Result<()> {
     tracing::info!(services = args.services.len(), output = %args.output.display(), policy = %args.empty_policy, "sync haproxy started");
     let mut first = true;
     loop {
-        watch.changed().await?;
+        watch.changed_within(args.once.then_some(std::time::Duration::from_secs(30))).await?;
         let mut backends = Vec::with_capacity(args.services.len());
         for svc in &args.services {
             let nodes = watch.nodes(&svc.service)?;

@@ -29,5 +29,7 @@ pub mod nginx;
 pub mod policy;
 pub mod watch;
 
+pub use haproxy::{HaproxyArgs, run_haproxy};
+pub use nginx::{NginxArgs, run_nginx};
 pub use policy::{EmptyPolicy, ServiceRef};
 pub use watch::{KubeArgs, Snapshot};

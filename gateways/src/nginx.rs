@@ -194,7 +194,7 @@ pub async fn run_nginx(args: NginxArgs) -> anyhow::Result<()> {
     let mut decider = Decider::default();
     tracing::info!(services = args.services.len(), output = %args.output.display(), policy = %args.empty_policy, "sync nginx started");
     loop {
-        watch.changed().await?;
+        watch.changed_within(args.once.then_some(std::time::Duration::from_secs(30))).await?;
         let mut targets = Vec::with_capacity(args.services.len());
         for svc in &args.services {
             let nodes = watch.nodes(&svc.service)?;

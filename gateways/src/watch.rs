@@ -110,6 +110,17 @@ impl DsWatch {
         Ok(())
     }
 
+    /// [`Self::changed`] bounded by `limit` (for one-shot runs that must not hang
+    /// when the API server or the CRD is unreachable).
+    pub async fn changed_within(&mut self, limit: Option<std::time::Duration>) -> anyhow::Result<()> {
+        match limit {
+            None => self.changed().await,
+            Some(d) => tokio::time::timeout(d, self.changed()).await.map_err(|_| {
+                anyhow::anyhow!("no complete list of DiscoveredServices within {d:?} (API server reachable? CRD installed? RBAC allows list/watch?)")
+            })?,
+        }
+    }
+
     /// Nodes of `service` (`[id/]ns/name:port`) in the current cache: `None` when
     /// the service or port is unknown.
     pub fn nodes(&self, service: &str) -> anyhow::Result<Option<Vec<Node>>> {
