@@ -92,7 +92,7 @@ async fn readyz(State(st): State<AppState>) -> Response {
         })
         .collect();
     let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (code, Json(json!({"ready": ready, "clusters": detail}))).into_response()
+    (code, Json(json!({"ready": ready, "standby": st.shared.standby(), "clusters": detail}))).into_response()
 }
 
 async fn metrics(State(st): State<AppState>) -> Response {

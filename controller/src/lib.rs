@@ -21,6 +21,7 @@ pub mod cli;
 pub mod client;
 pub mod demo;
 pub mod http;
+pub mod leader;
 pub mod metrics;
 pub mod nodes;
 pub mod render;

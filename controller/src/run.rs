@@ -55,6 +55,8 @@ pub struct Plan {
     pub auth_token: Option<String>,
     /// Redacted effective configuration (dump API).
     pub redacted_config: Value,
+    /// Leader election, when enabled.
+    pub leader: Option<crate::leader::LeaseConfig>,
 }
 
 /// Builds the [`Plan`] for a validated configuration. `http_addr` overrides
@@ -72,12 +74,24 @@ pub fn plan(cfg: &Config, http_addr: Option<SocketAddr>, kubeconfig: Option<Path
             "kube_discovery.sinks.configmap.enabled: the ConfigMap snapshot sink is not implemented in this version".into(),
         ));
     }
-    if s.leader_election.enabled {
-        tracing::warn!(
-            "kube_discovery.leader_election.enabled: leader election is not implemented in this version; \
-             every replica writes (writes are idempotent server-side applies, but run ONE replica)"
-        );
-    }
+    let leader = if s.leader_election.enabled {
+        let le = &s.leader_election;
+        let namespace = le.lease_namespace.clone().or_else(crate::leader::own_namespace).ok_or_else(|| {
+            Error::Config(
+                "kube_discovery.leader_election.lease_namespace: not set and the own namespace is unknown \
+                 (set it, or POD_NAMESPACE)"
+                    .into(),
+            )
+        })?;
+        Some(crate::leader::LeaseConfig {
+            namespace,
+            name: le.lease_name.clone(),
+            identity: crate::leader::default_identity(),
+            duration: le.lease_duration,
+        })
+    } else {
+        None
+    };
     if cfg.multi_cluster && kubeconfig.is_some() {
         return Err(Error::Config(
             "--kubeconfig: only valid in single-cluster mode (use discovery.kubernetes[].kubeconfig and kube_discovery.home)".into(),
@@ -132,6 +146,7 @@ pub fn plan(cfg: &Config, http_addr: Option<SocketAddr>, kubeconfig: Option<Path
         http_addr: http_addr.unwrap_or(s.http.addr),
         auth_token,
         redacted_config: cfg.kubernetes_redacted_json(),
+        leader,
     })
 }
 
@@ -158,6 +173,7 @@ pub struct Running {
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     writer: tokio::task::JoinHandle<()>,
+    elector: Option<tokio::task::JoinHandle<()>>,
     http: tokio::task::JoinHandle<()>,
 }
 
@@ -169,6 +185,9 @@ impl Running {
             let _ = t.await;
         }
         let _ = self.writer.await;
+        if let Some(e) = self.elector {
+            let _ = e.await;
+        }
         let _ = self.http.await;
     }
 }
@@ -180,12 +199,21 @@ pub async fn start(plan: Plan) -> Result<Running> {
     let shared = Arc::new(Shared::new(plan.clusters.iter().map(|c| c.params.cluster.as_str())));
 
     let home = crate::client::client(&plan.home).await?;
-    let (writer, writer_task) = crate::writer::spawn(
+    let (leader, elector) = match plan.leader {
+        Some(cfg) => {
+            tracing::info!(namespace = %cfg.namespace, lease = %cfg.name, identity = %cfg.identity, "leader election enabled");
+            let (rx, task) = crate::leader::spawn(home.clone(), cfg, shutdown.clone());
+            (Some(rx), Some(task))
+        }
+        None => (None, None),
+    };
+    let (writer, writer_task) = crate::writer::spawn_gated(
         KubeSink::new(home, plan.naming.clone()),
         shared.clone(),
         metrics.clone(),
         plan.writer.clone(),
         shutdown.clone(),
+        leader,
     );
 
     let mut tasks = Vec::new();
@@ -212,7 +240,7 @@ pub async fn start(plan: Plan) -> Result<Running> {
     // same token and drains open requests.
     let (http_addr, http) = crate::http::serve(plan.http_addr, state, shutdown.clone()).await?;
     tracing::info!(addr = %http_addr, "HTTP server listening");
-    Ok(Running { http_addr, shared, shutdown, tasks, writer: writer_task, http })
+    Ok(Running { http_addr, shared, shutdown, tasks, writer: writer_task, elector, http })
 }
 
 /// Resolves when SIGTERM or SIGINT arrives.
@@ -250,4 +278,78 @@ pub async fn run_plan(plan: Plan) -> Result<()> {
     running.stop().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube_discovery_core::crd::NamespaceMode;
+    use kube_discovery_core::SourceKind;
+    use std::time::Duration;
+
+    fn env(k: &str) -> Option<String> {
+        match k {
+            "KUBERNETES_SERVICE_HOST" => Some("10.96.0.1".into()),
+            "KUBERNETES_SERVICE_PORT" => Some("443".into()),
+            "EAST_API_HOST" => Some("east.example.com".into()),
+            _ => None,
+        }
+    }
+
+    fn parse(text: &str) -> Config {
+        parse_config(text, &env).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn single_cluster_example_parses_and_plans() {
+        let cfg = parse(include_str!("../../examples/config.yaml"));
+        let p = plan(&cfg, None, None).unwrap();
+        assert_eq!(p.clusters.len(), 1);
+        let c = &p.clusters[0];
+        assert_eq!(c.params.cluster, "");
+        assert_eq!(c.params.kind, SourceKind::EndpointSlice);
+        assert_eq!(c.params.field_selector, None, "not_match is client-side");
+        assert_eq!(c.params.watch_timeout, Duration::from_secs(290));
+        assert_eq!(p.home, c.conn, "single cluster writes where it reads");
+        assert_eq!(p.http_addr, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(p.writer.coalesce_window, Duration::from_millis(100));
+        let dump = p.redacted_config.to_string();
+        assert!(dump.contains("10.96.0.1"), "{dump}");
+    }
+
+    #[test]
+    fn multi_cluster_example_parses_and_plans() {
+        let cfg = parse(include_str!("../../examples/multi-cluster.yaml"));
+        let p = plan(&cfg, Some("127.0.0.1:9999".parse().unwrap()), None).unwrap();
+        let ids: Vec<_> = p.clusters.iter().map(|c| c.params.cluster.as_str()).collect();
+        assert_eq!(ids, vec!["east", "west"]);
+        assert_eq!(p.clusters[1].params.label_selector.as_deref(), Some("discovery.example.com/export=true"));
+        assert_eq!(p.home, Connection::Kubeconfig { path: None, context: None });
+        assert_eq!(p.naming.namespace_mode, NamespaceMode::Fixed("kube-discovery".into()));
+        assert_eq!(p.http_addr, "127.0.0.1:9999".parse().unwrap());
+        assert!(plan(&cfg, None, Some("/k".into())).is_err(), "--kubeconfig is single-cluster only");
+    }
+
+    #[test]
+    fn selectors_go_to_the_server_and_kubeconfig_overrides() {
+        let cfg = parse(
+            "discovery:\n  kubernetes:\n    service: {schema: http, host: 127.0.0.1, port: 8001}\n    client: {token: abc}\n    namespace_selector: {equal: shop}\n    label_selector: \"app=web\"\n",
+        );
+        let p = plan(&cfg, None, Some("/tmp/kc".into())).unwrap();
+        let c = &p.clusters[0];
+        assert_eq!(c.params.field_selector.as_deref(), Some("metadata.namespace=shop"));
+        assert_eq!(c.params.label_selector.as_deref(), Some("app=web"));
+        assert_eq!(c.params.kind, SourceKind::Endpoints);
+        assert_eq!(c.conn, Connection::Kubeconfig { path: Some("/tmp/kc".into()), context: None });
+        assert!(!p.redacted_config.to_string().contains("\"abc\""));
+    }
+
+    #[test]
+    fn unimplemented_sinks_are_config_errors_naming_the_field() {
+        let cfg = parse(
+            "discovery:\n  kubernetes:\n    service: {schema: http, host: 127.0.0.1, port: 8001}\n    client: {token: abc}\nkube_discovery:\n  sinks:\n    configmap: {enabled: true, namespace: kd}\n",
+        );
+        let e = plan(&cfg, None, None).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("kube_discovery.sinks.configmap.enabled"), "{e}");
+    }
 }

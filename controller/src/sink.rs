@@ -15,8 +15,13 @@ use kube::Resource;
 use crate::writer::Sink;
 use crate::Result;
 
-/// Field manager of every write.
+/// Field manager of every spec/metadata write.
 pub const FIELD_MANAGER: &str = "kube-discovery";
+/// Field manager of status writes. Separate from [`FIELD_MANAGER`] so the
+/// ownership of spec fields never depends on how an API server records
+/// subresource applies (kube-sim once merged both into one managedFields
+/// entry, which made removed port keys linger).
+pub const STATUS_FIELD_MANAGER: &str = "kube-discovery-status";
 
 /// Writes DiscoveredServices to one API server.
 #[derive(Clone)]
@@ -71,7 +76,8 @@ impl Sink for KubeSink {
             "kind": DiscoveredService::kind(&()),
             "status": status,
         });
-        if let Err(e) = api.patch_status(&name, &pp, &Patch::Apply(&body)).await {
+        let spp = PatchParams::apply(STATUS_FIELD_MANAGER).force();
+        if let Err(e) = api.patch_status(&name, &spp, &Patch::Apply(&body)).await {
             // The spec (what gateways read) is written; a failed status update
             // is visible in the logs and metrics but does not block progress.
             tracing::warn!(service = %svc.key, error = %e, "status update failed");

@@ -7,6 +7,7 @@
 //! one and nothing is ever written stale.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use kube_discovery_core::{ServiceKey, ServiceNodes};
@@ -32,6 +33,7 @@ pub struct ClusterStatus {
 pub struct Shared {
     desired: RwLock<BTreeMap<ServiceKey, ServiceNodes>>,
     clusters: RwLock<BTreeMap<String, ClusterStatus>>,
+    standby: AtomicBool,
 }
 
 fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
@@ -102,10 +104,23 @@ impl Shared {
         read(&self.clusters).clone()
     }
 
-    /// Ready when every registered cluster is synced (and there is at least one).
+    /// Marks this replica as a leader-election standby (it does not write).
+    pub fn set_standby(&self, standby: bool) {
+        self.standby.store(standby, Ordering::Relaxed);
+    }
+
+    /// Whether this replica is a standby.
+    pub fn standby(&self) -> bool {
+        self.standby.load(Ordering::Relaxed)
+    }
+
+    /// Ready when every registered cluster is synced (and there is at least
+    /// one). A standby, which does not write, is ready once every cluster is
+    /// listed: it serves the HTTP API and is warm for a takeover.
     pub fn ready(&self) -> bool {
+        let standby = self.standby();
         let c = read(&self.clusters);
-        !c.is_empty() && c.values().all(|s| s.synced)
+        !c.is_empty() && c.values().all(|s| s.synced || (standby && s.listed))
     }
 }
 

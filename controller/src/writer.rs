@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube_discovery_core::{ServiceKey, ServiceNodes};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -145,6 +145,20 @@ pub fn spawn<S: Sink>(
     opts: WriterOptions,
     shutdown: CancellationToken,
 ) -> (WriterHandle, tokio::task::JoinHandle<()>) {
+    spawn_gated(sink, shared, metrics, opts, shutdown, None)
+}
+
+/// Like [`spawn`], but writes only while `leader` is `true` (leader
+/// election). A standby keeps its queue; on becoming leader it re-reads what
+/// the API server holds and re-checks every service.
+pub fn spawn_gated<S: Sink>(
+    sink: S,
+    shared: Arc<Shared>,
+    metrics: Metrics,
+    opts: WriterOptions,
+    shutdown: CancellationToken,
+    leader: Option<watch::Receiver<bool>>,
+) -> (WriterHandle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let w = Writer {
         sink,
@@ -158,7 +172,7 @@ pub fn spawn<S: Sink>(
         seq: 0,
         next_token: Instant::now(),
     };
-    let task = tokio::spawn(w.run(rx, shutdown));
+    let task = tokio::spawn(w.run(rx, shutdown, leader));
     (WriterHandle { tx }, task)
 }
 
@@ -182,15 +196,15 @@ fn backoff(opts: &WriterOptions, attempts: u32) -> Duration {
 }
 
 impl<S: Sink> Writer<S> {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<WriterMsg>, shutdown: CancellationToken) {
-        // What the API server holds, so unchanged services are never rewritten.
+    /// Reads what the API server holds (retrying); `false` on shutdown.
+    async fn load_known(&mut self, shutdown: &CancellationToken) -> bool {
         let mut attempt = 0;
         loop {
             match self.sink.list_versions().await {
                 Ok(known) => {
                     tracing::info!(objects = known.len(), "read existing DiscoveredServices");
                     self.known = known;
-                    break;
+                    return true;
                 }
                 Err(e) => {
                     attempt += 1;
@@ -198,21 +212,68 @@ impl<S: Sink> Writer<S> {
                     tracing::warn!(error = %e, retry_in = ?d, "cannot list existing DiscoveredServices");
                     tokio::select! {
                         () = tokio::time::sleep(d) => {}
-                        () = shutdown.cancelled() => return,
+                        () = shutdown.cancelled() => return false,
                     }
                 }
             }
+        }
+    }
+
+    /// After becoming leader: everything desired is due again (no-ops are
+    /// skipped against the fresh `known`), stale objects of listed clusters
+    /// are deleted, and listed clusters get a new readiness barrier.
+    fn resync(&mut self) {
+        let now = Instant::now();
+        let clusters = self.shared.clusters();
+        for (id, status) in &clusters {
+            for svc in self.shared.desired_of(id) {
+                self.enqueue(svc.key, now);
+            }
+            if status.listed {
+                self.receive(WriterMsg::Synced { cluster: id.clone() });
+            }
+        }
+    }
+
+    async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<WriterMsg>,
+        shutdown: CancellationToken,
+        mut leader: Option<watch::Receiver<bool>>,
+    ) {
+        let mut leading = leader.as_ref().is_none_or(|l| *l.borrow());
+        self.shared.set_standby(!leading);
+        // What the API server holds, so unchanged services are never rewritten.
+        if leading && !self.load_known(&shutdown).await {
+            return;
         }
 
         let mut tasks: JoinSet<Done> = JoinSet::new();
         let mut open = true;
         loop {
-            self.dispatch(&mut tasks);
-            self.check_barriers();
-            let wake = self.next_wake();
+            if leading {
+                self.dispatch(&mut tasks);
+                self.check_barriers();
+            }
+            let wake = if leading { self.next_wake() } else { None };
             tokio::select! {
                 biased;
                 () = shutdown.cancelled() => break,
+                now = leader_changed(&mut leader) => {
+                    if now != leading {
+                        leading = now;
+                        self.shared.set_standby(!now);
+                        if now {
+                            tracing::info!("leader: writing");
+                            if !self.load_known(&shutdown).await {
+                                break;
+                            }
+                            self.resync();
+                        } else {
+                            tracing::info!("standby: not writing");
+                        }
+                    }
+                }
                 Some(done) = tasks.join_next(), if !tasks.is_empty() => {
                     match done {
                         Ok(done) => self.finish(done),
@@ -421,6 +482,21 @@ impl<S: Sink> Writer<S> {
     }
 }
 
+/// Resolves with the new leadership state; never when not gated.
+async fn leader_changed(leader: &mut Option<watch::Receiver<bool>>) -> bool {
+    match leader {
+        Some(rx) => match rx.changed().await {
+            Ok(()) => *rx.borrow_and_update(),
+            Err(_) => {
+                // The elector stopped (shutdown): keep the current state.
+                *leader = None;
+                std::future::pending().await
+            }
+        },
+        None => std::future::pending().await,
+    }
+}
+
 async fn sleep_until_opt(when: Option<Instant>) {
     match when {
         Some(t) => tokio::time::sleep_until(t).await,
@@ -581,6 +657,33 @@ mod tests {
         assert!(shared.ready());
         let text = crate::metrics::encode(&m.registry());
         assert!(text.contains(r#"kube_discovery_writes_total{cluster="",result="error_input"} 3"#), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_does_not_write_until_it_becomes_leader() {
+        let k = ServiceKey::new("", "ns", "web");
+        let shared = Arc::new(Shared::new([""]));
+        shared.set_desired(&k, Some(nodes(&k, &["10.0.0.1"])));
+        let sink = FakeSink::default();
+        let (tx, rx) = watch::channel(false);
+        let (h, _t) = spawn_gated(sink.clone(), shared.clone(), Metrics::default(), opts(), CancellationToken::new(), Some(rx));
+        h.changed(vec![k.clone()], Instant::now());
+        shared.update_cluster("", |c| c.listed = true);
+        h.synced("");
+        settle().await;
+        assert!(sink.calls().is_empty(), "a standby wrote");
+        assert!(shared.standby() && shared.ready(), "a listed standby is ready");
+        tx.send(true).unwrap();
+        settle().await;
+        assert_eq!(sink.calls(), vec![Call::Apply("ns/web".into(), nodes(&k, &["10.0.0.1"]).version)]);
+        assert!(!shared.standby() && shared.ready());
+        // Leadership lost: new changes wait.
+        tx.send(false).unwrap();
+        settle().await;
+        shared.set_desired(&k, Some(nodes(&k, &["10.0.0.2"])));
+        h.changed(vec![k.clone()], Instant::now());
+        settle().await;
+        assert_eq!(sink.calls().len(), 1);
     }
 
     #[tokio::test(start_paused = true)]
