@@ -1,0 +1,421 @@
+//! Security checks of issue 7 on kube-sim:
+//!
+//! * `tokens_never_leak`: the API token and the HTTP bearer token are absent
+//!   from the logs (at debug level, with failing writes and watches), from
+//!   error output, from `/metrics`, `/readyz` and the dump API.
+//! * `least_privilege_*`: the controller runs as the ServiceAccount
+//!   `kube-discovery/kube-discovery` bound ONLY to the shipped `rbac/` roles;
+//!   the requests kube-sim saw are compared with the rules.
+//!
+//! What kube-sim exposes limits the comparison: `/_sim/stats` counts requests
+//! by verb and resource for ALL users together (no user, no API group, no
+//! subresource) and `/_sim/writes` names the user but not the subresource.
+//! The test therefore makes only `/_sim/*` hook calls (not counted) while it
+//! measures, and subtracts the few admin requests it makes itself.
+
+mod controller_support;
+mod fault_support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use controller_support::{Controller, Env, LIMIT, eventually, http_get, repo_root};
+use fault_support::{Kind, fault, stats, writes_since};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::{Api, PostParams};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn tokens_never_leak() {
+    let env = Env::start().await;
+    let api_token = format!("leakcheck-api-{}", std::process::id());
+    env.sim
+        .add_user_token(&api_token, "leak-check", &["system:masters"]);
+    let http_token = format!("leakcheck-http-{}", std::process::id());
+    let http_file = env.path("http-token");
+    std::fs::write(&http_file, &http_token).expect("write");
+    let cfg = fault_support::config(
+        &env,
+        &api_token,
+        Kind::Slices,
+        &format!("  http:\n    auth_token_file: {}\n", http_file.display()),
+    );
+    env.namespace("leak").await;
+    env.slice(
+        "leak",
+        "web",
+        "web-a",
+        &[("10.40.0.1", true)],
+        &[("http", 80)],
+    )
+    .await;
+    let ctl = Controller::start(&env, "leak", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    // Failures on every path: failing writes (500, 403), a dropped and a 410'd watch.
+    for code in [500, 403, 401] {
+        fault(&env, json!({"fail": {"verb": "patch", "resource": "discoveredservices", "count": 2, "code": code}})).await;
+    }
+    env.slice(
+        "leak",
+        "web",
+        "web-a",
+        &[("10.40.0.2", true)],
+        &[("http", 80)],
+    )
+    .await;
+    env.force_410().await;
+    env.wait_nodes("leak", "web", "http", &["10.40.0.2"]).await;
+
+    let mut outputs = vec![("log", ctl.logs())];
+    for path in ["/metrics", "/readyz", "/healthz"] {
+        outputs.push((path, ctl.get(path).await.1));
+    }
+    let (code, dump) = http_get(ctl.http, "/v1/discovery/kubernetes/dump", Some(&http_token)).await;
+    assert_eq!(code, 200, "{dump}");
+    assert!(dump.contains("leak/web"), "{dump}");
+    outputs.push(("dump", dump));
+    let (code, nodes) = http_get(
+        ctl.http,
+        "/v1/discovery/kubernetes/nodes?service=leak/web:http",
+        Some(&http_token),
+    )
+    .await;
+    assert_eq!(code, 200, "{nodes}");
+    outputs.push(("nodes", nodes));
+    let (code, denied) = ctl.get("/v1/discovery/kubernetes/dump").await;
+    assert_eq!(code, 401, "the dump requires the bearer token");
+    outputs.push(("401 body", denied));
+    ctl.stop().await;
+
+    // Errors: a config the controller refuses (exit 2) and one it cannot connect with.
+    let bad = cfg.replace("coalesce_window: 20ms", "coalesce_window: forever");
+    let bad_file = env.path("bad.yaml");
+    std::fs::write(&bad_file, &bad).expect("write");
+    let out = std::process::Command::new(controller_support::bin())
+        .args(["run", "--config"])
+        .arg(&bad_file)
+        .args(["--http-addr", "127.0.0.1:0"])
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        stderr.contains("coalesce_window"),
+        "the error names the field: {stderr}"
+    );
+    outputs.push((
+        "config error",
+        stderr + &String::from_utf8_lossy(&out.stdout),
+    ));
+
+    for (what, text) in &outputs {
+        assert!(
+            !text.contains(&api_token),
+            "the API token appears in {what}:\n{text}"
+        );
+        assert!(
+            !text.contains(&http_token),
+            "the HTTP bearer token appears in {what}:\n{text}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- least privilege
+
+const SA_USER: &str = "system:serviceaccount:kube-discovery:kube-discovery";
+
+/// Creates every object of the shipped `rbac/*.yaml` (not `rbac/optional`, `rbac/remote`).
+async fn install_rbac(env: &Env) -> Vec<Value> {
+    let mut rules = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(repo_root().join("rbac"))
+        .expect("rbac/")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    // Namespaces first.
+    files.sort_by_key(|p| !p.ends_with("namespace.yaml"));
+    let pp = PostParams::default();
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("read rbac file");
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let v = Value::deserialize(doc).expect("yaml");
+            if v.is_null() {
+                continue;
+            }
+            let ns = v["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_string();
+            let c = env.admin.clone();
+            let res = match v["kind"].as_str() {
+                Some("Namespace") => Api::<Namespace>::all(c)
+                    .create(&pp, &serde_json::from_value(v.clone()).expect("ns"))
+                    .await
+                    .map(|_| ()),
+                Some("ServiceAccount") => Api::<ServiceAccount>::namespaced(c, &ns)
+                    .create(&pp, &serde_json::from_value(v.clone()).expect("sa"))
+                    .await
+                    .map(|_| ()),
+                Some("ClusterRole") => {
+                    rules.extend(v["rules"].as_array().cloned().unwrap_or_default());
+                    Api::<ClusterRole>::all(c)
+                        .create(&pp, &serde_json::from_value(v.clone()).expect("cr"))
+                        .await
+                        .map(|_| ())
+                }
+                Some("ClusterRoleBinding") => Api::<ClusterRoleBinding>::all(c)
+                    .create(&pp, &serde_json::from_value(v.clone()).expect("crb"))
+                    .await
+                    .map(|_| ()),
+                Some("Role") => {
+                    rules.extend(v["rules"].as_array().cloned().unwrap_or_default());
+                    Api::<Role>::namespaced(c, &ns)
+                        .create(&pp, &serde_json::from_value(v.clone()).expect("role"))
+                        .await
+                        .map(|_| ())
+                }
+                Some("RoleBinding") => Api::<RoleBinding>::namespaced(c, &ns)
+                    .create(&pp, &serde_json::from_value(v.clone()).expect("rb"))
+                    .await
+                    .map(|_| ()),
+                other => panic!("unexpected kind {other:?} in {}", f.display()),
+            };
+            match res {
+                Ok(()) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => panic!("create {} from {}: {e}", v["kind"], f.display()),
+            }
+        }
+    }
+    rules
+}
+
+/// `(verb, resource)` pairs granted by `rules` (resource with `/subresource`).
+fn granted(rules: &[Value]) -> BTreeSet<(String, String)> {
+    let mut out = BTreeSet::new();
+    for r in rules {
+        for res in r["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            for verb in r["verbs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+            {
+                assert_ne!(verb, "*", "wildcard verb in the shipped roles");
+                assert_ne!(res, "*", "wildcard resource in the shipped roles");
+                out.insert((verb.to_string(), res.to_string()));
+            }
+        }
+    }
+    out
+}
+
+fn counts(stats: &Value) -> BTreeSet<(String, String, u64)> {
+    let mut out = BTreeSet::new();
+    for (verb, by_res) in stats["requests"].as_object().into_iter().flatten() {
+        for (res, n) in by_res.as_object().into_iter().flatten() {
+            out.insert((verb.clone(), res.clone(), n.as_u64().unwrap_or(0)));
+        }
+    }
+    out
+}
+
+/// `(verb, resource)` requests made between two stats snapshots, minus the
+/// admin requests the test made itself (`own`).
+fn used_between(
+    before: &Value,
+    after: &Value,
+    own: &[(&str, &str, u64)],
+) -> BTreeSet<(String, String)> {
+    let b = counts(before);
+    let mut out = BTreeSet::new();
+    for (verb, res, n) in counts(after) {
+        let prev = b
+            .iter()
+            .find(|(v, r, _)| *v == verb && *r == res)
+            .map_or(0, |x| x.2);
+        let mine: u64 = own
+            .iter()
+            .filter(|(v, r, _)| *v == verb && *r == res)
+            .map(|x| x.2)
+            .sum();
+        if n > prev + mine {
+            out.insert((verb, res));
+        }
+    }
+    out
+}
+
+/// Runs the controller as the ServiceAccount in `kind` mode under a few
+/// changes; returns what it requested (reads from the stats, writes from the
+/// write log filtered to its user).
+async fn exercise(env: &Env, kind: Kind, net: u8) -> BTreeSet<(String, String)> {
+    let token_file = env.path(&format!("sa-token-{net}"));
+    std::fs::write(
+        &token_file,
+        env.sim.issue_token("kube-discovery", "kube-discovery"),
+    )
+    .expect("write");
+    let url = env.sim.url();
+    let port = url.rsplit(':').next().expect("port");
+    let slices = if kind == Kind::Slices {
+        "    watch_endpoint_slices: true\n"
+    } else {
+        ""
+    };
+    let cfg = format!(
+        "discovery:\n  kubernetes:\n    service:\n      schema: http\n      host: 127.0.0.1\n      port: {port}\n    client:\n      token_file: {}\n{slices}kube_discovery:\n  coalesce_window: 20ms\n",
+        token_file.display()
+    );
+    let ns = format!("lp{net}");
+    env.namespace(&ns).await;
+    let ip = |i: u8| format!("10.{net}.0.{i}");
+    match kind {
+        Kind::Slices => {
+            env.slice(&ns, "gone", "gone-a", &[(&ip(1), true)], &[("http", 80)])
+                .await;
+            env.slice(&ns, "web", "web-a", &[(&ip(2), true)], &[("http", 80)])
+                .await;
+        }
+        Kind::Endpoints => {
+            env.endpoints(&ns, "gone", &[&ip(1)], &[("http", 80)], json!({}))
+                .await;
+            env.endpoints(&ns, "web", &[&ip(2)], &[("http", 80)], json!({}))
+                .await;
+        }
+    }
+    let before = stats(env).await;
+    let rv = env.rv().await;
+    let ctl = Controller::start(env, &format!("lp{net}"), &cfg, &[]).await;
+    ctl.wait_ready().await;
+    // One update and one delete, made by the test (counted below as its own).
+    let (res, own_patch, own_delete) = match kind {
+        Kind::Slices => {
+            env.slice(&ns, "web", "web-a", &[(&ip(3), true)], &[("http", 80)])
+                .await;
+            env.delete_slice(&ns, "gone-a").await;
+            ("endpointslices", 1, 1)
+        }
+        Kind::Endpoints => {
+            env.endpoints(&ns, "web", &[&ip(3)], &[("http", 80)], json!({}))
+                .await;
+            env.delete_endpoints(&ns, "gone").await;
+            ("endpoints", 1, 1)
+        }
+    };
+    eventually(
+        "the controller wrote the update and the delete",
+        LIMIT,
+        || async {
+            let w = writes_since(env, rv).await;
+            let mine = |verb: &str, name: &str| {
+                w.iter().any(|x| {
+                    x["user"] == SA_USER
+                        && x["verb"] == verb
+                        && x["name"] == name
+                        && x["namespace"] == ns.as_str()
+                })
+            };
+            (mine("delete", "gone")
+                && w.iter()
+                    .filter(|x| x["user"] == SA_USER && x["name"] == "web")
+                    .count()
+                    >= 2)
+                .then_some(())
+        },
+    )
+    .await;
+    // Let a watch cycle and the status writes settle before the snapshot.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = stats(env).await;
+    let logs = ctl.logs();
+    ctl.stop().await;
+    assert!(
+        !logs.to_lowercase().contains("forbidden"),
+        "a request was forbidden with the shipped roles:\n{logs}"
+    );
+    let own = [("patch", res, own_patch), ("delete", res, own_delete)];
+    let mut used = used_between(&before, &after, &own);
+    for w in writes_since(env, rv)
+        .await
+        .iter()
+        .filter(|w| w["user"] == SA_USER)
+    {
+        used.insert((
+            w["verb"].as_str().unwrap_or("").to_string(),
+            w["resource"].as_str().unwrap_or("").to_string(),
+        ));
+    }
+    used
+}
+
+/// Granted pairs that match a used one (a `x/status` rule matches the
+/// resource `x`: kube-sim does not report subresources).
+fn covers(g: &(String, String), u: &(String, String)) -> bool {
+    g.0 == u.0 && (g.1 == u.1 || g.1.split('/').next() == Some(u.1.as_str()))
+}
+
+async fn least_privilege_run() -> (BTreeSet<(String, String)>, BTreeSet<(String, String)>) {
+    let env = Env::start().await;
+    let rules = install_rbac(&env).await;
+    let granted = granted(&rules);
+    let mut used = exercise(&env, Kind::Slices, 41).await;
+    used.extend(exercise(&env, Kind::Endpoints, 42).await);
+    (granted, used)
+}
+
+#[tokio::test]
+async fn least_privilege_shipped_roles_suffice() {
+    let (granted, used) = least_privilege_run().await;
+    eprintln!("granted: {granted:?}\nused: {used:?}");
+    // Works (asserted in `exercise`: writes happened, nothing forbidden), and
+    // everything it did is covered by a rule.
+    for u in &used {
+        assert!(
+            granted.iter().any(|g| covers(g, u)),
+            "{u:?} was used but is not granted by rbac/: {granted:?}"
+        );
+    }
+    for must in [
+        ("list", "endpointslices"),
+        ("watch", "endpointslices"),
+        ("list", "endpoints"),
+        ("watch", "endpoints"),
+        ("patch", "discoveredservices"),
+        ("delete", "discoveredservices"),
+    ] {
+        assert!(
+            used.contains(&(must.0.to_string(), must.1.to_string())),
+            "{must:?} not seen: the measurement is broken ({used:?})"
+        );
+    }
+}
+
+#[tokio::test]
+#[ignore = "known bug: rbac/ grants what the controller never requests: get on endpoints/endpointslices/discoveredservices, watch+update on discoveredservices, get+update on discoveredservices/status, events create/patch (no Events are emitted), leases create/get/update/patch (leader election not wired)"]
+async fn least_privilege_roles_grant_nothing_unused() {
+    let (granted, used) = least_privilege_run().await;
+    let unused: Vec<&(String, String)> = granted
+        .iter()
+        .filter(|g| !used.iter().any(|u| covers(g, u)))
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "granted by rbac/ but never used: {unused:?}\nused: {used:?}"
+    );
+}
