@@ -615,6 +615,16 @@ pub fn present(info: &ResourceInfo, version: &str, obj: &Value) -> Value {
     out
 }
 
+/// Answer with an object in the requested version (no copy when it is the
+/// storage version).
+fn respond(ctx: &Ctx, code: u16, obj: &Value) -> ApiResult<Response<Body>> {
+    if ctx.version == ctx.info.storage_version() {
+        ok_json(code, obj)
+    } else {
+        ok_json(code, &present(&ctx.info, &ctx.version, obj))
+    }
+}
+
 fn ok_json(code: u16, v: &Value) -> ApiResult<Response<Body>> {
     Ok(json_response(code, v))
 }
@@ -729,6 +739,25 @@ fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
             .encode(serde_json::to_vec(&n).unwrap_or_default());
         metadata["continue"] = json!(token);
         metadata["remainingItemCount"] = json!(remaining);
+    }
+    if !ctx.accept.table && !ctx.accept.partial && ctx.version == ctx.info.storage_version() {
+        // Large lists: serialize the stored objects directly, without copies.
+        let head = json!({"kind": ctx.info.list_kind, "apiVersion": ctx.api_version(), "metadata": metadata});
+        let mut out = serde_json::to_vec(&head).map_err(|e| ApiError::internal(e.to_string()))?;
+        out.pop();
+        out.extend_from_slice(b",\"items\":[");
+        for (i, o) in items.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            serde_json::to_writer(&mut out, &**o).map_err(|e| ApiError::internal(e.to_string()))?;
+        }
+        out.extend_from_slice(b"]}");
+        return Response::builder()
+            .status(200)
+            .header("content-type", "application/json")
+            .body(Body::from(out))
+            .map_err(|e| ApiError::internal(e.to_string()));
     }
     let items: Vec<Value> = items
         .iter()
@@ -907,7 +936,7 @@ fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response<Body>> {
     }
     let out = write(ctx, &mut st, "create", None, obj, &manager, false)?;
     drop(st);
-    ok_json(201, &present(&ctx.info, &ctx.version, &out))
+    respond(ctx, 201, &out)
 }
 
 fn update(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
@@ -930,7 +959,7 @@ fn update(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
                 m.remove("resourceVersion");
             }
             let out = write(ctx, &mut st, "create", None, obj, &manager, false)?;
-            return ok_json(201, &present(&ctx.info, &ctx.version, &out));
+            return respond(ctx, 201, &out);
         }
         return Err(ApiError::not_found(
             &ctx.info.group,
@@ -958,7 +987,7 @@ fn update(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
         status_only,
     )?;
     drop(st);
-    ok_json(200, &present(&ctx.info, &ctx.version, &out))
+    respond(ctx, 200, &out)
 }
 
 fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
@@ -1050,7 +1079,7 @@ fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
             }
         }?;
         drop(st);
-        return ok_json(out.0, &present(&ctx.info, &ctx.version, &out.1));
+        return respond(ctx, out.0, &out.1);
     }
     let Some(old) = old else {
         return Err(ApiError::not_found(
@@ -1108,7 +1137,7 @@ fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
         status_only,
     )?;
     drop(st);
-    ok_json(200, &present(&ctx.info, &ctx.version, &out))
+    respond(ctx, 200, &out)
 }
 
 /// Compare two objects ignoring `metadata` (and `status` when `ignore_status`).
@@ -1133,7 +1162,7 @@ fn write(
     mut obj: Value,
     manager: &str,
     status_only: bool,
-) -> ApiResult<Value> {
+) -> ApiResult<Arc<Value>> {
     let info = &ctx.info;
     let name = meta_str(&obj, "name").unwrap_or("").to_string();
     let ts = now();
@@ -1282,32 +1311,13 @@ fn write(
         machinery::record_update(old.as_deref(), &mut obj, manager, &ts, &ctx.api_version());
     }
     // A no-op update does not bump the revision (like the real server).
-    if let Some(old) = &old {
-        let mut cmp = obj.clone();
-        cmp["metadata"]["resourceVersion"] = old
-            .pointer("/metadata/resourceVersion")
-            .cloned()
-            .unwrap_or(Value::Null);
-        if let (Some(a), Some(b)) = (
-            cmp.pointer_mut("/metadata/managedFields"),
-            old.pointer("/metadata/managedFields"),
-        ) {
-            strip_times(a);
-            let mut b = b.clone();
-            strip_times(&mut b);
-            if *a == b {
-                *a = old
-                    .pointer("/metadata/managedFields")
-                    .cloned()
-                    .unwrap_or(Value::Null);
-            }
-        }
-        if cmp == **old {
-            return Ok((**old).clone());
-        }
+    if let Some(old) = &old
+        && same_content(&obj, old)
+    {
+        return Ok(old.clone());
     }
     if ctx.dry_run() {
-        return Ok(obj);
+        return Ok(Arc::new(obj));
     }
     // --- finalizers: an object being deleted goes once its finalizers are gone
     let finalize = old.is_some()
@@ -1331,16 +1341,66 @@ fn write(
     if finalize {
         remove_now(st, &ctx.user.name, info, key, obj.clone());
     }
-    Ok((*obj).clone())
+    Ok(obj)
 }
 
-fn strip_times(mf: &mut Value) {
-    if let Some(a) = mf.as_array_mut() {
-        for e in a {
-            if let Some(m) = e.as_object_mut() {
-                m.remove("time");
+/// Whether a write changes nothing: equal except `metadata.resourceVersion` and
+/// the `time` of managedFields entries (compared without cloning).
+fn same_content(new: &Value, old: &Value) -> bool {
+    let (Some(n), Some(o)) = (new.as_object(), old.as_object()) else {
+        return new == old;
+    };
+    if n.len() != o.len() {
+        return false;
+    }
+    for (k, nv) in n {
+        let Some(ov) = o.get(k) else { return false };
+        if k != "metadata" {
+            if nv != ov {
+                return false;
+            }
+            continue;
+        }
+        let (Some(nm), Some(om)) = (nv.as_object(), ov.as_object()) else {
+            return nv == ov;
+        };
+        let skip = |k: &String| k == "resourceVersion";
+        if nm.keys().filter(|k| !skip(k)).count() != om.keys().filter(|k| !skip(k)).count() {
+            return false;
+        }
+        for (mk, mv) in nm.iter().filter(|(k, _)| !skip(k)) {
+            let Some(omv) = om.get(mk) else { return false };
+            let equal = if mk == "managedFields" {
+                managed_fields_equal(mv, omv)
+            } else {
+                mv == omv
+            };
+            if !equal {
+                return false;
             }
         }
+    }
+    true
+}
+
+fn managed_fields_equal(a: &Value, b: &Value) -> bool {
+    match (a.as_array(), b.as_array()) {
+        (Some(a), Some(b)) => {
+            a.len() == b.len()
+                && a.iter()
+                    .zip(b)
+                    .all(|(x, y)| match (x.as_object(), y.as_object()) {
+                        (Some(x), Some(y)) => {
+                            x.iter().filter(|(k, _)| *k != "time").count()
+                                == y.iter().filter(|(k, _)| *k != "time").count()
+                                && x.iter()
+                                    .filter(|(k, _)| *k != "time")
+                                    .all(|(k, v)| y.get(k) == Some(v))
+                        }
+                        _ => x == y,
+                    })
+        }
+        _ => a == b,
     }
 }
 
