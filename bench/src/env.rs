@@ -158,6 +158,28 @@ impl Env {
     }
 }
 
+impl Drop for Env {
+    /// With `KD_BENCH_KEEP_LOGS=<dir>`, the process logs of this environment
+    /// (controller, echo) are copied to `<dir>/<n>-<file>` before the scratch
+    /// directory is removed, for profiles and post-mortems.
+    fn drop(&mut self) {
+        let Some(keep) = std::env::var_os("KD_BENCH_KEEP_LOGS") else { return };
+        let keep = PathBuf::from(keep);
+        if std::fs::create_dir_all(&keep).is_err() {
+            return;
+        }
+        let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+        if let Ok(rd) = std::fs::read_dir(self.dir.path()) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().to_string();
+                if name.ends_with(".log") {
+                    let _ = std::fs::copy(e.path(), keep.join(format!("{stamp}-{name}")));
+                }
+            }
+        }
+    }
+}
+
 /// `after - before` per key (keys with no change left out) and the total.
 pub fn request_diff(
     before: &std::collections::BTreeMap<String, u64>,

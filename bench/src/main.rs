@@ -57,6 +57,9 @@ struct Cli {
     /// `kube_discovery.write_qps` (the default of 50 would cap a 10,000-service sync at 200 s).
     #[arg(long, default_value_t = 10000.0)]
     write_qps: f64,
+    /// `kube_discovery.write_concurrency` (default: the controller's own, 8).
+    #[arg(long)]
+    write_concurrency: Option<usize>,
     /// Override the churn rate (changes/s).
     #[arg(long)]
     churn_rate: Option<f64>,
@@ -149,7 +152,14 @@ fn machine() -> Value {
         "cpu_model": model,
         "mem_total_mib": mem_kib.map(|k| k / 1024),
         "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").ok().map(|s| s.trim().to_string()),
+        // The machine is shared: the load when the run started puts the figures in context.
+        "loadavg_at_start": std::fs::read_to_string("/proc/loadavg").ok().map(|s| s.trim().to_string()),
     })
+}
+
+fn git_head() -> Option<String> {
+    let o = std::process::Command::new("git").args(["rev-parse", "--short", "HEAD"]).output().ok()?;
+    o.status.success().then(|| String::from_utf8_lossy(&o.stdout).trim().to_string())
 }
 
 fn save(cli: &Cli, doc: &Value) -> Result<()> {
@@ -182,14 +192,15 @@ async fn bench(cli: Cli) -> Result<()> {
         bin: child::controller_bin(cli.controller_bin.as_deref())?,
         window_ms: cli.window_ms,
         write_qps: cli.write_qps,
+        write_concurrency: cli.write_concurrency,
         timeout: p.timeout,
     };
     let started = unix_now();
     let mut doc = json!({
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "started_unix": started, "size": format!("{:?}", cli.size).to_lowercase(),
-        "machine": machine(), "controller_bin": opts.bin.display().to_string(),
-        "settings": {"coalesce_window_ms": opts.window_ms, "write_qps": opts.write_qps, "write_concurrency": "default (8)"},
+        "machine": machine(), "controller_bin": opts.bin.display().to_string(), "git_head": git_head(),
+        "settings": {"coalesce_window_ms": opts.window_ms, "write_qps": opts.write_qps, "write_concurrency": opts.write_concurrency.map(|c| json!(c)).unwrap_or(json!("default (8)"))},
         "runs": [], "errors": [],
     });
     let wants = |s: &str| cli.only.iter().any(|o| o == s);

@@ -58,8 +58,8 @@ pub fn markdown(results: &Value) -> String {
             f(&r["ratios"]["p50"], 2), f(&r["ratios"]["p99"], 2), f(&r["ratios"]["max"], 2), f(&r["ratios"]["cpu"], 2),
         ));
         out.push_str(&format!(
-            "Controller writes: {} applies ({} per relevant change), {} DiscoveredService API writes on changed services ({} per relevant change), **{} from irrelevant changes**; echo: {} API writes.\n\n",
-            f(&c["applies_metric"], 0), f(&c["applies_per_relevant_change"], 3), c["ds_api_writes_relevant"],
+            "Final state: {} DiscoveredServices differ from the sources after settling. Controller writes: {} applies ({} per relevant change), {} DiscoveredService API writes on changed services ({} per relevant change), **{} from irrelevant changes**; echo: {} API writes.\n\n",
+            c["final_state_mismatches"], f(&c["applies_metric"], 0), f(&c["applies_per_relevant_change"], 3), c["ds_api_writes_relevant"],
             f(&c["api_writes_per_relevant_change"], 3), c["ds_api_writes_from_irrelevant"], e["api_writes"],
         ));
         out.push_str(&targets(&r["targets_met"]));

@@ -17,7 +17,11 @@
 //! service committed at or after the source write (the echo client: the first
 //! write of its ConfigMap). A write already in flight when the change lands is
 //! counted as reflecting it, so values can be slightly optimistic; changes are
-//! spread over many services to keep that rare.
+//! spread over many services to keep that rare. A change with no later write
+//! is "unreflected": legitimately so when a later change inside the coalescing
+//! window restored the state already written (a ready flip and back); that the
+//! end state is right is checked separately (`final_state_mismatches`: every
+//! DiscoveredService's hosts against the harness's own model, after settling).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -42,13 +46,19 @@ pub struct Opts {
     pub window_ms: u64,
     /// `kube_discovery.write_qps`.
     pub write_qps: f64,
+    /// `kube_discovery.write_concurrency` (`None`: the controller's default).
+    pub write_concurrency: Option<usize>,
     /// Upper bound of every wait.
     pub timeout: Duration,
 }
 
 impl Opts {
     fn kube_discovery_block(&self) -> String {
-        format!("  coalesce_window: {}ms\n  write_qps: {}\n", self.window_ms, self.write_qps)
+        let mut b = format!("  coalesce_window: {}ms\n  write_qps: {}\n", self.window_ms, self.write_qps);
+        if let Some(c) = self.write_concurrency {
+            b.push_str(&format!("  write_concurrency: {c}\n"));
+        }
+        b
     }
 }
 
@@ -105,7 +115,7 @@ async fn wait_ds_written(env: &Env, since: u64, names: &[(String, u64)], c: &mut
             return Ok(ws);
         }
         if t0.elapsed() > timeout {
-            let missing = names.iter().filter(|(n, t)| !last.get(n.as_str()).is_some_and(|l| l >= t)).count();
+            let missing = names.iter().filter(|(n, t)| last.get(n.as_str()).is_none_or(|l| l < t)).count();
             bail!("{missing} DiscoveredServices not written within {timeout:?}:\n{}", c.log_tail());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -146,7 +156,7 @@ pub async fn sync(opts: &Opts, mode: Mode, count: usize, per: usize) -> Result<V
     let hwm = end.hwm_kib.max(c.max_rss_kib);
     let budget_kib = 30 * 1024 + (endpoints as u64 * 400).div_ceil(1024);
     c.stop().await?;
-    env.sim.shutdown().await;
+    drop(env); // stops kube-sim (and keeps logs with KD_BENCH_KEEP_LOGS)
     Ok(json!({
         "scenario": "sync", "mode": mode.as_str(), "services": count, "endpoints_per_service": per,
         "endpoints": endpoints, "source_objects": objects, "create_s": create_s,
@@ -227,7 +237,7 @@ async fn apply_change(client: &kube::Client, mode: Mode, svc: &mut Svc, relevant
 /// Drives `p.rate` changes/s for `p.seconds`, spread over the services by 16
 /// workers (one service always belongs to the same worker, so its changes stay
 /// ordered). Returns the changes made and the real duration.
-async fn drive(client: &kube::Client, mode: Mode, svcs: Vec<Svc>, p: &ChurnParams) -> Result<(Vec<Change>, f64)> {
+async fn drive(client: &kube::Client, mode: Mode, svcs: Vec<Svc>, p: &ChurnParams) -> Result<(Vec<Change>, Vec<Svc>, f64)> {
     const WORKERS: usize = 16;
     let mut per_worker: Vec<Vec<Svc>> = (0..WORKERS).map(|_| Vec::new()).collect();
     for s in svcs {
@@ -248,7 +258,7 @@ async fn drive(client: &kube::Client, mode: Mode, svcs: Vec<Svc>, p: &ChurnParam
                 let Some(svc) = by_index.get_mut(&i) else { continue };
                 out.push(apply_change(&client, mode, svc, relevant, &mut rng, &mut extra, tick).await?);
             }
-            anyhow::Ok(out)
+            anyhow::Ok((out, by_index.into_values().collect::<Vec<_>>()))
         }));
     }
     let mut rng = Rng::new(42);
@@ -271,10 +281,13 @@ async fn drive(client: &kube::Client, mode: Mode, svcs: Vec<Svc>, p: &ChurnParam
     }
     drop(txs);
     let mut changes = Vec::new();
+    let mut finals = Vec::new();
     for h in handles {
-        changes.extend(h.await.context("worker panicked")??);
+        let (c, f) = h.await.context("worker panicked")??;
+        changes.extend(c);
+        finals.extend(f);
     }
-    Ok((changes, start.elapsed().as_secs_f64()))
+    Ok((changes, finals, start.elapsed().as_secs_f64()))
 }
 
 /// First time in `sorted` at or after `t`.
@@ -302,7 +315,7 @@ pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
     let rv0 = env.rv().await?;
     let m0 = c.get("/metrics").await?.1;
     let (c0, e0) = (c.sample()?, echo.sample()?);
-    let (changes, load_s) = drive(&env.client, mode, svcs, p).await?;
+    let (changes, finals, load_s) = drive(&env.client, mode, svcs, p).await?;
     // Settle: until the write log stops growing for 1 s (bounded).
     let mut last_len = 0usize;
     let mut stable_since = Instant::now();
@@ -324,6 +337,7 @@ pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
     }
     let (c1, e1) = (c.sample()?, echo.sample()?);
     let m1 = c.get("/metrics").await?.1;
+    let mismatches = final_mismatches(&env, &finals).await?;
     let ws = env.writes_since(rv0).await?;
 
     let src_time: HashMap<u64, u64> = ws.iter().filter(|w| w.resource == mode.plural()).map(|w| (w.resource_version, w.time_nanos)).collect();
@@ -378,20 +392,21 @@ pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
         "cpu_le_2x_echo": ctl_cpu <= 2.0 * echo_cpu,
         "writes_per_relevant_change_le_1": (applied / relevant.len().max(1) as f64) <= 1.0,
         "irrelevant_writes_zero": ds_irrelevant_writes == 0,
+        "final_state_converged": mismatches == 0,
     });
     let ctl_rss = c.max_rss_kib;
     let echo_rss = echo.max_rss_kib;
     // The echo client has no signal handler: SIGTERM ends it with a non-zero status.
     let _ = echo.stop().await;
     c.stop().await?;
-    env.sim.shutdown().await;
+    drop(env); // stops kube-sim (and keeps logs with KD_BENCH_KEEP_LOGS)
     Ok(json!({
         "scenario": "churn", "mode": mode.as_str(), "coalesce_window_ms": opts.window_ms,
         "services_relevant": p.relevant, "services_irrelevant": p.irrelevant, "endpoints_per_service": p.per,
         "target_rate": p.rate, "load_s": load_s, "changes": changes.len(), "achieved_rate": changes.len() as f64 / load_s,
         "relevant_changes": relevant.len(), "changes_by_kind": kinds,
         "controller": {
-            "latency_ms": ctl_p, "unreflected_changes": ctl_missing,
+            "latency_ms": ctl_p, "unreflected_changes": ctl_missing, "final_state_mismatches": mismatches,
             "applies_metric": applied, "skipped_metric": skipped,
             "ds_api_writes_relevant": ds_relevant_writes,
             "applies_per_relevant_change": applied / relevant.len().max(1) as f64,
@@ -409,6 +424,33 @@ pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
         },
         "targets_met": targets,
     }))
+}
+
+/// Services whose DiscoveredService hosts differ from the ready endpoints the
+/// harness last wrote (after the settle time: must be 0).
+async fn final_mismatches(env: &Env, finals: &[Svc]) -> Result<usize> {
+    let api: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), load::NAMESPACE, &dsvc_resource());
+    let list = api.list(&Default::default()).await.context("listing DiscoveredServices")?;
+    let by_name: HashMap<String, Vec<String>> = list
+        .items
+        .into_iter()
+        .map(|o| {
+            let mut hosts: Vec<String> = o.data["spec"]["ports"]["http"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|n| n["host"].as_str().map(str::to_string)).collect())
+                .unwrap_or_default();
+            hosts.sort();
+            (o.metadata.name.unwrap_or_default(), hosts)
+        })
+        .collect();
+    Ok(finals
+        .iter()
+        .filter(|s| {
+            let mut want: Vec<String> = s.eps.iter().filter(|e| e.ready).map(|e| e.ip.to_string()).collect();
+            want.sort();
+            by_name.get(&load::svc_name(s.index)).map(Vec::as_slice).unwrap_or(&[]) != want.as_slice()
+        })
+        .count())
 }
 
 fn ratio(a: &Value, b: &Value) -> Value {
@@ -500,7 +542,7 @@ pub async fn recovery(opts: &Opts, mode: Mode, count: usize, per: usize, outage_
     let m2 = c.get("/metrics").await?.1;
     let restarts_b = metric_sum(&m2, "kube_discovery_watch_restarts_total", "") - metric_sum(&m1, "kube_discovery_watch_restarts_total", "");
     c.stop().await?;
-    env.sim.shutdown().await;
+    drop(env); // stops kube-sim (and keeps logs with KD_BENCH_KEEP_LOGS)
     Ok(json!({
         "scenario": "recovery", "mode": mode.as_str(), "services": count, "endpoints_per_service": per,
         "idle_restart": {"ready_s": ready.as_secs_f64(), "api_writes": restart_writes, "api_requests": restart_requests,

@@ -51,7 +51,9 @@ fn tiny_run_produces_every_figure() {
     for r in churn {
         assert!(r["relevant_changes"].as_u64().is_some_and(|n| n > 0), "{r:#}");
         assert_eq!(r["controller"]["ds_api_writes_from_irrelevant"], 0, "irrelevant changes caused writes: {r:#}");
-        assert_eq!(r["controller"]["unreflected_changes"], 0, "{r:#}");
+        // Coalescing may legitimately skip a change undone inside the window;
+        // the end state must match exactly, and the echo client skips nothing.
+        assert_eq!(r["controller"]["final_state_mismatches"], 0, "{r:#}");
         assert_eq!(r["echo"]["unreflected_changes"], 0, "{r:#}");
         assert!(r["controller"]["latency_ms"]["p99"].as_f64().is_some(), "{r:#}");
         assert!(r["echo"]["latency_ms"]["p99"].as_f64().is_some(), "{r:#}");
