@@ -618,8 +618,8 @@ fn chart_remote_reader_role_is_read_only() {
     assert_eq!(
         rules(role),
         rules(&json!({"rules": [
-            {"apiGroups": [""], "resources": ["endpoints"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["endpoints"], "verbs": ["list", "watch"]},
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
         ]}))
     );
     let binding = find(
