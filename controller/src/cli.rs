@@ -108,14 +108,54 @@ mod tests {
 
     #[test]
     fn parses_every_subcommand() {
-        let c = Cli::try_parse_from(["kube-discovery", "run", "--config", "c.yaml", "--http-addr", "127.0.0.1:9"]).unwrap();
-        assert!(matches!(c.command, Command::Run { http_addr: Some(_), .. }));
+        let c = Cli::try_parse_from([
+            "kube-discovery",
+            "run",
+            "--config",
+            "c.yaml",
+            "--http-addr",
+            "127.0.0.1:9",
+        ])
+        .unwrap();
+        assert!(matches!(
+            c.command,
+            Command::Run {
+                http_addr: Some(_),
+                ..
+            }
+        ));
         let c = Cli::try_parse_from(["kube-discovery", "--log-format", "json", "crd"]).unwrap();
         assert_eq!(c.log_format, LogFormat::Json);
-        let c = Cli::try_parse_from(["kube-discovery", "render", "-f", "-", "-o", "json", "--nodes", "a/b:c"]).unwrap();
-        assert!(matches!(c.command, Command::Render { output: OutputFormat::Json, nodes: Some(_), .. }));
+        let c = Cli::try_parse_from([
+            "kube-discovery",
+            "render",
+            "-f",
+            "-",
+            "-o",
+            "json",
+            "--nodes",
+            "a/b:c",
+        ])
+        .unwrap();
+        assert!(matches!(
+            c.command,
+            Command::Render {
+                output: OutputFormat::Json,
+                nodes: Some(_),
+                ..
+            }
+        ));
         let c = Cli::try_parse_from(["kube-discovery", "demo", "--duration", "5"]).unwrap();
-        assert!(matches!(c.command, Command::Demo { duration: Some(5), .. }));
-        assert!(Cli::try_parse_from(["kube-discovery", "run"]).is_err(), "--config is required");
+        assert!(matches!(
+            c.command,
+            Command::Demo {
+                duration: Some(5),
+                ..
+            }
+        ));
+        assert!(
+            Cli::try_parse_from(["kube-discovery", "run"]).is_err(),
+            "--config is required"
+        );
     }
 }

@@ -28,11 +28,21 @@ fn url_host(host: &str) -> String {
 /// Builds the kube [`Config`] for `conn`.
 pub async fn kube_config(conn: &Connection) -> Result<Config> {
     match conn {
-        Connection::Service { schema, host, port, ssl_verify, ca_file, token, token_file } => {
+        Connection::Service {
+            schema,
+            host,
+            port,
+            ssl_verify,
+            ca_file,
+            token,
+            token_file,
+        } => {
             let url = format!("{}://{}:{port}", schema.as_str(), url_host(host));
-            let uri: http::Uri = url
-                .parse()
-                .map_err(|e| Error::Config(format!("discovery.kubernetes.service: cannot build URL {url}: {e}")))?;
+            let uri: http::Uri = url.parse().map_err(|e| {
+                Error::Config(format!(
+                    "discovery.kubernetes.service: cannot build URL {url}: {e}"
+                ))
+            })?;
             let mut cfg = Config::new(uri);
             cfg.accept_invalid_certs = !ssl_verify;
             if let Some(ca) = ca_file {
@@ -57,16 +67,31 @@ pub async fn kube_config(conn: &Connection) -> Result<Config> {
             }
             Ok(cfg)
         }
-        Connection::Kubeconfig { path: Some(p), context } => {
+        Connection::Kubeconfig {
+            path: Some(p),
+            context,
+        } => {
             let kc = Kubeconfig::read_from(p)?;
-            let opts = KubeConfigOptions { context: context.clone(), ..KubeConfigOptions::default() };
+            let opts = KubeConfigOptions {
+                context: context.clone(),
+                ..KubeConfigOptions::default()
+            };
             Ok(Config::from_custom_kubeconfig(kc, &opts).await?)
         }
-        Connection::Kubeconfig { path: None, context: Some(c) } => {
-            let opts = KubeConfigOptions { context: Some(c.clone()), ..KubeConfigOptions::default() };
+        Connection::Kubeconfig {
+            path: None,
+            context: Some(c),
+        } => {
+            let opts = KubeConfigOptions {
+                context: Some(c.clone()),
+                ..KubeConfigOptions::default()
+            };
             Ok(Config::from_kubeconfig(&opts).await?)
         }
-        Connection::Kubeconfig { path: None, context: None } => Config::infer()
+        Connection::Kubeconfig {
+            path: None,
+            context: None,
+        } => Config::infer()
             .await
             .map_err(|e| Error::Config(format!("no kubeconfig and not in a cluster: {e}"))),
     }
@@ -100,7 +125,10 @@ mod tests {
         let cfg = kube_config(&conn).await.unwrap();
         assert_eq!(cfg.cluster_url.to_string(), "https://[::1]:6443/");
         assert!(!cfg.accept_invalid_certs);
-        assert_eq!(cfg.auth_info.token_file.as_deref(), Some(tf.display().to_string().as_str()));
+        assert_eq!(
+            cfg.auth_info.token_file.as_deref(),
+            Some(tf.display().to_string().as_str())
+        );
     }
 
     #[tokio::test]
@@ -115,7 +143,10 @@ mod tests {
             token_file: None,
         };
         let e = kube_config(&conn).await.unwrap_err().to_string();
-        assert!(e.contains("service.ca_file") && e.contains("/nonexistent/ca.crt"), "{e}");
+        assert!(
+            e.contains("service.ca_file") && e.contains("/nonexistent/ca.crt"),
+            "{e}"
+        );
         assert!(!e.contains("secret-token"));
     }
 }

@@ -22,7 +22,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, CustomResourceExt};
 use kube_discovery_core::crd::DiscoveredService;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::{Error, Result};
 
@@ -60,10 +60,23 @@ const MANAGER: &str = "kube-discovery-demo";
 
 async fn apply<K>(api: Api<K>, obj: Value) -> Result<K>
 where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
 {
-    let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
-    Ok(api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&obj)).await?)
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    Ok(api
+        .patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&obj),
+        )
+        .await?)
 }
 
 struct Workload {
@@ -91,8 +104,16 @@ fn slice_json(w: &Workload, ips: &[(String, bool)]) -> Value {
 }
 
 fn endpoints_json(w: &Workload, ips: &[(String, bool)]) -> Value {
-    let ready: Vec<Value> = ips.iter().filter(|(_, r)| *r).map(|(ip, _)| json!({"ip": ip})).collect();
-    let not_ready: Vec<Value> = ips.iter().filter(|(_, r)| !*r).map(|(ip, _)| json!({"ip": ip})).collect();
+    let ready: Vec<Value> = ips
+        .iter()
+        .filter(|(_, r)| *r)
+        .map(|(ip, _)| json!({"ip": ip}))
+        .collect();
+    let not_ready: Vec<Value> = ips
+        .iter()
+        .filter(|(_, r)| !*r)
+        .map(|(ip, _)| json!({"ip": ip}))
+        .collect();
     let mut subset = json!({"ports": w.ports.iter().map(|(n, p)| json!({"name": n, "port": p, "protocol": "TCP"})).collect::<Vec<_>>()});
     if !ready.is_empty() {
         subset["addresses"] = json!(ready);
@@ -100,19 +121,30 @@ fn endpoints_json(w: &Workload, ips: &[(String, bool)]) -> Value {
     if !not_ready.is_empty() {
         subset["notReadyAddresses"] = json!(not_ready);
     }
-    let subsets = if ips.is_empty() { json!([]) } else { json!([subset]) };
+    let subsets = if ips.is_empty() {
+        json!([])
+    } else {
+        json!([subset])
+    };
     json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": w.name, "namespace": w.ns}, "subsets": subsets})
 }
 
 async fn set_endpoints(client: &Client, w: &Workload, ips: &[(String, bool)]) -> Result<()> {
     apply::<EndpointSlice>(Api::namespaced(client.clone(), w.ns), slice_json(w, ips)).await?;
-    apply::<Endpoints>(Api::namespaced(client.clone(), w.ns), endpoints_json(w, ips)).await?;
+    apply::<Endpoints>(
+        Api::namespaced(client.clone(), w.ns),
+        endpoints_json(w, ips),
+    )
+    .await?;
     Ok(())
 }
 
 async fn install_crd(client: &Client) -> Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    match api.create(&PostParams::default(), &DiscoveredService::crd()).await {
+    match api
+        .create(&PostParams::default(), &DiscoveredService::crd())
+        .await
+    {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => return Err(e.into()),
@@ -124,7 +156,9 @@ async fn install_crd(client: &Client) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Err(Error::Http("the DiscoveredService CRD was not served in time".into()))
+    Err(Error::Http(
+        "the DiscoveredService CRD was not served in time".into(),
+    ))
 }
 
 fn ips(prefix: &str, n: usize) -> Vec<(String, bool)> {
@@ -133,12 +167,18 @@ fn ips(prefix: &str, n: usize) -> Vec<(String, bool)> {
 
 /// Runs the demo.
 pub async fn run(opts: DemoOptions) -> Result<()> {
-    let sim = kube_sim::Sim::start(kube_sim::SimConfig { tls: true, ..kube_sim::SimConfig::default() })
-        .await
-        .map_err(sim_err)?;
+    let sim = kube_sim::Sim::start(kube_sim::SimConfig {
+        tls: true,
+        ..kube_sim::SimConfig::default()
+    })
+    .await
+    .map_err(sim_err)?;
     let (dir, tmp) = match &opts.dir {
         Some(d) => {
-            std::fs::create_dir_all(d).map_err(|e| Error::Io { path: d.display().to_string(), source: e })?;
+            std::fs::create_dir_all(d).map_err(|e| Error::Io {
+                path: d.display().to_string(),
+                source: e,
+            })?;
             (d.clone(), None)
         }
         None => {
@@ -147,7 +187,8 @@ pub async fn run(opts: DemoOptions) -> Result<()> {
         }
     };
     let kubeconfig = dir.join("kubeconfig");
-    sim.write_kubeconfig(&kubeconfig, &sim.admin_token()).map_err(sim_err)?;
+    sim.write_kubeconfig(&kubeconfig, &sim.admin_token())
+        .map_err(sim_err)?;
     let client = crate::client::client(&crate::client::Connection::Kubeconfig {
         path: Some(kubeconfig.clone()),
         context: None,
@@ -157,12 +198,21 @@ pub async fn run(opts: DemoOptions) -> Result<()> {
 
     let mut workloads = Vec::new();
     for (ns, name, ports, n) in [
-        ("shop", "web", vec![("http", 8080), ("metrics", 9090)], 2usize),
+        (
+            "shop",
+            "web",
+            vec![("http", 8080), ("metrics", 9090)],
+            2usize,
+        ),
         ("shop", "cart", vec![("http", 8080)], 3),
         ("payments", "api", vec![("grpc", 50051)], 3),
         ("dev", "plat-dev", vec![("port", 3306)], 2),
     ] {
-        apply::<Namespace>(Api::all(client.clone()), json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await?;
+        apply::<Namespace>(
+            Api::all(client.clone()),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await?;
         let svc: Service = apply(
             Api::namespaced(client.clone(), ns),
             json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
@@ -170,7 +220,12 @@ pub async fn run(opts: DemoOptions) -> Result<()> {
                             "selector": {"app": name}}}),
         )
         .await?;
-        let w = Workload { ns, name, ports, uid: svc.metadata.uid.unwrap_or_default() };
+        let w = Workload {
+            ns,
+            name,
+            ports,
+            uid: svc.metadata.uid.unwrap_or_default(),
+        };
         let octet = workloads.len() + 1;
         set_endpoints(&client, &w, &ips(&format!("10.{octet}.0"), n)).await?;
         workloads.push(w);
@@ -178,10 +233,15 @@ pub async fn run(opts: DemoOptions) -> Result<()> {
 
     let config_path = dir.join("demo-config.yaml");
     let config_text = DEMO_CONFIG.replace("{KUBECONFIG}", &kubeconfig.display().to_string());
-    std::fs::write(&config_path, &config_text).map_err(|e| Error::Io { path: config_path.display().to_string(), source: e })?;
+    std::fs::write(&config_path, &config_text).map_err(|e| Error::Io {
+        path: config_path.display().to_string(),
+        source: e,
+    })?;
     let plan = crate::run::plan_from_text(&config_text, Some(opts.http_addr), None)?;
     let running = crate::run::start(plan).await?;
-    let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "kube-discovery".into());
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "kube-discovery".into());
     let addr = running.http_addr;
     println!(
         "kube-discovery demo is running.\n\
@@ -225,7 +285,7 @@ pub async fn run(opts: DemoOptions) -> Result<()> {
             }
             let api = &workloads[2];
             let mut a = ips("10.3.0", 3);
-            a[2].1 = step % 2 == 0;
+            a[2].1 = step.is_multiple_of(2);
             if let Err(e) = set_endpoints(&client, api, &a).await {
                 tracing::warn!(error = %e, "demo: cannot update payments/api");
             }
@@ -246,6 +306,9 @@ pub async fn run(opts: DemoOptions) -> Result<()> {
 
 fn tempfile_dir() -> Result<PathBuf> {
     let d = std::env::temp_dir().join(format!("kube-discovery-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&d).map_err(|e| Error::Io { path: d.display().to_string(), source: e })?;
+    std::fs::create_dir_all(&d).map_err(|e| Error::Io {
+        path: d.display().to_string(),
+        source: e,
+    })?;
     Ok(d)
 }

@@ -15,14 +15,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use kube_discovery_core::parse_service_name;
 use prometheus_client::registry::Registry;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::state::Shared;
@@ -62,7 +62,9 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| Error::Http(format!("cannot bind {addr}: {e}")))?;
-    let local = listener.local_addr().map_err(|e| Error::Http(e.to_string()))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Error::Http(e.to_string()))?;
     let app = router(state);
     let task = tokio::spawn(async move {
         let res = axum::serve(listener, app)
@@ -91,29 +93,47 @@ async fn readyz(State(st): State<AppState>) -> Response {
             (id.clone(), json!({"state": state, "status": c}))
         })
         .collect();
-    let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (code, Json(json!({"ready": ready, "standby": st.shared.standby(), "clusters": detail}))).into_response()
+    let code = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        Json(json!({"ready": ready, "standby": st.shared.standby(), "clusters": detail})),
+    )
+        .into_response()
 }
 
 async fn metrics(State(st): State<AppState>) -> Response {
     // Gauges are refreshed from the shared state at scrape time.
     let body = crate::metrics::encode(&st.registry);
     (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         body,
     )
         .into_response()
 }
 
 fn authorized(st: &AppState, headers: &HeaderMap) -> bool {
-    let Some(want) = &st.auth_token else { return true };
+    let Some(want) = &st.auth_token else {
+        return true;
+    };
     let got = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
     // Length-independent comparison of equal-length inputs.
-    got.len() == want.len() && got.bytes().zip(want.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    got.len() == want.len()
+        && got
+            .bytes()
+            .zip(want.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
 }
 
 fn unauthorized() -> Response {
@@ -135,7 +155,8 @@ pub fn dump_value(shared: &Shared, config: &Value) -> Value {
                 .desired_of(id)
                 .iter()
                 .map(|s| {
-                    let value = serde_json::to_string(&s.ports).unwrap_or_else(|_| "{}".to_string());
+                    let value =
+                        serde_json::to_string(&s.ports).unwrap_or_else(|_| "{}".to_string());
                     json!({"name": format!("{}/{}", s.key.namespace, s.key.name), "value": value})
                 })
                 .collect();
@@ -162,7 +183,11 @@ struct NodesQuery {
     service: Option<String>,
 }
 
-async fn nodes(State(st): State<AppState>, headers: HeaderMap, Query(q): Query<NodesQuery>) -> Response {
+async fn nodes(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<NodesQuery>,
+) -> Response {
     if !authorized(&st, &headers) {
         return unauthorized();
     }
@@ -175,7 +200,13 @@ async fn nodes(State(st): State<AppState>, headers: HeaderMap, Query(q): Query<N
     };
     let query = match parse_service_name(&service) {
         Ok(q) => q,
-        Err(e) => return (StatusCode::BAD_REQUEST, Json(json!({"error": e.to_string()}))).into_response(),
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                Json(json!({"error": e.to_string()})),
+            )
+                .into_response();
+        }
     };
     let Some(svc) = st.shared.desired(&query.key()) else {
         return (
@@ -209,8 +240,22 @@ mod tests {
         let shared = Arc::new(Shared::new([""]));
         let k = ServiceKey::new("", "default", "plat-dev");
         let mut ports = PortMap::new();
-        ports.insert("port".into(), vec![Node::new("10.5.10.109", 3306, 50), Node::new("10.5.10.110", 3306, 50)]);
-        shared.set_desired(&k, Some(ServiceNodes::new(k.clone(), SourceKind::Endpoints, ports, None)));
+        ports.insert(
+            "port".into(),
+            vec![
+                Node::new("10.5.10.109", 3306, 50),
+                Node::new("10.5.10.110", 3306, 50),
+            ],
+        );
+        shared.set_desired(
+            &k,
+            Some(ServiceNodes::new(
+                k.clone(),
+                SourceKind::Endpoints,
+                ports,
+                None,
+            )),
+        );
         AppState {
             shared,
             registry: Arc::new(crate::metrics::Metrics::default().registry()),
@@ -224,26 +269,51 @@ mod tests {
         if let Some(t) = token {
             req = req.header("authorization", format!("Bearer {t}"));
         }
-        let resp = router(st).oneshot(req.body(Body::empty()).unwrap()).await.unwrap();
+        let resp = router(st)
+            .oneshot(req.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
         let code = resp.status();
-        let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
         (code, String::from_utf8(body.to_vec()).unwrap())
     }
 
     #[tokio::test]
     async fn nodes_api_answers_found_unknown_and_malformed() {
-        let (c, b) = get(state(None), "/v1/discovery/kubernetes/nodes?service=default/plat-dev:port", None).await;
+        let (c, b) = get(
+            state(None),
+            "/v1/discovery/kubernetes/nodes?service=default/plat-dev:port",
+            None,
+        )
+        .await;
         assert_eq!(c, StatusCode::OK);
         assert_eq!(
             b,
             r#"[{"host":"10.5.10.109","port":3306,"weight":50},{"host":"10.5.10.110","port":3306,"weight":50}]"#
         );
-        let (c, _) = get(state(None), "/v1/discovery/kubernetes/nodes?service=default/nope:port", None).await;
+        let (c, _) = get(
+            state(None),
+            "/v1/discovery/kubernetes/nodes?service=default/nope:port",
+            None,
+        )
+        .await;
         assert_eq!(c, StatusCode::NOT_FOUND);
-        let (c, b) = get(state(None), "/v1/discovery/kubernetes/nodes?service=default/plat-dev:other", None).await;
+        let (c, b) = get(
+            state(None),
+            "/v1/discovery/kubernetes/nodes?service=default/plat-dev:other",
+            None,
+        )
+        .await;
         assert_eq!(c, StatusCode::NOT_FOUND);
         assert!(b.contains("no port"), "{b}");
-        let (c, b) = get(state(None), "/v1/discovery/kubernetes/nodes?service=default/plat-dev", None).await;
+        let (c, b) = get(
+            state(None),
+            "/v1/discovery/kubernetes/nodes?service=default/plat-dev",
+            None,
+        )
+        .await;
         assert_eq!(c, StatusCode::BAD_REQUEST);
         assert!(b.contains("missing ':<port>'"), "{b}");
     }
@@ -253,14 +323,29 @@ mod tests {
         let (c, b) = get(state(Some("s3cret")), "/v1/discovery/kubernetes/dump", None).await;
         assert_eq!(c, StatusCode::UNAUTHORIZED);
         assert!(!b.contains("s3cret"));
-        let (c, _) = get(state(Some("s3cret")), "/v1/discovery/kubernetes/dump", Some("wrong")).await;
+        let (c, _) = get(
+            state(Some("s3cret")),
+            "/v1/discovery/kubernetes/dump",
+            Some("wrong"),
+        )
+        .await;
         assert_eq!(c, StatusCode::UNAUTHORIZED);
-        let (c, b) = get(state(Some("s3cret")), "/v1/discovery/kubernetes/dump", Some("s3cret")).await;
+        let (c, b) = get(
+            state(Some("s3cret")),
+            "/v1/discovery/kubernetes/dump",
+            Some("s3cret"),
+        )
+        .await;
         assert_eq!(c, StatusCode::OK);
         let v: Value = serde_json::from_str(&b).unwrap();
         assert_eq!(v["endpoints"][0]["id"], "");
-        assert_eq!(v["endpoints"][0]["endpoints"][0]["name"], "default/plat-dev");
-        let inner: Value = serde_json::from_str(v["endpoints"][0]["endpoints"][0]["value"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            v["endpoints"][0]["endpoints"][0]["name"],
+            "default/plat-dev"
+        );
+        let inner: Value =
+            serde_json::from_str(v["endpoints"][0]["endpoints"][0]["value"].as_str().unwrap())
+                .unwrap();
         assert_eq!(inner["port"][1]["host"], "10.5.10.110");
         assert_eq!(v["config"][0]["client"]["token"], "<redacted>");
         // Probes never need the token.

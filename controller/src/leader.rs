@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Api, PostParams};
 use kube::Client;
+use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -37,8 +37,15 @@ pub enum Decision {
 }
 
 /// Pure decision from the lease spec (`None`: no lease object).
-pub fn decide(spec: Option<&LeaseSpec>, me: &str, now: jiff::Timestamp, default_duration: Duration) -> Decision {
-    let Some(spec) = spec else { return Decision::Create };
+pub fn decide(
+    spec: Option<&LeaseSpec>,
+    me: &str,
+    now: jiff::Timestamp,
+    default_duration: Duration,
+) -> Decision {
+    let Some(spec) = spec else {
+        return Decision::Create;
+    };
     let holder = spec.holder_identity.clone().unwrap_or_default();
     if holder == me {
         return Decision::Renew;
@@ -79,15 +86,24 @@ pub fn default_identity() -> String {
 
 /// The namespace the process runs in (ServiceAccount namespace file or `POD_NAMESPACE`).
 pub fn own_namespace() -> Option<String> {
-    std::env::var("POD_NAMESPACE").ok().filter(|s| !s.is_empty()).or_else(|| {
-        std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-            .ok()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-    })
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        })
 }
 
-fn spec_for(me: &str, now: jiff::Timestamp, duration: Duration, transitions: i32, acquire: Option<MicroTime>) -> LeaseSpec {
+fn spec_for(
+    me: &str,
+    now: jiff::Timestamp,
+    duration: Duration,
+    transitions: i32,
+    acquire: Option<MicroTime>,
+) -> LeaseSpec {
     LeaseSpec {
         holder_identity: Some(me.to_string()),
         lease_duration_seconds: Some(i32::try_from(duration.as_secs().max(1)).unwrap_or(i32::MAX)),
@@ -102,10 +118,18 @@ fn spec_for(me: &str, now: jiff::Timestamp, duration: Duration, transitions: i32
 async fn round(api: &Api<Lease>, cfg: &LeaseConfig) -> kube::Result<bool> {
     let now = jiff::Timestamp::now();
     let current = api.get_opt(&cfg.name).await?;
-    match decide(current.as_ref().and_then(|l| l.spec.as_ref()), &cfg.identity, now, cfg.duration) {
+    match decide(
+        current.as_ref().and_then(|l| l.spec.as_ref()),
+        &cfg.identity,
+        now,
+        cfg.duration,
+    ) {
         Decision::Create => {
             let lease = Lease {
-                metadata: kube::api::ObjectMeta { name: Some(cfg.name.clone()), ..Default::default() },
+                metadata: kube::api::ObjectMeta {
+                    name: Some(cfg.name.clone()),
+                    ..Default::default()
+                },
                 spec: Some(spec_for(&cfg.identity, now, cfg.duration, 0, None)),
             };
             match api.create(&PostParams::default(), &lease).await {
@@ -116,11 +140,24 @@ async fn round(api: &Api<Lease>, cfg: &LeaseConfig) -> kube::Result<bool> {
         }
         Decision::Follow(_) => Ok(false),
         d @ (Decision::Renew | Decision::TakeOver) => {
-            let Some(mut lease) = current else { return Ok(false) };
+            let Some(mut lease) = current else {
+                return Ok(false);
+            };
             let old = lease.spec.clone().unwrap_or_default();
-            let transitions = old.lease_transitions.unwrap_or(0) + i32::from(d == Decision::TakeOver);
-            let acquire = if d == Decision::Renew { old.acquire_time } else { None };
-            lease.spec = Some(spec_for(&cfg.identity, now, cfg.duration, transitions, acquire));
+            let transitions =
+                old.lease_transitions.unwrap_or(0) + i32::from(d == Decision::TakeOver);
+            let acquire = if d == Decision::Renew {
+                old.acquire_time
+            } else {
+                None
+            };
+            lease.spec = Some(spec_for(
+                &cfg.identity,
+                now,
+                cfg.duration,
+                transitions,
+                acquire,
+            ));
             // replace() sends metadata.resourceVersion: a concurrent change is a 409.
             match api.replace(&cfg.name, &PostParams::default(), &lease).await {
                 Ok(_) => Ok(true),
@@ -132,23 +169,31 @@ async fn round(api: &Api<Lease>, cfg: &LeaseConfig) -> kube::Result<bool> {
 }
 
 async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
-    if let Ok(Some(mut lease)) = api.get_opt(&cfg.name).await {
-        if lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(cfg.identity.as_str()) {
-            if let Some(spec) = lease.spec.as_mut() {
-                spec.holder_identity = Some(String::new());
-            }
-            if let Err(e) = api.replace(&cfg.name, &PostParams::default(), &lease).await {
-                tracing::warn!(error = %e, "cannot release the leader lease");
-            } else {
-                tracing::info!(lease = %cfg.name, "released the leader lease");
-            }
+    if let Ok(Some(mut lease)) = api.get_opt(&cfg.name).await
+        && lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref())
+            == Some(cfg.identity.as_str())
+    {
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.holder_identity = Some(String::new());
+        }
+        if let Err(e) = api.replace(&cfg.name, &PostParams::default(), &lease).await {
+            tracing::warn!(error = %e, "cannot release the leader lease");
+        } else {
+            tracing::info!(lease = %cfg.name, "released the leader lease");
         }
     }
 }
 
 /// Runs the election until `shutdown`; the receiver says whether we lead.
 /// The returned task resolves after the lease is released.
-pub fn spawn(client: Client, cfg: LeaseConfig, shutdown: CancellationToken) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
+pub fn spawn(
+    client: Client,
+    cfg: LeaseConfig,
+    shutdown: CancellationToken,
+) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
     let (tx, rx) = watch::channel(false);
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let task = tokio::spawn(async move {
@@ -173,7 +218,11 @@ pub fn spawn(client: Client, cfg: LeaseConfig, shutdown: CancellationToken) -> (
                 tracing::info!(identity = %cfg.identity, leading, "leadership changed");
                 let _ = tx.send(leading);
             }
-            let wait = if leading { cfg.duration / 3 } else { cfg.duration / 4 };
+            let wait = if leading {
+                cfg.duration / 3
+            } else {
+                cfg.duration / 4
+            };
             tokio::select! {
                 () = tokio::time::sleep(wait.max(Duration::from_millis(200))) => {}
                 () = shutdown.cancelled() => break,
@@ -193,7 +242,9 @@ mod tests {
         let now = jiff::Timestamp::now();
         LeaseSpec {
             holder_identity: Some(holder.into()),
-            renew_time: Some(MicroTime(now - jiff::SignedDuration::from_secs(renew_secs_ago))),
+            renew_time: Some(MicroTime(
+                now - jiff::SignedDuration::from_secs(renew_secs_ago),
+            )),
             lease_duration_seconds: Some(duration),
             ..LeaseSpec::default()
         }
@@ -204,10 +255,22 @@ mod tests {
         let now = jiff::Timestamp::now();
         let d = Duration::from_secs(15);
         assert_eq!(decide(None, "me", now, d), Decision::Create);
-        assert_eq!(decide(Some(&spec("me", 100, 15)), "me", now, d), Decision::Renew);
-        assert_eq!(decide(Some(&spec("other", 1, 15)), "me", now, d), Decision::Follow("other".into()));
-        assert_eq!(decide(Some(&spec("other", 30, 15)), "me", now, d), Decision::TakeOver);
-        assert_eq!(decide(Some(&spec("", 0, 15)), "me", now, d), Decision::TakeOver);
+        assert_eq!(
+            decide(Some(&spec("me", 100, 15)), "me", now, d),
+            Decision::Renew
+        );
+        assert_eq!(
+            decide(Some(&spec("other", 1, 15)), "me", now, d),
+            Decision::Follow("other".into())
+        );
+        assert_eq!(
+            decide(Some(&spec("other", 30, 15)), "me", now, d),
+            Decision::TakeOver
+        );
+        assert_eq!(
+            decide(Some(&spec("", 0, 15)), "me", now, d),
+            Decision::TakeOver
+        );
         let mut no_renew = spec("other", 0, 15);
         no_renew.renew_time = None;
         assert_eq!(decide(Some(&no_renew), "me", now, d), Decision::TakeOver);

@@ -17,6 +17,8 @@
 //!
 //! `anyhow` is used only in `main.rs`; everything here returns [`Result`].
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 pub mod cli;
 pub mod client;
 pub mod demo;

@@ -4,13 +4,15 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use kube_discovery::cli::{Cli, Command, LogFormat};
 use kube_discovery::Error;
+use kube_discovery::cli::{Cli, Command, LogFormat};
 use tracing_subscriber::EnvFilter;
 
 fn init_tracing(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
@@ -19,25 +21,52 @@ fn init_tracing(format: LogFormat) {
 
 async fn dispatch(cli: Cli) -> Result<(), Error> {
     match cli.command {
-        Command::Run { config, http_addr, kubeconfig } => {
-            kube_discovery::run::run_from_file(&config, http_addr, kubeconfig).await
-        }
+        Command::Run {
+            config,
+            http_addr,
+            kubeconfig,
+        } => kube_discovery::run::run_from_file(&config, http_addr, kubeconfig).await,
         Command::Crd => {
             print!("{}", kube_discovery_core::crd::crd_yaml());
             Ok(())
         }
-        Command::Render { file, config, output, nodes } => {
-            let out = kube_discovery::render::render_command(&file, config.as_deref(), output, nodes.as_deref())?;
+        Command::Render {
+            file,
+            config,
+            output,
+            nodes,
+        } => {
+            let out = kube_discovery::render::render_command(
+                &file,
+                config.as_deref(),
+                output,
+                nodes.as_deref(),
+            )?;
             print!("{out}");
             Ok(())
         }
-        Command::Nodes { service, kubeconfig, context } => {
+        Command::Nodes {
+            service,
+            kubeconfig,
+            context,
+        } => {
             let out = kube_discovery::nodes::nodes_command(&service, kubeconfig, context).await?;
             println!("{out}");
             Ok(())
         }
-        Command::Demo { duration, http_addr, dir, interval } => {
-            kube_discovery::demo::run(kube_discovery::demo::DemoOptions { duration, http_addr, dir, interval }).await
+        Command::Demo {
+            duration,
+            http_addr,
+            dir,
+            interval,
+        } => {
+            kube_discovery::demo::run(kube_discovery::demo::DemoOptions {
+                duration,
+                http_addr,
+                dir,
+                interval,
+            })
+            .await
         }
     }
 }

@@ -16,7 +16,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 /// Label set `{cluster}`.
@@ -94,33 +94,69 @@ impl Metrics {
     /// Registers every family into a new registry with prefix `kube_discovery`.
     pub fn registry(&self) -> Registry {
         let mut r = Registry::with_prefix("kube_discovery");
-        r.register("watch_events", "Watch events received", self.watch_events.clone());
-        r.register("watch_restarts", "Watch stream failures (the watch restarts after a backoff)", self.watch_restarts.clone());
-        r.register("list_duration_seconds", "Duration of complete lists and relists", self.list_duration.clone());
-        r.register("writes", "DiscoveredService writes by result", self.writes.clone());
-        r.register("writes_skipped", "Writes skipped because the API server already holds the same content version", self.writes_skipped.clone());
-        r.register("event_to_write_seconds", "Time from the first source event of a change to its completed write", self.event_to_write.clone());
-        r.register("services", "Services currently discovered", self.services.clone());
+        r.register(
+            "watch_events",
+            "Watch events received",
+            self.watch_events.clone(),
+        );
+        r.register(
+            "watch_restarts",
+            "Watch stream failures (the watch restarts after a backoff)",
+            self.watch_restarts.clone(),
+        );
+        r.register(
+            "list_duration_seconds",
+            "Duration of complete lists and relists",
+            self.list_duration.clone(),
+        );
+        r.register(
+            "writes",
+            "DiscoveredService writes by result",
+            self.writes.clone(),
+        );
+        r.register(
+            "writes_skipped",
+            "Writes skipped because the API server already holds the same content version",
+            self.writes_skipped.clone(),
+        );
+        r.register(
+            "event_to_write_seconds",
+            "Time from the first source event of a change to its completed write",
+            self.event_to_write.clone(),
+        );
+        r.register(
+            "services",
+            "Services currently discovered",
+            self.services.clone(),
+        );
         r.register("nodes", "Nodes currently discovered", self.nodes.clone());
         r
     }
 
     /// Label helper.
     pub fn cluster(cluster: &str) -> ClusterLabel {
-        ClusterLabel { cluster: cluster.to_string() }
+        ClusterLabel {
+            cluster: cluster.to_string(),
+        }
     }
 
     /// Counts one watch event.
     pub fn event(&self, cluster: &str, kind: &str) {
         self.watch_events
-            .get_or_create(&EventLabels { cluster: cluster.to_string(), r#type: kind.to_string() })
+            .get_or_create(&EventLabels {
+                cluster: cluster.to_string(),
+                r#type: kind.to_string(),
+            })
             .inc();
     }
 
     /// Counts one write outcome.
     pub fn write(&self, cluster: &str, result: &str) {
         self.writes
-            .get_or_create(&WriteLabels { cluster: cluster.to_string(), result: result.to_string() })
+            .get_or_create(&WriteLabels {
+                cluster: cluster.to_string(),
+                result: result.to_string(),
+            })
             .inc();
     }
 }
@@ -145,12 +181,29 @@ mod tests {
         m.write("", "applied");
         m.writes_skipped.get_or_create(&Metrics::cluster("")).inc();
         m.services.get_or_create(&Metrics::cluster("")).set(3);
-        m.event_to_write.get_or_create(&Metrics::cluster("")).observe(0.2);
+        m.event_to_write
+            .get_or_create(&Metrics::cluster(""))
+            .observe(0.2);
         let text = encode(&m.registry());
-        assert!(text.contains(r#"kube_discovery_watch_events_total{cluster="c1",type="apply"} 1"#), "{text}");
-        assert!(text.contains(r#"kube_discovery_writes_total{cluster="",result="applied"} 1"#), "{text}");
-        assert!(text.contains(r#"kube_discovery_writes_skipped_total{cluster=""} 1"#), "{text}");
-        assert!(text.contains(r#"kube_discovery_services{cluster=""} 3"#), "{text}");
-        assert!(text.contains("kube_discovery_event_to_write_seconds_count{cluster=\"\"} 1"), "{text}");
+        assert!(
+            text.contains(r#"kube_discovery_watch_events_total{cluster="c1",type="apply"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"kube_discovery_writes_total{cluster="",result="applied"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"kube_discovery_writes_skipped_total{cluster=""} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"kube_discovery_services{cluster=""} 3"#),
+            "{text}"
+        );
+        assert!(
+            text.contains("kube_discovery_event_to_write_seconds_count{cluster=\"\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -17,10 +17,10 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use kube_discovery_core::crd::{DiscoveredService, MANAGED_BY_SELECTOR};
-use kube_discovery_core::{parse_service_name, Node, NodeQuery};
+use kube_discovery_core::{Node, NodeQuery, parse_service_name};
 
 use crate::{Error, Result};
 
@@ -39,7 +39,11 @@ impl Drop for NodesResolver {
 /// Objects of the service `q` (cheap filter over the cached `Arc`s).
 fn candidates(objs: &[Arc<DiscoveredService>], q: &NodeQuery) -> Vec<DiscoveredService> {
     objs.iter()
-        .filter(|o| o.spec.cluster == q.cluster && o.spec.source_namespace == q.namespace && o.spec.source_name == q.name)
+        .filter(|o| {
+            o.spec.cluster == q.cluster
+                && o.spec.source_namespace == q.namespace
+                && o.spec.source_name == q.name
+        })
         .map(|o| (**o).clone())
         .collect()
 }
@@ -80,17 +84,34 @@ impl NodesResolver {
     /// service or port is unknown, `Err` when the name is malformed.
     pub fn nodes(&self, service_name: &str) -> Result<Option<Vec<Node>>> {
         let q = parse_service_name(service_name).map_err(|e| Error::Input(e.to_string()))?;
-        Ok(kube_discovery_core::render::lookup(&candidates(&self.store.state(), &q), &q))
+        Ok(kube_discovery_core::render::lookup(
+            &candidates(&self.store.state(), &q),
+            &q,
+        ))
     }
 }
 
 /// `kube-discovery nodes`: one list, one lookup, JSON out.
-pub async fn nodes_command(service: &str, kubeconfig: Option<PathBuf>, context: Option<String>) -> Result<String> {
+pub async fn nodes_command(
+    service: &str,
+    kubeconfig: Option<PathBuf>,
+    context: Option<String>,
+) -> Result<String> {
     let q = parse_service_name(service).map_err(|e| Error::Input(e.to_string()))?;
-    let client = crate::client::client(&crate::client::Connection::Kubeconfig { path: kubeconfig, context }).await?;
-    let objs: Vec<Arc<DiscoveredService>> = crate::sink::list_managed(&client).await?.into_iter().map(Arc::new).collect();
+    let client = crate::client::client(&crate::client::Connection::Kubeconfig {
+        path: kubeconfig,
+        context,
+    })
+    .await?;
+    let objs: Vec<Arc<DiscoveredService>> = crate::sink::list_managed(&client)
+        .await?
+        .into_iter()
+        .map(Arc::new)
+        .collect();
     match kube_discovery_core::render::lookup(&candidates(&objs, &q), &q) {
         Some(nodes) => Ok(serde_json::to_string_pretty(&nodes)?),
-        None => Err(Error::NotFound(format!("no nodes for {q}: no DiscoveredService with that service and port"))),
+        None => Err(Error::NotFound(format!(
+            "no nodes for {q}: no DiscoveredService with that service and port"
+        ))),
     }
 }

@@ -8,9 +8,9 @@ use std::path::Path;
 
 use kube_discovery_core::config::parse_config;
 use kube_discovery_core::parse_service_name;
-use kube_discovery_core::render::{lookup, render_report, RenderOptions};
+use kube_discovery_core::render::{RenderOptions, lookup, render_report};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::cli::OutputFormat;
 use crate::{Error, Result};
@@ -19,7 +19,8 @@ use crate::{Error, Result};
 pub fn parse_documents(text: &str) -> Result<Vec<Value>> {
     let mut out = Vec::new();
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let v = Value::deserialize(doc).map_err(|e| Error::Input(format!("input document #{}: {e}", i + 1)))?;
+        let v = Value::deserialize(doc)
+            .map_err(|e| Error::Input(format!("input document #{}: {e}", i + 1)))?;
         if !v.is_null() {
             out.push(v);
         }
@@ -32,15 +33,26 @@ fn read_input(file: &str) -> Result<String> {
         let mut s = String::new();
         std::io::stdin()
             .read_to_string(&mut s)
-            .map_err(|e| Error::Io { path: "<stdin>".into(), source: e })?;
+            .map_err(|e| Error::Io {
+                path: "<stdin>".into(),
+                source: e,
+            })?;
         Ok(s)
     } else {
-        std::fs::read_to_string(file).map_err(|e| Error::Io { path: file.to_string(), source: e })
+        std::fs::read_to_string(file).map_err(|e| Error::Io {
+            path: file.to_string(),
+            source: e,
+        })
     }
 }
 
 /// Runs `render` and returns what to print.
-pub fn render_command(file: &str, config: Option<&Path>, output: OutputFormat, nodes: Option<&str>) -> Result<String> {
+pub fn render_command(
+    file: &str,
+    config: Option<&Path>,
+    output: OutputFormat,
+    nodes: Option<&str>,
+) -> Result<String> {
     let query = nodes
         .map(parse_service_name)
         .transpose()
@@ -48,20 +60,30 @@ pub fn render_command(file: &str, config: Option<&Path>, output: OutputFormat, n
     let opts = match config {
         None => RenderOptions::default(),
         Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| Error::Io { path: p.display().to_string(), source: e })?;
+            let text = std::fs::read_to_string(p).map_err(|e| Error::Io {
+                path: p.display().to_string(),
+                source: e,
+            })?;
             let env = |k: &str| std::env::var(k).ok();
             let cfg = parse_config(&text, &env).map_err(|e| Error::Config(e.to_string()))?;
             let id = match (&query, cfg.multi_cluster) {
                 (Some(q), true) => q.cluster.clone(),
                 (None, true) => {
-                    let first = cfg.clusters.first().map(|c| c.id.clone()).unwrap_or_default();
+                    let first = cfg
+                        .clusters
+                        .first()
+                        .map(|c| c.id.clone())
+                        .unwrap_or_default();
                     tracing::info!(cluster = %first, "multi-cluster config: rendering as cluster {first:?}");
                     first
                 }
                 (_, false) => String::new(),
             };
-            RenderOptions::from_config(&cfg, &id)
-                .ok_or_else(|| Error::Input(format!("--nodes: cluster id {id:?} is not in the configuration")))?
+            RenderOptions::from_config(&cfg, &id).ok_or_else(|| {
+                Error::Input(format!(
+                    "--nodes: cluster id {id:?} is not in the configuration"
+                ))
+            })?
         }
     };
     let objects = parse_documents(&read_input(file)?)?;
@@ -72,7 +94,9 @@ pub fn render_command(file: &str, config: Option<&Path>, output: OutputFormat, n
     if let Some(q) = query {
         return match lookup(&rendered.objects, &q) {
             Some(n) => Ok(format!("{}\n", serde_json::to_string_pretty(&n)?)),
-            None => Err(Error::NotFound(format!("no nodes for {q}: the input has no such service and port"))),
+            None => Err(Error::NotFound(format!(
+                "no nodes for {q}: the input has no such service and port"
+            ))),
         };
     }
     match output {
@@ -99,7 +123,9 @@ mod tests {
     fn parses_multi_document_yaml_and_json() {
         let docs = parse_documents("a: 1\n---\n---\n{\"b\": 2}\n").unwrap();
         assert_eq!(docs, vec![json!({"a": 1}), json!({"b": 2})]);
-        let e = parse_documents("a: 1\n---\nb: [\n").unwrap_err().to_string();
+        let e = parse_documents("a: 1\n---\nb: [\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("document #2"), "{e}");
     }
 }

@@ -14,8 +14,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kube_discovery_core::crd::ObjectNaming;
 use kube_discovery_core::Index;
+use kube_discovery_core::crd::ObjectNaming;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -27,7 +27,7 @@ use crate::source::{Source, SourceParams};
 use crate::state::Shared;
 use crate::writer::WriterOptions;
 use crate::{Error, Result};
-use kube_discovery_core::config::{parse_config, Config};
+use kube_discovery_core::config::{Config, parse_config};
 
 /// One watched cluster.
 pub struct ClusterPlan {
@@ -62,7 +62,11 @@ pub struct Plan {
 /// Builds the [`Plan`] for a validated configuration. `http_addr` overrides
 /// `kube_discovery.http.addr`; `kubeconfig` (single cluster only) replaces the
 /// `service`/`client` settings.
-pub fn plan(cfg: &Config, http_addr: Option<SocketAddr>, kubeconfig: Option<PathBuf>) -> Result<Plan> {
+pub fn plan(
+    cfg: &Config,
+    http_addr: Option<SocketAddr>,
+    kubeconfig: Option<PathBuf>,
+) -> Result<Plan> {
     let s = &cfg.settings;
     if !s.sinks.discoveredservices.enabled {
         return Err(Error::Config(
@@ -100,20 +104,31 @@ pub fn plan(cfg: &Config, http_addr: Option<SocketAddr>, kubeconfig: Option<Path
     let mut clusters = Vec::new();
     for c in &cfg.clusters {
         let conn = match &kubeconfig {
-            Some(p) => Connection::Kubeconfig { path: Some(p.clone()), context: None },
+            Some(p) => Connection::Kubeconfig {
+                path: Some(p.clone()),
+                context: None,
+            },
             None => c.connection.clone(),
         };
         let params = SourceParams {
             cluster: c.id.clone(),
             kind: c.source(),
-            label_selector: (!c.label_selector.is_empty()).then(|| c.label_selector.as_str().to_string()),
+            label_selector: (!c.label_selector.is_empty())
+                .then(|| c.label_selector.as_str().to_string()),
             field_selector: c.namespace_selector.field_selector(),
             watch_timeout: s.watch_timeout,
         };
-        clusters.push(ClusterPlan { params, conn, index: c.new_index(s) });
+        clusters.push(ClusterPlan {
+            params,
+            conn,
+            index: c.new_index(s),
+        });
     }
     let home = if cfg.multi_cluster {
-        Connection::Kubeconfig { path: s.home.kubeconfig.clone(), context: s.home.context.clone() }
+        Connection::Kubeconfig {
+            path: s.home.kubeconfig.clone(),
+            context: s.home.context.clone(),
+        }
     } else {
         clusters
             .first()
@@ -123,11 +138,17 @@ pub fn plan(cfg: &Config, http_addr: Option<SocketAddr>, kubeconfig: Option<Path
     let auth_token = match &s.http.auth_token_file {
         Some(p) => {
             let t = std::fs::read_to_string(p).map_err(|e| {
-                Error::Config(format!("kube_discovery.http.auth_token_file: cannot read {}: {e}", p.display()))
+                Error::Config(format!(
+                    "kube_discovery.http.auth_token_file: cannot read {}: {e}",
+                    p.display()
+                ))
             })?;
             let t = t.trim().to_string();
             if t.is_empty() {
-                return Err(Error::Config(format!("kube_discovery.http.auth_token_file: {} is empty", p.display())));
+                return Err(Error::Config(format!(
+                    "kube_discovery.http.auth_token_file: {} is empty",
+                    p.display()
+                )));
             }
             Some(t)
         }
@@ -151,15 +172,26 @@ pub fn plan(cfg: &Config, http_addr: Option<SocketAddr>, kubeconfig: Option<Path
 }
 
 /// Parses configuration text (environment from the process) and builds the plan.
-pub fn plan_from_text(text: &str, http_addr: Option<SocketAddr>, kubeconfig: Option<PathBuf>) -> Result<Plan> {
+pub fn plan_from_text(
+    text: &str,
+    http_addr: Option<SocketAddr>,
+    kubeconfig: Option<PathBuf>,
+) -> Result<Plan> {
     let env = |k: &str| std::env::var(k).ok();
     let cfg = parse_config(text, &env).map_err(|e| Error::Config(e.to_string()))?;
     plan(&cfg, http_addr, kubeconfig)
 }
 
 /// `kube-discovery run`.
-pub async fn run_from_file(path: &Path, http_addr: Option<SocketAddr>, kubeconfig: Option<PathBuf>) -> Result<()> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.display().to_string(), source: e })?;
+pub async fn run_from_file(
+    path: &Path,
+    http_addr: Option<SocketAddr>,
+    kubeconfig: Option<PathBuf>,
+) -> Result<()> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
+        path: path.display().to_string(),
+        source: e,
+    })?;
     let plan = plan_from_text(&text, http_addr, kubeconfig)?;
     run_plan(plan).await
 }
@@ -196,7 +228,9 @@ impl Running {
 pub async fn start(plan: Plan) -> Result<Running> {
     let shutdown = CancellationToken::new();
     let metrics = Metrics::default();
-    let shared = Arc::new(Shared::new(plan.clusters.iter().map(|c| c.params.cluster.as_str())));
+    let shared = Arc::new(Shared::new(
+        plan.clusters.iter().map(|c| c.params.cluster.as_str()),
+    ));
 
     let home = crate::client::client(&plan.home).await?;
     let (leader, elector) = match plan.leader {
@@ -240,7 +274,15 @@ pub async fn start(plan: Plan) -> Result<Running> {
     // same token and drains open requests.
     let (http_addr, http) = crate::http::serve(plan.http_addr, state, shutdown.clone()).await?;
     tracing::info!(addr = %http_addr, "HTTP server listening");
-    Ok(Running { http_addr, shared, shutdown, tasks, writer: writer_task, elector, http })
+    Ok(Running {
+        http_addr,
+        shared,
+        shutdown,
+        tasks,
+        writer: writer_task,
+        elector,
+        http,
+    })
 }
 
 /// Resolves when SIGTERM or SIGINT arrives.
@@ -283,8 +325,8 @@ pub async fn run_plan(plan: Plan) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube_discovery_core::crd::NamespaceMode;
     use kube_discovery_core::SourceKind;
+    use kube_discovery_core::crd::NamespaceMode;
     use std::time::Duration;
 
     fn env(k: &str) -> Option<String> {
@@ -321,13 +363,32 @@ mod tests {
     fn multi_cluster_example_parses_and_plans() {
         let cfg = parse(include_str!("../../examples/multi-cluster.yaml"));
         let p = plan(&cfg, Some("127.0.0.1:9999".parse().unwrap()), None).unwrap();
-        let ids: Vec<_> = p.clusters.iter().map(|c| c.params.cluster.as_str()).collect();
+        let ids: Vec<_> = p
+            .clusters
+            .iter()
+            .map(|c| c.params.cluster.as_str())
+            .collect();
         assert_eq!(ids, vec!["east", "west"]);
-        assert_eq!(p.clusters[1].params.label_selector.as_deref(), Some("discovery.example.com/export=true"));
-        assert_eq!(p.home, Connection::Kubeconfig { path: None, context: None });
-        assert_eq!(p.naming.namespace_mode, NamespaceMode::Fixed("kube-discovery".into()));
+        assert_eq!(
+            p.clusters[1].params.label_selector.as_deref(),
+            Some("discovery.example.com/export=true")
+        );
+        assert_eq!(
+            p.home,
+            Connection::Kubeconfig {
+                path: None,
+                context: None
+            }
+        );
+        assert_eq!(
+            p.naming.namespace_mode,
+            NamespaceMode::Fixed("kube-discovery".into())
+        );
         assert_eq!(p.http_addr, "127.0.0.1:9999".parse().unwrap());
-        assert!(plan(&cfg, None, Some("/k".into())).is_err(), "--kubeconfig is single-cluster only");
+        assert!(
+            plan(&cfg, None, Some("/k".into())).is_err(),
+            "--kubeconfig is single-cluster only"
+        );
     }
 
     #[test]
@@ -337,10 +398,19 @@ mod tests {
         );
         let p = plan(&cfg, None, Some("/tmp/kc".into())).unwrap();
         let c = &p.clusters[0];
-        assert_eq!(c.params.field_selector.as_deref(), Some("metadata.namespace=shop"));
+        assert_eq!(
+            c.params.field_selector.as_deref(),
+            Some("metadata.namespace=shop")
+        );
         assert_eq!(c.params.label_selector.as_deref(), Some("app=web"));
         assert_eq!(c.params.kind, SourceKind::Endpoints);
-        assert_eq!(c.conn, Connection::Kubeconfig { path: Some("/tmp/kc".into()), context: None });
+        assert_eq!(
+            c.conn,
+            Connection::Kubeconfig {
+                path: Some("/tmp/kc".into()),
+                context: None
+            }
+        );
         assert!(!p.redacted_config.to_string().contains("\"abc\""));
     }
 
@@ -349,7 +419,10 @@ mod tests {
         let cfg = parse(
             "discovery:\n  kubernetes:\n    service: {schema: http, host: 127.0.0.1, port: 8001}\n    client: {token: abc}\nkube_discovery:\n  sinks:\n    configmap: {enabled: true, namespace: kd}\n",
         );
-        let e = plan(&cfg, None, None).err().map(|e| e.to_string()).unwrap_or_default();
+        let e = plan(&cfg, None, None)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(e.contains("kube_discovery.sinks.configmap.enabled"), "{e}");
     }
 }

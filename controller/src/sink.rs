@@ -6,14 +6,16 @@
 use std::collections::HashMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::Client;
-use kube_discovery_core::crd::{desired_object, desired_status, key_of, DiscoveredService, ObjectNaming, MANAGED_BY_SELECTOR};
-use kube_discovery_core::{ServiceKey, ServiceNodes};
 use kube::Resource;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube_discovery_core::crd::{
+    DiscoveredService, MANAGED_BY_SELECTOR, ObjectNaming, desired_object, desired_status, key_of,
+};
+use kube_discovery_core::{ServiceKey, ServiceNodes};
 
-use crate::writer::Sink;
 use crate::Result;
+use crate::writer::Sink;
 
 /// Field manager of every spec/metadata write.
 pub const FIELD_MANAGER: &str = "kube-discovery";
@@ -60,7 +62,10 @@ pub async fn list_managed(client: &Client) -> Result<Vec<DiscoveredService>> {
 impl Sink for KubeSink {
     async fn list_versions(&self) -> Result<HashMap<ServiceKey, String>> {
         let items = list_managed(&self.client).await?;
-        Ok(items.into_iter().map(|ds| (key_of(&ds), ds.spec.version)).collect())
+        Ok(items
+            .into_iter()
+            .map(|ds| (key_of(&ds), ds.spec.version))
+            .collect())
     }
 
     async fn apply(&self, svc: ServiceNodes) -> Result<()> {
@@ -87,7 +92,10 @@ impl Sink for KubeSink {
 
     async fn delete(&self, key: ServiceKey) -> Result<()> {
         let api = self.api(&self.naming.namespace(&key));
-        match api.delete(&self.naming.name(&key), &DeleteParams::default()).await {
+        match api
+            .delete(&self.naming.name(&key), &DeleteParams::default())
+            .await
+        {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(e.into()),

@@ -28,8 +28,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use kube_discovery_core::{Index, ServiceKey, SourceKind};
 use serde::de::DeserializeOwned;
@@ -58,7 +58,9 @@ pub struct SourceParams {
 impl SourceParams {
     /// The kube-runtime watcher configuration.
     pub fn watcher_config(&self) -> watcher::Config {
-        let secs = u32::try_from(self.watch_timeout.as_secs()).unwrap_or(u32::MAX).clamp(1, 3600);
+        let secs = u32::try_from(self.watch_timeout.as_secs())
+            .unwrap_or(u32::MAX)
+            .clamp(1, 3600);
         let mut cfg = watcher::Config::default().timeout(secs);
         if let Some(l) = self.label_selector.as_deref().filter(|s| !s.is_empty()) {
             cfg = cfg.labels(l);
@@ -179,7 +181,8 @@ impl Source {
                             .get_or_create(&Metrics::cluster(&cluster))
                             .observe(t.elapsed().as_secs_f64());
                     }
-                    self.metrics.event(&cluster, if first_list_done { "relist" } else { "list" });
+                    self.metrics
+                        .event(&cluster, if first_list_done { "relist" } else { "list" });
                     tracing::info!(cluster = %cluster, objects = all.len(), services = self.index.len(), changed = changed.len(), "list complete");
                     self.publish(changed, now);
                     self.shared.update_cluster(&cluster, |c| {
@@ -203,10 +206,14 @@ impl Source {
                     self.publish(changed, now);
                 }
                 Err(e) => {
-                    self.metrics.watch_restarts.get_or_create(&Metrics::cluster(&cluster)).inc();
+                    self.metrics
+                        .watch_restarts
+                        .get_or_create(&Metrics::cluster(&cluster))
+                        .inc();
                     tracing::warn!(cluster = %cluster, error = %e, "watch failed; retrying with backoff");
                     let msg = e.to_string();
-                    self.shared.update_cluster(&cluster, |c| c.last_error = Some(msg));
+                    self.shared
+                        .update_cluster(&cluster, |c| c.last_error = Some(msg));
                 }
             }
         }
@@ -221,7 +228,10 @@ impl Source {
             self.shared.set_desired(key, self.index.get(key).cloned());
         }
         let label = Metrics::cluster(&self.params.cluster);
-        self.metrics.services.get_or_create(&label).set(i64::try_from(self.index.len()).unwrap_or(i64::MAX));
+        self.metrics
+            .services
+            .get_or_create(&label)
+            .set(i64::try_from(self.index.len()).unwrap_or(i64::MAX));
         self.metrics
             .nodes
             .get_or_create(&label)
@@ -245,10 +255,17 @@ mod tests {
         };
         let c = p.watcher_config();
         assert_eq!(c.label_selector.as_deref(), Some("app=web"));
-        assert_eq!(c.field_selector.as_deref(), Some("metadata.namespace!=kube-system"));
+        assert_eq!(
+            c.field_selector.as_deref(),
+            Some("metadata.namespace!=kube-system")
+        );
         assert_eq!(c.timeout, Some(120));
         assert!(c.bookmarks);
-        let empty = SourceParams { label_selector: Some(String::new()), field_selector: None, ..p };
+        let empty = SourceParams {
+            label_selector: Some(String::new()),
+            field_selector: None,
+            ..p
+        };
         assert_eq!(empty.watcher_config().label_selector, None);
     }
 }

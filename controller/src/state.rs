@@ -77,7 +77,11 @@ impl Shared {
 
     /// All desired services of `cluster`.
     pub fn desired_of(&self, cluster: &str) -> Vec<ServiceNodes> {
-        read(&self.desired).values().filter(|s| s.key.cluster == cluster).cloned().collect()
+        read(&self.desired)
+            .values()
+            .filter(|s| s.key.cluster == cluster)
+            .cloned()
+            .collect()
     }
 
     /// Whether `key` currently has desired nodes.
@@ -134,7 +138,15 @@ mod tests {
         let s = Shared::new(["", "c2"]);
         let k = ServiceKey::new("", "ns", "a");
         assert!(!s.ready());
-        s.set_desired(&k, Some(ServiceNodes::new(k.clone(), SourceKind::Endpoints, PortMap::new(), None)));
+        s.set_desired(
+            &k,
+            Some(ServiceNodes::new(
+                k.clone(),
+                SourceKind::Endpoints,
+                PortMap::new(),
+                None,
+            )),
+        );
         assert!(s.has_desired(&k));
         assert_eq!(s.counts(""), (1, 0));
         assert_eq!(s.counts("c2"), (0, 0));

@@ -36,9 +36,9 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::Result;
 use crate::metrics::Metrics;
 use crate::state::Shared;
-use crate::Result;
 
 /// Where DiscoveredServices go (the API server in production, a fake in tests).
 pub trait Sink: Clone + Send + Sync + 'static {
@@ -111,7 +111,9 @@ impl WriterHandle {
 
     /// Sends the first-list barrier of `cluster`.
     pub fn synced(&self, cluster: &str) {
-        let _ = self.tx.send(WriterMsg::Synced { cluster: cluster.to_string() });
+        let _ = self.tx.send(WriterMsg::Synced {
+            cluster: cluster.to_string(),
+        });
     }
 }
 
@@ -230,7 +232,9 @@ impl<S: Sink> Writer<S> {
                 self.enqueue(svc.key, now);
             }
             if status.listed {
-                self.receive(WriterMsg::Synced { cluster: id.clone() });
+                self.receive(WriterMsg::Synced {
+                    cluster: id.clone(),
+                });
             }
         }
     }
@@ -340,7 +344,12 @@ impl<S: Sink> Writer<S> {
                     p.due = due;
                 }
             })
-            .or_insert(Pending { due, first_event: at, seq, attempts: 0 });
+            .or_insert(Pending {
+                due,
+                first_event: at,
+                seq,
+                attempts: 0,
+            });
     }
 
     fn next_wake(&self) -> Option<Instant> {
@@ -386,7 +395,10 @@ impl<S: Sink> Writer<S> {
             match (&desired, known) {
                 (Some(d), Some(v)) if &d.version == v => {
                     self.pending.remove(&key);
-                    self.metrics.writes_skipped.get_or_create(&Metrics::cluster(&key.cluster)).inc();
+                    self.metrics
+                        .writes_skipped
+                        .get_or_create(&Metrics::cluster(&key.cluster))
+                        .inc();
                     tracing::debug!(service = %key, version = %v, "up to date, no write");
                     continue;
                 }
@@ -399,7 +411,9 @@ impl<S: Sink> Writer<S> {
             if !self.take_token(now) {
                 break;
             }
-            let Some(p) = self.pending.remove(&key) else { continue };
+            let Some(p) = self.pending.remove(&key) else {
+                continue;
+            };
             self.inflight.insert(key.clone());
             let sink = self.sink.clone();
             let (seq, first_event, attempts) = (p.seq, p.first_event, p.attempts);
@@ -411,13 +425,25 @@ impl<S: Sink> Writer<S> {
                     }
                     None => sink.delete(key.clone()).await.map(|()| Outcome::Deleted),
                 };
-                Done { key, seq, first_event, attempts, result }
+                Done {
+                    key,
+                    seq,
+                    first_event,
+                    attempts,
+                    result,
+                }
             });
         }
     }
 
     fn finish(&mut self, done: Done) {
-        let Done { key, seq, first_event, attempts, result } = done;
+        let Done {
+            key,
+            seq,
+            first_event,
+            attempts,
+            result,
+        } = done;
         self.inflight.remove(&key);
         let cluster = key.cluster.clone();
         match result {
@@ -441,7 +467,8 @@ impl<S: Sink> Writer<S> {
                     .observe(first_event.elapsed().as_secs_f64());
             }
             Err(e) => {
-                self.metrics.write(&cluster, &format!("error_{}", e.metric_label()));
+                self.metrics
+                    .write(&cluster, &format!("error_{}", e.metric_label()));
                 let attempts = attempts + 1;
                 let delay = backoff(&self.opts, attempts);
                 tracing::warn!(service = %key, error = %e, attempt = attempts, retry_in = ?delay, "write failed");
@@ -456,7 +483,12 @@ impl<S: Sink> Writer<S> {
                         p.attempts = attempts;
                         p.due = p.due.max(due);
                     })
-                    .or_insert(Pending { due, first_event, seq, attempts });
+                    .or_insert(Pending {
+                        due,
+                        first_event,
+                        seq,
+                        attempts,
+                    });
             }
         }
     }
@@ -466,11 +498,14 @@ impl<S: Sink> Writer<S> {
             return;
         }
         let pending = &self.pending;
-        let inflight_seqs: Vec<(&ServiceKey, u64)> = pending.iter().map(|(k, p)| (k, p.seq)).collect();
+        let inflight_seqs: Vec<(&ServiceKey, u64)> =
+            pending.iter().map(|(k, p)| (k, p.seq)).collect();
         let inflight = &self.inflight;
         let shared = &self.shared;
         self.barriers.retain(|(cluster, bseq)| {
-            let waiting = inflight_seqs.iter().any(|(k, s)| &k.cluster == cluster && s <= bseq)
+            let waiting = inflight_seqs
+                .iter()
+                .any(|(k, s)| &k.cluster == cluster && s <= bseq)
                 || inflight.iter().any(|k| &k.cluster == cluster);
             if waiting {
                 return true;
@@ -542,18 +577,27 @@ mod tests {
                     return Err(crate::Error::Input("injected failure".into()));
                 }
             }
-            self.calls.lock().unwrap().push(Call::Apply(svc.key.to_string(), svc.version.clone()));
+            self.calls
+                .lock()
+                .unwrap()
+                .push(Call::Apply(svc.key.to_string(), svc.version.clone()));
             Ok(())
         }
         async fn delete(&self, key: ServiceKey) -> Result<()> {
-            self.calls.lock().unwrap().push(Call::Delete(key.to_string()));
+            self.calls
+                .lock()
+                .unwrap()
+                .push(Call::Delete(key.to_string()));
             Ok(())
         }
     }
 
     fn nodes(key: &ServiceKey, hosts: &[&str]) -> ServiceNodes {
         let mut ports = PortMap::new();
-        ports.insert("http".into(), hosts.iter().map(|h| Node::new(*h, 80, 50)).collect());
+        ports.insert(
+            "http".into(),
+            hosts.iter().map(|h| Node::new(*h, 80, 50)).collect(),
+        );
         ServiceNodes::new(key.clone(), SourceKind::EndpointSlice, ports, None)
     }
 
@@ -578,9 +622,19 @@ mod tests {
     async fn burst_inside_window_is_coalesced_into_one_write_of_the_latest_state() {
         let sink = FakeSink::default();
         let shared = Arc::new(Shared::new([""]));
-        let (h, _t) = spawn(sink.clone(), shared.clone(), Metrics::default(), opts(), CancellationToken::new());
+        let (h, _t) = spawn(
+            sink.clone(),
+            shared.clone(),
+            Metrics::default(),
+            opts(),
+            CancellationToken::new(),
+        );
         let k = ServiceKey::new("", "ns", "web");
-        for hosts in [&["10.0.0.1"][..], &["10.0.0.1", "10.0.0.2"], &["10.0.0.1", "10.0.0.2", "10.0.0.3"]] {
+        for hosts in [
+            &["10.0.0.1"][..],
+            &["10.0.0.1", "10.0.0.2"],
+            &["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+        ] {
             shared.set_desired(&k, Some(nodes(&k, hosts)));
             h.changed(vec![k.clone()], Instant::now());
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -605,12 +659,27 @@ mod tests {
             ..FakeSink::default()
         };
         let m = Metrics::default();
-        let (h, _t) = spawn(sink.clone(), shared.clone(), m.clone(), opts(), CancellationToken::new());
+        let (h, _t) = spawn(
+            sink.clone(),
+            shared.clone(),
+            m.clone(),
+            opts(),
+            CancellationToken::new(),
+        );
         h.changed(vec![k1.clone(), k2.clone()], Instant::now());
         h.synced("");
         settle().await;
-        assert_eq!(sink.calls(), vec![Call::Apply("ns/changed".into(), nodes(&k2, &["10.0.0.9"]).version)]);
-        assert_eq!(m.writes_skipped.get_or_create(&Metrics::cluster("")).get(), 1);
+        assert_eq!(
+            sink.calls(),
+            vec![Call::Apply(
+                "ns/changed".into(),
+                nodes(&k2, &["10.0.0.9"]).version
+            )]
+        );
+        assert_eq!(
+            m.writes_skipped.get_or_create(&Metrics::cluster("")).get(),
+            1
+        );
         assert!(shared.ready());
         // The same desired state again: no write.
         h.changed(vec![k1.clone(), k2.clone()], Instant::now());
@@ -624,10 +693,19 @@ mod tests {
         let other = ServiceKey::new("c2", "ns", "gone");
         let shared = Arc::new(Shared::new([""]));
         let sink = FakeSink {
-            existing: HashMap::from([(gone.clone(), "v".to_string()), (other.clone(), "v".to_string())]),
+            existing: HashMap::from([
+                (gone.clone(), "v".to_string()),
+                (other.clone(), "v".to_string()),
+            ]),
             ..FakeSink::default()
         };
-        let (h, _t) = spawn(sink.clone(), shared.clone(), Metrics::default(), opts(), CancellationToken::new());
+        let (h, _t) = spawn(
+            sink.clone(),
+            shared.clone(),
+            Metrics::default(),
+            opts(),
+            CancellationToken::new(),
+        );
         h.synced("");
         tokio::task::yield_now().await;
         settle().await;
@@ -638,25 +716,46 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn failed_writes_are_retried_and_never_lose_the_latest_state() {
-        let sink = FakeSink { fail_next: Arc::new(Mutex::new(3)), ..FakeSink::default() };
+        let sink = FakeSink {
+            fail_next: Arc::new(Mutex::new(3)),
+            ..FakeSink::default()
+        };
         let shared = Arc::new(Shared::new([""]));
         let m = Metrics::default();
-        let (h, _t) = spawn(sink.clone(), shared.clone(), m.clone(), opts(), CancellationToken::new());
+        let (h, _t) = spawn(
+            sink.clone(),
+            shared.clone(),
+            m.clone(),
+            opts(),
+            CancellationToken::new(),
+        );
         let k = ServiceKey::new("", "ns", "web");
         shared.set_desired(&k, Some(nodes(&k, &["10.0.0.1"])));
         h.changed(vec![k.clone()], Instant::now());
         h.synced("");
         tokio::time::sleep(Duration::from_millis(150)).await;
         assert!(sink.calls().is_empty());
-        assert!(!shared.ready(), "not ready while the first list is not written");
+        assert!(
+            !shared.ready(),
+            "not ready while the first list is not written"
+        );
         // A newer state arrives while retrying: the newer one is what gets written.
         shared.set_desired(&k, Some(nodes(&k, &["10.0.0.2"])));
         h.changed(vec![k.clone()], Instant::now());
         settle().await;
-        assert_eq!(sink.calls(), vec![Call::Apply("ns/web".into(), nodes(&k, &["10.0.0.2"]).version)]);
+        assert_eq!(
+            sink.calls(),
+            vec![Call::Apply(
+                "ns/web".into(),
+                nodes(&k, &["10.0.0.2"]).version
+            )]
+        );
         assert!(shared.ready());
         let text = crate::metrics::encode(&m.registry());
-        assert!(text.contains(r#"kube_discovery_writes_total{cluster="",result="error_input"} 3"#), "{text}");
+        assert!(
+            text.contains(r#"kube_discovery_writes_total{cluster="",result="error_input"} 3"#),
+            "{text}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -666,16 +765,32 @@ mod tests {
         shared.set_desired(&k, Some(nodes(&k, &["10.0.0.1"])));
         let sink = FakeSink::default();
         let (tx, rx) = watch::channel(false);
-        let (h, _t) = spawn_gated(sink.clone(), shared.clone(), Metrics::default(), opts(), CancellationToken::new(), Some(rx));
+        let (h, _t) = spawn_gated(
+            sink.clone(),
+            shared.clone(),
+            Metrics::default(),
+            opts(),
+            CancellationToken::new(),
+            Some(rx),
+        );
         h.changed(vec![k.clone()], Instant::now());
         shared.update_cluster("", |c| c.listed = true);
         h.synced("");
         settle().await;
         assert!(sink.calls().is_empty(), "a standby wrote");
-        assert!(shared.standby() && shared.ready(), "a listed standby is ready");
+        assert!(
+            shared.standby() && shared.ready(),
+            "a listed standby is ready"
+        );
         tx.send(true).unwrap();
         settle().await;
-        assert_eq!(sink.calls(), vec![Call::Apply("ns/web".into(), nodes(&k, &["10.0.0.1"]).version)]);
+        assert_eq!(
+            sink.calls(),
+            vec![Call::Apply(
+                "ns/web".into(),
+                nodes(&k, &["10.0.0.1"]).version
+            )]
+        );
         assert!(!shared.standby() && shared.ready());
         // Leadership lost: new changes wait.
         tx.send(false).unwrap();
@@ -690,9 +805,21 @@ mod tests {
     async fn deletes_only_what_exists_and_rate_limit_spaces_writes() {
         let sink = FakeSink::default();
         let shared = Arc::new(Shared::new([""]));
-        let o = WriterOptions { qps: 2.0, concurrency: 8, ..opts() };
-        let (h, _t) = spawn(sink.clone(), shared.clone(), Metrics::default(), o, CancellationToken::new());
-        let keys: Vec<ServiceKey> = (0..6).map(|i| ServiceKey::new("", "ns", format!("s{i}"))).collect();
+        let o = WriterOptions {
+            qps: 2.0,
+            concurrency: 8,
+            ..opts()
+        };
+        let (h, _t) = spawn(
+            sink.clone(),
+            shared.clone(),
+            Metrics::default(),
+            o,
+            CancellationToken::new(),
+        );
+        let keys: Vec<ServiceKey> = (0..6)
+            .map(|i| ServiceKey::new("", "ns", format!("s{i}")))
+            .collect();
         for k in &keys {
             shared.set_desired(k, Some(nodes(k, &["10.0.0.1"])));
         }

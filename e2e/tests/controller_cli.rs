@@ -2,6 +2,8 @@
 //! errors (exit code 2, one line per problem naming the field, never the
 //! token) and `demo --duration`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod controller_support;
 
 use std::process::Stdio;
@@ -22,7 +24,12 @@ fn run(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
         .spawn()
         .expect("spawn kube-discovery");
     if let Some(s) = stdin {
-        child.stdin.take().expect("stdin").write_all(s.as_bytes()).expect("write stdin");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(s.as_bytes())
+            .expect("write stdin");
     } else {
         drop(child.stdin.take());
     }
@@ -38,7 +45,8 @@ fn run(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
 fn crd_prints_the_committed_crd() {
     let (code, out, err) = run(&["crd"], None);
     assert_eq!(code, 0, "{err}");
-    let want = std::fs::read_to_string(repo_root().join("crds/discoveredservices.yaml")).expect("crd file");
+    let want = std::fs::read_to_string(repo_root().join("crds/discoveredservices.yaml"))
+        .expect("crd file");
     assert_eq!(out, want);
 }
 
@@ -54,15 +62,24 @@ fn config_errors_exit_2_name_the_field_and_hide_the_token() {
     let (code, out, err) = run(&["run", "--config", cfg.to_str().unwrap()], None);
     assert_eq!(code, 2, "stdout: {out}\nstderr: {err}");
     assert!(err.contains("discovery.kubernetes[0].id"), "{err}");
-    assert!(err.contains("discovery.kubernetes[0].service.port"), "{err}");
-    assert!(err.contains("discovery.kubernetes[0].client.token"), "{err}");
+    assert!(
+        err.contains("discovery.kubernetes[0].service.port"),
+        "{err}"
+    );
+    assert!(
+        err.contains("discovery.kubernetes[0].client.token"),
+        "{err}"
+    );
     assert!(!err.contains("SuperSecret"), "the token leaked: {err}");
 
     // Unset ${VAR}.
     std::fs::write(&cfg, "discovery:\n  kubernetes:\n    service: {host: \"${KD_E2E_UNSET_VAR}\", port: 443}\n    client: {token: abc}\n").unwrap();
     let (code, _, err) = run(&["run", "--config", cfg.to_str().unwrap()], None);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("discovery.kubernetes.service.host") && err.contains("KD_E2E_UNSET_VAR"), "{err}");
+    assert!(
+        err.contains("discovery.kubernetes.service.host") && err.contains("KD_E2E_UNSET_VAR"),
+        "{err}"
+    );
 
     // A missing file is an error too (not a panic).
     let (code, _, err) = run(&["run", "--config", "/nonexistent/kd.yaml"], None);
@@ -97,33 +114,65 @@ fn render_prints_objects_and_nodes_like_the_controller() {
     let v: Value = serde_json::from_str(&out).expect("JSON output");
     let items = v["items"].as_array().expect("a List");
     assert_eq!(items.len(), 2, "{out}");
-    let plat = items.iter().find(|i| i["metadata"]["name"] == "plat-dev").expect("plat-dev");
+    let plat = items
+        .iter()
+        .find(|i| i["metadata"]["name"] == "plat-dev")
+        .expect("plat-dev");
     assert_eq!(plat["kind"], "DiscoveredService");
     assert_eq!(plat["metadata"]["namespace"], "default");
-    assert_eq!(plat["spec"]["ports"]["port"], json!([{"host": "10.5.10.109", "port": 3306, "weight": 50}, {"host": "10.5.10.110", "port": 3306, "weight": 50}]));
+    assert_eq!(
+        plat["spec"]["ports"]["port"],
+        json!([{"host": "10.5.10.109", "port": 3306, "weight": 50}, {"host": "10.5.10.110", "port": 3306, "weight": 50}])
+    );
 
-    let (code, out, err) = run(&["render", "-f", "-", "--nodes", "default/plat-dev:port"], Some(SOURCES));
+    let (code, out, err) = run(
+        &["render", "-f", "-", "--nodes", "default/plat-dev:port"],
+        Some(SOURCES),
+    );
     assert_eq!(code, 0, "{err}");
     let nodes: Value = serde_json::from_str(&out).expect("nodes JSON");
-    assert_eq!(nodes, json!([{"host": "10.5.10.109", "port": 3306, "weight": 50}, {"host": "10.5.10.110", "port": 3306, "weight": 50}]));
+    assert_eq!(
+        nodes,
+        json!([{"host": "10.5.10.109", "port": 3306, "weight": 50}, {"host": "10.5.10.110", "port": 3306, "weight": 50}])
+    );
 
     // The same config as the controller: default_weight applies.
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("c.yaml");
     std::fs::write(&cfg, "discovery:\n  kubernetes:\n    service: {host: 10.0.0.1, port: 443}\n    client: {token: abc}\n    default_weight: 7\n").unwrap();
-    let (code, out, err) = run(&["render", "-f", "-", "--config", cfg.to_str().unwrap(), "--nodes", "shop/web:http"], Some(SOURCES));
+    let (code, out, err) = run(
+        &[
+            "render",
+            "-f",
+            "-",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--nodes",
+            "shop/web:http",
+        ],
+        Some(SOURCES),
+    );
     assert_eq!(code, 0, "{err}");
-    assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), json!([{"host": "10.0.0.1", "port": 80, "weight": 7}]));
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap(),
+        json!([{"host": "10.0.0.1", "port": 80, "weight": 7}])
+    );
 
     // YAML output is multi-document.
     let (code, out, _) = run(&["render", "-f", "-"], Some(SOURCES));
     assert_eq!(code, 0);
-    assert!(out.contains("kind: DiscoveredService") && out.contains("\n---\n"), "{out}");
+    assert!(
+        out.contains("kind: DiscoveredService") && out.contains("\n---\n"),
+        "{out}"
+    );
 
     // Malformed input and an unknown service are clear errors.
     let (code, _, err) = run(&["render", "-f", "-"], Some("kind: [unclosed"));
     assert_eq!(code, 2, "{err}");
-    let (code, _, err) = run(&["render", "-f", "-", "--nodes", "default/nope:port"], Some(SOURCES));
+    let (code, _, err) = run(
+        &["render", "-f", "-", "--nodes", "default/nope:port"],
+        Some(SOURCES),
+    );
     assert_ne!(code, 0);
     assert!(err.contains("default/nope"), "{err}");
 }
@@ -132,18 +181,44 @@ fn render_prints_objects_and_nodes_like_the_controller() {
 async fn nodes_command_reads_discovered_services_from_the_api_server() {
     let env = Env::start().await;
     env.namespace("default").await;
-    env.endpoints("default", "plat-dev", &["10.5.10.109", "10.5.10.110"], &[("port", 3306)], json!({})).await;
-    let cfg = format!("discovery:\n  kubernetes:\n{}kube_discovery:\n  coalesce_window: 20ms\n", env.service_block(&env.sim.admin_token()));
+    env.endpoints(
+        "default",
+        "plat-dev",
+        &["10.5.10.109", "10.5.10.110"],
+        &[("port", 3306)],
+        json!({}),
+    )
+    .await;
+    let cfg = format!(
+        "discovery:\n  kubernetes:\n{}kube_discovery:\n  coalesce_window: 20ms\n",
+        env.service_block(&env.sim.admin_token())
+    );
     let ctl = Controller::start(&env, "nodescmd", &cfg, &[]).await;
     ctl.wait_ready().await;
     let kc = env.kubeconfig(&env.sim.admin_token());
-    let (code, out, err) = run(&["nodes", "default/plat-dev:port", "--kubeconfig", kc.to_str().unwrap()], None);
+    let (code, out, err) = run(
+        &[
+            "nodes",
+            "default/plat-dev:port",
+            "--kubeconfig",
+            kc.to_str().unwrap(),
+        ],
+        None,
+    );
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         serde_json::from_str::<Value>(&out).unwrap(),
         json!([{"host": "10.5.10.109", "port": 3306, "weight": 50}, {"host": "10.5.10.110", "port": 3306, "weight": 50}])
     );
-    let (code, _, err) = run(&["nodes", "default/plat-dev:nope", "--kubeconfig", kc.to_str().unwrap()], None);
+    let (code, _, err) = run(
+        &[
+            "nodes",
+            "default/plat-dev:nope",
+            "--kubeconfig",
+            kc.to_str().unwrap(),
+        ],
+        None,
+    );
     assert_ne!(code, 0, "unknown port must fail");
     assert!(err.contains("default/plat-dev:nope"), "{err}");
     ctl.stop().await;
@@ -154,7 +229,16 @@ async fn demo_runs_for_a_duration_with_live_updates_and_exits_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let out_path = dir.path().join("demo.out");
     let child = tokio::process::Command::new(bin())
-        .args(["demo", "--duration", "8", "--interval", "1", "--http-addr", "127.0.0.1:0", "--dir"])
+        .args([
+            "demo",
+            "--duration",
+            "8",
+            "--interval",
+            "1",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--dir",
+        ])
         .arg(dir.path())
         .stdout(std::fs::File::create(&out_path).unwrap())
         .stderr(Stdio::null())
@@ -168,23 +252,34 @@ async fn demo_runs_for_a_duration_with_live_updates_and_exits_cleanly() {
     })
     .await;
     assert!(printed.contains(&kc.display().to_string()), "{printed}");
-    assert!(printed.contains("/v1/discovery/kubernetes/dump"), "{printed}");
+    assert!(
+        printed.contains("/v1/discovery/kubernetes/dump"),
+        "{printed}"
+    );
 
     // Look around like a user would: the DiscoveredServices exist and change.
     let kcfg = kube::config::Kubeconfig::read_from(&kc).expect("kubeconfig");
-    let cfg = kube::Config::from_custom_kubeconfig(kcfg, &Default::default()).await.expect("config");
+    let cfg = kube::Config::from_custom_kubeconfig(kcfg, &Default::default())
+        .await
+        .expect("config");
     let client = kube::Client::try_from(cfg).expect("client");
     let api: Api<DynamicObject> = Api::all_with(client, &controller_support::dsvc_resource());
     let counts = std::sync::Mutex::new(std::collections::BTreeSet::new());
     eventually("shop/web changes its node count", LIMIT, || async {
         let list = api.list(&ListParams::default()).await.ok()?;
-        let web = list.items.iter().find(|o| o.metadata.name.as_deref() == Some("web"))?;
+        let web = list
+            .items
+            .iter()
+            .find(|o| o.metadata.name.as_deref() == Some("web"))?;
         let n = web.data["spec"]["ports"]["http"].as_array().map(Vec::len)?;
         let mut c = counts.lock().unwrap();
         c.insert(n);
         (c.len() >= 2).then_some(())
     })
     .await;
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output()).await.expect("demo ended").expect("wait");
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("demo ended")
+        .expect("wait");
     assert!(status.status.success(), "demo exit {:?}", status.status);
 }

@@ -4,6 +4,8 @@
 //! * no write when nothing relevant changed (annotation-only edits, a
 //!   not-ready address appearing) and no write at all after a restart.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod controller_support;
 
 use controller_support::{Controller, Env, LIMIT, eventually};
@@ -19,7 +21,15 @@ fn config(env: &Env) -> String {
 fn names(writes: &[Value]) -> Vec<String> {
     let mut v: Vec<String> = writes
         .iter()
-        .map(|w| format!("{} {}/{} {}", w["verb"].as_str().unwrap_or(""), w["namespace"].as_str().unwrap_or(""), w["name"].as_str().unwrap_or(""), w["resource"].as_str().unwrap_or("")))
+        .map(|w| {
+            format!(
+                "{} {}/{} {}",
+                w["verb"].as_str().unwrap_or(""),
+                w["namespace"].as_str().unwrap_or(""),
+                w["name"].as_str().unwrap_or(""),
+                w["resource"].as_str().unwrap_or("")
+            )
+        })
         .collect();
     v.sort();
     v
@@ -38,8 +48,13 @@ async fn metric(ctl: &Controller, needle: &str) -> f64 {
 async fn relist_after_forced_410_deletes_vanished_and_rewrites_nothing_else() {
     let env = Env::start().await;
     env.namespace("ns").await;
-    for (name, ip) in [("keep", "10.2.0.1"), ("gone", "10.2.0.2"), ("moved", "10.2.0.3")] {
-        env.endpoints("ns", name, &[ip], &[("http", 80)], json!({})).await;
+    for (name, ip) in [
+        ("keep", "10.2.0.1"),
+        ("gone", "10.2.0.2"),
+        ("moved", "10.2.0.3"),
+    ] {
+        env.endpoints("ns", name, &[ip], &[("http", 80)], json!({}))
+            .await;
     }
     let ctl = Controller::start(&env, "relist", &config(&env), &[]).await;
     ctl.wait_ready().await;
@@ -54,17 +69,28 @@ async fn relist_after_forced_410_deletes_vanished_and_rewrites_nothing_else() {
         .header("content-type", "application/json")
         .body(serde_json::to_vec(&json!({"stallWatchesSeconds": 60})).unwrap())
         .unwrap();
-    env.admin.request::<Value>(req).await.expect("stall watches");
+    env.admin
+        .request::<Value>(req)
+        .await
+        .expect("stall watches");
     env.delete_endpoints("ns", "gone").await;
-    env.endpoints("ns", "moved", &["10.2.0.4"], &[("http", 80)], json!({})).await;
-    env.endpoints("ns", "new", &["10.2.0.5"], &[("http", 80)], json!({})).await;
+    env.endpoints("ns", "moved", &["10.2.0.4"], &[("http", 80)], json!({}))
+        .await;
+    env.endpoints("ns", "new", &["10.2.0.5"], &[("http", 80)], json!({}))
+        .await;
     env.force_410().await;
 
     env.wait_gone("ns", "gone").await;
     env.wait_nodes("ns", "moved", "http", &["10.2.0.4"]).await;
     env.wait_nodes("ns", "new", "http", &["10.2.0.5"]).await;
     eventually("a relist was counted", LIMIT, || async {
-        (metric(&ctl, "kube_discovery_watch_events_total{cluster=\"\",type=\"relist\"}").await >= 1.0).then_some(())
+        (metric(
+            &ctl,
+            "kube_discovery_watch_events_total{cluster=\"\",type=\"relist\"}",
+        )
+        .await
+            >= 1.0)
+            .then_some(())
     })
     .await;
     let writes = env.dsvc_writes_since(before).await;
@@ -73,7 +99,13 @@ async fn relist_after_forced_410_deletes_vanished_and_rewrites_nothing_else() {
         "the unchanged service was rewritten: {:?}",
         names(&writes)
     );
-    assert!(writes.iter().any(|w| w["name"] == "gone" && w["verb"] == "delete"), "{:?}", names(&writes));
+    assert!(
+        writes
+            .iter()
+            .any(|w| w["name"] == "gone" && w["verb"] == "delete"),
+        "{:?}",
+        names(&writes)
+    );
     ctl.stop().await;
 }
 
@@ -81,17 +113,34 @@ async fn relist_after_forced_410_deletes_vanished_and_rewrites_nothing_else() {
 async fn no_write_when_nothing_relevant_changed_and_none_after_restart() {
     let env = Env::start().await;
     env.namespace("ns").await;
-    env.endpoints("ns", "a", &["10.3.0.1"], &[("http", 80)], json!({})).await;
-    env.endpoints("ns", "b", &["10.3.0.2", "10.3.0.3"], &[("http", 80), ("admin", 81)], json!({})).await;
+    env.endpoints("ns", "a", &["10.3.0.1"], &[("http", 80)], json!({}))
+        .await;
+    env.endpoints(
+        "ns",
+        "b",
+        &["10.3.0.2", "10.3.0.3"],
+        &[("http", 80), ("admin", 81)],
+        json!({}),
+    )
+    .await;
     let ctl = Controller::start(&env, "noop1", &config(&env), &[]).await;
     ctl.wait_ready().await;
     env.wait_nodes("ns", "a", "http", &["10.3.0.1"]).await;
-    env.wait_nodes("ns", "b", "admin", &["10.3.0.2", "10.3.0.3"]).await;
+    env.wait_nodes("ns", "b", "admin", &["10.3.0.2", "10.3.0.3"])
+        .await;
 
     // Irrelevant changes: a label on the source, an annotation, a not-ready address.
     let before = env.rv().await;
-    env.endpoints("ns", "a", &["10.3.0.1"], &[("http", 80)], json!({"team": "blue"})).await;
-    let api: kube::Api<k8s_openapi::api::core::v1::Endpoints> = kube::Api::namespaced(env.admin.clone(), "ns");
+    env.endpoints(
+        "ns",
+        "a",
+        &["10.3.0.1"],
+        &[("http", 80)],
+        json!({"team": "blue"}),
+    )
+    .await;
+    let api: kube::Api<k8s_openapi::api::core::v1::Endpoints> =
+        kube::Api::namespaced(env.admin.clone(), "ns");
     api.patch(
         "b",
         &kube::api::PatchParams::default(),
@@ -103,11 +152,23 @@ async fn no_write_when_nothing_relevant_changed_and_none_after_restart() {
     .expect("patch b");
     // A relevant change afterwards acts as a marker: once it is written, the
     // irrelevant ones before it have been processed too.
-    env.endpoints("ns", "marker", &["10.3.0.7"], &[("http", 80)], json!({})).await;
+    env.endpoints("ns", "marker", &["10.3.0.7"], &[("http", 80)], json!({}))
+        .await;
     env.wait_nodes("ns", "marker", "http", &["10.3.0.7"]).await;
     let writes = env.dsvc_writes_since(before).await;
-    assert!(writes.iter().all(|w| w["name"] == "marker"), "unexpected writes: {:?}", names(&writes));
-    assert!(metric(&ctl, "kube_discovery_writes_total{cluster=\"\",result=\"applied\"}").await >= 3.0);
+    assert!(
+        writes.iter().all(|w| w["name"] == "marker"),
+        "unexpected writes: {:?}",
+        names(&writes)
+    );
+    assert!(
+        metric(
+            &ctl,
+            "kube_discovery_writes_total{cluster=\"\",result=\"applied\"}"
+        )
+        .await
+            >= 3.0
+    );
     ctl.stop().await;
 
     // Restart with nothing changed: zero writes.
@@ -116,10 +177,25 @@ async fn no_write_when_nothing_relevant_changed_and_none_after_restart() {
     ctl.wait_ready().await;
     let writes = env.dsvc_writes_since(before).await;
     assert!(writes.is_empty(), "a restart wrote: {:?}", names(&writes));
-    assert_eq!(metric(&ctl, "kube_discovery_writes_total{cluster=\"\",result=\"applied\"}").await, 0.0);
+    assert_eq!(
+        metric(
+            &ctl,
+            "kube_discovery_writes_total{cluster=\"\",result=\"applied\"}"
+        )
+        .await,
+        0.0
+    );
     assert!(metric(&ctl, "kube_discovery_writes_skipped_total{cluster=\"\"}").await >= 3.0);
     // ...and it still follows changes.
-    env.endpoints("ns", "a", &["10.3.0.1", "10.3.0.8"], &[("http", 80)], json!({})).await;
-    env.wait_nodes("ns", "a", "http", &["10.3.0.1", "10.3.0.8"]).await;
+    env.endpoints(
+        "ns",
+        "a",
+        &["10.3.0.1", "10.3.0.8"],
+        &[("http", 80)],
+        json!({}),
+    )
+    .await;
+    env.wait_nodes("ns", "a", "http", &["10.3.0.1", "10.3.0.8"])
+        .await;
     ctl.stop().await;
 }

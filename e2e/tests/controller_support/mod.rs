@@ -4,6 +4,7 @@
 //! create sources, read DiscoveredServices, read kube-sim's write log and poll
 //! (short intervals, generous upper bound, never fixed sleeps).
 #![allow(dead_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -13,7 +14,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Endpoints, Namespace};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
 use kube::{Client, Config};
 use kube_sim::{Sim, SimConfig};
 use serde_json::{Value, json};
@@ -70,7 +74,10 @@ pub struct Env {
 }
 
 pub fn dsvc_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("kubediscovery.io", "v1alpha1", "DiscoveredService"), "discoveredservices")
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kubediscovery.io", "v1alpha1", "DiscoveredService"),
+        "discoveredservices",
+    )
 }
 
 impl Env {
@@ -88,10 +95,13 @@ impl Env {
     }
 
     async fn install_crd(&self) {
-        let text = std::fs::read_to_string(repo_root().join("crds/discoveredservices.yaml")).expect("read crds/discoveredservices.yaml");
+        let text = std::fs::read_to_string(repo_root().join("crds/discoveredservices.yaml"))
+            .expect("read crds/discoveredservices.yaml");
         let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("parse CRD");
         let api: Api<CustomResourceDefinition> = Api::all(self.admin.clone());
-        api.create(&PostParams::default(), &crd).await.expect("create CRD");
+        api.create(&PostParams::default(), &crd)
+            .await
+            .expect("create CRD");
         let ds = self.dsvc_api_all();
         eventually("CRD served", LIMIT, || {
             let ds = ds.clone();
@@ -111,7 +121,9 @@ impl Env {
     /// A kubeconfig file for `token`.
     pub fn kubeconfig(&self, token: &str) -> PathBuf {
         let p = self.path(&format!("kubeconfig-{}", &token[..token.len().min(12)]));
-        self.sim.write_kubeconfig(&p, token).expect("write kubeconfig");
+        self.sim
+            .write_kubeconfig(&p, token)
+            .expect("write kubeconfig");
         p
     }
 
@@ -120,12 +132,15 @@ impl Env {
         let url = self.sim.url();
         let (schema, rest) = url.split_once("://").expect("url");
         let (host, port) = rest.rsplit_once(':').expect("host:port");
-        format!("    service:\n      schema: {schema}\n      host: \"{host}\"\n      port: {port}\n    client:\n      token: {token}\n")
+        format!(
+            "    service:\n      schema: {schema}\n      host: \"{host}\"\n      port: {port}\n    client:\n      token: {token}\n"
+        )
     }
 
     pub async fn namespace(&self, name: &str) {
         let api: Api<Namespace> = Api::all(self.admin.clone());
-        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).expect("ns");
+        let ns: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": name}})).expect("ns");
         match api.create(&PostParams::default(), &ns).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -135,7 +150,14 @@ impl Env {
 
     /// Creates or replaces (SSA) an Endpoints object `ns/name` with ready
     /// `ips` on the named `ports` (`(name, port)`).
-    pub async fn endpoints(&self, ns: &str, name: &str, ips: &[&str], ports: &[(&str, i32)], labels: Value) {
+    pub async fn endpoints(
+        &self,
+        ns: &str,
+        name: &str,
+        ips: &[&str],
+        ports: &[(&str, i32)],
+        labels: Value,
+    ) {
         let subsets = if ips.is_empty() {
             json!([])
         } else {
@@ -147,17 +169,32 @@ impl Env {
         let obj = json!({"apiVersion": "v1", "kind": "Endpoints",
             "metadata": {"name": name, "namespace": ns, "labels": labels}, "subsets": subsets});
         let api: Api<Endpoints> = Api::namespaced(self.admin.clone(), ns);
-        api.patch(name, &PatchParams::apply("e2e").force(), &Patch::Apply(&obj)).await.expect("apply Endpoints");
+        api.patch(
+            name,
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .expect("apply Endpoints");
     }
 
     pub async fn delete_endpoints(&self, ns: &str, name: &str) {
         let api: Api<Endpoints> = Api::namespaced(self.admin.clone(), ns);
-        api.delete(name, &DeleteParams::default()).await.expect("delete Endpoints");
+        api.delete(name, &DeleteParams::default())
+            .await
+            .expect("delete Endpoints");
     }
 
     /// Creates or replaces (SSA) an EndpointSlice `slice` of Service `svc`;
     /// `eps` are `(ip, ready)`.
-    pub async fn slice(&self, ns: &str, svc: &str, slice: &str, eps: &[(&str, bool)], ports: &[(&str, i32)]) {
+    pub async fn slice(
+        &self,
+        ns: &str,
+        svc: &str,
+        slice: &str,
+        eps: &[(&str, bool)],
+        ports: &[(&str, i32)],
+    ) {
         let obj = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
             "metadata": {"name": slice, "namespace": ns, "labels": {"kubernetes.io/service-name": svc}},
             "addressType": "IPv4",
@@ -165,18 +202,30 @@ impl Env {
             "ports": ports.iter().map(|(n, p)| json!({"name": n, "port": p, "protocol": "TCP"})).collect::<Vec<_>>(),
         });
         let api: Api<EndpointSlice> = Api::namespaced(self.admin.clone(), ns);
-        api.patch(slice, &PatchParams::apply("e2e").force(), &Patch::Apply(&obj)).await.expect("apply EndpointSlice");
+        api.patch(
+            slice,
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .expect("apply EndpointSlice");
     }
 
     pub async fn delete_slice(&self, ns: &str, slice: &str) {
         let api: Api<EndpointSlice> = Api::namespaced(self.admin.clone(), ns);
-        api.delete(slice, &DeleteParams::default()).await.expect("delete EndpointSlice");
+        api.delete(slice, &DeleteParams::default())
+            .await
+            .expect("delete EndpointSlice");
     }
 
     /// The DiscoveredService `ns/name` as JSON, if it exists.
     pub async fn dsvc(&self, ns: &str, name: &str) -> Option<Value> {
-        let api: Api<DynamicObject> = Api::namespaced_with(self.admin.clone(), ns, &dsvc_resource());
-        api.get_opt(name).await.expect("get DiscoveredService").map(|o| serde_json::to_value(o).expect("json"))
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.admin.clone(), ns, &dsvc_resource());
+        api.get_opt(name)
+            .await
+            .expect("get DiscoveredService")
+            .map(|o| serde_json::to_value(o).expect("json"))
     }
 
     /// All DiscoveredServices as `ns/name`.
@@ -188,7 +237,13 @@ impl Env {
             .expect("list DiscoveredServices")
             .items
             .into_iter()
-            .map(|o| format!("{}/{}", o.metadata.namespace.unwrap_or_default(), o.metadata.name.unwrap_or_default()))
+            .map(|o| {
+                format!(
+                    "{}/{}",
+                    o.metadata.namespace.unwrap_or_default(),
+                    o.metadata.name.unwrap_or_default()
+                )
+            })
             .collect();
         v.sort();
         v
@@ -197,34 +252,46 @@ impl Env {
     /// Waits until `ns/name` exists with these `(port, hosts)` (hosts sorted).
     pub async fn wait_nodes(&self, ns: &str, name: &str, port: &str, hosts: &[&str]) -> Value {
         let want: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
-        eventually(&format!("DiscoveredService {ns}/{name} port {port} = {want:?}"), LIMIT, || async {
-            let ds = self.dsvc(ns, name).await?;
-            let got: Vec<String> = ds["spec"]["ports"][port]
-                .as_array()?
-                .iter()
-                .filter_map(|n| n["host"].as_str().map(str::to_string))
-                .collect();
-            (got == want).then_some(ds)
-        })
+        eventually(
+            &format!("DiscoveredService {ns}/{name} port {port} = {want:?}"),
+            LIMIT,
+            || async {
+                let ds = self.dsvc(ns, name).await?;
+                let got: Vec<String> = ds["spec"]["ports"][port]
+                    .as_array()?
+                    .iter()
+                    .filter_map(|n| n["host"].as_str().map(str::to_string))
+                    .collect();
+                (got == want).then_some(ds)
+            },
+        )
         .await
     }
 
     pub async fn wait_gone(&self, ns: &str, name: &str) {
-        eventually(&format!("DiscoveredService {ns}/{name} deleted"), LIMIT, || async {
-            self.dsvc(ns, name).await.is_none().then_some(())
-        })
+        eventually(
+            &format!("DiscoveredService {ns}/{name} deleted"),
+            LIMIT,
+            || async { self.dsvc(ns, name).await.is_none().then_some(()) },
+        )
         .await
     }
 
     async fn sim_get(&self, path: &str) -> Value {
         let req = http::Request::get(path).body(Vec::new()).expect("request");
-        self.admin.request::<Value>(req).await.expect("kube-sim hook")
+        self.admin
+            .request::<Value>(req)
+            .await
+            .expect("kube-sim hook")
     }
 
     /// kube-sim's current resourceVersion.
     pub async fn rv(&self) -> u64 {
         let v = self.sim_get("/_sim/stats").await;
-        v["resourceVersion"].as_str().and_then(|s| s.parse().ok()).expect("resourceVersion")
+        v["resourceVersion"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .expect("resourceVersion")
     }
 
     /// Writes to DiscoveredServices (and their status) after `since`.
@@ -235,7 +302,11 @@ impl Env {
             .cloned()
             .unwrap_or_default()
             .into_iter()
-            .filter(|w| w["resource"].as_str().is_some_and(|r| r.starts_with("discoveredservices")))
+            .filter(|w| {
+                w["resource"]
+                    .as_str()
+                    .is_some_and(|r| r.starts_with("discoveredservices"))
+            })
             .collect()
     }
 
@@ -244,7 +315,10 @@ impl Env {
     pub async fn force_410(&self) {
         let req = http::Request::post("/_sim/faults")
             .header("content-type", "application/json")
-            .body(serde_json::to_vec(&json!({"clear": true, "compact": true, "dropWatches": true})).expect("json"))
+            .body(
+                serde_json::to_vec(&json!({"clear": true, "compact": true, "dropWatches": true}))
+                    .expect("json"),
+            )
             .expect("request");
         self.admin.request::<Value>(req).await.expect("fault hook");
     }
@@ -253,7 +327,9 @@ impl Env {
 /// A kube client for `token` on `sim`.
 pub async fn client_for(sim: &Sim, token: &str) -> Client {
     let kc = kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(token)).expect("kubeconfig");
-    let cfg = Config::from_custom_kubeconfig(kc, &Default::default()).await.expect("config");
+    let cfg = Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("config");
     Client::try_from(cfg).expect("client")
 }
 
@@ -284,14 +360,21 @@ impl Controller {
             .kill_on_drop(true)
             .spawn()
             .expect("spawn kube-discovery");
-        let mut c = Controller { child, http: SocketAddr::from(([127, 0, 0, 1], 0)), log };
+        let mut c = Controller {
+            child,
+            http: SocketAddr::from(([127, 0, 0, 1], 0)),
+            log,
+        };
         let log = c.log.clone();
         let http = eventually("controller HTTP server listening", LIMIT, || {
             let log = log.clone();
             let exited = c.child.try_wait().ok().flatten();
             async move {
                 if let Some(status) = exited {
-                    panic!("kube-discovery exited with {status}: {}", std::fs::read_to_string(&log).unwrap_or_default());
+                    panic!(
+                        "kube-discovery exited with {status}: {}",
+                        std::fs::read_to_string(&log).unwrap_or_default()
+                    );
                 }
                 let text = std::fs::read_to_string(&log).ok()?;
                 text.lines()
@@ -315,31 +398,56 @@ impl Controller {
     }
 
     pub async fn wait_ready(&self) {
-        eventually("controller /readyz = 200", LIMIT, || async { (self.get("/readyz").await.0 == 200).then_some(()) }).await;
+        eventually("controller /readyz = 200", LIMIT, || async {
+            (self.get("/readyz").await.0 == 200).then_some(())
+        })
+        .await;
     }
 
     /// SIGTERM, then wait for a clean exit.
     pub async fn stop(mut self) {
         if let Some(pid) = self.child.id() {
-            let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
         }
-        let status = tokio::time::timeout(LIMIT, self.child.wait()).await.expect("controller did not stop").expect("wait");
-        assert!(status.success(), "controller exit status {status}; log:\n{}", self.logs());
+        let status = tokio::time::timeout(LIMIT, self.child.wait())
+            .await
+            .expect("controller did not stop")
+            .expect("wait");
+        assert!(
+            status.success(),
+            "controller exit status {status}; log:\n{}",
+            self.logs()
+        );
     }
 }
 
 /// Minimal HTTP/1.1 GET (the tests need no HTTP client crate).
 pub async fn http_get(addr: SocketAddr, path: &str, bearer: Option<&str>) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let auth = bearer.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let auth = bearer
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.expect("write");
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await.expect("read");
     let text = String::from_utf8_lossy(&buf).to_string();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_string() };
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
     (code, body)
 }
 

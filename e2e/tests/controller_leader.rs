@@ -1,0 +1,79 @@
+//! Controller end to end: two replicas with leader election. Both watch and
+//! are ready; only the leader writes; when it stops (SIGTERM releases the
+//! Lease) the standby takes over and keeps the objects current.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod controller_support;
+
+use controller_support::{Controller, Env, LIMIT, eventually};
+use serde_json::{Value, json};
+
+async fn standby(ctl: &Controller) -> Option<bool> {
+    let (_, body) = ctl.get("/readyz").await;
+    serde_json::from_str::<Value>(&body).ok()?["standby"].as_bool()
+}
+
+#[tokio::test]
+async fn one_leader_writes_and_the_standby_takes_over() {
+    let env = Env::start().await;
+    env.namespace("ns").await;
+    env.endpoints("ns", "web", &["10.8.0.1"], &[("http", 80)], json!({}))
+        .await;
+    let cfg = format!(
+        "discovery:\n  kubernetes:\n{}kube_discovery:\n  coalesce_window: 20ms\n  leader_election:\n    enabled: true\n    lease_namespace: default\n    lease_name: kd-e2e\n    lease_duration: 2s\n",
+        env.service_block(&env.sim.admin_token())
+    );
+    let a = Controller::start(&env, "a", &cfg, &[]).await;
+    let b = Controller::start(&env, "b", &cfg, &[]).await;
+    a.wait_ready().await;
+    b.wait_ready().await;
+    env.wait_nodes("ns", "web", "http", &["10.8.0.1"]).await;
+    let a_leads = eventually("exactly one leader", LIMIT, || async {
+        match (standby(&a).await?, standby(&b).await?) {
+            (false, true) => Some(true),
+            (true, false) => Some(false),
+            _ => None,
+        }
+    })
+    .await;
+    let (leader, follower) = if a_leads { (a, b) } else { (b, a) };
+    // Only the leader writes: one change = one spec apply + one status apply
+    // (kube-sim logs both under `discoveredservices`); two writers would double it.
+    let before = env.rv().await;
+    env.endpoints("ns", "web", &["10.8.0.3"], &[("http", 80)], json!({}))
+        .await;
+    env.wait_nodes("ns", "web", "http", &["10.8.0.3"]).await;
+    let spec_writes = env
+        .dsvc_writes_since(before)
+        .await
+        .into_iter()
+        .filter(|w| w["resource"] == "discoveredservices")
+        .count();
+    assert_eq!(
+        spec_writes, 2,
+        "one change must be written once (spec + status)"
+    );
+    assert!(leader.logs().contains("\"applied\""));
+    assert!(
+        !follower.logs().contains("\"applied\""),
+        "the standby wrote"
+    );
+
+    leader.stop().await;
+    eventually("the standby becomes leader", LIMIT, || async {
+        (standby(&follower).await == Some(false)).then_some(())
+    })
+    .await;
+    env.endpoints(
+        "ns",
+        "web",
+        &["10.8.0.1", "10.8.0.2"],
+        &[("http", 80)],
+        json!({}),
+    )
+    .await;
+    env.wait_nodes("ns", "web", "http", &["10.8.0.1", "10.8.0.2"])
+        .await;
+    follower.stop().await;
+}
