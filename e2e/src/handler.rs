@@ -1339,7 +1339,10 @@ fn write(
     record(ctx, st, verb, &name, rv);
     after_write(st, info, &obj, false)?;
     if finalize {
-        remove_now(st, &ctx.user.name, info, key, obj.clone());
+        // The last finalizer is gone: the object goes now (the write above is the
+        // final state watchers see before DELETED).
+        let last = finish_delete(&ctx.sh, st, &ctx.user.name, info, key, obj, false);
+        return Ok(Arc::new(last));
     }
     Ok(obj)
 }
@@ -1466,22 +1469,46 @@ fn after_write(st: &mut Store, info: &ResourceInfo, obj: &Value, deleted: bool) 
 
 /// Remove an object now (no finalizers left): DELETED event, then cascade to
 /// namespace contents and garbage-collect dependents.
-fn remove_now(st: &mut Store, user: &str, info: &ResourceInfo, key: Key, obj: Arc<Value>) -> Value {
+fn remove_now(st: &mut Store, info: &ResourceInfo, key: Key, obj: Arc<Value>) -> Value {
     let rv = st.next_rv();
     let mut last = (*obj).clone();
     last["metadata"]["resourceVersion"] = json!(rv.to_string());
     let last = Arc::new(last);
-    st.commit(
-        rv,
-        EventType::Deleted,
-        key.clone(),
-        Some(obj.clone()),
-        last.clone(),
-    );
+    st.commit(rv, EventType::Deleted, key, Some(obj), last.clone());
     let _ = after_write(st, info, &last, true);
-    // Cascade deletions are recorded separately by the caller through `cascade`.
-    let _ = user;
     (*last).clone()
+}
+
+/// Remove an object, record the delete, then orphan or collect its dependents
+/// (and a namespace's contents, a CRD's objects).
+fn finish_delete(
+    sh: &Shared,
+    st: &mut Store,
+    user: &str,
+    info: &ResourceInfo,
+    key: Key,
+    obj: Arc<Value>,
+    orphan: bool,
+) -> Value {
+    let last = remove_now(st, info, key.clone(), obj);
+    let rv = st.rv;
+    record_raw(st, sh, user, "delete", info, &key.1, &key.2, rv);
+    if orphan {
+        orphan_dependents(sh, st, &last);
+    } else {
+        for (ri, k) in collect_cascade(st, &last, info) {
+            delete_key(
+                sh,
+                st,
+                "system:serviceaccount:kube-system:generic-garbage-collector",
+                &ri,
+                k,
+                false,
+                false,
+            );
+        }
+    }
+    last
 }
 
 /// Objects to delete after `deleted` is gone: namespace contents and
@@ -1584,24 +1611,7 @@ fn delete_key(
         record_raw(st, sh, user, "delete", info, &key.1, &key.2, rv);
         return Some(((*o).clone(), false));
     }
-    let last = remove_now(st, user, info, key.clone(), obj);
-    let rv = st.rv;
-    record_raw(st, sh, user, "delete", info, &key.1, &key.2, rv);
-    if orphan {
-        orphan_dependents(sh, st, &last);
-    } else {
-        for (ri, k) in collect_cascade(st, &last, info) {
-            delete_key(
-                sh,
-                st,
-                "system:serviceaccount:kube-system:generic-garbage-collector",
-                &ri,
-                k,
-                false,
-                false,
-            );
-        }
-    }
+    let last = finish_delete(sh, st, user, info, key, obj, orphan);
     Some((last, true))
 }
 

@@ -408,6 +408,36 @@ async fn owner_reference_garbage_collection() {
     .await
     .expect("unfinalize");
     assert!(cms.get_opt("final").await.expect("get").is_none());
+    // Releasing a finalizer also collects the object's dependents.
+    let mut held = cm("held-owner", &[]);
+    held.metadata.finalizers = Some(vec!["test/hold".into()]);
+    let held = cms
+        .create(&PostParams::default(), &held)
+        .await
+        .expect("create");
+    let held_uid = held.metadata.uid.clone().expect("uid");
+    cms.create(&PostParams::default(), &dependent("held-dep", &[&held_uid]))
+        .await
+        .expect("dep");
+    cms.delete("held-owner", &DeleteParams::default())
+        .await
+        .expect("delete");
+    assert!(
+        cms.get_opt("held-dep").await.expect("get").is_some(),
+        "owner still exists (finalizing)"
+    );
+    cms.patch(
+        "held-owner",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": []}})),
+    )
+    .await
+    .expect("unfinalize");
+    assert!(cms.get_opt("held-owner").await.expect("get").is_none());
+    assert!(
+        cms.get_opt("held-dep").await.expect("get").is_none(),
+        "dependent collected after the finalizer was released"
+    );
 
     // Deleting a namespace deletes its contents.
     ns(&c, "doomed").await;
