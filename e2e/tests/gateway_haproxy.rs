@@ -34,7 +34,13 @@ struct Haproxy {
     sync: Proc,
 }
 
-async fn start_haproxy(env: &Env, name: &str, services: &[&str], backend: &str, extra: &[&str]) -> Haproxy {
+async fn start_haproxy(
+    env: &Env,
+    name: &str,
+    services: &[&str],
+    backend: &str,
+    extra: &[&str],
+) -> Haproxy {
     let haproxy = system_bin("haproxy");
     let dir = env.path(name);
     std::fs::create_dir_all(&dir).expect("haproxy dir");
@@ -45,8 +51,15 @@ async fn start_haproxy(env: &Env, name: &str, services: &[&str], backend: &str, 
     let kubeconfig = env.kubeconfig(&env.sim.admin_token());
     let sync_args = |once: bool| {
         let mut c = tokio::process::Command::new(gw_bin("kube-discovery-sync"));
-        c.arg("haproxy").arg("--kubeconfig").arg(&kubeconfig).arg("--output").arg(&backends);
-        c.arg("--haproxy-bin").arg(&haproxy).arg("--haproxy-conf").arg(&main);
+        c.arg("haproxy")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--output")
+            .arg(&backends);
+        c.arg("--haproxy-bin")
+            .arg(&haproxy)
+            .arg("--haproxy-conf")
+            .arg(&main);
         c.arg("--socket").arg(dir.join("admin.sock"));
         for s in services {
             c.args(["--service", s]);
@@ -63,7 +76,13 @@ async fn start_haproxy(env: &Env, name: &str, services: &[&str], backend: &str, 
     let text = std::fs::read_to_string(&backends).expect("backends written by --once");
     assert!(text.contains(&format!("backend {backend}\n")), "{text}");
     let mut cmd = tokio::process::Command::new(&haproxy);
-    cmd.arg("-W").arg("-S").arg(dir.join("master.sock")).arg("-f").arg(&main).arg("-f").arg(&backends);
+    cmd.arg("-W")
+        .arg("-S")
+        .arg(dir.join("master.sock"))
+        .arg("-f")
+        .arg(&main)
+        .arg("-f")
+        .arg(&backends);
     let mut proc = Proc::spawn(env, &format!("{name}-haproxy"), &mut cmd);
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let log = proc.log.clone();
@@ -72,7 +91,10 @@ async fn start_haproxy(env: &Env, name: &str, services: &[&str], backend: &str, 
         let log = log.clone();
         async move {
             if let Some(s) = exited {
-                panic!("haproxy exited with {s}: {}", std::fs::read_to_string(&log).unwrap_or_default());
+                panic!(
+                    "haproxy exited with {s}: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
             }
             tokio::net::TcpStream::connect(addr).await.ok().map(|_| ())
         }
@@ -80,14 +102,26 @@ async fn start_haproxy(env: &Env, name: &str, services: &[&str], backend: &str, 
     .await;
     proc.assert_running();
     let sync = Proc::spawn(env, &format!("{name}-sync"), &mut sync_args(false));
-    Haproxy { addr, dir, proc, sync }
+    Haproxy {
+        addr,
+        dir,
+        proc,
+        sync,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn haproxy_follows_scale_rolling_replacement_and_moves_over_the_runtime_api() {
     let (env, ctl, backends, port) = start_world(NET).await;
     // 2 slots to start with: 1 -> 3 must grow (one reload), everything else fits.
-    let mut gw = start_haproxy(&env, "hap", &["web=shop/web:http"], "web", &["--min-slots", "2"]).await;
+    let mut gw = start_haproxy(
+        &env,
+        "hap",
+        &["web=shop/web:http"],
+        "web",
+        &["--min-slots", "2"],
+    )
+    .await;
     let report = scenario(&env, gw.addr, NET, backends, port).await;
     gw.sync.assert_running();
     gw.proc.assert_running();
@@ -97,12 +131,18 @@ async fn haproxy_follows_scale_rolling_replacement_and_moves_over_the_runtime_ap
     let runtime = logs.matches("applied=\"runtime\"").count();
     eprintln!("BENCH gateway=haproxy reloads={reloads} runtime_applies={runtime}");
     assert_eq!(reloads, 1, "exactly one reload (slots 2 -> 4):\n{logs}");
-    assert!(runtime >= 4, "scale down, rolling and move go through the Runtime API ({runtime}):\n{logs}");
+    assert!(
+        runtime >= 4,
+        "scale down, rolling and move go through the Runtime API ({runtime}):\n{logs}"
+    );
     assert!(!logs.contains("not applied"), "{logs}");
     // The file on disk follows the runtime state (a restart starts from it) and has 4 slots.
     let file = std::fs::read_to_string(gw.dir.join("backends.cfg")).expect("backends.cfg");
     assert_eq!(file.matches("    server s").count(), 4, "{file}");
-    assert!(file.contains("127.0.2.6:") && file.contains("127.0.2.7:"), "moved addresses in the file: {file}");
+    assert!(
+        file.contains("127.0.2.6:") && file.contains("127.0.2.7:"),
+        "moved addresses in the file: {file}"
+    );
     gw.sync.stop().await;
     gw.proc.stop().await;
     ctl.stop().await;
@@ -117,9 +157,32 @@ async fn haproxy_spreads_by_weight_and_applies_the_empty_policy() {
     let port = free_port([127, 0, 2, 21].into());
     let light = Backend::start("light", ([127, 0, 2, 20], port).into()).await;
     let heavy = Backend::start("heavy", ([127, 0, 2, 21], port).into()).await;
-    put_dsvc(&env, "wtd", &[("127.0.2.20", port, 10), ("127.0.2.21", port, 30), ("web.example.com", port, 10)]).await;
-    let mut gw = start_haproxy(&env, "hap-w", &["wtd=shop/wtd:http"], "wtd", &["--empty-policy", "503"]).await;
-    let keep = start_haproxy(&env, "hap-k", &["wtd=shop/wtd:http"], "wtd", &["--empty-policy", "keep"]).await;
+    put_dsvc(
+        &env,
+        "wtd",
+        &[
+            ("127.0.2.20", port, 10),
+            ("127.0.2.21", port, 30),
+            ("web.example.com", port, 10),
+        ],
+    )
+    .await;
+    let mut gw = start_haproxy(
+        &env,
+        "hap-w",
+        &["wtd=shop/wtd:http"],
+        "wtd",
+        &["--empty-policy", "503"],
+    )
+    .await;
+    let keep = start_haproxy(
+        &env,
+        "hap-k",
+        &["wtd=shop/wtd:http"],
+        "wtd",
+        &["--empty-policy", "keep"],
+    )
+    .await;
     wait_served(gw.addr, "heavy").await;
     let mut counts = (0usize, 0usize);
     for _ in 0..400 {
@@ -131,17 +194,29 @@ async fn haproxy_spreads_by_weight_and_applies_the_empty_policy() {
     }
     let share = counts.1 as f64 / (counts.0 + counts.1) as f64;
     eprintln!("BENCH gateway=haproxy weighted 10:30 heavy_share={share:.3} counts={counts:?}");
-    assert!((0.70..=0.80).contains(&share), "weight 30 of 40 should get ~75%: {counts:?}");
-    assert!(gw.sync.logs().contains("web.example.com"), "the non-IP node is reported: {}", gw.sync.logs());
+    assert!(
+        (0.70..=0.80).contains(&share),
+        "weight 30 of 40 should get ~75%: {counts:?}"
+    );
+    assert!(
+        gw.sync.logs().contains("web.example.com"),
+        "the non-IP node is reported: {}",
+        gw.sync.logs()
+    );
 
     put_dsvc(&env, "wtd", &[]).await;
-    eventually("haproxy answers 503 for an empty service", Duration::from_secs(10), || async {
-        matches!(get(gw.addr).await, Ok((503, _))).then_some(())
-    })
+    eventually(
+        "haproxy answers 503 for an empty service",
+        Duration::from_secs(10),
+        || async { matches!(get(gw.addr).await, Ok((503, _))).then_some(()) },
+    )
     .await;
     for _ in 0..20 {
         let r = get(keep.addr).await;
-        assert!(matches!(&r, Ok((200, _))), "keep policy must keep serving: {r:?}");
+        assert!(
+            matches!(&r, Ok((200, _))),
+            "keep policy must keep serving: {r:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     gw.sync.assert_running();

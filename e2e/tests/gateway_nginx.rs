@@ -36,7 +36,13 @@ struct Nginx {
 }
 
 /// Writes the nginx config, renders the upstreams once (`--once`), starts nginx, then the follow-mode sync.
-async fn start_nginx(env: &Env, name: &str, services: &[&str], upstream: &str, extra: &[&str]) -> Nginx {
+async fn start_nginx(
+    env: &Env,
+    name: &str,
+    services: &[&str],
+    upstream: &str,
+    extra: &[&str],
+) -> Nginx {
     let nginx = system_bin("nginx");
     let dir = env.path(name);
     std::fs::create_dir_all(&dir).expect("nginx dir");
@@ -47,8 +53,17 @@ async fn start_nginx(env: &Env, name: &str, services: &[&str], upstream: &str, e
     let kubeconfig = env.kubeconfig(&env.sim.admin_token());
     let sync_args = |once: bool| {
         let mut c = tokio::process::Command::new(gw_bin("kube-discovery-sync"));
-        c.arg("nginx").arg("--kubeconfig").arg(&kubeconfig).arg("--output").arg(&upstreams);
-        c.arg("--nginx-bin").arg(&nginx).arg("--nginx-conf").arg(&conf).arg("--nginx-prefix").arg(&dir);
+        c.arg("nginx")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--output")
+            .arg(&upstreams);
+        c.arg("--nginx-bin")
+            .arg(&nginx)
+            .arg("--nginx-conf")
+            .arg(&conf)
+            .arg("--nginx-prefix")
+            .arg(&dir);
         for s in services {
             c.args(["--service", s]);
         }
@@ -62,7 +77,12 @@ async fn start_nginx(env: &Env, name: &str, services: &[&str], upstream: &str, e
     let text = std::fs::read_to_string(&upstreams).expect("upstreams written by --once");
     assert!(text.contains(&format!("upstream {upstream} {{")), "{text}");
     let mut cmd = tokio::process::Command::new(&nginx);
-    cmd.arg("-p").arg(&dir).arg("-c").arg(&conf).arg("-e").arg(dir.join("nginx-error.log"));
+    cmd.arg("-p")
+        .arg(&dir)
+        .arg("-c")
+        .arg(&conf)
+        .arg("-e")
+        .arg(dir.join("nginx-error.log"));
     let mut proc = Proc::spawn(env, &format!("{name}-nginx"), &mut cmd);
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     eventually("nginx listening", LIMIT, || {
@@ -92,7 +112,10 @@ async fn nginx_follows_scale_rolling_replacement_and_moves() {
     report.assert_issue_targets("nginx");
     // Each applied change was one reload; the controller's status-only writes caused none.
     let reloads = logs.matches("applied=Reloaded").count();
-    assert!((4..=20).contains(&reloads), "nginx reloads: {reloads}\n{logs}");
+    assert!(
+        (4..=20).contains(&reloads),
+        "nginx reloads: {reloads}\n{logs}"
+    );
     assert!(!logs.contains("not applied"), "{logs}");
     gw.sync.stop().await;
     gw.proc.stop().await;
@@ -109,10 +132,33 @@ async fn nginx_spreads_by_weight_and_applies_the_empty_policy() {
     let port = free_port([127, 0, 1, 21].into());
     let light = Backend::start("light", ([127, 0, 1, 20], port).into()).await;
     let heavy = Backend::start("heavy", ([127, 0, 1, 21], port).into()).await;
-    put_dsvc(&env, "wtd", &[("127.0.1.20", port, 10), ("127.0.1.21", port, 30), ("bad;host", port, 10)]).await;
+    put_dsvc(
+        &env,
+        "wtd",
+        &[
+            ("127.0.1.20", port, 10),
+            ("127.0.1.21", port, 30),
+            ("bad;host", port, 10),
+        ],
+    )
+    .await;
     put_dsvc(&env, "keepme", &[("127.0.1.20", port, 10)]).await;
-    let mut gw = start_nginx(&env, "ngx-w", &["wtd=shop/wtd:http", "keepme=shop/keepme:http"], "wtd", &["--empty-policy", "503"]).await;
-    let keep = start_nginx(&env, "ngx-k", &["wtd=shop/wtd:http"], "wtd", &["--empty-policy", "keep"]).await;
+    let mut gw = start_nginx(
+        &env,
+        "ngx-w",
+        &["wtd=shop/wtd:http", "keepme=shop/keepme:http"],
+        "wtd",
+        &["--empty-policy", "503"],
+    )
+    .await;
+    let keep = start_nginx(
+        &env,
+        "ngx-k",
+        &["wtd=shop/wtd:http"],
+        "wtd",
+        &["--empty-policy", "keep"],
+    )
+    .await;
     wait_served(gw.addr, "heavy").await;
     let mut counts = (0usize, 0usize);
     for _ in 0..400 {
@@ -124,18 +170,30 @@ async fn nginx_spreads_by_weight_and_applies_the_empty_policy() {
     }
     let share = counts.1 as f64 / (counts.0 + counts.1) as f64;
     eprintln!("BENCH gateway=nginx weighted 10:30 heavy_share={share:.3} counts={counts:?}");
-    assert!((0.70..=0.80).contains(&share), "weight 30 of 40 should get ~75%: {counts:?}");
-    assert!(gw.sync.logs().contains("bad;host"), "the unusable node is reported: {}", gw.sync.logs());
+    assert!(
+        (0.70..=0.80).contains(&share),
+        "weight 30 of 40 should get ~75%: {counts:?}"
+    );
+    assert!(
+        gw.sync.logs().contains("bad;host"),
+        "the unusable node is reported: {}",
+        gw.sync.logs()
+    );
 
     // Nodes gone: 503 policy answers 503 within a second or so; keep policy keeps serving.
     put_dsvc(&env, "wtd", &[]).await;
-    eventually("nginx answers 503 for an empty service", Duration::from_secs(10), || async {
-        matches!(get(gw.addr).await, Ok((503, _))).then_some(())
-    })
+    eventually(
+        "nginx answers 503 for an empty service",
+        Duration::from_secs(10),
+        || async { matches!(get(gw.addr).await, Ok((503, _))).then_some(()) },
+    )
     .await;
     for _ in 0..20 {
         let r = get(keep.addr).await;
-        assert!(matches!(&r, Ok((200, _))), "keep policy must keep serving: {r:?}");
+        assert!(
+            matches!(&r, Ok((200, _))),
+            "keep policy must keep serving: {r:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     gw.sync.assert_running();

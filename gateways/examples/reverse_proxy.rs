@@ -14,10 +14,10 @@
 //!   (up to 3 tries; the body is buffered so it can be replayed);
 //! * any other upstream failure: 502.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -33,7 +33,10 @@ use kube_discovery::nodes::NodesResolver;
 use kube_discovery_core::Node;
 
 #[derive(Parser)]
-#[command(name = "reverse_proxy", about = "HTTP reverse proxy over kube-discovery nodes()")]
+#[command(
+    name = "reverse_proxy",
+    about = "HTTP reverse proxy over kube-discovery nodes()"
+)]
 struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8081")]
@@ -64,12 +67,21 @@ struct Proxy {
 /// The randomness is std's per-process random hasher over a counter, which
 /// is plenty for load spreading and needs no extra crate.
 fn pick<'a>(nodes: &'a [Node], exclude: &[usize], seq: u64) -> Option<(usize, &'a Node)> {
-    let total: u64 = nodes.iter().enumerate().filter(|(i, _)| !exclude.contains(i)).map(|(_, n)| u64::from(n.weight)).sum();
+    let total: u64 = nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !exclude.contains(i))
+        .map(|(_, n)| u64::from(n.weight))
+        .sum();
     if total == 0 {
         return None;
     }
     let mut r = RANDOM.with(|s| s.hash_one(seq)) % total;
-    for (i, n) in nodes.iter().enumerate().filter(|(i, _)| !exclude.contains(i)) {
+    for (i, n) in nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !exclude.contains(i))
+    {
         if r < u64::from(n.weight) {
             return Some((i, n));
         }
@@ -88,59 +100,111 @@ impl Proxy {
     async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
         let nodes = match self.resolver.nodes(&self.service) {
             Ok(Some(n)) => n,
-            Ok(None) => return text(StatusCode::SERVICE_UNAVAILABLE, format!("no nodes for {}\n", self.service)),
+            Ok(None) => {
+                return text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("no nodes for {}\n", self.service),
+                );
+            }
             Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
         };
         let (parts, body) = req.into_parts();
         let body = match body.collect().await {
             Ok(b) => b.to_bytes(),
-            Err(e) => return text(StatusCode::BAD_REQUEST, format!("reading the request body: {e}\n")),
+            Err(e) => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!("reading the request body: {e}\n"),
+                );
+            }
         };
-        let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let path = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/");
         let mut tried = Vec::new();
         while tried.len() < 3 {
-            let Some((i, node)) = pick(&nodes, &tried, self.seq.fetch_add(1, Ordering::Relaxed)) else { break };
+            let Some((i, node)) = pick(&nodes, &tried, self.seq.fetch_add(1, Ordering::Relaxed))
+            else {
+                break;
+            };
             tried.push(i);
-            let host = if node.host.contains(':') { format!("[{}]", node.host) } else { node.host.clone() };
-            let mut out = Request::builder().method(parts.method.clone()).uri(format!("http://{host}:{}{path}", node.port));
-            for (k, v) in parts.headers.iter().filter(|(k, _)| *k != hyper::header::HOST) {
+            let host = if node.host.contains(':') {
+                format!("[{}]", node.host)
+            } else {
+                node.host.clone()
+            };
+            let mut out = Request::builder()
+                .method(parts.method.clone())
+                .uri(format!("http://{host}:{}{path}", node.port));
+            for (k, v) in parts
+                .headers
+                .iter()
+                .filter(|(k, _)| *k != hyper::header::HOST)
+            {
                 out = out.header(k, v);
             }
             let Ok(out) = out.body(Full::new(body.clone())) else {
-                return text(StatusCode::BAD_REQUEST, "cannot build the upstream request\n".into());
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    "cannot build the upstream request\n".into(),
+                );
             };
             match self.http.request(out).await {
                 Ok(resp) => {
                     let (p, b) = resp.into_parts();
                     return match b.collect().await {
                         Ok(b) => Response::from_parts(p, Full::new(b.to_bytes())),
-                        Err(e) => text(StatusCode::BAD_GATEWAY, format!("reading from {host}:{}: {e}\n", node.port)),
+                        Err(e) => text(
+                            StatusCode::BAD_GATEWAY,
+                            format!("reading from {host}:{}: {e}\n", node.port),
+                        ),
                     };
                 }
                 Err(e) if e.is_connect() => continue,
-                Err(e) => return text(StatusCode::BAD_GATEWAY, format!("{host}:{}: {e}\n", node.port)),
+                Err(e) => {
+                    return text(
+                        StatusCode::BAD_GATEWAY,
+                        format!("{host}:{}: {e}\n", node.port),
+                    );
+                }
             }
         }
-        text(StatusCode::SERVICE_UNAVAILABLE, format!("no reachable node for {}\n", self.service))
+        text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("no reachable node for {}\n", self.service),
+        )
     }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
-    kube_discovery_core::parse_service_name(&args.service).map_err(|e| anyhow::anyhow!("--service {}: {e}", args.service))?;
-    let conn = kube_discovery::client::Connection::Kubeconfig { path: args.kubeconfig.clone(), context: args.context.clone() };
+    kube_discovery_core::parse_service_name(&args.service)
+        .map_err(|e| anyhow::anyhow!("--service {}: {e}", args.service))?;
+    let conn = kube_discovery::client::Connection::Kubeconfig {
+        path: args.kubeconfig.clone(),
+        context: args.context.clone(),
+    };
     let client = kube_discovery::client::client(&conn).await?;
     let resolver = NodesResolver::start(client, None);
     resolver.wait_ready().await;
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(std::time::Duration::from_secs(1)));
-    let proxy = Arc::new(Proxy { seq: AtomicU64::new(0), resolver, service: args.service.clone(), http: HttpClient::builder(TokioExecutor::new()).build(connector) });
+    let proxy = Arc::new(Proxy {
+        seq: AtomicU64::new(0),
+        resolver,
+        service: args.service.clone(),
+        http: HttpClient::builder(TokioExecutor::new()).build(connector),
+    });
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     tracing::info!(addr = %listener.local_addr()?, service = %args.service, "proxy listening");
     loop {
@@ -151,7 +215,10 @@ async fn main() -> anyhow::Result<()> {
                 let proxy = proxy.clone();
                 async move { Ok::<_, std::convert::Infallible>(proxy.handle(req).await) }
             });
-            if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await
+            {
                 tracing::debug!(error = %e, "connection ended");
             }
         });

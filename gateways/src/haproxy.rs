@@ -97,7 +97,13 @@ pub struct Slot {
 
 impl Slot {
     fn placeholder(i: usize) -> Slot {
-        Slot { name: format!("s{}", i + 1), host: "127.0.0.1".into(), port: 1, weight: 1, enabled: false }
+        Slot {
+            name: format!("s{}", i + 1),
+            host: "127.0.0.1".into(),
+            port: 1,
+            weight: 1,
+            enabled: false,
+        }
     }
 }
 
@@ -120,9 +126,17 @@ pub fn wants(nodes: &[Node]) -> Vec<Want> {
         .iter()
         .filter_map(|n| {
             let port = u16::try_from(n.port).ok().filter(|p| *p > 0)?;
-            let w = if max <= 256 { n.weight } else { ((u64::from(n.weight) * 256) / u64::from(max)) as u32 };
+            let w = if max <= 256 {
+                n.weight
+            } else {
+                ((u64::from(n.weight) * 256) / u64::from(max)) as u32
+            };
             let weight = u16::try_from(w.clamp(1, 256)).unwrap_or(256);
-            Some(Want { host: n.host.clone(), port, weight })
+            Some(Want {
+                host: n.host.clone(),
+                port,
+                weight,
+            })
         })
         .collect()
 }
@@ -162,31 +176,49 @@ pub fn plan(backend: &str, current: &[Slot], want: &[Want], min_slots: usize) ->
             placed[wi] = true;
             kept[si] = true;
             if s.weight != want[wi].weight {
-                commands.push(format!("set server {backend}/{} weight {}", s.name, want[wi].weight));
+                commands.push(format!(
+                    "set server {backend}/{} weight {}",
+                    s.name, want[wi].weight
+                ));
                 s.weight = want[wi].weight;
             }
         }
     }
     // 2. free slots: disabled ones first, then those of removed nodes.
-    let mut free: Vec<usize> = (0..slots.len()).filter(|&i| !kept[i] && !slots[i].enabled).collect();
+    let mut free: Vec<usize> = (0..slots.len())
+        .filter(|&i| !kept[i] && !slots[i].enabled)
+        .collect();
     free.extend((0..slots.len()).filter(|&i| !kept[i] && slots[i].enabled));
     let missing: Vec<usize> = (0..want.len()).filter(|&i| !placed[i]).collect();
     if missing.len() > free.len() {
-        return Plan { commands: Vec::new(), slots: layout(current, want, min_slots), grow: true };
+        return Plan {
+            commands: Vec::new(),
+            slots: layout(current, want, min_slots),
+            grow: true,
+        };
     }
     for wi in missing {
         let w = &want[wi];
         // Prefer a free slot that already has this address (re-enable only).
-        let pos = free.iter().position(|&i| same_addr(&slots[i], w)).unwrap_or(0);
+        let pos = free
+            .iter()
+            .position(|&i| same_addr(&slots[i], w))
+            .unwrap_or(0);
         let si = free.remove(pos);
         let s = &mut slots[si];
         if !same_addr(s, w) {
-            commands.push(format!("set server {backend}/{} addr {} port {}", s.name, w.host, w.port));
+            commands.push(format!(
+                "set server {backend}/{} addr {} port {}",
+                s.name, w.host, w.port
+            ));
             s.host = w.host.clone();
             s.port = w.port;
         }
         if s.weight != w.weight {
-            commands.push(format!("set server {backend}/{} weight {}", s.name, w.weight));
+            commands.push(format!(
+                "set server {backend}/{} weight {}",
+                s.name, w.weight
+            ));
             s.weight = w.weight;
         }
         if !s.enabled {
@@ -197,18 +229,32 @@ pub fn plan(backend: &str, current: &[Slot], want: &[Want], min_slots: usize) ->
     // 3. after the new ones are ready: removed nodes to maintenance.
     for si in free {
         if slots[si].enabled {
-            commands.push(format!("set server {backend}/{} state maint", slots[si].name));
+            commands.push(format!(
+                "set server {backend}/{} state maint",
+                slots[si].name
+            ));
             slots[si].enabled = false;
         }
     }
-    Plan { commands, slots, grow: false }
+    Plan {
+        commands,
+        slots,
+        grow: false,
+    }
 }
 
 /// A fresh layout with enough slots for `want`: nodes already enabled keep
 /// their slot, the others fill the remaining slots in order.
 pub fn layout(current: &[Slot], want: &[Want], min_slots: usize) -> Vec<Slot> {
     let n = slot_count(want.len(), min_slots).max(current.len());
-    let mut slots: Vec<Slot> = (0..n).map(|i| current.get(i).cloned().unwrap_or_else(|| Slot::placeholder(i))).collect();
+    let mut slots: Vec<Slot> = (0..n)
+        .map(|i| {
+            current
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| Slot::placeholder(i))
+        })
+        .collect();
     for (i, s) in slots.iter_mut().enumerate() {
         s.name = format!("s{}", i + 1);
     }
@@ -230,7 +276,13 @@ pub fn layout(current: &[Slot], want: &[Want], min_slots: usize) -> Vec<Slot> {
             continue;
         }
         if let Some(si) = free.next() {
-            slots[si] = Slot { name: format!("s{}", si + 1), host: w.host.clone(), port: w.port, weight: w.weight, enabled: true };
+            slots[si] = Slot {
+                name: format!("s{}", si + 1),
+                host: w.host.clone(),
+                port: w.port,
+                weight: w.weight,
+                enabled: true,
+            };
         }
     }
     slots
@@ -238,12 +290,28 @@ pub fn layout(current: &[Slot], want: &[Want], min_slots: usize) -> Vec<Slot> {
 
 /// Renders the backends file.
 pub fn render(backends: &[(String, String, Vec<Slot>)]) -> String {
-    let mut out = String::from("# Generated by kube-discovery sync haproxy from DiscoveredServices; rewritten on change, do not edit.\n");
+    let mut out = String::from(
+        "# Generated by kube-discovery sync haproxy from DiscoveredServices; rewritten on change, do not edit.\n",
+    );
     for (name, service, slots) in backends {
-        let _ = write!(out, "\n# {service}\nbackend {name}\n    balance roundrobin\n    retries 3\n    option redispatch 1\n");
+        let _ = write!(
+            out,
+            "\n# {service}\nbackend {name}\n    balance roundrobin\n    retries 3\n    option redispatch 1\n"
+        );
         for s in slots {
-            let host = if s.host.contains(':') { format!("[{}]", s.host) } else { s.host.clone() };
-            let _ = writeln!(out, "    server {} {host}:{} weight {}{}", s.name, s.port, s.weight, if s.enabled { "" } else { " disabled" });
+            let host = if s.host.contains(':') {
+                format!("[{}]", s.host)
+            } else {
+                s.host.clone()
+            };
+            let _ = writeln!(
+                out,
+                "    server {} {host}:{} weight {}{}",
+                s.name,
+                s.port,
+                s.weight,
+                if s.enabled { "" } else { " disabled" }
+            );
         }
     }
     out
@@ -266,19 +334,34 @@ pub fn parse_servers_state(text: &str, backend: &str) -> anyhow::Result<Vec<Slot
         }
         let Some(h) = &header else { continue };
         let f: Vec<&str> = line.split_whitespace().collect();
-        let get = |k: &str| h.iter().position(|x| *x == k).and_then(|i| f.get(i).copied());
+        let get = |k: &str| {
+            h.iter()
+                .position(|x| *x == k)
+                .and_then(|i| f.get(i).copied())
+        };
         if get("be_name") != Some(backend) {
             continue;
         }
-        let field = |k: &str| get(k).ok_or_else(|| anyhow::anyhow!("show servers state {backend}: no {k} in {line:?}"));
+        let field = |k: &str| {
+            get(k)
+                .ok_or_else(|| anyhow::anyhow!("show servers state {backend}: no {k} in {line:?}"))
+        };
         let name = field("srv_name")?;
-        let Some(num) = name.strip_prefix('s').and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let admin: u32 = field("srv_admin_state")?.parse().with_context(|| format!("srv_admin_state in {line:?}"))?;
+        let Some(num) = name.strip_prefix('s').and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let admin: u32 = field("srv_admin_state")?
+            .parse()
+            .with_context(|| format!("srv_admin_state in {line:?}"))?;
         let slot = Slot {
             name: name.to_string(),
             host: field("srv_addr")?.to_string(),
-            port: field("srv_port")?.parse().with_context(|| format!("srv_port in {line:?}"))?,
-            weight: field("srv_uweight")?.parse().with_context(|| format!("srv_uweight in {line:?}"))?,
+            port: field("srv_port")?
+                .parse()
+                .with_context(|| format!("srv_port in {line:?}"))?,
+            weight: field("srv_uweight")?
+                .parse()
+                .with_context(|| format!("srv_uweight in {line:?}"))?,
             enabled: admin & NOT_READY == 0,
         };
         slots.push((num, slot));
@@ -293,13 +376,17 @@ pub fn parse_servers_state(text: &str, backend: &str) -> anyhow::Result<Vec<Slot
 /// Whether a Runtime API answer to `cmd` means success.
 pub fn command_ok(cmd: &str, answer: &str) -> bool {
     let a = answer.trim();
-    a.is_empty() || (cmd.contains(" addr ") && (a.contains("changed from") || a.starts_with("no need to change")))
+    a.is_empty()
+        || (cmd.contains(" addr ")
+            && (a.contains("changed from") || a.starts_with("no need to change")))
 }
 
 /// Sends one command over a HAProxy CLI socket and returns the answer.
 pub async fn cli(socket: &Path, cmd: &str) -> anyhow::Result<String> {
     let fut = async {
-        let mut s = tokio::net::UnixStream::connect(socket).await.with_context(|| format!("connect {}", socket.display()))?;
+        let mut s = tokio::net::UnixStream::connect(socket)
+            .await
+            .with_context(|| format!("connect {}", socket.display()))?;
         s.write_all(format!("{cmd}\n").as_bytes()).await?;
         let mut out = String::new();
         s.read_to_string(&mut out).await?;
@@ -317,7 +404,10 @@ async fn check_config(args: &HaproxyArgs, candidate: &Path) -> anyhow::Result<()
         c.arg("-f").arg(f);
     }
     c.arg("-f").arg(candidate).kill_on_drop(true);
-    let out = c.output().await.with_context(|| format!("cannot run {}", args.haproxy_bin.display()))?;
+    let out = c
+        .output()
+        .await
+        .with_context(|| format!("cannot run {}", args.haproxy_bin.display()))?;
     if out.status.success() {
         Ok(())
     } else {
@@ -333,13 +423,20 @@ async fn check_config(args: &HaproxyArgs, candidate: &Path) -> anyhow::Result<()
 /// Checks `text` with `haproxy -c` as a candidate file, then moves it over
 /// `--output`. Returns `false` when the file already had this content.
 pub async fn write_checked(args: &HaproxyArgs, text: &str) -> anyhow::Result<bool> {
-    if tokio::fs::read_to_string(&args.output).await.ok().as_deref() == Some(text) {
+    if tokio::fs::read_to_string(&args.output)
+        .await
+        .ok()
+        .as_deref()
+        == Some(text)
+    {
         return Ok(false);
     }
     let mut cand = args.output.as_os_str().to_owned();
     cand.push(".candidate");
     let cand = PathBuf::from(cand);
-    tokio::fs::write(&cand, text).await.with_context(|| format!("cannot write {}", cand.display()))?;
+    tokio::fs::write(&cand, text)
+        .await
+        .with_context(|| format!("cannot write {}", cand.display()))?;
     let checked = check_config(args, &cand).await;
     let _ = tokio::fs::remove_file(&cand).await;
     checked?;
@@ -360,7 +457,9 @@ async fn live_slots(args: &HaproxyArgs, backend: &str) -> anyhow::Result<Vec<Slo
 /// Reloads through the master CLI and waits until the worker shows `expect` slots per backend.
 async fn reload(args: &HaproxyArgs, expect: &[(String, usize)]) -> anyhow::Result<()> {
     let Some(master) = &args.master_socket else {
-        anyhow::bail!("the backends need more slots but no --master-socket is given to reload HAProxy");
+        anyhow::bail!(
+            "the backends need more slots but no --master-socket is given to reload HAProxy"
+        );
     };
     // The master re-executes itself on `reload` and may close the connection without an answer.
     let _ = cli(master, "reload").await.context("master CLI reload")?;
@@ -384,7 +483,11 @@ async fn reload(args: &HaproxyArgs, expect: &[(String, usize)]) -> anyhow::Resul
 }
 
 /// One apply cycle: runtime commands where possible, a reload when slots must grow.
-async fn sync_once(args: &HaproxyArgs, backends: &[Backend], first: bool) -> anyhow::Result<&'static str> {
+async fn sync_once(
+    args: &HaproxyArgs,
+    backends: &[Backend],
+    first: bool,
+) -> anyhow::Result<&'static str> {
     let min = usize::from(args.min_slots);
     let mut live = Vec::with_capacity(backends.len());
     let mut missing = false;
@@ -400,18 +503,31 @@ async fn sync_once(args: &HaproxyArgs, backends: &[Backend], first: bool) -> any
             }
         }
     }
-    let plans: Vec<Plan> = backends.iter().zip(&live).map(|(b, cur)| plan(&b.svc.upstream, cur, &b.want, min)).collect();
+    let plans: Vec<Plan> = backends
+        .iter()
+        .zip(&live)
+        .map(|(b, cur)| plan(&b.svc.upstream, cur, &b.want, min))
+        .collect();
     if missing || plans.iter().any(|p| p.grow) {
         let layouts: Vec<(String, String, Vec<Slot>)> = backends
             .iter()
             .zip(&live)
-            .map(|(b, cur)| (b.svc.upstream.clone(), b.svc.service.clone(), layout(cur, &b.want, min)))
+            .map(|(b, cur)| {
+                (
+                    b.svc.upstream.clone(),
+                    b.svc.service.clone(),
+                    layout(cur, &b.want, min),
+                )
+            })
             .collect();
         write_checked(args, &render(&layouts)).await?;
         if first && args.master_socket.is_none() {
             return Ok("written");
         }
-        let expect: Vec<(String, usize)> = layouts.iter().map(|(n, _, s)| (n.clone(), s.len())).collect();
+        let expect: Vec<(String, usize)> = layouts
+            .iter()
+            .map(|(n, _, s)| (n.clone(), s.len()))
+            .collect();
         reload(args, &expect).await?;
         // Addresses and states are in the file; nothing else to send.
         return Ok("reloaded");
@@ -426,8 +542,11 @@ async fn sync_once(args: &HaproxyArgs, backends: &[Backend], first: bool) -> any
             sent += 1;
         }
     }
-    let layouts: Vec<(String, String, Vec<Slot>)> =
-        backends.iter().zip(plans).map(|(b, p)| (b.svc.upstream.clone(), b.svc.service.clone(), p.slots)).collect();
+    let layouts: Vec<(String, String, Vec<Slot>)> = backends
+        .iter()
+        .zip(plans)
+        .map(|(b, p)| (b.svc.upstream.clone(), b.svc.service.clone(), p.slots))
+        .collect();
     write_checked(args, &render(&layouts)).await?;
     Ok(if sent == 0 { "unchanged" } else { "runtime" })
 }
@@ -441,7 +560,9 @@ pub async fn run_haproxy(args: HaproxyArgs) -> anyhow::Result<()> {
     tracing::info!(services = args.services.len(), output = %args.output.display(), policy = %args.empty_policy, "sync haproxy started");
     let mut first = true;
     loop {
-        watch.changed_within(args.once.then_some(std::time::Duration::from_secs(30))).await?;
+        watch
+            .changed_within(args.once.then_some(std::time::Duration::from_secs(30)))
+            .await?;
         let mut backends = Vec::with_capacity(args.services.len());
         for svc in &args.services {
             let nodes = watch.nodes(&svc.service)?;
@@ -449,13 +570,23 @@ pub async fn run_haproxy(args: HaproxyArgs) -> anyhow::Result<()> {
                 Target::Nodes(n) => wants(&n),
                 Target::Unavailable => Vec::new(),
             };
-            backends.push(Backend { svc: svc.clone(), want });
+            backends.push(Backend {
+                svc: svc.clone(),
+                want,
+            });
         }
-        let summary: Vec<String> = backends.iter().map(|b| format!("{}={}", b.svc.upstream, b.want.len())).collect();
+        let summary: Vec<String> = backends
+            .iter()
+            .map(|b| format!("{}={}", b.svc.upstream, b.want.len()))
+            .collect();
         let result = sync_once(&args, &backends, first).await;
         match &result {
             Ok("unchanged") => tracing::debug!("backends unchanged"),
-            Ok(how) => tracing::info!(applied = how, backends = summary.join(","), "backends applied"),
+            Ok(how) => tracing::info!(
+                applied = how,
+                backends = summary.join(","),
+                "backends applied"
+            ),
             Err(e) => tracing::error!(error = format!("{e:#}"), "backends not applied"),
         }
         first = false;
@@ -470,18 +601,35 @@ mod tests {
     use super::*;
 
     fn want(h: &str, p: u16, w: u16) -> Want {
-        Want { host: h.into(), port: p, weight: w }
+        Want {
+            host: h.into(),
+            port: p,
+            weight: w,
+        }
     }
 
     fn slot(i: usize, h: &str, p: u16, w: u16, enabled: bool) -> Slot {
-        Slot { name: format!("s{i}"), host: h.into(), port: p, weight: w, enabled }
+        Slot {
+            name: format!("s{i}"),
+            host: h.into(),
+            port: p,
+            weight: w,
+            enabled,
+        }
     }
 
     #[test]
     fn weights_are_scaled_into_haproxy_range() {
-        let w = wants(&[Node::new("10.0.0.1", 80, 50), Node::new("10.0.0.2", 80, 150)]);
+        let w = wants(&[
+            Node::new("10.0.0.1", 80, 50),
+            Node::new("10.0.0.2", 80, 150),
+        ]);
         assert_eq!(w.iter().map(|w| w.weight).collect::<Vec<_>>(), [50, 150]);
-        let w = wants(&[Node::new("10.0.0.1", 80, 1000), Node::new("10.0.0.2", 80, 4000), Node::new("10.0.0.3", 80, 1)]);
+        let w = wants(&[
+            Node::new("10.0.0.1", 80, 1000),
+            Node::new("10.0.0.2", 80, 4000),
+            Node::new("10.0.0.3", 80, 1),
+        ]);
         assert_eq!(w.iter().map(|w| w.weight).collect::<Vec<_>>(), [64, 256, 1]);
     }
 
@@ -495,8 +643,21 @@ mod tests {
 
     #[test]
     fn scale_up_uses_free_slots_and_keeps_existing_ones() {
-        let cur = vec![slot(1, "10.0.0.1", 80, 50, true), slot(2, "127.0.0.1", 1, 1, false), slot(3, "127.0.0.1", 1, 1, false)];
-        let p = plan("be", &cur, &[want("10.0.0.1", 80, 50), want("10.0.0.2", 80, 50), want("10.0.0.3", 80, 50)], 4);
+        let cur = vec![
+            slot(1, "10.0.0.1", 80, 50, true),
+            slot(2, "127.0.0.1", 1, 1, false),
+            slot(3, "127.0.0.1", 1, 1, false),
+        ];
+        let p = plan(
+            "be",
+            &cur,
+            &[
+                want("10.0.0.1", 80, 50),
+                want("10.0.0.2", 80, 50),
+                want("10.0.0.3", 80, 50),
+            ],
+            4,
+        );
         assert!(!p.grow);
         assert_eq!(
             p.commands,
@@ -511,20 +672,46 @@ mod tests {
         );
         assert!(p.slots.iter().all(|s| s.enabled));
         // Applying the same want again is a no-op.
-        assert!(plan("be", &p.slots, &[want("10.0.0.3", 80, 50), want("10.0.0.2", 80, 50), want("10.0.0.1", 80, 50)], 4).commands.is_empty());
+        assert!(
+            plan(
+                "be",
+                &p.slots,
+                &[
+                    want("10.0.0.3", 80, 50),
+                    want("10.0.0.2", 80, 50),
+                    want("10.0.0.1", 80, 50)
+                ],
+                4
+            )
+            .commands
+            .is_empty()
+        );
     }
 
     #[test]
     fn scale_down_puts_removed_nodes_in_maintenance() {
-        let cur = vec![slot(1, "10.0.0.1", 80, 50, true), slot(2, "10.0.0.2", 80, 50, true), slot(3, "10.0.0.3", 80, 50, true)];
+        let cur = vec![
+            slot(1, "10.0.0.1", 80, 50, true),
+            slot(2, "10.0.0.2", 80, 50, true),
+            slot(3, "10.0.0.3", 80, 50, true),
+        ];
         let p = plan("be", &cur, &[want("10.0.0.2", 80, 50)], 4);
-        assert_eq!(p.commands, ["set server be/s1 state maint", "set server be/s3 state maint"]);
+        assert_eq!(
+            p.commands,
+            [
+                "set server be/s1 state maint",
+                "set server be/s3 state maint"
+            ]
+        );
         assert_eq!(p.slots.iter().filter(|s| s.enabled).count(), 1);
     }
 
     #[test]
     fn replacement_readies_new_before_retiring_old() {
-        let cur = vec![slot(1, "10.0.0.1", 80, 50, true), slot(2, "10.0.0.1", 81, 9, false)];
+        let cur = vec![
+            slot(1, "10.0.0.1", 80, 50, true),
+            slot(2, "10.0.0.1", 81, 9, false),
+        ];
         let p = plan("be", &cur, &[want("10.0.0.9", 80, 50)], 2);
         // The disabled slot is reused (it is free) and readied before s1 goes to maintenance.
         assert_eq!(
@@ -540,7 +727,10 @@ mod tests {
 
     #[test]
     fn a_disabled_slot_with_the_same_address_is_just_re_enabled() {
-        let cur = vec![slot(1, "127.0.0.1", 1, 1, false), slot(2, "10.0.0.2", 80, 50, false)];
+        let cur = vec![
+            slot(1, "127.0.0.1", 1, 1, false),
+            slot(2, "10.0.0.2", 80, 50, false),
+        ];
         let p = plan("be", &cur, &[want("10.0.0.2", 80, 50)], 2);
         assert_eq!(p.commands, ["set server be/s2 state ready"]);
     }
@@ -554,9 +744,20 @@ mod tests {
 
     #[test]
     fn empty_want_disables_everything_and_more_nodes_than_slots_grow() {
-        let cur = vec![slot(1, "10.0.0.1", 80, 50, true), slot(2, "10.0.0.2", 80, 50, true)];
-        assert_eq!(plan("be", &cur, &[], 2).commands, ["set server be/s1 state maint", "set server be/s2 state maint"]);
-        let many: Vec<Want> = (1..=5).map(|i| want(&format!("10.0.1.{i}"), 80, 50)).collect();
+        let cur = vec![
+            slot(1, "10.0.0.1", 80, 50, true),
+            slot(2, "10.0.0.2", 80, 50, true),
+        ];
+        assert_eq!(
+            plan("be", &cur, &[], 2).commands,
+            [
+                "set server be/s1 state maint",
+                "set server be/s2 state maint"
+            ]
+        );
+        let many: Vec<Want> = (1..=5)
+            .map(|i| want(&format!("10.0.1.{i}"), 80, 50))
+            .collect();
         let p = plan("be", &cur, &many, 2);
         assert!(p.grow && p.commands.is_empty());
         assert_eq!(p.slots.len(), 8);
@@ -567,8 +768,15 @@ mod tests {
 
     #[test]
     fn layout_keeps_enabled_nodes_in_place() {
-        let cur = vec![slot(1, "10.0.0.1", 80, 50, true), slot(2, "10.0.0.2", 80, 50, true)];
-        let l = layout(&cur, &[want("10.0.0.3", 80, 50), want("10.0.0.2", 80, 50)], 4);
+        let cur = vec![
+            slot(1, "10.0.0.1", 80, 50, true),
+            slot(2, "10.0.0.2", 80, 50, true),
+        ];
+        let l = layout(
+            &cur,
+            &[want("10.0.0.3", 80, 50), want("10.0.0.2", 80, 50)],
+            4,
+        );
         assert_eq!(l.len(), 4);
         assert_eq!((l[1].host.as_str(), l[1].enabled), ("10.0.0.2", true));
         assert_eq!((l[0].host.as_str(), l[0].enabled), ("10.0.0.3", true));
@@ -577,9 +785,26 @@ mod tests {
 
     #[test]
     fn renders_backends() {
-        let text = render(&[("web".into(), "default/web:http".into(), vec![slot(1, "10.0.0.1", 80, 50, true), slot(2, "fd00::1", 1, 1, false)])]);
-        assert!(text.contains("backend web\n    balance roundrobin\n    retries 3\n    option redispatch 1\n"), "{text}");
-        assert!(text.contains("    server s1 10.0.0.1:80 weight 50\n    server s2 [fd00::1]:1 weight 1 disabled\n"), "{text}");
+        let text = render(&[(
+            "web".into(),
+            "default/web:http".into(),
+            vec![
+                slot(1, "10.0.0.1", 80, 50, true),
+                slot(2, "fd00::1", 1, 1, false),
+            ],
+        )]);
+        assert!(
+            text.contains(
+                "backend web\n    balance roundrobin\n    retries 3\n    option redispatch 1\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "    server s1 10.0.0.1:80 weight 50\n    server s2 [fd00::1]:1 weight 1 disabled\n"
+            ),
+            "{text}"
+        );
     }
 
     #[test]
@@ -598,14 +823,28 @@ mod tests {
         assert_eq!(s[1], slot(2, "127.0.0.3", 8081, 1, true));
         assert!(!s[2].enabled);
         assert_eq!((s[3].name.as_str(), s[3].enabled), ("s10", false));
-        assert!(parse_servers_state("Can't find backend.\n", "kd_web").expect_err("must fail").to_string().contains("Can't find backend"));
+        assert!(
+            parse_servers_state("Can't find backend.\n", "kd_web")
+                .expect_err("must fail")
+                .to_string()
+                .contains("Can't find backend")
+        );
     }
 
     #[test]
     fn runtime_answers() {
         assert!(command_ok("set server b/s1 state ready", "\n"));
-        assert!(!command_ok("set server b/s9 state ready", "No such server.\n"));
-        assert!(command_ok("set server b/s1 addr 1.2.3.4 port 80", "IP changed from '127.0.0.1' to '1.2.3.4', port changed from '1' to '80' by 'stats socket command'\n"));
-        assert!(!command_ok("set server b/s1 weight 300", "Absolute weight can only be between 0 and 256 inclusive.\n"));
+        assert!(!command_ok(
+            "set server b/s9 state ready",
+            "No such server.\n"
+        ));
+        assert!(command_ok(
+            "set server b/s1 addr 1.2.3.4 port 80",
+            "IP changed from '127.0.0.1' to '1.2.3.4', port changed from '1' to '80' by 'stats socket command'\n"
+        ));
+        assert!(!command_ok(
+            "set server b/s1 weight 300",
+            "Absolute weight can only be between 0 and 256 inclusive.\n"
+        ));
     }
 }

@@ -4,7 +4,11 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "kube-discovery-sync", version, about = "Keep nginx or HAProxy following DiscoveredServices")]
+#[command(
+    name = "kube-discovery-sync",
+    version,
+    about = "Keep nginx or HAProxy following DiscoveredServices"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -21,7 +25,9 @@ enum Cmd {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();

@@ -58,7 +58,9 @@ pub struct NginxArgs {
 
 /// Whether `p` can be written into an nginx directive unquoted.
 fn is_plain_path(p: &str) -> bool {
-    !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '.' | '-'))
+    !p.is_empty()
+        && p.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '.' | '-'))
 }
 
 /// The unix socket of the local 503 server next to `output`.
@@ -81,7 +83,11 @@ pub fn render(targets: &[(ServiceRef, Target)], socket: &str) -> String {
         match target {
             Target::Nodes(nodes) => {
                 for n in nodes {
-                    let host = if n.host.contains(':') { format!("[{}]", n.host) } else { n.host.clone() };
+                    let host = if n.host.contains(':') {
+                        format!("[{}]", n.host)
+                    } else {
+                        n.host.clone()
+                    };
                     let _ = writeln!(out, "    server {host}:{} weight={};", n.port, n.weight);
                 }
             }
@@ -115,11 +121,18 @@ fn nginx_cmd(args: &NginxArgs) -> tokio::process::Command {
 }
 
 async fn run_checked(mut c: tokio::process::Command, what: &str) -> anyhow::Result<()> {
-    let out = c.output().await.with_context(|| format!("cannot run {what}"))?;
+    let out = c
+        .output()
+        .await
+        .with_context(|| format!("cannot run {what}"))?;
     if out.status.success() {
         Ok(())
     } else {
-        anyhow::bail!("{what} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim())
+        anyhow::bail!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
     }
 }
 
@@ -128,7 +141,9 @@ pub async fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".kd-tmp");
     let tmp = PathBuf::from(tmp);
-    tokio::fs::write(&tmp, text).await.with_context(|| format!("cannot write {}", tmp.display()))?;
+    tokio::fs::write(&tmp, text)
+        .await
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
     tokio::fs::rename(&tmp, path)
         .await
         .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
@@ -162,12 +177,17 @@ pub async fn apply(args: &NginxArgs, text: &str) -> anyhow::Result<Applied> {
     if let Err(e) = run_checked(test, "nginx -t").await {
         let restored = match &old {
             Some(prev) => write_atomic(&args.output, prev).await,
-            None => tokio::fs::remove_file(&args.output).await.map_err(anyhow::Error::from),
+            None => tokio::fs::remove_file(&args.output)
+                .await
+                .map_err(anyhow::Error::from),
         };
         if let Err(r) = restored {
             tracing::error!(error = %r, file = %args.output.display(), "cannot restore the previous upstream file");
         }
-        return Err(e.context(format!("new {} rejected; previous content kept", args.output.display())));
+        return Err(e.context(format!(
+            "new {} rejected; previous content kept",
+            args.output.display()
+        )));
     }
     let mut reload = nginx_cmd(args);
     reload.args(["-s", "reload"]);
@@ -187,24 +207,36 @@ pub async fn run_nginx(args: NginxArgs) -> anyhow::Result<()> {
     let socket = socket
         .to_str()
         .filter(|s| is_plain_path(s))
-        .ok_or_else(|| anyhow::anyhow!("--output {}: path must consist of [A-Za-z0-9/_.-]", args.output.display()))?
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--output {}: path must consist of [A-Za-z0-9/_.-]",
+                args.output.display()
+            )
+        })?
         .to_string();
     let client = args.kube.client().await?;
     let mut watch = DsWatch::start(client, args.kube.namespace.as_deref(), &args.kube.selector);
     let mut decider = Decider::default();
     tracing::info!(services = args.services.len(), output = %args.output.display(), policy = %args.empty_policy, "sync nginx started");
     loop {
-        watch.changed_within(args.once.then_some(std::time::Duration::from_secs(30))).await?;
+        watch
+            .changed_within(args.once.then_some(std::time::Duration::from_secs(30)))
+            .await?;
         let mut targets = Vec::with_capacity(args.services.len());
         for svc in &args.services {
             let nodes = watch.nodes(&svc.service)?;
-            targets.push((svc.clone(), decider.target(svc, nodes, HostRule::IpOrDns, args.empty_policy)));
+            targets.push((
+                svc.clone(),
+                decider.target(svc, nodes, HostRule::IpOrDns, args.empty_policy),
+            ));
         }
         let text = render(&targets, &socket);
         let result = apply(&args, &text).await;
         match &result {
             Ok(Applied::Unchanged) => tracing::debug!("upstreams unchanged"),
-            Ok(a) => tracing::info!(applied = ?a, upstreams = %summary(&targets), "upstreams applied"),
+            Ok(a) => {
+                tracing::info!(applied = ?a, upstreams = %summary(&targets), "upstreams applied")
+            }
             Err(e) => tracing::error!(error = format!("{e:#}"), "upstreams not applied"),
         }
         if args.once {
@@ -238,11 +270,17 @@ mod tests {
     fn renders_upstreams_with_weights_and_ipv6() {
         let t = vec![(
             svc("web=default/web:http"),
-            Target::Nodes(vec![Node::new("10.0.0.1", 8080, 50), Node::new("fd00::2", 8080, 150)]),
+            Target::Nodes(vec![
+                Node::new("10.0.0.1", 8080, 50),
+                Node::new("fd00::2", 8080, 150),
+            ]),
         )];
         let text = render(&t, "/run/kd/up.conf.503.sock");
         assert!(text.contains("upstream web {\n    server 10.0.0.1:8080 weight=50;\n    server [fd00::2]:8080 weight=150;\n}\n"), "{text}");
-        assert!(!text.contains("return 503"), "no 503 server without an unavailable upstream: {text}");
+        assert!(
+            !text.contains("return 503"),
+            "no 503 server without an unavailable upstream: {text}"
+        );
     }
 
     #[test]
@@ -250,24 +288,41 @@ mod tests {
         let t = vec![
             (svc("default/a:http"), Target::Unavailable),
             (svc("default/b:http"), Target::Unavailable),
-            (svc("default/c:http"), Target::Nodes(vec![Node::new("10.0.0.1", 80, 1)])),
+            (
+                svc("default/c:http"),
+                Target::Nodes(vec![Node::new("10.0.0.1", 80, 1)]),
+            ),
         ];
         let text = render(&t, "/tmp/x.503.sock");
-        assert_eq!(text.matches("server unix:/tmp/x.503.sock;").count(), 2, "{text}");
-        assert_eq!(text.matches("listen unix:/tmp/x.503.sock;").count(), 1, "{text}");
+        assert_eq!(
+            text.matches("server unix:/tmp/x.503.sock;").count(),
+            2,
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("listen unix:/tmp/x.503.sock;").count(),
+            1,
+            "{text}"
+        );
         assert!(text.contains("return 503;"));
         assert!(text.contains("upstream kd_default_c_http {"));
     }
 
     #[test]
     fn rendering_is_deterministic() {
-        let t = vec![(svc("default/web:http"), Target::Nodes(vec![Node::new("10.0.0.1", 80, 1)]))];
+        let t = vec![(
+            svc("default/web:http"),
+            Target::Nodes(vec![Node::new("10.0.0.1", 80, 1)]),
+        )];
         assert_eq!(render(&t, "/s"), render(&t, "/s"));
     }
 
     #[test]
     fn socket_path_is_next_to_output_and_checked() {
-        assert_eq!(unavailable_socket(Path::new("/etc/nginx/kd.conf")), PathBuf::from("/etc/nginx/kd.conf.503.sock"));
+        assert_eq!(
+            unavailable_socket(Path::new("/etc/nginx/kd.conf")),
+            PathBuf::from("/etc/nginx/kd.conf.503.sock")
+        );
         assert!(is_plain_path("/etc/nginx/kd.conf.503.sock"));
         assert!(!is_plain_path("/tmp/a b;c"));
     }

@@ -52,7 +52,10 @@ pub struct ServiceRef {
 
 /// Whether `s` is a safe upstream/backend name (`[A-Za-z0-9_.-]`, 1..=64).
 pub fn is_upstream_name(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+    !s.is_empty()
+        && s.len() <= 64
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
 impl FromStr for ServiceRef {
@@ -72,11 +75,17 @@ impl FromStr for ServiceRef {
                 ));
             }
             None => {
-                let derived: String = service.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+                let derived: String = service
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                    .collect();
                 format!("kd_{derived}")
             }
         };
-        Ok(ServiceRef { upstream, service: service.to_string() })
+        Ok(ServiceRef {
+            upstream,
+            service: service.to_string(),
+        })
     }
 }
 
@@ -123,9 +132,18 @@ pub fn usable_nodes(nodes: &[Node], rule: HostRule) -> (Vec<Node>, Vec<String>) 
     let mut out: Vec<Node> = Vec::new();
     let mut dropped = Vec::new();
     for n in nodes {
-        let host_ok = n.host.parse::<IpAddr>().is_ok() || (rule == HostRule::IpOrDns && is_dns_name(&n.host));
+        let host_ok =
+            n.host.parse::<IpAddr>().is_ok() || (rule == HostRule::IpOrDns && is_dns_name(&n.host));
         if !host_ok {
-            dropped.push(format!("node host {:?}: not an IP address{}", n.host, if rule == HostRule::IpOrDns { " or DNS name" } else { "" }));
+            dropped.push(format!(
+                "node host {:?}: not an IP address{}",
+                n.host,
+                if rule == HostRule::IpOrDns {
+                    " or DNS name"
+                } else {
+                    ""
+                }
+            ));
         } else if !(1..=65535).contains(&n.port) {
             dropped.push(format!("node {}: port {} outside 1..65535", n.host, n.port));
         } else if n.weight == 0 {
@@ -169,12 +187,22 @@ pub struct Decider {
 impl Decider {
     /// Target of `svc` given the looked-up nodes (`None` = service or port missing).
     /// Logs dropped nodes.
-    pub fn target(&mut self, svc: &ServiceRef, nodes: Option<Vec<Node>>, rule: HostRule, policy: EmptyPolicy) -> Target {
+    pub fn target(
+        &mut self,
+        svc: &ServiceRef,
+        nodes: Option<Vec<Node>>,
+        rule: HostRule,
+        policy: EmptyPolicy,
+    ) -> Target {
         let (usable, dropped) = usable_nodes(nodes.as_deref().unwrap_or_default(), rule);
         for d in dropped {
             tracing::warn!(service = %svc.service, reason = %d, "node skipped");
         }
-        let t = decide(policy, usable, self.last_good.get(&svc.upstream).map(Vec::as_slice));
+        let t = decide(
+            policy,
+            usable,
+            self.last_good.get(&svc.upstream).map(Vec::as_slice),
+        );
         if let Target::Nodes(n) = &t {
             self.last_good.insert(svc.upstream.clone(), n.clone());
         }
@@ -189,11 +217,22 @@ mod tests {
     #[test]
     fn service_ref_parses_and_derives_names() {
         let s: ServiceRef = "default/web:http".parse().expect("parse");
-        assert_eq!(s, ServiceRef { upstream: "kd_default_web_http".into(), service: "default/web:http".into() });
+        assert_eq!(
+            s,
+            ServiceRef {
+                upstream: "kd_default_web_http".into(),
+                service: "default/web:http".into()
+            }
+        );
         let s: ServiceRef = "web=c1/default/web:80".parse().expect("parse");
         assert_eq!(s.upstream, "web");
         assert_eq!(s.service, "c1/default/web:80");
-        assert!("w;x=default/web:http".parse::<ServiceRef>().expect_err("must fail").contains("upstream name"));
+        assert!(
+            "w;x=default/web:http"
+                .parse::<ServiceRef>()
+                .expect_err("must fail")
+                .contains("upstream name")
+        );
         assert!("web=default-web".parse::<ServiceRef>().is_err());
     }
 
@@ -201,7 +240,11 @@ mod tests {
     fn duplicate_upstreams_are_rejected() {
         let a: ServiceRef = "default/a-b:http".parse().expect("a");
         let b: ServiceRef = "default/a_b:http".parse().expect("b");
-        assert!(check_unique(&[a.clone(), b]).expect_err("must fail").contains("kd_default_a_b_http"));
+        assert!(
+            check_unique(&[a.clone(), b])
+                .expect_err("must fail")
+                .contains("kd_default_a_b_http")
+        );
         assert!(check_unique(&[a]).is_ok());
         assert!(check_unique(&[]).is_err());
     }
@@ -219,8 +262,19 @@ mod tests {
             Node::new("fd00::1", 81, 1),
         ];
         let (ok, dropped) = usable_nodes(&nodes, HostRule::IpOrDns);
-        let hosts: Vec<_> = ok.iter().map(|n| format!("{}:{}", n.host, n.port)).collect();
-        assert_eq!(hosts, ["10.0.0.1:80", "10.0.0.2:80", "fd00::1:81", "web.example.com:80"]);
+        let hosts: Vec<_> = ok
+            .iter()
+            .map(|n| format!("{}:{}", n.host, n.port))
+            .collect();
+        assert_eq!(
+            hosts,
+            [
+                "10.0.0.1:80",
+                "10.0.0.2:80",
+                "fd00::1:81",
+                "web.example.com:80"
+            ]
+        );
         assert_eq!(dropped.len(), 4, "{dropped:?}");
         let (ok, dropped) = usable_nodes(&nodes, HostRule::IpOnly);
         assert_eq!(ok.len(), 3);
@@ -230,11 +284,20 @@ mod tests {
     #[test]
     fn empty_policy() {
         let prev = vec![Node::new("10.0.0.1", 80, 1)];
-        assert_eq!(decide(EmptyPolicy::Keep, vec![], Some(&prev)), Target::Nodes(prev.clone()));
+        assert_eq!(
+            decide(EmptyPolicy::Keep, vec![], Some(&prev)),
+            Target::Nodes(prev.clone())
+        );
         assert_eq!(decide(EmptyPolicy::Keep, vec![], None), Target::Unavailable);
-        assert_eq!(decide(EmptyPolicy::Serve503, vec![], Some(&prev)), Target::Unavailable);
+        assert_eq!(
+            decide(EmptyPolicy::Serve503, vec![], Some(&prev)),
+            Target::Unavailable
+        );
         let now = vec![Node::new("10.0.0.2", 80, 1)];
-        assert_eq!(decide(EmptyPolicy::Serve503, now.clone(), Some(&prev)), Target::Nodes(now));
+        assert_eq!(
+            decide(EmptyPolicy::Serve503, now.clone(), Some(&prev)),
+            Target::Nodes(now)
+        );
     }
 
     #[test]
@@ -242,8 +305,17 @@ mod tests {
         let svc: ServiceRef = "default/web:http".parse().expect("svc");
         let mut d = Decider::default();
         let set = vec![Node::new("10.0.0.1", 80, 1)];
-        assert_eq!(d.target(&svc, Some(set.clone()), HostRule::IpOnly, EmptyPolicy::Keep), Target::Nodes(set.clone()));
-        assert_eq!(d.target(&svc, None, HostRule::IpOnly, EmptyPolicy::Keep), Target::Nodes(set.clone()));
-        assert_eq!(d.target(&svc, Some(vec![]), HostRule::IpOnly, EmptyPolicy::Serve503), Target::Unavailable);
+        assert_eq!(
+            d.target(&svc, Some(set.clone()), HostRule::IpOnly, EmptyPolicy::Keep),
+            Target::Nodes(set.clone())
+        );
+        assert_eq!(
+            d.target(&svc, None, HostRule::IpOnly, EmptyPolicy::Keep),
+            Target::Nodes(set.clone())
+        );
+        assert_eq!(
+            d.target(&svc, Some(vec![]), HostRule::IpOnly, EmptyPolicy::Serve503),
+            Target::Unavailable
+        );
     }
 }

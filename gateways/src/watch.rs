@@ -42,14 +42,24 @@ impl KubeArgs {
     /// given, else the default kubeconfig with the context, else inferred
     /// (`KUBECONFIG`, `~/.kube/config`, in-cluster).
     pub async fn client(&self) -> anyhow::Result<Client> {
-        let opts = KubeConfigOptions { context: self.context.clone(), ..KubeConfigOptions::default() };
+        let opts = KubeConfigOptions {
+            context: self.context.clone(),
+            ..KubeConfigOptions::default()
+        };
         let config = match (&self.kubeconfig, &self.context) {
             (Some(path), _) => {
-                let kc = Kubeconfig::read_from(path).with_context(|| format!("--kubeconfig {}", path.display()))?;
-                Config::from_custom_kubeconfig(kc, &opts).await.with_context(|| format!("--kubeconfig {}", path.display()))?
+                let kc = Kubeconfig::read_from(path)
+                    .with_context(|| format!("--kubeconfig {}", path.display()))?;
+                Config::from_custom_kubeconfig(kc, &opts)
+                    .await
+                    .with_context(|| format!("--kubeconfig {}", path.display()))?
             }
-            (None, Some(ctx)) => Config::from_kubeconfig(&opts).await.with_context(|| format!("--context {ctx}"))?,
-            (None, None) => Config::infer().await.context("no kubeconfig and not in a cluster")?,
+            (None, Some(ctx)) => Config::from_kubeconfig(&opts)
+                .await
+                .with_context(|| format!("--context {ctx}"))?,
+            (None, None) => Config::infer()
+                .await
+                .context("no kubeconfig and not in a cluster")?,
         };
         Ok(Client::try_from(config)?)
     }
@@ -91,28 +101,44 @@ impl DsWatch {
             let mut stream = std::pin::pin!(stream);
             while let Some(ev) = stream.next().await {
                 match ev {
-                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+                    Ok(
+                        watcher::Event::Apply(_)
+                        | watcher::Event::Delete(_)
+                        | watcher::Event::InitDone,
+                    ) => {
                         tx.send_modify(|n| *n += 1);
                     }
                     Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "DiscoveredService watch failed; retrying"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "DiscoveredService watch failed; retrying")
+                    }
                 }
             }
         });
-        Self { store, changed, task }
+        Self {
+            store,
+            changed,
+            task,
+        }
     }
 
     /// Waits for the next change (returns at once if one is pending), then marks it seen.
     /// The first change is the end of the initial list.
     pub async fn changed(&mut self) -> anyhow::Result<()> {
-        self.changed.changed().await.map_err(|_| anyhow::anyhow!("DiscoveredService watch stopped"))?;
+        self.changed
+            .changed()
+            .await
+            .map_err(|_| anyhow::anyhow!("DiscoveredService watch stopped"))?;
         self.changed.borrow_and_update();
         Ok(())
     }
 
     /// [`Self::changed`] bounded by `limit` (for one-shot runs that must not hang
     /// when the API server or the CRD is unreachable).
-    pub async fn changed_within(&mut self, limit: Option<std::time::Duration>) -> anyhow::Result<()> {
+    pub async fn changed_within(
+        &mut self,
+        limit: Option<std::time::Duration>,
+    ) -> anyhow::Result<()> {
         match limit {
             None => self.changed().await,
             Some(d) => tokio::time::timeout(d, self.changed()).await.map_err(|_| {
@@ -129,7 +155,11 @@ impl DsWatch {
             .store
             .state()
             .iter()
-            .filter(|o| o.spec.cluster == q.cluster && o.spec.source_namespace == q.namespace && o.spec.source_name == q.name)
+            .filter(|o| {
+                o.spec.cluster == q.cluster
+                    && o.spec.source_namespace == q.namespace
+                    && o.spec.source_name == q.name
+            })
             .map(|o| (**o).clone())
             .collect();
         Ok(kube_discovery_core::render::lookup(&objs, &q))

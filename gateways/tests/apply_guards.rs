@@ -23,17 +23,30 @@ case \"$*\" in\n  *\" -t\"*) grep -q BROKEN {dir}/upstreams.conf && {{ echo 'eme
         dir = dir.display()
     );
     std::fs::write(&p, script).expect("write fake");
-    let status = std::process::Command::new("chmod").arg("+x").arg(&p).status().expect("chmod");
+    let status = std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&p)
+        .status()
+        .expect("chmod");
     assert!(status.success());
     p
 }
 
 fn calls(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join("calls")).unwrap_or_default().lines().map(str::to_string).collect()
+    std::fs::read_to_string(dir.join("calls"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 fn kube() -> KubeArgs {
-    KubeArgs { kubeconfig: None, context: None, namespace: None, selector: "a=b".into() }
+    KubeArgs {
+        kubeconfig: None,
+        context: None,
+        namespace: None,
+        selector: "a=b".into(),
+    }
 }
 
 #[tokio::test]
@@ -54,7 +67,10 @@ async fn nginx_apply_validates_reloads_once_and_restores_on_rejection() {
     assert_eq!(apply(&args, good).await.expect("apply"), Applied::Reloaded);
     let c = calls(dir);
     assert_eq!(c.len(), 2, "{c:?}");
-    assert!(c[0].ends_with("-t -q") && c[1].ends_with("-s reload"), "{c:?}");
+    assert!(
+        c[0].ends_with("-t -q") && c[1].ends_with("-s reload"),
+        "{c:?}"
+    );
     assert!(c[0].contains("-c ") && c[0].contains("nginx.conf"), "{c:?}");
 
     // Same content: no nginx call at all.
@@ -62,7 +78,9 @@ async fn nginx_apply_validates_reloads_once_and_restores_on_rejection() {
     assert_eq!(calls(dir).len(), 2);
 
     // Rejected by `nginx -t`: error, previous file back, no reload.
-    let err = apply(&args, "upstream web { BROKEN }\n").await.expect_err("must be rejected");
+    let err = apply(&args, "upstream web { BROKEN }\n")
+        .await
+        .expect_err("must be rejected");
     assert!(format!("{err:#}").contains("emerg: broken"), "{err:#}");
     assert_eq!(std::fs::read_to_string(&args.output).expect("read"), good);
     let c = calls(dir);
@@ -71,7 +89,9 @@ async fn nginx_apply_validates_reloads_once_and_restores_on_rejection() {
 
     // Rejected with no previous file: no file is left behind.
     std::fs::remove_file(&args.output).expect("rm");
-    apply(&args, "BROKEN\n").await.expect_err("must be rejected");
+    apply(&args, "BROKEN\n")
+        .await
+        .expect_err("must be rejected");
     assert!(!args.output.exists());
 }
 
@@ -95,10 +115,18 @@ async fn haproxy_file_is_checked_before_it_replaces_the_old_one() {
     assert!(write_checked(&args, good).await.expect("write"));
     let c = calls(dir);
     assert_eq!(c.len(), 1, "{c:?}");
-    assert!(c[0].starts_with("-c -q -f ") && c[0].ends_with("backends.cfg.candidate"), "{c:?}");
-    assert!(!write_checked(&args, good).await.expect("unchanged"), "same content: not rewritten");
+    assert!(
+        c[0].starts_with("-c -q -f ") && c[0].ends_with("backends.cfg.candidate"),
+        "{c:?}"
+    );
+    assert!(
+        !write_checked(&args, good).await.expect("unchanged"),
+        "same content: not rewritten"
+    );
     assert_eq!(calls(dir).len(), 1, "same content: not even checked");
-    let err = write_checked(&args, "backend web\n    BROKEN\n").await.expect_err("rejected");
+    let err = write_checked(&args, "backend web\n    BROKEN\n")
+        .await
+        .expect_err("rejected");
     assert!(format!("{err:#}").contains("ALERT: broken"), "{err:#}");
     assert_eq!(std::fs::read_to_string(&args.output).expect("read"), good);
     assert!(!dir.join("backends.cfg.candidate").exists());

@@ -35,7 +35,11 @@ pub fn gw_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
     let p = dir.join(name);
-    assert!(p.exists(), "{} not found: run `cargo build -p kube-discovery-gateways --bins` first (./test.sh does)", p.display());
+    assert!(
+        p.exists(),
+        "{} not found: run `cargo build -p kube-discovery-gateways --bins` first (./test.sh does)",
+        p.display()
+    );
     p
 }
 
@@ -44,13 +48,19 @@ pub fn gw_example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
     let p = dir.join("examples").join(name);
-    assert!(p.exists(), "{} not found: run `cargo build -p kube-discovery-gateways --examples` first", p.display());
+    assert!(
+        p.exists(),
+        "{} not found: run `cargo build -p kube-discovery-gateways --examples` first",
+        p.display()
+    );
     p
 }
 
 /// A gateway binary from the system (Debian package): FAILS when missing.
 pub fn system_bin(name: &str) -> PathBuf {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
     dirs.extend(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from));
     dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file()).unwrap_or_else(|| {
         panic!("{name} is not installed: run `bash gateways/tools/install.sh` (Debian packages nginx-light/nginx and haproxy)")
@@ -59,7 +69,10 @@ pub fn system_bin(name: &str) -> PathBuf {
 
 /// A free TCP port on `ip` (bound and released; fine for tests on loopback).
 pub fn free_port(ip: IpAddr) -> u16 {
-    std::net::TcpListener::bind((ip, 0)).and_then(|l| l.local_addr()).expect("free port").port()
+    std::net::TcpListener::bind((ip, 0))
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
 }
 
 /// A backend: answers every request with its name, records when it was hit.
@@ -73,7 +86,9 @@ pub struct Backend {
 
 impl Backend {
     pub async fn start(name: &str, addr: SocketAddr) -> Backend {
-        let listener = tokio::net::TcpListener::bind(addr).await.unwrap_or_else(|e| panic!("backend {name} bind {addr}: {e}"));
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .unwrap_or_else(|e| panic!("backend {name} bind {addr}: {e}"));
         let hits: Arc<Mutex<Vec<Instant>>> = Arc::default();
         let (h, body) = (hits.clone(), name.to_string());
         let app = axum::Router::new().fallback(move || {
@@ -85,16 +100,29 @@ impl Backend {
         });
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).with_graceful_shutdown(async move {
-                let _ = rx.await;
-            }).await;
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = rx.await;
+                })
+                .await;
         });
-        Backend { name: name.to_string(), addr, hits, stop: Some(tx), task }
+        Backend {
+            name: name.to_string(),
+            addr,
+            hits,
+            stop: Some(tx),
+            task,
+        }
     }
 
     /// Hits after `t`.
     pub fn hits_after(&self, t: Instant) -> usize {
-        self.hits.lock().expect("hits").iter().filter(|h| **h > t).count()
+        self.hits
+            .lock()
+            .expect("hits")
+            .iter()
+            .filter(|h| **h > t)
+            .count()
     }
 
     pub fn hits(&self) -> usize {
@@ -122,16 +150,32 @@ pub struct Sample {
 /// One `GET /` with `Connection: close` (bounded by 2 s).
 pub async fn get(addr: SocketAddr) -> Result<(u16, String), String> {
     let fut = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
-        s.write_all(format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await.map_err(|e| format!("write: {e}"))?;
+        let mut s = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        s.write_all(
+            format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .map_err(|e| format!("write: {e}"))?;
         let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await.map_err(|e| format!("read: {e}"))?;
+        s.read_to_end(&mut buf)
+            .await
+            .map_err(|e| format!("read: {e}"))?;
         let text = String::from_utf8_lossy(&buf).to_string();
-        let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| format!("no HTTP response: {text:?}"))?;
-        let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or_else(|| format!("bad status line: {head:?}"))?;
+        let (head, body) = text
+            .split_once("\r\n\r\n")
+            .ok_or_else(|| format!("no HTTP response: {text:?}"))?;
+        let code = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| format!("bad status line: {head:?}"))?;
         Ok((code, body.trim().to_string()))
     };
-    tokio::time::timeout(Duration::from_secs(2), fut).await.unwrap_or_else(|_| Err("timeout after 2s".into()))
+    tokio::time::timeout(Duration::from_secs(2), fut)
+        .await
+        .unwrap_or_else(|_| Err("timeout after 2s".into()))
 }
 
 /// A bounded client loop (at most `max` requests, at most `max_time`, one
@@ -144,7 +188,10 @@ pub struct Load {
 
 impl Load {
     pub fn start(addr: SocketAddr, every: Duration, max: usize, max_time: Duration) -> Load {
-        assert!(addr.ip().is_loopback(), "the client loop only talks to 127.0.0.0/8");
+        assert!(
+            addr.ip().is_loopback(),
+            "the client loop only talks to 127.0.0.0/8"
+        );
         let samples: Arc<Mutex<Vec<Sample>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let (s, st) = (samples.clone(), stop.clone());
@@ -156,11 +203,19 @@ impl Load {
                 }
                 let start = Instant::now();
                 let outcome = get(addr).await;
-                s.lock().expect("samples").push(Sample { start, done: Instant::now(), outcome });
+                s.lock().expect("samples").push(Sample {
+                    start,
+                    done: Instant::now(),
+                    outcome,
+                });
                 tokio::time::sleep(every).await;
             }
         });
-        Load { samples, stop, task }
+        Load {
+            samples,
+            stop,
+            task,
+        }
     }
 
     pub fn samples(&self) -> Vec<Sample> {
@@ -187,7 +242,13 @@ pub async fn slice(env: &Env, eps: &[(Ipv4Addr, bool, bool, bool)], port: u16) {
         "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
     });
     let api: Api<EndpointSlice> = Api::namespaced(env.admin.clone(), NS);
-    api.patch("web-1", &PatchParams::apply("e2e").force(), &Patch::Apply(&obj)).await.expect("apply EndpointSlice");
+    api.patch(
+        "web-1",
+        &PatchParams::apply("e2e").force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .expect("apply EndpointSlice");
 }
 
 fn ready(ip: Ipv4Addr) -> (Ipv4Addr, bool, bool, bool) {
@@ -237,7 +298,11 @@ impl Proc {
             .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
-        Proc { name: name.to_string(), child, log }
+        Proc {
+            name: name.to_string(),
+            child,
+            log,
+        }
     }
 
     pub fn logs(&self) -> String {
@@ -254,9 +319,14 @@ impl Proc {
     /// SIGTERM and wait (bounded).
     pub async fn stop(mut self) {
         if let Some(pid) = self.child.id() {
-            let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
         }
-        if tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await.is_err() {
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .is_err()
+        {
             let _ = self.child.kill().await;
         }
     }
@@ -264,12 +334,23 @@ impl Proc {
 
 /// Runs a one-shot command (e.g. `sync --once`), panicking with its output on failure.
 pub async fn run_ok(what: &str, cmd: &mut tokio::process::Command) -> String {
-    let out = tokio::time::timeout(LIMIT, cmd.env_remove("KUBECONFIG").kill_on_drop(true).output())
-        .await
-        .unwrap_or_else(|_| panic!("{what}: no exit within {LIMIT:?}"))
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{what} failed ({}):\n{text}", out.status);
+    let out = tokio::time::timeout(
+        LIMIT,
+        cmd.env_remove("KUBECONFIG").kill_on_drop(true).output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{what}: no exit within {LIMIT:?}"))
+    .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{text}",
+        out.status
+    );
     text
 }
 
@@ -329,35 +410,67 @@ impl Report {
             self.rolling_5xx,
             self.rolling_conn_errors,
             self.late_hits_removed,
-            self.spread.iter().map(|(n, s)| format!("{n}:{s:.2}")).collect::<Vec<_>>()
+            self.spread
+                .iter()
+                .map(|(n, s)| format!("{n}:{s:.2}"))
+                .collect::<Vec<_>>()
         )
     }
 
     /// The issue's asserts.
     pub fn assert_issue_targets(&self, gateway: &str) {
         eprintln!("{}", self.line(gateway));
-        assert!(self.follow.len() >= 6, "{gateway}: follow samples {:?}", self.follow);
-        assert!(self.p99() <= Duration::from_secs(1), "{gateway}: traffic reached new backends after {:?} (p99 > 1s): {:?}", self.p99(), self.follow);
-        assert!(self.rolling_requests >= 50, "{gateway}: only {} requests during the rolling replacement", self.rolling_requests);
-        assert_eq!((self.rolling_5xx, self.rolling_conn_errors), (0, 0), "{gateway}: 5xx / connection errors during the rolling replacement");
-        assert_eq!(self.late_hits_removed, 0, "{gateway}: removed backends still got requests 1 s after removal");
+        assert!(
+            self.follow.len() >= 6,
+            "{gateway}: follow samples {:?}",
+            self.follow
+        );
+        assert!(
+            self.p99() <= Duration::from_secs(1),
+            "{gateway}: traffic reached new backends after {:?} (p99 > 1s): {:?}",
+            self.p99(),
+            self.follow
+        );
+        assert!(
+            self.rolling_requests >= 50,
+            "{gateway}: only {} requests during the rolling replacement",
+            self.rolling_requests
+        );
+        assert_eq!(
+            (self.rolling_5xx, self.rolling_conn_errors),
+            (0, 0),
+            "{gateway}: 5xx / connection errors during the rolling replacement"
+        );
+        assert_eq!(
+            self.late_hits_removed, 0,
+            "{gateway}: removed backends still got requests 1 s after removal"
+        );
         for (n, s) in &self.spread {
-            assert!((0.2..=0.47).contains(s), "{gateway}: backend {n} got {s:.2} of the traffic at 3 equal-weight replicas: {:?}", self.spread);
+            assert!(
+                (0.2..=0.47).contains(s),
+                "{gateway}: backend {n} got {s:.2} of the traffic at 3 equal-weight replicas: {:?}",
+                self.spread
+            );
         }
     }
 }
 
 /// First time after `since` a response came from `name`.
 fn first_from(samples: &[Sample], since: Instant, name: &str) -> Option<Instant> {
-    samples.iter().find(|s| s.start >= since && matches!(&s.outcome, Ok((200, b)) if b == name)).map(|s| s.done)
+    samples
+        .iter()
+        .find(|s| s.start >= since && matches!(&s.outcome, Ok((200, b)) if b == name))
+        .map(|s| s.done)
 }
 
 async fn wait_reached(load: &Load, since: Instant, names: &[&str]) -> Vec<Duration> {
     let mut out = Vec::new();
     for n in names {
-        let at = eventually(&format!("traffic reaches {n}"), Duration::from_secs(15), || async {
-            first_from(&load.samples(), since, n)
-        })
+        let at = eventually(
+            &format!("traffic reaches {n}"),
+            Duration::from_secs(15),
+            || async { first_from(&load.samples(), since, n) },
+        )
         .await;
         out.push(at.saturating_duration_since(since));
     }
@@ -366,10 +479,21 @@ async fn wait_reached(load: &Load, since: Instant, names: &[&str]) -> Vec<Durati
 
 /// The scenario of issue 8 through the gateway at `gw`. `backends` holds b1
 /// (serving `shop/web` on 127.0.`net`.1:`port`) on entry.
-pub async fn scenario(env: &Env, gw: SocketAddr, net: u8, mut backends: Vec<Backend>, port: u16) -> Report {
+pub async fn scenario(
+    env: &Env,
+    gw: SocketAddr,
+    net: u8,
+    mut backends: Vec<Backend>,
+    port: u16,
+) -> Report {
     let ip = |i: u8| Ipv4Addr::new(127, 0, net, i);
     wait_served(gw, "b1").await;
-    let load = Load::start(gw, Duration::from_millis(4), 40_000, Duration::from_secs(90));
+    let load = Load::start(
+        gw,
+        Duration::from_millis(4),
+        40_000,
+        Duration::from_secs(90),
+    );
     let mut r = Report::default();
     tokio::time::sleep(Duration::from_millis(200)).await;
 
@@ -384,10 +508,21 @@ pub async fn scenario(env: &Env, gw: SocketAddr, net: u8, mut backends: Vec<Back
     tokio::time::sleep(Duration::from_millis(300)).await;
     let from = Instant::now();
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    let window: Vec<Sample> = load.samples().into_iter().filter(|s| s.start >= from).collect();
-    let ok = window.iter().filter(|s| matches!(s.outcome, Ok((200, _)))).count().max(1) as f64;
+    let window: Vec<Sample> = load
+        .samples()
+        .into_iter()
+        .filter(|s| s.start >= from)
+        .collect();
+    let ok = window
+        .iter()
+        .filter(|s| matches!(s.outcome, Ok((200, _))))
+        .count()
+        .max(1) as f64;
     for n in ["b1", "b2", "b3"] {
-        let c = window.iter().filter(|s| matches!(&s.outcome, Ok((200, b)) if b == n)).count() as f64;
+        let c = window
+            .iter()
+            .filter(|s| matches!(&s.outcome, Ok((200, b)) if b == n))
+            .count() as f64;
         r.spread.push((n.to_string(), c / ok));
     }
 
@@ -417,9 +552,16 @@ pub async fn scenario(env: &Env, gw: SocketAddr, net: u8, mut backends: Vec<Back
     r.late_hits_removed += b1.hits_after(t + Duration::from_secs(1));
     b1.stop().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let rolling: Vec<Sample> = load.samples().into_iter().filter(|s| s.start >= rolling_from).collect();
+    let rolling: Vec<Sample> = load
+        .samples()
+        .into_iter()
+        .filter(|s| s.start >= rolling_from)
+        .collect();
     r.rolling_requests = rolling.len();
-    r.rolling_5xx = rolling.iter().filter(|s| matches!(s.outcome, Ok((c, _)) if c >= 500)).count();
+    r.rolling_5xx = rolling
+        .iter()
+        .filter(|s| matches!(s.outcome, Ok((c, _)) if c >= 500))
+        .count();
     r.rolling_conn_errors = rolling.iter().filter(|s| s.outcome.is_err()).count();
 
     // Move to new addresses on a new port.
@@ -439,7 +581,10 @@ pub async fn scenario(env: &Env, gw: SocketAddr, net: u8, mut backends: Vec<Back
 
     let all = load.stop().await;
     r.requests = all.len();
-    r.non_2xx = all.iter().filter(|s| matches!(s.outcome, Ok((c, _)) if !(200..300).contains(&c))).count();
+    r.non_2xx = all
+        .iter()
+        .filter(|s| matches!(s.outcome, Ok((c, _)) if !(200..300).contains(&c)))
+        .count();
     r.conn_errors = all.iter().filter(|s| s.outcome.is_err()).count();
     for b in backends {
         b.stop().await;
@@ -457,8 +602,18 @@ pub async fn put_dsvc(env: &Env, name: &str, nodes: &[(&str, u16, u32)]) {
             "source": "EndpointSlice", "version": "0000000000000000",
             "ports": {"http": nodes.iter().map(|(h, p, w)| serde_json::json!({"host": h, "port": p, "weight": w})).collect::<Vec<_>>()}},
     });
-    let api: Api<DynamicObject> = Api::namespaced_with(env.admin.clone(), NS, &crate::controller_support::dsvc_resource());
-    api.patch(name, &PatchParams::apply("e2e").force(), &Patch::Apply(&obj)).await.expect("apply DiscoveredService");
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        env.admin.clone(),
+        NS,
+        &crate::controller_support::dsvc_resource(),
+    );
+    api.patch(
+        name,
+        &PatchParams::apply("e2e").force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .expect("apply DiscoveredService");
 }
 
 /// The repository root (for scripts in messages).
