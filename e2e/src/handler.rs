@@ -1024,6 +1024,11 @@ fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
             ));
         };
         let mut applied = patch_doc;
+        if !applied.is_object() {
+            return Err(ApiError::bad_request(
+                "the apply configuration must be an object",
+            ));
+        }
         check_type_meta(ctx, &mut applied)?;
         let applied_name = meta_str(&applied, "name").unwrap_or("").to_string();
         if applied_name.is_empty() {
@@ -1118,6 +1123,13 @@ fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
             &ctx.info.resource,
             name,
             "the object has been modified; please apply your changes to the latest version and try again",
+        ));
+    }
+    if !target.is_object() {
+        return Err(ApiError::new(
+            422,
+            "Invalid",
+            "the patched object must be a JSON object",
         ));
     }
     check_type_meta(ctx, &mut target)?;

@@ -178,6 +178,9 @@ fn service_defaults(old: Option<&Value>, obj: &mut Value, st: &mut Store) -> Api
     }
     if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
         for p in ports {
+            if !p.is_object() {
+                continue;
+            }
             if p.get("protocol").is_none() {
                 p["protocol"] = json!("TCP");
             }
