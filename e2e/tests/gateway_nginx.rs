@@ -31,6 +31,7 @@ http {{\n  access_log off;\n  client_body_temp_path {d}/t-body;\n  proxy_temp_pa
 
 struct Nginx {
     addr: SocketAddr,
+    upstreams: std::path::PathBuf,
     proc: Proc,
     sync: Proc,
 }
@@ -98,7 +99,12 @@ async fn start_nginx(
     .await;
     proc.assert_running();
     let sync = Proc::spawn(env, &format!("{name}-sync"), &mut sync_args(false));
-    Nginx { addr, proc, sync }
+    Nginx {
+        addr,
+        upstreams,
+        proc,
+        sync,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -179,6 +185,41 @@ async fn nginx_spreads_by_weight_and_applies_the_empty_policy() {
         "the unusable node is reported: {}",
         gw.sync.logs()
     );
+
+    // A node nginx cannot load (a DNS name that does not resolve; `.invalid` never does):
+    // `nginx -t` rejects the new file, the previous one stays, nginx keeps serving.
+    let before = std::fs::read_to_string(&gw.upstreams).expect("upstreams");
+    put_dsvc(
+        &env,
+        "keepme",
+        &[("127.0.1.20", port, 10), ("kd-e2e.invalid", port, 10)],
+    )
+    .await;
+    eventually("sync reports the rejected config", LIMIT, || async {
+        gw.sync
+            .logs()
+            .contains("upstreams not applied")
+            .then_some(())
+    })
+    .await;
+    let logs = gw.sync.logs();
+    assert!(
+        logs.contains("host not found") && logs.contains("previous content kept"),
+        "{logs}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&gw.upstreams).expect("upstreams"),
+        before,
+        "the rejected file was not left in place"
+    );
+    for _ in 0..20 {
+        let r = get(gw.addr).await;
+        assert!(
+            matches!(&r, Ok((200, _))),
+            "nginx keeps serving after a rejected change: {r:?}"
+        );
+    }
+    put_dsvc(&env, "keepme", &[("127.0.1.20", port, 10)]).await;
 
     // Nodes gone: 503 policy answers 503 within a second or so; keep policy keeps serving.
     put_dsvc(&env, "wtd", &[]).await;

@@ -198,13 +198,22 @@ impl Decider {
         for d in dropped {
             tracing::warn!(service = %svc.service, reason = %d, "node skipped");
         }
+        let empty = usable.is_empty();
         let t = decide(
             policy,
             usable,
             self.last_good.get(&svc.upstream).map(Vec::as_slice),
         );
-        if let Target::Nodes(n) = &t {
-            self.last_good.insert(svc.upstream.clone(), n.clone());
+        match &t {
+            Target::Nodes(n) => {
+                if empty {
+                    tracing::warn!(service = %svc.service, nodes = n.len(), "no usable node; keeping the last good set (empty policy keep)");
+                }
+                self.last_good.insert(svc.upstream.clone(), n.clone());
+            }
+            Target::Unavailable => {
+                tracing::warn!(service = %svc.service, policy = %policy, "no usable node; answering 503");
+            }
         }
         t
     }
