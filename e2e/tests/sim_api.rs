@@ -628,6 +628,35 @@ async fn writes_preconditions_dry_run_and_status_errors() {
     .await;
     assert_eq!(status, 413, "{body}");
     assert_eq!(body["reason"], "RequestEntityTooLarge");
+    // A patch that turns the object into a non-object is rejected, not stored.
+    let (status, body) = raw(
+        &c,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/a",
+        Some(json!([{"op": "replace", "path": "", "value": "x"}])),
+        "application/json-patch+json",
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    let (status, body) = raw(
+        &c,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/a",
+        Some(json!("x")),
+        "application/merge-patch+json",
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    let (status, body) = raw(
+        &c,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/a?fieldManager=m",
+        Some(json!(["x"])),
+        "application/apply-patch+yaml",
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(api.get("a").await.expect("still there").data.is_some());
     // Unknown patch type -> 415.
     let (status, _) = raw(
         &c,
