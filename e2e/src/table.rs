@@ -169,6 +169,13 @@ fn columns(info: &ResourceInfo, version: &str) -> (Vec<Value>, CellFn) {
             ],
             Box::new(move |o| vec![name(o), json!(s(o, "/status/phase")), created(o)]),
         ),
+        "customresourcedefinitions" => (
+            vec![
+                name_col,
+                col("Created At", "date", "", "CreationTimestamp of the CRD", 0),
+            ],
+            Box::new(move |o| vec![name(o), json!(s(o, "/metadata/creationTimestamp"))]),
+        ),
         "configmaps" => (
             vec![
                 name_col,

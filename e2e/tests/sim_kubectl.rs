@@ -280,6 +280,15 @@ fn scenario(bin: &'static str) {
         "crd/widgets.example.com",
         "--timeout=20s",
     ]);
+    let crds = k.ok(&["get", "crd"]);
+    let header: Vec<&str> = crds
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(header, ["NAME", "CREATED", "AT"], "{crds}");
+    assert!(crds.contains("widgets.example.com"), "{crds}");
     let w = k.write("widget.yaml", WIDGET);
     assert!(
         k.ok(&["apply", "-f", w.to_str().expect("path")])
