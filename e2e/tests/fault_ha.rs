@@ -4,7 +4,7 @@
 //!
 //! | # | scenario | test |
 //! |---|---|---|
-//! | 8 | two replicas, Lease leader election, leader SIGKILLed, lease released on SIGTERM | `s08_leader_election` (ignored until `leader.rs` is wired) |
+//! | 8 | two replicas, Lease leader election, leader SIGKILLed, lease released on SIGTERM | `s08_leader_election` |
 //! | 9 | `token_file` rotated on disk | `s09_token_file_rotation` |
 //! | 9 | invalid token | `s09_invalid_token` |
 //! | 10 | multi-cluster: one cluster down | `s10_one_cluster_down` |
@@ -318,7 +318,6 @@ async fn lease_holder(env: &Env) -> Option<String> {
 }
 
 #[tokio::test]
-#[ignore = "needs leader election wiring: controller/src/leader.rs exists but run.rs/writer.rs do not use it yet (every replica writes)"]
 async fn s08_leader_election() {
     let env = Env::start().await;
     let ta = admin_user(&env, "replica-a");

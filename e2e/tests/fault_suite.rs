@@ -7,7 +7,7 @@
 //!
 //! | # | scenario | test |
 //! |---|---|---|
-//! | - | a port key disappears (kept out of the churn, kube-sim bug) | `s00_removed_port_key` (ignored) |
+//! | - | a port key disappears | `s00_removed_port_key` |
 //! | 1 | watch streams dropped every second | `s01_watch_drops` |
 //! | 2 | history compacted (410 Gone), sources deleted meanwhile | `s02_compaction_410` |
 //! | 3 | API server unreachable (`FAULT_OUTAGE_SECS`, default 5 s; the issue says 30 s) | `s03_outage`, `s03_outage_reconverges_within_2s` (ignored, known bug) |
@@ -63,15 +63,13 @@ fn dsvc_writes(writes: &[Value]) -> Vec<String> {
 }
 
 /// A port key that disappears from a source disappears from its
-/// DiscoveredService. Kept apart from the churn of the other scenarios because
-/// kube-sim gets it wrong today (see the ignore reason): its server-side apply
-/// keeps ONE managedFields entry per manager for the main resource and the
-/// `status` subresource together (`Scope::All` in `e2e/src/machinery.rs`
-/// `ssa_apply`), so the controller's status apply drops its ownership of
-/// `spec.ports.<key>`, and the next spec apply without that key leaves it in
-/// place. A real API server keeps the entries apart (`subresource: status`).
+/// DiscoveredService. (kube-sim keeps ONE managedFields entry per manager for
+/// the main resource and the `status` subresource together, `Scope::All` in
+/// `e2e/src/machinery.rs` `ssa_apply`; a controller writing status under the
+/// same field manager would therefore lose ownership of `spec.ports.<key>` and
+/// never prune it there. The controller now writes status as
+/// `kube-discovery-status`, and this test keeps it that way.)
 #[tokio::test]
-#[ignore = "kube-sim bug: SSA on the status subresource replaces the manager's main-resource managedFields entry (machinery::ssa_apply passes no Scope), so a removed port key is never pruned"]
 async fn s00_removed_port_key() {
     let env = Env::start().await;
     let cfg = config(&env, &env.sim.admin_token(), Kind::Slices, "");
@@ -197,7 +195,7 @@ async fn s03_outage() {
 }
 
 #[tokio::test]
-#[ignore = "known bug: after an outage the watch waits out kube-runtime's default_backoff (exponential, up to 30 s, source.rs); measured 5.2 s to reconverge after a 5 s outage (more after 30 s), the issue's bound is 2 s"]
+#[ignore = "known bug: after an outage the watch waits out kube-runtime's default_backoff (exponential with jitter, source.rs `.default_backoff()`): measured 2.5 s to reconverge after a 5 s outage (5.2 s with the 11:30 build; longer after 30 s), the issue's bound is 2 s"]
 async fn s03_outage_reconverges_within_2s() {
     outage(true).await;
 }

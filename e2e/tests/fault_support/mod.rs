@@ -286,8 +286,7 @@ impl Churn {
         format!("svc-{i}")
     }
 
-    /// 1-4 endpoints; the first is always ready, so every port of a
-    /// service keeps at least one node while its source exists.
+    /// 1-4 endpoints; the first is always ready.
     fn ips(&mut self, i: usize) -> Vec<(String, bool)> {
         let n = self.rng.below(4) + 1;
         (0..n)
@@ -300,13 +299,12 @@ impl Churn {
             .collect()
     }
 
-    /// The port keys of service `i` never change while its source exists
-    /// (odd services: `http` + `metrics`, even: `http`); the port NUMBERS do.
-    /// Removing a port key from a live object is exercised separately
-    /// (`fault_suite::s00_removed_port_key`), see the note there.
+    /// Port keys and numbers of service `i`: `http` always, `metrics` on
+    /// odd services always and on even ones now and then (so keys appear and
+    /// disappear), numbers shifting.
     fn ports(&mut self, i: usize) -> Vec<(&'static str, i32)> {
         let shift = i32::try_from(self.rng.below(3)).unwrap_or(0);
-        if i % 2 == 1 {
+        if i % 2 == 1 || self.rng.chance(30) {
             vec![("http", 8080 + shift), ("metrics", 9090 + shift)]
         } else {
             vec![("http", 80 + shift)]
