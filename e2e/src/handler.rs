@@ -597,6 +597,9 @@ async fn resource_request(
         "list" => list(&ctx),
         "watch" => watch::start(&ctx),
         "create" if ctx.sub.as_deref() == Some("token") => token_request(&ctx, &name, &body),
+        "create" if ctx.info.resource == "selfsubjectaccessreviews" => {
+            self_subject_access_review(&ctx, &body)
+        }
         "create" => create(&ctx, &body),
         "update" => update(&ctx, &name, &body),
         "patch" => patch(&ctx, &name, &body),
@@ -1843,6 +1846,51 @@ fn token_request(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>
     }
     req["spec"]["expirationSeconds"] = json!(expiration);
     req["status"] = json!({"token": token, "expirationTimestamp": exp});
+    ok_json(201, &req)
+}
+
+/// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews` (`kubectl auth
+/// can-i`): evaluates RBAC for the requesting user; nothing is stored.
+fn self_subject_access_review(ctx: &Ctx, body: &[u8]) -> ApiResult<Response<Body>> {
+    let mut req = parse_body(ctx, body)?;
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let attrs = if let Some(ra) = req.pointer("/spec/resourceAttributes") {
+        Attributes {
+            verb: s(ra, "verb"),
+            api_group: s(ra, "group"),
+            resource: s(ra, "resource"),
+            subresource: s(ra, "subresource"),
+            namespace: s(ra, "namespace"),
+            name: s(ra, "name"),
+            resource_request: true,
+            path: String::new(),
+        }
+    } else if let Some(na) = req.pointer("/spec/nonResourceAttributes") {
+        Attributes {
+            verb: s(na, "verb"),
+            path: s(na, "path"),
+            resource_request: false,
+            ..Default::default()
+        }
+    } else {
+        return Err(ApiError::invalid(
+            "SelfSubjectAccessReview",
+            "authorization.k8s.io",
+            "",
+            vec![Cause::new(
+                "FieldValueRequired",
+                "spec.resourceAttributes",
+                "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+            )],
+        ));
+    };
+    let allowed =
+        ctx.user.admin || machinery::authorize(&ctx.user, &attrs, &rbac_snapshot(&ctx.sh.lock()));
+    req["status"] = if allowed {
+        json!({"allowed": true, "reason": "RBAC: allowed by kube-sim"})
+    } else {
+        json!({"allowed": false})
+    };
     ok_json(201, &req)
 }
 

@@ -5,7 +5,8 @@
 //! and helm's release storage use client-go typed clients, which send protobuf
 //! bodies and accept JSON answers. kube-sim decodes the `k8s\0` + `runtime.Unknown`
 //! envelope and the few types those clients write this way: Namespace, ConfigMap,
-//! Secret, ServiceAccount, and DeleteOptions. Any other protobuf body gets a 415
+//! Secret, ServiceAccount, SelfSubjectAccessReview (`kubectl auth can-i`) and
+//! DeleteOptions. Any other protobuf body gets a 415
 //! `UnsupportedMediaType` Status naming the kind. Responses are always JSON.
 
 use base64::Engine;
@@ -184,6 +185,39 @@ fn decode_kind(kind: &str, raw: &[u8]) -> Result<Value, String> {
             ("ServiceAccount", 4, Field::Varint(v)) => {
                 drop(o.insert("automountServiceAccountToken".into(), json!(v != 0)))
             }
+            ("SelfSubjectAccessReview", 2, Field::Bytes(x)) => {
+                let mut spec = Map::new();
+                for (n, f) in fields(x)? {
+                    let (key, names): (&str, &[&str]) = match n {
+                        1 => (
+                            "resourceAttributes",
+                            &[
+                                "namespace",
+                                "verb",
+                                "group",
+                                "version",
+                                "resource",
+                                "subresource",
+                                "name",
+                            ],
+                        ),
+                        2 => ("nonResourceAttributes", &["path", "verb"]),
+                        _ => continue,
+                    };
+                    let Field::Bytes(a) = f else { continue };
+                    let mut attrs = Map::new();
+                    for (n, f) in fields(a)? {
+                        let idx = usize::try_from(n).unwrap_or(0);
+                        if let (Some(name), Field::Bytes(v)) =
+                            (idx.checked_sub(1).and_then(|i| names.get(i)), f)
+                        {
+                            attrs.insert((*name).to_string(), json!(string(v)?));
+                        }
+                    }
+                    spec.insert(key.into(), Value::Object(attrs));
+                }
+                o.insert("spec".into(), Value::Object(spec));
+            }
             ("DeleteOptions", 1, Field::Varint(v)) => {
                 drop(o.insert("gracePeriodSeconds".into(), json!(v as i64)))
             }
@@ -243,12 +277,17 @@ pub fn decode(body: &[u8]) -> Result<Value, (u16, String)> {
     }
     if !matches!(
         kind.as_str(),
-        "Namespace" | "ConfigMap" | "Secret" | "ServiceAccount" | "DeleteOptions"
+        "Namespace"
+            | "ConfigMap"
+            | "Secret"
+            | "ServiceAccount"
+            | "DeleteOptions"
+            | "SelfSubjectAccessReview"
     ) {
         return Err((
             415,
             format!(
-                "kube-sim decodes protobuf only for Namespace, ConfigMap, Secret, ServiceAccount and DeleteOptions (got kind {kind:?}); send JSON"
+                "kube-sim decodes protobuf only for Namespace, ConfigMap, Secret, ServiceAccount, SelfSubjectAccessReview and DeleteOptions (got kind {kind:?}); send JSON"
             ),
         ));
     }

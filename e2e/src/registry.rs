@@ -234,6 +234,16 @@ pub fn builtins() -> Vec<ResourceInfo> {
             true,
         ),
         builtin(
+            "authorization.k8s.io",
+            "v1",
+            "selfsubjectaccessreviews",
+            "selfsubjectaccessreview",
+            "SelfSubjectAccessReview",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
             "policy",
             "v1",
             "poddisruptionbudgets",

@@ -348,6 +348,11 @@ fn scenario(bin: &'static str) {
         err.contains(r#"Error from server (Forbidden): configmaps is forbidden: User "system:serviceaccount:demo:viewer" cannot list resource "configmaps" in API group "" in the namespace "demo""#),
         "{err}"
     );
+    let can_i = |cli: &Cli| {
+        let out = cli.run(&["auth", "can-i", "list", "configmaps", "-n", "demo"]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(can_i(&viewer), "no");
     let rbac = k.write(
         "rbac.yaml",
         r#"apiVersion: rbac.authorization.k8s.io/v1
@@ -381,6 +386,8 @@ subjects:
             .trim(),
         "configmap/c1"
     );
+    assert_eq!(can_i(&viewer), "yes");
+    assert_eq!(can_i(&k), "yes");
     let err = viewer.fails(&["-n", "demo2", "get", "configmaps"]);
     assert!(err.contains("(Forbidden)"), "{err}");
     let err = viewer.fails(&["-n", "demo", "delete", "configmap", "c1"]);
