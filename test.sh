@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace: unit tests, kube-sim end-to-end tests
-# (real kubectl v1.32/v1.34 and helm v4 against kube-sim), controller e2e.
-# Installs what it needs (cargo-nextest, helm, kubectl) into project-local folders.
+# (real kubectl v1.32/v1.34 and helm v4 against kube-sim), controller e2e,
+# fault suite, chart tests, gateway e2e (real nginx + HAProxy), benchmark smoke test.
+# Installs what it needs: cargo-nextest, helm + kubectl (project-local .tools/),
+# nginx + HAProxy (Debian packages).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -10,8 +12,9 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 bash e2e/tools/install-tools.sh
+bash gateways/tools/install.sh   # nginx + HAProxy from Debian, for the gateway e2e tests
 export PATH="$PWD/.tools/bin:$PATH"
 
 # The e2e tests run the real binaries as separate processes.
-cargo build --workspace --bins --locked
+cargo build --workspace --bins --examples --locked
 cargo nextest run --workspace --locked --no-fail-fast "$@"
