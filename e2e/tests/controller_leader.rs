@@ -39,20 +39,41 @@ async fn one_leader_writes_and_the_standby_takes_over() {
     .await;
     let (leader, follower) = if a_leads { (a, b) } else { (b, a) };
     // Only the leader writes: one change = one spec apply + one status apply
-    // (kube-sim logs both under `discoveredservices`); two writers would double it.
+    // (kube-sim logs both under `discoveredservices`; the node count changes so
+    // the status apply is not a no-op). The standby's log shows no write.
     let before = env.rv().await;
-    env.endpoints("ns", "web", &["10.8.0.3"], &[("http", 80)], json!({}))
+    env.endpoints(
+        "ns",
+        "web",
+        &["10.8.0.3", "10.8.0.4"],
+        &[("http", 80)],
+        json!({}),
+    )
+    .await;
+    env.wait_nodes("ns", "web", "http", &["10.8.0.3", "10.8.0.4"])
         .await;
-    env.wait_nodes("ns", "web", "http", &["10.8.0.3"]).await;
-    let spec_writes = env
-        .dsvc_writes_since(before)
-        .await
-        .into_iter()
-        .filter(|w| w["resource"] == "discoveredservices")
-        .count();
+    // A later change to another service is a marker: once its spec and status
+    // are written, every write caused by the first change has happened too.
+    env.endpoints("ns", "marker", &["10.8.0.9"], &[("http", 80)], json!({}))
+        .await;
+    let writes_of = |name: &'static str| {
+        let env = &env;
+        async move {
+            env.dsvc_writes_since(before)
+                .await
+                .into_iter()
+                .filter(|w| w["name"] == name)
+                .count()
+        }
+    };
+    eventually("marker spec and status written", LIMIT, || async {
+        (writes_of("marker").await >= 2).then_some(())
+    })
+    .await;
     assert_eq!(
-        spec_writes, 2,
-        "one change must be written once (spec + status)"
+        writes_of("web").await,
+        2,
+        "one change must be written once (spec + status), by one replica"
     );
     assert!(leader.logs().contains("\"applied\""));
     assert!(
