@@ -129,15 +129,30 @@ fn plan(cli: &Cli) -> Result<Plan> {
                 Ok((a.parse().with_context(|| format!("--sync-sizes: {a:?}"))?, b.parse().with_context(|| format!("--sync-sizes: {b:?}"))?))
             })
             .collect::<Result<_>>()?;
+        if let Some((s, e)) = p.sync.iter().find(|(s, e)| *s == 0 || *e == 0) {
+            bail!("--sync-sizes: {s}x{e}: services and endpoints must be at least 1");
+        }
     }
     if let Some(r) = cli.churn_rate {
+        if !(r > 0.0 && r.is_finite()) {
+            bail!("--churn-rate: must be a positive number, got {r}");
+        }
         p.churn.rate = r;
     }
     if let Some(s) = cli.churn_seconds {
+        if !(s > 0.0 && s.is_finite()) {
+            bail!("--churn-seconds: must be a positive number, got {s}");
+        }
         p.churn.seconds = s;
     }
     if let Some(s) = cli.outage_seconds {
+        if !(0.0..=3600.0).contains(&s) {
+            bail!("--outage-seconds: must be between 0 and 3600, got {s}");
+        }
         p.recovery.2 = s;
+    }
+    if cli.write_concurrency == Some(0) {
+        bail!("--write-concurrency: must be at least 1");
     }
     Ok(p)
 }
@@ -265,5 +280,43 @@ async fn main() -> Result<()> {
     match cli.command {
         Some(Cmd::Echo { kubeconfig, slices }) => echo::run(&kubeconfig, slices).await,
         None => bench(cli).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_of(args: &[&str]) -> Result<Plan> {
+        let mut v = vec!["kd-bench"];
+        v.extend_from_slice(args);
+        plan(&Cli::try_parse_from(v)?)
+    }
+
+    #[test]
+    fn sizes_and_overrides() {
+        let p = plan_of(&["--size", "full"]).expect("full");
+        assert_eq!(p.sync, vec![(1000, 10), (10_000, 10), (100, 1000), (1, 20_000)]);
+        assert_eq!(p.churn.rate, 500.0);
+        assert_eq!(p.recovery, (10_000, 10, 30.0));
+        let p = plan_of(&["--size", "tiny", "--sync-sizes", "3x4,5x6", "--churn-rate", "9", "--outage-seconds", "2"]).expect("tiny");
+        assert_eq!(p.sync, vec![(3, 4), (5, 6)]);
+        assert_eq!((p.churn.rate, p.recovery.2), (9.0, 2.0));
+    }
+
+    #[test]
+    fn bad_options_are_named() {
+        for (args, field) in [
+            (&["--sync-sizes", "10"][..], "--sync-sizes"),
+            (&["--sync-sizes", "0x10"][..], "--sync-sizes"),
+            (&["--sync-sizes", "ax10"][..], "--sync-sizes"),
+            (&["--churn-rate", "0"][..], "--churn-rate"),
+            (&["--churn-seconds=-1"][..], "--churn-seconds"),
+            (&["--outage-seconds", "5000"][..], "--outage-seconds"),
+            (&["--write-concurrency", "0"][..], "--write-concurrency"),
+        ] {
+            let e = plan_of(args).err().map(|e| format!("{e:#}")).unwrap_or_default();
+            assert!(e.contains(field), "{args:?}: {e}");
+        }
     }
 }

@@ -203,7 +203,7 @@ async fn apply_change(client: &kube::Client, mode: Mode, svc: &mut Svc, relevant
         let ready = svc.eps.iter().filter(|e| e.ready).count();
         let choice = rng.below(3);
         let room = svc.eps.len() < load::SLICE_SIZE;
-        kind = if room && ((choice == 0 && svc.eps.len() < 90) || (ready <= 2 && choice != 2)) {
+        kind = if svc.eps.is_empty() || (room && ((choice == 0 && svc.eps.len() < 90) || (ready <= 2 && choice != 2))) {
             *extra += 1;
             svc.eps.push(load::Ep { ip: load::extra_ip(*extra), ready: true });
             "add"
@@ -469,7 +469,7 @@ async fn touch(env: &Env, mode: Mode, svcs: &mut [Svc], k: usize, extra: &mut u3
         s.eps.push(load::Ep { ip: load::extra_ip(*extra), ready: true });
         rvs.push((s.index, load::update(&env.client, mode, s).await?));
     }
-    let min_rv = rvs.iter().map(|(_, rv)| *rv).min().unwrap_or(1) - 1;
+    let min_rv = rvs.iter().map(|(_, rv)| *rv).min().unwrap_or(1).saturating_sub(1);
     let ws = env.writes_since(min_rv).await?;
     let times: HashMap<u64, u64> = ws.iter().map(|w| (w.resource_version, w.time_nanos)).collect();
     rvs.into_iter()
