@@ -41,6 +41,23 @@ fn run(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
     )
 }
 
+/// Async variant for tests that run kube-sim in-process: a blocking wait
+/// would stall the runtime that serves the API the child process talks to.
+async fn run_async(args: &[&str]) -> (i32, String, String) {
+    let out = tokio::process::Command::new(bin())
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run kube-discovery");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
 #[test]
 fn crd_prints_the_committed_crd() {
     let (code, out, err) = run(&["crd"], None);
@@ -196,29 +213,25 @@ async fn nodes_command_reads_discovered_services_from_the_api_server() {
     let ctl = Controller::start(&env, "nodescmd", &cfg, &[]).await;
     ctl.wait_ready().await;
     let kc = env.kubeconfig(&env.sim.admin_token());
-    let (code, out, err) = run(
-        &[
-            "nodes",
-            "default/plat-dev:port",
-            "--kubeconfig",
-            kc.to_str().unwrap(),
-        ],
-        None,
-    );
+    let (code, out, err) = run_async(&[
+        "nodes",
+        "default/plat-dev:port",
+        "--kubeconfig",
+        kc.to_str().unwrap(),
+    ])
+    .await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         serde_json::from_str::<Value>(&out).unwrap(),
         json!([{"host": "10.5.10.109", "port": 3306, "weight": 50}, {"host": "10.5.10.110", "port": 3306, "weight": 50}])
     );
-    let (code, _, err) = run(
-        &[
-            "nodes",
-            "default/plat-dev:nope",
-            "--kubeconfig",
-            kc.to_str().unwrap(),
-        ],
-        None,
-    );
+    let (code, _, err) = run_async(&[
+        "nodes",
+        "default/plat-dev:nope",
+        "--kubeconfig",
+        kc.to_str().unwrap(),
+    ])
+    .await;
     assert_ne!(code, 0, "unknown port must fail");
     assert!(err.contains("default/plat-dev:nope"), "{err}");
     ctl.stop().await;
