@@ -100,6 +100,21 @@ pub enum Command {
         #[arg(long, default_value_t = 3)]
         interval: u64,
     },
+    /// Keep a gateway (nginx, HAProxy) following DiscoveredServices.
+    Sync {
+        /// The gateway.
+        #[command(subcommand)]
+        gateway: SyncGateway,
+    },
+}
+
+/// Gateways `sync` can drive.
+#[derive(Debug, Subcommand)]
+pub enum SyncGateway {
+    /// Render nginx `upstream` blocks, validate with `nginx -t`, reload when changed.
+    Nginx(kube_discovery_gateways::NginxArgs),
+    /// Drive HAProxy server slots over the Runtime API (reload only to grow).
+    Haproxy(kube_discovery_gateways::HaproxyArgs),
 }
 
 #[cfg(test)]
@@ -143,6 +158,22 @@ mod tests {
                 output: OutputFormat::Json,
                 nodes: Some(_),
                 ..
+            }
+        ));
+        let c = Cli::try_parse_from([
+            "kube-discovery",
+            "sync",
+            "nginx",
+            "--service",
+            "web=default/web:http",
+            "--output",
+            "/tmp/upstreams.conf",
+        ])
+        .unwrap();
+        assert!(matches!(
+            c.command,
+            Command::Sync {
+                gateway: SyncGateway::Nginx(_)
             }
         ));
         let c = Cli::try_parse_from(["kube-discovery", "demo", "--duration", "5"]).unwrap();

@@ -69,6 +69,9 @@ pub enum Error {
     /// The HTTP server could not start.
     #[error("HTTP server: {0}")]
     Http(String),
+    /// A gateway sync (`kube-discovery sync ...`) failed.
+    #[error("{0}")]
+    Sync(String),
 }
 
 impl Error {
@@ -88,6 +91,7 @@ impl Error {
             Error::Json(_) | Error::Yaml(_) => "serialization",
             Error::NotFound(_) => "not_found",
             Error::Http(_) => "http",
+            Error::Sync(_) => "sync",
         }
     }
 }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use kube_discovery::Error;
-use kube_discovery::cli::{Cli, Command, LogFormat};
+use kube_discovery::cli::{Cli, Command, LogFormat, SyncGateway};
 use tracing_subscriber::EnvFilter;
 
 fn init_tracing(format: LogFormat) {
@@ -68,6 +68,11 @@ async fn dispatch(cli: Cli) -> Result<(), Error> {
             })
             .await
         }
+        Command::Sync { gateway } => match gateway {
+            SyncGateway::Nginx(a) => kube_discovery_gateways::run_nginx(a).await,
+            SyncGateway::Haproxy(a) => kube_discovery_gateways::run_haproxy(a).await,
+        }
+        .map_err(|e| Error::Sync(format!("{e:#}"))),
     }
 }
 
