@@ -53,6 +53,9 @@ if [[ ! -x "$bin/kubectl" ]]; then
     echo "install-tools: no machine kubectl; kubectl -> kubectl-1.34"
   fi
 fi
-"$bin/helm" version --short
-"$bin/kubectl-1.34" version --client 2>/dev/null | head -1
-"$bin/kubectl" version --client 2>/dev/null | head -1
+# Print the versions (no `| head` here: under pipefail its SIGPIPE would fail the script).
+echo "install-tools: helm $("$bin/helm" version --short)"
+for k in kubectl-1.34 kubectl; do
+  v="$("$bin/$k" version --client 2>/dev/null)" || { echo "install-tools: $bin/$k does not run" >&2; exit 1; }
+  echo "install-tools: $k ${v%%$'\n'*}"
+done
