@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!  watcher(Config{label selector, field selector, timeout, bookmarks})
-//!    .default_backoff()           exponential, jittered, starting near 1 s
+//!    .backoff(WatchBackoff)       250 ms doubling to a 1 s cap, jittered, reset on success
 //!    .modify(strip)               managedFields + annotations dropped
 //!    │
 //!    ├─ Init .. InitApply* .. InitDone   (first list, and every relist: restart / 410 Gone)
@@ -20,8 +20,19 @@
 //! (label and `metadata.namespace` field selectors); `match/not_match` (and,
 //! again, the others) are applied by the index. After the first complete list
 //! the writer receives a `Synced` barrier, which drives readiness.
+//!
+//! Reconnects use [`WatchBackoff`], not kube-runtime's `DefaultBackoff`
+//! (800 ms doubling to 30 s): after an outage the first retry once the API
+//! server answers again must come within about a second, not tens of seconds.
+//! The watcher's `StreamBackoff` resets it on every successful event.
+//!
+//! The `kube_discovery_nodes` gauge is kept as a running total (per-service
+//! node counts remembered here), so an event costs O(changed services), not a
+//! walk over every service of the index.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,9 +40,10 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::WatchStreamExt;
+use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use kube_discovery_core::{Index, ServiceKey, SourceKind};
+use kube_discovery_core::{Index, ServiceKey, ServiceNodes, SourceKind};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -71,6 +83,70 @@ impl SourceParams {
         // Bookmarks are on by default in kube-runtime; keep them explicit.
         cfg.bookmarks = true;
         cfg
+    }
+}
+
+/// Reconnect backoff of the source watchers: `min`, doubling up to `max`,
+/// each delay jittered down to between half and all of it; never gives up.
+/// [`Backoff::reset`] (called by kube-runtime on every successful event)
+/// starts again from `min`.
+#[derive(Debug, Clone)]
+pub struct WatchBackoff {
+    min: Duration,
+    max: Duration,
+    next: Duration,
+    rng: RandomState,
+    draws: u64,
+}
+
+impl WatchBackoff {
+    /// The watchers' policy: 250 ms doubling to 1 s.
+    pub fn new() -> Self {
+        Self::with_bounds(Duration::from_millis(250), Duration::from_secs(1))
+    }
+
+    /// A custom policy (`max` is raised to `min` if smaller).
+    pub fn with_bounds(min: Duration, max: Duration) -> Self {
+        Self {
+            min,
+            max: max.max(min),
+            next: min,
+            rng: RandomState::new(),
+            draws: 0,
+        }
+    }
+
+    /// A uniform-ish fraction in [0.5, 1.0] from a randomly keyed hasher.
+    fn jitter(&mut self) -> f64 {
+        self.draws = self.draws.wrapping_add(1);
+        let mut h = self.rng.build_hasher();
+        h.write_u64(self.draws);
+        let bits = h.finish() >> 11; // 53 bits
+        #[allow(clippy::cast_precision_loss)]
+        let unit = bits as f64 / (1u64 << 53) as f64;
+        0.5 + 0.5 * unit
+    }
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let base = self.next;
+        self.next = self.next.saturating_mul(2).min(self.max);
+        Some(base.mul_f64(self.jitter()))
+    }
+}
+
+impl Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = self.min;
     }
 }
 
@@ -126,6 +202,32 @@ pub struct Source {
     pub metrics: Metrics,
 }
 
+/// Running total of the index's nodes (the gauge), kept per service so an
+/// event does not walk the whole index.
+#[derive(Debug, Default)]
+struct NodeTotal {
+    per_service: HashMap<ServiceKey, usize>,
+    total: usize,
+}
+
+impl NodeTotal {
+    /// Records that `key` now has `count` nodes (`None`: gone).
+    fn set(&mut self, key: &ServiceKey, count: Option<usize>) {
+        let old = match count {
+            Some(n) if n > 0 => match self.per_service.get_mut(key) {
+                Some(v) => std::mem::replace(v, n),
+                None => {
+                    self.per_service.insert(key.clone(), n);
+                    0
+                }
+            },
+            _ => self.per_service.remove(key).unwrap_or(0),
+        };
+        let new = count.unwrap_or(0);
+        self.total = self.total.saturating_sub(old).saturating_add(new);
+    }
+}
+
 impl Source {
     /// Watches until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
@@ -146,7 +248,7 @@ impl Source {
         let cluster = self.params.cluster.clone();
         let api: Api<K> = Api::all(self.client.clone());
         let stream = watcher(api, self.params.watcher_config())
-            .default_backoff()
+            .backoff(WatchBackoff::new())
             .modify(|o: &mut K| {
                 o.managed_fields_mut().clear();
                 o.annotations_mut().clear();
@@ -155,6 +257,7 @@ impl Source {
         let mut buffer: Vec<K> = Vec::new();
         let mut list_started: Option<Instant> = None;
         let mut first_list_done = false;
+        let mut nodes = NodeTotal::default();
         tracing::info!(cluster = %cluster, kind = %self.params.kind, "watching");
         loop {
             let ev = tokio::select! {
@@ -184,7 +287,7 @@ impl Source {
                     self.metrics
                         .event(&cluster, if first_list_done { "relist" } else { "list" });
                     tracing::info!(cluster = %cluster, objects = all.len(), services = self.index.len(), changed = changed.len(), "list complete");
-                    self.publish(changed, now);
+                    self.publish(changed, now, &mut nodes);
                     self.shared.update_cluster(&cluster, |c| {
                         c.listed = true;
                         c.lists += 1;
@@ -198,12 +301,12 @@ impl Source {
                 Ok(Event::Apply(o)) => {
                     self.metrics.event(&cluster, "apply");
                     let changed = K::apply(&mut self.index, &o);
-                    self.publish(changed, now);
+                    self.publish(changed, now, &mut nodes);
                 }
                 Ok(Event::Delete(o)) => {
                     self.metrics.event(&cluster, "delete");
                     let changed = K::delete(&mut self.index, &o);
-                    self.publish(changed, now);
+                    self.publish(changed, now, &mut nodes);
                 }
                 Err(e) => {
                     self.metrics
@@ -220,12 +323,14 @@ impl Source {
         tracing::info!(cluster = %cluster, "watch stopped");
     }
 
-    fn publish(&self, changed: Vec<ServiceKey>, at: Instant) {
+    fn publish(&self, changed: Vec<ServiceKey>, at: Instant, nodes: &mut NodeTotal) {
         if changed.is_empty() {
             return;
         }
         for key in &changed {
-            self.shared.set_desired(key, self.index.get(key).cloned());
+            let value = self.index.get(key);
+            nodes.set(key, value.map(ServiceNodes::node_count));
+            self.shared.set_desired(key, value.cloned());
         }
         let label = Metrics::cluster(&self.params.cluster);
         self.metrics
@@ -235,7 +340,7 @@ impl Source {
         self.metrics
             .nodes
             .get_or_create(&label)
-            .set(i64::try_from(self.index.node_count()).unwrap_or(i64::MAX));
+            .set(i64::try_from(nodes.total).unwrap_or(i64::MAX));
         self.writer.changed(changed, at);
     }
 }
@@ -267,5 +372,45 @@ mod tests {
             ..p
         };
         assert_eq!(empty.watcher_config().label_selector, None);
+    }
+
+    #[test]
+    fn watch_backoff_is_capped_jittered_and_resets() {
+        let mut b = WatchBackoff::new();
+        let first: Vec<Duration> = b.by_ref().take(20).collect();
+        for (i, d) in first.iter().enumerate() {
+            let base = Duration::from_millis(250)
+                .saturating_mul(1 << i.min(2))
+                .min(Duration::from_secs(1));
+            assert!(
+                *d >= base / 2 && *d <= base,
+                "delay {i} = {d:?}, base {base:?}"
+            );
+        }
+        assert!(
+            first[5..].iter().any(|d| *d < Duration::from_millis(990)),
+            "no jitter: {first:?}"
+        );
+        b.reset();
+        let d = b.next().unwrap();
+        assert!(d <= Duration::from_millis(250), "not reset: {d:?}");
+    }
+
+    #[test]
+    fn node_total_follows_changes_without_a_full_walk() {
+        let a = ServiceKey::new("", "ns", "a");
+        let b = ServiceKey::new("", "ns", "b");
+        let mut t = NodeTotal::default();
+        t.set(&a, Some(3));
+        t.set(&b, Some(5));
+        assert_eq!(t.total, 8);
+        t.set(&a, Some(1));
+        assert_eq!(t.total, 6);
+        t.set(&b, None);
+        assert_eq!(t.total, 1);
+        t.set(&b, None);
+        t.set(&a, Some(0));
+        assert_eq!(t.total, 0);
+        assert!(t.per_service.is_empty());
     }
 }

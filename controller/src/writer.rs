@@ -24,8 +24,17 @@
 //!   did not produce are queued for deletion, and the cluster becomes `synced`
 //!   (readiness) once every key queued before the barrier is written.
 //! * On shutdown no new writes start; in-flight writes finish.
+//!
+//! Scheduling cost is O(log n) per key, never O(pending) per loop turn
+//! ([`Queue`]): besides the `key -> Pending` map, the due order of the keys
+//! that are not in flight is kept in a `BTreeMap<(due, seq), key>`, so
+//! `dispatch` pops only what it starts (or skips) and the next wake-up is the
+//! first entry; a key changed while its write is in flight is "parked" (in
+//! the map, not in the due order) until that write finishes. Readiness
+//! barriers use a per-cluster ordered set of pending sequence numbers plus a
+//! per-cluster in-flight count, so checking one is O(log n) too.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -125,6 +134,124 @@ struct Pending {
     attempts: u32,
 }
 
+/// The pending keys with the indexes that keep scheduling O(log n).
+///
+/// Invariants: every entry's `seq` is in `seqs[cluster]`; an entry is in
+/// `due` (under `(due, seq)`) exactly when its key is not in `inflight`.
+/// Sequence numbers are unique among pending entries (one per enqueue, and a
+/// failed write merges back with the minimum of two distinct ones).
+#[derive(Default)]
+struct Queue {
+    entries: HashMap<ServiceKey, Pending>,
+    due: BTreeMap<(Instant, u64), ServiceKey>,
+    seqs: HashMap<String, BTreeSet<u64>>,
+    inflight: HashSet<ServiceKey>,
+    inflight_per_cluster: HashMap<String, usize>,
+}
+
+impl Queue {
+    fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn index(&mut self, key: &ServiceKey, p: &Pending) {
+        match self.seqs.get_mut(&key.cluster) {
+            Some(set) => {
+                set.insert(p.seq);
+            }
+            None => {
+                self.seqs
+                    .insert(key.cluster.clone(), BTreeSet::from([p.seq]));
+            }
+        }
+        if !self.inflight.contains(key) {
+            self.due.insert((p.due, p.seq), key.clone());
+        }
+    }
+
+    fn unindex(&mut self, key: &ServiceKey, p: &Pending) {
+        if let Some(set) = self.seqs.get_mut(&key.cluster) {
+            set.remove(&p.seq);
+        }
+        self.due.remove(&(p.due, p.seq));
+    }
+
+    /// Adds a key that is not pending yet.
+    fn insert(&mut self, key: ServiceKey, p: Pending) {
+        // Callers check first; replacing keeps the indexes consistent anyway.
+        self.remove(&key);
+        self.index(&key, &p);
+        self.entries.insert(key, p);
+    }
+
+    /// Changes a pending key in place; `false` if it is not pending.
+    fn modify(&mut self, key: &ServiceKey, f: impl FnOnce(&mut Pending)) -> bool {
+        let Some(mut p) = self.entries.remove(key) else {
+            return false;
+        };
+        self.unindex(key, &p);
+        f(&mut p);
+        self.index(key, &p);
+        self.entries.insert(key.clone(), p);
+        true
+    }
+
+    /// Removes a pending key.
+    fn remove(&mut self, key: &ServiceKey) -> Option<Pending> {
+        let p = self.entries.remove(key)?;
+        self.unindex(key, &p);
+        Some(p)
+    }
+
+    /// Earliest due time of a key that is not in flight.
+    fn first_due(&self) -> Option<Instant> {
+        self.due.first_key_value().map(|((due, _), _)| *due)
+    }
+
+    /// The earliest key due at `now` that is not in flight.
+    fn first_due_key(&self, now: Instant) -> Option<ServiceKey> {
+        self.due
+            .first_key_value()
+            .filter(|((due, _), _)| *due <= now)
+            .map(|(_, k)| k.clone())
+    }
+
+    /// Takes `key` out of the queue and marks it in flight.
+    fn start(&mut self, key: &ServiceKey) -> Option<Pending> {
+        let p = self.remove(key)?;
+        self.inflight.insert(key.clone());
+        *self
+            .inflight_per_cluster
+            .entry(key.cluster.clone())
+            .or_default() += 1;
+        Some(p)
+    }
+
+    /// The write of `key` finished: a change that arrived meanwhile becomes
+    /// schedulable.
+    fn finished(&mut self, key: &ServiceKey) {
+        if !self.inflight.remove(key) {
+            return;
+        }
+        if let Some(n) = self.inflight_per_cluster.get_mut(&key.cluster) {
+            *n = n.saturating_sub(1);
+        }
+        if let Some(p) = self.entries.get(key) {
+            self.due.insert((p.due, p.seq), key.clone());
+        }
+    }
+
+    /// Whether a barrier `(cluster, bseq)` still waits: a key of `cluster`
+    /// queued at or before it is pending, or any write of `cluster` is in flight.
+    fn waiting(&self, cluster: &str, bseq: u64) -> bool {
+        self.seqs
+            .get(cluster)
+            .and_then(BTreeSet::first)
+            .is_some_and(|s| *s <= bseq)
+            || self.inflight_per_cluster.get(cluster).is_some_and(|n| *n > 0)
+    }
+}
+
 enum Outcome {
     Applied(String),
     Deleted,
@@ -168,8 +295,7 @@ pub fn spawn_gated<S: Sink>(
         metrics,
         opts,
         known: HashMap::new(),
-        pending: HashMap::new(),
-        inflight: HashSet::new(),
+        pending: Queue::default(),
         barriers: Vec::new(),
         seq: 0,
         next_token: Instant::now(),
@@ -184,8 +310,7 @@ struct Writer<S> {
     metrics: Metrics,
     opts: WriterOptions,
     known: HashMap<ServiceKey, String>,
-    pending: HashMap<ServiceKey, Pending>,
-    inflight: HashSet<ServiceKey>,
+    pending: Queue,
     barriers: Vec<(String, u64)>,
     seq: u64,
     next_token: Instant,
@@ -333,32 +458,30 @@ impl<S: Sink> Writer<S> {
         let seq = self.seq;
         self.seq += 1;
         let due = Instant::now() + self.opts.coalesce_window;
-        self.pending
-            .entry(key)
-            .and_modify(|p| {
-                if at < p.first_event {
-                    p.first_event = at;
-                }
-                // A change after failures is worth trying again soon.
-                if p.attempts > 0 && p.due > due {
-                    p.due = due;
-                }
-            })
-            .or_insert(Pending {
-                due,
-                first_event: at,
-                seq,
-                attempts: 0,
-            });
+        let updated = self.pending.modify(&key, |p| {
+            if at < p.first_event {
+                p.first_event = at;
+            }
+            // A change after failures is worth trying again soon.
+            if p.attempts > 0 && p.due > due {
+                p.due = due;
+            }
+        });
+        if !updated {
+            self.pending.insert(
+                key,
+                Pending {
+                    due,
+                    first_event: at,
+                    seq,
+                    attempts: 0,
+                },
+            );
+        }
     }
 
     fn next_wake(&self) -> Option<Instant> {
-        let due = self
-            .pending
-            .iter()
-            .filter(|(k, _)| !self.inflight.contains(*k))
-            .map(|(_, p)| p.due)
-            .min()?;
+        let due = self.pending.first_due()?;
         Some(due.max(self.next_token))
     }
 
@@ -378,17 +501,10 @@ impl<S: Sink> Writer<S> {
 
     fn dispatch(&mut self, tasks: &mut JoinSet<Done>) {
         let now = Instant::now();
-        let mut due: Vec<(Instant, ServiceKey)> = self
-            .pending
-            .iter()
-            .filter(|(k, p)| p.due <= now && !self.inflight.contains(*k))
-            .map(|(k, p)| (p.due, k.clone()))
-            .collect();
-        due.sort();
-        for (_, key) in due {
-            if tasks.len() >= self.opts.concurrency.max(1) {
+        while tasks.len() < self.opts.concurrency.max(1) {
+            let Some(key) = self.pending.first_due_key(now) else {
                 break;
-            }
+            };
             let desired = self.shared.desired(&key);
             let known = self.known.get(&key);
             // Decide first: skips and no-ops need neither a token nor a task.
@@ -411,10 +527,9 @@ impl<S: Sink> Writer<S> {
             if !self.take_token(now) {
                 break;
             }
-            let Some(p) = self.pending.remove(&key) else {
+            let Some(p) = self.pending.start(&key) else {
                 continue;
             };
-            self.inflight.insert(key.clone());
             let sink = self.sink.clone();
             let (seq, first_event, attempts) = (p.seq, p.first_event, p.attempts);
             tasks.spawn(async move {
@@ -444,7 +559,7 @@ impl<S: Sink> Writer<S> {
             attempts,
             result,
         } = done;
-        self.inflight.remove(&key);
+        self.pending.finished(&key);
         let cluster = key.cluster.clone();
         match result {
             Ok(outcome) => {
@@ -475,20 +590,23 @@ impl<S: Sink> Writer<S> {
                 let due = Instant::now() + delay;
                 // Keep the oldest sequence number (readiness waits for it) and
                 // the earliest event time; a newer change may already be pending.
-                self.pending
-                    .entry(key)
-                    .and_modify(|p| {
-                        p.seq = p.seq.min(seq);
-                        p.first_event = p.first_event.min(first_event);
-                        p.attempts = attempts;
-                        p.due = p.due.max(due);
-                    })
-                    .or_insert(Pending {
-                        due,
-                        first_event,
-                        seq,
-                        attempts,
-                    });
+                let merged = self.pending.modify(&key, |p| {
+                    p.seq = p.seq.min(seq);
+                    p.first_event = p.first_event.min(first_event);
+                    p.attempts = attempts;
+                    p.due = p.due.max(due);
+                });
+                if !merged {
+                    self.pending.insert(
+                        key,
+                        Pending {
+                            due,
+                            first_event,
+                            seq,
+                            attempts,
+                        },
+                    );
+                }
             }
         }
     }
@@ -498,16 +616,9 @@ impl<S: Sink> Writer<S> {
             return;
         }
         let pending = &self.pending;
-        let inflight_seqs: Vec<(&ServiceKey, u64)> =
-            pending.iter().map(|(k, p)| (k, p.seq)).collect();
-        let inflight = &self.inflight;
         let shared = &self.shared;
         self.barriers.retain(|(cluster, bseq)| {
-            let waiting = inflight_seqs
-                .iter()
-                .any(|(k, s)| &k.cluster == cluster && s <= bseq)
-                || inflight.iter().any(|k| &k.cluster == cluster);
-            if waiting {
+            if pending.waiting(cluster, *bseq) {
                 return true;
             }
             shared.update_cluster(cluster, |c| c.synced = true);
@@ -799,6 +910,89 @@ mod tests {
         h.changed(vec![k.clone()], Instant::now());
         settle().await;
         assert_eq!(sink.calls().len(), 1);
+    }
+
+    fn pending(due: Instant, seq: u64) -> Pending {
+        Pending {
+            due,
+            first_event: due,
+            seq,
+            attempts: 0,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn queue_orders_by_due_parks_in_flight_keys_and_tracks_barriers() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        let a = ServiceKey::new("", "ns", "a");
+        let b = ServiceKey::new("", "ns", "b");
+        let c = ServiceKey::new("c2", "ns", "c");
+        let mut q = Queue::default();
+        q.insert(b.clone(), pending(now + ms(20), 1));
+        q.insert(a.clone(), pending(now + ms(10), 2));
+        q.insert(c.clone(), pending(now + ms(30), 3));
+        assert_eq!(q.first_due(), Some(now + ms(10)));
+        assert_eq!(q.first_due_key(now), None, "nothing due yet");
+        assert_eq!(q.first_due_key(now + ms(25)), Some(a.clone()));
+        // Barrier at seq 1 of cluster "": b (seq 1) still pending.
+        assert!(q.waiting("", 1));
+        assert!(!q.waiting("", 0));
+        // Moving a key's due time re-sorts it.
+        assert!(q.modify(&a, |p| p.due = now + ms(40)));
+        assert_eq!(q.first_due_key(now + ms(100)), Some(b.clone()));
+        // Start b: out of the order, in flight; the barrier still waits.
+        assert_eq!(q.start(&b).map(|p| p.seq), Some(1));
+        assert_eq!(q.first_due_key(now + ms(100)), Some(c.clone()));
+        assert!(q.waiting("", 0), "a write of the cluster is in flight");
+        // A change of b while in flight is parked, not schedulable.
+        q.insert(b.clone(), pending(now + ms(5), 4));
+        assert_eq!(q.first_due(), Some(now + ms(30)));
+        q.finished(&b);
+        assert_eq!(q.first_due_key(now + ms(100)), Some(b.clone()));
+        assert!(!q.waiting("", 1), "b now carries seq 4, a seq 2");
+        assert!(q.waiting("", 2), "a (seq 2) is pending");
+        assert!(q.remove(&a).is_some() && q.remove(&b).is_some());
+        assert!(!q.waiting("", 10));
+        assert!(q.waiting("c2", 3) && !q.waiting("c2", 2));
+        assert!(q.remove(&c).is_some());
+        assert!(q.is_empty() && q.first_due().is_none() && q.due.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_later_change_after_a_large_batch_is_written_again() {
+        let sink = FakeSink::default();
+        let shared = Arc::new(Shared::new([""]));
+        let (h, _t) = spawn(
+            sink.clone(),
+            shared.clone(),
+            Metrics::default(),
+            opts(),
+            CancellationToken::new(),
+        );
+        let keys: Vec<ServiceKey> = (0..50)
+            .map(|i| ServiceKey::new("", "ns", format!("s{i}")))
+            .collect();
+        for k in &keys {
+            shared.set_desired(k, Some(nodes(k, &["10.0.0.1"])));
+        }
+        h.changed(keys.clone(), Instant::now());
+        h.synced("");
+        // After the batch became due, s0 changes again.
+        tokio::time::sleep(Duration::from_millis(101)).await;
+        shared.set_desired(&keys[0], Some(nodes(&keys[0], &["10.0.0.2"])));
+        h.changed(vec![keys[0].clone()], Instant::now());
+        settle().await;
+        let calls = sink.calls();
+        assert_eq!(calls.len(), 51, "{calls:?}");
+        assert_eq!(
+            calls.last(),
+            Some(&Call::Apply(
+                "ns/s0".into(),
+                nodes(&keys[0], &["10.0.0.2"]).version
+            ))
+        );
+        assert!(shared.ready());
     }
 
     #[tokio::test(start_paused = true)]
