@@ -1167,6 +1167,20 @@ fn deserialize_at<T: serde::de::DeserializeOwned>(
                 p if p.starts_with('[') => format!("{prefix}{p}"),
                 p => format!("{prefix}.{p}"),
             };
+            // A key under `client` that is not one of ours may be a token typed
+            // without its colon (`client: {token SECRET}`): cut the path there.
+            let path = match path.find(".client.") {
+                Some(i) => {
+                    let rest = &path[i + ".client.".len()..];
+                    let key = rest.split(['.', '[']).next().unwrap_or_default();
+                    if key == "token" || key == "token_file" {
+                        path
+                    } else {
+                        path[..i + ".client".len()].to_string()
+                    }
+                }
+                None => path,
+            };
             // serde names our internal types ("expected struct RawService");
             // the user needs to know that a mapping was expected.
             let msg = e.into_inner().to_string();
@@ -1174,9 +1188,18 @@ fn deserialize_at<T: serde::de::DeserializeOwned>(
                 .map(|re| re.replace_all(&msg, "expected a mapping").into_owned())
                 .unwrap_or(msg);
             // Under `client` a wrongly typed value may be a token: never echo it.
+            // Nor an unknown key: `client: {token SECRET}` (a missing colon)
+            // turns the token into a key name.
             let msg = if path.contains(".client") {
-                regex::Regex::new(r#"(invalid (?:type|value): [a-z ]+?) (?:`[^`]*`|"[^"]*")"#)
-                    .map(|re| re.replace_all(&msg, "$1 (value not shown)").into_owned())
+                let msg =
+                    regex::Regex::new(r#"(invalid (?:type|value): [a-z ]+?) (?:`[^`]*`|"[^"]*")"#)
+                        .map(|re| re.replace_all(&msg, "$1 (value not shown)").into_owned())
+                        .unwrap_or(msg);
+                regex::Regex::new(r"unknown field `[^`]*`")
+                    .map(|re| {
+                        re.replace_all(&msg, "unknown field (name not shown: it may hold a token typed without its colon)")
+                            .into_owned()
+                    })
                     .unwrap_or(msg)
             } else {
                 msg
