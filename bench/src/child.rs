@@ -35,7 +35,10 @@ pub fn controller_bin(explicit: Option<&Path>) -> Result<PathBuf> {
         Some(p) => p.to_path_buf(),
         None => match std::env::var_os("KUBE_DISCOVERY_BIN") {
             Some(p) => PathBuf::from(p),
-            None => std::env::current_exe()?.parent().ok_or_else(|| anyhow!("executable has no directory"))?.join("kube-discovery"),
+            None => std::env::current_exe()?
+                .parent()
+                .ok_or_else(|| anyhow!("executable has no directory"))?
+                .join("kube-discovery"),
         },
     };
     if !p.is_file() {
@@ -51,7 +54,8 @@ impl Child {
     /// Starts `kube-discovery --log-format json run --config <config>` and waits
     /// (up to 60 s) for its HTTP server.
     pub async fn controller(bin: &Path, config: &Path, log: &Path) -> Result<Child> {
-        let logf = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        let logf =
+            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let child = tokio::process::Command::new(bin)
             .args(["--log-format", "json", "run", "--config"])
             .arg(config)
@@ -64,7 +68,13 @@ impl Child {
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
         let pid = child.id().ok_or_else(|| anyhow!("controller has no pid"))?;
-        let mut c = Child { child, pid, log: log.to_path_buf(), http: None, max_rss_kib: 0 };
+        let mut c = Child {
+            child,
+            pid,
+            log: log.to_path_buf(),
+            http: None,
+            max_rss_kib: 0,
+        };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = c.child.try_wait()? {
@@ -81,7 +91,10 @@ impl Child {
                 return Ok(c);
             }
             if tokio::time::Instant::now() > deadline {
-                bail!("kube-discovery did not log \"HTTP server listening\" within 60 s:\n{}", c.log_tail());
+                bail!(
+                    "kube-discovery did not log \"HTTP server listening\" within 60 s:\n{}",
+                    c.log_tail()
+                );
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -91,13 +104,19 @@ impl Child {
     /// `synced` on stdout once its first list is applied, which this waits for.
     pub async fn echo(kubeconfig: &Path, slices: bool, log: &Path) -> Result<Child> {
         let exe = std::env::current_exe()?;
-        let logf = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        let logf =
+            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let mut cmd = tokio::process::Command::new(exe);
         cmd.args(["echo", "--kubeconfig"]).arg(kubeconfig);
         if slices {
             cmd.arg("--slices");
         }
-        let mut child = cmd.stdout(Stdio::piped()).stderr(logf).kill_on_drop(true).spawn().context("starting the echo client")?;
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(logf)
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting the echo client")?;
         let pid = child.id().ok_or_else(|| anyhow!("echo has no pid"))?;
         let mut out = child.stdout.take().ok_or_else(|| anyhow!("echo stdout"))?;
         let mut buf = Vec::new();
@@ -114,7 +133,13 @@ impl Child {
                 }
             }
         };
-        let c = Child { child, pid, log: log.to_path_buf(), http: None, max_rss_kib: 0 };
+        let c = Child {
+            child,
+            pid,
+            log: log.to_path_buf(),
+            http: None,
+            max_rss_kib: 0,
+        };
         match tokio::time::timeout(Duration::from_secs(300), wait).await {
             Ok(Ok(())) => Ok(c),
             Ok(Err(e)) => Err(e.context(c.log_tail())),
@@ -144,18 +169,27 @@ impl Child {
 
     /// SIGTERM, then wait up to 30 s for the exit (killed after that).
     pub async fn stop(mut self) -> Result<()> {
-        let _ = std::process::Command::new("kill").args(["-TERM", &self.pid.to_string()]).status();
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status();
         match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
             Ok(status) => {
                 let status = status?;
                 if !status.success() {
-                    bail!("process {} exited with {status}:\n{}", self.pid, self.log_tail());
+                    bail!(
+                        "process {} exited with {status}:\n{}",
+                        self.pid,
+                        self.log_tail()
+                    );
                 }
                 Ok(())
             }
             Err(_) => {
                 self.child.kill().await?;
-                bail!("process {} did not stop within 30 s after SIGTERM", self.pid)
+                bail!(
+                    "process {} did not stop within 30 s after SIGTERM",
+                    self.pid
+                )
             }
         }
     }
@@ -163,15 +197,28 @@ impl Child {
 
 /// Minimal HTTP/1.1 GET (`Connection: close`), enough for probes and metrics.
 pub async fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String)> {
-    let mut s = tokio::net::TcpStream::connect(addr).await.with_context(|| format!("connecting to {addr}"))?;
+    let mut s = tokio::net::TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("connecting to {addr}"))?;
     let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await?;
     let text = String::from_utf8_lossy(&buf).to_string();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_string() };
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
     Ok((code, body))
 }
 
@@ -199,7 +246,9 @@ pub fn metric_sum(text: &str, name: &str, label_filter: &str) -> f64 {
                 Some((n, rest)) => (n, rest),
                 None => (series, ""),
             };
-            (n == name && labels.contains(label_filter)).then(|| value.parse::<f64>().ok()).flatten()
+            (n == name && labels.contains(label_filter))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
         })
         .sum()
 }
@@ -212,7 +261,10 @@ mod tests {
     fn sums_metric_samples() {
         let text = "# HELP x y\nkube_discovery_writes_total{cluster=\"\",result=\"applied\"} 3\nkube_discovery_writes_total{cluster=\"\",result=\"deleted\"} 2\nkube_discovery_nodes{cluster=\"\"} 7\n";
         assert_eq!(metric_sum(text, "kube_discovery_writes_total", ""), 5.0);
-        assert_eq!(metric_sum(text, "kube_discovery_writes_total", "result=\"applied\""), 3.0);
+        assert_eq!(
+            metric_sum(text, "kube_discovery_writes_total", "result=\"applied\""),
+            3.0
+        );
         assert_eq!(metric_sum(text, "kube_discovery_nodes", ""), 7.0);
         assert_eq!(metric_sum(text, "missing", ""), 0.0);
     }

@@ -28,7 +28,9 @@ const IN_FLIGHT: usize = 8;
 /// Runs the echo client until killed.
 pub async fn run(kubeconfig: &Path, slices: bool) -> Result<()> {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig).context("reading kubeconfig")?;
-    let cfg = Config::from_custom_kubeconfig(kc, &Default::default()).await.context("kube config")?;
+    let cfg = Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .context("kube config")?;
     let client = Client::try_from(cfg).context("kube client")?;
     if slices {
         echo::<EndpointSlice>(client).await
@@ -39,7 +41,13 @@ pub async fn run(kubeconfig: &Path, slices: bool) -> Result<()> {
 
 async fn echo<K>(client: Client) -> Result<()>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
 {
     let api: Api<K> = Api::all(client.clone());
     let sem = Arc::new(Semaphore::new(IN_FLIGHT));
@@ -75,10 +83,21 @@ where
         let name = format!("echo-{}", obj.name_any());
         let rv = obj.resource_version().unwrap_or_default();
         let cm: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-        let permit = sem.clone().acquire_owned().await.context("semaphore closed")?;
+        let permit = sem
+            .clone()
+            .acquire_owned()
+            .await
+            .context("semaphore closed")?;
         let h = tokio::spawn(async move {
             let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"rv": rv}});
-            if let Err(e) = cm.patch(&name, &PatchParams::apply("kd-echo").force(), &Patch::Apply(&body)).await {
+            if let Err(e) = cm
+                .patch(
+                    &name,
+                    &PatchParams::apply("kd-echo").force(),
+                    &Patch::Apply(&body),
+                )
+                .await
+            {
                 eprintln!("apply {ns}/{name}: {e}");
             }
             drop(permit);

@@ -38,7 +38,10 @@ fn rv_number<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<u64,
 
 /// The DiscoveredService API resource.
 pub fn dsvc_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("kubediscovery.io", "v1alpha1", "DiscoveredService"), "discoveredservices")
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kubediscovery.io", "v1alpha1", "DiscoveredService"),
+        "discoveredservices",
+    )
 }
 
 /// A kube-sim, its admin client and a scratch directory.
@@ -52,15 +55,22 @@ pub struct Env {
 
 /// A kube client for `token` on `sim`.
 pub async fn client_for(sim: &Sim, token: &str) -> Result<Client> {
-    let kc = kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(token)).context("kubeconfig")?;
-    let cfg = Config::from_custom_kubeconfig(kc, &Default::default()).await.context("kube config")?;
+    let kc =
+        kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(token)).context("kubeconfig")?;
+    let cfg = Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .context("kube config")?;
     Client::try_from(cfg).context("kube client")
 }
 
 impl Env {
     /// Starts kube-sim (watch history of `history` events) and installs the CRD.
     pub async fn start(history: usize) -> Result<Env> {
-        let sim = Sim::start(SimConfig { history_size: history, ..SimConfig::default() }).await?;
+        let sim = Sim::start(SimConfig {
+            history_size: history,
+            ..SimConfig::default()
+        })
+        .await?;
         let client = client_for(&sim, &sim.admin_token()).await?;
         let dir = tempfile::tempdir().context("temporary directory")?;
         let env = Env { sim, client, dir };
@@ -70,7 +80,8 @@ impl Env {
 
     async fn install_crd(&self) -> Result<()> {
         let crd: CustomResourceDefinition =
-            serde_yaml::from_str(&kube_discovery_core::crd::crd_yaml()).context("parsing the DiscoveredService CRD")?;
+            serde_yaml::from_str(&kube_discovery_core::crd::crd_yaml())
+                .context("parsing the DiscoveredService CRD")?;
         Api::<CustomResourceDefinition>::all(self.client.clone())
             .create(&PostParams::default(), &crd)
             .await
@@ -101,8 +112,12 @@ impl Env {
     /// this kube-sim, plus the `kube_discovery` lines given.
     pub fn controller_config(&self, slices: bool, kube_discovery: &str) -> Result<String> {
         let url = self.sim.url();
-        let rest = url.strip_prefix("http://").ok_or_else(|| anyhow!("kube-sim is expected on plain http, got {url}"))?;
-        let (host, port) = rest.rsplit_once(':').ok_or_else(|| anyhow!("no port in {url}"))?;
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| anyhow!("kube-sim is expected on plain http, got {url}"))?;
+        let (host, port) = rest
+            .rsplit_once(':')
+            .ok_or_else(|| anyhow!("no port in {url}"))?;
         Ok(format!(
             "discovery:\n  kubernetes:\n    service:\n      schema: http\n      host: \"{host}\"\n      port: {port}\n    client:\n      token: {}\n    watch_endpoint_slices: {slices}\nkube_discovery:\n{kube_discovery}",
             self.sim.admin_token()
@@ -110,8 +125,13 @@ impl Env {
     }
 
     async fn hook_get(&self, path: &str) -> Result<Value> {
-        let req = http::Request::get(path).body(Vec::new()).context("request")?;
-        self.client.request::<Value>(req).await.with_context(|| format!("GET {path}"))
+        let req = http::Request::get(path)
+            .body(Vec::new())
+            .context("request")?;
+        self.client
+            .request::<Value>(req)
+            .await
+            .with_context(|| format!("GET {path}"))
     }
 
     /// `/_sim/stats`.
@@ -122,12 +142,17 @@ impl Env {
     /// Current resourceVersion.
     pub async fn rv(&self) -> Result<u64> {
         let v = self.stats().await?;
-        v["resourceVersion"].as_str().and_then(|s| s.parse().ok()).ok_or_else(|| anyhow!("no resourceVersion in /_sim/stats"))
+        v["resourceVersion"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| anyhow!("no resourceVersion in /_sim/stats"))
     }
 
     /// Write log entries after revision `since`.
     pub async fn writes_since(&self, since: u64) -> Result<Vec<Write>> {
-        let v = self.hook_get(&format!("/_sim/writes?since={since}")).await?;
+        let v = self
+            .hook_get(&format!("/_sim/writes?since={since}"))
+            .await?;
         serde_json::from_value(v["items"].clone()).context("parsing /_sim/writes")
     }
 
@@ -137,7 +162,10 @@ impl Env {
             .header("content-type", "application/json")
             .body(serde_json::to_vec(&body)?)
             .context("request")?;
-        self.client.request::<Value>(req).await.context("POST /_sim/faults")?;
+        self.client
+            .request::<Value>(req)
+            .await
+            .context("POST /_sim/faults")?;
         Ok(())
     }
 
@@ -163,12 +191,17 @@ impl Drop for Env {
     /// (controller, echo) are copied to `<dir>/<n>-<file>` before the scratch
     /// directory is removed, for profiles and post-mortems.
     fn drop(&mut self) {
-        let Some(keep) = std::env::var_os("KD_BENCH_KEEP_LOGS") else { return };
+        let Some(keep) = std::env::var_os("KD_BENCH_KEEP_LOGS") else {
+            return;
+        };
         let keep = PathBuf::from(keep);
         if std::fs::create_dir_all(&keep).is_err() {
             return;
         }
-        let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
         if let Ok(rd) = std::fs::read_dir(self.dir.path()) {
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().to_string();

@@ -96,7 +96,12 @@ pub fn services(count: usize, per: usize) -> Vec<Svc> {
     (0..count)
         .map(|i| Svc {
             index: i,
-            eps: (0..per).map(|j| Ep { ip: ip_for(i, per, j), ready: true }).collect(),
+            eps: (0..per)
+                .map(|j| Ep {
+                    ip: ip_for(i, per, j),
+                    ready: true,
+                })
+                .collect(),
         })
         .collect()
 }
@@ -121,8 +126,18 @@ pub fn objects(mode: Mode, svc: &Svc) -> Vec<(String, Value)> {
     let name = svc_name(svc.index);
     match mode {
         Mode::Endpoints => {
-            let ready: Vec<Value> = svc.eps.iter().filter(|e| e.ready).map(|e| json!({"ip": e.ip.to_string()})).collect();
-            let not_ready: Vec<Value> = svc.eps.iter().filter(|e| !e.ready).map(|e| json!({"ip": e.ip.to_string()})).collect();
+            let ready: Vec<Value> = svc
+                .eps
+                .iter()
+                .filter(|e| e.ready)
+                .map(|e| json!({"ip": e.ip.to_string()}))
+                .collect();
+            let not_ready: Vec<Value> = svc
+                .eps
+                .iter()
+                .filter(|e| !e.ready)
+                .map(|e| json!({"ip": e.ip.to_string()}))
+                .collect();
             let mut subset = json!({"ports": ports()});
             if !ready.is_empty() {
                 subset["addresses"] = json!(ready);
@@ -130,7 +145,11 @@ pub fn objects(mode: Mode, svc: &Svc) -> Vec<(String, Value)> {
             if !not_ready.is_empty() {
                 subset["notReadyAddresses"] = json!(not_ready);
             }
-            let subsets = if svc.eps.is_empty() { json!([]) } else { json!([subset]) };
+            let subsets = if svc.eps.is_empty() {
+                json!([])
+            } else {
+                json!([subset])
+            };
             vec![(
                 name.clone(),
                 json!({"apiVersion": "v1", "kind": "Endpoints",
@@ -139,7 +158,11 @@ pub fn objects(mode: Mode, svc: &Svc) -> Vec<(String, Value)> {
             )]
         }
         Mode::Slices => {
-            let chunks: Vec<&[Ep]> = if svc.eps.is_empty() { vec![&[]] } else { svc.eps.chunks(SLICE_SIZE).collect() };
+            let chunks: Vec<&[Ep]> = if svc.eps.is_empty() {
+                vec![&[]]
+            } else {
+                svc.eps.chunks(SLICE_SIZE).collect()
+            };
             chunks
                 .into_iter()
                 .enumerate()
@@ -164,7 +187,12 @@ pub fn objects(mode: Mode, svc: &Svc) -> Vec<(String, Value)> {
 
 /// Creates every source object of `svcs` (POST, `concurrency` at a time).
 /// Returns the number of objects created.
-pub async fn create_all(client: &Client, mode: Mode, svcs: &[Svc], concurrency: usize) -> Result<usize> {
+pub async fn create_all(
+    client: &Client,
+    mode: Mode,
+    svcs: &[Svc],
+    concurrency: usize,
+) -> Result<usize> {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NAMESPACE, &mode.resource());
     let objs: Vec<(String, Value)> = svcs.iter().flat_map(|s| objects(mode, s)).collect();
     let n = objs.len();
@@ -172,8 +200,11 @@ pub async fn create_all(client: &Client, mode: Mode, svcs: &[Svc], concurrency: 
         .map(|(name, body)| {
             let api = api.clone();
             async move {
-                let obj: DynamicObject = serde_json::from_value(body).with_context(|| format!("object {name}"))?;
-                api.create(&PostParams::default(), &obj).await.with_context(|| format!("creating {} {name}", mode.as_str()))?;
+                let obj: DynamicObject =
+                    serde_json::from_value(body).with_context(|| format!("object {name}"))?;
+                api.create(&PostParams::default(), &obj)
+                    .await
+                    .with_context(|| format!("creating {} {name}", mode.as_str()))?;
                 anyhow::Ok(())
             }
         })
@@ -187,13 +218,19 @@ pub async fn create_all(client: &Client, mode: Mode, svcs: &[Svc], concurrency: 
 /// merge patch; returns the resourceVersion of the write.
 pub async fn update(client: &Client, mode: Mode, svc: &Svc) -> Result<u64> {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NAMESPACE, &mode.resource());
-    let (name, mut body) = objects(mode, svc).into_iter().next().context("service without objects")?;
+    let (name, mut body) = objects(mode, svc)
+        .into_iter()
+        .next()
+        .context("service without objects")?;
     if let Some(m) = body.as_object_mut() {
         m.remove("metadata");
         m.remove("apiVersion");
         m.remove("kind");
     }
-    let obj = api.patch(&name, &PatchParams::default(), &Patch::Merge(&body)).await.with_context(|| format!("patching {name}"))?;
+    let obj = api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+        .with_context(|| format!("patching {name}"))?;
     rv_of(&obj)
 }
 
@@ -202,7 +239,10 @@ pub async fn annotate(client: &Client, mode: Mode, i: usize, tick: u64) -> Resul
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NAMESPACE, &mode.resource());
     let name = first_object_name(mode, i);
     let body = json!({"metadata": {"annotations": {"kd-bench/tick": tick.to_string()}}});
-    let obj = api.patch(&name, &PatchParams::default(), &Patch::Merge(&body)).await.with_context(|| format!("annotating {name}"))?;
+    let obj = api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+        .with_context(|| format!("annotating {name}"))?;
     rv_of(&obj)
 }
 
@@ -224,8 +264,14 @@ mod tests {
         let objs = objects(Mode::Slices, &svcs[1]);
         assert_eq!(objs.len(), 3);
         assert_eq!(objs[2].1["endpoints"].as_array().map(Vec::len), Some(50));
-        assert_eq!(objs[0].1["metadata"]["labels"]["kubernetes.io/service-name"], "svc-1");
-        let mut all: Vec<Ipv4Addr> = svcs.iter().flat_map(|s| s.eps.iter().map(|e| e.ip)).collect();
+        assert_eq!(
+            objs[0].1["metadata"]["labels"]["kubernetes.io/service-name"],
+            "svc-1"
+        );
+        let mut all: Vec<Ipv4Addr> = svcs
+            .iter()
+            .flat_map(|s| s.eps.iter().map(|e| e.ip))
+            .collect();
         all.sort();
         all.dedup();
         assert_eq!(all.len(), 750);
@@ -237,7 +283,15 @@ mod tests {
         s.eps[1].ready = false;
         let objs = objects(Mode::Endpoints, &s);
         assert_eq!(objs.len(), 1);
-        assert_eq!(objs[0].1["subsets"][0]["addresses"].as_array().map(Vec::len), Some(2));
-        assert_eq!(objs[0].1["subsets"][0]["notReadyAddresses"][0]["ip"], "10.0.0.1");
+        assert_eq!(
+            objs[0].1["subsets"][0]["addresses"]
+                .as_array()
+                .map(Vec::len),
+            Some(2)
+        );
+        assert_eq!(
+            objs[0].1["subsets"][0]["notReadyAddresses"][0]["ip"],
+            "10.0.0.1"
+        );
     }
 }

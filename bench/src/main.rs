@@ -109,13 +109,27 @@ fn plan(cli: &Cli) -> Result<Plan> {
     let mut p = match cli.size {
         Size::Tiny => Plan {
             sync: vec![(20, 5)],
-            churn: ChurnParams { relevant: 20, irrelevant: 5, per: 5, rate: 40.0, irrelevant_share: 0.2, seconds: 2.0 },
+            churn: ChurnParams {
+                relevant: 20,
+                irrelevant: 5,
+                per: 5,
+                rate: 40.0,
+                irrelevant_share: 0.2,
+                seconds: 2.0,
+            },
             recovery: (20, 5, 1.0),
             timeout: Duration::from_secs(60),
         },
         Size::Full => Plan {
             sync: vec![(1000, 10), (10_000, 10), (100, 1000), (1, 20_000)],
-            churn: ChurnParams { relevant: 1000, irrelevant: 100, per: 10, rate: 500.0, irrelevant_share: 0.2, seconds: 30.0 },
+            churn: ChurnParams {
+                relevant: 1000,
+                irrelevant: 100,
+                per: 10,
+                rate: 500.0,
+                irrelevant_share: 0.2,
+                seconds: 30.0,
+            },
             recovery: (10_000, 10, 30.0),
             timeout: Duration::from_secs(600),
         },
@@ -125,8 +139,13 @@ fn plan(cli: &Cli) -> Result<Plan> {
             .sync_sizes
             .iter()
             .map(|s| {
-                let (a, b) = s.split_once('x').with_context(|| format!("--sync-sizes: {s:?} is not SERVICESxENDPOINTS"))?;
-                Ok((a.parse().with_context(|| format!("--sync-sizes: {a:?}"))?, b.parse().with_context(|| format!("--sync-sizes: {b:?}"))?))
+                let (a, b) = s
+                    .split_once('x')
+                    .with_context(|| format!("--sync-sizes: {s:?} is not SERVICESxENDPOINTS"))?;
+                Ok((
+                    a.parse().with_context(|| format!("--sync-sizes: {a:?}"))?,
+                    b.parse().with_context(|| format!("--sync-sizes: {b:?}"))?,
+                ))
             })
             .collect::<Result<_>>()?;
         if let Some((s, e)) = p.sync.iter().find(|(s, e)| *s == 0 || *e == 0) {
@@ -159,9 +178,15 @@ fn plan(cli: &Cli) -> Result<Plan> {
 
 fn machine() -> Value {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo.lines().find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).to_string()));
+    let model = cpuinfo.lines().find_map(|l| {
+        l.strip_prefix("model name")
+            .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
+    });
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let mem_kib = meminfo.lines().find_map(|l| l.strip_prefix("MemTotal:").and_then(|r| r.split_whitespace().next()?.parse::<u64>().ok()));
+    let mem_kib = meminfo.lines().find_map(|l| {
+        l.strip_prefix("MemTotal:")
+            .and_then(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+    });
     json!({
         "nproc": std::thread::available_parallelism().map(|n| n.get()).ok(),
         "cpu_model": model,
@@ -173,17 +198,24 @@ fn machine() -> Value {
 }
 
 fn git_head() -> Option<String> {
-    let o = std::process::Command::new("git").args(["rev-parse", "--short", "HEAD"]).output().ok()?;
-    o.status.success().then(|| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    let o = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()?;
+    o.status
+        .success()
+        .then(|| String::from_utf8_lossy(&o.stdout).trim().to_string())
 }
 
 fn save(cli: &Cli, doc: &Value) -> Result<()> {
     if let Some(dir) = cli.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    std::fs::write(&cli.out, serde_json::to_string_pretty(doc)?).with_context(|| format!("writing {}", cli.out.display()))?;
+    std::fs::write(&cli.out, serde_json::to_string_pretty(doc)?)
+        .with_context(|| format!("writing {}", cli.out.display()))?;
     let md = cli.out.with_extension("md");
-    std::fs::write(&md, report::markdown(doc)).with_context(|| format!("writing {}", md.display()))?;
+    std::fs::write(&md, report::markdown(doc))
+        .with_context(|| format!("writing {}", md.display()))?;
     Ok(())
 }
 
@@ -260,9 +292,16 @@ async fn bench(cli: Cli) -> Result<()> {
         record(&mut doc, format!("recovery {}", mode.as_str()), r)?;
     }
     let errors = doc["errors"].as_array().map(Vec::len).unwrap_or(0);
-    eprintln!("kd-bench: results in {} and {}", cli.out.display(), cli.out.with_extension("md").display());
+    eprintln!(
+        "kd-bench: results in {} and {}",
+        cli.out.display(),
+        cli.out.with_extension("md").display()
+    );
     if errors > 0 {
-        bail!("{errors} run(s) failed (see \"errors\" in {})", cli.out.display());
+        bail!(
+            "{errors} run(s) failed (see \"errors\" in {})",
+            cli.out.display()
+        );
     }
     Ok(())
 }
@@ -296,10 +335,23 @@ mod tests {
     #[test]
     fn sizes_and_overrides() {
         let p = plan_of(&["--size", "full"]).expect("full");
-        assert_eq!(p.sync, vec![(1000, 10), (10_000, 10), (100, 1000), (1, 20_000)]);
+        assert_eq!(
+            p.sync,
+            vec![(1000, 10), (10_000, 10), (100, 1000), (1, 20_000)]
+        );
         assert_eq!(p.churn.rate, 500.0);
         assert_eq!(p.recovery, (10_000, 10, 30.0));
-        let p = plan_of(&["--size", "tiny", "--sync-sizes", "3x4,5x6", "--churn-rate", "9", "--outage-seconds", "2"]).expect("tiny");
+        let p = plan_of(&[
+            "--size",
+            "tiny",
+            "--sync-sizes",
+            "3x4,5x6",
+            "--churn-rate",
+            "9",
+            "--outage-seconds",
+            "2",
+        ])
+        .expect("tiny");
         assert_eq!(p.sync, vec![(3, 4), (5, 6)]);
         assert_eq!((p.churn.rate, p.recovery.2), (9.0, 2.0));
     }
@@ -315,7 +367,10 @@ mod tests {
             (&["--outage-seconds", "5000"][..], "--outage-seconds"),
             (&["--write-concurrency", "0"][..], "--write-concurrency"),
         ] {
-            let e = plan_of(args).err().map(|e| format!("{e:#}")).unwrap_or_default();
+            let e = plan_of(args)
+                .err()
+                .map(|e| format!("{e:#}"))
+                .unwrap_or_default();
             assert!(e.contains(field), "{args:?}: {e}");
         }
     }

@@ -51,22 +51,33 @@ pub fn parse_status(text: &str) -> Result<(u64, u64)> {
 /// The command name (field 2) may contain spaces and parentheses, so fields are
 /// counted after the LAST `)`.
 pub fn parse_stat_ticks(text: &str) -> Result<u64> {
-    let rest = text.rsplit_once(')').map(|(_, r)| r).ok_or_else(|| anyhow!("/proc stat without ')'"))?;
+    let rest = text
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| anyhow!("/proc stat without ')'"))?;
     // rest starts with field 3 (state): utime is field 14 -> index 11 here.
     let f: Vec<&str> = rest.split_whitespace().collect();
     let get = |i: usize| -> Result<u64> {
-        f.get(i).and_then(|v| v.parse().ok()).ok_or_else(|| anyhow!("/proc stat field {} missing", i + 3))
+        f.get(i)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| anyhow!("/proc stat field {} missing", i + 3))
     };
     Ok(get(11)? + get(12)?)
 }
 
 /// Samples process `pid`.
 pub fn sample(pid: u32) -> Result<Sample> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).with_context(|| format!("reading /proc/{pid}/status"))?;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).with_context(|| format!("reading /proc/{pid}/stat"))?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
     let (rss_kib, hwm_kib) = parse_status(&status)?;
     let cpu_s = parse_stat_ticks(&stat)? as f64 / clk_tck();
-    Ok(Sample { rss_kib, hwm_kib, cpu_s })
+    Ok(Sample {
+        rss_kib,
+        hwm_kib,
+        cpu_s,
+    })
 }
 
 #[cfg(test)]

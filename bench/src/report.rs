@@ -21,7 +21,12 @@ fn yes(v: &Value) -> &'static str {
 pub fn markdown(results: &Value) -> String {
     let mut out = String::new();
     let runs = results["runs"].as_array().cloned().unwrap_or_default();
-    let of = |s: &str| runs.iter().filter(|r| r["scenario"] == s).cloned().collect::<Vec<_>>();
+    let of = |s: &str| {
+        runs.iter()
+            .filter(|r| r["scenario"] == s)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
     let sync = of("sync");
     if !sync.is_empty() {
         out.push_str("### Initial sync\n\n| mode | services x endpoints | endpoints | sync s | /readyz s | peak RSS MiB | RSS B/endpoint | RSS budget MiB | within | API requests | DS API writes | CPU s | content ok |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -29,9 +34,18 @@ pub fn markdown(results: &Value) -> String {
             out.push_str(&format!(
                 "| {} | {} x {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 r["mode"].as_str().unwrap_or(""),
-                r["services"], r["endpoints_per_service"], r["endpoints"],
-                f(&r["sync_s"], 2), f(&r["ready_s"], 2), f(&r["peak_rss_mib"], 1), f(&r["rss_bytes_per_endpoint"], 0),
-                f(&r["rss_budget_mib"], 1), yes(&r["rss_within_budget"]), r["api_requests"], r["ds_api_writes"], f(&r["cpu_s"], 2),
+                r["services"],
+                r["endpoints_per_service"],
+                r["endpoints"],
+                f(&r["sync_s"], 2),
+                f(&r["ready_s"], 2),
+                f(&r["peak_rss_mib"], 1),
+                f(&r["rss_bytes_per_endpoint"], 0),
+                f(&r["rss_budget_mib"], 1),
+                yes(&r["rss_within_budget"]),
+                r["api_requests"],
+                r["ds_api_writes"],
+                f(&r["cpu_s"], 2),
                 yes(&r["content_check"]["ok"]),
             ));
         }
@@ -49,13 +63,22 @@ pub fn markdown(results: &Value) -> String {
         for (name, x) in [("kube-discovery", c), ("echo (floor)", e)] {
             out.push_str(&format!(
                 "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-                f(&x["latency_ms"]["p50"], 1), f(&x["latency_ms"]["p90"], 1), f(&x["latency_ms"]["p99"], 1), f(&x["latency_ms"]["max"], 1),
-                x["unreflected_changes"], f(&x["cpu_s"], 2), f(&x["cpu_s_per_1000_changes"], 3), f(&x["max_rss_mib"], 1),
+                f(&x["latency_ms"]["p50"], 1),
+                f(&x["latency_ms"]["p90"], 1),
+                f(&x["latency_ms"]["p99"], 1),
+                f(&x["latency_ms"]["max"], 1),
+                x["unreflected_changes"],
+                f(&x["cpu_s"], 2),
+                f(&x["cpu_s_per_1000_changes"], 3),
+                f(&x["max_rss_mib"], 1),
             ));
         }
         out.push_str(&format!(
             "| ratio controller/echo | {} | | {} | {} | | {} | | |\n\n",
-            f(&r["ratios"]["p50"], 2), f(&r["ratios"]["p99"], 2), f(&r["ratios"]["max"], 2), f(&r["ratios"]["cpu"], 2),
+            f(&r["ratios"]["p50"], 2),
+            f(&r["ratios"]["p99"], 2),
+            f(&r["ratios"]["max"], 2),
+            f(&r["ratios"]["cpu"], 2),
         ));
         out.push_str(&format!(
             "Final state: {} DiscoveredServices differ from the sources after settling. Controller writes: {} applies ({} per relevant change), {} DiscoveredService API writes on changed services ({} per relevant change), **{} from irrelevant changes**; echo: {} API writes.\n\n",
@@ -79,7 +102,9 @@ pub fn markdown(results: &Value) -> String {
         ));
         out.push_str(&format!(
             "| {} s outage, then {} changes: last write after the API server answered | {} s |\n\n",
-            o["seconds"], o["changed_services"], f(&o["reconverge_s"], 2)
+            o["seconds"],
+            o["changed_services"],
+            f(&o["reconverge_s"], 2)
         ));
         out.push_str(&targets(&r["targets_met"]));
     }

@@ -54,7 +54,10 @@ pub struct Opts {
 
 impl Opts {
     fn kube_discovery_block(&self) -> String {
-        let mut b = format!("  coalesce_window: {}ms\n  write_qps: {}\n", self.window_ms, self.write_qps);
+        let mut b = format!(
+            "  coalesce_window: {}ms\n  write_qps: {}\n",
+            self.window_ms, self.write_qps
+        );
         if let Some(c) = self.write_concurrency {
             b.push_str(&format!("  write_concurrency: {c}\n"));
         }
@@ -63,7 +66,10 @@ impl Opts {
 }
 
 fn now_nanos() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 fn secs(nanos: i128) -> f64 {
@@ -76,7 +82,10 @@ fn kib_to_mib(k: u64) -> f64 {
 
 async fn start_controller(env: &Env, opts: &Opts, mode: Mode, tag: &str) -> Result<Child> {
     let cfg = env.path(&format!("{tag}.yaml"));
-    std::fs::write(&cfg, env.controller_config(mode == Mode::Slices, &opts.kube_discovery_block())?)?;
+    std::fs::write(
+        &cfg,
+        env.controller_config(mode == Mode::Slices, &opts.kube_discovery_block())?,
+    )?;
     Child::controller(&opts.bin, &cfg, &env.path(&format!("{tag}.log"))).await
 }
 
@@ -101,7 +110,13 @@ fn ds_writes(ws: &[Write]) -> impl Iterator<Item = &Write> {
 
 /// Waits until every name in `names` has a DiscoveredService write after `since`
 /// (and at or after the given time, if any); returns the writes seen.
-async fn wait_ds_written(env: &Env, since: u64, names: &[(String, u64)], c: &mut Child, timeout: Duration) -> Result<Vec<Write>> {
+async fn wait_ds_written(
+    env: &Env,
+    since: u64,
+    names: &[(String, u64)],
+    c: &mut Child,
+    timeout: Duration,
+) -> Result<Vec<Write>> {
     let t0 = Instant::now();
     loop {
         c.sample()?;
@@ -111,21 +126,37 @@ async fn wait_ds_written(env: &Env, since: u64, names: &[(String, u64)], c: &mut
             let e = last.entry(w.name.as_str()).or_default();
             *e = (*e).max(w.time_nanos);
         }
-        if names.iter().all(|(n, t)| last.get(n.as_str()).is_some_and(|l| l >= t)) {
+        if names
+            .iter()
+            .all(|(n, t)| last.get(n.as_str()).is_some_and(|l| l >= t))
+        {
             return Ok(ws);
         }
         if t0.elapsed() > timeout {
-            let missing = names.iter().filter(|(n, t)| last.get(n.as_str()).is_none_or(|l| l < t)).count();
-            bail!("{missing} DiscoveredServices not written within {timeout:?}:\n{}", c.log_tail());
+            let missing = names
+                .iter()
+                .filter(|(n, t)| last.get(n.as_str()).is_none_or(|l| l < t))
+                .count();
+            bail!(
+                "{missing} DiscoveredServices not written within {timeout:?}:\n{}",
+                c.log_tail()
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 async fn ds_node_count(env: &Env, name: &str) -> Result<usize> {
-    let api: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), load::NAMESPACE, &dsvc_resource());
-    let ds = api.get(name).await.with_context(|| format!("reading DiscoveredService {name}"))?;
-    Ok(ds.data["spec"]["ports"]["http"].as_array().map(Vec::len).unwrap_or(0))
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(env.client.clone(), load::NAMESPACE, &dsvc_resource());
+    let ds = api
+        .get(name)
+        .await
+        .with_context(|| format!("reading DiscoveredService {name}"))?;
+    Ok(ds.data["spec"]["ports"]["http"]
+        .as_array()
+        .map(Vec::len)
+        .unwrap_or(0))
 }
 
 /// Scenario 1: initial sync of `count` services x `per` endpoints.
@@ -143,8 +174,13 @@ pub async fn sync(opts: &Opts, mode: Mode, count: usize, per: usize) -> Result<V
     let names: Vec<(String, u64)> = (0..count).map(|i| (load::svc_name(i), 0)).collect();
     let ws = wait_ds_written(&env, rv0, &names, &mut c, opts.timeout).await?;
     let end = c.sample()?;
-    let last_write = ds_writes(&ws).map(|w| w.time_nanos).max().unwrap_or(t0_wall);
-    let sync_s = ready.as_secs_f64().max(secs(last_write as i128 - t0_wall as i128));
+    let last_write = ds_writes(&ws)
+        .map(|w| w.time_nanos)
+        .max()
+        .unwrap_or(t0_wall);
+    let sync_s = ready
+        .as_secs_f64()
+        .max(secs(last_write as i128 - t0_wall as i128));
     let ds_api_writes = ds_writes(&ws).count();
     let req1 = env.request_counts().await?;
     let (requests, by_verb) = request_diff(&req0, &req1);
@@ -197,15 +233,28 @@ struct Change {
     rv: u64,
 }
 
-async fn apply_change(client: &kube::Client, mode: Mode, svc: &mut Svc, relevant: bool, rng: &mut Rng, extra: &mut u32, tick: u64) -> Result<Change> {
+async fn apply_change(
+    client: &kube::Client,
+    mode: Mode,
+    svc: &mut Svc,
+    relevant: bool,
+    rng: &mut Rng,
+    extra: &mut u32,
+    tick: u64,
+) -> Result<Change> {
     let kind: &'static str;
     if relevant {
         let ready = svc.eps.iter().filter(|e| e.ready).count();
         let choice = rng.below(3);
         let room = svc.eps.len() < load::SLICE_SIZE;
-        kind = if svc.eps.is_empty() || (room && ((choice == 0 && svc.eps.len() < 90) || (ready <= 2 && choice != 2))) {
+        kind = if svc.eps.is_empty()
+            || (room && ((choice == 0 && svc.eps.len() < 90) || (ready <= 2 && choice != 2)))
+        {
             *extra += 1;
-            svc.eps.push(load::Ep { ip: load::extra_ip(*extra), ready: true });
+            svc.eps.push(load::Ep {
+                ip: load::extra_ip(*extra),
+                ready: true,
+            });
             "add"
         } else if choice <= 1 && ready > 0 {
             let readies: Vec<usize> = (0..svc.eps.len()).filter(|&i| svc.eps[i].ready).collect();
@@ -218,26 +267,49 @@ async fn apply_change(client: &kube::Client, mode: Mode, svc: &mut Svc, relevant
             "ready_flip"
         };
         let rv = load::update(client, mode, svc).await?;
-        return Ok(Change { svc: svc.index, relevant, kind, rv });
+        return Ok(Change {
+            svc: svc.index,
+            relevant,
+            kind,
+            rv,
+        });
     }
     if rng.below(2) == 0 {
         let rv = load::annotate(client, mode, svc.index, tick).await?;
-        return Ok(Change { svc: svc.index, relevant, kind: "annotation", rv });
+        return Ok(Change {
+            svc: svc.index,
+            relevant,
+            kind: "annotation",
+            rv,
+        });
     }
     if let Some(pos) = svc.eps.iter().position(|e| !e.ready) {
         svc.eps.remove(pos);
     } else {
         *extra += 1;
-        svc.eps.push(load::Ep { ip: load::extra_ip(*extra), ready: false });
+        svc.eps.push(load::Ep {
+            ip: load::extra_ip(*extra),
+            ready: false,
+        });
     }
     let rv = load::update(client, mode, svc).await?;
-    Ok(Change { svc: svc.index, relevant, kind: "not_ready_flap", rv })
+    Ok(Change {
+        svc: svc.index,
+        relevant,
+        kind: "not_ready_flap",
+        rv,
+    })
 }
 
 /// Drives `p.rate` changes/s for `p.seconds`, spread over the services by 16
 /// workers (one service always belongs to the same worker, so its changes stay
 /// ordered). Returns the changes made and the real duration.
-async fn drive(client: &kube::Client, mode: Mode, svcs: Vec<Svc>, p: &ChurnParams) -> Result<(Vec<Change>, Vec<Svc>, f64)> {
+async fn drive(
+    client: &kube::Client,
+    mode: Mode,
+    svcs: Vec<Svc>,
+    p: &ChurnParams,
+) -> Result<(Vec<Change>, Vec<Svc>, f64)> {
     const WORKERS: usize = 16;
     let mut per_worker: Vec<Vec<Svc>> = (0..WORKERS).map(|_| Vec::new()).collect();
     for s in svcs {
@@ -250,13 +322,18 @@ async fn drive(client: &kube::Client, mode: Mode, svcs: Vec<Svc>, p: &ChurnParam
         txs.push(tx);
         let client = client.clone();
         handles.push(tokio::spawn(async move {
-            let mut by_index: HashMap<usize, Svc> = owned.into_iter().map(|s| (s.index, s)).collect();
+            let mut by_index: HashMap<usize, Svc> =
+                owned.into_iter().map(|s| (s.index, s)).collect();
             let mut rng = Rng::new(0x9E37_79B9 + w as u64);
             let mut extra = (w as u32) << 20;
             let mut out = Vec::new();
             while let Some((i, relevant, tick)) = rx.recv().await {
-                let Some(svc) = by_index.get_mut(&i) else { continue };
-                out.push(apply_change(&client, mode, svc, relevant, &mut rng, &mut extra, tick).await?);
+                let Some(svc) = by_index.get_mut(&i) else {
+                    continue;
+                };
+                out.push(
+                    apply_change(&client, mode, svc, relevant, &mut rng, &mut extra, tick).await?,
+                );
             }
             anyhow::Ok((out, by_index.into_values().collect::<Vec<_>>()))
         }));
@@ -275,8 +352,14 @@ async fn drive(client: &kube::Client, mode: Mode, svcs: Vec<Svc>, p: &ChurnParam
         while sent < due {
             sent += 1;
             let relevant = p.irrelevant == 0 || !rng.chance(p.irrelevant_share);
-            let i = if relevant { rng.below(p.relevant) } else { p.relevant + rng.below(p.irrelevant) };
-            txs[i % WORKERS].send((i, relevant, sent)).context("worker gone")?;
+            let i = if relevant {
+                rng.below(p.relevant)
+            } else {
+                p.relevant + rng.below(p.irrelevant)
+            };
+            txs[i % WORKERS]
+                .send((i, relevant, sent))
+                .context("worker gone")?;
         }
     }
     drop(txs);
@@ -332,7 +415,10 @@ pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
             break;
         }
         if settle_start.elapsed() > opts.timeout {
-            bail!("writes still growing {:?} after the load ended", opts.timeout);
+            bail!(
+                "writes still growing {:?} after the load ended",
+                opts.timeout
+            );
         }
     }
     let (c1, e1) = (c.sample()?, echo.sample()?);
@@ -340,13 +426,23 @@ pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
     let mismatches = final_mismatches(&env, &finals).await?;
     let ws = env.writes_since(rv0).await?;
 
-    let src_time: HashMap<u64, u64> = ws.iter().filter(|w| w.resource == mode.plural()).map(|w| (w.resource_version, w.time_nanos)).collect();
+    let src_time: HashMap<u64, u64> = ws
+        .iter()
+        .filter(|w| w.resource == mode.plural())
+        .map(|w| (w.resource_version, w.time_nanos))
+        .collect();
     let mut ds_times: HashMap<&str, Vec<u64>> = HashMap::new();
     let mut cm_times: HashMap<&str, Vec<u64>> = HashMap::new();
     for w in &ws {
         match w.resource.as_str() {
-            "discoveredservices" => ds_times.entry(w.name.as_str()).or_default().push(w.time_nanos),
-            "configmaps" => cm_times.entry(w.name.as_str()).or_default().push(w.time_nanos),
+            "discoveredservices" => ds_times
+                .entry(w.name.as_str())
+                .or_default()
+                .push(w.time_nanos),
+            "configmaps" => cm_times
+                .entry(w.name.as_str())
+                .or_default()
+                .push(w.time_nanos),
             _ => {}
         }
     }
@@ -358,24 +454,45 @@ pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
     let mut echo_lat = Vec::new();
     let (mut ctl_missing, mut echo_missing) = (0usize, 0usize);
     for ch in &relevant {
-        let Some(&t) = src_time.get(&ch.rv) else { bail!("source write rv {} missing from the write log", ch.rv) };
-        let ds = ds_times.get(load::svc_name(ch.svc).as_str()).and_then(|v| first_at_or_after(v, t));
+        let Some(&t) = src_time.get(&ch.rv) else {
+            bail!("source write rv {} missing from the write log", ch.rv)
+        };
+        let ds = ds_times
+            .get(load::svc_name(ch.svc).as_str())
+            .and_then(|v| first_at_or_after(v, t));
         match ds {
             Some(d) => ctl_lat.push((d - t) as f64 / 1e6),
             None => ctl_missing += 1,
         }
         let cm_name = format!("echo-{}", load::first_object_name(mode, ch.svc));
-        match cm_times.get(cm_name.as_str()).and_then(|v| first_at_or_after(v, t)) {
+        match cm_times
+            .get(cm_name.as_str())
+            .and_then(|v| first_at_or_after(v, t))
+        {
             Some(d) => echo_lat.push((d - t) as f64 / 1e6),
             None => echo_missing += 1,
         }
     }
-    let is_relevant_svc = |name: &str| name.strip_prefix("svc-").and_then(|n| n.parse::<usize>().ok()).is_some_and(|i| i < p.relevant);
-    let ds_relevant_writes: usize = ds_times.iter().filter(|(n, _)| is_relevant_svc(n)).map(|(_, v)| v.len()).sum();
-    let ds_irrelevant_writes: usize = ds_times.iter().filter(|(n, _)| !is_relevant_svc(n)).map(|(_, v)| v.len()).sum();
+    let is_relevant_svc = |name: &str| {
+        name.strip_prefix("svc-")
+            .and_then(|n| n.parse::<usize>().ok())
+            .is_some_and(|i| i < p.relevant)
+    };
+    let ds_relevant_writes: usize = ds_times
+        .iter()
+        .filter(|(n, _)| is_relevant_svc(n))
+        .map(|(_, v)| v.len())
+        .sum();
+    let ds_irrelevant_writes: usize = ds_times
+        .iter()
+        .filter(|(n, _)| !is_relevant_svc(n))
+        .map(|(_, v)| v.len())
+        .sum();
     let echo_writes: usize = cm_times.values().map(Vec::len).sum();
-    let applied = metric_sum(&m1, "kube_discovery_writes_total", "result=\"applied\"") - metric_sum(&m0, "kube_discovery_writes_total", "result=\"applied\"");
-    let skipped = metric_sum(&m1, "kube_discovery_writes_skipped_total", "") - metric_sum(&m0, "kube_discovery_writes_skipped_total", "");
+    let applied = metric_sum(&m1, "kube_discovery_writes_total", "result=\"applied\"")
+        - metric_sum(&m0, "kube_discovery_writes_total", "result=\"applied\"");
+    let skipped = metric_sum(&m1, "kube_discovery_writes_skipped_total", "")
+        - metric_sum(&m0, "kube_discovery_writes_skipped_total", "");
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
     for ch in &changes {
         *kinds.entry(ch.kind).or_default() += 1;
@@ -429,15 +546,23 @@ pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
 /// Services whose DiscoveredService hosts differ from the ready endpoints the
 /// harness last wrote (after the settle time: must be 0).
 async fn final_mismatches(env: &Env, finals: &[Svc]) -> Result<usize> {
-    let api: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), load::NAMESPACE, &dsvc_resource());
-    let list = api.list(&Default::default()).await.context("listing DiscoveredServices")?;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(env.client.clone(), load::NAMESPACE, &dsvc_resource());
+    let list = api
+        .list(&Default::default())
+        .await
+        .context("listing DiscoveredServices")?;
     let by_name: HashMap<String, Vec<String>> = list
         .items
         .into_iter()
         .map(|o| {
             let mut hosts: Vec<String> = o.data["spec"]["ports"]["http"]
                 .as_array()
-                .map(|a| a.iter().filter_map(|n| n["host"].as_str().map(str::to_string)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|n| n["host"].as_str().map(str::to_string))
+                        .collect()
+                })
                 .unwrap_or_default();
             hosts.sort();
             (o.metadata.name.unwrap_or_default(), hosts)
@@ -446,9 +571,18 @@ async fn final_mismatches(env: &Env, finals: &[Svc]) -> Result<usize> {
     Ok(finals
         .iter()
         .filter(|s| {
-            let mut want: Vec<String> = s.eps.iter().filter(|e| e.ready).map(|e| e.ip.to_string()).collect();
+            let mut want: Vec<String> = s
+                .eps
+                .iter()
+                .filter(|e| e.ready)
+                .map(|e| e.ip.to_string())
+                .collect();
             want.sort();
-            by_name.get(&load::svc_name(s.index)).map(Vec::as_slice).unwrap_or(&[]) != want.as_slice()
+            by_name
+                .get(&load::svc_name(s.index))
+                .map(Vec::as_slice)
+                .unwrap_or(&[])
+                != want.as_slice()
         })
         .count())
 }
@@ -462,23 +596,53 @@ fn ratio(a: &Value, b: &Value) -> Value {
 
 /// Changes `k` services (adds one ready endpoint each) and returns the
 /// `(DiscoveredService name, source write time)` pairs.
-async fn touch(env: &Env, mode: Mode, svcs: &mut [Svc], k: usize, extra: &mut u32) -> Result<Vec<(String, u64)>> {
+async fn touch(
+    env: &Env,
+    mode: Mode,
+    svcs: &mut [Svc],
+    k: usize,
+    extra: &mut u32,
+) -> Result<Vec<(String, u64)>> {
     let mut rvs = Vec::new();
     for s in svcs.iter_mut().take(k) {
         *extra += 1;
-        s.eps.push(load::Ep { ip: load::extra_ip(*extra), ready: true });
+        s.eps.push(load::Ep {
+            ip: load::extra_ip(*extra),
+            ready: true,
+        });
         rvs.push((s.index, load::update(&env.client, mode, s).await?));
     }
-    let min_rv = rvs.iter().map(|(_, rv)| *rv).min().unwrap_or(1).saturating_sub(1);
+    let min_rv = rvs
+        .iter()
+        .map(|(_, rv)| *rv)
+        .min()
+        .unwrap_or(1)
+        .saturating_sub(1);
     let ws = env.writes_since(min_rv).await?;
-    let times: HashMap<u64, u64> = ws.iter().map(|w| (w.resource_version, w.time_nanos)).collect();
+    let times: HashMap<u64, u64> = ws
+        .iter()
+        .map(|w| (w.resource_version, w.time_nanos))
+        .collect();
     rvs.into_iter()
-        .map(|(i, rv)| Ok((load::svc_name(i), *times.get(&rv).context("change missing from the write log")?)))
+        .map(|(i, rv)| {
+            Ok((
+                load::svc_name(i),
+                *times
+                    .get(&rv)
+                    .context("change missing from the write log")?,
+            ))
+        })
         .collect()
 }
 
 /// Scenario 4: idle restart with everything published, forced 410, outage.
-pub async fn recovery(opts: &Opts, mode: Mode, count: usize, per: usize, outage_s: f64) -> Result<Value> {
+pub async fn recovery(
+    opts: &Opts,
+    mode: Mode,
+    count: usize,
+    per: usize,
+    outage_s: f64,
+) -> Result<Value> {
     let env = Env::start(10_000).await?;
     let mut svcs = load::services(count, per);
     load::create_all(&env.client, mode, &svcs, 32).await?;
@@ -509,19 +673,24 @@ pub async fn recovery(opts: &Opts, mode: Mode, count: usize, per: usize, outage_
     env.fault(json!({"stallWatchesSeconds": 60})).await?;
     let touched = touch(&env, mode, &mut svcs, k, &mut extra).await?;
     let t_f = now_nanos();
-    env.fault(json!({"clear": true, "compact": true, "dropWatches": true})).await?;
+    env.fault(json!({"clear": true, "compact": true, "dropWatches": true}))
+        .await?;
     let ws = wait_ds_written(&env, rv_f, &touched, &mut c, opts.timeout).await?;
     let last = ds_writes(&ws).map(|w| w.time_nanos).max().unwrap_or(t_f);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after_410 = env.writes_since(rv_f).await?;
-    let rewritten_410: std::collections::BTreeSet<&str> = ds_writes(&after_410).map(|w| w.name.as_str()).collect();
+    let rewritten_410: std::collections::BTreeSet<&str> =
+        ds_writes(&after_410).map(|w| w.name.as_str()).collect();
     let m1 = c.get("/metrics").await?.1;
-    let relists = metric_sum(&m1, "kube_discovery_watch_events_total", "type=\"relist\"") - metric_sum(&m0, "kube_discovery_watch_events_total", "type=\"relist\"");
-    let restarts = metric_sum(&m1, "kube_discovery_watch_restarts_total", "") - metric_sum(&m0, "kube_discovery_watch_restarts_total", "");
+    let relists = metric_sum(&m1, "kube_discovery_watch_events_total", "type=\"relist\"")
+        - metric_sum(&m0, "kube_discovery_watch_events_total", "type=\"relist\"");
+    let restarts = metric_sum(&m1, "kube_discovery_watch_restarts_total", "")
+        - metric_sum(&m0, "kube_discovery_watch_restarts_total", "");
 
     // Outage: refuse connections for outage_s, then change k services as soon
     // as the API server answers again.
-    env.fault(json!({"refuseConnectionsSeconds": outage_s})).await?;
+    env.fault(json!({"refuseConnectionsSeconds": outage_s}))
+        .await?;
     let t_out = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(outage_s)).await;
     loop {
@@ -538,9 +707,13 @@ pub async fn recovery(opts: &Opts, mode: Mode, count: usize, per: usize, outage_
     let mut rest: Vec<Svc> = svcs.split_off(k.min(svcs.len()));
     let touched_b = touch(&env, mode, &mut rest, k, &mut extra).await?;
     let ws_b = wait_ds_written(&env, rv_b, &touched_b, &mut c, opts.timeout).await?;
-    let last_b = ds_writes(&ws_b).map(|w| w.time_nanos).max().unwrap_or(t_back);
+    let last_b = ds_writes(&ws_b)
+        .map(|w| w.time_nanos)
+        .max()
+        .unwrap_or(t_back);
     let m2 = c.get("/metrics").await?.1;
-    let restarts_b = metric_sum(&m2, "kube_discovery_watch_restarts_total", "") - metric_sum(&m1, "kube_discovery_watch_restarts_total", "");
+    let restarts_b = metric_sum(&m2, "kube_discovery_watch_restarts_total", "")
+        - metric_sum(&m1, "kube_discovery_watch_restarts_total", "");
     c.stop().await?;
     drop(env); // stops kube-sim (and keeps logs with KD_BENCH_KEEP_LOGS)
     Ok(json!({

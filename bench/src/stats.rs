@@ -25,7 +25,11 @@ pub struct Rng(u64);
 impl Rng {
     /// A generator from `seed` (0 is replaced by a constant).
     pub fn new(seed: u64) -> Self {
-        Rng(if seed == 0 { 0x2545_F491_4F6C_DD1D } else { seed })
+        Rng(if seed == 0 {
+            0x2545_F491_4F6C_DD1D
+        } else {
+            seed
+        })
     }
 
     /// Next 64 random bits.
@@ -40,7 +44,11 @@ impl Rng {
 
     /// Uniform in `0..n` (`n` must be > 0; 0 yields 0).
     pub fn below(&mut self, n: usize) -> usize {
-        if n == 0 { 0 } else { (self.next_u64() % n as u64) as usize }
+        if n == 0 {
+            0
+        } else {
+            (self.next_u64() % n as u64) as usize
+        }
     }
 
     /// True with probability `p`.

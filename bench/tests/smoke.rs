@@ -15,7 +15,11 @@ use serde_json::Value;
 fn tiny_run_produces_every_figure() {
     let exe = env!("CARGO_BIN_EXE_kd-bench");
     let ctl = Path::new(exe).with_file_name("kube-discovery");
-    assert!(ctl.is_file(), "{} not found: run `cargo build -p kube-discovery` (./test.sh builds every binary)", ctl.display());
+    assert!(
+        ctl.is_file(),
+        "{} not found: run `cargo build -p kube-discovery` (./test.sh builds every binary)",
+        ctl.display()
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("tiny.json");
     let run = Command::new(exe)
@@ -27,13 +31,23 @@ fn tiny_run_produces_every_figure() {
         .expect("run kd-bench");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "kd-bench failed: {stderr}");
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("result JSON")).expect("valid JSON");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("result JSON"))
+        .expect("valid JSON");
     let md = std::fs::read_to_string(out.with_extension("md")).expect("markdown table");
-    assert!(md.contains("### Initial sync") && md.contains("### Churn") && md.contains("### Restart and recovery"), "{md}");
+    assert!(
+        md.contains("### Initial sync")
+            && md.contains("### Churn")
+            && md.contains("### Restart and recovery"),
+        "{md}"
+    );
     assert_eq!(doc["errors"].as_array().map(Vec::len), Some(0), "{doc:#}");
     assert!(doc["machine"]["nproc"].as_u64().is_some_and(|n| n > 0));
     let runs = doc["runs"].as_array().expect("runs");
-    let of = |s: &str| runs.iter().filter(|r| r["scenario"] == s).collect::<Vec<_>>();
+    let of = |s: &str| {
+        runs.iter()
+            .filter(|r| r["scenario"] == s)
+            .collect::<Vec<_>>()
+    };
 
     let sync = of("sync");
     assert_eq!(sync.len(), 2, "one sync per mode");
@@ -43,27 +57,54 @@ fn tiny_run_produces_every_figure() {
         assert!(r["peak_rss_mib"].as_f64().is_some_and(|m| m > 0.0), "{r:#}");
         assert!(r["api_requests"].as_u64().is_some_and(|n| n > 0), "{r:#}");
         // 20 services, each written at least once (object and status).
-        assert!(r["ds_api_writes"].as_u64().is_some_and(|n| n >= 20), "{r:#}");
+        assert!(
+            r["ds_api_writes"].as_u64().is_some_and(|n| n >= 20),
+            "{r:#}"
+        );
     }
 
     let churn = of("churn");
     assert_eq!(churn.len(), 2, "one churn per mode");
     for r in churn {
-        assert!(r["relevant_changes"].as_u64().is_some_and(|n| n > 0), "{r:#}");
-        assert_eq!(r["controller"]["ds_api_writes_from_irrelevant"], 0, "irrelevant changes caused writes: {r:#}");
+        assert!(
+            r["relevant_changes"].as_u64().is_some_and(|n| n > 0),
+            "{r:#}"
+        );
+        assert_eq!(
+            r["controller"]["ds_api_writes_from_irrelevant"], 0,
+            "irrelevant changes caused writes: {r:#}"
+        );
         // Coalescing may legitimately skip a change undone inside the window;
         // the end state must match exactly, and the echo client skips nothing.
         assert_eq!(r["controller"]["final_state_mismatches"], 0, "{r:#}");
         assert_eq!(r["echo"]["unreflected_changes"], 0, "{r:#}");
-        assert!(r["controller"]["latency_ms"]["p99"].as_f64().is_some(), "{r:#}");
+        assert!(
+            r["controller"]["latency_ms"]["p99"].as_f64().is_some(),
+            "{r:#}"
+        );
         assert!(r["echo"]["latency_ms"]["p99"].as_f64().is_some(), "{r:#}");
-        assert!(r["controller"]["cpu_s"].as_f64().is_some_and(|c| c > 0.0), "{r:#}");
+        assert!(
+            r["controller"]["cpu_s"].as_f64().is_some_and(|c| c > 0.0),
+            "{r:#}"
+        );
     }
 
     let rec = of("recovery");
     assert_eq!(rec.len(), 1);
-    assert_eq!(rec[0]["idle_restart"]["api_writes"], 0, "idle restart wrote: {:#}", rec[0]);
+    assert_eq!(
+        rec[0]["idle_restart"]["api_writes"], 0,
+        "idle restart wrote: {:#}",
+        rec[0]
+    );
     assert_eq!(rec[0]["forced_410"]["changed_services"], 10);
-    assert!(rec[0]["forced_410"]["reconverge_s"].as_f64().is_some(), "{:#}", rec[0]);
-    assert!(rec[0]["outage"]["reconverge_s"].as_f64().is_some(), "{:#}", rec[0]);
+    assert!(
+        rec[0]["forced_410"]["reconverge_s"].as_f64().is_some(),
+        "{:#}",
+        rec[0]
+    );
+    assert!(
+        rec[0]["outage"]["reconverge_s"].as_f64().is_some(),
+        "{:#}",
+        rec[0]
+    );
 }

@@ -248,7 +248,10 @@ impl Queue {
             .get(cluster)
             .and_then(BTreeSet::first)
             .is_some_and(|s| *s <= bseq)
-            || self.inflight_per_cluster.get(cluster).is_some_and(|n| *n > 0)
+            || self
+                .inflight_per_cluster
+                .get(cluster)
+                .is_some_and(|n| *n > 0)
     }
 }
 

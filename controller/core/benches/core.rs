@@ -30,7 +30,9 @@ fn ports() -> Value {
 }
 
 fn endpoints(n: usize) -> Endpoints {
-    let addrs: Vec<Value> = (0..n).map(|i| json!({"ip": ip(i), "nodeName": format!("node-{}", i % 50)})).collect();
+    let addrs: Vec<Value> = (0..n)
+        .map(|i| json!({"ip": ip(i), "nodeName": format!("node-{}", i % 50)}))
+        .collect();
     serde_json::from_value(json!({"apiVersion": "v1", "kind": "Endpoints",
         "metadata": {"name": "svc", "namespace": "ns"},
         "subsets": [{"addresses": addrs, "ports": ports()}]}))
@@ -48,7 +50,9 @@ fn slice(k: usize, from: usize, to: usize, tweak: bool) -> EndpointSlice {
 }
 
 fn slices(n: usize) -> Vec<EndpointSlice> {
-    (0..n.div_ceil(100)).map(|k| slice(k, k * 100, ((k + 1) * 100).min(n), false)).collect()
+    (0..n.div_ceil(100))
+        .map(|k| slice(k, k * 100, ((k + 1) * 100).min(n), false))
+        .collect()
 }
 
 fn portmap(n: usize) -> PortMap {
@@ -62,14 +66,22 @@ fn bench(c: &mut Criterion) {
     assert_eq!(from_endpoints(&ep, &opts).ports["http"].len(), N);
     assert_eq!(from_slices(sl.iter(), &opts).ports["http"].len(), N);
 
-    c.bench_function("convert/endpoints_1000", |b| b.iter(|| from_endpoints(black_box(&ep), &opts)));
-    c.bench_function("convert/slices_10x100_merged", |b| b.iter(|| from_slices(black_box(&sl).iter(), &opts)));
+    c.bench_function("convert/endpoints_1000", |b| {
+        b.iter(|| from_endpoints(black_box(&ep), &opts))
+    });
+    c.bench_function("convert/slices_10x100_merged", |b| {
+        b.iter(|| from_slices(black_box(&sl).iter(), &opts))
+    });
 
     let pm = portmap(N);
-    c.bench_function("hash/content_version_1000", |b| b.iter(|| content_version(SourceKind::Endpoints, black_box(&pm))));
+    c.bench_function("hash/content_version_1000", |b| {
+        b.iter(|| content_version(SourceKind::Endpoints, black_box(&pm)))
+    });
 
     // The dump API encodes each service's port map as a JSON string.
-    c.bench_function("dump/service_1000_endpoints", |b| b.iter(|| serde_json::to_string(black_box(&pm)).unwrap()));
+    c.bench_function("dump/service_1000_endpoints", |b| {
+        b.iter(|| serde_json::to_string(black_box(&pm)).unwrap())
+    });
     let small = portmap(10);
     c.bench_function("dump/document_1000_services_x_10", |b| {
         b.iter(|| {
@@ -83,7 +95,12 @@ fn bench(c: &mut Criterion) {
     // Incremental path: one slice of a 1,000-endpoint service changes (one
     // endpoint's ready flag flips back and forth), the service is recomputed
     // and re-hashed.
-    let mut idx = Index::new(String::new(), SourceKind::EndpointSlice, opts.clone(), NamespaceFilter::default());
+    let mut idx = Index::new(
+        String::new(),
+        SourceKind::EndpointSlice,
+        opts.clone(),
+        NamespaceFilter::default(),
+    );
     idx.reset_slices(&sl);
     let (a, b2) = (slice(3, 300, 400, true), slice(3, 300, 400, false));
     let mut flip = false;
