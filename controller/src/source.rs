@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!  watcher(Config{label selector, field selector, timeout, bookmarks})
-//!    .backoff(WatchBackoff)       250 ms doubling to a 1 s cap, jittered, reset on success
+//!    .backoff(WatchBackoff)       250 ms doubling to a 1 s cap, jittered, reset after 5 s of success
 //!    .modify(strip)               managedFields + annotations dropped
 //!    │
 //!    ├─ Init .. InitApply* .. InitDone   (first list, and every relist: restart / 410 Gone)
@@ -97,6 +97,8 @@ pub struct WatchBackoff {
     next: Duration,
     rng: RandomState,
     draws: u64,
+    /// When the last delay was handed out (see [`Backoff::reset`] below).
+    last: Option<std::time::Instant>,
 }
 
 impl WatchBackoff {
@@ -113,6 +115,7 @@ impl WatchBackoff {
             next: min,
             rng: RandomState::new(),
             draws: 0,
+            last: None,
         }
     }
 
@@ -138,6 +141,7 @@ impl Iterator for WatchBackoff {
     type Item = Duration;
 
     fn next(&mut self) -> Option<Duration> {
+        self.last = Some(std::time::Instant::now());
         let base = self.next;
         self.next = self.next.saturating_mul(2).min(self.max);
         Some(base.mul_f64(self.jitter()))
@@ -145,10 +149,21 @@ impl Iterator for WatchBackoff {
 }
 
 impl Backoff for WatchBackoff {
+    /// kube-runtime's `StreamBackoff` calls this on every `Ok` item, and a
+    /// failing relist yields `Event::Init` (an `Ok`) before its error: a plain
+    /// reset would retry a persistent failure (a rejected token) every
+    /// 125-250 ms forever. So a reset only counts once the stream has run
+    /// without a retry for [`RESET_AFTER`]; a persistent failure settles at the
+    /// 1 s cap, and a watch that ran fine reconnects after 250 ms again.
     fn reset(&mut self) {
-        self.next = self.min;
+        if self.last.is_none_or(|t| t.elapsed() >= RESET_AFTER) {
+            self.next = self.min;
+        }
     }
 }
+
+/// How long a watch must run without a retry before the backoff starts over.
+const RESET_AFTER: Duration = Duration::from_secs(5);
 
 /// A source object type the index understands.
 pub trait SourceObject:
@@ -391,6 +406,12 @@ mod tests {
             first[5..].iter().any(|d| *d < Duration::from_millis(990)),
             "no jitter: {first:?}"
         );
+        // A reset right after a retry (a failing relist's `Init`) is ignored ...
+        b.reset();
+        let d = b.next().unwrap();
+        assert!(d >= Duration::from_millis(500), "reset too early: {d:?}");
+        // ... one after RESET_AFTER without a retry starts over.
+        b.last = std::time::Instant::now().checked_sub(RESET_AFTER + Duration::from_millis(1));
         b.reset();
         let d = b.next().unwrap();
         assert!(d <= Duration::from_millis(250), "not reset: {d:?}");

@@ -152,8 +152,11 @@ async fn s09_invalid_token() {
         "/readyz names the cause: {body}"
     );
     let failures = ctl.logs().matches("watch failed").count();
+    // The policy (source.rs `WatchBackoff`): 250 ms doubling to a 1 s cap, each
+    // delay jittered to 50-100 %, so at most ~3 + 10 s / 0.5 s attempts in the
+    // ~10 s observed; a hot loop (every Init resetting the backoff) made ~46.
     assert!(
-        (2..=12).contains(&failures),
+        (2..=24).contains(&failures),
         "{failures} failed attempts in ~10 s: retries must back off"
     );
     assert!(metric_sum(&ctl, "kube_discovery_watch_restarts_total", &[]).await >= 2.0);
