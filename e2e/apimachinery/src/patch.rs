@@ -129,7 +129,8 @@ pub fn list_strategy(kind: &str, path: &[&str]) -> ListStrategy {
     }
 }
 
-fn is_known_kind(kind: &str) -> bool {
+/// Built-in kinds whose list merge keys the tables here (and `ssa`) know.
+pub(crate) fn is_known_kind(kind: &str) -> bool {
     matches!(
         kind,
         "Service"

@@ -198,28 +198,7 @@ pub fn list_type(kind: &str, path: &[&str]) -> ListType {
         ["metadata", "ownerReferences"] => return keys(&["uid"]),
         _ => {}
     }
-    let builtin = matches!(
-        kind,
-        "Service"
-            | "Endpoints"
-            | "EndpointSlice"
-            | "ConfigMap"
-            | "Secret"
-            | "Namespace"
-            | "ServiceAccount"
-            | "Deployment"
-            | "StatefulSet"
-            | "DaemonSet"
-            | "ReplicaSet"
-            | "Job"
-            | "Pod"
-            | "Role"
-            | "ClusterRole"
-            | "RoleBinding"
-            | "ClusterRoleBinding"
-            | "Lease"
-            | "Event"
-    );
+    let builtin = crate::patch::is_known_kind(kind);
     if !builtin {
         return ListType::Atomic;
     }
