@@ -11,6 +11,7 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   echo "test.sh: cargo-nextest missing; installing it with cargo install"
   cargo install --locked cargo-nextest
 fi
+echo "test.sh: $(df -h . | awk 'NR==2 {print $4}') free on the build disk (a clean build needs ~4 GB)"
 bash e2e/tools/install-tools.sh
 bash gateways/tools/install.sh   # nginx + HAProxy from Debian, for the gateway e2e tests
 export PATH="$PWD/.tools/bin:$PATH"
