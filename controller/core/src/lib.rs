@@ -10,6 +10,7 @@
 //!  crd.rs      ServiceNodes ──▶ DiscoveredService (name, labels, ownerReference); crd_yaml()
 //!  model.rs    ServiceKey, Node, PortMap, parse_service_name, content_version
 //!  render.rs   objects (JSON values) + config ──▶ DiscoveredServices; lookup(query)
+//!  snapshot.rs Dump (all services) ──▶ sharded ConfigMap texts + index; assemble (reader)
 //! ```
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
@@ -21,6 +22,7 @@ pub mod filter;
 pub mod index;
 pub mod model;
 pub mod render;
+pub mod snapshot;
 
 pub use config::{ClusterConfig, Config, ConfigErrors, Connection, Settings, parse_config};
 pub use convert::{ConvertOptions, Converted};
