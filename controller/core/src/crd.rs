@@ -48,6 +48,18 @@
 //! 63 characters are shortened the same way. The ownerReference to the source
 //! Service is only set in single-cluster `source` mode (owner references cannot
 //! cross namespaces or clusters) and only when the Service UID is known.
+//!
+//! # Big services: shards
+//!
+//! The API server refuses objects over ~1.5 MiB. When the JSON of a service's
+//! `ports` exceeds [`MAX_OBJECT_PORTS_BYTES`] (512 KiB, about 10,000 nodes),
+//! [`desired_objects`] splits it into `count` objects: shard 0 keeps the name
+//! above, shard `i` is named `<name>.<i>`, each holds a consecutive range of
+//! the node list, `spec.shard: {index, count}`, the label
+//! `kubediscovery.io/shard: "<i>"` and the `spec.version` of the WHOLE
+//! service. Readers merge every object of a service (labels or spec give the
+//! service); [`crate::render::lookup`] does. The controller writes shards
+//! `1..count` first and shard 0 last, then deletes shards beyond `count`.
 
 use std::collections::BTreeMap;
 
@@ -57,7 +69,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::model::{Node, ServiceKey, ServiceNodes, SourceKind};
+use crate::model::{Node, PortMap, ServiceKey, ServiceNodes, SourceKind};
 
 /// API group of the resource.
 pub const GROUP: &str = "kubediscovery.io";
@@ -344,6 +356,150 @@ pub fn desired_object(svc: &ServiceNodes, naming: &ObjectNaming) -> DiscoveredSe
     }
 }
 
+/// Label on the objects of a service split over several objects: the shard index.
+pub const LABEL_SHARD: &str = "kubediscovery.io/shard";
+
+/// Upper bound on the JSON size of one object's `spec.ports`. The API server
+/// (etcd) refuses objects over ~1.5 MiB; a third of that leaves room for
+/// metadata, managedFields, status and the YAML/JSON overhead of clients.
+pub const MAX_OBJECT_PORTS_BYTES: usize = 512 * 1024;
+
+/// Name of shard `index` of the object named `base`: shard 0 keeps `base`,
+/// shard `i > 0` is `<base>.<i>`. Service names and cluster ids start with a
+/// letter, so an all-digit last part never collides with another service's
+/// name, and the result stays a valid object name (<= 63 + 1 + 10 characters
+/// for a shortened base; <= 253 otherwise).
+pub fn shard_name(base: &str, index: u32) -> String {
+    if index == 0 {
+        base.to_string()
+    } else {
+        format!("{base}.{index}")
+    }
+}
+
+/// The shard position of an object: `(index, count)`, `(0, 1)` when unsharded.
+pub fn shard_of(ds: &DiscoveredService) -> (u32, u32) {
+    ds.spec
+        .shard
+        .as_ref()
+        .map_or((0, 1), |s| (s.index, s.count.max(1)))
+}
+
+/// Splits `ports` into consecutive groups whose estimated JSON size stays under
+/// `max_bytes` each (at least one node per group). Node order is kept, so
+/// concatenating the groups' node lists per port gives back `ports`.
+pub fn split_ports(ports: &PortMap, max_bytes: usize) -> Vec<PortMap> {
+    let mut out: Vec<PortMap> = Vec::new();
+    let mut current = PortMap::new();
+    let mut size = 2; // `{}`
+    for (port, nodes) in ports {
+        let key_cost = port.len() + 6; // `"port":[],`
+        if nodes.is_empty() {
+            if size + key_cost > max_bytes && !current.is_empty() {
+                out.push(std::mem::take(&mut current));
+                size = 2;
+            }
+            current.insert(port.clone(), Vec::new());
+            size += key_cost;
+            continue;
+        }
+        for node in nodes {
+            let node_cost = node_json_len(node) + 1;
+            let opened = current.contains_key(port);
+            let mut cost = node_cost + if opened { 0 } else { key_cost };
+            if size + cost > max_bytes && !current.is_empty() {
+                out.push(std::mem::take(&mut current));
+                size = 2;
+                cost = node_cost + key_cost;
+            }
+            current.entry(port.clone()).or_default().push(node.clone());
+            size += cost;
+        }
+    }
+    if !current.is_empty() || out.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+fn node_json_len(node: &Node) -> usize {
+    // Exact for the derived serialization; a failure (impossible for this
+    // plain struct) counts as a large node so the split stays conservative.
+    serde_json::to_vec(node).map_or(1024, |v| v.len())
+}
+
+/// Every object the controller wants for `svc`: one when its ports fit into
+/// [`MAX_OBJECT_PORTS_BYTES`], else shards (see [`desired_objects_with_limit`]).
+pub fn desired_objects(svc: &ServiceNodes, naming: &ObjectNaming) -> Vec<DiscoveredService> {
+    desired_objects_with_limit(svc, naming, MAX_OBJECT_PORTS_BYTES)
+}
+
+/// [`desired_objects`] with an explicit size bound (tests use small ones).
+///
+/// A service that fits is exactly [`desired_object`] (no `shard` field, no
+/// shard label), so small services look the same as before sharding existed.
+/// A bigger one becomes `count` objects named by [`shard_name`]; each holds a
+/// consecutive range of the node list (port by port, in sorted order), has
+/// `spec.shard = {index, count}`, the label [`LABEL_SHARD`], and the SAME
+/// `spec.version` (the version of the whole service). Readers merge the node
+/// lists of all shards of a service ([`crate::render::lookup`]).
+pub fn desired_objects_with_limit(
+    svc: &ServiceNodes,
+    naming: &ObjectNaming,
+    max_ports_bytes: usize,
+) -> Vec<DiscoveredService> {
+    let base = desired_object(svc, naming);
+    let groups = split_ports(&svc.ports, max_ports_bytes);
+    if groups.len() <= 1 {
+        return vec![base];
+    }
+    let count = u32::try_from(groups.len()).unwrap_or(u32::MAX);
+    let base_name = base.metadata.name.clone().unwrap_or_default();
+    groups
+        .into_iter()
+        .zip(0u32..)
+        .map(|(ports, index)| {
+            let mut obj = base.clone();
+            obj.metadata.name = Some(shard_name(&base_name, index));
+            if let Some(labels) = obj.metadata.labels.as_mut() {
+                labels.insert(LABEL_SHARD.to_string(), index.to_string());
+            }
+            obj.spec.ports = ports;
+            obj.spec.shard = Some(Shard { index, count });
+            obj
+        })
+        .collect()
+}
+
+/// The status of one written object (`obj` from [`desired_objects`]): node
+/// count and port keys of THAT object, `Synced=True` at `now`.
+pub fn object_status(obj: &DiscoveredService, now: Time) -> DiscoveredServiceStatus {
+    let nodes: usize = obj.spec.ports.values().map(Vec::len).sum();
+    let node_count = i64::try_from(nodes).unwrap_or(i64::MAX);
+    let message = match &obj.spec.shard {
+        Some(s) => format!(
+            "{node_count} node(s) from {} (shard {} of {})",
+            obj.spec.source,
+            s.index + 1,
+            s.count
+        ),
+        None => format!("{node_count} node(s) from {}", obj.spec.source),
+    };
+    DiscoveredServiceStatus {
+        node_count,
+        ports: obj.spec.ports.keys().cloned().collect::<Vec<_>>().join(","),
+        last_sync_time: Some(now.clone()),
+        conditions: vec![Condition {
+            type_: CONDITION_SYNCED.to_string(),
+            status: "True".to_string(),
+            reason: "Discovered".to_string(),
+            message,
+            last_transition_time: now,
+            observed_generation: None,
+        }],
+    }
+}
+
 /// Condition type set by [`desired_status`].
 pub const CONDITION_SYNCED: &str = "Synced";
 
@@ -582,5 +738,93 @@ mod tests {
         assert_eq!(st.ports, "port");
         assert_eq!(st.last_sync_time, Some(now));
         assert_eq!(st.conditions[0].type_, CONDITION_SYNCED);
+    }
+
+    /// 20,000 endpoints x 3 ports: the nodes of every port, in order, over shards.
+    fn big(endpoints: usize) -> ServiceNodes {
+        let mut ports = PortMap::new();
+        for (name, port) in [("http", 8080), ("grpc", 9090), ("metrics", 9100)] {
+            let mut nodes: Vec<Node> = (0..endpoints)
+                .map(|i| Node::new(format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256), port, 100))
+                .collect();
+            crate::model::sort_nodes(&mut nodes);
+            ports.insert(name.to_string(), nodes);
+        }
+        ServiceNodes::new(
+            ServiceKey::new("", "shop", "big"),
+            SourceKind::EndpointSlice,
+            ports,
+            Some("uid-1".into()),
+        )
+    }
+
+    fn merged(objs: &[DiscoveredService]) -> PortMap {
+        let mut out = PortMap::new();
+        for o in objs {
+            for (p, n) in &o.spec.ports {
+                out.entry(p.clone()).or_default().extend(n.iter().cloned());
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn small_service_is_one_unsharded_object() {
+        let s = svc("", "default", "plat-dev", Some("u"));
+        let objs = desired_objects(&s, &ObjectNaming::source());
+        assert_eq!(objs, vec![desired_object(&s, &ObjectNaming::source())]);
+        assert_eq!(shard_of(&objs[0]), (0, 1));
+        assert!(!objs[0].metadata.labels.as_ref().unwrap().contains_key(LABEL_SHARD));
+    }
+
+    #[test]
+    fn big_service_is_split_under_the_limit_and_merges_back() {
+        let s = big(20_000);
+        let whole = serde_json::to_vec(&s.ports).unwrap().len();
+        assert!(whole > 1_572_864, "the test service must not fit one object ({whole} bytes)");
+        let objs = desired_objects(&s, &ObjectNaming::source());
+        let count = objs.len();
+        assert!(count >= whole / MAX_OBJECT_PORTS_BYTES, "{count} shards for {whole} bytes");
+        for (i, o) in objs.iter().enumerate() {
+            let i = u32::try_from(i).unwrap();
+            let ports_len = serde_json::to_vec(&o.spec.ports).unwrap().len();
+            assert!(ports_len <= MAX_OBJECT_PORTS_BYTES, "shard {i}: {ports_len} bytes");
+            assert!(serde_json::to_vec(o).unwrap().len() < 1_572_864);
+            assert_eq!(shard_of(o), (i, u32::try_from(count).unwrap()));
+            assert_eq!(o.metadata.name.as_deref(), Some(shard_name("big", i).as_str()));
+            assert_eq!(o.metadata.labels.as_ref().unwrap()[LABEL_SHARD], i.to_string());
+            assert_eq!(o.spec.version, s.version);
+            assert_eq!(o.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-1");
+            assert!(o.spec.ports.values().all(|n| !n.is_empty()));
+            assert_eq!(key_of(o), s.key);
+        }
+        assert_eq!(merged(&objs), s.ports);
+        // Readers get the whole, sorted list back.
+        let q = crate::model::parse_service_name("shop/big:grpc").unwrap();
+        assert_eq!(crate::render::lookup(&objs, &q).as_ref(), s.ports.get("grpc"));
+        // Per-object status counts that object's nodes.
+        let now = Time(jiff::Timestamp::UNIX_EPOCH);
+        let total: i64 = objs.iter().map(|o| object_status(o, now.clone()).node_count).sum();
+        assert_eq!(total, 60_000);
+    }
+
+    #[test]
+    fn tiny_limit_gives_one_node_per_shard_and_keeps_empty_ports() {
+        let mut s = svc("", "default", "plat-dev", None);
+        s.ports.insert("admin".into(), Vec::new());
+        let s = ServiceNodes::new(s.key.clone(), s.source, s.ports.clone(), None);
+        let objs = desired_objects_with_limit(&s, &ObjectNaming::source(), 1);
+        assert_eq!(objs.len(), 3, "{objs:#?}");
+        assert_eq!(merged(&objs), s.ports);
+        assert!(objs.iter().all(|o| !o.spec.ports.is_empty()));
+    }
+
+    #[test]
+    fn shard_names_stay_valid_for_long_names() {
+        let long = ServiceKey::new("c1", "n".repeat(63), "s".repeat(63));
+        let base = ObjectNaming::fixed("kd").name(&long);
+        let name = shard_name(&base, 4_000_000_000);
+        assert!(is_dns_subdomain(&name), "{name}");
+        assert_ne!(shard_name(&base, 1), base);
     }
 }

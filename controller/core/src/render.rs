@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!  [Value] ──flatten Lists──▶ Endpoints | EndpointSlice | Service (others ignored)
-//!          ──Index::reset_*──▶ ServiceNodes ──desired_object──▶ [DiscoveredService]
+//!          ──Index::reset_*──▶ ServiceNodes ──desired_objects──▶ [DiscoveredService]
 //! ```
 //!
 //! Input rules: `null` documents are skipped; `*List` objects are flattened
@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::config::{ClusterConfig, Config, Settings};
 use crate::convert::ConvertOptions;
-use crate::crd::{DiscoveredService, ObjectNaming, desired_object};
+use crate::crd::{DiscoveredService, ObjectNaming, desired_objects};
 use crate::filter::{LabelSelector, NamespaceFilter};
 use crate::index::Index;
 use crate::model::{Node, NodeQuery, SourceKind, sort_nodes};
@@ -250,7 +250,7 @@ pub fn render_report(objects: &[Value], opts: &RenderOptions) -> Result<Rendered
         .collect();
     let objects = index
         .iter()
-        .map(|s| desired_object(s, &opts.naming))
+        .flat_map(|s| desired_objects(s, &opts.naming))
         .collect();
     Ok(Rendered { objects, warnings })
 }
