@@ -22,13 +22,18 @@
 //! * The namespace filter and the label selector are applied here too; an
 //!   object that stops matching is treated like a delete.
 //! * Owner UID: from the object's ownerReferences of kind Service, else from
-//!   [`Index::set_service_uid`] (the runtime may feed Service UIDs; Endpoints
-//!   objects usually have no ownerReferences).
+//!   [`Index::set_service_uid`] / [`Index::reset_service_uids`] (the runtime
+//!   feeds Service UIDs from a metadata-only Service watch in Endpoints mode:
+//!   Endpoints objects carry no ownerReferences). A Service that is unknown
+//!   just means no owner UID; it never holds a service back.
 //!
 //! Only the fields the conversion needs are kept in memory (managedFields,
 //! annotations and unrelated labels are dropped). Conversion warnings are
-//! logged once per object and change (not on every event) and can be read
-//! with [`Index::warnings`].
+//! logged once per object and change (not on every event, not again on a
+//! relist that finds the same bad object) and can be read with
+//! [`Index::warnings`]. Each logged warning is also counted by
+//! [`SkipReason`]; [`Index::take_skipped`] drains those counts (the runtime's
+//! `kube_discovery_source_skipped_total` metric).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,7 +41,7 @@ use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::convert::{ConvertOptions, from_endpoints, from_slices, owner_service_uid};
+use crate::convert::{ConvertOptions, SkipReason, from_endpoints, from_slices, owner_service_uid};
 use crate::filter::{LabelSelector, NamespaceFilter};
 use crate::model::{ServiceKey, ServiceNodes, SourceKind};
 
@@ -62,6 +67,8 @@ pub struct Index {
     service_uids: BTreeMap<(String, String), String>,
     /// Current warnings per object ("Kind ns/name").
     warnings: BTreeMap<String, Vec<String>>,
+    /// Logged warnings per reason, not yet taken by [`Index::take_skipped`].
+    skipped: BTreeMap<SkipReason, u64>,
 }
 
 impl Index {
@@ -84,6 +91,7 @@ impl Index {
             by_service: BTreeMap::new(),
             service_uids: BTreeMap::new(),
             warnings: BTreeMap::new(),
+            skipped: BTreeMap::new(),
         }
     }
 
@@ -113,7 +121,14 @@ impl Index {
         ServiceKey::new(&self.cluster, ns, name)
     }
 
-    fn set_warnings(&mut self, object: String, warnings: Vec<String>) {
+    /// Records the current warnings of `object`; they are logged and counted
+    /// only when they differ from the ones recorded before.
+    fn set_warnings(
+        &mut self,
+        object: String,
+        warnings: Vec<String>,
+        skipped: &BTreeMap<SkipReason, u64>,
+    ) {
         if warnings.is_empty() {
             self.warnings.remove(&object);
             return;
@@ -122,8 +137,21 @@ impl Index {
             for w in &warnings {
                 tracing::warn!(cluster = %self.cluster, "{w}");
             }
+            self.count_skipped(skipped);
             self.warnings.insert(object, warnings);
         }
+    }
+
+    fn count_skipped(&mut self, skipped: &BTreeMap<SkipReason, u64>) {
+        for (reason, n) in skipped {
+            let c = self.skipped.entry(*reason).or_insert(0);
+            *c = c.saturating_add(*n);
+        }
+    }
+
+    fn skipped_nameless(&mut self, kind: &str, ns: &str) {
+        tracing::warn!(cluster = %self.cluster, namespace = ns, "{kind} without metadata.name; skipped");
+        self.count_skipped(&BTreeMap::from([(SkipReason::MissingName, 1)]));
     }
 
     /// Stores `new` (or removes the key when `None`); returns whether it changed.
@@ -154,18 +182,18 @@ impl Index {
     fn endpoints_desired(&mut self, ep: &Endpoints) -> Option<(ServiceKey, Option<ServiceNodes>)> {
         let ns = ep.metadata.namespace.as_deref().unwrap_or("");
         let Some(name) = ep.metadata.name.as_deref() else {
-            tracing::warn!(cluster = %self.cluster, namespace = ns, "Endpoints without metadata.name; skipped");
+            self.skipped_nameless("Endpoints", ns);
             return None;
         };
         let key = self.key(ns, name);
         let object = format!("Endpoints {ns}/{name}");
         if !self.selected(&ep.metadata) {
-            self.set_warnings(object, Vec::new());
+            self.set_warnings(object, Vec::new(), &BTreeMap::new());
             self.endpoints_owner.remove(&key);
             return Some((key, None));
         }
         let conv = from_endpoints(ep, &self.opts);
-        self.set_warnings(object, conv.warnings);
+        self.set_warnings(object, conv.warnings, &conv.skipped);
         let obj_owner = owner_service_uid(&ep.metadata);
         self.endpoints_owner.insert(key.clone(), obj_owner.clone());
         let owner = self.owner(&key, obj_owner);
@@ -215,12 +243,20 @@ impl Index {
     pub fn reset_endpoints(&mut self, all: &[Endpoints]) -> Vec<ServiceKey> {
         let mut desired = BTreeMap::new();
         self.endpoints_owner.clear();
-        self.warnings.retain(|k, _| !k.starts_with("Endpoints "));
+        // Warnings of objects still present are compared (not re-logged when
+        // unchanged); those of vanished objects are dropped afterwards.
+        let mut present = BTreeSet::new();
         for ep in all {
+            if let Some(name) = ep.metadata.name.as_deref() {
+                let ns = ep.metadata.namespace.as_deref().unwrap_or("");
+                present.insert(format!("Endpoints {ns}/{name}"));
+            }
             if let Some((key, Some(nodes))) = self.endpoints_desired(ep) {
                 desired.insert(key, nodes);
             }
         }
+        self.warnings
+            .retain(|k, _| !k.starts_with("Endpoints ") || present.contains(k));
         self.replace_all(desired)
     }
 
@@ -286,7 +322,7 @@ impl Index {
     ) -> Result<(String, String, Option<ServiceKey>), ()> {
         let ns = s.metadata.namespace.clone().unwrap_or_default();
         let Some(name) = s.metadata.name.clone() else {
-            tracing::warn!(cluster = %self.cluster, namespace = %ns, "EndpointSlice without metadata.name; skipped");
+            self.skipped_nameless("EndpointSlice", &ns);
             return Err(());
         };
         let object = format!("EndpointSlice {ns}/{name}");
@@ -299,11 +335,15 @@ impl Index {
             .cloned();
         let Some(service) = service else {
             let warning = format!("{object}: no {SERVICE_NAME_LABEL} label; slice skipped");
-            self.set_warnings(object, vec![warning]);
+            self.set_warnings(
+                object,
+                vec![warning],
+                &BTreeMap::from([(SkipReason::MissingServiceLabel, 1)]),
+            );
             return Ok((ns, name, None));
         };
         // Any earlier "no label" warning of this slice is obsolete now.
-        self.set_warnings(object, Vec::new());
+        self.set_warnings(object, Vec::new(), &BTreeMap::new());
         if !self.selected(&s.metadata) {
             return Ok((ns, name, None));
         }
@@ -334,6 +374,7 @@ impl Index {
         self.set_warnings(
             format!("EndpointSlices of {}/{}", key.namespace, key.name),
             conv.warnings,
+            &conv.skipped,
         );
         self.store(key, Some(nodes))
     }
@@ -389,7 +430,19 @@ impl Index {
         let before: BTreeSet<ServiceKey> = self.services.keys().cloned().collect();
         self.slices.clear();
         self.by_service.clear();
-        self.warnings.retain(|k, _| !k.starts_with("EndpointSlice"));
+        // Per-slice warnings of slices still present are compared (not
+        // re-logged when unchanged), those of vanished slices dropped; the
+        // per-service ones are recomputed below for every affected service.
+        let present: BTreeSet<String> = all
+            .iter()
+            .filter_map(|s| {
+                let name = s.metadata.name.as_deref()?;
+                let ns = s.metadata.namespace.as_deref().unwrap_or("");
+                Some(format!("EndpointSlice {ns}/{name}"))
+            })
+            .collect();
+        self.warnings
+            .retain(|k, _| !k.starts_with("EndpointSlice ") || present.contains(k));
         for s in all {
             if let Ok((ns, name, Some(k))) = self.slice_target(s) {
                 self.slices.insert(
@@ -418,14 +471,54 @@ impl Index {
         uid: Option<String>,
     ) -> Vec<ServiceKey> {
         let id = (namespace.to_string(), name.to_string());
-        match uid {
+        match uid.filter(|u| !u.is_empty() && self.filter.matches(namespace)) {
             Some(u) => {
+                if self.service_uids.get(&id) == Some(&u) {
+                    return Vec::new();
+                }
                 self.service_uids.insert(id, u);
             }
             None => {
-                self.service_uids.remove(&id);
+                if self.service_uids.remove(&id).is_none() {
+                    return Vec::new();
+                }
             }
         }
+        self.refresh_owner(namespace, name)
+    }
+
+    /// After a (re)list of all Services: afterwards the known UIDs are exactly
+    /// `all` (`(namespace, name, uid)`). Returns the keys whose desired state
+    /// changed (a Service re-created with a new UID, or gone).
+    pub fn reset_service_uids(
+        &mut self,
+        all: impl IntoIterator<Item = (String, String, String)>,
+    ) -> Vec<ServiceKey> {
+        let mut next: BTreeMap<(String, String), String> = all
+            .into_iter()
+            .filter(|(ns, _, uid)| !uid.is_empty() && self.filter.matches(ns))
+            .map(|(ns, name, uid)| ((ns, name), uid))
+            .collect();
+        let mut touched: BTreeSet<(String, String)> = self
+            .service_uids
+            .iter()
+            .filter(|(id, uid)| next.get(*id) != Some(*uid))
+            .map(|(id, _)| id.clone())
+            .collect();
+        touched.extend(
+            next.iter()
+                .filter(|(id, uid)| self.service_uids.get(*id) != Some(*uid))
+                .map(|(id, _)| id.clone()),
+        );
+        std::mem::swap(&mut self.service_uids, &mut next);
+        touched
+            .into_iter()
+            .flat_map(|(ns, name)| self.refresh_owner(&ns, &name))
+            .collect()
+    }
+
+    /// Recomputes the owner UID of service `namespace/name` after its known UID changed.
+    fn refresh_owner(&mut self, namespace: &str, name: &str) -> Vec<ServiceKey> {
         let key = self.key(namespace, name);
         let Some(current) = self.services.get(&key) else {
             return Vec::new();
@@ -471,6 +564,13 @@ impl Index {
     /// Current conversion warnings, per object.
     pub fn warnings(&self) -> impl Iterator<Item = (&String, &Vec<String>)> {
         self.warnings.iter()
+    }
+
+    /// The warnings logged since the last call, counted per reason (each
+    /// logged warning line counts once; an unchanged bad object seen again,
+    /// e.g. on a relist, is not counted again).
+    pub fn take_skipped(&mut self) -> BTreeMap<SkipReason, u64> {
+        std::mem::take(&mut self.skipped)
     }
 }
 
@@ -689,6 +789,127 @@ mod tests {
             i.get(&k("ns", "later")).unwrap().owner_uid.as_deref(),
             Some("u-later")
         );
+    }
+
+    #[test]
+    fn service_uids_relist_recreate_and_vanish() {
+        let mut i = Index::new(
+            String::new(),
+            SourceKind::Endpoints,
+            ConvertOptions::default(),
+            NamespaceFilter::NotEqual("kube-system".into()),
+        );
+        i.apply_endpoints(&ep("ns", "web", &["10.0.0.1"], json!({})));
+        i.apply_endpoints(&ep("ns", "api", &["10.0.0.2"], json!({})));
+        let uids = |v: &[(&str, &str, &str)]| -> Vec<(String, String, String)> {
+            v.iter()
+                .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+                .collect()
+        };
+        // First list: both owners appear; a Service in an unselected namespace is ignored.
+        assert_eq!(
+            i.reset_service_uids(uids(&[
+                ("ns", "web", "u1"),
+                ("ns", "api", "u2"),
+                ("kube-system", "dns", "u3"),
+            ])),
+            vec![k("ns", "api"), k("ns", "web")]
+        );
+        assert_eq!(i.service_uids.len(), 2);
+        // The same relist again changes nothing.
+        assert!(
+            i.reset_service_uids(uids(&[("ns", "web", "u1"), ("ns", "api", "u2")]))
+                .is_empty()
+        );
+        // web re-created with a new UID, api gone: both change.
+        assert_eq!(
+            i.reset_service_uids(uids(&[("ns", "web", "u1b")])),
+            vec![k("ns", "api"), k("ns", "web")]
+        );
+        assert_eq!(
+            i.get(&k("ns", "web")).unwrap().owner_uid.as_deref(),
+            Some("u1b")
+        );
+        // A missing Service never holds the service back: published, no owner.
+        assert_eq!(i.get(&k("ns", "api")).unwrap().owner_uid, None);
+        assert_eq!(hosts(&i, &k("ns", "api")), vec!["10.0.0.2"]);
+        // Incremental: delete, then re-create with another UID.
+        assert_eq!(i.set_service_uid("ns", "web", None), vec![k("ns", "web")]);
+        assert!(i.set_service_uid("ns", "web", None).is_empty());
+        assert_eq!(
+            i.set_service_uid("ns", "web", Some("u1c".into())),
+            vec![k("ns", "web")]
+        );
+        assert_eq!(
+            i.get(&k("ns", "web")).unwrap().owner_uid.as_deref(),
+            Some("u1c")
+        );
+        assert!(
+            i.set_service_uid("kube-system", "dns", Some("u3".into()))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn skipped_counts_follow_logged_warnings_not_events() {
+        let mut i = idx(SourceKind::Endpoints);
+        let bad: Endpoints = serde_json::from_value(json!({
+            "metadata": {"name": "bad", "namespace": "ns"},
+            "subsets": [{"addresses": [{"ip": "999.1.1.1"}, {"ip": "10.0.0.1"}],
+                         "ports": [{"name": "a", "port": 0}, {"name": "b", "port": 80}, {"name": "b", "port": 81}]}]
+        }))
+        .unwrap();
+        i.apply_endpoints(&bad);
+        let want = BTreeMap::from([
+            (SkipReason::InvalidAddress, 1),
+            (SkipReason::InvalidPort, 1),
+            (SkipReason::DuplicatePortName, 1),
+        ]);
+        assert_eq!(i.take_skipped(), want);
+        assert!(i.take_skipped().is_empty(), "drained");
+        // The same object again, and a relist finding it unchanged: not counted again.
+        i.apply_endpoints(&bad);
+        i.reset_endpoints(std::slice::from_ref(&bad));
+        assert!(i.take_skipped().is_empty());
+        // A relist without it drops its warnings; when it comes back it counts again.
+        i.reset_endpoints(&[]);
+        assert_eq!(i.warnings().count(), 0);
+        i.apply_endpoints(&bad);
+        assert_eq!(i.take_skipped(), want);
+        // A nameless object counts every time (there is no object to remember).
+        let nameless: Endpoints =
+            serde_json::from_value(json!({"metadata": {"namespace": "ns"}})).unwrap();
+        i.apply_endpoints(&nameless);
+        i.apply_endpoints(&nameless);
+        assert_eq!(
+            i.take_skipped(),
+            BTreeMap::from([(SkipReason::MissingName, 2)])
+        );
+
+        let mut s = idx(SourceKind::EndpointSlice);
+        let orphan = slice("ns", "orphan", None, json!([{"addresses": ["10.0.0.1"]}]));
+        s.apply_slice(&orphan);
+        s.reset_slices(std::slice::from_ref(&orphan));
+        assert_eq!(
+            s.take_skipped(),
+            BTreeMap::from([(SkipReason::MissingServiceLabel, 1)])
+        );
+        let v6_in_v4 = slice(
+            "ns",
+            "w",
+            Some("web"),
+            json!([{"addresses": ["fd00::1"]}, {"addresses": []}, {"addresses": ["10.0.0.2"]}]),
+        );
+        s.apply_slice(&v6_in_v4);
+        s.reset_slices(&[orphan, v6_in_v4]);
+        assert_eq!(
+            s.take_skipped(),
+            BTreeMap::from([
+                (SkipReason::InvalidAddress, 1),
+                (SkipReason::MissingAddress, 1)
+            ])
+        );
+        assert_eq!(hosts(&s, &k("ns", "web")), vec!["10.0.0.2"]);
     }
 
     #[test]

@@ -518,6 +518,144 @@ fn bad_slices_are_skipped_with_a_warning_and_never_hurt_good_state() {
     }
 }
 
+/// Every skipped piece has a low-cardinality reason (the metric label): the
+/// conversion counts its warnings per reason, and the index hands each logged
+/// warning to the metric exactly once.
+#[test]
+fn every_warning_is_counted_under_one_fixed_reason() {
+    use kube_discovery_core::convert::SkipReason::{self, *};
+    use std::collections::BTreeMap;
+    type Case = (&'static str, Value, Vec<(SkipReason, u64)>);
+    let http = json!([{"name": "http", "port": 80}]);
+    let ep_cases: Vec<Case> = vec![
+        (
+            "invalid IPs",
+            ep(
+                "bad",
+                "x",
+                &["10.0.0.1", "999.1.1.1", "not-an-ip"],
+                http.clone(),
+            ),
+            vec![(InvalidAddress, 2)],
+        ),
+        (
+            "ports 0 and 65536",
+            ep(
+                "bad",
+                "x",
+                &["10.0.0.1"],
+                json!([{"name": "a", "port": 0}, {"name": "b", "port": 65536}]),
+            ),
+            vec![(InvalidPort, 2)],
+        ),
+        (
+            "duplicate port names",
+            ep(
+                "bad",
+                "x",
+                &["10.0.0.1"],
+                json!([{"name": "http", "port": 80}, {"name": "http", "port": 81}]),
+            ),
+            vec![(DuplicatePortName, 1)],
+        ),
+        (
+            "missing name",
+            json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"namespace": "bad"}, "subsets": []}),
+            vec![(MissingName, 1)],
+        ),
+        (
+            "empty subsets",
+            json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "x", "namespace": "bad"}, "subsets": []}),
+            vec![],
+        ),
+    ];
+    for (case, obj, want) in ep_cases {
+        let want: BTreeMap<SkipReason, u64> = want.into_iter().collect();
+        let o = endpoints(obj);
+        let conv = from_endpoints(&o, &ConvertOptions::default());
+        if o.metadata.name.is_some() {
+            assert_eq!(conv.skipped, want, "{case}: conversion counts");
+            assert_eq!(
+                conv.skipped.values().sum::<u64>(),
+                conv.warnings.len() as u64,
+                "{case}: one reason per warning"
+            );
+        }
+        let mut idx = index(SourceKind::Endpoints);
+        idx.apply_endpoints(&o);
+        assert_eq!(idx.take_skipped(), want, "{case}: index counts");
+        idx.apply_endpoints(&o);
+        let again = idx.take_skipped();
+        if o.metadata.name.is_some() {
+            assert!(again.is_empty(), "{case}: counted twice: {again:?}");
+        }
+    }
+    let slice_cases: Vec<Case> = vec![
+        (
+            "IPv6 address in an IPv4 slice, endpoint without address",
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+                   "metadata": {"name": "s", "namespace": "bad", "labels": {"kubernetes.io/service-name": "x"}},
+                   "endpoints": [{"addresses": ["fd00::1"]}, {"addresses": []}, {"addresses": ["10.0.0.1"]}],
+                   "ports": http.clone()}),
+            vec![(InvalidAddress, 1), (MissingAddress, 1)],
+        ),
+        (
+            "port without number",
+            sl("bad", "x", "s", &["10.0.0.1"], json!([{"name": "http"}])),
+            vec![(MissingPort, 1)],
+        ),
+        (
+            "unknown addressType",
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv5",
+                   "metadata": {"name": "s", "namespace": "bad", "labels": {"kubernetes.io/service-name": "x"}},
+                   "endpoints": [], "ports": http.clone()}),
+            vec![(UnknownAddressType, 1)],
+        ),
+        (
+            "no service-name label",
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+                   "metadata": {"name": "s", "namespace": "bad"}, "endpoints": [], "ports": http.clone()}),
+            vec![(MissingServiceLabel, 1)],
+        ),
+    ];
+    for (case, obj, want) in slice_cases {
+        let want: BTreeMap<SkipReason, u64> = want.into_iter().collect();
+        let mut idx = index(SourceKind::EndpointSlice);
+        idx.apply_slice(&slice(sl("good", "web", "w", &["10.9.0.1"], http.clone())));
+        let good = idx.get(&ServiceKey::new("", "good", "web")).cloned();
+        assert!(
+            idx.take_skipped().is_empty(),
+            "{case}: the good slice counted"
+        );
+        let o = slice(obj);
+        idx.apply_slice(&o);
+        assert_eq!(idx.take_skipped(), want, "{case}");
+        // A relist that finds the same objects does not count them again.
+        idx.reset_slices(&[
+            slice(sl("good", "web", "w", &["10.9.0.1"], http.clone())),
+            o,
+        ]);
+        assert!(
+            idx.take_skipped().is_empty(),
+            "{case}: relist counted again"
+        );
+        assert_eq!(
+            idx.get(&ServiceKey::new("", "good", "web")).cloned(),
+            good,
+            "{case}: the good service changed"
+        );
+    }
+    // Every label value is distinct and snake_case.
+    let labels: std::collections::BTreeSet<&str> =
+        SkipReason::ALL.iter().map(|r| r.as_str()).collect();
+    assert_eq!(labels.len(), SkipReason::ALL.len());
+    assert!(
+        labels
+            .iter()
+            .all(|l| l.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+    );
+}
+
 #[test]
 fn a_bad_update_of_a_good_object_keeps_its_valid_part() {
     let mut idx = index(SourceKind::EndpointSlice);

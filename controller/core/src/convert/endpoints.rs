@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Endpoints;
 
 use super::{
-    AddressType, ConvertOptions, Converted, finish, object_name, target_ref, valid_address,
-    validate_ports,
+    AddressType, ConvertOptions, Converted, SkipReason, Warnings, finish, object_name, target_ref,
+    valid_address, validate_ports,
 };
 use crate::model::Node;
 
@@ -15,7 +15,7 @@ use crate::model::Node;
 /// present, with an empty node list (as in APISIX).
 pub fn from_endpoints(ep: &Endpoints, opts: &ConvertOptions) -> Converted {
     let obj = object_name("Endpoints", &ep.metadata);
-    let mut warnings = Vec::new();
+    let mut warnings = Warnings::default();
     let mut ports: BTreeMap<String, Vec<Node>> = BTreeMap::new();
     for (si, subset) in ep.subsets.iter().flatten().enumerate() {
         let what = format!("{obj}: subsets[{si}]");
@@ -36,10 +36,13 @@ pub fn from_endpoints(ep: &Endpoints, opts: &ConvertOptions) -> Converted {
         }
         for (ai, addr) in subset.addresses.iter().flatten().enumerate() {
             if !valid_address(&addr.ip, AddressType::AnyIp) {
-                warnings.push(format!(
-                    "{what}.addresses[{ai}].ip {:?} is not a valid IP address; address skipped",
-                    addr.ip
-                ));
+                warnings.push(
+                    SkipReason::InvalidAddress,
+                    format!(
+                        "{what}.addresses[{ai}].ip {:?} is not a valid IP address; address skipped",
+                        addr.ip
+                    ),
+                );
                 continue;
             }
             for spec in &specs {
@@ -54,10 +57,7 @@ pub fn from_endpoints(ep: &Endpoints, opts: &ConvertOptions) -> Converted {
             }
         }
     }
-    Converted {
-        ports: finish(ports),
-        warnings,
-    }
+    warnings.finish(finish(ports))
 }
 
 #[cfg(test)]

@@ -17,7 +17,9 @@
 //! Bad data (an invalid address for the slice's `addressType`, a port outside
 //! 1..=65535, a missing port, a duplicate port name, an unknown `addressType`) is
 //! skipped with a warning in [`Converted::warnings`]; good data of the same
-//! object is kept and nothing panics.
+//! object is kept and nothing panics. Every warning also has a low-cardinality
+//! [`SkipReason`], counted in [`Converted::skipped`] (the runtime turns these
+//! into the `kube_discovery_source_skipped_total` metric).
 
 mod endpoints;
 mod slices;
@@ -67,6 +69,87 @@ pub struct Converted {
     pub ports: PortMap,
     /// Human-readable warnings naming the object and field that was skipped.
     pub warnings: Vec<String>,
+    /// How many of `warnings` there are per reason (the counts sum to
+    /// `warnings.len()`).
+    pub skipped: BTreeMap<SkipReason, u64>,
+}
+
+/// Why a piece of a source object was skipped: a small, fixed set (it is a
+/// metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SkipReason {
+    /// An address that is not valid for its type (IP or FQDN); the address is skipped.
+    InvalidAddress,
+    /// An EndpointSlice endpoint without any address; the endpoint is skipped.
+    MissingAddress,
+    /// A port outside 1..=65535; the port is skipped.
+    InvalidPort,
+    /// A port without a number; the port is skipped.
+    MissingPort,
+    /// A second port with the same name; the later port is skipped.
+    DuplicatePortName,
+    /// An EndpointSlice `addressType` other than IPv4/IPv6/FQDN; the slice is skipped.
+    UnknownAddressType,
+    /// An object without `metadata.name`; the object is skipped.
+    MissingName,
+    /// An EndpointSlice without the `kubernetes.io/service-name` label; the slice is skipped.
+    MissingServiceLabel,
+}
+
+impl SkipReason {
+    /// Every reason, in label order.
+    pub const ALL: [SkipReason; 8] = [
+        SkipReason::InvalidAddress,
+        SkipReason::MissingAddress,
+        SkipReason::InvalidPort,
+        SkipReason::MissingPort,
+        SkipReason::DuplicatePortName,
+        SkipReason::UnknownAddressType,
+        SkipReason::MissingName,
+        SkipReason::MissingServiceLabel,
+    ];
+
+    /// The metric label value (`snake_case`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::InvalidAddress => "invalid_address",
+            SkipReason::MissingAddress => "missing_address",
+            SkipReason::InvalidPort => "invalid_port",
+            SkipReason::MissingPort => "missing_port",
+            SkipReason::DuplicatePortName => "duplicate_port_name",
+            SkipReason::UnknownAddressType => "unknown_address_type",
+            SkipReason::MissingName => "missing_name",
+            SkipReason::MissingServiceLabel => "missing_service_label",
+        }
+    }
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Collects warnings with their reasons while converting.
+#[derive(Debug, Default)]
+pub(crate) struct Warnings {
+    pub messages: Vec<String>,
+    pub skipped: BTreeMap<SkipReason, u64>,
+}
+
+impl Warnings {
+    pub(crate) fn push(&mut self, reason: SkipReason, message: String) {
+        self.messages.push(message);
+        *self.skipped.entry(reason).or_insert(0) += 1;
+    }
+
+    pub(crate) fn finish(self, ports: PortMap) -> Converted {
+        Converted {
+            ports,
+            warnings: self.messages,
+            skipped: self.skipped,
+        }
+    }
 }
 
 /// The UID of the owning Service, from `ownerReferences` of kind `Service`.
@@ -91,11 +174,14 @@ pub(crate) fn object_name(kind: &str, meta: &ObjectMeta) -> String {
 }
 
 /// Validates a port number; `Err` carries the reason.
-pub(crate) fn check_port(port: Option<i32>) -> Result<i32, String> {
+pub(crate) fn check_port(port: Option<i32>) -> Result<i32, (SkipReason, String)> {
     match port {
-        None => Err("has no port number".to_string()),
+        None => Err((SkipReason::MissingPort, "has no port number".to_string())),
         Some(p) if (1..=65535).contains(&p) => Ok(p),
-        Some(p) => Err(format!("has port {p} outside 1..65535")),
+        Some(p) => Err((
+            SkipReason::InvalidPort,
+            format!("has port {p} outside 1..65535"),
+        )),
     }
 }
 
@@ -155,23 +241,24 @@ pub(crate) fn validate_ports<'a>(
     ports: impl Iterator<Item = (Option<&'a str>, Option<i32>)>,
     opts: &ConvertOptions,
     what: &str,
-    warnings: &mut Vec<String>,
+    warnings: &mut Warnings,
 ) -> Vec<PortSpec> {
     let mut out: Vec<PortSpec> = Vec::new();
     for (i, (name, port)) in ports.enumerate() {
         let number = match check_port(port) {
             Ok(p) => p,
-            Err(why) => {
-                warnings.push(format!("{what}: ports[{i}] {why}; port skipped"));
+            Err((reason, why)) => {
+                warnings.push(reason, format!("{what}: ports[{i}] {why}; port skipped"));
                 continue;
             }
         };
         let key = port_key(name, number);
         let named = name.is_some_and(|n| !n.is_empty());
         if named && out.iter().any(|p| p.key == key) {
-            warnings.push(format!(
-                "{what}: ports[{i}] duplicates port name {key:?}; port skipped"
-            ));
+            warnings.push(
+                SkipReason::DuplicatePortName,
+                format!("{what}: ports[{i}] duplicates port name {key:?}; port skipped"),
+            );
             continue;
         }
         let alias = (named && opts.index_port_numbers).then(|| number.to_string());

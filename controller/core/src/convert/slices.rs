@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::{
-    AddressType, ConvertOptions, Converted, finish, object_name, target_ref, valid_address,
-    validate_ports,
+    AddressType, ConvertOptions, Converted, SkipReason, Warnings, finish, object_name, target_ref,
+    valid_address, validate_ports,
 };
 use crate::model::Node;
 
@@ -44,7 +44,7 @@ pub fn from_slices<'a>(
     slices: impl IntoIterator<Item = &'a EndpointSlice>,
     opts: &ConvertOptions,
 ) -> Converted {
-    let mut warnings = Vec::new();
+    let mut warnings = Warnings::default();
     let mut candidates: BTreeMap<String, BTreeMap<(String, i32), Candidate>> = BTreeMap::new();
     for slice in slices {
         let obj = object_name("EndpointSlice", &slice.metadata);
@@ -53,9 +53,10 @@ pub fn from_slices<'a>(
             "IPv6" => AddressType::V6,
             "FQDN" => AddressType::Fqdn,
             other => {
-                warnings.push(format!(
-                    "{obj}: unknown addressType {other:?}; slice skipped"
-                ));
+                warnings.push(
+                    SkipReason::UnknownAddressType,
+                    format!("{obj}: unknown addressType {other:?}; slice skipped"),
+                );
                 continue;
             }
         };
@@ -81,14 +82,20 @@ pub fn from_slices<'a>(
                     host = Some(addr);
                     break;
                 }
-                warnings.push(format!(
-                    "{obj}: endpoints[{ei}].addresses[{ai}] {addr:?} is not a valid {} address; skipped",
-                    slice.address_type
-                ));
+                warnings.push(
+                    SkipReason::InvalidAddress,
+                    format!(
+                        "{obj}: endpoints[{ei}].addresses[{ai}] {addr:?} is not a valid {} address; skipped",
+                        slice.address_type
+                    ),
+                );
             }
             let Some(host) = host else {
                 if ep.addresses.is_empty() {
-                    warnings.push(format!("{obj}: endpoints[{ei}] has no address; skipped"));
+                    warnings.push(
+                        SkipReason::MissingAddress,
+                        format!("{obj}: endpoints[{ei}] has no address; skipped"),
+                    );
                 }
                 continue;
             };
@@ -145,10 +152,7 @@ pub fn from_slices<'a>(
             (key, nodes)
         })
         .collect();
-    Converted {
-        ports: finish(ports),
-        warnings,
-    }
+    warnings.finish(finish(ports))
 }
 
 #[cfg(test)]
