@@ -10,84 +10,45 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Lookups use the core's `lookup` (shards of a big service are merged there).
+//! The reflector is the one the `sync nginx|haproxy` commands use
+//! ([`kube_discovery_gateways::watch::DsWatch`]); lookups go through the
+//! core's `lookup`, which merges the shards of a big service.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use futures::StreamExt;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
-use kube_discovery_core::crd::{DiscoveredService, MANAGED_BY_SELECTOR};
-use kube_discovery_core::{Node, NodeQuery, parse_service_name};
+use kube::Client;
+use kube_discovery_core::crd::MANAGED_BY_SELECTOR;
+use kube_discovery_core::{Node, parse_service_name};
+use kube_discovery_gateways::watch::DsWatch;
 
 use crate::{Error, Result};
 
 /// A live, in-memory view of the DiscoveredServices.
 pub struct NodesResolver {
-    store: Store<DiscoveredService>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for NodesResolver {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Objects of the service `q` (cheap filter over the cached `Arc`s).
-fn candidates(objs: &[Arc<DiscoveredService>], q: &NodeQuery) -> Vec<DiscoveredService> {
-    objs.iter()
-        .filter(|o| {
-            o.spec.cluster == q.cluster
-                && o.spec.source_namespace == q.namespace
-                && o.spec.source_name == q.name
-        })
-        .map(|o| (**o).clone())
-        .collect()
+    watch: DsWatch,
 }
 
 impl NodesResolver {
     /// Starts a reflector over DiscoveredServices in `namespace` (all when `None`).
     pub fn start(client: Client, namespace: Option<&str>) -> Self {
-        let api: Api<DiscoveredService> = match namespace {
-            Some(ns) => Api::namespaced(client, ns),
-            None => Api::all(client),
-        };
-        let (store, writer) = reflector::store();
-        let stream = watcher(api, watcher::Config::default().labels(MANAGED_BY_SELECTOR))
-            .default_backoff()
-            .modify(|o: &mut DiscoveredService| {
-                o.managed_fields_mut().clear();
-                o.annotations_mut().clear();
-            })
-            .reflect(writer)
-            .applied_objects();
-        let task = tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(ev) = stream.next().await {
-                if let Err(e) = ev {
-                    tracing::warn!(error = %e, "DiscoveredService watch failed; retrying");
-                }
-            }
-        });
-        Self { store, task }
+        Self {
+            watch: DsWatch::start(client, namespace, MANAGED_BY_SELECTOR),
+        }
     }
 
     /// Waits until the first list is in the cache.
     pub async fn wait_ready(&self) {
-        let _ = self.store.wait_until_ready().await;
+        self.watch.wait_ready().await;
     }
 
     /// Nodes of `service_name` (`[id/]ns/name:port`): `Ok(None)` when the
     /// service or port is unknown, `Err` when the name is malformed.
     pub fn nodes(&self, service_name: &str) -> Result<Option<Vec<Node>>> {
-        let q = parse_service_name(service_name).map_err(|e| Error::Input(e.to_string()))?;
-        Ok(kube_discovery_core::render::lookup(
-            &candidates(&self.store.state(), &q),
-            &q,
-        ))
+        // Validate here so a malformed name is an input error, not an I/O one.
+        parse_service_name(service_name).map_err(|e| Error::Input(e.to_string()))?;
+        self.watch
+            .nodes(service_name)
+            .map_err(|e| Error::Input(e.to_string()))
     }
 }
 
@@ -103,12 +64,8 @@ pub async fn nodes_command(
         context,
     })
     .await?;
-    let objs: Vec<Arc<DiscoveredService>> = crate::sink::list_managed(&client)
-        .await?
-        .into_iter()
-        .map(Arc::new)
-        .collect();
-    match kube_discovery_core::render::lookup(&candidates(&objs, &q), &q) {
+    let objs = crate::sink::list_managed(&client).await?;
+    match kube_discovery_core::render::lookup(&objs, &q) {
         Some(nodes) => Ok(serde_json::to_string_pretty(&nodes)?),
         None => Err(Error::NotFound(format!(
             "no nodes for {q}: no DiscoveredService with that service and port"

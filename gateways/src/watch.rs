@@ -147,21 +147,22 @@ impl DsWatch {
         }
     }
 
-    /// Nodes of `service` (`[id/]ns/name:port`) in the current cache: `None` when
-    /// the service or port is unknown.
+    /// Waits until the first complete list is in the cache (without
+    /// consuming a change signal).
+    pub async fn wait_ready(&self) {
+        // Only fails when the writer side is dropped, i.e. the task stopped.
+        let _ = self.store.wait_until_ready().await;
+    }
+
+    /// Nodes of `service` (`[id/]ns/name:port`) in the current cache, merged
+    /// over the shards of a big service: `None` when the service or port is
+    /// unknown.
     pub fn nodes(&self, service: &str) -> anyhow::Result<Option<Vec<Node>>> {
         let q = parse_service_name(service).map_err(|e| anyhow::anyhow!("{service}: {e}"))?;
-        let objs: Vec<DiscoveredService> = self
-            .store
-            .state()
-            .iter()
-            .filter(|o| {
-                o.spec.cluster == q.cluster
-                    && o.spec.source_namespace == q.namespace
-                    && o.spec.source_name == q.name
-            })
-            .map(|o| (**o).clone())
-            .collect();
-        Ok(kube_discovery_core::render::lookup(&objs, &q))
+        let state = self.store.state();
+        Ok(kube_discovery_core::render::lookup(
+            state.iter().map(AsRef::as_ref),
+            &q,
+        ))
     }
 }

@@ -266,10 +266,13 @@ pub fn render(
 /// Resolves `query` against DiscoveredServices: the nodes of the port, merged
 /// over all shards of the service and sorted; `None` when the service or the
 /// port is unknown (`Some(vec![])`: known port with no ready node).
-pub fn lookup(objects: &[DiscoveredService], query: &NodeQuery) -> Option<Vec<Node>> {
+pub fn lookup<'a>(
+    objects: impl IntoIterator<Item = &'a DiscoveredService>,
+    query: &NodeQuery,
+) -> Option<Vec<Node>> {
     let mut found = false;
     let mut nodes = Vec::new();
-    for ds in objects.iter().filter(|d| {
+    for ds in objects.into_iter().filter(|d| {
         d.spec.cluster == query.cluster
             && d.spec.source_namespace == query.namespace
             && d.spec.source_name == query.name
