@@ -22,6 +22,7 @@
 pub mod cli;
 pub mod client;
 pub mod demo;
+pub mod drift;
 pub mod http;
 pub mod leader;
 pub mod metrics;

@@ -11,6 +11,7 @@
 //! | `kube_discovery_event_to_write_seconds` | histogram | cluster (first source event -> write done) |
 //! | `kube_discovery_services` | gauge | cluster |
 //! | `kube_discovery_nodes` | gauge | cluster |
+//! | `kube_discovery_drift_corrections_total` | counter | cluster, kind (edited/deleted/orphan) |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -44,6 +45,15 @@ pub struct WriteLabels {
     pub result: String,
 }
 
+/// Label set `{cluster, kind}` of drift corrections.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DriftLabels {
+    /// Cluster id.
+    pub cluster: String,
+    /// `edited`, `deleted` or `orphan`.
+    pub kind: String,
+}
+
 type HistogramFamily = Family<ClusterLabel, Histogram, fn() -> Histogram>;
 
 fn list_histogram() -> Histogram {
@@ -73,6 +83,8 @@ pub struct Metrics {
     pub services: Family<ClusterLabel, Gauge>,
     /// Nodes currently discovered.
     pub nodes: Family<ClusterLabel, Gauge>,
+    /// DiscoveredServices restored or removed because someone changed them.
+    pub drift_corrections: Family<DriftLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -86,6 +98,7 @@ impl Default for Metrics {
             event_to_write: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             services: Family::default(),
             nodes: Family::default(),
+            drift_corrections: Family::default(),
         }
     }
 }
@@ -130,6 +143,11 @@ impl Metrics {
             self.services.clone(),
         );
         r.register("nodes", "Nodes currently discovered", self.nodes.clone());
+        r.register(
+            "drift_corrections",
+            "DiscoveredServices restored (edited/deleted) or removed (orphan) by drift correction",
+            self.drift_corrections.clone(),
+        );
         r
     }
 
@@ -146,6 +164,16 @@ impl Metrics {
             .get_or_create(&EventLabels {
                 cluster: cluster.to_string(),
                 r#type: kind.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one drift correction of `kind` (`edited`, `deleted`, `orphan`).
+    pub fn drift(&self, cluster: &str, kind: &str) {
+        self.drift_corrections
+            .get_or_create(&DriftLabels {
+                cluster: cluster.to_string(),
+                kind: kind.to_string(),
             })
             .inc();
     }

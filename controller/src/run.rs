@@ -241,8 +241,10 @@ pub async fn start(plan: Plan) -> Result<Running> {
         }
         None => (None, None),
     };
+    // Drift correction: a cache of our own objects, shared with the sink.
+    let (drift_view, drift_feed) = crate::drift::DriftView::new(plan.naming.clone());
     let (writer, writer_task) = crate::writer::spawn_gated(
-        KubeSink::new(home, plan.naming.clone()),
+        KubeSink::new(home.clone(), plan.naming.clone()).with_drift(drift_view),
         shared.clone(),
         metrics.clone(),
         plan.writer.clone(),
@@ -251,6 +253,12 @@ pub async fn start(plan: Plan) -> Result<Running> {
     );
 
     let mut tasks = Vec::new();
+    tasks.push(tokio::spawn(drift_feed.run(
+        home,
+        shared.clone(),
+        writer.clone(),
+        shutdown.clone(),
+    )));
     for c in plan.clusters {
         let client = crate::client::client(&c.conn).await?;
         let source = Source {

@@ -2,19 +2,44 @@
 //! `kube-discovery`, status through the status subresource, delete when the
 //! source is gone. All decisions (what and when to write) are in
 //! [`crate::writer`]; this file is only the API calls.
+//!
+//! # Big services (shards)
+//!
+//! A service whose nodes do not fit one object is written as several
+//! (`kube_discovery_core::crd::desired_objects`): shard 0 keeps the usual
+//! name, shard `i` is `<name>.<i>`, all carry the same `spec.version` and
+//! `spec.shard = {index, count}`. [`KubeSink::apply`] writes shards `1..`
+//! first and shard 0 LAST (shard 0 carries the count a reader trusts), each
+//! followed by its own status, then deletes the surplus shards of a shrink.
+//! The shard count per service is remembered here (filled by
+//! [`Sink::list_versions`] and every apply), so a shrink needs no extra LIST.
+//! [`Sink::list_versions`] reports a service's version only when shards
+//! `0..count` are all present with that version; a half-written service
+//! (crash between shards) gets the version `""`, which forces a rewrite.
+//!
+//! # Drift
+//!
+//! With a [`DriftView`] attached ([`KubeSink::with_drift`]), every write
+//! records the resourceVersion the API server returned (so late watch events
+//! of our own writes are recognised), apply and delete also remove stray
+//! objects the cache holds for the service, and [`Sink::drift`] answers the
+//! writer's "is what the API server holds still what we want?".
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::Resource;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube_discovery_core::crd::{
-    DiscoveredService, MANAGED_BY_SELECTOR, ObjectNaming, desired_object, desired_status, key_of,
+    DiscoveredService, MANAGED_BY_SELECTOR, ObjectNaming, desired_objects, key_of, object_status,
+    shard_name, shard_of,
 };
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
 use crate::Result;
+use crate::drift::{DriftCheck, DriftView, ObjName};
 use crate::writer::Sink;
 
 /// Field manager of every spec/metadata write.
@@ -24,22 +49,144 @@ pub const FIELD_MANAGER: &str = "kube-discovery";
 /// subresource applies (kube-sim once merged both into one managedFields
 /// entry, which made removed port keys linger).
 pub const STATUS_FIELD_MANAGER: &str = "kube-discovery-status";
+/// Field manager of the merge patch that removes port keys someone else added
+/// (server-side apply never removes fields it does not own).
+pub const DRIFT_FIELD_MANAGER: &str = "kube-discovery-drift";
 
 /// Writes DiscoveredServices to one API server.
 #[derive(Clone)]
 pub struct KubeSink {
     client: Client,
     naming: ObjectNaming,
+    /// Shard count of every service we hold objects for (1 = unsharded).
+    shards: Arc<Mutex<HashMap<ServiceKey, u32>>>,
+    drift: Option<DriftView>,
 }
 
 impl KubeSink {
     /// A sink writing through `client`, naming objects with `naming`.
     pub fn new(client: Client, naming: ObjectNaming) -> Self {
-        Self { client, naming }
+        Self {
+            client,
+            naming,
+            shards: Arc::new(Mutex::new(HashMap::new())),
+            drift: None,
+        }
+    }
+
+    /// Attaches the cache of our own objects (drift correction).
+    #[must_use]
+    pub fn with_drift(mut self, view: DriftView) -> Self {
+        self.drift = Some(view);
+        self
     }
 
     fn api(&self, namespace: &str) -> Api<DiscoveredService> {
         Api::namespaced(self.client.clone(), namespace)
+    }
+
+    fn shard_count(&self, key: &ServiceKey) -> Option<u32> {
+        self.shards
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .copied()
+    }
+
+    fn set_shard_count(&self, key: &ServiceKey, count: Option<u32>) {
+        let mut m = self.shards.lock().unwrap_or_else(PoisonError::into_inner);
+        match count {
+            Some(c) => {
+                m.insert(key.clone(), c);
+            }
+            None => {
+                m.remove(key);
+            }
+        }
+    }
+
+    /// Applies one object and its status.
+    async fn write_one(&self, key: &ServiceKey, obj: &DiscoveredService) -> Result<()> {
+        let ns = obj.metadata.namespace.clone().unwrap_or_default();
+        let name = obj.metadata.name.clone().unwrap_or_default();
+        let api = self.api(&ns);
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let mut got = api.patch(&name, &pp, &Patch::Apply(obj)).await?;
+        // Port keys someone else added survive a server-side apply (we do not
+        // own them): remove them explicitly. Never happens without a hand edit.
+        let extra: Vec<&String> = got
+            .spec
+            .ports
+            .keys()
+            .filter(|k| !obj.spec.ports.contains_key(*k))
+            .collect();
+        if !extra.is_empty() {
+            let nulls: serde_json::Map<String, serde_json::Value> = extra
+                .iter()
+                .map(|k| ((*k).clone(), serde_json::Value::Null))
+                .collect();
+            tracing::info!(service = %key, object = %name, ports = ?extra, "removing port keys added by someone else");
+            let body = serde_json::json!({"spec": {"ports": nulls}});
+            let mpp = PatchParams {
+                field_manager: Some(DRIFT_FIELD_MANAGER.to_string()),
+                ..PatchParams::default()
+            };
+            got = api.patch(&name, &mpp, &Patch::Merge(&body)).await?;
+        }
+        self.note_written(&ns, &name, &got);
+        let status = object_status(obj, Time(jiff::Timestamp::now()));
+        let body = serde_json::json!({
+            "apiVersion": DiscoveredService::api_version(&()),
+            "kind": DiscoveredService::kind(&()),
+            "status": status,
+        });
+        let spp = PatchParams::apply(STATUS_FIELD_MANAGER).force();
+        match api.patch_status(&name, &spp, &Patch::Apply(&body)).await {
+            Ok(after) => self.note_written(&ns, &name, &after),
+            // The spec (what gateways read) is written; a failed status update
+            // is visible in the logs and metrics but does not block progress.
+            Err(e) => {
+                tracing::warn!(service = %key, object = %name, error = %e, "status update failed")
+            }
+        }
+        Ok(())
+    }
+
+    fn note_written(&self, ns: &str, name: &str, obj: &DiscoveredService) {
+        if let Some(v) = &self.drift {
+            let rv = obj
+                .metadata
+                .resource_version
+                .as_deref()
+                .and_then(|s| s.parse().ok());
+            v.note_written(ns, name, rv);
+        }
+    }
+
+    /// Deletes `ns/name`; absent is success.
+    async fn delete_one(&self, ns: &str, name: &str) -> Result<()> {
+        let res = self.api(ns).delete(name, &DeleteParams::default()).await;
+        if let Some(v) = &self.drift {
+            v.note_written(ns, name, None);
+        }
+        match res {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Objects the drift cache holds for `key` that are not in `keep`.
+    fn strays(&self, key: &ServiceKey, keep: &BTreeSet<ObjName>) -> Vec<ObjName> {
+        self.drift
+            .as_ref()
+            .map(|v| {
+                v.objects_of(key)
+                    .into_iter()
+                    .filter(|n| !keep.contains(n))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }
 
@@ -59,46 +206,175 @@ pub async fn list_managed(client: &Client) -> Result<Vec<DiscoveredService>> {
     }
 }
 
+/// Per service: the version when shards `0..count` are all present with the
+/// same version (else `""`, which forces a rewrite), and the number of shard
+/// slots to clean up on the next write (highest index seen + 1).
+pub fn versions_of(items: &[DiscoveredService]) -> HashMap<ServiceKey, (String, u32)> {
+    let mut by_key: HashMap<ServiceKey, Vec<(u32, u32, &str)>> = HashMap::new();
+    for ds in items {
+        let (index, count) = shard_of(ds);
+        by_key
+            .entry(key_of(ds))
+            .or_default()
+            .push((index, count, ds.spec.version.as_str()));
+    }
+    by_key
+        .into_iter()
+        .map(|(key, objs)| {
+            let slots = objs
+                .iter()
+                .map(|(i, _, _)| i.saturating_add(1))
+                .max()
+                .unwrap_or(1);
+            let version = objs
+                .iter()
+                .find(|(i, _, _)| *i == 0)
+                .filter(|(_, count, v)| {
+                    let complete = (0..*count).all(|want| {
+                        objs.iter()
+                            .any(|(i, c, ver)| *i == want && c == count && ver == v)
+                    });
+                    complete && slots == *count
+                })
+                .map(|(_, _, v)| (*v).to_string())
+                .unwrap_or_default();
+            (key, (version, slots))
+        })
+        .collect()
+}
+
 impl Sink for KubeSink {
     async fn list_versions(&self) -> Result<HashMap<ServiceKey, String>> {
         let items = list_managed(&self.client).await?;
-        Ok(items
+        let versions = versions_of(&items);
+        let mut shards = self.shards.lock().unwrap_or_else(PoisonError::into_inner);
+        shards.clear();
+        Ok(versions
             .into_iter()
-            .map(|ds| (key_of(&ds), ds.spec.version))
+            .map(|(key, (version, slots))| {
+                shards.insert(key.clone(), slots);
+                (key, version)
+            })
             .collect())
     }
 
     async fn apply(&self, svc: ServiceNodes) -> Result<()> {
-        let obj = desired_object(&svc, &self.naming);
-        let ns = self.naming.namespace(&svc.key);
-        let name = self.naming.name(&svc.key);
-        let api = self.api(&ns);
-        let pp = PatchParams::apply(FIELD_MANAGER).force();
-        api.patch(&name, &pp, &Patch::Apply(&obj)).await?;
-        let status = desired_status(&svc, Time(jiff::Timestamp::now()));
-        let body = serde_json::json!({
-            "apiVersion": DiscoveredService::api_version(&()),
-            "kind": DiscoveredService::kind(&()),
-            "status": status,
-        });
-        let spp = PatchParams::apply(STATUS_FIELD_MANAGER).force();
-        if let Err(e) = api.patch_status(&name, &spp, &Patch::Apply(&body)).await {
-            // The spec (what gateways read) is written; a failed status update
-            // is visible in the logs and metrics but does not block progress.
-            tracing::warn!(service = %svc.key, error = %e, "status update failed");
+        let objs = desired_objects(&svc, &self.naming);
+        let count = u32::try_from(objs.len()).unwrap_or(u32::MAX);
+        // Shards 1.. first, shard 0 (the one carrying count and version that
+        // readers start from) last.
+        for obj in objs.iter().skip(1).chain(objs.first()) {
+            self.write_one(&svc.key, obj).await?;
         }
+        let ns = self.naming.namespace(&svc.key);
+        let base = self.naming.name(&svc.key);
+        let keep: BTreeSet<ObjName> = objs
+            .iter()
+            .map(|o| {
+                (
+                    o.metadata.namespace.clone().unwrap_or_default(),
+                    o.metadata.name.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let old = self.shard_count(&svc.key).unwrap_or(1);
+        let mut surplus: BTreeSet<ObjName> = (count..old)
+            .map(|i| (ns.clone(), shard_name(&base, i)))
+            .collect();
+        surplus.extend(self.strays(&svc.key, &keep));
+        for (sns, sname) in &surplus {
+            tracing::info!(service = %svc.key, object = %format!("{sns}/{sname}"), "deleting surplus shard");
+            self.delete_one(sns, sname).await?;
+        }
+        self.set_shard_count(&svc.key, Some(count));
         Ok(())
     }
 
     async fn delete(&self, key: ServiceKey) -> Result<()> {
-        let api = self.api(&self.naming.namespace(&key));
-        match api
-            .delete(&self.naming.name(&key), &DeleteParams::default())
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(e.into()),
+        let ns = self.naming.namespace(&key);
+        let base = self.naming.name(&key);
+        let count = self.shard_count(&key).unwrap_or(1).max(1);
+        let mut names: Vec<ObjName> = (0..count)
+            .map(|i| (ns.clone(), shard_name(&base, i)))
+            .collect();
+        let known: BTreeSet<ObjName> = names.iter().cloned().collect();
+        names.extend(self.strays(&key, &known));
+        for (ons, oname) in &names {
+            self.delete_one(ons, oname).await?;
         }
+        self.set_shard_count(&key, None);
+        Ok(())
+    }
+
+    fn drift(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftCheck {
+        match &self.drift {
+            Some(v) => v.check(key, desired),
+            None => DriftCheck::Ok,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube_discovery_core::crd::{Shard, desired_object};
+    use kube_discovery_core::{Node, PortMap, SourceKind};
+
+    fn obj(name: &str, version: &str, shard: Option<(u32, u32)>) -> DiscoveredService {
+        let mut ports = PortMap::new();
+        ports.insert("http".into(), vec![Node::new("10.0.0.1", 80, 50)]);
+        let svc = ServiceNodes::new(
+            ServiceKey::new("", "ns", "web"),
+            SourceKind::EndpointSlice,
+            ports,
+            None,
+        );
+        let mut o = desired_object(&svc, &ObjectNaming::source());
+        o.metadata.name = Some(name.into());
+        o.spec.version = version.into();
+        o.spec.shard = shard.map(|(index, count)| Shard { index, count });
+        o
+    }
+
+    fn key() -> ServiceKey {
+        ServiceKey::new("", "ns", "web")
+    }
+
+    #[test]
+    fn complete_shards_report_their_version() {
+        let v = versions_of(&[
+            obj("web.1", "v1", Some((1, 3))),
+            obj("web", "v1", Some((0, 3))),
+            obj("web.2", "v1", Some((2, 3))),
+        ]);
+        assert_eq!(v[&key()], ("v1".to_string(), 3));
+        let single = versions_of(&[obj("web", "v1", None)]);
+        assert_eq!(single[&key()], ("v1".to_string(), 1));
+    }
+
+    #[test]
+    fn half_written_or_mixed_shards_force_a_rewrite() {
+        // A shard missing.
+        let v = versions_of(&[
+            obj("web", "v2", Some((0, 3))),
+            obj("web.1", "v2", Some((1, 3))),
+        ]);
+        assert_eq!(v[&key()].0, "");
+        // Two versions mixed (crash between shards of a rewrite).
+        let v = versions_of(&[
+            obj("web", "v1", Some((0, 2))),
+            obj("web.1", "v2", Some((1, 2))),
+        ]);
+        assert_eq!(v[&key()].0, "");
+        // Shard 0 missing.
+        let v = versions_of(&[obj("web.1", "v1", Some((1, 2)))]);
+        assert_eq!(v[&key()], (String::new(), 2));
+        // Leftovers of a shrink beyond the count: rewrite, and remember the slots.
+        let v = versions_of(&[
+            obj("web", "v3", None),
+            obj("web.1", "v1", Some((1, 4))),
+            obj("web.3", "v1", Some((3, 4))),
+        ]);
+        assert_eq!(v[&key()], (String::new(), 4));
     }
 }

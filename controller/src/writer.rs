@@ -25,6 +25,14 @@
 //!   (readiness) once every key queued before the barrier is written.
 //! * On shutdown no new writes start; in-flight writes finish.
 //!
+//! * `WriterMsg::Drifted(keys)` (from [`crate::drift`]): the objects of these
+//!   keys may differ from what we want. `drift_delay` later, when the key has
+//!   no write pending or in flight and its last write finished `drift_settle`
+//!   ago, [`Sink::drift`] compares the LATEST cached copy with the desired
+//!   state; only a real difference forgets `known[key]` and queues the key
+//!   (rewrite, or delete for an orphan). Late watch events of our own writes
+//!   therefore never cause writes.
+//!
 //! Scheduling cost is O(log n) per key, never O(pending) per loop turn
 //! ([`Queue`]): besides the `key -> Pending` map, the due order of the keys
 //! that are not in flight is kept in a `BTreeMap<(due, seq), key>`, so
@@ -46,6 +54,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::Result;
+use crate::drift::DriftCheck;
 use crate::metrics::Metrics;
 use crate::state::Shared;
 
@@ -57,6 +66,11 @@ pub trait Sink: Clone + Send + Sync + 'static {
     fn apply(&self, svc: ServiceNodes) -> impl Future<Output = Result<()>> + Send;
     /// Deletes the object for `key` (absent is success).
     fn delete(&self, key: ServiceKey) -> impl Future<Output = Result<()>> + Send;
+    /// Whether what the API server holds for `key` (as last seen) is what
+    /// `desired` wants. Sinks without a cache of their objects say `Ok`.
+    fn drift(&self, _key: &ServiceKey, _desired: Option<&ServiceNodes>) -> DriftCheck {
+        DriftCheck::Ok
+    }
 }
 
 /// Tuning of the writer.
@@ -72,6 +86,11 @@ pub struct WriterOptions {
     pub retry_min: Duration,
     /// Maximum retry delay.
     pub retry_max: Duration,
+    /// Delay before a drift report is checked (at least `coalesce_window`).
+    pub drift_delay: Duration,
+    /// A drift check waits until the key's last write finished this long ago
+    /// (the watch event of that write has arrived by then).
+    pub drift_settle: Duration,
 }
 
 impl Default for WriterOptions {
@@ -82,6 +101,8 @@ impl Default for WriterOptions {
             qps: 50.0,
             retry_min: Duration::from_millis(500),
             retry_max: Duration::from_secs(30),
+            drift_delay: Duration::from_millis(250),
+            drift_settle: Duration::from_millis(750),
         }
     }
 }
@@ -102,6 +123,12 @@ pub enum WriterMsg {
         /// The cluster id.
         cluster: String,
     },
+    /// The objects of these keys may differ from the desired state (drift
+    /// watch); checked after `drift_delay`.
+    Drifted {
+        /// The keys.
+        keys: Vec<ServiceKey>,
+    },
 }
 
 /// Sending side of the writer.
@@ -115,6 +142,13 @@ impl WriterHandle {
     pub fn changed(&self, keys: Vec<ServiceKey>, at: Instant) {
         if !keys.is_empty() {
             let _ = self.tx.send(WriterMsg::Changed { keys, at });
+        }
+    }
+
+    /// Reports keys whose objects may have drifted (ignored after shutdown).
+    pub fn drifted(&self, keys: Vec<ServiceKey>) {
+        if !keys.is_empty() {
+            let _ = self.tx.send(WriterMsg::Drifted { keys });
         }
     }
 
@@ -302,6 +336,7 @@ pub fn spawn_gated<S: Sink>(
         barriers: Vec::new(),
         seq: 0,
         next_token: Instant::now(),
+        drift: Drift::default(),
     };
     let task = tokio::spawn(w.run(rx, shutdown, leader));
     (WriterHandle { tx }, task)
@@ -317,6 +352,49 @@ struct Writer<S> {
     barriers: Vec<(String, u64)>,
     seq: u64,
     next_token: Instant,
+    drift: Drift,
+}
+
+/// Drift checks waiting for their time, and when each key's last write finished.
+#[derive(Default)]
+struct Drift {
+    due: BTreeMap<(Instant, u64), ServiceKey>,
+    keys: HashSet<ServiceKey>,
+    seq: u64,
+    last_done: HashMap<ServiceKey, Instant>,
+}
+
+impl Drift {
+    /// Schedules a check of `key` at `at` unless one is already scheduled.
+    fn schedule(&mut self, key: ServiceKey, at: Instant) {
+        if self.keys.insert(key.clone()) {
+            self.seq += 1;
+            self.due.insert((at, self.seq), key);
+        }
+    }
+
+    fn first_due(&self) -> Option<Instant> {
+        self.due.first_key_value().map(|((t, _), _)| *t)
+    }
+
+    fn pop_due(&mut self, now: Instant) -> Option<ServiceKey> {
+        let (&(t, seq), _) = self.due.first_key_value()?;
+        if t > now {
+            return None;
+        }
+        let key = self.due.remove(&(t, seq))?;
+        self.keys.remove(&key);
+        Some(key)
+    }
+
+    fn done(&mut self, key: &ServiceKey, at: Instant, settle: Duration) {
+        self.last_done.insert(key.clone(), at);
+        // Only recent completions matter; keep the map small.
+        if self.last_done.len() > 4096 {
+            self.last_done
+                .retain(|_, t| at.saturating_duration_since(*t) < settle);
+        }
+    }
 }
 
 fn backoff(opts: &WriterOptions, attempts: u32) -> Duration {
@@ -384,6 +462,7 @@ impl<S: Sink> Writer<S> {
         let mut open = true;
         loop {
             if leading {
+                self.check_drift();
                 self.dispatch(&mut tasks);
                 self.check_barriers();
             }
@@ -437,6 +516,12 @@ impl<S: Sink> Writer<S> {
                     self.enqueue(key, at);
                 }
             }
+            WriterMsg::Drifted { keys } => {
+                let at = Instant::now() + self.opts.drift_delay.max(self.opts.coalesce_window);
+                for key in keys {
+                    self.drift.schedule(key, at);
+                }
+            }
             WriterMsg::Synced { cluster } => {
                 // Objects the API server holds for this cluster that the first
                 // complete list did not produce: their source vanished while we
@@ -484,8 +569,54 @@ impl<S: Sink> Writer<S> {
     }
 
     fn next_wake(&self) -> Option<Instant> {
-        let due = self.pending.first_due()?;
-        Some(due.max(self.next_token))
+        let write = self.pending.first_due().map(|due| due.max(self.next_token));
+        match (write, self.drift.first_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Runs the drift checks that are due (see the module docs).
+    fn check_drift(&mut self) {
+        let now = Instant::now();
+        let delay = self.opts.drift_delay.max(self.opts.coalesce_window);
+        let mut later = Vec::new();
+        while let Some(key) = self.drift.pop_due(now) {
+            if self.pending.entries.contains_key(&key) || self.pending.inflight.contains(&key) {
+                later.push((key, now + delay));
+                continue;
+            }
+            if let Some(t) = self.drift.last_done.get(&key).copied()
+                && t + self.opts.drift_settle > now
+            {
+                later.push((key, t + self.opts.drift_settle));
+                continue;
+            }
+            let desired = self.shared.desired(&key);
+            let listed = self
+                .shared
+                .clusters()
+                .get(&key.cluster)
+                .is_some_and(|c| c.listed);
+            if desired.is_none() && !listed {
+                // The first-list barrier decides about this cluster's objects.
+                continue;
+            }
+            match self.sink.drift(&key, desired.as_ref()) {
+                DriftCheck::Ok => {}
+                DriftCheck::Stale => later.push((key, now + delay)),
+                DriftCheck::Drift(kind) => {
+                    self.metrics.drift(&key.cluster, kind.as_str());
+                    tracing::info!(service = %key, kind = kind.as_str(), "drift: restoring the desired state");
+                    // A version nothing has: the key is rewritten (or deleted).
+                    self.known.insert(key.clone(), String::new());
+                    self.enqueue(key, now);
+                }
+            }
+        }
+        for (key, at) in later {
+            self.drift.schedule(key, at);
+        }
     }
 
     fn take_token(&mut self, now: Instant) -> bool {
@@ -563,6 +694,8 @@ impl<S: Sink> Writer<S> {
             result,
         } = done;
         self.pending.finished(&key);
+        self.drift
+            .done(&key, Instant::now(), self.opts.drift_settle);
         let cluster = key.cluster.clone();
         match result {
             Ok(outcome) => {
@@ -671,6 +804,9 @@ mod tests {
         calls: Arc<Mutex<Vec<Call>>>,
         /// Number of upcoming apply calls that fail.
         fail_next: Arc<Mutex<u32>>,
+        /// What `drift` answers per key (default `Ok`), and how often it was asked.
+        drift: Arc<Mutex<HashMap<ServiceKey, DriftCheck>>>,
+        drift_asked: Arc<Mutex<u32>>,
     }
 
     impl FakeSink {
@@ -704,6 +840,15 @@ mod tests {
                 .push(Call::Delete(key.to_string()));
             Ok(())
         }
+        fn drift(&self, key: &ServiceKey, _desired: Option<&ServiceNodes>) -> DriftCheck {
+            *self.drift_asked.lock().unwrap() += 1;
+            self.drift
+                .lock()
+                .unwrap()
+                .get(key)
+                .copied()
+                .unwrap_or(DriftCheck::Ok)
+        }
     }
 
     fn nodes(key: &ServiceKey, hosts: &[&str]) -> ServiceNodes {
@@ -722,6 +867,8 @@ mod tests {
             qps: 0.0,
             retry_min: Duration::from_millis(200),
             retry_max: Duration::from_secs(2),
+            drift_delay: Duration::from_millis(250),
+            drift_settle: Duration::from_millis(750),
         }
     }
 
@@ -1032,5 +1179,109 @@ mod tests {
         h.changed(vec![keys[0].clone()], Instant::now());
         settle().await;
         assert_eq!(sink.calls().last(), Some(&Call::Delete("ns/s0".into())));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn drift_reports_rewrite_only_real_differences_after_writes_settle() {
+        use crate::drift::DriftKind;
+        let sink = FakeSink::default();
+        let shared = Arc::new(Shared::new([""]));
+        let m = Metrics::default();
+        let (h, _t) = spawn(
+            sink.clone(),
+            shared.clone(),
+            m.clone(),
+            opts(),
+            CancellationToken::new(),
+        );
+        let k = ServiceKey::new("", "ns", "web");
+        let v1 = nodes(&k, &["10.0.0.1"]);
+        shared.set_desired(&k, Some(v1.clone()));
+        shared.update_cluster("", |c| c.listed = true);
+        h.changed(vec![k.clone()], Instant::now());
+        h.synced("");
+        settle().await;
+        assert_eq!(sink.calls().len(), 1);
+        // The late watch event of our own write: the cache says Ok -> no write.
+        h.drifted(vec![k.clone()]);
+        settle().await;
+        assert_eq!(sink.calls().len(), 1, "an own-write event caused a write");
+        assert_eq!(*sink.drift_asked.lock().unwrap(), 1);
+        // The cache has not caught up: asked again later, no write meanwhile.
+        sink.drift
+            .lock()
+            .unwrap()
+            .insert(k.clone(), DriftCheck::Stale);
+        h.drifted(vec![k.clone()]);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(
+            *sink.drift_asked.lock().unwrap() >= 3,
+            "a stale check is repeated"
+        );
+        assert_eq!(sink.calls().len(), 1);
+        // A real edit: the same version is written again, once.
+        sink.drift
+            .lock()
+            .unwrap()
+            .insert(k.clone(), DriftCheck::Drift(DriftKind::Edited));
+        settle().await;
+        sink.drift.lock().unwrap().insert(k.clone(), DriftCheck::Ok);
+        settle().await;
+        assert_eq!(
+            sink.calls(),
+            vec![
+                Call::Apply("ns/web".into(), v1.version.clone()),
+                Call::Apply("ns/web".into(), v1.version.clone())
+            ]
+        );
+        let text = crate::metrics::encode(&m.registry());
+        assert!(
+            text.contains(r#"kube_discovery_drift_corrections_total{cluster="",kind="edited"} 1"#),
+            "{text}"
+        );
+        // An orphan (no desired state, cluster listed) is deleted.
+        let orphan = ServiceKey::new("", "ns", "ghost");
+        sink.drift
+            .lock()
+            .unwrap()
+            .insert(orphan.clone(), DriftCheck::Drift(DriftKind::Orphan));
+        h.drifted(vec![orphan.clone()]);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        sink.drift.lock().unwrap().remove(&orphan);
+        settle().await;
+        assert_eq!(sink.calls().last(), Some(&Call::Delete("ns/ghost".into())));
+        assert_eq!(sink.calls().len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn drift_check_waits_for_pending_writes_and_unlisted_clusters() {
+        use crate::drift::DriftKind;
+        let sink = FakeSink::default();
+        let shared = Arc::new(Shared::new([""]));
+        let (h, _t) = spawn(
+            sink.clone(),
+            shared.clone(),
+            Metrics::default(),
+            opts(),
+            CancellationToken::new(),
+        );
+        // Orphan reports before the cluster is listed are ignored.
+        let ghost = ServiceKey::new("", "ns", "ghost");
+        sink.drift
+            .lock()
+            .unwrap()
+            .insert(ghost.clone(), DriftCheck::Drift(DriftKind::Orphan));
+        h.drifted(vec![ghost.clone()]);
+        settle().await;
+        assert!(sink.calls().is_empty(), "{:?}", sink.calls());
+        // A key with a write pending is not checked before the write is done.
+        let k = ServiceKey::new("", "ns", "web");
+        shared.set_desired(&k, Some(nodes(&k, &["10.0.0.1"])));
+        h.changed(vec![k.clone()], Instant::now());
+        h.drifted(vec![k.clone()]);
+        settle().await;
+        let asked = *sink.drift_asked.lock().unwrap();
+        assert_eq!(sink.calls().len(), 1);
+        assert_eq!(asked, 1, "checked once, after the write settled");
     }
 }

@@ -1,0 +1,441 @@
+//! Live drift correction: the controller watches its OWN DiscoveredServices
+//! and puts back whatever someone else changed.
+//!
+//! ```text
+//!  watcher(DiscoveredService, managed-by label; all namespaces or the fixed one)
+//!    .reflect(store)                          the LATEST copy of every object we manage
+//!    ├─ Apply(obj)   obj == wanted?  ── no ─▶ WriterHandle::drifted([key])
+//!    ├─ Delete(obj)  still wanted?   ── yes ▶ WriterHandle::drifted([key])
+//!    └─ InitDone     sweep: every desired key and every cached object (after a relist,
+//!                    and once every cluster is listed)
+//!
+//!  writer (leader only), `drift_delay` later, key not pending / in flight,
+//!  no write of it finished within `drift_settle`:
+//!    Sink::drift(key, desired) ─ DriftView::check against the store's latest copy
+//!      Ok     ─▶ nothing (it was the late watch event of our own write)
+//!      Stale  ─▶ look again later (the cache has not seen our last write yet)
+//!      Drift  ─▶ forget known[key], rewrite every shard / delete (sink removes strays)
+//! ```
+//!
+//! "Wanted" for an object is the entry of `desired_objects(Shared::desired(key))`
+//! with the same namespace/name: its `spec` equal, our labels present with our
+//! values, our ownerReferences present. Labels, annotations or owner
+//! references that others ADD are tolerated (server-side apply would never
+//! remove them, so demanding their absence would rewrite forever). An object
+//! that loses the managed-by label leaves the watch's selection: to us it is
+//! deleted, and the rewrite puts the label back.
+//!
+//! Own writes: every watch event of our own writes arrives after the write, and
+//! may show an older state than `Shared` already has (a newer change pending).
+//! Those events never cause writes: the writer re-checks only after the key has
+//! no pending or in-flight write and its last write finished `drift_settle` ago,
+//! against the store's latest copy; and the sink records the resourceVersion of
+//! every object it wrote, so a cached copy older than our last write is `Stale`,
+//! never `Drift`.
+//!
+//! Orphans: an object with our label whose service has no desired state, once
+//! that service's cluster is listed, is deleted (kind `orphan`; also a stray
+//! shard of a service that needs fewer). Objects of clusters that are not
+//! configured are left alone.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, Event, watcher};
+use kube::{Api, Client, ResourceExt};
+use kube_discovery_core::crd::{
+    DiscoveredService, MANAGED_BY_SELECTOR, NamespaceMode, ObjectNaming, desired_objects, key_of,
+    labels_for,
+};
+use kube_discovery_core::{ServiceKey, ServiceNodes};
+use tokio_util::sync::CancellationToken;
+
+use crate::state::Shared;
+use crate::writer::WriterHandle;
+
+/// What was wrong with a service's objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriftKind {
+    /// An object exists but differs from what we want.
+    Edited,
+    /// An object we want is missing (deleted, or lost our label).
+    Deleted,
+    /// An object we manage that we do not want (no source, or a stray shard).
+    Orphan,
+}
+
+impl DriftKind {
+    /// Metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DriftKind::Edited => "edited",
+            DriftKind::Deleted => "deleted",
+            DriftKind::Orphan => "orphan",
+        }
+    }
+}
+
+/// Result of comparing the cache with the desired state of one service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriftCheck {
+    /// The objects are what we want.
+    Ok,
+    /// The cache has not seen our last write yet (or is not listed): ask later.
+    Stale,
+    /// Something must be rewritten or deleted.
+    Drift(DriftKind),
+}
+
+/// `(namespace, name)` of an object.
+pub type ObjName = (String, String);
+
+/// The cache of our own objects plus the resourceVersions of our last writes.
+#[derive(Clone)]
+pub struct DriftView {
+    store: Store<DiscoveredService>,
+    naming: ObjectNaming,
+    ready: Arc<AtomicBool>,
+    written: Arc<Mutex<HashMap<ObjName, u64>>>,
+}
+
+/// The feeding half of a [`DriftView`]: the watch task.
+pub struct DriftFeed {
+    writer: reflector::store::Writer<DiscoveredService>,
+    view: DriftView,
+}
+
+fn rv_of(ds: &DiscoveredService) -> Option<u64> {
+    ds.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|s| s.parse().ok())
+}
+
+/// Whether `actual` is what `want` says: equal spec, our labels and owner
+/// references present (others' additions tolerated).
+pub fn matches(actual: &DiscoveredService, want: &DiscoveredService) -> bool {
+    if actual.spec != want.spec {
+        return false;
+    }
+    let labels = actual.metadata.labels.as_ref();
+    let labels_ok = want
+        .metadata
+        .labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.and_then(|l| l.get(k)).is_some_and(|have| have == v));
+    let owners = actual.metadata.owner_references.as_deref().unwrap_or(&[]);
+    let owners_ok = want.metadata.owner_references.iter().flatten().all(|w| {
+        owners.iter().any(|o| {
+            o.uid == w.uid && o.kind == w.kind && o.name == w.name && o.api_version == w.api_version
+        })
+    });
+    labels_ok && owners_ok
+}
+
+impl DriftView {
+    /// An empty view and its feed (start the feed with [`DriftFeed::run`]).
+    pub fn new(naming: ObjectNaming) -> (DriftView, DriftFeed) {
+        let (store, writer) = reflector::store();
+        let view = DriftView {
+            store,
+            naming,
+            ready: Arc::new(AtomicBool::new(false)),
+            written: Arc::new(Mutex::new(HashMap::new())),
+        };
+        (view.clone(), DriftFeed { writer, view })
+    }
+
+    /// The object naming.
+    pub fn naming(&self) -> &ObjectNaming {
+        &self.naming
+    }
+
+    /// Whether the first list is in the cache.
+    pub fn ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Records the resourceVersion the API server returned for our write of
+    /// `ns/name` (or forgets it after a delete).
+    pub fn note_written(&self, ns: &str, name: &str, rv: Option<u64>) {
+        let mut w = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        let k = (ns.to_string(), name.to_string());
+        match rv {
+            Some(rv) => {
+                w.insert(k, rv);
+            }
+            None => {
+                w.remove(&k);
+            }
+        }
+    }
+
+    fn written_rv(&self, ns: &str, name: &str) -> Option<u64> {
+        self.written
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(ns.to_string(), name.to_string()))
+            .copied()
+    }
+
+    /// Whether the cached `obj` is older than our last write of it.
+    fn older_than_our_write(&self, obj: &DiscoveredService) -> bool {
+        let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
+        matches!((rv_of(obj), self.written_rv(&ns, &name)), (Some(have), Some(ours)) if have < ours)
+    }
+
+    fn get(&self, ns: &str, name: &str) -> Option<Arc<DiscoveredService>> {
+        self.store.get(&ObjectRef::new(name).within(ns))
+    }
+
+    /// Every cached object that describes `key` (by its spec).
+    pub fn objects_of(&self, key: &ServiceKey) -> Vec<ObjName> {
+        self.store
+            .state()
+            .iter()
+            .filter(|o| key_of(o) == *key)
+            .map(|o| (o.namespace().unwrap_or_default(), o.name_any()))
+            .collect()
+    }
+
+    /// Compares the cache with the desired state of `key` (`None`: no source).
+    pub fn check(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftCheck {
+        if !self.ready() {
+            return DriftCheck::Stale;
+        }
+        let wanted = desired
+            .map(|d| desired_objects(d, &self.naming))
+            .unwrap_or_default();
+        let mut names = BTreeSet::new();
+        let mut verdict = DriftCheck::Ok;
+        for w in &wanted {
+            let (ns, name) = (w.namespace().unwrap_or_default(), w.name_any());
+            match self.get(&ns, &name) {
+                None => return DriftCheck::Drift(DriftKind::Deleted),
+                Some(have) if self.older_than_our_write(&have) => verdict = DriftCheck::Stale,
+                Some(have) if !matches(&have, w) => {
+                    return DriftCheck::Drift(DriftKind::Edited);
+                }
+                Some(_) => {}
+            }
+            names.insert((ns, name));
+        }
+        if verdict == DriftCheck::Stale {
+            return verdict;
+        }
+        if self.objects_of(key).iter().any(|n| !names.contains(n)) {
+            return DriftCheck::Drift(DriftKind::Orphan);
+        }
+        DriftCheck::Ok
+    }
+
+    /// Whether a watch event about `obj` needs a closer look by the writer:
+    /// `Some(true)` yes, `Some(false)` no, `None` not decidable yet (its
+    /// cluster is not listed).
+    fn suspicious(&self, obj: &DiscoveredService, deleted: bool, shared: &Shared) -> Option<bool> {
+        let key = key_of(obj);
+        let listed = shared.clusters().get(&key.cluster).map(|c| c.listed);
+        let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
+        match shared.desired(&key) {
+            None => match listed {
+                // Another cluster's object (not configured here): not ours to judge.
+                None => Some(false),
+                Some(false) => None,
+                // No source: an orphan (a deleted one is simply gone).
+                Some(true) => Some(!deleted),
+            },
+            Some(d) => {
+                let wanted = desired_objects(&d, &self.naming);
+                let w = wanted
+                    .iter()
+                    .find(|w| w.namespace().unwrap_or_default() == ns && w.name_any() == name);
+                Some(match (w, deleted) {
+                    // Not a name we want: a stray (a deleted stray is fine).
+                    (None, d) => !d,
+                    (Some(_), true) => true,
+                    (Some(_), false) if self.older_than_our_write(obj) => false,
+                    (Some(w), false) => !matches(obj, w),
+                })
+            }
+        }
+    }
+
+    /// Keys to check after a (re)list: every desired key of the listed
+    /// clusters, and the keys of cached objects without a source.
+    fn sweep(&self, shared: &Shared) -> Vec<ServiceKey> {
+        let clusters = shared.clusters();
+        let mut out = BTreeSet::new();
+        for (id, status) in &clusters {
+            if !status.listed {
+                continue;
+            }
+            for svc in shared.desired_of(id) {
+                if self.check(&svc.key, Some(&svc)) != DriftCheck::Ok {
+                    out.insert(svc.key.clone());
+                }
+            }
+        }
+        for o in self.store.state() {
+            let key = key_of(&o);
+            if clusters.get(&key.cluster).is_some_and(|c| c.listed) && !shared.has_desired(&key) {
+                out.insert(key);
+            }
+        }
+        out.into_iter().collect()
+    }
+}
+
+/// `ns/name` of `obj` for logs, noting when our labels were changed.
+fn describe(obj: &DiscoveredService) -> String {
+    let ours = labels_for(&key_of(obj))
+        .iter()
+        .all(|(k, v)| obj.labels().get(k) == Some(v));
+    format!(
+        "{}/{}{}",
+        obj.namespace().unwrap_or_default(),
+        obj.name_any(),
+        if ours { "" } else { " (labels changed)" }
+    )
+}
+
+impl DriftFeed {
+    /// Watches our DiscoveredServices until `shutdown`, reporting suspicious
+    /// keys to `writer`.
+    pub async fn run(
+        self,
+        client: Client,
+        shared: Arc<Shared>,
+        writer: WriterHandle,
+        shutdown: CancellationToken,
+    ) {
+        let DriftFeed {
+            writer: store_writer,
+            view,
+        } = self;
+        let api: Api<DiscoveredService> = match &view.naming.namespace_mode {
+            NamespaceMode::Fixed(ns) => Api::namespaced(client, ns),
+            NamespaceMode::Source => Api::all(client),
+        };
+        let stream = watcher(api, watcher::Config::default().labels(MANAGED_BY_SELECTOR))
+            .backoff(crate::source::WatchBackoff::new())
+            .modify(|o: &mut DiscoveredService| {
+                o.managed_fields_mut().clear();
+                o.annotations_mut().clear();
+            })
+            .reflect(store_writer);
+        let mut stream = std::pin::pin!(stream);
+        // A sweep waits until every cluster is listed (desired state known).
+        let mut sweep_due = false;
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let ev = tokio::select! {
+                () = shutdown.cancelled() => break,
+                _ = tick.tick(), if sweep_due => None,
+                ev = stream.next() => match ev {
+                    Some(ev) => Some(ev),
+                    None => break,
+                },
+            };
+            let Some(ev) = ev else {
+                if shared.clusters().values().all(|c| c.listed) {
+                    sweep_due = false;
+                    let keys = view.sweep(&shared);
+                    if !keys.is_empty() {
+                        tracing::debug!(keys = keys.len(), "drift sweep found differences");
+                    }
+                    writer.drifted(keys);
+                }
+                continue;
+            };
+            match ev {
+                Ok(Event::InitDone) => {
+                    view.ready.store(true, Ordering::Release);
+                    sweep_due = true;
+                }
+                Ok(Event::Init | Event::InitApply(_)) => {}
+                Ok(Event::Apply(o)) => match view.suspicious(&o, false, &shared) {
+                    Some(true) => {
+                        tracing::debug!(object = %describe(&o), "DiscoveredService differs from the desired state");
+                        writer.drifted(vec![key_of(&o)]);
+                    }
+                    Some(false) => {}
+                    None => sweep_due = true,
+                },
+                Ok(Event::Delete(o)) => match view.suspicious(&o, true, &shared) {
+                    Some(true) => {
+                        tracing::debug!(object = %describe(&o), "wanted DiscoveredService deleted");
+                        writer.drifted(vec![key_of(&o)]);
+                    }
+                    Some(false) => {}
+                    None => sweep_due = true,
+                },
+                Err(e) => {
+                    tracing::warn!(error = %e, "DiscoveredService watch failed; retrying");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube_discovery_core::crd::desired_object;
+    use kube_discovery_core::{Node, PortMap, SourceKind};
+
+    fn svc(hosts: &[&str]) -> ServiceNodes {
+        let mut ports = PortMap::new();
+        ports.insert(
+            "http".into(),
+            hosts.iter().map(|h| Node::new(*h, 80, 50)).collect(),
+        );
+        ServiceNodes::new(
+            ServiceKey::new("", "ns", "web"),
+            SourceKind::EndpointSlice,
+            ports,
+            Some("uid-1".into()),
+        )
+    }
+
+    #[test]
+    fn matches_tolerates_additions_but_not_spec_label_or_owner_changes() {
+        let want = desired_object(&svc(&["10.0.0.1"]), &ObjectNaming::source());
+        assert!(matches(&want, &want));
+        let mut extra = want.clone();
+        extra
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("team".into(), "blue".into());
+        assert!(matches(&extra, &want), "an added label is tolerated");
+        let mut edited = want.clone();
+        edited.spec.ports.insert("bogus".into(), vec![]);
+        assert!(!matches(&edited, &want));
+        let mut unlabeled = want.clone();
+        unlabeled
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .remove(kube_discovery_core::crd::LABEL_SERVICE_NAME);
+        assert!(!matches(&unlabeled, &want));
+        let mut orphaned = want.clone();
+        orphaned.metadata.owner_references = None;
+        assert!(!matches(&orphaned, &want));
+    }
+
+    #[test]
+    fn an_unlisted_view_never_reports_drift() {
+        let (view, _feed) = DriftView::new(ObjectNaming::source());
+        let s = svc(&["10.0.0.1"]);
+        assert_eq!(view.check(&s.key, Some(&s)), DriftCheck::Stale);
+    }
+}
