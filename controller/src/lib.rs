@@ -11,6 +11,7 @@
 //!                                                   ▼
 //!  writer.rs   coalesce ▶ skip no-ops ▶ rate limit ▶ server-side apply / delete (sink.rs)
 //!
+//!  snapshot.rs Shared ──▶ APISIX dump in sharded ConfigMaps (optional sink, drift-corrected)
 //!  http.rs     /healthz /readyz /metrics /v1/discovery/kubernetes/{dump,nodes}  (reads Shared)
 //!  nodes.rs    library API: reflector over DiscoveredServices -> nodes("ns/name:port")
 //! ```
@@ -30,6 +31,7 @@ pub mod nodes;
 pub mod render;
 pub mod run;
 pub mod sink;
+pub mod snapshot;
 pub mod source;
 pub mod state;
 pub mod writer;
@@ -73,6 +75,9 @@ pub enum Error {
     /// A gateway sync (`kube-discovery sync ...`) failed.
     #[error("{0}")]
     Sync(String),
+    /// The ConfigMap snapshot cannot be built or read.
+    #[error("{0}")]
+    Snapshot(String),
 }
 
 impl Error {
@@ -93,6 +98,7 @@ impl Error {
             Error::NotFound(_) => "not_found",
             Error::Http(_) => "http",
             Error::Sync(_) => "sync",
+            Error::Snapshot(_) => "snapshot",
         }
     }
 }

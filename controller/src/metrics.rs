@@ -11,6 +11,10 @@
 //! | `kube_discovery_event_to_write_seconds` | histogram | cluster (first source event -> write done) |
 //! | `kube_discovery_services` | gauge | cluster |
 //! | `kube_discovery_nodes` | gauge | cluster |
+//! | `kube_discovery_snapshot_writes_total` | counter | result (applied/deleted/error_*): ConfigMap snapshot writes |
+//! | `kube_discovery_snapshot_shards` | gauge | - (shards of the current snapshot version) |
+//! | `kube_discovery_snapshot_bytes` | gauge | - (bytes of all shards of the current version) |
+//! | `kube_discovery_snapshot_last_publish_timestamp_seconds` | gauge | - (unix time the index last changed) |
 //! | `kube_discovery_drift_corrections_total` | counter | cluster, kind (edited/deleted/orphan) |
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -54,6 +58,13 @@ pub struct DriftLabels {
     pub kind: String,
 }
 
+/// Label set `{result}` of snapshot writes.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// `applied`, `deleted`, or `error_<metric_label>`.
+    pub result: String,
+}
+
 type HistogramFamily = Family<ClusterLabel, Histogram, fn() -> Histogram>;
 
 fn list_histogram() -> Histogram {
@@ -83,6 +94,14 @@ pub struct Metrics {
     pub services: Family<ClusterLabel, Gauge>,
     /// Nodes currently discovered.
     pub nodes: Family<ClusterLabel, Gauge>,
+    /// ConfigMap snapshot writes by result.
+    pub snapshot_writes: Family<ResultLabel, Counter>,
+    /// Shards of the current snapshot version.
+    pub snapshot_shards: Gauge,
+    /// Bytes of all shards of the current snapshot version.
+    pub snapshot_bytes: Gauge,
+    /// Unix time the snapshot index was last written.
+    pub snapshot_last_write: Gauge,
     /// DiscoveredServices restored or removed because someone changed them.
     pub drift_corrections: Family<DriftLabels, Counter>,
 }
@@ -98,6 +117,10 @@ impl Default for Metrics {
             event_to_write: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             services: Family::default(),
             nodes: Family::default(),
+            snapshot_writes: Family::default(),
+            snapshot_shards: Gauge::default(),
+            snapshot_bytes: Gauge::default(),
+            snapshot_last_write: Gauge::default(),
             drift_corrections: Family::default(),
         }
     }
@@ -144,6 +167,26 @@ impl Metrics {
         );
         r.register("nodes", "Nodes currently discovered", self.nodes.clone());
         r.register(
+            "snapshot_writes",
+            "ConfigMap snapshot writes (shards and index applied, stale shards deleted) by result",
+            self.snapshot_writes.clone(),
+        );
+        r.register(
+            "snapshot_shards",
+            "Shards of the current ConfigMap snapshot version",
+            self.snapshot_shards.clone(),
+        );
+        r.register(
+            "snapshot_bytes",
+            "Bytes of all shards of the current ConfigMap snapshot version",
+            self.snapshot_bytes.clone(),
+        );
+        r.register(
+            "snapshot_last_publish_timestamp_seconds",
+            "Unix time the ConfigMap snapshot index was last written",
+            self.snapshot_last_write.clone(),
+        );
+        r.register(
             "drift_corrections",
             "DiscoveredServices restored (edited/deleted) or removed (orphan) by drift correction",
             self.drift_corrections.clone(),
@@ -174,6 +217,15 @@ impl Metrics {
             .get_or_create(&DriftLabels {
                 cluster: cluster.to_string(),
                 kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one snapshot write outcome.
+    pub fn snapshot_write(&self, result: &str) {
+        self.snapshot_writes
+            .get_or_create(&ResultLabel {
+                result: result.to_string(),
             })
             .inc();
     }

@@ -57,6 +57,8 @@ pub struct Plan {
     pub redacted_config: Value,
     /// Leader election, when enabled.
     pub leader: Option<crate::leader::LeaseConfig>,
+    /// The ConfigMap snapshot sink, when enabled.
+    pub snapshot: Option<crate::snapshot::SnapshotOptions>,
 }
 
 /// Builds the [`Plan`] for a validated configuration. `http_addr` overrides
@@ -73,11 +75,19 @@ pub fn plan(
             "kube_discovery.sinks.discoveredservices.enabled: false is not supported by this version (it is the only sink)".into(),
         ));
     }
-    if s.sinks.configmap.enabled {
-        return Err(Error::Config(
-            "kube_discovery.sinks.configmap.enabled: the ConfigMap snapshot sink is not implemented in this version".into(),
-        ));
-    }
+    let snapshot = if s.sinks.configmap.enabled {
+        let cm = &s.sinks.configmap;
+        let namespace = cm.namespace.clone().ok_or_else(|| {
+            Error::Config("kube_discovery.sinks.configmap.namespace: is required when the configmap sink is enabled".into())
+        })?;
+        let env = |k: &str| std::env::var(k).ok();
+        Some(
+            crate::snapshot::SnapshotOptions::new(namespace, cm.name.clone(), s.coalesce_window)
+                .validated(&env)?,
+        )
+    } else {
+        None
+    };
     let leader = if s.leader_election.enabled {
         let le = &s.leader_election;
         let namespace = le.lease_namespace.clone().or_else(crate::leader::own_namespace).ok_or_else(|| {
@@ -168,6 +178,7 @@ pub fn plan(
         auth_token,
         redacted_config: cfg.kubernetes_redacted_json(),
         leader,
+        snapshot,
     })
 }
 
@@ -206,6 +217,7 @@ pub struct Running {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     writer: tokio::task::JoinHandle<()>,
     elector: Option<tokio::task::JoinHandle<()>>,
+    snapshot: Option<tokio::task::JoinHandle<()>>,
     http: tokio::task::JoinHandle<()>,
 }
 
@@ -217,6 +229,9 @@ impl Running {
             let _ = t.await;
         }
         let _ = self.writer.await;
+        if let Some(s) = self.snapshot {
+            let _ = s.await;
+        }
         if let Some(e) = self.elector {
             let _ = e.await;
         }
@@ -233,6 +248,7 @@ pub async fn start(plan: Plan) -> Result<Running> {
     ));
 
     let home = crate::client::client(&plan.home).await?;
+    let snapshot_client = home.clone();
     let (leader, elector) = match plan.leader {
         Some(cfg) => {
             tracing::info!(namespace = %cfg.namespace, lease = %cfg.name, identity = %cfg.identity, "leader election enabled");
@@ -243,6 +259,16 @@ pub async fn start(plan: Plan) -> Result<Running> {
     };
     // Drift correction: a cache of our own objects, shared with the sink.
     let (drift_view, drift_feed) = crate::drift::DriftView::new(plan.naming.clone());
+    let snapshot = plan.snapshot.map(|opts| {
+        crate::snapshot::spawn(
+            snapshot_client,
+            shared.clone(),
+            metrics.clone(),
+            opts,
+            shutdown.clone(),
+            leader.clone(),
+        )
+    });
     let (writer, writer_task) = crate::writer::spawn_gated(
         KubeSink::new(home.clone(), plan.naming.clone()).with_drift(drift_view),
         shared.clone(),
@@ -289,6 +315,7 @@ pub async fn start(plan: Plan) -> Result<Running> {
         tasks,
         writer: writer_task,
         elector,
+        snapshot,
         http,
     })
 }
@@ -423,14 +450,15 @@ mod tests {
     }
 
     #[test]
-    fn unimplemented_sinks_are_config_errors_naming_the_field() {
+    fn configmap_sink_is_planned_with_namespace_name_and_window() {
         let cfg = parse(
-            "discovery:\n  kubernetes:\n    service: {schema: http, host: 127.0.0.1, port: 8001}\n    client: {token: abc}\nkube_discovery:\n  sinks:\n    configmap: {enabled: true, namespace: kd}\n",
+            "discovery:\n  kubernetes:\n    service: {schema: http, host: 127.0.0.1, port: 8001}\n    client: {token: abc}\nkube_discovery:\n  coalesce_window: 250ms\n  sinks:\n    configmap: {enabled: true, namespace: kd}\n",
         );
-        let e = plan(&cfg, None, None)
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        assert!(e.contains("kube_discovery.sinks.configmap.enabled"), "{e}");
+        let s = plan(&cfg, None, None).unwrap().snapshot.unwrap();
+        assert_eq!(s.namespace, "kd");
+        assert_eq!(s.name, "kube-discovery-nodes");
+        assert_eq!(s.coalesce_window, Duration::from_millis(250));
+        let off = parse(include_str!("../../examples/config.yaml"));
+        assert!(plan(&off, None, None).unwrap().snapshot.is_none());
     }
 }

@@ -34,6 +34,9 @@ pub struct Shared {
     desired: RwLock<BTreeMap<ServiceKey, ServiceNodes>>,
     clusters: RwLock<BTreeMap<String, ClusterStatus>>,
     standby: AtomicBool,
+    /// Bumped on every change of `desired` or `clusters`: a cheap "something
+    /// changed" signal for consumers of the whole state (the snapshot sink).
+    generation: tokio::sync::watch::Sender<u64>,
 }
 
 fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
@@ -59,15 +62,34 @@ impl Shared {
 
     /// Sets (`Some`) or removes (`None`) the desired nodes of `key`.
     pub fn set_desired(&self, key: &ServiceKey, value: Option<ServiceNodes>) {
-        let mut d = write(&self.desired);
-        match value {
-            Some(v) => {
-                d.insert(key.clone(), v);
-            }
-            None => {
-                d.remove(key);
+        {
+            let mut d = write(&self.desired);
+            match value {
+                Some(v) => {
+                    d.insert(key.clone(), v);
+                }
+                None => {
+                    d.remove(key);
+                }
             }
         }
+        self.bump();
+    }
+
+    fn bump(&self) {
+        self.generation.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
+    /// A receiver that is marked changed whenever the desired state or a
+    /// cluster status changes (the value is a generation counter).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    /// Runs `f` on all desired services under one read lock (a consistent
+    /// view across clusters, without cloning).
+    pub fn with_desired<R>(&self, f: impl FnOnce(&BTreeMap<ServiceKey, ServiceNodes>) -> R) -> R {
+        f(&read(&self.desired))
     }
 
     /// The desired nodes of `key` (`None`: the source is gone).
@@ -99,8 +121,11 @@ impl Shared {
 
     /// Updates the status of `cluster` in place.
     pub fn update_cluster(&self, cluster: &str, f: impl FnOnce(&mut ClusterStatus)) {
-        let mut c = write(&self.clusters);
-        f(c.entry(cluster.to_string()).or_default());
+        {
+            let mut c = write(&self.clusters);
+            f(c.entry(cluster.to_string()).or_default());
+        }
+        self.bump();
     }
 
     /// Snapshot of all cluster statuses.

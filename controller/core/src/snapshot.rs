@@ -685,7 +685,10 @@ mod tests {
         )
     }
 
-    fn dump_of(spec: &[(&str, &str, &str, &[(&str, u32)])]) -> Dump {
+    /// `(cluster, namespace, name, [(port, node count)])`.
+    type Spec<'a> = (&'a str, &'a str, &'a str, &'a [(&'a str, u32)]);
+
+    fn dump_of(spec: &[Spec<'_>]) -> Dump {
         let mut d = Dump::with_clusters([""]);
         let mut n = 0;
         for (c, ns, name, ports) in spec {

@@ -1,0 +1,687 @@
+//! The ConfigMap snapshot sink (`kube_discovery.sinks.configmap`): the whole
+//! discovered state, in APISIX's dump shape, in ConfigMaps of one namespace on
+//! the home cluster, for gateways that mount a file instead of reading
+//! DiscoveredServices. The layout (index + shards, hashes, sizes) is the pure
+//! [`kube_discovery_core::snapshot`]; this module writes it, keeps it as
+//! written (drift correction), and reads it back.
+//!
+//! ```text
+//!  Shared ──generation (watch)──▶ wait one coalescing window ─┐
+//!  watch ConfigMaps (label kubediscovery.io/snapshot=<name>) ─┤ (drift: every event)
+//!  leader gained ─────────────────────────────────────────────┤
+//!                                                             ▼
+//!  round: (leader? every cluster listed? our watch listed?)
+//!     layout = build(dump of Shared)      (rebuilt only when the state changed)
+//!     1. SSA every shard whose text differs from what the watch shows
+//!     2. SSA the index  <name>  (index.json: version, shard names + sha256)  LAST
+//!     3. delete labelled ConfigMaps the index does not list (old shards)
+//! ```
+//!
+//! * **No needless writes.** What the API server holds is known from the
+//!   label-selected watch; an object is written only when its data key
+//!   differs from the desired text or it lacks our labels. Events of our own
+//!   writes therefore cause no writes, and a restart with an unchanged state
+//!   writes nothing. A watch event older than our last write of that object
+//!   (smaller resourceVersion) is ignored so a lagging event does not undo a
+//!   newer write.
+//! * **At most one round per coalescing window** after a state change; a burst
+//!   of changes is one round.
+//! * **Never a partial state.** Nothing is written before every cluster has
+//!   completed its first list, and only by the leader.
+//! * **Drift.** An edited or deleted index or shard shows up on the watch and
+//!   is rewritten in the next round (one coalescing window later); a labelled
+//!   ConfigMap of this snapshot that the index does not list is deleted. Keys
+//!   other than ours that someone adds are left alone (readers ignore them).
+//! * **Readers** ([`read`], [`read_dir`]) assemble the shards with
+//!   [`kube_discovery_core::snapshot::assemble`], which refuses mixed versions;
+//!   a shard being rewritten or just deleted means "read again".
+//!
+//! RBAC: `list`, `watch`, `patch`, `delete` on `configmaps` in the snapshot
+//! namespace (`rbac/optional/configmap-snapshot.yaml`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event, watcher};
+use kube_discovery_core::snapshot::{self, Dump, INDEX_KEY, Layout};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::state::Shared;
+use crate::{Error, Result};
+
+/// Label every snapshot ConfigMap carries: the snapshot's name
+/// ([`snapshot::label_value`]).
+pub const SNAPSHOT_LABEL: &str = "kubediscovery.io/snapshot";
+/// Field manager of snapshot writes.
+pub const FIELD_MANAGER: &str = "kube-discovery-snapshot";
+/// Test-only override of the shard budget (bytes); not a supported setting.
+#[doc(hidden)]
+pub const MAX_SHARD_BYTES_ENV: &str = "KUBE_DISCOVERY_SNAPSHOT_MAX_SHARD_BYTES";
+/// Longest accepted snapshot name: `<name>-<i>.json` must stay a valid
+/// ConfigMap name and data key.
+pub const MAX_NAME_LEN: usize = 240;
+
+/// Where and how the snapshot is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotOptions {
+    /// Namespace of the ConfigMaps.
+    pub namespace: String,
+    /// Name of the index ConfigMap; shards are `<name>-<i>`.
+    pub name: String,
+    /// Shard budget (escaped JSON bytes).
+    pub max_shard_bytes: usize,
+    /// Coalescing window (the writer's `coalesce_window`).
+    pub coalesce_window: Duration,
+    /// First retry delay after a failed round.
+    pub retry_min: Duration,
+    /// Largest retry delay.
+    pub retry_max: Duration,
+}
+
+impl SnapshotOptions {
+    /// Options with the default shard budget and retry policy.
+    pub fn new(namespace: String, name: String, coalesce_window: Duration) -> Self {
+        Self {
+            namespace,
+            name,
+            max_shard_bytes: snapshot::DEFAULT_MAX_SHARD_BYTES,
+            coalesce_window,
+            retry_min: Duration::from_millis(200),
+            retry_max: Duration::from_secs(5),
+        }
+    }
+
+    /// Checks the name length and applies the hidden test override of the
+    /// shard budget (`env` is the process environment in production).
+    pub fn validated(mut self, env: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
+        if self.name.len() > MAX_NAME_LEN {
+            return Err(Error::Config(format!(
+                "kube_discovery.sinks.configmap.name: at most {MAX_NAME_LEN} characters (shards are named <name>-<i>), got {}",
+                self.name.len()
+            )));
+        }
+        if let Some(v) = env(MAX_SHARD_BYTES_ENV) {
+            let n: usize = v.trim().parse().map_err(|_| {
+                Error::Config(format!(
+                    "{MAX_SHARD_BYTES_ENV}: not a number of bytes: {v:?}"
+                ))
+            })?;
+            if !(snapshot::MIN_SHARD_BYTES..=snapshot::DEFAULT_MAX_SHARD_BYTES).contains(&n) {
+                return Err(Error::Config(format!(
+                    "{MAX_SHARD_BYTES_ENV}: {n} is outside {}..={}",
+                    snapshot::MIN_SHARD_BYTES,
+                    snapshot::DEFAULT_MAX_SHARD_BYTES
+                )));
+            }
+            self.max_shard_bytes = n;
+        }
+        Ok(self)
+    }
+
+    fn selector(&self) -> String {
+        format!("{SNAPSHOT_LABEL}={}", snapshot::label_value(&self.name))
+    }
+}
+
+/// The dump of the shared state (every registered cluster, also empty ones),
+/// read under one lock.
+pub fn dump_of(shared: &Shared) -> Dump {
+    let clusters = shared.clusters();
+    let mut d = Dump::with_clusters(clusters.keys().map(String::as_str));
+    shared.with_desired(|all| {
+        for s in all.values() {
+            d.insert(&s.key, s.ports.clone());
+        }
+    });
+    d
+}
+
+fn all_listed(shared: &Shared) -> bool {
+    let c = shared.clusters();
+    !c.is_empty() && c.values().all(|s| s.listed)
+}
+
+fn hash(s: &str) -> [u8; 32] {
+    Sha256::digest(s.as_bytes()).into()
+}
+
+/// What the watch shows of one of our ConfigMaps.
+#[derive(Debug, Clone)]
+struct Seen {
+    rv: Option<u64>,
+    /// Data key -> sha256 of its value.
+    data: HashMap<String, [u8; 32]>,
+    labelled: bool,
+}
+
+fn seen_of(cm: &ConfigMap, label: &str) -> Seen {
+    Seen {
+        rv: cm
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse().ok()),
+        data: cm
+            .data
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), hash(v)))
+            .collect(),
+        labelled: cm
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SNAPSHOT_LABEL))
+            .is_some_and(|v| v == label),
+    }
+}
+
+/// One desired object: name, data key, text.
+struct Want<'a> {
+    name: &'a str,
+    key: &'a str,
+    text: &'a str,
+}
+
+/// Spawns the snapshot task. It writes only while `leader` is `true` (or
+/// always, without leader election).
+pub fn spawn(
+    client: Client,
+    shared: Arc<Shared>,
+    metrics: Metrics,
+    opts: SnapshotOptions,
+    shutdown: CancellationToken,
+    leader: Option<watch::Receiver<bool>>,
+) -> tokio::task::JoinHandle<()> {
+    let api: Api<ConfigMap> = Api::namespaced(client, &opts.namespace);
+    let task = Task {
+        label: snapshot::label_value(&opts.name),
+        api,
+        shared,
+        metrics,
+        opts,
+        seen: HashMap::new(),
+        written_rv: HashMap::new(),
+        layout: None,
+        layout_gen: None,
+    };
+    tokio::spawn(task.run(shutdown, leader))
+}
+
+struct Task {
+    api: Api<ConfigMap>,
+    shared: Arc<Shared>,
+    metrics: Metrics,
+    opts: SnapshotOptions,
+    label: String,
+    /// Our ConfigMaps as the watch shows them.
+    seen: HashMap<String, Seen>,
+    /// resourceVersion of our last write per object.
+    written_rv: HashMap<String, u64>,
+    layout: Option<Arc<Layout>>,
+    layout_gen: Option<u64>,
+}
+
+fn backoff(opts: &SnapshotOptions, attempts: u32) -> Duration {
+    let exp = attempts.saturating_sub(1).min(16);
+    opts.retry_min
+        .saturating_mul(1u32 << exp)
+        .min(opts.retry_max)
+}
+
+impl Task {
+    async fn run(mut self, shutdown: CancellationToken, mut leader: Option<watch::Receiver<bool>>) {
+        let mut generation = self.shared.subscribe();
+        let stream = watcher(
+            self.api.clone(),
+            watcher::Config::default().labels(&self.opts.selector()),
+        )
+        .default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        let mut listing: Option<HashMap<String, Seen>> = None;
+        let mut watch_listed = false;
+        let mut due: Option<Instant> = None;
+        let mut attempts: u32 = 0;
+        let mut leading = leader.as_ref().is_none_or(|l| *l.borrow());
+        tracing::info!(namespace = %self.opts.namespace, name = %self.opts.name, "snapshot sink enabled");
+        loop {
+            let sleep_until = due.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                r = generation.changed() => {
+                    if r.is_err() {
+                        break;
+                    }
+                    due.get_or_insert_with(|| Instant::now() + self.opts.coalesce_window);
+                }
+                now = leader_changed(&mut leader) => {
+                    leading = now;
+                    if now {
+                        tracing::info!("snapshot: leader, writing");
+                        due = Some(Instant::now());
+                    }
+                }
+                ev = stream.next() => {
+                    let Some(ev) = ev else { break };
+                    match ev {
+                        Ok(Event::Init) => listing = Some(HashMap::new()),
+                        Ok(Event::InitApply(cm)) => {
+                            if let (Some(l), Some(name)) = (listing.as_mut(), cm.metadata.name.clone()) {
+                                l.insert(name, seen_of(&cm, &self.label));
+                            }
+                        }
+                        Ok(Event::InitDone) => {
+                            let mut fresh = listing.take().unwrap_or_default();
+                            // Keep our own writes that are newer than what the list shows.
+                            for (name, s) in &self.seen {
+                                let ours = self.written_rv.get(name).copied();
+                                let listed_rv = fresh.get(name).and_then(|x| x.rv);
+                                if let (Some(w), Some(l)) = (ours, listed_rv)
+                                    && w > l
+                                {
+                                    fresh.insert(name.clone(), s.clone());
+                                }
+                            }
+                            self.seen = fresh;
+                            watch_listed = true;
+                            due.get_or_insert_with(|| Instant::now() + self.opts.coalesce_window);
+                        }
+                        Ok(Event::Apply(cm)) => {
+                            if self.observe(&cm, false) {
+                                due.get_or_insert_with(|| Instant::now() + self.opts.coalesce_window);
+                            }
+                        }
+                        Ok(Event::Delete(cm)) => {
+                            if self.observe(&cm, true) {
+                                due.get_or_insert_with(|| Instant::now() + self.opts.coalesce_window);
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "snapshot: ConfigMap watch failed; retrying with backoff");
+                        }
+                    }
+                }
+                () = tokio::time::sleep_until(sleep_until), if due.is_some() => {
+                    due = None;
+                    if !leading || !watch_listed || !all_listed(&self.shared) {
+                        continue;
+                    }
+                    match self.round(&mut generation).await {
+                        Ok(()) => attempts = 0,
+                        Err(e) => {
+                            attempts += 1;
+                            let d = backoff(&self.opts, attempts);
+                            tracing::warn!(error = %e, retry_in = ?d, "snapshot: write failed");
+                            due = Some(Instant::now() + d);
+                        }
+                    }
+                }
+            }
+        }
+        tracing::info!("snapshot sink stopped");
+    }
+
+    /// Applies a watch event; `true` when it may need a round (not an echo
+    /// of our own newer write).
+    fn observe(&mut self, cm: &ConfigMap, deleted: bool) -> bool {
+        let Some(name) = cm.metadata.name.clone() else {
+            return false;
+        };
+        let s = seen_of(cm, &self.label);
+        if let (Some(ev), Some(w)) = (s.rv, self.written_rv.get(&name))
+            && ev < *w
+        {
+            return false;
+        }
+        if deleted {
+            self.seen.remove(&name);
+        } else {
+            self.seen.insert(name, s);
+        }
+        true
+    }
+
+    fn in_sync(&self, w: &Want<'_>) -> bool {
+        self.seen
+            .get(w.name)
+            .is_some_and(|s| s.labelled && s.data.get(w.key).is_some_and(|h| *h == hash(w.text)))
+    }
+
+    fn current_layout(&mut self, generation: &mut watch::Receiver<u64>) -> Result<Arc<Layout>> {
+        let g = *generation.borrow_and_update();
+        if let (Some(l), Some(lg)) = (&self.layout, self.layout_gen)
+            && lg == g
+        {
+            return Ok(l.clone());
+        }
+        let dump = dump_of(&self.shared);
+        let l = Arc::new(
+            snapshot::build(&dump, &self.opts.name, self.opts.max_shard_bytes)
+                .map_err(|e| Error::Snapshot(e.to_string()))?,
+        );
+        self.layout = Some(l.clone());
+        self.layout_gen = Some(g);
+        Ok(l)
+    }
+
+    async fn round(&mut self, generation: &mut watch::Receiver<u64>) -> Result<()> {
+        let layout = self.current_layout(generation)?;
+        let mut wants: Vec<Want<'_>> = layout
+            .shards
+            .iter()
+            .map(|s| Want {
+                name: &s.name,
+                key: &s.key,
+                text: &s.text,
+            })
+            .collect();
+        // The index goes last: it switches readers to the new version.
+        let index_name = self.opts.name.clone();
+        wants.push(Want {
+            name: &index_name,
+            key: INDEX_KEY,
+            text: &layout.index,
+        });
+        let mut wrote = 0usize;
+        let mut index_written = false;
+        for w in &wants {
+            if self.in_sync(w) {
+                continue;
+            }
+            self.apply(w).await?;
+            wrote += 1;
+            index_written |= w.name == index_name;
+        }
+        let keep: std::collections::HashSet<&str> = wants.iter().map(|w| w.name).collect();
+        let stale: Vec<String> = self
+            .seen
+            .keys()
+            .filter(|n| !keep.contains(n.as_str()))
+            .cloned()
+            .collect();
+        for name in stale {
+            match self.api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {
+                    self.metrics.snapshot_write("deleted");
+                    tracing::info!(configmap = %name, "snapshot: deleted stale ConfigMap");
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    let e = Error::from(e);
+                    self.metrics
+                        .snapshot_write(&format!("error_{}", e.metric_label()));
+                    return Err(e);
+                }
+            }
+            self.seen.remove(&name);
+            wrote += 1;
+        }
+        self.metrics.snapshot_shards.set(gauge(layout.shards.len()));
+        self.metrics.snapshot_bytes.set(gauge(layout.shard_bytes()));
+        if index_written {
+            let now = jiff::Timestamp::now().as_second();
+            self.metrics.snapshot_last_write.set(now);
+            tracing::info!(version = %layout.version, shards = layout.shards.len(), services = layout.services, nodes = layout.nodes, objects_written = wrote, "snapshot published");
+        } else if wrote > 0 {
+            tracing::info!(version = %layout.version, objects_written = wrote, "snapshot repaired");
+        }
+        Ok(())
+    }
+
+    async fn apply(&mut self, w: &Want<'_>) -> Result<()> {
+        let cm = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": w.name,
+                "namespace": self.opts.namespace,
+                "labels": {
+                    "app.kubernetes.io/managed-by": "kube-discovery",
+                    (SNAPSHOT_LABEL): self.label,
+                },
+            },
+            "data": { (w.key): w.text },
+        });
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        match self.api.patch(w.name, &pp, &Patch::Apply(&cm)).await {
+            Ok(got) => {
+                self.metrics.snapshot_write("applied");
+                let s = seen_of(&got, &self.label);
+                if let Some(rv) = s.rv {
+                    self.written_rv.insert(w.name.to_string(), rv);
+                }
+                tracing::debug!(configmap = %w.name, bytes = w.text.len(), "snapshot: wrote");
+                self.seen.insert(w.name.to_string(), s);
+                Ok(())
+            }
+            Err(e) => {
+                let e = Error::from(e);
+                self.metrics
+                    .snapshot_write(&format!("error_{}", e.metric_label()));
+                Err(e)
+            }
+        }
+    }
+}
+
+fn gauge(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Resolves with the new leadership state; never when not gated.
+async fn leader_changed(leader: &mut Option<watch::Receiver<bool>>) -> bool {
+    match leader {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                // The elector stopped (shutdown): stay as we are.
+                *leader = None;
+                return std::future::pending().await;
+            }
+            *rx.borrow_and_update()
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// How often [`read`] and [`read_dir`] retry a snapshot that is being rewritten.
+pub const READ_ATTEMPTS: u32 = 20;
+
+fn assemble_err(e: snapshot::AssembleError) -> Error {
+    Error::Snapshot(e.to_string())
+}
+
+/// Reads snapshot `namespace/name` through the API (needs `get` on those
+/// ConfigMaps), retrying while a newer version is being written.
+pub async fn read(client: &Client, namespace: &str, name: &str) -> Result<Dump> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let mut last = None;
+    for _ in 0..READ_ATTEMPTS {
+        match read_once(&api, namespace, name).await {
+            Ok(d) => return Ok(d),
+            Err(Retry::Again(e)) => last = Some(e),
+            Err(Retry::Fatal(e)) => return Err(e),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(last.map_or_else(
+        || Error::Snapshot(format!("snapshot {namespace}/{name}: no consistent read")),
+        assemble_err,
+    ))
+}
+
+enum Retry {
+    Again(snapshot::AssembleError),
+    Fatal(Error),
+}
+
+/// One attempt of [`read`].
+async fn read_once(
+    api: &Api<ConfigMap>,
+    namespace: &str,
+    name: &str,
+) -> std::result::Result<Dump, Retry> {
+    let index = api
+        .get_opt(name)
+        .await
+        .map_err(|e| Retry::Fatal(e.into()))?
+        .ok_or_else(|| {
+            Retry::Fatal(Error::NotFound(format!(
+                "snapshot index ConfigMap {namespace}/{name} not found"
+            )))
+        })?;
+    let text = index
+        .data
+        .as_ref()
+        .and_then(|d| d.get(INDEX_KEY))
+        .cloned()
+        .ok_or_else(|| {
+            Retry::Fatal(Error::Snapshot(format!(
+                "ConfigMap {namespace}/{name} has no {INDEX_KEY}"
+            )))
+        })?;
+    let idx = snapshot::parse_index(&text).map_err(|e| Retry::Fatal(assemble_err(e)))?;
+    let mut texts: BTreeMap<String, String> = BTreeMap::new();
+    for r in &idx.shards {
+        let cm = api
+            .get_opt(&r.name)
+            .await
+            .map_err(|e| Retry::Fatal(e.into()))?;
+        if let Some(t) = cm.and_then(|c| c.data).and_then(|mut d| d.remove(&r.key)) {
+            texts.insert(r.name.clone(), t);
+        }
+    }
+    snapshot::assemble(&text, |r| texts.get(&r.name).cloned()).map_err(|e| {
+        if e.is_retryable() {
+            Retry::Again(e)
+        } else {
+            Retry::Fatal(assemble_err(e))
+        }
+    })
+}
+
+/// Reads a snapshot mounted as files: `dir` holds `index.json` and the
+/// shard keys `<name>-<i>.json` (one projected volume of the index and shard
+/// ConfigMaps). Retries while a newer version is being swapped in; the
+/// kubelet updates mounted ConfigMaps one by one, so a caller should keep its
+/// previous state when this fails and try again later.
+pub fn read_dir(dir: &Path) -> Result<Dump> {
+    let mut last = None;
+    for _ in 0..READ_ATTEMPTS {
+        let path = dir.join(INDEX_KEY);
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::Io {
+            path: path.display().to_string(),
+            source: e,
+        })?;
+        match snapshot::assemble(&text, |r| {
+            // Keys are plain file names; refuse anything that is not.
+            if r.key.contains('/') || r.key.starts_with('.') {
+                return None;
+            }
+            std::fs::read_to_string(dir.join(&r.key)).ok()
+        }) {
+            Ok(d) => return Ok(d),
+            Err(e) if e.is_retryable() => last = Some(e),
+            Err(e) => return Err(assemble_err(e)),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(last.map_or_else(
+        || Error::Snapshot(format!("snapshot in {}: no consistent read", dir.display())),
+        assemble_err,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube_discovery_core::{Node, PortMap, ServiceKey, ServiceNodes, SourceKind};
+
+    #[test]
+    fn options_validate_name_and_hidden_budget() {
+        let o = SnapshotOptions::new("kd".into(), "n".into(), Duration::from_millis(100));
+        assert_eq!(o.clone().validated(&|_| None).unwrap(), o);
+        let small = o
+            .clone()
+            .validated(&|k| (k == MAX_SHARD_BYTES_ENV).then(|| "4096".to_string()))
+            .unwrap();
+        assert_eq!(small.max_shard_bytes, 4096);
+        let e = o
+            .clone()
+            .validated(&|_| Some("12".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(MAX_SHARD_BYTES_ENV), "{e}");
+        let long = SnapshotOptions::new("kd".into(), "a".repeat(241), Duration::ZERO);
+        let e = long.validated(&|_| None).unwrap_err().to_string();
+        assert!(e.contains("kube_discovery.sinks.configmap.name"), "{e}");
+    }
+
+    #[test]
+    fn dump_of_shared_lists_every_cluster_and_equals_the_http_dump() {
+        let shared = Shared::new(["", "west"]);
+        let k = ServiceKey::new("", "default", "web");
+        let ports = PortMap::from([("http".to_string(), vec![Node::new("10.0.0.1", 80, 100)])]);
+        shared.set_desired(
+            &k,
+            Some(ServiceNodes::new(
+                k.clone(),
+                SourceKind::Endpoints,
+                ports,
+                None,
+            )),
+        );
+        let d = dump_of(&shared);
+        assert_eq!(d.services(), 1);
+        assert_eq!(d.clusters.len(), 2);
+        let http = crate::http::dump_value(&shared, &serde_json::Value::Null);
+        assert_eq!(http["endpoints"], d.to_apisix_endpoints());
+    }
+
+    #[test]
+    fn read_dir_assembles_files_and_names_a_missing_index() {
+        let mut d = Dump::with_clusters([""]);
+        for i in 0..40 {
+            d.insert(
+                &ServiceKey::new("", "ns", format!("s{i}")),
+                PortMap::from([(
+                    "p".to_string(),
+                    vec![Node::new(format!("10.1.0.{i}"), 80, 1)],
+                )]),
+            );
+        }
+        let l = snapshot::build(&d, "snap", 2048).unwrap();
+        assert!(l.shards.len() > 1);
+        let dir = tempfile::tempdir().unwrap();
+        let e = read_dir(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("index.json"), "{e}");
+        std::fs::write(dir.path().join(INDEX_KEY), &l.index).unwrap();
+        for s in &l.shards {
+            std::fs::write(dir.path().join(&s.key), &s.text).unwrap();
+        }
+        assert_eq!(read_dir(dir.path()).unwrap(), d);
+    }
+
+    #[tokio::test]
+    async fn generation_signal_fires_on_state_changes() {
+        let shared = Shared::new([""]);
+        let mut rx = shared.subscribe();
+        assert!(!rx.has_changed().unwrap());
+        shared.update_cluster("", |c| c.listed = true);
+        assert!(rx.has_changed().unwrap());
+        rx.borrow_and_update();
+        shared.set_desired(&ServiceKey::new("", "a", "b"), None);
+        assert!(rx.has_changed().unwrap());
+    }
+}
