@@ -1,0 +1,571 @@
+//! The ConfigMap snapshot sink end to end on kube-sim (`kube-discovery run`
+//! with `kube_discovery.sinks.configmap.enabled: true`):
+//!
+//! * `snapshot_follows_the_state_in_shards_without_needless_writes`: the
+//!   assembled snapshot equals what was created and `GET /dump`'s endpoints;
+//!   it grows to several shards (small test budget) and shrinks (stale shards
+//!   deleted); an irrelevant source change writes nothing; a burst of changes
+//!   is one round (one index write, no shard written twice); a restart with
+//!   an unchanged state writes nothing; a reader assembling during all of this
+//!   only ever gets a consistent state or a "read again" error.
+//! * `snapshot_drift_is_restored_and_echoes_write_nothing`: an edited shard,
+//!   a deleted index and a foreign ConfigMap carrying the snapshot label are
+//!   repaired within a couple of seconds, with exactly one write each, and the
+//!   events of those writes cause none.
+//! * `snapshot_of_a_big_state_respects_the_real_1_mib_bound`: the default
+//!   budget with services too big for one shard (split by node ranges).
+//!
+//! Writes are counted in kube-sim's write log (`/_sim/writes`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod controller_support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use controller_support::{Controller, Env, LIMIT, bin, eventually};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube_discovery_core::snapshot::{self, AssembleError, Dump, INDEX_KEY};
+use serde_json::{Value, json};
+
+const NS: &str = "shop";
+const SNAP_NS: &str = "kd";
+const SNAP: &str = "snap";
+const LABEL: &str = "kubediscovery.io/snapshot";
+
+/// User the controller runs as (a cluster admin, but not the test's admin,
+/// so the write log tells their writes apart).
+const CONTROLLER_USER: &str = "kd-controller";
+
+fn config(env: &Env, window_ms: u64) -> String {
+    let token = format!("kd-controller-{}", std::process::id());
+    env.sim
+        .add_user_token(&token, CONTROLLER_USER, &["system:masters"]);
+    format!(
+        "discovery:\n  kubernetes:\n{}    namespace_selector: {{equal: {NS}}}\nkube_discovery:\n  coalesce_window: {window_ms}ms\n  sinks:\n    configmap: {{enabled: true, namespace: {SNAP_NS}, name: {SNAP}}}\n",
+        env.service_block(&token)
+    )
+}
+
+/// Like `Controller::start`, with extra environment variables.
+async fn start(env: &Env, name: &str, cfg: &str, vars: &[(&str, &str)]) -> Controller {
+    let path = env.path(&format!("{name}.yaml"));
+    std::fs::write(&path, cfg).expect("write config");
+    let log = env.path(&format!("{name}.log"));
+    let logf = std::fs::File::create(&log).expect("log file");
+    let mut cmd = tokio::process::Command::new(bin());
+    cmd.args(["--log-format", "json", "run", "--config"])
+        .arg(&path)
+        .args(["--http-addr", "127.0.0.1:0"])
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBE_DISCOVERY_SNAPSHOT_MAX_SHARD_BYTES")
+        .env("RUST_LOG", "info,kube_discovery=debug")
+        .stdout(Stdio::null())
+        .stderr(logf)
+        .kill_on_drop(true);
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().expect("spawn kube-discovery");
+    let mut c = Controller {
+        child,
+        http: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        log: log.clone(),
+    };
+    let http = eventually("controller HTTP server listening", LIMIT, || {
+        let log = log.clone();
+        let exited = c.child.try_wait().ok().flatten();
+        async move {
+            if let Some(status) = exited {
+                panic!(
+                    "kube-discovery exited with {status}: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            let text = std::fs::read_to_string(&log).ok()?;
+            text.lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find(|v| v["message"] == "HTTP server listening")
+                .and_then(|v| v["addr"].as_str().and_then(|a| a.parse().ok()))
+        }
+    })
+    .await;
+    c.http = http;
+    c
+}
+
+fn cms(env: &Env) -> Api<ConfigMap> {
+    Api::namespaced(env.admin.clone(), SNAP_NS)
+}
+
+/// Reads the snapshot like a gateway would: the index, then every shard it
+/// lists, then `assemble`. `Ok(None)`: no index yet.
+async fn read(api: &Api<ConfigMap>) -> Result<Option<Dump>, AssembleError> {
+    let Some(index) = api.get_opt(SNAP).await.expect("get index") else {
+        return Ok(None);
+    };
+    let text = index
+        .data
+        .and_then(|mut d| d.remove(INDEX_KEY))
+        .expect("index.json");
+    let idx = snapshot::parse_index(&text)?;
+    let mut texts = BTreeMap::new();
+    for r in &idx.shards {
+        if let Some(t) = api
+            .get_opt(&r.name)
+            .await
+            .expect("get shard")
+            .and_then(|c| c.data)
+            .and_then(|mut d| d.remove(&r.key))
+        {
+            texts.insert(r.name.clone(), t);
+        }
+    }
+    snapshot::assemble(&text, |r| texts.get(&r.name).cloned()).map(Some)
+}
+
+/// `(ns, name)` -> port -> hosts, what the test created.
+type Expected = BTreeMap<String, BTreeMap<String, Vec<String>>>;
+
+fn hosts_of(d: &Dump) -> Expected {
+    d.clusters
+        .get("")
+        .into_iter()
+        .flatten()
+        .map(|((ns, name), ports)| {
+            let p = ports
+                .iter()
+                .map(|(k, nodes)| (k.clone(), nodes.iter().map(|n| n.host.clone()).collect()))
+                .collect();
+            (format!("{ns}/{name}"), p)
+        })
+        .collect()
+}
+
+/// Waits until the assembled snapshot holds exactly `want`; returns it.
+async fn wait_snapshot(env: &Env, want: &Expected) -> Dump {
+    let api = cms(env);
+    let mut last = String::new();
+    let start = tokio::time::Instant::now();
+    loop {
+        match read(&api).await {
+            Ok(Some(d)) if &hosts_of(&d) == want => return d,
+            Ok(Some(d)) => last = format!("{} services", d.services()),
+            Ok(None) => last = "no index".into(),
+            Err(e) if e.is_retryable() => last = e.to_string(),
+            Err(e) => panic!("snapshot is inconsistent: {e}"),
+        }
+        assert!(
+            start.elapsed() < LIMIT,
+            "snapshot never became {} services (last: {last})",
+            want.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn writes_since(env: &Env, since: u64) -> Vec<Value> {
+    let req = http::Request::get(format!("/_sim/writes?since={since}"))
+        .body(Vec::new())
+        .unwrap();
+    let v: Value = env.admin.request(req).await.expect("write log");
+    v["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// The controller's ConfigMap writes after `since` as `verb name`.
+async fn cm_writes(env: &Env, since: u64) -> Vec<String> {
+    writes_since(env, since)
+        .await
+        .into_iter()
+        .filter(|w| w["resource"] == "configmaps" && w["namespace"] == SNAP_NS)
+        .filter(|w| w["user"] == CONTROLLER_USER)
+        .map(|w| {
+            format!(
+                "{} {}",
+                w["verb"].as_str().unwrap_or(""),
+                w["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+fn count(writes: &[String], what: &str) -> usize {
+    writes.iter().filter(|w| *w == what).count()
+}
+
+/// Applies of ConfigMap `name` (kube-sim logs an apply that creates as `create`).
+fn applies(writes: &[String], name: &str) -> usize {
+    count(writes, &format!("patch {name}")) + count(writes, &format!("create {name}"))
+}
+
+/// Names of the snapshot ConfigMaps (label-selected).
+async fn labelled(env: &Env) -> BTreeSet<String> {
+    cms(env)
+        .list(&ListParams::default().labels(&format!("{LABEL}={SNAP}")))
+        .await
+        .expect("list")
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect()
+}
+
+fn ips(base: u32, n: u32) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let x = base + i;
+            format!("10.{}.{}.{}", (x >> 16) & 0xff, (x >> 8) & 0xff, x & 0xff)
+        })
+        .collect()
+}
+
+async fn put(env: &Env, want: &mut Expected, name: &str, hosts: Vec<String>) {
+    let refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    env.endpoints(NS, name, &refs, &[("http", 80)], json!({}))
+        .await;
+    let mut sorted = hosts;
+    sorted.sort();
+    want.insert(
+        format!("{NS}/{name}"),
+        BTreeMap::from([("http".to_string(), sorted)]),
+    );
+}
+
+/// The endpoints part of the controller's `/dump`.
+async fn http_dump(ctl: &Controller) -> Value {
+    let (code, body) = ctl.get("/v1/discovery/kubernetes/dump").await;
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str::<Value>(&body).expect("dump JSON")["endpoints"].clone()
+}
+
+async fn setup(env: &Env) {
+    env.namespace(NS).await;
+    env.namespace(SNAP_NS).await;
+}
+
+/// A reader assembling in a loop: counts consistent reads and "read again"
+/// errors; any other error is a failure.
+struct Reader {
+    stop: Arc<AtomicBool>,
+    ok: Arc<AtomicU64>,
+    retry: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<Vec<String>>,
+}
+
+impl Reader {
+    fn start(env: &Env) -> Reader {
+        let api = cms(env);
+        let stop = Arc::new(AtomicBool::new(false));
+        let ok = Arc::new(AtomicU64::new(0));
+        let retry = Arc::new(AtomicU64::new(0));
+        let (s, o, r) = (stop.clone(), ok.clone(), retry.clone());
+        let task = tokio::spawn(async move {
+            let mut bad = Vec::new();
+            while !s.load(Ordering::Relaxed) {
+                match read(&api).await {
+                    Ok(Some(_)) => {
+                        o.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(None) => {}
+                    Err(e) if e.is_retryable() => {
+                        r.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => bad.push(e.to_string()),
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            bad
+        });
+        Reader {
+            stop,
+            ok,
+            retry,
+            task,
+        }
+    }
+
+    async fn finish(self) -> (u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        let bad = self.task.await.expect("reader");
+        assert!(
+            bad.is_empty(),
+            "the reader saw inconsistent snapshots: {bad:?}"
+        );
+        (
+            self.ok.load(Ordering::Relaxed),
+            self.retry.load(Ordering::Relaxed),
+        )
+    }
+}
+
+#[tokio::test]
+async fn snapshot_follows_the_state_in_shards_without_needless_writes() {
+    let env = Env::start().await;
+    setup(&env).await;
+    let mut want = Expected::new();
+    for (i, name) in ["a", "b", "c"].iter().enumerate() {
+        put(&env, &mut want, name, ips(1000 * (i as u32 + 1), 2)).await;
+    }
+    // 2 KiB shards so a few dozen services make several shards; 1 s window
+    // so a burst of concurrent changes falls into one window.
+    let budget = 2048usize;
+    let cfg = config(&env, 1000);
+    let vars = [("KUBE_DISCOVERY_SNAPSHOT_MAX_SHARD_BYTES", "2048")];
+    let ctl = start(&env, "snap1", &cfg, &vars).await;
+    let reader = Reader::start(&env);
+    let d = wait_snapshot(&env, &want).await;
+    assert_eq!(
+        d.to_apisix_endpoints(),
+        http_dump(&ctl).await,
+        "snapshot != /dump"
+    );
+    assert_eq!(
+        labelled(&env).await,
+        BTreeSet::from([SNAP.into(), "snap-0".into()])
+    );
+
+    // Grow to several shards, in a burst of concurrent changes.
+    let rv = env.rv().await;
+    let names: Vec<String> = (0..40).map(|i| format!("svc-{i:02}")).collect();
+    let mut burst = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        let hosts = ips(100_000 + 16 * i as u32, 3);
+        let mut sorted = hosts.clone();
+        sorted.sort();
+        want.insert(
+            format!("{NS}/{n}"),
+            BTreeMap::from([("http".to_string(), sorted)]),
+        );
+        let env = &env;
+        burst.push(async move {
+            let refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
+            env.endpoints(NS, n, &refs, &[("http", 80)], json!({}))
+                .await;
+        });
+    }
+    let t = std::time::Instant::now();
+    futures::future::join_all(burst).await;
+    let burst_took = t.elapsed();
+    let d = wait_snapshot(&env, &want).await;
+    assert_eq!(
+        d.to_apisix_endpoints(),
+        http_dump(&ctl).await,
+        "snapshot != /dump"
+    );
+    let idx_cm = cms(&env).get(SNAP).await.unwrap();
+    let idx = snapshot::parse_index(&idx_cm.data.unwrap()[INDEX_KEY]).unwrap();
+    assert!(idx.shards.len() >= 3, "{} shards", idx.shards.len());
+    for r in &idx.shards {
+        let cm = cms(&env).get(&r.name).await.unwrap();
+        let text = &cm.data.as_ref().unwrap()[&r.key];
+        assert!(
+            snapshot::escaped_len(text) <= budget,
+            "{} is {} bytes",
+            r.name,
+            text.len()
+        );
+        assert_eq!(cm.metadata.labels.unwrap()[LABEL], SNAP);
+    }
+    let w = cm_writes(&env, rv).await;
+    assert!(
+        burst_took < Duration::from_millis(1000),
+        "the burst took {burst_took:?}, longer than the window: the test proves nothing"
+    );
+    assert_eq!(applies(&w, SNAP), 1, "one round for the burst: {w:?}");
+    for r in &idx.shards {
+        assert!(applies(&w, &r.name) <= 1, "{w:?}");
+    }
+    let mut expect_names: BTreeSet<String> = idx.shards.iter().map(|r| r.name.clone()).collect();
+    expect_names.insert(SNAP.into());
+    assert_eq!(labelled(&env).await, expect_names);
+
+    // An irrelevant change (a label on a source) writes nothing; a relevant
+    // change after it is the marker that both were processed.
+    let rv = env.rv().await;
+    env.endpoints(
+        NS,
+        "a",
+        &["10.0.3.232", "10.0.3.233"],
+        &[("http", 80)],
+        json!({"team": "x"}),
+    )
+    .await;
+    let hosts = want[&format!("{NS}/a")]["http"].clone();
+    assert_eq!(
+        hosts,
+        vec!["10.0.3.232", "10.0.3.233"],
+        "ips() of service a"
+    );
+    put(&env, &mut want, "zz-marker", vec!["10.9.9.9".into()]).await;
+    wait_snapshot(&env, &want).await;
+    let w = cm_writes(&env, rv).await;
+    assert_eq!(applies(&w, SNAP), 1, "{w:?}");
+    assert_eq!(
+        w.len(),
+        2,
+        "the marker round writes its (last) shard and the index only: {w:?}"
+    );
+
+    // Shrink: delete most services; the stale shards are deleted after the index.
+    let rv = env.rv().await;
+    for n in &names {
+        env.delete_endpoints(NS, n).await;
+        want.remove(&format!("{NS}/{n}"));
+    }
+    let d = wait_snapshot(&env, &want).await;
+    assert_eq!(d.to_apisix_endpoints(), http_dump(&ctl).await);
+    let left = eventually("stale shards deleted", LIMIT, || async {
+        let l = labelled(&env).await;
+        (l.len() <= 2).then_some(l)
+    })
+    .await;
+    assert_eq!(left, BTreeSet::from([SNAP.into(), "snap-0".into()]));
+    let w = cm_writes(&env, rv).await;
+    assert!(
+        w.iter().any(|x| x.starts_with("delete snap-")),
+        "stale shards deleted by the controller: {w:?}"
+    );
+    let (ok, retry) = reader.finish().await;
+    assert!(ok > 0, "the reader never read a snapshot ({retry} retries)");
+    ctl.stop().await;
+
+    // A restart with an unchanged state writes nothing: the only round after
+    // it is the marker's.
+    let rv = env.rv().await;
+    let ctl = start(&env, "snap2", &cfg, &vars).await;
+    ctl.wait_ready().await;
+    put(&env, &mut want, "zz-marker2", vec!["10.9.9.10".into()]).await;
+    wait_snapshot(&env, &want).await;
+    let w = cm_writes(&env, rv).await;
+    assert_eq!(applies(&w, SNAP), 1, "a restart rewrote: {w:?}");
+    let (_, metrics) = ctl.get("/metrics").await;
+    assert!(
+        metrics.contains("kube_discovery_snapshot_writes_total{result=\"applied\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("kube_discovery_snapshot_shards 1"),
+        "{metrics}"
+    );
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn snapshot_drift_is_restored_and_echoes_write_nothing() {
+    let env = Env::start().await;
+    setup(&env).await;
+    let mut want = Expected::new();
+    for i in 0..16u32 {
+        put(&env, &mut want, &format!("s{i:02}"), ips(5000 + 8 * i, 4)).await;
+    }
+    let cfg = config(&env, 100);
+    let ctl = start(
+        &env,
+        "drift",
+        &cfg,
+        &[("KUBE_DISCOVERY_SNAPSHOT_MAX_SHARD_BYTES", "2048")],
+    )
+    .await;
+    wait_snapshot(&env, &want).await;
+    let api = cms(&env);
+    let shard0 = api.get("snap-0").await.unwrap();
+    let good = shard0.data.clone().unwrap()["snap-0.json"].clone();
+    let before = labelled(&env).await;
+    assert!(before.len() >= 3, "{before:?}");
+
+    // 1. Someone edits a shard: restored, with one write.
+    let rv = env.rv().await;
+    let t = tokio::time::Instant::now();
+    api.patch(
+        "snap-0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"snap-0.json": "{\"hacked\":true}"}})),
+    )
+    .await
+    .unwrap();
+    eventually("edited shard restored", Duration::from_secs(5), || async {
+        let d = api.get("snap-0").await.ok()?.data?;
+        (d["snap-0.json"] == good).then_some(())
+    })
+    .await;
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(3), "restore took {took:?}");
+
+    // 2. Someone deletes the index: restored.
+    api.delete(SNAP, &DeleteParams::default()).await.unwrap();
+    eventually("deleted index restored", Duration::from_secs(5), || async {
+        api.get_opt(SNAP).await.ok()?.map(|_| ())
+    })
+    .await;
+
+    // 3. A ConfigMap carrying the snapshot label that the index does not list: deleted.
+    let foreign: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "snap-99", "namespace": SNAP_NS, "labels": {LABEL: SNAP}},
+        "data": {"x": "y"}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &foreign).await.unwrap();
+    eventually(
+        "foreign labelled ConfigMap deleted",
+        Duration::from_secs(5),
+        || async { api.get_opt("snap-99").await.ok()?.is_none().then_some(()) },
+    )
+    .await;
+
+    // A marker round proves the echoes of those writes were processed.
+    put(&env, &mut want, "zz-marker", vec!["10.9.9.9".into()]).await;
+    wait_snapshot(&env, &want).await;
+    let w = cm_writes(&env, rv).await;
+    assert_eq!(applies(&w, "snap-0"), 1, "{w:?}");
+    assert_eq!(count(&w, "delete snap-99"), 1, "{w:?}");
+    // Index: restored once, rewritten once by the marker round.
+    assert_eq!(applies(&w, SNAP), 2, "{w:?}");
+    assert_eq!(labelled(&env).await, before, "the same objects as before");
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn snapshot_of_a_big_state_respects_the_real_1_mib_bound() {
+    let env = Env::start().await;
+    setup(&env).await;
+    let mut want = Expected::new();
+    // Two services of 14,000 nodes (each bigger than one 900 KiB shard) and a few small ones.
+    put(&env, &mut want, "big-a", ips(0x01_0000, 14_000)).await;
+    put(&env, &mut want, "big-b", ips(0x20_0000, 14_000)).await;
+    for i in 0..5u32 {
+        put(
+            &env,
+            &mut want,
+            &format!("small-{i}"),
+            ips(0x40_0000 + 16 * i, 3),
+        )
+        .await;
+    }
+    let ctl = start(&env, "big", &config(&env, 100), &[]).await;
+    let d = wait_snapshot(&env, &want).await;
+    assert_eq!(d.nodes(), 28_015);
+    assert_eq!(
+        d.to_apisix_endpoints(),
+        http_dump(&ctl).await,
+        "snapshot != /dump"
+    );
+    let idx = snapshot::parse_index(&cms(&env).get(SNAP).await.unwrap().data.unwrap()[INDEX_KEY])
+        .unwrap();
+    assert!(idx.shards.len() >= 3, "{} shards", idx.shards.len());
+    let mut parts = 0;
+    for r in &idx.shards {
+        let cm = cms(&env).get(&r.name).await.unwrap();
+        let data = cm.data.unwrap();
+        // The ConfigMap limit: keys + values of data under 1 MiB.
+        let size: usize = data.iter().map(|(k, v)| k.len() + v.len()).sum();
+        assert!(size < 1024 * 1024, "{} holds {size} bytes", r.name);
+        parts += usize::from(data[&r.key].contains("\"part\""));
+    }
+    assert!(parts >= 2, "the big services were split into parts");
+    ctl.stop().await;
+}
