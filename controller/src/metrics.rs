@@ -11,6 +11,7 @@
 //! | `kube_discovery_event_to_write_seconds` | histogram | cluster (first source event -> write done) |
 //! | `kube_discovery_services` | gauge | cluster |
 //! | `kube_discovery_nodes` | gauge | cluster |
+//! | `kube_discovery_source_skipped_total` | counter | cluster, kind (Endpoints/EndpointSlice), reason (`SkipReason`: invalid_address, invalid_port, ...): bad parts of source objects skipped, counted once per object and change like the warning log |
 //! | `kube_discovery_snapshot_writes_total` | counter | result (applied/deleted/error_*): ConfigMap snapshot writes |
 //! | `kube_discovery_snapshot_shards` | gauge | - (shards of the current snapshot version) |
 //! | `kube_discovery_snapshot_bytes` | gauge | - (bytes of all shards of the current version) |
@@ -65,6 +66,17 @@ pub struct ResultLabel {
     pub result: String,
 }
 
+/// Label set `{cluster, kind, reason}` of skipped source data.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SkipLabels {
+    /// Cluster id.
+    pub cluster: String,
+    /// Source kind (`Endpoints` or `EndpointSlice`).
+    pub kind: String,
+    /// A `kube_discovery_core::convert::SkipReason` label.
+    pub reason: String,
+}
+
 type HistogramFamily = Family<ClusterLabel, Histogram, fn() -> Histogram>;
 
 fn list_histogram() -> Histogram {
@@ -94,6 +106,8 @@ pub struct Metrics {
     pub services: Family<ClusterLabel, Gauge>,
     /// Nodes currently discovered.
     pub nodes: Family<ClusterLabel, Gauge>,
+    /// Bad parts of source objects skipped, by reason.
+    pub source_skipped: Family<SkipLabels, Counter>,
     /// ConfigMap snapshot writes by result.
     pub snapshot_writes: Family<ResultLabel, Counter>,
     /// Shards of the current snapshot version.
@@ -117,6 +131,7 @@ impl Default for Metrics {
             event_to_write: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             services: Family::default(),
             nodes: Family::default(),
+            source_skipped: Family::default(),
             snapshot_writes: Family::default(),
             snapshot_shards: Gauge::default(),
             snapshot_bytes: Gauge::default(),
@@ -166,6 +181,11 @@ impl Metrics {
             self.services.clone(),
         );
         r.register("nodes", "Nodes currently discovered", self.nodes.clone());
+        r.register(
+            "source_skipped",
+            "Bad parts of source objects skipped with a warning (an address, a port, a slice or an object), by reason; counted once per object and change",
+            self.source_skipped.clone(),
+        );
         r.register(
             "snapshot_writes",
             "ConfigMap snapshot writes (shards and index applied, stale shards deleted) by result",
@@ -230,6 +250,17 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts `n` skipped pieces of `kind` source objects for `reason`.
+    pub fn skipped(&self, cluster: &str, kind: &str, reason: &str, n: u64) {
+        self.source_skipped
+            .get_or_create(&SkipLabels {
+                cluster: cluster.to_string(),
+                kind: kind.to_string(),
+                reason: reason.to_string(),
+            })
+            .inc_by(n);
+    }
+
     /// Counts one write outcome.
     pub fn write(&self, cluster: &str, result: &str) {
         self.writes
@@ -261,6 +292,7 @@ mod tests {
         m.write("", "applied");
         m.writes_skipped.get_or_create(&Metrics::cluster("")).inc();
         m.services.get_or_create(&Metrics::cluster("")).set(3);
+        m.skipped("", "Endpoints", "invalid_port", 2);
         m.event_to_write
             .get_or_create(&Metrics::cluster(""))
             .observe(0.2);
@@ -279,6 +311,12 @@ mod tests {
         );
         assert!(
             text.contains(r#"kube_discovery_services{cluster=""} 3"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"kube_discovery_source_skipped_total{cluster="",kind="Endpoints",reason="invalid_port"} 2"#
+            ),
             "{text}"
         );
         assert!(

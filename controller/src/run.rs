@@ -127,6 +127,14 @@ pub fn plan(
                 .then(|| c.label_selector.as_str().to_string()),
             field_selector: c.namespace_selector.field_selector(),
             watch_timeout: s.watch_timeout,
+            // Endpoints carry no ownerReferences: look the Services up, but
+            // only where an object may carry one (single cluster, source mode).
+            watch_services: c.source() == kube_discovery_core::SourceKind::Endpoints
+                && !cfg.multi_cluster
+                && s.sinks
+                    .discoveredservices
+                    .naming
+                    .owner_references_allowed(&kube_discovery_core::ServiceKey::new(&c.id, "", "")),
         };
         clusters.push(ClusterPlan {
             params,
@@ -390,6 +398,7 @@ mod tests {
         assert_eq!(p.home, c.conn, "single cluster writes where it reads");
         assert_eq!(p.http_addr, "0.0.0.0:8080".parse().unwrap());
         assert_eq!(p.writer.coalesce_window, Duration::from_millis(100));
+        assert!(!c.params.watch_services, "slices carry their owner");
         let dump = p.redacted_config.to_string();
         assert!(dump.contains("10.96.0.1"), "{dump}");
     }
@@ -421,9 +430,27 @@ mod tests {
         );
         assert_eq!(p.http_addr, "127.0.0.1:9999".parse().unwrap());
         assert!(
+            p.clusters.iter().all(|c| !c.params.watch_services),
+            "no owner references across clusters"
+        );
+        assert!(
             plan(&cfg, None, Some("/k".into())).is_err(),
             "--kubeconfig is single-cluster only"
         );
+    }
+
+    #[test]
+    fn services_are_watched_only_where_owner_references_are_allowed() {
+        let base = "discovery:\n  kubernetes:\n    service: {schema: http, host: 127.0.0.1, port: 8001}\n    client: {token: abc}\n";
+        let watch = |extra: &str| {
+            let p = plan(&parse(&format!("{base}{extra}")), None, None).unwrap();
+            p.clusters[0].params.watch_services
+        };
+        assert!(watch(""));
+        assert!(!watch("    watch_endpoint_slices: true\n"));
+        assert!(!watch(
+            "kube_discovery:\n  sinks:\n    discoveredservices:\n      namespace_mode: fixed\n      namespace: kd\n"
+        ));
     }
 
     #[test]
@@ -439,6 +466,10 @@ mod tests {
         );
         assert_eq!(c.params.label_selector.as_deref(), Some("app=web"));
         assert_eq!(c.params.kind, SourceKind::Endpoints);
+        assert!(
+            c.params.watch_services,
+            "Endpoints + source mode: owner UIDs from Services"
+        );
         assert_eq!(
             c.conn,
             Connection::Kubeconfig {

@@ -29,6 +29,23 @@
 //! The `kube_discovery_nodes` gauge is kept as a running total (per-service
 //! node counts remembered here), so an event costs O(changed services), not a
 //! walk over every service of the index.
+//!
+//! Owner UIDs in Endpoints mode ([`SourceParams::watch_services`]): core/v1
+//! Endpoints carry no ownerReferences, so a second, metadata-only watcher on
+//! `v1/Services` (same namespace field selector, NO label selector: a
+//! Service's labels need not match its Endpoints') feeds
+//! `Index::reset_service_uids` / `Index::set_service_uid` in the same task
+//! (one owner of the index, no locking). It only runs where objects can carry
+//! an ownerReference at all: single cluster, `namespace_mode: source`,
+//! Endpoints mode (EndpointSlices carry the owner UID themselves). The first
+//! Service list is awaited for at most [`SERVICE_LIST_WAIT`] before the
+//! Endpoints watch starts, so the first writes already carry the owner; a
+//! Service watch that fails (e.g. `services` not granted) only logs and
+//! retries: objects are then published without an ownerReference.
+//!
+//! Bad parts of source objects that the index skips with a warning are counted
+//! in `kube_discovery_source_skipped_total{cluster,kind,reason}` (drained from
+//! `Index::take_skipped` after every index operation).
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -37,8 +54,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Endpoints;
+use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, Event, watcher};
@@ -65,6 +84,8 @@ pub struct SourceParams {
     pub field_selector: Option<String>,
     /// Server-side watch timeout.
     pub watch_timeout: Duration,
+    /// Also watch Service metadata for owner UIDs (see the module docs).
+    pub watch_services: bool,
 }
 
 impl SourceParams {
@@ -83,6 +104,39 @@ impl SourceParams {
         // Bookmarks are on by default in kube-runtime; keep them explicit.
         cfg.bookmarks = true;
         cfg
+    }
+
+    /// The Service metadata watcher's configuration: the namespace field
+    /// selector and timeout of the source, but no label selector.
+    pub fn service_watcher_config(&self) -> watcher::Config {
+        let mut cfg = self.watcher_config();
+        cfg.label_selector = None;
+        cfg
+    }
+}
+
+/// How long the first Service list may delay the Endpoints watch.
+pub const SERVICE_LIST_WAIT: Duration = Duration::from_secs(5);
+
+type ServiceEvents = BoxStream<'static, watcher::Result<Event<PartialObjectMeta<Service>>>>;
+
+/// `(namespace, name, uid)` of a Service's metadata.
+fn service_id(o: &PartialObjectMeta<Service>) -> Option<(String, String, String)> {
+    let m = &o.metadata;
+    Some((
+        m.namespace.clone()?,
+        m.name.clone()?,
+        m.uid.clone().filter(|u| !u.is_empty())?,
+    ))
+}
+
+/// Next event of the optional Service watch (pending forever without one).
+async fn next_service(
+    s: &mut Option<ServiceEvents>,
+) -> Option<watcher::Result<Event<PartialObjectMeta<Service>>>> {
+    match s {
+        Some(s) => s.next().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -259,8 +313,115 @@ impl Source {
         }
     }
 
+    fn service_stream(&self) -> Option<ServiceEvents> {
+        if !self.params.watch_services {
+            return None;
+        }
+        let api: Api<PartialObjectMeta<Service>> = Api::all(self.client.clone());
+        Some(
+            watcher(api, self.params.service_watcher_config())
+                .backoff(WatchBackoff::with_bounds(
+                    Duration::from_millis(500),
+                    Duration::from_secs(10),
+                ))
+                .modify(|o: &mut PartialObjectMeta<Service>| {
+                    let m = &mut o.metadata;
+                    m.managed_fields = None;
+                    m.annotations = None;
+                    m.labels = None;
+                    m.owner_references = None;
+                    m.finalizers = None;
+                })
+                .boxed(),
+        )
+    }
+
+    /// Handles one Service watch event; `buffer` collects a (re)list.
+    fn on_service_event(
+        &mut self,
+        ev: watcher::Result<Event<PartialObjectMeta<Service>>>,
+        buffer: &mut Vec<(String, String, String)>,
+        nodes: &mut NodeTotal,
+    ) {
+        let now = Instant::now();
+        let changed = match ev {
+            Ok(Event::Init) => {
+                buffer.clear();
+                return;
+            }
+            Ok(Event::InitApply(o)) => {
+                buffer.extend(service_id(&o));
+                return;
+            }
+            Ok(Event::InitDone) => {
+                let all = std::mem::take(buffer);
+                tracing::info!(cluster = %self.params.cluster, services = all.len(), "Service owner UIDs listed");
+                self.index.reset_service_uids(all)
+            }
+            Ok(Event::Apply(o)) => match service_id(&o) {
+                Some((ns, name, uid)) => self.index.set_service_uid(&ns, &name, Some(uid)),
+                None => Vec::new(),
+            },
+            Ok(Event::Delete(o)) => {
+                let m = &o.metadata;
+                match (m.namespace.as_deref(), m.name.as_deref()) {
+                    (Some(ns), Some(name)) => self.index.set_service_uid(ns, name, None),
+                    _ => Vec::new(),
+                }
+            }
+            Err(e) => {
+                tracing::warn!(cluster = %self.params.cluster, error = %e, "Service watch failed (owner references of DiscoveredServices may be missing); retrying with backoff");
+                return;
+            }
+        };
+        self.publish(changed, now, nodes);
+    }
+
+    /// Feeds the skip counts of the last index operations to the metric.
+    fn count_skipped(&mut self) {
+        for (reason, n) in self.index.take_skipped() {
+            self.metrics.skipped(
+                &self.params.cluster,
+                self.params.kind.as_str(),
+                reason.as_str(),
+                n,
+            );
+        }
+    }
+
     async fn run_typed<K: SourceObject>(mut self, shutdown: CancellationToken) {
         let cluster = self.params.cluster.clone();
+        let mut nodes = NodeTotal::default();
+        let mut services = self.service_stream();
+        let mut service_buffer = Vec::new();
+        if services.is_some() {
+            // Give the first Service list a head start (bounded), so the first
+            // writes already carry the owner; never block on it.
+            let deadline = tokio::time::sleep(SERVICE_LIST_WAIT);
+            tokio::pin!(deadline);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = &mut deadline => {
+                        tracing::warn!(cluster = %cluster, "Service list not complete after {SERVICE_LIST_WAIT:?}; watching endpoints anyway");
+                        break;
+                    }
+                    ev = next_service(&mut services) => match ev {
+                        Some(ev) => {
+                            let stop = matches!(ev, Ok(Event::InitDone) | Err(_));
+                            self.on_service_event(ev, &mut service_buffer, &mut nodes);
+                            if stop {
+                                break;
+                            }
+                        }
+                        None => {
+                            services = None;
+                            break;
+                        }
+                    },
+                }
+            }
+        }
         let api: Api<K> = Api::all(self.client.clone());
         let stream = watcher(api, self.params.watcher_config())
             .backoff(WatchBackoff::new())
@@ -272,11 +433,17 @@ impl Source {
         let mut buffer: Vec<K> = Vec::new();
         let mut list_started: Option<Instant> = None;
         let mut first_list_done = false;
-        let mut nodes = NodeTotal::default();
         tracing::info!(cluster = %cluster, kind = %self.params.kind, "watching");
         loop {
             let ev = tokio::select! {
                 () = shutdown.cancelled() => break,
+                sev = next_service(&mut services) => {
+                    match sev {
+                        Some(sev) => self.on_service_event(sev, &mut service_buffer, &mut nodes),
+                        None => services = None,
+                    }
+                    continue;
+                }
                 ev = stream.next() => ev,
             };
             let Some(ev) = ev else { break };
@@ -338,7 +505,8 @@ impl Source {
         tracing::info!(cluster = %cluster, "watch stopped");
     }
 
-    fn publish(&self, changed: Vec<ServiceKey>, at: Instant, nodes: &mut NodeTotal) {
+    fn publish(&mut self, changed: Vec<ServiceKey>, at: Instant, nodes: &mut NodeTotal) {
+        self.count_skipped();
         if changed.is_empty() {
             return;
         }
@@ -372,6 +540,7 @@ mod tests {
             label_selector: Some("app=web".into()),
             field_selector: Some("metadata.namespace!=kube-system".into()),
             watch_timeout: Duration::from_secs(120),
+            watch_services: true,
         };
         let c = p.watcher_config();
         assert_eq!(c.label_selector.as_deref(), Some("app=web"));
@@ -384,9 +553,17 @@ mod tests {
         let empty = SourceParams {
             label_selector: Some(String::new()),
             field_selector: None,
-            ..p
+            ..p.clone()
         };
         assert_eq!(empty.watcher_config().label_selector, None);
+        // Services: the namespace selector, never the label selector.
+        let svc = p.service_watcher_config();
+        assert_eq!(svc.label_selector, None);
+        assert_eq!(
+            svc.field_selector.as_deref(),
+            Some("metadata.namespace!=kube-system")
+        );
+        assert_eq!(svc.timeout, Some(120));
     }
 
     #[test]

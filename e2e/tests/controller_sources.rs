@@ -254,3 +254,253 @@ async fn label_selector_filters_on_the_server() {
         vec!["a/svc", "team-x/svc"]
     );
 }
+
+// ---------------------------------------------------------------- owner references (Endpoints mode)
+
+/// Creates the Service `ns/name` (ClusterIP, one port); returns its UID.
+async fn service(env: &Env, ns: &str, name: &str) -> String {
+    use k8s_openapi::api::core::v1::Service;
+    use kube::api::{Api, PostParams};
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}
+    }))
+    .unwrap();
+    let api: Api<Service> = Api::namespaced(env.admin.clone(), ns);
+    api.create(&PostParams::default(), &svc)
+        .await
+        .expect("create Service")
+        .metadata
+        .uid
+        .expect("Service uid")
+}
+
+async fn delete_service(env: &Env, ns: &str, name: &str) {
+    use k8s_openapi::api::core::v1::Service;
+    use kube::api::{Api, DeleteParams};
+    let api: Api<Service> = Api::namespaced(env.admin.clone(), ns);
+    api.delete(name, &DeleteParams::background())
+        .await
+        .expect("delete Service");
+}
+
+/// `(kind, name, uid)` of the object's ownerReferences.
+fn owners(ds: &serde_json::Value) -> Vec<(String, String, String)> {
+    ds["metadata"]["ownerReferences"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|o| {
+                    let s = |k: &str| o[k].as_str().unwrap_or_default().to_string();
+                    (s("kind"), s("name"), s("uid"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn wait_owner(env: &Env, ns: &str, name: &str, want: Option<&str>) -> serde_json::Value {
+    let want: Vec<(String, String, String)> = want
+        .map(|uid| vec![("Service".to_string(), name.to_string(), uid.to_string())])
+        .unwrap_or_default();
+    eventually(
+        &format!("{ns}/{name} ownerReferences = {want:?}"),
+        LIMIT,
+        || async {
+            let ds = env.dsvc(ns, name).await?;
+            (owners(&ds) == want).then_some(ds)
+        },
+    )
+    .await
+}
+
+/// Endpoints carry no ownerReference: the controller looks the Service up
+/// (metadata-only watch) so the object is owned by the Service, follows a
+/// re-created Service's new UID, publishes without an owner when there is no
+/// Service, and kube-sim's garbage collector deletes it with its Service.
+#[tokio::test]
+async fn endpoints_mode_owner_reference_from_the_service() {
+    let env = Env::start().await;
+    env.namespace("shop").await;
+    let uid1 = service(&env, "shop", "web").await;
+    env.endpoints("shop", "web", &["10.0.0.1"], &[("http", 8080)], json!({}))
+        .await;
+    env.endpoints(
+        "shop",
+        "lonely",
+        &["10.0.0.9"],
+        &[("http", 8080)],
+        json!({}),
+    )
+    .await;
+    let ctl = Controller::start(&env, "owner", &config(&env, ""), &[]).await;
+    ctl.wait_ready().await;
+
+    // The object is owned by its Service.
+    let ds = wait_owner(&env, "shop", "web", Some(&uid1)).await;
+    assert_eq!(ds["spec"]["source"], "Endpoints");
+    assert_eq!(ds["metadata"]["ownerReferences"][0]["apiVersion"], "v1");
+    // No Service: published anyway, without an ownerReference.
+    let lonely = env
+        .wait_nodes("shop", "lonely", "http", &["10.0.0.9"])
+        .await;
+    assert!(owners(&lonely).is_empty(), "{lonely}");
+
+    // A Service appearing later gives its object an owner.
+    let uid_lonely = service(&env, "shop", "lonely").await;
+    wait_owner(&env, "shop", "lonely", Some(&uid_lonely)).await;
+
+    // Deleting the Service: kube-sim's GC deletes the owned object at once
+    // (the write log shows the garbage collector's delete) ...
+    let rv = env.rv().await;
+    delete_service(&env, "shop", "web").await;
+    let gc = "system:serviceaccount:kube-system:generic-garbage-collector";
+    let writes = env.dsvc_writes_since(rv).await;
+    assert!(
+        writes.iter().any(|w| w["verb"] == "delete"
+            && w["user"] == gc
+            && w["namespace"] == "shop"
+            && w["name"] == "web"),
+        "no GC delete of shop/web: {writes:?}"
+    );
+    // ... and since its Endpoints are still there, the controller publishes
+    // it again, without an owner (a missing Service never blocks publishing).
+    let ds = wait_owner(&env, "shop", "web", None).await;
+    assert_eq!(hosts(&ds, "http"), vec!["10.0.0.1"]);
+
+    // Re-created with a new UID: the ownerReference follows.
+    let uid2 = service(&env, "shop", "web").await;
+    assert_ne!(uid1, uid2);
+    wait_owner(&env, "shop", "web", Some(&uid2)).await;
+
+    let logs = ctl.logs();
+    assert!(!logs.contains("Service watch failed"), "{logs}");
+    // A relist (410 Gone on every watch) keeps the owners.
+    env.force_410().await;
+    env.endpoints(
+        "shop",
+        "web",
+        &["10.0.0.1", "10.0.0.2"],
+        &[("http", 8080)],
+        json!({}),
+    )
+    .await;
+    let ds = env
+        .wait_nodes("shop", "web", "http", &["10.0.0.1", "10.0.0.2"])
+        .await;
+    assert_eq!(
+        owners(&ds),
+        vec![("Service".into(), "web".into(), uid2.clone())]
+    );
+
+    // As in a real cluster, Service and Endpoints go together: the object is gone.
+    delete_service(&env, "shop", "web").await;
+    env.delete_endpoints("shop", "web").await;
+    env.wait_gone("shop", "web").await;
+    ctl.stop().await;
+}
+
+// ---------------------------------------------------------------- skipped bad data
+
+/// The value of the sample `series` (name and labels, exactly) in a metrics text.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// Bad objects on the API server: skipped parts are counted by reason in
+/// `kube_discovery_source_skipped_total`, once per object and change (a
+/// relist does not count them again), and good services stay intact.
+#[tokio::test]
+async fn skipped_bad_data_is_counted_by_reason() {
+    let env = Env::start().await;
+    env.namespace("shop").await;
+    env.endpoints("shop", "web", &["10.0.0.1"], &[("http", 8080)], json!({}))
+        .await;
+    env.endpoints(
+        "shop",
+        "badip",
+        &["10.0.0.5", "999.0.0.1", "not-an-ip"],
+        &[("http", 8080)],
+        json!({}),
+    )
+    .await;
+    env.endpoints(
+        "shop",
+        "badports",
+        &["10.0.0.6"],
+        &[("zero", 0), ("big", 65536), ("http", 80), ("http", 81)],
+        json!({}),
+    )
+    .await;
+    let ctl = Controller::start(&env, "skipped", &config(&env, ""), &[]).await;
+    ctl.wait_ready().await;
+    let series = |reason: &str| {
+        format!(
+            "kube_discovery_source_skipped_total{{cluster=\"\",kind=\"Endpoints\",reason=\"{reason}\"}}"
+        )
+    };
+    let counts = || async {
+        let (code, text) = ctl.get("/metrics").await;
+        assert_eq!(code, 200);
+        [
+            "invalid_address",
+            "invalid_port",
+            "duplicate_port_name",
+            "missing_port",
+        ]
+        .map(|r| sample(&text, &series(r)).unwrap_or(0.0))
+    };
+    eventually("skips counted", LIMIT, || async {
+        (counts().await == [2.0, 2.0, 1.0, 0.0]).then_some(())
+    })
+    .await;
+    // Good data intact, the valid rest of bad objects published.
+    env.wait_nodes("shop", "web", "http", &["10.0.0.1"]).await;
+    env.wait_nodes("shop", "badip", "http", &["10.0.0.5"]).await;
+    let ds = env
+        .wait_nodes("shop", "badports", "http", &["10.0.0.6"])
+        .await;
+    assert_eq!(ds["spec"]["ports"]["http"][0]["port"], 80);
+    assert!(ds["spec"]["ports"].get("zero").is_none(), "{ds}");
+
+    // A relist finds the same bad objects: nothing counted again.
+    env.force_410().await;
+    env.endpoints(
+        "shop",
+        "web",
+        &["10.0.0.1", "10.0.0.2"],
+        &[("http", 8080)],
+        json!({}),
+    )
+    .await;
+    env.wait_nodes("shop", "web", "http", &["10.0.0.1", "10.0.0.2"])
+        .await;
+    eventually("the controller relisted", LIMIT, || async {
+        let text = ctl.get("/metrics").await.1;
+        sample(
+            &text,
+            "kube_discovery_watch_events_total{cluster=\"\",type=\"relist\"}",
+        )
+        .filter(|n| *n >= 1.0)
+    })
+    .await;
+    assert_eq!(counts().await, [2.0, 2.0, 1.0, 0.0]);
+
+    // A changed bad object logs (and counts) its current warnings again.
+    env.endpoints(
+        "shop",
+        "badip",
+        &["10.0.0.5", "999.0.0.1", "not-an-ip", "10.0.0.300"],
+        &[("http", 8080)],
+        json!({}),
+    )
+    .await;
+    eventually("changed object counted", LIMIT, || async {
+        (counts().await == [5.0, 2.0, 1.0, 0.0]).then_some(())
+    })
+    .await;
+    env.wait_nodes("shop", "web", "http", &["10.0.0.1", "10.0.0.2"])
+        .await;
+    ctl.stop().await;
+}
