@@ -398,6 +398,9 @@ async fn least_privilege_shipped_roles_suffice() {
         ("watch", "endpointslices"),
         ("list", "endpoints"),
         ("watch", "endpoints"),
+        // Endpoints mode looks the Services up for ownerReferences.
+        ("list", "services"),
+        ("watch", "services"),
         ("patch", "discoveredservices"),
         ("delete", "discoveredservices"),
     ] {
