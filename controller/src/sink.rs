@@ -33,8 +33,8 @@ use kube::Client;
 use kube::Resource;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube_discovery_core::crd::{
-    DiscoveredService, MANAGED_BY_SELECTOR, ObjectNaming, desired_objects, key_of, object_status,
-    shard_name, shard_of,
+    DiscoveredService, DiscoveredServiceStatus, MANAGED_BY_SELECTOR, ObjectNaming, desired_objects,
+    key_of, object_status, shard_name, shard_of,
 };
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
@@ -61,6 +61,8 @@ pub struct KubeSink {
     /// Shard count of every service we hold objects for (1 = unsharded).
     shards: Arc<Mutex<HashMap<ServiceKey, u32>>>,
     drift: Option<DriftView>,
+    /// Keys [`Sink::drift`] found drifted: their next apply is a repair.
+    repairs: Arc<Mutex<BTreeSet<ServiceKey>>>,
 }
 
 impl KubeSink {
@@ -71,6 +73,7 @@ impl KubeSink {
             naming,
             shards: Arc::new(Mutex::new(HashMap::new())),
             drift: None,
+            repairs: Arc::new(Mutex::new(BTreeSet::new())),
         }
     }
 
@@ -105,8 +108,14 @@ impl KubeSink {
         }
     }
 
-    /// Applies one object and its status.
-    async fn write_one(&self, key: &ServiceKey, obj: &DiscoveredService) -> Result<()> {
+    /// Applies one object and its status. `repair`: a drift repair, where
+    /// most objects are unchanged; their status is rewritten only if wrong.
+    async fn write_one(
+        &self,
+        key: &ServiceKey,
+        obj: &DiscoveredService,
+        repair: bool,
+    ) -> Result<()> {
         let ns = obj.metadata.namespace.clone().unwrap_or_default();
         let name = obj.metadata.name.clone().unwrap_or_default();
         let api = self.api(&ns);
@@ -135,6 +144,12 @@ impl KubeSink {
         }
         self.note_written(&ns, &name, &got);
         let status = object_status(obj, Time(jiff::Timestamp::now()));
+        if repair && status_current(&got, &status) {
+            // Repairing another object (shard) of this service: this one's
+            // status is still right; rewriting only its timestamp would be a
+            // needless write.
+            return Ok(());
+        }
         let body = serde_json::json!({
             "apiVersion": DiscoveredService::api_version(&()),
             "kind": DiscoveredService::kind(&()),
@@ -188,6 +203,21 @@ impl KubeSink {
             })
             .unwrap_or_default()
     }
+}
+
+/// Whether `got`'s status equals `want` apart from timestamps.
+fn status_current(got: &DiscoveredService, want: &DiscoveredServiceStatus) -> bool {
+    got.status.as_ref().is_some_and(|have| {
+        have.node_count == want.node_count
+            && have.ports == want.ports
+            && have.conditions.len() == want.conditions.len()
+            && have.conditions.iter().zip(&want.conditions).all(|(a, b)| {
+                a.type_ == b.type_
+                    && a.status == b.status
+                    && a.reason == b.reason
+                    && a.message == b.message
+            })
+    })
 }
 
 /// Lists every DiscoveredService we manage (all namespaces, paginated).
@@ -263,8 +293,22 @@ impl Sink for KubeSink {
         let count = u32::try_from(objs.len()).unwrap_or(u32::MAX);
         // Shards 1.. first, shard 0 (the one carrying count and version that
         // readers start from) last.
+        let repair = self
+            .repairs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&svc.key);
         for obj in objs.iter().skip(1).chain(objs.first()) {
-            self.write_one(&svc.key, obj).await?;
+            if let Err(e) = self.write_one(&svc.key, obj, repair).await {
+                if repair {
+                    // Still a repair when retried.
+                    self.repairs
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(svc.key.clone());
+                }
+                return Err(e);
+            }
         }
         let ns = self.naming.namespace(&svc.key);
         let base = self.naming.name(&svc.key);
@@ -307,10 +351,17 @@ impl Sink for KubeSink {
     }
 
     fn drift(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftCheck {
-        match &self.drift {
+        let check = match &self.drift {
             Some(v) => v.check(key, desired),
             None => DriftCheck::Ok,
+        };
+        if matches!(check, DriftCheck::Drift(_)) {
+            self.repairs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(key.clone());
         }
+        check
     }
 }
 

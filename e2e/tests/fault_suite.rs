@@ -13,7 +13,7 @@
 //! | 3 | API server unreachable (`FAULT_OUTAGE_SECS`, default 5 s; the issue says 30 s) | `s03_outage`, `s03_outage_reconverges_within_2s` |
 //! | 4 | silent watch stall | `s04_silent_stall` |
 //! | 5 | 429 (Retry-After) / 500 / 503 on writes | `s05_write_errors` |
-//! | 6 | DiscoveredService edited / deleted by hand | `s06_hand_edits` (ignored, known bug) |
+//! | 6 | DiscoveredService edited / deleted by hand, orphan created by hand | `s06_hand_edits` (also `controller_drift.rs`) |
 //! | 7 | SIGKILL mid-burst, restart | `s07_sigkill_restart` |
 //! | 11 | SIGTERM with a write in flight | `s11_sigterm_inflight` |
 //!
@@ -346,8 +346,9 @@ async fn s05_write_errors() {
     ctl.stop().await;
 }
 
+/// Scenario 6: hand edits and deletes are restored, a hand-made orphan is
+/// removed, within 2 s each and without a source change; then churn.
 #[tokio::test]
-#[ignore = "known bug: the controller does not watch DiscoveredServices, so a hand-edited or hand-deleted object is never restored (writer.rs keeps `known` from the startup list only)"]
 async fn s06_hand_edits() {
     let env = Env::start().await;
     let cfg = config(&env, &env.sim.admin_token(), Kind::Slices, "");
@@ -381,8 +382,44 @@ async fn s06_hand_edits() {
         .delete(dname, &DeleteParams::default())
         .await
         .expect("hand delete");
-    // Restored without any source change.
+    let orphan: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kubediscovery.io/v1alpha1", "kind": "DiscoveredService",
+        "metadata": {"name": "nobody", "namespace": "hand", "labels": {
+            "app.kubernetes.io/managed-by": "kube-discovery",
+            "kubediscovery.io/cluster": "",
+            "kubediscovery.io/service-namespace": "hand",
+            "kubediscovery.io/service-name": "nobody"}},
+        "spec": {"cluster": "", "service": "hand/nobody", "sourceNamespace": "hand",
+                 "sourceName": "nobody", "source": "EndpointSlice", "ports": {},
+                 "version": "0000000000000000"}
+    }))
+    .expect("object");
+    api("hand")
+        .create(&kube::api::PostParams::default(), &orphan)
+        .await
+        .expect("hand create");
+    let hand_done = tokio::time::Instant::now();
+    let rv_hand = env.rv().await;
+    // Restored / removed without any source change, within the issue's "a
+    // second or two".
     wait_converged(&env, &cfg, CONVERGE).await;
+    let took = hand_done.elapsed();
+    assert!(
+        took <= Duration::from_secs(2),
+        "hand edits repaired only after {took:?}"
+    );
+    // Exactly the repairs: the edited and deleted objects, the orphan.
+    let writes = dsvc_writes(&writes_since(&env, rv_hand).await);
+    assert!(
+        writes.iter().all(|w| w.ends_with(&format!(" {edited}"))
+            || w.ends_with(&format!(" {deleted}"))
+            || w == "delete hand/nobody"),
+        "writes besides the repairs: {writes:?}"
+    );
+    assert!(
+        writes.contains(&"delete hand/nobody".to_string()),
+        "{writes:?}"
+    );
     churn.run(&env, 6, Duration::from_millis(50)).await;
     wait_converged(&env, &cfg, CONVERGE).await;
     ctl.stop().await;
