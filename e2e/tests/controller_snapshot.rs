@@ -203,6 +203,41 @@ fn applies(writes: &[String], name: &str) -> usize {
     count(writes, &format!("patch {name}")) + count(writes, &format!("create {name}"))
 }
 
+/// The controller's `kube_discovery_snapshot_writes_total{result}`: every
+/// apply/delete REQUEST it made, also those that changed nothing (kube-sim's
+/// write log, like a watch, only shows requests that changed an object).
+async fn requests(ctl: &Controller, result: &str) -> usize {
+    let (_, text) = ctl.get("/metrics").await;
+    let needle = format!("kube_discovery_snapshot_writes_total{{result=\"{result}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&needle))
+        .map_or(0, |v| v.trim().parse::<f64>().expect("counter") as usize)
+}
+
+/// Requests made since `(applied, deleted)`, checked against the write log
+/// `w` of the same period: every request changed something.
+async fn assert_no_noop_requests(
+    ctl: &Controller,
+    since: (usize, usize),
+    w: &[String],
+) -> (usize, usize) {
+    let now = (
+        requests(ctl, "applied").await,
+        requests(ctl, "deleted").await,
+    );
+    let logged_applies = w
+        .iter()
+        .filter(|x| x.starts_with("patch ") || x.starts_with("create "))
+        .count();
+    let logged_deletes = w.iter().filter(|x| x.starts_with("delete ")).count();
+    assert_eq!(
+        (now.0 - since.0, now.1 - since.1),
+        (logged_applies, logged_deletes),
+        "(apply, delete) requests vs changes in the write log {w:?}"
+    );
+    now
+}
+
 /// Names of the snapshot ConfigMaps (label-selected).
 async fn labelled(env: &Env) -> BTreeSet<String> {
     cms(env)
@@ -331,6 +366,10 @@ async fn snapshot_follows_the_state_in_shards_without_needless_writes() {
 
     // Grow to several shards, in a burst of concurrent changes.
     let rv = env.rv().await;
+    let mut reqs = (
+        requests(&ctl, "applied").await,
+        requests(&ctl, "deleted").await,
+    );
     let names: Vec<String> = (0..40).map(|i| format!("svc-{i:02}")).collect();
     let mut burst = Vec::new();
     for (i, n) in names.iter().enumerate() {
@@ -383,6 +422,7 @@ async fn snapshot_follows_the_state_in_shards_without_needless_writes() {
     let mut expect_names: BTreeSet<String> = idx.shards.iter().map(|r| r.name.clone()).collect();
     expect_names.insert(SNAP.into());
     assert_eq!(labelled(&env).await, expect_names);
+    reqs = assert_no_noop_requests(&ctl, reqs, &w).await;
 
     // An irrelevant change (a label on a source) writes nothing; a relevant
     // change after it is the marker that both were processed.
@@ -410,6 +450,7 @@ async fn snapshot_follows_the_state_in_shards_without_needless_writes() {
         2,
         "the marker round writes its (last) shard and the index only: {w:?}"
     );
+    reqs = assert_no_noop_requests(&ctl, reqs, &w).await;
 
     // Shrink: delete most services; the stale shards are deleted after the index.
     let rv = env.rv().await;
@@ -430,6 +471,7 @@ async fn snapshot_follows_the_state_in_shards_without_needless_writes() {
         w.iter().any(|x| x.starts_with("delete snap-")),
         "stale shards deleted by the controller: {w:?}"
     );
+    assert_no_noop_requests(&ctl, reqs, &w).await;
     let (ok, retry) = reader.finish().await;
     assert!(ok > 0, "the reader never read a snapshot ({retry} retries)");
     ctl.stop().await;
@@ -443,6 +485,7 @@ async fn snapshot_follows_the_state_in_shards_without_needless_writes() {
     wait_snapshot(&env, &want).await;
     let w = cm_writes(&env, rv).await;
     assert_eq!(applies(&w, SNAP), 1, "a restart rewrote: {w:?}");
+    assert_no_noop_requests(&ctl, (0, 0), &w).await;
     let (_, metrics) = ctl.get("/metrics").await;
     assert!(
         metrics.contains("kube_discovery_snapshot_writes_total{result=\"applied\"}"),
@@ -480,6 +523,10 @@ async fn snapshot_drift_is_restored_and_echoes_write_nothing() {
 
     // 1. Someone edits a shard: restored, with one write.
     let rv = env.rv().await;
+    let reqs = (
+        requests(&ctl, "applied").await,
+        requests(&ctl, "deleted").await,
+    );
     let t = tokio::time::Instant::now();
     api.patch(
         "snap-0",
@@ -526,6 +573,7 @@ async fn snapshot_drift_is_restored_and_echoes_write_nothing() {
     // Index: restored once, rewritten once by the marker round.
     assert_eq!(applies(&w, SNAP), 2, "{w:?}");
     assert_eq!(labelled(&env).await, before, "the same objects as before");
+    assert_no_noop_requests(&ctl, reqs, &w).await;
     ctl.stop().await;
 }
 
