@@ -617,3 +617,209 @@ async fn snapshot_of_a_big_state_respects_the_real_1_mib_bound() {
     assert!(parts >= 2, "the big services were split into parts");
     ctl.stop().await;
 }
+
+// ------------------------------------------------------------ least privilege
+
+/// Creates every object of `rbac/*.yaml` and `rbac/optional/configmap-snapshot.yaml`;
+/// returns the rules of the snapshot Role.
+async fn install_rbac(env: &Env) -> Vec<Value> {
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    use serde::Deserialize;
+    let root = controller_support::repo_root();
+    let mut files: Vec<_> = std::fs::read_dir(root.join("rbac"))
+        .expect("rbac/")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort_by_key(|p| (!p.ends_with("namespace.yaml"), p.clone()));
+    files.push(root.join("rbac/optional/configmap-snapshot.yaml"));
+    let pp = PostParams::default();
+    let mut snapshot_rules = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("read rbac file");
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let v = Value::deserialize(doc).expect("yaml");
+            if v.is_null() {
+                continue;
+            }
+            let ns = v["metadata"]["namespace"].as_str().unwrap_or("default");
+            let c = env.admin.clone();
+            let res = match v["kind"].as_str() {
+                Some("Namespace") => Api::<Namespace>::all(c)
+                    .create(&pp, &serde_json::from_value(v.clone()).unwrap())
+                    .await
+                    .map(|_| ()),
+                Some("ServiceAccount") => Api::<ServiceAccount>::namespaced(c, ns)
+                    .create(&pp, &serde_json::from_value(v.clone()).unwrap())
+                    .await
+                    .map(|_| ()),
+                Some("ClusterRole") => Api::<ClusterRole>::all(c)
+                    .create(&pp, &serde_json::from_value(v.clone()).unwrap())
+                    .await
+                    .map(|_| ()),
+                Some("ClusterRoleBinding") => Api::<ClusterRoleBinding>::all(c)
+                    .create(&pp, &serde_json::from_value(v.clone()).unwrap())
+                    .await
+                    .map(|_| ()),
+                Some("Role") => {
+                    if f.ends_with("configmap-snapshot.yaml") {
+                        snapshot_rules.extend(v["rules"].as_array().cloned().unwrap_or_default());
+                    }
+                    Api::<Role>::namespaced(c, ns)
+                        .create(&pp, &serde_json::from_value(v.clone()).unwrap())
+                        .await
+                        .map(|_| ())
+                }
+                Some("RoleBinding") => Api::<RoleBinding>::namespaced(c, ns)
+                    .create(&pp, &serde_json::from_value(v.clone()).unwrap())
+                    .await
+                    .map(|_| ()),
+                other => panic!("unexpected kind {other:?} in {}", f.display()),
+            };
+            match res {
+                Ok(()) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => panic!("create {} from {}: {e}", v["kind"], f.display()),
+            }
+        }
+    }
+    snapshot_rules
+}
+
+async fn stats(env: &Env) -> Value {
+    let req = http::Request::get("/_sim/stats").body(Vec::new()).unwrap();
+    env.admin.request::<Value>(req).await.expect("stats")
+}
+
+async fn wait_metric(ctl: &Controller, what: &str, needle: &str, at_least: f64) {
+    eventually(what, LIMIT, || async {
+        let (_, text) = ctl.get("/metrics").await;
+        text.lines()
+            .find_map(|l| l.strip_prefix(needle))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|v| *v >= at_least)
+            .map(|_| ())
+    })
+    .await;
+}
+
+/// The controller runs as the ServiceAccount bound only to the shipped roles
+/// (`rbac/` plus `rbac/optional/configmap-snapshot.yaml`), creates, updates
+/// and deletes shards, and the ConfigMap verbs it used (kube-sim's request
+/// counters and write log) are exactly the verbs the snapshot Role grants.
+#[tokio::test]
+async fn snapshot_needs_exactly_the_shipped_snapshot_role() {
+    let env = Env::start().await;
+    let rules = install_rbac(&env).await;
+    let granted: BTreeSet<String> = rules
+        .iter()
+        .filter(|r| {
+            r["resources"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x == "configmaps"))
+        })
+        .flat_map(|r| r["verbs"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    assert!(
+        !granted.is_empty(),
+        "the snapshot Role grants nothing on configmaps"
+    );
+    env.namespace(NS).await;
+    let mut want = Expected::new();
+    for i in 0..30u32 {
+        put(&env, &mut want, &format!("s{i:02}"), ips(7000 + 8 * i, 3)).await;
+    }
+    let token_file = env.path("sa-token");
+    std::fs::write(
+        &token_file,
+        env.sim.issue_token("kube-discovery", "kube-discovery"),
+    )
+    .unwrap();
+    let url = env.sim.url();
+    let port = url.rsplit(':').next().unwrap();
+    let cfg = format!(
+        "discovery:\n  kubernetes:\n    service: {{schema: http, host: 127.0.0.1, port: {port}}}\n    client: {{token_file: {}}}\n    namespace_selector: {{equal: {NS}}}\nkube_discovery:\n  coalesce_window: 50ms\n  sinks:\n    configmap: {{enabled: true, namespace: kube-discovery, name: {SNAP}}}\n",
+        token_file.display()
+    );
+    let before = stats(&env).await;
+    let rv = env.rv().await;
+    let ctl = start(
+        &env,
+        "lp",
+        &cfg,
+        &[("KUBE_DISCOVERY_SNAPSHOT_MAX_SHARD_BYTES", "2048")],
+    )
+    .await;
+    let applied = "kube_discovery_snapshot_writes_total{result=\"applied\"} ";
+    wait_metric(
+        &ctl,
+        "several shards",
+        "kube_discovery_snapshot_shards ",
+        3.0,
+    )
+    .await;
+    wait_metric(&ctl, "first version written", applied, 4.0).await;
+    // Shrink (stale shards deleted) and change one service (a shard patched).
+    for i in 5..30u32 {
+        env.delete_endpoints(NS, &format!("s{i:02}")).await;
+    }
+    wait_metric(
+        &ctl,
+        "stale shards deleted",
+        "kube_discovery_snapshot_writes_total{result=\"deleted\"} ",
+        2.0,
+    )
+    .await;
+    let (_, text) = ctl.get("/metrics").await;
+    let n: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(applied))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    env.endpoints(NS, "s00", &["10.0.0.1"], &[("http", 80)], json!({}))
+        .await;
+    wait_metric(&ctl, "the change written", applied, n + 2.0).await;
+    let after = stats(&env).await;
+    let logs = ctl.logs();
+    ctl.stop().await;
+    assert!(
+        !logs.to_lowercase().contains("forbidden"),
+        "a request was forbidden with the shipped roles:\n{logs}"
+    );
+    // Verbs on configmaps between the two counters (the test made none itself) ...
+    let mut used = BTreeSet::new();
+    for (verb, by_res) in after["requests"].as_object().into_iter().flatten() {
+        let n = by_res["configmaps"].as_u64().unwrap_or(0);
+        let m = before["requests"][verb]["configmaps"].as_u64().unwrap_or(0);
+        if n > m {
+            used.insert(verb.clone());
+        }
+    }
+    // ... and the controller's writes as the write log names them (an apply
+    // that creates is a create, which the API server authorizes too).
+    for w in writes_since(&env, rv).await {
+        if w["resource"] == "configmaps"
+            && w["user"] == "system:serviceaccount:kube-discovery:kube-discovery"
+        {
+            used.insert(w["verb"].as_str().unwrap_or("").to_string());
+        }
+    }
+    assert_eq!(
+        used, granted,
+        "ConfigMap verbs used vs granted by the snapshot Role"
+    );
+    // And the snapshot is right.
+    want.retain(|k, _| (0..5).any(|i| *k == format!("{NS}/s{i:02}")));
+    want.insert(
+        format!("{NS}/s00"),
+        BTreeMap::from([("http".to_string(), vec!["10.0.0.1".to_string()])]),
+    );
+    let api: Api<ConfigMap> = Api::namespaced(env.admin.clone(), "kube-discovery");
+    let d = read(&api).await.expect("consistent").expect("index");
+    assert_eq!(hosts_of(&d), want);
+}
