@@ -150,16 +150,15 @@ fn hosts_of(d: &Dump) -> Expected {
 /// Waits until the assembled snapshot holds exactly `want`; returns it.
 async fn wait_snapshot(env: &Env, want: &Expected) -> Dump {
     let api = cms(env);
-    let mut last = String::new();
     let start = tokio::time::Instant::now();
     loop {
-        match read(&api).await {
+        let last = match read(&api).await {
             Ok(Some(d)) if &hosts_of(&d) == want => return d,
-            Ok(Some(d)) => last = format!("{} services", d.services()),
-            Ok(None) => last = "no index".into(),
-            Err(e) if e.is_retryable() => last = e.to_string(),
+            Ok(Some(d)) => format!("{} services", d.services()),
+            Ok(None) => "no index".to_string(),
+            Err(e) if e.is_retryable() => e.to_string(),
             Err(e) => panic!("snapshot is inconsistent: {e}"),
-        }
+        };
         assert!(
             start.elapsed() < LIMIT,
             "snapshot never became {} services (last: {last})",
