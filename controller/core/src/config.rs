@@ -61,7 +61,7 @@
 //! | `sinks.discoveredservices.namespace` | namespace (DNS label); required with `fixed`, not allowed with `source` | - |
 //! | `sinks.configmap.enabled` | bool: also write a ConfigMap snapshot | `false` |
 //! | `sinks.configmap.namespace` | namespace; required when enabled | - |
-//! | `sinks.configmap.name` | ConfigMap name (DNS subdomain) | `kube-discovery-nodes` |
+//! | `sinks.configmap.name` | name of the index ConfigMap (DNS subdomain; at most 240 characters, checked at startup); shards are `<name>-<i>` | `kube-discovery-nodes` |
 //! | `home.kubeconfig` / `home.context` | where DiscoveredServices are written in multi-cluster mode | in-cluster |
 //! | `leader_election.enabled` | bool | `false` |
 //! | `leader_election.lease_name` | Lease name (DNS subdomain) | `kube-discovery` |
