@@ -2,14 +2,26 @@
 //! can run and exactly one writes (`kube_discovery.leader_election`).
 //!
 //! ```text
-//!  every lease_duration/3:  GET lease ─▶ decide(spec, me, now)
+//!  every retry_period:  GET lease ─▶ decide(spec, me, now)      (the round is bounded by a timeout)
 //!      Create    (absent)                         ─▶ POST   holder=me
 //!      Renew     (holder == me)                   ─▶ PUT    renewTime=now  (resourceVersion-guarded)
 //!      TakeOver  (holder empty or renewTime+duration < now) ─▶ PUT holder=me, transitions+1
 //!      Follow    (someone else holds a fresh lease)
-//!  leader = last successful Create/Renew/TakeOver is younger than lease_duration
+//!  leader = the last successful Create/Renew/TakeOver STARTED less than renew_deadline ago
 //!  shutdown: a leader releases the lease (holder="") so a standby takes over at once
 //! ```
+//!
+//! client-go semantics: `lease_duration` 15 s, `renew_deadline` 10 s,
+//! `retry_period` 2 s ([`LeaseConfig::new`] scales these proportions to the
+//! configured `lease_duration`). A leader that cannot renew (API errors, a
+//! hung request, a partition) stops leading when `renew_deadline` has passed
+//! since the start of its last successful renewal, by a timer that does not
+//! wait for the pending request. A standby only takes over once
+//! `renewTime + lease_duration` has passed, and `renewTime` is stamped at the
+//! start of the round, so the old leader has stopped writing
+//! `lease_duration - renew_deadline` (5 s by default) before anyone else may
+//! start: two replicas never both write (for clocks that agree to better than
+//! that margin). A replica that stepped down campaigns again like any other.
 //!
 //! All replicas watch and index (standbys are warm and serve the HTTP API);
 //! only the leader's writer writes (see [`crate::writer::spawn_gated`]).
@@ -21,6 +33,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// What to do with the lease as seen now.
@@ -72,8 +85,60 @@ pub struct LeaseConfig {
     pub name: String,
     /// This replica's identity (pod name or hostname + pid).
     pub identity: String,
-    /// Lease duration.
+    /// Lease duration (`leaseDurationSeconds`).
     pub duration: Duration,
+    /// The leader stops leading when it could not renew for this long;
+    /// shorter than `duration`.
+    pub renew_deadline: Duration,
+    /// Time between rounds (acquire or renew); shorter than `renew_deadline`.
+    pub retry_period: Duration,
+}
+
+impl LeaseConfig {
+    /// Settings with client-go's proportions (15 s / 10 s / 2 s) scaled to
+    /// `duration` (at least 1 s): renew deadline 2/3, retry period 2/15 of it.
+    pub fn new(namespace: String, name: String, identity: String, duration: Duration) -> Self {
+        let duration = duration.max(Duration::from_secs(1));
+        Self {
+            namespace,
+            name,
+            identity,
+            duration,
+            renew_deadline: duration.mul_f64(2.0 / 3.0),
+            retry_period: duration.mul_f64(2.0 / 15.0).max(Duration::from_millis(100)),
+        }
+    }
+
+    /// Checks `retry_period < renew_deadline < duration`; the error names the values.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.renew_deadline >= self.duration {
+            return Err(format!(
+                "kube_discovery.leader_election: renew deadline {:?} must be shorter than lease_duration {:?}",
+                self.renew_deadline, self.duration
+            ));
+        }
+        if self.retry_period >= self.renew_deadline {
+            return Err(format!(
+                "kube_discovery.leader_election: retry period {:?} must be shorter than the renew deadline {:?}",
+                self.retry_period, self.renew_deadline
+            ));
+        }
+        Ok(())
+    }
+
+    /// Upper bound of one round (GET + write): what is left of the renew
+    /// deadline after one retry period, at least one retry period.
+    fn round_timeout(&self) -> Duration {
+        self.renew_deadline
+            .saturating_sub(self.retry_period)
+            .max(self.retry_period)
+    }
+}
+
+/// Whether a leader whose last successful round started at `last_ok` still
+/// leads at `now`.
+pub fn still_leading(last_ok: Option<Instant>, now: Instant, renew_deadline: Duration) -> bool {
+    last_ok.is_some_and(|t| now.saturating_duration_since(t) < renew_deadline)
 }
 
 /// This replica's identity: `POD_NAME`, else `HOSTNAME`, plus the pid.
@@ -197,41 +262,84 @@ pub fn spawn(
     let (tx, rx) = watch::channel(false);
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let task = tokio::spawn(async move {
-        let mut last_ok: Option<tokio::time::Instant> = None;
-        loop {
-            let leading = match round(&api, &cfg).await {
-                Ok(true) => {
-                    last_ok = Some(tokio::time::Instant::now());
-                    true
-                }
-                Ok(false) => {
-                    last_ok = None;
-                    false
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "leader election round failed");
-                    // Keep leading only while our last renewal is still valid.
-                    last_ok.is_some_and(|t| t.elapsed() < cfg.duration)
-                }
-            };
-            if *tx.borrow() != leading {
-                tracing::info!(identity = %cfg.identity, leading, "leadership changed");
-                let _ = tx.send(leading);
-            }
-            let wait = if leading {
-                cfg.duration / 3
-            } else {
-                cfg.duration / 4
-            };
-            tokio::select! {
-                () = tokio::time::sleep(wait.max(Duration::from_millis(200))) => {}
-                () = shutdown.cancelled() => break,
-            }
-        }
+        campaign(&api, &cfg, &tx, &shutdown).await;
         let _ = tx.send(false);
         release(&api, &cfg).await;
     });
     (rx, task)
+}
+
+fn set_leading(tx: &watch::Sender<bool>, cfg: &LeaseConfig, leading: bool) {
+    if *tx.borrow() != leading {
+        tracing::info!(identity = %cfg.identity, leading, "leadership changed");
+        let _ = tx.send(leading);
+    }
+}
+
+/// Steps down once `last_ok + renew_deadline` has passed (never resolves
+/// when not leading).
+async fn deadline(tx: &watch::Sender<bool>, last_ok: Option<Instant>, cfg: &LeaseConfig) {
+    match last_ok {
+        Some(t) if *tx.borrow() => tokio::time::sleep_until(t + cfg.renew_deadline).await,
+        _ => std::future::pending().await,
+    }
+}
+
+async fn campaign(
+    api: &Api<Lease>,
+    cfg: &LeaseConfig,
+    tx: &watch::Sender<bool>,
+    shutdown: &CancellationToken,
+) {
+    let mut last_ok: Option<Instant> = None;
+    let step_down = |tx: &watch::Sender<bool>| {
+        tracing::warn!(lease = %cfg.name, deadline = ?cfg.renew_deadline, "could not renew the leader lease within the renew deadline; stepping down");
+        set_leading(tx, cfg, false);
+    };
+    loop {
+        let started = Instant::now();
+        let attempt = tokio::time::timeout(cfg.round_timeout(), round(api, cfg));
+        tokio::pin!(attempt);
+        let outcome = loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                r = &mut attempt => break r,
+                () = deadline(tx, last_ok, cfg) => step_down(tx),
+            }
+        };
+        match outcome {
+            Ok(Ok(true)) => {
+                last_ok = Some(started);
+                set_leading(
+                    tx,
+                    cfg,
+                    still_leading(last_ok, Instant::now(), cfg.renew_deadline),
+                );
+            }
+            Ok(Ok(false)) => {
+                last_ok = None;
+                set_leading(tx, cfg, false);
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "leader election round failed");
+            }
+            Err(_) => {
+                tracing::warn!(timeout = ?cfg.round_timeout(), "leader election round timed out");
+            }
+        }
+        if *tx.borrow() && !still_leading(last_ok, Instant::now(), cfg.renew_deadline) {
+            step_down(tx);
+        }
+        let pause = tokio::time::sleep(cfg.retry_period.max(Duration::from_millis(100)));
+        tokio::pin!(pause);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = &mut pause => break,
+                () = deadline(tx, last_ok, cfg) => step_down(tx),
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -248,6 +356,45 @@ mod tests {
             lease_duration_seconds: Some(duration),
             ..LeaseSpec::default()
         }
+    }
+
+    #[test]
+    fn client_go_proportions_and_validation() {
+        let c = LeaseConfig::new(
+            "ns".into(),
+            "l".into(),
+            "me".into(),
+            Duration::from_secs(15),
+        );
+        assert_eq!(c.renew_deadline, Duration::from_secs(10));
+        assert_eq!(c.retry_period, Duration::from_secs(2));
+        assert_eq!(c.round_timeout(), Duration::from_secs(8));
+        assert!(c.validate().is_ok());
+        let small = LeaseConfig::new("ns".into(), "l".into(), "me".into(), Duration::ZERO);
+        assert_eq!(small.duration, Duration::from_secs(1));
+        assert!(small.validate().is_ok(), "{small:?}");
+        let bad = LeaseConfig {
+            renew_deadline: Duration::from_secs(15),
+            ..c.clone()
+        };
+        assert!(bad.validate().unwrap_err().contains("renew deadline"));
+        let bad = LeaseConfig {
+            retry_period: Duration::from_secs(10),
+            ..c
+        };
+        assert!(bad.validate().unwrap_err().contains("retry period"));
+    }
+
+    #[test]
+    fn leading_ends_at_the_renew_deadline() {
+        let t0 = Instant::now();
+        let d = Duration::from_secs(10);
+        assert!(!still_leading(None, t0, d));
+        assert!(still_leading(Some(t0), t0, d));
+        assert!(still_leading(Some(t0), t0 + Duration::from_millis(9999), d));
+        assert!(!still_leading(Some(t0), t0 + d, d));
+        // A clock reading before the renewal (never happens) still leads.
+        assert!(still_leading(Some(t0 + d), t0, d));
     }
 
     #[test]

@@ -97,12 +97,14 @@ pub fn plan(
                     .into(),
             )
         })?;
-        Some(crate::leader::LeaseConfig {
+        let lease = crate::leader::LeaseConfig::new(
             namespace,
-            name: le.lease_name.clone(),
-            identity: crate::leader::default_identity(),
-            duration: le.lease_duration,
-        })
+            le.lease_name.clone(),
+            crate::leader::default_identity(),
+            le.lease_duration,
+        );
+        lease.validate().map_err(Error::Config)?;
+        Some(lease)
     } else {
         None
     };

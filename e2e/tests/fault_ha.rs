@@ -5,6 +5,7 @@
 //! | # | scenario | test |
 //! |---|---|---|
 //! | 8 | two replicas, Lease leader election, leader SIGKILLed, lease released on SIGTERM | `s08_leader_election` |
+//! | 8 | the leader cannot renew: it stops writing at the renew deadline, before the lease expires | `s08_leader_steps_down_at_the_renew_deadline` |
 //! | 9 | `token_file` rotated on disk | `s09_token_file_rotation` |
 //! | 9 | invalid token | `s09_invalid_token` |
 //! | 10 | multi-cluster: one cluster down | `s10_one_cluster_down` |
@@ -151,7 +152,11 @@ async fn s09_invalid_token() {
         body.contains("Unauthorized") || body.contains("401"),
         "/readyz names the cause: {body}"
     );
-    let failures = ctl.logs().matches("watch failed").count();
+    // The source watch's own retries (other watches, e.g. drift's, log their own lines).
+    let failures = ctl
+        .logs()
+        .matches(r#""message":"watch failed; retrying with backoff""#)
+        .count();
     // The policy (source.rs `WatchBackoff`): 250 ms doubling to a 1 s cap, each
     // delay jittered to 50-100 %, so at most ~3 + 10 s / 0.5 s attempts in the
     // ~10 s observed; a hot loop (every Init resetting the backoff) made ~46.
@@ -408,4 +413,98 @@ async fn s08_leader_election() {
         None,
         "the lease was not released on SIGTERM"
     );
+}
+
+async fn standby(ctl: &Controller) -> Option<bool> {
+    let (_, body) = ctl.get("/readyz").await;
+    serde_json::from_str::<Value>(&body).ok()?["standby"].as_bool()
+}
+
+fn unix_millis_now() -> i64 {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock");
+    i64::try_from(d.as_millis()).expect("millis")
+}
+
+/// client-go semantics: a leader whose renewals fail stops writing once the
+/// renew deadline (2/3 of the lease: 2 s of 3 s) has passed since its last
+/// successful renewal, i.e. BEFORE the lease expires and a standby may take
+/// over; it does not step down at the first failure; it writes again once it
+/// can renew.
+#[tokio::test]
+async fn s08_leader_steps_down_at_the_renew_deadline() {
+    let env = Env::start().await;
+    let token = admin_user(&env, "replica-a");
+    let cfg = leader_config(&env, &token);
+    env.namespace("ha").await;
+    env.slice("ha", "web", "web-a", &[("10.8.0.1", true)], &[("http", 80)])
+        .await;
+    let a = Controller::start(&env, "replica-a", &cfg, &[]).await;
+    eventually("replica-a leads", LIMIT, || async {
+        (standby(&a).await == Some(false)).then_some(())
+    })
+    .await;
+    env.wait_nodes("ha", "web", "http", &["10.8.0.1"]).await;
+
+    // Every lease update (the renewal) now fails; reads still work, so the
+    // replica keeps trying and the test can read the last renewTime.
+    fault(
+        &env,
+        json!({"fail": {"verb": "update", "resource": "leases", "count": 1_000_000, "code": 500}}),
+    )
+    .await;
+    let faulted = unix_millis_now();
+    let stepped_down = loop {
+        if standby(&a).await == Some(true) {
+            break unix_millis_now();
+        }
+        assert!(
+            unix_millis_now() - faulted < 15_000,
+            "the leader never stepped down"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let api: kube::Api<Lease> = kube::Api::namespaced(env.admin.clone(), "default");
+    let spec = api
+        .get("kube-discovery")
+        .await
+        .expect("get Lease")
+        .spec
+        .expect("spec");
+    let renewed = spec.renew_time.expect("renewTime").0.as_millisecond();
+    let lease_ms = i64::from(spec.lease_duration_seconds.expect("duration")) * 1000;
+    assert_eq!(lease_ms, 3000);
+    let after = stepped_down - renewed;
+    // Not at the first failed renewal (one retry period, 400 ms, after the
+    // last success) but close to the 2 s deadline, and before the lease expires.
+    assert!(
+        after >= 1500,
+        "stepped down {after} ms after the last renewal: too early"
+    );
+    assert!(
+        after < lease_ms,
+        "stepped down {after} ms after the last renewal: a standby could take over after {lease_ms} ms"
+    );
+    assert!(
+        a.logs()
+            .contains("within the renew deadline; stepping down"),
+        "no step-down log"
+    );
+
+    // Stepped down: changes are not written.
+    let rv = env.rv().await;
+    env.slice("ha", "web", "web-a", &[("10.8.0.2", true)], &[("http", 80)])
+        .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        dsvc_writers(&env, rv).await,
+        Vec::<String>::new(),
+        "a replica that cannot renew wrote"
+    );
+    // Renewals work again: it leads and writes what it missed.
+    fault(&env, json!({"clear": true})).await;
+    env.wait_nodes("ha", "web", "http", &["10.8.0.2"]).await;
+    assert_eq!(standby(&a).await, Some(false));
+    a.stop().await;
 }
