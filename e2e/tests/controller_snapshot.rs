@@ -476,10 +476,26 @@ async fn snapshot_follows_the_state_in_shards_without_needless_writes() {
     ctl.stop().await;
 
     // A restart with an unchanged state writes nothing: the only round after
-    // it is the marker's.
+    // it is the marker's. Its first lists fail for a while (longer than the
+    // window): it must not publish the empty state it has meanwhile.
     let rv = env.rv().await;
+    let req = http::Request::post("/_sim/faults")
+        .header("content-type", "application/json")
+        .body(
+            serde_json::to_vec(
+                &json!({"fail": {"verb": "list", "resource": "endpoints", "count": 4, "code": 500}}),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+    env.admin.request::<Value>(req).await.expect("fault hook");
     let ctl = start(&env, "snap2", &cfg, &vars).await;
     ctl.wait_ready().await;
+    assert!(
+        ctl.logs().contains("watch failed"),
+        "the injected list failures did not happen:\n{}",
+        ctl.logs()
+    );
     put(&env, &mut want, "zz-marker2", vec!["10.9.9.10".into()]).await;
     wait_snapshot(&env, &want).await;
     let w = cm_writes(&env, rv).await;
