@@ -504,3 +504,63 @@ async fn skipped_bad_data_is_counted_by_reason() {
         .await;
     ctl.stop().await;
 }
+
+/// The same in EndpointSlice mode: an IPv6 address in an IPv4 slice and a
+/// slice without its `kubernetes.io/service-name` label are counted under
+/// `kind="EndpointSlice"`; the good endpoints of the Service are published.
+#[tokio::test]
+async fn skipped_slice_data_is_counted_by_reason() {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::api::{Api, Patch, PatchParams};
+    let env = Env::start().await;
+    env.namespace("shop").await;
+    let api: Api<EndpointSlice> = Api::namespaced(env.admin.clone(), "shop");
+    let apply = |obj: serde_json::Value| {
+        let api = api.clone();
+        async move {
+            let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+            api.patch(
+                &name,
+                &PatchParams::apply("e2e").force(),
+                &Patch::Apply(&obj),
+            )
+            .await
+            .expect("apply EndpointSlice");
+        }
+    };
+    apply(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+        "metadata": {"name": "web-a", "namespace": "shop", "labels": {"kubernetes.io/service-name": "web"}},
+        "endpoints": [{"addresses": ["fd00::1"]}, {"addresses": ["10.0.2.1"]}],
+        "ports": [{"name": "http", "port": 8080}]}))
+    .await;
+    apply(
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+        "metadata": {"name": "stray", "namespace": "shop"},
+        "endpoints": [{"addresses": ["10.0.2.9"]}],
+        "ports": [{"name": "http", "port": 8080}]}),
+    )
+    .await;
+    let ctl = Controller::start(
+        &env,
+        "skipped-slices",
+        &config(&env, "    watch_endpoint_slices: true\n"),
+        &[],
+    )
+    .await;
+    ctl.wait_ready().await;
+    env.wait_nodes("shop", "web", "http", &["10.0.2.1"]).await;
+    let series = |reason: &str| {
+        format!(
+            "kube_discovery_source_skipped_total{{cluster=\"\",kind=\"EndpointSlice\",reason=\"{reason}\"}}"
+        )
+    };
+    eventually("slice skips counted", LIMIT, || async {
+        let text = ctl.get("/metrics").await.1;
+        let got = ["invalid_address", "missing_service_label"]
+            .map(|r| sample(&text, &series(r)).unwrap_or(0.0));
+        (got == [1.0, 1.0]).then_some(())
+    })
+    .await;
+    assert_eq!(env.dsvc_names().await, vec!["shop/web"]);
+    ctl.stop().await;
+}
