@@ -673,6 +673,137 @@ mod tests {
         assert_eq!(read_dir(dir.path()).unwrap(), d);
     }
 
+    async fn sim_client() -> (kube_sim::Sim, Client, tempfile::TempDir) {
+        let sim = kube_sim::Sim::start(kube_sim::SimConfig::default())
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let kc = dir.path().join("kubeconfig");
+        sim.write_kubeconfig(&kc, &sim.admin_token()).unwrap();
+        let client = crate::client::client(&crate::client::Connection::Kubeconfig {
+            path: Some(kc),
+            context: None,
+        })
+        .await
+        .unwrap();
+        let ns: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(json!({"metadata": {"name": "kd"}})).unwrap();
+        Api::all(client.clone())
+            .create(&Default::default(), &ns)
+            .await
+            .unwrap();
+        (sim, client, dir)
+    }
+
+    fn state(n: u32) -> Arc<Shared> {
+        let shared = Arc::new(Shared::new([""]));
+        for i in 0..n {
+            let k = ServiceKey::new("", "ns", format!("s{i:02}"));
+            let ports = PortMap::from([(
+                "http".to_string(),
+                vec![Node::new(format!("10.0.0.{i}"), 80, 100)],
+            )]);
+            shared.set_desired(
+                &k,
+                Some(ServiceNodes::new(
+                    k.clone(),
+                    SourceKind::Endpoints,
+                    ports,
+                    None,
+                )),
+            );
+        }
+        shared
+    }
+
+    async fn wait_read(client: &Client, want: &Dump) {
+        for _ in 0..200 {
+            if let Ok(d) = read(client, "kd", "snap").await
+                && &d == want
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the snapshot never equalled the state");
+    }
+
+    #[tokio::test]
+    async fn the_task_publishes_only_when_leader_and_listed_and_read_assembles_it() {
+        let (_sim, client, _dir) = sim_client().await;
+        let shared = state(30);
+        let mut opts = SnapshotOptions::new("kd".into(), "snap".into(), Duration::from_millis(10));
+        opts.max_shard_bytes = 2048;
+        let (leader_tx, leader_rx) = watch::channel(false);
+        let shutdown = CancellationToken::new();
+        let task = spawn(
+            client.clone(),
+            shared.clone(),
+            Metrics::default(),
+            opts,
+            shutdown.clone(),
+            Some(leader_rx),
+        );
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "kd");
+        // A leader whose clusters are not listed yet does not write, nor does a
+        // standby with listed clusters (checked after many coalescing
+        // windows; no timing target).
+        leader_tx.send(true).unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            api.get_opt("snap").await.unwrap().is_none(),
+            "written before the first list"
+        );
+        leader_tx.send(false).unwrap();
+        shared.update_cluster("", |c| c.listed = true);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            api.get_opt("snap").await.unwrap().is_none(),
+            "a standby wrote"
+        );
+        leader_tx.send(true).unwrap();
+        let want = dump_of(&shared);
+        wait_read(&client, &want).await;
+        let idx = snapshot::parse_index(&api.get("snap").await.unwrap().data.unwrap()[INDEX_KEY])
+            .unwrap();
+        assert!(idx.shards.len() > 1, "{} shards", idx.shards.len());
+        // A change is followed.
+        shared.set_desired(&ServiceKey::new("", "ns", "s00"), None);
+        let want = dump_of(&shared);
+        wait_read(&client, &want).await;
+        shutdown.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn read_names_the_missing_shard_and_refuses_garbage() {
+        let (_sim, client, _dir) = sim_client().await;
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "kd");
+        let e = read(&client, "kd", "snap").await.unwrap_err().to_string();
+        assert!(e.contains("kd/snap not found"), "{e}");
+        let l = snapshot::build(&dump_of(&state(30)), "snap", 2048).unwrap();
+        let pp = PatchParams::apply("test");
+        for (name, key, text) in l.shards.iter().map(|s| (&s.name, &s.key, &s.text)).chain([(
+            &"snap".to_string(),
+            &INDEX_KEY.to_string(),
+            &l.index,
+        )]) {
+            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name}, "data": {(key): text}});
+            api.patch(name, &pp, &Patch::Apply(&cm)).await.unwrap();
+        }
+        assert_eq!(read(&client, "kd", "snap").await.unwrap().services(), 30);
+        let gone = l.shards[1].name.clone();
+        api.delete(&gone, &DeleteParams::default()).await.unwrap();
+        let e = read(&client, "kd", "snap").await.unwrap_err().to_string();
+        assert!(e.contains(&gone) && e.contains(&l.version), "{e}");
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "snap"}, "data": {"index.json": "{\"format\": 9}"}});
+        api.patch("snap", &pp, &Patch::Apply(&cm)).await.unwrap();
+        let e = read(&client, "kd", "snap").await.unwrap_err().to_string();
+        assert!(e.contains("index.json"), "{e}");
+    }
+
     #[tokio::test]
     async fn generation_signal_fires_on_state_changes() {
         let shared = Shared::new([""]);
