@@ -6,7 +6,8 @@
 //! that is busy (running `nginx -t`, talking to HAProxy) sees one change for
 //! a whole burst of events, which coalesces a rolling update for free. The
 //! first signal comes after the initial list (`InitDone`), so nothing is
-//! rendered from a half-listed cache.
+//! rendered from a half-listed cache. Reconnects follow the controller's
+//! policy ([`WatchBackoff`]: at most ~1 s between retries).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Config, ResourceExt};
+use kube_discovery_core::backoff::WatchBackoff;
 use kube_discovery_core::crd::{DiscoveredService, MANAGED_BY_SELECTOR};
 use kube_discovery_core::{Node, parse_service_name};
 
@@ -91,7 +93,7 @@ impl DsWatch {
         let (store, writer) = reflector::store();
         let (tx, changed) = tokio::sync::watch::channel(0u64);
         let stream = watcher(api, watcher::Config::default().labels(selector))
-            .default_backoff()
+            .backoff(WatchBackoff::new())
             .modify(|o: &mut DiscoveredService| {
                 o.managed_fields_mut().clear();
                 o.annotations_mut().clear();

@@ -15,6 +15,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod backoff;
 pub mod config;
 pub mod convert;
 pub mod crd;
