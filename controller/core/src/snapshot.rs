@@ -290,6 +290,81 @@ fn group_overhead(id: &str) -> usize {
     2 * (30 + escaped_len(id))
 }
 
+/// Compact JSON of `v` (plain data always serializes).
+fn json<T: Serialize + ?Sized>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+/// `s` as it appears inside a JSON string (escaped, without quotes).
+fn inner(s: &str) -> String {
+    let q = serde_json::to_string(s).unwrap_or_default();
+    q.get(1..q.len().saturating_sub(1))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Fills each part as far as an upper bound of its size allows, so big
+/// services use whole shards. `None` when a part misses the bound after all
+/// (the caller then splits evenly).
+fn split_greedy(
+    name: &str,
+    flat: &[(&String, &Node)],
+    empty: &[&String],
+    avail: usize,
+) -> Result<Option<Vec<Entry>>, BuildError> {
+    let fixed = entry_size(&Entry {
+        name: name.to_string(),
+        value: "{}".to_string(),
+        part: Some(Part {
+            index: u32::MAX,
+            count: u32::MAX,
+        }),
+    })? + 16;
+    // In the measured text a value character costs its escaped length twice over.
+    let cost = |fragment: &str| escaped_len(&inner(fragment)) + 2;
+    let port_cost = |p: &String| cost(&format!("{}:[],", json(p)));
+    let mut parts: Vec<PortMap> = Vec::new();
+    let mut cur = PortMap::new();
+    let mut size = fixed;
+    for p in empty {
+        cur.insert((*p).clone(), Vec::new());
+        size += port_cost(p);
+    }
+    for (p, n) in flat {
+        let mut add = cost(&json(*n));
+        if !cur.contains_key(*p) {
+            add += port_cost(p);
+        }
+        if !cur.is_empty() && size + add > avail {
+            parts.push(std::mem::take(&mut cur));
+            size = fixed + port_cost(p);
+            add = cost(&json(*n));
+        }
+        size += add;
+        cur.entry((*p).clone()).or_default().push((*n).clone());
+    }
+    if !cur.is_empty() {
+        parts.push(cur);
+    }
+    let count = u32::try_from(parts.len()).map_err(|e| BuildError::Json(e.to_string()))?;
+    let mut out = Vec::with_capacity(parts.len());
+    for (i, pm) in parts.iter().enumerate() {
+        let e = Entry {
+            name: name.to_string(),
+            value: port_json(pm),
+            part: Some(Part {
+                index: u32::try_from(i).map_err(|e| BuildError::Json(e.to_string()))?,
+                count,
+            }),
+        };
+        if entry_size(&e)? > avail {
+            return Ok(None);
+        }
+        out.push(e);
+    }
+    Ok((out.len() >= 2).then_some(out))
+}
+
 /// Splits one service into parts of at most `avail` escaped bytes each.
 fn split_service(
     key: &ServiceKey,
@@ -311,6 +386,9 @@ fn split_service(
         service: key.to_string(),
         max,
     };
+    if let Some(parts) = split_greedy(name, &flat, &empty, avail)? {
+        return Ok(parts);
+    }
     let whole = entry_size(&Entry {
         name: name.to_string(),
         value: port_json(ports),
@@ -796,6 +874,18 @@ mod tests {
                 .count()
                 >= 8
         );
+    }
+
+    #[test]
+    fn a_split_service_fills_its_first_shard() {
+        // A bit more than one shard: an even split would give two half-empty parts.
+        let d = dump_of(&[("", "big", "svc", &[("http", 62)])]);
+        let whole = escaped_len(&serde_json::to_string(&d.to_apisix_endpoints()).unwrap());
+        assert!(whole > 4096 && whole < 4096 * 3 / 2, "{whole}");
+        let l = roundtrip(&d, 4096);
+        assert_eq!(l.shards.len(), 2);
+        let first = escaped_len(&l.shards[0].text);
+        assert!(first > 4096 * 85 / 100, "first shard only {first} of 4096");
     }
 
     #[test]
