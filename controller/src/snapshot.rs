@@ -812,7 +812,17 @@ mod tests {
         shared.update_cluster("", |c| c.listed = true);
         assert!(rx.has_changed().unwrap());
         rx.borrow_and_update();
+        // Status details the dump does not contain signal nothing.
+        shared.update_cluster("", |c| {
+            c.synced = true;
+            c.lists += 1;
+            c.last_error = Some("x".into());
+        });
+        assert!(!rx.has_changed().unwrap());
         shared.set_desired(&ServiceKey::new("", "a", "b"), None);
         assert!(rx.has_changed().unwrap());
+        rx.borrow_and_update();
+        shared.update_cluster("new", |_| {});
+        assert!(rx.has_changed().unwrap(), "a new cluster is in the dump");
     }
 }

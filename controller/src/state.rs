@@ -34,8 +34,9 @@ pub struct Shared {
     desired: RwLock<BTreeMap<ServiceKey, ServiceNodes>>,
     clusters: RwLock<BTreeMap<String, ClusterStatus>>,
     standby: AtomicBool,
-    /// Bumped on every change of `desired` or `clusters`: a cheap "something
-    /// changed" signal for consumers of the whole state (the snapshot sink).
+    /// Bumped on every change of `desired` and when a cluster appears or its
+    /// `listed` flag flips: a cheap "something changed" signal for consumers
+    /// of the whole state (the snapshot sink).
     generation: tokio::sync::watch::Sender<u64>,
 }
 
@@ -121,11 +122,19 @@ impl Shared {
 
     /// Updates the status of `cluster` in place.
     pub fn update_cluster(&self, cluster: &str, f: impl FnOnce(&mut ClusterStatus)) {
-        {
+        let listed_changed = {
             let mut c = write(&self.clusters);
-            f(c.entry(cluster.to_string()).or_default());
+            let known = c.contains_key(cluster);
+            let s = c.entry(cluster.to_string()).or_default();
+            let before = s.listed;
+            f(s);
+            !known || before != s.listed
+        };
+        // Only what the whole-state consumers depend on (which clusters exist
+        // and are listed) signals a change; sync flags and errors do not.
+        if listed_changed {
+            self.bump();
         }
-        self.bump();
     }
 
     /// Snapshot of all cluster statuses.

@@ -364,6 +364,7 @@ async fn snapshot_follows_the_state_in_shards_without_needless_writes() {
     );
 
     // Grow to several shards, in a burst of concurrent changes.
+    ctl.wait_ready().await;
     let rv = env.rv().await;
     let mut reqs = (
         requests(&ctl, "applied").await,
