@@ -36,8 +36,11 @@
 //!   [`kube_discovery_core::snapshot::assemble`], which refuses mixed versions;
 //!   a shard being rewritten or just deleted means "read again".
 //!
-//! RBAC: `list`, `watch`, `patch`, `delete` on `configmaps` in the snapshot
-//! namespace (`rbac/optional/configmap-snapshot.yaml`).
+//! RBAC: `list`, `watch`, `create`, `patch`, `delete` on `configmaps` in the
+//! snapshot namespace (`rbac/optional/configmap-snapshot.yaml`; `create`
+//! because the API server also authorizes an apply that creates the object).
+//! Known gap: someone making a snapshot ConfigMap `immutable: true` makes its
+//! repair fail (retried with backoff, logged) until it is deleted.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
