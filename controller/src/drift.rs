@@ -31,7 +31,9 @@
 //! no pending or in-flight write and its last write finished `drift_settle` ago,
 //! against the store's latest copy; and the sink records the resourceVersion of
 //! every object it wrote, so a cached copy older than our last write is `Stale`,
-//! never `Drift`.
+//! never `Drift`, and a watch event carrying our own write (or an older state)
+//! is dismissed without comparing anything (cheap even for a sharded service
+//! of megabytes).
 //!
 //! Orphans: an object with our label whose service has no desired state, once
 //! that service's cluster is listed, is deleted (kind `orphan`; also a stray
@@ -190,6 +192,14 @@ impl DriftView {
         matches!((rv_of(obj), self.written_rv(&ns, &name)), (Some(have), Some(ours)) if have < ours)
     }
 
+    /// Whether `obj` is our own last write of it or older: the watch event of
+    /// something we wrote, which needs no comparison (a change of the desired
+    /// state since then is queued as a write anyway).
+    fn ours_or_older(&self, obj: &DiscoveredService) -> bool {
+        let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
+        matches!((rv_of(obj), self.written_rv(&ns, &name)), (Some(have), Some(ours)) if have <= ours)
+    }
+
     /// The cached copy of `ns/name`.
     pub fn cached(&self, ns: &str, name: &str) -> Option<Arc<DiscoveredService>> {
         self.get(ns, name)
@@ -244,6 +254,11 @@ impl DriftView {
     /// `Some(true)` yes, `Some(false)` no, `None` not decidable yet (its
     /// cluster is not listed).
     fn suspicious(&self, obj: &DiscoveredService, deleted: bool, shared: &Shared) -> Option<bool> {
+        if !deleted && self.ours_or_older(obj) {
+            // Cheap, and the common case: no copy of the desired objects
+            // (megabytes for a big service) per event of our own writes.
+            return Some(false);
+        }
         let key = key_of(obj);
         let listed = shared.clusters().get(&key.cluster).map(|c| c.listed);
         let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
@@ -264,7 +279,6 @@ impl DriftView {
                     // Not a name we want: a stray (a deleted stray is fine).
                     (None, d) => !d,
                     (Some(_), true) => true,
-                    (Some(_), false) if self.older_than_our_write(obj) => false,
                     (Some(w), false) => !matches(obj, w),
                 })
             }

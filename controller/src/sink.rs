@@ -49,8 +49,9 @@ pub const FIELD_MANAGER: &str = "kube-discovery";
 /// subresource applies (kube-sim once merged both into one managedFields
 /// entry, which made removed port keys linger).
 pub const STATUS_FIELD_MANAGER: &str = "kube-discovery-status";
-/// Field manager of the merge patch that removes port keys someone else added
-/// (server-side apply never removes fields it does not own).
+/// Field manager of the merge patches that remove port keys someone else
+/// added (server-side apply never removes fields it does not own) and the
+/// `shard` field of a service that fits one object again.
 pub const DRIFT_FIELD_MANAGER: &str = "kube-discovery-drift";
 
 /// Writes DiscoveredServices to one API server.
@@ -178,6 +179,26 @@ impl KubeSink {
         }
     }
 
+    /// Removes `spec.shard` from the object `obj` names (absent is success).
+    async fn unshard(&self, key: &ServiceKey, obj: &DiscoveredService) -> Result<()> {
+        let ns = obj.metadata.namespace.clone().unwrap_or_default();
+        let name = obj.metadata.name.clone().unwrap_or_default();
+        let pp = PatchParams {
+            field_manager: Some(DRIFT_FIELD_MANAGER.to_string()),
+            ..PatchParams::default()
+        };
+        let body = serde_json::json!({"spec": {"shard": null}});
+        tracing::info!(service = %key, object = %name, "service fits one object again: removing its shard field");
+        match self.api(&ns).patch(&name, &pp, &Patch::Merge(&body)).await {
+            Ok(got) => {
+                self.note_written(&ns, &name, &got);
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Deletes `ns/name`; absent is success.
     async fn delete_one(&self, ns: &str, name: &str) -> Result<()> {
         let res = self.api(ns).delete(name, &DeleteParams::default()).await;
@@ -293,6 +314,14 @@ impl Sink for KubeSink {
         let count = u32::try_from(objs.len()).unwrap_or(u32::MAX);
         // Shards 1.. first, shard 0 (the one carrying count and version that
         // readers start from) last.
+        let old = self.shard_count(&svc.key).unwrap_or(1);
+        if count == 1 && old > 1 {
+            // Sharded -> one object: drop `spec.shard` first. Server-side
+            // apply prunes the fields we no longer send, but an API server
+            // may keep the emptied `shard: {}` and then reject the object
+            // (kube-sim does: "spec.shard.count: Required value").
+            self.unshard(&svc.key, &objs[0]).await?;
+        }
         let repair = self
             .repairs
             .lock()
@@ -321,7 +350,6 @@ impl Sink for KubeSink {
                 )
             })
             .collect();
-        let old = self.shard_count(&svc.key).unwrap_or(1);
         let mut surplus: BTreeSet<ObjName> = (count..old)
             .map(|i| (ns.clone(), shard_name(&base, i)))
             .collect();
