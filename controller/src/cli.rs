@@ -73,7 +73,7 @@ pub enum Command {
         nodes: Option<String>,
     },
     /// Print the nodes of `[id/]namespace/name:port` from the DiscoveredServices
-    /// on the API server.
+    /// on the API server (default), or from the ConfigMap snapshot.
     Nodes {
         /// `[id/]namespace/name:port`.
         service: String,
@@ -83,6 +83,14 @@ pub enum Command {
         /// Kubeconfig context.
         #[arg(long)]
         context: Option<String>,
+        /// Read the ConfigMap snapshot `NAMESPACE/NAME` (its index ConfigMap)
+        /// through the API instead of the DiscoveredServices.
+        #[arg(long, value_name = "NAMESPACE/NAME", conflicts_with = "snapshot_dir")]
+        snapshot: Option<String>,
+        /// Read a snapshot mounted as files (`index.json` + shard keys in one
+        /// directory); needs no API access.
+        #[arg(long, value_name = "DIR")]
+        snapshot_dir: Option<PathBuf>,
     },
     /// Start an in-process kube-sim with sample workloads, run the controller
     /// against it, and keep changing endpoints so updates are visible.

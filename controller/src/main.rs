@@ -49,8 +49,16 @@ async fn dispatch(cli: Cli) -> Result<(), Error> {
             service,
             kubeconfig,
             context,
+            snapshot,
+            snapshot_dir,
         } => {
-            let out = kube_discovery::nodes::nodes_command(&service, kubeconfig, context).await?;
+            let from = match (snapshot, snapshot_dir) {
+                (Some(s), _) => kube_discovery::nodes::NodesFrom::Snapshot(s),
+                (None, Some(d)) => kube_discovery::nodes::NodesFrom::SnapshotDir(d),
+                (None, None) => kube_discovery::nodes::NodesFrom::DiscoveredServices,
+            };
+            let out =
+                kube_discovery::nodes::nodes_command(&service, kubeconfig, context, from).await?;
             println!("{out}");
             Ok(())
         }

@@ -52,23 +52,56 @@ impl NodesResolver {
     }
 }
 
-/// `kube-discovery nodes`: one list, one lookup, JSON out.
+/// Where `kube-discovery nodes` reads.
+#[derive(Debug, Clone)]
+pub enum NodesFrom {
+    /// The DiscoveredServices on the API server (every namespace).
+    DiscoveredServices,
+    /// The ConfigMap snapshot `namespace/name` on the API server.
+    Snapshot(String),
+    /// A snapshot mounted as files in this directory.
+    SnapshotDir(PathBuf),
+}
+
+/// `kube-discovery nodes`: one read, one lookup, JSON out.
 pub async fn nodes_command(
     service: &str,
     kubeconfig: Option<PathBuf>,
     context: Option<String>,
+    from: NodesFrom,
 ) -> Result<String> {
     let q = parse_service_name(service).map_err(|e| Error::Input(e.to_string()))?;
-    let client = crate::client::client(&crate::client::Connection::Kubeconfig {
-        path: kubeconfig,
-        context,
-    })
-    .await?;
-    let objs = crate::sink::list_managed(&client).await?;
-    match kube_discovery_core::render::lookup(&objs, &q) {
+    let connect = || async {
+        crate::client::client(&crate::client::Connection::Kubeconfig {
+            path: kubeconfig.clone(),
+            context: context.clone(),
+        })
+        .await
+    };
+    let nodes: Option<Vec<Node>> = match from {
+        NodesFrom::DiscoveredServices => {
+            let objs = crate::sink::list_managed(&connect().await?).await?;
+            kube_discovery_core::render::lookup(&objs, &q)
+        }
+        NodesFrom::Snapshot(at) => {
+            let (ns, name) = at
+                .split_once('/')
+                .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
+                .ok_or_else(|| {
+                    Error::Input(format!("--snapshot {at:?}: expected NAMESPACE/NAME"))
+                })?;
+            let dump = crate::snapshot::read(&connect().await?, ns, name).await?;
+            dump.lookup(&q).map(<[Node]>::to_vec)
+        }
+        NodesFrom::SnapshotDir(dir) => {
+            let dump = crate::snapshot::read_dir(&dir)?;
+            dump.lookup(&q).map(<[Node]>::to_vec)
+        }
+    };
+    match nodes {
         Some(nodes) => Ok(serde_json::to_string_pretty(&nodes)?),
         None => Err(Error::NotFound(format!(
-            "no nodes for {q}: no DiscoveredService with that service and port"
+            "no nodes for {q}: no such service and port"
         ))),
     }
 }

@@ -238,6 +238,104 @@ async fn nodes_command_reads_discovered_services_from_the_api_server() {
 }
 
 #[tokio::test]
+async fn nodes_command_reads_the_configmap_snapshot_via_api_and_mounted_files() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let env = Env::start().await;
+    env.namespace("default").await;
+    env.namespace("kd").await;
+    env.endpoints(
+        "default",
+        "plat-dev",
+        &["10.5.10.109", "10.5.10.110"],
+        &[("port", 3306)],
+        json!({}),
+    )
+    .await;
+    let cfg = format!(
+        "discovery:\n  kubernetes:\n{}kube_discovery:\n  coalesce_window: 20ms\n  sinks:\n    configmap: {{enabled: true, namespace: kd, name: nodes}}\n",
+        env.service_block(&env.sim.admin_token())
+    );
+    let ctl = Controller::start(&env, "nodessnap", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    let kc = env.kubeconfig(&env.sim.admin_token());
+    let kc = kc.to_str().unwrap();
+    let want = json!([{"host": "10.5.10.109", "port": 3306, "weight": 50}, {"host": "10.5.10.110", "port": 3306, "weight": 50}]);
+    let cms: Api<ConfigMap> = Api::namespaced(env.admin.clone(), "kd");
+    eventually("snapshot index written", LIMIT, || {
+        let cms = cms.clone();
+        async move { cms.get_opt("nodes").await.ok().flatten().map(|_| ()) }
+    })
+    .await;
+
+    // Through the API.
+    let (code, out, err) = run_async(&[
+        "nodes",
+        "default/plat-dev:port",
+        "--snapshot",
+        "kd/nodes",
+        "--kubeconfig",
+        kc,
+    ])
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), want);
+    let (code, _, err) = run_async(&[
+        "nodes",
+        "default/plat-dev:nope",
+        "--snapshot",
+        "kd/nodes",
+        "--kubeconfig",
+        kc,
+    ])
+    .await;
+    assert_ne!(code, 0, "unknown port must fail");
+    assert!(err.contains("default/plat-dev:nope"), "{err}");
+    let (code, _, err) = run_async(&[
+        "nodes",
+        "default/plat-dev:port",
+        "--snapshot",
+        "kd",
+        "--kubeconfig",
+        kc,
+    ])
+    .await;
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("--snapshot") && err.contains("NAMESPACE/NAME"),
+        "{err}"
+    );
+
+    // As a pod would see it: every key of the snapshot ConfigMaps as files in one dir.
+    let dir = tempfile::tempdir().unwrap();
+    let all = cms
+        .list(&ListParams::default().labels("app.kubernetes.io/managed-by=kube-discovery"))
+        .await
+        .unwrap();
+    assert!(!all.items.is_empty());
+    for cm in all.items {
+        for (k, v) in cm.data.unwrap_or_default() {
+            std::fs::write(dir.path().join(k), v).unwrap();
+        }
+    }
+    let d = dir.path().to_str().unwrap();
+    let (code, out, err) =
+        run_async(&["nodes", "default/plat-dev:port", "--snapshot-dir", d]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), want);
+    // A shard that does not match the index is refused, never silently used.
+    let shard = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap() != "index.json")
+        .expect("a shard file");
+    std::fs::write(&shard, "[]").unwrap();
+    let (code, _, err) = run_async(&["nodes", "default/plat-dev:port", "--snapshot-dir", d]).await;
+    assert_ne!(code, 0, "a corrupt shard must fail");
+    assert!(err.contains("shard") || err.contains("snapshot"), "{err}");
+    ctl.stop().await;
+}
+
+#[tokio::test]
 async fn demo_runs_for_a_duration_with_live_updates_and_exits_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let out_path = dir.path().join("demo.out");
