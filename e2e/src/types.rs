@@ -83,6 +83,7 @@ pub fn admit(
                 obj["type"] = json!("Opaque");
             }
         }
+        ("", "configmaps") => configmap_validate(info, old, obj)?,
         ("", "services") => service_defaults(old, obj, st)?,
         ("discovery.k8s.io", "endpointslices") => {
             match obj.get("addressType").and_then(Value::as_str) {
@@ -133,6 +134,61 @@ pub fn admit(
         }
         ("apiextensions.k8s.io", "customresourcedefinitions") => crd_admit(info, obj, st)?,
         _ => {}
+    }
+    Ok(())
+}
+
+/// Like the API server's `ValidateConfigMap` / `ValidateConfigMapUpdate`:
+/// at most 1 MiB of data (values of `data` and `binaryData` together), and
+/// an `immutable: true` ConfigMap keeps its data and stays immutable.
+fn configmap_validate(info: &ResourceInfo, old: Option<&Value>, obj: &Value) -> ApiResult<()> {
+    const MAX: usize = 1024 * 1024;
+    let size: usize = ["data", "binaryData"]
+        .iter()
+        .filter_map(|k| obj.get(*k).and_then(Value::as_object))
+        .flat_map(|m| m.values())
+        .map(|v| v.as_str().map_or(0, str::len))
+        .sum();
+    let invalid = |kind: &str, field: &str, msg: String| {
+        Err(ApiError::invalid(
+            &info.kind,
+            &info.group,
+            &name_of(obj),
+            vec![Cause::new(kind, field, msg)],
+        ))
+    };
+    if size > MAX {
+        return invalid(
+            "FieldValueTooLong",
+            "",
+            format!("Too long: may not be more than {MAX} bytes"),
+        );
+    }
+    if let Some(old) = old
+        && old.get("immutable").and_then(Value::as_bool) == Some(true)
+    {
+        if obj.get("immutable").and_then(Value::as_bool) != Some(true) {
+            return invalid(
+                "FieldValueForbidden",
+                "immutable",
+                "Forbidden: field is immutable when `immutable` is set".into(),
+            );
+        }
+        for k in ["data", "binaryData"] {
+            let none = Value::Null;
+            let norm = |v: Option<&Value>| match v {
+                Some(Value::Object(m)) if m.is_empty() => none.clone(),
+                Some(v) => v.clone(),
+                None => none.clone(),
+            };
+            if norm(old.get(k)) != norm(obj.get(k)) {
+                return invalid(
+                    "FieldValueForbidden",
+                    k,
+                    "Forbidden: field is immutable when `immutable` is set".into(),
+                );
+            }
+        }
     }
     Ok(())
 }

@@ -958,3 +958,57 @@ async fn custom_resources_are_validated_and_pruned_by_their_schema() {
     assert_eq!(status, 422, "{body}");
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configmaps_are_limited_to_1_mib_and_immutable_ones_keep_their_data() {
+    let sim = start(false).await;
+    let c = client(&sim, ADMIN).await;
+    let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    // Two values of 600,000 bytes: under the request body limit, over 1 MiB of data.
+    let big: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "big"},
+        "data": {"a": "x".repeat(600_000), "b": "y".repeat(600_000)}}))
+    .unwrap();
+    let s = api_err(api.create(&PostParams::default(), &big).await.unwrap_err());
+    assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"), "{s:?}");
+    assert!(s.message.contains("1048576"), "{}", s.message);
+    assert!(api.get_opt("big").await.unwrap().is_none());
+    // Exactly 1 MiB is fine.
+    let ok: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "ok"},
+        "data": {"a": "x".repeat(1024 * 1024)}}))
+    .unwrap();
+    api.create(&PostParams::default(), &ok)
+        .await
+        .expect("1 MiB fits");
+
+    let frozen: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "frozen"}, "immutable": true, "data": {"k": "v"}}),
+    )
+    .unwrap();
+    api.create(&PostParams::default(), &frozen).await.unwrap();
+    let pp = PatchParams::apply("test").force();
+    let edit = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "frozen"},
+        "immutable": true, "data": {"k": "changed"}});
+    let s = api_err(
+        api.patch("frozen", &pp, &Patch::Apply(&edit))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(s.code, 422, "{s:?}");
+    assert!(s.message.contains("immutable"), "{}", s.message);
+    let thaw = json!({"immutable": false});
+    let s = api_err(
+        api.patch("frozen", &PatchParams::default(), &Patch::Merge(&thaw))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(s.code, 422, "{s:?}");
+    // Labels may still change; deleting works.
+    let label = json!({"metadata": {"labels": {"x": "y"}}});
+    api.patch("frozen", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .expect("metadata of an immutable ConfigMap may change");
+    assert_eq!(api.get("frozen").await.unwrap().data.unwrap()["k"], "v");
+    api.delete("frozen", &DeleteParams::default())
+        .await
+        .unwrap();
+}
