@@ -101,7 +101,7 @@ impl Default for WriterOptions {
             qps: 50.0,
             retry_min: Duration::from_millis(500),
             retry_max: Duration::from_secs(30),
-            drift_delay: Duration::from_millis(250),
+            drift_delay: Duration::from_millis(200),
             drift_settle: Duration::from_millis(750),
         }
     }
