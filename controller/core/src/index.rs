@@ -27,8 +27,20 @@
 //!   Endpoints objects carry no ownerReferences). A Service that is unknown
 //!   just means no owner UID; it never holds a service back.
 //!
-//! Only the fields the conversion needs are kept in memory (managedFields,
-//! annotations and unrelated labels are dropped). Conversion warnings are
+//! Memory: a slice is kept as its [`SliceContribution`] (validated ports,
+//! the first valid address and conditions of each endpoint, its warnings, the
+//! owner UID), not as the object; every desired [`ServiceNodes`] is held in an
+//! [`Arc`] so the runtime's shared state can hold the same allocation
+//! ([`Index::get_shared`]) instead of a second copy; the node total is kept
+//! as a running sum ([`Index::node_count`] is O(1)).
+//!
+//! A relist can be fed one object at a time ([`Index::begin_reset`],
+//! [`Index::reset_add_endpoints`] / [`Index::reset_add_slice`], then
+//! [`Index::finish_reset_endpoints`] / [`Index::finish_reset_slices`]): each
+//! object is reduced as it arrives, so the runtime never buffers the raw list.
+//! Until the finish, the current state stays as it was (reads and Service UID
+//! updates see the old state); `reset_endpoints` / `reset_slices` are the same
+//! over a slice of objects. Conversion warnings are
 //! logged once per object and change (not on every event, not again on a
 //! relist that finds the same bad object) and can be read with
 //! [`Index::warnings`]. Each logged warning is also counted by
@@ -36,12 +48,15 @@
 //! `kube_discovery_source_skipped_total` metric).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::convert::{ConvertOptions, SkipReason, from_endpoints, from_slices, owner_service_uid};
+use crate::convert::{
+    ConvertOptions, SkipReason, SliceContribution, from_endpoints, merge_slices, owner_service_uid,
+};
 use crate::filter::{LabelSelector, NamespaceFilter};
 use crate::model::{ServiceKey, ServiceNodes, SourceKind};
 
@@ -56,11 +71,13 @@ pub struct Index {
     opts: ConvertOptions,
     filter: NamespaceFilter,
     labels: LabelSelector,
-    services: BTreeMap<ServiceKey, ServiceNodes>,
+    services: BTreeMap<ServiceKey, Arc<ServiceNodes>>,
+    /// Sum of `node_count` over `services`.
+    node_total: usize,
     /// Endpoints mode: owner UID found on the Endpoints object.
     endpoints_owner: BTreeMap<ServiceKey, Option<String>>,
-    /// Slices mode: (namespace, slice name) -> (service, stripped slice).
-    slices: BTreeMap<(String, String), (ServiceKey, EndpointSlice)>,
+    /// Slices mode: (namespace, slice name) -> what the slice contributes.
+    slices: BTreeMap<(String, String), StoredSlice>,
     /// Slices mode: service -> its slice names.
     by_service: BTreeMap<ServiceKey, BTreeSet<String>>,
     /// UIDs of Services learned via `set_service_uid`.
@@ -69,6 +86,32 @@ pub struct Index {
     warnings: BTreeMap<String, Vec<String>>,
     /// Logged warnings per reason, not yet taken by [`Index::take_skipped`].
     skipped: BTreeMap<SkipReason, u64>,
+    /// A relist being fed object by object (see the module docs).
+    reset: Option<PendingReset>,
+}
+
+/// One EndpointSlice as the index keeps it.
+#[derive(Debug, Clone)]
+struct StoredSlice {
+    service: ServiceKey,
+    owner_uid: Option<String>,
+    contribution: SliceContribution,
+}
+
+/// The next state, built while a relist arrives.
+#[derive(Debug, Clone, Default)]
+struct PendingReset {
+    /// Warning keys ("Kind ns/name") of the listed objects.
+    present: BTreeSet<String>,
+    /// Endpoints mode: the desired services.
+    desired: BTreeMap<ServiceKey, Arc<ServiceNodes>>,
+    /// Endpoints mode: owner UIDs found on the objects.
+    endpoints_owner: BTreeMap<ServiceKey, Option<String>>,
+    /// Slices mode.
+    slices: BTreeMap<(String, String), StoredSlice>,
+    by_service: BTreeMap<ServiceKey, BTreeSet<String>>,
+    /// Services whose known UID changed while the relist was arriving.
+    uid_touched: BTreeSet<(String, String)>,
 }
 
 impl Index {
@@ -86,12 +129,14 @@ impl Index {
             filter,
             labels: LabelSelector::default(),
             services: BTreeMap::new(),
+            node_total: 0,
             endpoints_owner: BTreeMap::new(),
             slices: BTreeMap::new(),
             by_service: BTreeMap::new(),
             service_uids: BTreeMap::new(),
             warnings: BTreeMap::new(),
             skipped: BTreeMap::new(),
+            reset: None,
         }
     }
 
@@ -158,14 +203,23 @@ impl Index {
     fn store(&mut self, key: &ServiceKey, new: Option<ServiceNodes>) -> bool {
         match new {
             Some(n) => {
-                if self.services.get(key) == Some(&n) {
+                if self.services.get(key).is_some_and(|old| **old == n) {
                     false
                 } else {
-                    self.services.insert(key.clone(), n);
+                    self.node_total = self.node_total.saturating_add(n.node_count());
+                    if let Some(old) = self.services.insert(key.clone(), Arc::new(n)) {
+                        self.node_total = self.node_total.saturating_sub(old.node_count());
+                    }
                     true
                 }
             }
-            None => self.services.remove(key).is_some(),
+            None => match self.services.remove(key) {
+                Some(old) => {
+                    self.node_total = self.node_total.saturating_sub(old.node_count());
+                    true
+                }
+                None => false,
+            },
         }
     }
 
@@ -179,7 +233,13 @@ impl Index {
 
     // ----- Endpoints -----
 
-    fn endpoints_desired(&mut self, ep: &Endpoints) -> Option<(ServiceKey, Option<ServiceNodes>)> {
+    /// The desired state of one Endpoints object; its owner UID is recorded
+    /// in `owners` (the live map, or a pending relist's).
+    fn endpoints_desired(
+        &mut self,
+        ep: &Endpoints,
+        owners: &mut BTreeMap<ServiceKey, Option<String>>,
+    ) -> Option<(ServiceKey, Option<ServiceNodes>)> {
         let ns = ep.metadata.namespace.as_deref().unwrap_or("");
         let Some(name) = ep.metadata.name.as_deref() else {
             self.skipped_nameless("Endpoints", ns);
@@ -189,13 +249,13 @@ impl Index {
         let object = format!("Endpoints {ns}/{name}");
         if !self.selected(&ep.metadata) {
             self.set_warnings(object, Vec::new(), &BTreeMap::new());
-            self.endpoints_owner.remove(&key);
+            owners.remove(&key);
             return Some((key, None));
         }
         let conv = from_endpoints(ep, &self.opts);
         self.set_warnings(object, conv.warnings, &conv.skipped);
         let obj_owner = owner_service_uid(&ep.metadata);
-        self.endpoints_owner.insert(key.clone(), obj_owner.clone());
+        owners.insert(key.clone(), obj_owner.clone());
         let owner = self.owner(&key, obj_owner);
         Some((
             key.clone(),
@@ -210,7 +270,10 @@ impl Index {
 
     /// An Endpoints object was added or modified.
     pub fn apply_endpoints(&mut self, ep: &Endpoints) -> Vec<ServiceKey> {
-        match self.endpoints_desired(ep) {
+        let mut owners = std::mem::take(&mut self.endpoints_owner);
+        let desired = self.endpoints_desired(ep, &mut owners);
+        self.endpoints_owner = owners;
+        match desired {
             Some((key, new)) => {
                 if self.store(&key, new) {
                     vec![key]
@@ -241,26 +304,60 @@ impl Index {
     /// A relist of all Endpoints: afterwards the index holds exactly `all`.
     /// Returns the keys that changed or vanished (unchanged ones are not reported).
     pub fn reset_endpoints(&mut self, all: &[Endpoints]) -> Vec<ServiceKey> {
-        let mut desired = BTreeMap::new();
-        self.endpoints_owner.clear();
-        // Warnings of objects still present are compared (not re-logged when
-        // unchanged); those of vanished objects are dropped afterwards.
-        let mut present = BTreeSet::new();
+        self.begin_reset();
         for ep in all {
-            if let Some(name) = ep.metadata.name.as_deref() {
-                let ns = ep.metadata.namespace.as_deref().unwrap_or("");
-                present.insert(format!("Endpoints {ns}/{name}"));
-            }
-            if let Some((key, Some(nodes))) = self.endpoints_desired(ep) {
-                desired.insert(key, nodes);
-            }
+            self.reset_add_endpoints(ep);
         }
-        self.warnings
-            .retain(|k, _| !k.starts_with("Endpoints ") || present.contains(k));
-        self.replace_all(desired)
+        self.finish_reset_endpoints()
     }
 
-    fn replace_all(&mut self, desired: BTreeMap<ServiceKey, ServiceNodes>) -> Vec<ServiceKey> {
+    /// Starts a relist (kube-runtime's `Event::Init`); drops a relist that
+    /// was being fed and never finished.
+    pub fn begin_reset(&mut self) {
+        self.reset = Some(PendingReset::default());
+    }
+
+    /// One Endpoints object of the relist started by [`Index::begin_reset`]
+    /// (started implicitly if it was not).
+    pub fn reset_add_endpoints(&mut self, ep: &Endpoints) {
+        let mut p = self.reset.take().unwrap_or_default();
+        if let Some(name) = ep.metadata.name.as_deref() {
+            let ns = ep.metadata.namespace.as_deref().unwrap_or("");
+            p.present.insert(format!("Endpoints {ns}/{name}"));
+        }
+        if let Some((key, Some(nodes))) = self.endpoints_desired(ep, &mut p.endpoints_owner) {
+            // An unchanged service keeps sharing its current allocation.
+            let value = match self.services.get(&key) {
+                Some(old) if **old == nodes => Arc::clone(old),
+                _ => Arc::new(nodes),
+            };
+            p.desired.insert(key, value);
+        }
+        self.reset = Some(p);
+    }
+
+    /// Ends an Endpoints relist: afterwards the index holds exactly the objects
+    /// added since [`Index::begin_reset`] (none added: empty). Returns the
+    /// keys that changed or vanished.
+    pub fn finish_reset_endpoints(&mut self) -> Vec<ServiceKey> {
+        let p = self.reset.take().unwrap_or_default();
+        self.endpoints_owner = p.endpoints_owner;
+        // Warnings of objects still present were compared (not re-logged when
+        // unchanged); those of vanished objects are dropped.
+        self.warnings
+            .retain(|k, _| !k.starts_with("Endpoints ") || p.present.contains(k));
+        let mut changed: BTreeSet<ServiceKey> = self.replace_all(p.desired).into_iter().collect();
+        // A Service UID that changed while the list arrived.
+        for (ns, name) in p.uid_touched {
+            changed.extend(self.refresh_owner(&ns, &name));
+        }
+        changed.into_iter().collect()
+    }
+
+    fn replace_all(
+        &mut self,
+        desired: BTreeMap<ServiceKey, Arc<ServiceNodes>>,
+    ) -> Vec<ServiceKey> {
         let mut changed: BTreeSet<ServiceKey> = self
             .services
             .keys()
@@ -273,44 +370,18 @@ impl Index {
             }
         }
         self.services = desired;
+        self.node_total = self.services.values().map(|s| s.node_count()).sum();
         changed.into_iter().collect()
     }
 
     // ----- EndpointSlices -----
 
-    /// Keeps only what the conversion and the index need.
-    /// Topology fields are kept only when `topology` output is on.
-    fn strip_slice(s: &EndpointSlice, topology: bool) -> EndpointSlice {
-        let m = &s.metadata;
-        let labels = m
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(SERVICE_NAME_LABEL))
-            .map(|v| BTreeMap::from([(SERVICE_NAME_LABEL.to_string(), v.clone())]));
-        EndpointSlice {
-            address_type: s.address_type.clone(),
-            endpoints: s
-                .endpoints
-                .iter()
-                .map(|e| k8s_openapi::api::discovery::v1::Endpoint {
-                    addresses: e.addresses.clone(),
-                    conditions: e.conditions.clone(),
-                    deprecated_topology: None,
-                    hints: None,
-                    hostname: None,
-                    node_name: e.node_name.clone().filter(|_| topology),
-                    target_ref: e.target_ref.clone().filter(|_| topology),
-                    zone: e.zone.clone().filter(|_| topology),
-                })
-                .collect(),
-            ports: s.ports.clone(),
-            metadata: ObjectMeta {
-                name: m.name.clone(),
-                namespace: m.namespace.clone(),
-                labels,
-                owner_references: m.owner_references.clone(),
-                ..ObjectMeta::default()
-            },
+    /// What the index keeps of a slice of service `service`.
+    fn stored_slice(&self, service: ServiceKey, s: &EndpointSlice) -> StoredSlice {
+        StoredSlice {
+            service,
+            owner_uid: owner_service_uid(&s.metadata),
+            contribution: SliceContribution::new(s, &self.opts),
         }
     }
 
@@ -359,16 +430,12 @@ impl Index {
                 .remove(&format!("EndpointSlices of {}/{}", key.namespace, key.name));
             return self.store(key, None);
         }
-        let slices: Vec<&EndpointSlice> = names
+        let slices: Vec<&StoredSlice> = names
             .iter()
-            .filter_map(|n| {
-                self.slices
-                    .get(&(key.namespace.clone(), n.clone()))
-                    .map(|(_, s)| s)
-            })
+            .filter_map(|n| self.slices.get(&(key.namespace.clone(), n.clone())))
             .collect();
-        let conv = from_slices(slices.iter().copied(), &self.opts);
-        let obj_owner = slices.iter().find_map(|s| owner_service_uid(&s.metadata));
+        let conv = merge_slices(slices.iter().map(|s| &s.contribution), &self.opts);
+        let obj_owner = slices.iter().find_map(|s| s.owner_uid.clone());
         let owner = self.owner(key, obj_owner);
         let nodes = ServiceNodes::new(key.clone(), SourceKind::EndpointSlice, conv.ports, owner);
         self.set_warnings(
@@ -380,7 +447,10 @@ impl Index {
     }
 
     fn untrack_slice(&mut self, ns: &str, name: &str) -> Option<ServiceKey> {
-        let (old_key, _) = self.slices.remove(&(ns.to_string(), name.to_string()))?;
+        let old_key = self
+            .slices
+            .remove(&(ns.to_string(), name.to_string()))?
+            .service;
         if let Some(set) = self.by_service.get_mut(&old_key) {
             set.remove(name);
         }
@@ -398,10 +468,8 @@ impl Index {
             affected.insert(k);
         }
         if let Some(k) = key {
-            self.slices.insert(
-                (ns, name.clone()),
-                (k.clone(), Self::strip_slice(s, self.opts.topology)),
-            );
+            let stored = self.stored_slice(k.clone(), s);
+            self.slices.insert((ns, name.clone()), stored);
             self.by_service.entry(k.clone()).or_default().insert(name);
             affected.insert(k);
         }
@@ -427,31 +495,47 @@ impl Index {
     /// A relist of all EndpointSlices: afterwards the index holds exactly `all`.
     /// Returns the keys that changed or vanished (unchanged ones are not reported).
     pub fn reset_slices(&mut self, all: &[EndpointSlice]) -> Vec<ServiceKey> {
-        let before: BTreeSet<ServiceKey> = self.services.keys().cloned().collect();
-        self.slices.clear();
-        self.by_service.clear();
-        // Per-slice warnings of slices still present are compared (not
-        // re-logged when unchanged), those of vanished slices dropped; the
-        // per-service ones are recomputed below for every affected service.
-        let present: BTreeSet<String> = all
-            .iter()
-            .filter_map(|s| {
-                let name = s.metadata.name.as_deref()?;
-                let ns = s.metadata.namespace.as_deref().unwrap_or("");
-                Some(format!("EndpointSlice {ns}/{name}"))
-            })
-            .collect();
-        self.warnings
-            .retain(|k, _| !k.starts_with("EndpointSlice ") || present.contains(k));
+        self.begin_reset();
         for s in all {
-            if let Ok((ns, name, Some(k))) = self.slice_target(s) {
-                self.slices.insert(
-                    (ns, name.clone()),
-                    (k.clone(), Self::strip_slice(s, self.opts.topology)),
-                );
-                self.by_service.entry(k).or_default().insert(name);
-            }
+            self.reset_add_slice(s);
         }
+        self.finish_reset_slices()
+    }
+
+    /// One EndpointSlice of the relist started by [`Index::begin_reset`]
+    /// (started implicitly if it was not). Only its contribution is kept.
+    pub fn reset_add_slice(&mut self, s: &EndpointSlice) {
+        let mut p = self.reset.take().unwrap_or_default();
+        if let Some(name) = s.metadata.name.as_deref() {
+            let ns = s.metadata.namespace.as_deref().unwrap_or("");
+            p.present.insert(format!("EndpointSlice {ns}/{name}"));
+        }
+        if let Ok((ns, name, Some(k))) = self.slice_target(s) {
+            let stored = self.stored_slice(k.clone(), s);
+            if let Some(old) = p.slices.insert((ns, name.clone()), stored) {
+                // Listed twice (not from a real API server): the last wins.
+                if let Some(set) = p.by_service.get_mut(&old.service) {
+                    set.remove(&name);
+                }
+            }
+            p.by_service.entry(k).or_default().insert(name);
+        }
+        self.reset = Some(p);
+    }
+
+    /// Ends an EndpointSlice relist: afterwards the index holds exactly the
+    /// slices added since [`Index::begin_reset`] (none added: empty). Returns
+    /// the keys that changed or vanished (unchanged ones are not reported).
+    pub fn finish_reset_slices(&mut self) -> Vec<ServiceKey> {
+        let p = self.reset.take().unwrap_or_default();
+        let before: BTreeSet<ServiceKey> = self.services.keys().cloned().collect();
+        self.slices = p.slices;
+        self.by_service = p.by_service;
+        // Per-slice warnings of slices still present were compared (not
+        // re-logged when unchanged), those of vanished slices are dropped; the
+        // per-service ones are recomputed below for every affected service.
+        self.warnings
+            .retain(|k, _| !k.starts_with("EndpointSlice ") || p.present.contains(k));
         let mut keys = before;
         keys.extend(self.by_service.keys().cloned());
         keys.into_iter()
@@ -476,13 +560,16 @@ impl Index {
                 if self.service_uids.get(&id) == Some(&u) {
                     return Vec::new();
                 }
-                self.service_uids.insert(id, u);
+                self.service_uids.insert(id.clone(), u);
             }
             None => {
                 if self.service_uids.remove(&id).is_none() {
                     return Vec::new();
                 }
             }
+        }
+        if let Some(p) = &mut self.reset {
+            p.uid_touched.insert(id);
         }
         self.refresh_owner(namespace, name)
     }
@@ -511,6 +598,9 @@ impl Index {
                 .map(|(id, _)| id.clone()),
         );
         std::mem::swap(&mut self.service_uids, &mut next);
+        if let Some(p) = &mut self.reset {
+            p.uid_touched.extend(touched.iter().cloned());
+        }
         touched
             .into_iter()
             .flat_map(|(ns, name)| self.refresh_owner(&ns, &name))
@@ -538,12 +628,18 @@ impl Index {
 
     /// Desired state of `key`; `None` means the service is gone (delete its object).
     pub fn get(&self, key: &ServiceKey) -> Option<&ServiceNodes> {
-        self.services.get(key)
+        self.services.get(key).map(|s| &**s)
+    }
+
+    /// Desired state of `key` as the index's own shared allocation (hand
+    /// this to other holders instead of cloning the nodes).
+    pub fn get_shared(&self, key: &ServiceKey) -> Option<Arc<ServiceNodes>> {
+        self.services.get(key).cloned()
     }
 
     /// All services, ordered by key.
     pub fn iter(&self) -> impl Iterator<Item = &ServiceNodes> {
-        self.services.values()
+        self.services.values().map(|s| &**s)
     }
 
     /// Number of services.
@@ -556,9 +652,9 @@ impl Index {
         self.services.is_empty()
     }
 
-    /// Number of nodes over all services and ports.
+    /// Number of nodes over all services and ports (a running total, O(1)).
     pub fn node_count(&self) -> usize {
-        self.services.values().map(ServiceNodes::node_count).sum()
+        self.node_total
     }
 
     /// Current conversion warnings, per object.
@@ -1093,36 +1189,108 @@ mod tests {
         );
     }
 
+    /// The index keeps each slice's contribution, not the object: what it
+    /// publishes equals the conversion of the raw objects, with topology
+    /// fields kept only when topology output is on.
     #[test]
-    fn stripped_slices_drop_noise() {
+    fn kept_slices_give_what_the_objects_give() {
         let mut s = slice(
             "ns",
             "s1",
             Some("web"),
-            json!([{"addresses": ["10.0.0.1"], "hostname": "h", "zone": "z", "nodeName": "n"}]),
+            json!([{"addresses": ["10.0.0.1"], "hostname": "h", "zone": "z", "nodeName": "n"},
+                   {"addresses": ["bad", "10.0.0.2"], "conditions": {"ready": false, "serving": true, "terminating": true}}]),
         );
         s.metadata.annotations = Some(BTreeMap::from([("big".to_string(), "x".repeat(1000))]));
         s.metadata.managed_fields = Some(vec![Default::default()]);
-        let st = Index::strip_slice(&s, false);
-        assert!(st.metadata.annotations.is_none());
-        assert!(st.metadata.managed_fields.is_none());
-        assert_eq!(st.metadata.labels.as_ref().unwrap().len(), 1);
-        assert_eq!(st.endpoints[0].hostname, None);
-        assert_eq!(st.endpoints[0].zone, None);
-        let topo = ConvertOptions {
-            topology: true,
-            ..Default::default()
-        };
-        let st_topo = Index::strip_slice(&s, true);
-        assert_eq!(st_topo.endpoints[0].zone.as_deref(), Some("z"));
+        for topology in [false, true] {
+            let opts = ConvertOptions {
+                topology,
+                drain_terminating: true,
+                ..Default::default()
+            };
+            let mut i = Index::new(
+                String::new(),
+                SourceKind::EndpointSlice,
+                opts.clone(),
+                NamespaceFilter::All,
+            );
+            i.apply_slice(&s);
+            let want = crate::convert::from_slices([&s], &opts);
+            let got = i.get(&k("ns", "web")).unwrap();
+            assert_eq!(got.ports, want.ports);
+            assert_eq!(got.owner_uid.as_deref(), Some("svc-uid"));
+            assert_eq!(
+                got.ports["http"][0].zone.as_deref(),
+                topology.then_some("z"),
+                "topology {topology}"
+            );
+            let (_, w) = i.warnings().next().unwrap();
+            assert_eq!(w, &want.warnings);
+        }
+    }
+
+    /// A relist fed object by object: the old state stays readable until the
+    /// finish, an unfinished relist is dropped by the next `begin_reset`, and
+    /// the result equals `reset_slices` of the same objects.
+    #[test]
+    fn streamed_relist_swaps_at_the_end() {
+        let a1 = slice("ns", "a-1", Some("a"), json!([{"addresses": ["10.0.0.1"]}]));
+        let b1 = slice("ns", "b-1", Some("b"), json!([{"addresses": ["10.0.1.1"]}]));
+        let a1_new = slice("ns", "a-1", Some("a"), json!([{"addresses": ["10.0.0.9"]}]));
+        let c1 = slice("ns", "c-1", Some("c"), json!([{"addresses": ["10.0.2.1"]}]));
+        let mut i = idx(SourceKind::EndpointSlice);
+        assert_eq!(i.reset_slices(&[a1.clone(), b1.clone()]).len(), 2);
+        // An interrupted relist that saw only c-1 ...
+        i.begin_reset();
+        i.reset_add_slice(&c1);
+        assert_eq!(hosts(&i, &k("ns", "a")), vec!["10.0.0.1"]);
+        assert!(i.get(&k("ns", "c")).is_none());
+        // ... is dropped by the next one.
+        i.begin_reset();
+        i.reset_add_slice(&a1_new);
+        i.reset_add_slice(&b1);
+        assert_eq!(hosts(&i, &k("ns", "a")), vec!["10.0.0.1"], "old state until the finish");
+        assert_eq!(i.finish_reset_slices(), vec![k("ns", "a")]);
+        assert_eq!(hosts(&i, &k("ns", "a")), vec!["10.0.0.9"]);
+        assert!(i.get(&k("ns", "c")).is_none());
+        let mut reference = idx(SourceKind::EndpointSlice);
+        reference.reset_slices(&[a1_new, b1]);
         assert_eq!(
-            from_slices([&st_topo], &topo).ports,
-            from_slices([&s], &topo).ports
+            i.iter().cloned().collect::<Vec<_>>(),
+            reference.iter().cloned().collect::<Vec<_>>()
         );
+        assert_eq!(i.node_count(), 2);
+        // An empty relist removes everything.
+        i.begin_reset();
+        assert_eq!(i.finish_reset_slices(), vec![k("ns", "a"), k("ns", "b")]);
+        assert_eq!((i.len(), i.node_count()), (0, 0));
+    }
+
+    /// Endpoints relist: unchanged services keep their shared allocation, and a
+    /// Service UID learned while the list arrives is not lost.
+    #[test]
+    fn streamed_endpoints_relist_shares_unchanged_and_keeps_uid_updates() {
+        let mut i = idx(SourceKind::Endpoints);
+        i.reset_endpoints(&[
+            ep("ns", "a", &["10.0.0.1"], json!({})),
+            ep("ns", "b", &["10.0.0.2"], json!({})),
+        ]);
+        let a_before = i.get_shared(&k("ns", "a")).unwrap();
+        i.begin_reset();
+        i.reset_add_endpoints(&ep("ns", "a", &["10.0.0.1"], json!({})));
+        i.reset_add_endpoints(&ep("ns", "b", &["10.0.0.2", "10.0.0.3"], json!({})));
+        // The Service watch reports b's UID before the list is complete.
         assert_eq!(
-            from_slices([&st], &ConvertOptions::default()).ports,
-            from_slices([&s], &ConvertOptions::default()).ports
+            i.set_service_uid("ns", "b", Some("uid-b".into())),
+            vec![k("ns", "b")]
         );
+        assert_eq!(i.finish_reset_endpoints(), vec![k("ns", "b")]);
+        let b = i.get(&k("ns", "b")).unwrap();
+        assert_eq!(b.owner_uid.as_deref(), Some("uid-b"));
+        assert_eq!(b.node_count(), 2);
+        assert!(Arc::ptr_eq(&a_before, &i.get_shared(&k("ns", "a")).unwrap()));
+        assert_eq!(i.node_count(), 3);
     }
 
     /// Incremental updates and a relist must agree: applying the same slices in
@@ -1178,6 +1346,8 @@ mod tests {
                 i.apply_slice(order[0]);
                 let got: Vec<ServiceNodes> = i.iter().cloned().collect();
                 assert_eq!(got, want, "rotation {rot}, reverse {reverse}");
+                let sum: usize = got.iter().map(ServiceNodes::node_count).sum();
+                assert_eq!(i.node_count(), sum, "running node total");
                 // A relist of the same state reports nothing.
                 assert!(i.reset_slices(&all).is_empty());
             }

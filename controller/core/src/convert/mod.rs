@@ -31,7 +31,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub use endpoints::from_endpoints;
-pub use slices::from_slices;
+pub use slices::{SliceContribution, from_slices, merge_slices};
 
 use crate::model::{Node, NodeTargetRef, PortMap};
 
@@ -135,12 +135,20 @@ impl std::fmt::Display for SkipReason {
 pub(crate) struct Warnings {
     pub messages: Vec<String>,
     pub skipped: BTreeMap<SkipReason, u64>,
+    /// The reason of each message, same order as `messages`.
+    reasons: Vec<SkipReason>,
 }
 
 impl Warnings {
     pub(crate) fn push(&mut self, reason: SkipReason, message: String) {
         self.messages.push(message);
+        self.reasons.push(reason);
         *self.skipped.entry(reason).or_insert(0) += 1;
+    }
+
+    /// The warnings as `(reason, message)` pairs, in order.
+    pub(crate) fn into_pairs(self) -> Vec<(SkipReason, String)> {
+        self.reasons.into_iter().zip(self.messages).collect()
     }
 
     pub(crate) fn finish(self, ports: PortMap) -> Converted {
@@ -212,13 +220,13 @@ pub(crate) fn valid_address(addr: &str, t: AddressType) -> bool {
     }
 }
 
-pub(crate) fn target_ref(r: &ObjectReference) -> NodeTargetRef {
-    NodeTargetRef {
+pub(crate) fn target_ref(r: &ObjectReference) -> Box<NodeTargetRef> {
+    Box::new(NodeTargetRef {
         kind: r.kind.clone().unwrap_or_default(),
         namespace: r.namespace.clone(),
         name: r.name.clone().unwrap_or_default(),
         uid: r.uid.clone(),
-    }
+    })
 }
 
 /// One validated port of an object: key, number, and its alias under the number.

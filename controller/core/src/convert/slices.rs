@@ -17,10 +17,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::{
-    AddressType, ConvertOptions, Converted, SkipReason, Warnings, finish, object_name, target_ref,
-    valid_address, validate_ports,
+    AddressType, ConvertOptions, Converted, PortSpec, SkipReason, Warnings, finish, object_name,
+    target_ref, valid_address, validate_ports,
 };
-use crate::model::Node;
+use crate::model::{Node, NodeTargetRef};
 
 #[derive(Debug)]
 struct Candidate {
@@ -38,15 +38,45 @@ impl Candidate {
     }
 }
 
-/// Merges the slices of ONE Service (the caller groups them by the
-/// `kubernetes.io/service-name` label).
-pub fn from_slices<'a>(
-    slices: impl IntoIterator<Item = &'a EndpointSlice>,
-    opts: &ConvertOptions,
-) -> Converted {
-    let mut warnings = Warnings::default();
-    let mut candidates: BTreeMap<String, BTreeMap<(String, i32), Candidate>> = BTreeMap::new();
-    for slice in slices {
+/// Topology of one endpoint (kept only when topology output is on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Topology {
+    zone: Option<String>,
+    node_name: Option<String>,
+    target_ref: Option<Box<NodeTargetRef>>,
+}
+
+/// One endpoint of a slice, reduced to what the merge reads: its first valid
+/// address and its conditions (defaults applied).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SliceEndpoint {
+    host: String,
+    ready: bool,
+    serving: bool,
+    terminating: bool,
+    topology: Option<Box<Topology>>,
+}
+
+/// What ONE EndpointSlice contributes to its Service's merge: validated ports,
+/// the usable endpoints, and the warnings the slice raises, in the order
+/// [`from_slices`] reports them. The index keeps this instead of the slice
+/// (a fraction of the memory: no unused addresses, hints, or object fields),
+/// and merging contributions gives exactly what [`from_slices`] gives for the
+/// slices themselves.
+#[derive(Debug, Clone)]
+pub struct SliceContribution {
+    warnings: Vec<(SkipReason, String)>,
+    /// Validated ports (empty when the address type is unknown: the slice is
+    /// skipped as a whole, its ports too).
+    specs: Vec<PortSpec>,
+    endpoints: Vec<SliceEndpoint>,
+}
+
+impl SliceContribution {
+    /// Validates and reduces `slice` (`opts` must be the options later
+    /// passed to [`merge_slices`]).
+    pub fn new(slice: &EndpointSlice, opts: &ConvertOptions) -> Self {
+        let mut warnings = Warnings::default();
         let obj = object_name("EndpointSlice", &slice.metadata);
         let address_type = match slice.address_type.as_str() {
             "IPv4" => AddressType::V4,
@@ -57,7 +87,11 @@ pub fn from_slices<'a>(
                     SkipReason::UnknownAddressType,
                     format!("{obj}: unknown addressType {other:?}; slice skipped"),
                 );
-                continue;
+                return Self {
+                    warnings: warnings.into_pairs(),
+                    specs: Vec::new(),
+                    endpoints: Vec::new(),
+                };
             }
         };
         let specs = validate_ports(
@@ -70,11 +104,7 @@ pub fn from_slices<'a>(
             &obj,
             &mut warnings,
         );
-        for spec in &specs {
-            for key in spec.keys() {
-                candidates.entry(key.clone()).or_default();
-            }
-        }
+        let mut endpoints = Vec::with_capacity(slice.endpoints.len());
         for (ei, ep) in slice.endpoints.iter().enumerate() {
             let mut host = None;
             for (ai, addr) in ep.addresses.iter().enumerate() {
@@ -99,26 +129,78 @@ pub fn from_slices<'a>(
                 }
                 continue;
             };
-            let cond = ep.conditions.clone().unwrap_or_default();
-            let ready = cond.ready.unwrap_or(true);
-            let serving = cond.serving.unwrap_or(true);
-            let terminating = cond.terminating.unwrap_or(false);
-            for spec in &specs {
-                let mut node = Node::new(host.clone(), spec.number, opts.default_weight);
-                if opts.topology {
-                    node.zone = ep.zone.clone();
-                    node.node_name = ep.node_name.clone();
-                    node.target_ref = ep.target_ref.as_ref().map(target_ref);
+            let cond = ep.conditions.as_ref();
+            let topology = opts.topology.then(|| {
+                Box::new(Topology {
+                    zone: ep.zone.clone(),
+                    node_name: ep.node_name.clone(),
+                    target_ref: ep.target_ref.as_ref().map(target_ref),
+                })
+            });
+            endpoints.push(SliceEndpoint {
+                host: host.clone(),
+                ready: cond.and_then(|c| c.ready).unwrap_or(true),
+                serving: cond.and_then(|c| c.serving).unwrap_or(true),
+                terminating: cond.and_then(|c| c.terminating).unwrap_or(false),
+                topology,
+            });
+        }
+        Self {
+            warnings: warnings.into_pairs(),
+            specs,
+            endpoints,
+        }
+    }
+}
+
+/// Merges the slices of ONE Service (the caller groups them by the
+/// `kubernetes.io/service-name` label).
+pub fn from_slices<'a>(
+    slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    opts: &ConvertOptions,
+) -> Converted {
+    let contributions: Vec<SliceContribution> = slices
+        .into_iter()
+        .map(|s| SliceContribution::new(s, opts))
+        .collect();
+    merge_slices(&contributions, opts)
+}
+
+/// Merges the [`SliceContribution`]s of ONE Service, in the caller's stable
+/// order (e.g. by slice name): the same result as [`from_slices`] on the
+/// slices themselves.
+pub fn merge_slices<'a>(
+    contributions: impl IntoIterator<Item = &'a SliceContribution>,
+    opts: &ConvertOptions,
+) -> Converted {
+    let mut warnings = Warnings::default();
+    let mut candidates: BTreeMap<String, BTreeMap<(String, i32), Candidate>> = BTreeMap::new();
+    for c in contributions {
+        for (reason, message) in &c.warnings {
+            warnings.push(*reason, message.clone());
+        }
+        for spec in &c.specs {
+            for key in spec.keys() {
+                candidates.entry(key.clone()).or_default();
+            }
+        }
+        for ep in &c.endpoints {
+            for spec in &c.specs {
+                let mut node = Node::new(ep.host.clone(), spec.number, opts.default_weight);
+                if let Some(t) = &ep.topology {
+                    node.zone = t.zone.clone();
+                    node.node_name = t.node_name.clone();
+                    node.target_ref = t.target_ref.clone();
                 }
                 for key in spec.keys() {
                     let cand = Candidate {
                         node: node.clone(),
-                        ready,
-                        serving,
-                        terminating,
+                        ready: ep.ready,
+                        serving: ep.serving,
+                        terminating: ep.terminating,
                     };
                     let per_port = candidates.entry(key.clone()).or_default();
-                    let hp = (host.clone(), spec.number);
+                    let hp = (ep.host.clone(), spec.number);
                     match per_port.get(&hp) {
                         Some(old) if !cand.beats(old) => {}
                         _ => {
