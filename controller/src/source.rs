@@ -8,13 +8,19 @@
 //!    .modify(strip)               managedFields + annotations dropped
 //!    │
 //!    ├─ Init .. InitApply* .. InitDone   (first list, and every relist: restart / 410 Gone)
-//!    │     └─ Index::reset_*(all)        vanished services reported, unchanged ones NOT
+//!    │     └─ Index::begin_reset, reset_add_*(obj) each, finish_reset_*
+//!    │                                   vanished services reported, unchanged ones NOT
 //!    ├─ Apply(obj)  ─ Index::apply_*
 //!    └─ Delete(obj) ─ Index::delete_*
 //!          │ changed keys
 //!          ▼
-//!    Shared::set_desired(key, index.get(key)) ; WriterHandle::changed(keys)
+//!    Shared::set_desired_shared(key, index.get_shared(key)) ; WriterHandle::changed(keys)
 //! ```
+//!
+//! Memory: a (re)list is not buffered; each `InitApply` object goes straight
+//! into the index's pending relist, which keeps only what the conversion
+//! reads, and the index swaps it in at `InitDone`. The desired nodes are
+//! shared with [`Shared`] (one `Arc` per service, not a copy).
 //!
 //! `label_selector` and `namespace_selector.equal/not_equal` go to the server
 //! (label and `metadata.namespace` field selectors); `match/not_match` (and,
@@ -26,8 +32,8 @@
 //! server answers again must come within about a second, not tens of seconds.
 //! The watcher's `StreamBackoff` resets it on every successful event.
 //!
-//! The `kube_discovery_nodes` gauge is kept as a running total (per-service
-//! node counts remembered here), so an event costs O(changed services), not a
+//! The `kube_discovery_nodes` gauge reads the index's running node total
+//! (`Index::node_count` is O(1)), so an event costs O(changed services), not a
 //! walk over every service of the index.
 //!
 //! Owner UIDs in Endpoints mode ([`SourceParams::watch_services`]): core/v1
@@ -47,7 +53,6 @@
 //! in `kube_discovery_source_skipped_total{cluster,kind,reason}` (drained from
 //! `Index::take_skipped` after every index operation).
 
-use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,7 +65,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use kube_discovery_core::{Index, ServiceKey, ServiceNodes, SourceKind};
+use kube_discovery_core::{Index, ServiceKey, SourceKind};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -149,8 +154,10 @@ pub trait SourceObject:
     fn apply(index: &mut Index, o: &Self) -> Vec<ServiceKey>;
     /// Index a deleted object.
     fn delete(index: &mut Index, o: &Self) -> Vec<ServiceKey>;
-    /// Replace the index content after a (re)list.
-    fn reset(index: &mut Index, all: &[Self]) -> Vec<ServiceKey>;
+    /// One object of a (re)list (after `Index::begin_reset`).
+    fn reset_add(index: &mut Index, o: &Self);
+    /// The (re)list is complete: swap it in.
+    fn reset_finish(index: &mut Index) -> Vec<ServiceKey>;
 }
 
 impl SourceObject for Endpoints {
@@ -160,8 +167,11 @@ impl SourceObject for Endpoints {
     fn delete(index: &mut Index, o: &Self) -> Vec<ServiceKey> {
         index.delete_endpoints(o)
     }
-    fn reset(index: &mut Index, all: &[Self]) -> Vec<ServiceKey> {
-        index.reset_endpoints(all)
+    fn reset_add(index: &mut Index, o: &Self) {
+        index.reset_add_endpoints(o);
+    }
+    fn reset_finish(index: &mut Index) -> Vec<ServiceKey> {
+        index.finish_reset_endpoints()
     }
 }
 
@@ -172,8 +182,11 @@ impl SourceObject for EndpointSlice {
     fn delete(index: &mut Index, o: &Self) -> Vec<ServiceKey> {
         index.delete_slice(o)
     }
-    fn reset(index: &mut Index, all: &[Self]) -> Vec<ServiceKey> {
-        index.reset_slices(all)
+    fn reset_add(index: &mut Index, o: &Self) {
+        index.reset_add_slice(o);
+    }
+    fn reset_finish(index: &mut Index) -> Vec<ServiceKey> {
+        index.finish_reset_slices()
     }
 }
 
@@ -191,32 +204,6 @@ pub struct Source {
     pub writer: WriterHandle,
     /// Metrics.
     pub metrics: Metrics,
-}
-
-/// Running total of the index's nodes (the gauge), kept per service so an
-/// event does not walk the whole index.
-#[derive(Debug, Default)]
-struct NodeTotal {
-    per_service: HashMap<ServiceKey, usize>,
-    total: usize,
-}
-
-impl NodeTotal {
-    /// Records that `key` now has `count` nodes (`None`: gone).
-    fn set(&mut self, key: &ServiceKey, count: Option<usize>) {
-        let old = match count {
-            Some(n) if n > 0 => match self.per_service.get_mut(key) {
-                Some(v) => std::mem::replace(v, n),
-                None => {
-                    self.per_service.insert(key.clone(), n);
-                    0
-                }
-            },
-            _ => self.per_service.remove(key).unwrap_or(0),
-        };
-        let new = count.unwrap_or(0);
-        self.total = self.total.saturating_sub(old).saturating_add(new);
-    }
 }
 
 impl Source {
@@ -263,7 +250,6 @@ impl Source {
         &mut self,
         ev: watcher::Result<Event<PartialObjectMeta<Service>>>,
         buffer: &mut Vec<(String, String, String)>,
-        nodes: &mut NodeTotal,
     ) {
         let now = Instant::now();
         let changed = match ev {
@@ -296,7 +282,7 @@ impl Source {
                 return;
             }
         };
-        self.publish(changed, now, nodes);
+        self.publish(changed, now);
     }
 
     /// Feeds the skip counts of the last index operations to the metric.
@@ -313,7 +299,6 @@ impl Source {
 
     async fn run_typed<K: SourceObject>(mut self, shutdown: CancellationToken) {
         let cluster = self.params.cluster.clone();
-        let mut nodes = NodeTotal::default();
         let mut services = self.service_stream();
         let mut service_buffer = Vec::new();
         if services.is_some() {
@@ -331,7 +316,7 @@ impl Source {
                     ev = next_service(&mut services) => match ev {
                         Some(ev) => {
                             let stop = matches!(ev, Ok(Event::InitDone) | Err(_));
-                            self.on_service_event(ev, &mut service_buffer, &mut nodes);
+                            self.on_service_event(ev, &mut service_buffer);
                             if stop {
                                 break;
                             }
@@ -352,7 +337,7 @@ impl Source {
                 o.annotations_mut().clear();
             });
         let mut stream = std::pin::pin!(stream);
-        let mut buffer: Vec<K> = Vec::new();
+        let mut listed_objects: usize = 0;
         let mut list_started: Option<Instant> = None;
         let mut first_list_done = false;
         tracing::info!(cluster = %cluster, kind = %self.params.kind, "watching");
@@ -361,7 +346,7 @@ impl Source {
                 () = shutdown.cancelled() => break,
                 sev = next_service(&mut services) => {
                     match sev {
-                        Some(sev) => self.on_service_event(sev, &mut service_buffer, &mut nodes),
+                        Some(sev) => self.on_service_event(sev, &mut service_buffer),
                         None => services = None,
                     }
                     continue;
@@ -372,16 +357,20 @@ impl Source {
             let now = Instant::now();
             match ev {
                 Ok(Event::Init) => {
-                    buffer.clear();
+                    self.index.begin_reset();
+                    listed_objects = 0;
                     list_started = Some(now);
                 }
                 Ok(Event::InitApply(o)) => {
                     self.metrics.event(&cluster, "init_apply");
-                    buffer.push(o);
+                    K::reset_add(&mut self.index, &o);
+                    listed_objects += 1;
+                    // Warnings of listed objects are logged (and counted) as
+                    // they arrive.
+                    self.count_skipped();
                 }
                 Ok(Event::InitDone) => {
-                    let all = std::mem::take(&mut buffer);
-                    let changed = K::reset(&mut self.index, &all);
+                    let changed = K::reset_finish(&mut self.index);
                     if let Some(t) = list_started.take() {
                         self.metrics
                             .list_duration
@@ -390,8 +379,8 @@ impl Source {
                     }
                     self.metrics
                         .event(&cluster, if first_list_done { "relist" } else { "list" });
-                    tracing::info!(cluster = %cluster, objects = all.len(), services = self.index.len(), changed = changed.len(), "list complete");
-                    self.publish(changed, now, &mut nodes);
+                    tracing::info!(cluster = %cluster, objects = std::mem::take(&mut listed_objects), services = self.index.len(), changed = changed.len(), "list complete");
+                    self.publish(changed, now);
                     self.shared.update_cluster(&cluster, |c| {
                         c.listed = true;
                         c.lists += 1;
@@ -405,12 +394,12 @@ impl Source {
                 Ok(Event::Apply(o)) => {
                     self.metrics.event(&cluster, "apply");
                     let changed = K::apply(&mut self.index, &o);
-                    self.publish(changed, now, &mut nodes);
+                    self.publish(changed, now);
                 }
                 Ok(Event::Delete(o)) => {
                     self.metrics.event(&cluster, "delete");
                     let changed = K::delete(&mut self.index, &o);
-                    self.publish(changed, now, &mut nodes);
+                    self.publish(changed, now);
                 }
                 Err(e) => {
                     self.metrics
@@ -427,15 +416,14 @@ impl Source {
         tracing::info!(cluster = %cluster, "watch stopped");
     }
 
-    fn publish(&mut self, changed: Vec<ServiceKey>, at: Instant, nodes: &mut NodeTotal) {
+    fn publish(&mut self, changed: Vec<ServiceKey>, at: Instant) {
         self.count_skipped();
         if changed.is_empty() {
             return;
         }
         for key in &changed {
-            let value = self.index.get(key);
-            nodes.set(key, value.map(ServiceNodes::node_count));
-            self.shared.set_desired(key, value.cloned());
+            self.shared
+                .set_desired_shared(key, self.index.get_shared(key));
         }
         let label = Metrics::cluster(&self.params.cluster);
         self.metrics
@@ -445,7 +433,7 @@ impl Source {
         self.metrics
             .nodes
             .get_or_create(&label)
-            .set(i64::try_from(nodes.total).unwrap_or(i64::MAX));
+            .set(i64::try_from(self.index.node_count()).unwrap_or(i64::MAX));
         self.writer.changed(changed, at);
     }
 }
@@ -486,23 +474,5 @@ mod tests {
             Some("metadata.namespace!=kube-system")
         );
         assert_eq!(svc.timeout, Some(120));
-    }
-
-    #[test]
-    fn node_total_follows_changes_without_a_full_walk() {
-        let a = ServiceKey::new("", "ns", "a");
-        let b = ServiceKey::new("", "ns", "b");
-        let mut t = NodeTotal::default();
-        t.set(&a, Some(3));
-        t.set(&b, Some(5));
-        assert_eq!(t.total, 8);
-        t.set(&a, Some(1));
-        assert_eq!(t.total, 6);
-        t.set(&b, None);
-        assert_eq!(t.total, 1);
-        t.set(&b, None);
-        t.set(&a, Some(0));
-        assert_eq!(t.total, 0);
-        assert!(t.per_service.is_empty());
     }
 }

@@ -5,10 +5,14 @@
 //! The writer only queues *keys* and reads the desired value from here when it
 //! is about to write, so a newer desired state always replaces an older pending
 //! one and nothing is ever written stale.
+//!
+//! Values are `Arc<ServiceNodes>`: the sources hand in the index's own
+//! allocation ([`Shared::set_desired_shared`]), so the nodes of a service are
+//! held once, not once in the index and again here.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 use serde::Serialize;
@@ -31,7 +35,7 @@ pub struct ClusterStatus {
 /// Shared state; cheap to share behind an `Arc`.
 #[derive(Debug, Default)]
 pub struct Shared {
-    desired: RwLock<BTreeMap<ServiceKey, ServiceNodes>>,
+    desired: RwLock<BTreeMap<ServiceKey, Arc<ServiceNodes>>>,
     clusters: RwLock<BTreeMap<String, ClusterStatus>>,
     standby: AtomicBool,
     /// Bumped on every change of `desired` and when a cluster appears or its
@@ -63,6 +67,12 @@ impl Shared {
 
     /// Sets (`Some`) or removes (`None`) the desired nodes of `key`.
     pub fn set_desired(&self, key: &ServiceKey, value: Option<ServiceNodes>) {
+        self.set_desired_shared(key, value.map(Arc::new));
+    }
+
+    /// [`Shared::set_desired`] with a value shared with its producer (the
+    /// index), without copying the nodes.
+    pub fn set_desired_shared(&self, key: &ServiceKey, value: Option<Arc<ServiceNodes>>) {
         {
             let mut d = write(&self.desired);
             match value {
@@ -89,13 +99,16 @@ impl Shared {
 
     /// Runs `f` on all desired services under one read lock (a consistent
     /// view across clusters, without cloning).
-    pub fn with_desired<R>(&self, f: impl FnOnce(&BTreeMap<ServiceKey, ServiceNodes>) -> R) -> R {
+    pub fn with_desired<R>(
+        &self,
+        f: impl FnOnce(&BTreeMap<ServiceKey, Arc<ServiceNodes>>) -> R,
+    ) -> R {
         f(&read(&self.desired))
     }
 
     /// The desired nodes of `key` (`None`: the source is gone).
     pub fn desired(&self, key: &ServiceKey) -> Option<ServiceNodes> {
-        read(&self.desired).get(key).cloned()
+        read(&self.desired).get(key).map(|v| ServiceNodes::clone(v))
     }
 
     /// All desired services of `cluster`.
@@ -103,7 +116,7 @@ impl Shared {
         read(&self.desired)
             .values()
             .filter(|s| s.key.cluster == cluster)
-            .cloned()
+            .map(|s| ServiceNodes::clone(s))
             .collect()
     }
 
@@ -190,5 +203,18 @@ mod tests {
         assert!(s.ready());
         s.set_desired(&k, None);
         assert!(s.desired(&k).is_none());
+        // A shared value is held, not copied.
+        let v = Arc::new(ServiceNodes::new(
+            k.clone(),
+            SourceKind::Endpoints,
+            PortMap::new(),
+            None,
+        ));
+        s.set_desired_shared(&k, Some(Arc::clone(&v)));
+        assert_eq!(Arc::strong_count(&v), 2);
+        assert_eq!(s.desired(&k).as_ref(), Some(&*v));
+        assert_eq!(s.desired_of(""), vec![(*v).clone()]);
+        s.set_desired_shared(&k, None);
+        assert_eq!(Arc::strong_count(&v), 1);
     }
 }
