@@ -456,4 +456,106 @@ mod tests {
         ]);
         assert_eq!(v[&key()], (String::new(), 4));
     }
+
+    /// `n` endpoints on 3 ports: over one object's size bound from ~4,000.
+    fn big(n: usize) -> ServiceNodes {
+        let mut ports = PortMap::new();
+        for (name, port) in [("http", 8080), ("grpc", 9090), ("metrics", 9100)] {
+            let mut nodes: Vec<Node> = (0..n)
+                .map(|i| {
+                    Node::new(
+                        format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256),
+                        port,
+                        50,
+                    )
+                })
+                .collect();
+            kube_discovery_core::model::sort_nodes(&mut nodes);
+            ports.insert(name.to_string(), nodes);
+        }
+        ServiceNodes::new(
+            ServiceKey::new("", "shop", "big"),
+            SourceKind::EndpointSlice,
+            ports,
+            None,
+        )
+    }
+
+    async fn sim_client() -> (kube_sim::Sim, Client) {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        use kube::CustomResourceExt;
+        let sim = kube_sim::Sim::start(kube_sim::SimConfig::default())
+            .await
+            .unwrap();
+        let kc =
+            kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(&sim.admin_token())).unwrap();
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        let client = Client::try_from(cfg).unwrap();
+        Api::<CustomResourceDefinition>::all(client.clone())
+            .create(&Default::default(), &DiscoveredService::crd())
+            .await
+            .unwrap();
+        let ns: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "shop"}})).unwrap();
+        Api::all(client.clone())
+            .create(&Default::default(), &ns)
+            .await
+            .unwrap();
+        for _ in 0..100 {
+            if Api::<DiscoveredService>::all(client.clone())
+                .list(&ListParams::default())
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        (sim, client)
+    }
+
+    /// KubeSink against an in-process kube-sim: a big service becomes shards,
+    /// `NodesResolver` and `nodes_command`'s lookup read the WHOLE list back,
+    /// `list_versions` reports it, a shrink deletes the surplus, `delete`
+    /// removes every shard.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sharded_service_round_trips_through_the_api_server() {
+        let (_sim, client) = sim_client().await;
+        let sink = KubeSink::new(client.clone(), ObjectNaming::source());
+        let svc = big(6_000);
+        sink.apply(svc.clone()).await.unwrap();
+        let objs = list_managed(&client).await.unwrap();
+        assert!(objs.len() >= 2, "{} objects", objs.len());
+        for o in &objs {
+            assert!(serde_json::to_vec(o).unwrap().len() < 3 * 1024 * 1024 / 2);
+            assert_eq!(o.spec.version, svc.version);
+        }
+        let resolver = crate::nodes::NodesResolver::start(client.clone(), None);
+        resolver.wait_ready().await;
+        for (port, nodes) in &svc.ports {
+            let got = resolver.nodes(&format!("shop/big:{port}")).unwrap();
+            assert_eq!(got.as_ref(), Some(nodes), "{port}");
+        }
+        // A fresh sink (a restart) knows the version and the shard count.
+        let fresh = KubeSink::new(client.clone(), ObjectNaming::source());
+        let versions = fresh.list_versions().await.unwrap();
+        assert_eq!(versions[&svc.key], svc.version);
+        let count = u32::try_from(objs.len()).unwrap();
+        assert_eq!(fresh.shard_count(&svc.key), Some(count));
+        // Shrink through the fresh sink: one unsharded object remains.
+        let small = big(10);
+        fresh.apply(small.clone()).await.unwrap();
+        let objs = list_managed(&client).await.unwrap();
+        assert_eq!(objs.len(), 1);
+        assert_eq!(objs[0].metadata.name.as_deref(), Some("big"));
+        assert!(objs[0].spec.shard.is_none());
+        assert_eq!(objs[0].spec.ports, small.ports);
+        // Grow again, then delete: every shard goes.
+        fresh.apply(svc.clone()).await.unwrap();
+        assert_eq!(list_managed(&client).await.unwrap().len(), count as usize);
+        fresh.delete(svc.key.clone()).await.unwrap();
+        assert!(list_managed(&client).await.unwrap().is_empty());
+    }
 }
