@@ -209,7 +209,8 @@ impl DriftView {
         self.store.get(&ObjectRef::new(name).within(ns))
     }
 
-    /// Every cached object that describes `key` (by its spec).
+    /// Every cached object that describes `key` (by its spec). A scan of
+    /// the cache: for drift checks and repairs, never per ordinary write.
     pub fn objects_of(&self, key: &ServiceKey) -> Vec<ObjName> {
         self.store
             .state()
@@ -224,6 +225,22 @@ impl DriftView {
         if !self.ready() {
             return DriftCheck::Stale;
         }
+        self.check_among(desired, &self.objects_of(key))
+    }
+
+    /// Every cached object by the service its spec describes (one scan).
+    fn by_key(&self) -> HashMap<ServiceKey, Vec<ObjName>> {
+        let mut out: HashMap<ServiceKey, Vec<ObjName>> = HashMap::new();
+        for o in self.store.state() {
+            out.entry(key_of(&o))
+                .or_default()
+                .push((o.namespace().unwrap_or_default(), o.name_any()));
+        }
+        out
+    }
+
+    /// [`DriftView::check`] with the cached objects of `key` given.
+    fn check_among(&self, desired: Option<&ServiceNodes>, present: &[ObjName]) -> DriftCheck {
         let wanted = desired
             .map(|d| desired_objects(d, &self.naming))
             .unwrap_or_default();
@@ -244,7 +261,7 @@ impl DriftView {
         if verdict == DriftCheck::Stale {
             return verdict;
         }
-        if self.objects_of(key).iter().any(|n| !names.contains(n)) {
+        if present.iter().any(|n| !names.contains(n)) {
             return DriftCheck::Drift(DriftKind::Orphan);
         }
         DriftCheck::Ok
@@ -290,20 +307,24 @@ impl DriftView {
     fn sweep(&self, shared: &Shared) -> Vec<ServiceKey> {
         let clusters = shared.clusters();
         let mut out = BTreeSet::new();
+        if !self.ready() {
+            return Vec::new();
+        }
+        let present = self.by_key();
         for (id, status) in &clusters {
             if !status.listed {
                 continue;
             }
             for svc in shared.desired_of(id) {
-                if self.check(&svc.key, Some(&svc)) != DriftCheck::Ok {
+                let here = present.get(&svc.key).map_or(&[][..], Vec::as_slice);
+                if self.check_among(Some(&svc), here) != DriftCheck::Ok {
                     out.insert(svc.key.clone());
                 }
             }
         }
-        for o in self.store.state() {
-            let key = key_of(&o);
-            if clusters.get(&key.cluster).is_some_and(|c| c.listed) && !shared.has_desired(&key) {
-                out.insert(key);
+        for key in present.keys() {
+            if clusters.get(&key.cluster).is_some_and(|c| c.listed) && !shared.has_desired(key) {
+                out.insert(key.clone());
             }
         }
         out.into_iter().collect()

@@ -353,7 +353,10 @@ impl Sink for KubeSink {
         let mut surplus: BTreeSet<ObjName> = (count..old)
             .map(|i| (ns.clone(), shard_name(&base, i)))
             .collect();
-        surplus.extend(self.strays(&svc.key, &keep));
+        if repair {
+            // Objects someone else made for this service (e.g. a stray shard).
+            surplus.extend(self.strays(&svc.key, &keep));
+        }
         for (sns, sname) in &surplus {
             tracing::info!(service = %svc.key, object = %format!("{sns}/{sname}"), "deleting surplus shard");
             self.delete_one(sns, sname).await?;
@@ -369,8 +372,16 @@ impl Sink for KubeSink {
         let mut names: Vec<ObjName> = (0..count)
             .map(|i| (ns.clone(), shard_name(&base, i)))
             .collect();
-        let known: BTreeSet<ObjName> = names.iter().cloned().collect();
-        names.extend(self.strays(&key, &known));
+        let repair = self
+            .repairs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&key);
+        if repair {
+            // An orphan found by drift correction may have any name.
+            let known: BTreeSet<ObjName> = names.iter().cloned().collect();
+            names.extend(self.strays(&key, &known));
+        }
         for (ons, oname) in &names {
             self.delete_one(ons, oname).await?;
         }
