@@ -9,7 +9,10 @@
 //!  core Index  (pure) ── changed ServiceKeys ──▶ state.rs  Shared (desired nodes, per-cluster status)
 //!                                                   │ keys
 //!                                                   ▼
-//!  writer.rs   coalesce ▶ skip no-ops ▶ rate limit ▶ server-side apply / delete (sink.rs)
+//!  writer.rs   coalesce ▶ skip no-ops ▶ rate limit ▶ server-side apply / delete (sink.rs;
+//!              a big service as several objects, shard 0 last)
+//!                                                   ▲ Drifted(keys): verify, then rewrite/delete
+//!  drift.rs    reflector over our own DiscoveredServices (edits, deletes, orphans)
 //!
 //!  snapshot.rs Shared ──▶ APISIX dump in sharded ConfigMaps (optional sink, drift-corrected)
 //!  http.rs     /healthz /readyz /metrics /v1/discovery/kubernetes/{dump,nodes}  (reads Shared)
