@@ -478,4 +478,83 @@ mod tests {
         let s = svc(&["10.0.0.1"]);
         assert_eq!(view.check(&s.key, Some(&s)), DriftCheck::Stale);
     }
+
+    fn with_rv(mut o: DiscoveredService, rv: u64) -> DiscoveredService {
+        o.metadata.resource_version = Some(rv.to_string());
+        o
+    }
+
+    #[test]
+    fn check_reports_deleted_edited_stale_and_stray_objects() {
+        let (view, feed) = DriftView::new(ObjectNaming::source());
+        let mut w = feed.writer;
+        let s = svc(&["10.0.0.1"]);
+        let want = desired_object(&s, &ObjectNaming::source());
+        w.apply_watcher_event(&Event::Init);
+        w.apply_watcher_event(&Event::InitDone);
+        view.ready.store(true, Ordering::Release);
+        assert_eq!(
+            view.check(&s.key, Some(&s)),
+            DriftCheck::Drift(DriftKind::Deleted)
+        );
+        w.apply_watcher_event(&Event::Apply(with_rv(want.clone(), 5)));
+        assert_eq!(view.check(&s.key, Some(&s)), DriftCheck::Ok);
+        // Someone edits it after our write (rv 5): drift.
+        view.note_written("ns", "web", Some(5));
+        let mut edited = with_rv(want.clone(), 6);
+        edited.spec.ports.clear();
+        w.apply_watcher_event(&Event::Apply(edited.clone()));
+        assert_eq!(
+            view.check(&s.key, Some(&s)),
+            DriftCheck::Drift(DriftKind::Edited)
+        );
+        // We wrote rv 7, the cache still shows 6: not judged yet.
+        view.note_written("ns", "web", Some(7));
+        assert_eq!(view.check(&s.key, Some(&s)), DriftCheck::Stale);
+        w.apply_watcher_event(&Event::Apply(with_rv(want.clone(), 7)));
+        assert_eq!(view.check(&s.key, Some(&s)), DriftCheck::Ok);
+        // A stray object describing the same service: an orphan.
+        let mut stray = with_rv(want.clone(), 8);
+        stray.metadata.name = Some("web.9".into());
+        w.apply_watcher_event(&Event::Apply(stray));
+        assert_eq!(
+            view.check(&s.key, Some(&s)),
+            DriftCheck::Drift(DriftKind::Orphan)
+        );
+        // No source at all: whatever is cached is an orphan.
+        assert_eq!(
+            view.check(&s.key, None),
+            DriftCheck::Drift(DriftKind::Orphan)
+        );
+        assert_eq!(view.objects_of(&s.key).len(), 2);
+    }
+
+    #[test]
+    fn own_write_events_are_not_suspicious_but_later_edits_are() {
+        let (view, feed) = DriftView::new(ObjectNaming::source());
+        let mut w = feed.writer;
+        w.apply_watcher_event(&Event::Init);
+        w.apply_watcher_event(&Event::InitDone);
+        view.ready.store(true, Ordering::Release);
+        let shared = Shared::new([""]);
+        shared.update_cluster("", |c| c.listed = true);
+        let old = svc(&["10.0.0.1"]);
+        let new = svc(&["10.0.0.2"]);
+        shared.set_desired(&new.key, Some(new.clone()));
+        // The late event of our write of the OLD state (rv 3, we wrote rv 3).
+        let ours = with_rv(desired_object(&old, &ObjectNaming::source()), 3);
+        view.note_written("ns", "web", Some(3));
+        assert_eq!(view.suspicious(&ours, false, &shared), Some(false));
+        // The same content at a later rv is someone else's: it differs.
+        let theirs = with_rv(desired_object(&old, &ObjectNaming::source()), 4);
+        assert_eq!(view.suspicious(&theirs, false, &shared), Some(true));
+        // A delete of a wanted object is always suspicious.
+        assert_eq!(view.suspicious(&ours, true, &shared), Some(true));
+        // Unknown cluster: not ours to judge; unlisted cluster: later.
+        let mut other = theirs.clone();
+        other.spec.cluster = "c9".into();
+        assert_eq!(view.suspicious(&other, false, &shared), Some(false));
+        let unlisted = Shared::new([""]);
+        assert_eq!(view.suspicious(&theirs, false, &unlisted), None);
+    }
 }
