@@ -200,11 +200,6 @@ impl DriftView {
         matches!((rv_of(obj), self.written_rv(&ns, &name)), (Some(have), Some(ours)) if have <= ours)
     }
 
-    /// The cached copy of `ns/name`.
-    pub fn cached(&self, ns: &str, name: &str) -> Option<Arc<DiscoveredService>> {
-        self.get(ns, name)
-    }
-
     fn get(&self, ns: &str, name: &str) -> Option<Arc<DiscoveredService>> {
         self.store.get(&ObjectRef::new(name).within(ns))
     }

@@ -22,8 +22,13 @@
 //! With a [`DriftView`] attached ([`KubeSink::with_drift`]), every write
 //! records the resourceVersion the API server returned (so late watch events
 //! of our own writes are recognised), apply and delete also remove stray
-//! objects the cache holds for the service, and [`Sink::drift`] answers the
-//! writer's "is what the API server holds still what we want?".
+//! objects the cache holds for the service (only when repairing: no cache
+//! scan per ordinary write), and [`Sink::drift`] answers the writer's "is what
+//! the API server holds still what we want?". A key found drifted is marked
+//! as a repair: its next apply rewrites every shard (no-ops for the intact
+//! ones) but a shard's status only when it is wrong, so a repair writes only
+//! what was broken. Port keys someone else added survive server-side apply
+//! (not ours) and are removed by a merge patch after the apply.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};

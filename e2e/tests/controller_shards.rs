@@ -342,8 +342,10 @@ async fn a_20000_endpoint_service_is_sharded_grows_shrinks_and_reads_back_whole(
     // Restart with nothing changed: zero writes.
     ctl.stop().await;
     let rv = env.rv().await;
+    let t = tokio::time::Instant::now();
     let ctl = Controller::start(&env, "shards2", &cfg, &[]).await;
     ctl.wait_ready().await;
+    eprintln!("restarted and ready after {:?}", t.elapsed());
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let w = env.dsvc_writes_since(rv).await;
     assert!(w.is_empty(), "a restart wrote: {:?}", names(&w));
