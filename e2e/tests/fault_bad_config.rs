@@ -52,9 +52,9 @@ fn each_bad_config_exits_2_with_one_line_naming_the_field() {
             "kube_discovery.http.auth_token_file",
         ),
         (
-            "configmap sink",
-            base("", "  sinks: {configmap: {enabled: true, namespace: kd}}\n"),
-            "kube_discovery.sinks.configmap.enabled",
+            "configmap sink without namespace",
+            base("", "  sinks: {configmap: {enabled: true}}\n"),
+            "kube_discovery.sinks.configmap.namespace",
         ),
         (
             "ca file",

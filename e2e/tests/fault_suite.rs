@@ -10,7 +10,7 @@
 //! | - | a port key disappears | `s00_removed_port_key` |
 //! | 1 | watch streams dropped every second | `s01_watch_drops` |
 //! | 2 | history compacted (410 Gone), sources deleted meanwhile | `s02_compaction_410` |
-//! | 3 | API server unreachable (`FAULT_OUTAGE_SECS`, default 5 s; the issue says 30 s) | `s03_outage`, `s03_outage_reconverges_within_2s` |
+//! | 3 | API server unreachable for 30 s (`FAULT_OUTAGE_SECS` overrides) | `s03_outage`, `s03_outage_reconverges_within_2s` |
 //! | 4 | silent watch stall | `s04_silent_stall` |
 //! | 5 | 429 (Retry-After) / 500 / 503 on writes | `s05_write_errors` |
 //! | 6 | DiscoveredService edited / deleted by hand, orphan created by hand | `s06_hand_edits` (also `controller_drift.rs`) |

@@ -226,12 +226,12 @@ pub fn signal(ctl: &Controller, sig: &str) {
     assert!(st.success(), "kill -{sig} {pid} failed");
 }
 
-/// Outage length of scenario 3: `FAULT_OUTAGE_SECS` (the 30 s), default 5 s.
+/// Outage length of scenario 3: the 30 s (`FAULT_OUTAGE_SECS` overrides it, e.g. 5 for a quick local run).
 pub fn outage_secs() -> f64 {
     std::env::var("FAULT_OUTAGE_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(5.0)
+        .unwrap_or(30.0)
 }
 
 /// Small deterministic PRNG (xorshift64*), so a failing churn can be replayed.
