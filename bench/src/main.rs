@@ -57,7 +57,7 @@ struct Cli {
     /// `kube_discovery.write_qps` (the default of 50 would cap a 10,000-service sync at 200 s).
     #[arg(long, default_value_t = 10000.0)]
     write_qps: f64,
-    /// `kube_discovery.write_concurrency` (default: the controller's own, 8).
+    /// `kube_discovery.write_concurrency` (default: the controller's own, 32).
     #[arg(long)]
     write_concurrency: Option<usize>,
     /// Override the churn rate (changes/s).
@@ -247,7 +247,7 @@ async fn bench(cli: Cli) -> Result<()> {
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "started_unix": started, "size": format!("{:?}", cli.size).to_lowercase(),
         "machine": machine(), "controller_bin": opts.bin.display().to_string(), "git_head": git_head(),
-        "settings": {"coalesce_window_ms": opts.window_ms, "write_qps": opts.write_qps, "write_concurrency": opts.write_concurrency.map(|c| json!(c)).unwrap_or(json!("default (8)"))},
+        "settings": {"coalesce_window_ms": opts.window_ms, "write_qps": opts.write_qps, "write_concurrency": opts.write_concurrency.map(|c| json!(c)).unwrap_or(json!("default (32)"))},
         "runs": [], "errors": [],
     });
     let wants = |s: &str| cli.only.iter().any(|o| o == s);

@@ -91,7 +91,7 @@ fn chart_default_config_parses_as_in_cluster_single_cluster() {
         NamespaceMode::Source
     );
     assert!(!s.sinks.configmap.enabled);
-    assert_eq!(s.write_concurrency, 8);
+    assert_eq!(s.write_concurrency, 32);
     assert!(!s.drain_terminating && !s.index_port_numbers && !s.topology);
 }
 
