@@ -562,7 +562,7 @@ async fn resource_request(
             p.resource
         )));
     }
-    sh.count_request(verb, &p.resource);
+    sh.count_user_request(&user.name, verb, &p.resource);
     apply_faults(sh, verb, &p.resource).await?;
     let accept = parse_accept(&headers)?;
     let ctx = Ctx {

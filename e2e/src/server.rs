@@ -127,6 +127,8 @@ impl Faults {
 pub struct Stats {
     /// verb -> resource -> count
     pub requests: BTreeMap<String, BTreeMap<String, u64>>,
+    /// user -> verb -> resource -> count (resource requests only)
+    pub requests_by_user: BTreeMap<String, BTreeMap<String, BTreeMap<String, u64>>>,
     /// resource -> count
     pub writes: BTreeMap<String, u64>,
 }
@@ -167,6 +169,19 @@ impl Shared {
             .or_default() += 1;
     }
 
+    /// [`Self::count_request`] that also counts under the user's name.
+    pub fn count_user_request(&self, user: &str, verb: &str, resource: &str) {
+        self.count_request(verb, resource);
+        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        *s.requests_by_user
+            .entry(user.to_string())
+            .or_default()
+            .entry(verb.to_string())
+            .or_default()
+            .entry(resource.to_string())
+            .or_default() += 1;
+    }
+
     pub fn count_write(&self, resource: &str) {
         let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         *s.writes.entry(resource.to_string()).or_default() += 1;
@@ -192,6 +207,7 @@ impl Shared {
         let rv = self.lock().rv;
         json!({
             "requests": s.requests,
+            "requestsByUser": s.requests_by_user,
             "writes": s.writes,
             "resourceVersion": rv.to_string(),
             "openWatches": self.open_watches.load(Ordering::SeqCst),

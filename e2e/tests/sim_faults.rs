@@ -43,6 +43,24 @@ async fn stats_and_write_log() {
     assert_eq!(count(&s, "delete", "configmaps"), 1);
     assert_eq!(s["writes"]["configmaps"], 2);
     assert_eq!(s["openWatches"], 0);
+    // The same requests, by user; a second user's list counts under its name only.
+    assert_eq!(
+        s["requestsByUser"]["kube-sim-admin"]["list"]["configmaps"],
+        1
+    );
+    sim.add_user_token("t-viewer", "viewer", &["system:masters"]);
+    let viewer = client(&sim, "t-viewer").await;
+    Api::<ConfigMap>::namespaced(viewer, "default")
+        .list(&ListParams::default())
+        .await
+        .expect("list as viewer");
+    let s = stats(&c).await;
+    assert_eq!(s["requestsByUser"]["viewer"]["list"]["configmaps"], 1);
+    assert_eq!(
+        s["requestsByUser"]["kube-sim-admin"]["list"]["configmaps"],
+        1
+    );
+    assert_eq!(count(&s, "list", "configmaps"), 2);
 
     let (status, log) = raw(
         &c,
