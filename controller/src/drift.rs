@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  watcher(DiscoveredService, managed-by label; all namespaces or the fixed one)
-//!    .reflect(store)                          the LATEST copy of every object we manage
+//!    → store + key index                      the LATEST copy of every object we manage
 //!    ├─ Apply(obj)   obj == wanted?  ── no ─▶ WriterHandle::drifted([key])
 //!    ├─ Delete(obj)  still wanted?   ── yes ▶ WriterHandle::drifted([key])
 //!    └─ InitDone     sweep: every desired key and every cached object (after a relist,
@@ -39,6 +39,18 @@
 //! that service's cluster is listed, is deleted (kind `orphan`; also a stray
 //! shard of a service that needs fewer). Objects of clusters that are not
 //! configured are left alone.
+//!
+//! Cost: [`DriftView::objects_of`] (every check, every repair) is a lookup in
+//! a `ServiceKey -> [(namespace, name)]` index kept next to the store, fed by
+//! the same watch events (Apply/Delete; a relist builds a new index between
+//! Init and InitDone and swaps it in, as the store does). A check is therefore
+//! O(objects of that service), never a scan of the cache: a first start with
+//! 10,000 services made 10,000 checks of 10,000 cached objects each before.
+//! The index never trusts itself: an entry is returned only while the store
+//! holds that object AND its spec still names the service, so an object whose
+//! spec someone re-pointed at another service (an old entry stays until the
+//! next relist) is never reported twice. The cache drops `managedFields`,
+//! annotations and status (nothing here compares them).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -103,6 +115,64 @@ pub struct DriftView {
     naming: ObjectNaming,
     ready: Arc<AtomicBool>,
     written: Arc<Mutex<HashMap<ObjName, u64>>>,
+    index: Arc<Mutex<KeyIndex>>,
+}
+
+/// Object names by the service their spec describes (see the module docs).
+#[derive(Default)]
+struct KeyIndex {
+    live: HashMap<ServiceKey, Vec<ObjName>>,
+    /// The relist being received (Init .. InitDone), like the store's buffer.
+    relist: Option<HashMap<ServiceKey, Vec<ObjName>>>,
+}
+
+fn index_add(map: &mut HashMap<ServiceKey, Vec<ObjName>>, obj: &DiscoveredService) {
+    let name = (obj.namespace().unwrap_or_default(), obj.name_any());
+    let key = key_of(obj);
+    match map.get_mut(&key) {
+        Some(names) => {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        None => {
+            map.insert(key, vec![name]);
+        }
+    }
+}
+
+fn index_remove(map: &mut HashMap<ServiceKey, Vec<ObjName>>, obj: &DiscoveredService) {
+    let key = key_of(obj);
+    let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
+    if let Some(names) = map.get_mut(&key) {
+        names.retain(|(n, m)| *n != ns || *m != name);
+        if names.is_empty() {
+            map.remove(&key);
+        }
+    }
+}
+
+impl KeyIndex {
+    fn apply(&mut self, ev: &Event<DiscoveredService>) {
+        match ev {
+            Event::Init => self.relist = Some(HashMap::new()),
+            Event::InitApply(o) => index_add(self.relist.get_or_insert_with(HashMap::new), o),
+            Event::InitDone => {
+                if let Some(next) = self.relist.take() {
+                    self.live = next;
+                }
+            }
+            Event::Apply(o) => index_add(&mut self.live, o),
+            Event::Delete(o) => index_remove(&mut self.live, o),
+        }
+    }
+}
+
+/// Whether `obj`'s spec describes `key` (no allocation).
+fn describes(obj: &DiscoveredService, key: &ServiceKey) -> bool {
+    obj.spec.cluster == key.cluster
+        && obj.spec.source_namespace == key.namespace
+        && obj.spec.source_name == key.name
 }
 
 /// The feeding half of a [`DriftView`]: the watch task.
@@ -149,6 +219,7 @@ impl DriftView {
             naming,
             ready: Arc::new(AtomicBool::new(false)),
             written: Arc::new(Mutex::new(HashMap::new())),
+            index: Arc::new(Mutex::new(KeyIndex::default())),
         };
         (view.clone(), DriftFeed { writer, view })
     }
@@ -204,14 +275,20 @@ impl DriftView {
         self.store.get(&ObjectRef::new(name).within(ns))
     }
 
-    /// Every cached object that describes `key` (by its spec). A scan of
-    /// the cache: for drift checks and repairs, never per ordinary write.
+    /// Every cached object that describes `key` (by its spec): an index
+    /// lookup, O(objects of `key`), checked against the store.
     pub fn objects_of(&self, key: &ServiceKey) -> Vec<ObjName> {
-        self.store
-            .state()
-            .iter()
-            .filter(|o| key_of(o) == *key)
-            .map(|o| (o.namespace().unwrap_or_default(), o.name_any()))
+        let candidates = self
+            .index
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .live
+            .get(key)
+            .cloned()
+            .unwrap_or_default();
+        candidates
+            .into_iter()
+            .filter(|(ns, name)| self.get(ns, name).is_some_and(|o| describes(&o, key)))
             .collect()
     }
 
@@ -340,19 +417,26 @@ fn describe(obj: &DiscoveredService) -> String {
 }
 
 impl DriftFeed {
+    /// Feeds one watch event to the store and to the key index.
+    pub fn apply(&mut self, ev: &Event<DiscoveredService>) {
+        self.writer.apply_watcher_event(ev);
+        self.view
+            .index
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .apply(ev);
+    }
+
     /// Watches our DiscoveredServices until `shutdown`, reporting suspicious
     /// keys to `writer`.
     pub async fn run(
-        self,
+        mut self,
         client: Client,
         shared: Arc<Shared>,
         writer: WriterHandle,
         shutdown: CancellationToken,
     ) {
-        let DriftFeed {
-            writer: store_writer,
-            view,
-        } = self;
+        let view = self.view.clone();
         let api: Api<DiscoveredService> = match &view.naming.namespace_mode {
             NamespaceMode::Fixed(ns) => Api::namespaced(client, ns),
             NamespaceMode::Source => Api::all(client),
@@ -362,8 +446,10 @@ impl DriftFeed {
             .modify(|o: &mut DiscoveredService| {
                 o.managed_fields_mut().clear();
                 o.annotations_mut().clear();
-            })
-            .reflect(store_writer);
+                // Never compared (see `matches`); the sink's status check
+                // reads the object the API server returns, not this cache.
+                o.status = None;
+            });
         let mut stream = std::pin::pin!(stream);
         // A sweep waits until every cluster is listed (desired state known).
         let mut sweep_due = false;
@@ -374,7 +460,12 @@ impl DriftFeed {
                 () = shutdown.cancelled() => break,
                 _ = tick.tick(), if sweep_due => None,
                 ev = stream.next() => match ev {
-                    Some(ev) => Some(ev),
+                    Some(ev) => {
+                        if let Ok(ev) = &ev {
+                            self.apply(ev);
+                        }
+                        Some(ev)
+                    }
                     None => break,
                 },
             };
@@ -482,23 +573,23 @@ mod tests {
     #[test]
     fn check_reports_deleted_edited_stale_and_stray_objects() {
         let (view, feed) = DriftView::new(ObjectNaming::source());
-        let mut w = feed.writer;
+        let mut w = feed;
         let s = svc(&["10.0.0.1"]);
         let want = desired_object(&s, &ObjectNaming::source());
-        w.apply_watcher_event(&Event::Init);
-        w.apply_watcher_event(&Event::InitDone);
+        w.apply(&Event::Init);
+        w.apply(&Event::InitDone);
         view.ready.store(true, Ordering::Release);
         assert_eq!(
             view.check(&s.key, Some(&s)),
             DriftCheck::Drift(DriftKind::Deleted)
         );
-        w.apply_watcher_event(&Event::Apply(with_rv(want.clone(), 5)));
+        w.apply(&Event::Apply(with_rv(want.clone(), 5)));
         assert_eq!(view.check(&s.key, Some(&s)), DriftCheck::Ok);
         // Someone edits it after our write (rv 5): drift.
         view.note_written("ns", "web", Some(5));
         let mut edited = with_rv(want.clone(), 6);
         edited.spec.ports.clear();
-        w.apply_watcher_event(&Event::Apply(edited.clone()));
+        w.apply(&Event::Apply(edited.clone()));
         assert_eq!(
             view.check(&s.key, Some(&s)),
             DriftCheck::Drift(DriftKind::Edited)
@@ -506,12 +597,12 @@ mod tests {
         // We wrote rv 7, the cache still shows 6: not judged yet.
         view.note_written("ns", "web", Some(7));
         assert_eq!(view.check(&s.key, Some(&s)), DriftCheck::Stale);
-        w.apply_watcher_event(&Event::Apply(with_rv(want.clone(), 7)));
+        w.apply(&Event::Apply(with_rv(want.clone(), 7)));
         assert_eq!(view.check(&s.key, Some(&s)), DriftCheck::Ok);
         // A stray object describing the same service: an orphan.
         let mut stray = with_rv(want.clone(), 8);
         stray.metadata.name = Some("web.9".into());
-        w.apply_watcher_event(&Event::Apply(stray));
+        w.apply(&Event::Apply(stray));
         assert_eq!(
             view.check(&s.key, Some(&s)),
             DriftCheck::Drift(DriftKind::Orphan)
@@ -525,11 +616,48 @@ mod tests {
     }
 
     #[test]
+    fn the_key_index_follows_applies_deletes_relists_and_repointed_specs() {
+        let (view, mut w) = DriftView::new(ObjectNaming::source());
+        let s = svc(&["10.0.0.1"]);
+        let want = desired_object(&s, &ObjectNaming::source());
+        let mut shard = want.clone();
+        shard.metadata.name = Some("web.1".into());
+        let web = || ("ns".to_string(), "web".to_string());
+        let web1 = || ("ns".to_string(), "web.1".to_string());
+        w.apply(&Event::Init);
+        w.apply(&Event::InitApply(want.clone()));
+        assert!(view.objects_of(&s.key).is_empty(), "a relist counts once done");
+        w.apply(&Event::InitDone);
+        assert_eq!(view.objects_of(&s.key), vec![web()]);
+        w.apply(&Event::Apply(shard.clone()));
+        w.apply(&Event::Apply(shard.clone()));
+        assert_eq!(view.objects_of(&s.key), vec![web(), web1()], "no duplicates");
+        // Someone points web.1 at another service: it leaves `web`.
+        let mut repointed = shard.clone();
+        repointed.spec.source_name = "api".into();
+        w.apply(&Event::Apply(repointed.clone()));
+        let api = ServiceKey::new("", "ns", "api");
+        assert_eq!(view.objects_of(&s.key), vec![web()]);
+        assert_eq!(view.objects_of(&api), vec![web1()]);
+        w.apply(&Event::Delete(repointed));
+        assert!(view.objects_of(&api).is_empty());
+        assert_eq!(view.objects_of(&s.key), vec![web()]);
+        // A relist without `web` replaces the index; one with it brings it back.
+        w.apply(&Event::Init);
+        w.apply(&Event::InitDone);
+        assert!(view.objects_of(&s.key).is_empty());
+        w.apply(&Event::Init);
+        w.apply(&Event::InitApply(shard));
+        w.apply(&Event::InitDone);
+        assert_eq!(view.objects_of(&s.key), vec![web1()]);
+    }
+
+    #[test]
     fn own_write_events_are_not_suspicious_but_later_edits_are() {
         let (view, feed) = DriftView::new(ObjectNaming::source());
-        let mut w = feed.writer;
-        w.apply_watcher_event(&Event::Init);
-        w.apply_watcher_event(&Event::InitDone);
+        let mut w = feed;
+        w.apply(&Event::Init);
+        w.apply(&Event::InitDone);
         view.ready.store(true, Ordering::Release);
         let shared = Shared::new([""]);
         shared.update_cluster("", |c| c.listed = true);

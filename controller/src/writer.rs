@@ -31,7 +31,12 @@
 //!   ago, [`Sink::drift`] compares the LATEST cached copy with the desired
 //!   state; only a real difference forgets `known[key]` and queues the key
 //!   (rewrite, or delete for an orphan). Late watch events of our own writes
-//!   therefore never cause writes.
+//!   therefore never cause writes. A check that comes due while the key's
+//!   write is pending or in flight is "parked" (a set, no timer) and
+//!   scheduled again, `drift_settle` later, when that write finishes or is
+//!   skipped: on a first start the drift sweep reports every key (nothing is
+//!   written yet), and re-timing 10,000 pending checks every `drift_delay`
+//!   would be O(pending) per tick.
 //!
 //! Scheduling cost is O(log n) per key, never O(pending) per loop turn
 //! ([`Queue`]): besides the `key -> Pending` map, the due order of the keys
@@ -362,6 +367,8 @@ struct Drift {
     keys: HashSet<ServiceKey>,
     seq: u64,
     last_done: HashMap<ServiceKey, Instant>,
+    /// Checks waiting for the key's pending / in-flight write.
+    parked: HashSet<ServiceKey>,
 }
 
 impl Drift {
@@ -583,7 +590,8 @@ impl<S: Sink> Writer<S> {
         let mut later = Vec::new();
         while let Some(key) = self.drift.pop_due(now) {
             if self.pending.entries.contains_key(&key) || self.pending.inflight.contains(&key) {
-                later.push((key, now + delay));
+                // Scheduled again when the write is done (`unpark`).
+                self.drift.parked.insert(key);
                 continue;
             }
             if let Some(t) = self.drift.last_done.get(&key).copied()
@@ -619,6 +627,17 @@ impl<S: Sink> Writer<S> {
         }
     }
 
+    /// `key`'s write finished or was skipped: a parked drift check of it is
+    /// scheduled (unless another write of it is pending or in flight).
+    fn unpark(&mut self, key: &ServiceKey, now: Instant) {
+        if self.pending.entries.contains_key(key) || self.pending.inflight.contains(key) {
+            return;
+        }
+        if self.drift.parked.remove(key) {
+            self.drift.schedule(key.clone(), now + self.opts.drift_settle);
+        }
+    }
+
     fn take_token(&mut self, now: Instant) -> bool {
         if self.opts.qps <= 0.0 {
             return true;
@@ -650,10 +669,12 @@ impl<S: Sink> Writer<S> {
                         .get_or_create(&Metrics::cluster(&key.cluster))
                         .inc();
                     tracing::debug!(service = %key, version = %v, "up to date, no write");
+                    self.unpark(&key, now);
                     continue;
                 }
                 (None, None) => {
                     self.pending.remove(&key);
+                    self.unpark(&key, now);
                     continue;
                 }
                 _ => {}
@@ -716,7 +737,9 @@ impl<S: Sink> Writer<S> {
                     .event_to_write
                     .get_or_create(&Metrics::cluster(&cluster))
                     .observe(first_event.elapsed().as_secs_f64());
+                self.unpark(&key, Instant::now());
             }
+            // Still pending (retried): a parked check stays parked.
             Err(e) => {
                 self.metrics
                     .write(&cluster, &format!("error_{}", e.metric_label()));
@@ -1283,5 +1306,52 @@ mod tests {
         let asked = *sink.drift_asked.lock().unwrap();
         assert_eq!(sink.calls().len(), 1);
         assert_eq!(asked, 1, "checked once, after the write settled");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drift_check_parked_behind_retried_writes_runs_once_after_success() {
+        let sink = FakeSink {
+            fail_next: Arc::new(Mutex::new(3)),
+            ..FakeSink::default()
+        };
+        let shared = Arc::new(Shared::new([""]));
+        shared.update_cluster("", |c| c.listed = true);
+        let (h, _t) = spawn(
+            sink.clone(),
+            shared.clone(),
+            Metrics::default(),
+            opts(),
+            CancellationToken::new(),
+        );
+        // Many keys reported by a first-start sweep while their writes are
+        // pending; one of them fails three times first.
+        let keys: Vec<ServiceKey> = (0..20)
+            .map(|i| ServiceKey::new("", "ns", format!("s{i}")))
+            .collect();
+        for k in &keys {
+            shared.set_desired(k, Some(nodes(k, &["10.0.0.1"])));
+        }
+        h.changed(keys.clone(), Instant::now());
+        h.drifted(keys.clone());
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            *sink.drift_asked.lock().unwrap(),
+            0,
+            "checked while writes were pending"
+        );
+        settle().await;
+        settle().await;
+        assert_eq!(sink.calls().len(), 20);
+        assert_eq!(
+            *sink.drift_asked.lock().unwrap(),
+            20,
+            "each parked check runs exactly once, after its write"
+        );
+        // A key whose pending write turns out to be a no-op is checked too.
+        h.changed(vec![keys[0].clone()], Instant::now());
+        h.drifted(vec![keys[0].clone()]);
+        settle().await;
+        assert_eq!(sink.calls().len(), 20, "no-op written");
+        assert_eq!(*sink.drift_asked.lock().unwrap(), 21);
     }
 }
