@@ -626,12 +626,19 @@ mod tests {
         let web1 = || ("ns".to_string(), "web.1".to_string());
         w.apply(&Event::Init);
         w.apply(&Event::InitApply(want.clone()));
-        assert!(view.objects_of(&s.key).is_empty(), "a relist counts once done");
+        assert!(
+            view.objects_of(&s.key).is_empty(),
+            "a relist counts once done"
+        );
         w.apply(&Event::InitDone);
         assert_eq!(view.objects_of(&s.key), vec![web()]);
         w.apply(&Event::Apply(shard.clone()));
         w.apply(&Event::Apply(shard.clone()));
-        assert_eq!(view.objects_of(&s.key), vec![web(), web1()], "no duplicates");
+        assert_eq!(
+            view.objects_of(&s.key),
+            vec![web(), web1()],
+            "no duplicates"
+        );
         // Someone points web.1 at another service: it leaves `web`.
         let mut repointed = shard.clone();
         repointed.spec.source_name = "api".into();

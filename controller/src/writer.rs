@@ -634,7 +634,8 @@ impl<S: Sink> Writer<S> {
             return;
         }
         if self.drift.parked.remove(key) {
-            self.drift.schedule(key.clone(), now + self.opts.drift_settle);
+            self.drift
+                .schedule(key.clone(), now + self.opts.drift_settle);
         }
     }
 
