@@ -122,5 +122,4 @@ mod tests {
         let d = b.next().unwrap();
         assert!(d <= Duration::from_millis(250), "not reset: {d:?}");
     }
-
 }

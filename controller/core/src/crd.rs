@@ -745,7 +745,13 @@ mod tests {
         let mut ports = PortMap::new();
         for (name, port) in [("http", 8080), ("grpc", 9090), ("metrics", 9100)] {
             let mut nodes: Vec<Node> = (0..endpoints)
-                .map(|i| Node::new(format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256), port, 100))
+                .map(|i| {
+                    Node::new(
+                        format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256),
+                        port,
+                        100,
+                    )
+                })
                 .collect();
             crate::model::sort_nodes(&mut nodes);
             ports.insert(name.to_string(), nodes);
@@ -774,37 +780,68 @@ mod tests {
         let objs = desired_objects(&s, &ObjectNaming::source());
         assert_eq!(objs, vec![desired_object(&s, &ObjectNaming::source())]);
         assert_eq!(shard_of(&objs[0]), (0, 1));
-        assert!(!objs[0].metadata.labels.as_ref().unwrap().contains_key(LABEL_SHARD));
+        assert!(
+            !objs[0]
+                .metadata
+                .labels
+                .as_ref()
+                .unwrap()
+                .contains_key(LABEL_SHARD)
+        );
     }
 
     #[test]
     fn big_service_is_split_under_the_limit_and_merges_back() {
         let s = big(20_000);
         let whole = serde_json::to_vec(&s.ports).unwrap().len();
-        assert!(whole > 1_572_864, "the test service must not fit one object ({whole} bytes)");
+        assert!(
+            whole > 1_572_864,
+            "the test service must not fit one object ({whole} bytes)"
+        );
         let objs = desired_objects(&s, &ObjectNaming::source());
         let count = objs.len();
-        assert!(count >= whole / MAX_OBJECT_PORTS_BYTES, "{count} shards for {whole} bytes");
+        assert!(
+            count >= whole / MAX_OBJECT_PORTS_BYTES,
+            "{count} shards for {whole} bytes"
+        );
         for (i, o) in objs.iter().enumerate() {
             let i = u32::try_from(i).unwrap();
             let ports_len = serde_json::to_vec(&o.spec.ports).unwrap().len();
-            assert!(ports_len <= MAX_OBJECT_PORTS_BYTES, "shard {i}: {ports_len} bytes");
+            assert!(
+                ports_len <= MAX_OBJECT_PORTS_BYTES,
+                "shard {i}: {ports_len} bytes"
+            );
             assert!(serde_json::to_vec(o).unwrap().len() < 1_572_864);
             assert_eq!(shard_of(o), (i, u32::try_from(count).unwrap()));
-            assert_eq!(o.metadata.name.as_deref(), Some(shard_name("big", i).as_str()));
-            assert_eq!(o.metadata.labels.as_ref().unwrap()[LABEL_SHARD], i.to_string());
+            assert_eq!(
+                o.metadata.name.as_deref(),
+                Some(shard_name("big", i).as_str())
+            );
+            assert_eq!(
+                o.metadata.labels.as_ref().unwrap()[LABEL_SHARD],
+                i.to_string()
+            );
             assert_eq!(o.spec.version, s.version);
-            assert_eq!(o.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-1");
+            assert_eq!(
+                o.metadata.owner_references.as_ref().unwrap()[0].uid,
+                "uid-1"
+            );
             assert!(o.spec.ports.values().all(|n| !n.is_empty()));
             assert_eq!(key_of(o), s.key);
         }
         assert_eq!(merged(&objs), s.ports);
         // Readers get the whole, sorted list back.
         let q = crate::model::parse_service_name("shop/big:grpc").unwrap();
-        assert_eq!(crate::render::lookup(&objs, &q).as_ref(), s.ports.get("grpc"));
+        assert_eq!(
+            crate::render::lookup(&objs, &q).as_ref(),
+            s.ports.get("grpc")
+        );
         // Per-object status counts that object's nodes.
         let now = Time(jiff::Timestamp::UNIX_EPOCH);
-        let total: i64 = objs.iter().map(|o| object_status(o, now.clone()).node_count).sum();
+        let total: i64 = objs
+            .iter()
+            .map(|o| object_status(o, now.clone()).node_count)
+            .sum();
         assert_eq!(total, 60_000);
     }
 

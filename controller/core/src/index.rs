@@ -354,10 +354,7 @@ impl Index {
         changed.into_iter().collect()
     }
 
-    fn replace_all(
-        &mut self,
-        desired: BTreeMap<ServiceKey, Arc<ServiceNodes>>,
-    ) -> Vec<ServiceKey> {
+    fn replace_all(&mut self, desired: BTreeMap<ServiceKey, Arc<ServiceNodes>>) -> Vec<ServiceKey> {
         let mut changed: BTreeSet<ServiceKey> = self
             .services
             .keys()
@@ -1250,7 +1247,11 @@ mod tests {
         i.begin_reset();
         i.reset_add_slice(&a1_new);
         i.reset_add_slice(&b1);
-        assert_eq!(hosts(&i, &k("ns", "a")), vec!["10.0.0.1"], "old state until the finish");
+        assert_eq!(
+            hosts(&i, &k("ns", "a")),
+            vec!["10.0.0.1"],
+            "old state until the finish"
+        );
         assert_eq!(i.finish_reset_slices(), vec![k("ns", "a")]);
         assert_eq!(hosts(&i, &k("ns", "a")), vec!["10.0.0.9"]);
         assert!(i.get(&k("ns", "c")).is_none());
@@ -1289,7 +1290,10 @@ mod tests {
         let b = i.get(&k("ns", "b")).unwrap();
         assert_eq!(b.owner_uid.as_deref(), Some("uid-b"));
         assert_eq!(b.node_count(), 2);
-        assert!(Arc::ptr_eq(&a_before, &i.get_shared(&k("ns", "a")).unwrap()));
+        assert!(Arc::ptr_eq(
+            &a_before,
+            &i.get_shared(&k("ns", "a")).unwrap()
+        ));
         assert_eq!(i.node_count(), 3);
     }
 
