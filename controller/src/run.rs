@@ -97,12 +97,18 @@ pub fn plan(
                     .into(),
             )
         })?;
-        let lease = crate::leader::LeaseConfig::new(
+        let mut lease = crate::leader::LeaseConfig::new(
             namespace,
             le.lease_name.clone(),
             crate::leader::default_identity(),
             le.lease_duration,
         );
+        if let Some(d) = le.renew_deadline {
+            lease.renew_deadline = d;
+        }
+        if let Some(d) = le.retry_period {
+            lease.retry_period = d;
+        }
         lease.validate().map_err(Error::Config)?;
         Some(lease)
     } else {
@@ -403,6 +409,34 @@ mod tests {
         assert!(!c.params.watch_services, "slices carry their owner");
         let dump = p.redacted_config.to_string();
         assert!(dump.contains("10.96.0.1"), "{dump}");
+    }
+
+    #[test]
+    fn leader_timings_from_the_config_reach_the_lease() {
+        let base = "discovery:\n  kubernetes:\n    service: {schema: http, host: 127.0.0.1, port: 8001}\n    client: {token: abc}\nkube_discovery:\n  leader_election: {enabled: true, lease_namespace: kd, lease_duration: 30s";
+        let p = plan(&parse(&format!("{base}}}\n")), None, None).unwrap();
+        let l = p.leader.unwrap();
+        assert_eq!(
+            (l.duration, l.renew_deadline, l.retry_period),
+            (
+                Duration::from_secs(30),
+                Duration::from_secs(20),
+                Duration::from_secs(4)
+            )
+        );
+        let p = plan(
+            &parse(&format!(
+                "{base}, renew_deadline: 25s, retry_period: 1s}}\n"
+            )),
+            None,
+            None,
+        )
+        .unwrap();
+        let l = p.leader.unwrap();
+        assert_eq!(
+            (l.renew_deadline, l.retry_period),
+            (Duration::from_secs(25), Duration::from_secs(1))
+        );
     }
 
     #[test]

@@ -67,6 +67,8 @@
 //! | `leader_election.lease_name` | Lease name (DNS subdomain) | `kube-discovery` |
 //! | `leader_election.lease_namespace` | namespace; unset = the runtime's own namespace | unset |
 //! | `leader_election.lease_duration` | duration 1s..300s | `15s` |
+//! | `leader_election.renew_deadline` | duration 100ms..300s, shorter than `lease_duration`: a leader that has not renewed within it stops writing | 2/3 of `lease_duration` (`10s`) |
+//! | `leader_election.retry_period` | duration 100ms..300s, shorter than `renew_deadline`: time between renewals / acquisition attempts | 2/15 of `lease_duration` (`2s`) |
 //!
 //! Durations are strings such as `100ms`, `5s`, `1m 30s`.
 //!
@@ -813,6 +815,10 @@ pub struct LeaderElection {
     pub lease_namespace: Option<String>,
     /// Lease duration.
     pub lease_duration: Duration,
+    /// Renew deadline (`None`: 2/3 of the lease duration, as client-go).
+    pub renew_deadline: Option<Duration>,
+    /// Retry period (`None`: 2/15 of the lease duration, as client-go).
+    pub retry_period: Option<Duration>,
 }
 
 /// The `kube_discovery:` block, defaults applied.
@@ -876,6 +882,8 @@ impl Default for Settings {
                 lease_name: "kube-discovery".to_string(),
                 lease_namespace: None,
                 lease_duration: Duration::from_secs(15),
+                renew_deadline: None,
+                retry_period: None,
             },
         }
     }
@@ -906,7 +914,9 @@ impl Settings {
             "home": {"kubeconfig": self.home.kubeconfig.as_ref().map(|p| p.display().to_string()), "context": self.home.context},
             "leader_election": {"enabled": self.leader_election.enabled, "lease_name": self.leader_election.lease_name,
                                 "lease_namespace": self.leader_election.lease_namespace,
-                                "lease_duration": format_duration(self.leader_election.lease_duration)},
+                                "lease_duration": format_duration(self.leader_election.lease_duration),
+                                "renew_deadline": self.leader_election.renew_deadline.map(format_duration),
+                                "retry_period": self.leader_election.retry_period.map(format_duration)},
         })
     }
 }
@@ -1050,6 +1060,10 @@ struct RawLeader {
     lease_namespace: Option<String>,
     #[garde(custom(check_duration(Duration::from_secs(1), Duration::from_secs(300))))]
     lease_duration: Option<String>,
+    #[garde(custom(check_duration(Duration::from_millis(100), Duration::from_secs(300))))]
+    renew_deadline: Option<String>,
+    #[garde(custom(check_duration(Duration::from_millis(100), Duration::from_secs(300))))]
+    retry_period: Option<String>,
 }
 
 /// Parses `100ms`, `5s`, `1m 30s` (jiff's friendly format, non-negative).
@@ -1588,6 +1602,31 @@ fn resolve_settings(
     let cm = sinks.configmap.unwrap_or_default();
     let home = raw.home.unwrap_or_default();
     let le = raw.leader_election.unwrap_or_default();
+    let lease_duration = dur(&le.lease_duration, d.leader_election.lease_duration);
+    let parsed = |v: &Option<String>| v.as_deref().and_then(|s| parse_duration(s).ok());
+    let (renew_deadline, retry_period) = (parsed(&le.renew_deadline), parsed(&le.retry_period));
+    // The same proportions as client-go when unset; the ordering is checked
+    // on the effective values, naming the key the user set.
+    let renew = renew_deadline.unwrap_or(lease_duration * 2 / 3);
+    let retry = retry_period.unwrap_or(lease_duration * 2 / 15);
+    if renew_deadline.is_some() && renew >= lease_duration {
+        errors.push(
+            "kube_discovery.leader_election.renew_deadline",
+            format!(
+                "must be shorter than lease_duration ({})",
+                format_duration(lease_duration)
+            ),
+        );
+    }
+    if retry_period.is_some() && retry >= renew {
+        errors.push(
+            "kube_discovery.leader_election.retry_period",
+            format!(
+                "must be shorter than the renew deadline ({})",
+                format_duration(renew)
+            ),
+        );
+    }
     Settings {
         coalesce_window: dur(&raw.coalesce_window, d.coalesce_window),
         drain_terminating: raw.drain_terminating.unwrap_or(d.drain_terminating),
@@ -1628,7 +1667,9 @@ fn resolve_settings(
             enabled: le.enabled.unwrap_or(false),
             lease_name: le.lease_name.unwrap_or(d.leader_election.lease_name),
             lease_namespace: le.lease_namespace,
-            lease_duration: dur(&le.lease_duration, d.leader_election.lease_duration),
+            lease_duration,
+            renew_deadline,
+            retry_period,
         },
     }
 }
@@ -2320,6 +2361,45 @@ discovery:
         for line in e.to_string().lines() {
             assert!(line.contains(": "), "{line}");
         }
+    }
+
+    #[test]
+    fn leader_election_timings_default_to_client_go_proportions_or_are_checked() {
+        let base = "discovery: {kubernetes: {}}\nkube_discovery:\n  leader_election: ";
+        let c = ok(&format!("{base}{{enabled: true, lease_duration: 30s}}\n"));
+        let le = &c.settings.leader_election;
+        assert_eq!((le.renew_deadline, le.retry_period), (None, None));
+        let c = ok(&format!(
+            "{base}{{lease_duration: 30s, renew_deadline: 20s, retry_period: 500ms}}\n"
+        ));
+        let le = &c.settings.leader_election;
+        assert_eq!(le.renew_deadline, Some(Duration::from_secs(20)));
+        assert_eq!(le.retry_period, Some(Duration::from_millis(500)));
+        // Ordering against the effective (possibly derived) values.
+        let lines = errs(&format!(
+            "{base}{{lease_duration: 15s, renew_deadline: 15s}}\n"
+        ));
+        has(
+            &lines,
+            "kube_discovery.leader_election.renew_deadline",
+            "shorter than lease_duration (15s)",
+        );
+        // Unset renew deadline of a 15 s lease is 10 s.
+        let lines = errs(&format!("{base}{{retry_period: 10s}}\n"));
+        has(
+            &lines,
+            "kube_discovery.leader_election.retry_period",
+            "shorter than the renew deadline (10s)",
+        );
+        let lines = errs(&format!(
+            "{base}{{retry_period: 10ms, renew_deadline: soon}}\n"
+        ));
+        has(&lines, "kube_discovery.leader_election.retry_period", "");
+        has(
+            &lines,
+            "kube_discovery.leader_election.renew_deadline",
+            "is not a duration",
+        );
     }
 
     #[test]
