@@ -145,24 +145,11 @@ fn unauthorized() -> Response {
         .into_response()
 }
 
-/// The APISIX dump document built from the shared state.
+/// The APISIX dump document built from the shared state (the endpoints part
+/// is the same [`kube_discovery_core::snapshot::Dump`] the ConfigMap snapshot
+/// publishes).
 pub fn dump_value(shared: &Shared, config: &Value) -> Value {
-    let endpoints: Vec<Value> = shared
-        .clusters()
-        .keys()
-        .map(|id| {
-            let eps: Vec<Value> = shared
-                .desired_of(id)
-                .iter()
-                .map(|s| {
-                    let value =
-                        serde_json::to_string(&s.ports).unwrap_or_else(|_| "{}".to_string());
-                    json!({"name": format!("{}/{}", s.key.namespace, s.key.name), "value": value})
-                })
-                .collect();
-            json!({"id": id, "endpoints": eps})
-        })
-        .collect();
+    let endpoints = crate::snapshot::dump_of(shared).to_apisix_endpoints();
     let config = match config {
         Value::Array(_) => config.clone(),
         Value::Null => json!([]),

@@ -22,12 +22,11 @@
 mod controller_support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use controller_support::{Controller, Env, LIMIT, bin, eventually};
+use controller_support::{Controller, Env, LIMIT, eventually};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube_discovery_core::snapshot::{self, AssembleError, Dump, INDEX_KEY};
@@ -52,51 +51,9 @@ fn config(env: &Env, window_ms: u64) -> String {
     )
 }
 
-/// Like `Controller::start`, with extra environment variables.
+/// `Controller::start` with extra environment variables.
 async fn start(env: &Env, name: &str, cfg: &str, vars: &[(&str, &str)]) -> Controller {
-    let path = env.path(&format!("{name}.yaml"));
-    std::fs::write(&path, cfg).expect("write config");
-    let log = env.path(&format!("{name}.log"));
-    let logf = std::fs::File::create(&log).expect("log file");
-    let mut cmd = tokio::process::Command::new(bin());
-    cmd.args(["--log-format", "json", "run", "--config"])
-        .arg(&path)
-        .args(["--http-addr", "127.0.0.1:0"])
-        .env_remove("KUBECONFIG")
-        .env_remove("KUBE_DISCOVERY_SNAPSHOT_MAX_SHARD_BYTES")
-        .env("RUST_LOG", "info,kube_discovery=debug")
-        .stdout(Stdio::null())
-        .stderr(logf)
-        .kill_on_drop(true);
-    for (k, v) in vars {
-        cmd.env(k, v);
-    }
-    let child = cmd.spawn().expect("spawn kube-discovery");
-    let mut c = Controller {
-        child,
-        http: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-        log: log.clone(),
-    };
-    let http = eventually("controller HTTP server listening", LIMIT, || {
-        let log = log.clone();
-        let exited = c.child.try_wait().ok().flatten();
-        async move {
-            if let Some(status) = exited {
-                panic!(
-                    "kube-discovery exited with {status}: {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            let text = std::fs::read_to_string(&log).ok()?;
-            text.lines()
-                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                .find(|v| v["message"] == "HTTP server listening")
-                .and_then(|v| v["addr"].as_str().and_then(|a| a.parse().ok()))
-        }
-    })
-    .await;
-    c.http = http;
-    c
+    Controller::start_with_env(env, name, cfg, &[], vars).await
 }
 
 fn cms(env: &Env) -> Api<ConfigMap> {

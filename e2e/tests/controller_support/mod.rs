@@ -344,22 +344,38 @@ impl Controller {
     /// Starts `kube-discovery run --config <config_yaml> --http-addr 127.0.0.1:0 [extra]`
     /// and waits until its HTTP server listens.
     pub async fn start(env: &Env, name: &str, config_yaml: &str, extra: &[&str]) -> Controller {
+        Self::start_with_env(env, name, config_yaml, extra, &[]).await
+    }
+
+    /// [`Controller::start`] with extra environment variables (test-only
+    /// knobs such as `KUBE_DISCOVERY_SNAPSHOT_MAX_SHARD_BYTES`, which is
+    /// otherwise removed so the machine's environment cannot leak in).
+    pub async fn start_with_env(
+        env: &Env,
+        name: &str,
+        config_yaml: &str,
+        extra: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Controller {
         let cfg = env.path(&format!("{name}.yaml"));
         std::fs::write(&cfg, config_yaml).expect("write config");
         let log = env.path(&format!("{name}.log"));
         let logf = std::fs::File::create(&log).expect("log file");
-        let child = tokio::process::Command::new(bin())
-            .args(["--log-format", "json", "run", "--config"])
+        let mut cmd = tokio::process::Command::new(bin());
+        cmd.args(["--log-format", "json", "run", "--config"])
             .arg(&cfg)
             .args(["--http-addr", "127.0.0.1:0"])
             .args(extra)
             .env_remove("KUBECONFIG")
+            .env_remove("KUBE_DISCOVERY_SNAPSHOT_MAX_SHARD_BYTES")
             .env("RUST_LOG", "info,kube_discovery=debug")
             .stdout(Stdio::null())
             .stderr(logf)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn kube-discovery");
+            .kill_on_drop(true);
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn kube-discovery");
         let mut c = Controller {
             child,
             http: SocketAddr::from(([127, 0, 0, 1], 0)),
