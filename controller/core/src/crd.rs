@@ -27,6 +27,16 @@
 //! status: {nodeCount: 2, ports: "port", lastSyncTime: ..., conditions: [...]}
 //! ```
 //!
+//! # Status: an ordinary field, written with the spec
+//!
+//! A DiscoveredService is controller output end to end, like an
+//! EndpointSlice: nobody else writes it, and its status (node count, port
+//! keys, a `Synced` condition) is derived entirely from its own spec. So the
+//! CRD has NO status subresource ([`definition`] removes the one kube's derive
+//! adds): `status` is a plain field, written in the SAME server-side apply as
+//! the spec ([`desired_objects_at`]), one API request per object instead of
+//! two. The printer columns still read `.status.ports` and `.status.nodeCount`.
+//!
 //! # Naming
 //!
 //! [`ObjectNaming`] maps a [`ServiceKey`] to the object's namespace and name:
@@ -63,6 +73,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
@@ -158,10 +169,23 @@ pub struct DiscoveredServiceStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// The CustomResourceDefinition of [`DiscoveredService`]: kube's derived CRD
+/// WITHOUT the status subresource (see the module docs). kube-derive adds
+/// `subresources.status` whenever the type has a status and offers no switch
+/// to leave it out, so it is removed here. Use this, never
+/// `DiscoveredService::crd()`.
+pub fn definition() -> CustomResourceDefinition {
+    let mut crd = DiscoveredService::crd();
+    for v in &mut crd.spec.versions {
+        v.subresources = None;
+    }
+    crd
+}
+
 /// The CustomResourceDefinition as YAML (what `kube-discovery crd` prints and
 /// what `crds/discoveredservices.yaml` holds).
 pub fn crd_yaml() -> String {
-    match serde_yaml::to_string(&DiscoveredService::crd()) {
+    match serde_yaml::to_string(&definition()) {
         Ok(s) => s,
         // Serializing a fixed, derived struct does not fail in practice; keep
         // the error visible instead of panicking.
@@ -318,8 +342,9 @@ pub fn labels_for(key: &ServiceKey) -> BTreeMap<String, String> {
     ])
 }
 
-/// The object the controller wants for `svc` (no status: the status is written
-/// through the status subresource, see [`desired_status`]).
+/// The object the controller wants for `svc`, without status: the content that
+/// drift checks compare and `render` prints. What is written is
+/// [`desired_objects_at`] (with status).
 pub fn desired_object(svc: &ServiceNodes, naming: &ObjectNaming) -> DiscoveredService {
     let key = &svc.key;
     let owner_references = match &svc.owner_uid {
@@ -430,6 +455,7 @@ fn node_json_len(node: &Node) -> usize {
 
 /// Every object the controller wants for `svc`: one when its ports fit into
 /// [`MAX_OBJECT_PORTS_BYTES`], else shards (see [`desired_objects_with_limit`]).
+/// Without status (see [`desired_objects_at`] for what is written).
 pub fn desired_objects(svc: &ServiceNodes, naming: &ObjectNaming) -> Vec<DiscoveredService> {
     desired_objects_with_limit(svc, naming, MAX_OBJECT_PORTS_BYTES)
 }
@@ -471,8 +497,27 @@ pub fn desired_objects_with_limit(
         .collect()
 }
 
+/// The objects the controller WRITES for `svc` at `now`: [`desired_objects`],
+/// each with its own [`object_status`] (one server-side apply per object
+/// carries both; the CRD has no status subresource). `now` comes from the
+/// caller, so this stays free of clocks.
+pub fn desired_objects_at(
+    svc: &ServiceNodes,
+    naming: &ObjectNaming,
+    now: &Time,
+) -> Vec<DiscoveredService> {
+    desired_objects(svc, naming)
+        .into_iter()
+        .map(|mut obj| {
+            obj.status = Some(object_status(&obj, now.clone()));
+            obj
+        })
+        .collect()
+}
+
 /// The status of one written object (`obj` from [`desired_objects`]): node
-/// count and port keys of THAT object, `Synced=True` at `now`.
+/// count and port keys of THAT object (a shard counts its own nodes),
+/// `Synced=True` at `now`.
 pub fn object_status(obj: &DiscoveredService, now: Time) -> DiscoveredServiceStatus {
     let nodes: usize = obj.spec.ports.values().map(Vec::len).sum();
     let node_count = i64::try_from(nodes).unwrap_or(i64::MAX);
@@ -500,27 +545,8 @@ pub fn object_status(obj: &DiscoveredService, now: Time) -> DiscoveredServiceSta
     }
 }
 
-/// Condition type set by [`desired_status`].
+/// Condition type set by [`object_status`].
 pub const CONDITION_SYNCED: &str = "Synced";
-
-/// The status for `svc` written at `now`: node count, port keys, and a
-/// `Synced=True` condition whose transition time is `now`.
-pub fn desired_status(svc: &ServiceNodes, now: Time) -> DiscoveredServiceStatus {
-    let node_count = i64::try_from(svc.node_count()).unwrap_or(i64::MAX);
-    DiscoveredServiceStatus {
-        node_count,
-        ports: svc.ports.keys().cloned().collect::<Vec<_>>().join(","),
-        last_sync_time: Some(now.clone()),
-        conditions: vec![Condition {
-            type_: CONDITION_SYNCED.to_string(),
-            status: "True".to_string(),
-            reason: "Discovered".to_string(),
-            message: format!("{} node(s) from {}", node_count, svc.source),
-            last_transition_time: now,
-            observed_generation: None,
-        }],
-    }
-}
 
 /// The service an existing object describes (from its spec), e.g. to rebuild
 /// the "what the API server holds" cache after a restart.
@@ -575,8 +601,8 @@ mod tests {
     }
 
     #[test]
-    fn crd_has_names_columns_and_status() {
-        let crd = DiscoveredService::crd();
+    fn crd_has_names_columns_and_status_but_no_status_subresource() {
+        let crd = definition();
         assert_eq!(crd.spec.group, GROUP);
         assert_eq!(crd.spec.names.plural, "discoveredservices");
         assert_eq!(crd.spec.names.kind, "DiscoveredService");
@@ -584,12 +610,23 @@ mod tests {
         assert_eq!(crd.spec.scope, "Namespaced");
         let v = &crd.spec.versions[0];
         assert_eq!(v.name, VERSION);
+        assert_eq!(crd.spec.versions.len(), 1);
+        // kube's derive adds the subresource; `definition` must remove it.
         assert!(
-            v.subresources
-                .as_ref()
-                .and_then(|s| s.status.as_ref())
-                .is_some()
+            DiscoveredService::crd().spec.versions[0]
+                .subresources
+                .is_some(),
+            "kube-derive no longer adds a status subresource: simplify `definition`"
         );
+        assert!(v.subresources.is_none(), "{:?}", v.subresources);
+        // `status` stays in the schema as an ordinary field.
+        let props = v
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .and_then(|s| s.properties.as_ref())
+            .unwrap();
+        assert!(props.contains_key("status"), "{:?}", props.keys());
         let cols: Vec<_> = v
             .additional_printer_columns
             .as_ref()
@@ -609,6 +646,7 @@ mod tests {
         let yaml = crd_yaml();
         assert!(yaml.contains("sourceNamespace"));
         assert!(yaml.contains("lastSyncTime"));
+        assert!(!yaml.contains("subresources"), "{yaml}");
     }
 
     #[test]
@@ -730,14 +768,34 @@ mod tests {
     }
 
     #[test]
-    fn status_counts_nodes_and_ports() {
-        let s = svc("", "default", "plat-dev", None);
+    fn written_objects_carry_their_status() {
+        let mut s = svc("", "default", "plat-dev", None);
+        s.ports.insert("admin".into(), vec![Node::new("10.5.10.111", 9000, 1)]);
+        let s = ServiceNodes::new(s.key.clone(), s.source, s.ports.clone(), None);
         let now = Time(jiff::Timestamp::UNIX_EPOCH);
-        let st = desired_status(&s, now.clone());
-        assert_eq!(st.node_count, 2);
-        assert_eq!(st.ports, "port");
-        assert_eq!(st.last_sync_time, Some(now));
-        assert_eq!(st.conditions[0].type_, CONDITION_SYNCED);
+        let written = desired_objects_at(&s, &ObjectNaming::source(), &now);
+        let plain = desired_objects(&s, &ObjectNaming::source());
+        assert_eq!(written.len(), 1);
+        assert!(plain[0].status.is_none());
+        // Same object as compared/rendered, plus the status.
+        let mut without = written[0].clone();
+        let st = without.status.take().unwrap();
+        assert_eq!(without, plain[0]);
+        assert_eq!(st.node_count, 3);
+        assert_eq!(st.ports, "admin,port");
+        assert_eq!(st.last_sync_time, Some(now.clone()));
+        assert_eq!(st.conditions.len(), 1);
+        let c = &st.conditions[0];
+        assert_eq!(
+            (c.type_.as_str(), c.status.as_str(), c.reason.as_str()),
+            (CONDITION_SYNCED, "True", "Discovered")
+        );
+        assert_eq!(c.message, "3 node(s) from Endpoints");
+        assert_eq!(c.last_transition_time, now);
+        // It serializes as a top-level `status` next to `spec` (one apply body).
+        let json = serde_json::to_value(&written[0]).unwrap();
+        assert_eq!(json["status"]["nodeCount"], 3);
+        assert_eq!(json["status"]["ports"], "admin,port");
     }
 
     /// 20,000 endpoints x 3 ports: the nodes of every port, in order, over shards.
@@ -836,12 +894,26 @@ mod tests {
             crate::render::lookup(&objs, &q).as_ref(),
             s.ports.get("grpc")
         );
-        // Per-object status counts that object's nodes.
+        // Per-object status counts that object's nodes, and says which shard.
         let now = Time(jiff::Timestamp::UNIX_EPOCH);
-        let total: i64 = objs
-            .iter()
-            .map(|o| object_status(o, now.clone()).node_count)
-            .sum();
+        let written = desired_objects_at(&s, &ObjectNaming::source(), &now);
+        assert_eq!(written.len(), count);
+        let mut total = 0;
+        for (w, o) in written.iter().zip(&objs) {
+            let st = w.status.as_ref().unwrap();
+            let nodes: usize = o.spec.ports.values().map(Vec::len).sum();
+            assert_eq!(st.node_count, i64::try_from(nodes).unwrap());
+            let (index, _) = shard_of(o);
+            assert!(
+                st.conditions[0]
+                    .message
+                    .ends_with(&format!("(shard {} of {count})", index + 1)),
+                "{}",
+                st.conditions[0].message
+            );
+            assert_eq!(w.spec, o.spec);
+            total += st.node_count;
+        }
         assert_eq!(total, 60_000);
     }
 
