@@ -19,8 +19,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Endpoints, Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, CustomResourceExt};
 use kube_discovery_core::crd::DiscoveredService;
 use serde_json::{Value, json};
 
@@ -142,7 +142,10 @@ async fn set_endpoints(client: &Client, w: &Workload, ips: &[(String, bool)]) ->
 async fn install_crd(client: &Client) -> Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     match api
-        .create(&PostParams::default(), &DiscoveredService::crd())
+        .create(
+            &PostParams::default(),
+            &kube_discovery_core::crd::definition(),
+        )
         .await
     {
         Ok(_) => {}

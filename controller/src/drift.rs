@@ -271,6 +271,16 @@ impl DriftView {
         matches!((rv_of(obj), self.written_rv(&ns, &name)), (Some(have), Some(ours)) if have <= ours)
     }
 
+    /// Whether the object `want` names is intact in the cache: cached, not
+    /// older than our last write of it, and [`matches`] `want` (status is not
+    /// compared). A repair skips such objects (the sink's apply would only
+    /// move their `lastSyncTime`); unknown or stale counts as not intact.
+    pub fn intact(&self, want: &DiscoveredService) -> bool {
+        let (ns, name) = (want.namespace().unwrap_or_default(), want.name_any());
+        self.get(&ns, &name)
+            .is_some_and(|have| !self.older_than_our_write(&have) && matches(&have, want))
+    }
+
     fn get(&self, ns: &str, name: &str) -> Option<Arc<DiscoveredService>> {
         self.store.get(&ObjectRef::new(name).within(ns))
     }
@@ -613,6 +623,36 @@ mod tests {
             DriftCheck::Drift(DriftKind::Orphan)
         );
         assert_eq!(view.objects_of(&s.key).len(), 2);
+    }
+
+    #[test]
+    fn intact_needs_a_cached_current_matching_copy() {
+        let (view, mut w) = DriftView::new(ObjectNaming::source());
+        let s = svc(&["10.0.0.1"]);
+        let want = desired_object(&s, &ObjectNaming::source());
+        let mut written = want.clone();
+        written.status = Some(kube_discovery_core::crd::object_status(
+            &want,
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+        ));
+        w.apply(&Event::Init);
+        w.apply(&Event::InitDone);
+        assert!(!view.intact(&written), "not cached");
+        w.apply(&Event::Apply(with_rv(want.clone(), 5)));
+        assert!(
+            view.intact(&written),
+            "cached as wanted (status not compared)"
+        );
+        view.note_written("ns", "web", Some(6));
+        assert!(!view.intact(&written), "the cache is older than our write");
+        w.apply(&Event::Apply(with_rv(want.clone(), 6)));
+        assert!(view.intact(&written));
+        let mut edited = with_rv(want.clone(), 7);
+        edited.spec.ports.insert("bogus".into(), vec![]);
+        w.apply(&Event::Apply(edited));
+        assert!(!view.intact(&written), "edited by someone else");
+        w.apply(&Event::Delete(with_rv(want.clone(), 8)));
+        assert!(!view.intact(&written), "deleted");
     }
 
     #[test]

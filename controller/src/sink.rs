@@ -1,7 +1,13 @@
-//! The DiscoveredService sink: server-side apply with field manager
-//! `kube-discovery`, status through the status subresource, delete when the
-//! source is gone. All decisions (what and when to write) are in
+//! The DiscoveredService sink: ONE server-side apply per object (field
+//! manager `kube-discovery`) carrying spec AND status, delete when the source
+//! is gone. All decisions (what and when to write) are in
 //! [`crate::writer`]; this file is only the API calls.
+//!
+//! The CRD has no status subresource (`kube_discovery_core::crd::definition`):
+//! the status is derived from the object's own spec, so it is an ordinary
+//! field written in the same request
+//! (`kube_discovery_core::crd::desired_objects_at`), one API write per object
+//! and change instead of two.
 //!
 //! # Big services (shards)
 //!
@@ -10,7 +16,7 @@
 //! name, shard `i` is `<name>.<i>`, all carry the same `spec.version` and
 //! `spec.shard = {index, count}`. [`KubeSink::apply`] writes shards `1..`
 //! first and shard 0 LAST (shard 0 carries the count a reader trusts), each
-//! followed by its own status, then deletes the surplus shards of a shrink.
+//! with its own status, then deletes the surplus shards of a shrink.
 //! The shard count per service is remembered here (filled by
 //! [`Sink::list_versions`] and every apply), so a shrink needs no extra LIST.
 //! [`Sink::list_versions`] reports a service's version only when shards
@@ -25,21 +31,22 @@
 //! objects the cache holds for the service (only when repairing: no cache
 //! scan per ordinary write), and [`Sink::drift`] answers the writer's "is what
 //! the API server holds still what we want?". A key found drifted is marked
-//! as a repair: its next apply rewrites every shard (no-ops for the intact
-//! ones) but a shard's status only when it is wrong, so a repair writes only
-//! what was broken. Port keys someone else added survive server-side apply
-//! (not ours) and are removed by a merge patch after the apply.
+//! as a repair: its next apply writes only the objects the cache does NOT
+//! show intact ([`DriftView::intact`]: cached, not older than our last write,
+//! content as wanted), so a repair writes only what was broken (the
+//! `lastSyncTime` in every apply would make a rewrite of an intact shard a
+//! real write). Port keys someone else added survive server-side apply (not
+//! ours) and are removed by a merge patch after the apply.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
-use kube::Resource;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube_discovery_core::crd::{
-    DiscoveredService, DiscoveredServiceStatus, MANAGED_BY_SELECTOR, ObjectNaming, desired_objects,
-    key_of, object_status, shard_name, shard_of,
+    DiscoveredService, MANAGED_BY_SELECTOR, ObjectNaming, desired_objects_at, key_of, shard_name,
+    shard_of,
 };
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
@@ -47,13 +54,9 @@ use crate::Result;
 use crate::drift::{DriftCheck, DriftView, ObjName};
 use crate::writer::Sink;
 
-/// Field manager of every spec/metadata write.
+/// Field manager of every write of an object (metadata, spec and status in
+/// one server-side apply).
 pub const FIELD_MANAGER: &str = "kube-discovery";
-/// Field manager of status writes. Separate from [`FIELD_MANAGER`] so the
-/// ownership of spec fields never depends on how an API server records
-/// subresource applies (kube-sim once merged both into one managedFields
-/// entry, which made removed port keys linger).
-pub const STATUS_FIELD_MANAGER: &str = "kube-discovery-status";
 /// Field manager of the merge patches that remove port keys someone else
 /// added (server-side apply never removes fields it does not own) and the
 /// `shard` field of a service that fits one object again.
@@ -114,14 +117,8 @@ impl KubeSink {
         }
     }
 
-    /// Applies one object and its status. `repair`: a drift repair, where
-    /// most objects are unchanged; their status is rewritten only if wrong.
-    async fn write_one(
-        &self,
-        key: &ServiceKey,
-        obj: &DiscoveredService,
-        repair: bool,
-    ) -> Result<()> {
+    /// Applies one object (spec and status in one request).
+    async fn write_one(&self, key: &ServiceKey, obj: &DiscoveredService) -> Result<()> {
         let ns = obj.metadata.namespace.clone().unwrap_or_default();
         let name = obj.metadata.name.clone().unwrap_or_default();
         let api = self.api(&ns);
@@ -149,27 +146,6 @@ impl KubeSink {
             got = api.patch(&name, &mpp, &Patch::Merge(&body)).await?;
         }
         self.note_written(&ns, &name, &got);
-        let status = object_status(obj, Time(jiff::Timestamp::now()));
-        if repair && status_current(&got, &status) {
-            // Repairing another object (shard) of this service: this one's
-            // status is still right; rewriting only its timestamp would be a
-            // needless write.
-            return Ok(());
-        }
-        let body = serde_json::json!({
-            "apiVersion": DiscoveredService::api_version(&()),
-            "kind": DiscoveredService::kind(&()),
-            "status": status,
-        });
-        let spp = PatchParams::apply(STATUS_FIELD_MANAGER).force();
-        match api.patch_status(&name, &spp, &Patch::Apply(&body)).await {
-            Ok(after) => self.note_written(&ns, &name, &after),
-            // The spec (what gateways read) is written; a failed status update
-            // is visible in the logs and metrics but does not block progress.
-            Err(e) => {
-                tracing::warn!(service = %key, object = %name, error = %e, "status update failed")
-            }
-        }
         Ok(())
     }
 
@@ -229,21 +205,6 @@ impl KubeSink {
             })
             .unwrap_or_default()
     }
-}
-
-/// Whether `got`'s status equals `want` apart from timestamps.
-fn status_current(got: &DiscoveredService, want: &DiscoveredServiceStatus) -> bool {
-    got.status.as_ref().is_some_and(|have| {
-        have.node_count == want.node_count
-            && have.ports == want.ports
-            && have.conditions.len() == want.conditions.len()
-            && have.conditions.iter().zip(&want.conditions).all(|(a, b)| {
-                a.type_ == b.type_
-                    && a.status == b.status
-                    && a.reason == b.reason
-                    && a.message == b.message
-            })
-    })
 }
 
 /// Lists every DiscoveredService we manage (all namespaces, paginated).
@@ -315,7 +276,7 @@ impl Sink for KubeSink {
     }
 
     async fn apply(&self, svc: ServiceNodes) -> Result<()> {
-        let objs = desired_objects(&svc, &self.naming);
+        let objs = desired_objects_at(&svc, &self.naming, &Time(jiff::Timestamp::now()));
         let count = u32::try_from(objs.len()).unwrap_or(u32::MAX);
         // Shards 1.. first, shard 0 (the one carrying count and version that
         // readers start from) last.
@@ -333,7 +294,13 @@ impl Sink for KubeSink {
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&svc.key);
         for obj in objs.iter().skip(1).chain(objs.first()) {
-            if let Err(e) = self.write_one(&svc.key, obj, repair).await {
+            if repair && self.drift.as_ref().is_some_and(|v| v.intact(obj)) {
+                // Another object (shard) of this service was broken; this one
+                // is as wanted, and rewriting it would only move its
+                // `lastSyncTime`.
+                continue;
+            }
+            if let Err(e) = self.write_one(&svc.key, obj).await {
                 if repair {
                     // Still a repair when retried.
                     self.repairs
@@ -499,7 +466,6 @@ mod tests {
 
     async fn sim_client() -> (kube_sim::Sim, Client) {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        use kube::CustomResourceExt;
         let sim = kube_sim::Sim::start(kube_sim::SimConfig::default())
             .await
             .unwrap();
@@ -510,7 +476,7 @@ mod tests {
             .unwrap();
         let client = Client::try_from(cfg).unwrap();
         Api::<CustomResourceDefinition>::all(client.clone())
-            .create(&Default::default(), &DiscoveredService::crd())
+            .create(&Default::default(), &kube_discovery_core::crd::definition())
             .await
             .unwrap();
         let ns: k8s_openapi::api::core::v1::Namespace =
@@ -532,6 +498,27 @@ mod tests {
         (sim, client)
     }
 
+    /// kube-sim's write log: `verb name` of every DiscoveredService write.
+    async fn dsvc_writes(client: &Client) -> Vec<String> {
+        let req = http::Request::get("/_sim/writes?since=0")
+            .body(Vec::new())
+            .unwrap();
+        let v: serde_json::Value = client.request(req).await.unwrap();
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|w| w["resource"] == "discoveredservices")
+            .map(|w| {
+                format!(
+                    "{} {}",
+                    w["verb"].as_str().unwrap(),
+                    w["name"].as_str().unwrap()
+                )
+            })
+            .collect()
+    }
+
     /// KubeSink against an in-process kube-sim: a big service becomes shards,
     /// `NodesResolver` and `nodes_command`'s lookup read the WHOLE list back,
     /// `list_versions` reports it, a shrink deletes the surplus, `delete`
@@ -547,7 +534,16 @@ mod tests {
         for o in &objs {
             assert!(serde_json::to_vec(o).unwrap().len() < 3 * 1024 * 1024 / 2);
             assert_eq!(o.spec.version, svc.version);
+            // The status came with the spec: it counts this shard's nodes.
+            let st = o.status.as_ref().expect("status written with the spec");
+            let nodes: usize = o.spec.ports.values().map(Vec::len).sum();
+            assert_eq!(st.node_count, i64::try_from(nodes).unwrap());
+            assert_eq!(st.conditions[0].type_, "Synced");
         }
+        // One request per object (spec + status), shard 0 last.
+        let w = dsvc_writes(&client).await;
+        assert_eq!(w.len(), objs.len(), "{w:?}");
+        assert_eq!(w.last().map(String::as_str), Some("create big"), "{w:?}");
         let resolver = crate::nodes::NodesResolver::start(client.clone(), None);
         resolver.wait_ready().await;
         for (port, nodes) in &svc.ports {

@@ -770,7 +770,8 @@ mod tests {
     #[test]
     fn written_objects_carry_their_status() {
         let mut s = svc("", "default", "plat-dev", None);
-        s.ports.insert("admin".into(), vec![Node::new("10.5.10.111", 9000, 1)]);
+        s.ports
+            .insert("admin".into(), vec![Node::new("10.5.10.111", 9000, 1)]);
         let s = ServiceNodes::new(s.key.clone(), s.source, s.ports.clone(), None);
         let now = Time(jiff::Timestamp::UNIX_EPOCH);
         let written = desired_objects_at(&s, &ObjectNaming::source(), &now);
