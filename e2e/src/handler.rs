@@ -562,7 +562,12 @@ async fn resource_request(
             p.resource
         )));
     }
-    sh.count_user_request(&user.name, verb, &p.resource);
+    // Subresource requests count as `resource/subresource` (as RBAC names
+    // them), so least-privilege measurements can tell `x/status` from `x`.
+    match &p.sub {
+        Some(sub) => sh.count_user_request(&user.name, verb, &format!("{}/{sub}", p.resource)),
+        None => sh.count_user_request(&user.name, verb, &p.resource),
+    }
     apply_faults(sh, verb, &p.resource).await?;
     let accept = parse_accept(&headers)?;
     let ctx = Ctx {

@@ -125,7 +125,7 @@ impl Faults {
 
 #[derive(Debug, Default)]
 pub struct Stats {
-    /// verb -> resource -> count
+    /// verb -> resource (`resource/subresource` for subresources) -> count
     pub requests: BTreeMap<String, BTreeMap<String, u64>>,
     /// user -> verb -> resource -> count (resource requests only)
     pub requests_by_user: BTreeMap<String, BTreeMap<String, BTreeMap<String, u64>>>,

@@ -321,6 +321,179 @@ async fn status_subresource_and_generation() {
     sim.shutdown().await;
 }
 
+/// [`CRD`] without `subresources` (like `crds/discoveredservices.yaml`).
+fn crd_without_status_subresource() -> Value {
+    let mut crd: Value = serde_json::from_str(CRD).expect("crd json");
+    crd["metadata"]["name"] = json!("plaingizmos.test.io");
+    crd["spec"]["names"] =
+        json!({"plural": "plaingizmos", "singular": "plaingizmo", "kind": "PlainGizmo"});
+    crd["spec"]["versions"][0]
+        .as_object_mut()
+        .expect("version")
+        .remove("subresources");
+    crd
+}
+
+/// A CRD WITHOUT a status subresource, as on a real API server: `status` is
+/// an ordinary field written by create/update/patch/apply of the main
+/// resource, `/status` is 404, and `metadata.generation` moves on any change
+/// outside metadata (spec or status). Subresource requests are counted as
+/// `resource/subresource` in the stats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_without_a_subresource_is_an_ordinary_field() {
+    let sim = start(false).await;
+    let c = client(&sim, ADMIN).await;
+    let (code, body) = raw(
+        &c,
+        "POST",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        Some(crd_without_status_subresource()),
+        "application/json",
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let api = Api::<DynamicObject>::namespaced_with(
+        c.clone(),
+        "default",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("test.io", "v1", "PlainGizmo"),
+            "plaingizmos",
+        ),
+    );
+    let plain = |name: &str, size: i64, ready: bool| -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "test.io/v1", "kind": "PlainGizmo",
+            "metadata": {"name": name}, "spec": {"size": size}, "status": {"ready": ready}}))
+        .expect("plaingizmo")
+    };
+    // Create keeps the status.
+    let created = api
+        .create(&PostParams::default(), &plain("p1", 1, true))
+        .await
+        .expect("create");
+    assert_eq!(created.data["status"]["ready"], true, "{:?}", created.data);
+    assert_eq!(created.metadata.generation, Some(1));
+    // A merge patch of the status alone changes it and the generation.
+    let o = api
+        .patch(
+            "p1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"ready": false}})),
+        )
+        .await
+        .expect("patch status field");
+    assert_eq!(o.data["status"]["ready"], false);
+    assert_eq!(o.metadata.generation, Some(2));
+    // Metadata-only changes keep the generation.
+    let o = api
+        .patch(
+            "p1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+        )
+        .await
+        .expect("label");
+    assert_eq!(o.metadata.generation, Some(2));
+    // ONE server-side apply writes spec and status (what kube-discovery does).
+    let pp = PatchParams::apply("ctl").force();
+    let before = sim_support::stats(&c).await;
+    let o = api
+        .patch(
+            "p1",
+            &pp,
+            &Patch::Apply(json!({"apiVersion": "test.io/v1", "kind": "PlainGizmo",
+                "metadata": {"name": "p1"}, "spec": {"size": 3}, "status": {"ready": true}})),
+        )
+        .await
+        .expect("apply spec and status");
+    assert_eq!(o.data["spec"]["size"], 3);
+    assert_eq!(o.data["status"]["ready"], true);
+    assert_eq!(o.metadata.generation, Some(3));
+    let after = sim_support::stats(&c).await;
+    assert_eq!(
+        sim_support::count(&after, "patch", "plaingizmos")
+            - sim_support::count(&before, "patch", "plaingizmos"),
+        1
+    );
+    // The applier owns the status fields it sent.
+    let mf = o.metadata.managed_fields.clone().unwrap_or_default();
+    let ctl = mf
+        .iter()
+        .find(|m| m.manager.as_deref() == Some("ctl"))
+        .expect("ctl entry");
+    assert!(ctl.subresource.is_none(), "{ctl:?}");
+    let fields = serde_json::to_value(&ctl.fields_v1).expect("fields");
+    assert!(
+        fields.pointer("/f:status/f:ready").is_some(),
+        "status owned by the applier: {fields}"
+    );
+    // An apply without the status leaves it alone only if someone else owns
+    // it; here `ctl` owned it, so it is removed (field removal, as for spec).
+    let o = api
+        .patch(
+            "p1",
+            &pp,
+            &Patch::Apply(json!({"apiVersion": "test.io/v1", "kind": "PlainGizmo",
+                "metadata": {"name": "p1"}, "spec": {"size": 3}})),
+        )
+        .await
+        .expect("apply without status");
+    assert!(
+        o.data["status"].get("ready").is_none(),
+        "status.ready not pruned: {:?}",
+        o.data
+    );
+    assert_eq!(o.metadata.generation, Some(4));
+    // Update (PUT) writes the status too.
+    let mut cur = api.get("p1").await.expect("get");
+    cur.data["status"] = json!({"ready": true});
+    let o = api
+        .replace("p1", &PostParams::default(), &cur)
+        .await
+        .expect("update");
+    assert_eq!(o.data["status"]["ready"], true);
+    assert_eq!(o.metadata.generation, Some(5));
+    // No `/status` route: every verb is 404 (and counted as the subresource).
+    let before = sim_support::stats(&c).await;
+    for (method, body, ct) in [
+        ("GET", None, ""),
+        (
+            "PATCH",
+            Some(json!({"status": {"ready": false}})),
+            "application/merge-patch+json",
+        ),
+        (
+            "PUT",
+            Some(serde_json::to_value(&o).expect("json")),
+            "application/json",
+        ),
+    ] {
+        let (code, body) = raw(
+            &c,
+            method,
+            "/apis/test.io/v1/namespaces/default/plaingizmos/p1/status",
+            body,
+            ct,
+        )
+        .await;
+        assert_eq!(code, 404, "{method} /status: {body}");
+    }
+    let after = sim_support::stats(&c).await;
+    assert_eq!(
+        sim_support::count(&after, "patch", "plaingizmos/status")
+            - sim_support::count(&before, "patch", "plaingizmos/status"),
+        1
+    );
+    assert_eq!(
+        sim_support::count(&after, "patch", "plaingizmos"),
+        sim_support::count(&before, "patch", "plaingizmos"),
+        "a /status request is not counted as a write of the resource"
+    );
+    let o = api.get("p1").await.expect("get");
+    assert_eq!(o.data["status"]["ready"], true, "404s changed nothing");
+    assert_eq!(o.metadata.generation, Some(5));
+    sim.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owner_reference_garbage_collection() {
     let sim = start(false).await;
