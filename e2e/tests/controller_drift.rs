@@ -159,8 +159,8 @@ async fn hand_edits_deletes_and_orphans_are_repaired_with_exactly_the_needed_wri
         .expect("hand edit");
     let took = wait_restored(&env, "a", &orig("a"), t).await;
     assert!(took <= RESTORE, "edit of a restored after {took:?}");
-    // The edit, then ours: apply + removal of the added key (the status is
-    // still right: not rewritten).
+    // The edit, then ours: apply (spec and status in one request) + removal
+    // of the added key.
     let w = writes(&env, rv).await;
     assert_eq!(w, vec!["patch drift/a"; 3]);
 
@@ -207,10 +207,8 @@ async fn hand_edits_deletes_and_orphans_are_repaired_with_exactly_the_needed_wri
     let took = wait_restored(&env, "d", &orig("d"), t).await;
     assert!(took <= RESTORE, "d re-created after {took:?}");
     let w = writes(&env, rv).await;
-    // The delete, then ours: create (apply) + status.
-    assert_eq!(w.len(), 3, "{w:?}");
-    assert_eq!(w[0], "delete drift/d");
-    assert!(w[1..].iter().all(|x| x.ends_with(" drift/d")), "{w:?}");
+    // The delete, then ours: ONE apply creates it with its status.
+    assert_eq!(w, vec!["delete drift/d", "create drift/d"]);
 
     // 5. A hand-made object with our labels for a service that does not exist.
     let rv = env.rv().await;
@@ -239,7 +237,8 @@ async fn hand_edits_deletes_and_orphans_are_repaired_with_exactly_the_needed_wri
 
     // 6. One shard of a sharded service deleted (last: its megabyte-sized
     //    watch events keep a debug build busy for a while): only that shard is written
-    //    (the others' applies are no-ops, their status still right).
+    //    (the others are intact in the cache: not rewritten, which would
+    //    only move their lastSyncTime).
     let rv = env.rv().await;
     let t = Instant::now();
     api(&env)
@@ -249,9 +248,7 @@ async fn hand_edits_deletes_and_orphans_are_repaired_with_exactly_the_needed_wri
     let took = wait_restored(&env, "huge.1", &orig("huge.1"), t).await;
     assert!(took <= RESTORE, "huge.1 re-created after {took:?}");
     let w = writes(&env, rv).await;
-    assert_eq!(w.len(), 3, "{w:?}");
-    assert_eq!(w[0], "delete drift/huge.1");
-    assert!(w[1..].iter().all(|x| x.ends_with(" drift/huge.1")), "{w:?}");
+    assert_eq!(w, vec!["delete drift/huge.1", "create drift/huge.1"]);
 
     // Everything else untouched, and quiet again.
     for (n, v) in &original {
@@ -330,16 +327,16 @@ async fn own_writes_under_churn_cause_no_extra_writes() {
             .unwrap_or(0)
     };
     // Three initial applies, then at most one per change (coalescing may
-    // merge two changes of a service, never add writes); each apply is one
-    // spec write plus at most one status write (a status equal to the stored
-    // one, same second, is a no-op that kube-sim does not count).
+    // merge two changes of a service, never add writes); each apply is ONE
+    // API write (spec and status together, no status subresource).
     let applies = applied - names.len();
     assert!(
         applies <= changes && applies >= changes / 2,
         "{applies} applies for {changes} changes"
     );
-    assert!(
-        w.len() >= applies && w.len() <= 2 * applies,
+    assert_eq!(
+        w.len(),
+        applies,
         "{} writes for {applies} applies: {w:?}",
         w.len()
     );

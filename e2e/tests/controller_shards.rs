@@ -138,7 +138,8 @@ async fn wait_truth(env: &Env, ctl: &Controller, n: usize) -> Vec<Value> {
     let start = tokio::time::Instant::now();
     loop {
         let objs = objects(env).await;
-        // Each object's status (written right after its spec) counts its nodes.
+        // Each object's status (written in the same apply as its spec)
+        // counts its nodes.
         let status_done = objs
             .iter()
             .all(|o| o["status"]["nodeCount"].as_u64() == Some(node_count(o)));

@@ -63,12 +63,10 @@ fn dsvc_writes(writes: &[Value]) -> Vec<String> {
 }
 
 /// A port key that disappears from a source disappears from its
-/// DiscoveredService. (kube-sim keeps ONE managedFields entry per manager for
-/// the main resource and the `status` subresource together, `Scope::All` in
-/// `e2e/src/machinery.rs` `ssa_apply`; a controller writing status under the
-/// same field manager would therefore lose ownership of `spec.ports.<key>` and
-/// never prune it there. The controller now writes status as
-/// `kube-discovery-status`, and this test keeps it that way.)
+/// DiscoveredService. (The controller writes spec and status in ONE
+/// server-side apply as `kube-discovery`, the CRD has no status subresource:
+/// one managedFields entry owns `spec.ports.<key>`, and server-side apply
+/// prunes a key that entry no longer sends.)
 #[tokio::test]
 async fn s00_removed_port_key() {
     let env = Env::start().await;
@@ -370,6 +368,8 @@ async fn s06_hand_edits() {
             &controller_support::dsvc_resource(),
         )
     };
+    // Before the hand edits: a repair may start before the last edit is done.
+    let rv_hand = env.rv().await;
     api(ens)
         .patch(
             ename,
@@ -401,7 +401,6 @@ async fn s06_hand_edits() {
         .await
         .expect("hand create");
     let hand_done = tokio::time::Instant::now();
-    let rv_hand = env.rv().await;
     // Restored / removed without any source change, within the issue's "a
     // second or two".
     wait_converged(&env, &cfg, CONVERGE).await;
@@ -410,18 +409,22 @@ async fn s06_hand_edits() {
         took <= Duration::from_secs(2),
         "hand edits repaired only after {took:?}"
     );
-    // Exactly the repairs: the edited and deleted objects, the orphan.
+    // The three hand edits, then exactly the repairs, one request each (spec
+    // and status together): the edited object re-applied, the deleted one
+    // re-created, the orphan deleted.
     let writes = dsvc_writes(&writes_since(&env, rv_hand).await);
-    assert!(
-        writes.iter().all(|w| w.ends_with(&format!(" {edited}"))
-            || w.ends_with(&format!(" {deleted}"))
-            || w == "delete hand/nobody"),
-        "writes besides the repairs: {writes:?}"
-    );
-    assert!(
-        writes.contains(&"delete hand/nobody".to_string()),
-        "{writes:?}"
-    );
+    let mut got = writes.clone();
+    got.sort();
+    let mut want = vec![
+        format!("patch {edited}"),
+        format!("delete {deleted}"),
+        "create hand/nobody".to_string(),
+        format!("patch {edited}"),
+        format!("create {deleted}"),
+        "delete hand/nobody".to_string(),
+    ];
+    want.sort();
+    assert_eq!(got, want, "writes besides the repairs: {writes:?}");
     churn.run(&env, 6, Duration::from_millis(50)).await;
     wait_converged(&env, &cfg, CONVERGE).await;
     ctl.stop().await;
