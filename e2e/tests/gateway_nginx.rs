@@ -116,7 +116,10 @@ async fn nginx_follows_scale_rolling_replacement_and_moves() {
     gw.proc.assert_running();
     let logs = gw.sync.logs();
     report.assert_issue_targets("nginx");
-    // Each applied change was one reload; the controller's status-only writes caused none.
+    // Each applied change was one reload, no more: the sync reloads only when
+    // the rendered upstreams change, never for a write that leaves the nodes
+    // as they were (the controller writes spec and status in one request;
+    // its `lastSyncTime` alone never reloads nginx).
     let reloads = logs.matches("applied=Reloaded").count();
     assert!(
         (4..=20).contains(&reloads),
