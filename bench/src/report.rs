@@ -59,14 +59,15 @@ pub fn markdown(results: &Value) -> String {
             r["mode"].as_str().unwrap_or(""), r["changes"], r["load_s"].as_f64().unwrap_or(0.0),
             r["achieved_rate"].as_f64().unwrap_or(0.0), r["target_rate"], r["relevant_changes"], r["coalesce_window_ms"],
         ));
-        out.push_str("| client | p50 ms | p90 ms | p99 ms | max ms | unreflected | CPU s | CPU s / 1000 changes | max RSS MiB |\n|---|---|---|---|---|---|---|---|---|\n");
+        out.push_str("| client | p50 ms | p90 ms | p99 ms | max ms | undone | unreflected | CPU s | CPU s / 1000 changes | max RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|\n");
         for (name, x) in [("kube-discovery", c), ("echo (floor)", e)] {
             out.push_str(&format!(
-                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 f(&x["latency_ms"]["p50"], 1),
                 f(&x["latency_ms"]["p90"], 1),
                 f(&x["latency_ms"]["p99"], 1),
                 f(&x["latency_ms"]["max"], 1),
+                x.get("undone_changes").unwrap_or(&Value::from("-")),
                 x["unreflected_changes"],
                 f(&x["cpu_s"], 2),
                 f(&x["cpu_s_per_1000_changes"], 3),
@@ -74,7 +75,7 @@ pub fn markdown(results: &Value) -> String {
             ));
         }
         out.push_str(&format!(
-            "| ratio controller/echo | {} | | {} | {} | | {} | | |\n\n",
+            "| ratio controller/echo | {} | | {} | {} | | | {} | | |\n\n",
             f(&r["ratios"]["p50"], 2),
             f(&r["ratios"]["p99"], 2),
             f(&r["ratios"]["max"], 2),

@@ -10,25 +10,29 @@
 //!   counted there, and the harness sends no API request while it measures a
 //!   sync);
 //! * write counts from the write log, cross-checked with the controller's
-//!   `/metrics` (`kube_discovery_writes_total{result="applied"}`; one apply is
-//!   two API writes: the server-side apply of the object and of its status).
+//!   `/metrics` (`kube_discovery_writes_total{result="applied"}`); the target
+//!   "writes per relevant change" counts API writes from the write log.
 //!
 //! Latency of a change = time of the first DiscoveredService write of that
 //! service committed at or after the source write (the echo client: the first
 //! write of its ConfigMap). A write already in flight when the change lands is
 //! counted as reflecting it, so values can be slightly optimistic; changes are
-//! spread over many services to keep that rare. A change with no later write
-//! is "unreflected": legitimately so when a later change inside the coalescing
-//! window restored the state already written (a ready flip and back); that the
-//! end state is right is checked separately (`final_state_mismatches`: every
-//! DiscoveredService's hosts against the harness's own model, after settling).
+//! spread over many services to keep that rare. The changes of a service
+//! between two of its DiscoveredService writes that end where they started
+//! (the ready addresses back where they were: a ready flip and back, an add
+//! and its removal inside the coalescing window) have nothing to write: they
+//! are counted as "undone", not as latencies (else the next, unrelated write
+//! seconds later would count as their latency). A change with no later write
+//! that was not undone is "unreflected" (a miss). That the end state is right is checked separately
+//! (`final_state_mismatches`: every DiscoveredService's hosts against the
+//! harness's own model, after settling).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -146,17 +150,40 @@ async fn wait_ds_written(
     }
 }
 
+/// Nodes of service `name` over all of its DiscoveredService objects (a big
+/// service is sharded over `<name>`, `<name>.1`, ...; each carries the
+/// service-name label). Shards that disagree on `spec.version` or whose
+/// number differs from `spec.shard.count` count as 0 nodes (a broken result).
 async fn ds_node_count(env: &Env, name: &str) -> Result<usize> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(env.client.clone(), load::NAMESPACE, &dsvc_resource());
-    let ds = api
-        .get(name)
+    let lp = ListParams::default().labels(&format!("kubediscovery.io/service-name={name}"));
+    let objs = api
+        .list(&lp)
         .await
-        .with_context(|| format!("reading DiscoveredService {name}"))?;
-    Ok(ds.data["spec"]["ports"]["http"]
-        .as_array()
-        .map(Vec::len)
-        .unwrap_or(0))
+        .with_context(|| format!("listing the DiscoveredServices of {name}"))?
+        .items;
+    let count = objs
+        .iter()
+        .map(|o| o.data["spec"]["shard"]["count"].as_u64().unwrap_or(1))
+        .max()
+        .unwrap_or(0);
+    let versions: BTreeSet<&str> = objs
+        .iter()
+        .filter_map(|o| o.data["spec"]["version"].as_str())
+        .collect();
+    if objs.len() as u64 != count || versions.len() != 1 {
+        return Ok(0);
+    }
+    Ok(objs
+        .iter()
+        .map(|o| {
+            o.data["spec"]["ports"]["http"]
+                .as_array()
+                .map(Vec::len)
+                .unwrap_or(0)
+        })
+        .sum())
 }
 
 /// Scenario 1: initial sync of `count` services x `per` endpoints.
@@ -231,6 +258,19 @@ struct Change {
     relevant: bool,
     kind: &'static str,
     rv: u64,
+    /// Fingerprint of the service's ready addresses before and after the change.
+    before: u64,
+    after: u64,
+}
+
+/// Fingerprint of the ready addresses of `svc` (order-independent).
+fn ready_set(svc: &Svc) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut ips: Vec<_> = svc.eps.iter().filter(|e| e.ready).map(|e| e.ip).collect();
+    ips.sort_unstable();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    ips.hash(&mut h);
+    h.finish()
 }
 
 async fn apply_change(
@@ -243,6 +283,7 @@ async fn apply_change(
     tick: u64,
 ) -> Result<Change> {
     let kind: &'static str;
+    let before = ready_set(svc);
     if relevant {
         let ready = svc.eps.iter().filter(|e| e.ready).count();
         let choice = rng.below(3);
@@ -272,6 +313,8 @@ async fn apply_change(
             relevant,
             kind,
             rv,
+            before,
+            after: ready_set(svc),
         });
     }
     if rng.below(2) == 0 {
@@ -281,6 +324,8 @@ async fn apply_change(
             relevant,
             kind: "annotation",
             rv,
+            before,
+            after: before,
         });
     }
     if let Some(pos) = svc.eps.iter().position(|e| !e.ready) {
@@ -298,6 +343,8 @@ async fn apply_change(
         relevant,
         kind: "not_ready_flap",
         rv,
+        before,
+        after: ready_set(svc),
     })
 }
 
@@ -398,6 +445,7 @@ pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
     let rv0 = env.rv().await?;
     let m0 = c.get("/metrics").await?.1;
     let (c0, e0) = (c.sample()?, echo.sample()?);
+    let load_start = now_nanos();
     let (changes, finals, load_s) = drive(&env.client, mode, svcs, p).await?;
     // Settle: until the write log stops growing for 1 s (bounded).
     let mut last_len = 0usize;
@@ -450,19 +498,56 @@ pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
         v.sort_unstable();
     }
     let relevant: Vec<&Change> = changes.iter().filter(|c| c.relevant).collect();
-    let mut ctl_lat = Vec::new();
-    let mut echo_lat = Vec::new();
-    let (mut ctl_missing, mut echo_missing) = (0usize, 0usize);
-    for ch in &relevant {
+    // Each service's changes in order, with their source write times.
+    let mut by_svc: HashMap<usize, Vec<(u64, &Change)>> = HashMap::new();
+    for ch in &changes {
         let Some(&t) = src_time.get(&ch.rv) else {
             bail!("source write rv {} missing from the write log", ch.rv)
         };
+        by_svc.entry(ch.svc).or_default().push((t, ch));
+    }
+    for v in by_svc.values_mut() {
+        v.sort_unstable_by_key(|(t, ch)| (*t, ch.rv));
+    }
+    let mut ctl_lat = Vec::new();
+    let mut echo_lat = Vec::new();
+    let (mut ctl_missing, mut echo_missing, mut undone) = (0usize, 0usize, 0usize);
+    let mut slowest: Vec<(f64, u64, &Change)> = Vec::new();
+    for ch in &relevant {
+        let t = src_time[&ch.rv];
         let ds = ds_times
             .get(load::svc_name(ch.svc).as_str())
             .and_then(|v| first_at_or_after(v, t));
-        match ds {
-            Some(d) => ctl_lat.push((d - t) as f64 / 1e6),
-            None => ctl_missing += 1,
+        // The changes of this service between its previous DiscoveredService
+        // write and its next one form a group; when the ready addresses after
+        // this change or a later one of the group equal those before the
+        // group's first change (a ready flip and back, an add and its removal),
+        // the controller correctly had nothing to write for this change and
+        // the next write, if any, belongs to a later change. Such changes are
+        // counted apart ("undone"), not as latencies or misses.
+        let writes = ds_times.get(load::svc_name(ch.svc).as_str());
+        let prev = writes.and_then(|v| v.iter().rev().find(|w| **w < t).copied());
+        let group: Vec<&Change> = by_svc[&ch.svc]
+            .iter()
+            .filter(|(t2, _)| prev.is_none_or(|p| *t2 > p) && ds.is_none_or(|d| *t2 < d))
+            .map(|(_, c)| *c)
+            .collect();
+        let net_zero = group.first().is_some_and(|a| {
+            group
+                .iter()
+                .skip_while(|g| g.rv != ch.rv)
+                .any(|b| b.after == a.before)
+        });
+        if net_zero {
+            undone += 1;
+        } else {
+            match ds {
+                Some(d) => {
+                    ctl_lat.push((d - t) as f64 / 1e6);
+                    slowest.push(((d - t) as f64 / 1e6, t, ch));
+                }
+                None => ctl_missing += 1,
+            }
         }
         let cm_name = format!("echo-{}", load::first_object_name(mode, ch.svc));
         match cm_times
@@ -497,6 +582,29 @@ pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
     for ch in &changes {
         *kinds.entry(ch.kind).or_default() += 1;
     }
+    // The 5 slowest changes, for attributing the tail (seconds since the load began).
+    slowest.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let slowest: Vec<Value> = slowest
+        .iter()
+        .take(5)
+        .map(|(ms, t, ch)| {
+            let rel = |t: u64| secs(t as i128 - load_start as i128);
+            let name = load::svc_name(ch.svc);
+            // That service's changes and DiscoveredService writes around it.
+            let near = |x: u64| x + 2_000_000_000 >= *t && x <= *t + (*ms * 1e6) as u64;
+            let changes: Vec<Value> = by_svc[&ch.svc]
+                .iter()
+                .filter(|(t2, _)| near(*t2))
+                .map(|(t2, c)| json!([rel(*t2), c.kind, c.before != c.after]))
+                .collect();
+            let writes: Vec<f64> = ds_times
+                .get(name.as_str())
+                .map(|v| v.iter().filter(|x| near(**x)).map(|x| rel(*x)).collect())
+                .unwrap_or_default();
+            json!({"latency_ms": ms, "at_s": rel(*t), "service": name, "kind": ch.kind,
+                   "nearby_changes_s_kind_changed": changes, "nearby_ds_writes_s": writes})
+        })
+        .collect();
     let n = changes.len().max(1) as f64;
     let ctl_cpu = c1.cpu_s - c0.cpu_s;
     let echo_cpu = e1.cpu_s - e0.cpu_s;
@@ -507,7 +615,7 @@ pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
         "p99_le_window_plus_50ms": ctl_p["p99"].as_f64().is_some_and(|v| v <= window + 50.0),
         "p99_le_2x_echo_p99_plus_window": match (ctl_p["p99"].as_f64(), echo_p["p99"].as_f64()) { (Some(a), Some(b)) => a <= 2.0 * b + window, _ => false },
         "cpu_le_2x_echo": ctl_cpu <= 2.0 * echo_cpu,
-        "writes_per_relevant_change_le_1": (applied / relevant.len().max(1) as f64) <= 1.0,
+        "writes_per_relevant_change_le_1": (ds_relevant_writes as f64 / relevant.len().max(1) as f64) <= 1.0,
         "irrelevant_writes_zero": ds_irrelevant_writes == 0,
         "final_state_converged": mismatches == 0,
     });
@@ -523,7 +631,7 @@ pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
         "target_rate": p.rate, "load_s": load_s, "changes": changes.len(), "achieved_rate": changes.len() as f64 / load_s,
         "relevant_changes": relevant.len(), "changes_by_kind": kinds,
         "controller": {
-            "latency_ms": ctl_p, "unreflected_changes": ctl_missing, "final_state_mismatches": mismatches,
+            "latency_ms": ctl_p, "unreflected_changes": ctl_missing, "undone_changes": undone, "slowest": slowest, "final_state_mismatches": mismatches,
             "applies_metric": applied, "skipped_metric": skipped,
             "ds_api_writes_relevant": ds_relevant_writes,
             "applies_per_relevant_change": applied / relevant.len().max(1) as f64,
