@@ -49,10 +49,16 @@
 //! The index never trusts itself: an entry is returned only while the store
 //! holds that object AND its spec still names the service, so an object whose
 //! spec someone re-pointed at another service (an old entry stays until the
-//! next relist) is never reported twice. The cache drops `managedFields`,
-//! annotations and status (nothing here compares them).
+//! next relist) is never reported twice.
+//!
+//! Memory: the cache keeps a [`compact`] copy of each object: no
+//! `managedFields`, annotations or status (nothing here compares them), and
+//! instead of the nodes a 64-bit digest of `spec.ports`. Comparing digests
+//! finds every edit of the nodes (short of a hash collision) without holding
+//! a second copy of every node: at 100,000 endpoints that copy was ~10-20 MB.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -63,10 +69,10 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, ResourceExt};
 use kube_discovery_core::crd::{
-    DiscoveredService, MANAGED_BY_SELECTOR, NamespaceMode, ObjectNaming, desired_objects, key_of,
-    labels_for,
+    DiscoveredService, DiscoveredServiceSpec, MANAGED_BY_SELECTOR, NamespaceMode, ObjectNaming,
+    desired_objects, key_of, labels_for,
 };
-use kube_discovery_core::{ServiceKey, ServiceNodes};
+use kube_discovery_core::{Node, ServiceKey, ServiceNodes};
 use tokio_util::sync::CancellationToken;
 
 use crate::state::Shared;
@@ -188,10 +194,71 @@ fn rv_of(ds: &DiscoveredService) -> Option<u64> {
         .and_then(|s| s.parse().ok())
 }
 
-/// Whether `actual` is what `want` says: equal spec, our labels and owner
-/// references present (others' additions tolerated).
+/// Cache-only annotation holding [`ports_digest`] of a cached object's
+/// `spec.ports`, which the cache drops (see [`compact`]). Never written to the
+/// API server: the cache clears every real annotation first.
+pub const PORTS_DIGEST: &str = "kubediscovery.io/cached-ports-digest";
+
+/// A 64-bit fingerprint of `spec.ports` (hex). Process-local: it is only ever
+/// compared with another digest computed by the same process.
+pub fn ports_digest(ports: &BTreeMap<String, Vec<Node>>) -> String {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    ports.hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+/// What the cache keeps of a watched object: no `managedFields`,
+/// annotations, status or nodes; the nodes are replaced by their digest
+/// ([`PORTS_DIGEST`]). A second full copy of every node (the index holds the
+/// first) would cost as much memory as the nodes themselves.
+pub fn compact(o: &mut DiscoveredService) {
+    let digest = ports_digest(&o.spec.ports);
+    o.managed_fields_mut().clear();
+    let annotations = o.annotations_mut();
+    annotations.clear();
+    annotations.insert(PORTS_DIGEST.to_string(), digest);
+    o.spec.ports = BTreeMap::new();
+    o.status = None;
+}
+
+/// `spec.ports` of `o` as a digest: the cached one, else computed.
+fn digest_of(o: &DiscoveredService) -> String {
+    o.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(PORTS_DIGEST).cloned())
+        .unwrap_or_else(|| ports_digest(&o.spec.ports))
+}
+
+/// Whether two specs are equal apart from `ports` (compared by digest).
+fn equal_but_ports(a: &DiscoveredServiceSpec, b: &DiscoveredServiceSpec) -> bool {
+    // Exhaustive: a new spec field must be added here.
+    let DiscoveredServiceSpec {
+        cluster,
+        service,
+        source_namespace,
+        source_name,
+        source,
+        ports: _,
+        version,
+        shard,
+    } = a;
+    *cluster == b.cluster
+        && *service == b.service
+        && *source_namespace == b.source_namespace
+        && *source_name == b.source_name
+        && *source == b.source
+        && *version == b.version
+        && *shard == b.shard
+}
+
+/// Whether `actual` (a cached, [`compact`]ed copy, or a full object) is what
+/// `want` says: equal spec (nodes by digest), our labels and owner references
+/// present (others' additions tolerated).
 pub fn matches(actual: &DiscoveredService, want: &DiscoveredService) -> bool {
-    if actual.spec != want.spec {
+    if !equal_but_ports(&actual.spec, &want.spec)
+        || digest_of(actual) != ports_digest(&want.spec.ports)
+    {
         return false;
     }
     let labels = actual.metadata.labels.as_ref();
@@ -453,13 +520,7 @@ impl DriftFeed {
         };
         let stream = watcher(api, watcher::Config::default().labels(MANAGED_BY_SELECTOR))
             .backoff(crate::source::WatchBackoff::new())
-            .modify(|o: &mut DiscoveredService| {
-                o.managed_fields_mut().clear();
-                o.annotations_mut().clear();
-                // Never compared (see `matches`); the sink's status check
-                // reads the object the API server returns, not this cache.
-                o.status = None;
-            });
+            .modify(compact);
         let mut stream = std::pin::pin!(stream);
         // A sweep waits until every cluster is listed (desired state known).
         let mut sweep_due = false;
@@ -566,6 +627,44 @@ mod tests {
         let mut orphaned = want.clone();
         orphaned.metadata.owner_references = None;
         assert!(!matches(&orphaned, &want));
+    }
+
+    #[test]
+    fn a_compact_copy_keeps_no_nodes_but_still_finds_every_edit() {
+        let want = desired_object(&svc(&["10.0.0.1", "10.0.0.2"]), &ObjectNaming::source());
+        let mut cached = want.clone();
+        cached
+            .annotations_mut()
+            .insert("someone/else".into(), "x".into());
+        compact(&mut cached);
+        assert!(cached.spec.ports.is_empty(), "nodes dropped");
+        assert_eq!(cached.annotations().len(), 1, "only the digest is kept");
+        assert!(matches(&cached, &want));
+        // Each kind of node edit changes the digest.
+        let edits: [fn(&mut DiscoveredService); 4] = [
+            |o| {
+                o.spec
+                    .ports
+                    .values_mut()
+                    .for_each(|v| v[0].host = "10.9.9.9".into())
+            },
+            |o| o.spec.ports.values_mut().for_each(|v| v[1].weight += 1),
+            |o| o.spec.ports.values_mut().for_each(|v| v.truncate(1)),
+            |o| {
+                o.spec.ports.insert("extra".into(), vec![]);
+            },
+        ];
+        for (i, edit) in edits.iter().enumerate() {
+            let mut edited = want.clone();
+            edit(&mut edited);
+            compact(&mut edited);
+            assert!(!matches(&edited, &want), "edit {i} went unnoticed");
+        }
+        // Other spec fields are still compared directly.
+        let mut repointed = want.clone();
+        repointed.spec.version = "0000000000000000".into();
+        compact(&mut repointed);
+        assert!(!matches(&repointed, &want));
     }
 
     #[test]
