@@ -275,7 +275,7 @@ impl Sink for KubeSink {
             .collect())
     }
 
-    async fn apply(&self, svc: ServiceNodes) -> Result<()> {
+    async fn apply(&self, svc: Arc<ServiceNodes>) -> Result<()> {
         let objs = desired_objects_at(&svc, &self.naming, &Time(jiff::Timestamp::now()));
         let count = u32::try_from(objs.len()).unwrap_or(u32::MAX);
         // Shards 1.. first, shard 0 (the one carrying count and version that
@@ -528,7 +528,7 @@ mod tests {
         let (_sim, client) = sim_client().await;
         let sink = KubeSink::new(client.clone(), ObjectNaming::source());
         let svc = big(6_000);
-        sink.apply(svc.clone()).await.unwrap();
+        sink.apply(Arc::new(svc.clone())).await.unwrap();
         let objs = list_managed(&client).await.unwrap();
         assert!(objs.len() >= 2, "{} objects", objs.len());
         for o in &objs {
@@ -558,14 +558,14 @@ mod tests {
         assert_eq!(fresh.shard_count(&svc.key), Some(count));
         // Shrink through the fresh sink: one unsharded object remains.
         let small = big(10);
-        fresh.apply(small.clone()).await.unwrap();
+        fresh.apply(Arc::new(small.clone())).await.unwrap();
         let objs = list_managed(&client).await.unwrap();
         assert_eq!(objs.len(), 1);
         assert_eq!(objs[0].metadata.name.as_deref(), Some("big"));
         assert!(objs[0].spec.shard.is_none());
         assert_eq!(objs[0].spec.ports, small.ports);
         // Grow again, then delete: every shard goes.
-        fresh.apply(svc.clone()).await.unwrap();
+        fresh.apply(Arc::new(svc.clone())).await.unwrap();
         assert_eq!(list_managed(&client).await.unwrap().len(), count as usize);
         fresh.delete(svc.key.clone()).await.unwrap();
         assert!(list_managed(&client).await.unwrap().is_empty());

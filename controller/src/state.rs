@@ -106,17 +106,18 @@ impl Shared {
         f(&read(&self.desired))
     }
 
-    /// The desired nodes of `key` (`None`: the source is gone).
-    pub fn desired(&self, key: &ServiceKey) -> Option<ServiceNodes> {
-        read(&self.desired).get(key).map(|v| ServiceNodes::clone(v))
+    /// The desired nodes of `key` (`None`: the source is gone). Shared, not
+    /// copied: a write or a drift check of a big service copies no nodes.
+    pub fn desired(&self, key: &ServiceKey) -> Option<Arc<ServiceNodes>> {
+        read(&self.desired).get(key).cloned()
     }
 
     /// All desired services of `cluster`.
-    pub fn desired_of(&self, cluster: &str) -> Vec<ServiceNodes> {
+    pub fn desired_of(&self, cluster: &str) -> Vec<Arc<ServiceNodes>> {
         read(&self.desired)
             .values()
             .filter(|s| s.key.cluster == cluster)
-            .map(|s| ServiceNodes::clone(s))
+            .cloned()
             .collect()
     }
 
@@ -212,8 +213,8 @@ mod tests {
         ));
         s.set_desired_shared(&k, Some(Arc::clone(&v)));
         assert_eq!(Arc::strong_count(&v), 2);
-        assert_eq!(s.desired(&k).as_ref(), Some(&*v));
-        assert_eq!(s.desired_of(""), vec![(*v).clone()]);
+        assert_eq!(s.desired(&k).as_deref(), Some(&*v));
+        assert_eq!(s.desired_of(""), vec![v.clone()]);
         s.set_desired_shared(&k, None);
         assert_eq!(Arc::strong_count(&v), 1);
     }

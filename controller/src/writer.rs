@@ -68,7 +68,7 @@ pub trait Sink: Clone + Send + Sync + 'static {
     /// Versions (`spec.version`) of the objects that already exist, by service.
     fn list_versions(&self) -> impl Future<Output = Result<HashMap<ServiceKey, String>>> + Send;
     /// Creates or updates the object for `svc` (and its status).
-    fn apply(&self, svc: ServiceNodes) -> impl Future<Output = Result<()>> + Send;
+    fn apply(&self, svc: Arc<ServiceNodes>) -> impl Future<Output = Result<()>> + Send;
     /// Deletes the object for `key` (absent is success).
     fn delete(&self, key: ServiceKey) -> impl Future<Output = Result<()>> + Send;
     /// Whether what the API server holds for `key` (as last seen) is what
@@ -442,7 +442,7 @@ impl<S: Sink> Writer<S> {
         let clusters = self.shared.clusters();
         for (id, status) in &clusters {
             for svc in self.shared.desired_of(id) {
-                self.enqueue(svc.key, now);
+                self.enqueue(svc.key.clone(), now);
             }
             if status.listed {
                 self.receive(WriterMsg::Synced {
@@ -610,7 +610,7 @@ impl<S: Sink> Writer<S> {
                 // The first-list barrier decides about this cluster's objects.
                 continue;
             }
-            match self.sink.drift(&key, desired.as_ref()) {
+            match self.sink.drift(&key, desired.as_deref()) {
                 DriftCheck::Ok => {}
                 DriftCheck::Stale => later.push((key, now + delay)),
                 DriftCheck::Drift(kind) => {
@@ -843,7 +843,7 @@ mod tests {
         async fn list_versions(&self) -> Result<HashMap<ServiceKey, String>> {
             Ok(self.existing.clone())
         }
-        async fn apply(&self, svc: ServiceNodes) -> Result<()> {
+        async fn apply(&self, svc: Arc<ServiceNodes>) -> Result<()> {
             {
                 let mut f = self.fail_next.lock().unwrap();
                 if *f > 0 {
