@@ -38,12 +38,12 @@
 //! real write). Port keys someone else added survive server-side apply (not
 //! ours) and are removed by a merge patch after the apply.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Client, Resource};
 use kube_discovery_core::crd::{
     DiscoveredService, MANAGED_BY_SELECTOR, ObjectNaming, desired_objects_at, key_of, shard_name,
     shard_of,
@@ -61,6 +61,35 @@ pub const FIELD_MANAGER: &str = "kube-discovery";
 /// added (server-side apply never removes fields it does not own) and the
 /// `shard` field of a service that fits one object again.
 pub const DRIFT_FIELD_MANAGER: &str = "kube-discovery-drift";
+
+/// What a write needs from the API server's answer: the object's new
+/// resourceVersion (for drift) and its port keys (to spot keys someone else
+/// added). Everything else in the answer is skipped while parsing.
+#[derive(Debug, serde::Deserialize)]
+struct Written {
+    metadata: WrittenMeta,
+    #[serde(default)]
+    spec: WrittenSpec,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WrittenMeta {
+    #[serde(default)]
+    resource_version: Option<String>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct WrittenSpec {
+    #[serde(default)]
+    ports: BTreeMap<String, serde::de::IgnoredAny>,
+}
+
+impl Written {
+    fn resource_version(&self) -> Option<u64> {
+        self.metadata.resource_version.as_deref()?.parse().ok()
+    }
+}
 
 /// Writes DiscoveredServices to one API server.
 #[derive(Clone)]
@@ -121,9 +150,10 @@ impl KubeSink {
     async fn write_one(&self, key: &ServiceKey, obj: &DiscoveredService) -> Result<()> {
         let ns = obj.metadata.namespace.clone().unwrap_or_default();
         let name = obj.metadata.name.clone().unwrap_or_default();
-        let api = self.api(&ns);
         let pp = PatchParams::apply(FIELD_MANAGER).force();
-        let mut got = api.patch(&name, &pp, &Patch::Apply(obj)).await?;
+        let got = self
+            .patch_answer(&ns, &name, &pp, &Patch::Apply(obj))
+            .await?;
         // Port keys someone else added survive a server-side apply (we do not
         // own them): remove them explicitly. Never happens without a hand edit.
         let extra: Vec<&String> = got
@@ -132,7 +162,9 @@ impl KubeSink {
             .keys()
             .filter(|k| !obj.spec.ports.contains_key(*k))
             .collect();
-        if !extra.is_empty() {
+        let got = if extra.is_empty() {
+            got
+        } else {
             let nulls: serde_json::Map<String, serde_json::Value> = extra
                 .iter()
                 .map(|k| ((*k).clone(), serde_json::Value::Null))
@@ -143,10 +175,32 @@ impl KubeSink {
                 field_manager: Some(DRIFT_FIELD_MANAGER.to_string()),
                 ..PatchParams::default()
             };
-            got = api.patch(&name, &mpp, &Patch::Merge(&body)).await?;
+            self.patch_answer(&ns, &name, &mpp, &Patch::Merge(&body))
+                .await?
+        };
+        if let Some(v) = &self.drift {
+            v.note_written(&ns, &name, got.resource_version());
         }
-        self.note_written(&ns, &name, &got);
         Ok(())
+    }
+
+    /// PATCHes `ns/name` and decodes only what a write needs from the answer
+    /// ([`Written`]), not the whole object: decoding the returned object
+    /// (nodes, managedFields) was the biggest CPU cost of a write after the
+    /// request itself.
+    async fn patch_answer<P: serde::Serialize + std::fmt::Debug>(
+        &self,
+        ns: &str,
+        name: &str,
+        pp: &PatchParams,
+        patch: &Patch<P>,
+    ) -> Result<Written> {
+        let url = DiscoveredService::url_path(&(), Some(ns));
+        let mut req = kube::core::Request::new(url)
+            .patch(name, pp, patch)
+            .map_err(kube::Error::BuildRequest)?;
+        req.extensions_mut().insert("patch");
+        Ok(self.client.request::<Written>(req).await?)
     }
 
     fn note_written(&self, ns: &str, name: &str, obj: &DiscoveredService) {
