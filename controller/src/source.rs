@@ -4,8 +4,9 @@
 //!
 //! ```text
 //!  watcher(Config{label selector, field selector, timeout, bookmarks})
-//!    .backoff(WatchBackoff)       250 ms doubling to a 1 s cap, jittered, reset after 5 s of success
 //!    .modify(strip)               managedFields + annotations dropped
+//!    + WatchBackoff (by hand)     250 ms doubling to a 1 s cap, jittered, reset after 5 s of
+//!                                 success; a 410 Gone after a healthy stretch relists at once
 //!    │
 //!    ├─ Init .. InitApply* .. InitDone   (first list, and every relist: restart / 410 Gone)
 //!    │     └─ Index::begin_reset, reset_add_*(obj) each, finish_reset_*
@@ -30,7 +31,14 @@
 //! Reconnects use [`WatchBackoff`], not kube-runtime's `DefaultBackoff`
 //! (800 ms doubling to 30 s): after an outage the first retry once the API
 //! server answers again must come within about a second, not tens of seconds.
-//! The watcher's `StreamBackoff` resets it on every successful event.
+//! The source loop applies it itself (instead of `WatchStreamExt::backoff`)
+//! because it tells errors apart: a watch that ended with `410 Gone` (history
+//! compacted) is followed by a relist without delay (once per healthy
+//! stretch, see `WatchBackoff::next_after_gone`); every other error waits the
+//! ordinary delay, during which the watcher is not polled (so sends nothing).
+//! Every successful event resets it, as kube-runtime's `StreamBackoff` does.
+//! The relist itself costs O(changed objects): the index reuses every object
+//! whose resourceVersion it already holds (see `Index`).
 //!
 //! The `kube_discovery_nodes` gauge reads the index's running node total
 //! (`Index::node_count` is O(1)), so an event costs O(changed services), not a
@@ -63,6 +71,7 @@ use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
+use kube::runtime::utils::Backoff as _;
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use kube_discovery_core::{Index, ServiceKey, SourceKind};
@@ -145,6 +154,23 @@ async fn next_service(
 
 /// The reconnect policy of every watcher (sources, drift, gateways).
 pub use kube_discovery_core::backoff::WatchBackoff;
+
+/// Whether a watcher error is a `410 Gone` (the watch's resourceVersion was
+/// compacted away; kube-runtime relists next).
+fn is_gone(e: &watcher::Error) -> bool {
+    matches!(e, watcher::Error::WatchError(status) if status.code == 410)
+}
+
+/// The next item of `stream`, not polled before `until` (a backoff pause).
+async fn next_after<S: futures::Stream + Unpin>(
+    until: Option<Instant>,
+    stream: &mut S,
+) -> Option<S::Item> {
+    if let Some(t) = until {
+        tokio::time::sleep_until(t).await;
+    }
+    stream.next().await
+}
 
 /// A source object type the index understands.
 pub trait SourceObject:
@@ -330,13 +356,14 @@ impl Source {
             }
         }
         let api: Api<K> = Api::all(self.client.clone());
-        let stream = watcher(api, self.params.watcher_config())
-            .backoff(WatchBackoff::new())
-            .modify(|o: &mut K| {
-                o.managed_fields_mut().clear();
-                o.annotations_mut().clear();
-            });
+        let stream = watcher(api, self.params.watcher_config()).modify(|o: &mut K| {
+            o.managed_fields_mut().clear();
+            o.annotations_mut().clear();
+        });
         let mut stream = std::pin::pin!(stream);
+        let mut backoff = WatchBackoff::new();
+        // After an error: the watcher is polled again only from this instant.
+        let mut paused_until: Option<Instant> = None;
         let mut listed_objects: usize = 0;
         let mut list_started: Option<Instant> = None;
         let mut first_list_done = false;
@@ -351,10 +378,22 @@ impl Source {
                     }
                     continue;
                 }
-                ev = stream.next() => ev,
+                ev = next_after(paused_until, &mut stream) => ev,
             };
             let Some(ev) = ev else { break };
+            paused_until = None;
             let now = Instant::now();
+            match &ev {
+                Ok(_) => backoff.reset(),
+                Err(e) => {
+                    let delay = if is_gone(e) {
+                        backoff.next_after_gone()
+                    } else {
+                        backoff.next().unwrap_or(Duration::from_secs(1))
+                    };
+                    paused_until = Some(now + delay);
+                }
+            }
             match ev {
                 Ok(Event::Init) => {
                     self.index.begin_reset();
@@ -441,6 +480,15 @@ impl Source {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_410_watch_error_counts_as_gone() {
+        let status = |code| Box::new(kube::core::Status::failure("x", "Expired").with_code(code));
+        assert!(is_gone(&watcher::Error::WatchError(status(410))));
+        assert!(!is_gone(&watcher::Error::WatchError(status(500))));
+        assert!(!is_gone(&watcher::Error::WatchError(status(403))));
+        assert!(!is_gone(&watcher::Error::NoResourceVersion));
+    }
 
     #[test]
     fn watcher_config_carries_selectors_timeout_and_bookmarks() {

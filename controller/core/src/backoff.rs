@@ -5,7 +5,15 @@
 //! Not kube-runtime's `DefaultBackoff` (800 ms doubling to 30 s): after an
 //! outage the first retry once the API server answers again must come within
 //! about a second, not tens of seconds. Pure policy (a clock read, no I/O),
-//! plugged into kube-runtime with `WatchStreamExt::backoff`.
+//! plugged into kube-runtime with `WatchStreamExt::backoff`, or driven by
+//! hand where the caller can tell errors apart ([`WatchBackoff::next_after_gone`]).
+//!
+//! A watch that ends with `410 Gone` (its resourceVersion was compacted away)
+//! is not a failing server: it answered, and the watcher's next request is a
+//! fresh list. Waiting 125-250 ms before it only delays reconvergence, so the
+//! first such retry after a healthy stretch goes at once; a 410 again within
+//! [`RESET_AFTER`] gets the ordinary delays (a server that keeps answering
+//! 410 is never hammered).
 
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::time::Duration;
@@ -57,6 +65,20 @@ impl WatchBackoff {
     }
 }
 
+impl WatchBackoff {
+    /// The delay before retrying a watch that ended with `410 Gone`: none
+    /// after a healthy stretch (no retry for [`RESET_AFTER`]), else the
+    /// ordinary next delay. See the module docs.
+    pub fn next_after_gone(&mut self) -> Duration {
+        if self.last.is_none_or(|t| t.elapsed() >= RESET_AFTER) {
+            self.last = Some(std::time::Instant::now());
+            Duration::ZERO
+        } else {
+            Iterator::next(self).unwrap_or(self.max)
+        }
+    }
+}
+
 impl Default for WatchBackoff {
     fn default() -> Self {
         Self::new()
@@ -89,7 +111,7 @@ impl Backoff for WatchBackoff {
 }
 
 /// How long a watch must run without a retry before the backoff starts over.
-const RESET_AFTER: Duration = Duration::from_secs(5);
+pub const RESET_AFTER: Duration = Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests {
@@ -119,6 +141,36 @@ mod tests {
         // ... one after RESET_AFTER without a retry starts over.
         b.last = std::time::Instant::now().checked_sub(RESET_AFTER + Duration::from_millis(1));
         b.reset();
+        let d = b.next().unwrap();
+        assert!(d <= Duration::from_millis(250), "not reset: {d:?}");
+    }
+
+    #[test]
+    fn gone_after_a_healthy_stretch_retries_at_once_but_only_once() {
+        let mut b = WatchBackoff::new();
+        // Never retried before: the relist goes at once.
+        assert_eq!(b.next_after_gone(), Duration::ZERO);
+        // 410 again right away (or any error): ordinary, growing delays.
+        let d1 = b.next_after_gone();
+        assert!(
+            d1 >= Duration::from_millis(125) && d1 <= Duration::from_millis(250),
+            "{d1:?}"
+        );
+        let d2 = b.next_after_gone();
+        assert!(
+            d2 >= Duration::from_millis(250) && d2 <= Duration::from_millis(500),
+            "{d2:?}"
+        );
+        let d3 = b.next().unwrap();
+        assert!(d3 >= Duration::from_millis(500), "{d3:?}");
+        // A reset within RESET_AFTER of those retries changes nothing ...
+        b.reset();
+        assert!(b.next_after_gone() >= Duration::from_millis(500));
+        // ... after a healthy stretch a 410 goes at once again, and the
+        // delays after it start over from the minimum.
+        b.last = std::time::Instant::now().checked_sub(RESET_AFTER + Duration::from_millis(1));
+        b.reset();
+        assert_eq!(b.next_after_gone(), Duration::ZERO);
         let d = b.next().unwrap();
         assert!(d <= Duration::from_millis(250), "not reset: {d:?}");
     }
