@@ -508,7 +508,7 @@ fn describe(obj: &DiscoveredService) -> String {
 /// watch event, so this decode runs once per write: skipping the
 /// `managedFields` alone saves more CPU than the rest of the drift check.
 #[derive(Debug, Clone)]
-struct Lean(DiscoveredService);
+pub(crate) struct Lean(DiscoveredService);
 
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -573,6 +573,11 @@ impl Resource for Lean {
 }
 
 impl Lean {
+    /// The compact object.
+    pub(crate) fn into_inner(self) -> DiscoveredService {
+        self.0
+    }
+
     fn into_event(ev: Event<Lean>) -> Event<DiscoveredService> {
         match ev {
             Event::Apply(o) => Event::Apply(o.0),
