@@ -67,7 +67,8 @@ pub fn markdown(results: &Value) -> String {
                 f(&x["latency_ms"]["p90"], 1),
                 f(&x["latency_ms"]["p99"], 1),
                 f(&x["latency_ms"]["max"], 1),
-                x.get("undone_changes").unwrap_or(&Value::from("-")),
+                x.get("undone_changes")
+                    .map_or_else(|| "-".to_string(), Value::to_string),
                 x["unreflected_changes"],
                 f(&x["cpu_s"], 2),
                 f(&x["cpu_s_per_1000_changes"], 3),
@@ -96,7 +97,7 @@ pub fn markdown(results: &Value) -> String {
             "### Restart and recovery ({} mode, {} services x {})\n\n| event | figure |\n|---|---|\n",
             r["mode"].as_str().unwrap_or(""), r["services"], r["endpoints_per_service"]
         ));
-        out.push_str(&format!("| idle restart: API writes | {} |\n| idle restart: /readyz after | {} s |\n| idle restart: API requests | {} |\n", i["api_writes"], f(&i["ready_s"], 2), i["api_requests"]));
+        out.push_str(&format!("| idle restart: API writes | {} |\n| idle restart: /readyz after | {} s |\n| idle restart: API requests | {} |\n| idle restart: RSS MiB | {} |\n", i["api_writes"], f(&i["ready_s"], 2), i["api_requests"], f(&i["rss_mib"], 1)));
         out.push_str(&format!(
             "| forced 410 ({} services changed while the watch stalled): last write after compaction + watch drop | {} s |\n| forced 410: services rewritten | {} |\n| forced 410: relist events (metric) | {} |\n",
             g["changed_services"], f(&g["reconverge_s"], 2), g["services_rewritten"], f(&g["relist_events_metric"], 0)
