@@ -179,9 +179,7 @@ impl KubeSink {
             self.patch_answer(&ns, &name, &mpp, &Patch::Merge(&body))
                 .await?
         };
-        if let Some(v) = &self.drift {
-            v.note_written(&ns, &name, got.resource_version());
-        }
+        self.note_written(&ns, &name, &got);
         Ok(())
     }
 
@@ -195,23 +193,19 @@ impl KubeSink {
         name: &str,
         pp: &PatchParams,
         patch: &Patch<P>,
-    ) -> Result<Written> {
+    ) -> kube::Result<Written> {
         let url = DiscoveredService::url_path(&(), Some(ns));
         let mut req = kube::core::Request::new(url)
             .patch(name, pp, patch)
             .map_err(kube::Error::BuildRequest)?;
         req.extensions_mut().insert("patch");
-        Ok(self.client.request::<Written>(req).await?)
+        self.client.request::<Written>(req).await
     }
 
-    fn note_written(&self, ns: &str, name: &str, obj: &DiscoveredService) {
+    /// Records the resourceVersion of our write of `ns/name` for drift.
+    fn note_written(&self, ns: &str, name: &str, got: &Written) {
         if let Some(v) = &self.drift {
-            let rv = obj
-                .metadata
-                .resource_version
-                .as_deref()
-                .and_then(|s| s.parse().ok());
-            v.note_written(ns, name, rv);
+            v.note_written(ns, name, got.resource_version());
         }
     }
 
@@ -225,7 +219,10 @@ impl KubeSink {
         };
         let body = serde_json::json!({"spec": {"shard": null}});
         tracing::info!(service = %key, object = %name, "service fits one object again: removing its shard field");
-        match self.api(&ns).patch(&name, &pp, &Patch::Merge(&body)).await {
+        match self
+            .patch_answer(&ns, &name, &pp, &Patch::Merge(&body))
+            .await
+        {
             Ok(got) => {
                 self.note_written(&ns, &name, &got);
                 Ok(())
@@ -262,9 +259,13 @@ impl KubeSink {
     }
 }
 
-/// Lists every DiscoveredService we manage (all namespaces, paginated).
-pub async fn list_managed(client: &Client) -> Result<Vec<DiscoveredService>> {
-    let api: Api<DiscoveredService> = Api::all(client.clone());
+/// Every object of type `K` with our managed-by label (all namespaces,
+/// paginated).
+async fn list_all_managed<K>(client: &Client) -> Result<Vec<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let api: Api<K> = Api::all(client.clone());
     let mut lp = ListParams::default().labels(MANAGED_BY_SELECTOR).limit(500);
     let mut out = Vec::new();
     loop {
@@ -278,23 +279,21 @@ pub async fn list_managed(client: &Client) -> Result<Vec<DiscoveredService>> {
     }
 }
 
+/// Lists every DiscoveredService we manage (all namespaces, paginated).
+pub async fn list_managed(client: &Client) -> Result<Vec<DiscoveredService>> {
+    list_all_managed(client).await
+}
+
 /// [`list_managed`] decoded lean ([`crate::drift::Lean`]): the objects
 /// without nodes, managedFields, annotations or status. Enough for
 /// [`versions_of`]; at 10,000 services the full objects held ~100 MB at once
 /// on every start.
 pub async fn list_managed_compact(client: &Client) -> Result<Vec<DiscoveredService>> {
-    let api: Api<crate::drift::Lean> = Api::all(client.clone());
-    let mut lp = ListParams::default().labels(MANAGED_BY_SELECTOR).limit(500);
-    let mut out = Vec::new();
-    loop {
-        let page = api.list(&lp).await?;
-        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
-        out.extend(page.items.into_iter().map(crate::drift::Lean::into_inner));
-        match next {
-            Some(c) => lp = lp.continue_token(&c),
-            None => return Ok(out),
-        }
-    }
+    let lean: Vec<crate::drift::Lean> = list_all_managed(client).await?;
+    Ok(lean
+        .into_iter()
+        .map(crate::drift::Lean::into_inner)
+        .collect())
 }
 
 /// Per service: the version when shards `0..count` are all present with the
