@@ -121,7 +121,7 @@ fn merged(objs: &[Value]) -> Option<Vec<(String, Vec<String>)>> {
         if nodes.iter().any(|n| n.port != number) {
             return None;
         }
-        let mut h: Vec<String> = nodes.into_iter().map(|n| n.host).collect();
+        let mut h: Vec<String> = nodes.into_iter().map(|n| n.host.to_string()).collect();
         h.sort();
         out.push((port.to_string(), h));
     }

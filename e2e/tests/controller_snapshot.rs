@@ -97,7 +97,12 @@ fn hosts_of(d: &Dump) -> Expected {
         .map(|((ns, name), ports)| {
             let p = ports
                 .iter()
-                .map(|(k, nodes)| (k.clone(), nodes.iter().map(|n| n.host.clone()).collect()))
+                .map(|(k, nodes)| {
+                    (
+                        k.clone(),
+                        nodes.iter().map(|n| n.host.to_string()).collect(),
+                    )
+                })
                 .collect();
             (format!("{ns}/{name}"), p)
         })

@@ -133,7 +133,7 @@ impl Proxy {
             let host = if node.host.contains(':') {
                 format!("[{}]", node.host)
             } else {
-                node.host.clone()
+                node.host.to_string()
             };
             let mut out = Request::builder()
                 .method(parts.method.clone())

@@ -133,7 +133,7 @@ pub fn wants(nodes: &[Node]) -> Vec<Want> {
             };
             let weight = u16::try_from(w.clamp(1, 256)).unwrap_or(256);
             Some(Want {
-                host: n.host.clone(),
+                host: n.host.to_string(),
                 port,
                 weight,
             })

@@ -86,7 +86,7 @@ pub fn render(targets: &[(ServiceRef, Target)], socket: &str) -> String {
                     let host = if n.host.contains(':') {
                         format!("[{}]", n.host)
                     } else {
-                        n.host.clone()
+                        n.host.to_string()
                     };
                     let _ = writeln!(out, "    server {host}:{} weight={};", n.port, n.weight);
                 }

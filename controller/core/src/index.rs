@@ -861,7 +861,7 @@ mod tests {
     fn hosts(i: &Index, key: &ServiceKey) -> Vec<String> {
         i.get(key).unwrap().ports["http"]
             .iter()
-            .map(|n| n.host.clone())
+            .map(|n| n.host.to_string())
             .collect()
     }
 
@@ -1361,7 +1361,7 @@ mod tests {
             assert_eq!(got.ports, want.ports);
             assert_eq!(got.owner_uid.as_deref(), Some("svc-uid"));
             assert_eq!(
-                got.ports["http"][0].zone.as_deref(),
+                got.ports["http"][0].zone(),
                 topology.then_some("z"),
                 "topology {topology}"
             );

@@ -30,7 +30,10 @@ pub use convert::{ConvertOptions, Converted};
 pub use filter::{LabelSelector, NamespaceFilter};
 pub use index::Index;
 pub use model::{
-    Node, NodeQuery, NodeTargetRef, ParseError, PortMap, ServiceKey, ServiceNodes, SourceKind,
-    content_version, object_version, parse_service_name,
+    Node, NodeQuery, NodeTargetRef, NodeTopology, ParseError, PortMap, ServiceKey, ServiceNodes,
+    SourceKind, content_version, object_version, parse_service_name,
 };
+/// The host type of [`Node`] (inline up to 24 bytes), re-exported so users of
+/// the model need no direct dependency.
+pub use compact_str::CompactString;
 pub use render::{RenderError, RenderOptions, lookup, render};

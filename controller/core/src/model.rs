@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use compact_str::CompactString;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -82,46 +83,228 @@ pub struct NodeTargetRef {
 }
 
 /// One upstream node, APISIX shape `{host, port, weight}` plus optional extras.
-#[derive(
-    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
-)]
-#[serde(rename_all = "camelCase")]
+///
+/// Memory layout (one `Node` is kept per endpoint and port, at 100,000
+/// endpoints this is the biggest single item of the controller): the host is
+/// a [`CompactString`] (IPv4 and IPv6 addresses, up to 24 bytes, are stored
+/// inline without a heap allocation), and the three topology fields, set only
+/// with topology output, share ONE optional box ([`NodeTopology`]). That makes
+/// the node 48 bytes with no allocation of its own instead of 96 bytes plus
+/// the host's.
+///
+/// The JSON is the flat shape it always was (`host, port, weight, zone,
+/// nodeName, targetRef, draining`, the optional ones absent when unset):
+/// `Serialize` is written by hand in that field order, `Deserialize` and the
+/// JSON schema go through the private flat `NodeWire`, whose schema is named
+/// `Node` and carries the field docs, so the CRD schema is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(from = "NodeWire")]
 pub struct Node {
     /// IPv4 / IPv6 address or FQDN.
-    pub host: String,
+    pub host: CompactString,
     /// Port number (1..=65535).
-    #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
     /// Load-balancing weight (the configured `default_weight`).
     pub weight: u32,
+    /// Zone, node name and target of the endpoint (topology output only);
+    /// `None` whenever all three are unset, so equality and order are those
+    /// of the flat fields (derived `Ord` compares `None` < `Some`, and an
+    /// all-unset topology is never boxed).
+    topology: Option<Box<NodeTopology>>,
+    /// `true` when this node is a serving-but-terminating fallback used because
+    /// the port had no ready endpoint (opt-in `drain_terminating`).
+    pub draining: Option<bool>,
+}
+
+/// The topology extras of a [`Node`] (see [`Node::topology`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeTopology {
+    /// Topology zone of the endpoint.
+    pub zone: Option<String>,
+    /// Kubernetes node hosting the endpoint.
+    pub node_name: Option<String>,
+    /// Object behind the endpoint.
+    pub target_ref: Option<NodeTargetRef>,
+}
+
+impl NodeTopology {
+    /// Whether no field is set.
+    pub fn is_empty(&self) -> bool {
+        self.zone.is_none() && self.node_name.is_none() && self.target_ref.is_none()
+    }
+
+    /// `Some(boxed)` unless empty: the one place a topology gets boxed, so
+    /// an empty one is never stored.
+    pub fn boxed(self) -> Option<Box<NodeTopology>> {
+        (!self.is_empty()).then(|| Box::new(self))
+    }
+}
+
+// The flat JSON form of a [`Node`]: what `Deserialize` reads and what the
+// JSON schema (named `Node`) describes. Its doc comment below is the schema's
+// description (plain comments here, so they stay out of the CRD).
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "Node")]
+/// One upstream node, APISIX shape `{host, port, weight}` plus optional extras.
+struct NodeWire {
+    /// IPv4 / IPv6 address or FQDN.
+    #[schemars(with = "String")]
+    host: CompactString,
+    /// Port number (1..=65535).
+    #[schemars(range(min = 1, max = 65535))]
+    port: i32,
+    /// Load-balancing weight (the configured `default_weight`).
+    weight: u32,
     /// Topology zone of the endpoint (topology output only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub zone: Option<String>,
+    zone: Option<String>,
     /// Kubernetes node hosting the endpoint (topology output only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_name: Option<String>,
+    node_name: Option<String>,
     /// Object behind the endpoint (topology output only).
-    // Boxed: rarely set, and a node is kept per endpoint (96 bytes less per node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_ref: Option<Box<NodeTargetRef>>,
+    target_ref: Option<NodeTargetRef>,
     /// `true` when this node is a serving-but-terminating fallback used because
     /// the port had no ready endpoint (opt-in `drain_terminating`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub draining: Option<bool>,
+    draining: Option<bool>,
+}
+
+impl From<NodeWire> for Node {
+    fn from(w: NodeWire) -> Self {
+        Self {
+            host: w.host,
+            port: w.port,
+            weight: w.weight,
+            topology: NodeTopology {
+                zone: w.zone,
+                node_name: w.node_name,
+                target_ref: w.target_ref,
+            }
+            .boxed(),
+            draining: w.draining,
+        }
+    }
+}
+
+impl Serialize for Node {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let zone = self.zone();
+        let node_name = self.node_name();
+        let target_ref = self.target_ref();
+        let len = 3
+            + usize::from(zone.is_some())
+            + usize::from(node_name.is_some())
+            + usize::from(target_ref.is_some())
+            + usize::from(self.draining.is_some());
+        let mut st = serializer.serialize_struct("Node", len)?;
+        st.serialize_field("host", self.host.as_str())?;
+        st.serialize_field("port", &self.port)?;
+        st.serialize_field("weight", &self.weight)?;
+        match zone {
+            Some(z) => st.serialize_field("zone", z)?,
+            None => st.skip_field("zone")?,
+        }
+        match node_name {
+            Some(n) => st.serialize_field("nodeName", n)?,
+            None => st.skip_field("nodeName")?,
+        }
+        match target_ref {
+            Some(t) => st.serialize_field("targetRef", t)?,
+            None => st.skip_field("targetRef")?,
+        }
+        match self.draining {
+            Some(d) => st.serialize_field("draining", &d)?,
+            None => st.skip_field("draining")?,
+        }
+        st.end()
+    }
+}
+
+impl JsonSchema for Node {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        NodeWire::schema_name()
+    }
+
+    fn schema_id() -> std::borrow::Cow<'static, str> {
+        NodeWire::schema_id()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        NodeWire::json_schema(generator)
+    }
 }
 
 impl Node {
     /// A plain APISIX node without extras.
-    pub fn new(host: impl Into<String>, port: i32, weight: u32) -> Self {
+    pub fn new(host: impl Into<CompactString>, port: i32, weight: u32) -> Self {
         Self {
             host: host.into(),
             port,
             weight,
-            zone: None,
-            node_name: None,
-            target_ref: None,
+            topology: None,
             draining: None,
         }
+    }
+
+    /// This node with `topology` (stored only when some field is set).
+    #[must_use]
+    pub fn with_topology(mut self, topology: NodeTopology) -> Self {
+        self.topology = topology.boxed();
+        self
+    }
+
+    /// This node with an already boxed topology (shared by the converters,
+    /// which keep one box per endpoint and clone it per port); an empty one
+    /// is dropped.
+    #[must_use]
+    pub fn with_boxed_topology(mut self, topology: Option<Box<NodeTopology>>) -> Self {
+        self.topology = topology.filter(|t| !t.is_empty());
+        self
+    }
+
+    /// The topology extras, `None` when none is set.
+    pub fn topology(&self) -> Option<&NodeTopology> {
+        self.topology.as_deref()
+    }
+
+    /// Topology zone of the endpoint (topology output only).
+    pub fn zone(&self) -> Option<&str> {
+        self.topology()?.zone.as_deref()
+    }
+
+    /// Kubernetes node hosting the endpoint (topology output only).
+    pub fn node_name(&self) -> Option<&str> {
+        self.topology()?.node_name.as_deref()
+    }
+
+    /// Object behind the endpoint (topology output only).
+    pub fn target_ref(&self) -> Option<&NodeTargetRef> {
+        self.topology()?.target_ref.as_ref()
+    }
+
+    /// Sets the zone (`None` clears it).
+    pub fn set_zone(&mut self, zone: Option<String>) {
+        self.update_topology(|t| t.zone = zone);
+    }
+
+    /// Sets the node name (`None` clears it).
+    pub fn set_node_name(&mut self, node_name: Option<String>) {
+        self.update_topology(|t| t.node_name = node_name);
+    }
+
+    /// Sets the target reference (`None` clears it).
+    pub fn set_target_ref(&mut self, target_ref: Option<NodeTargetRef>) {
+        self.update_topology(|t| t.target_ref = target_ref);
+    }
+
+    /// Applies `f` to the topology and keeps the "no empty box" rule.
+    fn update_topology(&mut self, f: impl FnOnce(&mut NodeTopology)) {
+        let mut t = self.topology.take().map(|b| *b).unwrap_or_default();
+        f(&mut t);
+        self.topology = t.boxed();
     }
 }
 
@@ -373,8 +556,8 @@ mod tests {
             r#"{"host":"10.0.0.1","port":80,"weight":50}"#
         );
         let mut n = n;
-        n.zone = Some("z1".into());
-        n.node_name = Some("n1".into());
+        n.set_zone(Some("z1".into()));
+        n.set_node_name(Some("n1".into()));
         n.draining = Some(true);
         let v = serde_json::to_value(&n).unwrap();
         assert_eq!(v["zone"], "z1");
@@ -382,6 +565,105 @@ mod tests {
         assert_eq!(v["draining"], true);
         let back: Node = serde_json::from_value(v).unwrap();
         assert_eq!(back, n);
+    }
+
+    /// The layout goal of issue 6: a node is at most 48 bytes, and typical
+    /// IPv4/IPv6 hosts live inside it (no heap allocation of their own).
+    #[test]
+    fn node_is_small_and_ip_hosts_are_inline() {
+        assert!(
+            std::mem::size_of::<Node>() <= 48,
+            "Node is {} bytes",
+            std::mem::size_of::<Node>()
+        );
+        for host in [
+            "10.0.0.1",
+            "255.255.255.255",
+            "fd00::1",
+            "fd00:10:244:1::a3",
+            "2001:db8:85a3::8a2e:370",
+        ] {
+            assert!(
+                !Node::new(host, 80, 1).host.is_heap_allocated(),
+                "{host} is on the heap"
+            );
+        }
+        // A long FQDN still works (on the heap).
+        let fqdn = "a-rather-long-service-name.namespace.svc.cluster.local";
+        assert_eq!(Node::new(fqdn, 80, 1).host, fqdn);
+    }
+
+    /// Byte-exact JSON, field order `host, port, weight, zone, nodeName,
+    /// targetRef, draining` as the flat struct had it, and back.
+    #[test]
+    fn node_json_round_trip_with_and_without_topology() {
+        let plain = Node::new("fd00::1", 8080, 1);
+        let json = r#"{"host":"fd00::1","port":8080,"weight":1}"#;
+        assert_eq!(serde_json::to_string(&plain).unwrap(), json);
+        assert_eq!(serde_json::from_str::<Node>(json).unwrap(), plain);
+        assert!(plain.topology().is_none());
+
+        let full = Node::new("10.0.0.1", 80, 50).with_topology(NodeTopology {
+            zone: Some("z1".into()),
+            node_name: Some("n1".into()),
+            target_ref: Some(NodeTargetRef {
+                kind: "Pod".into(),
+                namespace: Some("ns".into()),
+                name: "web-1".into(),
+                uid: Some("u1".into()),
+            }),
+        });
+        let mut full = full;
+        full.draining = Some(true);
+        let json = concat!(
+            r#"{"host":"10.0.0.1","port":80,"weight":50,"zone":"z1","nodeName":"n1","#,
+            r#""targetRef":{"kind":"Pod","namespace":"ns","name":"web-1","uid":"u1"},"#,
+            r#""draining":true}"#
+        );
+        assert_eq!(serde_json::to_string(&full).unwrap(), json);
+        assert_eq!(serde_json::from_str::<Node>(json).unwrap(), full);
+
+        // One topology field alone, out of order on input: normalized output.
+        let only_ref = serde_json::from_str::<Node>(
+            r#"{"targetRef":{"name":"p"},"weight":1,"port":1,"host":"h"}"#,
+        )
+        .unwrap();
+        assert_eq!((only_ref.zone(), only_ref.node_name()), (None, None));
+        assert_eq!(
+            serde_json::to_string(&only_ref).unwrap(),
+            r#"{"host":"h","port":1,"weight":1,"targetRef":{"name":"p"}}"#
+        );
+        // Explicit nulls read as unset, and an all-unset topology is not kept,
+        // so the node equals the plain one.
+        let nulls: Node = serde_json::from_str(
+            r#"{"host":"fd00::1","port":8080,"weight":1,"zone":null,"nodeName":null}"#,
+        )
+        .unwrap();
+        assert_eq!(nulls, plain);
+        // Missing required fields are named.
+        let err = serde_json::from_str::<Node>(r#"{"host":"h","port":1}"#).unwrap_err();
+        assert!(err.to_string().contains("weight"), "{err}");
+    }
+
+    /// Setters keep the "no empty box" rule, so equality and order are those
+    /// of the flat fields.
+    #[test]
+    fn topology_setters_normalize() {
+        let mut n = Node::new("10.0.0.1", 80, 1);
+        n.set_zone(Some("z".into()));
+        assert_eq!(n.zone(), Some("z"));
+        assert!(n > Node::new("10.0.0.1", 80, 1));
+        n.set_zone(None);
+        assert!(n.topology().is_none());
+        assert_eq!(n, Node::new("10.0.0.1", 80, 1));
+        let with_empty = Node::new("10.0.0.1", 80, 1).with_boxed_topology(Some(Box::default()));
+        assert_eq!(with_empty, n);
+        // Flat-field order: zone decides before nodeName.
+        let mut a = Node::new("h", 1, 1);
+        a.set_node_name(Some("zz".into()));
+        let mut b = Node::new("h", 1, 1);
+        b.set_zone(Some("a".into()));
+        assert!(a < b);
     }
 
     #[test]

@@ -892,7 +892,7 @@ mod tests {
     fn a_node_that_cannot_fit_is_an_error_naming_the_service() {
         let mut d = Dump::with_clusters([""]);
         let mut n = Node::new("x".repeat(2000), 80, 1);
-        n.zone = Some("z".into());
+        n.set_zone(Some("z".into()));
         d.insert(
             &ServiceKey::new("", "ns", "huge"),
             PortMap::from([("p".to_string(), vec![n.clone(), n])]),

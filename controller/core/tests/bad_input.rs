@@ -257,7 +257,13 @@ fn index(kind: SourceKind) -> Index {
 
 fn hosts(idx: &Index, ns: &str, name: &str, port: &str) -> Option<Vec<String>> {
     let s = idx.get(&ServiceKey::new("", ns, name))?;
-    Some(s.ports.get(port)?.iter().map(|n| n.host.clone()).collect())
+    Some(
+        s.ports
+            .get(port)?
+            .iter()
+            .map(|n| n.host.to_string())
+            .collect(),
+    )
 }
 
 fn warnings(idx: &Index) -> Vec<String> {

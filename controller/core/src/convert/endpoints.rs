@@ -8,7 +8,7 @@ use super::{
     AddressType, ConvertOptions, Converted, SkipReason, Warnings, finish, object_name, target_ref,
     valid_address, validate_ports,
 };
-use crate::model::Node;
+use crate::model::{Node, NodeTopology};
 
 /// Converts one Endpoints object. Only `addresses` count, never
 /// `notReadyAddresses`. A port key whose subset has no ready address is still
@@ -46,10 +46,13 @@ pub fn from_endpoints(ep: &Endpoints, opts: &ConvertOptions) -> Converted {
                 continue;
             }
             for spec in &specs {
-                let mut node = Node::new(addr.ip.clone(), spec.number, opts.default_weight);
+                let mut node = Node::new(addr.ip.as_str(), spec.number, opts.default_weight);
                 if opts.topology {
-                    node.node_name = addr.node_name.clone();
-                    node.target_ref = addr.target_ref.as_ref().map(target_ref);
+                    node = node.with_topology(NodeTopology {
+                        zone: None,
+                        node_name: addr.node_name.clone(),
+                        target_ref: addr.target_ref.as_ref().map(target_ref),
+                    });
                 }
                 for key in spec.keys() {
                     ports.entry(key.clone()).or_default().push(node.clone());
@@ -72,7 +75,7 @@ mod tests {
     fn hosts(c: &Converted, key: &str) -> Vec<(String, i32)> {
         c.ports[key]
             .iter()
-            .map(|n| (n.host.clone(), n.port))
+            .map(|n| (n.host.to_string(), n.port))
             .collect()
     }
 
@@ -237,8 +240,8 @@ mod tests {
                          "ports": [{"name": "http", "port": 80}]}]
         }));
         let plain = from_endpoints(&e, &ConvertOptions::default());
-        assert_eq!(plain.ports["http"][0].node_name, None);
-        assert_eq!(plain.ports["http"][0].target_ref, None);
+        assert_eq!(plain.ports["http"][0].node_name(), None);
+        assert_eq!(plain.ports["http"][0].target_ref(), None);
         let c = from_endpoints(
             &e,
             &ConvertOptions {
@@ -247,8 +250,8 @@ mod tests {
             },
         );
         let n = &c.ports["http"][0];
-        assert_eq!(n.node_name.as_deref(), Some("n1"));
-        let t = n.target_ref.as_ref().unwrap();
+        assert_eq!(n.node_name(), Some("n1"));
+        let t = n.target_ref().unwrap();
         assert_eq!(
             (t.kind.as_str(), t.name.as_str(), t.uid.as_deref()),
             ("Pod", "web-1", Some("u1"))

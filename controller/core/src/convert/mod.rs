@@ -220,13 +220,13 @@ pub(crate) fn valid_address(addr: &str, t: AddressType) -> bool {
     }
 }
 
-pub(crate) fn target_ref(r: &ObjectReference) -> Box<NodeTargetRef> {
-    Box::new(NodeTargetRef {
+pub(crate) fn target_ref(r: &ObjectReference) -> NodeTargetRef {
+    NodeTargetRef {
         kind: r.kind.clone().unwrap_or_default(),
         namespace: r.namespace.clone(),
         name: r.name.clone().unwrap_or_default(),
         uid: r.uid.clone(),
-    })
+    }
 }
 
 /// One validated port of an object: key, number, and its alias under the number.

@@ -14,13 +14,14 @@
 
 use std::collections::BTreeMap;
 
+use compact_str::CompactString;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::{
     AddressType, ConvertOptions, Converted, PortSpec, SkipReason, Warnings, finish, object_name,
     target_ref, valid_address, validate_ports,
 };
-use crate::model::{Node, NodeTargetRef};
+use crate::model::{Node, NodeTopology};
 
 #[derive(Debug)]
 struct Candidate {
@@ -38,23 +39,18 @@ impl Candidate {
     }
 }
 
-/// Topology of one endpoint (kept only when topology output is on).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Topology {
-    zone: Option<String>,
-    node_name: Option<String>,
-    target_ref: Option<Box<NodeTargetRef>>,
-}
-
 /// One endpoint of a slice, reduced to what the merge reads: its first valid
 /// address and its conditions (defaults applied).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct SliceEndpoint {
-    host: String,
+    /// Inline for IPv4/IPv6 addresses (no heap allocation).
+    host: CompactString,
     ready: bool,
     serving: bool,
     terminating: bool,
-    topology: Option<Box<Topology>>,
+    /// Kept only when topology output is on, and only when set; the merge
+    /// clones this box into the endpoint's nodes.
+    topology: Option<Box<NodeTopology>>,
 }
 
 /// What ONE EndpointSlice contributes to its Service's merge: validated ports,
@@ -130,15 +126,19 @@ impl SliceContribution {
                 continue;
             };
             let cond = ep.conditions.as_ref();
-            let topology = opts.topology.then(|| {
-                Box::new(Topology {
-                    zone: ep.zone.clone(),
-                    node_name: ep.node_name.clone(),
-                    target_ref: ep.target_ref.as_ref().map(target_ref),
+            let topology = opts
+                .topology
+                .then(|| {
+                    NodeTopology {
+                        zone: ep.zone.clone(),
+                        node_name: ep.node_name.clone(),
+                        target_ref: ep.target_ref.as_ref().map(target_ref),
+                    }
+                    .boxed()
                 })
-            });
+                .flatten();
             endpoints.push(SliceEndpoint {
-                host: host.clone(),
+                host: CompactString::from(host.as_str()),
                 ready: cond.and_then(|c| c.ready).unwrap_or(true),
                 serving: cond.and_then(|c| c.serving).unwrap_or(true),
                 terminating: cond.and_then(|c| c.terminating).unwrap_or(false),
@@ -174,7 +174,8 @@ pub fn merge_slices<'a>(
     opts: &ConvertOptions,
 ) -> Converted {
     let mut warnings = Warnings::default();
-    let mut candidates: BTreeMap<String, BTreeMap<(String, i32), Candidate>> = BTreeMap::new();
+    let mut candidates: BTreeMap<String, BTreeMap<(CompactString, i32), Candidate>> =
+        BTreeMap::new();
     for c in contributions {
         for (reason, message) in &c.warnings {
             warnings.push(*reason, message.clone());
@@ -186,12 +187,8 @@ pub fn merge_slices<'a>(
         }
         for ep in &c.endpoints {
             for spec in &c.specs {
-                let mut node = Node::new(ep.host.clone(), spec.number, opts.default_weight);
-                if let Some(t) = &ep.topology {
-                    node.zone = t.zone.clone();
-                    node.node_name = t.node_name.clone();
-                    node.target_ref = t.target_ref.clone();
-                }
+                let node = Node::new(ep.host.clone(), spec.number, opts.default_weight)
+                    .with_boxed_topology(ep.topology.clone());
                 for key in spec.keys() {
                     let cand = Candidate {
                         node: node.clone(),
@@ -225,9 +222,10 @@ pub fn merge_slices<'a>(
                 cands
                     .into_values()
                     .filter(|c| c.serving && c.terminating)
-                    .map(|c| Node {
-                        draining: Some(true),
-                        ..c.node
+                    .map(|c| {
+                        let mut node = c.node;
+                        node.draining = Some(true);
+                        node
                     })
                     .collect()
             };
@@ -472,11 +470,8 @@ mod tests {
             },
         );
         let n = &c.ports["http"][0];
-        assert_eq!(
-            (n.zone.as_deref(), n.node_name.as_deref()),
-            (Some("z1"), Some("n1"))
-        );
-        assert_eq!(n.target_ref.as_ref().unwrap().name, "web-1");
+        assert_eq!((n.zone(), n.node_name()), (Some("z1"), Some("n1")));
+        assert_eq!(n.target_ref().unwrap().name, "web-1");
         let plain = from_slices([&s], &ConvertOptions::default());
         assert_eq!(
             serde_json::to_value(&plain.ports["http"][0]).unwrap(),
