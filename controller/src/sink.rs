@@ -334,7 +334,7 @@ pub fn versions_of(items: &[DiscoveredService]) -> HashMap<ServiceKey, (String, 
 }
 
 impl Sink for KubeSink {
-    async fn list_versions(&self) -> Result<HashMap<ServiceKey, String>> {
+    async fn list_versions(&self) -> Result<Vec<(ServiceKey, String)>> {
         let items = list_managed_compact(&self.client).await?;
         let versions = versions_of(&items);
         drop(items);
@@ -630,7 +630,7 @@ mod tests {
         // A fresh sink (a restart) knows the version and the shard count.
         let fresh = KubeSink::new(client.clone(), ObjectNaming::source());
         let versions = fresh.list_versions().await.unwrap();
-        assert_eq!(versions[&svc.key], svc.version);
+        assert_eq!(versions, vec![(svc.key.clone(), svc.version.clone())]);
         let count = u32::try_from(objs.len()).unwrap();
         assert_eq!(fresh.shard_count(&svc.key), Some(count));
         // Shrink through the fresh sink: one unsharded object remains.

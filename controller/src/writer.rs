@@ -46,6 +46,17 @@
 //! the map, not in the due order) until that write finishes. Readiness
 //! barriers use a per-cluster ordered set of pending sequence numbers plus a
 //! per-cluster in-flight count, so checking one is O(log n) too.
+//!
+//! Memory (at 10,000 services the writer holds a key per service in `known`,
+//! and several per service while a first sync is pending):
+//! * Keys are stored packed ([`Key`]: one 16-byte box per copy instead of a
+//!   72-byte `ServiceKey` with a heap block per string), `known` versions as
+//!   a `u64` when they are our 16-hex-digit versions ([`Version`], exact: any
+//!   other text is kept as text and compared as text).
+//! * Tables that held every service during a first sync give their buckets
+//!   back once mostly drained ([`trim_map`], checked every loop turn), and
+//!   the completion times of the drift settle rule are dropped once older
+//!   than `drift_settle` ([`Drift::prune`]), since they decide nothing then.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
@@ -65,8 +76,9 @@ use crate::state::Shared;
 
 /// Where DiscoveredServices go (the API server in production, a fake in tests).
 pub trait Sink: Clone + Send + Sync + 'static {
-    /// Versions (`spec.version`) of the objects that already exist, by service.
-    fn list_versions(&self) -> impl Future<Output = Result<HashMap<ServiceKey, String>>> + Send;
+    /// Versions (`spec.version`) of the objects that already exist, one
+    /// entry per service.
+    fn list_versions(&self) -> impl Future<Output = Result<Vec<(ServiceKey, String)>>> + Send;
     /// Creates or updates the object for `svc` (and its status).
     fn apply(&self, svc: Arc<ServiceNodes>) -> impl Future<Output = Result<()>> + Send;
     /// Deletes the object for `key` (absent is success).
@@ -165,6 +177,117 @@ impl WriterHandle {
     }
 }
 
+/// A [`ServiceKey`] packed into ONE heap block: `cluster 0xFF namespace 0xFF
+/// name`. 0xFF never occurs in UTF-8, so the packing is injective and
+/// equality and hashing are those of the three strings. A copy is 16
+/// bytes plus one small block, where a `ServiceKey` is 72 bytes plus a block
+/// per non-empty string; the writer holds one per service it ever wrote
+/// (`known`) and, during a first sync, several per pending service.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Key(Box<[u8]>);
+
+const KEY_SEP: u8 = 0xFF;
+
+impl Key {
+    fn new(k: &ServiceKey) -> Self {
+        let mut b = Vec::with_capacity(k.cluster.len() + k.namespace.len() + k.name.len() + 2);
+        b.extend_from_slice(k.cluster.as_bytes());
+        b.push(KEY_SEP);
+        b.extend_from_slice(k.namespace.as_bytes());
+        b.push(KEY_SEP);
+        b.extend_from_slice(k.name.as_bytes());
+        Self(b.into_boxed_slice())
+    }
+
+    /// `[cluster, namespace, name]` (each part is UTF-8 by construction).
+    fn parts(&self) -> [&str; 3] {
+        let mut it = self
+            .0
+            .splitn(3, |b| *b == KEY_SEP)
+            .map(|p| std::str::from_utf8(p).unwrap_or_default());
+        [
+            it.next().unwrap_or_default(),
+            it.next().unwrap_or_default(),
+            it.next().unwrap_or_default(),
+        ]
+    }
+
+    fn cluster(&self) -> &str {
+        self.parts()[0]
+    }
+
+    fn service_key(&self) -> ServiceKey {
+        let [cluster, namespace, name] = self.parts();
+        ServiceKey::new(cluster, namespace, name)
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.service_key().fmt(f)
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Key({self})")
+    }
+}
+
+/// A `spec.version` as held in `known`, without a `String` per service: our
+/// versions are 16 lowercase hex digits, i.e. one `u64`; anything else (a
+/// foreign object's version, `""` for "rewrite this") is kept as text.
+/// Canonical hex and `u64` map one-to-one, so [`Version::is`] is exactly the
+/// string comparison it replaces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Version {
+    Hex(u64),
+    Text(Box<str>),
+}
+
+impl Version {
+    fn new(v: &str) -> Self {
+        match hex16(v) {
+            Some(h) => Self::Hex(h),
+            None => Self::Text(v.into()),
+        }
+    }
+
+    /// Whether this is the version `v`.
+    fn is(&self, v: &str) -> bool {
+        match self {
+            Self::Hex(h) => hex16(v) == Some(*h),
+            Self::Text(t) => **t == *v,
+        }
+    }
+}
+
+/// `v` as a number when it is exactly 16 lowercase hex digits.
+fn hex16(v: &str) -> Option<u64> {
+    if v.len() == 16 && v.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        u64::from_str_radix(v, 16).ok()
+    } else {
+        None
+    }
+}
+
+/// Gives a table's memory back once it is mostly empty: a map that held
+/// every service during a first sync keeps its buckets (megabytes at 10,000
+/// services) after draining otherwise. Amortised O(1): a shrink to twice the
+/// length happens only after three quarters of the capacity were removed.
+fn trim_map<K: Eq + std::hash::Hash, V>(m: &mut HashMap<K, V>) {
+    if m.capacity() > 64 && m.len() * 4 < m.capacity() {
+        m.shrink_to(m.len() * 2);
+    }
+}
+
+/// [`trim_map`] for a set.
+fn trim_set<K: Eq + std::hash::Hash>(s: &mut HashSet<K>) {
+    if s.capacity() > 64 && s.len() * 4 < s.capacity() {
+        s.shrink_to(s.len() * 2);
+    }
+}
+
 #[derive(Debug)]
 struct Pending {
     due: Instant,
@@ -181,10 +304,10 @@ struct Pending {
 /// failed write merges back with the minimum of two distinct ones).
 #[derive(Default)]
 struct Queue {
-    entries: HashMap<ServiceKey, Pending>,
-    due: BTreeMap<(Instant, u64), ServiceKey>,
+    entries: HashMap<Key, Pending>,
+    due: BTreeMap<(Instant, u64), Key>,
     seqs: HashMap<String, BTreeSet<u64>>,
-    inflight: HashSet<ServiceKey>,
+    inflight: HashSet<Key>,
     inflight_per_cluster: HashMap<String, usize>,
 }
 
@@ -193,14 +316,20 @@ impl Queue {
         self.entries.is_empty()
     }
 
-    fn index(&mut self, key: &ServiceKey, p: &Pending) {
-        match self.seqs.get_mut(&key.cluster) {
+    /// Whether `key` has a write pending or in flight.
+    fn busy(&self, key: &Key) -> bool {
+        self.entries.contains_key(key) || self.inflight.contains(key)
+    }
+
+    fn index(&mut self, key: &Key, p: &Pending) {
+        let cluster = key.cluster();
+        match self.seqs.get_mut(cluster) {
             Some(set) => {
                 set.insert(p.seq);
             }
             None => {
                 self.seqs
-                    .insert(key.cluster.clone(), BTreeSet::from([p.seq]));
+                    .insert(cluster.to_string(), BTreeSet::from([p.seq]));
             }
         }
         if !self.inflight.contains(key) {
@@ -208,15 +337,15 @@ impl Queue {
         }
     }
 
-    fn unindex(&mut self, key: &ServiceKey, p: &Pending) {
-        if let Some(set) = self.seqs.get_mut(&key.cluster) {
+    fn unindex(&mut self, key: &Key, p: &Pending) {
+        if let Some(set) = self.seqs.get_mut(key.cluster()) {
             set.remove(&p.seq);
         }
         self.due.remove(&(p.due, p.seq));
     }
 
     /// Adds a key that is not pending yet.
-    fn insert(&mut self, key: ServiceKey, p: Pending) {
+    fn insert(&mut self, key: Key, p: Pending) {
         // Callers check first; replacing keeps the indexes consistent anyway.
         self.remove(&key);
         self.index(&key, &p);
@@ -224,7 +353,7 @@ impl Queue {
     }
 
     /// Changes a pending key in place; `false` if it is not pending.
-    fn modify(&mut self, key: &ServiceKey, f: impl FnOnce(&mut Pending)) -> bool {
+    fn modify(&mut self, key: &Key, f: impl FnOnce(&mut Pending)) -> bool {
         let Some(mut p) = self.entries.remove(key) else {
             return false;
         };
@@ -236,7 +365,7 @@ impl Queue {
     }
 
     /// Removes a pending key.
-    fn remove(&mut self, key: &ServiceKey) -> Option<Pending> {
+    fn remove(&mut self, key: &Key) -> Option<Pending> {
         let p = self.entries.remove(key)?;
         self.unindex(key, &p);
         Some(p)
@@ -248,7 +377,7 @@ impl Queue {
     }
 
     /// The earliest key due at `now` that is not in flight.
-    fn first_due_key(&self, now: Instant) -> Option<ServiceKey> {
+    fn first_due_key(&self, now: Instant) -> Option<Key> {
         self.due
             .first_key_value()
             .filter(|((due, _), _)| *due <= now)
@@ -256,23 +385,26 @@ impl Queue {
     }
 
     /// Takes `key` out of the queue and marks it in flight.
-    fn start(&mut self, key: &ServiceKey) -> Option<Pending> {
+    fn start(&mut self, key: &Key) -> Option<Pending> {
         let p = self.remove(key)?;
         self.inflight.insert(key.clone());
-        *self
-            .inflight_per_cluster
-            .entry(key.cluster.clone())
-            .or_default() += 1;
+        let cluster = key.cluster();
+        match self.inflight_per_cluster.get_mut(cluster) {
+            Some(n) => *n += 1,
+            None => {
+                self.inflight_per_cluster.insert(cluster.to_string(), 1);
+            }
+        }
         Some(p)
     }
 
     /// The write of `key` finished: a change that arrived meanwhile becomes
     /// schedulable.
-    fn finished(&mut self, key: &ServiceKey) {
+    fn finished(&mut self, key: &Key) {
         if !self.inflight.remove(key) {
             return;
         }
-        if let Some(n) = self.inflight_per_cluster.get_mut(&key.cluster) {
+        if let Some(n) = self.inflight_per_cluster.get_mut(key.cluster()) {
             *n = n.saturating_sub(1);
         }
         if let Some(p) = self.entries.get(key) {
@@ -292,6 +424,12 @@ impl Queue {
                 .get(cluster)
                 .is_some_and(|n| *n > 0)
     }
+
+    /// Gives back the tables' memory once they drained ([`trim_map`]).
+    fn trim(&mut self) {
+        trim_map(&mut self.entries);
+        trim_set(&mut self.inflight);
+    }
 }
 
 enum Outcome {
@@ -300,7 +438,7 @@ enum Outcome {
 }
 
 struct Done {
-    key: ServiceKey,
+    key: Key,
     seq: u64,
     first_event: Instant,
     attempts: u32,
@@ -352,7 +490,9 @@ struct Writer<S> {
     shared: Arc<Shared>,
     metrics: Metrics,
     opts: WriterOptions,
-    known: HashMap<ServiceKey, String>,
+    /// The version of every object the API server holds, by service (what
+    /// we last wrote, or what [`Sink::list_versions`] found).
+    known: HashMap<Key, Version>,
     pending: Queue,
     barriers: Vec<(String, u64)>,
     seq: u64,
@@ -363,28 +503,39 @@ struct Writer<S> {
 /// Drift checks waiting for their time, and when each key's last write finished.
 #[derive(Default)]
 struct Drift {
-    due: BTreeMap<(Instant, u64), ServiceKey>,
-    keys: HashSet<ServiceKey>,
+    due: BTreeMap<(Instant, u64), Key>,
+    keys: HashSet<Key>,
     seq: u64,
-    last_done: HashMap<ServiceKey, Instant>,
+    /// When a key's last write finished, for the keys whose write finished
+    /// less than `drift_settle` ago (older entries mean nothing to
+    /// `check_drift` and are dropped by [`Drift::prune`]).
+    last_done: HashMap<Key, Instant>,
+    /// When [`Drift::prune`] runs next (`None`: `last_done` is empty).
+    prune_at: Option<Instant>,
     /// Checks waiting for the key's pending / in-flight write.
-    parked: HashSet<ServiceKey>,
+    parked: HashSet<Key>,
 }
 
 impl Drift {
     /// Schedules a check of `key` at `at` unless one is already scheduled.
-    fn schedule(&mut self, key: ServiceKey, at: Instant) {
+    fn schedule(&mut self, key: Key, at: Instant) {
         if self.keys.insert(key.clone()) {
             self.seq += 1;
             self.due.insert((at, self.seq), key);
         }
     }
 
+    /// The next time the writer must wake for drift: a due check, or the
+    /// pruning of `last_done`.
     fn first_due(&self) -> Option<Instant> {
-        self.due.first_key_value().map(|((t, _), _)| *t)
+        let check = self.due.first_key_value().map(|((t, _), _)| *t);
+        match (check, self.prune_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    fn pop_due(&mut self, now: Instant) -> Option<ServiceKey> {
+    fn pop_due(&mut self, now: Instant) -> Option<Key> {
         let (&(t, seq), _) = self.due.first_key_value()?;
         if t > now {
             return None;
@@ -394,13 +545,33 @@ impl Drift {
         Some(key)
     }
 
-    fn done(&mut self, key: &ServiceKey, at: Instant, settle: Duration) {
+    fn done(&mut self, key: &Key, at: Instant, settle: Duration) {
         self.last_done.insert(key.clone(), at);
-        // Only recent completions matter; keep the map small.
-        if self.last_done.len() > 4096 {
-            self.last_done
-                .retain(|_, t| at.saturating_duration_since(*t) < settle);
+        if self.prune_at.is_none() {
+            self.prune_at = Some(at + settle);
         }
+    }
+
+    /// Whether a write of `key` finished less than `settle` before `now`;
+    /// if so, when that stops being the case.
+    fn settling(&self, key: &Key, now: Instant, settle: Duration) -> Option<Instant> {
+        self.last_done
+            .get(key)
+            .map(|t| *t + settle)
+            .filter(|until| *until > now)
+    }
+
+    /// Drops the completions older than `settle` (at most once per `settle`,
+    /// so an entry lives less than twice `settle`) and gives back the
+    /// memory of drained tables.
+    fn prune(&mut self, now: Instant, settle: Duration) {
+        if self.prune_at.is_some_and(|t| t <= now) {
+            self.last_done.retain(|_, t| *t + settle > now);
+            self.prune_at = (!self.last_done.is_empty()).then_some(now + settle);
+        }
+        trim_map(&mut self.last_done);
+        trim_set(&mut self.keys);
+        trim_set(&mut self.parked);
     }
 }
 
@@ -418,7 +589,10 @@ impl<S: Sink> Writer<S> {
             match self.sink.list_versions().await {
                 Ok(known) => {
                     tracing::info!(objects = known.len(), "read existing DiscoveredServices");
-                    self.known = known;
+                    self.known = known
+                        .into_iter()
+                        .map(|(k, v)| (Key::new(&k), Version::new(&v)))
+                        .collect();
                     return true;
                 }
                 Err(e) => {
@@ -442,7 +616,7 @@ impl<S: Sink> Writer<S> {
         let clusters = self.shared.clusters();
         for (id, status) in &clusters {
             for svc in self.shared.desired_of(id) {
-                self.enqueue(svc.key.clone(), now);
+                self.enqueue(Key::new(&svc.key), now);
             }
             if status.listed {
                 self.receive(WriterMsg::Synced {
@@ -473,6 +647,7 @@ impl<S: Sink> Writer<S> {
                 self.dispatch(&mut tasks);
                 self.check_barriers();
             }
+            self.trim();
             let wake = if leading { self.next_wake() } else { None };
             tokio::select! {
                 biased;
@@ -519,24 +694,26 @@ impl<S: Sink> Writer<S> {
     fn receive(&mut self, msg: WriterMsg) {
         match msg {
             WriterMsg::Changed { keys, at } => {
-                for key in keys {
-                    self.enqueue(key, at);
+                for key in &keys {
+                    self.enqueue(Key::new(key), at);
                 }
             }
             WriterMsg::Drifted { keys } => {
                 let at = Instant::now() + self.opts.drift_delay.max(self.opts.coalesce_window);
-                for key in keys {
-                    self.drift.schedule(key, at);
+                for key in &keys {
+                    self.drift.schedule(Key::new(key), at);
                 }
             }
             WriterMsg::Synced { cluster } => {
                 // Objects the API server holds for this cluster that the first
                 // complete list did not produce: their source vanished while we
                 // were not watching.
-                let stale: Vec<ServiceKey> = self
+                let stale: Vec<Key> = self
                     .known
                     .keys()
-                    .filter(|k| k.cluster == cluster && !self.shared.has_desired(k))
+                    .filter(|k| {
+                        k.cluster() == cluster && !self.shared.has_desired(&k.service_key())
+                    })
                     .cloned()
                     .collect();
                 let now = Instant::now();
@@ -549,7 +726,7 @@ impl<S: Sink> Writer<S> {
         }
     }
 
-    fn enqueue(&mut self, key: ServiceKey, at: Instant) {
+    fn enqueue(&mut self, key: Key, at: Instant) {
         let seq = self.seq;
         self.seq += 1;
         let due = Instant::now() + self.opts.coalesce_window;
@@ -583,41 +760,48 @@ impl<S: Sink> Writer<S> {
         }
     }
 
+    /// Gives back the memory of drained tables and of completions older
+    /// than `drift_settle` (see [`trim_map`]); cheap when there is nothing to do.
+    fn trim(&mut self) {
+        self.pending.trim();
+        self.drift.prune(Instant::now(), self.opts.drift_settle);
+        trim_map(&mut self.known);
+    }
+
     /// Runs the drift checks that are due (see the module docs).
     fn check_drift(&mut self) {
         let now = Instant::now();
         let delay = self.opts.drift_delay.max(self.opts.coalesce_window);
         let mut later = Vec::new();
         while let Some(key) = self.drift.pop_due(now) {
-            if self.pending.entries.contains_key(&key) || self.pending.inflight.contains(&key) {
+            if self.pending.busy(&key) {
                 // Scheduled again when the write is done (`unpark`).
                 self.drift.parked.insert(key);
                 continue;
             }
-            if let Some(t) = self.drift.last_done.get(&key).copied()
-                && t + self.opts.drift_settle > now
-            {
-                later.push((key, t + self.opts.drift_settle));
+            if let Some(until) = self.drift.settling(&key, now, self.opts.drift_settle) {
+                later.push((key, until));
                 continue;
             }
-            let desired = self.shared.desired(&key);
+            let skey = key.service_key();
+            let desired = self.shared.desired(&skey);
             let listed = self
                 .shared
                 .clusters()
-                .get(&key.cluster)
+                .get(&skey.cluster)
                 .is_some_and(|c| c.listed);
             if desired.is_none() && !listed {
                 // The first-list barrier decides about this cluster's objects.
                 continue;
             }
-            match self.sink.drift(&key, desired.as_deref()) {
+            match self.sink.drift(&skey, desired.as_deref()) {
                 DriftCheck::Ok => {}
                 DriftCheck::Stale => later.push((key, now + delay)),
                 DriftCheck::Drift(kind) => {
-                    self.metrics.drift(&key.cluster, kind.as_str());
-                    tracing::info!(service = %key, kind = kind.as_str(), "drift: restoring the desired state");
+                    self.metrics.drift(&skey.cluster, kind.as_str());
+                    tracing::info!(service = %skey, kind = kind.as_str(), "drift: restoring the desired state");
                     // A version nothing has: the key is rewritten (or deleted).
-                    self.known.insert(key.clone(), String::new());
+                    self.known.insert(key.clone(), Version::new(""));
                     self.enqueue(key, now);
                 }
             }
@@ -629,8 +813,8 @@ impl<S: Sink> Writer<S> {
 
     /// `key`'s write finished or was skipped: a parked drift check of it is
     /// scheduled (unless another write of it is pending or in flight).
-    fn unpark(&mut self, key: &ServiceKey, now: Instant) {
-        if self.pending.entries.contains_key(key) || self.pending.inflight.contains(key) {
+    fn unpark(&mut self, key: &Key, now: Instant) {
+        if self.pending.busy(key) {
             return;
         }
         if self.drift.parked.remove(key) {
@@ -659,17 +843,18 @@ impl<S: Sink> Writer<S> {
             let Some(key) = self.pending.first_due_key(now) else {
                 break;
             };
-            let desired = self.shared.desired(&key);
+            let skey = key.service_key();
+            let desired = self.shared.desired(&skey);
             let known = self.known.get(&key);
             // Decide first: skips and no-ops need neither a token nor a task.
             match (&desired, known) {
-                (Some(d), Some(v)) if &d.version == v => {
+                (Some(d), Some(v)) if v.is(&d.version) => {
                     self.pending.remove(&key);
                     self.metrics
                         .writes_skipped
-                        .get_or_create(&Metrics::cluster(&key.cluster))
+                        .get_or_create(&Metrics::cluster(&skey.cluster))
                         .inc();
-                    tracing::debug!(service = %key, version = %v, "up to date, no write");
+                    tracing::debug!(service = %skey, version = %d.version, "up to date, no write");
                     self.unpark(&key, now);
                     continue;
                 }
@@ -694,7 +879,7 @@ impl<S: Sink> Writer<S> {
                         let v = d.version.clone();
                         sink.apply(d).await.map(|()| Outcome::Applied(v))
                     }
-                    None => sink.delete(key.clone()).await.map(|()| Outcome::Deleted),
+                    None => sink.delete(skey).await.map(|()| Outcome::Deleted),
                 };
                 Done {
                     key,
@@ -718,13 +903,13 @@ impl<S: Sink> Writer<S> {
         self.pending.finished(&key);
         self.drift
             .done(&key, Instant::now(), self.opts.drift_settle);
-        let cluster = key.cluster.clone();
+        let cluster = key.cluster();
         match result {
             Ok(outcome) => {
                 let label = match outcome {
                     Outcome::Applied(v) => {
                         tracing::info!(service = %key, version = %v, "applied");
-                        self.known.insert(key.clone(), v);
+                        self.known.insert(key.clone(), Version::new(&v));
                         "applied"
                     }
                     Outcome::Deleted => {
@@ -733,17 +918,17 @@ impl<S: Sink> Writer<S> {
                         "deleted"
                     }
                 };
-                self.metrics.write(&cluster, label);
+                self.metrics.write(cluster, label);
                 self.metrics
                     .event_to_write
-                    .get_or_create(&Metrics::cluster(&cluster))
+                    .get_or_create(&Metrics::cluster(cluster))
                     .observe(first_event.elapsed().as_secs_f64());
                 self.unpark(&key, Instant::now());
             }
             // Still pending (retried): a parked check stays parked.
             Err(e) => {
                 self.metrics
-                    .write(&cluster, &format!("error_{}", e.metric_label()));
+                    .write(cluster, &format!("error_{}", e.metric_label()));
                 let attempts = attempts + 1;
                 let delay = backoff(&self.opts, attempts);
                 tracing::warn!(service = %key, error = %e, attempt = attempts, retry_in = ?delay, "write failed");
@@ -840,8 +1025,8 @@ mod tests {
     }
 
     impl Sink for FakeSink {
-        async fn list_versions(&self) -> Result<HashMap<ServiceKey, String>> {
-            Ok(self.existing.clone())
+        async fn list_versions(&self) -> Result<Vec<(ServiceKey, String)>> {
+            Ok(self.existing.clone().into_iter().collect())
         }
         async fn apply(&self, svc: Arc<ServiceNodes>) -> Result<()> {
             {
@@ -1086,6 +1271,177 @@ mod tests {
         assert_eq!(sink.calls().len(), 1);
     }
 
+    #[test]
+    fn packed_keys_round_trip_and_are_equal_exactly_when_the_keys_are() {
+        let keys = [
+            ServiceKey::new("", "ns", "web"),
+            ServiceKey::new("c1", "ns", "web"),
+            ServiceKey::new("", "nsweb", ""),
+            ServiceKey::new("", "ns", "web2"),
+            // Separators inside parts cannot move a part boundary.
+            ServiceKey::new("a/b", "c", "d"),
+            ServiceKey::new("a", "b/c", "d"),
+            ServiceKey::new("", "", ""),
+            ServiceKey::new("zürich", "ñs", "wéb-ø"),
+        ];
+        for k in &keys {
+            let p = Key::new(k);
+            assert_eq!(&p.service_key(), k);
+            assert_eq!(p.cluster(), k.cluster);
+            assert_eq!(p.to_string(), k.to_string());
+            for other in &keys {
+                assert_eq!(p == Key::new(other), k == other, "{k} vs {other}");
+            }
+        }
+        let set: HashSet<Key> = keys.iter().map(Key::new).collect();
+        assert_eq!(set.len(), keys.len());
+    }
+
+    #[test]
+    fn versions_compare_exactly_like_the_strings_they_replace() {
+        let ours = nodes(&ServiceKey::new("", "ns", "web"), &["10.0.0.1"]).version;
+        let texts = [
+            ours.as_str(),
+            "00000000000000ff",
+            "ffffffffffffffff",
+            "00000000000000FF", // same number, other spelling: a foreign version
+            "0000000000000ff",  // 15 digits
+            "000000000000000ff", // 17 digits
+            "+0000000000000ff",
+            "",
+            "v",
+            "zzzzzzzzzzzzzzzz",
+        ];
+        assert!(matches!(Version::new(&ours), Version::Hex(_)));
+        assert_eq!(Version::new("00000000000000ff"), Version::Hex(255));
+        assert_eq!(Version::new("00000000000000FF"), Version::Text("00000000000000FF".into()));
+        for a in texts {
+            for b in texts {
+                assert_eq!(Version::new(a).is(b), a == b, "{a:?} vs {b:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn drained_tables_give_their_memory_back_and_full_ones_keep_it() {
+        let mut m: HashMap<u64, u64> = (0..10_000).map(|i| (i, i)).collect();
+        let full = m.capacity();
+        trim_map(&mut m);
+        assert_eq!(m.capacity(), full, "a full table is left alone");
+        m.retain(|k, _| *k < 10);
+        trim_map(&mut m);
+        assert!(m.capacity() < 100, "capacity {} after draining", m.capacity());
+        assert_eq!(m.len(), 10);
+        let mut s: HashSet<u64> = (0..10_000).collect();
+        s.clear();
+        trim_set(&mut s);
+        assert!(s.capacity() < 100, "capacity {}", s.capacity());
+    }
+
+    #[test]
+    fn completions_are_forgotten_once_older_than_the_settle_time() {
+        let settle = Duration::from_millis(750);
+        let t0 = Instant::now();
+        let k = Key::new(&ServiceKey::new("", "ns", "a"));
+        let mut d = Drift::default();
+        assert_eq!(d.first_due(), None);
+        d.done(&k, t0, settle);
+        assert_eq!(d.first_due(), Some(t0 + settle), "wakes up to prune");
+        d.prune(t0 + settle / 2, settle);
+        assert_eq!(d.settling(&k, t0 + settle / 2, settle), Some(t0 + settle));
+        assert_eq!(d.last_done.len(), 1);
+        d.prune(t0 + settle, settle);
+        assert_eq!(d.settling(&k, t0 + settle, settle), None);
+        assert!(d.last_done.is_empty() && d.prune_at.is_none());
+        assert_eq!(d.first_due(), None, "nothing left to wake up for");
+        // An entry survives a prune while it is recent, and the next prune
+        // comes one settle time later.
+        let k2 = Key::new(&ServiceKey::new("", "ns", "b"));
+        d.done(&k, t0 + settle * 2, settle);
+        d.done(&k2, t0 + settle * 3 - Duration::from_millis(1), settle);
+        d.prune(t0 + settle * 3, settle);
+        assert_eq!(d.last_done.len(), 1);
+        assert!(d.settling(&k2, t0 + settle * 3, settle).is_some());
+        assert_eq!(d.prune_at, Some(t0 + settle * 4));
+    }
+
+    /// The writer's own tables after a first sync of many services: every
+    /// key is written once, then the queue's and the drift bookkeeping's
+    /// tables are empty AND small again, and `known` holds one compact entry
+    /// per service.
+    #[tokio::test(start_paused = true)]
+    async fn tables_shrink_after_a_large_first_sync() {
+        let sink = FakeSink::default();
+        let shared = Arc::new(Shared::new([""]));
+        let n = 5_000;
+        let keys: Vec<ServiceKey> = (0..n)
+            .map(|i| ServiceKey::new("", "ns", format!("s{i}")))
+            .collect();
+        for k in &keys {
+            shared.set_desired(k, Some(nodes(k, &["10.0.0.1"])));
+        }
+        let mut w = Writer {
+            sink: sink.clone(),
+            shared: shared.clone(),
+            metrics: Metrics::default(),
+            opts: WriterOptions {
+                concurrency: 64,
+                ..opts()
+            },
+            known: HashMap::new(),
+            pending: Queue::default(),
+            barriers: Vec::new(),
+            seq: 0,
+            next_token: Instant::now(),
+            drift: Drift::default(),
+        };
+        w.receive(WriterMsg::Changed {
+            keys: keys.clone(),
+            at: Instant::now(),
+        });
+        // A first start's drift sweep reports every key while it is pending.
+        w.receive(WriterMsg::Drifted { keys: keys.clone() });
+        w.receive(WriterMsg::Synced {
+            cluster: String::new(),
+        });
+        let peak = w.pending.entries.capacity();
+        assert!(peak >= n);
+        let mut tasks = JoinSet::new();
+        for _ in 0..10_000 {
+            w.check_drift();
+            w.dispatch(&mut tasks);
+            w.check_barriers();
+            w.trim();
+            if let Some(done) = tasks.try_join_next() {
+                w.finish(done.unwrap());
+                continue;
+            }
+            if w.pending.is_empty() && tasks.is_empty() && w.drift.first_due().is_none() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(sink.calls().len(), n, "one write per service");
+        assert!(shared.ready());
+        assert_eq!(
+            *sink.drift_asked.lock().unwrap(),
+            n as u32,
+            "every parked check ran once"
+        );
+        assert_eq!(w.known.len(), n);
+        assert!(w.known.values().all(|v| matches!(v, Version::Hex(_))));
+        for (name, cap) in [
+            ("pending", w.pending.entries.capacity()),
+            ("inflight", w.pending.inflight.capacity()),
+            ("drift keys", w.drift.keys.capacity()),
+            ("parked", w.drift.parked.capacity()),
+            ("last_done", w.drift.last_done.capacity()),
+        ] {
+            assert!(cap <= 64, "{name}: capacity {cap} after the sync (peak {peak})");
+        }
+        assert!(w.pending.due.is_empty() && w.drift.due.is_empty());
+    }
+
     fn pending(due: Instant, seq: u64) -> Pending {
         Pending {
             due,
@@ -1099,9 +1455,9 @@ mod tests {
     async fn queue_orders_by_due_parks_in_flight_keys_and_tracks_barriers() {
         let now = Instant::now();
         let ms = Duration::from_millis;
-        let a = ServiceKey::new("", "ns", "a");
-        let b = ServiceKey::new("", "ns", "b");
-        let c = ServiceKey::new("c2", "ns", "c");
+        let a = Key::new(&ServiceKey::new("", "ns", "a"));
+        let b = Key::new(&ServiceKey::new("", "ns", "b"));
+        let c = Key::new(&ServiceKey::new("c2", "ns", "c"));
         let mut q = Queue::default();
         q.insert(b.clone(), pending(now + ms(20), 1));
         q.insert(a.clone(), pending(now + ms(10), 2));
