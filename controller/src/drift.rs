@@ -224,7 +224,9 @@ impl<'a> SpecView<'a> {
             source: *source,
             ports,
             version,
-            shard: shard.as_ref().map(|Shard { index, count }| (*index, *count)),
+            shard: shard
+                .as_ref()
+                .map(|Shard { index, count }| (*index, *count)),
         }
     }
 
@@ -303,12 +305,13 @@ impl Owners {
 /// labels of [`labels_for`] the service the spec describes, plus
 /// [`LABEL_SHARD`] = index when the spec is a shard (what
 /// `desired_objects` sets).
-fn our_labels_present(labels: Option<&BTreeMap<String, String>>, spec: &DiscoveredServiceSpec) -> bool {
+fn our_labels_present(
+    labels: Option<&BTreeMap<String, String>>,
+    spec: &DiscoveredServiceSpec,
+) -> bool {
     let key = ServiceKey::new(&spec.cluster, &spec.source_namespace, &spec.source_name);
     let get = |k: &str| labels.and_then(|l| l.get(k));
-    labels_for(&key)
-        .iter()
-        .all(|(k, v)| get(k) == Some(v))
+    labels_for(&key).iter().all(|(k, v)| get(k) == Some(v))
         && spec
             .shard
             .as_ref()
@@ -1099,7 +1102,10 @@ pub(crate) struct Lean(DiscoveredService);
 
 impl<'de> serde::Deserialize<'de> for Lean {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let LeanObject { metadata: m, mut spec } = LeanObject::deserialize(d)?;
+        let LeanObject {
+            metadata: m,
+            mut spec,
+        } = LeanObject::deserialize(d)?;
         spec.ports = Default::default();
         Ok(Lean(DiscoveredService {
             metadata: ObjectMeta {
@@ -1283,10 +1289,10 @@ impl DriftFeed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::ResourceExt;
     use kube_discovery_core::crd::{
         LABEL_SERVICE_NAME, desired_object, desired_objects, shard_name, split_ports,
     };
-    use kube::ResourceExt;
     use kube_discovery_core::{Node, PortMap, SourceKind};
 
     fn svc(hosts: &[&str]) -> ServiceNodes {
@@ -1374,7 +1380,10 @@ mod tests {
         extra
             .annotations_mut()
             .insert("someone/else".into(), "x".into());
-        assert!(matches(&extra, &want), "added labels, owners, annotations are tolerated");
+        assert!(
+            matches(&extra, &want),
+            "added labels, owners, annotations are tolerated"
+        );
         let mut edited = want.clone();
         edited.spec.ports.insert("bogus".into(), vec![]);
         assert!(!matches(&edited, &want));
@@ -1424,16 +1433,28 @@ mod tests {
             ("sourceName", |s| s.source_name = "other".into()),
             ("source", |s| s.source = SourceKind::Endpoints),
             ("version", |s| s.version = "0000000000000000".into()),
-            ("shard added", |s| s.shard = Some(Shard { index: 0, count: 1 })),
+            ("shard added", |s| {
+                s.shard = Some(Shard { index: 0, count: 1 })
+            }),
             ("node host", |s| {
-                s.ports.values_mut().for_each(|v| v[0].host = "10.9.9.9".into())
+                s.ports
+                    .values_mut()
+                    .for_each(|v| v[0].host = "10.9.9.9".into())
             }),
-            ("node port", |s| s.ports.values_mut().for_each(|v| v[0].port += 1)),
-            ("node weight", |s| s.ports.values_mut().for_each(|v| v[1].weight += 1)),
+            ("node port", |s| {
+                s.ports.values_mut().for_each(|v| v[0].port += 1)
+            }),
+            ("node weight", |s| {
+                s.ports.values_mut().for_each(|v| v[1].weight += 1)
+            }),
             ("node draining", |s| {
-                s.ports.values_mut().for_each(|v| v[1].draining = Some(true))
+                s.ports
+                    .values_mut()
+                    .for_each(|v| v[1].draining = Some(true))
             }),
-            ("node removed", |s| s.ports.values_mut().for_each(|v| v.truncate(1))),
+            ("node removed", |s| {
+                s.ports.values_mut().for_each(|v| v.truncate(1))
+            }),
             ("port added", |s| {
                 s.ports.insert("extra".into(), vec![]);
             }),
@@ -1445,7 +1466,10 @@ mod tests {
         for (field, edit) in edits {
             let mut edited = want.clone();
             edit(&mut edited.spec);
-            assert!(!matches(&edited, &want), "an edit of {field} went unnoticed");
+            assert!(
+                !matches(&edited, &want),
+                "an edit of {field} went unnoticed"
+            );
         }
         // A shard's index and count count too.
         let mut shard = want.clone();
@@ -1481,7 +1505,10 @@ mod tests {
             .as_mut()
             .unwrap()
             .insert(LABEL_SHARD.into(), "7".into());
-        assert!(matches(&o, &want), "someone's shard label on an unsharded object is tolerated");
+        assert!(
+            matches(&o, &want),
+            "someone's shard label on an unsharded object is tolerated"
+        );
         let s = big(40);
         let shards = desired_objects_with_limit(&s, &ObjectNaming::source(), 600);
         assert!(shards.len() > 2);
@@ -1492,7 +1519,10 @@ mod tests {
             .as_mut()
             .unwrap()
             .insert(LABEL_SHARD.into(), "0".into());
-        assert!(!matches(&relabeled, &shards[1]), "a shard's label value is ours");
+        assert!(
+            !matches(&relabeled, &shards[1]),
+            "a shard's label value is ours"
+        );
     }
 
     #[test]
@@ -1557,7 +1587,11 @@ mod tests {
     #[test]
     fn a_slot_stays_small() {
         // The memory budget of the module docs (72 bytes inline).
-        assert!(std::mem::size_of::<Slot>() <= 72, "{}", std::mem::size_of::<Slot>());
+        assert!(
+            std::mem::size_of::<Slot>() <= 72,
+            "{}",
+            std::mem::size_of::<Slot>()
+        );
         assert!(std::mem::size_of::<Names>() <= 16);
     }
 
@@ -1592,7 +1626,10 @@ mod tests {
         let w: Watched = serde_json::from_value(full(&edited)).unwrap();
         assert!(!w.facts.satisfies(&Want::of(&want)), "a node edit is seen");
         let err = serde_json::from_value::<Watched>(serde_json::json!({"metadata": {}}));
-        assert!(err.is_err(), "no spec: a decode error, not a default object");
+        assert!(
+            err.is_err(),
+            "no spec: a decode error, not a default object"
+        );
         // The sink's lean decode: no nodes, no managedFields, annotations or status.
         let lean: Lean = serde_json::from_value(full(&want)).unwrap();
         let o = lean.into_inner();
@@ -1779,7 +1816,10 @@ mod tests {
         other.spec.cluster = "c1".into();
         w.apply(&apply(&other));
         let c1 = ServiceKey::new("c1", "ns", "web");
-        assert_eq!(view.objects_of(&c1), vec![("ns".to_string(), "x".to_string())]);
+        assert_eq!(
+            view.objects_of(&c1),
+            vec![("ns".to_string(), "x".to_string())]
+        );
         assert_eq!(view.objects_of(&s.key), vec![web()]);
         // A relist without `web` replaces the index; one with it brings it back.
         w.apply(&Event::Init);
@@ -1858,19 +1898,34 @@ mod tests {
         // A stray name is suspicious, its delete is not.
         let mut stray = theirs_obj.clone();
         stray.metadata.name = Some("web.3".into());
-        assert_eq!(view.suspicious(&Watched::of(&stray), false, &shared), Some(true));
-        assert_eq!(view.suspicious(&Watched::of(&stray), true, &shared), Some(false));
+        assert_eq!(
+            view.suspicious(&Watched::of(&stray), false, &shared),
+            Some(true)
+        );
+        assert_eq!(
+            view.suspicious(&Watched::of(&stray), true, &shared),
+            Some(false)
+        );
         // Unknown cluster: not ours to judge; unlisted cluster: later.
         let mut other = theirs_obj.clone();
         other.spec.cluster = "c9".into();
-        assert_eq!(view.suspicious(&Watched::of(&other), false, &shared), Some(false));
+        assert_eq!(
+            view.suspicious(&Watched::of(&other), false, &shared),
+            Some(false)
+        );
         let unlisted = Shared::new([""]);
         assert_eq!(view.suspicious(&theirs, false, &unlisted), None);
         // No source in a listed cluster: an orphan (its delete is fine).
         let mut gone = theirs_obj;
         gone.spec.source_name = "gone".into();
-        assert_eq!(view.suspicious(&Watched::of(&gone), false, &shared), Some(true));
-        assert_eq!(view.suspicious(&Watched::of(&gone), true, &shared), Some(false));
+        assert_eq!(
+            view.suspicious(&Watched::of(&gone), false, &shared),
+            Some(true)
+        );
+        assert_eq!(
+            view.suspicious(&Watched::of(&gone), true, &shared),
+            Some(false)
+        );
     }
 
     #[test]
