@@ -8,9 +8,13 @@
 //!
 //! Values are `Arc<ServiceNodes>`: the sources hand in the index's own
 //! allocation ([`Shared::set_desired_shared`]), so the nodes of a service are
-//! held once, not once in the index and again here.
+//! held once, not once in the index and again here. The table is a set of
+//! those `Arc`s ordered by the key INSIDE each value ([`Desired`]), not a map
+//! with a second copy of every key (72 bytes plus two small heap blocks per
+//! service).
 
-use std::collections::BTreeMap;
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -32,10 +36,72 @@ pub struct ClusterStatus {
     pub last_error: Option<String>,
 }
 
+/// One desired service, ordered and looked up by its own key.
+#[derive(Debug, Clone)]
+struct ByKey(Arc<ServiceNodes>);
+
+impl PartialEq for ByKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key == other.0.key
+    }
+}
+
+impl Eq for ByKey {}
+
+impl PartialOrd for ByKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ByKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.key.cmp(&other.0.key)
+    }
+}
+
+// `Ord` of `ByKey` is `Ord` of its key, as `Borrow` requires.
+impl Borrow<ServiceKey> for ByKey {
+    fn borrow(&self) -> &ServiceKey {
+        &self.0.key
+    }
+}
+
+/// The desired services, ordered by key (what [`Shared::with_desired`] shows).
+#[derive(Debug, Default)]
+pub struct Desired(BTreeSet<ByKey>);
+
+impl Desired {
+    /// The desired nodes of `key`.
+    pub fn get(&self, key: &ServiceKey) -> Option<&Arc<ServiceNodes>> {
+        self.0.get(key).map(|e| &e.0)
+    }
+
+    /// Whether `key` has desired nodes.
+    pub fn contains_key(&self, key: &ServiceKey) -> bool {
+        self.0.contains(key)
+    }
+
+    /// All desired services, ordered by key.
+    pub fn values(&self) -> impl Iterator<Item = &Arc<ServiceNodes>> {
+        self.0.iter().map(|e| &e.0)
+    }
+
+    /// Number of desired services.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no service is desired.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// Shared state; cheap to share behind an `Arc`.
 #[derive(Debug, Default)]
 pub struct Shared {
-    desired: RwLock<BTreeMap<ServiceKey, Arc<ServiceNodes>>>,
+    desired: RwLock<Desired>,
     clusters: RwLock<BTreeMap<String, ClusterStatus>>,
     standby: AtomicBool,
     /// Bumped on every change of `desired` and when a cluster appears or its
@@ -71,16 +137,31 @@ impl Shared {
     }
 
     /// [`Shared::set_desired`] with a value shared with its producer (the
-    /// index), without copying the nodes.
+    /// index), without copying the nodes. A value is stored under its own
+    /// `key` field, which callers pass as `key`; one that names another
+    /// service is a bug of the caller and is stored as a copy carrying `key`.
     pub fn set_desired_shared(&self, key: &ServiceKey, value: Option<Arc<ServiceNodes>>) {
+        let value = value.map(|v| {
+            if v.key == *key {
+                v
+            } else {
+                tracing::error!(service = %key, value_of = %v.key, "desired state handed in under another service's key");
+                Arc::new(ServiceNodes {
+                    key: key.clone(),
+                    ..(*v).clone()
+                })
+            }
+        });
         {
             let mut d = write(&self.desired);
             match value {
+                // `replace`, not `insert`: an equal entry (same key) is
+                // swapped for the new value.
                 Some(v) => {
-                    d.insert(key.clone(), v);
+                    d.0.replace(ByKey(v));
                 }
                 None => {
-                    d.remove(key);
+                    d.0.remove(key);
                 }
             }
         }
@@ -99,10 +180,7 @@ impl Shared {
 
     /// Runs `f` on all desired services under one read lock (a consistent
     /// view across clusters, without cloning).
-    pub fn with_desired<R>(
-        &self,
-        f: impl FnOnce(&BTreeMap<ServiceKey, Arc<ServiceNodes>>) -> R,
-    ) -> R {
+    pub fn with_desired<R>(&self, f: impl FnOnce(&Desired) -> R) -> R {
         f(&read(&self.desired))
     }
 
@@ -217,5 +295,53 @@ mod tests {
         assert_eq!(s.desired_of(""), vec![v.clone()]);
         s.set_desired_shared(&k, None);
         assert_eq!(Arc::strong_count(&v), 1);
+    }
+
+    fn svc(key: &ServiceKey, port: &str) -> Arc<ServiceNodes> {
+        let mut ports = PortMap::new();
+        ports.insert(port.to_string(), Vec::new());
+        Arc::new(ServiceNodes::new(
+            key.clone(),
+            SourceKind::Endpoints,
+            ports,
+            None,
+        ))
+    }
+
+    #[test]
+    fn desired_values_are_replaced_in_place_and_ordered_by_key() {
+        let s = Shared::new([""]);
+        let keys = [
+            ServiceKey::new("west", "a", "x"),
+            ServiceKey::new("", "b", "y"),
+            ServiceKey::new("", "a", "z"),
+            ServiceKey::new("", "a", "y"),
+        ];
+        for k in &keys {
+            s.set_desired_shared(k, Some(svc(k, "old")));
+        }
+        // A new value of a key replaces the old one (which is released).
+        let old = s.desired(&keys[1]).unwrap();
+        let new = svc(&keys[1], "new");
+        s.set_desired_shared(&keys[1], Some(Arc::clone(&new)));
+        assert_eq!(Arc::strong_count(&old), 1, "the old value is released");
+        assert!(Arc::ptr_eq(&s.desired(&keys[1]).unwrap(), &new));
+        let mut sorted = keys.to_vec();
+        sorted.sort();
+        s.with_desired(|d| {
+            assert_eq!(d.len(), 4);
+            let order: Vec<ServiceKey> = d.values().map(|v| v.key.clone()).collect();
+            assert_eq!(order, sorted);
+        });
+        assert_eq!(s.desired_of("").len(), 3);
+        assert_eq!(s.counts("west"), (1, 0));
+        // A value handed in under another key is kept under the key given.
+        let wrong = svc(&ServiceKey::new("", "other", "svc"), "p");
+        s.set_desired_shared(&keys[0], Some(wrong));
+        let got = s.desired(&keys[0]).unwrap();
+        assert_eq!(got.key, keys[0]);
+        assert!(got.ports.contains_key("p"));
+        assert!(!s.has_desired(&ServiceKey::new("", "other", "svc")));
+        s.with_desired(|d| assert_eq!(d.len(), 4));
     }
 }
