@@ -259,89 +259,108 @@ impl KubeSink {
     }
 }
 
-/// Every object of type `K` with our managed-by label (all namespaces,
-/// paginated).
-async fn list_all_managed<K>(client: &Client) -> Result<Vec<K>>
+/// Objects per page of our lists.
+const PAGE: u32 = 500;
+
+/// Hands every object of type `K` with our managed-by label (all
+/// namespaces, `page` objects per request) to `each`, one page at a time.
+async fn for_each_managed<K>(client: &Client, page: u32, mut each: impl FnMut(K)) -> Result<()>
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
 {
     let api: Api<K> = Api::all(client.clone());
-    let mut lp = ListParams::default().labels(MANAGED_BY_SELECTOR).limit(500);
-    let mut out = Vec::new();
+    let mut lp = ListParams::default().labels(MANAGED_BY_SELECTOR).limit(page);
     loop {
         let page = api.list(&lp).await?;
         let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
-        out.extend(page.items);
+        page.items.into_iter().for_each(&mut each);
         match next {
             Some(c) => lp = lp.continue_token(&c),
-            None => return Ok(out),
+            None => return Ok(()),
         }
     }
 }
 
 /// Lists every DiscoveredService we manage (all namespaces, paginated).
 pub async fn list_managed(client: &Client) -> Result<Vec<DiscoveredService>> {
-    list_all_managed(client).await
+    let mut out = Vec::new();
+    for_each_managed(client, PAGE, |ds| out.push(ds)).await?;
+    Ok(out)
 }
 
-/// [`list_managed`] decoded lean ([`crate::drift::Lean`]): the objects
-/// without nodes, managedFields, annotations or status. Enough for
-/// [`versions_of`]; at 10,000 services the full objects held ~100 MB at once
-/// on every start.
-pub async fn list_managed_compact(client: &Client) -> Result<Vec<DiscoveredService>> {
-    let lean: Vec<crate::drift::Lean> = list_all_managed(client).await?;
-    Ok(lean
-        .into_iter()
-        .map(crate::drift::Lean::into_inner)
-        .collect())
-}
+/// What the start-up list keeps of our objects: per service, the
+/// `(shard index, shard count, spec.version)` of each of its objects.
+#[derive(Debug, Default)]
+pub struct Found(HashMap<ServiceKey, Vec<(u32, u32, String)>>);
 
-/// Per service: the version when shards `0..count` are all present with the
-/// same version (else `""`, which forces a rewrite), and the number of shard
-/// slots to clean up on the next write (highest index seen + 1).
-pub fn versions_of(items: &[DiscoveredService]) -> HashMap<ServiceKey, (String, u32)> {
-    let mut by_key: HashMap<ServiceKey, Vec<(u32, u32, &str)>> = HashMap::new();
-    for ds in items {
+impl Found {
+    /// Notes one object.
+    pub fn add(&mut self, ds: &DiscoveredService) {
         let (index, count) = shard_of(ds);
-        by_key
+        self.0
             .entry(key_of(ds))
             .or_default()
-            .push((index, count, ds.spec.version.as_str()));
+            .push((index, count, ds.spec.version.clone()));
     }
-    by_key
-        .into_iter()
-        .map(|(key, objs)| {
+
+    /// Per service: the version when shards `0..count` are all present with
+    /// the same version (else `""`, which forces a rewrite), and the number
+    /// of shard slots to clean up on the next write (highest index seen + 1).
+    pub fn versions(self) -> impl Iterator<Item = (ServiceKey, (String, u32))> {
+        self.0.into_iter().map(|(key, mut objs)| {
             let slots = objs
                 .iter()
                 .map(|(i, _, _)| i.saturating_add(1))
                 .max()
                 .unwrap_or(1);
-            let version = objs
+            let complete = objs
                 .iter()
                 .find(|(i, _, _)| *i == 0)
-                .filter(|(_, count, v)| {
-                    let complete = (0..*count).all(|want| {
-                        objs.iter()
-                            .any(|(i, c, ver)| *i == want && c == count && ver == v)
-                    });
-                    complete && slots == *count
-                })
-                .map(|(_, _, v)| (*v).to_string())
-                .unwrap_or_default();
+                .is_some_and(|(_, count, v)| {
+                    slots == *count
+                        && (0..*count).all(|want| {
+                            objs.iter()
+                                .any(|(i, c, ver)| *i == want && c == count && ver == v)
+                        })
+                });
+            let version = if complete {
+                objs.iter_mut()
+                    .find(|(i, _, _)| *i == 0)
+                    .map(|(_, _, v)| std::mem::take(v))
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            };
             (key, (version, slots))
         })
-        .collect()
+    }
+}
+
+/// [`Found::versions`] of `items`.
+pub fn versions_of(items: &[DiscoveredService]) -> HashMap<ServiceKey, (String, u32)> {
+    let mut found = Found::default();
+    for ds in items {
+        found.add(ds);
+    }
+    found.versions().collect()
 }
 
 impl Sink for KubeSink {
+    /// Reads our objects page by page, decoded lean ([`crate::drift::Lean`]:
+    /// no nodes, managedFields, annotations or status), and keeps only
+    /// [`Found`] of each: at 10,000 services, holding every (even lean)
+    /// object until the end of the list was the biggest allocation of an
+    /// idle restart.
     async fn list_versions(&self) -> Result<Vec<(ServiceKey, String)>> {
-        let items = list_managed_compact(&self.client).await?;
-        let versions = versions_of(&items);
-        drop(items);
+        let mut found = Found::default();
+        for_each_managed(&self.client, PAGE, |lean: crate::drift::Lean| {
+            found.add(&lean.into_inner());
+        })
+        .await?;
         let mut shards = self.shards.lock().unwrap_or_else(PoisonError::into_inner);
         shards.clear();
-        Ok(versions
-            .into_iter()
+        Ok(found
+            .versions()
             .map(|(key, (version, slots))| {
                 // One object is the default (`shard_count` of an unknown key).
                 if slots > 1 {
@@ -646,5 +665,61 @@ mod tests {
         assert_eq!(list_managed(&client).await.unwrap().len(), count as usize);
         fresh.delete(svc.key.clone()).await.unwrap();
         assert!(list_managed(&client).await.unwrap().is_empty());
+    }
+
+    /// The start-up list folds page by page: with one object per page, a
+    /// sharded service whose objects span pages is still complete, a
+    /// half-written one is not, and every service is found once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn start_up_list_folds_pages_into_versions() {
+        let (_sim, client) = sim_client().await;
+        let sink = KubeSink::new(client.clone(), ObjectNaming::source());
+        let sharded = big(6_000);
+        sink.apply(Arc::new(sharded.clone())).await.unwrap();
+        let mut small = Vec::new();
+        for name in ["a", "b", "c"] {
+            let mut ports = PortMap::new();
+            ports.insert("http".into(), vec![Node::new("10.0.0.1", 80, 50)]);
+            let s = ServiceNodes::new(
+                ServiceKey::new("", "shop", name),
+                SourceKind::EndpointSlice,
+                ports,
+                None,
+            );
+            sink.apply(Arc::new(s.clone())).await.unwrap();
+            small.push(s);
+        }
+        let objects = list_managed(&client).await.unwrap().len();
+        let shards = objects - small.len();
+        assert!(shards >= 2, "{objects} objects");
+        let mut pages = 0;
+        let mut found = Found::default();
+        for_each_managed(&client, 1, |lean: crate::drift::Lean| {
+            pages += 1;
+            found.add(&lean.into_inner());
+        })
+        .await
+        .unwrap();
+        assert_eq!(pages, objects);
+        let got: HashMap<ServiceKey, (String, u32)> = found.versions().collect();
+        let mut want = HashMap::from([(
+            sharded.key.clone(),
+            (sharded.version.clone(), u32::try_from(shards).unwrap()),
+        )]);
+        for s in &small {
+            want.insert(s.key.clone(), (s.version.clone(), 1));
+        }
+        assert_eq!(got, want);
+        // Shard 1 gone (a crash between shards): the service is rewritten.
+        Api::<DiscoveredService>::namespaced(client.clone(), "shop")
+            .delete("big.1", &DeleteParams::default())
+            .await
+            .unwrap();
+        let fresh = KubeSink::new(client.clone(), ObjectNaming::source());
+        let versions: HashMap<ServiceKey, String> =
+            fresh.list_versions().await.unwrap().into_iter().collect();
+        assert_eq!(versions.len(), 4);
+        assert_eq!(versions[&sharded.key], "");
+        assert_eq!(versions[&small[0].key], small[0].version);
     }
 }
