@@ -132,7 +132,7 @@ pub struct DiscoveredServiceSpec {
     pub source: SourceKind,
     /// Port key (port name, else the number as a string) -> nodes sorted by host then port.
     #[serde(default)]
-    pub ports: BTreeMap<String, Vec<Node>>,
+    pub ports: PortMap,
     /// Content hash of `source`, `ports` and the owner UID (16 hex characters);
     /// equal version = equal object.
     pub version: String,

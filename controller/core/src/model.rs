@@ -14,10 +14,12 @@
 //!   "ns/name:port" ──parse_service_name──▶ NodeQuery ──lookup───┘──▶ [Node]
 //! ```
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt;
 
 use compact_str::CompactString;
+use litemap::LiteMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -308,9 +310,258 @@ impl Node {
     }
 }
 
-/// Port key -> nodes, nodes sorted by host then port. `BTreeMap` keeps the
-/// JSON (and therefore the version hash) deterministic.
-pub type PortMap = BTreeMap<String, Vec<Node>>;
+/// Port key -> nodes, nodes sorted by host then port.
+///
+/// A map sorted by key, like the `BTreeMap` it replaces, so the JSON (and
+/// therefore the version hash) stays deterministic, but stored as ONE sorted
+/// vector ([`LiteMap`]): a service has one to a few port keys, and a B-tree
+/// allocated a ~540-byte leaf for each map (10,000 services: 5 MB per copy).
+/// The API is the subset of `BTreeMap`'s that the code uses, with the same
+/// names and semantics (later duplicates win in `collect`/`insert`). The JSON
+/// is an object in key order (also when empty), read from any key order; the
+/// JSON schema is the `BTreeMap<String, Vec<Node>>` one, so the CRD is
+/// unchanged.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct PortMap(LiteMap<String, Vec<Node>>);
+
+impl PortMap {
+    /// An empty map (no allocation).
+    pub fn new() -> Self {
+        Self(LiteMap::new_vec())
+    }
+
+    /// Number of port keys.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there is no port key.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The nodes of `port`.
+    pub fn get<Q>(&self, port: &Q) -> Option<&Vec<Node>>
+    where
+        String: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.0.get(port)
+    }
+
+    /// The nodes of `port`, mutable.
+    pub fn get_mut<Q>(&mut self, port: &Q) -> Option<&mut Vec<Node>>
+    where
+        String: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.0.get_mut(port)
+    }
+
+    /// Whether `port` is a key.
+    pub fn contains_key<Q>(&self, port: &Q) -> bool
+    where
+        String: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.0.contains_key(port)
+    }
+
+    /// Sets the nodes of `port`, returning the previous ones.
+    pub fn insert(&mut self, port: String, nodes: Vec<Node>) -> Option<Vec<Node>> {
+        self.0.insert(port, nodes)
+    }
+
+    /// Removes `port`, returning its nodes.
+    pub fn remove<Q>(&mut self, port: &Q) -> Option<Vec<Node>>
+    where
+        String: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.0.remove(port)
+    }
+
+    /// The entry of `port` (e.g. `.entry(k).or_default().push(node)`).
+    pub fn entry(&mut self, port: String) -> PortMapEntry<'_> {
+        self.0.entry(port)
+    }
+
+    /// Removes every port key.
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// Keeps the port keys for which `keep` returns `true`.
+    pub fn retain(&mut self, mut keep: impl FnMut(&String, &Vec<Node>) -> bool) {
+        self.0.retain(|k, v| keep(k, v));
+    }
+
+    /// `(port, nodes)` in key order.
+    pub fn iter(&self) -> PortMapIter<'_> {
+        self.0.as_slice().iter().map(pair)
+    }
+
+    /// `(port, nodes)` in key order, nodes mutable.
+    pub fn iter_mut(
+        &mut self,
+    ) -> impl DoubleEndedIterator<Item = (&String, &mut Vec<Node>)> + ExactSizeIterator {
+        self.0.iter_mut()
+    }
+
+    /// Port keys in order.
+    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &String> + ExactSizeIterator {
+        self.0.keys()
+    }
+
+    /// Node lists in key order.
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = &Vec<Node>> + ExactSizeIterator {
+        self.0.values()
+    }
+
+    /// Node lists in key order, mutable.
+    pub fn values_mut(
+        &mut self,
+    ) -> impl DoubleEndedIterator<Item = &mut Vec<Node>> + ExactSizeIterator {
+        self.0.iter_mut().map(|(_, v)| v)
+    }
+
+    /// Drops spare capacity of the map and of every node list (for values
+    /// that are kept for long, e.g. in the index).
+    pub fn shrink_to_fit(&mut self) {
+        let mut entries = std::mem::take(&mut self.0).into_tuple_vec();
+        entries.shrink_to_fit();
+        for (_, nodes) in &mut entries {
+            nodes.shrink_to_fit();
+        }
+        // Taken from a LiteMap: still sorted and without duplicates.
+        self.0 = LiteMap::from_sorted_store_unchecked(entries);
+    }
+}
+
+impl fmt::Debug for PortMap {
+    /// As a map, like the `BTreeMap` it replaces.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl FromIterator<(String, Vec<Node>)> for PortMap {
+    /// Sorted by key; of duplicate keys the last wins (as for `BTreeMap`).
+    fn from_iter<I: IntoIterator<Item = (String, Vec<Node>)>>(iter: I) -> Self {
+        Self(iter.into_iter().collect())
+    }
+}
+
+impl<const N: usize> From<[(String, Vec<Node>); N]> for PortMap {
+    fn from(entries: [(String, Vec<Node>); N]) -> Self {
+        entries.into_iter().collect()
+    }
+}
+
+impl Extend<(String, Vec<Node>)> for PortMap {
+    fn extend<I: IntoIterator<Item = (String, Vec<Node>)>>(&mut self, iter: I) {
+        self.0.extend(iter);
+    }
+}
+
+impl IntoIterator for PortMap {
+    type Item = (String, Vec<Node>);
+    type IntoIter = std::vec::IntoIter<(String, Vec<Node>)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_tuple_vec().into_iter()
+    }
+}
+
+/// An entry of a [`PortMap`] ([`PortMap::entry`]).
+pub type PortMapEntry<'a> = litemap::Entry<'a, String, Vec<Node>, Vec<(String, Vec<Node>)>>;
+
+/// Iterator over `(port, nodes)` of a [`PortMap`], in key order.
+pub type PortMapIter<'a> = std::iter::Map<
+    std::slice::Iter<'a, (String, Vec<Node>)>,
+    fn(&'a (String, Vec<Node>)) -> (&'a String, &'a Vec<Node>),
+>;
+
+fn pair(entry: &(String, Vec<Node>)) -> (&String, &Vec<Node>) {
+    (&entry.0, &entry.1)
+}
+
+impl<'a> IntoIterator for &'a PortMap {
+    type Item = (&'a String, &'a Vec<Node>);
+    type IntoIter = PortMapIter<'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<Q> std::ops::Index<&Q> for PortMap
+where
+    String: Borrow<Q>,
+    Q: Ord + ?Sized,
+{
+    type Output = Vec<Node>;
+
+    /// The nodes of `port`; panics when absent, like `BTreeMap` (tests and
+    /// lookups of keys known to exist).
+    fn index(&self, port: &Q) -> &Vec<Node> {
+        match self.0.get(port) {
+            Some(nodes) => nodes,
+            None => panic!("no such port key in PortMap"),
+        }
+    }
+}
+
+impl Serialize for PortMap {
+    /// A JSON object in key order, `{}` when empty (LiteMap's own impl would
+    /// write an empty map as `[]`).
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for PortMap {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MapVisitor;
+        impl<'de> serde::de::Visitor<'de> for MapVisitor {
+            type Value = PortMap;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map of port key to a list of nodes")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut access: A,
+            ) -> Result<PortMap, A::Error> {
+                // Keys usually come sorted (we write them so): then every
+                // insert is an append.
+                let mut map = LiteMap::with_capacity(access.size_hint().unwrap_or(0).min(1024));
+                while let Some((port, nodes)) = access.next_entry::<String, Vec<Node>>()? {
+                    map.insert(port, nodes);
+                }
+                Ok(PortMap(map))
+            }
+        }
+        deserializer.deserialize_map(MapVisitor)
+    }
+}
+
+impl JsonSchema for PortMap {
+    fn inline_schema() -> bool {
+        <BTreeMap<String, Vec<Node>>>::inline_schema()
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        <BTreeMap<String, Vec<Node>>>::schema_name()
+    }
+
+    fn schema_id() -> std::borrow::Cow<'static, str> {
+        <BTreeMap<String, Vec<Node>>>::schema_id()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <BTreeMap<String, Vec<Node>>>::json_schema(generator)
+    }
+}
 
 /// Sorts nodes the way APISIX does (host, then port) and breaks remaining ties
 /// on the other fields so the order is total.
@@ -643,6 +894,103 @@ mod tests {
         // Missing required fields are named.
         let err = serde_json::from_str::<Node>(r#"{"host":"h","port":1}"#).unwrap_err();
         assert!(err.to_string().contains("weight"), "{err}");
+    }
+
+    /// The same content as a `PortMap` and as the `BTreeMap` it replaced
+    /// serializes to the same bytes (so versions and objects are unchanged),
+    /// including the empty map, and reads back from any key order.
+    #[test]
+    fn port_map_json_equals_btreemap_json() {
+        let entries = [
+            ("metrics".to_string(), vec![Node::new("10.0.0.2", 9090, 1)]),
+            ("http".to_string(), vec![Node::new("10.0.0.1", 80, 1)]),
+            ("80".to_string(), vec![]),
+            ("grpc".to_string(), vec![Node::new("fd00::1", 81, 2)]),
+        ];
+        let bt: BTreeMap<String, Vec<Node>> = entries.clone().into_iter().collect();
+        let pm: PortMap = entries.clone().into_iter().collect();
+        let json = serde_json::to_string(&pm).unwrap();
+        assert_eq!(json, serde_json::to_string(&bt).unwrap());
+        assert!(json.starts_with(r#"{"80":[],"grpc":"#), "{json}");
+        assert_eq!(
+            pm.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["80", "grpc", "http", "metrics"]
+        );
+        assert_eq!(format!("{pm:?}"), format!("{bt:?}"));
+        for source in [SourceKind::Endpoints, SourceKind::EndpointSlice] {
+            #[derive(Serialize)]
+            struct Canonical<'a> {
+                source: SourceKind,
+                ports: &'a BTreeMap<String, Vec<Node>>,
+            }
+            let bytes = serde_json::to_vec(&Canonical { source, ports: &bt }).unwrap();
+            let want = hex::encode(Sha256::digest(&bytes))[..16].to_string();
+            assert_eq!(content_version(source, &pm), want);
+        }
+
+        // Empty: an object, not LiteMap's `[]`.
+        assert_eq!(serde_json::to_string(&PortMap::new()).unwrap(), "{}");
+        assert_eq!(
+            serde_json::from_str::<PortMap>("{}").unwrap(),
+            PortMap::new()
+        );
+
+        // Unsorted input with a duplicate key: sorted, the last one wins.
+        let back: PortMap = serde_json::from_str(
+            r#"{"http":[],"80":[{"host":"h","port":1,"weight":1}],"http":[{"host":"h","port":2,"weight":1}]}"#,
+        )
+        .unwrap();
+        assert_eq!(back.keys().collect::<Vec<_>>(), ["80", "http"]);
+        assert_eq!(back["http"][0].port, 2);
+        let bt_back: BTreeMap<String, Vec<Node>> = serde_json::from_str(
+            r#"{"http":[],"80":[{"host":"h","port":1,"weight":1}],"http":[{"host":"h","port":2,"weight":1}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            serde_json::to_string(&back).unwrap(),
+            serde_json::to_string(&bt_back).unwrap()
+        );
+        // A list is not a port map.
+        assert!(serde_json::from_str::<PortMap>("[]").is_err());
+    }
+
+    /// The BTreeMap operations the code relies on behave the same.
+    #[test]
+    fn port_map_behaves_like_the_btreemap() {
+        let mut pm = PortMap::new();
+        let mut bt = BTreeMap::new();
+        for (k, port) in [("b", 1), ("a", 2), ("c", 3), ("a", 4)] {
+            let n = vec![Node::new("h", port, 1)];
+            assert_eq!(pm.insert(k.into(), n.clone()), bt.insert(k.to_string(), n));
+        }
+        pm.entry("d".into()).or_default().push(Node::new("h", 5, 1));
+        bt.entry("d".to_string())
+            .or_default()
+            .push(Node::new("h", 5, 1));
+        assert_eq!(pm.get("a"), bt.get("a"));
+        assert_eq!(pm.contains_key("zz"), bt.contains_key("zz"));
+        assert_eq!(pm.remove("b"), bt.remove("b"));
+        assert_eq!(pm.len(), bt.len());
+        pm.values_mut().for_each(|v| v[0].weight = 7);
+        bt.values_mut().for_each(|v| v[0].weight = 7);
+        assert!(pm.iter().eq(bt.iter()));
+        assert!((&pm).into_iter().rev().eq(bt.iter().rev()));
+        pm.shrink_to_fit();
+        assert!(pm.clone().into_iter().eq(bt.clone()));
+        pm.retain(|k, _| k != "c");
+        bt.retain(|k, _| k != "c");
+        assert!(pm.iter().eq(bt.iter()));
+        pm.clear();
+        assert!(pm.is_empty() && pm == PortMap::default());
+    }
+
+    /// The CRD schema of the spec's `ports` is the `BTreeMap` one.
+    #[test]
+    fn port_map_schema_is_the_btreemap_schema() {
+        assert_eq!(
+            schemars::schema_for!(PortMap),
+            schemars::schema_for!(BTreeMap<String, Vec<Node>>)
+        );
     }
 
     /// Setters keep the "no empty box" rule, so equality and order are those

@@ -101,7 +101,7 @@ impl Dump {
         self.clusters
             .values()
             .flat_map(BTreeMap::values)
-            .flat_map(BTreeMap::values)
+            .flat_map(PortMap::values)
             .map(Vec::len)
             .sum()
     }

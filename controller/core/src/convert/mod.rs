@@ -277,10 +277,18 @@ pub(crate) fn validate_ports<'a>(
 
 /// Sorts every port's nodes and removes exact `host:port` duplicates (the first
 /// occurrence wins; callers order candidates by preference first).
-pub(crate) fn finish(mut ports: BTreeMap<String, Vec<Node>>) -> PortMap {
-    for nodes in ports.values_mut() {
-        crate::model::sort_nodes(nodes);
-        nodes.dedup_by(|b, a| a.host == b.host && a.port == b.port);
-    }
+///
+/// The result is kept (in the index) for as long as the service lives, so the
+/// node lists drop the spare capacity they grew while being pushed into, and
+/// the map is built from the sorted `BTreeMap` at its exact size.
+pub(crate) fn finish(ports: BTreeMap<String, Vec<Node>>) -> PortMap {
     ports
+        .into_iter()
+        .map(|(key, mut nodes)| {
+            crate::model::sort_nodes(&mut nodes);
+            nodes.dedup_by(|b, a| a.host == b.host && a.port == b.port);
+            nodes.shrink_to_fit();
+            (key, nodes)
+        })
+        .collect()
 }
