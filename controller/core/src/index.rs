@@ -64,12 +64,18 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use litemap::LiteMap;
 
 use crate::convert::{
     ConvertOptions, SkipReason, SliceContribution, from_endpoints, merge_slices, owner_service_uid,
 };
 use crate::filter::{LabelSelector, NamespaceFilter};
 use crate::model::{ServiceKey, ServiceNodes, SourceKind};
+
+/// The slice names of one service, in name order (the merge order): a sorted
+/// vector instead of a `BTreeSet`, whose first insert allocated a ~270-byte
+/// B-tree leaf per service for what is usually one name.
+type SliceNames = LiteMap<String, ()>;
 
 /// Label linking an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -92,7 +98,7 @@ pub struct Index {
     /// (shared with a pending relist that finds the slice unchanged).
     slices: BTreeMap<(String, String), Arc<StoredSlice>>,
     /// Slices mode: service -> its slice names.
-    by_service: BTreeMap<ServiceKey, BTreeSet<String>>,
+    by_service: BTreeMap<ServiceKey, SliceNames>,
     /// UIDs of Services learned via `set_service_uid`.
     service_uids: BTreeMap<(String, String), String>,
     /// Current warnings per object ("Kind ns/name").
@@ -155,7 +161,7 @@ struct PendingReset {
     endpoints_owner: BTreeMap<ServiceKey, EndpointsMeta>,
     /// Slices mode (an unchanged slice shares the current state's value).
     slices: BTreeMap<(String, String), Arc<StoredSlice>>,
-    by_service: BTreeMap<ServiceKey, BTreeSet<String>>,
+    by_service: BTreeMap<ServiceKey, SliceNames>,
     /// Services whose known UID changed while the relist was arriving.
     uid_touched: BTreeSet<(String, String)>,
 }
@@ -532,7 +538,7 @@ impl Index {
             return self.store(key, None);
         }
         let slices: Vec<&Arc<StoredSlice>> = names
-            .iter()
+            .keys()
             .filter_map(|n| self.slices.get(&(key.namespace.clone(), n.clone())))
             .collect();
         #[cfg(test)]
@@ -574,7 +580,10 @@ impl Index {
         if let Some(k) = key {
             let stored = self.stored_slice(k.clone(), s);
             self.slices.insert((ns, name.clone()), stored);
-            self.by_service.entry(k.clone()).or_default().insert(name);
+            self.by_service
+                .entry(k.clone())
+                .or_insert_with(|| SliceNames::with_capacity(1))
+                .insert(name, ());
             affected.insert(k);
         }
         affected
@@ -633,7 +642,10 @@ impl Index {
                     set.remove(&name);
                 }
             }
-            p.by_service.entry(k).or_default().insert(name);
+            p.by_service
+                .entry(k)
+                .or_insert_with(|| SliceNames::with_capacity(1))
+                .insert(name, ());
         }
         self.reset = Some(p);
     }

@@ -90,7 +90,7 @@ impl SliceContribution {
                 };
             }
         };
-        let specs = validate_ports(
+        let mut specs = validate_ports(
             slice
                 .ports
                 .iter()
@@ -100,6 +100,9 @@ impl SliceContribution {
             &obj,
             &mut warnings,
         );
+        // Kept for the slice's lifetime: no spare capacity (pushing one port
+        // reserved room for four).
+        specs.shrink_to_fit();
         let mut endpoints = Vec::with_capacity(slice.endpoints.len());
         for (ei, ep) in slice.endpoints.iter().enumerate() {
             let mut host = None;
