@@ -89,8 +89,8 @@
 //! # Comparing without copies of the nodes
 //!
 //! The wanted side is reduced to the same form ([`Want`]): for a service
-//! that fits one object (checked with the size estimate `split_ports`
-//! uses, [`fits`]), the spec digest is computed straight from
+//! that fits one object (`kube_discovery_core::crd::ports_fit`, the size
+//! estimate `split_ports` uses), the spec digest is computed straight from
 //! `ServiceNodes` (borrowed, no node cloned); only a service that needs
 //! shards is expanded with `desired_objects` and each shard reduced. A
 //! sweep over 10,000 services therefore clones no node.
@@ -117,7 +117,7 @@ use kube::{Api, Client, Resource};
 use kube_discovery_core::crd::{
     DiscoveredService, DiscoveredServiceSpec, LABEL_SHARD, MANAGED_BY_SELECTOR,
     MAX_OBJECT_PORTS_BYTES, NamespaceMode, ObjectNaming, Shard, desired_objects_with_limit,
-    labels_for,
+    labels_for, ports_fit,
 };
 use kube_discovery_core::{PortMap, ServiceKey, ServiceNodes, SourceKind};
 use tokio::time::Instant;
@@ -391,42 +391,9 @@ pub fn matches(actual: &DiscoveredService, want: &DiscoveredService) -> bool {
     Facts::of_object(actual).satisfies(&Want::of(want))
 }
 
-/// Whether `ports` certainly fits one object under `max_bytes`: the size
-/// estimate of `kube_discovery_core::crd::split_ports` (`{}`, per port key
-/// `"key":[],`, per node its JSON and a comma) is at most `max_bytes`, so it
-/// never splits. `false` may still be one object; then the caller asks
-/// `desired_objects` (exact). A unit test keeps the two in step.
-fn fits(ports: &PortMap, max_bytes: usize) -> bool {
-    /// Counts bytes instead of storing them.
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut size: usize = 2;
-    for (port, nodes) in ports {
-        size = size.saturating_add(port.len() + 6);
-        for node in nodes {
-            let mut c = Count(0);
-            // As `split_ports` does: a failure counts as a large node.
-            let len = serde_json::to_writer(&mut c, node).map_or(1024, |()| c.0);
-            size = size.saturating_add(len + 1);
-        }
-        if size > max_bytes {
-            return false;
-        }
-    }
-    size <= max_bytes
-}
-
 /// The objects wanted for `d`, reduced ([`Want`]), in `desired_objects` order.
 fn wanted(d: &ServiceNodes, naming: &ObjectNaming, max_ports_bytes: usize) -> Vec<Want> {
-    if !fits(&d.ports, max_ports_bytes) {
+    if !ports_fit(&d.ports, max_ports_bytes) {
         return desired_objects_with_limit(d, naming, max_ports_bytes)
             .iter()
             .map(Want::of)
@@ -1292,7 +1259,7 @@ mod tests {
     use super::*;
     use kube::ResourceExt;
     use kube_discovery_core::crd::{
-        LABEL_SERVICE_NAME, desired_object, desired_objects, shard_name, split_ports,
+        LABEL_SERVICE_NAME, desired_object, desired_objects, shard_name,
     };
     use kube_discovery_core::{Node, PortMap, SourceKind};
 
@@ -1560,29 +1527,6 @@ mod tests {
                 assert_eq!(o.metadata.labels.as_ref(), Some(&ours));
             }
         }
-    }
-
-    #[test]
-    fn fits_agrees_with_split_ports() {
-        let s = big(30);
-        let one = ServiceNodes::new(
-            ServiceKey::new("", "ns", "one"),
-            SourceKind::EndpointSlice,
-            PortMap::from([("p".to_string(), vec![]), ("q".to_string(), vec![])]),
-            None,
-        );
-        for ports in [&s.ports, &one.ports] {
-            // From the largest single item up (below it split_ports keeps an
-            // oversized first item alone).
-            for max in 64..4000 {
-                assert_eq!(
-                    fits(ports, max),
-                    split_ports(ports, max).len() == 1,
-                    "max {max}"
-                );
-            }
-        }
-        assert!(fits(&s.ports, MAX_OBJECT_PORTS_BYTES));
     }
 
     #[test]

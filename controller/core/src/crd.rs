@@ -448,9 +448,42 @@ pub fn split_ports(ports: &PortMap, max_bytes: usize) -> Vec<PortMap> {
 }
 
 fn node_json_len(node: &Node) -> usize {
-    // Exact for the derived serialization; a failure (impossible for this
+    /// Counts the bytes instead of storing them.
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    // Exact for the node's serialization; a failure (impossible for this
     // plain struct) counts as a large node so the split stays conservative.
-    serde_json::to_vec(node).map_or(1024, |v| v.len())
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, node).map_or(1024, |()| count.0)
+}
+
+/// Whether `ports` stays ONE object under [`split_ports`]'s size estimate
+/// (`{}`, per port key `"key":[],`, per node its JSON and a comma) with
+/// `max_bytes`. Exact for that estimate, and cheap: nothing is cloned, and
+/// it stops at the first byte over.
+pub fn ports_fit(ports: &PortMap, max_bytes: usize) -> bool {
+    let mut size: usize = 2;
+    for (port, nodes) in ports {
+        size = size.saturating_add(port.len() + 6);
+        for node in nodes {
+            size = size.saturating_add(node_json_len(node) + 1);
+            if size > max_bytes {
+                return false;
+            }
+        }
+        if size > max_bytes {
+            return false;
+        }
+    }
+    true
 }
 
 /// Every object the controller wants for `svc`: one when its ports fit into
@@ -474,11 +507,26 @@ pub fn desired_objects_with_limit(
     naming: &ObjectNaming,
     max_ports_bytes: usize,
 ) -> Vec<DiscoveredService> {
-    let base = desired_object(svc, naming);
+    if ports_fit(&svc.ports, max_ports_bytes) {
+        return vec![desired_object(svc, naming)];
+    }
     let groups = split_ports(&svc.ports, max_ports_bytes);
     if groups.len() <= 1 {
-        return vec![base];
+        // Over the estimate but not splittable (a single huge node).
+        return vec![desired_object(svc, naming)];
     }
+    // The shards share everything but the nodes: the template has none, so
+    // no shard clones the whole node list only to replace it.
+    let base = desired_object(
+        &ServiceNodes {
+            key: svc.key.clone(),
+            source: svc.source,
+            ports: PortMap::new(),
+            owner_uid: svc.owner_uid.clone(),
+            version: svc.version.clone(),
+        },
+        naming,
+    );
     let count = u32::try_from(groups.len()).unwrap_or(u32::MAX);
     let base_name = base.metadata.name.clone().unwrap_or_default();
     groups
@@ -927,6 +975,39 @@ mod tests {
         assert_eq!(objs.len(), 3, "{objs:#?}");
         assert_eq!(merged(&objs), s.ports);
         assert!(objs.iter().all(|o| !o.spec.ports.is_empty()));
+    }
+
+    #[test]
+    fn ports_fit_is_exactly_split_ports_giving_one_group() {
+        let s = big(30);
+        let empty_lists = PortMap::from([("p".to_string(), vec![]), ("q".to_string(), vec![])]);
+        for ports in [&s.ports, &empty_lists] {
+            // From the largest single item up (below it split_ports keeps an
+            // oversized first item alone).
+            for max in 64..4000 {
+                assert_eq!(
+                    ports_fit(ports, max),
+                    split_ports(ports, max).len() == 1,
+                    "max {max}"
+                );
+            }
+        }
+        assert!(ports_fit(&s.ports, MAX_OBJECT_PORTS_BYTES));
+        assert!(ports_fit(&PortMap::new(), 0));
+    }
+
+    #[test]
+    fn one_node_over_the_limit_stays_one_unsharded_object() {
+        let s = svc("", "default", "plat-dev", None);
+        let one = ServiceNodes::new(
+            s.key.clone(),
+            s.source,
+            PortMap::from([("port".to_string(), vec![Node::new("10.0.0.1", 80, 1)])]),
+            None,
+        );
+        assert!(!ports_fit(&one.ports, 8));
+        let objs = desired_objects_with_limit(&one, &ObjectNaming::source(), 8);
+        assert_eq!(objs, vec![desired_object(&one, &ObjectNaming::source())]);
     }
 
     #[test]
