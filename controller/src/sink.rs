@@ -269,7 +269,9 @@ where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
 {
     let api: Api<K> = Api::all(client.clone());
-    let mut lp = ListParams::default().labels(MANAGED_BY_SELECTOR).limit(page);
+    let mut lp = ListParams::default()
+        .labels(MANAGED_BY_SELECTOR)
+        .limit(page);
     loop {
         let page = api.list(&lp).await?;
         let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());

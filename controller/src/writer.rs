@@ -1304,8 +1304,8 @@ mod tests {
             ours.as_str(),
             "00000000000000ff",
             "ffffffffffffffff",
-            "00000000000000FF", // same number, other spelling: a foreign version
-            "0000000000000ff",  // 15 digits
+            "00000000000000FF",  // same number, other spelling: a foreign version
+            "0000000000000ff",   // 15 digits
             "000000000000000ff", // 17 digits
             "+0000000000000ff",
             "",
@@ -1314,7 +1314,10 @@ mod tests {
         ];
         assert!(matches!(Version::new(&ours), Version::Hex(_)));
         assert_eq!(Version::new("00000000000000ff"), Version::Hex(255));
-        assert_eq!(Version::new("00000000000000FF"), Version::Text("00000000000000FF".into()));
+        assert_eq!(
+            Version::new("00000000000000FF"),
+            Version::Text("00000000000000FF".into())
+        );
         for a in texts {
             for b in texts {
                 assert_eq!(Version::new(a).is(b), a == b, "{a:?} vs {b:?}");
@@ -1330,7 +1333,11 @@ mod tests {
         assert_eq!(m.capacity(), full, "a full table is left alone");
         m.retain(|k, _| *k < 10);
         trim_map(&mut m);
-        assert!(m.capacity() < 100, "capacity {} after draining", m.capacity());
+        assert!(
+            m.capacity() < 100,
+            "capacity {} after draining",
+            m.capacity()
+        );
         assert_eq!(m.len(), 10);
         let mut s: HashSet<u64> = (0..10_000).collect();
         s.clear();
@@ -1437,7 +1444,10 @@ mod tests {
             ("parked", w.drift.parked.capacity()),
             ("last_done", w.drift.last_done.capacity()),
         ] {
-            assert!(cap <= 64, "{name}: capacity {cap} after the sync (peak {peak})");
+            assert!(
+                cap <= 64,
+                "{name}: capacity {cap} after the sync (peak {peak})"
+            );
         }
         assert!(w.pending.due.is_empty() && w.drift.due.is_empty());
     }

@@ -25,6 +25,9 @@ pub mod model;
 pub mod render;
 pub mod snapshot;
 
+/// The host type of [`Node`] (inline up to 24 bytes), re-exported so users of
+/// the model need no direct dependency.
+pub use compact_str::CompactString;
 pub use config::{ClusterConfig, Config, ConfigErrors, Connection, Settings, parse_config};
 pub use convert::{ConvertOptions, Converted};
 pub use filter::{LabelSelector, NamespaceFilter};
@@ -33,7 +36,4 @@ pub use model::{
     Node, NodeQuery, NodeTargetRef, NodeTopology, ParseError, PortMap, ServiceKey, ServiceNodes,
     SourceKind, content_version, object_version, parse_service_name,
 };
-/// The host type of [`Node`] (inline up to 24 bytes), re-exported so users of
-/// the model need no direct dependency.
-pub use compact_str::CompactString;
 pub use render::{RenderError, RenderOptions, lookup, render};
