@@ -788,7 +788,7 @@ impl<S: Sink> Writer<S> {
             let listed = self
                 .shared
                 .clusters()
-                .get(&skey.cluster)
+                .get(skey.cluster.as_str())
                 .is_some_and(|c| c.listed);
             if desired.is_none() && !listed {
                 // The first-list barrier decides about this cluster's objects.

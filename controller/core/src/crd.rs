@@ -232,7 +232,7 @@ impl ObjectNaming {
     /// Namespace of the object for `key`.
     pub fn namespace(&self, key: &ServiceKey) -> String {
         match &self.namespace_mode {
-            NamespaceMode::Source => key.namespace.clone(),
+            NamespaceMode::Source => key.namespace.to_string(),
             NamespaceMode::Fixed(ns) => ns.clone(),
         }
     }
@@ -351,7 +351,7 @@ pub fn desired_object(svc: &ServiceNodes, naming: &ObjectNaming) -> DiscoveredSe
         Some(uid) if naming.owner_references_allowed(key) => Some(vec![OwnerReference {
             api_version: "v1".to_string(),
             kind: "Service".to_string(),
-            name: key.name.clone(),
+            name: key.name.to_string(),
             uid: uid.clone(),
             controller: None,
             // `true` would need `update services/finalizers` permission.
@@ -368,10 +368,10 @@ pub fn desired_object(svc: &ServiceNodes, naming: &ObjectNaming) -> DiscoveredSe
             ..ObjectMeta::default()
         },
         spec: DiscoveredServiceSpec {
-            cluster: key.cluster.clone(),
+            cluster: key.cluster.to_string(),
             service: key.to_string(),
-            source_namespace: key.namespace.clone(),
-            source_name: key.name.clone(),
+            source_namespace: key.namespace.to_string(),
+            source_name: key.name.to_string(),
             source: svc.source,
             ports: svc.ports.clone(),
             version: svc.version.clone(),

@@ -293,7 +293,7 @@ impl Index {
     fn owner(&self, key: &ServiceKey, from_object: Option<String>) -> Option<String> {
         from_object.or_else(|| {
             self.service_uids
-                .get(&(key.namespace.clone(), key.name.clone()))
+                .get(&(key.namespace.to_string(), key.name.to_string()))
                 .cloned()
         })
     }
@@ -539,7 +539,7 @@ impl Index {
         }
         let slices: Vec<&Arc<StoredSlice>> = names
             .keys()
-            .filter_map(|n| self.slices.get(&(key.namespace.clone(), n.clone())))
+            .filter_map(|n| self.slices.get(&(key.namespace.to_string(), n.clone())))
             .collect();
         #[cfg(test)]
         self.note(|w| w.merged += 1);

@@ -26,22 +26,26 @@ use sha2::{Digest, Sha256};
 
 /// Identity of one source Service. `cluster` is the APISIX multi-cluster `id`
 /// (empty in single-cluster mode).
+///
+/// The parts are [`CompactString`]s: a key is held several times per service
+/// (index, desired state, slice bookkeeping), and namespaces and names of up
+/// to 24 bytes then need no allocation of their own.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
 pub struct ServiceKey {
     /// Cluster id, `""` in single-cluster mode.
-    pub cluster: String,
+    pub cluster: CompactString,
     /// Namespace of the source Service.
-    pub namespace: String,
+    pub namespace: CompactString,
     /// Name of the source Service.
-    pub name: String,
+    pub name: CompactString,
 }
 
 impl ServiceKey {
     /// Builds a key.
     pub fn new(
-        cluster: impl Into<String>,
-        namespace: impl Into<String>,
-        name: impl Into<String>,
+        cluster: impl Into<CompactString>,
+        namespace: impl Into<CompactString>,
+        name: impl Into<CompactString>,
     ) -> Self {
         Self {
             cluster: cluster.into(),
@@ -802,6 +806,22 @@ mod tests {
             ServiceKey::new("c1", "default", "web").to_string(),
             "c1/default/web"
         );
+    }
+
+    /// Keys are kept several times per service (index, desired state,
+    /// slices): typical names live inside the key, and the JSON is the same
+    /// strings as before.
+    #[test]
+    fn service_key_is_inline_and_serializes_as_strings() {
+        let k = ServiceKey::new("", "default", "svc-1234");
+        assert!(!k.namespace.is_heap_allocated() && !k.name.is_heap_allocated());
+        let json = r#"{"cluster":"","namespace":"default","name":"svc-1234"}"#;
+        assert_eq!(serde_json::to_string(&k).unwrap(), json);
+        assert_eq!(serde_json::from_str::<ServiceKey>(json).unwrap(), k);
+        // Order is the string order (BTreeMap keys, merge order).
+        assert!(ServiceKey::new("", "a", "b") < ServiceKey::new("", "a", "ba"));
+        let long = "n".repeat(63);
+        assert_eq!(ServiceKey::new("", &long, "x").namespace, long);
     }
 
     #[test]

@@ -86,9 +86,9 @@ impl Dump {
     /// Adds (or replaces) one service; its cluster is added if needed.
     pub fn insert(&mut self, key: &ServiceKey, ports: PortMap) {
         self.clusters
-            .entry(key.cluster.clone())
+            .entry(key.cluster.to_string())
             .or_default()
-            .insert((key.namespace.clone(), key.name.clone()), ports);
+            .insert((key.namespace.to_string(), key.name.to_string()), ports);
     }
 
     /// Number of services.
