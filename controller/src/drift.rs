@@ -898,7 +898,10 @@ impl DriftView {
             return Some(false);
         }
         let key = &obj.key;
-        let listed = shared.clusters().get(key.cluster.as_str()).map(|c| c.listed);
+        let listed = shared
+            .clusters()
+            .get(key.cluster.as_str())
+            .map(|c| c.listed);
         match shared.desired(key) {
             None => match listed {
                 // Another cluster's object (not configured here): not ours to judge.
