@@ -1180,7 +1180,12 @@ impl DriftFeed {
             NamespaceMode::Fixed(ns) => Api::namespaced(client, ns),
             NamespaceMode::Source => Api::all(client),
         };
-        let stream = watcher(api, watcher::Config::default().labels(MANAGED_BY_SELECTOR));
+        let stream = watcher(
+            api,
+            watcher::Config::default()
+                .labels(MANAGED_BY_SELECTOR)
+                .page_size(crate::client::LIST_PAGE_SIZE),
+        );
         let mut stream = std::pin::pin!(stream);
         // Reconnects: by hand, so that a 410 Gone relists at once (see
         // `WatchBackoff::next_after_gone`); other errors wait 250 ms..1 s.

@@ -260,7 +260,7 @@ impl KubeSink {
 }
 
 /// Objects per page of our lists.
-const PAGE: u32 = 500;
+const PAGE: u32 = crate::client::LIST_PAGE_SIZE;
 
 /// Hands every object of type `K` with our managed-by label (all
 /// namespaces, `page` objects per request) to `each`, one page at a time.

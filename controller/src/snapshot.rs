@@ -249,7 +249,9 @@ impl Task {
         let mut generation = self.shared.subscribe();
         let stream = watcher(
             self.api.clone(),
-            watcher::Config::default().labels(&self.opts.selector()),
+            watcher::Config::default()
+                .labels(&self.opts.selector())
+                .page_size(crate::client::LIST_PAGE_SIZE),
         )
         .default_backoff();
         let mut stream = std::pin::pin!(stream);

@@ -106,7 +106,9 @@ impl SourceParams {
         let secs = u32::try_from(self.watch_timeout.as_secs())
             .unwrap_or(u32::MAX)
             .clamp(1, 3600);
-        let mut cfg = watcher::Config::default().timeout(secs);
+        let mut cfg = watcher::Config::default()
+            .timeout(secs)
+            .page_size(crate::client::LIST_PAGE_SIZE);
         if let Some(l) = self.label_selector.as_deref().filter(|s| !s.is_empty()) {
             cfg = cfg.labels(l);
         }
