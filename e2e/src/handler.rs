@@ -705,20 +705,16 @@ fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
     }
     let mut items = Vec::new();
     let mut next: Option<Continue> = None;
-    let mut remaining = 0u64;
-    for ((_, ns, name), obj) in st.range(&res, ctx.namespace.as_deref()) {
-        if let Some(c) = &cont
-            && (ns.as_str(), name.as_str()) <= (c.ns.as_str(), c.name.as_str())
-        {
-            continue;
-        }
+    // Like the real API server, `remainingItemCount` is sent only without
+    // selectors (with one, it would need a scan of the rest).
+    let after = cont.as_ref().map(|c| (c.ns.as_str(), c.name.as_str()));
+    let mut rest = st.range_after(&res, ctx.namespace.as_deref(), after);
+    for (_, obj) in rest.by_ref() {
         if !label.matches(obj) || !field.matches(obj) {
             continue;
         }
         if limit > 0 && items.len() >= limit {
-            if next.is_none()
-                && let Some(last) = items.last()
-            {
+            if let Some(last) = items.last() {
                 let last: &Arc<Value> = last;
                 next = Some(Continue {
                     rv: cont.as_ref().map(|c| c.rv).unwrap_or(st.rv),
@@ -734,11 +730,17 @@ fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
                         .to_string(),
                 });
             }
-            remaining += 1;
-            continue;
+            break;
         }
         items.push(obj.clone());
     }
+    let remaining = if next.is_some() && label.is_empty() && field.is_empty() {
+        // This object plus everything after it.
+        Some(1 + rest.count() as u64)
+    } else {
+        drop(rest);
+        None
+    };
     let rv = st.rv;
     drop(st);
     let mut metadata = json!({"resourceVersion": rv.to_string()});
@@ -746,7 +748,9 @@ fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
         let token = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .encode(serde_json::to_vec(&n).unwrap_or_default());
         metadata["continue"] = json!(token);
-        metadata["remainingItemCount"] = json!(remaining);
+        if let Some(remaining) = remaining {
+            metadata["remainingItemCount"] = json!(remaining);
+        }
     }
     if !ctx.accept.table && !ctx.accept.partial && ctx.version == ctx.info.storage_version() {
         // Large lists: serialize the stored objects directly, without copies.

@@ -53,6 +53,11 @@ impl LabelSel {
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.is_empty() || self.0.matches_value(obj.pointer("/metadata/labels"))
     }
+
+    /// Whether the selector selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// A parsed field selector over `metadata.name` / `metadata.namespace`.
@@ -66,6 +71,11 @@ impl FieldSel {
         selector::FieldSelector::parse(s, SUPPORTED_FIELDS)
             .map(FieldSel)
             .map_err(|e| ApiError::bad_request(e.to_string()))
+    }
+
+    /// Whether the selector selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
     pub fn matches(&self, obj: &Value) -> bool {

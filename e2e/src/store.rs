@@ -164,13 +164,30 @@ impl Store {
         res: &'a str,
         namespace: Option<&'a str>,
     ) -> impl Iterator<Item = (&'a Key, &'a Arc<Value>)> + 'a {
-        let start: Key = (
-            res.to_string(),
-            namespace.unwrap_or("").to_string(),
-            String::new(),
-        );
+        self.range_after(res, namespace, None)
+    }
+
+    /// [`Store::range`] starting AFTER `(namespace, name)` (a list's continue
+    /// key): a page costs O(page), not a scan from the first object.
+    pub fn range_after<'a>(
+        &'a self,
+        res: &'a str,
+        namespace: Option<&'a str>,
+        after: Option<(&str, &str)>,
+    ) -> impl Iterator<Item = (&'a Key, &'a Arc<Value>)> + 'a {
+        use std::ops::Bound;
+        let start = match after {
+            Some((ns, name)) => {
+                Bound::Excluded((res.to_string(), ns.to_string(), name.to_string()))
+            }
+            None => Bound::Included((
+                res.to_string(),
+                namespace.unwrap_or("").to_string(),
+                String::new(),
+            )),
+        };
         self.objects
-            .range(start..)
+            .range((start, Bound::Unbounded))
             .take_while(move |(k, _)| k.0 == res && namespace.is_none_or(|ns| k.1 == ns))
     }
 
