@@ -1065,7 +1065,7 @@ impl Resource for Watched {
 }
 
 /// A DiscoveredService decoded lean for the sink's start-up list
-/// (`sink::list_managed_compact`): name, namespace, labels, owner
+/// (`Sink::list_versions`, page by page): name, namespace, labels, owner
 /// references, uid, resourceVersion and the spec WITHOUT nodes;
 /// `managedFields`, annotations and status are skipped while parsing.
 #[derive(Debug, Clone)]
