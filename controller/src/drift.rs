@@ -46,12 +46,12 @@
 //! want. So the watch reduces every object to its [`Facts`] while decoding
 //! ([`Watched`]; `managedFields`, annotations and status are skipped by the
 //! parser, the nodes are hashed and dropped), and the cache keeps, per
-//! object, a [`Slot`]:
+//! object, a `Slot`:
 //!
 //! * `namespace + name` (one allocation) and, only when it cannot be derived
 //!   from them, the service its spec describes (`cluster ""`, same namespace,
 //!   same name: the common case with the default naming, no allocation);
-//! * a 64-bit digest of the WHOLE spec ([`SpecView`]: every field including
+//! * a 64-bit digest of the WHOLE spec (`SpecView`: every field including
 //!   the nodes; built by exhaustive destructuring, so a new spec field does
 //!   not compile until it is hashed);
 //! * whether OUR labels are present with our values. "Ours" is a function of
@@ -88,7 +88,7 @@
 //!
 //! # Comparing without copies of the nodes
 //!
-//! The wanted side is reduced to the same form ([`Want`]): for a service
+//! The wanted side is reduced to the same form (`Want`): for a service
 //! that fits one object (`kube_discovery_core::crd::ports_fit`, the size
 //! estimate `split_ports` uses), the spec digest is computed straight from
 //! `ServiceNodes` (borrowed, no node cloned); only a service that needs
@@ -256,7 +256,7 @@ impl<'a> SpecView<'a> {
     }
 }
 
-/// Digest of one ownerReference as [`matches`] compares it.
+/// Digest of one ownerReference as [`matches()`] compares it.
 fn owner_digest(api_version: &str, kind: &str, name: &str, uid: &str) -> u64 {
     let mut h = DefaultHasher::new();
     api_version.hash(&mut h);
@@ -831,7 +831,7 @@ impl DriftView {
     }
 
     /// Whether the object `want` names is intact in the cache: cached, not
-    /// older than our last write of it, and [`matches`] `want` (status is not
+    /// older than our last write of it, and [`matches()`] `want` (status is not
     /// compared). A repair skips such objects (the sink's apply would only
     /// move their `lastSyncTime`); unknown or stale counts as not intact.
     pub fn intact(&self, want: &DiscoveredService) -> bool {

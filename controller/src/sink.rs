@@ -348,7 +348,7 @@ pub fn versions_of(items: &[DiscoveredService]) -> HashMap<ServiceKey, (String, 
 }
 
 impl Sink for KubeSink {
-    /// Reads our objects page by page, decoded lean ([`crate::drift::Lean`]:
+    /// Reads our objects page by page, decoded lean (`drift::Lean`:
     /// no nodes, managedFields, annotations or status), and keeps only
     /// [`Found`] of each: at 10,000 services, holding every (even lean)
     /// object until the end of the list was the biggest allocation of an

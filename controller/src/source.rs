@@ -1,4 +1,4 @@
-//! Watching the sources of one cluster: one kube-runtime [`watcher`] on
+//! Watching the sources of one cluster: one kube-runtime [`watcher()`] on
 //! `v1/Endpoints` or `discovery.k8s.io/v1/EndpointSlice` feeding the pure core
 //! [`Index`].
 //!

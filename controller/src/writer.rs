@@ -39,7 +39,7 @@
 //!   would be O(pending) per tick.
 //!
 //! Scheduling cost is O(log n) per key, never O(pending) per loop turn
-//! ([`Queue`]): besides the `key -> Pending` map, the due order of the keys
+//! (`Queue`): besides the `key -> Pending` map, the due order of the keys
 //! that are not in flight is kept in a `BTreeMap<(due, seq), key>`, so
 //! `dispatch` pops only what it starts (or skips) and the next wake-up is the
 //! first entry; a key changed while its write is in flight is "parked" (in
@@ -49,14 +49,14 @@
 //!
 //! Memory (at 10,000 services the writer holds a key per service in `known`,
 //! and several per service while a first sync is pending):
-//! * Keys are stored packed ([`Key`]: one 16-byte box per copy instead of a
+//! * Keys are stored packed (`Key`: one 16-byte box per copy instead of a
 //!   72-byte `ServiceKey` with a heap block per string), `known` versions as
-//!   a `u64` when they are our 16-hex-digit versions ([`Version`], exact: any
+//!   a `u64` when they are our 16-hex-digit versions (`Version`, exact: any
 //!   other text is kept as text and compared as text).
 //! * Tables that held every service during a first sync give their buckets
-//!   back once mostly drained ([`trim_map`], checked every loop turn), and
+//!   back once mostly drained (`trim_map`, checked every loop turn), and
 //!   the completion times of the drift settle rule are dropped once older
-//!   than `drift_settle` ([`Drift::prune`]), since they decide nothing then.
+//!   than `drift_settle` (`Drift::prune`), since they decide nothing then.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
