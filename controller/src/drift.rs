@@ -107,7 +107,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use futures::StreamExt;
 use hashbrown::HashTable;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -123,7 +122,7 @@ use kube_discovery_core::{PortMap, ServiceKey, ServiceNodes, SourceKind};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::source::WatchBackoff;
+use crate::source::{WatchBackoff, is_gone, next_after};
 use crate::state::Shared;
 use crate::writer::WriterHandle;
 
@@ -1040,29 +1039,37 @@ impl<'de> serde::Deserialize<'de> for Watched {
     }
 }
 
-impl Resource for Watched {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
+/// `kube::Resource` for a lean view of a DiscoveredService (`$meta` is the
+/// path of its `ObjectMeta`): the watch and list URLs are the CRD's.
+macro_rules! discovered_service_resource {
+    ($ty:ty, $($meta:tt)+) => {
+        impl Resource for $ty {
+            type DynamicType = ();
+            type Scope = NamespaceResourceScope;
 
-    fn kind(dt: &()) -> Cow<'_, str> {
-        DiscoveredService::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        DiscoveredService::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        DiscoveredService::version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        DiscoveredService::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.meta
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.meta
-    }
+            fn kind(dt: &()) -> Cow<'_, str> {
+                DiscoveredService::kind(dt)
+            }
+            fn group(dt: &()) -> Cow<'_, str> {
+                DiscoveredService::group(dt)
+            }
+            fn version(dt: &()) -> Cow<'_, str> {
+                DiscoveredService::version(dt)
+            }
+            fn plural(dt: &()) -> Cow<'_, str> {
+                DiscoveredService::plural(dt)
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.$($meta)+
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.$($meta)+
+            }
+        }
+    };
 }
+
+discovered_service_resource!(Watched, meta);
 
 /// A DiscoveredService decoded lean for the sink's start-up list
 /// (`Sink::list_versions`, page by page): name, namespace, labels, owner
@@ -1094,29 +1101,7 @@ impl<'de> serde::Deserialize<'de> for Lean {
     }
 }
 
-impl Resource for Lean {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        DiscoveredService::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        DiscoveredService::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        DiscoveredService::version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        DiscoveredService::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.0.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.0.metadata
-    }
-}
+discovered_service_resource!(Lean, 0.metadata);
 
 impl Lean {
     /// The object (no nodes, see the type docs).
@@ -1141,23 +1126,6 @@ fn describe(obj: &Watched) -> String {
             " (labels changed)"
         }
     )
-}
-
-/// Whether a watcher error is a `410 Gone` (the watch's resourceVersion was
-/// compacted away; kube-runtime relists next).
-fn is_gone(e: &watcher::Error) -> bool {
-    matches!(e, watcher::Error::WatchError(status) if status.code == 410)
-}
-
-/// The next item of `stream`, not polled before `until` (a backoff pause).
-async fn next_after<S: futures::Stream + Unpin>(
-    until: Option<Instant>,
-    stream: &mut S,
-) -> Option<S::Item> {
-    if let Some(t) = until {
-        tokio::time::sleep_until(t).await;
-    }
-    stream.next().await
 }
 
 impl DriftFeed {

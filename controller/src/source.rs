@@ -159,12 +159,12 @@ pub use kube_discovery_core::backoff::WatchBackoff;
 
 /// Whether a watcher error is a `410 Gone` (the watch's resourceVersion was
 /// compacted away; kube-runtime relists next).
-fn is_gone(e: &watcher::Error) -> bool {
+pub(crate) fn is_gone(e: &watcher::Error) -> bool {
     matches!(e, watcher::Error::WatchError(status) if status.code == 410)
 }
 
 /// The next item of `stream`, not polled before `until` (a backoff pause).
-async fn next_after<S: futures::Stream + Unpin>(
+pub(crate) async fn next_after<S: futures::Stream + Unpin>(
     until: Option<Instant>,
     stream: &mut S,
 ) -> Option<S::Item> {
