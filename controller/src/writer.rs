@@ -469,18 +469,7 @@ pub fn spawn_gated<S: Sink>(
     leader: Option<watch::Receiver<bool>>,
 ) -> (WriterHandle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let w = Writer {
-        sink,
-        shared,
-        metrics,
-        opts,
-        known: HashMap::new(),
-        pending: Queue::default(),
-        barriers: Vec::new(),
-        seq: 0,
-        next_token: Instant::now(),
-        drift: Drift::default(),
-    };
+    let w = Writer::new(sink, shared, metrics, opts);
     let task = tokio::spawn(w.run(rx, shutdown, leader));
     (WriterHandle { tx }, task)
 }
@@ -582,6 +571,22 @@ fn backoff(opts: &WriterOptions, attempts: u32) -> Duration {
 }
 
 impl<S: Sink> Writer<S> {
+    /// A writer with nothing known, pending or scheduled yet.
+    fn new(sink: S, shared: Arc<Shared>, metrics: Metrics, opts: WriterOptions) -> Self {
+        Writer {
+            sink,
+            shared,
+            metrics,
+            opts,
+            known: HashMap::new(),
+            pending: Queue::default(),
+            barriers: Vec::new(),
+            seq: 0,
+            next_token: Instant::now(),
+            drift: Drift::default(),
+        }
+    }
+
     /// Reads what the API server holds (retrying); `false` on shutdown.
     async fn load_known(&mut self, shutdown: &CancellationToken) -> bool {
         let mut attempt = 0;
@@ -1387,21 +1392,15 @@ mod tests {
         for k in &keys {
             shared.set_desired(k, Some(nodes(k, &["10.0.0.1"])));
         }
-        let mut w = Writer {
-            sink: sink.clone(),
-            shared: shared.clone(),
-            metrics: Metrics::default(),
-            opts: WriterOptions {
+        let mut w = Writer::new(
+            sink.clone(),
+            shared.clone(),
+            Metrics::default(),
+            WriterOptions {
                 concurrency: 64,
                 ..opts()
             },
-            known: HashMap::new(),
-            pending: Queue::default(),
-            barriers: Vec::new(),
-            seq: 0,
-            next_token: Instant::now(),
-            drift: Drift::default(),
-        };
+        );
         w.receive(WriterMsg::Changed {
             keys: keys.clone(),
             at: Instant::now(),
