@@ -171,21 +171,8 @@ pub type ObjName = (String, String);
 /// same process (std's `DefaultHasher::new()` has fixed keys).
 pub fn ports_digest(ports: &PortMap) -> u64 {
     let mut h = DefaultHasher::new();
-    hash_ports(&mut h, ports);
+    ports.hash(&mut h);
     h.finish()
-}
-
-fn hash_ports<H: Hasher>(h: &mut H, ports: &PortMap) {
-    let mut count = 0usize;
-    for (port, nodes) in ports {
-        port.hash(h);
-        nodes.len().hash(h);
-        for node in nodes {
-            node.hash(h);
-        }
-        count += 1;
-    }
-    count.hash(h);
 }
 
 /// A spec by reference: what [`SpecView::digest`] hashes. Built from an
@@ -248,7 +235,7 @@ impl<'a> SpecView<'a> {
         source_namespace.hash(&mut h);
         source_name.hash(&mut h);
         source.hash(&mut h);
-        hash_ports(&mut h, ports);
+        ports.hash(&mut h);
         version.hash(&mut h);
         shard.hash(&mut h);
         h.finish()
