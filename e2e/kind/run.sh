@@ -231,4 +231,10 @@ left="$(k get clusterrole,clusterrolebinding -l "app.kubernetes.io/instance=$REL
 k get crd discoveredservices.kubediscovery.io >/dev/null ||
   fail "the CRD should stay after uninstall (Helm keeps crds/ by design)"
 info "ok: release objects removed; CRD kept (Helm never deletes crds/)"
+# What the controller itself created stays, as documented in the chart README
+# ("Uninstalling"): its leader-election Lease (and snapshot ConfigMaps, off here).
+if k -n "$RELEASE_NS" get lease "$RELEASE" >/dev/null 2>&1; then
+  info "the controller's Lease $RELEASE_NS/$RELEASE stays after uninstall (documented); deleting it"
+  k -n "$RELEASE_NS" delete lease "$RELEASE" >/dev/null
+fi
 k delete namespace "$APP_NS" --wait=false >/dev/null

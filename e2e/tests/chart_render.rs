@@ -737,4 +737,27 @@ fn chart_notes_tell_how_to_see_the_result() {
     );
     let n = notes(&["--set", "controller.leaderElection.enabled=false"]);
     assert!(n.contains("WARNING: replicaCount is 2"), "{n}");
+    // The port-forward target and the curl lines follow the values.
+    let n = notes(&[]);
+    assert!(
+        n.contains("port-forward svc/kd-kube-discovery 8080:8080") && !n.contains("Authorization"),
+        "{n}"
+    );
+    let n = notes(&[
+        "--set",
+        "service.enabled=false",
+        "--set",
+        "http.port=9090",
+        "--set",
+        "http.authTokenSecret.name=kd-api-token",
+    ]);
+    for want in [
+        "port-forward deployment/kd-kube-discovery 9090:9090",
+        "get secret kd-api-token -o jsonpath='{.data.token}'",
+        "curl -s -H \"Authorization: Bearer $TOKEN\" 'http://127.0.0.1:9090/v1/discovery/kubernetes/nodes?service=default/kubernetes:https'",
+        "curl -s -H \"Authorization: Bearer $TOKEN\" http://127.0.0.1:9090/v1/discovery/kubernetes/dump",
+    ] {
+        assert!(n.contains(want), "NOTES lack {want:?}:\n{n}");
+    }
+    assert!(!n.contains("svc/kd-kube-discovery"), "{n}");
 }

@@ -751,6 +751,53 @@ async fn chart_default_two_replicas_elect_one_leader_and_both_become_ready() {
             "permission error with the chart's RBAC:\n{logs}"
         );
     }
+
+    // Uninstall after the controller ran: exactly what the chart README
+    // ("Uninstalling") says stays, stays, and its cleanup commands remove it.
+    drop(first);
+    drop(second);
+    env.helm_ok(&["uninstall", RELEASE, "--namespace", NS]);
+    for (kind, name, ns) in release_objects() {
+        assert!(
+            !env.exists(kind, &name, ns),
+            "{kind}/{name} left after helm uninstall"
+        );
+    }
+    let in_ns = "deployments,services,configmaps,secrets,serviceaccounts,roles,rolebindings,leases,poddisruptionbudgets";
+    let left = env.kubectl_ok(&["get", in_ns, "-n", NS, "-o", "name"]);
+    assert_eq!(
+        left.trim(),
+        format!("lease.coordination.k8s.io/{FULLNAME}"),
+        "after uninstall only the controller's Lease stays in {NS} (documented)"
+    );
+    assert!(
+        env.exists("dsvc", "web", Some("shop")),
+        "DiscoveredServices stay with the CRD"
+    );
+    let readme = read(&chart_dir().join("README.md"));
+    let cleanup: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.starts_with("kubectl ") && l.contains(" delete "))
+        .filter(|l| !l.contains("namespace kube-discovery"))
+        .collect();
+    assert_eq!(
+        cleanup.len(),
+        3,
+        "the README's cleanup commands: {cleanup:?}"
+    );
+    for line in cleanup {
+        let line = line.split(" #").next().unwrap_or(line).trim();
+        // The README's release is `kube-discovery`; this test's is `kd`.
+        let line = line.replacen("lease kube-discovery", &format!("lease {FULLNAME}"), 1);
+        let args: Vec<&str> = line.split_whitespace().skip(1).collect();
+        env.kubectl_ok(&args);
+    }
+    let left = env.kubectl_ok(&["get", in_ns, "-n", NS, "-o", "name"]);
+    assert!(
+        left.trim().is_empty(),
+        "left after the documented cleanup: {left}"
+    );
+    assert!(!env.exists("crd", "discoveredservices.kubediscovery.io", None));
 }
 
 /// Multi-cluster mode as the chart renders it: a remote cluster (a second
