@@ -11,10 +11,22 @@
 //!    local `return 503;` server on a unix socket (`<output>.503.sock`), since an
 //!    nginx upstream cannot be empty.
 //! 2. Same bytes as on disk: nothing to do (no `nginx -t`, no reload).
-//! 3. Else: atomic write (temp file + rename), `nginx -t`; when nginx rejects
-//!    it, the previous file is put back atomically (or the new one removed when
-//!    there was none) and the error is logged: nginx is never reloaded with,
-//!    and never left with, a broken file. Then `nginx -s reload`.
+//! 3. Else the new text is written to a candidate file next to the output
+//!    (`.<output name>.kd-candidate`, hidden so `*.conf` globs skip it) and
+//!    validated BEFORE it replaces anything: the main configuration
+//!    (`--nginx-conf`, or nginx's built-in path from `nginx -V`) is copied to
+//!    `.kd-check.<main name>` in its own directory (so relative paths resolve
+//!    the same) with its `include` of the output pointed at the candidate,
+//!    and `nginx -t -c <that copy>` checks the whole configuration with the
+//!    candidate in place. Accepted: the candidate is renamed over the output
+//!    (atomic); rejected: the candidate is removed and the error logged, the
+//!    live file never saw it. Then `nginx -s reload`.
+//! 4. Fallback when the main configuration does not include the output
+//!    directly (e.g. through a glob such as `conf.d/*.conf`, or a nested
+//!    include): atomic rename, then `nginx -t` on the live configuration and
+//!    the previous file put back when rejected (a short window in which the
+//!    live file is the rejected one; nginx is never reloaded with it). A
+//!    warning says so; include the output directly to avoid it.
 //!
 //! Node hosts and ports are checked before rendering ([`crate::policy`]), so
 //! the text can only contain addresses, numbers and our own keywords.
@@ -109,15 +121,195 @@ pub fn render(targets: &[(ServiceRef, Target)], socket: &str) -> String {
 }
 
 fn nginx_cmd(args: &NginxArgs) -> tokio::process::Command {
+    nginx_cmd_with(args, args.nginx_conf.as_deref())
+}
+
+/// `nginx [-p prefix] [-c conf]`.
+fn nginx_cmd_with(args: &NginxArgs, conf: Option<&Path>) -> tokio::process::Command {
     let mut c = tokio::process::Command::new(&args.nginx_bin);
     if let Some(p) = &args.nginx_prefix {
         c.arg("-p").arg(p);
     }
-    if let Some(conf) = &args.nginx_conf {
+    if let Some(conf) = conf {
         c.arg("-c").arg(conf);
     }
     c.kill_on_drop(true);
     c
+}
+
+/// Where a new upstream file is written and validated before it replaces
+/// `output`: `.<name>.kd-candidate` in the same directory (same file system,
+/// so the final rename is atomic; hidden, so `*.conf` globs skip it).
+pub fn candidate_path(output: &Path) -> PathBuf {
+    let name = output
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    output.with_file_name(format!(".{name}.kd-candidate"))
+}
+
+/// The copy of the main configuration that `nginx -t -c` checks:
+/// `.kd-check.<name>` next to it (same directory, so relative paths resolve
+/// the same).
+pub fn check_conf_path(main: &Path) -> PathBuf {
+    let name = main
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    main.with_file_name(format!(".kd-check.{name}"))
+}
+
+/// `p` made absolute (against the current directory) and lexically normalized.
+fn normalize(p: &Path) -> PathBuf {
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut out = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Whether `a` and `b` name the same file: equal after normalization, or the
+/// same file name in directories that resolve to the same place (symlinks).
+fn same_path(a: &Path, b: &Path) -> bool {
+    let (a, b) = (normalize(a), normalize(b));
+    if a == b {
+        return true;
+    }
+    match (a.parent(), b.parent(), a.file_name(), b.file_name()) {
+        (Some(pa), Some(pb), Some(na), Some(nb)) if na == nb => {
+            matches!((pa.canonicalize(), pb.canonicalize()), (Ok(x), Ok(y)) if x == y)
+        }
+        _ => false,
+    }
+}
+
+/// The main configuration `main_text` (in directory `conf_dir`) with every
+/// `include` of `output` pointed at `candidate` instead; `None` when no
+/// `include` names `output` directly (a glob, a nested include, no include).
+/// Comments and quoted strings are honoured; nothing else is changed.
+pub fn shadow_config(
+    main_text: &str,
+    conf_dir: &Path,
+    output: &Path,
+    candidate: &Path,
+) -> Option<String> {
+    let b = main_text.as_bytes();
+    let mut spans = Vec::new();
+    let mut i = 0;
+    // Whether the previous significant byte ends a statement or opens a block
+    // (so the next word is a directive name).
+    let mut at_directive = true;
+    while i < b.len() {
+        match b[i] {
+            b'#' => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            c if c.is_ascii_whitespace() => i += 1,
+            b';' | b'{' | b'}' => {
+                at_directive = true;
+                i += 1;
+            }
+            b'"' | b'\'' => {
+                // A quoted word: skip it (it is an argument or a quoted name).
+                let q = b[i];
+                i += 1;
+                while i < b.len() && b[i] != q {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+                at_directive = false;
+            }
+            _ => {
+                let start = i;
+                while i < b.len() && !b[i].is_ascii_whitespace() && !b";{}#".contains(&b[i]) {
+                    i += 1;
+                }
+                let word = &main_text[start..i];
+                if at_directive && word == "include" {
+                    while i < b.len() && b[i].is_ascii_whitespace() {
+                        i += 1;
+                    }
+                    let (arg_start, arg_end, arg) = if i < b.len()
+                        && (b[i] == b'"' || b[i] == b'\'')
+                    {
+                        let q = b[i];
+                        let s = i;
+                        i += 1;
+                        while i < b.len() && b[i] != q {
+                            i += if b[i] == b'\\' { 2 } else { 1 };
+                        }
+                        i = (i + 1).min(b.len());
+                        (s, i, main_text.get(s + 1..i - 1).unwrap_or_default())
+                    } else {
+                        let s = i;
+                        while i < b.len() && !b[i].is_ascii_whitespace() && !b";{}#".contains(&b[i])
+                        {
+                            i += 1;
+                        }
+                        (s, i, &main_text[s..i])
+                    };
+                    let target = Path::new(arg);
+                    let target = if target.is_absolute() {
+                        target.to_path_buf()
+                    } else {
+                        conf_dir.join(target)
+                    };
+                    if !arg.is_empty() && same_path(&target, output) {
+                        spans.push((arg_start, arg_end));
+                    }
+                }
+                at_directive = false;
+            }
+        }
+    }
+    if spans.is_empty() {
+        return None;
+    }
+    let cand = normalize(candidate);
+    let cand = format!("\"{}\"", cand.display());
+    let mut out = String::with_capacity(main_text.len() + 64);
+    let mut last = 0;
+    for (s, e) in spans {
+        out.push_str(&main_text[last..s]);
+        out.push_str(&cand);
+        last = e;
+    }
+    out.push_str(&main_text[last..]);
+    Some(out)
+}
+
+/// The main configuration nginx uses: `--nginx-conf` (relative: against
+/// `--nginx-prefix`, as nginx does), else the `--conf-path` nginx was built
+/// with (`nginx -V`).
+async fn main_conf(args: &NginxArgs) -> Option<PathBuf> {
+    let p = match &args.nginx_conf {
+        Some(p) => p.clone(),
+        None => {
+            let mut v = nginx_cmd_with(args, None);
+            v.arg("-V");
+            let out = v.output().await.ok()?;
+            let text = String::from_utf8_lossy(&out.stderr).into_owned()
+                + &String::from_utf8_lossy(&out.stdout);
+            let p = text
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("--conf-path="))?;
+            PathBuf::from(p)
+        }
+    };
+    if p.is_absolute() {
+        Some(p)
+    } else {
+        args.nginx_prefix.as_ref().map(|pre| pre.join(p))
+    }
 }
 
 async fn run_checked(mut c: tokio::process::Command, what: &str) -> anyhow::Result<()> {
@@ -160,8 +352,9 @@ pub enum Applied {
     WrittenNotReloaded,
 }
 
-/// Writes `text` if it differs from the file, validates with `nginx -t`
-/// (restoring the previous file when rejected), and reloads nginx.
+/// Writes `text` if it differs from the file, validated by nginx before it
+/// replaces the output (see the module docs; fallback: validated in place and
+/// restored when rejected), and reloads nginx.
 pub async fn apply(args: &NginxArgs, text: &str) -> anyhow::Result<Applied> {
     let old = match tokio::fs::read_to_string(&args.output).await {
         Ok(s) => Some(s),
@@ -171,7 +364,80 @@ pub async fn apply(args: &NginxArgs, text: &str) -> anyhow::Result<Applied> {
     if old.as_deref() == Some(text) {
         return Ok(Applied::Unchanged);
     }
-    write_atomic(&args.output, text).await?;
+    let candidate = candidate_path(&args.output);
+    let rejected = |e: anyhow::Error| {
+        e.context(format!(
+            "new {} rejected; previous content kept",
+            args.output.display()
+        ))
+    };
+    // The main configuration with its include of the output pointed at the candidate.
+    let shadow = match main_conf(args).await {
+        Some(main) => match tokio::fs::read_to_string(&main).await {
+            Ok(main_text) => {
+                let dir = main.parent().unwrap_or(Path::new("/"));
+                shadow_config(&main_text, dir, &args.output, &candidate)
+                    .map(|t| (check_conf_path(&main), t))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, file = %main.display(), "cannot read the nginx main configuration");
+                None
+            }
+        },
+        None => None,
+    };
+    tokio::fs::write(&candidate, text)
+        .await
+        .with_context(|| format!("cannot write {}", candidate.display()))?;
+    let Some((check_conf, check_text)) = shadow else {
+        tracing::warn!(
+            output = %args.output.display(),
+            "the nginx main configuration does not include the output directly: validating in place (the previous file is put back when nginx rejects the new one)"
+        );
+        return apply_in_place(args, &candidate, old).await;
+    };
+    let checked = async {
+        tokio::fs::write(&check_conf, check_text)
+            .await
+            .with_context(|| format!("cannot write {}", check_conf.display()))?;
+        let mut test = nginx_cmd_with(args, Some(&check_conf));
+        test.arg("-t").arg("-q");
+        run_checked(test, "nginx -t").await
+    }
+    .await;
+    let _ = tokio::fs::remove_file(&check_conf).await;
+    if let Err(e) = checked {
+        let _ = tokio::fs::remove_file(&candidate).await;
+        return Err(rejected(e));
+    }
+    tokio::fs::rename(&candidate, &args.output)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot rename {} to {}",
+                candidate.display(),
+                args.output.display()
+            )
+        })?;
+    reload(args).await
+}
+
+/// The fallback of [`apply`]: `candidate` renamed over the output, `nginx -t`
+/// on the live configuration, the previous file put back when rejected.
+async fn apply_in_place(
+    args: &NginxArgs,
+    candidate: &Path,
+    old: Option<String>,
+) -> anyhow::Result<Applied> {
+    tokio::fs::rename(candidate, &args.output)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot rename {} to {}",
+                candidate.display(),
+                args.output.display()
+            )
+        })?;
     let mut test = nginx_cmd(args);
     test.arg("-t").arg("-q");
     if let Err(e) = run_checked(test, "nginx -t").await {
@@ -189,6 +455,10 @@ pub async fn apply(args: &NginxArgs, text: &str) -> anyhow::Result<Applied> {
             args.output.display()
         )));
     }
+    reload(args).await
+}
+
+async fn reload(args: &NginxArgs) -> anyhow::Result<Applied> {
     let mut reload = nginx_cmd(args);
     reload.args(["-s", "reload"]);
     match run_checked(reload, "nginx -s reload").await {
@@ -315,6 +585,45 @@ mod tests {
             Target::Nodes(vec![Node::new("10.0.0.1", 80, 1)]),
         )];
         assert_eq!(render(&t, "/s"), render(&t, "/s"));
+    }
+
+    #[test]
+    fn shadow_config_points_the_include_of_the_output_at_the_candidate() {
+        let out = Path::new("/etc/nginx/kd/upstreams.conf");
+        let cand = candidate_path(out);
+        assert_eq!(
+            cand,
+            PathBuf::from("/etc/nginx/kd/.upstreams.conf.kd-candidate")
+        );
+        let main = "events {}\n# include /etc/nginx/kd/upstreams.conf;\nhttp {\n  include mime.types;\n  include /etc/nginx/kd/upstreams.conf;\n  log_format x 'include /etc/nginx/kd/upstreams.conf;';\n  server { include \"kd/upstreams.conf\"; }\n}\n";
+        let shadow = shadow_config(main, Path::new("/etc/nginx"), out, &cand).expect("included");
+        let want = "events {}\n# include /etc/nginx/kd/upstreams.conf;\nhttp {\n  include mime.types;\n  include \"/etc/nginx/kd/.upstreams.conf.kd-candidate\";\n  log_format x 'include /etc/nginx/kd/upstreams.conf;';\n  server { include \"/etc/nginx/kd/.upstreams.conf.kd-candidate\"; }\n}\n";
+        assert_eq!(shadow, want);
+        // Relative with `..`, and a path that only resolves after normalization.
+        let main = "http { include ./kd/../kd/upstreams.conf; }";
+        assert!(shadow_config(main, Path::new("/etc/nginx"), out, &cand).is_some());
+        // Not included directly: a glob, another file, only in a comment or a string.
+        for main in [
+            "http { include /etc/nginx/kd/*.conf; }",
+            "http { include /etc/nginx/kd/other.conf; }",
+            "http { # include /etc/nginx/kd/upstreams.conf;\n}",
+            "http { log_format x 'include /etc/nginx/kd/upstreams.conf;'; }",
+            "http { proxy_pass include; }",
+        ] {
+            assert_eq!(
+                shadow_config(main, Path::new("/etc/nginx"), out, &cand),
+                None,
+                "{main}"
+            );
+        }
+    }
+
+    #[test]
+    fn check_conf_is_next_to_the_main_config() {
+        assert_eq!(
+            check_conf_path(Path::new("/etc/nginx/nginx.conf")),
+            PathBuf::from("/etc/nginx/.kd-check.nginx.conf")
+        );
     }
 
     #[test]

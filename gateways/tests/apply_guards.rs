@@ -10,14 +10,20 @@ use kube_discovery_gateways::haproxy::{HaproxyArgs, write_checked};
 use kube_discovery_gateways::nginx::{Applied, NginxArgs, apply};
 use kube_discovery_gateways::{EmptyPolicy, KubeArgs};
 
-/// A fake binary: appends its arguments to `calls`; `-t`/`-c` fail when the
-/// checked file (nginx: `upstreams.conf` in the same dir; haproxy: the last
-/// `-f` argument) contains `BROKEN`.
+/// A fake binary: appends its arguments to `calls`. nginx `-t` checks the
+/// `-c` file and every file it includes (globs expanded, as nginx does),
+/// failing when one contains `BROKEN`, and appends what the LIVE
+/// `upstreams.conf` held at that moment to `live-at-check` (so a test sees
+/// whether an unvalidated file was ever in place). haproxy `-c` fails when
+/// the last `-f` argument contains `BROKEN`.
 fn fake(dir: &Path, name: &str) -> PathBuf {
     let p = dir.join(name);
     let script = format!(
-        "#!/bin/sh\necho \"$@\" >> {calls}\nlast=\"\"\nfor a in \"$@\"; do last=\"$a\"; done\n\
-case \"$*\" in\n  *\" -t\"*) grep -q BROKEN {dir}/upstreams.conf && {{ echo 'emerg: broken' >&2; exit 1; }}; exit 0;;\n\
+        "#!/bin/sh\necho \"$@\" >> {calls}\nlast=\"\"\nconf=\"\"\nprev=\"\"\n\
+for a in \"$@\"; do last=\"$a\"; [ \"$prev\" = -c ] && conf=\"$a\"; prev=\"$a\"; done\n\
+case \"$*\" in\n  *\" -t\"*) {{ cat {dir}/upstreams.conf 2>/dev/null; echo '--'; }} >> {dir}/live-at-check\n\
+    grep -q BROKEN \"$conf\" && {{ echo 'emerg: broken' >&2; exit 1; }}\n\
+    for f in $(sed -n 's/.*include  *\"*\\([^\";]*\\)\"*;.*/\\1/p' \"$conf\"); do grep -q BROKEN \"$f\" && {{ echo \"emerg: broken in $f\" >&2; exit 1; }}; done; exit 0;;\n\
   \"-c \"*) grep -q BROKEN \"$last\" && {{ echo 'ALERT: broken' >&2; exit 1; }}; exit 0;;\nesac\nexit 0\n",
         calls = dir.join("calls").display(),
         dir = dir.display()
@@ -49,11 +55,8 @@ fn kube() -> KubeArgs {
     }
 }
 
-#[tokio::test]
-async fn nginx_apply_validates_reloads_once_and_restores_on_rejection() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path();
-    let args = NginxArgs {
+fn nginx_args(dir: &Path) -> NginxArgs {
+    NginxArgs {
         kube: kube(),
         services: vec!["web=default/web:http".parse().expect("svc")],
         output: dir.join("upstreams.conf"),
@@ -62,7 +65,30 @@ async fn nginx_apply_validates_reloads_once_and_restores_on_rejection() {
         nginx_prefix: None,
         empty_policy: EmptyPolicy::Keep,
         once: false,
-    };
+    }
+}
+
+fn live_at_check(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("live-at-check")).unwrap_or_default()
+}
+
+/// The documented setup (the main config includes the output directly): a
+/// candidate is checked through a copy of the main config that includes the
+/// candidate, so a rejected text never appears at the live path, not even
+/// while `nginx -t` runs.
+#[tokio::test]
+async fn nginx_apply_validates_a_candidate_before_it_replaces_the_live_file() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let args = nginx_args(dir);
+    std::fs::write(
+        dir.join("nginx.conf"),
+        format!(
+            "events {{}}\nhttp {{\n  include {};\n}}\n",
+            args.output.display()
+        ),
+    )
+    .expect("nginx.conf");
     let good = "upstream web {\n    server 10.0.0.1:80 weight=1;\n}\n";
     assert_eq!(apply(&args, good).await.expect("apply"), Applied::Reloaded);
     let c = calls(dir);
@@ -71,23 +97,101 @@ async fn nginx_apply_validates_reloads_once_and_restores_on_rejection() {
         c[0].ends_with("-t -q") && c[1].ends_with("-s reload"),
         "{c:?}"
     );
-    assert!(c[0].contains("-c ") && c[0].contains("nginx.conf"), "{c:?}");
+    assert!(
+        c[0].contains("-c ") && c[0].contains(".kd-check.nginx.conf"),
+        "checked through the copy of the main config: {c:?}"
+    );
+    assert!(
+        c[1].contains("-c ") && c[1].ends_with("/nginx.conf -s reload"),
+        "reloaded with the real main config: {c:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&args.output).expect("read"), good);
+    assert_eq!(
+        live_at_check(dir),
+        "--\n",
+        "no live file while the first one was checked"
+    );
 
     // Same content: no nginx call at all.
     assert_eq!(apply(&args, good).await.expect("apply"), Applied::Unchanged);
     assert_eq!(calls(dir).len(), 2);
 
-    // Rejected by `nginx -t`: error, previous file back, no reload.
+    // Rejected: error, the live file held the good text during the check and still does.
+    let err = apply(&args, "upstream web { BROKEN }\n")
+        .await
+        .expect_err("must be rejected");
+    assert!(format!("{err:#}").contains("emerg: broken"), "{err:#}");
+    assert!(
+        format!("{err:#}").contains("previous content kept"),
+        "{err:#}"
+    );
+    assert_eq!(std::fs::read_to_string(&args.output).expect("read"), good);
+    let seen = live_at_check(dir);
+    assert!(
+        !seen.contains("BROKEN"),
+        "the rejected text was at the live path: {seen}"
+    );
+    assert!(seen.ends_with(&format!("{good}--\n")), "{seen}");
+    let c = calls(dir);
+    assert_eq!(c.len(), 3, "{c:?}");
+    assert!(!c[2].contains("reload"));
+    // Nothing left behind: no candidate, no check copy.
+    let mut left: Vec<String> = std::fs::read_dir(dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "calls",
+            "live-at-check",
+            "nginx",
+            "nginx.conf",
+            "upstreams.conf"
+        ],
+        "temp files left"
+    );
+
+    // Rejected with no previous file: no file appears.
+    std::fs::remove_file(&args.output).expect("rm");
+    apply(&args, "BROKEN\n")
+        .await
+        .expect_err("must be rejected");
+    assert!(!args.output.exists());
+    assert!(!dir.join(".upstreams.conf.kd-candidate").exists());
+}
+
+/// Fallback when the main config reaches the output only through a glob:
+/// validated in place, the previous file put back when rejected.
+#[tokio::test]
+async fn nginx_apply_falls_back_to_validate_in_place_and_restore() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let args = nginx_args(dir);
+    std::fs::write(
+        dir.join("nginx.conf"),
+        format!(
+            "events {{}}\nhttp {{\n  include {}/*.conf;\n}}\n",
+            dir.display()
+        ),
+    )
+    .expect("nginx.conf");
+    let good = "upstream web {\n    server 10.0.0.1:80 weight=1;\n}\n";
+    assert_eq!(apply(&args, good).await.expect("apply"), Applied::Reloaded);
+    let c = calls(dir);
+    assert!(
+        c[0].ends_with("/nginx.conf -t -q") && !c[0].contains("kd-check"),
+        "{c:?}"
+    );
     let err = apply(&args, "upstream web { BROKEN }\n")
         .await
         .expect_err("must be rejected");
     assert!(format!("{err:#}").contains("emerg: broken"), "{err:#}");
     assert_eq!(std::fs::read_to_string(&args.output).expect("read"), good);
-    let c = calls(dir);
-    assert_eq!(c.len(), 3, "{c:?}");
-    assert!(!c[2].contains("reload"));
-
-    // Rejected with no previous file: no file is left behind.
+    // In this mode the live file did hold the rejected text during the check (documented).
+    assert!(live_at_check(dir).contains("BROKEN"));
+    assert!(!dir.join(".upstreams.conf.kd-candidate").exists());
     std::fs::remove_file(&args.output).expect("rm");
     apply(&args, "BROKEN\n")
         .await
