@@ -672,6 +672,112 @@ struct Continue {
     name: String,
 }
 
+/// What revision a LIST reads, from `resourceVersion`, `resourceVersionMatch`,
+/// `limit` and `continue` (the real server's `ValidateListOptions` and
+/// `ListReadConsistency`).
+enum ListRead {
+    /// The current state (unset: "most recent"; `"0"`: "any"; `NotOlderThan` an
+    /// RV at or below the current one).
+    Current,
+    /// The state exactly at this revision (`Exact`, legacy paged lists, and
+    /// `continue` tokens), rebuilt from the event history.
+    At(u64),
+    /// `NotOlderThan` a revision: current state once it is not newer than that.
+    NotOlderThan(u64),
+}
+
+fn list_read(ctx: &Ctx, limit: usize, cont: Option<&Continue>) -> ApiResult<ListRead> {
+    let rv = ctx.q("resourceVersion").unwrap_or("");
+    let matching = ctx.q("resourceVersionMatch").unwrap_or("");
+    let has_continue = ctx.q("continue").is_some_and(|c| !c.is_empty());
+    let mut causes = Vec::new();
+    if !matching.is_empty() {
+        if rv.is_empty() {
+            causes.push(Cause::new(
+                "FieldValueForbidden",
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
+        }
+        if has_continue {
+            causes.push(Cause::new(
+                "FieldValueForbidden",
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden when continue is provided",
+            ));
+        }
+        if matching != "Exact" && matching != "NotOlderThan" {
+            causes.push(Cause::new(
+                "FieldValueNotSupported",
+                "resourceVersionMatch",
+                format!(
+                    "Unsupported value: {matching:?}: supported values: \"Exact\", \"NotOlderThan\", \"\""
+                ),
+            ));
+        }
+        if matching == "Exact" && rv == "0" {
+            causes.push(Cause::new(
+                "FieldValueForbidden",
+                "resourceVersionMatch",
+                "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            ));
+        }
+    }
+    if ctx.q("sendInitialEvents").is_some() {
+        causes.push(Cause::new(
+            "FieldValueForbidden",
+            "sendInitialEvents",
+            "sendInitialEvents is forbidden for list",
+        ));
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid("ListOptions", "meta.k8s.io", "", causes));
+    }
+    if let Some(c) = cont {
+        if !rv.is_empty() && rv != "0" {
+            return Err(ApiError::bad_request(
+                "specifying resource version is not allowed when using continue",
+            ));
+        }
+        return Ok(ListRead::At(c.rv));
+    }
+    if rv.is_empty() || rv == "0" {
+        return Ok(ListRead::Current);
+    }
+    let n: u64 = rv.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "resourceVersion: Invalid value: {rv:?}: must be a number"
+        ))
+    })?;
+    // Without a match, a paged list (limit) reads exactly at the revision and an
+    // unpaged one "not older than" it (the documented legacy semantics).
+    match matching {
+        "Exact" => Ok(ListRead::At(n)),
+        "" if limit > 0 => Ok(ListRead::At(n)),
+        _ => Ok(ListRead::NotOlderThan(n)),
+    }
+}
+
+/// Interleave two key-ordered iterators with disjoint keys.
+fn merge_by_key<'a>(
+    a: impl Iterator<Item = (&'a Key, &'a Arc<Value>)>,
+    b: impl Iterator<Item = (&'a Key, &'a Arc<Value>)>,
+) -> impl Iterator<Item = (&'a Key, &'a Arc<Value>)> {
+    let mut a = a.peekable();
+    let mut b = b.peekable();
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(x), Some(y)) => {
+            if x.0 <= y.0 {
+                a.next()
+            } else {
+                b.next()
+            }
+        }
+        (Some(_), None) => a.next(),
+        (None, _) => b.next(),
+    })
+}
+
 fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
     let (label, field) = selectors(ctx)?;
     let limit: usize = match ctx.q("limit") {
@@ -692,23 +798,55 @@ fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
         }
         _ => None,
     };
+    let read = list_read(ctx, limit, cont.as_ref())?;
     let res = ctx.info.key();
     let st = ctx.sh.lock();
-    if let Some(c) = &cont
-        && !st.can_watch_from(c.rv)
-    {
-        return Err(ApiError::new(
-            410,
-            "Expired",
-            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
-        ));
-    }
+    // The revision this list is a consistent snapshot at. A continued list
+    // (and an `Exact` one) is served as of its revision: the current objects,
+    // with those changed since replaced by their state then (from the history).
+    let at = match read {
+        ListRead::Current => None,
+        ListRead::NotOlderThan(n) if n <= st.rv => None,
+        ListRead::NotOlderThan(n) | ListRead::At(n) if n > st.rv => {
+            return Err(ApiError::too_large_rv(n, st.rv));
+        }
+        ListRead::NotOlderThan(_) => None,
+        ListRead::At(n) if !st.can_watch_from(n) => {
+            return Err(ApiError::new(
+                410,
+                "Expired",
+                if cont.is_some() {
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter."
+                } else {
+                    "The resourceVersion for the provided list is too old."
+                },
+            ));
+        }
+        ListRead::At(n) => Some(n),
+    };
+    let changed = match at {
+        Some(n) if n < st.rv => st.changed_since(&res, ctx.namespace.as_deref(), n),
+        _ => Default::default(),
+    };
     let mut items = Vec::new();
     let mut next: Option<Continue> = None;
     // Like the real API server, `remainingItemCount` is sent only without
     // selectors (with one, it would need a scan of the rest).
     let after = cont.as_ref().map(|c| (c.ns.as_str(), c.name.as_str()));
-    let mut rest = st.range_after(&res, ctx.namespace.as_deref(), after);
+    let then = {
+        use std::ops::Bound;
+        let from = match after {
+            Some((ns, name)) => Bound::Excluded((res.clone(), ns.to_string(), name.to_string())),
+            None => Bound::Unbounded,
+        };
+        changed
+            .range((from, Bound::Unbounded))
+            .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
+    };
+    let now = st
+        .range_after(&res, ctx.namespace.as_deref(), after)
+        .filter(|(k, _)| !changed.contains_key(*k));
+    let mut rest = merge_by_key(now, then);
     for (_, obj) in rest.by_ref() {
         if !label.matches(obj) || !field.matches(obj) {
             continue;
@@ -717,7 +855,7 @@ fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
             if let Some(last) = items.last() {
                 let last: &Arc<Value> = last;
                 next = Some(Continue {
-                    rv: cont.as_ref().map(|c| c.rv).unwrap_or(st.rv),
+                    rv: at.unwrap_or(st.rv),
                     ns: last
                         .pointer("/metadata/namespace")
                         .and_then(Value::as_str)
@@ -741,7 +879,7 @@ fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
         drop(rest);
         None
     };
-    let rv = st.rv;
+    let rv = at.unwrap_or(st.rv);
     drop(st);
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if let Some(n) = next {

@@ -112,6 +112,20 @@ impl ApiError {
         )
     }
 
+    /// 504 `Timeout` for a `resourceVersion` newer than the store's, as the real
+    /// server's `storage.NewTooLargeResourceVersionError` (which answers after
+    /// waiting ~3 s for the store to catch up; kube-sim answers at once).
+    pub fn too_large_rv(requested: u64, current: u64) -> Self {
+        let mut e = Self::new(
+            504,
+            "Timeout",
+            format!("Timeout: Too large resource version: {requested}, current: {current}"),
+        )
+        .with_details(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]}));
+        e.retry_after = Some(1);
+        e
+    }
+
     pub fn unauthorized() -> Self {
         Self::new(401, "Unauthorized", "Unauthorized")
     }

@@ -151,6 +151,34 @@ impl Store {
         self.history.range(start..).take(max).cloned().collect()
     }
 
+    /// The objects of `res` (in `namespace`, if given) that changed after revision
+    /// `rv`, each with its state AT `rv` (`None`: it did not exist then), taken from
+    /// the first event after `rv` that touched it. With [`Store::range_after`]
+    /// minus these keys, this is the exact snapshot at `rv` (paginated and
+    /// `resourceVersionMatch=Exact` lists). Caller checked [`Store::can_watch_from`].
+    pub fn changed_since(
+        &self,
+        res: &str,
+        namespace: Option<&str>,
+        rv: u64,
+    ) -> BTreeMap<Key, Option<Arc<Value>>> {
+        let mut out = BTreeMap::new();
+        let start = self.history.partition_point(|e| e.rv <= rv);
+        for e in self.history.range(start..) {
+            if e.res != res || namespace.is_some_and(|ns| ns != e.namespace) {
+                continue;
+            }
+            let name = e
+                .object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            out.entry((e.res.clone(), e.namespace.clone(), name.to_string()))
+                .or_insert_with(|| e.old.clone());
+        }
+        out
+    }
+
     /// Drop the whole history now (fault hook): the next watch from an older
     /// revision gets 410.
     pub fn compact(&mut self) {

@@ -195,11 +195,7 @@ pub fn start(ctx: &Ctx) -> ApiResult<Response<Body>> {
                 first.push(error_line(&ApiError::gone(r, st.compacted + 1)));
                 cursor = u64::MAX;
             } else if r > st.rv {
-                return Err(ApiError::new(
-                    504,
-                    "Timeout",
-                    format!("Too large resource version: {r}, current: {}", st.rv),
-                ));
+                return Err(ApiError::too_large_rv(r, st.rv));
             } else {
                 cursor = r;
             }

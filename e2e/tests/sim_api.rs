@@ -1206,3 +1206,303 @@ async fn configmaps_are_limited_to_1_mib_and_immutable_ones_keep_their_data() {
         .await
         .unwrap();
 }
+
+/// GET `path` over plain HTTP as the admin (no client retries): (status, body).
+async fn get_plain(sim: &kube_sim::Sim, path: &str) -> (u16, Value) {
+    let (code, _, v) = sim_support::plain_http(sim.addr(), "GET", path, ADMIN, None).await;
+    (code, v)
+}
+
+fn item_names(list: &Value) -> Vec<String> {
+    list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().expect("name").to_string())
+        .collect()
+}
+
+fn list_rv(list: &Value) -> u64 {
+    list["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("list resourceVersion")
+        .parse()
+        .expect("numeric")
+}
+
+/// A paginated list is one snapshot at the first page's revision, like the real
+/// server serving every page from etcd at that revision: later pages carry the
+/// first page's `resourceVersion`, show objects as they were then (changed ones
+/// in their old state, deleted ones still there, new ones absent), and a watch
+/// from that revision replays every change made meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paginated_list_is_a_snapshot_at_the_first_pages_revision() {
+    let sim = start(false).await;
+    let c = client(&sim, ADMIN).await;
+    ns(&c, "snap").await;
+    let api: Api<ConfigMap> = Api::namespaced(c.clone(), "snap");
+    for i in 0..6 {
+        api.create(&PostParams::default(), &cm(&format!("cm-{i:02}"), &[]))
+            .await
+            .expect("create");
+    }
+    let base = "/api/v1/namespaces/snap/configmaps?limit=2";
+    let (code, page1) = get_plain(&sim, base).await;
+    assert_eq!(code, 200, "{page1}");
+    assert_eq!(item_names(&page1), ["cm-00", "cm-01"]);
+    let rv1 = list_rv(&page1);
+    let token = page1["metadata"]["continue"]
+        .as_str()
+        .expect("continue")
+        .to_string();
+
+    // Changes between the pages: to objects already returned and to ones not yet.
+    let changed = Patch::Merge(json!({"data": {"k": "changed"}}));
+    api.patch("cm-00", &PatchParams::default(), &changed)
+        .await
+        .expect("patch");
+    api.delete("cm-01", &DeleteParams::default())
+        .await
+        .expect("delete");
+    api.patch("cm-03", &PatchParams::default(), &changed)
+        .await
+        .expect("patch");
+    api.delete("cm-04", &DeleteParams::default())
+        .await
+        .expect("delete");
+    api.create(&PostParams::default(), &cm("cm-06", &[]))
+        .await
+        .expect("create");
+
+    let (code, page2) = get_plain(&sim, &format!("{base}&continue={token}")).await;
+    assert_eq!(code, 200, "{page2}");
+    assert_eq!(
+        list_rv(&page2),
+        rv1,
+        "page 2 carries the first page's revision"
+    );
+    assert_eq!(item_names(&page2), ["cm-02", "cm-03"]);
+    assert_eq!(
+        page2["items"][1]["data"]["k"], "v",
+        "cm-03 as it was at {rv1}"
+    );
+    assert_eq!(page2["metadata"]["remainingItemCount"], 2);
+    let token = page2["metadata"]["continue"]
+        .as_str()
+        .expect("continue")
+        .to_string();
+    let (code, page3) = get_plain(&sim, &format!("{base}&continue={token}")).await;
+    assert_eq!(code, 200, "{page3}");
+    assert_eq!(list_rv(&page3), rv1);
+    assert_eq!(
+        item_names(&page3),
+        ["cm-04", "cm-05"],
+        "deleted cm-04 is in the snapshot, new cm-06 is not"
+    );
+    assert!(page3["metadata"].get("continue").is_none(), "{page3}");
+
+    // A watch from the list's revision sees every change made during the paging.
+    let (code, events) = sim_support::watch_lines(
+        &c,
+        &format!("/api/v1/namespaces/snap/configmaps?watch=true&resourceVersion={rv1}"),
+        5,
+        10,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let seen: Vec<(String, String)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or("").to_string(),
+                e["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = [
+        ("MODIFIED", "cm-00"),
+        ("DELETED", "cm-01"),
+        ("MODIFIED", "cm-03"),
+        ("DELETED", "cm-04"),
+        ("ADDED", "cm-06"),
+    ]
+    .iter()
+    .map(|(t, n)| (t.to_string(), n.to_string()))
+    .collect();
+    assert_eq!(seen, want);
+
+    // A continue token whose revision has been compacted: HTTP 410 Expired.
+    let (_, page1) = get_plain(&sim, base).await;
+    let token = page1["metadata"]["continue"]
+        .as_str()
+        .expect("continue")
+        .to_string();
+    api.create(&PostParams::default(), &cm("cm-07", &[]))
+        .await
+        .expect("create");
+    sim_support::fault(&c, json!({"compact": true})).await;
+    let (code, v) = get_plain(&sim, &format!("{base}&continue={token}")).await;
+    assert_eq!(code, 410, "{v}");
+    assert_eq!(v["reason"], "Expired");
+    assert_eq!(v["code"], 410);
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("The provided continue parameter is too old"),
+        "{v}"
+    );
+    sim.shutdown().await;
+}
+
+/// LIST honours `resourceVersion`/`resourceVersionMatch` as the real server:
+/// unset/"0" and `NotOlderThan` an old revision serve the current state, `Exact`
+/// (and a legacy paged list) the state at that revision, a future revision is a
+/// 504 `Timeout` ("Too large resource version"), a compacted one a 410, and
+/// invalid combinations the real validation errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_honours_resource_version_and_match() {
+    let sim = start(false).await;
+    let c = client(&sim, ADMIN).await;
+    ns(&c, "rvs").await;
+    let api: Api<ConfigMap> = Api::namespaced(c.clone(), "rvs");
+    let a = api
+        .create(&PostParams::default(), &cm("a", &[]))
+        .await
+        .expect("create");
+    let ra: u64 = a
+        .metadata
+        .resource_version
+        .expect("rv")
+        .parse()
+        .expect("num");
+    api.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "new"}})),
+    )
+    .await
+    .expect("patch");
+    api.create(&PostParams::default(), &cm("b", &[]))
+        .await
+        .expect("create");
+    let base = "/api/v1/namespaces/rvs/configmaps";
+    let (_, now) = get_plain(&sim, base).await;
+    let cur = list_rv(&now);
+    assert!(cur > ra);
+
+    // Current state.
+    for q in [
+        "resourceVersion=0".to_string(),
+        "resourceVersion=0&resourceVersionMatch=NotOlderThan".to_string(),
+        format!("resourceVersion={ra}&resourceVersionMatch=NotOlderThan"),
+        format!("resourceVersion={ra}"),
+        format!("resourceVersion={cur}&resourceVersionMatch=Exact"),
+    ] {
+        let (code, v) = get_plain(&sim, &format!("{base}?{q}")).await;
+        assert_eq!(code, 200, "{q}: {v}");
+        assert_eq!(list_rv(&v), cur, "{q}");
+        assert_eq!(item_names(&v), ["a", "b"], "{q}");
+        assert_eq!(v["items"][0]["data"]["k"], "new", "{q}");
+    }
+    // Exactly at an older revision (and the legacy form: a paged list with a
+    // bare resourceVersion reads exactly at it).
+    for q in [
+        format!("resourceVersion={ra}&resourceVersionMatch=Exact"),
+        format!("resourceVersion={ra}&limit=5"),
+    ] {
+        let (code, v) = get_plain(&sim, &format!("{base}?{q}")).await;
+        assert_eq!(code, 200, "{q}: {v}");
+        assert_eq!(list_rv(&v), ra, "{q}");
+        assert_eq!(item_names(&v), ["a"], "{q}");
+        assert_eq!(v["items"][0]["data"]["k"], "v", "{q}");
+    }
+    // Newer than the store: 504 Timeout with the ResourceVersionTooLarge cause.
+    let ahead = cur + 100;
+    for q in [
+        format!("resourceVersion={ahead}&resourceVersionMatch=NotOlderThan"),
+        format!("resourceVersion={ahead}&resourceVersionMatch=Exact"),
+        format!("resourceVersion={ahead}"),
+    ] {
+        let (code, v) = get_plain(&sim, &format!("{base}?{q}")).await;
+        assert_eq!(code, 504, "{q}: {v}");
+        assert_eq!(v["reason"], "Timeout", "{q}");
+        assert_eq!(
+            v["message"],
+            format!("Timeout: Too large resource version: {ahead}, current: {cur}"),
+            "{q}"
+        );
+        assert_eq!(
+            v["details"]["causes"][0]["reason"],
+            "ResourceVersionTooLarge"
+        );
+    }
+    // Invalid combinations.
+    let invalid = |q: &'static str, msg: &'static str| {
+        let sim = &sim;
+        async move {
+            let (code, v) = get_plain(sim, &format!("{base}?{q}")).await;
+            assert_eq!(code, 422, "{q}: {v}");
+            assert_eq!(v["reason"], "Invalid", "{q}");
+            assert_eq!(
+                v["message"],
+                format!("ListOptions.meta.k8s.io \"\" is invalid: {msg}"),
+                "{q}"
+            );
+        }
+    };
+    invalid(
+        "resourceVersionMatch=Exact",
+        "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+    )
+    .await;
+    invalid(
+        "resourceVersion=1&resourceVersionMatch=Newest",
+        "resourceVersionMatch: Unsupported value: \"Newest\": supported values: \"Exact\", \"NotOlderThan\", \"\"",
+    )
+    .await;
+    invalid(
+        "resourceVersion=0&resourceVersionMatch=Exact",
+        "resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+    )
+    .await;
+    let (code, v) = get_plain(&sim, &format!("{base}?resourceVersion=abc")).await;
+    assert_eq!(
+        (code, v["reason"].as_str()),
+        (400, Some("BadRequest")),
+        "{v}"
+    );
+    let (_, page) = get_plain(&sim, &format!("{base}?limit=1")).await;
+    let token = page["metadata"]["continue"]
+        .as_str()
+        .expect("continue")
+        .to_string();
+    let (code, v) = get_plain(
+        &sim,
+        &format!("{base}?limit=1&continue={token}&resourceVersion={ra}"),
+    )
+    .await;
+    assert_eq!(code, 400, "{v}");
+    assert_eq!(
+        v["message"],
+        "specifying resource version is not allowed when using continue"
+    );
+
+    // A compacted revision: HTTP 410 Expired.
+    sim_support::fault(&c, json!({"compact": true})).await;
+    let (code, v) = get_plain(
+        &sim,
+        &format!("{base}?resourceVersion={ra}&resourceVersionMatch=Exact"),
+    )
+    .await;
+    assert_eq!(code, 410, "{v}");
+    assert_eq!(v["reason"], "Expired");
+    assert_eq!(
+        v["message"],
+        "The resourceVersion for the provided list is too old."
+    );
+    sim.shutdown().await;
+}
