@@ -123,3 +123,69 @@ fn binary_rejects_bad_arguments() {
         .expect("run");
     assert!(!out.status.success(), "an admin token is required");
 }
+
+/// Every file is written before the first stdout line: a kubeconfig that cannot
+/// be written fails the start-up with no `listening on` line at all (a caller
+/// that waits for that line can rely on the files being there).
+#[test]
+fn binary_writes_its_files_before_announcing_the_url() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_kube-sim"))
+        .args(["--listen", "127.0.0.1:0", "--admin-token", "x"])
+        .arg("--kubeconfig-out")
+        .arg(dir.path().join("missing-dir/kubeconfig"))
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !stdout.contains("listening on"),
+        "announced before the kubeconfig was written: {stdout}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("kubeconfig"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// SIGINT right after the first line stops the server cleanly (exit 0), with the
+/// kubeconfig already in place when the line was read.
+#[test]
+fn binary_stops_on_sigint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kube-sim"))
+        .args(["--listen", "127.0.0.1:0", "--admin-token", "x", "--tls"])
+        .arg("--kubeconfig-out")
+        .arg(&kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn kube-sim");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = lines.next().expect("a first line").expect("utf-8");
+    assert!(first.starts_with("listening on https://"), "{first}");
+    assert!(
+        kubeconfig.exists(),
+        "kubeconfig missing when the URL was printed"
+    );
+    assert!(
+        dir.path().join("kubeconfig.ca.crt").exists(),
+        "CA missing when the URL was printed"
+    );
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "kube-sim did not stop on SIGINT");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(exit.success(), "exit status {exit}");
+}

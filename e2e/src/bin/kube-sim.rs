@@ -62,10 +62,16 @@ async fn main() -> anyhow::Result<()> {
         bookmark_interval: Duration::from_secs_f64(args.bookmark_interval.max(0.01)),
     };
     let sim = kube_sim::Sim::start_on(args.listen, cfg).await?;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "listening on {}", sim.url())?;
+    // Signal handlers and every file come before the first stdout line: a
+    // caller that waits for `listening on` may read the kubeconfig and CA, or
+    // stop the server, at once.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("SIGTERM handler")?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("SIGINT handler")?;
     if let Some(path) = &args.kubeconfig_out {
-        sim.write_kubeconfig(path, &args.admin_token)?;
+        sim.write_kubeconfig(path, &args.admin_token)
+            .with_context(|| format!("writing the kubeconfig to {}", path.display()))?;
         if let Some(ca) = sim.ca_pem() {
             let ca_path = args.ca_out.clone().unwrap_or_else(|| {
                 let mut p = path.clone().into_os_string();
@@ -78,18 +84,22 @@ async fn main() -> anyhow::Result<()> {
     } else if let (Some(ca), Some(p)) = (sim.ca_pem(), &args.ca_out) {
         std::fs::write(p, ca).with_context(|| format!("writing CA to {}", p.display()))?;
     }
+    let mut tokens = Vec::new();
     for sa in &args.sa_tokens {
         let (ns, name) = sa
             .split_once('/')
             .with_context(|| format!("--sa-token {sa:?}: expected NAMESPACE/NAME"))?;
-        writeln!(out, "token {ns}/{name} {}", sim.issue_token(ns, name))?;
+        tokens.push(format!("token {ns}/{name} {}", sim.issue_token(ns, name)));
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "listening on {}", sim.url())?;
+    for line in &tokens {
+        writeln!(out, "{line}")?;
     }
     out.flush()?;
     drop(out);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("SIGTERM handler")?;
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
+        _ = int.recv() => {}
         _ = term.recv() => {}
     }
     sim.shutdown().await;
