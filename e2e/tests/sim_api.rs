@@ -1506,3 +1506,207 @@ async fn list_honours_resource_version_and_match() {
     );
     sim.shutdown().await;
 }
+
+/// Events through both APIs: core/v1 and events.k8s.io/v1 each create, get, list
+/// and watch. (As documented in the README's known limitations, kube-sim stores
+/// the two separately; the real server shares one storage.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_core_v1_and_events_k8s_io_v1() {
+    let sim = start(false).await;
+    let c = client(&sim, ADMIN).await;
+    let apis = [
+        (
+            "/api/v1/namespaces/default/events",
+            json!({"apiVersion": "v1", "kind": "Event",
+                   "metadata": {"name": "web.core", "namespace": "default"},
+                   "involvedObject": {"apiVersion": "v1", "kind": "Service", "name": "web", "namespace": "default"},
+                   "reason": "Synced", "message": "synced 3 endpoints", "type": "Normal",
+                   "source": {"component": "kube-discovery"}, "count": 1,
+                   "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z"}),
+            "message",
+        ),
+        (
+            "/apis/events.k8s.io/v1/namespaces/default/events",
+            json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                   "metadata": {"name": "web.new", "namespace": "default"},
+                   "eventTime": "2026-01-01T00:00:00.000000Z",
+                   "reportingController": "kube-discovery", "reportingInstance": "kd-0",
+                   "action": "Sync", "reason": "Synced", "note": "synced 3 endpoints", "type": "Normal",
+                   "regarding": {"apiVersion": "v1", "kind": "Service", "name": "web", "namespace": "default"}}),
+            "note",
+        ),
+    ];
+    for (path, body, text_field) in apis {
+        let name = body["metadata"]["name"].as_str().expect("name").to_string();
+        let api_version = body["apiVersion"].clone();
+        let (code, before) = raw(&c, "GET", path, None, "").await;
+        assert_eq!(code, 200, "{before}");
+        assert_eq!(before["kind"], "EventList");
+        let rv = list_rv(&before);
+        let (code, created) = raw(&c, "POST", path, Some(body), "application/json").await;
+        assert_eq!(code, 201, "{path}: {created}");
+        assert_eq!(created["apiVersion"], api_version);
+        assert_eq!(created[text_field], "synced 3 endpoints");
+        let (code, got) = raw(&c, "GET", &format!("{path}/{name}"), None, "").await;
+        assert_eq!(code, 200, "{got}");
+        assert_eq!(got["kind"], "Event");
+        assert_eq!(got["reason"], "Synced");
+        assert_eq!(got["metadata"]["uid"], created["metadata"]["uid"]);
+        let (code, list) = raw(&c, "GET", path, None, "").await;
+        assert_eq!(code, 200);
+        assert_eq!(
+            item_names(&list),
+            [name.clone()],
+            "{path}: only its own API's event (stored separately)"
+        );
+        let (code, events) =
+            sim_support::watch_lines(&c, &format!("{path}?watch=true&resourceVersion={rv}"), 1, 5)
+                .await;
+        assert_eq!(code, 200);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0]["type"], "ADDED");
+        assert_eq!(events[0]["object"]["metadata"]["name"], name.as_str());
+        assert_eq!(events[0]["object"]["apiVersion"], api_version);
+    }
+    sim.shutdown().await;
+}
+
+/// A cluster-scoped CRD: its objects are created, listed, got and deleted at the
+/// cluster path; discovery says `namespaced: false`; a namespaced path is 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_scoped_custom_resources() {
+    let sim = start(false).await;
+    let c = client(&sim, ADMIN).await;
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "knobs.test.io"},
+        "spec": {"group": "test.io", "scope": "Cluster",
+            "names": {"plural": "knobs", "singular": "knob", "kind": "Knob", "listKind": "KnobList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {"level": {"type": "integer"}}}}}}}]}});
+    let (code, body) = raw(
+        &c,
+        "POST",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        Some(crd),
+        "application/json",
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let (code, disc) = raw(&c, "GET", "/apis/test.io/v1", None, "").await;
+    assert_eq!(code, 200, "{disc}");
+    let knobs = disc["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .find(|r| r["name"] == "knobs")
+        .expect("knobs in discovery")
+        .clone();
+    assert_eq!(knobs["namespaced"], false);
+
+    let knob = json!({"apiVersion": "test.io/v1", "kind": "Knob", "metadata": {"name": "volume"}, "spec": {"level": 11}});
+    let (code, created) = raw(
+        &c,
+        "POST",
+        "/apis/test.io/v1/knobs",
+        Some(knob.clone()),
+        "application/json",
+    )
+    .await;
+    assert_eq!(code, 201, "{created}");
+    assert!(created["metadata"].get("namespace").is_none(), "{created}");
+    let (code, got) = raw(&c, "GET", "/apis/test.io/v1/knobs/volume", None, "").await;
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got["spec"]["level"], 11);
+    let (code, list) = raw(&c, "GET", "/apis/test.io/v1/knobs", None, "").await;
+    assert_eq!(code, 200, "{list}");
+    assert_eq!(list["kind"], "KnobList");
+    assert_eq!(item_names(&list), ["volume"]);
+
+    // Namespaced paths do not exist for a cluster-scoped resource.
+    let (code, v) = raw(
+        &c,
+        "POST",
+        "/apis/test.io/v1/namespaces/default/knobs",
+        Some(knob),
+        "application/json",
+    )
+    .await;
+    assert_eq!((code, v["reason"].as_str()), (404, Some("NotFound")), "{v}");
+    for path in [
+        "/apis/test.io/v1/namespaces/default/knobs/volume",
+        "/apis/test.io/v1/namespaces/default/knobs",
+    ] {
+        let (code, v) = raw(&c, "GET", path, None, "").await;
+        assert_eq!(
+            (code, v["reason"].as_str()),
+            (404, Some("NotFound")),
+            "{path}: {v}"
+        );
+    }
+
+    let (code, v) = raw(&c, "DELETE", "/apis/test.io/v1/knobs/volume", None, "").await;
+    assert_eq!(code, 200, "{v}");
+    let (code, _) = raw(&c, "GET", "/apis/test.io/v1/knobs/volume", None, "").await;
+    assert_eq!(code, 404);
+    let (_, list) = raw(&c, "GET", "/apis/test.io/v1/knobs", None, "").await;
+    assert!(item_names(&list).is_empty(), "{list}");
+    sim.shutdown().await;
+}
+
+/// nonResourceURLs end to end: a user without a grant for a served
+/// non-resource path gets the real 403; a ClusterRole granting it (bound to
+/// the user) makes the same request succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_resource_urls_are_authorized_by_rbac() {
+    let sim = start(false).await;
+    let admin = client(&sim, ADMIN).await;
+    sim.add_user_token("carol-token", "carol", &[]);
+    let carol = client(&sim, "carol-token").await;
+    // `/healthz` is granted to everyone by system:discovery, `/healthz/ping` is not.
+    let (code, _) = raw(&carol, "GET", "/healthz", None, "").await;
+    assert_eq!(code, 200);
+    let (code, v) = raw(&carol, "GET", "/healthz/ping", None, "").await;
+    assert_eq!(code, 403, "{v}");
+    assert_eq!(v["reason"], "Forbidden");
+    assert_eq!(
+        v["message"],
+        r#"forbidden: User "carol" cannot get path "/healthz/ping""#
+    );
+
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "health-detail"},
+        "rules": [{"nonResourceURLs": ["/healthz/*"], "verbs": ["get"]}]});
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "carol-health"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "health-detail"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "carol"}]});
+    for (path, body) in [
+        ("/apis/rbac.authorization.k8s.io/v1/clusterroles", role),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            binding,
+        ),
+    ] {
+        let (code, v) = raw(&admin, "POST", path, Some(body), "application/json").await;
+        assert_eq!(code, 201, "{v}");
+    }
+    let (code, v) = raw(&carol, "GET", "/healthz/ping", None, "").await;
+    assert_eq!(code, 200, "{v}");
+    // The grant is for `get` only.
+    let (code, v) = raw(
+        &carol,
+        "POST",
+        "/healthz/ping",
+        Some(json!({})),
+        "application/json",
+    )
+    .await;
+    assert_eq!(code, 403, "{v}");
+    assert_eq!(
+        v["message"],
+        r#"forbidden: User "carol" cannot post path "/healthz/ping""#
+    );
+    sim.shutdown().await;
+}
