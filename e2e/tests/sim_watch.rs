@@ -279,3 +279,91 @@ async fn bookmarks_timeouts_selectors_and_too_old_versions() {
     assert_eq!(open, 0);
     sim.shutdown().await;
 }
+
+/// A watch with `resourceVersion` unset or `"0"` starts with synthetic ADDED
+/// events for the current state (and nothing older), then streams live changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_from_unset_or_zero_starts_with_the_current_state() {
+    let sim = start(false).await;
+    let c = client(&sim, ADMIN).await;
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.clone());
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "w0"}})).expect("ns"),
+    )
+    .await
+    .expect("ns");
+    let api: Api<ConfigMap> = Api::namespaced(c.clone(), "w0");
+    for n in ["a", "b", "gone"] {
+        api.create(&PostParams::default(), &cm(n))
+            .await
+            .expect("create");
+    }
+    // History the watch must not replay: `gone` was deleted, `b` modified.
+    api.delete("gone", &Default::default())
+        .await
+        .expect("delete");
+    let patch = kube::api::Patch::Merge(json!({"data": {"k": "b2"}}));
+    api.patch("b", &Default::default(), &patch)
+        .await
+        .expect("patch");
+    for (i, query) in ["", "&resourceVersion=0"].into_iter().enumerate() {
+        let path = format!("/api/v1/namespaces/w0/configmaps?watch=true{query}");
+        let watcher = {
+            let c = c.clone();
+            tokio::spawn(async move { watch_lines(&c, &path, 4, 10).await })
+        };
+        // Write only once the watch has taken its snapshot (it is counted open).
+        eventually(5, "the watch is open", || {
+            let c = c.clone();
+            async move { (stats(&c).await["openWatches"].as_u64() == Some(1)).then_some(()) }
+        })
+        .await;
+        let live = format!("live-{i}");
+        api.patch(
+            "a",
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"data": {"k": live}})),
+        )
+        .await
+        .expect("patch");
+        api.create(&PostParams::default(), &cm(&live))
+            .await
+            .expect("create");
+        let (code, events) = watcher.await.expect("watch task");
+        assert_eq!(code, 200);
+        let seen: Vec<String> = events
+            .iter()
+            .map(|e| {
+                format!(
+                    "{}:{}:{}",
+                    e["type"].as_str().unwrap_or(""),
+                    e["object"]["metadata"]["name"].as_str().unwrap_or(""),
+                    e["object"]["data"]["k"].as_str().unwrap_or("")
+                )
+            })
+            .collect();
+        let prev_a = if i == 0 {
+            "v".to_string()
+        } else {
+            "live-0".to_string()
+        };
+        let mut want = vec![format!("ADDED:a:{prev_a}"), "ADDED:b:b2".to_string()];
+        if i == 1 {
+            // The object created live during the first round is current state now.
+            want.push("ADDED:live-0:v".to_string());
+            want.push(format!("MODIFIED:a:{live}"));
+        } else {
+            want.push(format!("MODIFIED:a:{live}"));
+            want.push(format!("ADDED:{live}:v"));
+        }
+        assert_eq!(seen, want, "watch{query}");
+        // The task ended after 4 lines; wait until the server has closed it too.
+        eventually(5, "the watch is closed", || {
+            let c = c.clone();
+            async move { (stats(&c).await["openWatches"].as_u64() == Some(0)).then_some(()) }
+        })
+        .await;
+    }
+    sim.shutdown().await;
+}
