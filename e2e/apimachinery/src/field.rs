@@ -101,3 +101,80 @@ pub fn invalid_message(kind: &str, group: &str, name: &str, errors: &[FieldError
     };
     format!("{qualified} {name:?} is invalid: {body}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_is_field_then_detail() {
+        let e = FieldError::new(
+            "metadata.name",
+            FieldErrorKind::Required,
+            "Required value: name or generateName is required",
+        );
+        assert_eq!(
+            e.message,
+            "metadata.name: Required value: name or generateName is required"
+        );
+        assert_eq!(
+            e.detail(),
+            "Required value: name or generateName is required"
+        );
+        assert_eq!(e.to_string(), e.message);
+        assert_eq!(e.field, "metadata.name");
+    }
+
+    #[test]
+    fn root_field_is_labelled() {
+        let e = FieldError::new("", FieldErrorKind::Invalid, "Invalid value: \"x\": bad");
+        assert_eq!(e.message, "<root>: Invalid value: \"x\": bad");
+        assert_eq!(e.field, "");
+        assert_eq!(e.detail(), "Invalid value: \"x\": bad");
+    }
+
+    #[test]
+    fn reasons_are_the_status_cause_reasons() {
+        let all = [
+            (FieldErrorKind::Required, "FieldValueRequired"),
+            (FieldErrorKind::Invalid, "FieldValueInvalid"),
+            (FieldErrorKind::NotSupported, "FieldValueNotSupported"),
+            (FieldErrorKind::TooLong, "FieldValueTooLong"),
+            (FieldErrorKind::TooMany, "FieldValueTooMany"),
+            (FieldErrorKind::Forbidden, "FieldValueForbidden"),
+            (FieldErrorKind::Duplicate, "FieldValueDuplicate"),
+        ];
+        for (kind, reason) in all {
+            assert_eq!(kind.reason(), reason);
+        }
+    }
+
+    #[test]
+    fn invalid_message_one_error_is_bare() {
+        let errs = [FieldError::new(
+            "spec.x",
+            FieldErrorKind::Required,
+            "Required value",
+        )];
+        assert_eq!(
+            invalid_message("DiscoveredService", "kubediscovery.io", "web", &errs),
+            r#"DiscoveredService.kubediscovery.io "web" is invalid: spec.x: Required value"#
+        );
+    }
+
+    #[test]
+    fn invalid_message_core_group_and_several_errors() {
+        let errs = [
+            FieldError::new("spec.a", FieldErrorKind::Required, "Required value"),
+            FieldError::new(
+                "spec.b",
+                FieldErrorKind::NotSupported,
+                r#"Unsupported value: "c": supported values: "a", "b""#,
+            ),
+        ];
+        assert_eq!(
+            invalid_message("ConfigMap", "", "cfg", &errs),
+            r#"ConfigMap "cfg" is invalid: [spec.a: Required value, spec.b: Unsupported value: "c": supported values: "a", "b"]"#
+        );
+    }
+}
