@@ -70,6 +70,20 @@ spec:
   - name: grpc
     port: 9000
 ---
+apiVersion: v1
+kind: Endpoints
+metadata:
+  name: api
+  namespace: demo
+  labels: {app: api}
+subsets:
+- addresses:
+  - ip: 10.1.0.1
+  - ip: 10.1.0.2
+  ports:
+  - name: grpc
+    port: 9000
+---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
 metadata:
@@ -119,7 +133,33 @@ spec:
 
 const WIDGET: &str = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: demo, labels: {team: a}}\nspec: {size: 3, color: red}\n";
 
-fn scenario(bin: &'static str) {
+/// The client version of `bin` (`kubectl version --client -o json`) must be
+/// `want` (`"1.32"`): a test named after a kubectl version really runs it.
+fn assert_kubectl_version(bin: &str, want: &str) {
+    let path = sim_support::tool(bin);
+    let out = std::process::Command::new(&path)
+        .args(["version", "--client", "-o", "json"])
+        .output()
+        .unwrap_or_else(|e| panic!("{} does not run: {e}", path.display()));
+    assert!(
+        out.status.success(),
+        "{} version failed: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("version JSON");
+    let git = v["clientVersion"]["gitVersion"].as_str().unwrap_or("");
+    assert!(
+        git.starts_with(&format!("v{want}.")),
+        "{} is kubectl {git:?}, not v{want}: this test needs kubectl v{want} there \
+         (e2e/tools/install-tools.sh links .tools/bin/kubectl to the machine's kubectl, \
+         expected to be v1.32, and installs kubectl-1.34)",
+        path.display()
+    );
+}
+
+fn scenario(bin: &'static str, version: &str) {
+    assert_kubectl_version(bin, version);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -192,7 +232,35 @@ fn scenario(bin: &'static str) {
     // Server-side apply.
     let ssa = k.write("ssa.yaml", SSA);
     let out = k.ok(&["apply", "--server-side", "-f", ssa.to_str().expect("path")]);
-    assert!(out.contains("service/api serverside-applied"), "{out}");
+    for line in [
+        "service/api serverside-applied",
+        "endpoints/api serverside-applied",
+        "endpointslice.discovery.k8s.io/api-1 serverside-applied",
+    ] {
+        assert!(out.contains(line), "{line:?} not in {out}");
+    }
+    let ep = k.json(&[
+        "-n",
+        "demo",
+        "get",
+        "endpoints",
+        "api",
+        "-o",
+        "json",
+        "--show-managed-fields",
+    ]);
+    let ips: Vec<&str> = ep["subsets"][0]["addresses"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x["ip"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(ips, ["10.1.0.1", "10.1.0.2"], "{ep}");
+    assert_eq!(ep["subsets"][0]["ports"][0]["port"], 9000, "{ep}");
+    assert!(
+        ep["metadata"]["managedFields"].as_array().is_some_and(|m| m
+            .iter()
+            .any(|f| f["manager"] == "kubectl" && f["operation"] == "Apply")),
+        "no kubectl Apply entry in {ep}"
+    );
     let api = k.json(&[
         "-n",
         "demo",
@@ -408,10 +476,10 @@ subjects:
 
 #[test]
 fn kubectl_1_32_against_kube_sim() {
-    scenario("kubectl");
+    scenario("kubectl", "1.32");
 }
 
 #[test]
 fn kubectl_1_34_against_kube_sim() {
-    scenario("kubectl-1.34");
+    scenario("kubectl-1.34", "1.34");
 }
