@@ -1556,7 +1556,7 @@ async fn events_core_v1_and_events_k8s_io_v1() {
         assert_eq!(code, 200);
         assert_eq!(
             item_names(&list),
-            [name.clone()],
+            [name.as_str()],
             "{path}: only its own API's event (stored separately)"
         );
         let (code, events) =
