@@ -9,7 +9,11 @@
 //!     --listen 127.0.0.1:8081 --service default/web:http [--kubeconfig FILE]
 //! ```
 //!
-//! * no node (service missing, empty set): 503;
+//! * no usable node (service missing, empty set): `--empty-policy keep`
+//!   (default) keeps routing to the last non-empty set this process has seen
+//!   (503 until one was seen), `--empty-policy 503` answers 503 at once: the
+//!   same names and rules as the `sync nginx|haproxy` commands
+//!   ([`kube_discovery_gateways::policy`]); each switch is logged once;
 //! * a node refuses the connection: the request is retried on another node
 //!   (up to 3 tries; the body is buffered so it can be replayed);
 //! * any other upstream failure: 502.
@@ -31,6 +35,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use kube_discovery::nodes::NodesResolver;
 use kube_discovery_core::Node;
+use kube_discovery_gateways::policy::{EmptyPolicy, HostRule, Target, decide, usable_nodes};
 
 #[derive(Parser)]
 #[command(
@@ -50,6 +55,9 @@ struct Args {
     /// Kubeconfig context.
     #[arg(long)]
     context: Option<String>,
+    /// When the service has no usable node or is missing: `keep` the last good set, or `503`.
+    #[arg(long, value_enum, default_value_t = EmptyPolicy::Keep)]
+    empty_policy: EmptyPolicy,
 }
 
 thread_local! {
@@ -61,6 +69,9 @@ struct Proxy {
     resolver: NodesResolver,
     service: String,
     http: HttpClient<HttpConnector, Full<Bytes>>,
+    policy: EmptyPolicy,
+    /// The last non-empty usable set, and whether the previous request found none.
+    last_good: std::sync::Mutex<(Option<Vec<Node>>, bool)>,
 }
 
 /// A node chosen at random in proportion to its weight (weight 0 never).
@@ -97,16 +108,45 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
 }
 
 impl Proxy {
-    async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
-        let nodes = match self.resolver.nodes(&self.service) {
-            Ok(Some(n)) => n,
-            Ok(None) => {
-                return text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("no nodes for {}\n", self.service),
-                );
+    /// The nodes to use now, per the empty policy (`None`: answer 503).
+    fn target(&self, found: Option<Vec<Node>>) -> Option<Vec<Node>> {
+        let (usable, _) = usable_nodes(found.as_deref().unwrap_or_default(), HostRule::IpOrDns);
+        let empty = usable.is_empty();
+        let mut g = self.last_good.lock().unwrap_or_else(|e| e.into_inner());
+        let t = decide(self.policy, usable, g.0.as_deref());
+        if empty != g.1 {
+            match (&t, empty) {
+                (_, false) => tracing::info!(service = %self.service, "usable nodes again"),
+                (Target::Nodes(n), true) => {
+                    tracing::warn!(service = %self.service, nodes = n.len(), "no usable node; keeping the last good set (empty policy keep)")
+                }
+                (Target::Unavailable, true) => {
+                    tracing::warn!(service = %self.service, policy = %self.policy, "no usable node; answering 503")
+                }
             }
+            g.1 = empty;
+        }
+        match t {
+            Target::Nodes(n) => {
+                if !empty {
+                    g.0 = Some(n.clone());
+                }
+                Some(n)
+            }
+            Target::Unavailable => None,
+        }
+    }
+
+    async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        let found = match self.resolver.nodes(&self.service) {
+            Ok(n) => n,
             Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+        };
+        let Some(nodes) = self.target(found) else {
+            return text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("no nodes for {}\n", self.service),
+            );
         };
         let (parts, body) = req.into_parts();
         let body = match body.collect().await {
@@ -204,9 +244,11 @@ async fn main() -> anyhow::Result<()> {
         resolver,
         service: args.service.clone(),
         http: HttpClient::builder(TokioExecutor::new()).build(connector),
+        policy: args.empty_policy,
+        last_good: std::sync::Mutex::new((None, false)),
     });
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
-    tracing::info!(addr = %listener.local_addr()?, service = %args.service, "proxy listening");
+    tracing::info!(addr = %listener.local_addr()?, service = %args.service, policy = %args.empty_policy, "proxy listening");
     loop {
         let (stream, _) = listener.accept().await?;
         let proxy = proxy.clone();

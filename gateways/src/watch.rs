@@ -103,11 +103,17 @@ impl DsWatch {
             let mut stream = std::pin::pin!(stream);
             while let Some(ev) = stream.next().await {
                 match ev {
-                    Ok(
-                        watcher::Event::Apply(_)
-                        | watcher::Event::Delete(_)
-                        | watcher::Event::InitDone,
-                    ) => {
+                    Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
+                        // Names the event, so a test (or an operator) can see
+                        // that a given write was processed.
+                        tracing::debug!(
+                            dsvc = %format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any()),
+                            resource_version = %o.resource_version().unwrap_or_default(),
+                            "DiscoveredService event"
+                        );
+                        tx.send_modify(|n| *n += 1);
+                    }
+                    Ok(watcher::Event::InitDone) => {
                         tx.send_modify(|n| *n += 1);
                     }
                     Ok(_) => {}
