@@ -119,7 +119,7 @@ async fn haproxy_follows_scale_rolling_replacement_and_moves_over_the_runtime_ap
         "hap",
         &["web=shop/web:http"],
         "web",
-        &["--min-slots", "2"],
+        &["--min-slots", "2", "--empty-policy", "503"],
     )
     .await;
     let report = scenario(&env, gw.addr, NET, backends, port).await;
@@ -131,9 +131,10 @@ async fn haproxy_follows_scale_rolling_replacement_and_moves_over_the_runtime_ap
     let runtime = logs.matches("applied=\"runtime\"").count();
     eprintln!("BENCH gateway=haproxy reloads={reloads} runtime_applies={runtime}");
     assert_eq!(reloads, 1, "exactly one reload (slots 2 -> 4):\n{logs}");
-    assert!(
-        runtime >= 4,
-        "scale down, rolling and move go through the Runtime API ({runtime}):\n{logs}"
+    assert_eq!(
+        runtime,
+        report.content_changes - 1,
+        "every other node-list change (scale down, drain, rolling, move) goes through the Runtime API, once:\n{logs}"
     );
     assert!(!logs.contains("not applied"), "{logs}");
     // The file on disk follows the runtime state (a restart starts from it) and has 4 slots.
@@ -209,6 +210,17 @@ async fn haproxy_spreads_by_weight_and_applies_the_empty_policy() {
         "haproxy answers 503 for an empty service",
         Duration::from_secs(10),
         || async { matches!(get(gw.addr).await, Ok((503, _))).then_some(()) },
+    )
+    .await;
+    eventually(
+        "the keep instance processed the empty set",
+        LIMIT,
+        || async {
+            keep.sync
+                .logs()
+                .contains("keeping the last good set")
+                .then_some(())
+        },
     )
     .await;
     for _ in 0..20 {

@@ -2,8 +2,13 @@
 //! backends (axum servers on 127.0.x.y answering with their identity and
 //! recording when they were hit), a bounded client loop through a gateway,
 //! EndpointSlices with explicit conditions, and the scenario of issue 8
-//! (scale 1 -> 3 -> 1, rolling replacement with draining, move to new
-//! addresses) run against any gateway, returning what was measured.
+//! (scale 1 -> 3 -> 1, a replacement whose only endpoint drains before the
+//! new one is ready, a rolling replacement, move to new addresses) run
+//! against any gateway, returning what was measured.
+//!
+//! The gateways run the scenario with `--empty-policy 503`, so an empty node
+//! list would show up as 503s: the drain step can then only pass because the
+//! controller keeps the terminating-but-serving endpoint (`draining: true`).
 //!
 //! Uses `controller_support` (kube-sim with the CRD, the `kube-discovery`
 //! binary); each test file declares both modules.
@@ -113,6 +118,16 @@ impl Backend {
             stop: Some(tx),
             task,
         }
+    }
+
+    /// Hits in `(from, to)`.
+    pub fn hits_between(&self, from: Instant, to: Instant) -> usize {
+        self.hits
+            .lock()
+            .expect("hits")
+            .iter()
+            .filter(|h| **h > from && **h < to)
+            .count()
     }
 
     /// Hits after `t`.
@@ -377,6 +392,14 @@ pub struct Report {
     pub rolling_conn_errors: usize,
     /// Requests reaching a removed backend later than 1 s after its removal.
     pub late_hits_removed: usize,
+    /// Drain step (the only endpoint terminating-but-serving, its replacement
+    /// not ready yet): requests sent while the controller listed the old
+    /// endpoint as `draining`, and how many of them the old backend answered.
+    pub drain_requests: usize,
+    pub drain_old_hits: usize,
+    /// Steps that changed the node list the gateways route to (host, port or
+    /// weight): a gateway that reloads on content change reloads this often.
+    pub content_changes: usize,
     /// Share of each of the 3 equal-weight backends at 3 replicas.
     pub spread: Vec<(String, f64)>,
 }
@@ -400,7 +423,7 @@ impl Report {
         f.sort();
         let ms: Vec<String> = f.iter().map(|d| format!("{}", d.as_millis())).collect();
         format!(
-            "BENCH gateway={gateway} follow_ms=[{}] p99_ms={} requests={} non_2xx={} conn_errors={} rolling: requests={} 5xx={} conn_errors={} late_hits_removed={} spread={:?}",
+            "BENCH gateway={gateway} follow_ms=[{}] p99_ms={} requests={} non_2xx={} conn_errors={} rolling+drain: requests={} 5xx={} conn_errors={} drain: requests={} old_backend_hits={} late_hits_removed={} spread={:?}",
             ms.join(","),
             self.p99().as_millis(),
             self.requests,
@@ -409,6 +432,8 @@ impl Report {
             self.rolling_requests,
             self.rolling_5xx,
             self.rolling_conn_errors,
+            self.drain_requests,
+            self.drain_old_hits,
             self.late_hits_removed,
             self.spread
                 .iter()
@@ -439,7 +464,20 @@ impl Report {
         assert_eq!(
             (self.rolling_5xx, self.rolling_conn_errors),
             (0, 0),
-            "{gateway}: 5xx / connection errors during the rolling replacement"
+            "{gateway}: 5xx / connection errors during the drain step or the rolling replacement"
+        );
+        assert!(
+            self.drain_requests >= 50,
+            "{gateway}: only {} requests while the only endpoint was draining",
+            self.drain_requests
+        );
+        // Every request in that window was answered (zero 5xx above) and the
+        // old backend was the only node: it must have served them.
+        assert!(
+            self.drain_old_hits * 10 >= self.drain_requests * 9,
+            "{gateway}: the draining backend served {} of {} requests while it was the only node",
+            self.drain_old_hits,
+            self.drain_requests
         );
         assert_eq!(
             self.late_hits_removed, 0,
@@ -503,6 +541,7 @@ pub async fn scenario(
     }
     let t = Instant::now();
     slice(env, &[ready(ip(1)), ready(ip(2)), ready(ip(3))], port).await;
+    r.content_changes += 1;
     r.follow.extend(wait_reached(&load, t, &["b2", "b3"]).await);
     // Spread at 3 equal-weight replicas, over the next 1.2 s.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -529,6 +568,7 @@ pub async fn scenario(
     // 3 -> 1: b2, b3 keep listening for 2 s and must get nothing after 1 s.
     let t = Instant::now();
     slice(env, &[ready(ip(1))], port).await;
+    r.content_changes += 1;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let gone: Vec<Backend> = backends.drain(1..).collect();
     for b in gone {
@@ -536,21 +576,60 @@ pub async fn scenario(
         b.stop().await;
     }
 
-    // Rolling replacement with draining: n1, n2 ready; b1 terminating (serving); b1 away.
+    // Drain: the ONLY endpoint (b1) goes terminating-but-serving BEFORE its
+    // replacement r1 is ready. With `drain_terminating: true` the controller
+    // keeps it as a node (`draining: true`), so the gateways keep answering
+    // from b1; then r1 is ready (b1 leaves the nodes), then b1 leaves the
+    // slice, and only then stops listening.
     let rolling_from = Instant::now();
+    slice(env, &[terminating(ip(1))], port).await;
+    let b1_host = ip(1).to_string();
+    eventually("the controller lists b1 as draining", LIMIT, || async {
+        let ds = env.dsvc(NS, SVC).await?;
+        let nodes = ds["spec"]["ports"]["http"].as_array()?.clone();
+        (nodes.len() == 1 && nodes[0]["host"] == b1_host.as_str() && nodes[0]["draining"] == true)
+            .then_some(())
+    })
+    .await;
+    // Past the gateways' follow time (< 1 s asserted), while b1 is still draining.
+    let drain_from = Instant::now() + Duration::from_millis(300);
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let drain_to = Instant::now();
+    r.drain_requests = load
+        .samples()
+        .iter()
+        .filter(|s| s.start > drain_from && s.done < drain_to)
+        .count();
+    r.drain_old_hits = backends[0].hits_between(drain_from, drain_to);
+    backends.insert(1, Backend::start("r1", (ip(8), port).into()).await);
+    let t = Instant::now();
+    slice(env, &[terminating(ip(1)), ready(ip(8))], port).await;
+    r.content_changes += 1;
+    r.follow.extend(wait_reached(&load, t, &["r1"]).await);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    slice(env, &[ready(ip(8))], port).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let b1 = backends.remove(0);
+    r.late_hits_removed += b1.hits_after(t + Duration::from_secs(1));
+    b1.stop().await;
+
+    // Rolling replacement with draining: n1, n2 ready; r1 terminating (serving); r1 away.
     for (i, n) in [(4u8, "n1"), (5, "n2")] {
         backends.push(Backend::start(n, (ip(i), port).into()).await);
     }
     let t = Instant::now();
-    slice(env, &[ready(ip(1)), ready(ip(4)), ready(ip(5))], port).await;
+    slice(env, &[ready(ip(8)), ready(ip(4)), ready(ip(5))], port).await;
+    r.content_changes += 1;
     r.follow.extend(wait_reached(&load, t, &["n1", "n2"]).await);
     let t = Instant::now();
-    slice(env, &[terminating(ip(1)), ready(ip(4)), ready(ip(5))], port).await;
+    slice(env, &[terminating(ip(8)), ready(ip(4)), ready(ip(5))], port).await;
+    r.content_changes += 1;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     slice(env, &[ready(ip(4)), ready(ip(5))], port).await;
-    let b1 = backends.remove(0);
-    r.late_hits_removed += b1.hits_after(t + Duration::from_secs(1));
-    b1.stop().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r1 = backends.remove(0);
+    r.late_hits_removed += r1.hits_after(t + Duration::from_secs(1));
+    r1.stop().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rolling: Vec<Sample> = load
         .samples()
@@ -571,6 +650,7 @@ pub async fn scenario(
     }
     let t = Instant::now();
     slice(env, &[ready(ip(6)), ready(ip(7))], port2).await;
+    r.content_changes += 1;
     r.follow.extend(wait_reached(&load, t, &["m1", "m2"]).await);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let old: Vec<Backend> = backends.drain(..2).collect();
@@ -592,12 +672,23 @@ pub async fn scenario(
     r
 }
 
-/// Creates or replaces the DiscoveredService `shop/<name>` (port key `http`) by hand.
+/// Creates or replaces the DiscoveredService `shop/<name>` (port key `http`) by hand,
+/// with the label the syncs select by default.
 pub async fn put_dsvc(env: &Env, name: &str, nodes: &[(&str, u16, u32)]) {
+    put_dsvc_labeled(env, name, nodes, true).await
+}
+
+/// [`put_dsvc`], with or without the `app.kubernetes.io/managed-by: kube-discovery` label.
+pub async fn put_dsvc_labeled(env: &Env, name: &str, nodes: &[(&str, u16, u32)], labeled: bool) {
     use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    let labels = if labeled {
+        serde_json::json!({"app.kubernetes.io/managed-by": "kube-discovery"})
+    } else {
+        serde_json::json!({"team": "e2e"})
+    };
     let obj = serde_json::json!({
         "apiVersion": "kubediscovery.io/v1alpha1", "kind": "DiscoveredService",
-        "metadata": {"name": name, "namespace": NS, "labels": {"app.kubernetes.io/managed-by": "kube-discovery"}},
+        "metadata": {"name": name, "namespace": NS, "labels": labels},
         "spec": {"cluster": "", "service": format!("{NS}/{name}"), "sourceNamespace": NS, "sourceName": name,
             "source": "EndpointSlice", "version": "0000000000000000",
             "ports": {"http": nodes.iter().map(|(h, p, w)| serde_json::json!({"host": h, "port": p, "weight": w})).collect::<Vec<_>>()}},
@@ -614,6 +705,45 @@ pub async fn put_dsvc(env: &Env, name: &str, nodes: &[(&str, u16, u32)]) {
     )
     .await
     .expect("apply DiscoveredService");
+}
+
+/// Sets an annotation on the DiscoveredService `shop/<name>` (a change that
+/// leaves the nodes as they are); returns the new resourceVersion.
+pub async fn annotate_dsvc(env: &Env, name: &str, value: &str) -> String {
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        env.admin.clone(),
+        NS,
+        &crate::controller_support::dsvc_resource(),
+    );
+    let o = api
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"e2e.kubediscovery.io/touch": value}}}),
+            ),
+        )
+        .await
+        .expect("annotate DiscoveredService");
+    o.metadata.resource_version.expect("resourceVersion")
+}
+
+/// Waits until the sync in `proc` has logged the watch event of
+/// DiscoveredService `shop/<name>` at `rv` AND, after it, a finished apply
+/// cycle (`done`: e.g. "upstreams unchanged"); returns the log.
+pub async fn wait_processed(proc: &Proc, name: &str, rv: &str, done: &str) -> String {
+    let event = format!("DiscoveredService event dsvc={NS}/{name} resource_version={rv}");
+    eventually(
+        &format!("{} processed {event} ({done})", proc.name),
+        LIMIT,
+        || async {
+            let logs = proc.logs();
+            let at = logs.find(&event)?;
+            logs[at..].contains(done).then_some(logs)
+        },
+    )
+    .await
 }
 
 /// The repository root (for scripts in messages).
