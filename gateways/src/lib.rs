@@ -10,8 +10,8 @@
 //!        │                                             │
 //!        ▼                                             ▼
 //!   nginx.rs   render upstream blocks (pure)     haproxy.rs  desired slots -> Runtime API commands (pure)
-//!              write if changed, `nginx -t`,                 `set server b/s addr|weight|state` over the
-//!              reload; restore on failure                    stats socket; reload only to grow the slots
+//!              if changed: candidate, `nginx -t`,            `set server b/s addr|weight|state` over the
+//!              rename over the live file, reload             stats socket; reload only to grow the slots
 //! ```
 //!
 //! Everything that decides *what* to write or send is a pure function with
