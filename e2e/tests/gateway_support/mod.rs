@@ -293,7 +293,9 @@ pub async fn start_world(net: u8) -> (Env, Controller, Vec<Backend>, u16) {
     (env, ctl, vec![b1], port)
 }
 
-/// A child process (gateway or sync) with its log file, killed on drop.
+/// A child process (gateway or sync) with its log file. It runs in its own
+/// process group, and dropping it kills the whole group: nginx's workers
+/// outlive a killed master otherwise.
 pub struct Proc {
     pub name: String,
     pub child: tokio::process::Child,
@@ -311,6 +313,7 @@ impl Proc {
             .stdout(Stdio::from(f2))
             .stderr(Stdio::from(f))
             .kill_on_drop(true)
+            .process_group(0)
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
         Proc {
@@ -343,6 +346,18 @@ impl Proc {
             .is_err()
         {
             let _ = self.child.kill().await;
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        // Still running (not stopped): kill its process group (it leads it).
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .stderr(Stdio::null())
+                .status();
         }
     }
 }
