@@ -15,7 +15,7 @@
 //!    (`.<output name>.kd-candidate`, hidden so `*.conf` globs skip it) and
 //!    validated BEFORE it replaces anything: the main configuration
 //!    (`--nginx-conf`, or nginx's built-in path from `nginx -V`) is copied to
-//!    `.kd-check.<main name>` in its own directory (so relative paths resolve
+//!    `.kd-check.<pid>.<main name>` in its own directory (so relative paths resolve
 //!    the same) with its `include` of the output pointed at the candidate,
 //!    and `nginx -t -c <that copy>` checks the whole configuration with the
 //!    candidate in place. Accepted: the candidate is renamed over the output
@@ -149,14 +149,15 @@ pub fn candidate_path(output: &Path) -> PathBuf {
 }
 
 /// The copy of the main configuration that `nginx -t -c` checks:
-/// `.kd-check.<name>` next to it (same directory, so relative paths resolve
-/// the same).
+/// `.kd-check.<pid>.<name>` next to it (same directory, so relative paths
+/// resolve the same; the process id keeps two syncs sharing one main config
+/// apart).
 pub fn check_conf_path(main: &Path) -> PathBuf {
     let name = main
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    main.with_file_name(format!(".kd-check.{name}"))
+    main.with_file_name(format!(".kd-check.{}.{name}", std::process::id()))
 }
 
 /// `p` made absolute (against the current directory) and lexically normalized.
@@ -622,7 +623,10 @@ mod tests {
     fn check_conf_is_next_to_the_main_config() {
         assert_eq!(
             check_conf_path(Path::new("/etc/nginx/nginx.conf")),
-            PathBuf::from("/etc/nginx/.kd-check.nginx.conf")
+            PathBuf::from(format!(
+                "/etc/nginx/.kd-check.{}.nginx.conf",
+                std::process::id()
+            ))
         );
     }
 

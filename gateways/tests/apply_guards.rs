@@ -98,7 +98,8 @@ async fn nginx_apply_validates_a_candidate_before_it_replaces_the_live_file() {
         "{c:?}"
     );
     assert!(
-        c[0].contains("-c ") && c[0].contains(".kd-check.nginx.conf"),
+        c[0].contains("-c ")
+            && c[0].contains(&format!(".kd-check.{}.nginx.conf", std::process::id())),
         "checked through the copy of the main config: {c:?}"
     );
     assert!(
