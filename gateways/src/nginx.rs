@@ -411,16 +411,19 @@ pub async fn apply(args: &NginxArgs, text: &str) -> anyhow::Result<Applied> {
         let _ = tokio::fs::remove_file(&candidate).await;
         return Err(rejected(e));
     }
-    tokio::fs::rename(&candidate, &args.output)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot rename {} to {}",
-                candidate.display(),
-                args.output.display()
-            )
-        })?;
+    place(&candidate, &args.output).await?;
     reload(args).await
+}
+
+/// Renames the checked `candidate` over the live `output` (atomic on one filesystem).
+async fn place(candidate: &Path, output: &Path) -> anyhow::Result<()> {
+    tokio::fs::rename(candidate, output).await.with_context(|| {
+        format!(
+            "cannot rename {} to {}",
+            candidate.display(),
+            output.display()
+        )
+    })
 }
 
 /// The fallback of [`apply`]: `candidate` renamed over the output, `nginx -t`
@@ -430,15 +433,7 @@ async fn apply_in_place(
     candidate: &Path,
     old: Option<String>,
 ) -> anyhow::Result<Applied> {
-    tokio::fs::rename(candidate, &args.output)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot rename {} to {}",
-                candidate.display(),
-                args.output.display()
-            )
-        })?;
+    place(candidate, &args.output).await?;
     let mut test = nginx_cmd(args);
     test.arg("-t").arg("-q");
     if let Err(e) = run_checked(test, "nginx -t").await {
