@@ -25,7 +25,7 @@ use crate::registry::{self, ResourceInfo};
 use crate::server::{Shared, json_response};
 use crate::status::{ApiError, ApiResult, Cause, success_status};
 use crate::store::{EventType, Key, Store, WriteRecord};
-use crate::{discovery, table, watch};
+use crate::{convert, discovery, table, watch};
 
 /// Largest accepted request body (the real server's etcd object limit is 1.5 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024 / 2;
@@ -512,7 +512,7 @@ impl Ctx {
 
     fn key(&self, name: &str) -> Key {
         (
-            self.info.key(),
+            convert::store_key(&self.info),
             self.namespace.clone().unwrap_or_default(),
             name.to_string(),
         )
@@ -520,6 +520,22 @@ impl Ctx {
 
     fn api_version(&self) -> String {
         self.info.api_version(&self.version)
+    }
+
+    /// The `apiVersion` recorded in `managedFields`: field sets are computed on the
+    /// stored object, so for a converted resource (events.k8s.io/v1 Events) they are
+    /// stored-version (core/v1) field paths and say so.
+    fn fields_api_version(&self) -> String {
+        if convert::is_converted(&self.info) {
+            convert::stored_api_version(&self.info)
+        } else {
+            self.api_version()
+        }
+    }
+
+    /// Whether objects are served exactly as stored (no conversion, no apiVersion change).
+    fn served_as_stored(&self) -> bool {
+        self.version == self.info.storage_version() && !convert::is_converted(&self.info)
     }
 }
 
@@ -614,19 +630,16 @@ async fn resource_request(
     }
 }
 
-/// The object as served in `version` (objects are stored in the storage version).
+/// The object as served in `version` (objects are stored in the storage version;
+/// events.k8s.io/v1 Events are stored as core/v1 Events, see [`crate::convert`]).
 pub fn present(info: &ResourceInfo, version: &str, obj: &Value) -> Value {
-    let mut out = obj.clone();
-    if version != info.storage_version() {
-        out["apiVersion"] = json!(info.api_version(version));
-    }
-    out
+    convert::from_storage(info, version, obj)
 }
 
-/// Answer with an object in the requested version (no copy when it is the
-/// storage version).
+/// Answer with an object in the requested version (no copy when it is served
+/// as stored).
 fn respond(ctx: &Ctx, code: u16, obj: &Value) -> ApiResult<Response<Body>> {
-    if ctx.version == ctx.info.storage_version() {
+    if ctx.served_as_stored() {
         ok_json(code, obj)
     } else {
         ok_json(code, &present(&ctx.info, &ctx.version, obj))
@@ -799,7 +812,7 @@ fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
         _ => None,
     };
     let read = list_read(ctx, limit, cont.as_ref())?;
-    let res = ctx.info.key();
+    let res = convert::store_key(&ctx.info);
     let st = ctx.sh.lock();
     // The revision this list is a consistent snapshot at. A continued list
     // (and an `Exact` one) is served as of its revision: the current objects,
@@ -890,7 +903,7 @@ fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
             metadata["remainingItemCount"] = json!(remaining);
         }
     }
-    if !ctx.accept.table && !ctx.accept.partial && ctx.version == ctx.info.storage_version() {
+    if !ctx.accept.table && !ctx.accept.partial && ctx.served_as_stored() {
         // Large lists: serialize the stored objects directly, without copies.
         let head = json!({"kind": ctx.info.list_kind, "apiVersion": ctx.api_version(), "metadata": metadata});
         let mut out = serde_json::to_vec(&head).map_err(|e| ApiError::internal(e.to_string()))?;
@@ -1012,6 +1025,8 @@ fn check_type_meta(ctx: &Ctx, obj: &mut Value) -> ApiResult<()> {
     }
     obj["apiVersion"] = json!(ctx.info.api_version(ctx.info.storage_version()));
     obj["kind"] = json!(ctx.info.kind);
+    // The request's shape -> the stored shape (events.k8s.io/v1 -> core/v1 Events).
+    convert::to_storage(&ctx.info, obj);
     if !obj.get("metadata").is_some_and(Value::is_object) {
         obj["metadata"] = json!({});
     }
@@ -1199,7 +1214,7 @@ fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
                 "the object has been modified; please apply your changes to the latest version and try again",
             ));
         }
-        let av = ctx.api_version();
+        let av = ctx.fields_api_version();
         let schema = ctx
             .info
             .crd
@@ -1221,7 +1236,7 @@ fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
                     .with_details(json!({"causes": c.causes()})));
             }
         };
-        merged["apiVersion"] = json!(ctx.info.api_version(ctx.info.storage_version()));
+        merged["apiVersion"] = json!(convert::stored_api_version(&ctx.info));
         let out = match old {
             None => {
                 if let Some(m) = merged["metadata"].as_object_mut() {
@@ -1470,7 +1485,13 @@ fn write(
     }
     // --- managed fields
     if !manager.is_empty() {
-        machinery::record_update(old.as_deref(), &mut obj, manager, &ts, &ctx.api_version());
+        machinery::record_update(
+            old.as_deref(),
+            &mut obj,
+            manager,
+            &ts,
+            &ctx.fields_api_version(),
+        );
     }
     // A no-op update does not bump the revision (like the real server).
     if let Some(old) = &old
@@ -1936,7 +1957,7 @@ fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response<Body>> {
     let (orphan, _, dry_run) = delete_options(ctx, body)?;
     let (label, field) = selectors(ctx)?;
     let mut st = ctx.sh.lock();
-    let res = ctx.info.key();
+    let res = convert::store_key(&ctx.info);
     let keys: Vec<Key> = st
         .range(&res, ctx.namespace.as_deref())
         .filter(|(_, o)| label.matches(o) && field.matches(o))

@@ -24,6 +24,7 @@
 //! # drop(kubeconfig); sim.shutdown().await; Ok(()) }
 //! ```
 
+pub mod convert;
 pub mod discovery;
 pub mod handler;
 pub mod machinery;

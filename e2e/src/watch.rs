@@ -83,7 +83,10 @@ impl Spec {
 
     /// Fast path: reuse the event's pre-serialized object.
     fn event_line(&self, etype: &str, e: &Event, first_table: &mut bool) -> Bytes {
-        if self.table || self.version != self.info.storage_version() {
+        if self.table
+            || self.version != self.info.storage_version()
+            || crate::convert::is_converted(&self.info)
+        {
             return self.line(etype, &e.object, first_table);
         }
         let mut v = Vec::with_capacity(e.object_json.len() + 32);
@@ -164,7 +167,7 @@ pub fn start(ctx: &Ctx) -> ApiResult<Response<Body>> {
     let spec = Spec {
         info: ctx.info.clone(),
         version: ctx.version.clone(),
-        res: ctx.info.key(),
+        res: crate::convert::store_key(&ctx.info),
         namespace: ctx.namespace.clone(),
         name: ctx.name.clone(),
         label,

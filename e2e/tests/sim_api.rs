@@ -1507,67 +1507,274 @@ async fn list_honours_resource_version_and_match() {
     sim.shutdown().await;
 }
 
-/// Events through both APIs: core/v1 and events.k8s.io/v1 each create, get, list
-/// and watch. (As documented in the README's known limitations, kube-sim stores
-/// the two separately; the real server shares one storage.)
+/// Events: core/v1 and events.k8s.io/v1 are one stored object, as on the real
+/// server (core/v1 is the storage shape, events.k8s.io/v1 is converted:
+/// `message`/`note`, `involvedObject`/`regarding`, `source`/`deprecatedSource`,
+/// `count`/`deprecatedCount`, `firstTimestamp`/`deprecatedFirstTimestamp`,
+/// `reportingComponent`/`reportingController`, ...). An Event created through
+/// either API is got, listed, watched, patched (in the request's shape) and
+/// deleted through the other, with that API's apiVersion and field names.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_core_v1_and_events_k8s_io_v1() {
+    const CORE: &str = "/api/v1/namespaces/default/events";
+    const NEW: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
     let sim = start(false).await;
     let c = client(&sim, ADMIN).await;
-    let apis = [
-        (
-            "/api/v1/namespaces/default/events",
-            json!({"apiVersion": "v1", "kind": "Event",
-                   "metadata": {"name": "web.core", "namespace": "default"},
-                   "involvedObject": {"apiVersion": "v1", "kind": "Service", "name": "web", "namespace": "default"},
-                   "reason": "Synced", "message": "synced 3 endpoints", "type": "Normal",
-                   "source": {"component": "kube-discovery"}, "count": 1,
-                   "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z"}),
-            "message",
-        ),
-        (
-            "/apis/events.k8s.io/v1/namespaces/default/events",
-            json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
-                   "metadata": {"name": "web.new", "namespace": "default"},
-                   "eventTime": "2026-01-01T00:00:00.000000Z",
-                   "reportingController": "kube-discovery", "reportingInstance": "kd-0",
-                   "action": "Sync", "reason": "Synced", "note": "synced 3 endpoints", "type": "Normal",
-                   "regarding": {"apiVersion": "v1", "kind": "Service", "name": "web", "namespace": "default"}}),
-            "note",
-        ),
-    ];
-    for (path, body, text_field) in apis {
-        let name = body["metadata"]["name"].as_str().expect("name").to_string();
-        let api_version = body["apiVersion"].clone();
-        let (code, before) = raw(&c, "GET", path, None, "").await;
-        assert_eq!(code, 200, "{before}");
-        assert_eq!(before["kind"], "EventList");
-        let rv = list_rv(&before);
-        let (code, created) = raw(&c, "POST", path, Some(body), "application/json").await;
-        assert_eq!(code, 201, "{path}: {created}");
-        assert_eq!(created["apiVersion"], api_version);
-        assert_eq!(created[text_field], "synced 3 endpoints");
-        let (code, got) = raw(&c, "GET", &format!("{path}/{name}"), None, "").await;
-        assert_eq!(code, 200, "{got}");
-        assert_eq!(got["kind"], "Event");
-        assert_eq!(got["reason"], "Synced");
-        assert_eq!(got["metadata"]["uid"], created["metadata"]["uid"]);
-        let (code, list) = raw(&c, "GET", path, None, "").await;
-        assert_eq!(code, 200);
-        assert_eq!(
-            item_names(&list),
-            [name.as_str()],
-            "{path}: only its own API's event (stored separately)"
-        );
-        let (code, events) =
-            sim_support::watch_lines(&c, &format!("{path}?watch=true&resourceVersion={rv}"), 1, 5)
-                .await;
-        assert_eq!(code, 200);
-        assert_eq!(events.len(), 1, "{events:?}");
-        assert_eq!(events[0]["type"], "ADDED");
-        assert_eq!(events[0]["object"]["metadata"]["name"], name.as_str());
-        assert_eq!(events[0]["object"]["apiVersion"], api_version);
+    let (code, core_list) = raw(&c, "GET", CORE, None, "").await;
+    assert_eq!(code, 200, "{core_list}");
+    let (code, new_list) = raw(&c, "GET", NEW, None, "").await;
+    assert_eq!(code, 200, "{new_list}");
+    assert_eq!(core_list["kind"], "EventList");
+    assert_eq!(new_list["kind"], "EventList");
+    assert_eq!(core_list["apiVersion"], "v1");
+    assert_eq!(new_list["apiVersion"], "events.k8s.io/v1");
+    assert!(item_names(&core_list).is_empty() && item_names(&new_list).is_empty());
+    let rv = list_rv(&core_list);
+    // One watch per API, from before the writes: each must see every change,
+    // whichever API made it, in its own shape.
+    let watch = |path: &'static str| {
+        let c = c.clone();
+        tokio::spawn(async move {
+            sim_support::watch_lines(
+                &c,
+                &format!("{path}?watch=true&resourceVersion={rv}"),
+                6,
+                10,
+            )
+            .await
+        })
+    };
+    let (core_watch, new_watch) = (watch(CORE), watch(NEW));
+
+    // Create one Event through each API.
+    let (code, core_created) = raw(
+        &c,
+        "POST",
+        CORE,
+        Some(json!({"apiVersion": "v1", "kind": "Event",
+               "metadata": {"name": "web.core", "namespace": "default"},
+               "involvedObject": {"apiVersion": "v1", "kind": "Service", "name": "web", "namespace": "default"},
+               "reason": "Synced", "message": "synced 3 endpoints", "type": "Normal",
+               "source": {"component": "kube-discovery"}, "count": 1,
+               "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z"})),
+        "application/json",
+    )
+    .await;
+    assert_eq!(code, 201, "{core_created}");
+    assert_eq!(core_created["apiVersion"], "v1");
+    assert_eq!(core_created["message"], "synced 3 endpoints");
+    let (code, new_created) = raw(
+        &c,
+        "POST",
+        NEW,
+        Some(json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+               "metadata": {"name": "web.new", "namespace": "default"},
+               "eventTime": "2026-01-01T00:00:00.000000Z",
+               "reportingController": "kube-discovery", "reportingInstance": "kd-0",
+               "action": "Sync", "reason": "Synced", "note": "synced 5 endpoints", "type": "Normal",
+               "regarding": {"apiVersion": "v1", "kind": "Service", "name": "web", "namespace": "default"},
+               "series": {"count": 2, "lastObservedTime": "2026-01-01T00:01:00.000000Z"}})),
+        "application/json",
+    )
+    .await;
+    assert_eq!(code, 201, "{new_created}");
+    assert_eq!(new_created["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(new_created["note"], "synced 5 endpoints");
+    assert!(new_created.get("message").is_none(), "{new_created}");
+
+    // The core/v1 Event through events.k8s.io/v1.
+    let (code, got) = raw(&c, "GET", &format!("{NEW}/web.core"), None, "").await;
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(got["kind"], "Event");
+    assert_eq!(got["metadata"], core_created["metadata"], "the same object");
+    assert_eq!(got["note"], "synced 3 endpoints");
+    assert_eq!(got["regarding"]["name"], "web");
+    assert_eq!(got["regarding"]["kind"], "Service");
+    assert_eq!(got["deprecatedSource"]["component"], "kube-discovery");
+    assert_eq!(got["deprecatedCount"], 1);
+    assert_eq!(got["deprecatedFirstTimestamp"], "2026-01-01T00:00:00Z");
+    assert_eq!(got["deprecatedLastTimestamp"], "2026-01-01T00:00:00Z");
+    assert_eq!(got["reason"], "Synced");
+    assert_eq!(got["type"], "Normal");
+    for core_only in [
+        "message",
+        "involvedObject",
+        "source",
+        "count",
+        "firstTimestamp",
+        "lastTimestamp",
+    ] {
+        assert!(got.get(core_only).is_none(), "{core_only} in {got}");
     }
+    // The events.k8s.io/v1 Event through core/v1.
+    let (code, got) = raw(&c, "GET", &format!("{CORE}/web.new"), None, "").await;
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got["apiVersion"], "v1");
+    assert_eq!(got["metadata"], new_created["metadata"], "the same object");
+    assert_eq!(got["message"], "synced 5 endpoints");
+    assert_eq!(got["involvedObject"]["name"], "web");
+    assert_eq!(got["reportingComponent"], "kube-discovery");
+    assert_eq!(got["reportingInstance"], "kd-0");
+    assert_eq!(got["action"], "Sync");
+    assert_eq!(got["eventTime"], "2026-01-01T00:00:00.000000Z");
+    assert_eq!(got["series"]["count"], 2);
+    for new_only in ["note", "regarding", "reportingController"] {
+        assert!(got.get(new_only).is_none(), "{new_only} in {got}");
+    }
+    // One name space: the other API's create of the same name is a conflict.
+    let (code, dup) = raw(
+        &c,
+        "POST",
+        CORE,
+        Some(json!({"apiVersion": "v1", "kind": "Event",
+               "metadata": {"name": "web.new"}, "message": "again"})),
+        "application/json",
+    )
+    .await;
+    assert_eq!(code, 409, "{dup}");
+    assert_eq!(dup["reason"], "AlreadyExists");
+
+    // Both lists hold both Events, each in its own API's shape.
+    for (path, api_version, text) in [(CORE, "v1", "message"), (NEW, "events.k8s.io/v1", "note")] {
+        let (code, list) = raw(&c, "GET", path, None, "").await;
+        assert_eq!(code, 200, "{list}");
+        assert_eq!(item_names(&list), ["web.core", "web.new"], "{path}");
+        for item in list["items"].as_array().expect("items") {
+            assert_eq!(item["apiVersion"], api_version, "{path}: {item}");
+            assert!(item[text].is_string(), "{path}: {text} in {item}");
+        }
+    }
+
+    // A merge patch in events.k8s.io/v1 shape, seen through core/v1.
+    let (code, patched) = raw(
+        &c,
+        "PATCH",
+        &format!("{NEW}/web.core"),
+        Some(json!({"note": "synced 4 endpoints", "deprecatedCount": 2})),
+        "application/merge-patch+json",
+    )
+    .await;
+    assert_eq!(code, 200, "{patched}");
+    assert_eq!(patched["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(patched["note"], "synced 4 endpoints");
+    let patched_rv: u64 = patched["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("rv")
+        .parse()
+        .expect("numeric");
+    let (code, got) = raw(&c, "GET", &format!("{CORE}/web.core"), None, "").await;
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got["message"], "synced 4 endpoints");
+    assert_eq!(got["count"], 2);
+    assert_eq!(
+        got["metadata"]["resourceVersion"],
+        patched["metadata"]["resourceVersion"]
+    );
+    assert!(got.get("note").is_none(), "{got}");
+    // Server-side apply through events.k8s.io/v1, seen through core/v1.
+    let (code, applied) = raw(
+        &c,
+        "PATCH",
+        &format!("{NEW}/web.new?fieldManager=events-test&force=true"),
+        Some(json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+               "metadata": {"name": "web.new", "namespace": "default"},
+               "note": "applied note"})),
+        "application/apply-patch+yaml",
+    )
+    .await;
+    assert_eq!(code, 200, "{applied}");
+    assert_eq!(applied["note"], "applied note");
+    assert_eq!(applied["reportingController"], "kube-discovery");
+    // managedFields are computed on the stored core/v1 object (README, known limitations).
+    let entry = applied["metadata"]["managedFields"]
+        .as_array()
+        .expect("managedFields")
+        .iter()
+        .find(|e| e["manager"] == "events-test")
+        .expect("the apply entry")
+        .clone();
+    assert_eq!(entry["operation"], "Apply");
+    assert_eq!(entry["apiVersion"], "v1");
+    assert!(entry["fieldsV1"]["f:message"].is_object(), "{entry}");
+    let (code, got) = raw(&c, "GET", &format!("{CORE}/web.new"), None, "").await;
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got["message"], "applied note");
+    assert_eq!(got["reportingComponent"], "kube-discovery");
+
+    // Delete each through the other API.
+    let (code, body) = raw(&c, "DELETE", &format!("{NEW}/web.core"), None, "").await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = raw(&c, "DELETE", &format!("{CORE}/web.new"), None, "").await;
+    assert_eq!(code, 200, "{body}");
+    for path in [CORE, NEW] {
+        for name in ["web.core", "web.new"] {
+            let (code, body) = raw(&c, "GET", &format!("{path}/{name}"), None, "").await;
+            assert_eq!(code, 404, "{path}/{name}: {body}");
+        }
+        let (code, list) = raw(&c, "GET", path, None, "").await;
+        assert_eq!(code, 200, "{list}");
+        assert!(item_names(&list).is_empty(), "{path}: {list}");
+    }
+
+    // Both watches saw the same six changes (same resourceVersions), each in
+    // its own shape.
+    let (code, core_events) = core_watch.await.expect("core watch");
+    assert_eq!(code, 200);
+    let (code, new_events) = new_watch.await.expect("events.k8s.io watch");
+    assert_eq!(code, 200);
+    let summary = |events: &[Value]| -> Vec<(String, String, String)> {
+        events
+            .iter()
+            .map(|e| {
+                (
+                    e["type"].as_str().expect("type").to_string(),
+                    e["object"]["metadata"]["name"]
+                        .as_str()
+                        .expect("name")
+                        .to_string(),
+                    e["object"]["metadata"]["resourceVersion"]
+                        .as_str()
+                        .expect("rv")
+                        .to_string(),
+                )
+            })
+            .collect()
+    };
+    let expected = [
+        "ADDED", "ADDED", "MODIFIED", "MODIFIED", "DELETED", "DELETED",
+    ];
+    let names = [
+        "web.core", "web.new", "web.core", "web.new", "web.core", "web.new",
+    ];
+    let core_summary = summary(&core_events);
+    assert_eq!(core_summary.len(), 6, "{core_events:?}");
+    for (i, (t, n, _)) in core_summary.iter().enumerate() {
+        assert_eq!(
+            (t.as_str(), n.as_str()),
+            (expected[i], names[i]),
+            "{core_events:?}"
+        );
+    }
+    assert_eq!(
+        core_summary,
+        summary(&new_events),
+        "same changes on both watches"
+    );
+    for e in &core_events {
+        assert_eq!(e["object"]["apiVersion"], "v1", "{e}");
+        assert!(e["object"]["message"].is_string(), "{e}");
+        assert!(e["object"].get("note").is_none(), "{e}");
+    }
+    for e in &new_events {
+        assert_eq!(e["object"]["apiVersion"], "events.k8s.io/v1", "{e}");
+        assert!(e["object"]["note"].is_string(), "{e}");
+        assert!(e["object"].get("message").is_none(), "{e}");
+    }
+    assert_eq!(new_events[2]["object"]["note"], "synced 4 endpoints");
+    assert_eq!(core_events[2]["object"]["message"], "synced 4 endpoints");
+    assert_eq!(core_summary[2].2, patched_rv.to_string());
+    assert_eq!(core_events[3]["object"]["message"], "applied note");
     sim.shutdown().await;
 }
 
