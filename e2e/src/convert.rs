@@ -104,11 +104,11 @@ pub fn to_storage(info: &ResourceInfo, obj: &mut Value) {
 /// A stored object as served by `info` in `version`.
 pub fn from_storage(info: &ResourceInfo, version: &str, obj: &Value) -> Value {
     let mut out = obj.clone();
-    if is_converted(info) {
-        if let Some(m) = out.as_object_mut() {
-            for (core, events) in EVENT_FIELDS {
-                rename(m, core, events);
-            }
+    if is_converted(info)
+        && let Some(m) = out.as_object_mut()
+    {
+        for (core, events) in EVENT_FIELDS {
+            rename(m, core, events);
         }
     }
     if is_converted(info) || version != info.storage_version() {
