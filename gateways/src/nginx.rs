@@ -16,17 +16,22 @@
 //!    validated BEFORE it replaces anything: the main configuration
 //!    (`--nginx-conf`, or nginx's built-in path from `nginx -V`) is copied to
 //!    `.kd-check.<pid>.<main name>` in its own directory (so relative paths resolve
-//!    the same) with its `include` of the output pointed at the candidate,
-//!    and `nginx -t -c <that copy>` checks the whole configuration with the
-//!    candidate in place. Accepted: the candidate is renamed over the output
-//!    (atomic); rejected: the candidate is removed and the error logged, the
-//!    live file never saw it. Then `nginx -s reload`.
-//! 4. Fallback when the main configuration does not include the output
-//!    directly (e.g. through a glob such as `conf.d/*.conf`, or a nested
-//!    include): atomic rename, then `nginx -t` on the live configuration and
-//!    the previous file put back when rejected (a short window in which the
-//!    live file is the rejected one; nginx is never reloaded with it). A
-//!    warning says so; include the output directly to avoid it.
+//!    the same) with its `include` of the output pointed at the candidate
+//!    (a glob `include` whose matches contain the output, such as Debian's
+//!    `include /etc/nginx/conf.d/*.conf;`, becomes explicit includes of every
+//!    current match in nginx's sorted order, the output's entry swapped for the
+//!    candidate), and `nginx -t -c <that copy>` checks the whole configuration
+//!    with the candidate in place. Accepted: the candidate is renamed over the
+//!    output (atomic); rejected: the candidate is removed and the error logged,
+//!    the live file never saw it. Then `nginx -s reload`.
+//! 4. Fallback when the main configuration includes the output neither
+//!    directly nor through one of its own glob includes (e.g. a nested
+//!    include: the output included from a file that is itself included), or
+//!    when such a glob cannot be expanded faithfully: atomic rename, then
+//!    `nginx -t` on the live configuration and the previous file put back when
+//!    rejected (a short window in which the live file is the rejected one;
+//!    nginx is never reloaded with it). A warning says so; include the output
+//!    from the main configuration (directly or through a glob) to avoid it.
 //!
 //! Node hosts and ports are checked before rendering ([`crate::policy`]), so
 //! the text can only contain addresses, numbers and our own keywords.
@@ -191,10 +196,132 @@ fn same_path(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// `p` as one quoted nginx word (`"` and `\` escaped, as nginx's parser
+/// reads them back).
+fn quote(p: &Path) -> String {
+    let mut out = String::from("\"");
+    for c in p.display().to_string().chars() {
+        if matches!(c, '"' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+/// How nginx's `glob(3)` matches (glibc, flags 0): `*`, `?` and `[...]` stay
+/// within one path component and never match a leading `.`.
+const NGINX_GLOB: glob::MatchOptions = glob::MatchOptions {
+    case_sensitive: true,
+    require_literal_separator: true,
+    require_literal_leading_dot: true,
+};
+
+/// Whether nginx treats an `include` argument as a glob (`ngx_conf_include`).
+fn is_glob(arg: &str) -> bool {
+    arg.contains(['*', '?', '['])
+}
+
+/// What a glob `include` of the main configuration means for the check copy.
+#[derive(Debug, PartialEq, Eq)]
+enum GlobInclude {
+    /// Its matches do not contain the output: left as it is.
+    Other,
+    /// Its matches contain the output: the replacement argument (explicit
+    /// includes of every match, the output swapped for the candidate).
+    Rewrite(String),
+    /// It cannot be expanded the way nginx would (invalid pattern, unreadable
+    /// directory, a match nginx would glob again): no check copy.
+    Unsupported,
+}
+
+/// The glob `include` `pattern` (absolute) for the check copy: its current
+/// matches in nginx's order (glibc sorts the full paths with `strcmp`, nginx
+/// runs in the C locale), plus the output when it does not exist yet but the
+/// pattern matches it; the output's entry becomes `candidate`, and the
+/// candidate itself is never included as a match of its own.
+fn glob_include(pattern: &Path, output: &Path, candidate: &Path) -> GlobInclude {
+    let Some(pat) = pattern.to_str() else {
+        return GlobInclude::Unsupported;
+    };
+    // The walk of the `glob` crate skips every hidden entry when it requires
+    // a literal leading dot, even for a pattern such as `.*`: walk without
+    // that rule, then keep what glob(3) matches.
+    let walk = glob::MatchOptions {
+        require_literal_leading_dot: false,
+        ..NGINX_GLOB
+    };
+    let (Ok(paths), Ok(full)) = (glob::glob_with(pat, walk), glob::Pattern::new(pat)) else {
+        return GlobInclude::Unsupported;
+    };
+    let Ok(mut matches) = paths.collect::<Result<Vec<PathBuf>, _>>() else {
+        return GlobInclude::Unsupported;
+    };
+    matches.retain(|m| full.matches_path_with(m, NGINX_GLOB));
+    if !matches.iter().any(|m| same_path(m, output)) {
+        // A first run: the output does not exist yet but will be read by this
+        // glob. Listed the way the glob will spell it: the pattern's literal
+        // directories as written (`..` kept, nginx opens the path as is), then
+        // the rest of the output's path.
+        let absent = matches!(
+            std::fs::symlink_metadata(output),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound
+        );
+        let output_norm = normalize(output);
+        let matched = glob::Pattern::new(&normalize(pattern).to_string_lossy())
+            .is_ok_and(|p| p.matches_path_with(&output_norm, NGINX_GLOB));
+        if !(absent && matched) {
+            return GlobInclude::Other;
+        }
+        let literal: PathBuf = pattern
+            .components()
+            .take_while(|c| !is_glob(&c.as_os_str().to_string_lossy()))
+            .collect();
+        let Ok(rest) = output_norm.strip_prefix(normalize(&literal)) else {
+            return GlobInclude::Unsupported;
+        };
+        let spelled = literal.join(rest);
+        if !same_path(&spelled, output) {
+            return GlobInclude::Unsupported;
+        }
+        matches.push(spelled);
+    }
+    matches.sort_by(|a, b| {
+        a.as_os_str()
+            .as_encoded_bytes()
+            .cmp(b.as_os_str().as_encoded_bytes())
+    });
+    let mut words = Vec::with_capacity(matches.len());
+    for m in matches {
+        let m = if same_path(&m, output) {
+            // The candidate is next to the output: spelled like this match.
+            match candidate.file_name() {
+                Some(name) if candidate.parent() == output.parent() => m.with_file_name(name),
+                _ => normalize(candidate),
+            }
+        } else if same_path(&m, candidate) {
+            continue;
+        } else {
+            m
+        };
+        // nginx would expand a path with glob characters again, and a path
+        // that is not UTF-8 cannot be written back faithfully.
+        match m.to_str() {
+            Some(s) if !is_glob(s) => words.push(quote(&m)),
+            _ => return GlobInclude::Unsupported,
+        }
+    }
+    GlobInclude::Rewrite(words.join("; include "))
+}
+
 /// The main configuration `main_text` (in directory `conf_dir`) with every
-/// `include` of `output` pointed at `candidate` instead; `None` when no
-/// `include` names `output` directly (a glob, a nested include, no include).
-/// Comments and quoted strings are honoured; nothing else is changed.
+/// `include` of `output` pointed at `candidate` instead, and every glob
+/// `include` whose matches contain `output` replaced by explicit includes of
+/// its matches (see [`glob_include`]); `None` when no `include` of the main
+/// configuration reaches `output` (a nested include, no include) or such a
+/// glob cannot be expanded faithfully. Comments and quoted strings are
+/// honoured; nothing else is changed.
 pub fn shadow_config(
     main_text: &str,
     conf_dir: &Path,
@@ -264,8 +391,15 @@ pub fn shadow_config(
                     } else {
                         conf_dir.join(target)
                     };
-                    if !arg.is_empty() && same_path(&target, output) {
-                        spans.push((arg_start, arg_end));
+                    if !arg.is_empty() && is_glob(arg) {
+                        let pattern = std::path::absolute(&target).unwrap_or(target);
+                        match glob_include(&pattern, output, candidate) {
+                            GlobInclude::Other => {}
+                            GlobInclude::Rewrite(r) => spans.push((arg_start, arg_end, r)),
+                            GlobInclude::Unsupported => return None,
+                        }
+                    } else if !arg.is_empty() && same_path(&target, output) {
+                        spans.push((arg_start, arg_end, quote(&normalize(candidate))));
                     }
                 }
                 at_directive = false;
@@ -275,13 +409,11 @@ pub fn shadow_config(
     if spans.is_empty() {
         return None;
     }
-    let cand = normalize(candidate);
-    let cand = format!("\"{}\"", cand.display());
     let mut out = String::with_capacity(main_text.len() + 64);
     let mut last = 0;
-    for (s, e) in spans {
+    for (s, e, replacement) in spans {
         out.push_str(&main_text[last..s]);
-        out.push_str(&cand);
+        out.push_str(&replacement);
         last = e;
     }
     out.push_str(&main_text[last..]);
@@ -393,7 +525,7 @@ pub async fn apply(args: &NginxArgs, text: &str) -> anyhow::Result<Applied> {
     let Some((check_conf, check_text)) = shadow else {
         tracing::warn!(
             output = %args.output.display(),
-            "the nginx main configuration does not include the output directly: validating in place (the previous file is put back when nginx rejects the new one)"
+            "the nginx main configuration includes the output neither directly nor through a glob of its own: validating in place (the previous file is put back when nginx rejects the new one)"
         );
         return apply_in_place(args, &candidate, old).await;
     };
@@ -598,9 +730,8 @@ mod tests {
         // Relative with `..`, and a path that only resolves after normalization.
         let main = "http { include ./kd/../kd/upstreams.conf; }";
         assert!(shadow_config(main, Path::new("/etc/nginx"), out, &cand).is_some());
-        // Not included directly: a glob, another file, only in a comment or a string.
+        // Not included: another file, only in a comment or a string (globs: below).
         for main in [
-            "http { include /etc/nginx/kd/*.conf; }",
             "http { include /etc/nginx/kd/other.conf; }",
             "http { # include /etc/nginx/kd/upstreams.conf;\n}",
             "http { log_format x 'include /etc/nginx/kd/upstreams.conf;'; }",
@@ -612,6 +743,177 @@ mod tests {
                 "{main}"
             );
         }
+    }
+
+    /// A Debian-like layout in a temp dir: `<d>/conf.d/` with `files` (empty).
+    fn conf_d(files: &[&str]) -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let d = tmp.path().canonicalize().expect("canonical tempdir");
+        std::fs::create_dir(d.join("conf.d")).expect("conf.d");
+        for f in files {
+            std::fs::write(d.join("conf.d").join(f), "").expect("file");
+        }
+        (tmp, d)
+    }
+
+    /// `include "<d>/conf.d/<n>"` joined the way the rewrite joins them.
+    fn includes(d: &Path, names: &[&str]) -> String {
+        names
+            .iter()
+            .map(|n| format!("\"{}/conf.d/{n}\"", d.display()))
+            .collect::<Vec<_>>()
+            .join("; include ")
+    }
+
+    #[test]
+    fn glob_include_becomes_every_match_in_nginx_order_with_the_output_swapped() {
+        let (_tmp, d) = conf_d(&[
+            "b.conf",
+            "upstreams.conf",
+            "a.conf",
+            "A.conf",
+            "a-b.conf",
+            "a_b.conf",
+            "z.conf",
+            "notes.txt",
+            ".hidden.conf",
+            ".upstreams.conf.kd-candidate",
+        ]);
+        let out = d.join("conf.d/upstreams.conf");
+        let cand = candidate_path(&out);
+        let main = "events {}\nhttp {\n  include mime.types;\n  include conf.d/*.conf; # Debian\n  server {}\n}\n";
+        let shadow = shadow_config(main, &d, &out, &cand).expect("reached through the glob");
+        // strcmp order (C locale: `A` < `a`, `-` < `.` < `_`), hidden files
+        // not matched, the output's entry is the candidate, one line as before.
+        let want = format!(
+            "events {{}}\nhttp {{\n  include mime.types;\n  include {}; # Debian\n  server {{}}\n}}\n",
+            includes(
+                &d,
+                &[
+                    "A.conf",
+                    "a-b.conf",
+                    "a.conf",
+                    "a_b.conf",
+                    "b.conf",
+                    ".upstreams.conf.kd-candidate",
+                    "z.conf"
+                ]
+            )
+        );
+        assert_eq!(shadow, want);
+        // Absolute and quoted patterns too; a glob that does not reach the
+        // output is left exactly as written.
+        let main = format!(
+            "http {{ include \"{d}/conf.d/[a-z]*.conf\"; include {d}/conf.d/*.txt; }}",
+            d = d.display()
+        );
+        let shadow = shadow_config(&main, Path::new("/elsewhere"), &out, &cand).expect("glob");
+        assert_eq!(
+            shadow,
+            format!(
+                "http {{ include {}; include {}/conf.d/*.txt; }}",
+                includes(
+                    &d,
+                    &[
+                        "a-b.conf",
+                        "a.conf",
+                        "a_b.conf",
+                        "b.conf",
+                        ".upstreams.conf.kd-candidate",
+                        "z.conf"
+                    ]
+                ),
+                d.display()
+            )
+        );
+    }
+
+    #[test]
+    fn glob_include_keeps_the_spelling_of_the_pattern() {
+        // nginx opens `sub/../conf.d/x.conf` as written (`..` after a
+        // symlink is not lexical), so the matches keep the pattern's spelling,
+        // the candidate included.
+        let (_tmp, d) = conf_d(&["b.conf", "upstreams.conf", "a.conf"]);
+        std::fs::create_dir(d.join("sub")).expect("sub");
+        let out = d.join("conf.d/upstreams.conf");
+        let cand = candidate_path(&out);
+        let shadow = shadow_config("include sub/../conf.d/*.conf;", &d, &out, &cand)
+            .expect("reached through the glob");
+        let s = format!("\"{}/sub/../conf.d", d.display());
+        assert_eq!(
+            shadow,
+            format!(
+                "include {s}/a.conf\"; include {s}/b.conf\"; include {s}/.upstreams.conf.kd-candidate\";"
+            )
+        );
+    }
+
+    #[test]
+    fn glob_include_reaches_an_output_that_does_not_exist_yet() {
+        let (_tmp, d) = conf_d(&["a.conf", "z.conf"]);
+        let out = d.join("conf.d/upstreams.conf");
+        let cand = candidate_path(&out);
+        let shadow = shadow_config("http { include conf.d/*.conf; }", &d, &out, &cand)
+            .expect("first run: the glob will read the output");
+        assert_eq!(
+            shadow,
+            format!(
+                "http {{ include {}; }}",
+                includes(&d, &["a.conf", ".upstreams.conf.kd-candidate", "z.conf"])
+            )
+        );
+    }
+
+    #[test]
+    fn glob_include_never_lists_the_candidate_as_a_match_of_its_own() {
+        // A hidden output: `.*up.conf*` matches both it and a stale candidate
+        // next to it (and a hidden entry is matched by a leading `.` only).
+        let (_tmp, d) = conf_d(&[
+            ".a.conf",
+            ".up.conf",
+            "..up.conf.kd-candidate",
+            ".zup.conf",
+            "up.conf",
+        ]);
+        let out = d.join("conf.d/.up.conf");
+        let cand = candidate_path(&out);
+        assert_eq!(cand, d.join("conf.d/..up.conf.kd-candidate"));
+        let shadow = shadow_config("include conf.d/.*up.conf*;", &d, &out, &cand).expect("glob");
+        assert_eq!(
+            shadow,
+            format!(
+                "include {};",
+                includes(&d, &["..up.conf.kd-candidate", ".zup.conf"])
+            )
+        );
+    }
+
+    #[test]
+    fn glob_include_without_the_output_or_not_expandable_falls_back() {
+        let (_tmp, d) = conf_d(&["a.conf", "upstreams.conf"]);
+        let out = d.join("conf.d/upstreams.conf");
+        let cand = candidate_path(&out);
+        for main in [
+            // No match is the output: no check copy (the in-place fallback).
+            "http { include conf.d/*.txt; }",
+            "http { include other/*.conf; }",
+            "http { include conf.d/a*.conf; }",
+            // A nested include (conf.d/a.conf could include the output).
+            "http { include conf.d/a.conf; }",
+        ] {
+            assert_eq!(shadow_config(main, &d, &out, &cand), None, "{main}");
+        }
+        // A match that nginx would expand again as a glob: not rewritten.
+        std::fs::write(d.join("conf.d/we[ir]d.conf"), "").expect("file");
+        assert_eq!(
+            shadow_config("http { include conf.d/*.conf; }", &d, &out, &cand),
+            None
+        );
+        // An invalid pattern.
+        assert_eq!(
+            shadow_config("http { include conf.d/[.conf; }", &d, &out, &cand),
+            None
+        );
     }
 
     #[test]

@@ -11,23 +11,34 @@ use kube_discovery_gateways::nginx::{Applied, NginxArgs, apply};
 use kube_discovery_gateways::{EmptyPolicy, KubeArgs};
 
 /// A fake binary: appends its arguments to `calls`. nginx `-t` checks the
-/// `-c` file and every file it includes (globs expanded, as nginx does),
-/// failing when one contains `BROKEN`, and appends what the LIVE
-/// `upstreams.conf` held at that moment to `live-at-check` (so a test sees
-/// whether an unvalidated file was ever in place). haproxy `-c` fails when
-/// the last `-f` argument contains `BROKEN`.
+/// `-c` file and every file it includes, recursively (globs expanded by the
+/// shell, as nginx does; several includes on one line), failing when one
+/// contains `BROKEN`; it appends the `-c` file to `checked-conf` and what the
+/// LIVE `upstreams.conf` held at that moment to `live-at-check` (so a test
+/// sees whether an unvalidated file was ever in place). haproxy `-c` fails
+/// when the last `-f` argument contains `BROKEN`.
 fn fake(dir: &Path, name: &str) -> PathBuf {
     let p = dir.join(name);
-    let script = format!(
-        "#!/bin/sh\necho \"$@\" >> {calls}\nlast=\"\"\nconf=\"\"\nprev=\"\"\n\
-for a in \"$@\"; do last=\"$a\"; [ \"$prev\" = -c ] && conf=\"$a\"; prev=\"$a\"; done\n\
-case \"$*\" in\n  *\" -t\"*) {{ cat {dir}/upstreams.conf 2>/dev/null; echo '--'; }} >> {dir}/live-at-check\n\
-    grep -q BROKEN \"$conf\" && {{ echo 'emerg: broken' >&2; exit 1; }}\n\
-    for f in $(sed -n 's/.*include  *\"*\\([^\";]*\\)\"*;.*/\\1/p' \"$conf\"); do grep -q BROKEN \"$f\" && {{ echo \"emerg: broken in $f\" >&2; exit 1; }}; done; exit 0;;\n\
-  \"-c \"*) grep -q BROKEN \"$last\" && {{ echo 'ALERT: broken' >&2; exit 1; }}; exit 0;;\nesac\nexit 0\n",
-        calls = dir.join("calls").display(),
-        dir = dir.display()
-    );
+    let script = r#"#!/bin/sh
+echo "$@" >> @CALLS@
+last=""
+conf=""
+prev=""
+for a in "$@"; do last="$a"; [ "$prev" = -c ] && conf="$a"; prev="$a"; done
+check() {
+  grep -q BROKEN "$1" && { echo "emerg: broken in $1" >&2; exit 1; }
+  for f in $(grep -o 'include  *"*[^";]*' "$1" | sed 's/^include  *"*//'); do check "$f"; done
+}
+case "$*" in
+  *" -t"*) { cat @DIR@/upstreams.conf 2>/dev/null; echo '--'; } >> @DIR@/live-at-check
+    { cat "$conf"; echo '--'; } >> @DIR@/checked-conf
+    check "$conf"; exit 0;;
+  "-c "*) grep -q BROKEN "$last" && { echo 'ALERT: broken' >&2; exit 1; }; exit 0;;
+esac
+exit 0
+"#
+    .replace("@CALLS@", &dir.join("calls").display().to_string())
+    .replace("@DIR@", &dir.display().to_string());
     std::fs::write(&p, script).expect("write fake");
     let status = std::process::Command::new("chmod")
         .arg("+x")
@@ -146,6 +157,7 @@ async fn nginx_apply_validates_a_candidate_before_it_replaces_the_live_file() {
         left,
         [
             "calls",
+            "checked-conf",
             "live-at-check",
             "nginx",
             "nginx.conf",
@@ -163,26 +175,141 @@ async fn nginx_apply_validates_a_candidate_before_it_replaces_the_live_file() {
     assert!(!dir.join(".upstreams.conf.kd-candidate").exists());
 }
 
-/// Fallback when the main config reaches the output only through a glob:
-/// validated in place, the previous file put back when rejected.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut left: Vec<String> = std::fs::read_dir(dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    left
+}
+
+/// Debian's layout: the main config reaches the output only through a glob
+/// include (`include ../*.conf;`, relative to the main config's directory).
+/// The check copy lists every match explicitly with the candidate in the
+/// output's place, so a rejected text never appears at the live path, and
+/// the other matched files are still part of the check.
+#[tokio::test]
+async fn nginx_apply_validates_a_candidate_reached_through_a_glob_include() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let mut args = nginx_args(dir);
+    std::fs::create_dir(dir.join("etc")).expect("etc");
+    let main = dir.join("etc/nginx.conf");
+    args.nginx_conf = Some(main.clone());
+    std::fs::write(&main, "events {}\nhttp {\n  include ../*.conf;\n}\n").expect("nginx.conf");
+    std::fs::write(dir.join("a.conf"), "# a\n").expect("a.conf");
+    std::fs::write(dir.join("z.conf"), "# z\n").expect("z.conf");
+    // `../*.conf` from `<dir>/etc`, as nginx's glob(3) spells its matches.
+    let g = format!("{}/etc/..", dir.display());
+
+    // First run (no output yet): the glob will read it, so it is checked as a candidate.
+    let good = "upstream web {\n    server 10.0.0.1:80 weight=1;\n}\n";
+    assert_eq!(apply(&args, good).await.expect("apply"), Applied::Reloaded);
+    let c = calls(dir);
+    assert_eq!(c.len(), 2, "{c:?}");
+    assert!(
+        c[0].contains(&format!(
+            ".kd-check.{}.nginx.conf -t -q",
+            std::process::id()
+        )),
+        "checked through the copy of the main config, not in place: {c:?}"
+    );
+    assert!(c[1].ends_with("/etc/nginx.conf -s reload"), "{c:?}");
+    let checked = std::fs::read_to_string(dir.join("checked-conf")).expect("checked-conf");
+    assert_eq!(
+        checked,
+        format!(
+            "events {{}}\nhttp {{\n  include \"{g}/a.conf\"; include \"{g}/.upstreams.conf.kd-candidate\"; include \"{g}/z.conf\";\n}}\n--\n"
+        ),
+        "every match in order (spelled as the glob spells it), the output's entry swapped for the candidate"
+    );
+    assert_eq!(live_at_check(dir), "--\n");
+    assert_eq!(std::fs::read_to_string(&args.output).expect("read"), good);
+
+    // Rejected: the live file held the good text during the check and still does.
+    let err = apply(&args, "upstream web { BROKEN }\n")
+        .await
+        .expect_err("must be rejected");
+    assert!(format!("{err:#}").contains("emerg: broken in"), "{err:#}");
+    assert!(
+        format!("{err:#}").contains("previous content kept"),
+        "{err:#}"
+    );
+    assert_eq!(std::fs::read_to_string(&args.output).expect("read"), good);
+    let seen = live_at_check(dir);
+    assert!(
+        !seen.contains("BROKEN"),
+        "the rejected text was at the live path: {seen}"
+    );
+    assert!(seen.ends_with(&format!("{good}--\n")), "{seen}");
+    let checked = std::fs::read_to_string(dir.join("checked-conf")).expect("checked-conf");
+    assert!(
+        checked.ends_with(&format!(
+            "include \"{g}/a.conf\"; include \"{g}/.upstreams.conf.kd-candidate\"; include \"{g}/z.conf\";\n}}\n--\n"
+        )),
+        "{checked}"
+    );
+    assert_eq!(calls(dir).len(), 3);
+
+    // The other matches are still checked: a broken neighbour rejects the new file too.
+    std::fs::write(dir.join("z.conf"), "BROKEN\n").expect("z.conf");
+    let newer = "upstream web {\n    server 10.0.0.2:80 weight=1;\n}\n";
+    let err = apply(&args, newer).await.expect_err("z.conf is broken");
+    assert!(format!("{err:#}").contains("/z.conf"), "{err:#}");
+    assert_eq!(std::fs::read_to_string(&args.output).expect("read"), good);
+    std::fs::write(dir.join("z.conf"), "# z\n").expect("z.conf");
+    assert_eq!(apply(&args, newer).await.expect("apply"), Applied::Reloaded);
+    assert_eq!(std::fs::read_to_string(&args.output).expect("read"), newer);
+    assert!(!live_at_check(dir).contains("BROKEN"));
+
+    // Nothing left behind: no candidate, no check copy.
+    assert_eq!(
+        names_in(dir),
+        [
+            "a.conf",
+            "calls",
+            "checked-conf",
+            "etc",
+            "live-at-check",
+            "nginx",
+            "upstreams.conf",
+            "z.conf"
+        ],
+        "temp files left"
+    );
+    assert_eq!(names_in(&dir.join("etc")), ["nginx.conf"]);
+}
+
+/// Fallback when the main config reaches the output only through a nested
+/// include (a file it includes includes the output): validated in place, the
+/// previous file put back when rejected.
 #[tokio::test]
 async fn nginx_apply_falls_back_to_validate_in_place_and_restore() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
-    let args = nginx_args(dir);
+    let mut args = nginx_args(dir);
+    std::fs::create_dir(dir.join("etc")).expect("etc");
+    let main = dir.join("etc/nginx.conf");
+    args.nginx_conf = Some(main.clone());
     std::fs::write(
-        dir.join("nginx.conf"),
+        &main,
         format!(
-            "events {{}}\nhttp {{\n  include {}/*.conf;\n}}\n",
+            "events {{}}\nhttp {{\n  include {}/nested.inc;\n}}\n",
             dir.display()
         ),
     )
     .expect("nginx.conf");
+    std::fs::write(
+        dir.join("nested.inc"),
+        format!("include {}/*.conf;\n", dir.display()),
+    )
+    .expect("nested.inc");
     let good = "upstream web {\n    server 10.0.0.1:80 weight=1;\n}\n";
     assert_eq!(apply(&args, good).await.expect("apply"), Applied::Reloaded);
     let c = calls(dir);
     assert!(
-        c[0].ends_with("/nginx.conf -t -q") && !c[0].contains("kd-check"),
+        c[0].ends_with("/etc/nginx.conf -t -q") && !c[0].contains("kd-check"),
         "{c:?}"
     );
     let err = apply(&args, "upstream web { BROKEN }\n")
