@@ -318,7 +318,7 @@ fn glob_include(pattern: &Path, output: &Path, candidate: &Path) -> GlobInclude 
 /// The main configuration `main_text` (in directory `conf_dir`) with every
 /// `include` of `output` pointed at `candidate` instead, and every glob
 /// `include` whose matches contain `output` replaced by explicit includes of
-/// its matches (see [`glob_include`]); `None` when no `include` of the main
+/// its matches (see `glob_include`); `None` when no `include` of the main
 /// configuration reaches `output` (a nested include, no include) or such a
 /// glob cannot be expanded faithfully. Comments and quoted strings are
 /// honoured; nothing else is changed.
