@@ -352,7 +352,7 @@ async fn demo_runs_for_a_duration_with_live_updates_and_exits_cleanly() {
         ])
         .arg(dir.path())
         .stdout(std::fs::File::create(&out_path).unwrap())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("demo.err")).unwrap())
         .kill_on_drop(true)
         .spawn()
         .expect("spawn demo");
@@ -393,4 +393,11 @@ async fn demo_runs_for_a_duration_with_live_updates_and_exits_cleanly() {
         .expect("demo ended")
         .expect("wait");
     assert!(status.status.success(), "demo exit {:?}", status.status);
+    // Logs to a file (not a terminal) are plain text: no colour escapes.
+    let logs = std::fs::read_to_string(dir.path().join("demo.err")).unwrap();
+    assert!(logs.contains(" INFO "), "the controller logged:\n{logs}");
+    assert!(
+        !logs.contains('\u{1b}'),
+        "ANSI escapes in piped logs:\n{logs}"
+    );
 }
