@@ -52,6 +52,12 @@ fn is_core_event(info: &ResourceInfo) -> bool {
     info.group.is_empty() && info.resource == "events"
 }
 
+/// Whether `info`'s objects in `version` are served exactly as stored (no
+/// conversion, no apiVersion change): the answer can reuse the stored bytes.
+pub fn served_as_stored(info: &ResourceInfo, version: &str) -> bool {
+    version == info.storage_version() && !is_converted(info)
+}
+
 /// The key objects of `info` are stored under.
 pub fn store_key(info: &ResourceInfo) -> String {
     if is_converted(info) {

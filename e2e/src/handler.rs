@@ -535,7 +535,7 @@ impl Ctx {
 
     /// Whether objects are served exactly as stored (no conversion, no apiVersion change).
     fn served_as_stored(&self) -> bool {
-        self.version == self.info.storage_version() && !convert::is_converted(&self.info)
+        convert::served_as_stored(&self.info, &self.version)
     }
 }
 
@@ -818,12 +818,10 @@ fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
     // (and an `Exact` one) is served as of its revision: the current objects,
     // with those changed since replaced by their state then (from the history).
     let at = match read {
-        ListRead::Current => None,
-        ListRead::NotOlderThan(n) if n <= st.rv => None,
         ListRead::NotOlderThan(n) | ListRead::At(n) if n > st.rv => {
             return Err(ApiError::too_large_rv(n, st.rv));
         }
-        ListRead::NotOlderThan(_) => None,
+        ListRead::Current | ListRead::NotOlderThan(_) => None,
         ListRead::At(n) if !st.can_watch_from(n) => {
             return Err(ApiError::new(
                 410,

@@ -83,10 +83,7 @@ impl Spec {
 
     /// Fast path: reuse the event's pre-serialized object.
     fn event_line(&self, etype: &str, e: &Event, first_table: &mut bool) -> Bytes {
-        if self.table
-            || self.version != self.info.storage_version()
-            || crate::convert::is_converted(&self.info)
-        {
+        if self.table || !crate::convert::served_as_stored(&self.info, &self.version) {
             return self.line(etype, &e.object, first_table);
         }
         let mut v = Vec::with_capacity(e.object_json.len() + 32);
