@@ -128,7 +128,8 @@ impl Proxy {
         }
         match t {
             Target::Nodes(n) => {
-                if !empty {
+                // Remember a new good set (a comparison, not a copy, per request).
+                if !empty && g.0.as_deref() != Some(n.as_slice()) {
                     g.0 = Some(n.clone());
                 }
                 Some(n)

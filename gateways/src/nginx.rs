@@ -315,6 +315,25 @@ fn glob_include(pattern: &Path, output: &Path, candidate: &Path) -> GlobInclude 
     GlobInclude::Rewrite(words.join("; include "))
 }
 
+/// The end (exclusive) of the quoted nginx word whose opening quote is at
+/// `b[i]` (backslash escapes skipped), at most `b.len()`.
+fn quoted_end(b: &[u8], mut i: usize) -> usize {
+    let q = b[i];
+    i += 1;
+    while i < b.len() && b[i] != q {
+        i += if b[i] == b'\\' { 2 } else { 1 };
+    }
+    (i + 1).min(b.len())
+}
+
+/// The end (exclusive) of the unquoted nginx word starting at `b[i]`.
+fn word_end(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && !b[i].is_ascii_whitespace() && !b";{}#".contains(&b[i]) {
+        i += 1;
+    }
+    i
+}
+
 /// The main configuration `main_text` (in directory `conf_dir`) with every
 /// `include` of `output` pointed at `candidate` instead, and every glob
 /// `include` whose matches contain `output` replaced by explicit includes of
@@ -348,43 +367,27 @@ pub fn shadow_config(
             }
             b'"' | b'\'' => {
                 // A quoted word: skip it (it is an argument or a quoted name).
-                let q = b[i];
-                i += 1;
-                while i < b.len() && b[i] != q {
-                    i += if b[i] == b'\\' { 2 } else { 1 };
-                }
-                i += 1;
+                i = quoted_end(b, i);
                 at_directive = false;
             }
             _ => {
                 let start = i;
-                while i < b.len() && !b[i].is_ascii_whitespace() && !b";{}#".contains(&b[i]) {
-                    i += 1;
-                }
+                i = word_end(b, i);
                 let word = &main_text[start..i];
                 if at_directive && word == "include" {
                     while i < b.len() && b[i].is_ascii_whitespace() {
                         i += 1;
                     }
-                    let (arg_start, arg_end, arg) = if i < b.len()
-                        && (b[i] == b'"' || b[i] == b'\'')
-                    {
-                        let q = b[i];
-                        let s = i;
-                        i += 1;
-                        while i < b.len() && b[i] != q {
-                            i += if b[i] == b'\\' { 2 } else { 1 };
-                        }
-                        i = (i + 1).min(b.len());
-                        (s, i, main_text.get(s + 1..i - 1).unwrap_or_default())
-                    } else {
-                        let s = i;
-                        while i < b.len() && !b[i].is_ascii_whitespace() && !b";{}#".contains(&b[i])
-                        {
-                            i += 1;
-                        }
-                        (s, i, &main_text[s..i])
-                    };
+                    let (arg_start, arg_end, arg) =
+                        if i < b.len() && (b[i] == b'"' || b[i] == b'\'') {
+                            let s = i;
+                            i = quoted_end(b, i);
+                            (s, i, main_text.get(s + 1..i - 1).unwrap_or_default())
+                        } else {
+                            let s = i;
+                            i = word_end(b, i);
+                            (s, i, &main_text[s..i])
+                        };
                     let target = Path::new(arg);
                     let target = if target.is_absolute() {
                         target.to_path_buf()
