@@ -205,32 +205,7 @@ async fn haproxy_spreads_by_weight_and_applies_the_empty_policy() {
         gw.sync.logs()
     );
 
-    put_dsvc(&env, "wtd", &[]).await;
-    eventually(
-        "haproxy answers 503 for an empty service",
-        Duration::from_secs(10),
-        || async { matches!(get(gw.addr).await, Ok((503, _))).then_some(()) },
-    )
-    .await;
-    eventually(
-        "the keep instance processed the empty set",
-        LIMIT,
-        || async {
-            keep.sync
-                .logs()
-                .contains("keeping the last good set")
-                .then_some(())
-        },
-    )
-    .await;
-    for _ in 0..20 {
-        let r = get(keep.addr).await;
-        assert!(
-            matches!(&r, Ok((200, _))),
-            "keep policy must keep serving: {r:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    assert_empty_policies(&env, "wtd", gw.addr, keep.addr, &keep.sync).await;
     gw.sync.assert_running();
     drop((light, heavy));
 }

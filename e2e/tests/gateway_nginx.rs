@@ -275,34 +275,7 @@ async fn nginx_spreads_by_weight_and_applies_the_empty_policy() {
     put_dsvc(&env, "keepme", &[("127.0.1.20", port, 10)]).await;
 
     // Nodes gone: 503 policy answers 503 within a second or so; keep policy keeps serving.
-    put_dsvc(&env, "wtd", &[]).await;
-    eventually(
-        "nginx answers 503 for an empty service",
-        Duration::from_secs(10),
-        || async { matches!(get(gw.addr).await, Ok((503, _))).then_some(()) },
-    )
-    .await;
-    // The keep instance has seen the empty set (its decision is logged) ...
-    eventually(
-        "the keep instance processed the empty set",
-        LIMIT,
-        || async {
-            keep.sync
-                .logs()
-                .contains("keeping the last good set")
-                .then_some(())
-        },
-    )
-    .await;
-    // ... and still serves the last set.
-    for _ in 0..20 {
-        let r = get(keep.addr).await;
-        assert!(
-            matches!(&r, Ok((200, _))),
-            "keep policy must keep serving: {r:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    assert_empty_policies(&env, "wtd", gw.addr, keep.addr, &keep.sync).await;
     gw.sync.assert_running();
     drop((light, heavy));
 }

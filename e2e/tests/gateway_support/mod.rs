@@ -687,6 +687,47 @@ pub async fn scenario(
     r
 }
 
+/// Empties the hand-written DiscoveredService `shop/<name>`: the `--empty-policy 503`
+/// gateway at `unavailable` answers 503, and the `keep` gateway (at `keep`, its
+/// sync process `keep_sync`) logs that it keeps the last good set and keeps
+/// answering 200 from it.
+pub async fn assert_empty_policies(
+    env: &Env,
+    name: &str,
+    unavailable: SocketAddr,
+    keep: SocketAddr,
+    keep_sync: &Proc,
+) {
+    put_dsvc(env, name, &[]).await;
+    eventually(
+        "the 503 gateway answers 503 for an empty service",
+        Duration::from_secs(10),
+        || async { matches!(get(unavailable).await, Ok((503, _))).then_some(()) },
+    )
+    .await;
+    // The keep instance has seen the empty set (its decision is logged) ...
+    eventually(
+        "the keep instance processed the empty set",
+        LIMIT,
+        || async {
+            keep_sync
+                .logs()
+                .contains("keeping the last good set")
+                .then_some(())
+        },
+    )
+    .await;
+    // ... and still serves the last set.
+    for _ in 0..20 {
+        let r = get(keep).await;
+        assert!(
+            matches!(&r, Ok((200, _))),
+            "keep policy must keep serving: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Creates or replaces the DiscoveredService `shop/<name>` (port key `http`) by hand,
 /// with the label the syncs select by default.
 pub async fn put_dsvc(env: &Env, name: &str, nodes: &[(&str, u16, u32)]) {
