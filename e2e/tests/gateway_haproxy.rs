@@ -11,7 +11,6 @@ mod gateway_support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use controller_support::{Env, LIMIT, eventually};
 use gateway_support::*;

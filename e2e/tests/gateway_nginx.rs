@@ -10,7 +10,6 @@ mod gateway_support;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::Duration;
 
 use controller_support::{Env, LIMIT, eventually};
 use gateway_support::*;
