@@ -85,8 +85,14 @@ fn binary_serves_tls_writes_kubeconfig_and_stops_on_sigterm() {
         String::from_utf8_lossy(&out.stderr)
     );
 
+    stops_cleanly_on(&mut child, "TERM");
+}
+
+/// Sends `SIG<sig>` to kube-sim and asserts that it exits with status 0
+/// within 10 s.
+fn stops_cleanly_on(child: &mut std::process::Child, sig: &str) {
     let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args([&format!("-{sig}"), &child.id().to_string()])
         .status()
         .expect("kill");
     assert!(status.success());
@@ -97,7 +103,7 @@ fn binary_serves_tls_writes_kubeconfig_and_stops_on_sigterm() {
         }
         assert!(
             Instant::now() < deadline,
-            "kube-sim did not stop on SIGTERM"
+            "kube-sim did not stop on SIG{sig}"
         );
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -174,18 +180,5 @@ fn binary_stops_on_sigint() {
         dir.path().join("kubeconfig.ca.crt").exists(),
         "CA missing when the URL was printed"
     );
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let exit = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "kube-sim did not stop on SIGINT");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(exit.success(), "exit status {exit}");
+    stops_cleanly_on(&mut child, "INT");
 }
