@@ -301,25 +301,54 @@ async fn apply_faults(sh: &Shared, verb: &str, resource: &str) -> ApiResult<()> 
     }
     let failure = sh.faults().take_failure(verb, resource);
     if let Some((code, retry_after)) = failure {
-        let reason = match code {
-            429 => "TooManyRequests",
-            500 => "InternalError",
-            503 => "ServiceUnavailable",
-            504 => "Timeout",
-            409 => "Conflict",
-            404 => "NotFound",
-            403 => "Forbidden",
-            _ => "Unknown",
-        };
-        let mut e = ApiError::new(
-            code,
-            reason,
-            format!("kube-sim injected fault: {code} for {verb} {resource}"),
-        );
-        e.retry_after = retry_after.or(if code == 429 { Some(1) } else { None });
-        return Err(e);
+        return Err(injected_failure(code, retry_after, verb, resource));
     }
     Ok(())
+}
+
+/// The `Status` error a `fail` fault answers with (`Retry-After` 1 s by
+/// default for 429).
+fn injected_failure(code: u16, retry_after: Option<u64>, verb: &str, resource: &str) -> ApiError {
+    let reason = match code {
+        429 => "TooManyRequests",
+        500 => "InternalError",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        409 => "Conflict",
+        404 => "NotFound",
+        403 => "Forbidden",
+        _ => "Unknown",
+    };
+    let mut e = ApiError::new(
+        code,
+        reason,
+        format!("kube-sim injected fault: {code} for {verb} {resource}"),
+    );
+    e.retry_after = retry_after.or(if code == 429 { Some(1) } else { None });
+    e
+}
+
+/// The HTTP answer of a `fail` fault, for a fault-injecting proxy in front of
+/// another API server (the same body and headers kube-sim itself sends).
+pub fn injected_failure_response(
+    code: u16,
+    retry_after: Option<u64>,
+    verb: &str,
+    resource: &str,
+) -> Response<Body> {
+    error_response(&injected_failure(code, retry_after, verb, resource))
+}
+
+/// The `(verb, plural resource)` a fault rule matches for a resource request
+/// (`None` for discovery, health and other non-resource paths), by the same
+/// routing kube-sim serves with: e.g. `GET /api/v1/namespaces/a/pods?watch=1`
+/// is `("watch", "pods")`.
+pub fn fault_target(method: &Method, path: &str, query: &str) -> Option<(&'static str, String)> {
+    let Route::Resource(p) = route(path) else {
+        return None;
+    };
+    let verb = verb_for(method, &p, &parse_query(query)).ok()?;
+    Some((verb, p.resource))
 }
 
 async fn handle_inner(sh: &Arc<Shared>, req: Request<Incoming>) -> ApiResult<Response<Body>> {

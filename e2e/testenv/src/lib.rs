@@ -1,0 +1,375 @@
+//! Test environments for kube-discovery's end-to-end tests.
+//!
+//! A test asks for a [`Cluster`] on a [`Backend`]:
+//!
+//! * [`Backend::Sim`]: kube-sim in-process (fast, with fault hooks);
+//! * [`Backend::Real`]: etcd + kube-apiserver + kube-controller-manager at
+//!   pinned versions ([`real`]), with a fault-injecting proxy ([`proxy`]) and
+//!   the audit log ([`audit`]) standing in for kube-sim's hooks.
+//!
+//! Both answer the same calls: URLs and kubeconfigs, tokens (admin, plain
+//! users, ServiceAccounts), a write log and request statistics in kube-sim's
+//! shapes, and kube-sim's fault requests. [`on_both!`] writes a test once and
+//! runs it on each backend (`<test>::kube_sim` and `<test>::real`); the
+//! `KD_E2E_APISERVER` switch (`kube-sim`, `real`, `both`) of `./test.sh`
+//! selects them by name.
+//!
+//! ```text
+//!  test ──► Cluster ─┬─ Sim ─────────────────────── kube-sim (in-process)
+//!                    └─ Real ── FaultProxy ──► kube-apiserver ──► etcd
+//!                                  ▲               ▲   audit.log
+//!                 controller ──────┘   test admin ─┘   kube-controller-manager
+//! ```
+
+pub mod audit;
+pub mod kubelet;
+pub mod pki;
+pub mod process;
+pub mod proxy;
+pub mod real;
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use kube_sim::{Sim, SimConfig};
+use serde_json::Value;
+
+pub use real::ControlPlane;
+
+/// Which API server a test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sim,
+    Real,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sim => "kube-sim",
+            Backend::Real => "real",
+        }
+    }
+}
+
+/// Options of a [`Cluster`].
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// kube-sim only: serve HTTPS (the real API server always does).
+    pub tls: bool,
+    /// kube-sim only: watch event history (older revisions get 410).
+    pub history_size: usize,
+    /// kube-sim only: BOOKMARK interval.
+    pub bookmark_interval: Duration,
+    /// Plain users (name, groups) whose tokens [`Cluster::user_token`] gives.
+    pub users: Vec<(String, Vec<String>)>,
+    /// Real only: run kube-controller-manager.
+    pub controller_manager: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        let real = real::Options::default();
+        let sim = SimConfig::default();
+        Options {
+            tls: false,
+            history_size: sim.history_size,
+            bookmark_interval: sim.bookmark_interval,
+            users: real.users,
+            controller_manager: real.controller_manager,
+        }
+    }
+}
+
+enum Inner {
+    Sim(Sim),
+    Real(Box<ControlPlane>),
+}
+
+/// A running API server of either backend.
+pub struct Cluster {
+    inner: Inner,
+    admin: kube::Client,
+    users: Vec<(String, Vec<String>)>,
+}
+
+/// How long the real server's audit log is given to catch up with requests
+/// that already changed what a test observed (their audit event is written
+/// when the answer completes, a moment after the change is visible).
+const AUDIT_SETTLE: Duration = Duration::from_millis(300);
+
+impl Cluster {
+    pub async fn start(backend: Backend, opts: Options) -> anyhow::Result<Cluster> {
+        match backend {
+            Backend::Sim => {
+                let sim = Sim::start(SimConfig {
+                    tls: opts.tls,
+                    history_size: opts.history_size,
+                    bookmark_interval: opts.bookmark_interval,
+                    ..SimConfig::default()
+                })
+                .await?;
+                let admin = sim_client(&sim, &sim.admin_token()).await?;
+                Ok(Cluster {
+                    inner: Inner::Sim(sim),
+                    admin,
+                    users: opts.users,
+                })
+            }
+            Backend::Real => {
+                let cp = ControlPlane::start(real::Options {
+                    users: opts.users.clone(),
+                    controller_manager: opts.controller_manager,
+                    ..real::Options::default()
+                })
+                .await?;
+                let admin = cp.admin_client().await?;
+                Ok(Cluster {
+                    inner: Inner::Real(Box::new(cp)),
+                    admin,
+                    users: opts.users,
+                })
+            }
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self.inner {
+            Inner::Sim(_) => Backend::Sim,
+            Inner::Real(_) => Backend::Real,
+        }
+    }
+
+    pub fn is_real(&self) -> bool {
+        self.backend() == Backend::Real
+    }
+
+    /// kube-sim, when that is the backend.
+    pub fn sim(&self) -> Option<&Sim> {
+        match &self.inner {
+            Inner::Sim(s) => Some(s),
+            Inner::Real(_) => None,
+        }
+    }
+
+    /// The real control plane, when that is the backend.
+    pub fn real(&self) -> Option<&ControlPlane> {
+        match &self.inner {
+            Inner::Sim(_) => None,
+            Inner::Real(r) => Some(r),
+        }
+    }
+
+    /// The URL clients under test use (the fault proxy on the real backend).
+    pub fn url(&self) -> String {
+        match &self.inner {
+            Inner::Sim(s) => s.url(),
+            Inner::Real(r) => r.url(),
+        }
+    }
+
+    pub fn addr(&self) -> std::net::SocketAddr {
+        match &self.inner {
+            Inner::Sim(s) => s.addr(),
+            Inner::Real(r) => r.addr(),
+        }
+    }
+
+    /// The CA of [`Cluster::url`] (kube-sim without TLS has none).
+    pub fn ca_pem(&self) -> Option<String> {
+        match &self.inner {
+            Inner::Sim(s) => s.ca_pem(),
+            Inner::Real(r) => Some(r.ca_pem()),
+        }
+    }
+
+    pub fn admin_token(&self) -> String {
+        match &self.inner {
+            Inner::Sim(s) => s.admin_token(),
+            Inner::Real(r) => r.admin_token(),
+        }
+    }
+
+    /// The admin client (straight to the real API server: no faults).
+    pub fn admin(&self) -> &kube::Client {
+        &self.admin
+    }
+
+    /// A kubeconfig for [`Cluster::url`] authenticating with `token`.
+    pub fn kubeconfig_yaml(&self, token: &str) -> String {
+        match &self.inner {
+            Inner::Sim(s) => s.kubeconfig_yaml(token),
+            Inner::Real(r) => r.kubeconfig_yaml(token),
+        }
+    }
+
+    pub fn write_kubeconfig(&self, path: &Path, token: &str) -> anyhow::Result<()> {
+        std::fs::write(path, self.kubeconfig_yaml(token))
+            .with_context(|| format!("writing kubeconfig {}", path.display()))
+    }
+
+    /// A kube client for [`Cluster::url`] authenticating with `token`.
+    pub async fn client(&self, token: &str) -> anyhow::Result<kube::Client> {
+        let kc = kube::config::Kubeconfig::from_yaml(&self.kubeconfig_yaml(token))
+            .context("kubeconfig")?;
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .context("kube config")?;
+        kube::Client::try_from(cfg).context("kube client")
+    }
+
+    /// A token for the ServiceAccount `namespace/name`. On the real backend
+    /// the namespace and ServiceAccount are created when missing and the
+    /// token comes from the TokenRequest API; kube-sim needs neither.
+    pub async fn issue_token(&self, namespace: &str, name: &str) -> anyhow::Result<String> {
+        match &self.inner {
+            Inner::Sim(s) => Ok(s.issue_token(namespace, name)),
+            Inner::Real(r) => r.issue_token(namespace, name).await,
+        }
+    }
+
+    /// The token of a plain user of [`Options::users`] (groups as listed
+    /// there, plus `system:authenticated`).
+    pub fn user_token(&self, name: &str) -> anyhow::Result<String> {
+        let (_, groups) = self
+            .users
+            .iter()
+            .find(|(n, _)| n == name)
+            .with_context(|| format!("user {name} is not in Options::users"))?;
+        match &self.inner {
+            Inner::Sim(s) => {
+                let token = format!("user-{name}-{}", uuid::Uuid::new_v4().simple());
+                let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+                s.add_user_token(&token, name, &groups);
+                Ok(token)
+            }
+            Inner::Real(r) => r
+                .user_token(name)
+                .with_context(|| format!("user {name} has no token")),
+        }
+    }
+
+    async fn sim_get(&self, path: &str) -> anyhow::Result<Value> {
+        let req = http::Request::get(path).body(Vec::new())?;
+        self.admin
+            .request::<Value>(req)
+            .await
+            .with_context(|| format!("GET {path}"))
+    }
+
+    /// A point in the write log: [`Cluster::writes_since`] returns what
+    /// happened after it (kube-sim: the current resourceVersion; real: now).
+    pub async fn mark(&self) -> anyhow::Result<u64> {
+        match &self.inner {
+            Inner::Sim(_) => {
+                let v = self.sim_get("/_sim/stats").await?;
+                v["resourceVersion"]
+                    .as_str()
+                    .and_then(|s| s.parse().ok())
+                    .context("/_sim/stats without resourceVersion")
+            }
+            Inner::Real(_) => Ok(audit::now_micros()),
+        }
+    }
+
+    /// Every write after `mark`, in kube-sim's `/_sim/writes` item shape.
+    pub async fn writes_since(&self, mark: u64) -> anyhow::Result<Vec<Value>> {
+        match &self.inner {
+            Inner::Sim(_) => {
+                let v = self.sim_get(&format!("/_sim/writes?since={mark}")).await?;
+                Ok(v["items"].as_array().cloned().unwrap_or_default())
+            }
+            Inner::Real(r) => {
+                tokio::time::sleep(AUDIT_SETTLE).await;
+                Ok(r.audit().writes_since(mark))
+            }
+        }
+    }
+
+    /// Request statistics in kube-sim's `/_sim/stats` shape (on the real
+    /// backend without the control plane's own controllers' requests).
+    pub async fn stats(&self) -> anyhow::Result<Value> {
+        match &self.inner {
+            Inner::Sim(_) => self.sim_get("/_sim/stats").await,
+            Inner::Real(r) => {
+                tokio::time::sleep(AUDIT_SETTLE).await;
+                Ok(r.audit().stats(audit::now_micros()))
+            }
+        }
+    }
+
+    /// Applies a kube-sim fault request (`POST /_sim/faults` body).
+    pub async fn fault(&self, body: &Value) -> anyhow::Result<()> {
+        match &self.inner {
+            Inner::Sim(_) => {
+                let req = http::Request::post("/_sim/faults")
+                    .header("content-type", "application/json")
+                    .body(serde_json::to_vec(body)?)?;
+                self.admin
+                    .request::<Value>(req)
+                    .await
+                    .with_context(|| format!("POST /_sim/faults {body}"))?;
+                Ok(())
+            }
+            Inner::Real(r) => {
+                let req: kube_sim::server::FaultRequest =
+                    serde_json::from_value(body.clone()).context("fault request")?;
+                r.fault(&req).await
+            }
+        }
+    }
+
+    /// Errors (with its log tail) if a control-plane process died.
+    pub fn check_alive(&self) -> anyhow::Result<()> {
+        match &self.inner {
+            Inner::Sim(_) => Ok(()),
+            Inner::Real(r) => r.check_alive(),
+        }
+    }
+}
+
+async fn sim_client(sim: &Sim, token: &str) -> anyhow::Result<kube::Client> {
+    let kc =
+        kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(token)).context("kubeconfig")?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .context("kube config")?;
+    kube::Client::try_from(cfg).context("kube client")
+}
+
+/// Writes one async test for both backends: `<name>::kube_sim` and
+/// `<name>::real`, each binding `$backend` to its [`Backend`]. Attributes
+/// (the `#[tokio::test(..)]` line first) are kept on both.
+///
+/// ```ignore
+/// testenv::on_both! {
+///     #[tokio::test]
+///     async fn scaling(backend) {
+///         let env = Env::start(backend).await;
+///         // ...
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! on_both {
+    ($(
+        $(#[$meta:meta])*
+        async fn $name:ident($backend:ident) $body:block
+    )*) => {$(
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            $(#[$meta])*
+            async fn kube_sim() {
+                let $backend = $crate::Backend::Sim;
+                $body
+            }
+            $(#[$meta])*
+            async fn real() {
+                let $backend = $crate::Backend::Real;
+                $body
+            }
+        }
+    )*};
+}

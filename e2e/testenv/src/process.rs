@@ -1,0 +1,161 @@
+//! A control-plane child process: started with its output in a log file,
+//! checked for an early death (the error carries the log's tail), stopped by
+//! pid. Every child is started through `setpriv --pdeathsig KILL` (util-linux),
+//! so the kernel kills it when the test thread that started it dies, even if
+//! the test process is killed and no destructor runs: no process is left behind.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+/// How many bytes of a log an error quotes.
+const TAIL_BYTES: u64 = 4096;
+
+/// One running child process.
+pub struct Proc {
+    name: String,
+    bin: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Proc {
+    /// Starts `bin args`, appending stdout and stderr to `log`.
+    pub fn spawn(name: &str, bin: &Path, args: Vec<String>, log: &Path) -> anyhow::Result<Proc> {
+        let mut p = Proc {
+            name: name.to_string(),
+            bin: bin.to_path_buf(),
+            args,
+            log: log.to_path_buf(),
+            child: None,
+        };
+        p.start()?;
+        Ok(p)
+    }
+
+    fn start(&mut self) -> anyhow::Result<()> {
+        if !self.bin.is_file() {
+            bail!(
+                "{} not found at {}: run `bash e2e/controlplane/build.sh` (./test.sh does)",
+                self.name,
+                self.bin.display()
+            );
+        }
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .with_context(|| format!("opening {}", self.log.display()))?;
+        let err = out.try_clone().context("log file handle")?;
+        let mut cmd = if Path::new("/usr/bin/setpriv").is_file() {
+            let mut c = Command::new("/usr/bin/setpriv");
+            c.args(["--pdeathsig", "KILL", "--"]).arg(&self.bin);
+            c
+        } else {
+            Command::new(&self.bin)
+        };
+        cmd.args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {} ({})", self.name, self.bin.display()))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// The process id (while it runs).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// Errors (with the log's tail) if the process has exited.
+    pub fn check_alive(&mut self) -> anyhow::Result<()> {
+        let Some(child) = self.child.as_mut() else {
+            bail!("{} is not running", self.name);
+        };
+        if let Some(status) = child.try_wait().context("waiting for a child")? {
+            self.child = None;
+            bail!(
+                "{} exited ({status}); last lines of {}:\n{}",
+                self.name,
+                self.log.display(),
+                self.tail()
+            );
+        }
+        Ok(())
+    }
+
+    /// The last few KiB of the log.
+    pub fn tail(&self) -> String {
+        log_tail(&self.log)
+    }
+
+    /// Stops the process: SIGTERM, then SIGKILL after `grace`.
+    pub fn stop(&mut self, grace: Duration) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if grace.is_zero() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return;
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .stderr(Stdio::null())
+            .status();
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Stops the process and starts it again with the same arguments.
+    pub fn restart(&mut self, grace: Duration) -> anyhow::Result<()> {
+        self.stop(grace);
+        self.start()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop(Duration::ZERO);
+    }
+}
+
+/// The last [`TAIL_BYTES`] of a file (lossy UTF-8).
+pub fn log_tail(path: &Path) -> String {
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return format!("({} cannot be read)", path.display());
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES)));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released).
+pub fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0)).context("binding a free port")?;
+    Ok(l.local_addr().context("local address")?.port())
+}

@@ -1,0 +1,436 @@
+//! A fault-injecting TLS proxy in front of a real kube-apiserver.
+//!
+//! It takes the same fault requests as kube-sim's `POST /_sim/faults`
+//! ([`kube_sim::server::FaultRequest`]) and applies them to the traffic it
+//! forwards, so the fault suite runs unchanged on the real server:
+//!
+//! * `fail` / `latency`: matching resource requests (by verb and plural
+//!   resource, kube-sim's own routing) are answered with kube-sim's `Status`
+//!   error (and `Retry-After`), or delayed, instead of / before forwarding;
+//! * `dropWatches`: every watch answer in flight ends now;
+//! * `stallWatchesSeconds`: watch answers keep their connection but forward
+//!   nothing until the stall ends (then what was held back follows);
+//! * `refuseConnectionsSeconds`: the listener closes and every connection is
+//!   cut; the same port is bound again afterwards;
+//! * `hangSeconds` (proxy only): requests accepted in that window are never
+//!   answered (nothing is closed either), the network partition of a dead
+//!   peer.
+//!
+//! `compact` is not the proxy's: the control plane compacts etcd itself
+//! ([`crate::real::ControlPlane::fault`]).
+//!
+//! Each client connection gets its own upstream TLS connection with the same
+//! ALPN protocol (HTTP/2 for Go clients, HTTP/1.1 for kube-rs), so cutting a
+//! client connection cuts exactly its upstream one.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use axum::body::Body;
+use bytes::Bytes;
+use futures::StreamExt;
+use http_body_util::BodyExt;
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use kube_sim::server::{FaultRequest, Faults};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// How long an upstream connect may take before the client gets a 502.
+const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+struct Shared {
+    upstream: SocketAddr,
+    server_tls: Arc<rustls::ServerConfig>,
+    client_h2: Arc<rustls::ClientConfig>,
+    client_h1: Arc<rustls::ClientConfig>,
+    faults: Mutex<Faults>,
+    hang_until: Mutex<Option<Instant>>,
+    /// Bumped to end every watch answer in flight.
+    drop_tx: watch::Sender<u64>,
+    /// Set while connections are refused.
+    refuse_tx: watch::Sender<Option<Instant>>,
+    /// Cancelled to cut every open connection (replaced afterwards).
+    cut: Mutex<CancellationToken>,
+    shutdown: CancellationToken,
+}
+
+impl Shared {
+    fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
+        self.faults.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn cut_token(&self) -> CancellationToken {
+        self.cut.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn cut_all(&self) {
+        let mut t = self.cut.lock().unwrap_or_else(|p| p.into_inner());
+        t.cancel();
+        *t = CancellationToken::new();
+    }
+
+    fn stalled_until(&self) -> Option<Instant> {
+        self.faults().stall_until.filter(|t| *t > Instant::now())
+    }
+}
+
+/// A running proxy; dropping it stops it.
+pub struct FaultProxy {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl FaultProxy {
+    /// Listens on 127.0.0.1 (a free port) and forwards to `upstream`, which must
+    /// present a certificate that `client_tls` verifies.
+    pub async fn start(
+        upstream: SocketAddr,
+        server_tls: Arc<rustls::ServerConfig>,
+        client_h2: Arc<rustls::ClientConfig>,
+        client_h1: Arc<rustls::ClientConfig>,
+    ) -> anyhow::Result<FaultProxy> {
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .context("binding the fault proxy")?;
+        let addr = listener.local_addr().context("proxy address")?;
+        let shared = Arc::new(Shared {
+            upstream,
+            server_tls,
+            client_h2,
+            client_h1,
+            faults: Mutex::new(Faults::default()),
+            hang_until: Mutex::new(None),
+            drop_tx: watch::channel(0).0,
+            refuse_tx: watch::channel(None).0,
+            cut: Mutex::new(CancellationToken::new()),
+            shutdown: CancellationToken::new(),
+        });
+        tokio::spawn(accept_loop(shared.clone(), listener, addr));
+        Ok(FaultProxy { addr, shared })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Applies a kube-sim fault request (all but `compact`).
+    pub fn apply(&self, req: &FaultRequest) {
+        let sh = &self.shared;
+        if req.clear {
+            let mut f = sh.faults();
+            f.fail.clear();
+            f.latency.clear();
+            f.stall_until = None;
+            drop(f);
+            *sh.hang_until.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+        if let Some(r) = &req.fail {
+            sh.faults().fail.push(r.clone());
+        }
+        if let Some(r) = &req.latency {
+            sh.faults().latency.push(r.clone());
+        }
+        if req.drop_watches {
+            sh.drop_tx.send_modify(|v| *v += 1);
+        }
+        if let Some(s) = req.stall_watches_seconds {
+            sh.faults().stall_until = Some(Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+        }
+        if let Some(s) = req.refuse_connections_seconds {
+            sh.refuse_tx
+                .send_replace(Some(Instant::now() + Duration::from_secs_f64(s.max(0.0))));
+            sh.cut_all();
+        }
+    }
+
+    /// Requests accepted during the next `secs` seconds are never answered.
+    pub fn hang(&self, secs: f64) {
+        *self
+            .shared
+            .hang_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) =
+            Some(Instant::now() + Duration::from_secs_f64(secs.max(0.0)));
+    }
+
+    /// Cuts every open client connection (and its upstream connection).
+    pub fn cut_connections(&self) {
+        self.shared.cut_all();
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.shared.shutdown.cancel();
+        self.shared.cut_all();
+    }
+}
+
+async fn accept_loop(sh: Arc<Shared>, listener: TcpListener, addr: SocketAddr) {
+    let mut listener = Some(listener);
+    let mut refuse = sh.refuse_tx.subscribe();
+    loop {
+        let until = *refuse.borrow_and_update();
+        if let Some(until) = until.filter(|t| *t > Instant::now()) {
+            listener = None;
+            tokio::select! {
+                () = sh.shutdown.cancelled() => return,
+                () = tokio::time::sleep_until(until.into()) => {}
+                _ = refuse.changed() => continue,
+            }
+            sh.refuse_tx.send_if_modified(|v| {
+                let done = v.is_some_and(|t| t <= Instant::now());
+                if done {
+                    *v = None;
+                }
+                done
+            });
+            continue;
+        }
+        let l = match listener.take() {
+            Some(l) => l,
+            None => match bind_again(addr, &sh.shutdown).await {
+                Some(l) => l,
+                None => return,
+            },
+        };
+        tokio::select! {
+            () = sh.shutdown.cancelled() => return,
+            _ = refuse.changed() => { drop(l); }
+            r = l.accept() => {
+                if let Ok((tcp, _)) = r {
+                    tokio::spawn(serve_connection(sh.clone(), tcp));
+                }
+                listener = Some(l);
+            }
+        }
+    }
+}
+
+async fn bind_again(addr: SocketAddr, shutdown: &CancellationToken) -> Option<TcpListener> {
+    loop {
+        if let Ok(l) = TcpListener::bind(addr).await {
+            return Some(l);
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return None,
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    }
+}
+
+async fn serve_connection(sh: Arc<Shared>, tcp: tokio::net::TcpStream) {
+    let cut = sh.cut_token();
+    let acceptor = tokio_rustls::TlsAcceptor::from(sh.server_tls.clone());
+    let Ok(Ok(tls)) = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
+    else {
+        return;
+    };
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let upstream =
+        match tokio::time::timeout(UPSTREAM_CONNECT_TIMEOUT, connect_upstream(&sh, h2)).await {
+            Ok(Ok(u)) => u,
+            // The API server is down (restarting): the client sees its
+            // connection closed, as it would without the proxy.
+            _ => return,
+        };
+    let upstream = Arc::new(tokio::sync::Mutex::new(upstream));
+    let svc_sh = sh.clone();
+    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let (sh, upstream) = (svc_sh.clone(), upstream.clone());
+        async move { Ok::<_, std::convert::Infallible>(forward(sh, upstream, req).await) }
+    });
+    let io = TokioIo::new(tls);
+    if h2 {
+        let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .serve_connection(io, svc);
+        tokio::select! {
+            _ = conn => {}
+            () = cut.cancelled() => {}
+        }
+    } else {
+        let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, svc);
+        tokio::select! {
+            _ = conn => {}
+            () = cut.cancelled() => {}
+        }
+    }
+}
+
+enum Upstream {
+    H1(hyper::client::conn::http1::SendRequest<Incoming>),
+    H2(hyper::client::conn::http2::SendRequest<Incoming>),
+}
+
+async fn connect_upstream(sh: &Arc<Shared>, h2: bool) -> anyhow::Result<Upstream> {
+    let tcp = tokio::net::TcpStream::connect(sh.upstream)
+        .await
+        .context("connecting to the API server")?;
+    let _ = tcp.set_nodelay(true);
+    let cfg = if h2 { &sh.client_h2 } else { &sh.client_h1 };
+    let name = rustls::pki_types::ServerName::IpAddress(sh.upstream.ip().into());
+    let tls = tokio_rustls::TlsConnector::from(cfg.clone())
+        .connect(name, tcp)
+        .await
+        .context("TLS to the API server")?;
+    let io = TokioIo::new(tls);
+    let cut = sh.cut_token();
+    if h2 {
+        let (send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+            .await
+            .context("HTTP/2 handshake")?;
+        tokio::spawn(async move {
+            tokio::select! { _ = conn => {}, () = cut.cancelled() => {} }
+        });
+        Ok(Upstream::H2(send))
+    } else {
+        let (send, conn) = hyper::client::conn::http1::handshake(io)
+            .await
+            .context("HTTP/1.1 handshake")?;
+        tokio::spawn(async move {
+            tokio::select! { _ = conn.with_upgrades() => {}, () = cut.cancelled() => {} }
+        });
+        Ok(Upstream::H1(send))
+    }
+}
+
+fn bad_gateway(msg: String) -> Response<Body> {
+    let body = serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": msg, "reason": "ServiceUnavailable", "code": 503});
+    let mut r = Response::new(Body::from(body.to_string()));
+    *r.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+async fn forward(
+    sh: Arc<Shared>,
+    upstream: Arc<tokio::sync::Mutex<Upstream>>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let hang = *sh.hang_until.lock().unwrap_or_else(|p| p.into_inner());
+    if hang.is_some_and(|t| t > Instant::now()) {
+        // Accepted, never answered: only the client's own timeout ends this.
+        futures::future::pending::<()>().await;
+    }
+    let target = kube_sim::handler::fault_target(
+        req.method(),
+        req.uri().path(),
+        req.uri().query().unwrap_or(""),
+    );
+    let is_watch = target.as_ref().is_some_and(|(v, _)| *v == "watch");
+    if let Some((verb, resource)) = &target {
+        let latency = sh.faults().take_latency(verb, resource);
+        if let Some(d) = latency {
+            tokio::time::sleep(d).await;
+        }
+        let failure = sh.faults().take_failure(verb, resource);
+        if let Some((code, retry_after)) = failure {
+            return kube_sim::handler::injected_failure_response(code, retry_after, verb, resource);
+        }
+    }
+    let (mut parts, body) = req.into_parts();
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
+    let authority = sh.upstream.to_string();
+    let resp = {
+        let mut up = upstream.lock().await;
+        match &mut *up {
+            Upstream::H2(send) => {
+                parts.uri = match format!("https://{authority}{path_and_query}").parse() {
+                    Ok(u) => u,
+                    Err(e) => return bad_gateway(format!("proxy: bad URI: {e}")),
+                };
+                if send.ready().await.is_err() {
+                    return bad_gateway("proxy: upstream connection closed".into());
+                }
+                send.send_request(Request::from_parts(parts, body))
+            }
+            Upstream::H1(send) => {
+                parts.uri = match path_and_query.parse() {
+                    Ok(u) => u,
+                    Err(e) => return bad_gateway(format!("proxy: bad URI: {e}")),
+                };
+                if let Ok(h) = http::HeaderValue::from_str(&authority) {
+                    parts.headers.insert(http::header::HOST, h);
+                }
+                if send.ready().await.is_err() {
+                    return bad_gateway("proxy: upstream connection closed".into());
+                }
+                // HTTP/1.1 sends one request at a time on a connection; the
+                // future is awaited outside the lock (its answer may stream).
+                let fut = send.send_request(Request::from_parts(parts, body));
+                drop(up);
+                return finish(&sh, fut.await, is_watch);
+            }
+        }
+    };
+    finish(&sh, resp.await, is_watch)
+}
+
+fn finish(
+    sh: &Arc<Shared>,
+    resp: Result<Response<Incoming>, hyper::Error>,
+    is_watch: bool,
+) -> Response<Body> {
+    let resp = match resp {
+        Ok(r) => r,
+        Err(e) => return bad_gateway(format!("proxy: upstream request failed: {e}")),
+    };
+    let (parts, body) = resp.into_parts();
+    if !is_watch {
+        return Response::from_parts(parts, Body::new(body));
+    }
+    Response::from_parts(parts, watch_body(sh.clone(), body))
+}
+
+/// A watch answer that ends on `dropWatches`, holds its frames back while a
+/// stall is on, and ends when the connection is cut.
+fn watch_body(sh: Arc<Shared>, body: Incoming) -> Body {
+    let mut drops = sh.drop_tx.subscribe();
+    drops.borrow_and_update();
+    let cut = sh.cut_token();
+    let frames = body.into_data_stream();
+    let stream = futures::stream::unfold(
+        (frames, drops, cut, sh),
+        |(mut frames, mut drops, cut, sh)| async move {
+            let next = tokio::select! {
+                f = frames.next() => f,
+                _ = drops.changed() => None,
+                () = cut.cancelled() => None,
+            };
+            let data = match next {
+                Some(Ok(d)) => d,
+                Some(Err(e)) => {
+                    return Some((Err(std::io::Error::other(e)), (frames, drops, cut, sh)));
+                }
+                None => return None,
+            };
+            // Hold the frame while a stall is on (a stall can be extended,
+            // cleared or followed by a drop meanwhile).
+            while let Some(until) = sh.stalled_until() {
+                tokio::select! {
+                    () = tokio::time::sleep_until(until.min(Instant::now() + Duration::from_millis(100)).into()) => {}
+                    _ = drops.changed() => return None,
+                    () = cut.cancelled() => return None,
+                }
+            }
+            Some((
+                Ok::<_, std::io::Error>(Frame::data(data)),
+                (frames, drops, cut, sh),
+            ))
+        },
+    );
+    Body::new(http_body_util::StreamBody::new(stream).map_frame(|f: Frame<Bytes>| f))
+}
