@@ -1703,6 +1703,16 @@ fn finish_delete(
     let last = remove_now(st, info, key.clone(), obj);
     let rv = st.rv;
     record_raw(st, sh, user, "delete", info, &key.1, &key.2, rv);
+    // As the real Service storage's afterDelete hook: deleting a Service
+    // deletes the Endpoints of the same name (an internal write, no request).
+    if info.group.is_empty() && info.resource == "services" {
+        let ep_key: Key = ("/endpoints".to_string(), key.1.clone(), key.2.clone());
+        if st.objects.contains_key(&ep_key)
+            && let Some(ri) = st.registry.get("", "endpoints")
+        {
+            delete_key(sh, st, "system:apiserver", &ri, ep_key, false, false);
+        }
+    }
     if orphan {
         orphan_dependents(sh, st, &last);
     } else {

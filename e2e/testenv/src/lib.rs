@@ -9,8 +9,8 @@
 //!
 //! Both answer the same calls: URLs and kubeconfigs, tokens (admin, plain
 //! users, ServiceAccounts), a write log and request statistics in kube-sim's
-//! shapes, and kube-sim's fault requests. [`on_both!`] writes a test once and
-//! runs it on each backend (`<test>::kube_sim` and `<test>::real`); the
+//! shapes, and kube-sim's fault requests. [`both_backends`] writes a test once
+//! and runs it on each backend (`<test>::kube_sim` and `<test>::real`); the
 //! `KD_E2E_APISERVER` switch (`kube-sim`, `real`, `both`) of `./test.sh`
 //! selects them by name.
 //!
@@ -35,6 +35,7 @@ use anyhow::Context;
 use kube_sim::{Sim, SimConfig};
 use serde_json::Value;
 
+pub use kd_testenv_macros::both_backends;
 pub use real::ControlPlane;
 
 /// Which API server a test runs against.
@@ -66,6 +67,9 @@ pub struct Options {
     pub users: Vec<(String, Vec<String>)>,
     /// Real only: run kube-controller-manager.
     pub controller_manager: bool,
+    /// CRDs (YAML) installed at start (real: before kube-controller-manager,
+    /// so its garbage collector knows them from the start).
+    pub crds: Vec<String>,
 }
 
 impl Default for Options {
@@ -78,6 +82,7 @@ impl Default for Options {
             bookmark_interval: sim.bookmark_interval,
             users: real.users,
             controller_manager: real.controller_manager,
+            crds: Vec::new(),
         }
     }
 }
@@ -111,16 +116,21 @@ impl Cluster {
                 })
                 .await?;
                 let admin = sim_client(&sim, &sim.admin_token()).await?;
-                Ok(Cluster {
+                let c = Cluster {
                     inner: Inner::Sim(sim),
                     admin,
                     users: opts.users,
-                })
+                };
+                for crd in &opts.crds {
+                    c.install_sim_crd(crd).await?;
+                }
+                Ok(c)
             }
             Backend::Real => {
                 let cp = ControlPlane::start(real::Options {
                     users: opts.users.clone(),
                     controller_manager: opts.controller_manager,
+                    crds: opts.crds.clone(),
                     ..real::Options::default()
                 })
                 .await?;
@@ -132,6 +142,17 @@ impl Cluster {
                 })
             }
         }
+    }
+
+    /// Creates a CRD on kube-sim (it serves it at once).
+    async fn install_sim_crd(&self, yaml: &str) -> anyhow::Result<()> {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let crd: CustomResourceDefinition = serde_yaml::from_str(yaml).context("CRD YAML")?;
+        kube::Api::<CustomResourceDefinition>::all(self.admin.clone())
+            .create(&kube::api::PostParams::default(), &crd)
+            .await
+            .context("creating a CRD")?;
+        Ok(())
     }
 
     pub fn backend(&self) -> Backend {
@@ -336,40 +357,4 @@ async fn sim_client(sim: &Sim, token: &str) -> anyhow::Result<kube::Client> {
         .await
         .context("kube config")?;
     kube::Client::try_from(cfg).context("kube client")
-}
-
-/// Writes one async test for both backends: `<name>::kube_sim` and
-/// `<name>::real`, each binding `$backend` to its [`Backend`]. Attributes
-/// (the `#[tokio::test(..)]` line first) are kept on both.
-///
-/// ```ignore
-/// testenv::on_both! {
-///     #[tokio::test]
-///     async fn scaling(backend) {
-///         let env = Env::start(backend).await;
-///         // ...
-///     }
-/// }
-/// ```
-#[macro_export]
-macro_rules! on_both {
-    ($(
-        $(#[$meta:meta])*
-        async fn $name:ident($backend:ident) $body:block
-    )*) => {$(
-        mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-            $(#[$meta])*
-            async fn kube_sim() {
-                let $backend = $crate::Backend::Sim;
-                $body
-            }
-            $(#[$meta])*
-            async fn real() {
-                let $backend = $crate::Backend::Real;
-                $body
-            }
-        }
-    )*};
 }

@@ -232,13 +232,15 @@ async fn serve_connection(sh: Arc<Shared>, tcp: tokio::net::TcpStream) {
         return;
     };
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-    let upstream =
-        match tokio::time::timeout(UPSTREAM_CONNECT_TIMEOUT, connect_upstream(&sh, h2)).await {
-            Ok(Ok(u)) => u,
-            // The API server is down (restarting): the client sees its
-            // connection closed, as it would without the proxy.
-            _ => return,
-        };
+    // This connection ends with its upstream connection, or when all are cut.
+    let cut = cut.child_token();
+    let connect = connect_upstream(&sh, h2, cut.clone());
+    let upstream = match tokio::time::timeout(UPSTREAM_CONNECT_TIMEOUT, connect).await {
+        Ok(Ok(u)) => u,
+        // The API server is down (restarting): the client sees its
+        // connection closed, as it would without the proxy.
+        _ => return,
+    };
     let upstream = Arc::new(tokio::sync::Mutex::new(upstream));
     let svc_sh = sh.clone();
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
@@ -267,7 +269,11 @@ enum Upstream {
     H2(hyper::client::conn::http2::SendRequest<Incoming>),
 }
 
-async fn connect_upstream(sh: &Arc<Shared>, h2: bool) -> anyhow::Result<Upstream> {
+async fn connect_upstream(
+    sh: &Arc<Shared>,
+    h2: bool,
+    cut: CancellationToken,
+) -> anyhow::Result<Upstream> {
     let tcp = tokio::net::TcpStream::connect(sh.upstream)
         .await
         .context("connecting to the API server")?;
@@ -279,13 +285,13 @@ async fn connect_upstream(sh: &Arc<Shared>, h2: bool) -> anyhow::Result<Upstream
         .await
         .context("TLS to the API server")?;
     let io = TokioIo::new(tls);
-    let cut = sh.cut_token();
     if h2 {
         let (send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
             .await
             .context("HTTP/2 handshake")?;
         tokio::spawn(async move {
             tokio::select! { _ = conn => {}, () = cut.cancelled() => {} }
+            cut.cancel();
         });
         Ok(Upstream::H2(send))
     } else {
@@ -294,6 +300,7 @@ async fn connect_upstream(sh: &Arc<Shared>, h2: bool) -> anyhow::Result<Upstream
             .context("HTTP/1.1 handshake")?;
         tokio::spawn(async move {
             tokio::select! { _ = conn.with_upgrades() => {}, () = cut.cancelled() => {} }
+            cut.cancel();
         });
         Ok(Upstream::H1(send))
     }

@@ -14,7 +14,8 @@
 //!   goes direct ([`ControlPlane::direct_url`]);
 //! * kube-controller-manager with the controllers a test relies on: garbage
 //!   collection, namespace deletion, ServiceAccounts and their tokens,
-//!   EndpointSlices and Endpoints from Services, ClusterRole aggregation.
+//!   EndpointSlices and Endpoints from Services and Pods, ClusterRole
+//!   aggregation.
 //!
 //! Every process is stopped when the [`ControlPlane`] is dropped, and dies
 //! with the test thread otherwise ([`crate::process`]).
@@ -75,6 +76,10 @@ pub struct Options {
     pub controller_manager: bool,
     /// Extra kube-apiserver flags.
     pub apiserver_args: Vec<String>,
+    /// CustomResourceDefinitions (YAML) created, and established, before
+    /// kube-controller-manager starts: its garbage collector picks up new
+    /// resource types only on its periodic (30 s) resync otherwise.
+    pub crds: Vec<String>,
 }
 
 impl Default for Options {
@@ -86,6 +91,7 @@ impl Default for Options {
                 .collect(),
             controller_manager: true,
             apiserver_args: Vec::new(),
+            crds: Vec::new(),
         }
     }
 }
@@ -262,6 +268,9 @@ impl ControlPlane {
             apiserver: Mutex::new(apiserver),
             etcd: Mutex::new(etcd),
         };
+        for crd in &opts.crds {
+            cp.install_crd(crd).await?;
+        }
         if opts.controller_manager {
             cp.start_controller_manager(&kcm_token, &ca, &sa_key)
                 .await?;
@@ -327,6 +336,37 @@ impl ControlPlane {
                 );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Creates a CRD from YAML and waits until it is established.
+    pub async fn install_crd(&self, yaml: &str) -> anyhow::Result<()> {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let crd: CustomResourceDefinition = serde_yaml::from_str(yaml).context("CRD YAML")?;
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let api: kube::Api<CustomResourceDefinition> = kube::Api::all(self.admin_client().await?);
+        api.create(&kube::api::PostParams::default(), &crd)
+            .await
+            .with_context(|| format!("creating CRD {name}"))?;
+        let start = Instant::now();
+        loop {
+            let c = api
+                .get(&name)
+                .await
+                .with_context(|| format!("reading CRD {name}"))?;
+            let established = c
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                return Ok(());
+            }
+            if start.elapsed() > READY_LIMIT {
+                bail!("CRD {name} not established within {READY_LIMIT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 

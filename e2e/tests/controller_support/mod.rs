@@ -1,8 +1,11 @@
 //! Shared harness of the controller end-to-end tests (`controller_*.rs`):
-//! a kube-sim started in-process with the DiscoveredService CRD installed, the
-//! `kube-discovery` BINARY run as a separate process, and small helpers to
-//! create sources, read DiscoveredServices, read kube-sim's write log and poll
-//! (short intervals, generous upper bound, never fixed sleeps).
+//! an API server of either backend ([`testenv::Cluster`]: kube-sim in-process,
+//! or the real kube-apiserver behind the fault proxy) with the
+//! DiscoveredService CRD installed, the `kube-discovery` BINARY run as a
+//! separate process, and small helpers to create sources, read
+//! DiscoveredServices, read the write log (kube-sim's, or the real server's
+//! audit log) and poll (short intervals, generous upper bound, never fixed
+//! sleeps). Tests written with [`testenv::on_both!`] run on both backends.
 #![allow(dead_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,13 +17,13 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Endpoints, Namespace};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
     PatchParams, PostParams,
 };
-use kube::{Client, Config};
-use kube_sim::{Sim, SimConfig};
 use serde_json::{Value, json};
+pub use testenv::{Backend, Cluster, Options};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Repository root.
@@ -66,11 +69,22 @@ where
 /// Upper bound of most waits.
 pub const LIMIT: Duration = Duration::from_secs(30);
 
-/// A kube-sim with the CRD installed and an admin client.
+/// An API server (kube-sim or real) with the CRD installed and an admin client.
 pub struct Env {
-    pub sim: Sim,
+    pub api: Cluster,
     pub admin: Client,
     pub dir: tempfile::TempDir,
+}
+
+impl Drop for Env {
+    /// A control-plane process that died fails the test that ran on it.
+    fn drop(&mut self) {
+        if !std::thread::panicking()
+            && let Err(e) = self.api.check_alive()
+        {
+            panic!("the API server died during the test: {e:#}");
+        }
+    }
 }
 
 pub fn dsvc_resource() -> ApiResource {
@@ -81,33 +95,39 @@ pub fn dsvc_resource() -> ApiResource {
 }
 
 impl Env {
-    pub async fn start() -> Env {
-        Self::start_with(SimConfig::default()).await
+    pub async fn start(backend: Backend) -> Env {
+        Self::start_with(backend, Options::default()).await
     }
 
-    pub async fn start_with(cfg: SimConfig) -> Env {
-        let sim = Sim::start(cfg).await.expect("start kube-sim");
-        let dir = tempfile::tempdir().expect("tempdir");
-        let admin = client_for(&sim, &sim.admin_token()).await;
-        let env = Env { sim, admin, dir };
-        env.install_crd().await;
-        env
-    }
-
-    async fn install_crd(&self) {
-        let text = std::fs::read_to_string(repo_root().join("crds/discoveredservices.yaml"))
+    /// Starts `backend` with `opts` plus the DiscoveredService CRD of `crds/`.
+    pub async fn start_with(backend: Backend, mut opts: Options) -> Env {
+        let crd = std::fs::read_to_string(repo_root().join("crds/discoveredservices.yaml"))
             .expect("read crds/discoveredservices.yaml");
-        let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("parse CRD");
-        let api: Api<CustomResourceDefinition> = Api::all(self.admin.clone());
-        api.create(&PostParams::default(), &crd)
+        opts.crds.push(crd);
+        let api = Cluster::start(backend, opts)
             .await
-            .expect("create CRD");
-        let ds = self.dsvc_api_all();
+            .unwrap_or_else(|e| panic!("start the {} API server: {e:#}", backend.name()));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let admin = api.admin().clone();
+        let env = Env { api, admin, dir };
+        let ds = env.dsvc_api_all();
         eventually("CRD served", LIMIT, || {
             let ds = ds.clone();
             async move { ds.list(&ListParams::default()).await.ok().map(|_| ()) }
         })
         .await;
+        env
+    }
+
+    pub fn is_real(&self) -> bool {
+        self.api.is_real()
+    }
+
+    /// Panics with the log tail when a control-plane process died.
+    pub fn assert_alive(&self) {
+        if let Err(e) = self.api.check_alive() {
+            panic!("the API server died: {e:#}");
+        }
     }
 
     pub fn dsvc_api_all(&self) -> Api<DynamicObject> {
@@ -121,20 +141,38 @@ impl Env {
     /// A kubeconfig file for `token`.
     pub fn kubeconfig(&self, token: &str) -> PathBuf {
         let p = self.path(&format!("kubeconfig-{}", &token[..token.len().min(12)]));
-        self.sim
+        self.api
             .write_kubeconfig(&p, token)
             .expect("write kubeconfig");
         p
     }
 
-    /// APISIX-style `service`/`client` block pointing at this kube-sim.
+    /// The API server's CA as a file, if it serves TLS.
+    pub fn ca_file(&self) -> Option<PathBuf> {
+        let pem = self.api.ca_pem()?;
+        let p = self.path("apiserver-ca.crt");
+        std::fs::write(&p, pem).expect("write CA file");
+        Some(p)
+    }
+
+    /// APISIX-style `service`/`client` block pointing at this API server
+    /// (with `ca_file` when it serves TLS: verification stays on).
     pub fn service_block(&self, token: &str) -> String {
-        let url = self.sim.url();
+        let url = self.api.url();
         let (schema, rest) = url.split_once("://").expect("url");
         let (host, port) = rest.rsplit_once(':').expect("host:port");
+        let ca = self
+            .ca_file()
+            .map(|p| format!("      ca_file: {}\n", p.display()))
+            .unwrap_or_default();
         format!(
-            "    service:\n      schema: {schema}\n      host: \"{host}\"\n      port: {port}\n    client:\n      token: {token}\n"
+            "    service:\n      schema: {schema}\n      host: \"{host}\"\n      port: {port}\n{ca}    client:\n      token: {token}\n"
         )
+    }
+
+    /// The admin token (system:masters on the real server).
+    pub fn admin_token(&self) -> String {
+        self.api.admin_token()
     }
 
     pub async fn namespace(&self, name: &str) {
@@ -256,6 +294,7 @@ impl Env {
             &format!("DiscoveredService {ns}/{name} port {port} = {want:?}"),
             LIMIT,
             || async {
+                self.assert_alive();
                 let ds = self.dsvc(ns, name).await?;
                 let got: Vec<String> = ds["spec"]["ports"][port]
                     .as_array()?
@@ -272,35 +311,25 @@ impl Env {
         eventually(
             &format!("DiscoveredService {ns}/{name} deleted"),
             LIMIT,
-            || async { self.dsvc(ns, name).await.is_none().then_some(()) },
+            || async {
+                self.assert_alive();
+                self.dsvc(ns, name).await.is_none().then_some(())
+            },
         )
         .await
     }
 
-    async fn sim_get(&self, path: &str) -> Value {
-        let req = http::Request::get(path).body(Vec::new()).expect("request");
-        self.admin
-            .request::<Value>(req)
+    /// A point in the write log (see [`Env::dsvc_writes_since`]).
+    pub async fn mark(&self) -> u64 {
+        self.api.mark().await.expect("write log mark")
+    }
+
+    /// Writes to DiscoveredServices after `mark`.
+    pub async fn dsvc_writes_since(&self, mark: u64) -> Vec<Value> {
+        self.api
+            .writes_since(mark)
             .await
-            .expect("kube-sim hook")
-    }
-
-    /// kube-sim's current resourceVersion.
-    pub async fn rv(&self) -> u64 {
-        let v = self.sim_get("/_sim/stats").await;
-        v["resourceVersion"]
-            .as_str()
-            .and_then(|s| s.parse().ok())
-            .expect("resourceVersion")
-    }
-
-    /// Writes to DiscoveredServices (and their status) after `since`.
-    pub async fn dsvc_writes_since(&self, since: u64) -> Vec<Value> {
-        let v = self.sim_get(&format!("/_sim/writes?since={since}")).await;
-        v["items"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
+            .expect("write log")
             .into_iter()
             .filter(|w| {
                 w["resource"]
@@ -310,27 +339,15 @@ impl Env {
             .collect()
     }
 
-    /// Clears faults, compacts the history and drops every watch: the next watch gets 410 Gone
-    /// and the controller must relist.
+    /// Every watch must relist: the history is compacted and every watch
+    /// dropped, so resuming gets 410 Gone (kube-sim: its compaction hook; real:
+    /// etcd compaction and an API server restart, see `ControlPlane::compact`).
     pub async fn force_410(&self) {
-        let req = http::Request::post("/_sim/faults")
-            .header("content-type", "application/json")
-            .body(
-                serde_json::to_vec(&json!({"clear": true, "compact": true, "dropWatches": true}))
-                    .expect("json"),
-            )
-            .expect("request");
-        self.admin.request::<Value>(req).await.expect("fault hook");
+        self.api
+            .fault(&json!({"clear": true, "compact": true, "dropWatches": true}))
+            .await
+            .expect("fault");
     }
-}
-
-/// A kube client for `token` on `sim`.
-pub async fn client_for(sim: &Sim, token: &str) -> Client {
-    let kc = kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(token)).expect("kubeconfig");
-    let cfg = Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .expect("config");
-    Client::try_from(cfg).expect("client")
 }
 
 /// A `kube-discovery run` process.
@@ -436,6 +453,22 @@ impl Controller {
             "controller exit status {status}; log:\n{}",
             self.logs()
         );
+    }
+}
+
+impl Drop for Controller {
+    /// A failing test shows the end of the controller's log.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let logs = self.logs();
+            let lines: Vec<&str> = logs.lines().collect();
+            let from = lines.len().saturating_sub(40);
+            eprintln!(
+                "--- last lines of {}:\n{}",
+                self.log.display(),
+                lines[from..].join("\n")
+            );
+        }
     }
 }
 

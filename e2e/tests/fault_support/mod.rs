@@ -8,7 +8,8 @@
 //! * [`Churn`]: a bounded, seeded stream of EndpointSlice/Endpoints changes
 //!   over a few services (add/remove endpoints, flip readiness, change a port,
 //!   delete and re-create a source);
-//! * fault hooks (`/_sim/faults`), `/_sim/stats`, metrics scraping, signals.
+//! * faults (kube-sim's `/_sim/faults` requests, on the real backend applied
+//!   by the fault proxy), request statistics, metrics scraping, signals.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -163,28 +164,18 @@ pub async fn wait_converged(env: &Env, config_yaml: &str, limit: Duration) -> Sp
     }
 }
 
-/// POST `/_sim/faults` on `env`.
+/// Applies a kube-sim fault request (`/_sim/faults` body) on `env`: kube-sim's
+/// hook, or the real backend's fault proxy and etcd compaction.
 pub async fn fault(env: &Env, body: Value) {
-    sim_post(&env.admin, "/_sim/faults", body).await;
-}
-
-pub async fn sim_post(client: &kube::Client, path: &str, body: Value) {
-    let req = http::Request::post(path)
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&body).expect("json"))
-        .expect("request");
-    client
-        .request::<Value>(req)
+    env.api
+        .fault(&body)
         .await
-        .unwrap_or_else(|e| panic!("POST {path} {body}: {e}"));
+        .unwrap_or_else(|e| panic!("fault {body}: {e:#}"));
 }
 
-/// `/_sim/stats` (not counted as a request by kube-sim).
+/// Request statistics in `/_sim/stats`' shape (from the audit log on the real backend).
 pub async fn stats(env: &Env) -> Value {
-    let req = http::Request::get("/_sim/stats")
-        .body(Vec::new())
-        .expect("request");
-    env.admin.request::<Value>(req).await.expect("stats")
+    env.api.stats().await.expect("stats")
 }
 
 /// `requests[verb][resource]` of a stats document.
@@ -192,13 +183,9 @@ pub fn requests(stats: &Value, verb: &str, resource: &str) -> u64 {
     stats["requests"][verb][resource].as_u64().unwrap_or(0)
 }
 
-/// Every write kube-sim logged after `since` (all resources).
-pub async fn writes_since(env: &Env, since: u64) -> Vec<Value> {
-    let req = http::Request::get(format!("/_sim/writes?since={since}"))
-        .body(Vec::new())
-        .expect("request");
-    let v = env.admin.request::<Value>(req).await.expect("writes");
-    v["items"].as_array().cloned().unwrap_or_default()
+/// Every write after `mark` (all resources).
+pub async fn writes_since(env: &Env, mark: u64) -> Vec<Value> {
+    env.api.writes_since(mark).await.expect("writes")
 }
 
 /// Sum of every sample of metric `name` whose labels contain all `labels`.
