@@ -1,25 +1,61 @@
 #!/usr/bin/env bash
-# Runs every test of the workspace: unit tests, kube-sim end-to-end tests
-# (real kubectl v1.32/v1.34 and helm v4 against kube-sim), controller e2e,
-# fault suite, chart tests, gateway e2e (real nginx + HAProxy), benchmark smoke test,
-# and a short cargo-fuzz run of the fuzz targets (fuzz/short-run.sh).
-# Installs what it needs: cargo-nextest, cargo-fuzz, helm + kubectl (project-local .tools/),
+# Runs every test of the workspace: unit tests, the end-to-end tests on both API
+# servers (kube-sim, and a real kube-apiserver + kube-controller-manager + etcd
+# built from their Go modules), real kubectl v1.32/v1.34 and helm v4, controller
+# e2e, fault suite, chart tests, gateway e2e (real nginx + HAProxy), benchmark
+# smoke test, and a short cargo-fuzz run of the fuzz targets (fuzz/short-run.sh).
+#
+# KD_E2E_APISERVER=kube-sim|real|both (default both) picks the API servers the
+# e2e tests run on (tests are named <test>::kube_sim and <test>::real).
+#
+# Installs what it needs: cargo-nextest, cargo-fuzz, helm + kubectl (project-local
+# .tools/), the real control plane (.tools/controlplane/, built once with Go),
 # nginx + HAProxy (Debian packages).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
+
+backends="${KD_E2E_APISERVER:-both}"
+case "$backends" in
+  kube-sim|real|both) ;;
+  *) echo "test.sh: KD_E2E_APISERVER must be kube-sim, real or both (got '$backends')" >&2; exit 2 ;;
+esac
 
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "test.sh: cargo-nextest missing; installing it with cargo install"
   cargo install --locked cargo-nextest
 fi
-echo "test.sh: $(df -h . | awk 'NR==2 {print $4}') free on the build disk (a clean build needs ~4 GB)"
+echo "test.sh: $(df -h . | awk 'NR==2 {print $4}') free on the build disk (a clean build needs ~4 GB, the real control plane ~1.2 GB more)"
 bash e2e/tools/install-tools.sh
 bash gateways/tools/install.sh   # nginx + HAProxy from Debian, for the gateway e2e tests
 export PATH="$PWD/.tools/bin:$PATH"
 
+if [[ "$backends" != kube-sim ]]; then
+  rc=0
+  bash e2e/controlplane/ensure.sh || rc=$?
+  if ((rc == 3)); then
+    if [[ "${CI:-}" == true ]]; then
+      echo "test.sh: FAIL: CI must run the e2e tests on the real API server too (see above)" >&2
+      exit 1
+    fi
+    if [[ "$backends" == real ]]; then
+      echo "test.sh: KD_E2E_APISERVER=real, but the real control plane cannot be built (see above)" >&2
+      exit 1
+    fi
+    echo "test.sh: WARNING: running the e2e tests on kube-sim ONLY; the real-API-server tier is SKIPPED (see above)" >&2
+    backends=kube-sim
+  elif ((rc != 0)); then
+    echo "test.sh: building the real control plane failed" >&2
+    exit "$rc"
+  fi
+fi
+
 # The e2e tests run the real binaries as separate processes.
 cargo build --workspace --bins --examples --locked
-cargo nextest run --workspace --locked --no-fail-fast "$@"
+# .config/nextest.toml: the kube-sim and real profiles leave out the other backend's tests.
+profile=default
+[[ "$backends" != both ]] && profile="$backends"
+echo "test.sh: e2e API servers: $backends (nextest profile $profile)"
+cargo nextest run --workspace --locked --no-fail-fast --profile "$profile" "$@"
 
 # A short cargo-fuzz run of every target in fuzz/ (10 s each; FUZZ_SECONDS
 # changes it). Skipped when extra arguments select a subset of the tests.

@@ -1,5 +1,5 @@
-//! Chart tests against kube-sim, driving the real `kubectl` and `helm`
-//! binaries as a user would:
+//! Chart tests on both API servers (kube-sim and the real kube-apiserver),
+//! driving the real `kubectl` and `helm` binaries as a user would:
 //!
 //! * `kubectl apply -f rbac/ -f crds/` (the no-Helm path) and the rendered
 //!   chart (default and multi-cluster values) accepted by `--dry-run=server`
@@ -8,7 +8,7 @@
 //!   `helm uninstall` leaving nothing behind but the CRD;
 //! * the controller binary run the way the chart runs it: the config read
 //!   back from the installed ConfigMap, the chart ServiceAccount's token, RBAC
-//!   enforced by kube-sim; `kubectl get dsvc -A` shows the expected object.
+//!   enforced by the API server; `kubectl get dsvc -A` shows the expected object.
 
 mod chart_support;
 
@@ -19,8 +19,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use chart_support::*;
-use kube_sim::{Sim, SimConfig};
 use serde_json::Value;
+use testenv::{Backend, Cluster, Options, both_backends};
 
 const NS: &str = "kube-discovery";
 const RELEASE: &str = "kd";
@@ -55,27 +55,31 @@ endpoints:
     conditions: {ready: false}
 "#;
 
-/// A kube-sim (TLS) with an admin kubeconfig in a temporary directory.
+/// An API server (kube-sim with TLS, or the real one) with an admin
+/// kubeconfig in a temporary directory.
 struct Env {
-    sim: Sim,
+    api: Cluster,
     dir: tempfile::TempDir,
     kubeconfig: PathBuf,
 }
 
 impl Env {
-    async fn start() -> Env {
-        let sim = Sim::start(SimConfig {
-            tls: true,
-            ..SimConfig::default()
-        })
+    async fn start(backend: Backend) -> Env {
+        let api = Cluster::start(
+            backend,
+            Options {
+                tls: true,
+                ..Options::default()
+            },
+        )
         .await
-        .expect("kube-sim starts");
+        .unwrap_or_else(|e| panic!("start the {} API server: {e:#}", backend.name()));
         let dir = tempfile::tempdir().expect("temp dir");
         let kubeconfig = dir.path().join("kubeconfig");
-        sim.write_kubeconfig(&kubeconfig, &sim.admin_token())
+        api.write_kubeconfig(&kubeconfig, &api.admin_token())
             .expect("kubeconfig");
         Env {
-            sim,
+            api,
             dir,
             kubeconfig,
         }
@@ -177,9 +181,10 @@ fn write_rendered(env: &Env, name: &str, args: &[&str]) -> (PathBuf, usize) {
     (p, count)
 }
 
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn chart_plain_rbac_applies_and_rendered_chart_passes_server_dry_run() {
-    let env = Env::start().await;
+async fn chart_plain_rbac_applies_and_rendered_chart_passes_server_dry_run(backend: Backend) {
+    let env = Env::start(backend).await;
     let root = repo_root();
     let (rbac, crds) = (root.join("rbac"), root.join("crds"));
     // The no-Helm path from the README.
@@ -257,9 +262,10 @@ async fn chart_plain_rbac_applies_and_rendered_chart_passes_server_dry_run() {
     }
 }
 
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn chart_helm_install_upgrade_uninstall_leaves_only_the_crd() {
-    let env = Env::start().await;
+async fn chart_helm_install_upgrade_uninstall_leaves_only_the_crd(backend: Backend) {
+    let env = Env::start(backend).await;
     let chart = chart_dir().display().to_string();
     env.helm_ok(&[
         "install",
@@ -448,18 +454,14 @@ impl Running {
     }
 }
 
-/// `helm install` with the connection pointed at kube-sim instead of
+/// `helm install` with the connection pointed at the test API server instead of
 /// in-cluster (everything else default), then runs `kube-discovery run` exactly as the
 /// pod would: the config read back from the installed ConfigMap, the
 /// ServiceAccount's token file, the pod's environment.
 async fn install_and_run(env: &Env, extra_sets: &[&str]) -> Running {
     let (token_file, ca_file) = (env.path("token"), env.path("ca.crt"));
-    std::fs::write(&ca_file, env.sim.ca_pem().expect("TLS CA")).expect("write CA");
-    // The chart's ServiceAccount token (kube-sim enforces RBAC for it).
-    let token = env.sim.issue_token(NS, FULLNAME);
-    std::fs::write(&token_file, &token).expect("write token");
-
-    let port = env.sim.addr().port().to_string();
+    std::fs::write(&ca_file, env.api.ca_pem().expect("TLS CA")).expect("write CA");
+    let port = env.api.addr().port().to_string();
     let chart = chart_dir().display().to_string();
     let sets = [
         "discovery.kubernetes.service.schema=https".to_string(),
@@ -488,6 +490,15 @@ async fn install_and_run(env: &Env, extra_sets: &[&str]) -> Running {
         args.extend(["--set", s]);
     }
     env.helm_ok(&args);
+    // The chart's ServiceAccount token (the API server enforces RBAC for it;
+    // the real one issues it through the TokenRequest API, so the
+    // ServiceAccount the chart installed must exist first).
+    let token = env
+        .api
+        .issue_token(NS, FULLNAME)
+        .await
+        .expect("ServiceAccount token");
+    std::fs::write(&token_file, &token).expect("write token");
     spawn_from_chart(env, token, None, "kd-kube-discovery-0")
 }
 
@@ -586,9 +597,10 @@ fn spawn_from_chart(
     }
 }
 
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn chart_controller_works_with_chart_config_and_service_account_rbac() {
-    let env = Env::start().await;
+async fn chart_controller_works_with_chart_config_and_service_account_rbac(backend: Backend) {
+    let env = Env::start(backend).await;
     // A Service with one EndpointSlice: two ready endpoints (one with `ready`
     // absent, which means ready) and one not ready.
     let backend = env.path("backend.yaml");
@@ -697,9 +709,10 @@ async fn chart_controller_works_with_chart_config_and_service_account_rbac() {
 /// BOTH replicas become ready — a follower that never turns ready would block
 /// every rolling update (the new pod waits for readiness) and, with the
 /// PodDisruptionBudget, every node drain.
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn chart_default_two_replicas_elect_one_leader_and_both_become_ready() {
-    let env = Env::start().await;
+async fn chart_default_two_replicas_elect_one_leader_and_both_become_ready(backend: Backend) {
+    let env = Env::start(backend).await;
     let backend = env.path("backend.yaml");
     std::fs::write(&backend, BACKEND).expect("write backend");
     env.kubectl_ok(&["apply", "-f", &backend.display().to_string()]);
@@ -764,9 +777,9 @@ async fn chart_default_two_replicas_elect_one_leader_and_both_become_ready() {
         );
     }
     let in_ns = "deployments,services,configmaps,secrets,serviceaccounts,roles,rolebindings,leases,poddisruptionbudgets";
-    let left = env.kubectl_ok(&["get", in_ns, "-n", NS, "-o", "name"]);
+    let left = ours(&env.kubectl_ok(&["get", in_ns, "-n", NS, "-o", "name"]));
     assert_eq!(
-        left.trim(),
+        left,
         format!("lease.coordination.k8s.io/{FULLNAME}"),
         "after uninstall only the controller's Lease stays in {NS} (documented)"
     );
@@ -792,21 +805,32 @@ async fn chart_default_two_replicas_elect_one_leader_and_both_become_ready() {
         let args: Vec<&str> = line.split_whitespace().skip(1).collect();
         env.kubectl_ok(&args);
     }
-    let left = env.kubectl_ok(&["get", in_ns, "-n", NS, "-o", "name"]);
-    assert!(
-        left.trim().is_empty(),
-        "left after the documented cleanup: {left}"
-    );
+    let left = ours(&env.kubectl_ok(&["get", in_ns, "-n", NS, "-o", "name"]));
+    assert!(left.is_empty(), "left after the documented cleanup: {left}");
     assert!(!env.exists("crd", "discoveredservices.kubediscovery.io", None));
 }
 
+/// Objects of a `kubectl get -o name` listing, without those Kubernetes puts
+/// into every namespace itself (the `default` ServiceAccount and the
+/// `kube-root-ca.crt` ConfigMap of kube-controller-manager; kube-sim has none).
+fn ours(listing: &str) -> String {
+    listing
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .filter(|l| *l != "serviceaccount/default" && *l != "configmap/kube-root-ca.crt")
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Multi-cluster mode as the chart renders it: a remote cluster (a second
-/// kube-sim) read with the read-only identity from `rbac/remote/`, objects
+/// API server) read with the read-only identity from `rbac/remote/`, objects
 /// written into the home cluster with the chart ServiceAccount's RBAC.
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn chart_multi_cluster_reads_a_remote_cluster_with_the_remote_reader_role() {
-    let home = Env::start().await;
-    let remote = Env::start().await;
+async fn chart_multi_cluster_reads_a_remote_cluster_with_the_remote_reader_role(backend: Backend) {
+    let home = Env::start(backend).await;
+    let remote = Env::start(backend).await;
     let root = repo_root();
 
     // Remote cluster: the read-only identity and a backend.
@@ -844,16 +868,18 @@ endpoints:
     .expect("write backend");
     remote.kubectl_ok(&["apply", "-f", &backend.display().to_string()]);
     let remote_token = remote
-        .sim
-        .issue_token("kube-discovery", "kube-discovery-remote-reader");
+        .api
+        .issue_token("kube-discovery", "kube-discovery-remote-reader")
+        .await
+        .expect("remote reader token");
     let (remote_token_file, remote_ca) = (home.path("east-token"), home.path("east-ca.crt"));
     std::fs::write(&remote_token_file, &remote_token).expect("write remote token");
-    std::fs::write(&remote_ca, remote.sim.ca_pem().expect("CA")).expect("write remote CA");
+    std::fs::write(&remote_ca, remote.api.ca_pem().expect("CA")).expect("write remote CA");
 
     // Home cluster: the chart, multi-cluster, objects in the release namespace.
     let clusters = serde_json::json!([{
         "id": "east",
-        "service": {"schema": "https", "host": "127.0.0.1", "port": remote.sim.addr().port(),
+        "service": {"schema": "https", "host": "127.0.0.1", "port": remote.api.addr().port(),
                     "ssl_verify": true, "ca_file": remote_ca.display().to_string()},
         "client": {"token_file": remote_token_file.display().to_string()},
         "watch_endpoint_slices": true,
@@ -872,9 +898,13 @@ endpoints:
         "--set",
         "controller.discoveredServices.namespaceMode=fixed",
     ]);
-    let home_token = home.sim.issue_token(NS, FULLNAME);
+    let home_token = home
+        .api
+        .issue_token(NS, FULLNAME)
+        .await
+        .expect("home token");
     let home_kubeconfig = home.path("home-kubeconfig");
-    home.sim
+    home.api
         .write_kubeconfig(&home_kubeconfig, &home_token)
         .expect("home kubeconfig");
     let mut run = spawn_from_chart(
@@ -929,11 +959,12 @@ endpoints:
 }
 
 /// The counter-check of the RBAC tests above: without the chart's RBAC
-/// (`rbac.create=false`) kube-sim forbids the controller's requests and no
+/// (`rbac.create=false`) the API server forbids the controller's requests and no
 /// DiscoveredService appears, so "nothing forbidden" there means something.
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn chart_controller_without_the_chart_rbac_is_forbidden() {
-    let env = Env::start().await;
+async fn chart_controller_without_the_chart_rbac_is_forbidden(backend: Backend) {
+    let env = Env::start(backend).await;
     let backend = env.path("backend.yaml");
     std::fs::write(&backend, BACKEND).expect("write backend");
     env.kubectl_ok(&["apply", "-f", &backend.display().to_string()]);
