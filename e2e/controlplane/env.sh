@@ -16,4 +16,5 @@ export GOSUMDB=off
 export GOPROXY="${GOPROXY:-https://proxy.golang.org}"
 export CGO_ENABLED=0
 # The binaries of one pinned set live in one folder; a changed pin builds anew.
-CONTROLPLANE_BIN="$cp_root/.tools/controlplane/kubernetes-$KUBERNETES_VERSION-etcd-$ETCD_VERSION"
+# KD_CONTROLPLANE_BIN overrides it (the Rust harness reads the same variable).
+CONTROLPLANE_BIN="${KD_CONTROLPLANE_BIN:-$cp_root/.tools/controlplane/kubernetes-$KUBERNETES_VERSION-etcd-$ETCD_VERSION}"

@@ -3,7 +3,7 @@
 //! both servers.
 //!
 //! kube-apiserver writes one JSON event per request stage (the policy of
-//! [`POLICY`]: every request at `Metadata` level, `RequestReceived` omitted):
+//! [`policy`]: every request at `Metadata` level, `RequestReceived` omitted):
 //! `ResponseComplete` for every request, plus `ResponseStarted` for watches.
 //! A request counts when the authorizer allowed it (the
 //! `authorization.k8s.io/decision` annotation), as kube-sim counts requests
@@ -14,21 +14,39 @@
 //! before the test looked, so it never counts as later.
 
 use std::collections::{BTreeMap, HashSet};
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// The audit policy the harness starts kube-apiserver with.
-pub const POLICY: &str = "apiVersion: audit.k8s.io/v1
+/// The audit policy the harness starts kube-apiserver with: every request at
+/// `Metadata` level; writes to the `(group, plural)` resources of
+/// `write_bodies` at `RequestResponse`, so their answers' resourceVersion is
+/// known (a benchmark maps a source change to its revision).
+pub fn policy(write_bodies: &[(&str, &str)]) -> String {
+    let mut p = String::from(
+        "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
   # The API server's own loopback client (its controllers and post-start hooks).
   - level: None
     users: [\"system:apiserver\"]
-  - level: Metadata
-";
+",
+    );
+    for (group, resource) in write_bodies {
+        p.push_str(&format!(
+            "  - level: RequestResponse
+    verbs: [create, update, patch, delete]
+    resources: [{{group: \"{group}\", resources: [\"{resource}\"]}}]
+"
+        ));
+    }
+    p.push_str("  - level: Metadata\n");
+    p
+}
 
 /// Users whose requests the statistics leave out: the control plane's own
 /// controllers, which kube-sim does not have (their writes stay in the write
@@ -55,7 +73,25 @@ struct RawEvent {
     #[serde(default)]
     request_received_timestamp: String,
     #[serde(default)]
+    stage_timestamp: String,
+    #[serde(default)]
     annotations: BTreeMap<String, String>,
+    /// Only at `RequestResponse` level ([`policy`] with write bodies).
+    #[serde(default)]
+    response_object: Option<RawObject>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RawObject {
+    #[serde(default)]
+    metadata: RawObjectMeta,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawObjectMeta {
+    #[serde(default)]
+    resource_version: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -102,6 +138,12 @@ pub struct Event {
     pub allowed: bool,
     /// When the server received the request, microseconds since the epoch.
     pub received_micros: u64,
+    /// When this stage was reached (for `ResponseComplete` of a write: just
+    /// after the commit), microseconds since the epoch.
+    pub stage_micros: u64,
+    /// The answer's `metadata.resourceVersion` (the revision of a write),
+    /// when the policy logs answer bodies for this resource; else empty.
+    pub response_rv: String,
 }
 
 impl Event {
@@ -137,6 +179,11 @@ impl Event {
                 .get("authorization.k8s.io/decision")
                 .is_some_and(|d| d == "allow"),
             received_micros: micros(&r.request_received_timestamp),
+            stage_micros: micros(&r.stage_timestamp),
+            response_rv: r
+                .response_object
+                .map(|o| o.metadata.resource_version)
+                .unwrap_or_default(),
         }
     }
 
@@ -173,16 +220,27 @@ pub fn now_micros() -> u64 {
     u64::try_from(jiff::Timestamp::now().as_microsecond()).unwrap_or(0)
 }
 
-/// A reader of one audit log file.
+/// A reader of one audit log file. It parses each line once: a read picks up
+/// only what was appended since the last one (a benchmark polls a log of
+/// hundreds of thousands of events).
 #[derive(Debug, Clone)]
 pub struct AuditLog {
     path: PathBuf,
+    parsed: Arc<Mutex<Parsed>>,
+}
+
+#[derive(Debug, Default)]
+struct Parsed {
+    /// Bytes of the file consumed (complete lines only).
+    offset: u64,
+    events: Vec<Event>,
 }
 
 impl AuditLog {
     pub fn new(path: &Path) -> AuditLog {
         AuditLog {
             path: path.to_path_buf(),
+            parsed: Arc::default(),
         }
     }
 
@@ -190,35 +248,57 @@ impl AuditLog {
         &self.path
     }
 
+    /// Calls `f` with every complete event of the log so far (a line still
+    /// being written waits for the next read).
+    pub fn with_events<T>(&self, f: impl FnOnce(&[Event]) -> T) -> T {
+        let mut p = self.parsed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Ok(mut file) = std::fs::File::open(&self.path)
+            && file.seek(SeekFrom::Start(p.offset)).is_ok()
+        {
+            let mut buf = Vec::new();
+            if file.read_to_end(&mut buf).is_ok()
+                && let Some(end) = buf.iter().rposition(|b| *b == b'\n')
+            {
+                for line in buf[..end].split(|b| *b == b'\n') {
+                    if let Ok(raw) = serde_json::from_slice::<RawEvent>(line) {
+                        p.events.push(Event::from_raw(raw));
+                    }
+                }
+                p.offset += end as u64 + 1;
+            }
+        }
+        f(&p.events)
+    }
+
     /// Every complete event line of the log (a line being written is skipped).
     pub fn events(&self) -> Vec<Event> {
-        let text = std::fs::read_to_string(&self.path).unwrap_or_default();
-        let complete = match text.rfind('\n') {
-            Some(i) => &text[..=i],
-            None => "",
-        };
-        complete
-            .lines()
-            .filter_map(|l| serde_json::from_str::<RawEvent>(l).ok())
-            .map(Event::from_raw)
-            .collect()
+        self.with_events(<[Event]>::to_vec)
     }
 
     /// Writes received after `mark`, in kube-sim's `/_sim/writes` item shape
-    /// (`resourceVersion` is empty: the `Metadata` level has no answer body).
+    /// (`resourceVersion` is empty unless the policy logs that resource's
+    /// answer bodies: the `Metadata` level has none).
+    /// A patch or update answered `201 Created` (a server-side apply, or a
+    /// PUT, that created the object) is a `create`, as kube-sim logs it.
     pub fn writes_since(&self, mark: u64) -> Vec<Value> {
         self.events()
             .into_iter()
             .filter(|e| e.is_write() && e.received_micros > mark)
             .map(|e| {
+                let verb = if e.code == 201 && matches!(e.verb.as_str(), "patch" | "update") {
+                    "create"
+                } else {
+                    e.verb.as_str()
+                };
                 json!({
-                    "timeNanos": e.received_micros.saturating_mul(1000),
-                    "verb": e.verb,
+                    // ResponseComplete of a write: just after its commit.
+                    "timeNanos": e.stage_micros.max(e.received_micros).saturating_mul(1000),
+                    "verb": verb,
                     "group": e.group,
                     "resource": e.resource,
                     "namespace": e.namespace,
                     "name": e.name,
-                    "resourceVersion": "",
+                    "resourceVersion": e.response_rv,
                     "user": e.user,
                 })
             })
@@ -332,19 +412,33 @@ mod tests {
                 "2026-01-01T00:00:05Z",
                 true,
             ),
+            // A server-side apply that created the object.
+            line(
+                "ResponseComplete",
+                "patch",
+                "gadgets",
+                201,
+                "2026-01-01T00:00:06Z",
+                true,
+            ),
         ];
         // The last line is still being written: no newline yet.
         std::fs::write(&p, format!("{}\n{{\"partial", lines.join("\n")))?;
         let log = AuditLog::new(&p);
         let all = log.writes_since(0);
-        assert_eq!(all.len(), 2, "{all:?}");
+        assert_eq!(all.len(), 3, "{all:?}");
         assert_eq!(all[0]["verb"], "patch");
         assert_eq!(all[0]["timeNanos"], json!(1_767_225_601_000_001_000u64));
+        assert_eq!(all[2]["verb"], "create", "an apply that created");
         let later = log.writes_since(micros("2026-01-01T00:00:04Z"));
-        assert_eq!(later.len(), 1);
+        assert_eq!(later.len(), 2);
         assert_eq!(later[0]["verb"], "delete");
         let s = log.stats(7);
         assert_eq!(s["requests"]["patch"]["widgets"], 2);
+        assert_eq!(
+            s["requests"]["patch"]["gadgets"], 1,
+            "requests keep their verb"
+        );
         assert_eq!(s["requests"]["watch"]["widgets"], 1);
         assert!(
             s["requests"]["list"].is_null(),

@@ -23,6 +23,7 @@
 
 pub mod audit;
 pub mod kubelet;
+pub mod net;
 pub mod pki;
 pub mod process;
 pub mod proxy;
@@ -67,6 +68,10 @@ pub struct Options {
     pub users: Vec<(String, Vec<String>)>,
     /// Real only: run kube-controller-manager.
     pub controller_manager: bool,
+    /// Real only: `(group, plural)` resources whose write answers the audit
+    /// log keeps, so their resourceVersions are in the write log (kube-sim's
+    /// always has them).
+    pub audit_write_bodies: Vec<(String, String)>,
     /// CRDs (YAML) installed at start (real: before kube-controller-manager,
     /// so its garbage collector knows them from the start).
     pub crds: Vec<String>,
@@ -82,6 +87,7 @@ impl Default for Options {
             bookmark_interval: sim.bookmark_interval,
             users: real.users,
             controller_manager: real.controller_manager,
+            audit_write_bodies: Vec::new(),
             crds: Vec::new(),
         }
     }
@@ -131,6 +137,7 @@ impl Cluster {
                     users: opts.users.clone(),
                     controller_manager: opts.controller_manager,
                     crds: opts.crds.clone(),
+                    audit_write_bodies: opts.audit_write_bodies.clone(),
                     ..real::Options::default()
                 })
                 .await?;
@@ -187,6 +194,16 @@ impl Cluster {
         match &self.inner {
             Inner::Sim(s) => s.url(),
             Inner::Real(r) => r.url(),
+        }
+    }
+
+    /// The URL of the API server itself, without the real backend's fault
+    /// proxy (kube-sim: the same as [`Cluster::url`]); what a benchmark's
+    /// clients use.
+    pub fn direct_url(&self) -> String {
+        match &self.inner {
+            Inner::Sim(s) => s.url(),
+            Inner::Real(r) => r.direct_url(),
         }
     }
 
@@ -315,7 +332,15 @@ impl Cluster {
             Inner::Sim(_) => self.sim_get("/_sim/stats").await,
             Inner::Real(r) => {
                 tokio::time::sleep(AUDIT_SETTLE).await;
-                Ok(r.audit().stats(audit::now_micros()))
+                let mut s = r.audit().stats(audit::now_micros());
+                // kube-sim counts the requests its `fail` faults answer; on
+                // the real backend the proxy answers them, unseen by the API
+                // server (and without a user: not in requestsByUser).
+                for ((verb, resource, _), n) in r.proxy().failures_served() {
+                    let v = &mut s["requests"][verb.as_str()][resource.as_str()];
+                    *v = Value::from(v.as_u64().unwrap_or(0) + n);
+                }
+                Ok(s)
             }
         }
     }

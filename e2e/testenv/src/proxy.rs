@@ -7,9 +7,14 @@
 //! * `fail` / `latency`: matching resource requests (by verb and plural
 //!   resource, kube-sim's own routing) are answered with kube-sim's `Status`
 //!   error (and `Retry-After`), or delayed, instead of / before forwarding;
-//! * `dropWatches`: every watch answer in flight ends now;
+//!   the proxy counts both ([`FaultProxy::failures_served`],
+//!   [`FaultProxy::delays_started`]): the API server never sees an injected
+//!   failure, and audits a delayed request only once it is answered;
+//! * `dropWatches`: every watch answer in flight ends now (a clean end, as
+//!   kube-sim's; the client connection stays usable);
 //! * `stallWatchesSeconds`: watch answers keep their connection but forward
-//!   nothing until the stall ends (then what was held back follows);
+//!   nothing, not even their end, until the stall ends (then what was held
+//!   back follows), as kube-sim's stalled watches outlive their timeout;
 //! * `refuseConnectionsSeconds`: the listener closes and every connection is
 //!   cut; the same port is bound again afterwards;
 //! * `hangSeconds` (proxy only): requests accepted in that window are never
@@ -21,9 +26,15 @@
 //!
 //! Each client connection gets its own upstream TLS connection with the same
 //! ALPN protocol (HTTP/2 for Go clients, HTTP/1.1 for kube-rs), so cutting a
-//! client connection cuts exactly its upstream one.
+//! client connection cuts exactly its upstream one, and an upstream
+//! connection the API server closes closes its client connection. The one
+//! exception is an HTTP/1.1 watch the proxy ends itself (`dropWatches`): its
+//! upstream connection cannot carry another request (the answer was not read
+//! to its end), so the next request of that client connection gets a new one.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,6 +60,10 @@ struct Shared {
     client_h2: Arc<rustls::ClientConfig>,
     client_h1: Arc<rustls::ClientConfig>,
     faults: Mutex<Faults>,
+    /// `(verb, resource, code)` -> injected failures answered.
+    failures_served: Mutex<BTreeMap<(String, String, u16), u64>>,
+    /// `(verb, resource)` -> injected delays begun.
+    delays_started: Mutex<BTreeMap<(String, String), u64>>,
     hang_until: Mutex<Option<Instant>>,
     /// Bumped to end every watch answer in flight.
     drop_tx: watch::Sender<u64>,
@@ -104,6 +119,8 @@ impl FaultProxy {
             client_h2,
             client_h1,
             faults: Mutex::new(Faults::default()),
+            failures_served: Mutex::new(BTreeMap::new()),
+            delays_started: Mutex::new(BTreeMap::new()),
             hang_until: Mutex::new(None),
             drop_tx: watch::channel(0).0,
             refuse_tx: watch::channel(None).0,
@@ -161,6 +178,27 @@ impl FaultProxy {
     /// Cuts every open client connection (and its upstream connection).
     pub fn cut_connections(&self) {
         self.shared.cut_all();
+    }
+
+    /// `(verb, resource, code)` -> how many requests a `fail` fault answered
+    /// so far (kube-sim counts these as requests; the API server never sees
+    /// them).
+    pub fn failures_served(&self) -> BTreeMap<(String, String, u16), u64> {
+        self.shared
+            .failures_served
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// `(verb, resource)` -> how many requests a `latency` fault began to
+    /// delay so far (a request counted here is in flight until answered).
+    pub fn delays_started(&self) -> BTreeMap<(String, String), u64> {
+        self.shared
+            .delays_started
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -224,6 +262,24 @@ async fn bind_again(addr: SocketAddr, shutdown: &CancellationToken) -> Option<Tc
     }
 }
 
+/// One client connection and its current upstream connection.
+struct ClientConn {
+    h2: bool,
+    /// Cancelled to close the client connection (a child of the proxy-wide
+    /// cut token).
+    cut: CancellationToken,
+    upstream: tokio::sync::Mutex<Option<Up>>,
+}
+
+/// An upstream connection of a [`ClientConn`].
+struct Up {
+    send: Upstream,
+    /// Set when the proxy gave up on an answer of this HTTP/1.1 connection
+    /// (a dropped watch): the connection is then replaced, and its end does
+    /// not close the client connection.
+    abandoned: Arc<AtomicBool>,
+}
+
 async fn serve_connection(sh: Arc<Shared>, tcp: tokio::net::TcpStream) {
     let cut = sh.cut_token();
     let acceptor = tokio_rustls::TlsAcceptor::from(sh.server_tls.clone());
@@ -234,18 +290,26 @@ async fn serve_connection(sh: Arc<Shared>, tcp: tokio::net::TcpStream) {
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     // This connection ends with its upstream connection, or when all are cut.
     let cut = cut.child_token();
-    let connect = connect_upstream(&sh, h2, cut.clone());
-    let upstream = match tokio::time::timeout(UPSTREAM_CONNECT_TIMEOUT, connect).await {
+    let upstream = match tokio::time::timeout(
+        UPSTREAM_CONNECT_TIMEOUT,
+        connect_upstream(&sh, h2, cut.clone()),
+    )
+    .await
+    {
         Ok(Ok(u)) => u,
         // The API server is down (restarting): the client sees its
         // connection closed, as it would without the proxy.
         _ => return,
     };
-    let upstream = Arc::new(tokio::sync::Mutex::new(upstream));
+    let conn = Arc::new(ClientConn {
+        h2,
+        cut: cut.clone(),
+        upstream: tokio::sync::Mutex::new(Some(upstream)),
+    });
     let svc_sh = sh.clone();
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let (sh, upstream) = (svc_sh.clone(), upstream.clone());
-        async move { Ok::<_, std::convert::Infallible>(forward(sh, upstream, req).await) }
+        let (sh, conn) = (svc_sh.clone(), conn.clone());
+        async move { Ok::<_, std::convert::Infallible>(forward(sh, conn, req).await) }
     });
     let io = TokioIo::new(tls);
     if h2 {
@@ -269,11 +333,13 @@ enum Upstream {
     H2(hyper::client::conn::http2::SendRequest<Incoming>),
 }
 
+/// A new upstream connection; when it ends (the API server closed it) the
+/// client connection `cut` is closed too, unless it was abandoned.
 async fn connect_upstream(
     sh: &Arc<Shared>,
     h2: bool,
     cut: CancellationToken,
-) -> anyhow::Result<Upstream> {
+) -> anyhow::Result<Up> {
     let tcp = tokio::net::TcpStream::connect(sh.upstream)
         .await
         .context("connecting to the API server")?;
@@ -285,6 +351,8 @@ async fn connect_upstream(
         .await
         .context("TLS to the API server")?;
     let io = TokioIo::new(tls);
+    let abandoned = Arc::new(AtomicBool::new(false));
+    let gone = abandoned.clone();
     if h2 {
         let (send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
             .await
@@ -293,16 +361,24 @@ async fn connect_upstream(
             tokio::select! { _ = conn => {}, () = cut.cancelled() => {} }
             cut.cancel();
         });
-        Ok(Upstream::H2(send))
+        Ok(Up {
+            send: Upstream::H2(send),
+            abandoned,
+        })
     } else {
         let (send, conn) = hyper::client::conn::http1::handshake(io)
             .await
             .context("HTTP/1.1 handshake")?;
         tokio::spawn(async move {
             tokio::select! { _ = conn.with_upgrades() => {}, () = cut.cancelled() => {} }
-            cut.cancel();
+            if !gone.load(Ordering::SeqCst) {
+                cut.cancel();
+            }
         });
-        Ok(Upstream::H1(send))
+        Ok(Up {
+            send: Upstream::H1(send),
+            abandoned,
+        })
     }
 }
 
@@ -318,11 +394,14 @@ fn bad_gateway(msg: String) -> Response<Body> {
     r
 }
 
-async fn forward(
-    sh: Arc<Shared>,
-    upstream: Arc<tokio::sync::Mutex<Upstream>>,
-    req: Request<Incoming>,
-) -> Response<Body> {
+fn bump<K: Ord>(m: &Mutex<BTreeMap<K, u64>>, k: K) {
+    *m.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(k)
+        .or_default() += 1;
+}
+
+async fn forward(sh: Arc<Shared>, conn: Arc<ClientConn>, req: Request<Incoming>) -> Response<Body> {
     let hang = *sh.hang_until.lock().unwrap_or_else(|p| p.into_inner());
     if hang.is_some_and(|t| t > Instant::now()) {
         // Accepted, never answered: only the client's own timeout ends this.
@@ -337,10 +416,15 @@ async fn forward(
     if let Some((verb, resource)) = &target {
         let latency = sh.faults().take_latency(verb, resource);
         if let Some(d) = latency {
+            bump(&sh.delays_started, ((*verb).to_string(), resource.clone()));
             tokio::time::sleep(d).await;
         }
         let failure = sh.faults().take_failure(verb, resource);
         if let Some((code, retry_after)) = failure {
+            bump(
+                &sh.failures_served,
+                ((*verb).to_string(), resource.clone(), code),
+            );
             return kube_sim::handler::injected_failure_response(code, retry_after, verb, resource);
         }
     }
@@ -351,47 +435,64 @@ async fn forward(
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "/".into());
     let authority = sh.upstream.to_string();
-    let resp = {
-        let mut up = upstream.lock().await;
-        match &mut *up {
-            Upstream::H2(send) => {
-                parts.uri = match format!("https://{authority}{path_and_query}").parse() {
-                    Ok(u) => u,
-                    Err(e) => return bad_gateway(format!("proxy: bad URI: {e}")),
-                };
-                if send.ready().await.is_err() {
-                    return bad_gateway("proxy: upstream connection closed".into());
-                }
-                send.send_request(Request::from_parts(parts, body))
-            }
-            Upstream::H1(send) => {
-                parts.uri = match path_and_query.parse() {
-                    Ok(u) => u,
-                    Err(e) => return bad_gateway(format!("proxy: bad URI: {e}")),
-                };
-                if let Ok(h) = http::HeaderValue::from_str(&authority) {
-                    parts.headers.insert(http::header::HOST, h);
-                }
-                if send.ready().await.is_err() {
-                    return bad_gateway("proxy: upstream connection closed".into());
-                }
-                // HTTP/1.1 sends one request at a time on a connection; the
-                // future is awaited outside the lock (its answer may stream).
-                let fut = send.send_request(Request::from_parts(parts, body));
-                drop(up);
-                return finish(&sh, fut.await, is_watch);
+    let mut slot = conn.upstream.lock().await;
+    // An HTTP/1.1 connection whose watch answer the proxy ended cannot be
+    // used again: the request goes on a new one.
+    let replace = match slot.as_ref() {
+        None => true,
+        Some(up) => up.abandoned.load(Ordering::SeqCst),
+    };
+    if replace {
+        *slot = None;
+        match tokio::time::timeout(
+            UPSTREAM_CONNECT_TIMEOUT,
+            connect_upstream(&sh, conn.h2, conn.cut.clone()),
+        )
+        .await
+        {
+            Ok(Ok(u)) => *slot = Some(u),
+            _ => {
+                // The API server is gone: so is this connection.
+                conn.cut.cancel();
+                return bad_gateway("proxy: cannot reach the API server".into());
             }
         }
+    }
+    let Some(up) = slot.as_mut() else {
+        return bad_gateway("proxy: no upstream connection".into());
     };
-    finish(&sh, resp.await, is_watch)
-}
-
-fn finish(
-    sh: &Arc<Shared>,
-    resp: Result<Response<Incoming>, hyper::Error>,
-    is_watch: bool,
-) -> Response<Body> {
-    let resp = match resp {
+    let abandoned = up.abandoned.clone();
+    let fut = match &mut up.send {
+        Upstream::H2(send) => {
+            parts.uri = match format!("https://{authority}{path_and_query}").parse() {
+                Ok(u) => u,
+                Err(e) => return bad_gateway(format!("proxy: bad URI: {e}")),
+            };
+            if send.ready().await.is_err() {
+                return bad_gateway("proxy: upstream connection closed".into());
+            }
+            futures::future::Either::Left(send.send_request(Request::from_parts(parts, body)))
+        }
+        Upstream::H1(send) => {
+            parts.uri = match path_and_query.parse() {
+                Ok(u) => u,
+                Err(e) => return bad_gateway(format!("proxy: bad URI: {e}")),
+            };
+            if let Ok(h) = http::HeaderValue::from_str(&authority) {
+                parts.headers.insert(http::header::HOST, h);
+            }
+            if send.ready().await.is_err() {
+                return bad_gateway("proxy: upstream connection closed".into());
+            }
+            futures::future::Either::Right(send.send_request(Request::from_parts(parts, body)))
+        }
+    };
+    // HTTP/1.1 sends one request at a time on a connection (the client's
+    // next one waits for this answer); the future is awaited outside the
+    // lock, as its answer may stream.
+    drop(slot);
+    let h1 = !conn.h2;
+    let resp = match fut.await {
         Ok(r) => r,
         Err(e) => return bad_gateway(format!("proxy: upstream request failed: {e}")),
     };
@@ -399,44 +500,76 @@ fn finish(
     if !is_watch {
         return Response::from_parts(parts, Body::new(body));
     }
-    Response::from_parts(parts, watch_body(sh.clone(), body))
+    let abandon = h1.then_some(abandoned);
+    Response::from_parts(
+        parts,
+        watch_body(sh.clone(), conn.cut.clone(), abandon, body),
+    )
 }
 
-/// A watch answer that ends on `dropWatches`, holds its frames back while a
-/// stall is on, and ends when the connection is cut.
-fn watch_body(sh: Arc<Shared>, body: Incoming) -> Body {
+/// Waits while a stall is on; `false` when the watch must end meanwhile
+/// (dropped, or the connection cut).
+async fn wait_out_stall(
+    sh: &Shared,
+    drops: &mut watch::Receiver<u64>,
+    cut: &CancellationToken,
+) -> bool {
+    // A stall can be extended, cleared or followed by a drop meanwhile.
+    while let Some(until) = sh.stalled_until() {
+        tokio::select! {
+            () = tokio::time::sleep_until(until.min(Instant::now() + Duration::from_millis(100)).into()) => {}
+            _ = drops.changed() => return false,
+            () = cut.cancelled() => return false,
+        }
+    }
+    true
+}
+
+/// A watch answer that ends on `dropWatches` (marking an HTTP/1.1 upstream
+/// connection `abandon`ed first: it cannot be reused), holds its frames and
+/// its end back while a stall is on, and ends when the connection is cut.
+fn watch_body(
+    sh: Arc<Shared>,
+    cut: CancellationToken,
+    abandon: Option<Arc<AtomicBool>>,
+    body: Incoming,
+) -> Body {
     let mut drops = sh.drop_tx.subscribe();
     drops.borrow_and_update();
-    let cut = sh.cut_token();
     let frames = body.into_data_stream();
+    let give_up = move || {
+        if let Some(a) = &abandon {
+            a.store(true, Ordering::SeqCst);
+        }
+    };
     let stream = futures::stream::unfold(
-        (frames, drops, cut, sh),
-        |(mut frames, mut drops, cut, sh)| async move {
+        (frames, drops, cut, sh, give_up),
+        |(mut frames, mut drops, cut, sh, give_up)| async move {
             let next = tokio::select! {
-                f = frames.next() => f,
+                f = frames.next() => Some(f),
                 _ = drops.changed() => None,
                 () = cut.cancelled() => None,
             };
-            let data = match next {
-                Some(Ok(d)) => d,
-                Some(Err(e)) => {
-                    return Some((Err(std::io::Error::other(e)), (frames, drops, cut, sh)));
-                }
-                None => return None,
+            let Some(next) = next else {
+                give_up();
+                return None;
             };
-            // Hold the frame while a stall is on (a stall can be extended,
-            // cleared or followed by a drop meanwhile).
-            while let Some(until) = sh.stalled_until() {
-                tokio::select! {
-                    () = tokio::time::sleep_until(until.min(Instant::now() + Duration::from_millis(100)).into()) => {}
-                    _ = drops.changed() => return None,
-                    () = cut.cancelled() => return None,
-                }
+            // Hold the frame, or the end of the answer, while a stall is on.
+            if !wait_out_stall(&sh, &mut drops, &cut).await {
+                give_up();
+                return None;
             }
-            Some((
-                Ok::<_, std::io::Error>(Frame::data(data)),
-                (frames, drops, cut, sh),
-            ))
+            match next {
+                Some(Ok(d)) => Some((
+                    Ok::<_, std::io::Error>(Frame::data(d)),
+                    (frames, drops, cut, sh, give_up),
+                )),
+                Some(Err(e)) => Some((
+                    Err(std::io::Error::other(e)),
+                    (frames, drops, cut, sh, give_up),
+                )),
+                None => None,
+            }
         },
     );
     Body::new(http_body_util::StreamBody::new(stream).map_frame(|f: Frame<Bytes>| f))

@@ -127,3 +127,74 @@ async fn compaction_and_restart_answer_old_watches_with_410() {
     assert_eq!(ev["type"], "ERROR", "{ev}");
     assert_eq!(ev["object"]["code"], 410, "{ev}");
 }
+
+fn alive(pid: u32) -> bool {
+    // A zombie (exited, not yet reaped) counts as gone.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.split(") ").nth(1).unwrap_or("").starts_with('Z'))
+        .unwrap_or(false)
+}
+
+/// A control-plane process that dies is reported with its log tail, and the
+/// rest is stopped when the control plane is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_process_is_reported_with_its_log_tail() {
+    let cp = ControlPlane::start(Options { controller_manager: false, ..Options::default() })
+        .await
+        .unwrap();
+    let pids = cp.pids();
+    cp.check_alive().expect("all running");
+    // Kill etcd: kube-apiserver keeps running, the harness reports etcd.
+    std::process::Command::new("kill").args(["-KILL", &pids[0].to_string()]).status().unwrap();
+    let t = std::time::Instant::now();
+    let err = loop {
+        if let Err(e) = cp.check_alive() {
+            break e;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "etcd's death not noticed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let msg = format!("{err:#}");
+    assert!(msg.contains("etcd exited") && msg.contains("etcd.log"), "{msg}");
+    drop(cp);
+    for pid in pids {
+        assert!(!alive(pid), "process {pid} survived the drop");
+    }
+}
+
+/// The test process itself killed (SIGKILL: no destructor runs): every
+/// control-plane process dies with it (`setpriv --pdeathsig KILL`).
+#[test]
+fn no_process_outlives_a_killed_test() {
+    let exe = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/debug/examples/hold-controlplane");
+    assert!(exe.is_file(), "{} missing: cargo build -p kd-testenv --examples", exe.display());
+    let mut child = std::process::Command::new(&exe)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let pids: Vec<u32> = line
+        .strip_prefix("pids ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 3, "{line}");
+    assert!(pids.iter().all(|p| alive(*p)));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let t = std::time::Instant::now();
+    while pids.iter().any(|p| alive(*p)) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "control-plane processes outlived the killed test: {pids:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

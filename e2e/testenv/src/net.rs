@@ -1,0 +1,130 @@
+//! Local, non-loopback addresses for test backends.
+//!
+//! The real API server refuses loopback (127.0.0.0/8), link-local and
+//! unspecified addresses in Endpoints and EndpointSlices (`ValidateEndpointIP`
+//! in `pkg/apis/core/validation`), so backends that tests list there cannot
+//! listen on 127.0.x.y. They listen instead on addresses of the RFC 2544
+//! benchmarking block 198.18.0.0/15, which the harness assigns to the `lo`
+//! interface (`ip addr add <ip>/32 dev lo`): local to this machine, never
+//! routed anywhere else, and accepted by the real server.
+//!
+//! Adding an address needs root (or CAP_NET_ADMIN); the tests run as root
+//! here and in CI. Addresses are added once and left in place: adding is
+//! idempotent, and removing one could pull it from under a concurrent test
+//! process that uses it too.
+//!
+//! [`backend_ip`] gives each [`Backend`] its own half of the block (kube-sim
+//! 198.18.x.y, real 198.19.x.y), so the two runs of a `#[both_backends]` test,
+//! which run at the same time, never share a backend address.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::Command;
+use std::sync::Mutex;
+
+use anyhow::{Context, bail};
+
+use crate::Backend;
+
+/// The block addresses are taken from: 198.18.0.0/15 (RFC 2544).
+pub const BLOCK: (Ipv4Addr, u8) = (Ipv4Addr::new(198, 18, 0, 0), 15);
+
+/// Addresses this process has seen assigned to `lo` (by itself or another test process).
+static ASSIGNED: Mutex<Option<HashSet<Ipv4Addr>>> = Mutex::new(None);
+
+/// Whether `ip` is in [`BLOCK`].
+pub fn in_block(ip: Ipv4Addr) -> bool {
+    let o = ip.octets();
+    o[0] == 198 && (o[1] & 0xfe) == 18
+}
+
+/// The address `198.<18|19>.<net>.<host>` for `backend`, assigned to `lo`.
+pub fn backend_ip(backend: Backend, net: u8, host: u8) -> anyhow::Result<Ipv4Addr> {
+    let second = match backend {
+        Backend::Sim => 18,
+        Backend::Real => 19,
+    };
+    ensure_local(Ipv4Addr::new(198, second, net, host))
+}
+
+/// Makes sure `ip` (in [`BLOCK`]) is assigned to `lo`, adding it when not;
+/// returns it. Fails with an explanation when it cannot be added.
+pub fn ensure_local(ip: Ipv4Addr) -> anyhow::Result<Ipv4Addr> {
+    if !in_block(ip) {
+        bail!("{ip} is not in the test block {}/{}", BLOCK.0, BLOCK.1);
+    }
+    let mut guard = ASSIGNED.lock().unwrap_or_else(|p| p.into_inner());
+    let known = guard.get_or_insert_with(HashSet::new);
+    if known.contains(&ip) {
+        return Ok(ip);
+    }
+    if !on_lo(ip)? {
+        let out = Command::new("ip")
+            .args(["addr", "add", &format!("{ip}/32"), "dev", "lo"])
+            .output()
+            .context(
+                "running `ip addr add` (iproute2 is needed to give test backends local addresses)",
+            )?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // "File exists": another test process added it in the meantime.
+        if !out.status.success() && !stderr.contains("File exists") {
+            bail!(
+                "cannot add {ip}/32 to the loopback interface (`ip addr add {ip}/32 dev lo`: {}): \
+                 test backends listed in EndpointSlices need a local non-loopback address (the real \
+                 API server rejects 127.0.0.0/8 there), and adding one needs root or CAP_NET_ADMIN. \
+                 Run the tests as root, or add the addresses beforehand (`ip addr add <ip>/32 dev lo`, \
+                 198.18.0.0/15)",
+                stderr.trim()
+            );
+        }
+        if !on_lo(ip)? {
+            bail!("`ip addr add {ip}/32 dev lo` succeeded, but lo does not list {ip}");
+        }
+    }
+    known.insert(ip);
+    Ok(ip)
+}
+
+/// Whether `ip` is an address [`ensure_local`] has made sure of in this process.
+pub fn is_assigned(ip: IpAddr) -> bool {
+    let IpAddr::V4(v4) = ip else {
+        return false;
+    };
+    ASSIGNED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .is_some_and(|s| s.contains(&v4))
+}
+
+/// Whether `lo` lists `ip` (`ip -o -4 addr show dev lo`).
+fn on_lo(ip: Ipv4Addr) -> anyhow::Result<bool> {
+    let out = Command::new("ip")
+        .args(["-o", "-4", "addr", "show", "dev", "lo"])
+        .output()
+        .context(
+            "running `ip addr show` (iproute2 is needed to give test backends local addresses)",
+        )?;
+    if !out.status.success() {
+        bail!(
+            "`ip -o -4 addr show dev lo` failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let want = format!("inet {ip}/");
+    Ok(String::from_utf8_lossy(&out.stdout).contains(&want))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_bounds() {
+        assert!(in_block(Ipv4Addr::new(198, 18, 0, 1)));
+        assert!(in_block(Ipv4Addr::new(198, 19, 255, 254)));
+        assert!(!in_block(Ipv4Addr::new(198, 17, 0, 1)));
+        assert!(!in_block(Ipv4Addr::new(198, 20, 0, 1)));
+        assert!(!in_block(Ipv4Addr::new(127, 0, 0, 1)));
+    }
+}
