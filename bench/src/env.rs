@@ -1,38 +1,47 @@
-//! One benchmark environment: a kube-sim started in this process (fresh for
-//! every scenario, so runs never see each other's objects), the
-//! DiscoveredService CRD installed from `kube_discovery_core::crd::crd_yaml()`,
-//! an admin kube client, a scratch directory, and typed access to kube-sim's
-//! test hooks (`/_sim/stats`, `/_sim/writes`, `/_sim/faults`), which are not
-//! counted as API requests by kube-sim.
+//! One benchmark environment: an API server (fresh for every scenario, so
+//! runs never see each other's objects) of either backend — kube-sim started
+//! in this process, or the real kube-apiserver + etcd of `kd-testenv` — with
+//! the DiscoveredService CRD installed from `kube_discovery_core::crd::crd_yaml()`,
+//! an admin kube client, a scratch directory, and typed access to the write
+//! log and request counts (kube-sim's `/_sim/stats` and `/_sim/writes`, which
+//! it does not count as API requests; on the real server its audit log, with
+//! write answers of the source resources logged for their revisions).
+//!
+//! The controller and the echo client talk to the API server directly (on the
+//! real backend: not through the test harness's fault proxy).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
-use kube::{Client, Config};
-use kube_sim::{Sim, SimConfig};
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde::Deserialize;
 use serde_json::{Value, json};
+pub use testenv::Backend;
+use testenv::{Cluster, Options};
 
-/// One entry of kube-sim's write log.
+/// One entry of the write log.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Write {
-    /// Wall clock of the commit, nanoseconds since the epoch.
+    /// Wall clock of the commit (real server: its answer), nanoseconds since the epoch.
     pub time_nanos: u64,
     /// Plural resource (`endpointslices`, `discoveredservices`, `configmaps`...).
     pub resource: String,
     /// Object name.
     pub name: String,
-    /// Revision of the write.
+    /// Revision of the write (0 where the real server's audit log has no
+    /// answer body: every resource but the sources).
     #[serde(deserialize_with = "rv_number")]
     pub resource_version: u64,
 }
 
 fn rv_number<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
     let s = String::deserialize(d)?;
+    if s.is_empty() {
+        return Ok(0);
+    }
     s.parse().map_err(serde::de::Error::custom)
 }
 
@@ -44,48 +53,42 @@ pub fn dsvc_resource() -> ApiResource {
     )
 }
 
-/// A kube-sim, its admin client and a scratch directory.
+/// An API server, its admin client and a scratch directory.
 pub struct Env {
     /// The server.
-    pub sim: Sim,
-    /// Admin client (bypasses RBAC; also allowed on `/_sim` hooks).
+    pub api: Cluster,
+    /// Admin client (kube-sim: bypasses RBAC, allowed on `/_sim` hooks;
+    /// real: `system:masters`, straight to the API server).
     pub client: Client,
     dir: tempfile::TempDir,
 }
 
-/// A kube client for `token` on `sim`.
-pub async fn client_for(sim: &Sim, token: &str) -> Result<Client> {
-    let kc =
-        kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(token)).context("kubeconfig")?;
-    let cfg = Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .context("kube config")?;
-    Client::try_from(cfg).context("kube client")
-}
-
 impl Env {
-    /// Starts kube-sim (watch history of `history` events) and installs the CRD.
-    pub async fn start(history: usize) -> Result<Env> {
-        let sim = Sim::start(SimConfig {
-            history_size: history,
-            ..SimConfig::default()
-        })
+    /// Starts the API server (kube-sim: a watch history of `history` events)
+    /// with the CRD installed.
+    pub async fn start(backend: Backend, history: usize) -> Result<Env> {
+        let api = Cluster::start(
+            backend,
+            Options {
+                history_size: history,
+                crds: vec![kube_discovery_core::crd::crd_yaml()],
+                // The churn scenario maps each source change to its revision.
+                audit_write_bodies: vec![
+                    ("discovery.k8s.io".into(), "endpointslices".into()),
+                    (String::new(), "endpoints".into()),
+                ],
+                ..Options::default()
+            },
+        )
         .await?;
-        let client = client_for(&sim, &sim.admin_token()).await?;
+        let client = api.admin().clone();
         let dir = tempfile::tempdir().context("temporary directory")?;
-        let env = Env { sim, client, dir };
-        env.install_crd().await?;
+        let env = Env { api, client, dir };
+        env.wait_crd().await?;
         Ok(env)
     }
 
-    async fn install_crd(&self) -> Result<()> {
-        let crd: CustomResourceDefinition =
-            serde_yaml::from_str(&kube_discovery_core::crd::crd_yaml())
-                .context("parsing the DiscoveredService CRD")?;
-        Api::<CustomResourceDefinition>::all(self.client.clone())
-            .create(&PostParams::default(), &crd)
-            .await
-            .context("creating the CRD")?;
+    async fn wait_crd(&self) -> Result<()> {
         let ds: Api<DynamicObject> = Api::all_with(self.client.clone(), &dsvc_resource());
         for _ in 0..200 {
             if ds.list(&ListParams::default().limit(1)).await.is_ok() {
@@ -101,72 +104,62 @@ impl Env {
         self.dir.path().join(name)
     }
 
-    /// Writes an admin kubeconfig and returns its path.
+    /// Writes an admin kubeconfig (straight to the API server) and returns its path.
     pub fn kubeconfig(&self) -> Result<PathBuf> {
         let p = self.path("kubeconfig");
-        self.sim.write_kubeconfig(&p, &self.sim.admin_token())?;
+        let text = kube_sim::kubeconfig(
+            &self.api.direct_url(),
+            self.api.ca_pem().as_deref(),
+            &self.api.admin_token(),
+        );
+        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
         Ok(p)
     }
 
     /// The controller configuration: APISIX `discovery.kubernetes` pointing at
-    /// this kube-sim, plus the `kube_discovery` lines given.
+    /// this API server (with its CA when it serves TLS), plus the
+    /// `kube_discovery` lines given.
     pub fn controller_config(&self, slices: bool, kube_discovery: &str) -> Result<String> {
-        let url = self.sim.url();
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| anyhow!("kube-sim is expected on plain http, got {url}"))?;
+        let url = self.api.direct_url();
+        let (schema, rest) = url
+            .split_once("://")
+            .ok_or_else(|| anyhow!("no scheme in {url}"))?;
         let (host, port) = rest
             .rsplit_once(':')
             .ok_or_else(|| anyhow!("no port in {url}"))?;
+        let ca = match self.api.ca_pem() {
+            Some(pem) => {
+                let p = self.path("apiserver-ca.crt");
+                std::fs::write(&p, pem).context("writing the CA file")?;
+                format!("      ca_file: {}\n", p.display())
+            }
+            None => String::new(),
+        };
         Ok(format!(
-            "discovery:\n  kubernetes:\n    service:\n      schema: http\n      host: \"{host}\"\n      port: {port}\n    client:\n      token: {}\n    watch_endpoint_slices: {slices}\nkube_discovery:\n{kube_discovery}",
-            self.sim.admin_token()
+            "discovery:\n  kubernetes:\n    service:\n      schema: {schema}\n      host: \"{host}\"\n      port: {port}\n{ca}    client:\n      token: {}\n    watch_endpoint_slices: {slices}\nkube_discovery:\n{kube_discovery}",
+            self.api.admin_token()
         ))
     }
 
-    async fn hook_get(&self, path: &str) -> Result<Value> {
-        let req = http::Request::get(path)
-            .body(Vec::new())
-            .context("request")?;
-        self.client
-            .request::<Value>(req)
-            .await
-            .with_context(|| format!("GET {path}"))
-    }
-
-    /// `/_sim/stats`.
+    /// Request statistics in `/_sim/stats`' shape.
     pub async fn stats(&self) -> Result<Value> {
-        self.hook_get("/_sim/stats").await
+        self.api.stats().await
     }
 
-    /// Current resourceVersion.
+    /// A point in the write log (kube-sim: the current resourceVersion).
     pub async fn rv(&self) -> Result<u64> {
-        let v = self.stats().await?;
-        v["resourceVersion"]
-            .as_str()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| anyhow!("no resourceVersion in /_sim/stats"))
+        self.api.mark().await
     }
 
-    /// Write log entries after revision `since`.
+    /// Write log entries after the mark `since`.
     pub async fn writes_since(&self, since: u64) -> Result<Vec<Write>> {
-        let v = self
-            .hook_get(&format!("/_sim/writes?since={since}"))
-            .await?;
-        serde_json::from_value(v["items"].clone()).context("parsing /_sim/writes")
+        let v = self.api.writes_since(since).await?;
+        serde_json::from_value(Value::Array(v)).context("parsing the write log")
     }
 
-    /// `POST /_sim/faults`.
+    /// A kube-sim fault request (`/_sim/faults`).
     pub async fn fault(&self, body: Value) -> Result<()> {
-        let req = http::Request::post("/_sim/faults")
-            .header("content-type", "application/json")
-            .body(serde_json::to_vec(&body)?)
-            .context("request")?;
-        self.client
-            .request::<Value>(req)
-            .await
-            .context("POST /_sim/faults")?;
-        Ok(())
+        self.api.fault(&body).await
     }
 
     /// Total API requests kube-sim has counted, by `verb resource`.

@@ -75,6 +75,20 @@ struct Cli {
     /// Source modes to run (comma separated: slices, endpoints).
     #[arg(long, value_delimiter = ',', default_values = ["slices", "endpoints"])]
     modes: Vec<String>,
+    /// The API server: kube-sim in-process, or the real kube-apiserver + etcd
+    /// (v1.34.4 / v3.6.4, built by `e2e/controlplane/build.sh`). The real one
+    /// runs `sync` and `churn` (`recovery` needs kube-sim's fault hooks in the
+    /// controller's path).
+    #[arg(long, value_enum, default_value_t = ApiServer::KubeSim)]
+    apiserver: ApiServer,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ApiServer {
+    /// kube-sim, in this process.
+    KubeSim,
+    /// The real control plane, as separate processes.
+    Real,
 }
 
 #[derive(Debug, Subcommand)]
@@ -234,8 +248,17 @@ async fn bench(cli: Cli) -> Result<()> {
         if !["sync", "churn", "recovery"].contains(&s.as_str()) {
             bail!("--only: unknown scenario {s:?} (sync, churn, recovery)");
         }
+        if s == "recovery" && cli.apiserver == ApiServer::Real {
+            bail!(
+                "--only recovery: needs --apiserver kube-sim (its faults reach the controller there; on the real server the controller connects directly)"
+            );
+        }
     }
     let opts = Opts {
+        apiserver: match cli.apiserver {
+            ApiServer::KubeSim => env::Backend::Sim,
+            ApiServer::Real => env::Backend::Real,
+        },
         bin: child::controller_bin(cli.controller_bin.as_deref())?,
         window_ms: cli.window_ms,
         write_qps: cli.write_qps,
@@ -247,6 +270,7 @@ async fn bench(cli: Cli) -> Result<()> {
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "started_unix": started, "size": format!("{:?}", cli.size).to_lowercase(),
         "machine": machine(), "controller_bin": opts.bin.display().to_string(), "git_head": git_head(),
+        "apiserver": opts.apiserver.name(),
         "settings": {"coalesce_window_ms": opts.window_ms, "write_qps": opts.write_qps, "write_concurrency": opts.write_concurrency.map(|c| json!(c)).unwrap_or(json!("default (32)"))},
         "runs": [], "errors": [],
     });

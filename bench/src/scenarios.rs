@@ -44,6 +44,8 @@ use crate::stats::{Rng, percentiles};
 /// Options shared by every scenario.
 #[derive(Debug, Clone)]
 pub struct Opts {
+    /// The API server every scenario starts.
+    pub apiserver: crate::env::Backend,
     /// The `kube-discovery` binary.
     pub bin: PathBuf,
     /// `kube_discovery.coalesce_window`, milliseconds.
@@ -188,7 +190,7 @@ async fn ds_node_count(env: &Env, name: &str) -> Result<usize> {
 
 /// Scenario 1: initial sync of `count` services x `per` endpoints.
 pub async fn sync(opts: &Opts, mode: Mode, count: usize, per: usize) -> Result<Value> {
-    let env = Env::start(10_000).await?;
+    let env = Env::start(opts.apiserver, 10_000).await?;
     let svcs = load::services(count, per);
     let t = Instant::now();
     let objects = load::create_all(&env.client, mode, &svcs, 32).await?;
@@ -429,7 +431,7 @@ fn first_at_or_after(sorted: &[u64], t: u64) -> Option<u64> {
 /// Scenarios 2 and 3: churn with the controller and the echo client running
 /// side by side on the same load.
 pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
-    let env = Env::start(100_000).await?;
+    let env = Env::start(opts.apiserver, 100_000).await?;
     let total = p.relevant + p.irrelevant;
     let svcs = load::services(total, p.per);
     load::create_all(&env.client, mode, &svcs, 32).await?;
@@ -751,7 +753,7 @@ pub async fn recovery(
     per: usize,
     outage_s: f64,
 ) -> Result<Value> {
-    let env = Env::start(10_000).await?;
+    let env = Env::start(opts.apiserver, 10_000).await?;
     let mut svcs = load::services(count, per);
     load::create_all(&env.client, mode, &svcs, 32).await?;
     let rv_setup = env.rv().await?;

@@ -11,8 +11,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
-#[test]
-fn tiny_run_produces_every_figure() {
+/// Runs `kd-bench --size tiny` with `extra` arguments; returns the result
+/// JSON and the Markdown report.
+fn tiny_run(extra: &[&str]) -> (Value, String) {
     let exe = env!("CARGO_BIN_EXE_kd-bench");
     let ctl = Path::new(exe).with_file_name("kube-discovery");
     assert!(
@@ -27,6 +28,7 @@ fn tiny_run_produces_every_figure() {
         .arg(&out)
         .arg("--controller-bin")
         .arg(&ctl)
+        .args(extra)
         .output()
         .expect("run kd-bench");
     let stderr = String::from_utf8_lossy(&run.stderr);
@@ -34,23 +36,69 @@ fn tiny_run_produces_every_figure() {
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("result JSON"))
         .expect("valid JSON");
     let md = std::fs::read_to_string(out.with_extension("md")).expect("markdown table");
+    assert_eq!(doc["errors"].as_array().map(Vec::len), Some(0), "{doc:#}");
+    assert!(doc["machine"]["nproc"].as_u64().is_some_and(|n| n > 0));
+    (doc, md)
+}
+
+fn runs<'a>(doc: &'a Value, scenario: &str) -> Vec<&'a Value> {
+    doc["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .filter(|r| r["scenario"] == scenario)
+        .collect()
+}
+
+#[test]
+fn tiny_run_produces_every_figure() {
+    let (doc, md) = tiny_run(&[]);
+    assert_eq!(doc["apiserver"], "kube-sim");
     assert!(
         md.contains("### Initial sync")
             && md.contains("### Churn")
             && md.contains("### Restart and recovery"),
         "{md}"
     );
-    assert_eq!(doc["errors"].as_array().map(Vec::len), Some(0), "{doc:#}");
-    assert!(doc["machine"]["nproc"].as_u64().is_some_and(|n| n > 0));
-    let runs = doc["runs"].as_array().expect("runs");
-    let of = |s: &str| {
-        runs.iter()
-            .filter(|r| r["scenario"] == s)
-            .collect::<Vec<_>>()
-    };
+    check_sync_and_churn(&doc, 2);
 
-    let sync = of("sync");
-    assert_eq!(sync.len(), 2, "one sync per mode");
+    let rec = runs(&doc, "recovery");
+    assert_eq!(rec.len(), 1);
+    assert_eq!(
+        rec[0]["idle_restart"]["api_writes"], 0,
+        "idle restart wrote: {:#}",
+        rec[0]
+    );
+    assert_eq!(rec[0]["forced_410"]["changed_services"], 10);
+    assert!(
+        rec[0]["forced_410"]["reconverge_s"].as_f64().is_some(),
+        "{:#}",
+        rec[0]
+    );
+    assert!(
+        rec[0]["outage"]["reconverge_s"].as_f64().is_some(),
+        "{:#}",
+        rec[0]
+    );
+}
+
+/// The same harness on the real kube-apiserver + etcd (sync and churn; the
+/// recovery scenario needs kube-sim's faults in the controller's path).
+#[test]
+fn tiny_run_on_the_real_api_server() {
+    let (doc, md) = tiny_run(&["--apiserver", "real", "--only", "sync,churn"]);
+    assert_eq!(doc["apiserver"], "real");
+    assert!(
+        md.contains("### Initial sync") && md.contains("### Churn"),
+        "{md}"
+    );
+    check_sync_and_churn(&doc, 2);
+}
+
+/// Correctness figures of the sync and churn runs (`modes` of each).
+fn check_sync_and_churn(doc: &Value, modes: usize) {
+    let sync = runs(doc, "sync");
+    assert_eq!(sync.len(), modes, "one sync per mode");
     for r in sync {
         assert_eq!(r["content_check"]["ok"], true, "{r:#}");
         assert!(r["sync_s"].as_f64().is_some_and(|s| s > 0.0), "{r:#}");
@@ -63,8 +111,8 @@ fn tiny_run_produces_every_figure() {
         );
     }
 
-    let churn = of("churn");
-    assert_eq!(churn.len(), 2, "one churn per mode");
+    let churn = runs(doc, "churn");
+    assert_eq!(churn.len(), modes, "one churn per mode");
     for r in churn {
         assert!(
             r["relevant_changes"].as_u64().is_some_and(|n| n > 0),
@@ -88,23 +136,4 @@ fn tiny_run_produces_every_figure() {
             "{r:#}"
         );
     }
-
-    let rec = of("recovery");
-    assert_eq!(rec.len(), 1);
-    assert_eq!(
-        rec[0]["idle_restart"]["api_writes"], 0,
-        "idle restart wrote: {:#}",
-        rec[0]
-    );
-    assert_eq!(rec[0]["forced_410"]["changed_services"], 10);
-    assert!(
-        rec[0]["forced_410"]["reconverge_s"].as_f64().is_some(),
-        "{:#}",
-        rec[0]
-    );
-    assert!(
-        rec[0]["outage"]["reconverge_s"].as_f64().is_some(),
-        "{:#}",
-        rec[0]
-    );
 }
