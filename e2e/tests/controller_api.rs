@@ -1,15 +1,18 @@
-//! Controller end to end: the HTTP API (dump, nodes, auth) and readiness gating.
+//! Controller end to end on both API servers: the HTTP API (dump, nodes,
+//! auth) and readiness gating.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod controller_support;
 
-use controller_support::{Controller, Env, LIMIT, eventually, http_get};
+use controller_support::{Backend, Controller, Env, LIMIT, eventually, http_get};
 use serde_json::{Value, json};
+use testenv::both_backends;
 
+#[both_backends]
 #[tokio::test]
-async fn dump_and_nodes_api_with_bearer_auth() {
-    let env = Env::start().await;
+async fn dump_and_nodes_api_with_bearer_auth(backend: Backend) {
+    let env = Env::start(backend).await;
     env.namespace("default").await;
     env.endpoints(
         "default",
@@ -21,7 +24,7 @@ async fn dump_and_nodes_api_with_bearer_auth() {
     .await;
     let token_file = env.path("http-token");
     std::fs::write(&token_file, "api-s3cret\n").unwrap();
-    let admin = env.sim.admin_token();
+    let admin = env.admin_token();
     let cfg = format!(
         "discovery:\n  kubernetes:\n{}kube_discovery:\n  coalesce_window: 20ms\n  http:\n    auth_token_file: {}\n",
         env.service_block(&admin),
@@ -94,23 +97,21 @@ async fn dump_and_nodes_api_with_bearer_auth() {
     ctl.stop().await;
 }
 
+#[both_backends]
 #[tokio::test]
-async fn readyz_is_503_until_the_first_list_is_written() {
-    let env = Env::start().await;
+async fn readyz_is_503_until_the_first_list_is_written(backend: Backend) {
+    let env = Env::start(backend).await;
     env.namespace("ns").await;
     env.endpoints("ns", "web", &["10.6.0.1"], &[("http", 80)], json!({}))
         .await;
-    // Every DiscoveredService write fails until the fault is cleared.
+    // Every DiscoveredService write fails until the fault is cleared (real:
+    // the fault proxy answers them).
     let fail = json!({"fail": {"verb": "patch", "resource": "discoveredservices", "count": 100000, "code": 500}});
-    let req = http::Request::post("/_sim/faults")
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&fail).unwrap())
-        .unwrap();
-    env.admin.request::<Value>(req).await.expect("fault");
+    env.api.fault(&fail).await.expect("fault");
 
     let cfg = format!(
         "discovery:\n  kubernetes:\n{}kube_discovery:\n  coalesce_window: 20ms\n",
-        env.service_block(&env.sim.admin_token())
+        env.service_block(&env.admin_token())
     );
     let ctl = Controller::start(&env, "ready", &cfg, &[]).await;
     // The list completes but the write keeps failing: not ready, and it says why.
@@ -132,11 +133,10 @@ async fn readyz_is_503_until_the_first_list_is_written() {
     .await;
     assert!(env.dsvc("ns", "web").await.is_none());
 
-    let req = http::Request::post("/_sim/faults")
-        .header("content-type", "application/json")
-        .body(br#"{"clear": true}"#.to_vec())
-        .unwrap();
-    env.admin.request::<Value>(req).await.expect("clear faults");
+    env.api
+        .fault(&json!({"clear": true}))
+        .await
+        .expect("clear faults");
     ctl.wait_ready().await;
     env.wait_nodes("ns", "web", "http", &["10.6.0.1"]).await;
     ctl.stop().await;

@@ -1,6 +1,11 @@
 //! The `kube-discovery` CLI as a process: `crd`, `render`, `nodes`, config
 //! errors (exit code 2, one line per problem naming the field, never the
 //! token) and `demo --duration`.
+//!
+//! The `nodes` tests read from an API server and run on both backends; `crd`,
+//! `render` and the config errors talk to no API server, and `demo` starts
+//! its own embedded kube-sim (that is what the command does), so those have
+//! no backend to choose.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,9 +14,10 @@ mod controller_support;
 use std::process::Stdio;
 use std::time::Duration;
 
-use controller_support::{Controller, Env, LIMIT, bin, eventually, repo_root};
+use controller_support::{Backend, Controller, Env, LIMIT, bin, eventually, repo_root};
 use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::{Value, json};
+use testenv::both_backends;
 
 fn run(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
     use std::io::Write;
@@ -41,8 +47,9 @@ fn run(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
     )
 }
 
-/// Async variant for tests that run kube-sim in-process: a blocking wait
-/// would stall the runtime that serves the API the child process talks to.
+/// Async variant for tests with an API server: a blocking wait would stall
+/// the runtime that serves kube-sim in-process (and the real backend's fault
+/// proxy) that the child process talks to.
 async fn run_async(args: &[&str]) -> (i32, String, String) {
     let out = tokio::process::Command::new(bin())
         .args(args)
@@ -194,9 +201,10 @@ fn render_prints_objects_and_nodes_like_the_controller() {
     assert!(err.contains("default/nope"), "{err}");
 }
 
+#[both_backends]
 #[tokio::test]
-async fn nodes_command_reads_discovered_services_from_the_api_server() {
-    let env = Env::start().await;
+async fn nodes_command_reads_discovered_services_from_the_api_server(backend: Backend) {
+    let env = Env::start(backend).await;
     env.namespace("default").await;
     env.endpoints(
         "default",
@@ -208,11 +216,11 @@ async fn nodes_command_reads_discovered_services_from_the_api_server() {
     .await;
     let cfg = format!(
         "discovery:\n  kubernetes:\n{}kube_discovery:\n  coalesce_window: 20ms\n",
-        env.service_block(&env.sim.admin_token())
+        env.service_block(&env.admin_token())
     );
     let ctl = Controller::start(&env, "nodescmd", &cfg, &[]).await;
     ctl.wait_ready().await;
-    let kc = env.kubeconfig(&env.sim.admin_token());
+    let kc = env.kubeconfig(&env.admin_token());
     let (code, out, err) = run_async(&[
         "nodes",
         "default/plat-dev:port",
@@ -237,10 +245,11 @@ async fn nodes_command_reads_discovered_services_from_the_api_server() {
     ctl.stop().await;
 }
 
+#[both_backends]
 #[tokio::test]
-async fn nodes_command_reads_the_configmap_snapshot_via_api_and_mounted_files() {
+async fn nodes_command_reads_the_configmap_snapshot_via_api_and_mounted_files(backend: Backend) {
     use k8s_openapi::api::core::v1::ConfigMap;
-    let env = Env::start().await;
+    let env = Env::start(backend).await;
     env.namespace("default").await;
     env.namespace("kd").await;
     env.endpoints(
@@ -253,11 +262,11 @@ async fn nodes_command_reads_the_configmap_snapshot_via_api_and_mounted_files() 
     .await;
     let cfg = format!(
         "discovery:\n  kubernetes:\n{}kube_discovery:\n  coalesce_window: 20ms\n  sinks:\n    configmap: {{enabled: true, namespace: kd, name: nodes}}\n",
-        env.service_block(&env.sim.admin_token())
+        env.service_block(&env.admin_token())
     );
     let ctl = Controller::start(&env, "nodessnap", &cfg, &[]).await;
     ctl.wait_ready().await;
-    let kc = env.kubeconfig(&env.sim.admin_token());
+    let kc = env.kubeconfig(&env.admin_token());
     let kc = kc.to_str().unwrap();
     let want = json!([{"host": "10.5.10.109", "port": 3306, "weight": 50}, {"host": "10.5.10.110", "port": 3306, "weight": 50}]);
     let cms: Api<ConfigMap> = Api::namespaced(env.admin.clone(), "kd");

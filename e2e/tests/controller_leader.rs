@@ -1,4 +1,4 @@
-//! Controller end to end: two replicas with leader election. Both watch and
+//! Controller end to end on both API servers: two replicas with leader election. Both watch and
 //! are ready; only the leader writes; when it stops (SIGTERM releases the
 //! Lease) the standby takes over and keeps the objects current.
 
@@ -6,23 +6,25 @@
 
 mod controller_support;
 
-use controller_support::{Controller, Env, LIMIT, eventually};
+use controller_support::{Backend, Controller, Env, LIMIT, eventually};
 use serde_json::{Value, json};
+use testenv::both_backends;
 
 async fn standby(ctl: &Controller) -> Option<bool> {
     let (_, body) = ctl.get("/readyz").await;
     serde_json::from_str::<Value>(&body).ok()?["standby"].as_bool()
 }
 
+#[both_backends]
 #[tokio::test]
-async fn one_leader_writes_and_the_standby_takes_over() {
-    let env = Env::start().await;
+async fn one_leader_writes_and_the_standby_takes_over(backend: Backend) {
+    let env = Env::start(backend).await;
     env.namespace("ns").await;
     env.endpoints("ns", "web", &["10.8.0.1"], &[("http", 80)], json!({}))
         .await;
     let cfg = format!(
         "discovery:\n  kubernetes:\n{}kube_discovery:\n  coalesce_window: 20ms\n  leader_election:\n    enabled: true\n    lease_namespace: default\n    lease_name: kd-e2e\n    lease_duration: 2s\n",
-        env.service_block(&env.sim.admin_token())
+        env.service_block(&env.admin_token())
     );
     let a = Controller::start(&env, "a", &cfg, &[]).await;
     let b = Controller::start(&env, "b", &cfg, &[]).await;
@@ -41,7 +43,7 @@ async fn one_leader_writes_and_the_standby_takes_over() {
     // Only the leader writes: one change = ONE server-side apply carrying spec
     // and status (the CRD has no status subresource). The standby's log shows
     // no write.
-    let before = env.rv().await;
+    let before = env.mark().await;
     env.endpoints(
         "ns",
         "web",

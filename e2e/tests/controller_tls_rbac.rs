@@ -1,18 +1,34 @@
-//! Controller end to end on an HTTPS kube-sim with RBAC enforced: the
-//! controller runs as the ServiceAccount `kube-discovery/kube-discovery`,
-//! bound ONLY to the ClusterRole in `rbac/clusterrole.yaml`, reads its token
-//! from a file and verifies the API server certificate with `ca_file`.
+//! Controller end to end on both API servers, over HTTPS with RBAC enforced
+//! (kube-sim started with TLS; the real kube-apiserver, behind the fault
+//! proxy, always serves TLS and authorizes with RBAC): the controller runs as
+//! the ServiceAccount `kube-discovery/kube-discovery`, bound ONLY to the
+//! ClusterRole in `rbac/clusterrole.yaml`, reads its token from a file and
+//! verifies the API server certificate with `ca_file`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod controller_support;
 
-use controller_support::{Controller, Env, LIMIT, eventually, repo_root};
+use controller_support::{Backend, Controller, Env, LIMIT, Options, eventually, repo_root};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, PostParams};
-use kube_sim::SimConfig;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use testenv::both_backends;
+
+/// An HTTPS API server (kube-sim only needs to be told).
+async fn start_https(backend: Backend) -> Env {
+    let env = Env::start_with(
+        backend,
+        Options {
+            tls: true,
+            ..Options::default()
+        },
+    )
+    .await;
+    assert!(env.api.url().starts_with("https://"));
+    env
+}
 
 async fn install_rbac(env: &Env) {
     let text = std::fs::read_to_string(repo_root().join("rbac/clusterrole.yaml"))
@@ -44,7 +60,7 @@ fn https_config(
     token_file: &std::path::Path,
     ca_file: Option<&std::path::Path>,
 ) -> String {
-    let url = env.sim.url();
+    let url = env.api.url();
     let port = url.rsplit(':').next().expect("port");
     let ca = ca_file
         .map(|p| format!("      ca_file: {}\n", p.display()))
@@ -55,14 +71,10 @@ fn https_config(
     )
 }
 
+#[both_backends]
 #[tokio::test]
-async fn runs_as_least_privilege_service_account_over_verified_tls() {
-    let env = Env::start_with(SimConfig {
-        tls: true,
-        ..SimConfig::default()
-    })
-    .await;
-    assert!(env.sim.url().starts_with("https://"));
+async fn runs_as_least_privilege_service_account_over_verified_tls(backend: Backend) {
+    let env = start_https(backend).await;
     install_rbac(&env).await;
     env.namespace("shop").await;
     env.slice(
@@ -75,8 +87,12 @@ async fn runs_as_least_privilege_service_account_over_verified_tls() {
     .await;
 
     let ca = env.path("ca.crt");
-    std::fs::write(&ca, env.sim.ca_pem().expect("CA")).unwrap();
-    let token = env.sim.issue_token("kube-discovery", "kube-discovery");
+    std::fs::write(&ca, env.api.ca_pem().expect("CA")).unwrap();
+    let token = env
+        .api
+        .issue_token("kube-discovery", "kube-discovery")
+        .await
+        .expect("ServiceAccount token");
     let token_file = env.path("sa-token");
     std::fs::write(&token_file, &token).unwrap();
 
@@ -117,13 +133,10 @@ async fn runs_as_least_privilege_service_account_over_verified_tls() {
     ctl.stop().await;
 }
 
+#[both_backends]
 #[tokio::test]
-async fn refuses_an_unverified_server_and_an_unbound_service_account() {
-    let env = Env::start_with(SimConfig {
-        tls: true,
-        ..SimConfig::default()
-    })
-    .await;
+async fn refuses_an_unverified_server_and_an_unbound_service_account(backend: Backend) {
+    let env = start_https(backend).await;
     install_rbac(&env).await;
     env.namespace("shop").await;
     env.slice(
@@ -137,11 +150,12 @@ async fn refuses_an_unverified_server_and_an_unbound_service_account() {
 
     // ssl_verify defaults to true: without the CA the self-signed server is refused.
     let good = env.path("good-token");
-    std::fs::write(
-        &good,
-        env.sim.issue_token("kube-discovery", "kube-discovery"),
-    )
-    .unwrap();
+    let token = env
+        .api
+        .issue_token("kube-discovery", "kube-discovery")
+        .await
+        .expect("ServiceAccount token");
+    std::fs::write(&good, token).unwrap();
     let no_ca = Controller::start(&env, "noca", &https_config(&env, &good, None), &[]).await;
     eventually("a TLS failure is logged", LIMIT, || async {
         no_ca.logs().contains("watch failed").then_some(())
@@ -152,13 +166,14 @@ async fn refuses_an_unverified_server_and_an_unbound_service_account() {
 
     // A ServiceAccount without the binding is forbidden.
     let ca = env.path("ca.crt");
-    std::fs::write(&ca, env.sim.ca_pem().expect("CA")).unwrap();
+    std::fs::write(&ca, env.api.ca_pem().expect("CA")).unwrap();
     let other = env.path("other-token");
-    std::fs::write(
-        &other,
-        env.sim.issue_token("kube-discovery", "someone-else"),
-    )
-    .unwrap();
+    let token = env
+        .api
+        .issue_token("kube-discovery", "someone-else")
+        .await
+        .expect("ServiceAccount token");
+    std::fs::write(&other, token).unwrap();
     let unbound =
         Controller::start(&env, "unbound", &https_config(&env, &other, Some(&ca)), &[]).await;
     eventually("a forbidden error is logged", LIMIT, || async {
