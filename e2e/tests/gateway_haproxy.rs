@@ -1,7 +1,9 @@
 //! HAProxy (Debian package) follows DiscoveredServices through
 //! `kube-discovery-sync haproxy`: server slots driven over the Runtime API,
-//! a reload (master CLI) only when the slots must grow. kube-sim, the
-//! controller, real backends on 127.0.2.x and a bounded client loop (issue 8).
+//! a reload (master CLI) only when the slots must grow. Both API servers
+//! (kube-sim and the real kube-apiserver), the controller, real backends on
+//! harness-assigned local addresses (198.18.2.x on kube-sim, 198.19.2.x on
+//! real) and a bounded client loop (issue 8).
 //!
 //! HAProxy runs as a plain process in master-worker mode with its config in
 //! a temp dir; the test FAILS when haproxy is not installed (`gateways/tools/install.sh`).
@@ -12,8 +14,9 @@ mod gateway_support;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use controller_support::{Env, LIMIT, eventually};
+use controller_support::{Backend as ApiBackend, Env, LIMIT, eventually};
 use gateway_support::*;
+use testenv::both_backends;
 
 const NET: u8 = 2;
 
@@ -47,7 +50,7 @@ async fn start_haproxy(
     let main = dir.join("haproxy.cfg");
     let backends = dir.join("backends.cfg");
     std::fs::write(&main, haproxy_conf(&dir, port, backend)).expect("write haproxy.cfg");
-    let kubeconfig = env.kubeconfig(&env.sim.admin_token());
+    let kubeconfig = env.kubeconfig(&env.admin_token());
     let sync_args = |once: bool| {
         let mut c = tokio::process::Command::new(gw_bin("kube-discovery-sync"));
         c.arg("haproxy")
@@ -109,9 +112,12 @@ async fn start_haproxy(
     }
 }
 
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn haproxy_follows_scale_rolling_replacement_and_moves_over_the_runtime_api() {
-    let (env, ctl, backends, port) = start_world(NET).await;
+async fn haproxy_follows_scale_rolling_replacement_and_moves_over_the_runtime_api(
+    backend: ApiBackend,
+) {
+    let (env, ctl, backends, port) = start_world(backend, NET).await;
     // 2 slots to start with: 1 -> 3 must grow (one reload), everything else fits.
     let mut gw = start_haproxy(
         &env,
@@ -140,7 +146,8 @@ async fn haproxy_follows_scale_rolling_replacement_and_moves_over_the_runtime_ap
     let file = std::fs::read_to_string(gw.dir.join("backends.cfg")).expect("backends.cfg");
     assert_eq!(file.matches("    server s").count(), 4, "{file}");
     assert!(
-        file.contains("127.0.2.6:") && file.contains("127.0.2.7:"),
+        file.contains(&format!("{}:", host(&env, NET, 6)))
+            && file.contains(&format!("{}:", host(&env, NET, 7))),
         "moved addresses in the file: {file}"
     );
     gw.sync.stop().await;
@@ -150,19 +157,21 @@ async fn haproxy_follows_scale_rolling_replacement_and_moves_over_the_runtime_ap
 
 /// A hand-written DiscoveredService (no controller) with weights 10 and 30;
 /// then its nodes removed: `--empty-policy 503` answers 503, `keep` keeps serving.
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn haproxy_spreads_by_weight_and_applies_the_empty_policy() {
-    let env = Env::start().await;
+async fn haproxy_spreads_by_weight_and_applies_the_empty_policy(backend: ApiBackend) {
+    let env = Env::start(backend).await;
     env.namespace(NS).await;
-    let port = free_port([127, 0, 2, 21].into());
-    let light = Backend::start("light", ([127, 0, 2, 20], port).into()).await;
-    let heavy = Backend::start("heavy", ([127, 0, 2, 21], port).into()).await;
+    let (light_ip, heavy_ip) = (ip(&env, NET, 20), ip(&env, NET, 21));
+    let port = free_port(heavy_ip.into());
+    let light = Backend::start("light", (light_ip, port).into()).await;
+    let heavy = Backend::start("heavy", (heavy_ip, port).into()).await;
     put_dsvc(
         &env,
         "wtd",
         &[
-            ("127.0.2.20", port, 10),
-            ("127.0.2.21", port, 30),
+            (&light_ip.to_string(), port, 10),
+            (&heavy_ip.to_string(), port, 30),
             ("web.example.com", port, 10),
         ],
     )

@@ -1,6 +1,8 @@
 //! nginx (Debian package) follows DiscoveredServices through
-//! `kube-discovery-sync nginx`: kube-sim, the controller, real backends on
-//! 127.0.1.x and a bounded client loop through nginx (issue 8).
+//! `kube-discovery-sync nginx`: both API servers (kube-sim and the real
+//! kube-apiserver), the controller, real backends on harness-assigned local
+//! addresses (198.18.1.x on kube-sim, 198.19.1.x on real) and a bounded
+//! client loop through nginx (issue 8).
 //!
 //! nginx runs as a plain process (`daemon off`) with its config in a temp
 //! dir; the test FAILS when nginx is not installed (`gateways/tools/install.sh`).
@@ -11,8 +13,9 @@ mod gateway_support;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use controller_support::{Env, LIMIT, eventually};
+use controller_support::{Backend as ApiBackend, Env, LIMIT, eventually};
 use gateway_support::*;
+use testenv::both_backends;
 
 const NET: u8 = 1;
 
@@ -50,7 +53,7 @@ async fn start_nginx(
     let upstreams = dir.join("upstreams.conf");
     let conf = dir.join("nginx.conf");
     std::fs::write(&conf, nginx_conf(&dir, port, &upstreams, upstream)).expect("write nginx.conf");
-    let kubeconfig = env.kubeconfig(&env.sim.admin_token());
+    let kubeconfig = env.kubeconfig(&env.admin_token());
     let sync_args = |once: bool| {
         let mut c = tokio::process::Command::new(gw_bin("kube-discovery-sync"));
         c.arg("nginx")
@@ -117,9 +120,10 @@ async fn start_nginx(
     }
 }
 
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn nginx_follows_scale_rolling_replacement_and_moves() {
-    let (env, ctl, backends, port) = start_world(NET).await;
+async fn nginx_follows_scale_rolling_replacement_and_moves(backend: ApiBackend) {
+    let (env, ctl, backends, port) = start_world(backend, NET).await;
     let mut gw = start_nginx(
         &env,
         "ngx",
@@ -164,24 +168,27 @@ async fn nginx_follows_scale_rolling_replacement_and_moves() {
 /// serving the last set (after it has observably processed the empty set).
 /// Also: a node that would break the config is skipped, one nginx rejects
 /// never reaches the live file, an annotation-only change does not reload.
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn nginx_spreads_by_weight_and_applies_the_empty_policy() {
-    let env = Env::start().await;
+async fn nginx_spreads_by_weight_and_applies_the_empty_policy(backend: ApiBackend) {
+    let env = Env::start(backend).await;
     env.namespace(NS).await;
-    let port = free_port([127, 0, 1, 21].into());
-    let light = Backend::start("light", ([127, 0, 1, 20], port).into()).await;
-    let heavy = Backend::start("heavy", ([127, 0, 1, 21], port).into()).await;
+    let (light_ip, heavy_ip) = (ip(&env, NET, 20), ip(&env, NET, 21));
+    let (light_host, heavy_host) = (light_ip.to_string(), heavy_ip.to_string());
+    let port = free_port(heavy_ip.into());
+    let light = Backend::start("light", (light_ip, port).into()).await;
+    let heavy = Backend::start("heavy", (heavy_ip, port).into()).await;
     put_dsvc(
         &env,
         "wtd",
         &[
-            ("127.0.1.20", port, 10),
-            ("127.0.1.21", port, 30),
+            (&light_host, port, 10),
+            (&heavy_host, port, 30),
             ("bad;host", port, 10),
         ],
     )
     .await;
-    put_dsvc(&env, "keepme", &[("127.0.1.20", port, 10)]).await;
+    put_dsvc(&env, "keepme", &[(&light_host, port, 10)]).await;
     let mut gw = start_nginx(
         &env,
         "ngx-w",
@@ -234,7 +241,7 @@ async fn nginx_spreads_by_weight_and_applies_the_empty_policy() {
     put_dsvc(
         &env,
         "keepme",
-        &[("127.0.1.20", port, 10), ("kd-e2e.invalid", port, 10)],
+        &[(&light_host, port, 10), ("kd-e2e.invalid", port, 10)],
     )
     .await;
     eventually("sync reports the rejected config", LIMIT, || async {
@@ -271,7 +278,7 @@ async fn nginx_spreads_by_weight_and_applies_the_empty_policy() {
             "nginx keeps serving after a rejected change: {r:?}"
         );
     }
-    put_dsvc(&env, "keepme", &[("127.0.1.20", port, 10)]).await;
+    put_dsvc(&env, "keepme", &[(&light_host, port, 10)]).await;
 
     // Nodes gone: 503 policy answers 503 within a second or so; keep policy keeps serving.
     assert_empty_policies(&env, "wtd", gw.addr, keep.addr, &keep.sync).await;
@@ -282,13 +289,16 @@ async fn nginx_spreads_by_weight_and_applies_the_empty_policy() {
 /// The sync watches only DiscoveredServices with the selected label
 /// (default `app.kubernetes.io/managed-by=kube-discovery`): one without it is
 /// ignored (503 under `--empty-policy 503`) until it gets the label.
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn nginx_ignores_discovered_services_without_the_selected_label() {
-    let env = Env::start().await;
+async fn nginx_ignores_discovered_services_without_the_selected_label(backend: ApiBackend) {
+    let env = Env::start(backend).await;
     env.namespace(NS).await;
-    let port = free_port([127, 0, 1, 30].into());
-    let b = Backend::start("unlabeled", ([127, 0, 1, 30], port).into()).await;
-    put_dsvc_labeled(&env, "hidden", &[("127.0.1.30", port, 10)], false).await;
+    let hidden_ip = ip(&env, NET, 30);
+    let hidden_host = hidden_ip.to_string();
+    let port = free_port(hidden_ip.into());
+    let b = Backend::start("unlabeled", (hidden_ip, port).into()).await;
+    put_dsvc_labeled(&env, "hidden", &[(&hidden_host, port, 10)], false).await;
     let gw = start_nginx(
         &env,
         "ngx-s",
@@ -299,11 +309,11 @@ async fn nginx_ignores_discovered_services_without_the_selected_label() {
     .await;
     let text = std::fs::read_to_string(&gw.upstreams).expect("upstreams");
     assert!(
-        !text.contains("127.0.1.30"),
+        !text.contains(&hidden_host),
         "an unlabeled DiscoveredService was rendered: {text}"
     );
     // Another, unrelated labeled write reaches the sync, so it is watching.
-    put_dsvc(&env, "other", &[("127.0.1.31", port, 10)]).await;
+    put_dsvc(&env, "other", &[(&host(&env, NET, 31), port, 10)]).await;
     let rv = annotate_dsvc(&env, "other", "1").await;
     wait_processed(&gw.sync, "other", &rv, "upstreams unchanged").await;
     for _ in 0..10 {
@@ -320,7 +330,7 @@ async fn nginx_ignores_discovered_services_without_the_selected_label() {
     );
     assert_eq!(b.hits(), 0);
     // With the label it is picked up.
-    put_dsvc(&env, "hidden", &[("127.0.1.30", port, 10)]).await;
+    put_dsvc(&env, "hidden", &[(&hidden_host, port, 10)]).await;
     wait_served(gw.addr, "unlabeled").await;
 }
 
@@ -329,11 +339,13 @@ async fn nginx_ignores_discovered_services_without_the_selected_label() {
 /// DiscoveredService renders the upstream, validates it with the real
 /// `nginx -t` through a tiny main config, and exits 0 (nginx is not running:
 /// the reload is skipped with a warning).
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn controller_binary_runs_sync_nginx_once() {
-    let env = Env::start().await;
+async fn controller_binary_runs_sync_nginx_once(backend: ApiBackend) {
+    let env = Env::start(backend).await;
     env.namespace(NS).await;
-    put_dsvc(&env, "cli", &[("127.0.1.40", 8080, 7)]).await;
+    let cli_host = host(&env, NET, 40);
+    put_dsvc(&env, "cli", &[(&cli_host, 8080, 7)]).await;
     let dir = env.path("ngx-cli");
     std::fs::create_dir_all(&dir).expect("dir");
     let upstreams = dir.join("upstreams.conf");
@@ -348,7 +360,7 @@ async fn controller_binary_runs_sync_nginx_once() {
         tokio::process::Command::new(controller_support::bin())
             .args(["sync", "nginx", "--once", "--service", "cli=shop/cli:http"])
             .arg("--kubeconfig")
-            .arg(env.kubeconfig(&env.sim.admin_token()))
+            .arg(env.kubeconfig(&env.admin_token()))
             .arg("--output")
             .arg(&upstreams)
             .arg("--nginx-bin")
@@ -361,7 +373,9 @@ async fn controller_binary_runs_sync_nginx_once() {
     .await;
     let text = std::fs::read_to_string(&upstreams).expect("upstreams written");
     assert!(
-        text.contains("upstream cli {\n    server 127.0.1.40:8080 weight=7;\n}"),
+        text.contains(&format!(
+            "upstream cli {{\n    server {cli_host}:8080 weight=7;\n}}"
+        )),
         "{text}\n{out}"
     );
     assert!(out.contains("WrittenNotReloaded"), "{out}");

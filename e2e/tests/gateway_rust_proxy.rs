@@ -1,7 +1,9 @@
 //! The Rust library API in a real proxy: `reverse_proxy` (the runnable
 //! example of `kube-discovery-gateways`, built on `kube_discovery::nodes`)
 //! follows the same scenario as nginx and HAProxy without restart, spreads
-//! by weight, and applies `--empty-policy keep|503` (issue 8).
+//! by weight, and applies `--empty-policy keep|503` (issue 8). On both API
+//! servers (kube-sim and the real kube-apiserver), with backends on
+//! harness-assigned local addresses (198.18.3.x on kube-sim, 198.19.3.x on real).
 
 mod controller_support;
 mod gateway_support;
@@ -9,14 +11,15 @@ mod gateway_support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use controller_support::{Env, LIMIT, eventually};
+use controller_support::{Backend as ApiBackend, Env, LIMIT, eventually};
 use gateway_support::*;
+use testenv::both_backends;
 
 const NET: u8 = 3;
 
 /// Starts the example proxy for `service` with extra flags; waits until it listens.
 async fn start_proxy(env: &Env, name: &str, service: &str, extra: &[&str]) -> (Proc, SocketAddr) {
-    let kubeconfig = env.kubeconfig(&env.sim.admin_token());
+    let kubeconfig = env.kubeconfig(&env.admin_token());
     let listen = free_port([127, 0, 0, 1].into());
     let mut cmd = tokio::process::Command::new(gw_example("reverse_proxy"));
     cmd.arg("--listen")
@@ -35,9 +38,10 @@ async fn start_proxy(env: &Env, name: &str, service: &str, extra: &[&str]) -> (P
     (proxy, addr)
 }
 
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn rust_proxy_follows_scale_rolling_replacement_and_moves() {
-    let (env, ctl, backends, port) = start_world(NET).await;
+async fn rust_proxy_follows_scale_rolling_replacement_and_moves(backend: ApiBackend) {
+    let (env, ctl, backends, port) = start_world(backend, NET).await;
     let (mut proxy, addr) = start_proxy(&env, "proxy", SERVICE, &["--empty-policy", "503"]).await;
     let report = scenario(&env, addr, NET, backends, port).await;
     proxy.assert_running();
@@ -56,17 +60,20 @@ async fn rust_proxy_follows_scale_rolling_replacement_and_moves() {
 /// its nodes removed: `--empty-policy 503` answers 503, `keep` (after it has
 /// observably seen the empty set) keeps serving the last set; nodes back:
 /// both serve again.
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn rust_proxy_spreads_by_weight_and_applies_the_empty_policy() {
-    let env = Env::start().await;
+async fn rust_proxy_spreads_by_weight_and_applies_the_empty_policy(backend: ApiBackend) {
+    let env = Env::start(backend).await;
     env.namespace(NS).await;
-    let port = free_port([127, 0, 3, 21].into());
-    let light = Backend::start("light", ([127, 0, 3, 20], port).into()).await;
-    let heavy = Backend::start("heavy", ([127, 0, 3, 21], port).into()).await;
+    let (light_ip, heavy_ip) = (ip(&env, NET, 20), ip(&env, NET, 21));
+    let (light_host, heavy_host) = (light_ip.to_string(), heavy_ip.to_string());
+    let port = free_port(heavy_ip.into());
+    let light = Backend::start("light", (light_ip, port).into()).await;
+    let heavy = Backend::start("heavy", (heavy_ip, port).into()).await;
     put_dsvc(
         &env,
         "wtd",
-        &[("127.0.3.20", port, 10), ("127.0.3.21", port, 30)],
+        &[(&light_host, port, 10), (&heavy_host, port, 30)],
     )
     .await;
     let (mut p503, a503) = start_proxy(
@@ -131,7 +138,7 @@ async fn rust_proxy_spreads_by_weight_and_applies_the_empty_policy() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Nodes back (only `light` now): both follow.
-    put_dsvc(&env, "wtd", &[("127.0.3.20", port, 10)]).await;
+    put_dsvc(&env, "wtd", &[(&light_host, port, 10)]).await;
     wait_served(a503, "light").await;
     eventually("the keep proxy follows the new set", LIMIT, || async {
         matches!(get(akeep).await, Ok((200, b)) if b == "light").then_some(())

@@ -1,6 +1,8 @@
 //! Shared harness of the gateway end-to-end tests (`gateway_*.rs`): real
-//! backends (axum servers on 127.0.x.y answering with their identity and
-//! recording when they were hit), a bounded client loop through a gateway,
+//! backends (axum servers answering with their identity and recording when
+//! they were hit) on local non-loopback addresses the harness assigns to `lo`
+//! ([`testenv::net`]: the real API server refuses 127.0.0.0/8 in
+//! EndpointSlices), a bounded client loop through a gateway,
 //! EndpointSlices with explicit conditions, and the scenario of issue 8
 //! (scale 1 -> 3 -> 1, a replacement whose only endpoint drains before the
 //! new one is ready, a rolling replacement, move to new addresses) run
@@ -10,8 +12,8 @@
 //! list would show up as 503s: the drain step can then only pass because the
 //! controller keeps the terminating-but-serving endpoint (`draining: true`).
 //!
-//! Uses `controller_support` (kube-sim with the CRD, the `kube-discovery`
-//! binary); each test file declares both modules.
+//! Uses `controller_support` (kube-sim or the real API server with the CRD,
+//! the `kube-discovery` binary); each test file declares both modules.
 #![allow(dead_code)]
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -72,7 +74,7 @@ pub fn system_bin(name: &str) -> PathBuf {
     })
 }
 
-/// A free TCP port on `ip` (bound and released; fine for tests on loopback).
+/// A free TCP port on `ip` (bound and released; fine for tests on local addresses).
 pub fn free_port(ip: IpAddr) -> u16 {
     std::net::TcpListener::bind((ip, 0))
         .and_then(|l| l.local_addr())
@@ -194,7 +196,8 @@ pub async fn get(addr: SocketAddr) -> Result<(u16, String), String> {
 }
 
 /// A bounded client loop (at most `max` requests, at most `max_time`, one
-/// request every `every`), only to a loopback address.
+/// request every `every`), only to a local address: loopback or one the
+/// harness assigned to `lo`.
 pub struct Load {
     samples: Arc<Mutex<Vec<Sample>>>,
     stop: Arc<AtomicBool>,
@@ -204,8 +207,8 @@ pub struct Load {
 impl Load {
     pub fn start(addr: SocketAddr, every: Duration, max: usize, max_time: Duration) -> Load {
         assert!(
-            addr.ip().is_loopback(),
-            "the client loop only talks to 127.0.0.0/8"
+            addr.ip().is_loopback() || testenv::net::is_assigned(addr.ip()),
+            "the client loop only talks to 127.0.0.0/8 or addresses the harness assigned to lo, not {addr}"
         );
         let samples: Arc<Mutex<Vec<Sample>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
@@ -274,18 +277,34 @@ fn terminating(ip: Ipv4Addr) -> (Ipv4Addr, bool, bool, bool) {
     (ip, false, true, true)
 }
 
-/// kube-sim + the controller (EndpointSlices, draining on) with `shop/web`
-/// served by one backend; returns the env, the controller, the backends and the port.
-pub async fn start_world(net: u8) -> (Env, Controller, Vec<Backend>, u16) {
-    let env = Env::start().await;
+/// The backend address `host` of test network `net` on `env`'s API server
+/// backend (assigned to `lo`; see [`testenv::net::backend_ip`]).
+pub fn ip(env: &Env, net: u8, host: u8) -> Ipv4Addr {
+    testenv::net::backend_ip(env.api.backend(), net, host)
+        .unwrap_or_else(|e| panic!("a local address for a test backend: {e:#}"))
+}
+
+/// [`ip`] as a string (a node host).
+pub fn host(env: &Env, net: u8, host: u8) -> String {
+    ip(env, net, host).to_string()
+}
+
+/// The API server of `backend` + the controller (EndpointSlices, draining on)
+/// with `shop/web` served by one backend; returns the env, the controller,
+/// the backends and the port.
+pub async fn start_world(
+    backend: testenv::Backend,
+    net: u8,
+) -> (Env, Controller, Vec<Backend>, u16) {
+    let env = Env::start(backend).await;
     env.namespace(NS).await;
-    let b1_ip = Ipv4Addr::new(127, 0, net, 1);
+    let b1_ip = ip(&env, net, 1);
     let port = free_port(b1_ip.into());
     let b1 = Backend::start("b1", (b1_ip, port).into()).await;
     slice(&env, &[ready(b1_ip)], port).await;
     let cfg = format!(
         "discovery:\n  kubernetes:\n{}    watch_endpoint_slices: true\nkube_discovery:\n  coalesce_window: 20ms\n  drain_terminating: true\n",
-        env.service_block(&env.sim.admin_token())
+        env.service_block(&env.admin_token())
     );
     let ctl = Controller::start(&env, "ctl", &cfg, &[]).await;
     ctl.wait_ready().await;
@@ -531,7 +550,7 @@ async fn wait_reached(load: &Load, since: Instant, names: &[&str]) -> Vec<Durati
 }
 
 /// The scenario of issue 8 through the gateway at `gw`. `backends` holds b1
-/// (serving `shop/web` on 127.0.`net`.1:`port`) on entry.
+/// (serving `shop/web` on [`ip`]`(env, net, 1)`:`port`) on entry.
 pub async fn scenario(
     env: &Env,
     gw: SocketAddr,
@@ -539,7 +558,7 @@ pub async fn scenario(
     mut backends: Vec<Backend>,
     port: u16,
 ) -> Report {
-    let ip = |i: u8| Ipv4Addr::new(127, 0, net, i);
+    let ip = |i: u8| ip(env, net, i);
     wait_served(gw, "b1").await;
     let load = Load::start(
         gw,
