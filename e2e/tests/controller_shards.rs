@@ -1,19 +1,22 @@
 //! Services too big for one object (issue 4): the `kube-discovery` binary on
-//! kube-sim (EndpointSlice mode, slices of 100 endpoints) with ONE Service of
-//! up to 20,000 endpoints and 3 ports.
-//! * every object it writes stays under the API server's 1.5 MiB limit
-//!   (kube-sim refuses bigger bodies with 413, and the serialized objects
-//!   are measured), and the merged nodes of all shards equal the truth;
+//! both API servers (EndpointSlice mode, slices of 100 endpoints) with ONE
+//! Service of up to 20,000 endpoints and 3 ports.
+//! * every object it writes stays under the 1.5 MiB limit of a stored object
+//!   (etcd's request limit, which the real server's writes hit first; kube-sim
+//!   refuses bigger bodies with 413), the serialized objects are measured, and
+//!   the merged nodes of all shards equal the truth;
 //! * growth (5,000 -> 20,000) adds shards, a shrink (-> 50) removes the
 //!   surplus objects;
 //! * `kube-discovery nodes` returns the WHOLE list of a sharded service;
-//! * an irrelevant change writes nothing, and a restart writes nothing
-//!   (kube-sim's write log).
+//! * an irrelevant change writes nothing, and a restart writes nothing (the
+//!   write log: kube-sim's, or the real server's audit log, where even a
+//!   no-op request would show).
 //!
 //! Slices are applied concurrently (200 requests, not 20,000). Growth and
 //! shrink reach the controller in ONE relist (watches stalled while the
-//! slices change, then 410 Gone), so each is one write of all shards: on
-//! debug builds kube-sim needs about a second per 500 KiB object write.
+//! slices change, then 410 Gone: on the real server an etcd compaction and an
+//! API server restart), so each is one write of all shards: on debug builds
+//! kube-sim needs about a second per 500 KiB object write.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -22,26 +25,28 @@ mod controller_support;
 use std::collections::BTreeSet;
 use std::process::Stdio;
 
-use controller_support::{Controller, Env, bin};
+use controller_support::{Backend, Controller, Env, bin};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube_discovery_core::crd::DiscoveredService;
 use kube_discovery_core::parse_service_name;
 use kube_discovery_core::render::lookup;
 use serde_json::{Value, json};
+use testenv::both_backends;
 
 const NS: &str = "shards";
 /// Upper bound of the waits for the shards (debug builds of kube-sim and the
 /// controller move megabytes per write).
 const WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 const PORTS: [(&str, i32); 3] = [("http", 8080), ("grpc", 9090), ("metrics", 9100)];
-/// kube-sim's (and etcd's) object size limit.
+/// kube-sim's and etcd's object size limit (etcd's `--max-request-bytes`
+/// default, 1.5 MiB; the real API server's own request body limit is 3 MiB).
 const LIMIT_BYTES: usize = 3 * 1024 * 1024 / 2;
 
 fn config(env: &Env) -> String {
     format!(
         "discovery:\n  kubernetes:\n{}    watch_endpoint_slices: true\nkube_discovery:\n  coalesce_window: 200ms\n",
-        env.service_block(&env.sim.admin_token())
+        env.service_block(&env.admin_token())
     )
 }
 
@@ -229,14 +234,11 @@ fn check_shards(objs: &[Value]) {
     }
 }
 
-/// The controller's watches stay open but silent until [`Env::force_410`].
+/// The controller's watches stay open but silent until [`Env::force_410`]
+/// (real: the fault proxy holds their answers back).
 async fn stall(env: &Env) {
-    let req = http::Request::post("/_sim/faults")
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&json!({"stallWatchesSeconds": 60})).expect("json"))
-        .expect("request");
-    env.admin
-        .request::<Value>(req)
+    env.api
+        .fault(&json!({"stallWatchesSeconds": 60}))
         .await
         .expect("stall watches");
 }
@@ -256,9 +258,10 @@ fn names(writes: &[Value]) -> Vec<String> {
 
 // kube-sim runs in this process: its own threads, so the test's polling
 // (listing megabytes of objects) never stalls the API server.
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_20000_endpoint_service_is_sharded_grows_shrinks_and_reads_back_whole() {
-    let env = Env::start().await;
+async fn a_20000_endpoint_service_is_sharded_grows_shrinks_and_reads_back_whole(backend: Backend) {
+    let env = Env::start(backend).await;
     env.namespace(NS).await;
     set_endpoints(&env, 5_000, 0).await;
     let cfg = config(&env);
@@ -271,7 +274,7 @@ async fn a_20000_endpoint_service_is_sharded_grows_shrinks_and_reads_back_whole(
     // Growth: more shards, each under the limit. The 150 new slices reach
     // the controller in one relist (watch stalled, then 410 Gone), so it is
     // one write, not one per slice (keeps this test fast on debug builds).
-    let rv = env.rv().await;
+    let mark = env.mark().await;
     stall(&env).await;
     set_endpoints(&env, 20_000, 5_000).await;
     env.force_410().await;
@@ -283,7 +286,7 @@ async fn a_20000_endpoint_service_is_sharded_grows_shrinks_and_reads_back_whole(
         big.len(),
         small.len()
     );
-    let w = env.dsvc_writes_since(rv).await;
+    let w = env.dsvc_writes_since(mark).await;
     assert!(
         w.iter().all(|x| x["name"]
             .as_str()
@@ -293,7 +296,7 @@ async fn a_20000_endpoint_service_is_sharded_grows_shrinks_and_reads_back_whole(
     );
 
     // Readers get the whole list: the CLI.
-    let kc = env.kubeconfig(&env.sim.admin_token());
+    let kc = env.kubeconfig(&env.admin_token());
     let out = tokio::process::Command::new(bin())
         .args(["nodes", &format!("{NS}/huge:grpc"), "--kubeconfig"])
         .arg(&kc)
@@ -318,7 +321,7 @@ async fn a_20000_endpoint_service_is_sharded_grows_shrinks_and_reads_back_whole(
 
     // An irrelevant change (an annotation on a slice) writes nothing; a
     // later relevant change of another service marks the end.
-    let rv = env.rv().await;
+    let mark = env.mark().await;
     let slices: Api<EndpointSlice> = Api::namespaced(env.admin.clone(), NS);
     slices
         .patch(
@@ -337,22 +340,22 @@ async fn a_20000_endpoint_service_is_sharded_grows_shrinks_and_reads_back_whole(
     )
     .await;
     env.wait_nodes(NS, "marker", "http", &["10.9.9.9"]).await;
-    let w = env.dsvc_writes_since(rv).await;
+    let w = env.dsvc_writes_since(mark).await;
     assert!(w.iter().all(|x| x["name"] == "marker"), "{:?}", names(&w));
 
     // Restart with nothing changed: zero writes.
     ctl.stop().await;
-    let rv = env.rv().await;
+    let mark = env.mark().await;
     let t = tokio::time::Instant::now();
     let ctl = Controller::start(&env, "shards2", &cfg, &[]).await;
     ctl.wait_ready().await;
     eprintln!("restarted and ready after {:?}", t.elapsed());
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    let w = env.dsvc_writes_since(rv).await;
+    let w = env.dsvc_writes_since(mark).await;
     assert!(w.is_empty(), "a restart wrote: {:?}", names(&w));
 
     // Shrink: the surplus shards are deleted, one unsharded object remains.
-    let rv = env.rv().await;
+    let mark = env.mark().await;
     stall(&env).await;
     set_endpoints(&env, 50, 20_000).await;
     env.force_410().await;
@@ -366,7 +369,7 @@ async fn a_20000_endpoint_service_is_sharded_grows_shrinks_and_reads_back_whole(
             .collect::<Vec<_>>()
     );
     check_shards(&one);
-    let w = names(&env.dsvc_writes_since(rv).await);
+    let w = names(&env.dsvc_writes_since(mark).await);
     for i in 1..big.len() {
         assert!(w.contains(&format!("delete huge.{i}")), "{w:?}");
     }

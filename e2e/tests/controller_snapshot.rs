@@ -1,5 +1,5 @@
-//! The ConfigMap snapshot sink end to end on kube-sim (`kube-discovery run`
-//! with `kube_discovery.sinks.configmap.enabled: true`):
+//! The ConfigMap snapshot sink end to end on both API servers
+//! (`kube-discovery run` with `kube_discovery.sinks.configmap.enabled: true`):
 //!
 //! * `snapshot_follows_the_state_in_shards_without_needless_writes`: the
 //!   assembled snapshot equals what was created and `GET /dump`'s endpoints;
@@ -15,7 +15,11 @@
 //! * `snapshot_of_a_big_state_respects_the_real_1_mib_bound`: the default
 //!   budget with services too big for one shard (split by node ranges).
 //!
-//! Writes are counted in kube-sim's write log (`/_sim/writes`).
+//! Writes are counted in the write log: kube-sim's (`/_sim/writes`) lists the
+//! writes that changed an object, the real server's (its audit log) every
+//! successful write request, no-op ones included. That every request changed
+//! something is checked on both by the revisions the writes answered with: a
+//! write that changes nothing answers with the revision the object had.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -26,11 +30,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use controller_support::{Controller, Env, LIMIT, eventually};
+use controller_support::{Backend, Controller, Env, LIMIT, Options, eventually};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube_discovery_core::snapshot::{self, AssembleError, Dump, INDEX_KEY};
 use serde_json::{Value, json};
+use testenv::both_backends;
 
 const NS: &str = "shop";
 const SNAP_NS: &str = "kd";
@@ -41,10 +46,28 @@ const LABEL: &str = "kubediscovery.io/snapshot";
 /// so the write log tells their writes apart).
 const CONTROLLER_USER: &str = "kd-controller";
 
+/// The default users plus [`CONTROLLER_USER`] in `system:masters`.
+fn options() -> Options {
+    let mut opts = Options::default();
+    opts.users
+        .push((CONTROLLER_USER.into(), vec!["system:masters".into()]));
+    opts
+}
+
+/// [`options`], and the real server's write log with the revisions of
+/// ConfigMap writes (kube-sim's always has them).
+fn options_with_revisions() -> Options {
+    let mut opts = options();
+    opts.audit_write_bodies
+        .push((String::new(), "configmaps".into()));
+    opts
+}
+
 fn config(env: &Env, window_ms: u64) -> String {
-    let token = format!("kd-controller-{}", std::process::id());
-    env.sim
-        .add_user_token(&token, CONTROLLER_USER, &["system:masters"]);
+    let token = env
+        .api
+        .user_token(CONTROLLER_USER)
+        .expect("controller token");
     format!(
         "discovery:\n  kubernetes:\n{}    namespace_selector: {{equal: {NS}}}\nkube_discovery:\n  coalesce_window: {window_ms}ms\n  sinks:\n    configmap: {{enabled: true, namespace: {SNAP_NS}, name: {SNAP}}}\n",
         env.service_block(&token)
@@ -131,27 +154,63 @@ async fn wait_snapshot(env: &Env, want: &Expected) -> Dump {
 }
 
 async fn writes_since(env: &Env, since: u64) -> Vec<Value> {
-    let req = http::Request::get(format!("/_sim/writes?since={since}"))
-        .body(Vec::new())
-        .unwrap();
-    let v: Value = env.admin.request(req).await.expect("write log");
-    v["items"].as_array().cloned().unwrap_or_default()
+    env.api.writes_since(since).await.expect("write log")
 }
 
-/// The controller's ConfigMap writes after `since` as `verb name`.
-async fn cm_writes(env: &Env, since: u64) -> Vec<String> {
-    writes_since(env, since)
+/// The start of a checked period: the revision of the ConfigMaps of
+/// [`SNAP_NS`], then a write-log mark (a write received after the mark
+/// commits after that revision).
+#[derive(Debug, Clone, Copy)]
+struct Since {
+    rv: u64,
+    mark: u64,
+}
+
+async fn since(env: &Env) -> Since {
+    let rv = cms(env)
+        .list(&ListParams::default().limit(1))
+        .await
+        .expect("list ConfigMaps")
+        .metadata
+        .resource_version
+        .and_then(|v| v.parse().ok())
+        .expect("list resourceVersion");
+    Since {
+        rv,
+        mark: env.mark().await,
+    }
+}
+
+/// The controller's ConfigMap writes after `mark`: `verb name` and the
+/// revision the write answered with (the real server's write log has it for
+/// the resources of `Options::audit_write_bodies`; 0 if unknown).
+async fn cm_writes_rv(env: &Env, mark: u64) -> Vec<(String, u64)> {
+    writes_since(env, mark)
         .await
         .into_iter()
         .filter(|w| w["resource"] == "configmaps" && w["namespace"] == SNAP_NS)
         .filter(|w| w["user"] == CONTROLLER_USER)
         .map(|w| {
-            format!(
+            let what = format!(
                 "{} {}",
                 w["verb"].as_str().unwrap_or(""),
                 w["name"].as_str().unwrap_or("")
-            )
+            );
+            let rv = w["resourceVersion"]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            (what, rv)
         })
+        .collect()
+}
+
+/// The controller's ConfigMap writes after `mark` as `verb name`.
+async fn cm_writes(env: &Env, mark: u64) -> Vec<String> {
+    cm_writes_rv(env, mark)
+        .await
+        .into_iter()
+        .map(|(w, _)| w)
         .collect()
 }
 
@@ -159,7 +218,7 @@ fn count(writes: &[String], what: &str) -> usize {
     writes.iter().filter(|w| *w == what).count()
 }
 
-/// Applies of ConfigMap `name` (kube-sim logs an apply that creates as `create`).
+/// Applies of ConfigMap `name` (the write log names an apply that creates `create`).
 fn applies(writes: &[String], name: &str) -> usize {
     count(writes, &format!("patch {name}")) + count(writes, &format!("create {name}"))
 }
@@ -175,27 +234,39 @@ async fn requests(ctl: &Controller, result: &str) -> usize {
         .map_or(0, |v| v.trim().parse::<f64>().expect("counter") as usize)
 }
 
-/// Requests made since `(applied, deleted)`, checked against the write log
-/// `w` of the same period: every request changed something.
+/// Requests made since `(applied, deleted)`, checked against the
+/// controller's writes in the write log since `since` (kube-sim: changes;
+/// real: requests, so the metric counts every request): every request
+/// changed something, so every apply answered with a new revision (a no-op
+/// one answers with the revision the object already had: older than the
+/// period, or that of an earlier write in it).
 async fn assert_no_noop_requests(
     ctl: &Controller,
-    since: (usize, usize),
-    w: &[String],
+    reqs: (usize, usize),
+    env: &Env,
+    since: Since,
 ) -> (usize, usize) {
     let now = (
         requests(ctl, "applied").await,
         requests(ctl, "deleted").await,
     );
-    let logged_applies = w
-        .iter()
-        .filter(|x| x.starts_with("patch ") || x.starts_with("create "))
-        .count();
-    let logged_deletes = w.iter().filter(|x| x.starts_with("delete ")).count();
+    let w = cm_writes_rv(env, since.mark).await;
+    let is_apply = |x: &str| x.starts_with("patch ") || x.starts_with("create ");
+    let logged_applies = w.iter().filter(|(x, _)| is_apply(x)).count();
+    let logged_deletes = w.iter().filter(|(x, _)| x.starts_with("delete ")).count();
     assert_eq!(
-        (now.0 - since.0, now.1 - since.1),
+        (now.0 - reqs.0, now.1 - reqs.1),
         (logged_applies, logged_deletes),
-        "(apply, delete) requests vs changes in the write log {w:?}"
+        "(apply, delete) requests vs the write log {w:?}"
     );
+    let mut revisions = BTreeSet::new();
+    for (x, rv) in w.iter().filter(|(x, _)| is_apply(x)) {
+        assert!(
+            *rv > since.rv && revisions.insert(*rv),
+            "{x} answered with revision {rv}, not a new one (the period began at {}): a request that changed nothing; {w:?}",
+            since.rv
+        );
+    }
     now
 }
 
@@ -299,9 +370,10 @@ impl Reader {
     }
 }
 
+#[both_backends]
 #[tokio::test]
-async fn snapshot_follows_the_state_in_shards_without_needless_writes() {
-    let env = Env::start().await;
+async fn snapshot_follows_the_state_in_shards_without_needless_writes(backend: Backend) {
+    let env = Env::start_with(backend, options_with_revisions()).await;
     setup(&env).await;
     let mut want = Expected::new();
     for (i, name) in ["a", "b", "c"].iter().enumerate() {
@@ -327,7 +399,7 @@ async fn snapshot_follows_the_state_in_shards_without_needless_writes() {
 
     // Grow to several shards, in a burst of concurrent changes.
     ctl.wait_ready().await;
-    let rv = env.rv().await;
+    let from = since(&env).await;
     let mut reqs = (
         requests(&ctl, "applied").await,
         requests(&ctl, "deleted").await,
@@ -372,7 +444,7 @@ async fn snapshot_follows_the_state_in_shards_without_needless_writes() {
         );
         assert_eq!(cm.metadata.labels.unwrap()[LABEL], SNAP);
     }
-    let w = cm_writes(&env, rv).await;
+    let w = cm_writes(&env, from.mark).await;
     assert!(
         burst_took < Duration::from_millis(1500),
         "the burst took {burst_took:?}, longer than the window: the test proves nothing"
@@ -384,11 +456,11 @@ async fn snapshot_follows_the_state_in_shards_without_needless_writes() {
     let mut expect_names: BTreeSet<String> = idx.shards.iter().map(|r| r.name.clone()).collect();
     expect_names.insert(SNAP.into());
     assert_eq!(labelled(&env).await, expect_names);
-    reqs = assert_no_noop_requests(&ctl, reqs, &w).await;
+    reqs = assert_no_noop_requests(&ctl, reqs, &env, from).await;
 
     // An irrelevant change (a label on a source) writes nothing; a relevant
     // change after it is the marker that both were processed.
-    let rv = env.rv().await;
+    let from = since(&env).await;
     env.endpoints(
         NS,
         "a",
@@ -405,17 +477,17 @@ async fn snapshot_follows_the_state_in_shards_without_needless_writes() {
     );
     put(&env, &mut want, "zz-marker", vec!["10.9.9.9".into()]).await;
     wait_snapshot(&env, &want).await;
-    let w = cm_writes(&env, rv).await;
+    let w = cm_writes(&env, from.mark).await;
     assert_eq!(applies(&w, SNAP), 1, "{w:?}");
     assert_eq!(
         w.len(),
         2,
         "the marker round writes its (last) shard and the index only: {w:?}"
     );
-    reqs = assert_no_noop_requests(&ctl, reqs, &w).await;
+    reqs = assert_no_noop_requests(&ctl, reqs, &env, from).await;
 
     // Shrink: delete most services; the stale shards are deleted after the index.
-    let rv = env.rv().await;
+    let from = since(&env).await;
     for n in &names {
         env.delete_endpoints(NS, n).await;
         want.remove(&format!("{NS}/{n}"));
@@ -428,12 +500,12 @@ async fn snapshot_follows_the_state_in_shards_without_needless_writes() {
     })
     .await;
     assert_eq!(left, BTreeSet::from([SNAP.into(), "snap-0".into()]));
-    let w = cm_writes(&env, rv).await;
+    let w = cm_writes(&env, from.mark).await;
     assert!(
         w.iter().any(|x| x.starts_with("delete snap-")),
         "stale shards deleted by the controller: {w:?}"
     );
-    assert_no_noop_requests(&ctl, reqs, &w).await;
+    assert_no_noop_requests(&ctl, reqs, &env, from).await;
     let (ok, retry) = reader.finish().await;
     assert!(ok > 0, "the reader never read a snapshot ({retry} retries)");
     ctl.stop().await;
@@ -441,17 +513,11 @@ async fn snapshot_follows_the_state_in_shards_without_needless_writes() {
     // A restart with an unchanged state writes nothing: the only round after
     // it is the marker's. Its first lists fail for a while (longer than the
     // window): it must not publish the empty state it has meanwhile.
-    let rv = env.rv().await;
-    let req = http::Request::post("/_sim/faults")
-        .header("content-type", "application/json")
-        .body(
-            serde_json::to_vec(
-                &json!({"fail": {"verb": "list", "resource": "endpoints", "count": 4, "code": 500}}),
-            )
-            .unwrap(),
-        )
-        .unwrap();
-    env.admin.request::<Value>(req).await.expect("fault hook");
+    let from = since(&env).await;
+    env.api
+        .fault(&json!({"fail": {"verb": "list", "resource": "endpoints", "count": 4, "code": 500}}))
+        .await
+        .expect("fault hook");
     let ctl = start(&env, "snap2", &cfg, &vars).await;
     ctl.wait_ready().await;
     assert!(
@@ -461,9 +527,9 @@ async fn snapshot_follows_the_state_in_shards_without_needless_writes() {
     );
     put(&env, &mut want, "zz-marker2", vec!["10.9.9.10".into()]).await;
     wait_snapshot(&env, &want).await;
-    let w = cm_writes(&env, rv).await;
+    let w = cm_writes(&env, from.mark).await;
     assert_eq!(applies(&w, SNAP), 1, "a restart rewrote: {w:?}");
-    assert_no_noop_requests(&ctl, (0, 0), &w).await;
+    assert_no_noop_requests(&ctl, (0, 0), &env, from).await;
     let (_, metrics) = ctl.get("/metrics").await;
     assert!(
         metrics.contains("kube_discovery_snapshot_writes_total{result=\"applied\"}"),
@@ -476,9 +542,10 @@ async fn snapshot_follows_the_state_in_shards_without_needless_writes() {
     ctl.stop().await;
 }
 
+#[both_backends]
 #[tokio::test]
-async fn snapshot_drift_is_restored_and_echoes_write_nothing() {
-    let env = Env::start().await;
+async fn snapshot_drift_is_restored_and_echoes_write_nothing(backend: Backend) {
+    let env = Env::start_with(backend, options_with_revisions()).await;
     setup(&env).await;
     let mut want = Expected::new();
     for i in 0..16u32 {
@@ -500,7 +567,7 @@ async fn snapshot_drift_is_restored_and_echoes_write_nothing() {
     assert!(before.len() >= 3, "{before:?}");
 
     // 1. Someone edits a shard: restored, with one write.
-    let rv = env.rv().await;
+    let from = since(&env).await;
     let reqs = (
         requests(&ctl, "applied").await,
         requests(&ctl, "deleted").await,
@@ -554,19 +621,20 @@ async fn snapshot_drift_is_restored_and_echoes_write_nothing() {
     // A marker round proves the echoes of those writes were processed.
     put(&env, &mut want, "zz-marker", vec!["10.9.9.9".into()]).await;
     wait_snapshot(&env, &want).await;
-    let w = cm_writes(&env, rv).await;
+    let w = cm_writes(&env, from.mark).await;
     assert_eq!(applies(&w, "snap-0"), 1, "{w:?}");
     assert_eq!(count(&w, "delete snap-99"), 1, "{w:?}");
     // Index: restored once, rewritten once by the marker round.
     assert_eq!(applies(&w, SNAP), 2, "{w:?}");
     assert_eq!(labelled(&env).await, before, "the same objects as before");
-    assert_no_noop_requests(&ctl, reqs, &w).await;
+    assert_no_noop_requests(&ctl, reqs, &env, from).await;
     ctl.stop().await;
 }
 
+#[both_backends]
 #[tokio::test]
-async fn snapshot_of_a_big_state_respects_the_real_1_mib_bound() {
-    let env = Env::start().await;
+async fn snapshot_of_a_big_state_respects_the_real_1_mib_bound(backend: Backend) {
+    let env = Env::start_with(backend, options()).await;
     setup(&env).await;
     let mut want = Expected::new();
     // Two services of 14,000 nodes (each bigger than one 900 KiB shard) and a few small ones.
@@ -676,8 +744,7 @@ async fn install_rbac(env: &Env) -> Vec<Value> {
 }
 
 async fn stats(env: &Env) -> Value {
-    let req = http::Request::get("/_sim/stats").body(Vec::new()).unwrap();
-    env.admin.request::<Value>(req).await.expect("stats")
+    env.api.stats().await.expect("stats")
 }
 
 async fn wait_metric(ctl: &Controller, what: &str, needle: &str, at_least: f64) {
@@ -692,13 +759,47 @@ async fn wait_metric(ctl: &Controller, what: &str, needle: &str, at_least: f64) 
     .await;
 }
 
+/// Waits until `token` may use each of `verbs` on ConfigMaps in
+/// `kube-discovery` (SelfSubjectAccessReview): the real server's authorizer
+/// reads RBAC objects from an informer cache, so a new binding takes effect a
+/// moment after it was created (on kube-sim at once).
+async fn wait_allowed(env: &Env, token: &str, verbs: &BTreeSet<String>) {
+    let client = env.api.client(token).await.expect("client");
+    for verb in verbs {
+        eventually(
+            &format!("the ServiceAccount may {verb} configmaps"),
+            LIMIT,
+            || {
+                let client = client.clone();
+                async move {
+                    let body = json!({"apiVersion": "authorization.k8s.io/v1",
+                        "kind": "SelfSubjectAccessReview",
+                        "spec": {"resourceAttributes": {"namespace": "kube-discovery",
+                            "verb": verb, "resource": "configmaps"}}});
+                    let req = http::Request::post(
+                        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                    )
+                    .header("content-type", "application/json")
+                    .body(serde_json::to_vec(&body).unwrap())
+                    .unwrap();
+                    let v: Value = client.request(req).await.ok()?;
+                    (v["status"]["allowed"] == true).then_some(())
+                }
+            },
+        )
+        .await;
+    }
+}
+
 /// The controller runs as the ServiceAccount bound only to the shipped roles
 /// (`rbac/` plus `rbac/optional/configmap-snapshot.yaml`), creates, updates
-/// and deletes shards, and the ConfigMap verbs it used (kube-sim's request
-/// counters and write log) are exactly the verbs the snapshot Role grants.
+/// and deletes shards, and the ConfigMap verbs it used (the request
+/// statistics and the write log) are exactly the verbs the snapshot Role
+/// grants.
+#[both_backends]
 #[tokio::test]
-async fn snapshot_needs_exactly_the_shipped_snapshot_role() {
-    let env = Env::start().await;
+async fn snapshot_needs_exactly_the_shipped_snapshot_role(backend: Backend) {
+    let env = Env::start(backend).await;
     let rules = install_rbac(&env).await;
     let granted: BTreeSet<String> = rules
         .iter()
@@ -720,19 +821,26 @@ async fn snapshot_needs_exactly_the_shipped_snapshot_role() {
         put(&env, &mut want, &format!("s{i:02}"), ips(7000 + 8 * i, 3)).await;
     }
     let token_file = env.path("sa-token");
-    std::fs::write(
-        &token_file,
-        env.sim.issue_token("kube-discovery", "kube-discovery"),
-    )
-    .unwrap();
-    let url = env.sim.url();
-    let port = url.rsplit(':').next().unwrap();
+    let token = env
+        .api
+        .issue_token("kube-discovery", "kube-discovery")
+        .await
+        .expect("ServiceAccount token");
+    std::fs::write(&token_file, &token).unwrap();
+    wait_allowed(&env, &token, &granted).await;
+    let url = env.api.url();
+    let (schema, rest) = url.split_once("://").unwrap();
+    let (host, port) = rest.rsplit_once(':').unwrap();
+    let ca = env
+        .ca_file()
+        .map(|p| format!(", ca_file: {}", p.display()))
+        .unwrap_or_default();
     let cfg = format!(
-        "discovery:\n  kubernetes:\n    service: {{schema: http, host: 127.0.0.1, port: {port}}}\n    client: {{token_file: {}}}\n    namespace_selector: {{equal: {NS}}}\nkube_discovery:\n  coalesce_window: 50ms\n  sinks:\n    configmap: {{enabled: true, namespace: kube-discovery, name: {SNAP}}}\n",
+        "discovery:\n  kubernetes:\n    service: {{schema: {schema}, host: \"{host}\", port: {port}{ca}}}\n    client: {{token_file: {}}}\n    namespace_selector: {{equal: {NS}}}\nkube_discovery:\n  coalesce_window: 50ms\n  sinks:\n    configmap: {{enabled: true, namespace: kube-discovery, name: {SNAP}}}\n",
         token_file.display()
     );
     let before = stats(&env).await;
-    let rv = env.rv().await;
+    let mark = env.mark().await;
     let ctl = start(
         &env,
         "lp",
@@ -807,7 +915,7 @@ async fn snapshot_needs_exactly_the_shipped_snapshot_role() {
     }
     // ... and the controller's writes as the write log names them (an apply
     // that creates is a create, which the API server authorizes too).
-    for w in writes_since(&env, rv).await {
+    for w in writes_since(&env, mark).await {
         if w["resource"] == "configmaps"
             && w["user"] == "system:serviceaccount:kube-discovery:kube-discovery"
         {
