@@ -3,6 +3,10 @@
 //! names the field, and never the token. Covers the checks made after parsing
 //! too (files that do not exist, unsupported settings), which the core's
 //! table (`controller/core/tests/bad_input.rs`) cannot see.
+//!
+//! No API server at all, so no backend: every config is refused before the
+//! controller connects anywhere (its `service` points at port 1, where
+//! nothing listens), the same on kube-sim and on a real cluster.
 
 mod controller_support;
 

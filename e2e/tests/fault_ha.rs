@@ -1,6 +1,8 @@
 //! Fault suite, part 2 (issue 7): credentials, several clusters, several
-//! replicas. Same rules as `fault_suite.rs`: churn, then a convergence check
-//! against the truth rendered independently from kube-sim's source objects.
+//! replicas, on both backends (kube-sim, and the real kube-apiserver behind
+//! the fault proxy; leader election on real Leases). Same rules as
+//! `fault_suite.rs`: churn, then a convergence check against the truth
+//! rendered independently from the server's source objects.
 //!
 //! | # | scenario | test |
 //! |---|---|---|
@@ -16,22 +18,16 @@ mod fault_support;
 
 use std::time::Duration;
 
-use controller_support::{Controller, Env, LIMIT, eventually};
+use controller_support::{Backend, Controller, Env, LIMIT, eventually};
 use fault_support::{
-    Churn, Kind, Specs, actual, config, diff, fault, metric_sum, signal, truth, truth_of,
-    wait_converged, writes_since,
+    Churn, Kind, Specs, actual, config, diff, fault, masters, metric_sum, reachable, signal,
+    token_file_block, truth, truth_of, user_token, wait_converged, writes_since,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use serde_json::{Value, json};
+use testenv::both_backends;
 
 const CONVERGE: Duration = Duration::from_secs(30);
-
-/// A token for a new user `name` with full rights (group `system:masters`).
-fn admin_user(env: &Env, name: &str) -> String {
-    let token = format!("{name}-{}", std::process::id());
-    env.sim.add_user_token(&token, name, &["system:masters"]);
-    token
-}
 
 /// Users that wrote DiscoveredServices after `since`.
 async fn dsvc_writers(env: &Env, since: u64) -> Vec<String> {
@@ -51,19 +47,18 @@ async fn dsvc_writers(env: &Env, since: u64) -> Vec<String> {
 }
 
 fn token_file_config(env: &Env, token_file: &std::path::Path) -> String {
-    let url = env.sim.url();
-    let port = url.rsplit(':').next().expect("port");
     format!(
-        "discovery:\n  kubernetes:\n    service:\n      schema: http\n      host: 127.0.0.1\n      port: {port}\n    client:\n      token_file: {}\n    watch_endpoint_slices: true\nkube_discovery:\n  coalesce_window: 20ms\n",
-        token_file.display()
+        "discovery:\n  kubernetes:\n{}    watch_endpoint_slices: true\nkube_discovery:\n  coalesce_window: 20ms\n",
+        token_file_block(env, token_file)
     )
 }
 
+#[both_backends]
 #[tokio::test]
-async fn s09_token_file_rotation() {
-    let env = Env::start().await;
-    let old = admin_user(&env, "rotation-old");
-    let new = admin_user(&env, "rotation-new");
+async fn s09_token_file_rotation(backend: Backend) {
+    let env = Env::start_with(backend, masters(&["rotation-old", "rotation-new"])).await;
+    let old = user_token(&env, "rotation-old");
+    let new = user_token(&env, "rotation-new");
     let file = env.path("token");
     std::fs::write(&file, &old).expect("write token");
     let cfg = token_file_config(&env, &file);
@@ -72,7 +67,7 @@ async fn s09_token_file_rotation() {
     let ctl = Controller::start(&env, "rot", &cfg, &[]).await;
     ctl.wait_ready().await;
     wait_converged(&env, &cfg, CONVERGE).await;
-    let rv = env.rv().await;
+    let rv = env.mark().await;
     assert_eq!(
         dsvc_writers(&env, 0).await,
         vec!["rotation-old".to_string()]
@@ -111,9 +106,10 @@ async fn s09_token_file_rotation() {
     ctl.stop().await;
 }
 
+#[both_backends]
 #[tokio::test]
-async fn s09_invalid_token() {
-    let env = Env::start().await;
+async fn s09_invalid_token(backend: Backend) {
+    let env = Env::start_with(backend, masters(&["recovered"])).await;
     let bad = format!("not-a-valid-token-{}", std::process::id());
     let file = env.path("token");
     std::fs::write(&file, &bad).expect("write token");
@@ -175,7 +171,7 @@ async fn s09_invalid_token() {
     );
 
     // A valid token later: recovers without a restart.
-    let good = admin_user(&env, "recovered");
+    let good = user_token(&env, "recovered");
     std::fs::write(&file, &good).expect("write token");
     // (kube re-reads the file within about a minute.)
     eventually(
@@ -227,13 +223,14 @@ fn of_cluster(s: &Specs, id: &str) -> Specs {
         .collect()
 }
 
+#[both_backends]
 #[tokio::test]
-async fn s10_one_cluster_down() {
-    let a = Env::start().await;
-    let b = Env::start().await;
+async fn s10_one_cluster_down(backend: Backend) {
+    let a = Env::start(backend).await;
+    let b = Env::start(backend).await;
     let cfg = multi_config(
-        &a.kubeconfig(&a.sim.admin_token()),
-        &b.kubeconfig(&b.sim.admin_token()),
+        &a.kubeconfig(&a.admin_token()),
+        &b.kubeconfig(&b.admin_token()),
     );
     let mut ca = Churn::new("multi", 4, Kind::Slices, 101, 31);
     let mut cb = Churn::new("multi", 4, Kind::Slices, 102, 32);
@@ -267,10 +264,7 @@ async fn s10_one_cluster_down() {
 
     tokio::time::sleep_until(down_until).await;
     eventually("cluster b reachable", LIMIT, || async {
-        let req = http::Request::get("/_sim/stats")
-            .body(Vec::new())
-            .expect("request");
-        b.admin.request::<Value>(req).await.ok().map(|_| ())
+        reachable(&b).await.then_some(())
     })
     .await;
     cb.run(&b, 8, Duration::from_millis(50)).await;
@@ -278,13 +272,18 @@ async fn s10_one_cluster_down() {
     ctl.stop().await;
 }
 
+#[both_backends]
 #[tokio::test]
-async fn s10_one_cluster_forbidden() {
-    let a = Env::start().await;
-    let b = Env::start().await;
+async fn s10_one_cluster_forbidden(backend: Backend) {
+    let a = Env::start(backend).await;
+    let b = Env::start(backend).await;
     // b: a ServiceAccount with no RBAC binding at all.
-    let b_token = b.sim.issue_token("kube-discovery", "unbound");
-    let cfg = multi_config(&a.kubeconfig(&a.sim.admin_token()), &b.kubeconfig(&b_token));
+    let b_token = b
+        .api
+        .issue_token("kube-discovery", "unbound")
+        .await
+        .expect("token");
+    let cfg = multi_config(&a.kubeconfig(&a.admin_token()), &b.kubeconfig(&b_token));
     let mut ca = Churn::new("multi", 4, Kind::Slices, 103, 33);
     let mut cb = Churn::new("multi", 4, Kind::Slices, 104, 34);
     ca.seed(&a).await;
@@ -325,21 +324,22 @@ async fn lease_holder(env: &Env) -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
+#[both_backends]
 #[tokio::test]
-async fn s08_leader_election() {
-    let env = Env::start().await;
-    let ta = admin_user(&env, "replica-a");
-    let tb = admin_user(&env, "replica-b");
+async fn s08_leader_election(backend: Backend) {
+    let env = Env::start_with(backend, masters(&["replica-a", "replica-b"])).await;
+    let ta = user_token(&env, "replica-a");
+    let tb = user_token(&env, "replica-b");
     let (cfg_a, cfg_b) = (leader_config(&env, &ta), leader_config(&env, &tb));
     let mut churn = Churn::new("ha", 6, Kind::Slices, 8, 18);
     churn.seed(&env).await;
-    let rv0 = env.rv().await;
+    let rv0 = env.mark().await;
     let a = Controller::start(&env, "replica-a", &cfg_a, &[]).await;
     let b = Controller::start(&env, "replica-b", &cfg_b, &[]).await;
     let holder = eventually("a Lease holder", LIMIT, || lease_holder(&env)).await;
     churn.run(&env, 20, Duration::from_millis(30)).await;
     wait_converged(&env, &cfg_a, CONVERGE).await;
-    // Only the leader writes (kube-sim's write log names the user).
+    // Only the leader writes (the write log names the user).
     let writers = dsvc_writers(&env, rv0).await;
     assert_eq!(
         writers.len(),
@@ -379,7 +379,7 @@ async fn s08_leader_election() {
     signal(&leader, "KILL");
     let _ = tokio::time::timeout(LIMIT, leader.child.wait()).await;
     let killed = tokio::time::Instant::now();
-    let rv1 = env.rv().await;
+    let rv1 = env.mark().await;
     let took = loop {
         churn.step(&env).await;
         if dsvc_writers(&env, rv1)
@@ -432,10 +432,11 @@ fn unix_millis_now() -> i64 {
 /// successful renewal, i.e. BEFORE the lease expires and a standby may take
 /// over; it does not step down at the first failure; it writes again once it
 /// can renew.
+#[both_backends]
 #[tokio::test]
-async fn s08_leader_steps_down_at_the_renew_deadline() {
-    let env = Env::start().await;
-    let token = admin_user(&env, "replica-a");
+async fn s08_leader_steps_down_at_the_renew_deadline(backend: Backend) {
+    let env = Env::start_with(backend, masters(&["replica-a"])).await;
+    let token = user_token(&env, "replica-a");
     let cfg = leader_config(&env, &token);
     env.namespace("ha").await;
     env.slice("ha", "web", "web-a", &[("10.8.0.1", true)], &[("http", 80)])
@@ -493,7 +494,7 @@ async fn s08_leader_steps_down_at_the_renew_deadline() {
     );
 
     // Stepped down: changes are not written.
-    let rv = env.rv().await;
+    let rv = env.mark().await;
     env.slice("ha", "web", "web-a", &[("10.8.0.2", true)], &[("http", 80)])
         .await;
     tokio::time::sleep(Duration::from_millis(1500)).await;

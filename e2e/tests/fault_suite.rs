@@ -1,9 +1,13 @@
-//! Fault suite (issue 7): the `kube-discovery` binary against kube-sim while
-//! kube-sim misbehaves. Every scenario runs under churn (a bounded, seeded
-//! stream of source changes, see `fault_support::Churn`) and ends with a
-//! convergence check against the truth computed independently from kube-sim's
-//! source objects with the pure core's `render`: nothing missing, extra or
-//! stale (`fault_support::wait_converged`).
+//! Fault suite (issue 7): the `kube-discovery` binary against an API server
+//! that misbehaves, on both backends: kube-sim (its fault hooks) and the real
+//! kube-apiserver behind the fault proxy (`testenv::proxy`: dropped and
+//! stalled watches, refused connections, injected errors and latency; real
+//! 410 Gone from an etcd compaction and an API server restart). Every
+//! scenario runs under churn (a bounded, seeded stream of source changes, see
+//! `fault_support::Churn`) and ends with a convergence check against the
+//! truth computed independently from the server's source objects with the
+//! pure core's `render`: nothing missing, extra or stale
+//! (`fault_support::wait_converged`).
 //!
 //! | # | scenario | test |
 //! |---|---|---|
@@ -26,13 +30,14 @@ mod fault_support;
 
 use std::time::Duration;
 
-use controller_support::{Controller, Env, LIMIT, eventually};
+use controller_support::{Backend, Controller, Env, LIMIT, eventually};
 use fault_support::{
-    Churn, Kind, config, fault, metric_sum, outage_secs, requests, signal, stats, wait_converged,
-    writes_since,
+    Churn, Kind, arrivals, config, failures_served, fault, metric_sum, outage_secs, reachable,
+    requests, signal, stats, wait_converged, writes_since,
 };
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
+use testenv::both_backends;
 
 /// Upper bound for convergence after the faults stop.
 const CONVERGE: Duration = Duration::from_secs(30);
@@ -67,10 +72,11 @@ fn dsvc_writes(writes: &[Value]) -> Vec<String> {
 /// server-side apply as `kube-discovery`, the CRD has no status subresource:
 /// one managedFields entry owns `spec.ports.<key>`, and server-side apply
 /// prunes a key that entry no longer sends.)
+#[both_backends]
 #[tokio::test]
-async fn s00_removed_port_key() {
-    let env = Env::start().await;
-    let cfg = config(&env, &env.sim.admin_token(), Kind::Slices, "");
+async fn s00_removed_port_key(backend: Backend) {
+    let env = Env::start(backend).await;
+    let cfg = config(&env, &env.admin_token(), Kind::Slices, "");
     env.namespace("ports").await;
     env.slice(
         "ports",
@@ -94,10 +100,11 @@ async fn s00_removed_port_key() {
     ctl.stop().await;
 }
 
+#[both_backends]
 #[tokio::test]
-async fn s01_watch_drops() {
-    let env = Env::start().await;
-    let cfg = config(&env, &env.sim.admin_token(), Kind::Slices, "");
+async fn s01_watch_drops(backend: Backend) {
+    let env = Env::start(backend).await;
+    let cfg = config(&env, &env.admin_token(), Kind::Slices, "");
     let mut churn = Churn::new("drops", 6, Kind::Slices, 1, 11);
     churn.seed(&env).await;
     let ctl = start(&env, "drops", &cfg).await;
@@ -117,10 +124,11 @@ async fn s01_watch_drops() {
     ctl.stop().await;
 }
 
+#[both_backends]
 #[tokio::test]
-async fn s02_compaction_410() {
-    let env = Env::start().await;
-    let cfg = config(&env, &env.sim.admin_token(), Kind::Slices, "");
+async fn s02_compaction_410(backend: Backend) {
+    let env = Env::start(backend).await;
+    let cfg = config(&env, &env.admin_token(), Kind::Slices, "");
     let mut churn = Churn::new("gone", 6, Kind::Slices, 2, 12);
     churn.seed(&env).await;
     let ctl = start(&env, "gone", &cfg).await;
@@ -189,26 +197,28 @@ async fn s02_compaction_410() {
     ctl.stop().await;
 }
 
+#[both_backends]
 #[tokio::test]
-async fn s03_outage() {
-    outage(false).await;
+async fn s03_outage(backend: Backend) {
+    outage(backend, false).await;
 }
 
+#[both_backends]
 #[tokio::test]
-async fn s03_outage_reconverges_within_2s() {
-    outage(true).await;
+async fn s03_outage_reconverges_within_2s(backend: Backend) {
+    outage(backend, true).await;
 }
 
 /// Scenario 3; `strict`: also the 2 s reconvergence bound.
-async fn outage(strict: bool) {
-    let env = Env::start().await;
-    let cfg = config(&env, &env.sim.admin_token(), Kind::Slices, "");
+async fn outage(backend: Backend, strict: bool) {
+    let env = Env::start(backend).await;
+    let cfg = config(&env, &env.admin_token(), Kind::Slices, "");
     let mut churn = Churn::new("outage", 6, Kind::Slices, 3, 13);
     churn.seed(&env).await;
     let ctl = start(&env, "outage", &cfg).await;
     churn.run(&env, 10, Duration::from_millis(50)).await;
     let before = wait_converged(&env, &cfg, CONVERGE).await;
-    let rv_before = env.rv().await;
+    let rv_before = env.mark().await;
     let restarts_before = metric_sum(&ctl, "kube_discovery_watch_restarts_total", &[]).await;
 
     let secs = outage_secs();
@@ -232,11 +242,10 @@ async fn outage(strict: bool) {
     assert_eq!(ctl.get("/healthz").await.0, 200, "the process stays alive");
     tokio::time::sleep_until(outage_end).await;
 
-    // Back: kube-sim is reachable again as soon as it rebinds.
-    let back = eventually("kube-sim reachable again", LIMIT, || async {
-        env.sim_get_ok()
-            .await
-            .then_some(tokio::time::Instant::now())
+    // Back: the server is reachable again as soon as it (the proxy on the
+    // real backend) rebinds.
+    let back = eventually("the API server reachable again", LIMIT, || async {
+        reachable(&env).await.then_some(tokio::time::Instant::now())
     })
     .await;
     // Nothing was deleted or rewritten because of the outage.
@@ -264,14 +273,15 @@ async fn outage(strict: bool) {
     ctl.stop().await;
 }
 
+#[both_backends]
 #[tokio::test]
-async fn s04_silent_stall() {
-    let env = Env::start().await;
+async fn s04_silent_stall(backend: Backend) {
+    let env = Env::start(backend).await;
     // The watch timeout bounds stall detection: kube-runtime gives up on a
     // watch that sent nothing for timeout + 5 s (default 290 s + 5 s <= 5 min).
     let cfg = config(
         &env,
-        &env.sim.admin_token(),
+        &env.admin_token(),
         Kind::Slices,
         "  watch_timeout: 1s\n",
     );
@@ -280,30 +290,39 @@ async fn s04_silent_stall() {
     let ctl = start(&env, "stall", &cfg).await;
     wait_converged(&env, &cfg, CONVERGE).await;
     fault(&env, json!({"stallWatchesSeconds": 20})).await;
-    // Events pile up behind the stalled connection: kube-sim keeps it open and silent.
-    churn.run(&env, 3, Duration::ZERO).await;
     let stalled_at = tokio::time::Instant::now();
+    // Events pile up behind the stalled connection: the server (the fault
+    // proxy on the real backend) keeps it open and silent, past its timeout.
+    churn.run(&env, 3, Duration::ZERO).await;
     let watches = requests(&stats(&env).await, "watch", "endpointslices");
     // Detected and reconnected: a new watch request within timeout + 5 s (+ 3 s slack).
-    eventually(
+    let detected = eventually(
         "a new watch after the stall was detected",
         Duration::from_secs(9),
         || async {
-            (requests(&stats(&env).await, "watch", "endpointslices") > watches).then_some(())
+            (requests(&stats(&env).await, "watch", "endpointslices") > watches)
+                .then(|| stalled_at.elapsed())
         },
     )
     .await;
-    eprintln!("stall detected after {:?}", stalled_at.elapsed());
+    eprintln!("stall detected after {detected:?}");
+    // The stall held the watch: without it, the 1 s server-side timeout would
+    // end the watch and a new one would follow within about a second.
+    assert!(
+        detected >= Duration::from_secs(3),
+        "a new watch {detected:?} after the stall began: the watch was not stalled"
+    );
     fault(&env, json!({"clear": true, "stallWatchesSeconds": 0})).await;
     churn.run(&env, 5, Duration::from_millis(50)).await;
     wait_converged(&env, &cfg, CONVERGE).await;
     ctl.stop().await;
 }
 
+#[both_backends]
 #[tokio::test]
-async fn s05_write_errors() {
-    let env = Env::start().await;
-    let cfg = config(&env, &env.sim.admin_token(), Kind::Slices, "");
+async fn s05_write_errors(backend: Backend) {
+    let env = Env::start(backend).await;
+    let cfg = config(&env, &env.admin_token(), Kind::Slices, "");
     let mut churn = Churn::new("errs", 6, Kind::Slices, 5, 15);
     churn.seed(&env).await;
     let ctl = start(&env, "errs", &cfg).await;
@@ -328,6 +347,13 @@ async fn s05_write_errors() {
     let applied = metric_sum(&ctl, "kube_discovery_writes_total", &["result=\"applied\""]).await;
     let errors = metric_sum(&ctl, "kube_discovery_writes_total", &["result=\"error_"]).await;
     eprintln!("patches {patches}, applied {applied}, error results {errors}");
+    for code in [429, 500, 503] {
+        // Real backend: the proxy answered each injected failure (kube-sim
+        // keeps no per-code count; its `patches` below include them).
+        if let Some(n) = failures_served(&env, "patch", "discoveredservices", code) {
+            assert_eq!(n, 3, "injected {code}s served by the fault proxy");
+        }
+    }
     assert!(
         patches > 9,
         "only {patches} DiscoveredService patches after injecting 9 failures"
@@ -348,10 +374,11 @@ async fn s05_write_errors() {
 
 /// Scenario 6: hand edits and deletes are restored, a hand-made orphan is
 /// removed, within 2 s each and without a source change; then churn.
+#[both_backends]
 #[tokio::test]
-async fn s06_hand_edits() {
-    let env = Env::start().await;
-    let cfg = config(&env, &env.sim.admin_token(), Kind::Slices, "");
+async fn s06_hand_edits(backend: Backend) {
+    let env = Env::start(backend).await;
+    let cfg = config(&env, &env.admin_token(), Kind::Slices, "");
     let mut churn = Churn::new("hand", 4, Kind::Slices, 6, 16);
     churn.seed(&env).await;
     let ctl = start(&env, "hand", &cfg).await;
@@ -369,7 +396,7 @@ async fn s06_hand_edits() {
         )
     };
     // Before the hand edits: a repair may start before the last edit is done.
-    let rv_hand = env.rv().await;
+    let rv_hand = env.mark().await;
     api(ens)
         .patch(
             ename,
@@ -430,10 +457,11 @@ async fn s06_hand_edits() {
     ctl.stop().await;
 }
 
+#[both_backends]
 #[tokio::test]
-async fn s07_sigkill_restart() {
-    let env = Env::start().await;
-    let cfg = config(&env, &env.sim.admin_token(), Kind::Slices, "");
+async fn s07_sigkill_restart(backend: Backend) {
+    let env = Env::start(backend).await;
+    let cfg = config(&env, &env.admin_token(), Kind::Slices, "");
     let mut churn = Churn::new("kill", 8, Kind::Slices, 7, 17);
     churn.seed(&env).await;
     let mut ctl = start(&env, "kill1", &cfg).await;
@@ -455,18 +483,19 @@ async fn s07_sigkill_restart() {
     ctl.stop().await;
 }
 
+#[both_backends]
 #[tokio::test]
-async fn s11_sigterm_inflight() {
-    let env = Env::start().await;
-    let cfg = config(&env, &env.sim.admin_token(), Kind::Slices, "");
+async fn s11_sigterm_inflight(backend: Backend) {
+    let env = Env::start(backend).await;
+    let cfg = config(&env, &env.admin_token(), Kind::Slices, "");
     let mut churn = Churn::new("term", 3, Kind::Slices, 11, 21);
     churn.seed(&env).await;
     let mut ctl = start(&env, "term", &cfg).await;
     wait_converged(&env, &cfg, CONVERGE).await;
     // The next DiscoveredService patch takes 2 s on the server.
     fault(&env, json!({"latency": {"verb": "patch", "resource": "discoveredservices", "millis": 2000, "count": 1}})).await;
-    let patches = requests(&stats(&env).await, "patch", "discoveredservices");
-    let rv = env.rv().await;
+    let patches = arrivals(&env, "patch", "discoveredservices").await;
+    let rv = env.mark().await;
     env.slice(
         "term",
         "late",
@@ -475,9 +504,10 @@ async fn s11_sigterm_inflight() {
         &[("http", 80)],
     )
     .await;
-    // The write is in flight once kube-sim has counted it (and is sleeping on it).
-    eventually("the write reached kube-sim", LIMIT, || async {
-        (requests(&stats(&env).await, "patch", "discoveredservices") > patches).then_some(())
+    // The write is in flight once it reached the server and is being delayed
+    // (kube-sim counted it; real: the fault proxy is holding it).
+    eventually("the write reached the server", LIMIT, || async {
+        (arrivals(&env, "patch", "discoveredservices").await > patches).then_some(())
     })
     .await;
     signal(&ctl, "TERM");
@@ -496,18 +526,4 @@ async fn s11_sigterm_inflight() {
         "the in-flight write did not finish: {writes:?}"
     );
     assert!(ctl.logs().contains("SIGTERM received"));
-}
-
-/// `env.sim_get` is private to controller_support; a cheap reachability probe.
-trait Probe {
-    async fn sim_get_ok(&self) -> bool;
-}
-
-impl Probe for Env {
-    async fn sim_get_ok(&self) -> bool {
-        let req = http::Request::get("/_sim/stats")
-            .body(Vec::new())
-            .expect("request");
-        self.admin.request::<Value>(req).await.is_ok()
-    }
 }

@@ -574,3 +574,213 @@ fn watch_body(
     );
     Body::new(http_body_util::StreamBody::new(stream).map_frame(|f: Frame<Bytes>| f))
 }
+
+#[cfg(test)]
+mod tests {
+    //! The proxy against a small in-process upstream (TLS, HTTP/1.1, as
+    //! kube-rs clients talk): a watch path streams one line and then stays
+    //! open (or ends after `end=<ms>`), every other path answers `ok`.
+
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::pki::Pki;
+
+    type Send1 = hyper::client::conn::http1::SendRequest<http_body_util::Empty<Bytes>>;
+
+    struct Fixture {
+        proxy: FaultProxy,
+        pki: Pki,
+        upstream_conns: Arc<AtomicUsize>,
+    }
+
+    async fn upstream(pki: &Pki) -> (SocketAddr, Arc<AtomicUsize>) {
+        let l = TcpListener::bind(("127.0.0.1", 0)).await.expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let conns = Arc::new(AtomicUsize::new(0));
+        let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config().expect("tls"));
+        let counted = conns.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = l.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                        let q = req.uri().query().unwrap_or("").to_string();
+                        let body = if q.contains("watch=1") {
+                            let end = q
+                                .split('&')
+                                .find_map(|kv| kv.strip_prefix("end="))
+                                .and_then(|v| v.parse::<u64>().ok());
+                            let first = futures::stream::once(async {
+                                Ok::<_, std::io::Error>(Frame::data(Bytes::from("line\n")))
+                            });
+                            // Then nothing, until the answer ends (no more frames).
+                            let rest = futures::stream::once(async move {
+                                match end {
+                                    Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                                    None => futures::future::pending::<()>().await,
+                                }
+                            })
+                            .filter_map(|()| async { None });
+                            Body::new(http_body_util::StreamBody::new(first.chain(rest)))
+                        } else {
+                            Body::from("ok")
+                        };
+                        Ok::<_, std::convert::Infallible>(Response::new(body))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .await;
+                });
+            }
+        });
+        (addr, conns)
+    }
+
+    async fn fixture() -> Fixture {
+        let pki = Pki::generate().expect("pki");
+        let (up, upstream_conns) = upstream(&pki).await;
+        let proxy = FaultProxy::start(
+            up,
+            pki.server_config().expect("tls"),
+            pki.client_config(&[b"h2"]).expect("tls"),
+            pki.client_config(&[b"http/1.1"]).expect("tls"),
+        )
+        .await
+        .expect("proxy");
+        Fixture {
+            proxy,
+            pki,
+            upstream_conns,
+        }
+    }
+
+    /// One HTTP/1.1 client connection to the proxy.
+    async fn client(f: &Fixture) -> Send1 {
+        let tcp = tokio::net::TcpStream::connect(f.proxy.addr())
+            .await
+            .expect("connect");
+        let name = rustls::pki_types::ServerName::IpAddress(f.proxy.addr().ip().into());
+        let tls =
+            tokio_rustls::TlsConnector::from(f.pki.client_config(&[b"http/1.1"]).expect("tls"))
+                .connect(name, tcp)
+                .await
+                .expect("TLS to the proxy");
+        let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .expect("handshake");
+        tokio::spawn(conn);
+        send
+    }
+
+    async fn get(send: &mut Send1, path: &str) -> Response<Incoming> {
+        send.ready().await.expect("connection usable");
+        let req = Request::get(path)
+            .header("host", "kube")
+            .body(http_body_util::Empty::new())
+            .expect("request");
+        send.send_request(req).await.expect("answer")
+    }
+
+    fn apply(f: &Fixture, body: serde_json::Value) {
+        f.proxy
+            .apply(&serde_json::from_value(body).expect("fault request"));
+    }
+
+    const WATCH: &str = "/api/v1/namespaces/a/pods?watch=1";
+
+    #[tokio::test]
+    async fn a_dropped_watch_ends_cleanly_and_its_connection_stays_usable() {
+        let f = fixture().await;
+        let mut send = client(&f).await;
+        let mut body = get(&mut send, WATCH).await.into_body();
+        let first = body.frame().await.expect("a frame").expect("data");
+        assert_eq!(first.into_data().expect("data"), Bytes::from("line\n"));
+        apply(&f, serde_json::json!({"dropWatches": true}));
+        let rest = tokio::time::timeout(Duration::from_secs(5), body.collect())
+            .await
+            .expect("the watch ended")
+            .expect("a clean end, not an error");
+        assert!(rest.to_bytes().is_empty());
+        // The next request on the same client connection is answered by the
+        // API server (over a new upstream connection), not by the proxy.
+        let resp = get(&mut send, "/api/v1/namespaces/a/pods").await;
+        assert_eq!(resp.status(), 200);
+        let text = resp.into_body().collect().await.expect("body").to_bytes();
+        assert_eq!(text, Bytes::from("ok"));
+        assert_eq!(f.upstream_conns.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_stall_holds_the_frames_and_the_end_of_a_watch() {
+        let f = fixture().await;
+        let mut send = client(&f).await;
+        // A frame: held while the stall is on.
+        apply(&f, serde_json::json!({"stallWatchesSeconds": 0.6}));
+        let started = Instant::now();
+        let mut body = get(&mut send, &format!("{WATCH}&end=900"))
+            .await
+            .into_body();
+        let first = body.frame().await.expect("a frame").expect("data");
+        assert_eq!(first.into_data().expect("data"), Bytes::from("line\n"));
+        assert!(
+            started.elapsed() >= Duration::from_millis(550),
+            "a stalled frame came after {:?}",
+            started.elapsed()
+        );
+        // The end (the upstream ends the answer 900 ms after its line, i.e.
+        // during this stall): held too, as kube-sim's stalled watches outlive
+        // their timeout.
+        apply(&f, serde_json::json!({"stallWatchesSeconds": 1.0}));
+        let stalled = Instant::now();
+        let rest = tokio::time::timeout(Duration::from_secs(5), body.collect())
+            .await
+            .expect("the watch ended after the stall")
+            .expect("a clean end")
+            .to_bytes();
+        assert!(rest.is_empty());
+        assert!(
+            stalled.elapsed() >= Duration::from_millis(900),
+            "the stalled watch ended after {:?}",
+            stalled.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn injected_failures_and_delays_are_counted() {
+        let f = fixture().await;
+        let mut send = client(&f).await;
+        apply(
+            &f,
+            serde_json::json!({"fail": {"verb": "list", "resource": "pods", "count": 1, "code": 429, "retryAfterSeconds": 2}}),
+        );
+        apply(
+            &f,
+            serde_json::json!({"latency": {"verb": "list", "resource": "pods", "count": 1, "millis": 300}}),
+        );
+        let started = Instant::now();
+        let resp = get(&mut send, "/api/v1/namespaces/a/pods").await;
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert_eq!(resp.status(), 429);
+        assert_eq!(
+            resp.headers().get("retry-after").map(|v| v.as_bytes()),
+            Some(&b"2"[..])
+        );
+        let _ = resp.into_body().collect().await;
+        let resp = get(&mut send, "/api/v1/namespaces/a/pods").await;
+        assert_eq!(resp.status(), 200);
+        let _ = resp.into_body().collect().await;
+        assert_eq!(
+            f.proxy.failures_served(),
+            BTreeMap::from([(("list".to_string(), "pods".to_string(), 429), 1)])
+        );
+        assert_eq!(
+            f.proxy.delays_started(),
+            BTreeMap::from([(("list".to_string(), "pods".to_string()), 1)])
+        );
+    }
+}

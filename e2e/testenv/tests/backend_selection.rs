@@ -48,12 +48,18 @@ fn without_go() {
     // Outside CI, both: warned, what is missing and where to get it, kube-sim only.
     let (code, out, err) = select(&no_go);
     assert_eq!((code, out.as_str()), (0, "kube-sim"), "{err}");
-    assert!(err.contains("Go: not on PATH") && err.contains("https://go.dev/dl/"), "{err}");
+    assert!(
+        err.contains("Go: not on PATH") && err.contains("https://go.dev/dl/"),
+        "{err}"
+    );
     assert!(err.contains("WARNING") && err.contains("SKIPPED"), "{err}");
     // Under CI: a failure.
     let (code, out, err) = select(&[no_go[0], ("CI", "true")]);
     assert_eq!((code, out.as_str()), (1, ""), "{err}");
-    assert!(err.contains("FAIL: CI runs the e2e tests on the real API server"), "{err}");
+    assert!(
+        err.contains("FAIL: CI runs the e2e tests on the real API server"),
+        "{err}"
+    );
     // Only the real tier asked for: a failure too.
     let (code, _, err) = select(&[no_go[0], ("KD_E2E_APISERVER", "real")]);
     assert_eq!(code, 1, "{err}");
@@ -80,5 +86,8 @@ fn without_the_module_proxy() {
 fn a_wrong_value_is_refused() {
     let (code, _, err) = select(&[("KD_E2E_APISERVER", "kind")]);
     assert_eq!(code, 2);
-    assert!(err.contains("must be kube-sim, real or both (got 'kind')"), "{err}");
+    assert!(
+        err.contains("must be kube-sim, real or both (got 'kind')"),
+        "{err}"
+    );
 }

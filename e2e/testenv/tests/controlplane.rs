@@ -139,23 +139,35 @@ fn alive(pid: u32) -> bool {
 /// rest is stopped when the control plane is dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_process_is_reported_with_its_log_tail() {
-    let cp = ControlPlane::start(Options { controller_manager: false, ..Options::default() })
-        .await
-        .unwrap();
+    let cp = ControlPlane::start(Options {
+        controller_manager: false,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
     let pids = cp.pids();
     cp.check_alive().expect("all running");
     // Kill etcd: kube-apiserver keeps running, the harness reports etcd.
-    std::process::Command::new("kill").args(["-KILL", &pids[0].to_string()]).status().unwrap();
+    std::process::Command::new("kill")
+        .args(["-KILL", &pids[0].to_string()])
+        .status()
+        .unwrap();
     let t = std::time::Instant::now();
     let err = loop {
         if let Err(e) = cp.check_alive() {
             break e;
         }
-        assert!(t.elapsed() < Duration::from_secs(10), "etcd's death not noticed");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "etcd's death not noticed"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let msg = format!("{err:#}");
-    assert!(msg.contains("etcd exited") && msg.contains("etcd.log"), "{msg}");
+    assert!(
+        msg.contains("etcd exited") && msg.contains("etcd.log"),
+        "{msg}"
+    );
     drop(cp);
     for pid in pids {
         assert!(!alive(pid), "process {pid} survived the drop");
@@ -168,7 +180,11 @@ async fn a_dead_process_is_reported_with_its_log_tail() {
 fn no_process_outlives_a_killed_test() {
     let exe = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../target/debug/examples/hold-controlplane");
-    assert!(exe.is_file(), "{} missing: cargo build -p kd-testenv --examples", exe.display());
+    assert!(
+        exe.is_file(),
+        "{} missing: cargo build -p kd-testenv --examples",
+        exe.display()
+    );
     let mut child = std::process::Command::new(&exe)
         .stdout(std::process::Stdio::piped())
         .spawn()

@@ -1,10 +1,11 @@
-//! Helpers of the fault suite (`fault_*.rs`), on top of `controller_support`:
+//! Helpers of the fault suite (`fault_*.rs`), on top of `controller_support`,
+//! for both backends (kube-sim, or the real API server behind the fault proxy):
 //!
 //! * [`truth`]: the DiscoveredServices that SHOULD exist, computed
 //!   independently of the controller: the source objects are listed from
-//!   kube-sim and rendered with the pure core's `render` (the same config
-//!   text, so the same options); [`check_converged`] compares every
-//!   DiscoveredService on kube-sim with it (missing, extra, stale spec);
+//!   the API server and rendered with the pure core's `render` (the same
+//!   config text, so the same options); [`wait_converged`] compares every
+//!   DiscoveredService on the API server with it (missing, extra, stale spec);
 //! * [`Churn`]: a bounded, seeded stream of EndpointSlice/Endpoints changes
 //!   over a few services (add/remove endpoints, flip readiness, change a port,
 //!   delete and re-create a source);
@@ -22,7 +23,7 @@ use kube_discovery_core::config::parse_config;
 use kube_discovery_core::render::{RenderOptions, render};
 use serde_json::{Value, json};
 
-use crate::controller_support::{Controller, Env, eventually};
+use crate::controller_support::{Controller, Env, Options, eventually};
 
 /// `ns/name` -> `spec` of every DiscoveredService.
 pub type Specs = BTreeMap<String, Value>;
@@ -45,6 +46,82 @@ pub fn config(env: &Env, token: &str, kind: Kind, extra_settings: &str) -> Strin
         "discovery:\n  kubernetes:\n{}{slices}kube_discovery:\n  coalesce_window: 20ms\n{extra_settings}",
         env.service_block(token)
     )
+}
+
+/// Options with plain users `names`, each in `system:masters` (full rights),
+/// whose tokens [`user_token`] gives (real: the static token file).
+pub fn masters(names: &[&str]) -> Options {
+    Options {
+        users: names
+            .iter()
+            .map(|n| (n.to_string(), vec!["system:masters".to_string()]))
+            .collect(),
+        ..Options::default()
+    }
+}
+
+/// The token of a user of the [`Options`] `env` started with.
+pub fn user_token(env: &Env, name: &str) -> String {
+    env.api
+        .user_token(name)
+        .unwrap_or_else(|e| panic!("token of {name}: {e:#}"))
+}
+
+/// A single-cluster `discovery.kubernetes` block for `env` that reads its
+/// token from `token_file` (with `ca_file` when the server has TLS).
+pub fn token_file_block(env: &Env, token_file: &std::path::Path) -> String {
+    let block = env.service_block("TOKEN");
+    let line = "      token: TOKEN\n";
+    assert!(block.contains(line), "unexpected service block:\n{block}");
+    block.replace(
+        line,
+        &format!("      token_file: {}\n", token_file.display()),
+    )
+}
+
+/// Whether the URL the controller uses answers (kube-sim itself; on the real
+/// backend the fault proxy, whose refusals the admin client, going direct,
+/// never sees).
+pub async fn reachable(env: &Env) -> bool {
+    let Ok(c) = env.api.client(&env.admin_token()).await else {
+        return false;
+    };
+    let req = http::Request::get("/version")
+        .body(Vec::new())
+        .expect("request");
+    tokio::time::timeout(Duration::from_secs(5), c.request_text(req))
+        .await
+        .is_ok_and(|r| r.is_ok())
+}
+
+/// Real backend: how many requests the fault proxy answered with an injected
+/// `code` for `verb` `resource` (`None` on kube-sim, which keeps no such count).
+pub fn failures_served(env: &Env, verb: &str, resource: &str, code: u16) -> Option<u64> {
+    let real = env.api.real()?;
+    Some(
+        real.proxy()
+            .failures_served()
+            .get(&(verb.to_string(), resource.to_string(), code))
+            .copied()
+            .unwrap_or(0),
+    )
+}
+
+/// A count that grows when a `verb` `resource` request reaches the server and,
+/// under a `latency` fault, is being delayed: kube-sim counts a request before
+/// its fault delay; on the real backend the proxy delays it before the API
+/// server sees it (and audits it only when answered), so its count of delays
+/// begun is used.
+pub async fn arrivals(env: &Env, verb: &str, resource: &str) -> u64 {
+    match env.api.real() {
+        Some(real) => real
+            .proxy()
+            .delays_started()
+            .get(&(verb.to_string(), resource.to_string()))
+            .copied()
+            .unwrap_or(0),
+        None => requests(&stats(env).await, verb, resource),
+    }
 }
 
 /// The source objects of `client`'s cluster as JSON values (what `render` reads).
