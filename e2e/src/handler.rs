@@ -27,8 +27,13 @@ use crate::status::{ApiError, ApiResult, Cause, success_status};
 use crate::store::{EventType, Key, Store, WriteRecord};
 use crate::{convert, discovery, table, watch};
 
-/// Largest accepted request body (the real server's etcd object limit is 1.5 MiB).
-pub const MAX_BODY: usize = 3 * 1024 * 1024 / 2;
+/// Largest accepted request body (the real server's `--max-request-bytes`
+/// default, 3 MiB).
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Largest object stored (etcd's default `--max-request-bytes`, 1.5 MiB): a
+/// bigger one is refused with etcd's error, as the real server passes it on.
+pub const MAX_OBJECT: usize = 3 * 1024 * 1024 / 2;
 
 /// Parsed `Accept` header.
 #[derive(Debug, Clone, Copy, Default)]
@@ -190,6 +195,14 @@ fn res_path(group: &str, version: &str, rest: &[&str]) -> Route {
 }
 
 fn error_response(e: &ApiError) -> Response<Body> {
+    if e.plain_text {
+        return Response::builder()
+            .status(e.code)
+            .header("content-type", "text/plain; charset=utf-8")
+            .header("x-content-type-options", "nosniff")
+            .body(Body::from(format!("{}\n", e.message)))
+            .unwrap_or_else(|_| Response::new(Body::empty()));
+    }
     let mut resp = json_response(e.code, &e.to_status());
     if let Some(s) = e.retry_after
         && let Ok(v) = http::HeaderValue::from_str(&s.to_string())
@@ -197,6 +210,55 @@ fn error_response(e: &ApiError) -> Response<Body> {
         resp.headers_mut().insert("retry-after", v);
     }
     resp
+}
+
+/// The API groups of the real kube-apiserver v1.34 (its `/apis` besides
+/// custom resources). A resource or version that is not served in one of
+/// these (or in the core group) is a 404 `Status`; any other group (unknown,
+/// or a custom resource group with an unknown version or resource) gets the
+/// plain-text 404 of a path no API serves, as the real server's
+/// apiextensions handler delegates those.
+const BUILTIN_GROUPS: &[&str] = &[
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "apiregistration.k8s.io",
+    "apps",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "autoscaling",
+    "batch",
+    "certificates.k8s.io",
+    "coordination.k8s.io",
+    "discovery.k8s.io",
+    "events.k8s.io",
+    "flowcontrol.apiserver.k8s.io",
+    "networking.k8s.io",
+    "node.k8s.io",
+    "policy",
+    "rbac.authorization.k8s.io",
+    "resource.k8s.io",
+    "scheduling.k8s.io",
+    "storage.k8s.io",
+];
+
+/// The 404 for something not served in API group `group` (`""`: core).
+fn not_served(group: &str) -> ApiError {
+    if group.is_empty() || BUILTIN_GROUPS.contains(&group) {
+        ApiError::no_route()
+    } else {
+        ApiError::page_not_found()
+    }
+}
+
+/// The 404 for a path that matched no route: a `Status` under `/api`, a
+/// built-in group of `/apis` and `/version`, plain text elsewhere.
+fn unknown_path(path: &str) -> ApiError {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segs.as_slice() {
+        ["api", ..] | ["version", ..] => ApiError::no_route(),
+        ["apis", g, ..] => not_served(g),
+        _ => ApiError::page_not_found(),
+    }
 }
 
 /// Entry point for every HTTP request.
@@ -286,9 +348,14 @@ fn authorize(sh: &Shared, user: &User, attrs: &Attributes) -> ApiResult<()> {
     } else {
         let mut e = ApiError::new(403, "Forbidden", machinery::forbidden_message(user, attrs));
         if attrs.resource_request {
-            e = e.with_details(
-                json!({"name": attrs.name, "group": attrs.api_group, "kind": attrs.resource}),
-            );
+            let mut d = json!({"kind": attrs.resource});
+            if !attrs.name.is_empty() {
+                d["name"] = json!(attrs.name);
+            }
+            if !attrs.api_group.is_empty() {
+                d["group"] = json!(attrs.api_group);
+            }
+            e = e.with_details(d);
         }
         Err(e)
     }
@@ -355,9 +422,13 @@ async fn handle_inner(sh: &Arc<Shared>, req: Request<Incoming>) -> ApiResult<Res
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let query = parse_query(parts.uri.query().unwrap_or(""));
-    let user = bearer(&parts.headers)
-        .and_then(|t| sh.user_for_token(&t))
-        .ok_or_else(ApiError::unauthorized)?;
+    // A bearer token must be known (401 otherwise); a request without one
+    // is the anonymous user, as with the real server's default
+    // `--anonymous-auth=true` (RBAC then lets it read health and /version).
+    let user = match bearer(&parts.headers).filter(|t| !t.is_empty()) {
+        Some(t) => sh.user_for_token(&t).ok_or_else(ApiError::unauthorized)?,
+        None => User::anonymous(),
+    };
     let r = route(&path);
     let nonresource = |verb: &str| Attributes {
         verb: verb.to_string(),
@@ -402,7 +473,7 @@ async fn handle_inner(sh: &Arc<Shared>, req: Request<Incoming>) -> ApiResult<Res
         }
         Route::NotFound => {
             authorize(sh, &user, &nonresource(method_verb))?;
-            return Err(ApiError::no_route());
+            return Err(unknown_path(&path));
         }
         _ => {}
     }
@@ -425,9 +496,9 @@ async fn handle_inner(sh: &Arc<Shared>, req: Request<Incoming>) -> ApiResult<Res
         }
         Route::CoreVersions => discovery::core_versions(&sh.url),
         Route::Groups => discovery::groups(&reg),
-        Route::Group(g) => discovery::group(&reg, &g).ok_or_else(ApiError::no_route)?,
+        Route::Group(g) => discovery::group(&reg, &g).ok_or_else(|| not_served(&g))?,
         Route::GroupVersion(g, v) => {
-            discovery::resource_list(&reg, &g, &v).ok_or_else(ApiError::no_route)?
+            discovery::resource_list(&reg, &g, &v).ok_or_else(|| not_served(&g))?
         }
         Route::OpenApiV2 => {
             let accept = parts
@@ -492,11 +563,89 @@ fn sim_hook(
             sh.apply_faults(req);
             Ok(json_response(200, &json!({"ok": true})))
         }
-        (_, "stats" | "writes" | "faults") => Err(ApiError::method_not_allowed(format!(
-            "/_sim/{hook} does not allow {method}"
-        ))),
+        (&Method::POST, "unvalidated") => {
+            let obj: Value = serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("invalid object: {e}")))?;
+            let (code, stored) = store_unvalidated(sh, obj)?;
+            Ok(json_response(code, &stored))
+        }
+        (_, "stats" | "writes" | "faults" | "unvalidated") => Err(ApiError::method_not_allowed(
+            format!("/_sim/{hook} does not allow {method}"),
+        )),
         _ => Err(ApiError::no_route()),
     }
+}
+
+/// `POST /_sim/unvalidated`: stores `obj` (created, or replacing the stored
+/// object of its kind, namespace and name) as it is: no defaults, no
+/// validation, no admission, no managedFields; only `uid`,
+/// `creationTimestamp` (kept when replacing) and the next `resourceVersion`
+/// are set. Watches see it like any write. For tests of clients that must
+/// cope with what an older or corrupted server could hold (a real API server
+/// would refuse it). Returns the HTTP code (201 created, 200 replaced) and
+/// the stored object.
+pub fn store_unvalidated(sh: &Shared, mut obj: Value) -> ApiResult<(u16, Value)> {
+    let s = |p: &str| obj.pointer(p).and_then(Value::as_str).map(str::to_string);
+    let (Some(api_version), Some(kind), Some(name)) =
+        (s("/apiVersion"), s("/kind"), s("/metadata/name"))
+    else {
+        return Err(ApiError::bad_request(
+            "the object needs apiVersion, kind and metadata.name",
+        ));
+    };
+    let (group, version) = api_version
+        .rsplit_once('/')
+        .map_or(("", api_version.as_str()), |(g, v)| (g, v));
+    let mut st = sh.lock();
+    let info = st
+        .registry
+        .resources
+        .values()
+        .find(|r| {
+            r.group == group && r.kind == kind && r.serves(version) && !convert::is_converted(r)
+        })
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::bad_request(format!("kube-sim does not store {api_version} {kind}"))
+        })?;
+    let namespace = s("/metadata/namespace").unwrap_or_default();
+    if info.namespaced == namespace.is_empty() {
+        return Err(ApiError::bad_request(if info.namespaced {
+            format!("{kind} is namespaced: metadata.namespace is required")
+        } else {
+            format!("{kind} is cluster-scoped: metadata.namespace must be unset")
+        }));
+    }
+    let key: Key = (convert::store_key(&info), namespace.clone(), name.clone());
+    let old = st.objects.get(&key).cloned();
+    let (uid, created) = match &old {
+        Some(o) => (
+            meta_str(o, "uid").unwrap_or("").to_string(),
+            meta_str(o, "creationTimestamp").unwrap_or("").to_string(),
+        ),
+        None => (uuid::Uuid::new_v4().to_string(), now()),
+    };
+    let rv = st.next_rv();
+    obj["metadata"]["uid"] = json!(uid);
+    obj["metadata"]["creationTimestamp"] = json!(created);
+    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+    let (etype, verb, code) = match old {
+        Some(_) => (EventType::Modified, "update", 200),
+        None => (EventType::Added, "create", 201),
+    };
+    let stored = Arc::new(obj);
+    st.commit(rv, etype, key, old, stored.clone());
+    record_raw(
+        &mut st,
+        sh,
+        "kube-sim-admin",
+        verb,
+        &info,
+        &namespace,
+        &name,
+        rv,
+    );
+    Ok((code, (*stored).clone()))
 }
 
 /// Everything a resource verb handler needs.
@@ -592,14 +741,21 @@ async fn resource_request(
         .lock()
         .registry
         .lookup(&p.group, &p.version, &p.resource)
-        .ok_or_else(ApiError::no_route)?;
+        .ok_or_else(|| not_served(&p.group))?;
     // Scope checks: a namespaced path for a cluster-scoped resource (or vice versa
     // for a single object) does not exist.
+    let wrong_scope = || {
+        if info.crd.is_some() {
+            ApiError::page_not_found()
+        } else {
+            ApiError::no_route()
+        }
+    };
     if p.namespace.is_some() && !info.namespaced {
-        return Err(ApiError::no_route());
+        return Err(wrong_scope());
     }
     if info.namespaced && p.namespace.is_none() && !matches!(verb, "list" | "watch") {
-        return Err(ApiError::no_route());
+        return Err(wrong_scope());
     }
     if !info.verbs.contains(&verb) {
         return Err(ApiError::method_not_allowed(format!(
@@ -638,11 +794,21 @@ async fn resource_request(
             _ => false,
         };
         if !ok {
-            return Err(ApiError::no_route());
+            // The real server's custom resource handler answers a
+            // subresource it does not serve with the object's NotFound.
+            return Err(if ctx.info.crd.is_some() {
+                ApiError::not_found(
+                    &ctx.info.group,
+                    &ctx.info.resource,
+                    ctx.name.as_deref().unwrap_or(""),
+                )
+            } else {
+                ApiError::no_route()
+            });
         }
     }
     let name = ctx.name.clone().unwrap_or_default();
-    match verb {
+    let result = match verb {
         "get" => get(&ctx, &name),
         "list" => list(&ctx),
         "watch" => watch::start(&ctx),
@@ -656,7 +822,26 @@ async fn resource_request(
         "delete" => delete(&ctx, &name, &body),
         "deletecollection" => delete_collection(&ctx, &body),
         _ => Err(ApiError::method_not_allowed(verb)),
+    };
+    match deprecation_warning(&ctx.info, &ctx.version) {
+        None => result,
+        Some(warning) => {
+            // The real server adds it to every answer of the resource's
+            // handler, errors included.
+            let mut resp = result.unwrap_or_else(|e| error_response(&e));
+            resp.headers_mut()
+                .insert("warning", http::HeaderValue::from_static(warning));
+            Ok(resp)
+        }
     }
+}
+
+/// The `Warning` header the real server (v1.34) sends for a deprecated
+/// resource version kube-sim serves: v1 Endpoints (deprecated in v1.33).
+fn deprecation_warning(info: &ResourceInfo, version: &str) -> Option<&'static str> {
+    (info.group.is_empty() && info.resource == "endpoints" && version == "v1").then_some(
+        "299 - \"v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice\"",
+    )
 }
 
 /// The object as served in `version` (objects are stored in the storage version;
@@ -703,7 +888,19 @@ fn get(ctx: &Ctx, name: &str) -> ApiResult<Response<Body>> {
 
 pub fn selectors(ctx: &Ctx) -> ApiResult<(LabelSel, FieldSel)> {
     let label = LabelSel::parse(ctx.q("labelSelector").unwrap_or(""))?;
-    let field = FieldSel::parse(ctx.q("fieldSelector").unwrap_or(""))?;
+    let crd_fields = ctx.info.crd.as_ref().map(|c| {
+        c.versions
+            .get(&ctx.version)
+            .map(|v| v.selectable_fields.clone())
+            .unwrap_or_default()
+    });
+    let selectable =
+        machinery::selectable_fields(&ctx.info.group, &ctx.info.resource, crd_fields.as_deref());
+    let field = FieldSel::parse(
+        ctx.q("fieldSelector").unwrap_or(""),
+        &ctx.info.group,
+        &selectable,
+    )?;
     Ok((label, field))
 }
 
@@ -788,7 +985,7 @@ fn list_read(ctx: &Ctx, limit: usize, cont: Option<&Continue>) -> ApiResult<List
     }
     let n: u64 = rv.parse().map_err(|_| {
         ApiError::bad_request(format!(
-            "resourceVersion: Invalid value: {rv:?}: must be a number"
+            "invalid resource version: resourceVersion: Invalid value: {rv:?}: strconv.ParseUint: parsing {rv:?}: invalid syntax"
         ))
     })?;
     // Without a match, a paged list (limit) reads exactly at the revision and an
@@ -936,11 +1133,17 @@ fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
         let mut out = serde_json::to_vec(&head).map_err(|e| ApiError::internal(e.to_string()))?;
         out.pop();
         out.extend_from_slice(b",\"items\":[");
+        let typed = ctx.info.crd.is_none();
         for (i, o) in items.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
-            serde_json::to_writer(&mut out, &**o).map_err(|e| ApiError::internal(e.to_string()))?;
+            let written = if typed {
+                serde_json::to_writer(&mut out, &WithoutTypeMeta(o))
+            } else {
+                serde_json::to_writer(&mut out, &**o)
+            };
+            written.map_err(|e| ApiError::internal(e.to_string()))?;
         }
         out.extend_from_slice(b"]}");
         return Response::builder()
@@ -972,10 +1175,43 @@ fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
             &json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "items": items}),
         );
     }
+    let items: Vec<Value> = items.into_iter().map(|o| list_item(&ctx.info, o)).collect();
     ok_json(
         200,
         &json!({"kind": ctx.info.list_kind, "apiVersion": ctx.api_version(), "metadata": metadata, "items": items}),
     )
+}
+
+/// An object as an item of a list: built-in types carry no `apiVersion` and
+/// `kind` there (the real server encodes list items of its Go types with an
+/// empty TypeMeta); custom resources keep theirs.
+fn list_item(info: &ResourceInfo, mut obj: Value) -> Value {
+    if info.crd.is_none()
+        && let Some(m) = obj.as_object_mut()
+    {
+        m.remove("apiVersion");
+        m.remove("kind");
+    }
+    obj
+}
+
+/// Serializes an object without its `apiVersion` and `kind` ([`list_item`]
+/// without a copy).
+struct WithoutTypeMeta<'a>(&'a Value);
+
+impl serde::Serialize for WithoutTypeMeta<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Some(m) = self.0.as_object() else {
+            return self.0.serialize(s);
+        };
+        let fields = m.iter().filter(|(k, _)| *k != "apiVersion" && *k != "kind");
+        let mut map = s.serialize_map(None)?;
+        for (k, v) in fields {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
 }
 
 fn parse_body(ctx: &Ctx, body: &[u8]) -> ApiResult<Value> {
@@ -1090,6 +1326,7 @@ fn random_suffix(n: usize) -> String {
 fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response<Body>> {
     let mut obj = parse_body(ctx, body)?;
     check_type_meta(ctx, &mut obj)?;
+    decoded(ctx, &mut obj);
     if meta_str(&obj, "resourceVersion").is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::internal(
             "resourceVersion should not be set on objects to be created",
@@ -1134,6 +1371,7 @@ fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response<Body>> {
 fn update(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
     let mut obj = parse_body(ctx, body)?;
     check_type_meta(ctx, &mut obj)?;
+    decoded(ctx, &mut obj);
     let body_name = meta_str(&obj, "name").unwrap_or("");
     if body_name != name {
         return Err(ApiError::bad_request(format!(
@@ -1205,22 +1443,25 @@ fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
             .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?,
         _ => return Err(ApiError::unsupported_media_type(&ct)),
     };
+    check_patch_shape(&media, &patch_doc)?;
     let force = ctx.q("force") == Some("true");
     let mut st = ctx.sh.lock();
     let key = ctx.key(name);
     let old = st.objects.get(&key).cloned();
     if media == "application/apply-patch+yaml" {
         let Some(manager) = ctx.q("fieldManager").map(str::to_string) else {
-            return Err(ApiError::bad_request(
-                "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+            return Err(ApiError::invalid(
+                "PatchOptions",
+                "meta.k8s.io",
+                "",
+                vec![Cause::new(
+                    "FieldValueRequired",
+                    "fieldManager",
+                    "is required for apply patch",
+                )],
             ));
         };
         let mut applied = patch_doc;
-        if !applied.is_object() {
-            return Err(ApiError::bad_request(
-                "the apply configuration must be an object",
-            ));
-        }
         check_type_meta(ctx, &mut applied)?;
         let applied_name = meta_str(&applied, "name").unwrap_or("").to_string();
         if applied_name.is_empty() {
@@ -1325,6 +1566,7 @@ fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
         ));
     }
     check_type_meta(ctx, &mut target)?;
+    decoded(ctx, &mut target);
     if meta_str(&target, "name") != Some(name) {
         return Err(ApiError::bad_request(
             "metadata.name: the name of a patched object cannot change",
@@ -1342,6 +1584,54 @@ fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
     )?;
     drop(st);
     respond(ctx, 200, &out)
+}
+
+/// The JSON type name Go's `encoding/json` reports for `v`.
+fn go_json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// The patch document has the shape its type needs, else the real server's
+/// 400: merge patches, strategic merge patches and apply configurations are
+/// objects, a JSON patch is a list of operation objects.
+fn check_patch_shape(media: &str, doc: &Value) -> ApiResult<()> {
+    const MAP: &str = "Go value of type map[string]interface {}";
+    let t = go_json_type(doc);
+    let msg = match (media, doc) {
+        (_, Value::Object(_)) if media != "application/json-patch+json" => return Ok(()),
+        ("application/merge-patch+json", Value::Null) => "Invalid JSON Patch".to_string(),
+        ("application/merge-patch+json", _) => {
+            format!("error decoding patch: json: cannot unmarshal {t} into {MAP}")
+        }
+        ("application/strategic-merge-patch+json", Value::Null) => return Ok(()),
+        ("application/strategic-merge-patch+json", _) => {
+            format!("json: cannot unmarshal {t} into {MAP}")
+        }
+        ("application/apply-patch+yaml", _) => format!(
+            "error decoding YAML: error unmarshaling JSON: while decoding JSON: json: cannot unmarshal {t} into {MAP}"
+        ),
+        ("application/json-patch+json", Value::Array(ops)) => {
+            match ops.iter().find(|op| !op.is_object()) {
+                None => return Ok(()),
+                Some(op) => format!(
+                    "error decoding patch: json: cannot unmarshal {} into Go value of type handlers.jsonPatchOp",
+                    go_json_type(op)
+                ),
+            }
+        }
+        ("application/json-patch+json", Value::Null) => return Ok(()),
+        (_, _) => format!(
+            "error decoding patch: json: cannot unmarshal {t} into Go value of type []handlers.jsonPatchOp"
+        ),
+    };
+    Err(ApiError::bad_request(msg))
 }
 
 /// Compare two objects ignoring `metadata` (and `status` when `ignore_status`).
@@ -1368,6 +1658,11 @@ fn write(
     status_only: bool,
 ) -> ApiResult<Arc<Value>> {
     let info = &ctx.info;
+    if info.crd.is_none() {
+        // The real server decodes built-in types into Go structs, where a
+        // `null` field is simply unset.
+        drop_nulls(&mut obj);
+    }
     let name = meta_str(&obj, "name").unwrap_or("").to_string();
     let ts = now();
     let status_sub = info.status_subresource(&ctx.version);
@@ -1529,6 +1824,9 @@ fn write(
     if ctx.dry_run() {
         return Ok(Arc::new(obj));
     }
+    if encoded_len(&obj) > MAX_OBJECT {
+        return Err(ApiError::new(500, "", "etcdserver: request is too large"));
+    }
     // --- finalizers: an object being deleted goes once its finalizers are gone
     let finalize = old.is_some()
         && obj.pointer("/metadata/deletionTimestamp").is_some()
@@ -1555,6 +1853,51 @@ fn write(
         return Ok(Arc::new(last));
     }
     Ok(obj)
+}
+
+/// A custom resource as the real server decodes a request body (and a
+/// patched object): `null`s of fields that are not nullable and have no
+/// default are dropped. (The result of a server-side apply is not decoded
+/// again: it keeps them, and its schema may refuse them.)
+fn decoded(ctx: &Ctx, obj: &mut Value) {
+    if let Some(schema) = ctx
+        .info
+        .crd
+        .as_ref()
+        .and_then(|c| c.versions.get(&ctx.version))
+        .and_then(|v| v.schema.as_ref())
+    {
+        schema.prune_non_nullable_nulls(obj);
+    }
+}
+
+/// Removes the `null` members of every object in `v` (not list items).
+fn drop_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, c| !c.is_null());
+            m.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
+}
+
+/// The length of `v` as JSON, without building the text.
+fn encoded_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
 }
 
 /// Whether a write changes nothing: equal except `metadata.resourceVersion` and
@@ -1766,11 +2109,27 @@ fn collect_cascade(
     let Some(uid) = meta_str(deleted, "uid") else {
         return out;
     };
-    let live_uids: std::collections::HashSet<&str> = st
+    // As the real garbage collector, an owner reference is live only when
+    // an object of its kind and name has its uid (a reference naming
+    // another object is dangling).
+    let live: HashMap<&str, (&str, &str)> = st
         .objects
         .values()
-        .filter_map(|o| meta_str(o, "uid"))
+        .filter_map(|o| {
+            Some((
+                meta_str(o, "uid")?,
+                (
+                    meta_str(o, "name").unwrap_or(""),
+                    o.get("kind").and_then(Value::as_str).unwrap_or(""),
+                ),
+            ))
+        })
         .collect();
+    let is_live = |r: &Value| {
+        let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("");
+        live.get(s("uid"))
+            .is_some_and(|(name, kind)| *name == s("name") && *kind == s("kind"))
+    };
     for (k, o) in &st.objects {
         let Some(refs) = o
             .pointer("/metadata/ownerReferences")
@@ -1784,11 +2143,7 @@ fn collect_cascade(
         {
             continue;
         }
-        let all_gone = refs.iter().all(|r| {
-            r.get("uid")
-                .and_then(Value::as_str)
-                .is_none_or(|u| !live_uids.contains(u))
-        });
+        let all_gone = refs.iter().all(|r| !is_live(r));
         if all_gone
             && let Some((g, r)) = k.0.split_once('/')
             && let Some(ri) = st.registry.get(g, r)
@@ -2005,7 +2360,10 @@ fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response<Body>> {
     for k in keys {
         if let Some((last, _)) = delete_key(&ctx.sh, &mut st, &user, &ctx.info, k, dry_run, orphan)
         {
-            items.push(present(&ctx.info, &ctx.version, &last));
+            items.push(list_item(
+                &ctx.info,
+                present(&ctx.info, &ctx.version, &last),
+            ));
         }
     }
     let rv = st.rv;

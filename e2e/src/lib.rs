@@ -26,6 +26,7 @@
 
 pub mod convert;
 pub mod discovery;
+pub mod events;
 pub mod handler;
 pub mod machinery;
 pub mod protobuf;
@@ -198,6 +199,15 @@ impl Sim {
             );
     }
 
+    /// Stores `object` without defaults or validation (`POST /_sim/unvalidated`):
+    /// what an older or corrupted server could hold, for tests of clients
+    /// that must skip such data. Returns the stored object.
+    pub fn store_unvalidated(&self, object: Value) -> anyhow::Result<Value> {
+        handler::store_unvalidated(&self.shared, object)
+            .map(|(_, stored)| stored)
+            .map_err(|e| anyhow::anyhow!("{}", e.message))
+    }
+
     /// Stop the server: close the listener, end watches and connections.
     pub async fn shutdown(mut self) {
         self.shared.shutdown.cancel();
@@ -273,6 +283,18 @@ fn bootstrap(shared: &Shared) {
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "system:discovery"},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:discovery"},
                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]}),
+    ));
+    objs.push((
+        "rbac.authorization.k8s.io/clusterroles",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:public-info-viewer"},
+               "rules": [{"verbs": ["get"], "nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version", "/version/"]}]}),
+    ));
+    objs.push((
+        "rbac.authorization.k8s.io/clusterrolebindings",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "system:public-info-viewer"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:public-info-viewer"},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"},
+                            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:unauthenticated"}]}),
     ));
     objs.push((
         "rbac.authorization.k8s.io/clusterroles",

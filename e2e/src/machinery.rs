@@ -33,6 +33,12 @@ impl CompiledSchema {
         (pruned, causes)
     }
 
+    /// Drops `null`s the schema does not allow and cannot default, as the
+    /// API server's decoder does with request bodies.
+    pub fn prune_non_nullable_nulls(&self, obj: &mut Value) {
+        self.0.prune_non_nullable_nulls(obj);
+    }
+
     /// List types declared by the schema, for server-side apply.
     pub fn list_type_at(&self, path: &[&str]) -> ssa::ListType {
         self.0.list_type_at(path)
@@ -60,39 +66,159 @@ impl LabelSel {
     }
 }
 
-/// A parsed field selector over `metadata.name` / `metadata.namespace`.
+/// A parsed field selector over the fields the real server lets a type be
+/// selected by ([`selectable_fields`]), evaluated on the stored object.
 #[derive(Debug, Clone)]
-pub struct FieldSel(selector::FieldSelector);
+pub struct FieldSel {
+    sel: selector::FieldSelector,
+    /// Selector field -> the stored object's field (events.k8s.io/v1 names
+    /// map to the stored core/v1 Event's).
+    rename: &'static [(&'static str, &'static str)],
+}
 
+/// The field labels of every type: `metadata.name` and `metadata.namespace`.
 pub const SUPPORTED_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
 
+const SERVICE_FIELDS: &[&str] = &[
+    "metadata.namespace",
+    "metadata.name",
+    "spec.clusterIP",
+    "spec.type",
+];
+const SECRET_FIELDS: &[&str] = &["type", "metadata.namespace", "metadata.name"];
+const NAMESPACE_FIELDS: &[&str] = &["status.phase", "metadata.name"];
+const CORE_EVENT_FIELDS: &[&str] = &[
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+    "metadata.namespace",
+    "metadata.name",
+];
+/// events.k8s.io/v1 field labels and the core/v1 Event field each selects.
+const EVENTS_V1_FIELDS: &[(&str, &str)] = &[
+    ("reason", "reason"),
+    ("regarding.kind", "involvedObject.kind"),
+    ("regarding.namespace", "involvedObject.namespace"),
+    ("regarding.name", "involvedObject.name"),
+    ("regarding.uid", "involvedObject.uid"),
+    ("regarding.apiVersion", "involvedObject.apiVersion"),
+    (
+        "regarding.resourceVersion",
+        "involvedObject.resourceVersion",
+    ),
+    ("regarding.fieldPath", "involvedObject.fieldPath"),
+    ("reportingController", "reportingComponent"),
+    ("type", "type"),
+    ("metadata.namespace", "metadata.namespace"),
+    ("metadata.name", "metadata.name"),
+];
+
+/// How a type's field selectors are checked, as the real server's field
+/// label conversion functions: types with their own function name the
+/// offending field (`field label not supported: spec.foo`), the others get
+/// the generic `"spec.foo" is not a known field selector: only
+/// "metadata.name", "metadata.namespace"`.
+pub enum Selectable {
+    /// Only `metadata.name` and `metadata.namespace`, the generic message.
+    Meta,
+    /// These field labels (read at these paths of the stored object).
+    Fields(Vec<String>),
+}
+
+/// The field labels of `group`/`resource` (custom resources: `metadata.*`
+/// plus the CRD version's `selectableFields`).
+pub fn selectable_fields(group: &str, resource: &str, crd_fields: Option<&[String]>) -> Selectable {
+    let own = |l: &[&str]| Selectable::Fields(l.iter().map(|f| f.to_string()).collect());
+    if let Some(extra) = crd_fields {
+        let mut f: Vec<String> = SUPPORTED_FIELDS.iter().map(|f| f.to_string()).collect();
+        f.extend(extra.iter().cloned());
+        return Selectable::Fields(f);
+    }
+    match (group, resource) {
+        ("", "services") => own(SERVICE_FIELDS),
+        ("", "secrets") => own(SECRET_FIELDS),
+        ("", "namespaces") => own(NAMESPACE_FIELDS),
+        ("", "events") => own(CORE_EVENT_FIELDS),
+        ("events.k8s.io", "events") => Selectable::Fields(
+            EVENTS_V1_FIELDS
+                .iter()
+                .map(|(f, _)| f.to_string())
+                .collect(),
+        ),
+        _ => Selectable::Meta,
+    }
+}
+
 impl FieldSel {
-    pub fn parse(s: &str) -> Result<Self, ApiError> {
-        selector::FieldSelector::parse(s, SUPPORTED_FIELDS)
-            .map(FieldSel)
-            .map_err(|e| ApiError::bad_request(e.to_string()))
+    pub fn parse(s: &str, group: &str, selectable: &Selectable) -> Result<Self, ApiError> {
+        let owned: Vec<&str> = match selectable {
+            Selectable::Meta => SUPPORTED_FIELDS.to_vec(),
+            Selectable::Fields(f) => f.iter().map(String::as_str).collect(),
+        };
+        let sel = selector::FieldSelector::parse(s, &owned).map_err(|e| {
+            let msg = e.to_string();
+            match (selectable, msg.strip_prefix("field label not supported: ")) {
+                (Selectable::Meta, Some(field)) => ApiError::bad_request(format!(
+                    "{field:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                )),
+                _ => ApiError::bad_request(msg),
+            }
+        })?;
+        let rename: &'static [(&'static str, &'static str)] = if group == "events.k8s.io" {
+            EVENTS_V1_FIELDS
+        } else {
+            &[]
+        };
+        Ok(FieldSel { sel, rename })
     }
 
     /// Whether the selector selects everything.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.sel.is_empty()
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
-        self.0.is_empty()
-            || self.0.matches(|f| match f {
-                "metadata.name" => obj
-                    .pointer("/metadata/name")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-                "metadata.namespace" => Some(
-                    obj.pointer("/metadata/namespace")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string(),
-                ),
-                _ => None,
+        self.sel.is_empty()
+            || self.sel.matches(|f| {
+                let f = self
+                    .rename
+                    .iter()
+                    .find(|(from, _)| *from == f)
+                    .map_or(f, |(_, to)| to);
+                field_value(obj, f)
             })
+    }
+}
+
+/// The value of field label `f` in a stored object: the string (or number,
+/// boolean) at its dotted path; an Event's `source` is `source.component`;
+/// a missing namespace is empty.
+fn field_value(obj: &Value, f: &str) -> Option<String> {
+    let path = match f {
+        "source" => "source.component",
+        other => other,
+    };
+    let mut cur = obj;
+    for part in path.split('.') {
+        cur = match cur.get(part) {
+            Some(v) => v,
+            None if f == "metadata.namespace" => return Some(String::new()),
+            None => return None,
+        };
+    }
+    match cur {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        Value::Bool(_) | Value::Number(_) => Some(cur.to_string()),
+        _ => None,
     }
 }
 
@@ -161,6 +287,16 @@ pub struct User {
 }
 
 impl User {
+    /// `system:anonymous` (group `system:unauthenticated`): a request
+    /// without a bearer token.
+    pub fn anonymous() -> User {
+        User {
+            name: "system:anonymous".into(),
+            groups: vec!["system:unauthenticated".into()],
+            admin: false,
+        }
+    }
+
     fn info(&self) -> rbac::UserInfo {
         rbac::UserInfo {
             name: self.name.clone(),

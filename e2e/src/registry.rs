@@ -62,6 +62,9 @@ pub struct CrdVersion {
     /// The raw `openAPIV3Schema` (served in OpenAPI documents).
     pub raw_schema: Option<Value>,
     pub status_subresource: bool,
+    /// `selectableFields` (their JSON paths without the leading `.`): field
+    /// labels of this version besides `metadata.name`/`metadata.namespace`.
+    pub selectable_fields: Vec<String>,
 }
 
 const ALL_VERBS: &[&str] = &[
@@ -397,6 +400,16 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, String> {
             })
             .unwrap_or_default();
         let status_subresource = v.pointer("/subresources/status").is_some();
+        let selectable_fields = v
+            .get("selectableFields")
+            .and_then(Value::as_array)
+            .map(|fs| {
+                fs.iter()
+                    .filter_map(|f| s(f.get("jsonPath")))
+                    .map(|p| p.trim_start_matches('.').to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
         if served {
             versions.push(name.clone());
             per_version.insert(
@@ -406,6 +419,7 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, String> {
                     schema,
                     raw_schema,
                     status_subresource,
+                    selectable_fields,
                 },
             );
         }

@@ -15,6 +15,19 @@ pub struct ApiError {
     pub details: Option<Value>,
     /// `Retry-After` header value in seconds (429/503 faults).
     pub retry_after: Option<u64>,
+    /// Answer with the plain-text `404 page not found` of a path no API
+    /// serves instead of a `Status` ([`ApiError::page_not_found`]).
+    pub plain_text: bool,
+}
+
+/// `Status.details` naming an object: `group` is left out when empty (the
+/// core group), as the real server's `omitempty` does.
+fn details(name: &str, group: &str, kind: &str) -> Value {
+    let mut d = json!({"name": name, "kind": kind});
+    if !group.is_empty() {
+        d["group"] = json!(group);
+    }
+    d
 }
 
 impl ApiError {
@@ -25,6 +38,7 @@ impl ApiError {
             message: message.into(),
             details: None,
             retry_after: None,
+            plain_text: false,
         }
     }
 
@@ -37,10 +51,11 @@ impl ApiError {
     pub fn not_found(group: &str, resource: &str, name: &str) -> Self {
         let qualified = qualified(group, resource);
         Self::new(404, "NotFound", format!("{qualified} \"{name}\" not found"))
-            .with_details(json!({"name": name, "group": group, "kind": resource}))
+            .with_details(details(name, group, resource))
     }
 
-    /// The generic 404 for paths and resources kube-sim does not serve.
+    /// The generic 404 `Status` for resources and paths of the API groups
+    /// (`/api/...`, `/apis/<built-in group>/...`) that are not served.
     pub fn no_route() -> Self {
         Self::new(
             404,
@@ -50,6 +65,15 @@ impl ApiError {
         .with_details(json!({}))
     }
 
+    /// The plain-text `404 page not found` of the real server for paths
+    /// outside its API groups: an unknown group (or a custom resource
+    /// group's unknown version or resource), a path of no API at all.
+    pub fn page_not_found() -> Self {
+        let mut e = Self::new(404, "NotFound", "404 page not found");
+        e.plain_text = true;
+        e
+    }
+
     pub fn already_exists(group: &str, resource: &str, name: &str) -> Self {
         let qualified = qualified(group, resource);
         Self::new(
@@ -57,7 +81,7 @@ impl ApiError {
             "AlreadyExists",
             format!("{qualified} \"{name}\" already exists"),
         )
-        .with_details(json!({"name": name, "group": group, "kind": resource}))
+        .with_details(details(name, group, resource))
     }
 
     pub fn conflict(group: &str, resource: &str, name: &str, why: &str) -> Self {
@@ -67,7 +91,7 @@ impl ApiError {
             "Conflict",
             format!("Operation cannot be fulfilled on {qualified} \"{name}\": {why}"),
         )
-        .with_details(json!({"name": name, "group": group, "kind": resource}))
+        .with_details(details(name, group, resource))
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -153,14 +177,16 @@ impl ApiError {
         };
         let causes_json: Vec<Value> = causes
             .iter()
-            .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+            .map(|c| json!({"reason": c.reason, "message": c.body(), "field": c.field}))
             .collect();
+        let mut d = details(name, group, kind);
+        d["causes"] = json!(causes_json);
         Self::new(
             422,
             "Invalid",
             format!("{qualified} \"{name}\" is invalid: {joined}"),
         )
-        .with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes_json}))
+        .with_details(d)
     }
 
     pub fn to_status(&self) -> Value {
@@ -170,9 +196,12 @@ impl ApiError {
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
             "code": self.code,
         });
+        // (A storage error passed on has no reason.)
+        if !self.reason.is_empty() {
+            status["reason"] = json!(self.reason);
+        }
         if let Some(d) = &self.details {
             status["details"] = d.clone();
         }
@@ -204,7 +233,9 @@ impl Cause {
         }
     }
 
-    fn text(&self) -> String {
+    /// The error text after the field (`Required value: ...`), as the real
+    /// server puts it in `Status.details.causes[].message`.
+    fn body(&self) -> String {
         let kind = match self.reason.as_str() {
             "FieldValueRequired" => "Required value",
             "FieldValueNotSupported" => "Unsupported value",
@@ -223,13 +254,17 @@ impl Cause {
             "Too many",
             "Invalid value",
         ];
-        let detail = if PREFIXES.iter().any(|p| self.message.starts_with(p)) {
+        if PREFIXES.iter().any(|p| self.message.starts_with(p)) {
             self.message.clone()
         } else if self.message.is_empty() {
             kind.to_string()
         } else {
             format!("{kind}: {}", self.message)
-        };
+        }
+    }
+
+    fn text(&self) -> String {
+        let detail = self.body();
         if self.field.is_empty() {
             detail
         } else {

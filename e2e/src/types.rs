@@ -6,6 +6,9 @@
 use base64::Engine;
 use serde_json::{Value, json};
 
+use kube_sim_apimachinery::endpoints;
+use kube_sim_apimachinery::field::FieldError;
+
 use crate::registry::{self, ResourceInfo};
 use crate::status::{ApiError, ApiResult, Cause};
 use crate::store::Store;
@@ -84,58 +87,53 @@ pub fn admit(
             }
         }
         ("", "configmaps") => configmap_validate(info, old, obj)?,
+        ("", "events") | ("events.k8s.io", "events") => {
+            let errs = crate::events::validate(old, obj, info.group == "events.k8s.io");
+            if !errs.is_empty() {
+                // Both APIs validate the one internal (core) Event type.
+                return Err(ApiError::invalid("Event", "", &name_of(obj), errs));
+            }
+        }
         ("", "services") => service_defaults(old, obj, st)?,
+        ("", "endpoints") => {
+            endpoints::default_endpoints(obj);
+            let mut errs = endpoints::validate_endpoints(obj, None);
+            if !errs.is_empty()
+                && let Some(old) = old
+            {
+                // Unchanged subsets are not refused; the stored object is
+                // compared with its defaults, as the real server decodes it.
+                let mut old = old.clone();
+                endpoints::default_endpoints(&mut old);
+                errs = endpoints::validate_endpoints(obj, Some(&old));
+            }
+            field_errors(info, obj, errs)?;
+        }
         ("discovery.k8s.io", "endpointslices") => {
-            match obj.get("addressType").and_then(Value::as_str) {
-                Some("IPv4" | "IPv6" | "FQDN") => {}
-                Some(other) => {
-                    return Err(ApiError::invalid(
-                        &info.kind,
-                        &info.group,
-                        &name_of(obj),
-                        vec![Cause::new(
-                            "FieldValueNotSupported",
-                            "addressType",
-                            format!(
-                                "Unsupported value: {other:?}: supported values: \"FQDN\", \"IPv4\", \"IPv6\""
-                            ),
-                        )],
-                    ));
-                }
-                None => {
-                    return Err(ApiError::invalid(
-                        &info.kind,
-                        &info.group,
-                        &name_of(obj),
-                        vec![Cause::new("FieldValueRequired", "addressType", "")],
-                    ));
-                }
-            }
-            if let Some(eps) = obj.get("endpoints").and_then(Value::as_array) {
-                for (i, ep) in eps.iter().enumerate() {
-                    let ok = ep
-                        .get("addresses")
-                        .and_then(Value::as_array)
-                        .is_some_and(|a| !a.is_empty() && a.len() <= 100);
-                    if !ok {
-                        return Err(ApiError::invalid(
-                            &info.kind,
-                            &info.group,
-                            &name_of(obj),
-                            vec![Cause::new(
-                                "FieldValueRequired",
-                                &format!("endpoints[{i}].addresses"),
-                                "must contain at least 1 address",
-                            )],
-                        ));
-                    }
-                }
-            }
+            endpoints::default_endpoint_slice(obj);
+            field_errors(info, obj, endpoints::validate_endpoint_slice(obj, old))?;
         }
         ("apiextensions.k8s.io", "customresourcedefinitions") => crd_admit(info, obj, st)?,
         _ => {}
     }
     Ok(())
+}
+
+/// The 422 for `errs` (nothing when empty).
+fn field_errors(info: &ResourceInfo, obj: &Value, errs: Vec<FieldError>) -> ApiResult<()> {
+    if errs.is_empty() {
+        return Ok(());
+    }
+    let causes = errs
+        .iter()
+        .map(|e| Cause::new(e.kind.reason(), &e.field, e.detail()))
+        .collect();
+    Err(ApiError::invalid(
+        &info.kind,
+        &info.group,
+        &name_of(obj),
+        causes,
+    ))
 }
 
 /// Like the API server's `ValidateConfigMap` / `ValidateConfigMapUpdate`:
@@ -158,9 +156,10 @@ fn configmap_validate(info: &ResourceInfo, old: Option<&Value>, obj: &Value) -> 
         ))
     };
     if size > MAX {
+        // The real server names no field: its error path is printed `[]`.
         return invalid(
             "FieldValueTooLong",
-            "",
+            "[]",
             format!("Too long: may not be more than {MAX} bytes"),
         );
     }

@@ -16,6 +16,8 @@ pub enum FieldErrorKind {
     Required,
     /// `Invalid value`
     Invalid,
+    /// `Invalid value` of the wrong type (a schema's `type`)
+    TypeInvalid,
     /// `Unsupported value` (enum)
     NotSupported,
     /// `Too long`
@@ -34,6 +36,7 @@ impl FieldErrorKind {
         match self {
             FieldErrorKind::Required => "FieldValueRequired",
             FieldErrorKind::Invalid => "FieldValueInvalid",
+            FieldErrorKind::TypeInvalid => "FieldValueTypeInvalid",
             FieldErrorKind::NotSupported => "FieldValueNotSupported",
             FieldErrorKind::TooLong => "FieldValueTooLong",
             FieldErrorKind::TooMany => "FieldValueTooMany",
@@ -138,6 +141,7 @@ mod tests {
         let all = [
             (FieldErrorKind::Required, "FieldValueRequired"),
             (FieldErrorKind::Invalid, "FieldValueInvalid"),
+            (FieldErrorKind::TypeInvalid, "FieldValueTypeInvalid"),
             (FieldErrorKind::NotSupported, "FieldValueNotSupported"),
             (FieldErrorKind::TooLong, "FieldValueTooLong"),
             (FieldErrorKind::TooMany, "FieldValueTooMany"),

@@ -2,6 +2,7 @@
 //!
 //! Modules, each self-contained and deterministic:
 //! - [`selector`]: label and field selectors (parse + match, API server error text).
+//! - [`endpoints`]: Endpoints and EndpointSlice defaults and validation (addresses, ports).
 //! - [`field`]: Kubernetes field errors (`FieldError`) and the 422 message.
 //! - [`names`]: DNS-1123 / DNS-1035 / qualified-name / label-value validation, `ObjectMeta` checks.
 //! - [`patch`]: JSON merge patch, JSON patch and strategic merge patch.
@@ -9,6 +10,7 @@
 //! - [`schema`]: CRD openAPIV3Schema pruning, defaulting and validation (via `jsonschema`).
 //! - [`ssa`]: server-side apply, managedFields (FieldsV1), update ownership tracking.
 
+pub mod endpoints;
 pub mod field;
 pub mod names;
 pub mod patch;

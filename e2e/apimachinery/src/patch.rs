@@ -65,8 +65,23 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 
 /// RFC 6902 JSON patch (a JSON array of operations). Atomic: on error `target`
 /// is left unchanged.
+///
+/// As the API server's JSON patch library (`gopkg.in/evanphx/json-patch.v4`),
+/// a `replace` of the whole document (`"path": ""`) with a value that is
+/// neither an object nor an array does nothing (that library returns no
+/// error for it and leaves the document as it was).
 pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
-    let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+    let mut patch = patch.clone();
+    if let Some(ops) = patch.as_array_mut() {
+        ops.retain(|op| {
+            !(op.get("op").and_then(Value::as_str) == Some("replace")
+                && op.get("path").and_then(Value::as_str) == Some("")
+                && op
+                    .get("value")
+                    .is_some_and(|v| !v.is_object() && !v.is_array()))
+        });
+    }
+    let ops: json_patch::Patch = serde_json::from_value(patch)
         .map_err(|e| PatchError::Invalid(format!("not a JSON patch document: {e}")))?;
     json_patch::patch(target, &ops).map_err(|e| PatchError::JsonPatch(e.to_string()))
 }
@@ -517,6 +532,31 @@ fn normalize_order(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn json_patch_root_replace_with_a_scalar_is_a_no_op_like_the_api_server() {
+        let mut doc = json!({"a": 1});
+        json_patch(
+            &mut doc,
+            &json!([{"op": "replace", "path": "", "value": "x"}]),
+        )
+        .expect("no-op");
+        assert_eq!(doc, json!({"a": 1}));
+        // The later operations still run.
+        json_patch(
+            &mut doc,
+            &json!([{"op": "replace", "path": "", "value": 5}, {"op": "add", "path": "/b", "value": 2}]),
+        )
+        .expect("patch");
+        assert_eq!(doc, json!({"a": 1, "b": 2}));
+        // An array or object replaces the document.
+        json_patch(
+            &mut doc,
+            &json!([{"op": "replace", "path": "", "value": [1]}]),
+        )
+        .expect("replace root");
+        assert_eq!(doc, json!([1]));
+    }
 
     #[test]
     fn merge_patch_rfc7386() {

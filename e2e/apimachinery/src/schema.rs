@@ -279,7 +279,7 @@ fn map_error(e: &jsonschema::ValidationError<'_>) -> FieldError {
             let got = json_type_name(inst);
             fe(
                 field.clone(),
-                FieldErrorKind::Invalid,
+                FieldErrorKind::TypeInvalid,
                 format!("Invalid value: {got:?}: {body} must be of type {expected}: {got:?}"),
             )
         }
@@ -403,6 +403,14 @@ impl StructuralSchema {
     /// Applies `default:` values.
     pub fn default(&self, obj: &mut Value) {
         apply_defaults(&self.raw, obj);
+    }
+
+    /// Removes `null` values of fields that are neither `nullable` nor have
+    /// a `default` (`PruneNonNullableNullsWithoutDefaults`): what the API
+    /// server's decoder does to a request body (not to the result of a
+    /// server-side apply, which is validated as merged).
+    pub fn prune_non_nullable_nulls(&self, obj: &mut Value) {
+        prune_nulls(&self.raw, obj);
     }
 
     /// Validates `obj`, returning every error (empty = valid), sorted by field.
@@ -573,6 +581,33 @@ fn prune(schema: &Value, v: &mut Value, keep_type_meta: bool, at: &str, removed:
     }
 }
 
+fn prune_nulls(schema: &Value, v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let extra = schema.get("additionalProperties").filter(|a| a.is_object());
+            m.retain(|k, child| {
+                let s = props.and_then(|p| p.get(k)).or(extra);
+                !(child.is_null()
+                    && s.is_some_and(|s| !truthy(s, "nullable") && s.get("default").is_none()))
+            });
+            for (k, child) in m.iter_mut() {
+                if let Some(s) = props.and_then(|p| p.get(k)).or(extra) {
+                    prune_nulls(s, child);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(s) = schema.get("items") {
+                for item in items {
+                    prune_nulls(s, item);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 fn apply_defaults(schema: &Value, v: &mut Value) {
     match v {
         Value::Object(m) => {
@@ -679,8 +714,8 @@ mod tests {
         );
         let e = &compiled().validate(&json!({"spec": {"service": "web", "replicas": "x"}}))[0];
         assert_eq!(e.field, "spec.replicas");
-        assert_eq!(e.kind, FieldErrorKind::Invalid);
-        assert_eq!(e.kind.reason(), "FieldValueInvalid");
+        assert_eq!(e.kind, FieldErrorKind::TypeInvalid);
+        assert_eq!(e.kind.reason(), "FieldValueTypeInvalid");
     }
 
     #[test]
@@ -735,6 +770,20 @@ mod tests {
             ),
             vec!["spec.ports: Too many: 3: must have at most 2 items"]
         );
+    }
+
+    #[test]
+    fn non_nullable_nulls_without_defaults_are_pruned() {
+        let s = StructuralSchema::compile(&json!({"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {
+                "a": {"type": "object"},
+                "b": {"type": "string", "nullable": true},
+                "c": {"type": "string", "default": "x"},
+                "m": {"type": "object", "additionalProperties": {"type": "object"}}}}}}))
+        .expect("schema");
+        let mut obj = json!({"spec": {"a": null, "b": null, "c": null, "m": {"k": null}}});
+        s.prune_non_nullable_nulls(&mut obj);
+        assert_eq!(obj, json!({"spec": {"b": null, "c": null, "m": {}}}));
     }
 
     #[test]

@@ -382,6 +382,68 @@ fn walk(
     }
 }
 
+/// The paths of the (non-empty) maps of an object (not the root, not
+/// `metadata`, nothing inside atomic lists): what an update that creates or
+/// removes them owns or disowns besides their fields, as
+/// structured-merge-diff's comparison reports a map that appears or
+/// disappears (the `"."` of FieldsV1). Empty maps are already leaves of
+/// [`field_set`].
+fn map_nodes(obj: &Value, lt: ListTypes<'_>) -> FieldSet {
+    fn go(
+        v: &Value,
+        path: &mut Path,
+        fields: &mut Vec<String>,
+        lt: ListTypes<'_>,
+        out: &mut FieldSet,
+    ) {
+        match v {
+            Value::Object(m) if !m.is_empty() => {
+                let is_meta = path.len() == 1 && path[0] == PathElement::Field("metadata".into());
+                if !path.is_empty() && !is_meta {
+                    out.insert(path.clone());
+                }
+                for (k, child) in m {
+                    if child.is_null() || is_untracked(fields, k) {
+                        continue;
+                    }
+                    path.push(PathElement::Field(k.clone()));
+                    fields.push(k.clone());
+                    go(child, path, fields, lt, out);
+                    fields.pop();
+                    path.pop();
+                }
+            }
+            Value::Array(items) if !items.is_empty() => {
+                if let ListType::Map(keys) = effective_list_type(items, resolve(lt, fields)) {
+                    for item in items {
+                        let Some(k) = item_key(item, &keys) else {
+                            continue;
+                        };
+                        path.push(k);
+                        if let Value::Object(m) = item {
+                            for (f, child) in m {
+                                if child.is_null() {
+                                    continue;
+                                }
+                                path.push(PathElement::Field(f.clone()));
+                                fields.push(f.clone());
+                                go(child, path, fields, lt, out);
+                                fields.pop();
+                                path.pop();
+                            }
+                        }
+                        path.pop();
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = FieldSet::new();
+    go(obj, &mut Vec::new(), &mut Vec::new(), lt, &mut out);
+    out
+}
+
 /// Falls back to atomic when the items do not fit the declared type.
 fn effective_list_type(items: &[Value], declared: ListType) -> ListType {
     match declared {
@@ -1035,11 +1097,30 @@ pub fn apply_with(
         .flat_map(|e| e.fields.iter().cloned())
         .collect();
     let mut result = live_obj.clone();
+    let owned: FieldSet = others.union(&s_new).cloned().collect();
     for p in s_old.difference(&s_new) {
         if covers(&s_new, p) || covers(&others, p) {
             continue;
         }
         remove_at(&mut result, p);
+        // A map left empty goes too, unless a manager owns the map itself
+        // (an update created it): then, as in structured-merge-diff, it
+        // stays, as `null` (which a schema may refuse; the API server drops
+        // it from built-in types).
+        let mut parent = &p[..p.len() - 1];
+        while !parent.is_empty() {
+            if !get_at(&result, parent).is_some_and(|v| v.as_object().is_some_and(Map::is_empty)) {
+                break;
+            }
+            if owned.contains(parent) {
+                if let Some(v) = get_at_mut(&mut result, parent) {
+                    *v = Value::Null;
+                }
+                break;
+            }
+            remove_at(&mut result, parent);
+            parent = &parent[..parent.len() - 1];
+        }
     }
     if !result.is_object() {
         result = Value::Object(Map::new());
@@ -1122,7 +1203,7 @@ pub fn record_update_with(
 
     let s_old = field_set(old_obj, lt);
     let s_new = field_set(new, lt);
-    let changed: FieldSet = s_new
+    let mut changed: FieldSet = s_new
         .iter()
         .filter(|p| {
             if !s_old.contains(*p) {
@@ -1132,7 +1213,17 @@ pub fn record_update_with(
         })
         .cloned()
         .collect();
-    let removed: FieldSet = s_old.difference(&s_new).cloned().collect();
+    let mut removed: FieldSet = s_old.difference(&s_new).cloned().collect();
+    // Maps that appear are owned by the updater too, maps that disappear
+    // are disowned (structured-merge-diff's comparison reports map nodes).
+    let (n_old, n_new) = (map_nodes(old_obj, lt), map_nodes(new, lt));
+    changed.extend(
+        n_new
+            .iter()
+            .filter(|p| get_at(old_obj, p).is_none())
+            .cloned(),
+    );
+    removed.extend(n_old.iter().filter(|p| get_at(new, p).is_none()).cloned());
 
     let own_idx = entries
         .iter()
@@ -1659,9 +1750,10 @@ mod tests {
     fn record_update_on_create_and_status_subresource() {
         let mut obj = cm(json!({"a": "1"}));
         record_update(None, &mut obj, "kubectl-create", T0, "v1");
+        // The map the update created is owned too (`.`), as on the API server.
         assert_eq!(
             entry(&obj, "kubectl-create").expect("e")["fieldsV1"],
-            json!({"f:data": {"f:a": {}}})
+            json!({"f:data": {".": {}, "f:a": {}}})
         );
         let mut st = obj.clone();
         st["status"] = json!({"phase": "Ready"});
@@ -1669,7 +1761,42 @@ mod tests {
         record_update_with(Some(&obj), &mut st, "ctl", T1, "v1", "status", &lt);
         let e = entry(&st, "ctl").expect("status entry");
         assert_eq!(e["subresource"], "status");
-        assert_eq!(e["fieldsV1"], json!({"f:status": {"f:phase": {}}}));
+        assert_eq!(e["fieldsV1"], json!({"f:status": {".": {}, "f:phase": {}}}));
+    }
+
+    /// As structured-merge-diff: a map emptied by an applier's field removal
+    /// goes when nobody owns it, and stays as `null` when an update created
+    /// (owns) it.
+    #[test]
+    fn emptied_maps_go_unless_owned() {
+        let obj = |extra: Value| {
+            json!({"apiVersion": "test.io/v1", "kind": "Gizmo",
+                   "metadata": {"name": "g", "namespace": "kd"},
+                   "spec": {"size": 3, "extra": extra}})
+        };
+        let lt = |_: &[&str]| ListType::Atomic;
+        let apply = |live: Option<&Value>, cfg: &Value, force| {
+            apply_with_list_types(live, cfg, "ctl", force, T1, "test.io/v1", &lt).expect("apply")
+        };
+        let created = apply(None, &obj(json!({"a": "x"})), false);
+        let mut without = obj(json!({}));
+        without["spec"]
+            .as_object_mut()
+            .expect("spec")
+            .remove("extra");
+        let o = apply(Some(&created), &without, false);
+        assert!(o["spec"].get("extra").is_none(), "{o}");
+        // Created by an update, taken over by the applier, then dropped by it.
+        let mut by_update = obj(json!({"a": "x"}));
+        by_update["spec"]["size"] = json!(1);
+        record_update_with(None, &mut by_update, "curl", T0, "test.io/v1", "", &lt);
+        let taken = apply(Some(&by_update), &obj(json!({"a": "y"})), true);
+        assert_eq!(
+            entry(&taken, "curl").expect("curl")["fieldsV1"],
+            json!({"f:spec": {".": {}, "f:extra": {}}})
+        );
+        let o = apply(Some(&taken), &without, false);
+        assert_eq!(o["spec"]["extra"], Value::Null, "{o}");
     }
 
     #[test]
