@@ -451,35 +451,52 @@ fn sample(text: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
 }
 
+/// Stores (creates or replaces) Endpoints `ns/name` without validation,
+/// through kube-sim's `/_sim/unvalidated` hook, in the shape of
+/// [`Env::endpoints`].
+fn unvalidated_endpoints(env: &Env, ns: &str, name: &str, ips: &[&str], ports: &[(&str, i32)]) {
+    let addresses: Vec<_> = ips.iter().map(|ip| json!({"ip": ip})).collect();
+    let ports: Vec<_> = ports
+        .iter()
+        .map(|(n, p)| json!({"name": n, "port": p, "protocol": "TCP"}))
+        .collect();
+    let subsets = json!([{"addresses": addresses, "ports": ports}]);
+    env.api
+        .sim()
+        .expect("kube-sim")
+        .store_unvalidated(json!({"apiVersion": "v1", "kind": "Endpoints",
+            "metadata": {"name": name, "namespace": ns}, "subsets": subsets}))
+        .expect("store the bad Endpoints");
+}
+
 /// Bad objects on the API server: skipped parts are counted by reason in
 /// `kube_discovery_source_skipped_total`, once per object and change (a
 /// relist does not count them again), and good services stay intact.
 ///
 /// kube-sim only: the real API server refuses such objects (its
-/// `ValidateEndpointIP` and port rules), so they can reach the controller only
-/// through kube-sim's store.
+/// `ValidateEndpointIP` and port rules), and so does kube-sim's API; they
+/// are stored through its `/_sim/unvalidated` hook (what an older or
+/// corrupted server could hold).
 #[tokio::test]
 async fn skipped_bad_data_is_counted_by_reason() {
     let env = Env::start(Backend::Sim).await;
     env.namespace("shop").await;
     env.endpoints("shop", "web", &["10.0.0.1"], &[("http", 8080)], json!({}))
         .await;
-    env.endpoints(
+    unvalidated_endpoints(
+        &env,
         "shop",
         "badip",
         &["10.0.0.5", "999.0.0.1", "not-an-ip"],
         &[("http", 8080)],
-        json!({}),
-    )
-    .await;
-    env.endpoints(
+    );
+    unvalidated_endpoints(
+        &env,
         "shop",
         "badports",
         &["10.0.0.6"],
         &[("zero", 0), ("big", 65536), ("http", 80), ("http", 81)],
-        json!({}),
-    )
-    .await;
+    );
     let ctl = Controller::start(&env, "skipped", &config(&env, ""), &[]).await;
     ctl.wait_ready().await;
     let series = |reason: &str| {
@@ -535,14 +552,13 @@ async fn skipped_bad_data_is_counted_by_reason() {
     assert_eq!(counts().await, [2.0, 2.0, 1.0, 0.0]);
 
     // A changed bad object logs (and counts) its current warnings again.
-    env.endpoints(
+    unvalidated_endpoints(
+        &env,
         "shop",
         "badip",
         &["10.0.0.5", "999.0.0.1", "not-an-ip", "10.0.0.300"],
         &[("http", 8080)],
-        json!({}),
-    )
-    .await;
+    );
     eventually("changed object counted", LIMIT, || async {
         (counts().await == [5.0, 2.0, 1.0, 0.0]).then_some(())
     })
@@ -556,7 +572,9 @@ async fn skipped_bad_data_is_counted_by_reason() {
 /// slice without its `kubernetes.io/service-name` label are counted under
 /// `kind="EndpointSlice"`; the good endpoints of the Service are published.
 ///
-/// kube-sim only: the real API server refuses an IPv6 address in an IPv4 slice.
+/// kube-sim only: the real API server refuses an IPv6 address in an IPv4
+/// slice, and so does kube-sim's API; the bad slice is stored through its
+/// `/_sim/unvalidated` hook.
 #[tokio::test]
 async fn skipped_slice_data_is_counted_by_reason() {
     use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -577,11 +595,14 @@ async fn skipped_slice_data_is_counted_by_reason() {
             .expect("apply EndpointSlice");
         }
     };
-    apply(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
-        "metadata": {"name": "web-a", "namespace": "shop", "labels": {"kubernetes.io/service-name": "web"}},
-        "endpoints": [{"addresses": ["fd00::1"]}, {"addresses": ["10.0.2.1"]}],
-        "ports": [{"name": "http", "port": 8080}]}))
-    .await;
+    env.api
+        .sim()
+        .expect("kube-sim")
+        .store_unvalidated(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+            "metadata": {"name": "web-a", "namespace": "shop", "labels": {"kubernetes.io/service-name": "web"}},
+            "endpoints": [{"addresses": ["fd00::1"]}, {"addresses": ["10.0.2.1"]}],
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]}))
+        .expect("store the bad EndpointSlice");
     apply(
         json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
         "metadata": {"name": "stray", "namespace": "shop"},

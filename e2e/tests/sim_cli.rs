@@ -1,5 +1,7 @@
 //! The `kube-sim` binary: first stdout line, kubeconfig + CA files that the real
 //! kubectl accepts over verified TLS, ServiceAccount tokens, clean SIGTERM exit.
+//!
+//! kube-sim only: this is the `kube-sim` binary's own command line.
 
 mod sim_support;
 

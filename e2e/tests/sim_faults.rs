@@ -1,6 +1,10 @@
 //! The `/_sim/` test hooks: stats, the write log, and every fault (fail with a
 //! code, latency, stalled watches, dropped watches, compaction, refused
 //! connections), driven through the kube-rs client.
+//!
+//! kube-sim only: these are kube-sim's own hooks (`/_sim/*`); a real API server
+//! has none (the real backend's fault proxy is tested in `e2e/testenv`, and the
+//! faults are used on both backends by `sim_watch.rs` and the fault suite).
 
 mod sim_support;
 

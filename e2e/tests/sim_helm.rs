@@ -1,22 +1,31 @@
-//! Real helm v4 against kube-sim (TLS): install, upgrade and uninstall a small
-//! chart with a CRD, a ServiceAccount, a ClusterRole, a Deployment, a ConfigMap and
-//! a custom resource. Helm 4 applies server-side and stores releases in Secrets
-//! (label `owner=helm`), so this exercises SSA, selectors and Secrets end to end.
+//! Real helm v4 against kube-sim and the real API server (`#[both_backends]`,
+//! TLS): install, upgrade and uninstall a small chart with a CRD, a
+//! ServiceAccount, a ClusterRole, a Deployment, a ConfigMap and a custom
+//! resource. Helm 4 applies server-side and stores releases in Secrets (label
+//! `owner=helm`), so this exercises SSA, selectors and Secrets end to end.
+//! (Nothing runs the Deployment: the real server has no controller manager
+//! here, as kube-sim has none.)
 
 mod sim_support;
 
-use sim_support::{ADMIN, Cli, repo_root, start};
+use sim_support::{
+    Backend, Cli, Cluster, assert_alive, cluster, direct_kubeconfig, options, repo_root,
+};
+use testenv::both_backends;
 
-#[test]
-fn helm_install_upgrade_uninstall() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let sim = rt.block_on(start(true));
-    let helm = Cli::new(&sim, "helm", ADMIN);
-    let k = Cli::new(&sim, "kubectl-1.34", ADMIN);
+#[both_backends]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_install_upgrade_uninstall(backend: Backend) {
+    let cl = cluster(backend, options(true)).await;
+    tokio::task::block_in_place(|| scenario(&cl));
+    assert_alive(&cl);
+}
+
+/// The scenario (blocking: run it in `block_in_place`).
+fn scenario(cl: &Cluster) {
+    let kubeconfig = direct_kubeconfig(cl, &cl.admin_token());
+    let helm = Cli::with_kubeconfig(&kubeconfig, "helm");
+    let k = Cli::with_kubeconfig(&kubeconfig, "kubectl-1.34");
     let chart = repo_root().join("e2e/tests/testdata/sim-chart");
     let chart = chart.to_str().expect("path");
 
@@ -196,5 +205,4 @@ fn helm_install_upgrade_uninstall() {
     );
     // Helm keeps CRDs on uninstall.
     k.ok(&["get", "crd", "gadgets.test.kube-sim.io"]);
-    rt.block_on(sim.shutdown());
 }

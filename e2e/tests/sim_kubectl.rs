@@ -1,14 +1,22 @@
-//! Real kubectl (the machine's v1.32 and v1.34 from `.tools/bin`) against kube-sim
-//! over TLS: namespaces, client-side and server-side apply, get -o json, watch,
-//! selectors, a CRD with printer columns, patch, delete, and RBAC denial.
+//! Real kubectl (v1.32 and v1.34 from `.tools/bin`) against kube-sim and the
+//! real API server (`#[both_backends]`), over verified TLS: namespaces,
+//! client-side and server-side apply, get -o json, watch, selectors, a CRD
+//! with printer columns, patch, delete, and RBAC denial. The real server runs
+//! without kube-controller-manager (nothing rewrites the applied Endpoints,
+//! as on kube-sim).
 
 mod sim_support;
 
 use std::io::{BufRead, BufReader};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use sim_support::{ADMIN, Cli, start};
+use sim_support::{Backend, Cli, Cluster, assert_alive, cluster, direct_kubeconfig, options};
+use testenv::both_backends;
+
+/// What kubectl prints for every request to v1 Endpoints (v1.33+ servers).
+const ENDPOINTS_DEPRECATED: &str =
+    "Warning: v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice";
 
 const NS2: &str =
     "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: demo2\n  labels: {team: blue}\n";
@@ -158,15 +166,28 @@ fn assert_kubectl_version(bin: &str, want: &str) {
     );
 }
 
-fn scenario(bin: &'static str, version: &str) {
-    assert_kubectl_version(bin, version);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let sim = rt.block_on(start(true));
-    let k = Cli::new(&sim, bin, ADMIN);
+/// Polls `cli args` until it succeeds (RBAC grants take effect a moment
+/// later on the real server: its authorizer reads them through an informer).
+fn eventually_ok(cli: &Cli, args: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = cli.run(args);
+        if out.status.success() {
+            return String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{args:?} kept failing: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The scenario (blocking: run it in `block_in_place`).
+fn scenario(cl: &Cluster, bin: &'static str) {
+    let rt = tokio::runtime::Handle::current();
+    let k = Cli::with_kubeconfig(&direct_kubeconfig(cl, &cl.admin_token()), bin);
 
     // Namespaces: the generator (protobuf body) and a manifest.
     assert!(
@@ -187,7 +208,11 @@ fn scenario(bin: &'static str, version: &str) {
     // Client-side apply: created, unchanged, configured.
     let m1 = k.write("w1.yaml", &workloads("10.0.0.1"));
     let m1 = m1.to_str().expect("path");
-    let out = k.ok(&["apply", "-f", m1]);
+    let (out, err) = k.ok_with_stderr(&["apply", "-f", m1]);
+    assert!(
+        err.lines().any(|l| l == ENDPOINTS_DEPRECATED),
+        "the deprecation warning of v1 Endpoints: {err}"
+    );
     for line in [
         "service/web created",
         "endpoints/web created",
@@ -195,7 +220,17 @@ fn scenario(bin: &'static str, version: &str) {
     ] {
         assert!(out.contains(line), "{line:?} not in {out}");
     }
-    assert_eq!(k.ok(&["apply", "-f", m1]).matches("unchanged").count(), 3);
+    // Applying the same manifest again: unchanged, but for the Endpoints,
+    // whose ports the server gave their default protocol (TCP): `subsets`
+    // has no patch merge key, so kubectl's three-way patch replaces it.
+    let out = k.ok(&["apply", "-f", m1]);
+    for line in [
+        "service/web unchanged",
+        "endpoints/web configured",
+        "endpointslice.discovery.k8s.io/web-abc unchanged",
+    ] {
+        assert!(out.contains(line), "{line:?} not in {out}");
+    }
     let m2 = k.write("w2.yaml", &workloads("10.0.0.2"));
     let out = k.ok(&["apply", "-f", m2.to_str().expect("path")]);
     assert!(
@@ -285,15 +320,36 @@ fn scenario(bin: &'static str, version: &str) {
         by_field("metadata.name!=api,metadata.namespace==demo").trim(),
         "service/web"
     );
-    let err = k.fails(&[
+    // Services can also be selected by spec.type and spec.clusterIP.
+    let out = k.ok(&[
+        "-n",
+        "demo",
         "get",
         "svc",
-        "-A",
         "--field-selector",
         "spec.type=ClusterIP",
+        "-o",
+        "name",
     ]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["service/api", "service/web"]
+    );
+    let ip = svc["spec"]["clusterIP"].as_str().expect("clusterIP");
+    assert_eq!(
+        by_field(&format!("spec.clusterIP={ip}")).trim(),
+        "service/web"
+    );
+    let err = k.fails(&["get", "svc", "-A", "--field-selector", "spec.selector=x"]);
     assert!(
-        err.contains("field label not supported: spec.type"),
+        err.contains("field label not supported: spec.selector"),
+        "{err}"
+    );
+    let err = k.fails(&["get", "cm", "-A", "--field-selector", "data.k=v"]);
+    assert!(
+        err.contains(
+            r#""data.k" is not a known field selector: only "metadata.name", "metadata.namespace""#
+        ),
         "{err}"
     );
 
@@ -409,8 +465,10 @@ fn scenario(bin: &'static str, version: &str) {
     assert!(err.contains("services \"web\" not found"), "{err}");
 
     // RBAC: a ServiceAccount token is denied until a Role grants access.
-    let token = sim.issue_token("demo", "viewer");
-    let viewer = Cli::new(&sim, bin, &token);
+    let token = rt
+        .block_on(cl.issue_token("demo", "viewer"))
+        .expect("token");
+    let viewer = Cli::with_kubeconfig(&direct_kubeconfig(cl, &token), bin);
     let err = viewer.fails(&["-n", "demo", "get", "configmaps"]);
     assert!(
         err.contains(r#"Error from server (Forbidden): configmaps is forbidden: User "system:serviceaccount:demo:viewer" cannot list resource "configmaps" in API group "" in the namespace "demo""#),
@@ -449,9 +507,7 @@ subjects:
         "--from-literal=a=b",
     ]);
     assert_eq!(
-        viewer
-            .ok(&["-n", "demo", "get", "configmaps", "-o", "name"])
-            .trim(),
+        eventually_ok(&viewer, &["-n", "demo", "get", "configmaps", "-o", "name"]).trim(),
         "configmap/c1"
     );
     assert_eq!(can_i(&viewer), "yes");
@@ -470,16 +526,23 @@ subjects:
         managers.contains(&"kubectl"),
         "managedFields managers: {managers:?}"
     );
-
-    rt.block_on(sim.shutdown());
 }
 
-#[test]
-fn kubectl_1_32_against_kube_sim() {
-    scenario("kubectl", "1.32");
+async fn against(backend: Backend, bin: &'static str, version: &str) {
+    assert_kubectl_version(bin, version);
+    let cl = cluster(backend, options(true)).await;
+    tokio::task::block_in_place(|| scenario(&cl, bin));
+    assert_alive(&cl);
 }
 
-#[test]
-fn kubectl_1_34_against_kube_sim() {
-    scenario("kubectl-1.34", "1.34");
+#[both_backends]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_1_32(backend: Backend) {
+    against(backend, "kubectl", "1.32").await;
+}
+
+#[both_backends]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_1_34(backend: Backend) {
+    against(backend, "kubectl-1.34", "1.34").await;
 }

@@ -1,6 +1,11 @@
-//! Watches against kube-sim: kube-runtime watchers surviving dropped watches
-//! (resume from their resourceVersion, no relist) and 410 Gone (relist), streaming
-//! lists, bookmarks, timeouts, selector transitions and too-old resourceVersions.
+//! Watches, on kube-sim and the real API server (`#[both_backends]`):
+//! kube-runtime watchers surviving dropped watches (resume from their
+//! resourceVersion, no relist) and 410 Gone (relist), streaming lists,
+//! timeouts, selector transitions and too-old resourceVersions. Faults go
+//! through kube-sim's hooks, on the real backend through its fault proxy
+//! (`compact`: etcd compaction and an API server restart); the clients use
+//! the proxy. Periodic bookmarks are checked on kube-sim only: its interval
+//! is configurable (200 ms here), the real server's about a minute.
 
 mod sim_support;
 
@@ -10,9 +15,34 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
-use serde_json::json;
-use sim_support::{ADMIN, client, count, eventually, fault, start, stats, watch_lines};
+use serde_json::{Value, json};
+use sim_support::{
+    Backend, Cluster, assert_alive, cluster, count, eventually, options, watch_lines,
+};
+use testenv::both_backends;
 use tokio::sync::mpsc;
+
+/// The API server (kube-sim: 200 ms bookmarks; real: with the `WatchList`
+/// feature gate, off by default in v1.34, that kube-sim's streaming lists
+/// correspond to) and an admin client through the fault proxy.
+async fn start(backend: Backend) -> (Cluster, kube::Client) {
+    let mut opts = options(false);
+    opts.apiserver_args
+        .push("--feature-gates=WatchList=true".into());
+    let cl = cluster(backend, opts).await;
+    let c = cl.client(&cl.admin_token()).await.expect("client");
+    (cl, c)
+}
+
+async fn stats(cl: &Cluster) -> Value {
+    cl.stats().await.expect("stats")
+}
+
+async fn fault(cl: &Cluster, body: Value) {
+    cl.fault(&body)
+        .await
+        .unwrap_or_else(|e| panic!("fault {body}: {e:#}"));
+}
 
 fn cm(name: &str) -> ConfigMap {
     serde_json::from_value(
@@ -64,10 +94,10 @@ async fn expect(rx: &mut mpsc::UnboundedReceiver<String>, want: &str) -> Vec<Str
     }
 }
 
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watcher_resumes_after_dropped_watch_without_relisting() {
-    let sim = start(false).await;
-    let c = client(&sim, ADMIN).await;
+async fn watcher_resumes_after_dropped_watch_without_relisting(backend: Backend) {
+    let (cl, c) = start(backend).await;
     let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
     api.create(&PostParams::default(), &cm("before"))
         .await
@@ -77,16 +107,16 @@ async fn watcher_resumes_after_dropped_watch_without_relisting() {
     assert!(init.contains(&"initapply:before".to_string()), "{init:?}");
     // Let a bookmark arrive so the watcher's resourceVersion is current.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let lists_before = count(&stats(&c).await, "list", "configmaps");
-    let watches_before = count(&stats(&c).await, "watch", "configmaps");
+    let lists_before = count(&stats(&cl).await, "list", "configmaps");
+    let watches_before = count(&stats(&cl).await, "watch", "configmaps");
 
-    fault(&c, json!({"dropWatches": true})).await;
+    fault(&cl, json!({"dropWatches": true})).await;
     api.create(&PostParams::default(), &cm("after-drop"))
         .await
         .expect("create");
     expect(&mut rx, "apply:after-drop").await;
 
-    let s = stats(&c).await;
+    let s = stats(&cl).await;
     assert_eq!(
         count(&s, "list", "configmaps"),
         lists_before,
@@ -96,26 +126,26 @@ async fn watcher_resumes_after_dropped_watch_without_relisting() {
         count(&s, "watch", "configmaps") > watches_before,
         "no new watch request: {s}"
     );
-    sim.shutdown().await;
+    assert_alive(&cl);
 }
 
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watcher_relists_after_410_gone() {
-    let sim = start(false).await;
-    let c = client(&sim, ADMIN).await;
+async fn watcher_relists_after_410_gone(backend: Backend) {
+    let (cl, c) = start(backend).await;
     let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
     let mut rx = spawn_watcher(api.clone(), watcher::Config::default());
     expect(&mut rx, "initdone").await;
-    let lists_before = count(&stats(&c).await, "list", "configmaps");
+    let lists_before = count(&stats(&cl).await, "list", "configmaps");
 
     // Stall the watch so it cannot see the next write, then compact the history
     // and cut it: its resume point is now too old -> 410 -> relist.
-    fault(&c, json!({"stallWatchesSeconds": 30})).await;
+    fault(&cl, json!({"stallWatchesSeconds": 30})).await;
     api.create(&PostParams::default(), &cm("missed"))
         .await
         .expect("create");
-    fault(&c, json!({"compact": true, "dropWatches": true})).await;
-    fault(&c, json!({"clear": true})).await;
+    fault(&cl, json!({"compact": true, "dropWatches": true})).await;
+    fault(&cl, json!({"clear": true})).await;
 
     let seen = expect(&mut rx, "initapply:missed").await;
     assert!(
@@ -123,7 +153,7 @@ async fn watcher_relists_after_410_gone() {
         "a relist starts with Init: {seen:?}"
     );
     expect(&mut rx, "initdone").await;
-    let s = stats(&c).await;
+    let s = stats(&cl).await;
     assert!(
         count(&s, "list", "configmaps") > lists_before,
         "no relist after 410: {s}"
@@ -133,13 +163,13 @@ async fn watcher_relists_after_410_gone() {
         .await
         .expect("create");
     expect(&mut rx, "apply:later").await;
-    sim.shutdown().await;
+    assert_alive(&cl);
 }
 
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn streaming_list_watcher_gets_initial_events_end_bookmark() {
-    let sim = start(false).await;
-    let c = client(&sim, ADMIN).await;
+async fn streaming_list_watcher_gets_initial_events_end_bookmark(backend: Backend) {
+    let (cl, c) = start(backend).await;
     let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
     for n in ["s1", "s2"] {
         api.create(&PostParams::default(), &cm(n))
@@ -153,7 +183,7 @@ async fn streaming_list_watcher_gets_initial_events_end_bookmark() {
         "{seen:?}"
     );
     assert_eq!(
-        count(&stats(&c).await, "list", "configmaps"),
+        count(&stats(&cl).await, "list", "configmaps"),
         0,
         "streaming lists must not LIST"
     );
@@ -185,13 +215,13 @@ async fn streaming_list_watcher_gets_initial_events_end_bookmark() {
     .await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["reason"], "Invalid");
-    sim.shutdown().await;
+    assert_alive(&cl);
 }
 
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bookmarks_timeouts_selectors_and_too_old_versions() {
-    let sim = start(false).await;
-    let c = client(&sim, ADMIN).await;
+async fn bookmarks_timeouts_selectors_and_too_old_versions(backend: Backend) {
+    let (cl, c) = start(backend).await;
     let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
     let first = api
         .create(&PostParams::default(), &cm("b1"))
@@ -199,7 +229,8 @@ async fn bookmarks_timeouts_selectors_and_too_old_versions() {
         .expect("create");
     let rv = first.metadata.resource_version.clone().expect("rv");
 
-    // Bookmarks every 200 ms; timeoutSeconds=1 ends the stream.
+    // timeoutSeconds=1 ends the stream; kube-sim sends a bookmark every
+    // 200 ms meanwhile (the real server about once a minute: not checked).
     let started = std::time::Instant::now();
     let (_, lines) = watch_lines(&c, &format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=1"), 1000, 10).await;
     let elapsed = started.elapsed();
@@ -207,12 +238,14 @@ async fn bookmarks_timeouts_selectors_and_too_old_versions() {
         elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(5),
         "timeoutSeconds not honoured: {elapsed:?}"
     );
-    let bookmarks: Vec<_> = lines.iter().filter(|l| l["type"] == "BOOKMARK").collect();
-    assert!(bookmarks.len() >= 2, "{lines:?}");
-    assert_eq!(
-        bookmarks[0]["object"]["metadata"]["resourceVersion"],
-        rv.as_str()
-    );
+    if !cl.is_real() {
+        let bookmarks: Vec<_> = lines.iter().filter(|l| l["type"] == "BOOKMARK").collect();
+        assert!(bookmarks.len() >= 2, "{lines:?}");
+        assert_eq!(
+            bookmarks[0]["object"]["metadata"]["resourceVersion"],
+            rv.as_str()
+        );
+    }
 
     // Exact resourceVersion: only later events. Selector transitions: into the
     // selector -> ADDED, out of it -> DELETED.
@@ -247,7 +280,7 @@ async fn bookmarks_timeouts_selectors_and_too_old_versions() {
     assert_eq!(types, ["ADDED", "MODIFIED", "DELETED"], "{lines:?}");
 
     // A resourceVersion older than the history: ERROR event with a 410 Status.
-    fault(&c, json!({"compact": true})).await;
+    fault(&cl, json!({"compact": true})).await;
     api.create(&PostParams::default(), &cm("b2"))
         .await
         .expect("create");
@@ -269,23 +302,23 @@ async fn bookmarks_timeouts_selectors_and_too_old_versions() {
         "{lines:?}"
     );
     let open = eventually(5, "watches closed", || {
-        let c = c.clone();
+        let cl = &cl;
         async move {
-            let n = stats(&c).await["openWatches"].as_i64().unwrap_or(-1);
+            let n = stats(cl).await["openWatches"].as_i64().unwrap_or(-1);
             (n == 0).then_some(n)
         }
     })
     .await;
     assert_eq!(open, 0);
-    sim.shutdown().await;
+    assert_alive(&cl);
 }
 
 /// A watch with `resourceVersion` unset or `"0"` starts with synthetic ADDED
 /// events for the current state (and nothing older), then streams live changes.
+#[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watch_from_unset_or_zero_starts_with_the_current_state() {
-    let sim = start(false).await;
-    let c = client(&sim, ADMIN).await;
+async fn watch_from_unset_or_zero_starts_with_the_current_state(backend: Backend) {
+    let (cl, c) = start(backend).await;
     let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.clone());
     nss.create(
         &PostParams::default(),
@@ -315,8 +348,8 @@ async fn watch_from_unset_or_zero_starts_with_the_current_state() {
         };
         // Write only once the watch has taken its snapshot (it is counted open).
         eventually(5, "the watch is open", || {
-            let c = c.clone();
-            async move { (stats(&c).await["openWatches"].as_u64() == Some(1)).then_some(()) }
+            let cl = &cl;
+            async move { (stats(cl).await["openWatches"].as_u64() == Some(1)).then_some(()) }
         })
         .await;
         let live = format!("live-{i}");
@@ -360,10 +393,10 @@ async fn watch_from_unset_or_zero_starts_with_the_current_state() {
         assert_eq!(seen, want, "watch{query}");
         // The task ended after 4 lines; wait until the server has closed it too.
         eventually(5, "the watch is closed", || {
-            let c = c.clone();
-            async move { (stats(&c).await["openWatches"].as_u64() == Some(0)).then_some(()) }
+            let cl = &cl;
+            async move { (stats(cl).await["openWatches"].as_u64() == Some(0)).then_some(()) }
         })
         .await;
     }
-    sim.shutdown().await;
+    assert_alive(&cl);
 }

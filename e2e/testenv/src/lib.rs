@@ -75,6 +75,8 @@ pub struct Options {
     /// CRDs (YAML) installed at start (real: before kube-controller-manager,
     /// so its garbage collector knows them from the start).
     pub crds: Vec<String>,
+    /// Real only: extra kube-apiserver flags (e.g. `--feature-gates=...`).
+    pub apiserver_args: Vec<String>,
 }
 
 impl Default for Options {
@@ -89,6 +91,7 @@ impl Default for Options {
             controller_manager: real.controller_manager,
             audit_write_bodies: Vec::new(),
             crds: Vec::new(),
+            apiserver_args: Vec::new(),
         }
     }
 }
@@ -138,7 +141,7 @@ impl Cluster {
                     controller_manager: opts.controller_manager,
                     crds: opts.crds.clone(),
                     audit_write_bodies: opts.audit_write_bodies.clone(),
-                    ..real::Options::default()
+                    apiserver_args: opts.apiserver_args.clone(),
                 })
                 .await?;
                 let admin = cp.admin_client().await?;

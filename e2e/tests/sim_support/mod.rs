@@ -1,5 +1,6 @@
-//! Shared helpers for kube-sim's end-to-end tests: start a server, find the real
-//! client binaries under `.tools/bin`, run them with a timeout, build kube clients.
+//! Shared helpers for kube-sim's end-to-end tests: start a server (kube-sim
+//! alone, or either backend as a [`Cluster`]), find the real client binaries
+//! under `.tools/bin`, run them with a timeout, build kube clients.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -8,8 +9,59 @@ use std::time::{Duration, Instant};
 
 use kube_sim::{Sim, SimConfig};
 use serde_json::Value;
+pub use testenv::{Backend, Cluster, Options};
 
 pub const ADMIN: &str = "test-admin-token";
+
+/// Options of the API tests' [`Cluster`]: kube-sim as [`start`] configures
+/// it (1000 events of history, 200 ms bookmarks); on the real backend
+/// WITHOUT kube-controller-manager, so that, as on kube-sim, nothing but the
+/// test writes (no endpoints controller rewriting a Service's Endpoints, no
+/// `kube-root-ca.crt` ConfigMap in every namespace). Tests of garbage
+/// collection and namespace deletion turn it on.
+pub fn options(tls: bool) -> Options {
+    Options {
+        tls,
+        history_size: 1000,
+        bookmark_interval: Duration::from_millis(200),
+        controller_manager: false,
+        ..Options::default()
+    }
+}
+
+/// Starts `backend` with `opts` (panics with the reason).
+pub async fn cluster(backend: Backend, opts: Options) -> Cluster {
+    Cluster::start(backend, opts)
+        .await
+        .unwrap_or_else(|e| panic!("start the {} API server: {e:#}", backend.name()))
+}
+
+/// A kubeconfig for the API server itself (the real backend's fault proxy
+/// left out: these tests are about the server's answers).
+pub fn direct_kubeconfig(c: &Cluster, token: &str) -> String {
+    kube_sim::kubeconfig(&c.direct_url(), c.ca_pem().as_deref(), token)
+}
+
+/// A kube client straight to the API server authenticating with `token`,
+/// WITHOUT kube-rs' own retries of 429/503/504: every answer is seen as the
+/// server sent it (a 504 "Too large resource version" included).
+pub async fn api_client(c: &Cluster, token: &str) -> kube::Client {
+    let kc = kube::config::Kubeconfig::from_yaml(&direct_kubeconfig(c, token))
+        .expect("kubeconfig parses");
+    let mut cfg =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("config");
+    cfg.default_retry = false;
+    kube::Client::try_from(cfg).expect("client")
+}
+
+/// Panics (with the log tail) when a control-plane process died during the test.
+pub fn assert_alive(c: &Cluster) {
+    if let Err(e) = c.check_alive() {
+        panic!("the API server died during the test: {e:#}");
+    }
+}
 
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -45,10 +97,14 @@ pub struct Cli {
 
 impl Cli {
     pub fn new(sim: &Sim, bin: &str, token: &str) -> Cli {
+        Self::with_kubeconfig(&sim.kubeconfig_yaml(token), bin)
+    }
+
+    /// A client binary using the kubeconfig `yaml`.
+    pub fn with_kubeconfig(yaml: &str, bin: &str) -> Cli {
         let home = tempfile::tempdir().expect("tempdir");
         let kubeconfig = home.path().join("kubeconfig");
-        sim.write_kubeconfig(&kubeconfig, token)
-            .expect("kubeconfig");
+        std::fs::write(&kubeconfig, yaml).expect("kubeconfig");
         Cli {
             bin: tool(bin),
             kubeconfig,
@@ -99,8 +155,16 @@ impl Cli {
         child.wait_with_output().expect("output")
     }
 
-    /// Run and require success; returns stdout.
+    /// Run and require success; returns stdout. Any warning but the
+    /// deprecation of v1 Endpoints (every v1.33+ server sends it) fails.
     pub fn ok(&self, args: &[&str]) -> String {
+        self.ok_with_stderr(args).0
+    }
+
+    /// [`Cli::ok`], returning stdout and stderr.
+    pub fn ok_with_stderr(&self, args: &[&str]) -> (String, String) {
+        const EXPECTED: &str =
+            "Warning: v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice";
         let out = self.run(args);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -111,10 +175,12 @@ impl Cli {
             out.status
         );
         assert!(
-            !stderr.contains("Warning: "),
+            !stderr
+                .lines()
+                .any(|l| l.contains("Warning: ") && l != EXPECTED),
             "unexpected warning from {args:?}: {stderr}"
         );
-        stdout
+        (stdout, stderr)
     }
 
     /// Run and require failure; returns stderr.
