@@ -1368,6 +1368,26 @@ fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response<Body>> {
     respond(ctx, 201, &out)
 }
 
+/// A patch (apply) or update that would create the object needs `create`
+/// too, as the real server authorizes a create-on-patch and create-on-update
+/// (`withAuthorization` in k8s.io/apiserver's patch.go and update.go).
+fn authorize_create_on_write(ctx: &Ctx, key: &Key, name: &str) -> ApiResult<()> {
+    if ctx.sh.lock().objects.contains_key(key) {
+        return Ok(());
+    }
+    let attrs = Attributes {
+        verb: "create".into(),
+        api_group: ctx.info.group.clone(),
+        resource: ctx.info.resource.clone(),
+        subresource: ctx.sub.clone().unwrap_or_default(),
+        namespace: ctx.namespace.clone().unwrap_or_default(),
+        name: name.to_string(),
+        resource_request: true,
+        path: String::new(),
+    };
+    authorize(&ctx.sh, &ctx.user, &attrs)
+}
+
 fn update(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
     let mut obj = parse_body(ctx, body)?;
     check_type_meta(ctx, &mut obj)?;
@@ -1380,8 +1400,11 @@ fn update(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
     }
     let manager = ctx.manager("");
     let status_only = ctx.sub.as_deref() == Some("status");
-    let mut st = ctx.sh.lock();
     let key = ctx.key(name);
+    if ctx.info.create_on_update && !status_only {
+        authorize_create_on_write(ctx, &key, name)?;
+    }
+    let mut st = ctx.sh.lock();
     let old = st.objects.get(&key).cloned();
     let Some(old) = old else {
         if ctx.info.create_on_update && !status_only {
@@ -1445,8 +1468,11 @@ fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
     };
     check_patch_shape(&media, &patch_doc)?;
     let force = ctx.q("force") == Some("true");
-    let mut st = ctx.sh.lock();
     let key = ctx.key(name);
+    if media == "application/apply-patch+yaml" {
+        authorize_create_on_write(ctx, &key, name)?;
+    }
+    let mut st = ctx.sh.lock();
     let old = st.objects.get(&key).cloned();
     if media == "application/apply-patch+yaml" {
         let Some(manager) = ctx.q("fieldManager").map(str::to_string) else {

@@ -293,7 +293,12 @@ async fn run(
         tokio::select! {
             _ = sh.shutdown.cancelled() => return,
             _ = drop_rx.changed() => return,
-            _ = tokio::time::sleep_until(deadline) => return,
+            // A stalled watch does not even end on time: nothing passes the
+            // stalled connection (as with the fault proxy of the real backend).
+            _ = tokio::time::sleep_until(deadline) => {
+                let _ = stall(&sh, &mut drop_rx).await;
+                return;
+            }
             _ = tx.closed() => return,
             changed = rv_rx.changed() => { if changed.is_err() { return; } }
             _ = ticker.tick(), if spec.bookmarks && !spec.table => {

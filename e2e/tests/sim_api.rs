@@ -2618,3 +2618,72 @@ async fn unvalidated_hook_stores_what_the_api_refuses() {
     .await;
     assert_eq!(code, 403);
 }
+
+/// A server-side apply (or an update) that would create the object needs
+/// `create` as well as `patch` (`update`): the real patch and update handlers
+/// authorize the create-on-write. Once the object exists, `patch` suffices.
+#[both_backends]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_that_creates_needs_create(backend: Backend) {
+    let (cl, admin) = start_with(backend, options(true)).await;
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "patch-only", "namespace": "default"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch", "update"]}]});
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "alice-patch-only", "namespace": "default"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "patch-only"},
+        "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}]});
+    for (path, body) in [
+        (
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles",
+            role,
+        ),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",
+            binding,
+        ),
+    ] {
+        let (status, resp) = raw(&admin, "POST", path, Some(body), "application/json").await;
+        assert_eq!(status, 201, "{resp}");
+    }
+    let alice = api_client(&cl, &cl.user_token("alice").expect("alice")).await;
+    let cms: Api<ConfigMap> = Api::namespaced(alice.clone(), "default");
+    let apply = |name: &'static str| {
+        let cms = cms.clone();
+        async move {
+            let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name}, "data": {"k": "v"}});
+            cms.patch(name, &PatchParams::apply("alice"), &Patch::Apply(&obj))
+                .await
+        }
+    };
+    // The role takes effect a moment later on the real server (informer).
+    Api::<ConfigMap>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &cm("existing", &[]))
+        .await
+        .expect("cm");
+    eventually(10, "the patch-only role is in effect", || async {
+        apply("existing").await.ok()
+    })
+    .await;
+    let s = api_err(apply("new").await.expect_err("apply-create without create"));
+    assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"), "{s:?}");
+    assert_eq!(
+        s.message,
+        r#"configmaps "new" is forbidden: User "alice" cannot create resource "configmaps" in API group "" in the namespace "default""#
+    );
+    // A PUT that would create is refused the same way.
+    let (status, body) = raw(
+        &alice,
+        "PUT",
+        "/api/v1/namespaces/default/configmaps/put-new",
+        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "put-new"}})),
+        "application/json",
+    )
+    .await;
+    assert_eq!(
+        status, 404,
+        "configmaps do not allow create-on-update: {body}"
+    );
+    assert_alive(&cl);
+}
