@@ -783,4 +783,29 @@ mod tests {
             BTreeMap::from([(("list".to_string(), "pods".to_string()), 1)])
         );
     }
+
+    #[tokio::test]
+    async fn a_hang_accepts_requests_and_never_answers_them() {
+        let f = fixture().await;
+        let mut hung = client(&f).await;
+        f.proxy.hang(0.5);
+        hung.ready().await.expect("connection usable");
+        let req = Request::get("/api/v1/namespaces/a/pods")
+            .header("host", "kube")
+            .body(http_body_util::Empty::new())
+            .expect("request");
+        let pending = hung.send_request(req);
+        // Accepted (the connection stays open), never answered: not even
+        // after the hang window, only the client's own timeout ends it.
+        assert!(
+            tokio::time::timeout(Duration::from_secs(1), pending)
+                .await
+                .is_err(),
+            "a request accepted during the hang was answered"
+        );
+        // After the window, new requests are answered again.
+        let mut send = client(&f).await;
+        let resp = get(&mut send, "/api/v1/namespaces/a/pods").await;
+        assert_eq!(resp.status(), 200);
+    }
 }
