@@ -1,7 +1,10 @@
 //! TLS material: a fresh self-signed CA per server and a server certificate signed
-//! by it, valid for `127.0.0.1`, `::1` and `localhost`. Clients verify the server for
-//! real with the CA written into the kubeconfig (`certificate-authority-data`).
+//! by it, valid for `127.0.0.1`, `::1` and `localhost` (and the in-cluster names of
+//! the API server). Clients verify the server for real with the CA written into the
+//! kubeconfig (`certificate-authority-data`). The test harness of the real API
+//! server (`kd-testenv`) uses the same generator for its certificates.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -14,11 +17,24 @@ pub struct TlsMaterial {
     pub server_config: Arc<rustls::ServerConfig>,
 }
 
-pub fn generate() -> anyhow::Result<TlsMaterial> {
+/// A CA and one serving certificate signed by it (ECDSA P-256), as PEM and DER.
+pub struct Certs {
+    pub ca_pem: String,
+    pub ca_der: Vec<u8>,
+    pub cert_pem: String,
+    pub cert_der: Vec<u8>,
+    pub key_pem: String,
+    pub key_der: Vec<u8>,
+}
+
+/// Generates a CA named `ca_name` and a serving certificate named
+/// `server_name` for `127.0.0.1`, `::1`, `10.96.0.1` (the first Service IP
+/// of the default range), `localhost` and `kubernetes[.default[.svc]]`.
+pub fn generate_certs(ca_name: &str, server_name: &str) -> anyhow::Result<Certs> {
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).context("CA params")?;
     ca_params
         .distinguished_name
-        .push(DnType::CommonName, "kube-sim-ca");
+        .push(DnType::CommonName, ca_name);
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca_params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
@@ -28,22 +44,27 @@ pub fn generate() -> anyhow::Result<TlsMaterial> {
     let ca_key = KeyPair::generate().context("CA key")?;
     let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).context("self-signing CA")?;
 
-    let mut params =
-        CertificateParams::new(vec!["localhost".to_string()]).context("server params")?;
+    let mut params = CertificateParams::new(
+        [
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+        ]
+        .map(String::from)
+        .to_vec(),
+    )
+    .context("server params")?;
     params
         .distinguished_name
-        .push(DnType::CommonName, "kube-sim");
-    params
-        .subject_alt_names
-        .push(SanType::IpAddress(std::net::IpAddr::from([127, 0, 0, 1])));
-    params
-        .subject_alt_names
-        .push(SanType::IpAddress(std::net::IpAddr::from(
-            std::net::Ipv6Addr::LOCALHOST,
-        )));
-    params.subject_alt_names.push(SanType::DnsName(
-        "kubernetes.default.svc".try_into().context("san")?,
-    ));
+        .push(DnType::CommonName, server_name);
+    for ip in [
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(Ipv6Addr::LOCALHOST),
+        IpAddr::V4(Ipv4Addr::new(10, 96, 0, 1)),
+    ] {
+        params.subject_alt_names.push(SanType::IpAddress(ip));
+    }
     params.key_usages = vec![
         KeyUsagePurpose::DigitalSignature,
         KeyUsagePurpose::KeyEncipherment,
@@ -53,19 +74,42 @@ pub fn generate() -> anyhow::Result<TlsMaterial> {
     let cert = params
         .signed_by(&key, &ca)
         .context("signing server certificate")?;
-
-    let chain = vec![CertificateDer::from(cert.der().to_vec()), ca.der().clone()];
-    let key_der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .context("TLS versions")?
-        .with_no_client_auth()
-        .with_single_cert(chain, key_der)
-        .context("server certificate")?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(TlsMaterial {
+    Ok(Certs {
         ca_pem: ca.pem(),
-        server_config: Arc::new(config),
+        ca_der: ca.der().to_vec(),
+        cert_pem: cert.pem(),
+        cert_der: cert.der().to_vec(),
+        key_pem: key.serialize_pem(),
+        key_der: key.serialize_der(),
+    })
+}
+
+impl Certs {
+    /// A rustls server configuration presenting the certificate (and the CA),
+    /// offering the `alpn` protocols.
+    pub fn server_config(&self, alpn: &[&[u8]]) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+        let chain = vec![
+            CertificateDer::from(self.cert_der.clone()),
+            CertificateDer::from(self.ca_der.clone()),
+        ];
+        let key_der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .context("TLS versions")?
+            .with_no_client_auth()
+            .with_single_cert(chain, key_der)
+            .context("server certificate")?;
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Ok(Arc::new(config))
+    }
+}
+
+/// kube-sim's TLS: HTTP/1.1 only.
+pub fn generate() -> anyhow::Result<TlsMaterial> {
+    let certs = generate_certs("kube-sim-ca", "kube-sim")?;
+    Ok(TlsMaterial {
+        server_config: certs.server_config(&[b"http/1.1"])?,
+        ca_pem: certs.ca_pem,
     })
 }
