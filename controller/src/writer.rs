@@ -653,7 +653,8 @@ impl<S: Sink> Writer<S> {
                 self.check_barriers();
             }
             self.trim();
-            let wake = if leading { self.next_wake() } else { None };
+            let full = tasks.len() >= self.opts.concurrency.max(1);
+            let wake = if leading { self.next_wake(full) } else { None };
             tokio::select! {
                 biased;
                 () = shutdown.cancelled() => break,
@@ -757,8 +758,15 @@ impl<S: Sink> Writer<S> {
         }
     }
 
-    fn next_wake(&self) -> Option<Instant> {
-        let write = self.pending.first_due().map(|due| due.max(self.next_token));
+    /// When the loop must wake up by itself: the next due write (not while
+    /// every write slot is taken: a finishing write wakes the loop then, and a
+    /// due time in the past would make it spin) or drift check.
+    fn next_wake(&self, slots_full: bool) -> Option<Instant> {
+        let write = if slots_full {
+            None
+        } else {
+            self.pending.first_due().map(|due| due.max(self.next_token))
+        };
         match (write, self.drift.first_due()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -1091,6 +1099,26 @@ mod tests {
         for _ in 0..50 {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// While every write slot is taken, a due write is no reason to wake up:
+    /// a finishing write wakes the loop. (Waking for it made the loop spin on
+    /// a due time in the past: a core busy for a whole first sync against a
+    /// slow API server, BENCHMARKS.md issue 14.)
+    #[tokio::test(start_paused = true)]
+    async fn a_due_write_wakes_the_loop_only_when_a_slot_is_free() {
+        let shared = Arc::new(Shared::new([""]));
+        let mut w = Writer::new(FakeSink::default(), shared, Metrics::default(), opts());
+        let k = ServiceKey::new("", "ns", "web");
+        w.enqueue(Key::new(&k), Instant::now());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let due = w.next_wake(false).expect("a write is due");
+        assert!(due <= Instant::now(), "due in the past");
+        assert_eq!(w.next_wake(true), None, "slots full: no wake for it");
+        // A drift check still wakes the loop when its time comes.
+        let at = Instant::now() + Duration::from_secs(5);
+        w.drift.schedule(Key::new(&k), at);
+        assert_eq!(w.next_wake(true), Some(at));
     }
 
     #[tokio::test(start_paused = true)]
