@@ -5,6 +5,7 @@
 //! SHIM: parts of `kube-sim-apimachinery` had not landed when this was written;
 //! functions marked `SHIM` are temporary minimal stand-ins, replaced as modules land.
 
+use kube_sim_apimachinery::selector::LabelSelectorExt;
 use kube_sim_apimachinery::{names, patch, rbac, schema, selector, ssa};
 use serde_json::Value;
 
@@ -50,10 +51,13 @@ impl CompiledSchema {
 pub struct LabelSel(selector::LabelSelector);
 
 impl LabelSel {
+    /// A bad selector is a 400 with `labels.Parse`'s text as is, as the real
+    /// server answers (it already says `unable to parse requirement: ...`
+    /// where that applies).
     pub fn parse(s: &str) -> Result<Self, ApiError> {
         selector::LabelSelector::parse(s)
             .map(LabelSel)
-            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))
+            .map_err(|e| ApiError::bad_request(e.to_string()))
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
@@ -366,4 +370,24 @@ pub fn record_update(
     api_version: &str,
 ) {
     ssa::record_update(old, new, manager, now, api_version);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The real kube-apiserver v1.34 answers a bad `labelSelector` with a 400
+    /// whose message is `labels.Parse`'s error as is (checked against it).
+    #[test]
+    fn a_bad_label_selector_is_a_400_with_the_parse_error() {
+        let e = LabelSel::parse("a in (").expect_err("bad");
+        assert_eq!((e.code, e.reason), (400, "BadRequest"));
+        assert_eq!(
+            e.message,
+            "unable to parse requirement: found '', expected: ',', ')' or identifier"
+        );
+        let e = LabelSel::parse("a=b,").expect_err("bad");
+        assert_eq!(e.message, "found '', expected: identifier after ','");
+        assert!(LabelSel::parse("a>1").is_ok());
+    }
 }

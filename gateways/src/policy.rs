@@ -115,16 +115,10 @@ pub enum HostRule {
     IpOrDns,
 }
 
+/// A DNS name ([`k8s_syntax::is_dns_name`]: labels of 1..=63 of `[a-z0-9-]`, not
+/// starting or ending with `-`, 253 in all), case-insensitively as resolvers read it.
 fn is_dns_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        })
+    k8s_syntax::is_dns_name(&s.to_ascii_lowercase())
 }
 
 /// Usable nodes of `nodes` (sorted, one per host:port) and one reason per dropped node.

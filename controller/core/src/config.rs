@@ -95,7 +95,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
 use crate::convert::ConvertOptions;
-use crate::crd::{ObjectNaming, is_dns_subdomain};
+use crate::crd::ObjectNaming;
 pub use crate::filter::{AnchoredRegex, LabelSelector, NamespaceFilter};
 use crate::index::Index;
 use crate::model::SourceKind;
@@ -346,7 +346,7 @@ fn check_schema(v: &Option<String>, _: &Ctx) -> garde::Result {
 
 fn is_hostname(s: &str) -> bool {
     let s = s.strip_suffix('.').unwrap_or(s);
-    is_dns_subdomain(&s.to_ascii_lowercase())
+    k8s_syntax::is_dns_name(&s.to_ascii_lowercase())
 }
 
 fn check_host(v: &Option<String>, _: &Ctx) -> garde::Result {
@@ -477,7 +477,7 @@ fn check_exactly_one(v: &Option<RawNsSelector>, _: &Ctx) -> garde::Result {
 
 fn check_namespace_name(v: &Option<String>, _: &Ctx) -> garde::Result {
     let Some(ns) = v else { return Ok(()) };
-    if !ns.is_empty() && ns.len() <= 63 && is_dns_subdomain(ns) && !ns.contains('.') {
+    if k8s_syntax::is_dns1123_label(ns) {
         Ok(())
     } else {
         err(format!(
@@ -1138,7 +1138,7 @@ fn check_plain_namespace(v: &Option<String>, _: &()) -> garde::Result {
 
 fn check_object_name(v: &Option<String>, _: &()) -> garde::Result {
     match v {
-        Some(n) if !is_dns_subdomain(n) => err(format!(
+        Some(n) if !k8s_syntax::is_dns1123_subdomain(n) => err(format!(
             "{n:?} is not a valid object name (RFC 1123 subdomain)"
         )),
         _ => Ok(()),
@@ -2121,6 +2121,47 @@ plugins: [proxy-rewrite]
             "discovery.kubernetes.label_selector",
             "not a valid label selector",
         );
+    }
+
+    /// The grammar is the API server's (`k8s_syntax`): what it accepts loads,
+    /// `>`/`<` and `in ()` included (refused before), and errors are its texts.
+    #[test]
+    fn label_selector_takes_what_the_api_server_takes() {
+        for sel in ["a>1", "gen<10,app=web", "x in ()"] {
+            let c = ok(&format!(
+                "discovery: {{kubernetes: {{label_selector: \"{sel}\"}}}}"
+            ));
+            assert_eq!(c.clusters[0].label_selector.as_str(), sel);
+        }
+        let c = ok("discovery: {kubernetes: {label_selector: \"a>1\"}}");
+        let l = |v: &str| BTreeMap::from([("a".to_string(), v.to_string())]);
+        assert!(c.clusters[0].label_selector.matches(&l("2")));
+        assert!(!c.clusters[0].label_selector.matches(&l("1")));
+        has(
+            &errs("discovery: {kubernetes: {label_selector: \"a>x\"}}"),
+            "discovery.kubernetes.label_selector",
+            "is not a valid label selector: unable to parse requirement: values[0]: Invalid value: \"x\": for 'Gt', 'Lt' operators, the value must be an integer",
+        );
+    }
+
+    /// Object names are the API server's DNS-1123 subdomains: labels over 63
+    /// characters are fine (they were refused before), 253 in all.
+    #[test]
+    fn object_names_are_dns1123_subdomains() {
+        let long_label = "a".repeat(64);
+        let c = ok(&format!(
+            "discovery: {{kubernetes: {{}}}}\nkube_discovery: {{leader_election: {{lease_name: {long_label}}}}}"
+        ));
+        assert_eq!(c.settings.leader_election.lease_name, long_label);
+        for bad in ["a..b", "-a", &"a".repeat(254)] {
+            has(
+                &errs(&format!(
+                    "discovery: {{kubernetes: {{}}}}\nkube_discovery: {{sinks: {{configmap: {{name: \"{bad}\"}}}}}}"
+                )),
+                "kube_discovery.sinks.configmap.name",
+                "not a valid object name",
+            );
+        }
     }
 
     #[test]

@@ -51,7 +51,8 @@
 //! Namespaces, Service names and cluster ids never contain `.`, so joining the
 //! parts with `.` is collision-free, and the result (at most 8+1+63+1+63
 //! characters) is always a valid object name (DNS subdomain, <= 253). Should a
-//! name ever not be valid (e.g. hand-written input to `render`), it is
+//! name ever not be a valid DNS name (`k8s_syntax::is_dns_name`: also no label
+//! over 63 characters; e.g. hand-written input to `render`), it is
 //! sanitized (lowercase, other characters -> `-`), cut to 46 characters and
 //! suffixed with `-<16 hex of sha256(parts)>` (63 characters at most), which
 //! stays deterministic and practically collision-free. Label values longer than
@@ -79,6 +80,8 @@ use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+use k8s_syntax::{DNS1123_LABEL_MAX_LENGTH, LABEL_VALUE_MAX_LENGTH, is_dns_name, is_label_value};
 
 use crate::model::{Node, PortMap, ServiceKey, ServiceNodes, SourceKind};
 
@@ -211,9 +214,6 @@ pub struct ObjectNaming {
     pub namespace_mode: NamespaceMode,
 }
 
-const MAX_NAME: usize = 253;
-const MAX_LABEL_VALUE: usize = 63;
-
 impl ObjectNaming {
     /// Objects next to their source Service.
     pub fn source() -> Self {
@@ -248,11 +248,13 @@ impl ObjectNaming {
         }
         parts.push(&key.name);
         let joined = parts.join(".");
-        if is_dns_subdomain(&joined) {
+        // Every label <= 63 (stricter than an object name needs): keeps the
+        // names objects have always had.
+        if is_dns_name(&joined) {
             joined
         } else {
             // One RFC 1123 label (<= 63) is also a valid subdomain.
-            shorten(&joined, &parts.join("\0"), MAX_LABEL_VALUE, true)
+            shorten(&joined, &parts.join("\0"), DNS1123_LABEL_MAX_LENGTH, true)
         }
     }
 
@@ -260,30 +262,6 @@ impl ObjectNaming {
     pub fn owner_references_allowed(&self, key: &ServiceKey) -> bool {
         key.cluster.is_empty() && self.namespace_mode == NamespaceMode::Source
     }
-}
-
-fn is_dns_label_part(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// RFC 1123 subdomain: <= 253 characters, dot-separated RFC 1123 labels.
-pub fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= MAX_NAME && s.split('.').all(is_dns_label_part)
-}
-
-/// Kubernetes label value: empty or <= 63 of `[A-Za-z0-9_.-]`, alphanumeric at both ends.
-pub fn is_label_value(s: &str) -> bool {
-    s.is_empty()
-        || (s.len() <= MAX_LABEL_VALUE
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-            && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-            && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric()))
 }
 
 /// Sanitizes `s`, cuts it so that `-<16 hex>` fits into `max`, and appends the
@@ -325,7 +303,7 @@ pub fn label_value(s: &str) -> String {
     if is_label_value(s) {
         s.to_string()
     } else {
-        shorten(s, s, MAX_LABEL_VALUE, false)
+        shorten(s, s, LABEL_VALUE_MAX_LENGTH, false)
     }
 }
 
@@ -797,13 +775,13 @@ mod tests {
         let fixed = ObjectNaming::fixed("kd");
         let k = ServiceKey::new("c1", &long, &long);
         let n = fixed.name(&k);
-        assert!(is_dns_subdomain(&n), "{n}");
+        assert!(is_dns_name(&n), "{n}");
         assert!(n.len() <= 253);
         assert_eq!(n, fixed.name(&k));
         let k2 = ServiceKey::new("c1", &long, format!("{long}y"));
         assert_ne!(n, fixed.name(&k2));
         let odd = ObjectNaming::source().name(&ServiceKey::new("", "ns", "Bad_Name"));
-        assert!(is_dns_subdomain(&odd), "{odd}");
+        assert!(is_dns_name(&odd), "{odd}");
     }
 
     #[test]
@@ -1015,7 +993,7 @@ mod tests {
         let long = ServiceKey::new("c1", "n".repeat(63), "s".repeat(63));
         let base = ObjectNaming::fixed("kd").name(&long);
         let name = shard_name(&base, 4_000_000_000);
-        assert!(is_dns_subdomain(&name), "{name}");
+        assert!(is_dns_name(&name), "{name}");
         assert_ne!(shard_name(&base, 1), base);
     }
 }

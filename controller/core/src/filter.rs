@@ -7,8 +7,10 @@
 //! filtered watches and makes `render` behave exactly like the controller.
 //! `match`/`not_match` regexes are anchored, so they must match the WHOLE
 //! namespace name (`dev` does not match `dev-2`; write `dev.*` for that).
+//! The label selector grammar is the API server's ([`k8s_syntax::LabelSelector`]):
+//! what it accepts loads (`a>1` included), with its error texts.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 
 use regex::Regex;
@@ -100,28 +102,15 @@ impl NamespaceFilter {
     }
 }
 
-/// One requirement of a label selector.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Requirement {
-    /// `key`
-    Exists(String),
-    /// `!key`
-    NotExists(String),
-    /// `key=value` / `key==value`
-    Equals(String, String),
-    /// `key!=value` (also true when the label is absent)
-    NotEquals(String, String),
-    /// `key in (a,b)`
-    In(String, BTreeSet<String>),
-    /// `key notin (a,b)` (also true when the label is absent)
-    NotIn(String, BTreeSet<String>),
-}
-
-/// A parsed Kubernetes label selector (the `kubectl -l` / `labelSelector` syntax).
+/// A parsed Kubernetes label selector (the `kubectl -l` / `labelSelector`
+/// syntax), accepted exactly as the API server accepts it
+/// ([`k8s_syntax::LabelSelector`], `>` and `<` included). Keeps the text as
+/// written: that is what goes to the API server ([`Self::as_str`]) and into
+/// dumps; the parsed form matches locally ([`Self::matches`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LabelSelector {
     raw: String,
-    requirements: Vec<Requirement>,
+    parsed: k8s_syntax::LabelSelector,
 }
 
 impl fmt::Display for LabelSelector {
@@ -130,162 +119,39 @@ impl fmt::Display for LabelSelector {
     }
 }
 
-fn valid_label_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-        && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
-}
-
-fn check_key(key: &str) -> Result<String, String> {
-    let (prefix, name) = match key.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, key),
-    };
-    if let Some(p) = prefix
-        && (p.is_empty() || !crate::crd::is_dns_subdomain(p))
-    {
-        return Err(format!(
-            "label key {key:?} has an invalid prefix (must be a DNS subdomain)"
-        ));
-    }
-    if !valid_label_name(name) {
-        return Err(format!(
-            "label key {key:?} is invalid (name part: 1-63 characters [A-Za-z0-9_.-], alphanumeric at both ends)"
-        ));
-    }
-    Ok(key.to_string())
-}
-
-fn check_value(key: &str, v: &str) -> Result<String, String> {
-    if crate::crd::is_label_value(v) {
-        Ok(v.to_string())
-    } else {
-        Err(format!(
-            "label value {v:?} of {key:?} is invalid (at most 63 characters [A-Za-z0-9_.-], alphanumeric at both ends)"
-        ))
-    }
-}
-
-/// Splits on commas that are not inside parentheses.
-fn split_top_level(s: &str) -> Result<Vec<&str>, String> {
-    let mut out = Vec::new();
-    let mut depth = 0i32;
-    let mut start = 0;
-    for (i, c) in s.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => {
-                depth -= 1;
-                if depth < 0 {
-                    return Err("unbalanced ')'".to_string());
-                }
-            }
-            ',' if depth == 0 => {
-                out.push(&s[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    if depth != 0 {
-        return Err("unbalanced '('".to_string());
-    }
-    out.push(&s[start..]);
-    Ok(out)
-}
-
-fn parse_set(key: &str, inner: &str) -> Result<BTreeSet<String>, String> {
-    if inner.trim().is_empty() {
-        return Err(format!("the value set of {key:?} is empty"));
-    }
-    let mut set = BTreeSet::new();
-    for v in inner.split(',') {
-        set.insert(check_value(key, v.trim())?);
-    }
-    Ok(set)
-}
-
-fn parse_requirement(r: &str) -> Result<Requirement, String> {
-    let r = r.trim();
-    if r.is_empty() {
-        return Err("empty requirement (stray ',')".to_string());
-    }
-    if let Some(k) = r.strip_prefix('!') {
-        return Ok(Requirement::NotExists(check_key(k.trim())?));
-    }
-    if let Some(open) = r.find('(') {
-        let Some(inner) = r[open + 1..].strip_suffix(')') else {
-            return Err(format!("{r:?}: expected ')' at the end of the value set"));
-        };
-        let head: Vec<&str> = r[..open].split_whitespace().collect();
-        return match head.as_slice() {
-            [k, "in"] => Ok(Requirement::In(check_key(k)?, parse_set(k, inner)?)),
-            [k, "notin"] => Ok(Requirement::NotIn(check_key(k)?, parse_set(k, inner)?)),
-            _ => Err(format!(
-                "{r:?}: expected `key in (v1,v2)` or `key notin (v1,v2)`"
-            )),
-        };
-    }
-    if let Some((k, v)) = r.split_once("!=") {
-        let k = check_key(k.trim())?;
-        let v = check_value(&k, v.trim())?;
-        return Ok(Requirement::NotEquals(k, v));
-    }
-    if let Some((k, v)) = r.split_once("==").or_else(|| r.split_once('=')) {
-        let k = check_key(k.trim())?;
-        let v = check_value(&k, v.trim())?;
-        return Ok(Requirement::Equals(k, v));
-    }
-    if r.contains(char::is_whitespace) {
-        return Err(format!(
-            "{r:?}: unexpected whitespace (expected key, !key, key=value, key!=value, key in (..), key notin (..))"
-        ));
-    }
-    Ok(Requirement::Exists(check_key(r)?))
-}
-
 impl LabelSelector {
-    /// Parses `app=web,tier in (a,b),!canary`. The empty string selects everything.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let raw = s.trim().to_string();
-        if raw.is_empty() {
-            return Ok(Self::default());
-        }
-        let requirements = split_top_level(&raw)?
-            .into_iter()
-            .map(parse_requirement)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { raw, requirements })
+    /// Parses `app=web,tier in (a,b),!canary`. The empty string selects
+    /// everything. Errors are the API server's texts.
+    pub fn parse(s: &str) -> Result<Self, k8s_syntax::SelectorError> {
+        Ok(Self {
+            parsed: k8s_syntax::LabelSelector::parse(s)?,
+            raw: s.trim().to_string(),
+        })
     }
 
-    /// The selector text as given (sent to the API server as `labelSelector`).
+    /// The selector text as given, trimmed (sent to the API server as `labelSelector`).
     pub fn as_str(&self) -> &str {
         &self.raw
     }
 
     /// Whether the selector is empty (selects everything).
     pub fn is_empty(&self) -> bool {
-        self.requirements.is_empty()
+        self.parsed.is_empty()
     }
 
-    /// The parsed requirements.
-    pub fn requirements(&self) -> &[Requirement] {
-        &self.requirements
+    /// The parsed selector.
+    pub fn parsed(&self) -> &k8s_syntax::LabelSelector {
+        &self.parsed
+    }
+
+    /// The parsed requirements, sorted by key.
+    pub fn requirements(&self) -> &[k8s_syntax::Requirement] {
+        self.parsed.requirements()
     }
 
     /// Whether `labels` satisfy every requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.requirements.iter().all(|r| match r {
-            Requirement::Exists(k) => labels.contains_key(k),
-            Requirement::NotExists(k) => !labels.contains_key(k),
-            Requirement::Equals(k, v) => labels.get(k) == Some(v),
-            Requirement::NotEquals(k, v) => labels.get(k) != Some(v),
-            Requirement::In(k, set) => labels.get(k).is_some_and(|v| set.contains(v)),
-            Requirement::NotIn(k, set) => labels.get(k).is_none_or(|v| !set.contains(v)),
-        })
+        self.parsed.matches(labels)
     }
 }
 
@@ -345,59 +211,27 @@ mod tests {
         assert_eq!(NamespaceFilter::All.field_selector(), None);
     }
 
+    /// The grammar is `k8s_syntax`'s (tested there against apimachinery);
+    /// here: the text is kept as written, and matching goes through.
     #[test]
-    fn label_selector_parse_and_match() {
-        let s = LabelSelector::parse(
-            "app=web, tier in (a, b),!canary,env!=dev,example.com/team,x notin (1)",
-        )
-        .unwrap();
-        assert_eq!(s.requirements().len(), 6);
-        let ok = labels(&[
-            ("app", "web"),
-            ("tier", "a"),
-            ("env", "prod"),
-            ("example.com/team", "t"),
-        ]);
-        assert!(s.matches(&ok));
-        let mut l = ok.clone();
-        l.insert("canary".into(), "1".into());
-        assert!(!s.matches(&l));
-        let mut l = ok.clone();
-        l.insert("tier".into(), "c".into());
-        assert!(!s.matches(&l));
-        let mut l = ok.clone();
-        l.insert("x".into(), "1".into());
-        assert!(!s.matches(&l));
-        let mut l = ok;
-        l.remove("example.com/team");
-        assert!(!s.matches(&l));
-        assert!(
-            LabelSelector::parse("app==web")
-                .unwrap()
-                .matches(&labels(&[("app", "web")]))
-        );
+    fn label_selector_keeps_the_text_and_matches() {
+        let s = LabelSelector::parse("  tier in (a, b),app=web ").unwrap();
+        assert_eq!(s.as_str(), "tier in (a, b),app=web");
+        assert_eq!(s.to_string(), "tier in (a, b),app=web");
+        assert_eq!(s.parsed().to_string(), "app=web,tier in (a,b)");
+        assert_eq!(s.requirements().len(), 2);
+        assert!(s.matches(&labels(&[("app", "web"), ("tier", "a")])));
+        assert!(!s.matches(&labels(&[("app", "web"), ("tier", "c")])));
         assert!(LabelSelector::parse("").unwrap().matches(&labels(&[])));
-        assert!(LabelSelector::parse("  ").unwrap().is_empty());
-    }
-
-    #[test]
-    fn label_selector_errors() {
-        for bad in [
-            "app=web,",
-            "app in (a",
-            "app in a)",
-            "-bad=x",
-            "app=-x-",
-            "a b",
-            "app notinn (a)",
-            "app in ()",
-            "/x=y",
-            &format!("{}=1", "k".repeat(64)),
-        ] {
-            assert!(
-                LabelSelector::parse(bad).is_err(),
-                "{bad:?} should not parse"
-            );
-        }
+        let empty = LabelSelector::parse("  ").unwrap();
+        assert!(empty.is_empty() && empty.as_str().is_empty());
+        assert_eq!(empty, LabelSelector::default());
+        // What the API server accepts, e.g. integer comparisons.
+        let gt = LabelSelector::parse("a>1").unwrap();
+        assert!(gt.matches(&labels(&[("a", "2")])) && !gt.matches(&labels(&[("a", "1")])));
+        assert_eq!(
+            LabelSelector::parse("app in (a").unwrap_err().to_string(),
+            "unable to parse requirement: found '', expected: ',' or ')'"
+        );
     }
 }

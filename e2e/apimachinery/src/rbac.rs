@@ -30,7 +30,7 @@
 
 use serde_json::Value;
 
-use crate::selector::LabelSelector;
+use crate::selector::{LabelSelector, LabelSelectorExt};
 
 /// The authenticated user making a request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -216,7 +216,7 @@ pub(crate) fn valid_address(addr: &str, t: AddressType) -> bool {
         AddressType::V4 => addr.parse::<Ipv4Addr>().is_ok(),
         AddressType::V6 => addr.parse::<Ipv6Addr>().is_ok(),
         AddressType::AnyIp => addr.parse::<Ipv4Addr>().is_ok() || addr.parse::<Ipv6Addr>().is_ok(),
-        AddressType::Fqdn => crate::crd::is_dns_subdomain(addr.strip_suffix('.').unwrap_or(addr)),
+        AddressType::Fqdn => k8s_syntax::is_dns_name(addr.strip_suffix('.').unwrap_or(addr)),
     }
 }
 
