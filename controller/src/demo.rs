@@ -240,7 +240,7 @@ pub async fn run(opts: DemoOptions) -> Result<()> {
         path: config_path.display().to_string(),
         source: e,
     })?;
-    let plan = crate::run::plan_from_text(&config_text, Some(opts.http_addr), None)?;
+    let plan = crate::run::run_options_from_text(&config_text, Some(opts.http_addr), None)?;
     let running = crate::run::start(plan).await?;
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())

@@ -3,20 +3,44 @@
 //! Data flows one way; every arrow is a function call or a channel:
 //!
 //! ```text
-//!  source.rs   watcher(Endpoints|EndpointSlice) per cluster
-//!                 │ Apply/Delete/Init..InitDone (relist)
-//!                 ▼
-//!  core Index  (pure) ── changed ServiceKeys ──▶ state.rs  Shared (desired nodes, per-cluster status)
-//!                                                   │ keys
-//!                                                   ▼
-//!  writer.rs   coalesce ▶ skip no-ops ▶ rate limit ▶ server-side apply / delete (sink.rs;
-//!              a big service as several objects, shard 0 last)
-//!                                                   ▲ Drifted(keys): verify, then rewrite/delete
-//!  drift.rs    reflector over our own DiscoveredServices (edits, deletes, orphans)
+//!  source, per cluster                              drift
+//!    watch::run(Endpoints | EndpointSlice)            watch::run(our own DiscoveredServices)
+//!    (+ Service owner UIDs, Endpoints mode)           into its cache, the DriftView
+//!    │                                                │ keys whose objects were edited,
+//!    ▼                                                │ deleted, orphaned
+//!  core Index (pure) ── changed keys ──▶ state::Shared (desired nodes, cluster status)
+//!    │ changed keys, first-list barrier               │
+//!    ▼                                                ▼
+//!  inbox::WriterHandle ════════ one channel ════════▶ writer: coalesce ▶ skip no-ops ▶ rate
+//!                                                      │ limit ▶ retry (reads Shared; leader only)
+//!                                                      ▼
+//!                                                    sink: server-side apply / delete, a big
+//!                                                      service as several objects (shard 0 last);
+//!                                                      asks the DriftView if a key really differs
 //!
-//!  snapshot.rs Shared ──▶ APISIX dump in sharded ConfigMaps (optional sink, drift-corrected)
-//!  http.rs     /healthz /readyz /metrics /v1/discovery/kubernetes/{dump,nodes}  (reads Shared)
-//!  nodes.rs    library API: reflector over DiscoveredServices -> nodes("ns/name:port")
+//!  snapshot    Shared ──▶ APISIX dump in sharded ConfigMaps (optional sink, drift-corrected)
+//!  http        /healthz /readyz /metrics /v1/discovery/kubernetes/{dump,nodes}  (reads Shared)
+//!  leader      Lease election: gates the writer and the snapshot sink
+//!  run         wires all of the above (`RunOptions`, from the configuration)
+//!  nodes       library API: reflector over DiscoveredServices -> nodes("ns/name:port")
+//! ```
+//!
+//! `watch` is the one watch loop (backoff, 410 relist, bookmarks, idle
+//! timeout): sources and the drift watch only implement its `WatchIndex`.
+//!
+//! Module dependencies (`use crate::..`) have no cycle: a module uses only
+//! modules on lines below its own.
+//!
+//! ```text
+//!  demo ─▶ run, client
+//!  run ─▶ source, drift, writer, sink, snapshot, http, leader, state, metrics, client
+//!  writer ─▶ sink, drift, inbox, state, metrics         nodes ─▶ sink, snapshot, client
+//!  sink ─▶ drift, client                                http ─▶ snapshot, state, metrics
+//!  source ─▶ watch, inbox, state, metrics    drift ─▶ watch, inbox, state
+//!  snapshot ─▶ state, metrics, client
+//!  watch ─▶ client                           metrics ─▶ state       render ─▶ cli
+//!  state   inbox   client   leader   cli             (nothing of the crate)
+//!  (tests only: sink's kube-sim round trip reads back through nodes)
 //! ```
 //!
 //! `anyhow` is used only in `main.rs`; everything here returns [`Result`].
@@ -28,6 +52,7 @@ pub mod client;
 pub mod demo;
 pub mod drift;
 pub mod http;
+pub mod inbox;
 pub mod leader;
 pub mod metrics;
 pub mod nodes;
@@ -37,6 +62,7 @@ pub mod sink;
 pub mod snapshot;
 pub mod source;
 pub mod state;
+pub mod watch;
 pub mod writer;
 
 /// Every error of the runtime. Display strings never contain credentials.

@@ -2,10 +2,10 @@
 //! shuts them down gracefully.
 //!
 //! ```text
-//!  config file ──core::config::parse_config──▶ Config ──plan()──▶ Plan
-//!  Plan ──run_plan──▶ per cluster: Source task ─┐
-//!                                               ├─▶ Shared ◀── HTTP server
-//!                     one writer task (KubeSink on the home cluster)
+//!  config file ──core::config::parse_config──▶ Config ──run_options()──▶ RunOptions
+//!  RunOptions ──start──▶ per cluster: Source task ─┐
+//!                        the drift watch ──────────┼─▶ Shared ◀── HTTP server
+//!                        one writer task (KubeSink on the home cluster)
 //!  SIGTERM/SIGINT ─▶ cancel: sources stop, the writer starts no new write,
 //!                    in-flight writes finish, the HTTP server drains.
 //! ```
@@ -30,7 +30,7 @@ use crate::{Error, Result};
 use kube_discovery_core::config::{Config, parse_config};
 
 /// One watched cluster.
-pub struct ClusterPlan {
+pub struct ClusterSource {
     /// What to watch.
     pub params: SourceParams,
     /// How to connect.
@@ -40,9 +40,9 @@ pub struct ClusterPlan {
 }
 
 /// Everything `run` needs, derived from the configuration.
-pub struct Plan {
+pub struct RunOptions {
     /// Watched clusters.
-    pub clusters: Vec<ClusterPlan>,
+    pub clusters: Vec<ClusterSource>,
     /// Where DiscoveredServices are written.
     pub home: Connection,
     /// Object naming.
@@ -61,14 +61,14 @@ pub struct Plan {
     pub snapshot: Option<crate::snapshot::SnapshotOptions>,
 }
 
-/// Builds the [`Plan`] for a validated configuration. `http_addr` overrides
-/// `kube_discovery.http.addr`; `kubeconfig` (single cluster only) replaces the
-/// `service`/`client` settings.
-pub fn plan(
+/// Builds the [`RunOptions`] for a validated configuration. `http_addr`
+/// overrides `kube_discovery.http.addr`; `kubeconfig` (single cluster only)
+/// replaces the `service`/`client` settings.
+pub fn run_options(
     cfg: &Config,
     http_addr: Option<SocketAddr>,
     kubeconfig: Option<PathBuf>,
-) -> Result<Plan> {
+) -> Result<RunOptions> {
     let s = &cfg.settings;
     if !s.sinks.discoveredservices.enabled {
         return Err(Error::Config(
@@ -144,7 +144,7 @@ pub fn plan(
                     .naming
                     .owner_references_allowed(&kube_discovery_core::ServiceKey::new(&c.id, "", "")),
         };
-        clusters.push(ClusterPlan {
+        clusters.push(ClusterSource {
             params,
             conn,
             index: c.new_index(s),
@@ -180,7 +180,7 @@ pub fn plan(
         }
         None => None,
     };
-    Ok(Plan {
+    Ok(RunOptions {
         clusters,
         home,
         naming: s.sinks.discoveredservices.naming.clone(),
@@ -198,15 +198,16 @@ pub fn plan(
     })
 }
 
-/// Parses configuration text (environment from the process) and builds the plan.
-pub fn plan_from_text(
+/// Parses configuration text (environment from the process) and builds the
+/// [`RunOptions`].
+pub fn run_options_from_text(
     text: &str,
     http_addr: Option<SocketAddr>,
     kubeconfig: Option<PathBuf>,
-) -> Result<Plan> {
+) -> Result<RunOptions> {
     let env = |k: &str| std::env::var(k).ok();
     let cfg = parse_config(text, &env).map_err(|e| Error::Config(e.to_string()))?;
-    plan(&cfg, http_addr, kubeconfig)
+    run_options(&cfg, http_addr, kubeconfig)
 }
 
 /// `kube-discovery run`.
@@ -219,8 +220,8 @@ pub async fn run_from_file(
         path: path.display().to_string(),
         source: e,
     })?;
-    let plan = plan_from_text(&text, http_addr, kubeconfig)?;
-    run_plan(plan).await
+    let opts = run_options_from_text(&text, http_addr, kubeconfig)?;
+    run_until_signal(opts).await
 }
 
 /// A running controller (for `demo` and tests).
@@ -255,17 +256,17 @@ impl Running {
     }
 }
 
-/// Starts the controller described by `plan`.
-pub async fn start(plan: Plan) -> Result<Running> {
+/// Starts the controller described by `opts`.
+pub async fn start(opts: RunOptions) -> Result<Running> {
     let shutdown = CancellationToken::new();
     let metrics = Metrics::default();
     let shared = Arc::new(Shared::new(
-        plan.clusters.iter().map(|c| c.params.cluster.as_str()),
+        opts.clusters.iter().map(|c| c.params.cluster.as_str()),
     ));
 
-    let home = crate::client::client(&plan.home).await?;
+    let home = crate::client::client(&opts.home).await?;
     let snapshot_client = home.clone();
-    let (leader, elector) = match plan.leader {
+    let (leader, elector) = match opts.leader {
         Some(cfg) => {
             tracing::info!(namespace = %cfg.namespace, lease = %cfg.name, identity = %cfg.identity, "leader election enabled");
             let (rx, task) = crate::leader::spawn(home.clone(), cfg, shutdown.clone());
@@ -274,22 +275,22 @@ pub async fn start(plan: Plan) -> Result<Running> {
         None => (None, None),
     };
     // Drift correction: a cache of our own objects, shared with the sink.
-    let (drift_view, drift_feed) = crate::drift::DriftView::new(plan.naming.clone());
-    let snapshot = plan.snapshot.map(|opts| {
+    let (drift_view, drift_feed) = crate::drift::DriftView::new(opts.naming.clone());
+    let snapshot = opts.snapshot.map(|snapshot_opts| {
         crate::snapshot::spawn(
             snapshot_client,
             shared.clone(),
             metrics.clone(),
-            opts,
+            snapshot_opts,
             shutdown.clone(),
             leader.clone(),
         )
     });
     let (writer, writer_task) = crate::writer::spawn_gated(
-        KubeSink::new(home.clone(), plan.naming.clone()).with_drift(drift_view),
+        KubeSink::new(home.clone(), opts.naming.clone()).with_drift(drift_view),
         shared.clone(),
         metrics.clone(),
-        plan.writer.clone(),
+        opts.writer.clone(),
         shutdown.clone(),
         leader,
     );
@@ -301,7 +302,7 @@ pub async fn start(plan: Plan) -> Result<Running> {
         writer.clone(),
         shutdown.clone(),
     )));
-    for c in plan.clusters {
+    for c in opts.clusters {
         let client = crate::client::client(&c.conn).await?;
         let source = Source {
             params: c.params,
@@ -316,13 +317,13 @@ pub async fn start(plan: Plan) -> Result<Running> {
 
     let state = AppState {
         shared: shared.clone(),
-        registry: Arc::new(metrics.registry()),
-        config: plan.redacted_config,
-        auth_token: plan.auth_token,
+        registry: Arc::new(metrics.registry_with_state(shared.clone())),
+        config: opts.redacted_config,
+        auth_token: opts.auth_token,
     };
     // The HTTP server outlives the sources slightly: it is cancelled by the
     // same token and drains open requests.
-    let (http_addr, http) = crate::http::serve(plan.http_addr, state, shutdown.clone()).await?;
+    let (http_addr, http) = crate::http::serve(opts.http_addr, state, shutdown.clone()).await?;
     tracing::info!(addr = %http_addr, "HTTP server listening");
     Ok(Running {
         http_addr,
@@ -364,9 +365,9 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Runs `plan` until SIGTERM/SIGINT.
-pub async fn run_plan(plan: Plan) -> Result<()> {
-    let running = start(plan).await?;
+/// Runs `opts` until SIGTERM/SIGINT.
+pub async fn run_until_signal(opts: RunOptions) -> Result<()> {
+    let running = start(opts).await?;
     shutdown_signal().await;
     running.stop().await;
     tracing::info!("stopped");
@@ -394,9 +395,9 @@ mod tests {
     }
 
     #[test]
-    fn single_cluster_example_parses_and_plans() {
+    fn single_cluster_example_parses_into_run_options() {
         let cfg = parse(include_str!("../../examples/config.yaml"));
-        let p = plan(&cfg, None, None).unwrap();
+        let p = run_options(&cfg, None, None).unwrap();
         assert_eq!(p.clusters.len(), 1);
         let c = &p.clusters[0];
         assert_eq!(c.params.cluster, "");
@@ -414,7 +415,7 @@ mod tests {
     #[test]
     fn leader_timings_from_the_config_reach_the_lease() {
         let base = "discovery:\n  kubernetes:\n    service: {schema: http, host: 127.0.0.1, port: 8001}\n    client: {token: abc}\nkube_discovery:\n  leader_election: {enabled: true, lease_namespace: kd, lease_duration: 30s";
-        let p = plan(&parse(&format!("{base}}}\n")), None, None).unwrap();
+        let p = run_options(&parse(&format!("{base}}}\n")), None, None).unwrap();
         let l = p.leader.unwrap();
         assert_eq!(
             (l.duration, l.renew_deadline, l.retry_period),
@@ -424,7 +425,7 @@ mod tests {
                 Duration::from_secs(4)
             )
         );
-        let p = plan(
+        let p = run_options(
             &parse(&format!(
                 "{base}, renew_deadline: 25s, retry_period: 1s}}\n"
             )),
@@ -440,9 +441,9 @@ mod tests {
     }
 
     #[test]
-    fn multi_cluster_example_parses_and_plans() {
+    fn multi_cluster_example_parses_into_run_options() {
         let cfg = parse(include_str!("../../examples/multi-cluster.yaml"));
-        let p = plan(&cfg, Some("127.0.0.1:9999".parse().unwrap()), None).unwrap();
+        let p = run_options(&cfg, Some("127.0.0.1:9999".parse().unwrap()), None).unwrap();
         let ids: Vec<_> = p
             .clusters
             .iter()
@@ -470,7 +471,7 @@ mod tests {
             "no owner references across clusters"
         );
         assert!(
-            plan(&cfg, None, Some("/k".into())).is_err(),
+            run_options(&cfg, None, Some("/k".into())).is_err(),
             "--kubeconfig is single-cluster only"
         );
     }
@@ -479,7 +480,7 @@ mod tests {
     fn services_are_watched_only_where_owner_references_are_allowed() {
         let base = "discovery:\n  kubernetes:\n    service: {schema: http, host: 127.0.0.1, port: 8001}\n    client: {token: abc}\n";
         let watch = |extra: &str| {
-            let p = plan(&parse(&format!("{base}{extra}")), None, None).unwrap();
+            let p = run_options(&parse(&format!("{base}{extra}")), None, None).unwrap();
             p.clusters[0].params.watch_services
         };
         assert!(watch(""));
@@ -494,7 +495,7 @@ mod tests {
         let cfg = parse(
             "discovery:\n  kubernetes:\n    service: {schema: http, host: 127.0.0.1, port: 8001}\n    client: {token: abc}\n    namespace_selector: {equal: shop}\n    label_selector: \"app=web\"\n",
         );
-        let p = plan(&cfg, None, Some("/tmp/kc".into())).unwrap();
+        let p = run_options(&cfg, None, Some("/tmp/kc".into())).unwrap();
         let c = &p.clusters[0];
         assert_eq!(
             c.params.field_selector.as_deref(),
@@ -517,15 +518,15 @@ mod tests {
     }
 
     #[test]
-    fn configmap_sink_is_planned_with_namespace_name_and_window() {
+    fn configmap_sink_options_carry_namespace_name_and_window() {
         let cfg = parse(
             "discovery:\n  kubernetes:\n    service: {schema: http, host: 127.0.0.1, port: 8001}\n    client: {token: abc}\nkube_discovery:\n  coalesce_window: 250ms\n  sinks:\n    configmap: {enabled: true, namespace: kd}\n",
         );
-        let s = plan(&cfg, None, None).unwrap().snapshot.unwrap();
+        let s = run_options(&cfg, None, None).unwrap().snapshot.unwrap();
         assert_eq!(s.namespace, "kd");
         assert_eq!(s.name, "kube-discovery-nodes");
         assert_eq!(s.coalesce_window, Duration::from_millis(250));
         let off = parse(include_str!("../../examples/config.yaml"));
-        assert!(plan(&off, None, None).unwrap().snapshot.is_none());
+        assert!(run_options(&off, None, None).unwrap().snapshot.is_none());
     }
 }

@@ -39,6 +39,7 @@
 //! ours) and are removed by a merge patch after the apply.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -51,8 +52,25 @@ use kube_discovery_core::crd::{
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
 use crate::Result;
-use crate::drift::{DriftCheck, DriftView, ObjName};
-use crate::writer::Sink;
+use crate::drift::{DriftCheck, DriftView, Lean, ObjName};
+
+/// Where the writer puts DiscoveredServices (the API server in production,
+/// [`KubeSink`]; a fake in tests). The writer decides what and when; a sink
+/// only carries it out.
+pub trait Sink: Clone + Send + Sync + 'static {
+    /// Versions (`spec.version`) of the objects that already exist, one
+    /// entry per service.
+    fn list_versions(&self) -> impl Future<Output = Result<Vec<(ServiceKey, String)>>> + Send;
+    /// Creates or updates the object for `svc` (and its status).
+    fn apply(&self, svc: Arc<ServiceNodes>) -> impl Future<Output = Result<()>> + Send;
+    /// Deletes the object for `key` (absent is success).
+    fn delete(&self, key: ServiceKey) -> impl Future<Output = Result<()>> + Send;
+    /// Whether what the API server holds for `key` (as last seen) is what
+    /// `desired` wants. Sinks without a cache of their objects say `Ok`.
+    fn drift(&self, _key: &ServiceKey, _desired: Option<&ServiceNodes>) -> DriftCheck {
+        DriftCheck::Ok
+    }
+}
 
 /// Field manager of every write of an object (metadata, spec and status in
 /// one server-side apply).
@@ -348,14 +366,13 @@ pub fn versions_of(items: &[DiscoveredService]) -> HashMap<ServiceKey, (String, 
 }
 
 impl Sink for KubeSink {
-    /// Reads our objects page by page, decoded lean (`drift::Lean`:
-    /// no nodes, managedFields, annotations or status), and keeps only
-    /// [`Found`] of each: at 10,000 services, holding every (even lean)
-    /// object until the end of the list was the biggest allocation of an
-    /// idle restart.
+    /// Reads our objects page by page, decoded lean (`drift::Lean`: no
+    /// nodes, managedFields, annotations or status), and keeps only
+    /// [`Found`] of each, never the whole list (BENCHMARKS.md, issue 6: the
+    /// start-up list folded page by page).
     async fn list_versions(&self) -> Result<Vec<(ServiceKey, String)>> {
         let mut found = Found::default();
-        for_each_managed(&self.client, PAGE, |lean: crate::drift::Lean| {
+        for_each_managed(&self.client, PAGE, |lean: Lean| {
             found.add(&lean.into_inner());
         })
         .await?;
@@ -696,7 +713,7 @@ mod tests {
         assert!(shards >= 2, "{objects} objects");
         let mut pages = 0;
         let mut found = Found::default();
-        for_each_managed(&client, 1, |lean: crate::drift::Lean| {
+        for_each_managed(&client, 1, |lean: Lean| {
             pages += 1;
             found.add(&lean.into_inner());
         })

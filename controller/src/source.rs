@@ -1,54 +1,37 @@
-//! Watching the sources of one cluster: one kube-runtime [`watcher()`] on
-//! `v1/Endpoints` or `discovery.k8s.io/v1/EndpointSlice` feeding the pure core
-//! [`Index`].
+//! The sources of one cluster: `v1/Endpoints` or
+//! `discovery.k8s.io/v1/EndpointSlice` through the watch loop
+//! ([`crate::watch`]) into the pure core [`Index`].
 //!
 //! ```text
-//!  watcher(Config{label selector, field selector, timeout, bookmarks})
-//!    .modify(strip)               managedFields + annotations dropped
-//!    + WatchBackoff (by hand)     250 ms doubling to a 1 s cap, jittered, reset after 5 s of
-//!                                 success; a 410 Gone after a healthy stretch relists at once
+//!  watch::run(watcher(Endpoints | EndpointSlice).modify(strip managedFields, annotations))
 //!    │
-//!    ├─ Init .. InitApply* .. InitDone   (first list, and every relist: restart / 410 Gone)
+//!    ├─ init .. init_apply* .. init_done   (first list, and every relist: restart / 410 Gone)
 //!    │     └─ Index::begin_reset, reset_add_*(obj) each, finish_reset_*
 //!    │                                   vanished services reported, unchanged ones NOT
-//!    ├─ Apply(obj)  ─ Index::apply_*
-//!    └─ Delete(obj) ─ Index::delete_*
+//!    ├─ apply(obj)  ─ Index::apply_*
+//!    ├─ delete(obj) ─ Index::delete_*
+//!    └─ background: the Service metadata watch (owner UIDs, Endpoints mode only)
 //!          │ changed keys
 //!          ▼
-//!    Shared::set_desired_shared(key, index.get_shared(key)) ; WriterHandle::changed(keys)
+//!    Shared::set_desired_arc(key, index.get_arc(key)) ; WriterHandle::changed(keys)
 //! ```
 //!
-//! Memory: a (re)list is not buffered; each `InitApply` object goes straight
-//! into the index's pending relist, which keeps only what the conversion
-//! reads, and the index swaps it in at `InitDone`. The desired nodes are
-//! shared with [`Shared`] (one `Arc` per service, not a copy).
+//! A (re)list is not buffered: each listed object goes straight into the
+//! index's pending relist, which the index swaps in at `InitDone` and which
+//! reuses every object whose resourceVersion it already holds, so a relist
+//! costs O(changed objects). [`Shared`] holds the index's own `Arc` of each
+//! service, not a copy.
 //!
 //! `label_selector` and `namespace_selector.equal/not_equal` go to the server
 //! (label and `metadata.namespace` field selectors); `match/not_match` (and,
 //! again, the others) are applied by the index. After the first complete list
 //! the writer receives a `Synced` barrier, which drives readiness.
 //!
-//! Reconnects use [`WatchBackoff`], not kube-runtime's `DefaultBackoff`
-//! (800 ms doubling to 30 s): after an outage the first retry once the API
-//! server answers again must come within about a second, not tens of seconds.
-//! The source loop applies it itself (instead of `WatchStreamExt::backoff`)
-//! because it tells errors apart: a watch that ended with `410 Gone` (history
-//! compacted) is followed by a relist without delay (once per healthy
-//! stretch, see `WatchBackoff::next_after_gone`); every other error waits the
-//! ordinary delay, during which the watcher is not polled (so sends nothing).
-//! Every successful event resets it, as kube-runtime's `StreamBackoff` does.
-//! The relist itself costs O(changed objects): the index reuses every object
-//! whose resourceVersion it already holds (see `Index`).
-//!
-//! The `kube_discovery_nodes` gauge reads the index's running node total
-//! (`Index::node_count` is O(1)), so an event costs O(changed services), not a
-//! walk over every service of the index.
-//!
 //! Owner UIDs in Endpoints mode ([`SourceParams::watch_services`]): core/v1
-//! Endpoints carry no ownerReferences, so a second, metadata-only watcher on
+//! Endpoints carry no ownerReferences, so a second, metadata-only watch on
 //! `v1/Services` (same namespace field selector, NO label selector: a
 //! Service's labels need not match its Endpoints') feeds
-//! `Index::reset_service_uids` / `Index::set_service_uid` in the same task
+//! `Index::reset_service_uids` / `Index::set_service_uid` from the same task
 //! (one owner of the index, no locking). It only runs where objects can carry
 //! an ownerReference at all: single cluster, `namespace_mode: source`,
 //! Endpoints mode (EndpointSlices carry the owner UID themselves). The first
@@ -57,21 +40,19 @@
 //! Service watch that fails (e.g. `services` not granted) only logs and
 //! retries: objects are then published without an ownerReference.
 //!
-//! Bad parts of source objects that the index skips with a warning are counted
-//! in `kube_discovery_source_skipped_total{cluster,kind,reason}` (drained from
-//! `Index::take_skipped` after every index operation).
+//! Gauges and counters: `kube_discovery_services` / `kube_discovery_nodes`
+//! read the index's running totals (O(1)); parts of source objects the index
+//! skips with a warning are counted in
+//! `kube_discovery_source_skipped_total{cluster,kind,reason}`.
 
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::utils::Backoff as _;
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use kube_discovery_core::{Index, ServiceKey, SourceKind};
@@ -79,9 +60,10 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::inbox::WriterHandle;
 use crate::metrics::Metrics;
 use crate::state::Shared;
-use crate::writer::WriterHandle;
+use crate::watch::{self, Watch, WatchBackoff, WatchIndex};
 
 /// What to watch in one cluster.
 #[derive(Debug, Clone)]
@@ -103,20 +85,13 @@ pub struct SourceParams {
 impl SourceParams {
     /// The kube-runtime watcher configuration.
     pub fn watcher_config(&self) -> watcher::Config {
-        let secs = u32::try_from(self.watch_timeout.as_secs())
-            .unwrap_or(u32::MAX)
-            .clamp(1, 3600);
-        let mut cfg = watcher::Config::default()
-            .timeout(secs)
-            .page_size(crate::client::LIST_PAGE_SIZE);
+        let mut cfg = watch::config(Some(self.watch_timeout));
         if let Some(l) = self.label_selector.as_deref().filter(|s| !s.is_empty()) {
             cfg = cfg.labels(l);
         }
         if let Some(f) = self.field_selector.as_deref().filter(|s| !s.is_empty()) {
             cfg = cfg.fields(f);
         }
-        // Bookmarks are on by default in kube-runtime; keep them explicit.
-        cfg.bookmarks = true;
         cfg
     }
 
@@ -131,48 +106,6 @@ impl SourceParams {
 
 /// How long the first Service list may delay the Endpoints watch.
 pub const SERVICE_LIST_WAIT: Duration = Duration::from_secs(5);
-
-type ServiceEvents = BoxStream<'static, watcher::Result<Event<PartialObjectMeta<Service>>>>;
-
-/// `(namespace, name, uid)` of a Service's metadata.
-fn service_id(o: &PartialObjectMeta<Service>) -> Option<(String, String, String)> {
-    let m = &o.metadata;
-    Some((
-        m.namespace.clone()?,
-        m.name.clone()?,
-        m.uid.clone().filter(|u| !u.is_empty())?,
-    ))
-}
-
-/// Next event of the optional Service watch (pending forever without one).
-async fn next_service(
-    s: &mut Option<ServiceEvents>,
-) -> Option<watcher::Result<Event<PartialObjectMeta<Service>>>> {
-    match s {
-        Some(s) => s.next().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The reconnect policy of every watcher (sources, drift, gateways).
-pub use kube_discovery_core::backoff::WatchBackoff;
-
-/// Whether a watcher error is a `410 Gone` (the watch's resourceVersion was
-/// compacted away; kube-runtime relists next).
-pub(crate) fn is_gone(e: &watcher::Error) -> bool {
-    matches!(e, watcher::Error::WatchError(status) if status.code == 410)
-}
-
-/// The next item of `stream`, not polled before `until` (a backoff pause).
-pub(crate) async fn next_after<S: futures::Stream + Unpin>(
-    until: Option<Instant>,
-    stream: &mut S,
-) -> Option<S::Item> {
-    if let Some(t) = until {
-        tokio::time::sleep_until(t).await;
-    }
-    stream.next().await
-}
 
 /// A source object type the index understands.
 pub trait SourceObject:
@@ -250,67 +183,133 @@ impl Source {
         }
     }
 
-    fn service_stream(&self) -> Option<ServiceEvents> {
-        if !self.params.watch_services {
-            return None;
+    async fn run_typed<K: SourceObject>(self, shutdown: CancellationToken) {
+        let api: Api<K> = Api::all(self.client.clone());
+        let mut objects = Watch::new(watcher(api, self.params.watcher_config()).modify(
+            |o: &mut K| {
+                o.managed_fields_mut().clear();
+                o.annotations_mut().clear();
+            },
+        ));
+        let mut index = SourceIndex::new(self);
+        if !index.await_service_list(&shutdown).await {
+            return;
         }
-        let api: Api<PartialObjectMeta<Service>> = Api::all(self.client.clone());
-        Some(
-            watcher(api, self.params.service_watcher_config())
-                .backoff(WatchBackoff::with_bounds(
-                    Duration::from_millis(500),
-                    Duration::from_secs(10),
-                ))
-                .modify(|o: &mut PartialObjectMeta<Service>| {
-                    let m = &mut o.metadata;
-                    m.managed_fields = None;
-                    m.annotations = None;
-                    m.labels = None;
-                    m.owner_references = None;
-                    m.finalizers = None;
-                })
-                .boxed(),
-        )
+        let cluster = index.params.cluster.clone();
+        tracing::info!(cluster = %cluster, kind = %index.params.kind, "watching");
+        watch::run::<K, _>(&mut index, &mut objects, &shutdown).await;
+        tracing::info!(cluster = %cluster, "watch stopped");
+    }
+}
+
+/// The metadata-only Service watch of [`SourceParams::watch_services`].
+fn service_watch(
+    client: &Client,
+    params: &SourceParams,
+) -> Option<Watch<PartialObjectMeta<Service>>> {
+    if !params.watch_services {
+        return None;
+    }
+    let api: Api<PartialObjectMeta<Service>> = Api::all(client.clone());
+    let events = watcher(api, params.service_watcher_config()).modify(
+        |o: &mut PartialObjectMeta<Service>| {
+            let m = &mut o.metadata;
+            m.managed_fields = None;
+            m.annotations = None;
+            m.labels = None;
+            m.owner_references = None;
+            m.finalizers = None;
+        },
+    );
+    Some(Watch::with_backoff(
+        events,
+        WatchBackoff::with_bounds(Duration::from_millis(500), Duration::from_secs(10)),
+    ))
+}
+
+/// `(namespace, name, uid)` of a Service's metadata.
+fn service_id(o: &PartialObjectMeta<Service>) -> Option<(String, String, String)> {
+    let m = &o.metadata;
+    Some((
+        m.namespace.clone()?,
+        m.name.clone()?,
+        m.uid.clone().filter(|u| !u.is_empty())?,
+    ))
+}
+
+/// The index of one cluster as the watch loop feeds it: the source objects
+/// ([`WatchIndex<K>`] for every [`SourceObject`]) and the Service owner UIDs
+/// ([`WatchIndex<PartialObjectMeta<Service>>`], stepped as the background of
+/// the source watch). Everything that changed is published at once.
+struct SourceIndex {
+    params: SourceParams,
+    index: Index,
+    shared: Arc<Shared>,
+    writer: WriterHandle,
+    metrics: Metrics,
+    /// Objects of the (re)list being received.
+    listed_objects: usize,
+    list_started: Option<Instant>,
+    first_list_done: bool,
+    services: Option<Watch<PartialObjectMeta<Service>>>,
+    /// The Service (re)list being received.
+    service_list: Vec<(String, String, String)>,
+}
+
+impl SourceIndex {
+    fn new(source: Source) -> Self {
+        let Source {
+            params,
+            client,
+            index,
+            shared,
+            writer,
+            metrics,
+        } = source;
+        SourceIndex {
+            services: service_watch(&client, &params),
+            params,
+            index,
+            shared,
+            writer,
+            metrics,
+            listed_objects: 0,
+            list_started: None,
+            first_list_done: false,
+            service_list: Vec::new(),
+        }
     }
 
-    /// Handles one Service watch event; `buffer` collects a (re)list.
-    fn on_service_event(
-        &mut self,
-        ev: watcher::Result<Event<PartialObjectMeta<Service>>>,
-        buffer: &mut Vec<(String, String, String)>,
-    ) {
-        let now = Instant::now();
-        let changed = match ev {
-            Ok(Event::Init) => {
-                buffer.clear();
-                return;
-            }
-            Ok(Event::InitApply(o)) => {
-                buffer.extend(service_id(&o));
-                return;
-            }
-            Ok(Event::InitDone) => {
-                let all = std::mem::take(buffer);
-                tracing::info!(cluster = %self.params.cluster, services = all.len(), "Service owner UIDs listed");
-                self.index.reset_service_uids(all)
-            }
-            Ok(Event::Apply(o)) => match service_id(&o) {
-                Some((ns, name, uid)) => self.index.set_service_uid(&ns, &name, Some(uid)),
-                None => Vec::new(),
-            },
-            Ok(Event::Delete(o)) => {
-                let m = &o.metadata;
-                match (m.namespace.as_deref(), m.name.as_deref()) {
-                    (Some(ns), Some(name)) => self.index.set_service_uid(ns, name, None),
-                    _ => Vec::new(),
+    /// Gives the first Service list a head start (bounded), so the first
+    /// writes already carry the owner; never blocks on it. `false`: shutdown.
+    async fn await_service_list(&mut self, shutdown: &CancellationToken) -> bool {
+        let deadline = tokio::time::sleep(SERVICE_LIST_WAIT);
+        tokio::pin!(deadline);
+        loop {
+            let Some(services) = self.services.as_mut() else {
+                return true;
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => return false,
+                () = &mut deadline => {
+                    tracing::warn!(cluster = %self.params.cluster, "Service list not complete after {SERVICE_LIST_WAIT:?}; watching endpoints anyway");
+                    return true;
                 }
+                ev = services.next() => match ev {
+                    Some(ev) => {
+                        let done = matches!(ev, Ok(Event::InitDone) | Err(_));
+                        watch::dispatch::<PartialObjectMeta<Service>, _>(self, ev);
+                        if done {
+                            return true;
+                        }
+                    }
+                    None => {
+                        self.services = None;
+                        return true;
+                    }
+                },
             }
-            Err(e) => {
-                tracing::warn!(cluster = %self.params.cluster, error = %e, "Service watch failed (owner references of DiscoveredServices may be missing); retrying with backoff");
-                return;
-            }
-        };
-        self.publish(changed, now);
+        }
     }
 
     /// Feeds the skip counts of the last index operations to the metric.
@@ -325,146 +324,13 @@ impl Source {
         }
     }
 
-    async fn run_typed<K: SourceObject>(mut self, shutdown: CancellationToken) {
-        let cluster = self.params.cluster.clone();
-        let mut services = self.service_stream();
-        let mut service_buffer = Vec::new();
-        if services.is_some() {
-            // Give the first Service list a head start (bounded), so the first
-            // writes already carry the owner; never block on it.
-            let deadline = tokio::time::sleep(SERVICE_LIST_WAIT);
-            tokio::pin!(deadline);
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    () = &mut deadline => {
-                        tracing::warn!(cluster = %cluster, "Service list not complete after {SERVICE_LIST_WAIT:?}; watching endpoints anyway");
-                        break;
-                    }
-                    ev = next_service(&mut services) => match ev {
-                        Some(ev) => {
-                            let stop = matches!(ev, Ok(Event::InitDone) | Err(_));
-                            self.on_service_event(ev, &mut service_buffer);
-                            if stop {
-                                break;
-                            }
-                        }
-                        None => {
-                            services = None;
-                            break;
-                        }
-                    },
-                }
-            }
-        }
-        let api: Api<K> = Api::all(self.client.clone());
-        let stream = watcher(api, self.params.watcher_config()).modify(|o: &mut K| {
-            o.managed_fields_mut().clear();
-            o.annotations_mut().clear();
-        });
-        let mut stream = std::pin::pin!(stream);
-        let mut backoff = WatchBackoff::new();
-        // After an error: the watcher is polled again only from this instant.
-        let mut paused_until: Option<Instant> = None;
-        let mut listed_objects: usize = 0;
-        let mut list_started: Option<Instant> = None;
-        let mut first_list_done = false;
-        tracing::info!(cluster = %cluster, kind = %self.params.kind, "watching");
-        loop {
-            let ev = tokio::select! {
-                () = shutdown.cancelled() => break,
-                sev = next_service(&mut services) => {
-                    match sev {
-                        Some(sev) => self.on_service_event(sev, &mut service_buffer),
-                        None => services = None,
-                    }
-                    continue;
-                }
-                ev = next_after(paused_until, &mut stream) => ev,
-            };
-            let Some(ev) = ev else { break };
-            paused_until = None;
-            let now = Instant::now();
-            match &ev {
-                Ok(_) => backoff.reset(),
-                Err(e) => {
-                    let delay = if is_gone(e) {
-                        backoff.next_after_gone()
-                    } else {
-                        backoff.next().unwrap_or(Duration::from_secs(1))
-                    };
-                    paused_until = Some(now + delay);
-                }
-            }
-            match ev {
-                Ok(Event::Init) => {
-                    self.index.begin_reset();
-                    listed_objects = 0;
-                    list_started = Some(now);
-                }
-                Ok(Event::InitApply(o)) => {
-                    self.metrics.event(&cluster, "init_apply");
-                    K::reset_add(&mut self.index, &o);
-                    listed_objects += 1;
-                    // Warnings of listed objects are logged (and counted) as
-                    // they arrive.
-                    self.count_skipped();
-                }
-                Ok(Event::InitDone) => {
-                    let changed = K::reset_finish(&mut self.index);
-                    if let Some(t) = list_started.take() {
-                        self.metrics
-                            .list_duration
-                            .get_or_create(&Metrics::cluster(&cluster))
-                            .observe(t.elapsed().as_secs_f64());
-                    }
-                    self.metrics
-                        .event(&cluster, if first_list_done { "relist" } else { "list" });
-                    tracing::info!(cluster = %cluster, objects = std::mem::take(&mut listed_objects), services = self.index.len(), changed = changed.len(), "list complete");
-                    self.publish(changed, now);
-                    self.shared.update_cluster(&cluster, |c| {
-                        c.listed = true;
-                        c.lists += 1;
-                        c.last_error = None;
-                    });
-                    if !first_list_done {
-                        first_list_done = true;
-                        self.writer.synced(&cluster);
-                    }
-                }
-                Ok(Event::Apply(o)) => {
-                    self.metrics.event(&cluster, "apply");
-                    let changed = K::apply(&mut self.index, &o);
-                    self.publish(changed, now);
-                }
-                Ok(Event::Delete(o)) => {
-                    self.metrics.event(&cluster, "delete");
-                    let changed = K::delete(&mut self.index, &o);
-                    self.publish(changed, now);
-                }
-                Err(e) => {
-                    self.metrics
-                        .watch_restarts
-                        .get_or_create(&Metrics::cluster(&cluster))
-                        .inc();
-                    tracing::warn!(cluster = %cluster, error = %e, "watch failed; retrying with backoff");
-                    let msg = e.to_string();
-                    self.shared
-                        .update_cluster(&cluster, |c| c.last_error = Some(msg));
-                }
-            }
-        }
-        tracing::info!(cluster = %cluster, "watch stopped");
-    }
-
     fn publish(&mut self, changed: Vec<ServiceKey>, at: Instant) {
         self.count_skipped();
         if changed.is_empty() {
             return;
         }
         for key in &changed {
-            self.shared
-                .set_desired_shared(key, self.index.get_shared(key));
+            self.shared.set_desired_arc(key, self.index.get_arc(key));
         }
         let label = Metrics::cluster(&self.params.cluster);
         self.metrics
@@ -479,18 +345,135 @@ impl Source {
     }
 }
 
+impl<K: SourceObject> WatchIndex<K> for SourceIndex {
+    fn init(&mut self) {
+        self.index.begin_reset();
+        self.listed_objects = 0;
+        self.list_started = Some(Instant::now());
+    }
+
+    fn init_apply(&mut self, obj: K) {
+        self.metrics.event(&self.params.cluster, "init_apply");
+        K::reset_add(&mut self.index, &obj);
+        self.listed_objects += 1;
+        // Warnings of listed objects are logged (and counted) as they arrive.
+        self.count_skipped();
+    }
+
+    fn init_done(&mut self) {
+        let now = Instant::now();
+        let cluster = self.params.cluster.clone();
+        let changed = K::reset_finish(&mut self.index);
+        if let Some(t) = self.list_started.take() {
+            self.metrics
+                .list_duration
+                .get_or_create(&Metrics::cluster(&cluster))
+                .observe(t.elapsed().as_secs_f64());
+        }
+        self.metrics.event(
+            &cluster,
+            if self.first_list_done {
+                "relist"
+            } else {
+                "list"
+            },
+        );
+        tracing::info!(cluster = %cluster, objects = std::mem::take(&mut self.listed_objects), services = self.index.len(), changed = changed.len(), "list complete");
+        self.publish(changed, now);
+        self.shared.update_cluster(&cluster, |c| {
+            c.listed = true;
+            c.lists += 1;
+            c.last_error = None;
+        });
+        if !self.first_list_done {
+            self.first_list_done = true;
+            self.writer.synced(&cluster);
+        }
+    }
+
+    fn apply(&mut self, obj: K) {
+        let now = Instant::now();
+        self.metrics.event(&self.params.cluster, "apply");
+        let changed = K::apply(&mut self.index, &obj);
+        self.publish(changed, now);
+    }
+
+    fn delete(&mut self, obj: K) {
+        let now = Instant::now();
+        self.metrics.event(&self.params.cluster, "delete");
+        let changed = K::delete(&mut self.index, &obj);
+        self.publish(changed, now);
+    }
+
+    fn failed(&mut self, err: &watcher::Error) {
+        let cluster = &self.params.cluster;
+        self.metrics
+            .watch_restarts
+            .get_or_create(&Metrics::cluster(cluster))
+            .inc();
+        tracing::warn!(cluster = %cluster, error = %err, "watch failed; retrying with backoff");
+        let msg = err.to_string();
+        self.shared
+            .update_cluster(cluster, |c| c.last_error = Some(msg));
+    }
+
+    /// The Service watch, if any: one event of it.
+    async fn background(&mut self) {
+        let Some(services) = self.services.as_mut() else {
+            return std::future::pending().await;
+        };
+        match services.next().await {
+            Some(ev) => watch::dispatch::<PartialObjectMeta<Service>, _>(self, ev),
+            None => self.services = None,
+        }
+    }
+}
+
+/// The Service owner UIDs: a (re)list replaces them all, events set one.
+impl WatchIndex<PartialObjectMeta<Service>> for SourceIndex {
+    fn init(&mut self) {
+        self.service_list.clear();
+    }
+
+    fn init_apply(&mut self, obj: PartialObjectMeta<Service>) {
+        self.service_list.extend(service_id(&obj));
+    }
+
+    fn init_done(&mut self) {
+        let now = Instant::now();
+        let all = std::mem::take(&mut self.service_list);
+        tracing::info!(cluster = %self.params.cluster, services = all.len(), "Service owner UIDs listed");
+        let changed = self.index.reset_service_uids(all);
+        self.publish(changed, now);
+    }
+
+    fn apply(&mut self, obj: PartialObjectMeta<Service>) {
+        let now = Instant::now();
+        let changed = match service_id(&obj) {
+            Some((ns, name, uid)) => self.index.set_service_uid(&ns, &name, Some(uid)),
+            None => Vec::new(),
+        };
+        self.publish(changed, now);
+    }
+
+    fn delete(&mut self, obj: PartialObjectMeta<Service>) {
+        let now = Instant::now();
+        let m = &obj.metadata;
+        let changed = match (m.namespace.as_deref(), m.name.as_deref()) {
+            (Some(ns), Some(name)) => self.index.set_service_uid(ns, name, None),
+            _ => Vec::new(),
+        };
+        self.publish(changed, now);
+    }
+
+    fn failed(&mut self, err: &watcher::Error) {
+        tracing::warn!(cluster = %self.params.cluster, error = %err, "Service watch failed (owner references of DiscoveredServices may be missing); retrying with backoff");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_a_410_watch_error_counts_as_gone() {
-        let status = |code| Box::new(kube::core::Status::failure("x", "Expired").with_code(code));
-        assert!(is_gone(&watcher::Error::WatchError(status(410))));
-        assert!(!is_gone(&watcher::Error::WatchError(status(500))));
-        assert!(!is_gone(&watcher::Error::WatchError(status(403))));
-        assert!(!is_gone(&watcher::Error::NoResourceVersion));
-    }
 
     #[test]
     fn watcher_config_carries_selectors_timeout_and_bookmarks() {

@@ -1,17 +1,22 @@
-//! The process-wide shared state: the desired nodes of every service (written
-//! by the sources from the pure core `Index`, read by the writer at write time
-//! and by the HTTP API) and the status of every cluster (listed? written?).
+//! The process-wide state, [`Shared`]: the desired nodes of every service
+//! (written by the sources from the pure core `Index`, read by the writer at
+//! write time, by the drift checks and by the HTTP API) and the status of
+//! every cluster (listed? written?).
+//!
+//! ```text
+//!  source ── set_desired_arc(key, Arc) ─▶ Shared ◀── desired(key) ── writer, drift, http
+//!         ── update_cluster(listed..) ─▶        ── subscribe() ───▶ snapshot sink
+//! ```
 //!
 //! The writer only queues *keys* and reads the desired value from here when it
 //! is about to write, so a newer desired state always replaces an older pending
 //! one and nothing is ever written stale.
 //!
 //! Values are `Arc<ServiceNodes>`: the sources hand in the index's own
-//! allocation ([`Shared::set_desired_shared`]), so the nodes of a service are
+//! allocation ([`Shared::set_desired_arc`]), so the nodes of a service are
 //! held once, not once in the index and again here. The table is a set of
 //! those `Arc`s ordered by the key INSIDE each value ([`Desired`]), not a map
-//! with a second copy of every key (72 bytes plus two small heap blocks per
-//! service).
+//! with a second copy of every key.
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -98,7 +103,7 @@ impl Desired {
     }
 }
 
-/// Shared state; cheap to share behind an `Arc`.
+/// The process-wide state (see the module docs); one per process, behind an `Arc`.
 #[derive(Debug, Default)]
 pub struct Shared {
     desired: RwLock<Desired>,
@@ -133,14 +138,14 @@ impl Shared {
 
     /// Sets (`Some`) or removes (`None`) the desired nodes of `key`.
     pub fn set_desired(&self, key: &ServiceKey, value: Option<ServiceNodes>) {
-        self.set_desired_shared(key, value.map(Arc::new));
+        self.set_desired_arc(key, value.map(Arc::new));
     }
 
-    /// [`Shared::set_desired`] with a value shared with its producer (the
-    /// index), without copying the nodes. A value is stored under its own
+    /// [`Shared::set_desired`] with the producer's own `Arc` (the index's),
+    /// without copying the nodes. A value is stored under its own
     /// `key` field, which callers pass as `key`; one that names another
     /// service is a bug of the caller and is stored as a copy carrying `key`.
-    pub fn set_desired_shared(&self, key: &ServiceKey, value: Option<Arc<ServiceNodes>>) {
+    pub fn set_desired_arc(&self, key: &ServiceKey, value: Option<Arc<ServiceNodes>>) {
         let value = value.map(|v| {
             if v.key == *key {
                 v
@@ -184,8 +189,8 @@ impl Shared {
         f(&read(&self.desired))
     }
 
-    /// The desired nodes of `key` (`None`: the source is gone). Shared, not
-    /// copied: a write or a drift check of a big service copies no nodes.
+    /// The desired nodes of `key` (`None`: the source is gone). The `Arc`, not
+    /// a copy: a write or a drift check of a big service copies no nodes.
     pub fn desired(&self, key: &ServiceKey) -> Option<Arc<ServiceNodes>> {
         read(&self.desired).get(key).cloned()
     }
@@ -282,18 +287,18 @@ mod tests {
         assert!(s.ready());
         s.set_desired(&k, None);
         assert!(s.desired(&k).is_none());
-        // A shared value is held, not copied.
+        // An `Arc` handed in is held, not copied.
         let v = Arc::new(ServiceNodes::new(
             k.clone(),
             SourceKind::Endpoints,
             PortMap::new(),
             None,
         ));
-        s.set_desired_shared(&k, Some(Arc::clone(&v)));
+        s.set_desired_arc(&k, Some(Arc::clone(&v)));
         assert_eq!(Arc::strong_count(&v), 2);
         assert_eq!(s.desired(&k).as_deref(), Some(&*v));
         assert_eq!(s.desired_of(""), vec![v.clone()]);
-        s.set_desired_shared(&k, None);
+        s.set_desired_arc(&k, None);
         assert_eq!(Arc::strong_count(&v), 1);
     }
 
@@ -318,12 +323,12 @@ mod tests {
             ServiceKey::new("", "a", "y"),
         ];
         for k in &keys {
-            s.set_desired_shared(k, Some(svc(k, "old")));
+            s.set_desired_arc(k, Some(svc(k, "old")));
         }
         // A new value of a key replaces the old one (which is released).
         let old = s.desired(&keys[1]).unwrap();
         let new = svc(&keys[1], "new");
-        s.set_desired_shared(&keys[1], Some(Arc::clone(&new)));
+        s.set_desired_arc(&keys[1], Some(Arc::clone(&new)));
         assert_eq!(Arc::strong_count(&old), 1, "the old value is released");
         assert!(Arc::ptr_eq(&s.desired(&keys[1]).unwrap(), &new));
         let mut sorted = keys.to_vec();
@@ -337,7 +342,7 @@ mod tests {
         assert_eq!(s.counts("west"), (1, 0));
         // A value handed in under another key is kept under the key given.
         let wrong = svc(&ServiceKey::new("", "other", "svc"), "p");
-        s.set_desired_shared(&keys[0], Some(wrong));
+        s.set_desired_arc(&keys[0], Some(wrong));
         let got = s.desired(&keys[0]).unwrap();
         assert_eq!(got.key, keys[0]);
         assert!(got.ports.contains_key("p"));

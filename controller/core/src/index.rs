@@ -41,8 +41,8 @@
 //! Memory: a slice is kept as its [`SliceContribution`] (validated ports,
 //! the first valid address and conditions of each endpoint, its warnings, the
 //! owner UID), not as the object; every desired [`ServiceNodes`] is held in an
-//! [`Arc`] so the runtime's shared state can hold the same allocation
-//! ([`Index::get_shared`]) instead of a second copy; the node total is kept
+//! [`Arc`] so the runtime's `Shared` state can hold the same allocation
+//! ([`Index::get_arc`]) instead of a second copy; the node total is kept
 //! as a running sum ([`Index::node_count`] is O(1)).
 //!
 //! A relist can be fed one object at a time ([`Index::begin_reset`],
@@ -454,7 +454,7 @@ impl Index {
 
     /// Makes `desired` the state; returns the keys that changed or vanished.
     /// An unchanged service keeps the current allocation (the one the
-    /// runtime's shared state holds).
+    /// runtime's `Shared` holds).
     fn replace_all(
         &mut self,
         mut desired: BTreeMap<ServiceKey, Arc<ServiceNodes>>,
@@ -775,9 +775,9 @@ impl Index {
         self.services.get(key).map(|s| &**s)
     }
 
-    /// Desired state of `key` as the index's own shared allocation (hand
+    /// Desired state of `key` as the index's own `Arc` (hand
     /// this to other holders instead of cloning the nodes).
-    pub fn get_shared(&self, key: &ServiceKey) -> Option<Arc<ServiceNodes>> {
+    pub fn get_arc(&self, key: &ServiceKey) -> Option<Arc<ServiceNodes>> {
         self.services.get(key).cloned()
     }
 
@@ -1432,7 +1432,7 @@ mod tests {
             ep("ns", "a", &["10.0.0.1"], json!({})),
             ep("ns", "b", &["10.0.0.2"], json!({})),
         ]);
-        let a_before = i.get_shared(&k("ns", "a")).unwrap();
+        let a_before = i.get_arc(&k("ns", "a")).unwrap();
         i.begin_reset();
         i.reset_add_endpoints(&ep("ns", "a", &["10.0.0.1"], json!({})));
         i.reset_add_endpoints(&ep("ns", "b", &["10.0.0.2", "10.0.0.3"], json!({})));
@@ -1445,10 +1445,7 @@ mod tests {
         let b = i.get(&k("ns", "b")).unwrap();
         assert_eq!(b.owner_uid.as_deref(), Some("uid-b"));
         assert_eq!(b.node_count(), 2);
-        assert!(Arc::ptr_eq(
-            &a_before,
-            &i.get_shared(&k("ns", "a")).unwrap()
-        ));
+        assert!(Arc::ptr_eq(&a_before, &i.get_arc(&k("ns", "a")).unwrap()));
         assert_eq!(i.node_count(), 3);
     }
 
@@ -1634,7 +1631,7 @@ mod tests {
         // Unchanged services keep their very allocation (nothing to publish).
         for (key, old) in &before {
             if !changed.contains(key) {
-                assert!(Arc::ptr_eq(old, &i.get_shared(key).unwrap()), "{key}");
+                assert!(Arc::ptr_eq(old, &i.get_arc(key).unwrap()), "{key}");
             }
         }
         // The dropped slices are really gone: deleting s5-a now removes s5.
@@ -1814,7 +1811,7 @@ mod tests {
             i.take_skipped(),
             BTreeMap::from([(SkipReason::InvalidAddress, 1)])
         );
-        let e1 = i.get_shared(&k("ns", "e1")).unwrap();
+        let e1 = i.get_arc(&k("ns", "e1")).unwrap();
 
         // e3 changed, e7 gone, the rest (and the bad one) unchanged.
         let mut next: Vec<Endpoints> = list
@@ -1830,7 +1827,7 @@ mod tests {
             "the unchanged bad object is not counted again"
         );
         assert_eq!(i.warnings().count(), 1);
-        assert!(Arc::ptr_eq(&e1, &i.get_shared(&k("ns", "e1")).unwrap()));
+        assert!(Arc::ptr_eq(&e1, &i.get_arc(&k("ns", "e1")).unwrap()));
         assert_eq!(
             i.get(&k("ns", "e1")).unwrap().owner_uid.as_deref(),
             Some("u-own")

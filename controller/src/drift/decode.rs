@@ -1,0 +1,221 @@
+//! How our DiscoveredServices are decoded: lean, never as whole objects.
+//!
+//! * [`Watched`], for the drift watch: name, namespace and resourceVersion
+//!   (all the watcher itself needs), the service its spec describes and its
+//!   [`Facts`]; `managedFields`, annotations and status are skipped while
+//!   parsing, the labels, owner references and nodes are reduced and dropped.
+//! * [`Lean`], for the sink's start-up list: the object without its nodes.
+//!
+//! Both implement `kube::Resource` with the CRD's URLs (`discovered_service_resource!`).
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+use kube_discovery_core::ServiceKey;
+use kube_discovery_core::crd::{DiscoveredService, DiscoveredServiceSpec};
+
+use super::facts::Facts;
+
+/// A DiscoveredService as the drift watch decodes it: name, namespace and
+/// resourceVersion (all the watcher itself needs), the service its spec
+/// describes, and its [`Facts`]. `managedFields`, annotations and status
+/// are skipped while parsing; the labels, owner references and nodes are
+/// reduced and dropped. Every write of ours comes back as a watch event,
+/// so this decode runs once per write.
+#[derive(Debug, Clone)]
+pub struct Watched {
+    pub(super) meta: ObjectMeta,
+    pub(super) key: ServiceKey,
+    pub(super) facts: Facts,
+}
+
+impl Watched {
+    /// `obj` reduced as the watch reduces it.
+    pub fn of(obj: &DiscoveredService) -> Self {
+        Watched {
+            meta: ObjectMeta {
+                name: obj.metadata.name.clone(),
+                namespace: obj.metadata.namespace.clone(),
+                resource_version: obj.metadata.resource_version.clone(),
+                ..ObjectMeta::default()
+            },
+            key: spec_key(&obj.spec),
+            facts: Facts::of_object(obj),
+        }
+    }
+
+    pub(super) fn ns(&self) -> &str {
+        self.meta.namespace.as_deref().unwrap_or_default()
+    }
+
+    pub(super) fn name(&self) -> &str {
+        self.meta.name.as_deref().unwrap_or_default()
+    }
+}
+
+fn spec_key(spec: &DiscoveredServiceSpec) -> ServiceKey {
+    ServiceKey::new(&spec.cluster, &spec.source_namespace, &spec.source_name)
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeanMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    owner_references: Option<Vec<OwnerReference>>,
+    resource_version: Option<String>,
+    uid: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct LeanObject {
+    metadata: LeanMeta,
+    spec: DiscoveredServiceSpec,
+}
+
+impl<'de> serde::Deserialize<'de> for Watched {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let LeanObject { metadata: m, spec } = LeanObject::deserialize(d)?;
+        Ok(Watched {
+            facts: Facts::of(m.labels.as_ref(), m.owner_references.as_deref(), &spec),
+            key: spec_key(&spec),
+            meta: ObjectMeta {
+                name: m.name,
+                namespace: m.namespace,
+                resource_version: m.resource_version,
+                ..ObjectMeta::default()
+            },
+        })
+    }
+}
+
+/// `kube::Resource` for a lean view of a DiscoveredService (`$meta` is the
+/// path of its `ObjectMeta`): the watch and list URLs are the CRD's.
+macro_rules! discovered_service_resource {
+    ($ty:ty, $($meta:tt)+) => {
+        impl Resource for $ty {
+            type DynamicType = ();
+            type Scope = NamespaceResourceScope;
+
+            fn kind(dt: &()) -> Cow<'_, str> {
+                DiscoveredService::kind(dt)
+            }
+            fn group(dt: &()) -> Cow<'_, str> {
+                DiscoveredService::group(dt)
+            }
+            fn version(dt: &()) -> Cow<'_, str> {
+                DiscoveredService::version(dt)
+            }
+            fn plural(dt: &()) -> Cow<'_, str> {
+                DiscoveredService::plural(dt)
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.$($meta)+
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.$($meta)+
+            }
+        }
+    };
+}
+
+discovered_service_resource!(Watched, meta);
+
+/// A DiscoveredService decoded lean for the sink's start-up list
+/// (`Sink::list_versions`, page by page): name, namespace, labels, owner
+/// references, uid, resourceVersion and the spec WITHOUT nodes;
+/// `managedFields`, annotations and status are skipped while parsing.
+#[derive(Debug, Clone)]
+pub(crate) struct Lean(DiscoveredService);
+
+impl<'de> serde::Deserialize<'de> for Lean {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let LeanObject {
+            metadata: m,
+            mut spec,
+        } = LeanObject::deserialize(d)?;
+        spec.ports = Default::default();
+        Ok(Lean(DiscoveredService {
+            metadata: ObjectMeta {
+                name: m.name,
+                namespace: m.namespace,
+                labels: m.labels,
+                owner_references: m.owner_references,
+                resource_version: m.resource_version,
+                uid: m.uid,
+                ..ObjectMeta::default()
+            },
+            spec,
+            status: None,
+        }))
+    }
+}
+
+discovered_service_resource!(Lean, 0.metadata);
+
+impl Lean {
+    /// The object (no nodes, see the type docs).
+    pub(crate) fn into_inner(self) -> DiscoveredService {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drift::facts::WantedObject;
+    use crate::drift::test_support::*;
+    use kube_discovery_core::crd::{ObjectNaming, desired_object};
+
+    #[test]
+    fn the_watch_decodes_only_what_drift_compares() {
+        let want = desired_object(&svc(&["10.0.0.1"]), &ObjectNaming::source());
+        let full = |o: &DiscoveredService| {
+            let mut v = serde_json::to_value(o).unwrap();
+            v["metadata"]["resourceVersion"] = serde_json::json!("7");
+            v["metadata"]["managedFields"] = serde_json::json!([{
+                "manager": "kube-discovery", "operation": "Apply",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:ports": {}}}
+            }]);
+            v["metadata"]["annotations"] = serde_json::json!({"someone/else": "x"});
+            v["status"] = serde_json::json!({"nodeCount": 1, "ports": "http"});
+            v
+        };
+        let w: Watched = serde_json::from_value(full(&want)).unwrap();
+        assert_eq!((w.ns(), w.name()), ("ns", "web"));
+        assert_eq!(w.meta.resource_version.as_deref(), Some("7"));
+        assert!(w.meta.labels.is_none() && w.meta.managed_fields.is_none());
+        assert!(w.meta.annotations.is_none());
+        assert_eq!(w.key, ServiceKey::new("", "ns", "web"));
+        assert_eq!(w.facts, Watched::of(&want).facts);
+        assert!(w.facts.satisfies(&WantedObject::of(&want)));
+        let mut edited = want.clone();
+        edited
+            .spec
+            .ports
+            .values_mut()
+            .for_each(|v| v[0].weight += 1);
+        let w: Watched = serde_json::from_value(full(&edited)).unwrap();
+        assert!(
+            !w.facts.satisfies(&WantedObject::of(&want)),
+            "a node edit is seen"
+        );
+        let err = serde_json::from_value::<Watched>(serde_json::json!({"metadata": {}}));
+        assert!(
+            err.is_err(),
+            "no spec: a decode error, not a default object"
+        );
+        // The sink's lean decode: no nodes, no managedFields, annotations or status.
+        let lean: Lean = serde_json::from_value(full(&want)).unwrap();
+        let o = lean.into_inner();
+        assert!(o.metadata.managed_fields.is_none() && o.status.is_none());
+        assert!(o.metadata.annotations.is_none() && o.spec.ports.is_empty());
+        assert_eq!(o.metadata.labels, want.metadata.labels);
+        assert_eq!(o.spec.version, want.spec.version);
+        assert_eq!(o.metadata.resource_version.as_deref(), Some("7"));
+    }
+}

@@ -1,0 +1,173 @@
+//! The drift watch: our own DiscoveredServices through the watch loop
+//! ([`crate::watch`]) into the cache, reporting suspicious keys to the
+//! writer's inbox.
+//!
+//! ```text
+//!  watch::run ─▶ DriftWatch
+//!    init / init_apply / init_done ─▶ Caches (a relist swapped in at init_done)
+//!                                     init_done: ready; a sweep is due
+//!    apply / delete ─▶ Caches, then DriftView::suspicious ─▶ WriterHandle::drifted([key])
+//!                                      (undecidable: cluster not listed ─▶ a sweep is due)
+//!    background: a due sweep, once every cluster is listed ─▶ WriterHandle::drifted(keys)
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use kube::runtime::watcher::{self, Event, watcher};
+use kube::{Api, Client};
+use kube_discovery_core::crd::{MANAGED_BY_SELECTOR, NamespaceMode, ObjectNaming};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::decode::Watched;
+use super::view::DriftView;
+use crate::inbox::WriterHandle;
+use crate::state::Shared;
+use crate::watch::{self, Watch, WatchIndex};
+
+/// How often a due sweep looks whether every cluster is listed yet.
+const SWEEP_POLL: Duration = Duration::from_millis(200);
+
+/// The feeding half of a [`DriftView`]: the watch task.
+pub struct DriftFeed {
+    view: DriftView,
+}
+
+impl DriftView {
+    /// An empty view and its feed (start the feed with [`DriftFeed::run`]).
+    pub fn new(naming: ObjectNaming) -> (DriftView, DriftFeed) {
+        let view = DriftView::empty(naming);
+        (view.clone(), DriftFeed { view })
+    }
+}
+
+impl DriftFeed {
+    /// Feeds one watch event to the cache (and nothing else: no reports).
+    pub fn apply(&mut self, ev: &Event<Watched>) {
+        self.view.lock().apply_event(ev);
+    }
+
+    /// Watches our DiscoveredServices until `shutdown`, reporting suspicious
+    /// keys to `writer`.
+    pub async fn run(
+        self,
+        client: Client,
+        shared: Arc<Shared>,
+        writer: WriterHandle,
+        shutdown: CancellationToken,
+    ) {
+        let api: Api<Watched> = match &self.view.naming.namespace_mode {
+            NamespaceMode::Fixed(ns) => Api::namespaced(client, ns),
+            NamespaceMode::Source => Api::all(client),
+        };
+        let mut ours = Watch::new(watcher(
+            api,
+            watch::config(None).labels(MANAGED_BY_SELECTOR),
+        ));
+        let mut index = DriftWatch {
+            view: self.view,
+            shared,
+            writer,
+            sweep_due: false,
+            next_sweep: Instant::now(),
+        };
+        watch::run(&mut index, &mut ours, &shutdown).await;
+    }
+}
+
+/// `ns/name` of `obj` for logs, noting when our labels were changed.
+fn describe(obj: &Watched) -> String {
+    format!(
+        "{}/{}{}",
+        obj.ns(),
+        obj.name(),
+        if obj.facts.labels_ok {
+            ""
+        } else {
+            " (labels changed)"
+        }
+    )
+}
+
+/// The drift watch as the watch loop feeds it.
+struct DriftWatch {
+    view: DriftView,
+    shared: Arc<Shared>,
+    writer: WriterHandle,
+    /// A sweep waits until every cluster is listed (desired state known).
+    sweep_due: bool,
+    /// When a due sweep looks next.
+    next_sweep: Instant,
+}
+
+impl DriftWatch {
+    /// Reports `obj` to the writer if it needs a closer look.
+    fn report(&mut self, obj: Watched, deleted: bool) {
+        match self.view.suspicious(&obj, deleted, &self.shared) {
+            Some(true) => {
+                if deleted {
+                    tracing::debug!(object = %describe(&obj), "wanted DiscoveredService deleted");
+                } else {
+                    tracing::debug!(object = %describe(&obj), "DiscoveredService differs from the desired state");
+                }
+                self.writer.drifted(vec![obj.key]);
+            }
+            Some(false) => {}
+            None => self.sweep_due = true,
+        }
+    }
+
+    /// The due sweep, once every cluster is listed.
+    fn try_sweep(&mut self) {
+        if self.shared.clusters().values().all(|c| c.listed) {
+            self.sweep_due = false;
+            let keys = self.view.sweep(&self.shared);
+            if !keys.is_empty() {
+                tracing::debug!(keys = keys.len(), "drift sweep found differences");
+            }
+            self.writer.drifted(keys);
+        }
+    }
+}
+
+impl WatchIndex<Watched> for DriftWatch {
+    fn init(&mut self) {
+        self.view.lock().init();
+    }
+
+    fn init_apply(&mut self, obj: Watched) {
+        self.view.lock().init_apply(&obj);
+    }
+
+    fn init_done(&mut self) {
+        self.view.lock().init_done();
+        self.view.ready.store(true, Ordering::Release);
+        self.sweep_due = true;
+    }
+
+    fn apply(&mut self, obj: Watched) {
+        self.view.lock().apply(&obj);
+        self.report(obj, false);
+    }
+
+    fn delete(&mut self, obj: Watched) {
+        self.view.lock().delete(&obj);
+        self.report(obj, true);
+    }
+
+    fn failed(&mut self, err: &watcher::Error) {
+        tracing::warn!(error = %err, "DiscoveredService watch failed; retrying");
+    }
+
+    /// A due sweep, every [`SWEEP_POLL`] until every cluster is listed.
+    async fn background(&mut self) {
+        if !self.sweep_due {
+            return std::future::pending().await;
+        }
+        tokio::time::sleep_until(self.next_sweep).await;
+        self.next_sweep = Instant::now() + SWEEP_POLL;
+        self.try_sweep();
+    }
+}

@@ -1,0 +1,215 @@
+//! The pending keys with the indexes that keep scheduling O(log n) per key.
+//!
+//! ```text
+//!  entries: key -> Pending{due, first_event, seq, attempts}
+//!  due:     (due, seq) -> key        only keys NOT in flight: the first entry is the next wake-up
+//!  seqs:    cluster -> {seq}         a barrier (cluster, bseq) waits while a seq <= bseq is pending
+//!  inflight, inflight_per_cluster    ... or while a write of the cluster is in flight
+//! ```
+//!
+//! A key changed while its write is in flight is "parked": in `entries`, not
+//! in `due`, until that write finishes.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use tokio::time::Instant;
+
+use super::compact::{PackedKey, trim_map, trim_set};
+
+#[derive(Debug)]
+pub(super) struct Pending {
+    pub(super) due: Instant,
+    pub(super) first_event: Instant,
+    pub(super) seq: u64,
+    pub(super) attempts: u32,
+}
+
+/// The pending keys with the indexes that keep scheduling O(log n).
+///
+/// Invariants: every entry's `seq` is in `seqs[cluster]`; an entry is in
+/// `due` (under `(due, seq)`) exactly when its key is not in `inflight`.
+/// Sequence numbers are unique among pending entries (one per enqueue, and a
+/// failed write merges back with the minimum of two distinct ones).
+#[derive(Default)]
+pub(super) struct Queue {
+    pub(super) entries: HashMap<PackedKey, Pending>,
+    pub(super) due: BTreeMap<(Instant, u64), PackedKey>,
+    seqs: HashMap<String, BTreeSet<u64>>,
+    pub(super) inflight: HashSet<PackedKey>,
+    inflight_per_cluster: HashMap<String, usize>,
+}
+
+impl Queue {
+    pub(super) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Whether `key` has a write pending or in flight.
+    pub(super) fn busy(&self, key: &PackedKey) -> bool {
+        self.entries.contains_key(key) || self.inflight.contains(key)
+    }
+
+    fn index(&mut self, key: &PackedKey, p: &Pending) {
+        let cluster = key.cluster();
+        match self.seqs.get_mut(cluster) {
+            Some(set) => {
+                set.insert(p.seq);
+            }
+            None => {
+                self.seqs
+                    .insert(cluster.to_string(), BTreeSet::from([p.seq]));
+            }
+        }
+        if !self.inflight.contains(key) {
+            self.due.insert((p.due, p.seq), key.clone());
+        }
+    }
+
+    fn unindex(&mut self, key: &PackedKey, p: &Pending) {
+        if let Some(set) = self.seqs.get_mut(key.cluster()) {
+            set.remove(&p.seq);
+        }
+        self.due.remove(&(p.due, p.seq));
+    }
+
+    /// Adds a key that is not pending yet.
+    pub(super) fn insert(&mut self, key: PackedKey, p: Pending) {
+        // Callers check first; replacing keeps the indexes consistent anyway.
+        self.remove(&key);
+        self.index(&key, &p);
+        self.entries.insert(key, p);
+    }
+
+    /// Changes a pending key in place; `false` if it is not pending.
+    pub(super) fn modify(&mut self, key: &PackedKey, f: impl FnOnce(&mut Pending)) -> bool {
+        let Some(mut p) = self.entries.remove(key) else {
+            return false;
+        };
+        self.unindex(key, &p);
+        f(&mut p);
+        self.index(key, &p);
+        self.entries.insert(key.clone(), p);
+        true
+    }
+
+    /// Removes a pending key.
+    pub(super) fn remove(&mut self, key: &PackedKey) -> Option<Pending> {
+        let p = self.entries.remove(key)?;
+        self.unindex(key, &p);
+        Some(p)
+    }
+
+    /// Earliest due time of a key that is not in flight.
+    pub(super) fn first_due(&self) -> Option<Instant> {
+        self.due.first_key_value().map(|((due, _), _)| *due)
+    }
+
+    /// The earliest key due at `now` that is not in flight.
+    pub(super) fn first_due_key(&self, now: Instant) -> Option<PackedKey> {
+        self.due
+            .first_key_value()
+            .filter(|((due, _), _)| *due <= now)
+            .map(|(_, k)| k.clone())
+    }
+
+    /// Takes `key` out of the queue and marks it in flight.
+    pub(super) fn start(&mut self, key: &PackedKey) -> Option<Pending> {
+        let p = self.remove(key)?;
+        self.inflight.insert(key.clone());
+        let cluster = key.cluster();
+        match self.inflight_per_cluster.get_mut(cluster) {
+            Some(n) => *n += 1,
+            None => {
+                self.inflight_per_cluster.insert(cluster.to_string(), 1);
+            }
+        }
+        Some(p)
+    }
+
+    /// The write of `key` finished: a change that arrived meanwhile becomes
+    /// schedulable.
+    pub(super) fn finished(&mut self, key: &PackedKey) {
+        if !self.inflight.remove(key) {
+            return;
+        }
+        if let Some(n) = self.inflight_per_cluster.get_mut(key.cluster()) {
+            *n = n.saturating_sub(1);
+        }
+        if let Some(p) = self.entries.get(key) {
+            self.due.insert((p.due, p.seq), key.clone());
+        }
+    }
+
+    /// Whether a barrier `(cluster, bseq)` still waits: a key of `cluster`
+    /// queued at or before it is pending, or any write of `cluster` is in flight.
+    pub(super) fn waiting(&self, cluster: &str, bseq: u64) -> bool {
+        self.seqs
+            .get(cluster)
+            .and_then(BTreeSet::first)
+            .is_some_and(|s| *s <= bseq)
+            || self
+                .inflight_per_cluster
+                .get(cluster)
+                .is_some_and(|n| *n > 0)
+    }
+
+    /// Gives back the tables' memory once they drained ([`trim_map`]).
+    pub(super) fn trim(&mut self) {
+        trim_map(&mut self.entries);
+        trim_set(&mut self.inflight);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube_discovery_core::ServiceKey;
+    use std::time::Duration;
+
+    fn pending(due: Instant, seq: u64) -> Pending {
+        Pending {
+            due,
+            first_event: due,
+            seq,
+            attempts: 0,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn queue_orders_by_due_parks_in_flight_keys_and_tracks_barriers() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        let a = PackedKey::new(&ServiceKey::new("", "ns", "a"));
+        let b = PackedKey::new(&ServiceKey::new("", "ns", "b"));
+        let c = PackedKey::new(&ServiceKey::new("c2", "ns", "c"));
+        let mut q = Queue::default();
+        q.insert(b.clone(), pending(now + ms(20), 1));
+        q.insert(a.clone(), pending(now + ms(10), 2));
+        q.insert(c.clone(), pending(now + ms(30), 3));
+        assert_eq!(q.first_due(), Some(now + ms(10)));
+        assert_eq!(q.first_due_key(now), None, "nothing due yet");
+        assert_eq!(q.first_due_key(now + ms(25)), Some(a.clone()));
+        // Barrier at seq 1 of cluster "": b (seq 1) still pending.
+        assert!(q.waiting("", 1));
+        assert!(!q.waiting("", 0));
+        // Moving a key's due time re-sorts it.
+        assert!(q.modify(&a, |p| p.due = now + ms(40)));
+        assert_eq!(q.first_due_key(now + ms(100)), Some(b.clone()));
+        // Start b: out of the order, in flight; the barrier still waits.
+        assert_eq!(q.start(&b).map(|p| p.seq), Some(1));
+        assert_eq!(q.first_due_key(now + ms(100)), Some(c.clone()));
+        assert!(q.waiting("", 0), "a write of the cluster is in flight");
+        // A change of b while in flight is parked, not schedulable.
+        q.insert(b.clone(), pending(now + ms(5), 4));
+        assert_eq!(q.first_due(), Some(now + ms(30)));
+        q.finished(&b);
+        assert_eq!(q.first_due_key(now + ms(100)), Some(b.clone()));
+        assert!(!q.waiting("", 1), "b now carries seq 4, a seq 2");
+        assert!(q.waiting("", 2), "a (seq 2) is pending");
+        assert!(q.remove(&a).is_some() && q.remove(&b).is_some());
+        assert!(!q.waiting("", 10));
+        assert!(q.waiting("c2", 3) && !q.waiting("c2", 2));
+        assert!(q.remove(&c).is_some());
+        assert!(q.is_empty() && q.first_due().is_none() && q.due.is_empty());
+    }
+}

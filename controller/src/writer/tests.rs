@@ -1,0 +1,594 @@
+//! The writer's behaviour through its inbox, with a fake sink.
+
+use std::sync::Mutex;
+
+use kube_discovery_core::{Node, PortMap, ServiceKey, ServiceNodes, SourceKind};
+
+use super::*;
+use crate::Result;
+use crate::drift::{DriftCheck, DriftKind};
+
+#[derive(Debug, Clone, PartialEq)]
+enum Call {
+    Apply(String, String),
+    Delete(String),
+}
+
+#[derive(Clone, Default)]
+struct FakeSink {
+    existing: HashMap<ServiceKey, String>,
+    calls: Arc<Mutex<Vec<Call>>>,
+    /// Number of upcoming apply calls that fail.
+    fail_next: Arc<Mutex<u32>>,
+    /// What `drift` answers per key (default `Ok`), and how often it was asked.
+    drift: Arc<Mutex<HashMap<ServiceKey, DriftCheck>>>,
+    drift_asked: Arc<Mutex<u32>>,
+}
+
+impl FakeSink {
+    fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+impl Sink for FakeSink {
+    async fn list_versions(&self) -> Result<Vec<(ServiceKey, String)>> {
+        Ok(self.existing.clone().into_iter().collect())
+    }
+    async fn apply(&self, svc: Arc<ServiceNodes>) -> Result<()> {
+        {
+            let mut f = self.fail_next.lock().unwrap();
+            if *f > 0 {
+                *f -= 1;
+                return Err(crate::Error::Input("injected failure".into()));
+            }
+        }
+        self.calls
+            .lock()
+            .unwrap()
+            .push(Call::Apply(svc.key.to_string(), svc.version.clone()));
+        Ok(())
+    }
+    async fn delete(&self, key: ServiceKey) -> Result<()> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(Call::Delete(key.to_string()));
+        Ok(())
+    }
+    fn drift(&self, key: &ServiceKey, _desired: Option<&ServiceNodes>) -> DriftCheck {
+        *self.drift_asked.lock().unwrap() += 1;
+        self.drift
+            .lock()
+            .unwrap()
+            .get(key)
+            .copied()
+            .unwrap_or(DriftCheck::Ok)
+    }
+}
+
+pub(super) fn nodes(key: &ServiceKey, hosts: &[&str]) -> ServiceNodes {
+    let mut ports = PortMap::new();
+    ports.insert(
+        "http".into(),
+        hosts.iter().map(|h| Node::new(*h, 80, 50)).collect(),
+    );
+    ServiceNodes::new(key.clone(), SourceKind::EndpointSlice, ports, None)
+}
+
+fn opts() -> WriterOptions {
+    WriterOptions {
+        coalesce_window: Duration::from_millis(100),
+        concurrency: 2,
+        qps: 0.0,
+        retry_min: Duration::from_millis(200),
+        retry_max: Duration::from_secs(2),
+        drift_delay: Duration::from_millis(250),
+        drift_settle: Duration::from_millis(750),
+    }
+}
+
+/// Runs the paused clock forward so every due write happens.
+async fn settle() {
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// While every write slot is taken, a due write is no reason to wake up:
+/// a finishing write wakes the loop. (Waking for it made the loop spin on
+/// a due time in the past: a core busy for a whole first sync against a
+/// slow API server, BENCHMARKS.md issue 14.)
+#[tokio::test(start_paused = true)]
+async fn a_due_write_wakes_the_loop_only_when_a_slot_is_free() {
+    let shared = Arc::new(Shared::new([""]));
+    let mut w = Writer::new(FakeSink::default(), shared, Metrics::default(), opts());
+    let k = ServiceKey::new("", "ns", "web");
+    w.enqueue(PackedKey::new(&k), Instant::now());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let due = w.next_wake(false).expect("a write is due");
+    assert!(due <= Instant::now(), "due in the past");
+    assert_eq!(w.next_wake(true), None, "slots full: no wake for it");
+    // A drift check still wakes the loop when its time comes.
+    let at = Instant::now() + Duration::from_secs(5);
+    w.drift_checks.schedule(PackedKey::new(&k), at);
+    assert_eq!(w.next_wake(true), Some(at));
+}
+
+#[tokio::test(start_paused = true)]
+async fn burst_inside_window_is_coalesced_into_one_write_of_the_latest_state() {
+    let sink = FakeSink::default();
+    let shared = Arc::new(Shared::new([""]));
+    let (h, _t) = spawn(
+        sink.clone(),
+        shared.clone(),
+        Metrics::default(),
+        opts(),
+        CancellationToken::new(),
+    );
+    let k = ServiceKey::new("", "ns", "web");
+    for hosts in [
+        &["10.0.0.1"][..],
+        &["10.0.0.1", "10.0.0.2"],
+        &["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+    ] {
+        shared.set_desired(&k, Some(nodes(&k, hosts)));
+        h.changed(vec![k.clone()], Instant::now());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    settle().await;
+    let want = nodes(&k, &["10.0.0.1", "10.0.0.2", "10.0.0.3"]).version;
+    assert_eq!(sink.calls(), vec![Call::Apply("ns/web".into(), want)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn existing_equal_versions_are_not_rewritten_and_changed_ones_are() {
+    let k1 = ServiceKey::new("", "ns", "same");
+    let k2 = ServiceKey::new("", "ns", "changed");
+    let shared = Arc::new(Shared::new([""]));
+    shared.set_desired(&k1, Some(nodes(&k1, &["10.0.0.1"])));
+    shared.set_desired(&k2, Some(nodes(&k2, &["10.0.0.9"])));
+    let sink = FakeSink {
+        existing: HashMap::from([
+            (k1.clone(), nodes(&k1, &["10.0.0.1"]).version),
+            (k2.clone(), nodes(&k2, &["10.0.0.2"]).version),
+        ]),
+        ..FakeSink::default()
+    };
+    let m = Metrics::default();
+    let (h, _t) = spawn(
+        sink.clone(),
+        shared.clone(),
+        m.clone(),
+        opts(),
+        CancellationToken::new(),
+    );
+    h.changed(vec![k1.clone(), k2.clone()], Instant::now());
+    h.synced("");
+    settle().await;
+    assert_eq!(
+        sink.calls(),
+        vec![Call::Apply(
+            "ns/changed".into(),
+            nodes(&k2, &["10.0.0.9"]).version
+        )]
+    );
+    assert_eq!(
+        m.writes_skipped.get_or_create(&Metrics::cluster("")).get(),
+        1
+    );
+    assert!(shared.ready());
+    // The same desired state again: no write.
+    h.changed(vec![k1.clone(), k2.clone()], Instant::now());
+    settle().await;
+    assert_eq!(sink.calls().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn first_list_barrier_deletes_objects_whose_source_vanished() {
+    let gone = ServiceKey::new("", "ns", "gone");
+    let other = ServiceKey::new("c2", "ns", "gone");
+    let shared = Arc::new(Shared::new([""]));
+    let sink = FakeSink {
+        existing: HashMap::from([
+            (gone.clone(), "v".to_string()),
+            (other.clone(), "v".to_string()),
+        ]),
+        ..FakeSink::default()
+    };
+    let (h, _t) = spawn(
+        sink.clone(),
+        shared.clone(),
+        Metrics::default(),
+        opts(),
+        CancellationToken::new(),
+    );
+    h.synced("");
+    tokio::task::yield_now().await;
+    settle().await;
+    // Only this cluster's object is deleted; another cluster's is left alone.
+    assert_eq!(sink.calls(), vec![Call::Delete("ns/gone".into())]);
+    assert!(shared.ready());
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_writes_are_retried_and_never_lose_the_latest_state() {
+    let sink = FakeSink {
+        fail_next: Arc::new(Mutex::new(3)),
+        ..FakeSink::default()
+    };
+    let shared = Arc::new(Shared::new([""]));
+    let m = Metrics::default();
+    let (h, _t) = spawn(
+        sink.clone(),
+        shared.clone(),
+        m.clone(),
+        opts(),
+        CancellationToken::new(),
+    );
+    let k = ServiceKey::new("", "ns", "web");
+    shared.set_desired(&k, Some(nodes(&k, &["10.0.0.1"])));
+    h.changed(vec![k.clone()], Instant::now());
+    h.synced("");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(sink.calls().is_empty());
+    assert!(
+        !shared.ready(),
+        "not ready while the first list is not written"
+    );
+    // A newer state arrives while retrying: the newer one is what gets written.
+    shared.set_desired(&k, Some(nodes(&k, &["10.0.0.2"])));
+    h.changed(vec![k.clone()], Instant::now());
+    settle().await;
+    assert_eq!(
+        sink.calls(),
+        vec![Call::Apply(
+            "ns/web".into(),
+            nodes(&k, &["10.0.0.2"]).version
+        )]
+    );
+    assert!(shared.ready());
+    let text = crate::metrics::encode(&m.registry());
+    assert!(
+        text.contains(r#"kube_discovery_writes_total{cluster="",result="error_input"} 3"#),
+        "{text}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_standby_does_not_write_until_it_becomes_leader() {
+    let k = ServiceKey::new("", "ns", "web");
+    let shared = Arc::new(Shared::new([""]));
+    shared.set_desired(&k, Some(nodes(&k, &["10.0.0.1"])));
+    let sink = FakeSink::default();
+    let (tx, rx) = watch::channel(false);
+    let (h, _t) = spawn_gated(
+        sink.clone(),
+        shared.clone(),
+        Metrics::default(),
+        opts(),
+        CancellationToken::new(),
+        Some(rx),
+    );
+    h.changed(vec![k.clone()], Instant::now());
+    shared.update_cluster("", |c| c.listed = true);
+    h.synced("");
+    settle().await;
+    assert!(sink.calls().is_empty(), "a standby wrote");
+    assert!(
+        shared.standby() && shared.ready(),
+        "a listed standby is ready"
+    );
+    tx.send(true).unwrap();
+    settle().await;
+    assert_eq!(
+        sink.calls(),
+        vec![Call::Apply(
+            "ns/web".into(),
+            nodes(&k, &["10.0.0.1"]).version
+        )]
+    );
+    assert!(!shared.standby() && shared.ready());
+    // Leadership lost: new changes wait.
+    tx.send(false).unwrap();
+    settle().await;
+    shared.set_desired(&k, Some(nodes(&k, &["10.0.0.2"])));
+    h.changed(vec![k.clone()], Instant::now());
+    settle().await;
+    assert_eq!(sink.calls().len(), 1);
+}
+
+/// The writer's own tables after a first sync of many services: every
+/// key is written once, then the queue's and the drift bookkeeping's
+/// tables are empty AND small again, and `known` holds one compact entry
+/// per service.
+#[tokio::test(start_paused = true)]
+async fn tables_shrink_after_a_large_first_sync() {
+    let sink = FakeSink::default();
+    let shared = Arc::new(Shared::new([""]));
+    let n = 5_000;
+    let keys: Vec<ServiceKey> = (0..n)
+        .map(|i| ServiceKey::new("", "ns", format!("s{i}")))
+        .collect();
+    for k in &keys {
+        shared.set_desired(k, Some(nodes(k, &["10.0.0.1"])));
+    }
+    let mut w = Writer::new(
+        sink.clone(),
+        shared.clone(),
+        Metrics::default(),
+        WriterOptions {
+            concurrency: 64,
+            ..opts()
+        },
+    );
+    w.receive(WriterMsg::Changed {
+        keys: keys.clone(),
+        at: Instant::now(),
+    });
+    // A first start's drift sweep reports every key while it is pending.
+    w.receive(WriterMsg::Drifted { keys: keys.clone() });
+    w.receive(WriterMsg::Synced {
+        cluster: String::new(),
+    });
+    let peak = w.pending.entries.capacity();
+    assert!(peak >= n);
+    let mut tasks = JoinSet::new();
+    for _ in 0..10_000 {
+        w.check_drift();
+        w.dispatch(&mut tasks);
+        w.check_barriers();
+        w.trim();
+        if let Some(done) = tasks.try_join_next() {
+            w.finish(done.unwrap());
+            continue;
+        }
+        if w.pending.is_empty() && tasks.is_empty() && w.drift_checks.first_due().is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(sink.calls().len(), n, "one write per service");
+    assert!(shared.ready());
+    assert_eq!(
+        *sink.drift_asked.lock().unwrap(),
+        n as u32,
+        "every parked check ran once"
+    );
+    assert_eq!(w.known.len(), n);
+    assert!(w.known.values().all(|v| matches!(v, Version::Hex(_))));
+    for (name, cap) in [
+        ("pending", w.pending.entries.capacity()),
+        ("inflight", w.pending.inflight.capacity()),
+        ("drift keys", w.drift_checks.keys.capacity()),
+        ("parked", w.drift_checks.parked.capacity()),
+        ("last_done", w.drift_checks.last_done.capacity()),
+    ] {
+        assert!(
+            cap <= 64,
+            "{name}: capacity {cap} after the sync (peak {peak})"
+        );
+    }
+    assert!(w.pending.due.is_empty() && w.drift_checks.due.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_later_change_after_a_large_batch_is_written_again() {
+    let sink = FakeSink::default();
+    let shared = Arc::new(Shared::new([""]));
+    let (h, _t) = spawn(
+        sink.clone(),
+        shared.clone(),
+        Metrics::default(),
+        opts(),
+        CancellationToken::new(),
+    );
+    let keys: Vec<ServiceKey> = (0..50)
+        .map(|i| ServiceKey::new("", "ns", format!("s{i}")))
+        .collect();
+    for k in &keys {
+        shared.set_desired(k, Some(nodes(k, &["10.0.0.1"])));
+    }
+    h.changed(keys.clone(), Instant::now());
+    h.synced("");
+    // After the batch became due, s0 changes again.
+    tokio::time::sleep(Duration::from_millis(101)).await;
+    shared.set_desired(&keys[0], Some(nodes(&keys[0], &["10.0.0.2"])));
+    h.changed(vec![keys[0].clone()], Instant::now());
+    settle().await;
+    let calls = sink.calls();
+    assert_eq!(calls.len(), 51, "{calls:?}");
+    assert_eq!(
+        calls.last(),
+        Some(&Call::Apply(
+            "ns/s0".into(),
+            nodes(&keys[0], &["10.0.0.2"]).version
+        ))
+    );
+    assert!(shared.ready());
+}
+
+#[tokio::test(start_paused = true)]
+async fn deletes_only_what_exists_and_rate_limit_spaces_writes() {
+    let sink = FakeSink::default();
+    let shared = Arc::new(Shared::new([""]));
+    let o = WriterOptions {
+        qps: 2.0,
+        concurrency: 8,
+        ..opts()
+    };
+    let (h, _t) = spawn(
+        sink.clone(),
+        shared.clone(),
+        Metrics::default(),
+        o,
+        CancellationToken::new(),
+    );
+    let keys: Vec<ServiceKey> = (0..6)
+        .map(|i| ServiceKey::new("", "ns", format!("s{i}")))
+        .collect();
+    for k in &keys {
+        shared.set_desired(k, Some(nodes(k, &["10.0.0.1"])));
+    }
+    let start = Instant::now();
+    h.changed(keys.clone(), start);
+    // Never-written key removed: nothing to delete.
+    h.changed(vec![ServiceKey::new("", "ns", "never")], start);
+    settle().await;
+    assert_eq!(sink.calls().len(), 6);
+    // 6 writes at 2/s with a one-second burst allowance take >= 1.5 s.
+    assert!(Instant::now() - start >= Duration::from_millis(1500));
+    shared.set_desired(&keys[0], None);
+    h.changed(vec![keys[0].clone()], Instant::now());
+    settle().await;
+    assert_eq!(sink.calls().last(), Some(&Call::Delete("ns/s0".into())));
+}
+
+#[tokio::test(start_paused = true)]
+async fn drift_reports_rewrite_only_real_differences_after_writes_settle() {
+    let sink = FakeSink::default();
+    let shared = Arc::new(Shared::new([""]));
+    let m = Metrics::default();
+    let (h, _t) = spawn(
+        sink.clone(),
+        shared.clone(),
+        m.clone(),
+        opts(),
+        CancellationToken::new(),
+    );
+    let k = ServiceKey::new("", "ns", "web");
+    let v1 = nodes(&k, &["10.0.0.1"]);
+    shared.set_desired(&k, Some(v1.clone()));
+    shared.update_cluster("", |c| c.listed = true);
+    h.changed(vec![k.clone()], Instant::now());
+    h.synced("");
+    settle().await;
+    assert_eq!(sink.calls().len(), 1);
+    // The late watch event of our own write: the cache says Ok -> no write.
+    h.drifted(vec![k.clone()]);
+    settle().await;
+    assert_eq!(sink.calls().len(), 1, "an own-write event caused a write");
+    assert_eq!(*sink.drift_asked.lock().unwrap(), 1);
+    // The cache has not caught up: asked again later, no write meanwhile.
+    sink.drift
+        .lock()
+        .unwrap()
+        .insert(k.clone(), DriftCheck::Stale);
+    h.drifted(vec![k.clone()]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        *sink.drift_asked.lock().unwrap() >= 3,
+        "a stale check is repeated"
+    );
+    assert_eq!(sink.calls().len(), 1);
+    // A real edit: the same version is written again, once.
+    sink.drift
+        .lock()
+        .unwrap()
+        .insert(k.clone(), DriftCheck::Drift(DriftKind::Edited));
+    settle().await;
+    sink.drift.lock().unwrap().insert(k.clone(), DriftCheck::Ok);
+    settle().await;
+    assert_eq!(
+        sink.calls(),
+        vec![
+            Call::Apply("ns/web".into(), v1.version.clone()),
+            Call::Apply("ns/web".into(), v1.version.clone())
+        ]
+    );
+    let text = crate::metrics::encode(&m.registry());
+    assert!(
+        text.contains(r#"kube_discovery_drift_corrections_total{cluster="",kind="edited"} 1"#),
+        "{text}"
+    );
+    // An orphan (no desired state, cluster listed) is deleted.
+    let orphan = ServiceKey::new("", "ns", "ghost");
+    sink.drift
+        .lock()
+        .unwrap()
+        .insert(orphan.clone(), DriftCheck::Drift(DriftKind::Orphan));
+    h.drifted(vec![orphan.clone()]);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    sink.drift.lock().unwrap().remove(&orphan);
+    settle().await;
+    assert_eq!(sink.calls().last(), Some(&Call::Delete("ns/ghost".into())));
+    assert_eq!(sink.calls().len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn drift_check_waits_for_pending_writes_and_unlisted_clusters() {
+    let sink = FakeSink::default();
+    let shared = Arc::new(Shared::new([""]));
+    let (h, _t) = spawn(
+        sink.clone(),
+        shared.clone(),
+        Metrics::default(),
+        opts(),
+        CancellationToken::new(),
+    );
+    // Orphan reports before the cluster is listed are ignored.
+    let ghost = ServiceKey::new("", "ns", "ghost");
+    sink.drift
+        .lock()
+        .unwrap()
+        .insert(ghost.clone(), DriftCheck::Drift(DriftKind::Orphan));
+    h.drifted(vec![ghost.clone()]);
+    settle().await;
+    assert!(sink.calls().is_empty(), "{:?}", sink.calls());
+    // A key with a write pending is not checked before the write is done.
+    let k = ServiceKey::new("", "ns", "web");
+    shared.set_desired(&k, Some(nodes(&k, &["10.0.0.1"])));
+    h.changed(vec![k.clone()], Instant::now());
+    h.drifted(vec![k.clone()]);
+    settle().await;
+    let asked = *sink.drift_asked.lock().unwrap();
+    assert_eq!(sink.calls().len(), 1);
+    assert_eq!(asked, 1, "checked once, after the write settled");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drift_check_parked_behind_retried_writes_runs_once_after_success() {
+    let sink = FakeSink {
+        fail_next: Arc::new(Mutex::new(3)),
+        ..FakeSink::default()
+    };
+    let shared = Arc::new(Shared::new([""]));
+    shared.update_cluster("", |c| c.listed = true);
+    let (h, _t) = spawn(
+        sink.clone(),
+        shared.clone(),
+        Metrics::default(),
+        opts(),
+        CancellationToken::new(),
+    );
+    // Many keys reported by a first-start sweep while their writes are
+    // pending; one of them fails three times first.
+    let keys: Vec<ServiceKey> = (0..20)
+        .map(|i| ServiceKey::new("", "ns", format!("s{i}")))
+        .collect();
+    for k in &keys {
+        shared.set_desired(k, Some(nodes(k, &["10.0.0.1"])));
+    }
+    h.changed(keys.clone(), Instant::now());
+    h.drifted(keys.clone());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        *sink.drift_asked.lock().unwrap(),
+        0,
+        "checked while writes were pending"
+    );
+    settle().await;
+    settle().await;
+    assert_eq!(sink.calls().len(), 20);
+    assert_eq!(
+        *sink.drift_asked.lock().unwrap(),
+        20,
+        "each parked check runs exactly once, after its write"
+    );
+    // A key whose pending write turns out to be a no-op is checked too.
+    h.changed(vec![keys[0].clone()], Instant::now());
+    h.drifted(vec![keys[0].clone()]);
+    settle().await;
+    assert_eq!(sink.calls().len(), 20, "no-op written");
+    assert_eq!(*sink.drift_asked.lock().unwrap(), 21);
+}
