@@ -9,8 +9,9 @@
 # e2e tests run on (tests are named <test>::kube_sim and <test>::real).
 #
 # Installs what it needs: cargo-nextest, cargo-fuzz, helm + kubectl (project-local
-# .tools/), the real control plane (.tools/controlplane/, built once with Go),
-# nginx + HAProxy (Debian packages).
+# .tools/), actionlint (built from its Go module) + shellcheck (PyPI) into
+# .tools/bin, the real control plane (.tools/controlplane/, built once with Go),
+# nginx + HAProxy + promtool (Debian packages).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -25,6 +26,9 @@ if ! cargo nextest --version >/dev/null 2>&1; then
 fi
 echo "test.sh: $(df -h . | awk 'NR==2 {print $4}') free on the build disk (a clean build needs ~4 GB, the real control plane ~1.2 GB more)"
 bash e2e/tools/install-tools.sh
+# actionlint + shellcheck (workflow lint) and promtool (alert unit tests):
+# e2e/tests/release_workflows.rs, e2e/tests/chart_monitoring.rs.
+bash e2e/tools/install-lint-tools.sh
 bash gateways/tools/install.sh   # nginx + HAProxy from Debian, for the gateway e2e tests
 export PATH="$PWD/.tools/bin:$PATH"
 

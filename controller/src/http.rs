@@ -251,6 +251,29 @@ mod tests {
         }
     }
 
+    /// The dump API serves what the snapshot sink publishes (moved from
+    /// `snapshot`'s tests: `http` uses `snapshot::dump_of`, not the reverse).
+    #[test]
+    fn dump_of_shared_equals_the_http_dump() {
+        let shared = Shared::new(["", "west"]);
+        let k = ServiceKey::new("", "default", "web");
+        let ports = PortMap::from([("http".to_string(), vec![Node::new("10.0.0.1", 80, 100)])]);
+        shared.set_desired(
+            &k,
+            Some(ServiceNodes::new(
+                k.clone(),
+                SourceKind::Endpoints,
+                ports,
+                None,
+            )),
+        );
+        let d = crate::snapshot::dump_of(&shared);
+        assert_eq!(d.services(), 1);
+        assert_eq!(d.clusters.len(), 2);
+        let http = dump_value(&shared, &serde_json::Value::Null);
+        assert_eq!(http["endpoints"], d.to_apisix_endpoints());
+    }
+
     async fn get(st: AppState, uri: &str, token: Option<&str>) -> (StatusCode, String) {
         let mut req = Request::get(uri);
         if let Some(t) = token {

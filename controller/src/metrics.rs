@@ -17,13 +17,36 @@
 //! | `kube_discovery_snapshot_bytes` | gauge | - (bytes of all shards of the current version) |
 //! | `kube_discovery_snapshot_last_publish_timestamp_seconds` | gauge | - (unix time the index last changed) |
 //! | `kube_discovery_drift_corrections_total` | counter | cluster, kind (edited/deleted/orphan) |
+//! | `kube_discovery_last_write_timestamp_seconds` | gauge | cluster (unix time of the last successful write or delete) |
+//! | `kube_discovery_build_info` | gauge | version, os, arch (always 1) |
+//! | `kube_discovery_ready` | gauge | - (1 while `/readyz` answers 200; with [`Metrics::registry_with_state`]) |
+//! | `kube_discovery_leader` | gauge | - (1 while this replica writes: it holds the Lease, or leader election is off; with [`Metrics::registry_with_state`]) |
+//! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_threads`, `process_start_time_seconds` | counter / gauges | - (read from `/proc/self` at scrape time, Linux only; [`ProcessCollector`]) |
+//!
+//! Per-cluster counters that alerts take `increase()`/`rate()` of
+//! (`writes_total{result="applied"|"deleted"}`, `watch_restarts_total`) are
+//! created at 0 for every configured cluster by [`Metrics::registry_with_state`],
+//! so the first write or restart after a start is an increase (Prometheus sees
+//! no increase in a series that appears already at 1).
+//!
+//! Process metrics: prometheus-client 0.26 has no process collector (upstream
+//! issue prometheus/client_rust#29 is open, its PR #232 unfinished), and the
+//! crates that offer one pull in `procfs`/`rustix`; [`ProcessCollector`] reads
+//! the same `/proc` files as client_golang's, with `USER_HZ` = 100 like
+//! prometheus/procfs (the kernel exports CPU ticks in `USER_HZ`, 100 on every
+//! architecture we build for), without `unsafe` (no `sysconf`).
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::state::Shared;
 
 /// Label set `{cluster}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -77,6 +100,17 @@ pub struct SkipLabels {
     pub reason: String,
 }
 
+/// Label set `{version, os, arch}` of `kube_discovery_build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    /// The crate version (`CARGO_PKG_VERSION`).
+    pub version: String,
+    /// `std::env::consts::OS`.
+    pub os: String,
+    /// `std::env::consts::ARCH`.
+    pub arch: String,
+}
+
 type HistogramFamily = Family<ClusterLabel, Histogram, fn() -> Histogram>;
 
 fn list_histogram() -> Histogram {
@@ -118,11 +152,15 @@ pub struct Metrics {
     pub snapshot_last_write: Gauge,
     /// DiscoveredServices restored or removed because someone changed them.
     pub drift_corrections: Family<DriftLabels, Counter>,
+    /// Unix time of the last successful write (apply or delete), per cluster.
+    pub last_write: Family<ClusterLabel, Gauge>,
+    /// Always 1, labelled with the build.
+    pub build_info: Family<BuildLabels, Gauge>,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
-        Self {
+        let m = Self {
             watch_events: Family::default(),
             watch_restarts: Family::default(),
             list_duration: Family::new_with_constructor(list_histogram as fn() -> Histogram),
@@ -137,14 +175,55 @@ impl Default for Metrics {
             snapshot_bytes: Gauge::default(),
             snapshot_last_write: Gauge::default(),
             drift_corrections: Family::default(),
-        }
+            last_write: Family::default(),
+            build_info: Family::default(),
+        };
+        m.build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                os: std::env::consts::OS.to_string(),
+                arch: std::env::consts::ARCH.to_string(),
+            })
+            .set(1);
+        m
     }
 }
 
 impl Metrics {
-    /// Registers every family into a new registry with prefix `kube_discovery`.
+    /// A registry of every family (prefix `kube_discovery`) and the process
+    /// metrics (`process_*`, unprefixed).
     pub fn registry(&self) -> Registry {
-        let mut r = Registry::with_prefix("kube_discovery");
+        let mut root = Registry::default();
+        root.register_collector(Box::new(ProcessCollector::default()));
+        self.register(root.sub_registry_with_prefix("kube_discovery"));
+        root
+    }
+
+    /// [`Self::registry`] plus `kube_discovery_ready` and `kube_discovery_leader`,
+    /// read from `shared` at scrape time; the per-cluster counters of every
+    /// cluster `shared` knows are created at 0.
+    pub fn registry_with_state(&self, shared: Arc<Shared>) -> Registry {
+        for cluster in shared.clusters().keys() {
+            self.init_cluster(cluster);
+        }
+        let mut root = self.registry();
+        root.sub_registry_with_prefix("kube_discovery")
+            .register_collector(Box::new(StateCollector { shared }));
+        root
+    }
+
+    /// Creates the per-cluster counters that alerts take increases of, at 0.
+    pub fn init_cluster(&self, cluster: &str) {
+        for result in ["applied", "deleted"] {
+            drop(self.writes.get_or_create(&WriteLabels {
+                cluster: cluster.to_string(),
+                result: result.to_string(),
+            }));
+        }
+        drop(self.watch_restarts.get_or_create(&Self::cluster(cluster)));
+    }
+
+    fn register(&self, r: &mut Registry) {
         r.register(
             "watch_events",
             "Watch events received",
@@ -211,7 +290,16 @@ impl Metrics {
             "DiscoveredServices restored (edited/deleted) or removed (orphan) by drift correction",
             self.drift_corrections.clone(),
         );
-        r
+        r.register(
+            "last_write_timestamp_seconds",
+            "Unix time of the last successful DiscoveredService write or delete",
+            self.last_write.clone(),
+        );
+        r.register(
+            "build_info",
+            "Build of the running kube-discovery (always 1)",
+            self.build_info.clone(),
+        );
     }
 
     /// Label helper.
@@ -261,7 +349,8 @@ impl Metrics {
             .inc_by(n);
     }
 
-    /// Counts one write outcome.
+    /// Counts one write outcome; a success (`applied`, `deleted`) also sets
+    /// `kube_discovery_last_write_timestamp_seconds`.
     pub fn write(&self, cluster: &str, result: &str) {
         self.writes
             .get_or_create(&WriteLabels {
@@ -269,6 +358,215 @@ impl Metrics {
                 result: result.to_string(),
             })
             .inc();
+        if result == "applied" || result == "deleted" {
+            self.last_write
+                .get_or_create(&Self::cluster(cluster))
+                .set(jiff::Timestamp::now().as_second());
+        }
+    }
+}
+
+/// `kube_discovery_ready` and `kube_discovery_leader`, from the shared state
+/// at scrape time (the same answers as `/readyz` and its `standby` field).
+#[derive(Debug)]
+struct StateCollector {
+    shared: Arc<Shared>,
+}
+
+fn const_gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: impl Into<f64>,
+) -> Result<(), std::fmt::Error> {
+    let g = ConstGauge::new(value.into());
+    g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+impl Collector for StateCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        const_gauge(
+            &mut encoder,
+            "ready",
+            "1 while this replica is ready (/readyz answers 200), else 0",
+            u8::from(self.shared.ready()),
+        )?;
+        const_gauge(
+            &mut encoder,
+            "leader",
+            "1 while this replica writes (it holds the leader Lease, or leader election is off), else 0",
+            u8::from(!self.shared.standby()),
+        )
+    }
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat` (`USER_HZ`; prometheus/procfs
+/// assumes the same).
+const USER_HZ: f64 = 100.0;
+
+/// The standard process metrics of client_golang (`process_*`), read from
+/// `/proc/self` at scrape time. Elsewhere (macOS builds of the CLI) it
+/// reports nothing.
+#[derive(Debug)]
+pub struct ProcessCollector {
+    proc_dir: std::path::PathBuf,
+}
+
+impl Default for ProcessCollector {
+    fn default() -> Self {
+        Self {
+            proc_dir: "/proc".into(),
+        }
+    }
+}
+
+/// What [`ProcessCollector`] reads.
+#[derive(Debug, Default, PartialEq)]
+pub struct ProcessStats {
+    /// User + system CPU seconds.
+    pub cpu_seconds: f64,
+    /// Resident set size in bytes.
+    pub resident_bytes: u64,
+    /// Virtual memory size in bytes.
+    pub virtual_bytes: u64,
+    /// OS threads.
+    pub threads: u64,
+    /// Unix start time in seconds (needs `btime` of `/proc/stat`).
+    pub start_time_seconds: Option<f64>,
+    /// Open file descriptors.
+    pub open_fds: Option<u64>,
+    /// The soft limit of open files (`None`: unlimited or unknown).
+    pub max_fds: Option<u64>,
+}
+
+/// Parses `/proc/<pid>/stat`: (cpu seconds, threads, start ticks after boot, vsize bytes).
+pub fn parse_proc_stat(text: &str) -> Option<(f64, u64, u64, u64)> {
+    // The command name (field 2) is in parentheses and may hold spaces and ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // f[0] is field 3 (state): field N is f[N - 3].
+    let num = |n: usize| f.get(n - 3).and_then(|v| v.parse::<u64>().ok());
+    let (utime, stime) = (num(14)?, num(15)?);
+    Some((
+        // Tick counts stay far below 2^52: the conversion is exact.
+        #[allow(clippy::cast_precision_loss)]
+        {
+            (utime + stime) as f64 / USER_HZ
+        },
+        num(20)?,
+        num(22)?,
+        num(23)?,
+    ))
+}
+
+/// `VmRSS` of `/proc/<pid>/status` in bytes.
+pub fn parse_status_rss(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// `btime` of `/proc/stat` (unix seconds of the boot).
+pub fn parse_btime(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The soft "Max open files" of `/proc/<pid>/limits`.
+pub fn parse_max_fds(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+impl ProcessCollector {
+    /// Reads the stats of this process (`None` without `/proc`).
+    pub fn read(&self) -> Option<ProcessStats> {
+        let me = self.proc_dir.join("self");
+        let read = |p: std::path::PathBuf| std::fs::read_to_string(p).ok();
+        let (cpu_seconds, threads, start_ticks, virtual_bytes) =
+            parse_proc_stat(&read(me.join("stat"))?)?;
+        let start_time_seconds = read(self.proc_dir.join("stat"))
+            .as_deref()
+            .and_then(parse_btime)
+            .map(|boot| {
+                #[allow(clippy::cast_precision_loss)]
+                {
+                    boot as f64 + start_ticks as f64 / USER_HZ
+                }
+            });
+        Some(ProcessStats {
+            cpu_seconds,
+            resident_bytes: read(me.join("status"))
+                .as_deref()
+                .and_then(parse_status_rss)
+                .unwrap_or(0),
+            virtual_bytes,
+            threads,
+            start_time_seconds,
+            open_fds: std::fs::read_dir(me.join("fd"))
+                .ok()
+                .map(|d| d.count() as u64),
+            max_fds: read(me.join("limits")).as_deref().and_then(parse_max_fds),
+        })
+    }
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(s) = self.read() else {
+            return Ok(());
+        };
+        let cpu = ConstCounter::new(s.cpu_seconds);
+        cpu.encode(encoder.encode_descriptor(
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds.",
+            None,
+            cpu.metric_type(),
+        )?)?;
+        #[allow(clippy::cast_precision_loss)]
+        let gauges = [
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes.",
+                Some(s.resident_bytes as f64),
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes.",
+                Some(s.virtual_bytes as f64),
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors.",
+                s.open_fds.map(|v| v as f64),
+            ),
+            (
+                "process_max_fds",
+                "Maximum number of open file descriptors.",
+                s.max_fds.map(|v| v as f64),
+            ),
+            (
+                "process_threads",
+                "Number of OS threads in the process.",
+                Some(s.threads as f64),
+            ),
+            (
+                "process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds.",
+                s.start_time_seconds,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            if let Some(v) = value {
+                const_gauge(&mut encoder, name, help, v)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -323,5 +621,171 @@ mod tests {
             text.contains("kube_discovery_event_to_write_seconds_count{cluster=\"\"} 1"),
             "{text}"
         );
+    }
+
+    /// The value of the sample line starting with `name` (labels included).
+    fn sample(text: &str, name: &str) -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    #[test]
+    fn build_info_process_metrics_and_last_write() {
+        let m = Metrics::default();
+        let text = encode(&m.registry());
+        let build = format!(
+            r#"kube_discovery_build_info{{version="{}",os="{}",arch="{}"}}"#,
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::OS,
+            std::env::consts::ARCH
+        );
+        assert_eq!(sample(&text, &build), Some(1.0), "{text}");
+        assert!(
+            text.contains("# TYPE kube_discovery_build_info gauge"),
+            "{text}"
+        );
+        // The existing families keep their names (the prefix is on a sub-registry now).
+        assert!(
+            text.contains("# TYPE kube_discovery_snapshot_shards gauge"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "one EOF at the end: {text}");
+        assert_eq!(text.matches("# EOF").count(), 1);
+        // Process metrics, unprefixed, with real values from /proc/self.
+        assert!(
+            text.contains("# TYPE process_cpu_seconds counter"),
+            "{text}"
+        );
+        let cpu = sample(&text, "process_cpu_seconds_total").expect("cpu seconds");
+        assert!(cpu >= 0.0, "{text}");
+        let rss = sample(&text, "process_resident_memory_bytes").expect("rss");
+        assert!(
+            rss > 1024.0 * 1024.0,
+            "a test process uses more than 1 MiB: {rss}"
+        );
+        let fds = sample(&text, "process_open_fds").expect("open fds");
+        assert!(fds >= 3.0, "stdin/stdout/stderr at least: {fds}");
+        assert!(sample(&text, "process_max_fds").expect("max fds") >= fds);
+        assert!(sample(&text, "process_threads").expect("threads") >= 1.0);
+        let start = sample(&text, "process_start_time_seconds").expect("start time");
+        #[allow(clippy::cast_precision_loss)]
+        let now = jiff::Timestamp::now().as_second() as f64;
+        assert!(
+            start > now - 86_400.0 * 365.0 && start <= now + 1.0,
+            "start time {start} vs now {now}"
+        );
+        // A successful write stamps the cluster's last write; an error does not.
+        m.write("east", "error_forbidden");
+        assert!(!encode(&m.registry()).contains("kube_discovery_last_write_timestamp_seconds{"));
+        m.write("east", "applied");
+        let text = encode(&m.registry());
+        let t = sample(
+            &text,
+            r#"kube_discovery_last_write_timestamp_seconds{cluster="east"}"#,
+        )
+        .expect("last write");
+        assert!((t - now).abs() < 60.0, "{t} vs {now}");
+    }
+
+    #[test]
+    fn process_cpu_seconds_grow_with_work() {
+        let c = ProcessCollector::default();
+        let before = c.read().expect("/proc/self").cpu_seconds;
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < std::time::Duration::from_millis(300) {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let after = c.read().expect("/proc/self").cpu_seconds;
+        assert!(after - before >= 0.1, "{before} -> {after}");
+    }
+
+    #[test]
+    fn proc_files_parse() {
+        // The command name may hold spaces and parentheses.
+        let stat = "4242 (kube (disc) ery) S 1 4242 4242 0 -1 4194560 2000 0 0 0 \
+                    250 75 0 0 20 0 9 0 123456 104857600 5000 18446744073709551615";
+        assert_eq!(parse_proc_stat(stat), Some((3.25, 9, 123_456, 104_857_600)));
+        assert_eq!(parse_proc_stat("garbage"), None);
+        assert_eq!(parse_proc_stat("1 (x) S 1 2"), None);
+        assert_eq!(
+            parse_status_rss("Name:\tkd\nVmRSS:\t   2048 kB\nThreads: 9\n"),
+            Some(2 * 1024 * 1024)
+        );
+        assert_eq!(parse_status_rss("Name: kd\n"), None);
+        assert_eq!(
+            parse_btime("cpu 1 2 3\nbtime 1700000000\n"),
+            Some(1_700_000_000)
+        );
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max open files            1048576              1048576              files\n";
+        assert_eq!(parse_max_fds(limits), Some(1_048_576));
+        assert_eq!(
+            parse_max_fds(
+                "Max open files            unlimited            unlimited            files\n"
+            ),
+            None
+        );
+        // Without /proc the collector reports nothing (and does not fail the scrape).
+        let none = ProcessCollector {
+            proc_dir: "/nonexistent-proc".into(),
+        };
+        assert!(none.read().is_none());
+        let mut r = Registry::default();
+        r.register_collector(Box::new(none));
+        assert!(!encode(&r).contains("process_"), "{}", encode(&r));
+    }
+
+    #[test]
+    fn ready_and_leader_follow_the_shared_state() {
+        let shared = Arc::new(Shared::new(["", "east"]));
+        let m = Metrics::default();
+        let r = m.registry_with_state(shared.clone());
+        let text = encode(&r);
+        assert_eq!(sample(&text, "kube_discovery_ready"), Some(0.0), "{text}");
+        assert_eq!(sample(&text, "kube_discovery_leader"), Some(1.0), "{text}");
+        // Counters of every cluster exist at 0, so the first increase counts.
+        for c in ["", "east"] {
+            for result in ["applied", "deleted"] {
+                assert_eq!(
+                    sample(
+                        &text,
+                        &format!(
+                            r#"kube_discovery_writes_total{{cluster="{c}",result="{result}"}}"#
+                        )
+                    ),
+                    Some(0.0),
+                    "{text}"
+                );
+            }
+            assert_eq!(
+                sample(
+                    &text,
+                    &format!(r#"kube_discovery_watch_restarts_total{{cluster="{c}"}}"#)
+                ),
+                Some(0.0),
+                "{text}"
+            );
+        }
+        for c in ["", "east"] {
+            shared.update_cluster(c, |s| {
+                s.listed = true;
+                s.synced = true;
+            });
+        }
+        let text = encode(&r);
+        assert_eq!(sample(&text, "kube_discovery_ready"), Some(1.0), "{text}");
+        shared.set_standby(true);
+        let text = encode(&r);
+        assert_eq!(sample(&text, "kube_discovery_leader"), Some(0.0), "{text}");
+        assert_eq!(
+            sample(&text, "kube_discovery_ready"),
+            Some(1.0),
+            "a listed standby is ready"
+        );
+        assert_eq!(text.matches("# TYPE kube_discovery_ready gauge").count(), 1);
     }
 }

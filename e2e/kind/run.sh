@@ -11,7 +11,7 @@
 #   5. assert: DiscoveredService nodes == the ready pod IPs (and the HTTP API agrees)
 #   6. scale to 5, to 0, back to 3; assert after each
 #   7. delete the Service; assert its DiscoveredService is gone
-#   8. helm uninstall; assert the release's objects are gone (the CRD stays, by Helm's design)
+#   8. helm uninstall; assert the release's objects are gone (the CRD stays: resource-policy keep)
 #
 # Environment:
 #   CLUSTER_NAME      kind cluster name (default kube-discovery-e2e)
@@ -90,7 +90,10 @@ dsvc_hosts() {
 }
 
 # Sorted hosts the HTTP API returns for default naming "<ns>/<name>:http", read
-# through the API server's service proxy (no port-forward needed).
+# through the API server's service proxy (no port-forward needed). The proxy
+# does not pass a bearer token of ours on, so this install turns the chart's
+# default API token off (http.authTokenSecret.create=false; the token is
+# tested in e2e/tests/chart_sim.rs and chart_config.rs).
 api_hosts() {
   k get --raw "/api/v1/namespaces/$RELEASE_NS/services/$RELEASE:http/proxy/v1/discovery/kubernetes/nodes?service=$APP_NS/$BACKEND:http" 2>/dev/null |
     grep -o '"host":"[^"]*"' | sed 's/"host":"\([^"]*\)"/\1/' | sort || true
@@ -163,6 +166,7 @@ helm --kube-context "$CTX" upgrade --install "$RELEASE" "$root/charts/kube-disco
   --namespace "$RELEASE_NS" --create-namespace \
   --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" --set image.pullPolicy=Never \
   --set controller.logLevel=info \
+  --set http.authTokenSecret.create=false \
   --wait --timeout "${TIMEOUT}s"
 k -n "$RELEASE_NS" rollout status "deployment/$RELEASE" --timeout="${TIMEOUT}s"
 k get crd discoveredservices.kubediscovery.io >/dev/null || fail "CRD discoveredservices.kubediscovery.io not installed"
@@ -229,8 +233,8 @@ left="$(k -n "$RELEASE_NS" get deployment,service,configmap,serviceaccount,role,
 left="$(k get clusterrole,clusterrolebinding -l "app.kubernetes.io/instance=$RELEASE" -o name 2>/dev/null || true)"
 [[ -z "$left" ]] || fail "cluster objects left after uninstall: $left"
 k get crd discoveredservices.kubediscovery.io >/dev/null ||
-  fail "the CRD should stay after uninstall (Helm keeps crds/ by design)"
-info "ok: release objects removed; CRD kept (Helm never deletes crds/)"
+  fail "the CRD should stay after uninstall (helm.sh/resource-policy: keep)"
+info "ok: release objects removed; CRD kept (helm.sh/resource-policy: keep)"
 # What the controller itself created stays, as documented in the chart README
 # ("Uninstalling"): its leader-election Lease (and snapshot ConfigMaps, off here).
 if k -n "$RELEASE_NS" get lease "$RELEASE" >/dev/null 2>&1; then

@@ -78,7 +78,11 @@ fn chart_default_config_parses_as_in_cluster_single_cluster() {
     }
     let s = &cfg.settings;
     assert_eq!(s.http.addr.to_string(), "0.0.0.0:8080");
-    assert!(s.http.auth_token_file.is_none());
+    // The dump and nodes APIs require the generated token by default.
+    assert_eq!(
+        s.http.auth_token_file,
+        Some(PathBuf::from("/etc/kube-discovery/http-auth/token"))
+    );
     assert!(s.leader_election.enabled, "2 replicas need leader election");
     assert_eq!(s.leader_election.lease_name, "kd-kube-discovery");
     assert_eq!(
@@ -187,6 +191,10 @@ fn chart_settings_reach_the_controller_config() {
         "--set",
         "controller.leaderElection.leaseDuration=20s",
         "--set",
+        "controller.leaderElection.renewDeadline=12s",
+        "--set",
+        "controller.leaderElection.retryPeriod=3s",
+        "--set",
         "controller.configMapSnapshot.enabled=true",
         "--set",
         "controller.configMapSnapshot.namespace=gw",
@@ -217,6 +225,11 @@ fn chart_settings_reach_the_controller_config() {
     );
     assert_eq!(s.leader_election.lease_name, "my-lease");
     assert_eq!(s.leader_election.lease_duration, Duration::from_secs(20));
+    assert_eq!(
+        s.leader_election.renew_deadline,
+        Some(Duration::from_secs(12))
+    );
+    assert_eq!(s.leader_election.retry_period, Some(Duration::from_secs(3)));
     assert_eq!(s.http.addr.to_string(), "0.0.0.0:9090");
     assert_eq!(
         s.http.auth_token_file,
@@ -240,4 +253,63 @@ fn chart_settings_reach_the_controller_config() {
             .any(|r| r["resourceNames"] == serde_json::json!(["my-lease"])),
         "{role}"
     );
+}
+
+/// Authentication of the dump and nodes APIs: on by default (a generated
+/// Secret), an existing Secret instead, or off; the Secret mounted is the one
+/// the config points at.
+#[test]
+fn chart_api_token_is_required_by_default_and_can_be_turned_off() {
+    for (args, secret) in [
+        (&[][..], Some("kd-kube-discovery-api-token")),
+        (
+            &["--set", "http.authTokenSecret.name=mine"][..],
+            Some("mine"),
+        ),
+        (&["--set", "http.authTokenSecret.create=false"][..], None),
+    ] {
+        let cfg = parsed(args);
+        let docs = render("kd", "kube-discovery", args);
+        let pod = &find(&docs, "Deployment", None)["spec"]["template"]["spec"];
+        let volume = pod["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .find(|v| v["name"] == "http-auth");
+        let generated = docs.iter().find(|d| {
+            d["kind"] == "Secret" && d["metadata"]["name"] == "kd-kube-discovery-api-token"
+        });
+        match secret {
+            Some(name) => {
+                assert_eq!(
+                    cfg.settings.http.auth_token_file,
+                    Some(PathBuf::from("/etc/kube-discovery/http-auth/token")),
+                    "{args:?}"
+                );
+                let v = volume.unwrap_or_else(|| panic!("{args:?}: no http-auth volume"));
+                assert_eq!(v["secret"]["secretName"], name, "{args:?}");
+                assert_eq!(
+                    v["secret"]["items"],
+                    serde_json::json!([{"key": "token", "path": "token"}])
+                );
+                // Only the default generates a Secret, with a 32-character token.
+                if name == "kd-kube-discovery-api-token" {
+                    let g = generated.expect("the generated Secret");
+                    let token = g["data"]["token"].as_str().expect("token");
+                    use base64::Engine;
+                    let raw = base64::engine::general_purpose::STANDARD
+                        .decode(token)
+                        .expect("base64");
+                    assert_eq!(raw.len(), 32, "{token}");
+                    assert!(raw.iter().all(u8::is_ascii_alphanumeric));
+                } else {
+                    assert!(generated.is_none(), "{args:?}: a Secret was generated");
+                }
+            }
+            None => {
+                assert!(cfg.settings.http.auth_token_file.is_none(), "{args:?}");
+                assert!(volume.is_none() && generated.is_none(), "{args:?}");
+            }
+        }
+    }
 }

@@ -49,13 +49,26 @@ fn chart_default_render_has_every_object() {
         "Service/kd-kube-discovery",
         "Deployment/kd-kube-discovery",
         "PodDisruptionBudget/kd-kube-discovery",
+        // Defaults added for upgrades and operations: the CRD as a template
+        // (crds.enabled), the generated API token, the aggregated view role
+        // and the reader role for gateway syncs.
+        "CustomResourceDefinition/discoveredservices.kubediscovery.io",
+        "Secret/kd-kube-discovery-api-token",
+        "ClusterRole/kd-kube-discovery-view",
+        "ClusterRole/kd-kube-discovery-reader",
     ]
     .into_iter()
     .map(String::from)
     .collect();
     assert_eq!(got, want);
     for d in &docs {
-        if d["kind"] != "ClusterRole" && d["kind"] != "ClusterRoleBinding" {
+        if ![
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "CustomResourceDefinition",
+        ]
+        .contains(&d["kind"].as_str().unwrap_or_default())
+        {
             assert_eq!(
                 d["metadata"]["namespace"], "kube-discovery",
                 "{}",
@@ -503,10 +516,11 @@ fn chart_crd_equals_generated_crd_byte_for_byte() {
     let root = repo_root();
     let generated = std::fs::read(root.join("crds/discoveredservices.yaml"))
         .expect("crds/discoveredservices.yaml");
-    let chart = std::fs::read(chart_dir().join("crds/discoveredservices.yaml")).expect("chart CRD");
+    let chart =
+        std::fs::read(chart_dir().join("files/discoveredservices.yaml")).expect("chart CRD");
     assert!(
         generated == chart,
-        "charts/kube-discovery/crds/discoveredservices.yaml differs from crds/discoveredservices.yaml: run charts/sync-crds.sh"
+        "charts/kube-discovery/files/discoveredservices.yaml differs from crds/discoveredservices.yaml: run charts/sync-crds.sh"
     );
     let docs = parse_docs(&String::from_utf8_lossy(&chart));
     assert_eq!(docs.len(), 1);
@@ -514,6 +528,61 @@ fn chart_crd_equals_generated_crd_byte_for_byte() {
         docs[0]["metadata"]["name"],
         "discoveredservices.kubediscovery.io"
     );
+    // Helm's crds/ folder would install the CRD once and never upgrade it, and
+    // a crds/ CRD next to the same CRD in templates/ breaks `helm install`
+    // (the template finds an object it does not own): the chart has none.
+    assert!(
+        std::fs::read_dir(chart_dir().join("crds")).map_or(true, |mut d| d.next().is_none()),
+        "charts/kube-discovery/crds/ must not exist: the CRD is templates/crd.yaml (crds.enabled)"
+    );
+
+    // The rendered template is the generated CRD plus the chart's labels and
+    // the keep policy.
+    let rendered = render("kd", "kube-discovery", &[]);
+    let crd = find(&rendered, "CustomResourceDefinition", None);
+    // (Numbers compared as numbers: the file says `maximum: 65535.0`, Helm's
+    // toYaml `65535`; the API server stores both as the same JSON number.)
+    assert_eq!(
+        numbers_as_f64(&crd["spec"]),
+        numbers_as_f64(&docs[0]["spec"]),
+        "rendered CRD spec != crds/"
+    );
+    assert_eq!(crd["metadata"]["name"], docs[0]["metadata"]["name"]);
+    assert_eq!(
+        crd["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+    assert_eq!(
+        crd["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "Helm"
+    );
+    let rendered = render("kd", "kube-discovery", &["--set", "crds.keep=false"]);
+    let crd = find(&rendered, "CustomResourceDefinition", None);
+    assert!(
+        crd["metadata"]["annotations"]["helm.sh/resource-policy"].is_null(),
+        "{crd}"
+    );
+    let rendered = render("kd", "kube-discovery", &["--set", "crds.enabled=false"]);
+    assert!(
+        !kinds(&rendered)
+            .iter()
+            .any(|k| k.starts_with("CustomResourceDefinition/")),
+        "crds.enabled=false renders no CRD"
+    );
+}
+
+/// `v` with every number as an f64 (YAML `65535` and `65535.0` compare equal).
+fn numbers_as_f64(v: &Value) -> Value {
+    match v {
+        Value::Number(n) => json!(n.as_f64()),
+        Value::Array(a) => Value::Array(a.iter().map(numbers_as_f64).collect()),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| (k.clone(), numbers_as_f64(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
 }
 
 /// RBAC rules normalized for comparison: each rule's lists sorted, rules sorted.
@@ -563,6 +632,8 @@ fn chart_rbac_equals_plain_rbac_manifests() {
         "rbac/clusterrole.yaml",
         "rbac/role-leader-election.yaml",
         "rbac/optional/configmap-snapshot.yaml",
+        "rbac/clusterrole-view.yaml",
+        "rbac/clusterrole-reader.yaml",
     ] {
         plain.extend(read_docs(f));
     }
@@ -584,6 +655,12 @@ fn chart_rbac_equals_plain_rbac_manifests() {
                     rules(p),
                     "{kind}/{name}: chart rules != rbac/ rules"
                 );
+                // Aggregation labels (view/edit/admin) are the same too.
+                for (k, v) in p["metadata"]["labels"].as_object().into_iter().flatten() {
+                    if k.starts_with("rbac.authorization.k8s.io/") {
+                        assert_eq!(&c["metadata"]["labels"][k], v, "{kind}/{name} label {k}");
+                    }
+                }
             }
             "ClusterRoleBinding" | "RoleBinding" => {
                 assert_eq!(c["roleRef"], p["roleRef"], "{kind}/{name} roleRef");
@@ -594,7 +671,7 @@ fn chart_rbac_equals_plain_rbac_manifests() {
         }
         compared += 1;
     }
-    assert_eq!(compared, 7, "every plain RBAC object compared");
+    assert_eq!(compared, 9, "every plain RBAC object compared");
     // Every RBAC object the chart renders has its plain twin.
     for c in &chart {
         let kind = c["kind"].as_str().unwrap_or_default();
@@ -738,9 +815,26 @@ fn chart_notes_tell_how_to_see_the_result() {
     let n = notes(&["--set", "controller.leaderElection.enabled=false"]);
     assert!(n.contains("WARNING: replicaCount is 2"), "{n}");
     // The port-forward target and the curl lines follow the values.
+    // By default the API needs the generated token, and NOTES says how to get it.
     let n = notes(&[]);
+    for want in [
+        "port-forward svc/kd-kube-discovery 8080:8080",
+        "bearer token of Secret kube-discovery/kd-kube-discovery-api-token (generated, kept across upgrades)",
+        "TOKEN=$(kubectl -n kube-discovery get secret kd-kube-discovery-api-token -o jsonpath='{.data.token}' | base64 -d)",
+        "curl -s -H \"Authorization: Bearer $TOKEN\" http://127.0.0.1:8080/v1/discovery/kubernetes/dump",
+    ] {
+        assert!(n.contains(want), "NOTES lack {want:?}:\n{n}");
+    }
+    assert!(!n.contains("crds.enabled is false"), "{n}");
+    let n = notes(&[
+        "--set",
+        "http.authTokenSecret.create=false",
+        "--set",
+        "crds.enabled=false",
+    ]);
+    assert!(!n.contains("Authorization"), "no token, no header: {n}");
     assert!(
-        n.contains("port-forward svc/kd-kube-discovery 8080:8080") && !n.contains("Authorization"),
+        n.contains("kubectl apply --server-side -f crds/discoveredservices.yaml"),
         "{n}"
     );
     let n = notes(&[

@@ -164,6 +164,9 @@ fn release_objects() -> Vec<(&'static str, String, Option<&'static str>)> {
         ("service", FULLNAME.into(), Some(NS)),
         ("deployment", FULLNAME.into(), Some(NS)),
         ("poddisruptionbudget", FULLNAME.into(), Some(NS)),
+        ("secret", format!("{FULLNAME}-api-token"), Some(NS)),
+        ("clusterrole", format!("{FULLNAME}-view"), None),
+        ("clusterrole", format!("{FULLNAME}-reader"), None),
     ]
 }
 
@@ -277,7 +280,7 @@ async fn chart_helm_install_upgrade_uninstall_leaves_only_the_crd(backend: Backe
     ]);
     assert!(
         env.exists("crd", "discoveredservices.kubediscovery.io", None),
-        "helm installs crds/"
+        "helm installs the CRD (templates/crd.yaml, crds.enabled)"
     );
     for (kind, name, ns) in release_objects() {
         assert!(
@@ -307,6 +310,19 @@ async fn chart_helm_install_upgrade_uninstall_leaves_only_the_crd(backend: Backe
             "jsonpath={.data.config\\.yaml}",
         ])
     };
+    let api_token = |env: &Env| {
+        env.kubectl_ok(&[
+            "get",
+            "secret",
+            &format!("{FULLNAME}-api-token"),
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.data.token}",
+        ])
+    };
+    let token_before = api_token(&env);
+    assert!(!token_before.is_empty(), "the generated API token");
     let before = checksum(&env);
     assert_eq!(before.len(), 64, "checksum annotation: {before:?}");
     assert!(config(&env).contains("drain_terminating: false"));
@@ -328,6 +344,11 @@ async fn chart_helm_install_upgrade_uninstall_leaves_only_the_crd(backend: Backe
     assert_ne!(
         before, after,
         "a config change must change the pod template (rolls the pods)"
+    );
+    assert_eq!(
+        api_token(&env),
+        token_before,
+        "the generated API token survives an upgrade (lookup)"
     );
     let history = env.helm_ok(&["history", RELEASE, "--namespace", NS, "-o", "json"]);
     let history: Value = serde_json::from_str(&history).expect("helm history json");
@@ -353,7 +374,7 @@ async fn chart_helm_install_upgrade_uninstall_leaves_only_the_crd(backend: Backe
     assert!(left.trim().is_empty(), "cluster objects left: {left}");
     assert!(
         env.exists("crd", "discoveredservices.kubediscovery.io", None),
-        "Helm keeps crds/ on uninstall by design"
+        "the CRD stays on uninstall (helm.sh/resource-policy: keep)"
     );
 }
 
@@ -380,11 +401,19 @@ fn free_port() -> u16 {
 
 /// Minimal HTTP/1.1 GET: (status, body).
 fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    http_get_with(port, path, None)
+}
+
+/// [`http_get`] with a bearer token.
+fn http_get_with(port: u16, path: &str, token: Option<&str>) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n"
     )
     .ok()?;
     let mut buf = String::new();
@@ -431,6 +460,9 @@ struct Running {
     stdout: PathBuf,
     stderr: PathBuf,
     token: String,
+    /// The bearer token of the dump and nodes APIs (the chart's generated
+    /// Secret, as the pod mounts it).
+    api_token: Option<String>,
 }
 
 impl Running {
@@ -521,6 +553,32 @@ fn spawn_from_chart(
         "-o",
         "jsonpath={.data.config\\.yaml}",
     ]);
+    // The API token Secret, as the pod mounts it: the config names its file.
+    let mut config = config;
+    let mut api_token = None;
+    const MOUNTED_TOKEN: &str = "/etc/kube-discovery/http-auth/token";
+    if config.contains(MOUNTED_TOKEN) {
+        let b64 = env.kubectl_ok(&[
+            "get",
+            "secret",
+            &format!("{FULLNAME}-api-token"),
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.data.token}",
+        ]);
+        use base64::Engine;
+        let t = String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(b64.trim())
+                .expect("base64 token"),
+        )
+        .expect("utf-8 token");
+        let local = env.path(&format!("{pod}.api-token"));
+        std::fs::write(&local, &t).expect("write API token");
+        config = config.replace(MOUNTED_TOKEN, &local.display().to_string());
+        api_token = Some(t);
+    }
     let config_file = env.path("config.yaml");
     std::fs::write(&config_file, &config).expect("write config");
 
@@ -594,6 +652,7 @@ fn spawn_from_chart(
         stdout,
         stderr,
         token,
+        api_token,
     }
 }
 
@@ -652,9 +711,21 @@ async fn chart_controller_works_with_chart_config_and_service_account_rbac(backe
         "kubectl get dsvc -A lacks shop/web:\n{table}"
     );
     // The HTTP API agrees, and the controller is ready.
-    let (code, body) = http_get(
+    // The chart's default: the nodes API wants the generated token.
+    let (code, _) = http_get(
         run.http_port,
         "/v1/discovery/kubernetes/nodes?service=shop/web:http",
+    )
+    .expect("HTTP API answers");
+    assert_eq!(code, 401, "no token, no nodes");
+    let (code, body) = http_get_with(
+        run.http_port,
+        "/v1/discovery/kubernetes/nodes?service=shop/web:http",
+        Some(
+            run.api_token
+                .as_deref()
+                .expect("the chart mounts an API token"),
+        ),
     )
     .expect("HTTP API answers");
     assert_eq!(code, 200, "{body}");
@@ -937,9 +1008,10 @@ endpoints:
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    let (code, body) = http_get(
+    let (code, body) = http_get_with(
         run.http_port,
         "/v1/discovery/kubernetes/nodes?service=east/shop/web:http",
+        run.api_token.as_deref(),
     )
     .expect("HTTP API answers");
     assert_eq!(

@@ -56,13 +56,47 @@ app.kubernetes.io/part-of: kube-discovery
 {{- end }}
 {{- end }}
 
+{{/*
+The image. `global.imageRegistry` replaces the registry host of
+`image.repository` (its first path part when that has a "." or ":" or is
+"localhost"), or is prepended when the repository names none.
+*/}}
 {{- define "kube-discovery.image" -}}
 {{- $tag := default .Chart.AppVersion .Values.image.tag }}
-{{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
-{{- else }}
-{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- $repo := .Values.image.repository }}
+{{- $registry := "" }}
+{{- with .Values.global }}{{ $registry = .imageRegistry | default "" }}{{ end }}
+{{- if $registry }}
+{{- $parts := splitList "/" $repo }}
+{{- $first := first $parts }}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) }}
+{{- $repo = join "/" (rest $parts) }}
 {{- end }}
+{{- $repo = printf "%s/%s" (trimSuffix "/" $registry) $repo }}
+{{- end }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" $repo .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repo $tag }}
+{{- end }}
+{{- end }}
+
+{{/*
+The Secret with the bearer token of the dump and nodes APIs: the given one,
+else the generated `<fullname>-api-token` (with `create`), else none ("").
+*/}}
+{{- define "kube-discovery.authSecretName" -}}
+{{- $a := .Values.http.authTokenSecret }}
+{{- if $a.name }}
+{{- $a.name }}
+{{- else if $a.create }}
+{{- printf "%s-api-token" (include "kube-discovery.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* Key of the token in that Secret. */}}
+{{- define "kube-discovery.authSecretKey" -}}
+{{- .Values.http.authTokenSecret.key | default "token" }}
 {{- end }}
 
 {{- define "kube-discovery.leaseName" -}}
@@ -183,7 +217,7 @@ client:
 {{- $c := .Values.controller }}
 {{- $kd := dict }}
 {{- $http := dict "addr" (printf "0.0.0.0:%d" (int .Values.http.port)) }}
-{{- if .Values.http.authTokenSecret.name }}{{ $_ := set $http "auth_token_file" "/etc/kube-discovery/http-auth/token" }}{{ end }}
+{{- if include "kube-discovery.authSecretName" . }}{{ $_ := set $http "auth_token_file" "/etc/kube-discovery/http-auth/token" }}{{ end }}
 {{- $_ := set $kd "http" $http }}
 {{- with $c.watchTimeout }}{{ $_ := set $kd "watch_timeout" . }}{{ end }}
 {{- $_ := set $kd "write_concurrency" (int64 $c.writeConcurrency) }}
@@ -198,6 +232,8 @@ client:
 {{- $_ := set $kd "sinks" $sinks }}
 {{- $le := dict "enabled" $c.leaderElection.enabled "lease_name" (include "kube-discovery.leaseName" .) "lease_namespace" .Release.Namespace }}
 {{- with $c.leaderElection.leaseDuration }}{{ $_ := set $le "lease_duration" . }}{{ end }}
+{{- with $c.leaderElection.renewDeadline }}{{ $_ := set $le "renew_deadline" . }}{{ end }}
+{{- with $c.leaderElection.retryPeriod }}{{ $_ := set $le "retry_period" . }}{{ end }}
 {{- $_ := set $kd "leader_election" $le }}
 {{- $config := dict "discovery" (dict "kubernetes" $kubernetes) "kube_discovery" $kd }}
 {{- toYaml $config }}
