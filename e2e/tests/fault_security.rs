@@ -20,7 +20,7 @@
 mod controller_support;
 mod fault_support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use controller_support::{Backend, Controller, Env, LIMIT, eventually, http_get, repo_root};
@@ -160,9 +160,13 @@ async fn tokens_never_leak(backend: Backend) {
 
 const SA_USER: &str = "system:serviceaccount:kube-discovery:kube-discovery";
 
-/// Creates every object of the shipped `rbac/*.yaml` (not `rbac/optional`, `rbac/remote`).
+/// Creates every object of the shipped `rbac/*.yaml` (not `rbac/optional`, `rbac/remote`)
+/// and returns the rules of the roles bound to the controller's ServiceAccount (the
+/// reader and view roles are for other subjects and not counted).
 async fn install_rbac(env: &Env) -> Vec<Value> {
-    let mut rules = Vec::new();
+    // (kind, namespace, name) -> rules; bound roles as the same key.
+    let mut roles: BTreeMap<(String, String, String), Vec<Value>> = BTreeMap::new();
+    let mut bound: BTreeSet<(String, String, String)> = BTreeSet::new();
     let mut files: Vec<_> = std::fs::read_dir(repo_root().join("rbac"))
         .expect("rbac/")
         .filter_map(Result::ok)
@@ -195,27 +199,33 @@ async fn install_rbac(env: &Env) -> Vec<Value> {
                     .await
                     .map(|_| ()),
                 Some("ClusterRole") => {
-                    rules.extend(v["rules"].as_array().cloned().unwrap_or_default());
+                    roles.insert(role_key(&v, ""), rules_of(&v));
                     Api::<ClusterRole>::all(c)
                         .create(&pp, &serde_json::from_value(v.clone()).expect("cr"))
                         .await
                         .map(|_| ())
                 }
-                Some("ClusterRoleBinding") => Api::<ClusterRoleBinding>::all(c)
-                    .create(&pp, &serde_json::from_value(v.clone()).expect("crb"))
-                    .await
-                    .map(|_| ()),
+                Some("ClusterRoleBinding") => {
+                    bound.extend(bound_role(&v, ""));
+                    Api::<ClusterRoleBinding>::all(c)
+                        .create(&pp, &serde_json::from_value(v.clone()).expect("crb"))
+                        .await
+                        .map(|_| ())
+                }
                 Some("Role") => {
-                    rules.extend(v["rules"].as_array().cloned().unwrap_or_default());
+                    roles.insert(role_key(&v, &ns), rules_of(&v));
                     Api::<Role>::namespaced(c, &ns)
                         .create(&pp, &serde_json::from_value(v.clone()).expect("role"))
                         .await
                         .map(|_| ())
                 }
-                Some("RoleBinding") => Api::<RoleBinding>::namespaced(c, &ns)
-                    .create(&pp, &serde_json::from_value(v.clone()).expect("rb"))
-                    .await
-                    .map(|_| ()),
+                Some("RoleBinding") => {
+                    bound.extend(bound_role(&v, &ns));
+                    Api::<RoleBinding>::namespaced(c, &ns)
+                        .create(&pp, &serde_json::from_value(v.clone()).expect("rb"))
+                        .await
+                        .map(|_| ())
+                }
                 other => panic!("unexpected kind {other:?} in {}", f.display()),
             };
             match res {
@@ -225,7 +235,54 @@ async fn install_rbac(env: &Env) -> Vec<Value> {
             }
         }
     }
-    rules
+    assert!(!bound.is_empty(), "no binding in rbac/ names {SA_USER}");
+    bound
+        .iter()
+        .flat_map(|k| {
+            roles
+                .get(k)
+                .unwrap_or_else(|| panic!("{k:?} is bound to {SA_USER} but not in rbac/"))
+                .clone()
+        })
+        .collect()
+}
+
+fn rules_of(role: &Value) -> Vec<Value> {
+    role["rules"].as_array().cloned().unwrap_or_default()
+}
+
+/// (kind, namespace, name) of a Role (`ns`) or ClusterRole (`""`).
+fn role_key(role: &Value, ns: &str) -> (String, String, String) {
+    let kind = role["kind"].as_str().unwrap_or_default().to_string();
+    let name = role["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    (kind, ns.to_string(), name)
+}
+
+/// The role a binding grants to the controller's ServiceAccount, if it names it.
+fn bound_role(binding: &Value, ns: &str) -> Option<(String, String, String)> {
+    let (sa_ns, sa_name) = ("kube-discovery", "kube-discovery");
+    let names_sa = binding["subjects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|s| s["kind"] == "ServiceAccount" && s["name"] == sa_name && s["namespace"] == sa_ns);
+    if !names_sa {
+        return None;
+    }
+    let kind = binding["roleRef"]["kind"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let name = binding["roleRef"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    // A RoleBinding may grant a ClusterRole (in its namespace); the rules are the ClusterRole's.
+    let role_ns = if kind == "ClusterRole" { "" } else { ns };
+    Some((kind, role_ns.to_string(), name))
 }
 
 /// `(verb, resource)` pairs granted by `rules` (resource with `/subresource`).
