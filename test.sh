@@ -29,7 +29,7 @@ bash e2e/tools/install-tools.sh
 # actionlint + shellcheck (workflow lint) and promtool (alert unit tests):
 # e2e/tests/release_workflows.rs, e2e/tests/chart_monitoring.rs.
 bash e2e/tools/install-lint-tools.sh
-bash gateways/tools/install.sh   # nginx + HAProxy from Debian, for the gateway e2e tests
+bash e2e/tools/install-gateways.sh   # nginx + HAProxy from Debian, for the gateway e2e tests
 export PATH="$PWD/.tools/bin:$PATH"
 
 # kube-sim, real or both: builds the real control plane when wanted (fails

@@ -120,9 +120,9 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum SyncGateway {
     /// Render nginx `upstream` blocks, validate with `nginx -t`, reload when changed.
-    Nginx(kube_discovery_gateways::NginxArgs),
+    Nginx(kube_discovery_client::sync::NginxArgs),
     /// Drive HAProxy server slots over the Runtime API (reload only to grow).
-    Haproxy(kube_discovery_gateways::HaproxyArgs),
+    Haproxy(kube_discovery_client::sync::HaproxyArgs),
 }
 
 #[cfg(test)]

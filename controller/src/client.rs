@@ -9,12 +9,11 @@
 //! * A kubeconfig (path and optional context; `--kubeconfig`/`KUBECONFIG`),
 //!   which brings contexts, client certificates and exec plugins.
 
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 use crate::{Error, Result};
 
-pub use kube_discovery_core::config::Connection;
+pub use kube_discovery_core::config::{Connection, Credentials};
 
 /// Objects per page of every list the controller makes (sources, its own
 /// DiscoveredServices, snapshot ConfigMaps). kube-runtime's default is 500.
@@ -43,8 +42,7 @@ pub async fn kube_config(conn: &Connection) -> Result<Config> {
             port,
             ssl_verify,
             ca_file,
-            token,
-            token_file,
+            credentials,
         } => {
             let url = format!("{}://{}:{port}", schema.as_str(), url_host(host));
             let uri: http::Uri = url.parse().map_err(|e| {
@@ -63,46 +61,26 @@ pub async fn kube_config(conn: &Connection) -> Result<Config> {
                 }
                 cfg.root_cert_file = Some(ca.clone());
             }
-            if let Some(t) = token {
-                cfg.auth_info.token = Some(t.expose().trim().to_string().into());
-            } else if let Some(f) = token_file {
-                if !f.exists() {
-                    return Err(Error::Config(format!(
-                        "discovery.kubernetes.client.token_file: {} does not exist",
-                        f.display()
-                    )));
+            match credentials {
+                Credentials::Token(t) => {
+                    cfg.auth_info.token = Some(t.expose().trim().to_string().into());
                 }
-                cfg.auth_info.token_file = Some(f.display().to_string());
+                Credentials::TokenFile(f) => {
+                    if !f.exists() {
+                        return Err(Error::Config(format!(
+                            "discovery.kubernetes.client.token_file: {} does not exist",
+                            f.display()
+                        )));
+                    }
+                    cfg.auth_info.token_file = Some(f.display().to_string());
+                }
             }
             Ok(cfg)
         }
-        Connection::Kubeconfig {
-            path: Some(p),
-            context,
-        } => {
-            let kc = Kubeconfig::read_from(p)?;
-            let opts = KubeConfigOptions {
-                context: context.clone(),
-                ..KubeConfigOptions::default()
-            };
-            Ok(Config::from_custom_kubeconfig(kc, &opts).await?)
-        }
-        Connection::Kubeconfig {
-            path: None,
-            context: Some(c),
-        } => {
-            let opts = KubeConfigOptions {
-                context: Some(c.clone()),
-                ..KubeConfigOptions::default()
-            };
-            Ok(Config::from_kubeconfig(&opts).await?)
-        }
-        Connection::Kubeconfig {
-            path: None,
-            context: None,
-        } => Config::infer()
-            .await
-            .map_err(|e| Error::Config(format!("no kubeconfig and not in a cluster: {e}"))),
+        Connection::Kubeconfig { path, context } => Ok(
+            kube_discovery_client::connect::kube_config(path.as_deref(), context.as_deref())
+                .await?,
+        ),
     }
 }
 
@@ -128,8 +106,7 @@ mod tests {
             port: 6443,
             ssl_verify: true,
             ca_file: None,
-            token: None,
-            token_file: Some(tf.clone()),
+            credentials: Credentials::TokenFile(tf.clone()),
         };
         let cfg = kube_config(&conn).await.unwrap();
         assert_eq!(cfg.cluster_url.to_string(), "https://[::1]:6443/");
@@ -148,8 +125,7 @@ mod tests {
             port: 443,
             ssl_verify: true,
             ca_file: Some("/nonexistent/ca.crt".into()),
-            token: Some(Secret::new("secret-token")),
-            token_file: None,
+            credentials: Credentials::Token(Secret::new("secret-token")),
         };
         let e = kube_config(&conn).await.unwrap_err().to_string();
         assert!(

@@ -146,7 +146,7 @@ fn unauthorized() -> Response {
 }
 
 /// The APISIX dump document built from the shared state (the endpoints part
-/// is the same [`kube_discovery_core::snapshot::Dump`] the ConfigMap snapshot
+/// is the same [`kube_discovery_core::dump::Dump`] the ConfigMap snapshot
 /// publishes).
 pub fn dump_value(shared: &Shared, config: &Value) -> Value {
     let endpoints = crate::snapshot::dump_of(shared).to_apisix_endpoints();

@@ -32,6 +32,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
 use kube::api::{Api, PostParams};
+use kube_discovery_core::config::LeaseTimings;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -98,32 +99,36 @@ impl LeaseConfig {
     /// Settings with client-go's proportions (15 s / 10 s / 2 s) scaled to
     /// `duration` (at least 1 s): renew deadline 2/3, retry period 2/15 of it.
     pub fn new(namespace: String, name: String, identity: String, duration: Duration) -> Self {
-        let duration = duration.max(Duration::from_secs(1));
+        Self::with_timings(namespace, name, identity, LeaseTimings::client_go(duration))
+    }
+
+    /// Settings with the given (resolved) timings.
+    pub fn with_timings(
+        namespace: String,
+        name: String,
+        identity: String,
+        timings: LeaseTimings,
+    ) -> Self {
         Self {
             namespace,
             name,
             identity,
-            duration,
-            renew_deadline: duration.mul_f64(2.0 / 3.0),
-            retry_period: duration.mul_f64(2.0 / 15.0).max(Duration::from_millis(100)),
+            duration: timings.duration,
+            renew_deadline: timings.renew_deadline,
+            retry_period: timings.retry_period,
         }
     }
 
-    /// Checks `retry_period < renew_deadline < duration`; the error names the values.
+    /// Checks `retry_period < renew_deadline < duration`; the error names the
+    /// values ([`LeaseTimings::check`], which `Config::resolve` runs first).
     pub fn validate(&self) -> Result<(), String> {
-        if self.renew_deadline >= self.duration {
-            return Err(format!(
-                "kube_discovery.leader_election: renew deadline {:?} must be shorter than lease_duration {:?}",
-                self.renew_deadline, self.duration
-            ));
+        LeaseTimings {
+            duration: self.duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
         }
-        if self.retry_period >= self.renew_deadline {
-            return Err(format!(
-                "kube_discovery.leader_election: retry period {:?} must be shorter than the renew deadline {:?}",
-                self.retry_period, self.renew_deadline
-            ));
-        }
-        Ok(())
+        .check()
+        .map_err(|m| format!("kube_discovery.leader_election: {m}"))
     }
 
     /// Upper bound of one round (GET + write): what is left of the renew

@@ -22,7 +22,8 @@
 //!  http        /healthz /readyz /metrics /v1/discovery/kubernetes/{dump,nodes}  (reads Shared)
 //!  leader      Lease election: gates the writer and the snapshot sink
 //!  run         wires all of the above (`RunOptions`, from the configuration)
-//!  nodes       library API: reflector over DiscoveredServices -> nodes("ns/name:port")
+//!  nodes       `kube-discovery nodes` (reads through kube-discovery-client)
+//!  render_cmd  `kube-discovery render` (the core's pure render on files)
 //! ```
 //!
 //! `watch` is the one watch loop (backoff, 410 relist, bookmarks, idle
@@ -34,13 +35,13 @@
 //! ```text
 //!  demo ─▶ run, client
 //!  run ─▶ source, drift, writer, sink, snapshot, http, leader, state, metrics, client
-//!  writer ─▶ sink, drift, inbox, state, metrics         nodes ─▶ sink, snapshot, client
+//!  writer ─▶ sink, drift, inbox, state, metrics         nodes ─▶ client
 //!  sink ─▶ drift, client                                http ─▶ snapshot, state, metrics
 //!  source ─▶ watch, inbox, state, metrics    drift ─▶ watch, inbox, state
 //!  snapshot ─▶ state, metrics, client
-//!  watch ─▶ client                           metrics ─▶ state       render ─▶ cli
+//!  watch ─▶ client                           metrics ─▶ state       render_cmd ─▶ cli
 //!  state   inbox   client   leader   cli             (nothing of the crate)
-//!  (tests only: sink's kube-sim round trip reads back through nodes)
+//!  (readers of what it writes are the kube-discovery-client crate)
 //! ```
 //!
 //! `anyhow` is used only in `main.rs`; everything here returns [`Result`].
@@ -56,7 +57,7 @@ pub mod inbox;
 pub mod leader;
 pub mod metrics;
 pub mod nodes;
-pub mod render;
+pub mod render_cmd;
 pub mod run;
 pub mod sink;
 pub mod snapshot;
@@ -104,6 +105,9 @@ pub enum Error {
     /// A gateway sync (`kube-discovery sync ...`) failed.
     #[error("{0}")]
     Sync(String),
+    /// Reading what the controller published (the client crate) failed.
+    #[error(transparent)]
+    Client(#[from] kube_discovery_client::Error),
     /// The ConfigMap snapshot cannot be built or read.
     #[error("{0}")]
     Snapshot(String),
@@ -127,6 +131,7 @@ impl Error {
             Error::NotFound(_) => "not_found",
             Error::Http(_) => "http",
             Error::Sync(_) => "sync",
+            Error::Client(_) => "client",
             Error::Snapshot(_) => "snapshot",
         }
     }

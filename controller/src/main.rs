@@ -38,7 +38,7 @@ async fn dispatch(cli: Cli) -> Result<(), Error> {
             output,
             nodes,
         } => {
-            let out = kube_discovery::render::render_command(
+            let out = kube_discovery::render_cmd::render_command(
                 &file,
                 config.as_deref(),
                 output,
@@ -54,10 +54,11 @@ async fn dispatch(cli: Cli) -> Result<(), Error> {
             snapshot,
             snapshot_dir,
         } => {
+            use kube_discovery_client::NodesFrom;
             let from = match (snapshot, snapshot_dir) {
-                (Some(s), _) => kube_discovery::nodes::NodesFrom::Snapshot(s),
-                (None, Some(d)) => kube_discovery::nodes::NodesFrom::SnapshotDir(d),
-                (None, None) => kube_discovery::nodes::NodesFrom::DiscoveredServices,
+                (Some(s), _) => NodesFrom::snapshot(&s)?,
+                (None, Some(d)) => NodesFrom::SnapshotDir(d),
+                (None, None) => NodesFrom::DiscoveredServices,
             };
             let out =
                 kube_discovery::nodes::nodes_command(&service, kubeconfig, context, from).await?;
@@ -79,8 +80,8 @@ async fn dispatch(cli: Cli) -> Result<(), Error> {
             .await
         }
         Command::Sync { gateway } => match gateway {
-            SyncGateway::Nginx(a) => kube_discovery_gateways::run_nginx(a).await,
-            SyncGateway::Haproxy(a) => kube_discovery_gateways::run_haproxy(a).await,
+            SyncGateway::Nginx(a) => kube_discovery_client::sync::run_nginx(a).await,
+            SyncGateway::Haproxy(a) => kube_discovery_client::sync::run_haproxy(a).await,
         }
         .map_err(|e| Error::Sync(format!("{e:#}"))),
     }

@@ -6,9 +6,10 @@
 use std::io::Read;
 use std::path::Path;
 
+use kube_discovery_client::lookup;
 use kube_discovery_core::config::parse_config;
 use kube_discovery_core::parse_service_name;
-use kube_discovery_core::render::{RenderOptions, lookup, render_report};
+use kube_discovery_core::render::{RenderOptions, render_report};
 use serde::Deserialize;
 use serde_json::{Value, json};
 

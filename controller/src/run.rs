@@ -2,7 +2,8 @@
 //! shuts them down gracefully.
 //!
 //! ```text
-//!  config file ──core::config::parse_config──▶ Config ──run_options()──▶ RunOptions
+//!  config file ──core::config::parse_config──▶ Config ──Config::resolve──▶ Plan
+//!  Plan ──RunOptions::from_plan (the I/O: auth token file, own namespace)──▶ RunOptions
 //!  RunOptions ──start──▶ per cluster: Source task ─┐
 //!                        the drift watch ──────────┼─▶ Shared ◀── HTTP server
 //!                        one writer task (KubeSink on the home cluster)
@@ -27,7 +28,7 @@ use crate::source::{Source, SourceParams};
 use crate::state::Shared;
 use crate::writer::WriterOptions;
 use crate::{Error, Result};
-use kube_discovery_core::config::{Config, parse_config};
+use kube_discovery_core::config::{Config, Overrides, Plan, parse_config};
 
 /// One watched cluster.
 pub struct ClusterSource {
@@ -69,133 +70,104 @@ pub fn run_options(
     http_addr: Option<SocketAddr>,
     kubeconfig: Option<PathBuf>,
 ) -> Result<RunOptions> {
-    let s = &cfg.settings;
-    if !s.sinks.discoveredservices.enabled {
-        return Err(Error::Config(
-            "kube_discovery.sinks.discoveredservices.enabled: false is not supported by this version (it is the only sink)".into(),
-        ));
-    }
-    let snapshot = if s.sinks.configmap.enabled {
-        let cm = &s.sinks.configmap;
-        let namespace = cm.namespace.clone().ok_or_else(|| {
-            Error::Config("kube_discovery.sinks.configmap.namespace: is required when the configmap sink is enabled".into())
-        })?;
-        let env = |k: &str| std::env::var(k).ok();
-        Some(
-            crate::snapshot::SnapshotOptions::new(namespace, cm.name.clone(), s.coalesce_window)
-                .validated(&env)?,
-        )
-    } else {
-        None
-    };
-    let leader = if s.leader_election.enabled {
-        let le = &s.leader_election;
-        let namespace = le.lease_namespace.clone().or_else(crate::leader::own_namespace).ok_or_else(|| {
-            Error::Config(
-                "kube_discovery.leader_election.lease_namespace: not set and the own namespace is unknown \
-                 (set it, or POD_NAMESPACE)"
-                    .into(),
-            )
-        })?;
-        let mut lease = crate::leader::LeaseConfig::new(
-            namespace,
-            le.lease_name.clone(),
-            crate::leader::default_identity(),
-            le.lease_duration,
-        );
-        if let Some(d) = le.renew_deadline {
-            lease.renew_deadline = d;
-        }
-        if let Some(d) = le.retry_period {
-            lease.retry_period = d;
-        }
-        lease.validate().map_err(Error::Config)?;
-        Some(lease)
-    } else {
-        None
-    };
-    if cfg.multi_cluster && kubeconfig.is_some() {
-        return Err(Error::Config(
-            "--kubeconfig: only valid in single-cluster mode (use discovery.kubernetes[].kubeconfig and kube_discovery.home)".into(),
-        ));
-    }
-    let mut clusters = Vec::new();
-    for c in &cfg.clusters {
-        let conn = match &kubeconfig {
-            Some(p) => Connection::Kubeconfig {
-                path: Some(p.clone()),
-                context: None,
-            },
-            None => c.connection.clone(),
-        };
-        let params = SourceParams {
-            cluster: c.id.clone(),
-            kind: c.source(),
-            label_selector: (!c.label_selector.is_empty())
-                .then(|| c.label_selector.as_str().to_string()),
-            field_selector: c.namespace_selector.field_selector(),
-            watch_timeout: s.watch_timeout,
-            // Endpoints carry no ownerReferences: look the Services up, but
-            // only where an object may carry one (single cluster, source mode).
-            watch_services: c.source() == kube_discovery_core::SourceKind::Endpoints
-                && !cfg.multi_cluster
-                && s.sinks
-                    .discoveredservices
-                    .naming
-                    .owner_references_allowed(&kube_discovery_core::ServiceKey::new(&c.id, "", "")),
-        };
-        clusters.push(ClusterSource {
-            params,
-            conn,
-            index: c.new_index(s),
-        });
-    }
-    let home = if cfg.multi_cluster {
-        Connection::Kubeconfig {
-            path: s.home.kubeconfig.clone(),
-            context: s.home.context.clone(),
-        }
-    } else {
-        clusters
-            .first()
-            .map(|c| c.conn.clone())
-            .ok_or_else(|| Error::Config("discovery.kubernetes: no cluster configured".into()))?
-    };
-    let auth_token = match &s.http.auth_token_file {
-        Some(p) => {
-            let t = std::fs::read_to_string(p).map_err(|e| {
-                Error::Config(format!(
-                    "kube_discovery.http.auth_token_file: cannot read {}: {e}",
-                    p.display()
-                ))
-            })?;
-            let t = t.trim().to_string();
-            if t.is_empty() {
-                return Err(Error::Config(format!(
-                    "kube_discovery.http.auth_token_file: {} is empty",
-                    p.display()
-                )));
+    let plan = cfg
+        .resolve(&Overrides {
+            http_addr,
+            kubeconfig,
+        })
+        .map_err(|e| Error::Config(e.to_string()))?;
+    RunOptions::from_plan(plan)
+}
+
+impl RunOptions {
+    /// Turns the resolved configuration into what the tasks take, doing the
+    /// I/O the pure core leaves out: the hidden shard-size override, the
+    /// pod's own namespace and identity, the HTTP auth token file.
+    pub fn from_plan(plan: Plan) -> Result<RunOptions> {
+        let snapshot = match plan.configmap {
+            Some(cm) => {
+                let env = |k: &str| std::env::var(k).ok();
+                Some(
+                    crate::snapshot::SnapshotOptions::new(
+                        cm.namespace,
+                        cm.name,
+                        plan.writes.coalesce_window,
+                    )
+                    .validated(&env)?,
+                )
             }
-            Some(t)
-        }
-        None => None,
-    };
-    Ok(RunOptions {
-        clusters,
-        home,
-        naming: s.sinks.discoveredservices.naming.clone(),
-        writer: WriterOptions {
-            coalesce_window: s.coalesce_window,
-            concurrency: s.write_concurrency,
-            qps: s.write_qps,
-            ..WriterOptions::default()
-        },
-        http_addr: http_addr.unwrap_or(s.http.addr),
-        auth_token,
-        redacted_config: cfg.kubernetes_redacted_json(),
-        leader,
-        snapshot,
-    })
+            None => None,
+        };
+        let leader = match plan.leader_election {
+            Some(le) => {
+                let namespace = le.namespace.or_else(crate::leader::own_namespace).ok_or_else(|| {
+                    Error::Config(
+                        "kube_discovery.leader_election.lease_namespace: not set and the own namespace is unknown \
+                         (set it, or POD_NAMESPACE)"
+                            .into(),
+                    )
+                })?;
+                Some(crate::leader::LeaseConfig::with_timings(
+                    namespace,
+                    le.name,
+                    crate::leader::default_identity(),
+                    le.timings,
+                ))
+            }
+            None => None,
+        };
+        let clusters = plan
+            .clusters
+            .iter()
+            .map(|c| ClusterSource {
+                params: SourceParams {
+                    cluster: c.id.clone(),
+                    kind: c.source,
+                    label_selector: c.server_label_selector(),
+                    field_selector: c.server_field_selector(),
+                    watch_timeout: plan.watch_timeout,
+                    watch_services: c.watch_services,
+                },
+                conn: c.connection.clone(),
+                index: c.new_index(),
+            })
+            .collect();
+        let auth_token = match &plan.http.auth_token_file {
+            Some(p) => {
+                let t = std::fs::read_to_string(p).map_err(|e| {
+                    Error::Config(format!(
+                        "kube_discovery.http.auth_token_file: cannot read {}: {e}",
+                        p.display()
+                    ))
+                })?;
+                let t = t.trim().to_string();
+                if t.is_empty() {
+                    return Err(Error::Config(format!(
+                        "kube_discovery.http.auth_token_file: {} is empty",
+                        p.display()
+                    )));
+                }
+                Some(t)
+            }
+            None => None,
+        };
+        Ok(RunOptions {
+            clusters,
+            home: plan.clusters.home().clone(),
+            naming: plan.discoveredservices,
+            writer: WriterOptions {
+                coalesce_window: plan.writes.coalesce_window,
+                concurrency: plan.writes.concurrency,
+                qps: plan.writes.qps,
+                ..WriterOptions::default()
+            },
+            http_addr: plan.http.addr,
+            auth_token,
+            redacted_config: plan.redacted_config,
+            leader,
+            snapshot,
+        })
+    }
 }
 
 /// Parses configuration text (environment from the process) and builds the

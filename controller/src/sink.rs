@@ -43,11 +43,10 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use kube_discovery_core::crd::{
-    DiscoveredService, MANAGED_BY_SELECTOR, ObjectNaming, desired_objects_at, key_of, shard_name,
-    shard_of,
+    DiscoveredService, ObjectNaming, desired_objects_at, key_of, shard_name, shard_of,
 };
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
@@ -280,33 +279,8 @@ impl KubeSink {
 /// Objects per page of our lists.
 const PAGE: u32 = crate::client::LIST_PAGE_SIZE;
 
-/// Hands every object of type `K` with our managed-by label (all
-/// namespaces, `page` objects per request) to `each`, one page at a time.
-async fn for_each_managed<K>(client: &Client, page: u32, mut each: impl FnMut(K)) -> Result<()>
-where
-    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
-{
-    let api: Api<K> = Api::all(client.clone());
-    let mut lp = ListParams::default()
-        .labels(MANAGED_BY_SELECTOR)
-        .limit(page);
-    loop {
-        let page = api.list(&lp).await?;
-        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
-        page.items.into_iter().for_each(&mut each);
-        match next {
-            Some(c) => lp = lp.continue_token(&c),
-            None => return Ok(()),
-        }
-    }
-}
-
-/// Lists every DiscoveredService we manage (all namespaces, paginated).
-pub async fn list_managed(client: &Client) -> Result<Vec<DiscoveredService>> {
-    let mut out = Vec::new();
-    for_each_managed(client, PAGE, |ds| out.push(ds)).await?;
-    Ok(out)
-}
+use kube_discovery_client::list::for_each_managed;
+pub use kube_discovery_client::list::list_managed;
 
 /// What the start-up list keeps of our objects: per service, the
 /// `(shard index, shard count, spec.version)` of each of its objects.
@@ -602,7 +576,7 @@ mod tests {
             .unwrap();
         for _ in 0..100 {
             if Api::<DiscoveredService>::all(client.clone())
-                .list(&ListParams::default())
+                .list(&kube::api::ListParams::default())
                 .await
                 .is_ok()
             {
@@ -659,7 +633,7 @@ mod tests {
         let w = dsvc_writes(&client).await;
         assert_eq!(w.len(), objs.len(), "{w:?}");
         assert_eq!(w.last().map(String::as_str), Some("create big"), "{w:?}");
-        let resolver = crate::nodes::NodesResolver::start(client.clone(), None);
+        let resolver = kube_discovery_client::NodesResolver::start(client.clone(), None);
         resolver.wait_ready().await;
         for (port, nodes) in &svc.ports {
             let got = resolver.nodes(&format!("shop/big:{port}")).unwrap();

@@ -2,7 +2,7 @@
 //! discovered state, in APISIX's dump shape, in ConfigMaps of one namespace on
 //! the home cluster, for gateways that mount a file instead of reading
 //! DiscoveredServices. The layout (index + shards, hashes, sizes) is the pure
-//! [`kube_discovery_core::snapshot`]; this module writes it, keeps it as
+//! [`kube_discovery_core::dump`]; this module writes it, keeps it as
 //! written (drift correction), and reads it back.
 //!
 //! ```text
@@ -32,9 +32,10 @@
 //!   is rewritten in the next round (one coalescing window later); a labelled
 //!   ConfigMap of this snapshot that the index does not list is deleted. Keys
 //!   other than ours that someone adds are left alone (readers ignore them).
-//! * **Readers** ([`read`], [`read_dir`]) assemble the shards with
-//!   [`kube_discovery_core::snapshot::assemble`], which refuses mixed versions;
-//!   a shard being rewritten or just deleted means "read again".
+//! * **Readers** (`kube_discovery_client::dump::{read, read_dir}`)
+//!   assemble the shards with [`kube_discovery_core::dump::assemble`], which
+//!   refuses mixed versions; a shard being rewritten or just deleted means
+//!   "read again".
 //!
 //! RBAC: `list`, `watch`, `create`, `patch`, `delete` on `configmaps` in the
 //! snapshot namespace (`rbac/optional/configmap-snapshot.yaml`; `create`
@@ -42,8 +43,7 @@
 //! Known gap: someone making a snapshot ConfigMap `immutable: true` makes its
 //! repair fail (retried with backoff, logged) until it is deleted.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,7 +53,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
-use kube_discovery_core::snapshot::{self, Dump, INDEX_KEY, Layout};
+use kube_discovery_core::dump::{self, Dump, INDEX_KEY, Layout};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
@@ -65,7 +65,7 @@ use crate::state::Shared;
 use crate::{Error, Result};
 
 /// Label every snapshot ConfigMap carries: the snapshot's name
-/// ([`snapshot::label_value`]).
+/// ([`dump::label_value`]).
 pub const SNAPSHOT_LABEL: &str = "kubediscovery.io/snapshot";
 /// Field manager of snapshot writes.
 pub const FIELD_MANAGER: &str = "kube-discovery-snapshot";
@@ -99,7 +99,7 @@ impl SnapshotOptions {
         Self {
             namespace,
             name,
-            max_shard_bytes: snapshot::DEFAULT_MAX_SHARD_BYTES,
+            max_shard_bytes: dump::DEFAULT_MAX_SHARD_BYTES,
             coalesce_window,
             retry_min: Duration::from_millis(200),
             retry_max: Duration::from_secs(5),
@@ -121,11 +121,11 @@ impl SnapshotOptions {
                     "{MAX_SHARD_BYTES_ENV}: not a number of bytes: {v:?}"
                 ))
             })?;
-            if !(snapshot::MIN_SHARD_BYTES..=snapshot::DEFAULT_MAX_SHARD_BYTES).contains(&n) {
+            if !(dump::MIN_SHARD_BYTES..=dump::DEFAULT_MAX_SHARD_BYTES).contains(&n) {
                 return Err(Error::Config(format!(
                     "{MAX_SHARD_BYTES_ENV}: {n} is outside {}..={}",
-                    snapshot::MIN_SHARD_BYTES,
-                    snapshot::DEFAULT_MAX_SHARD_BYTES
+                    dump::MIN_SHARD_BYTES,
+                    dump::DEFAULT_MAX_SHARD_BYTES
                 )));
             }
             self.max_shard_bytes = n;
@@ -134,7 +134,7 @@ impl SnapshotOptions {
     }
 
     fn selector(&self) -> String {
-        format!("{SNAPSHOT_LABEL}={}", snapshot::label_value(&self.name))
+        format!("{SNAPSHOT_LABEL}={}", dump::label_value(&self.name))
     }
 }
 
@@ -210,7 +210,7 @@ pub fn spawn(
 ) -> tokio::task::JoinHandle<()> {
     let api: Api<ConfigMap> = Api::namespaced(client, &opts.namespace);
     let task = Task {
-        label: snapshot::label_value(&opts.name),
+        label: dump::label_value(&opts.name),
         api,
         shared,
         metrics,
@@ -373,7 +373,7 @@ impl Task {
         }
         let dump = dump_of(&self.shared);
         let l = Arc::new(
-            snapshot::build(&dump, &self.opts.name, self.opts.max_shard_bytes)
+            dump::build(&dump, &self.opts.name, self.opts.max_shard_bytes)
                 .map_err(|e| Error::Snapshot(e.to_string()))?,
         );
         self.layout = Some(l.clone());
@@ -500,114 +500,6 @@ async fn leader_changed(leader: &mut Option<watch::Receiver<bool>>) -> bool {
     }
 }
 
-/// How often [`read`] and [`read_dir`] retry a snapshot that is being rewritten.
-pub const READ_ATTEMPTS: u32 = 20;
-
-fn assemble_err(e: snapshot::AssembleError) -> Error {
-    Error::Snapshot(e.to_string())
-}
-
-/// Reads snapshot `namespace/name` through the API (needs `get` on those
-/// ConfigMaps), retrying while a newer version is being written.
-pub async fn read(client: &Client, namespace: &str, name: &str) -> Result<Dump> {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let mut last = None;
-    for _ in 0..READ_ATTEMPTS {
-        match read_once(&api, namespace, name).await {
-            Ok(d) => return Ok(d),
-            Err(Retry::Again(e)) => last = Some(e),
-            Err(Retry::Fatal(e)) => return Err(e),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(last.map_or_else(
-        || Error::Snapshot(format!("snapshot {namespace}/{name}: no consistent read")),
-        assemble_err,
-    ))
-}
-
-enum Retry {
-    Again(snapshot::AssembleError),
-    Fatal(Error),
-}
-
-/// One attempt of [`read`].
-async fn read_once(
-    api: &Api<ConfigMap>,
-    namespace: &str,
-    name: &str,
-) -> std::result::Result<Dump, Retry> {
-    let index = api
-        .get_opt(name)
-        .await
-        .map_err(|e| Retry::Fatal(e.into()))?
-        .ok_or_else(|| {
-            Retry::Fatal(Error::NotFound(format!(
-                "snapshot index ConfigMap {namespace}/{name} not found"
-            )))
-        })?;
-    let text = index
-        .data
-        .as_ref()
-        .and_then(|d| d.get(INDEX_KEY))
-        .cloned()
-        .ok_or_else(|| {
-            Retry::Fatal(Error::Snapshot(format!(
-                "ConfigMap {namespace}/{name} has no {INDEX_KEY}"
-            )))
-        })?;
-    let idx = snapshot::parse_index(&text).map_err(|e| Retry::Fatal(assemble_err(e)))?;
-    let mut texts: BTreeMap<String, String> = BTreeMap::new();
-    for r in &idx.shards {
-        let cm = api
-            .get_opt(&r.name)
-            .await
-            .map_err(|e| Retry::Fatal(e.into()))?;
-        if let Some(t) = cm.and_then(|c| c.data).and_then(|mut d| d.remove(&r.key)) {
-            texts.insert(r.name.clone(), t);
-        }
-    }
-    snapshot::assemble(&text, |r| texts.get(&r.name).cloned()).map_err(|e| {
-        if e.is_retryable() {
-            Retry::Again(e)
-        } else {
-            Retry::Fatal(assemble_err(e))
-        }
-    })
-}
-
-/// Reads a snapshot mounted as files: `dir` holds `index.json` and the
-/// shard keys `<name>-<i>.json` (one projected volume of the index and shard
-/// ConfigMaps). Retries while a newer version is being swapped in; the
-/// kubelet updates mounted ConfigMaps one by one, so a caller should keep its
-/// previous state when this fails and try again later.
-pub fn read_dir(dir: &Path) -> Result<Dump> {
-    let mut last = None;
-    for _ in 0..READ_ATTEMPTS {
-        let path = dir.join(INDEX_KEY);
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::Io {
-            path: path.display().to_string(),
-            source: e,
-        })?;
-        match snapshot::assemble(&text, |r| {
-            // Keys are plain file names; refuse anything that is not.
-            if r.key.contains('/') || r.key.starts_with('.') {
-                return None;
-            }
-            std::fs::read_to_string(dir.join(&r.key)).ok()
-        }) {
-            Ok(d) => return Ok(d),
-            Err(e) if e.is_retryable() => last = Some(e),
-            Err(e) => return Err(assemble_err(e)),
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Err(last.map_or_else(
-        || Error::Snapshot(format!("snapshot in {}: no consistent read", dir.display())),
-        assemble_err,
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -651,30 +543,6 @@ mod tests {
         assert_eq!(d.services(), 1);
         assert_eq!(d.clusters.len(), 2);
         // That it equals the HTTP dump is a test of `http` (which uses this).
-    }
-
-    #[test]
-    fn read_dir_assembles_files_and_names_a_missing_index() {
-        let mut d = Dump::with_clusters([""]);
-        for i in 0..40 {
-            d.insert(
-                &ServiceKey::new("", "ns", format!("s{i}")),
-                PortMap::from([(
-                    "p".to_string(),
-                    vec![Node::new(format!("10.1.0.{i}"), 80, 1)],
-                )]),
-            );
-        }
-        let l = snapshot::build(&d, "snap", 2048).unwrap();
-        assert!(l.shards.len() > 1);
-        let dir = tempfile::tempdir().unwrap();
-        let e = read_dir(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("index.json"), "{e}");
-        std::fs::write(dir.path().join(INDEX_KEY), &l.index).unwrap();
-        for s in &l.shards {
-            std::fs::write(dir.path().join(&s.key), &s.text).unwrap();
-        }
-        assert_eq!(read_dir(dir.path()).unwrap(), d);
     }
 
     async fn sim_client() -> (kube_sim::Sim, Client, tempfile::TempDir) {
@@ -722,7 +590,7 @@ mod tests {
 
     async fn wait_read(client: &Client, want: &Dump) {
         for _ in 0..200 {
-            if let Ok(d) = read(client, "kd", "snap").await
+            if let Ok(d) = kube_discovery_client::snapshot::read(client, "kd", "snap").await
                 && &d == want
             {
                 return;
@@ -768,8 +636,8 @@ mod tests {
         leader_tx.send(true).unwrap();
         let want = dump_of(&shared);
         wait_read(&client, &want).await;
-        let idx = snapshot::parse_index(&api.get("snap").await.unwrap().data.unwrap()[INDEX_KEY])
-            .unwrap();
+        let idx =
+            dump::parse_index(&api.get("snap").await.unwrap().data.unwrap()[INDEX_KEY]).unwrap();
         assert!(idx.shards.len() > 1, "{} shards", idx.shards.len());
         // A change is followed.
         shared.set_desired(&ServiceKey::new("", "ns", "s00"), None);
@@ -777,35 +645,6 @@ mod tests {
         wait_read(&client, &want).await;
         shutdown.cancel();
         task.await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn read_names_the_missing_shard_and_refuses_garbage() {
-        let (_sim, client, _dir) = sim_client().await;
-        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "kd");
-        let e = read(&client, "kd", "snap").await.unwrap_err().to_string();
-        assert!(e.contains("kd/snap not found"), "{e}");
-        let l = snapshot::build(&dump_of(&state(30)), "snap", 2048).unwrap();
-        let pp = PatchParams::apply("test");
-        for (name, key, text) in l.shards.iter().map(|s| (&s.name, &s.key, &s.text)).chain([(
-            &"snap".to_string(),
-            &INDEX_KEY.to_string(),
-            &l.index,
-        )]) {
-            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": name}, "data": {(key): text}});
-            api.patch(name, &pp, &Patch::Apply(&cm)).await.unwrap();
-        }
-        assert_eq!(read(&client, "kd", "snap").await.unwrap().services(), 30);
-        let gone = l.shards[1].name.clone();
-        api.delete(&gone, &DeleteParams::default()).await.unwrap();
-        let e = read(&client, "kd", "snap").await.unwrap_err().to_string();
-        assert!(e.contains(&gone) && e.contains(&l.version), "{e}");
-        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "snap"}, "data": {"index.json": "{\"format\": 9}"}});
-        api.patch("snap", &pp, &Patch::Apply(&cm)).await.unwrap();
-        let e = read(&client, "kd", "snap").await.unwrap_err().to_string();
-        assert!(e.contains("index.json"), "{e}");
     }
 
     #[tokio::test]

@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use chart_support::*;
-use kube_discovery_core::config::{Config, Connection};
+use kube_discovery_core::config::{Config, ConfigMapSink, Connection, Credentials};
 use kube_discovery_core::crd::NamespaceMode;
-use kube_discovery_core::parse_config;
+use kube_discovery_core::{SourceKind, parse_config};
 
 /// The environment of a pod: what Kubernetes injects for in-cluster access.
 fn pod_env(name: &str) -> Option<String> {
@@ -39,8 +39,9 @@ fn chart_default_config_parses_as_in_cluster_single_cluster() {
     assert_eq!(cfg.clusters.len(), 1);
     let c = &cfg.clusters[0];
     assert_eq!(c.id, "");
-    assert!(
-        c.watch_endpoint_slices,
+    assert_eq!(
+        c.source(),
+        SourceKind::EndpointSlice,
         "the chart defaults to EndpointSlices"
     );
     assert_eq!(c.default_weight, 50);
@@ -50,8 +51,7 @@ fn chart_default_config_parses_as_in_cluster_single_cluster() {
             port,
             ssl_verify,
             ca_file,
-            token_file,
-            token,
+            credentials,
             ..
         } => {
             assert_eq!(
@@ -67,12 +67,11 @@ fn chart_default_config_parses_as_in_cluster_single_cluster() {
                 ))
             );
             assert_eq!(
-                token_file.as_deref(),
-                Some(std::path::Path::new(
+                credentials,
+                &Credentials::TokenFile(PathBuf::from(
                     "/var/run/secrets/kubernetes.io/serviceaccount/token"
                 ))
             );
-            assert!(token.is_none());
         }
         other => panic!("expected in-cluster service connection, got {other:?}"),
     }
@@ -94,7 +93,7 @@ fn chart_default_config_parses_as_in_cluster_single_cluster() {
         s.sinks.discoveredservices.naming.namespace_mode,
         NamespaceMode::Source
     );
-    assert!(!s.sinks.configmap.enabled);
+    assert!(s.sinks.configmap.is_none());
     assert_eq!(s.write_concurrency, 32);
     assert!(!s.drain_terminating && !s.index_port_numbers && !s.topology);
 }
@@ -113,13 +112,13 @@ fn chart_multi_cluster_config_parses_with_mounted_credentials() {
         Connection::Service {
             host,
             port,
-            token_file,
+            credentials,
             ..
         } => {
             assert_eq!((host.as_str(), *port), ("10.96.0.1", 443));
             assert_eq!(
-                token_file,
-                &Some(PathBuf::from(
+                credentials,
+                &Credentials::TokenFile(PathBuf::from(
                     "/var/run/secrets/kubernetes.io/serviceaccount/token"
                 ))
             );
@@ -132,7 +131,7 @@ fn chart_multi_cluster_config_parses_with_mounted_credentials() {
             port,
             ssl_verify,
             ca_file,
-            token_file,
+            credentials,
             ..
         } => {
             assert_eq!(
@@ -144,8 +143,8 @@ fn chart_multi_cluster_config_parses_with_mounted_credentials() {
                 &Some(PathBuf::from("/etc/kube-discovery/clusters/east/ca.crt"))
             );
             assert_eq!(
-                token_file,
-                &Some(PathBuf::from("/etc/kube-discovery/clusters/east/token"))
+                credentials,
+                &Credentials::TokenFile(PathBuf::from("/etc/kube-discovery/clusters/east/token"))
             );
         }
         other => panic!("east: {other:?}"),
@@ -162,7 +161,7 @@ fn chart_multi_cluster_config_parses_with_mounted_credentials() {
     );
     let s = &cfg.settings;
     assert!(s.drain_terminating);
-    assert!(!s.sinks.configmap.enabled);
+    assert!(s.sinks.configmap.is_none());
     assert_eq!(
         s.sinks.discoveredservices.naming.namespace_mode,
         NamespaceMode::Fixed("kube-discovery".into())
@@ -210,9 +209,13 @@ fn chart_settings_reach_the_controller_config() {
         "discovery.kubernetes.default_weight=0",
     ]);
     let s = &cfg.settings;
-    assert!(s.sinks.configmap.enabled);
-    assert_eq!(s.sinks.configmap.namespace.as_deref(), Some("gw"));
-    assert_eq!(s.sinks.configmap.name, "kd-kube-discovery-snapshot");
+    assert_eq!(
+        s.sinks.configmap,
+        Some(ConfigMapSink {
+            namespace: "gw".into(),
+            name: "kd-kube-discovery-snapshot".into()
+        })
+    );
     assert_eq!(s.coalesce_window, Duration::from_millis(250));
     assert_eq!(s.watch_timeout, Duration::from_secs(60));
     assert_eq!(s.write_concurrency, 3);

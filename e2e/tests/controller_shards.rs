@@ -28,9 +28,9 @@ use std::process::Stdio;
 use controller_support::{Backend, Controller, Env, bin};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube_discovery_client::lookup::lookup;
 use kube_discovery_core::crd::DiscoveredService;
 use kube_discovery_core::parse_service_name;
-use kube_discovery_core::render::lookup;
 use serde_json::{Value, json};
 use testenv::both_backends;
 

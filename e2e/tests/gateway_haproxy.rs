@@ -1,12 +1,12 @@
 //! HAProxy (Debian package) follows DiscoveredServices through
-//! `kube-discovery-sync haproxy`: server slots driven over the Runtime API,
+//! `kube-discovery sync haproxy`: server slots driven over the Runtime API,
 //! a reload (master CLI) only when the slots must grow. Both API servers
 //! (kube-sim and the real kube-apiserver), the controller, real backends on
 //! harness-assigned local addresses (198.18.2.x on kube-sim, 198.19.2.x on
 //! real) and a bounded client loop (issue 8).
 //!
 //! HAProxy runs as a plain process in master-worker mode with its config in
-//! a temp dir; the test FAILS when haproxy is not installed (`gateways/tools/install.sh`).
+//! a temp dir; the test FAILS when haproxy is not installed (`e2e/tools/install-gateways.sh`).
 
 mod controller_support;
 mod gateway_support;
@@ -52,9 +52,8 @@ async fn start_haproxy(
     std::fs::write(&main, haproxy_conf(&dir, port, backend)).expect("write haproxy.cfg");
     let kubeconfig = env.kubeconfig(&env.admin_token());
     let sync_args = |once: bool| {
-        let mut c = tokio::process::Command::new(gw_bin("kube-discovery-sync"));
-        c.arg("haproxy")
-            .arg("--kubeconfig")
+        let mut c = sync_command("haproxy");
+        c.arg("--kubeconfig")
             .arg(&kubeconfig)
             .arg("--output")
             .arg(&backends);
@@ -74,7 +73,7 @@ async fn start_haproxy(
         }
         c
     };
-    run_ok("kube-discovery-sync haproxy --once", &mut sync_args(true)).await;
+    run_ok("kube-discovery sync haproxy --once", &mut sync_args(true)).await;
     let text = std::fs::read_to_string(&backends).expect("backends written by --once");
     assert!(text.contains(&format!("backend {backend}\n")), "{text}");
     let mut cmd = tokio::process::Command::new(&haproxy);

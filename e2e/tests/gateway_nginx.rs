@@ -1,11 +1,11 @@
 //! nginx (Debian package) follows DiscoveredServices through
-//! `kube-discovery-sync nginx`: both API servers (kube-sim and the real
+//! `kube-discovery sync nginx`: both API servers (kube-sim and the real
 //! kube-apiserver), the controller, real backends on harness-assigned local
 //! addresses (198.18.1.x on kube-sim, 198.19.1.x on real) and a bounded
 //! client loop through nginx (issue 8).
 //!
 //! nginx runs as a plain process (`daemon off`) with its config in a temp
-//! dir; the test FAILS when nginx is not installed (`gateways/tools/install.sh`).
+//! dir; the test FAILS when nginx is not installed (`e2e/tools/install-gateways.sh`).
 
 mod controller_support;
 mod gateway_support;
@@ -55,9 +55,8 @@ async fn start_nginx(
     std::fs::write(&conf, nginx_conf(&dir, port, &upstreams, upstream)).expect("write nginx.conf");
     let kubeconfig = env.kubeconfig(&env.admin_token());
     let sync_args = |once: bool| {
-        let mut c = tokio::process::Command::new(gw_bin("kube-discovery-sync"));
-        c.arg("nginx")
-            .arg("--kubeconfig")
+        let mut c = sync_command("nginx");
+        c.arg("--kubeconfig")
             .arg(&kubeconfig)
             .arg("--output")
             .arg(&upstreams);
@@ -76,7 +75,7 @@ async fn start_nginx(
         }
         c
     };
-    run_ok("kube-discovery-sync nginx --once", &mut sync_args(true)).await;
+    run_ok("kube-discovery sync nginx --once", &mut sync_args(true)).await;
     let text = std::fs::read_to_string(&upstreams).expect("upstreams written by --once");
     assert!(text.contains(&format!("upstream {upstream} {{")), "{text}");
     let mut cmd = tokio::process::Command::new(&nginx);
@@ -334,8 +333,7 @@ async fn nginx_ignores_discovered_services_without_the_selected_label(backend: A
     wait_served(gw.addr, "unlabeled").await;
 }
 
-/// `kube-discovery sync nginx` (the controller binary's subcommand, same
-/// code as `kube-discovery-sync`): `--once` against a hand-written
+/// `kube-discovery sync nginx --once` with nginx not running: `--once` against a hand-written
 /// DiscoveredService renders the upstream, validates it with the real
 /// `nginx -t` through a tiny main config, and exits 0 (nginx is not running:
 /// the reload is skipped with a warning).

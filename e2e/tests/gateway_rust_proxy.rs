@@ -1,5 +1,5 @@
 //! The Rust library API in a real proxy: `reverse_proxy` (the runnable
-//! example of `kube-discovery-gateways`, built on `kube_discovery::nodes`)
+//! example of `kube-discovery-client`, built on its `NodesResolver`)
 //! follows the same scenario as nginx and HAProxy without restart, spreads
 //! by weight, and applies `--empty-policy keep|503` (issue 8). On both API
 //! servers (kube-sim and the real kube-apiserver), with backends on

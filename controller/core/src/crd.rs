@@ -915,12 +915,6 @@ mod tests {
             assert_eq!(key_of(o), s.key);
         }
         assert_eq!(merged(&objs), s.ports);
-        // Readers get the whole, sorted list back.
-        let q = crate::model::parse_service_name("shop/big:grpc").unwrap();
-        assert_eq!(
-            crate::render::lookup(&objs, &q).as_ref(),
-            s.ports.get("grpc")
-        );
         // Per-object status counts that object's nodes, and says which shard.
         let now = Time(jiff::Timestamp::UNIX_EPOCH);
         let written = desired_objects_at(&s, &ObjectNaming::source(), &now);

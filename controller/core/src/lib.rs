@@ -3,14 +3,14 @@
 //! closure), no clocks (callers pass `now`).
 //!
 //! ```text
-//!  config.rs   YAML text ──parse+validate (garde)──▶ Config
+//!  config/     YAML text ──parse_config (serde, garde)──▶ Config ──resolve(+ CLI overrides)──▶ Plan
 //!  filter.rs   namespace_selector / label_selector, compiled and matchable
 //!  convert/    Endpoints | EndpointSlices ──▶ PortMap (+ warnings)
 //!  index.rs    apply/delete/reset events ──▶ changed ServiceKeys, desired ServiceNodes
 //!  crd.rs      ServiceNodes ──▶ DiscoveredService (name, labels, ownerReference); crd_yaml()
 //!  model.rs    ServiceKey, Node, PortMap, parse_service_name, content_version
-//!  render.rs   objects (JSON values) + config ──▶ DiscoveredServices; lookup(query)
-//!  snapshot.rs Dump (all services) ──▶ sharded ConfigMap texts + index; assemble (reader)
+//!  render.rs   objects (JSON values) + config ──▶ DiscoveredServices
+//!  dump.rs     Dump (all services) ──▶ sharded ConfigMap texts + index; assemble (reader)
 //! ```
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
@@ -19,11 +19,11 @@ pub mod backoff;
 pub mod config;
 pub mod convert;
 pub mod crd;
+pub mod dump;
 pub mod filter;
 pub mod index;
 pub mod model;
 pub mod render;
-pub mod snapshot;
 
 /// The host type of [`Node`] (inline up to 24 bytes), re-exported so users of
 /// the model need no direct dependency.
@@ -36,4 +36,4 @@ pub use model::{
     Node, NodeQuery, NodeTargetRef, NodeTopology, ParseError, PortMap, ServiceKey, ServiceNodes,
     SourceKind, content_version, object_version, parse_service_name,
 };
-pub use render::{RenderError, RenderOptions, lookup, render};
+pub use render::{RenderError, RenderOptions, render};

@@ -1,7 +1,7 @@
 //! `render`: Kubernetes objects in, the DiscoveredServices the controller would
 //! write out, through the SAME [`Index`] and conversion code. Used by
-//! `kube-discovery render -f FILE`, and [`lookup`] answers `[id/]ns/name:port`
-//! queries for `render --nodes`, the HTTP nodes API and the `nodes()` library API.
+//! `kube-discovery render -f FILE` (whose `--nodes` answers a query with the
+//! client crate's `lookup`).
 //!
 //! ```text
 //!  [Value] ──flatten Lists──▶ Endpoints | EndpointSlice | Service (others ignored)
@@ -24,7 +24,7 @@ use crate::convert::ConvertOptions;
 use crate::crd::{DiscoveredService, ObjectNaming, desired_objects};
 use crate::filter::{LabelSelector, NamespaceFilter};
 use crate::index::Index;
-use crate::model::{Node, NodeQuery, SourceKind, sort_nodes};
+use crate::model::SourceKind;
 
 /// What `render` needs from the configuration.
 #[derive(Debug, Clone, Default)]
@@ -263,37 +263,9 @@ pub fn render(
     render_report(objects, opts).map(|r| r.objects)
 }
 
-/// Resolves `query` against DiscoveredServices: the nodes of the port, merged
-/// over all shards of the service and sorted; `None` when the service or the
-/// port is unknown (`Some(vec![])`: known port with no ready node).
-pub fn lookup<'a>(
-    objects: impl IntoIterator<Item = &'a DiscoveredService>,
-    query: &NodeQuery,
-) -> Option<Vec<Node>> {
-    let mut found = false;
-    let mut nodes = Vec::new();
-    for ds in objects.into_iter().filter(|d| {
-        d.spec.cluster == query.cluster
-            && d.spec.source_namespace == query.namespace
-            && d.spec.source_name == query.name
-    }) {
-        if let Some(n) = ds.spec.ports.get(&query.port) {
-            found = true;
-            nodes.extend(n.iter().cloned());
-        }
-    }
-    if !found {
-        return None;
-    }
-    sort_nodes(&mut nodes);
-    nodes.dedup_by(|b, a| a.host == b.host && a.port == b.port);
-    Some(nodes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::parse_service_name;
     use serde_json::json;
 
     fn plat_dev() -> Value {
@@ -316,32 +288,16 @@ mod tests {
     }
 
     #[test]
-    fn reference_example_renders_and_looks_up() {
+    fn reference_example_renders() {
         let out = render(&[plat_dev()], &RenderOptions::default()).unwrap();
         assert_eq!(out.len(), 1);
         let ds = &out[0];
         assert_eq!(ds.metadata.name.as_deref(), Some("plat-dev"));
         assert_eq!(ds.spec.source, SourceKind::Endpoints);
-        let q = parse_service_name("default/plat-dev:port").unwrap();
         assert_eq!(
-            serde_json::to_value(lookup(&out, &q).unwrap()).unwrap(),
+            serde_json::to_value(&ds.spec.ports["port"]).unwrap(),
             json!([{"host": "10.5.10.109", "port": 3306, "weight": 50},
                    {"host": "10.5.10.110", "port": 3306, "weight": 50}])
-        );
-        assert_eq!(
-            lookup(&out, &parse_service_name("default/plat-dev:nope").unwrap()),
-            None
-        );
-        assert_eq!(
-            lookup(&out, &parse_service_name("default/other:port").unwrap()),
-            None
-        );
-        assert_eq!(
-            lookup(
-                &out,
-                &parse_service_name("c1/default/plat-dev:port").unwrap()
-            ),
-            None
         );
     }
 
@@ -368,9 +324,11 @@ mod tests {
             out[0].metadata.owner_references.as_ref().unwrap()[0].uid,
             "svc-123"
         );
-        let nodes = lookup(&out, &parse_service_name("shop/web:http").unwrap()).unwrap();
         assert_eq!(
-            nodes.iter().map(|n| n.host.as_str()).collect::<Vec<_>>(),
+            out[0].spec.ports["http"]
+                .iter()
+                .map(|n| n.host.as_str())
+                .collect::<Vec<_>>(),
             vec!["10.0.0.1", "10.0.0.2"]
         );
     }
@@ -395,7 +353,7 @@ mod tests {
         let out = render(&[list, generic], &RenderOptions::default()).unwrap();
         let names: Vec<_> = out.iter().map(|d| d.spec.service.clone()).collect();
         assert_eq!(names, vec!["default/a", "default/plat-dev"]);
-        assert!(lookup(&out, &parse_service_name("default/a:80").unwrap()).is_some());
+        assert!(out[0].spec.ports.contains_key("80"));
     }
 
     #[test]
@@ -418,7 +376,8 @@ mod tests {
         let out = render(&[web_slice("web-a", "10.0.0.1")], &slices_opts).unwrap();
         assert_eq!(out[0].metadata.namespace.as_deref(), Some("kd"));
         assert_eq!(out[0].metadata.name.as_deref(), Some("c1.shop.web"));
-        assert!(lookup(&out, &parse_service_name("c1/shop/web:8080").unwrap()).is_some());
+        assert_eq!(out[0].spec.cluster, "c1");
+        assert!(out[0].spec.ports.contains_key("8080"));
     }
 
     #[test]
@@ -451,24 +410,5 @@ mod tests {
         assert_eq!(r.objects[0].spec.ports["port"].len(), 1);
         assert_eq!(r.warnings.len(), 1);
         assert!(r.warnings[0].contains("bogus"));
-    }
-
-    #[test]
-    fn lookup_merges_shards() {
-        let mut out = render(&[plat_dev()], &RenderOptions::default()).unwrap();
-        let mut second = out[0].clone();
-        second.spec.ports.insert(
-            "port".into(),
-            vec![
-                Node::new("10.5.10.100", 3306, 50),
-                Node::new("10.5.10.109", 3306, 50),
-            ],
-        );
-        out.push(second);
-        let nodes = lookup(&out, &parse_service_name("default/plat-dev:port").unwrap()).unwrap();
-        assert_eq!(
-            nodes.iter().map(|n| n.host.as_str()).collect::<Vec<_>>(),
-            vec!["10.5.10.100", "10.5.10.109", "10.5.10.110"]
-        );
     }
 }

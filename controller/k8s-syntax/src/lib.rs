@@ -9,7 +9,7 @@
 //! |------|-------------------------|
 //! | `kube-discovery-core` | `label_selector` (config: parse, errors; index: local matching), object names and label values it writes, config name checks, FQDN endpoint addresses |
 //! | `kube-sim-apimachinery` | every name rule and the label selector of the test API server (which adds its `FieldError`s, field selectors and `metav1.LabelSelector` JSON around them) |
-//! | `kube-discovery-gateways` | DNS host names of nodes |
+//! | `kube-discovery-client` | DNS host names of nodes |
 //!
 //! Both modules are ports of apimachinery v0.34 (the version of the real
 //! kube-apiserver the e2e tests run against), each function naming the Go

@@ -37,27 +37,21 @@ pub const SVC: &str = "web";
 /// The APISIX name the gateways route.
 pub const SERVICE: &str = "shop/web:http";
 
-/// A binary of the gateways crate next to the test's target dir.
-pub fn gw_bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let p = dir.join(name);
-    assert!(
-        p.exists(),
-        "{} not found: run `cargo build -p kube-discovery-gateways --bins` first (./test.sh does)",
-        p.display()
-    );
-    p
+/// `kube-discovery sync <gateway>`: the one sync entry point.
+pub fn sync_command(gateway: &str) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(crate::controller_support::bin());
+    c.arg("sync").arg(gateway);
+    c
 }
 
-/// An example of the gateways crate (`target/debug/examples/<name>`).
+/// An example of the client crate (`target/debug/examples/<name>`).
 pub fn gw_example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
     let p = dir.join("examples").join(name);
     assert!(
         p.exists(),
-        "{} not found: run `cargo build -p kube-discovery-gateways --examples` first",
+        "{} not found: run `cargo build -p kube-discovery-client --examples` first",
         p.display()
     );
     p
@@ -70,7 +64,7 @@ pub fn system_bin(name: &str) -> PathBuf {
         .unwrap_or_default();
     dirs.extend(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from));
     dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file()).unwrap_or_else(|| {
-        panic!("{name} is not installed: run `bash gateways/tools/install.sh` (Debian packages nginx-light/nginx and haproxy)")
+        panic!("{name} is not installed: run `bash e2e/tools/install-gateways.sh` (Debian packages nginx-light/nginx and haproxy)")
     })
 }
 
@@ -327,7 +321,10 @@ impl Proc {
         let f = std::fs::File::create(&log).expect("log file");
         let f2 = f.try_clone().expect("log file");
         let child = cmd
-            .env("RUST_LOG", "info,kube_discovery_gateways=debug")
+            .env(
+                "RUST_LOG",
+                "info,kube_discovery_client=debug,kube_discovery=debug",
+            )
             .env_remove("KUBECONFIG")
             .stdout(Stdio::from(f2))
             .stderr(Stdio::from(f))

@@ -41,13 +41,14 @@ use anyhow::Context as _;
 use kube_discovery_core::Node;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::nginx::write_atomic;
+use super::KubeArgs;
+use super::nginx::write_atomic;
 use crate::policy::{Decider, EmptyPolicy, HostRule, ServiceRef, Target, check_unique};
-use crate::watch::{DsWatch, KubeArgs};
 
 /// Flags of `sync haproxy`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct HaproxyArgs {
+    /// Where to read DiscoveredServices.
     #[command(flatten)]
     pub kube: KubeArgs,
     /// A service to keep as a backend: `[BACKEND=][id/]namespace/name:port` (repeatable).
@@ -554,8 +555,7 @@ async fn sync_once(
 /// Runs `sync haproxy` until the watch stops (or once with `--once`).
 pub async fn run_haproxy(args: HaproxyArgs) -> anyhow::Result<()> {
     check_unique(&args.services).map_err(|e| anyhow::anyhow!(e))?;
-    let client = args.kube.client().await?;
-    let mut watch = DsWatch::start(client, args.kube.namespace.as_deref(), &args.kube.selector);
+    let mut watch = args.kube.resolver().await?;
     let mut decider = Decider::default();
     tracing::info!(services = args.services.len(), output = %args.output.display(), policy = %args.empty_policy, "sync haproxy started");
     let mut first = true;

@@ -18,15 +18,16 @@ use std::str::FromStr;
 use kube_discovery_core::{Node, parse_service_name};
 
 /// What to do when a service has no usable node (or is missing).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "sync", derive(clap::ValueEnum))]
 pub enum EmptyPolicy {
     /// Keep serving the last non-empty set (503 until one was seen). Safe when
     /// the controller or API server hiccups; slower to notice a real scale-to-zero.
     #[default]
-    #[value(name = "keep")]
+    #[cfg_attr(feature = "sync", value(name = "keep"))]
     Keep,
     /// Answer 503 as soon as the set is empty or the service is missing.
-    #[value(name = "503")]
+    #[cfg_attr(feature = "sync", value(name = "503"))]
     Serve503,
 }
 

@@ -41,12 +41,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
+use super::KubeArgs;
 use crate::policy::{Decider, EmptyPolicy, HostRule, ServiceRef, Target, check_unique};
-use crate::watch::{DsWatch, KubeArgs};
 
 /// Flags of `sync nginx`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct NginxArgs {
+    /// Where to read DiscoveredServices.
     #[command(flatten)]
     pub kube: KubeArgs,
     /// A service to render as an upstream: `[UPSTREAM=][id/]namespace/name:port`
@@ -615,8 +616,7 @@ pub async fn run_nginx(args: NginxArgs) -> anyhow::Result<()> {
             )
         })?
         .to_string();
-    let client = args.kube.client().await?;
-    let mut watch = DsWatch::start(client, args.kube.namespace.as_deref(), &args.kube.selector);
+    let mut watch = args.kube.resolver().await?;
     let mut decider = Decider::default();
     tracing::info!(services = args.services.len(), output = %args.output.display(), policy = %args.empty_policy, "sync nginx started");
     loop {

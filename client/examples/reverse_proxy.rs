@@ -5,7 +5,7 @@
 //! the next request; nothing is restarted or reloaded.
 //!
 //! ```text
-//! cargo run -p kube-discovery-gateways --example reverse_proxy -- \
+//! cargo run -p kube-discovery-client --example reverse_proxy -- \
 //!     --listen 127.0.0.1:8081 --service default/web:http [--kubeconfig FILE]
 //! ```
 //!
@@ -13,7 +13,7 @@
 //!   (default) keeps routing to the last non-empty set this process has seen
 //!   (503 until one was seen), `--empty-policy 503` answers 503 at once: the
 //!   same names and rules as the `sync nginx|haproxy` commands
-//!   ([`kube_discovery_gateways::policy`]); each switch is logged once;
+//!   ([`kube_discovery_client::policy`]); each switch is logged once;
 //! * a node refuses the connection: the request is retried on another node
 //!   (up to 3 tries; the body is buffered so it can be replayed);
 //! * any other upstream failure: 502.
@@ -33,9 +33,9 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use kube_discovery::nodes::NodesResolver;
+use kube_discovery_client::NodesResolver;
+use kube_discovery_client::policy::{EmptyPolicy, HostRule, Target, decide, usable_nodes};
 use kube_discovery_core::Node;
-use kube_discovery_gateways::policy::{EmptyPolicy, HostRule, Target, decide, usable_nodes};
 
 #[derive(Parser)]
 #[command(
@@ -231,11 +231,9 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     kube_discovery_core::parse_service_name(&args.service)
         .map_err(|e| anyhow::anyhow!("--service {}: {e}", args.service))?;
-    let conn = kube_discovery::client::Connection::Kubeconfig {
-        path: args.kubeconfig.clone(),
-        context: args.context.clone(),
-    };
-    let client = kube_discovery::client::client(&conn).await?;
+    let client =
+        kube_discovery_client::connect::client(args.kubeconfig.as_deref(), args.context.as_deref())
+            .await?;
     let resolver = NodesResolver::start(client, None);
     resolver.wait_ready().await;
     let mut connector = HttpConnector::new();

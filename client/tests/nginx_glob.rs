@@ -1,5 +1,5 @@
 //! `sync nginx`'s candidate check with the REAL nginx binary (Debian package;
-//! the test FAILS when it is not installed: `gateways/tools/install.sh`) and
+//! the test FAILS when it is not installed: `e2e/tools/install-gateways.sh`) and
 //! Debian's layout: the main config reaches the output only through
 //! `include conf.d/*.conf;`. nginx runs through a small wrapper that records
 //! what the LIVE output held at each call, then execs nginx; nginx itself is
@@ -8,8 +8,11 @@
 
 use std::path::{Path, PathBuf};
 
-use kube_discovery_gateways::nginx::{Applied, NginxArgs, apply, candidate_path, shadow_config};
-use kube_discovery_gateways::{EmptyPolicy, KubeArgs};
+use kube_discovery_client::policy::EmptyPolicy;
+use kube_discovery_client::sync::KubeArgs;
+use kube_discovery_client::sync::nginx::{
+    Applied, NginxArgs, apply, candidate_path, shadow_config,
+};
 
 fn real_nginx() -> PathBuf {
     std::env::var_os("PATH")
@@ -18,7 +21,7 @@ fn real_nginx() -> PathBuf {
         .chain([PathBuf::from("/usr/sbin")])
         .map(|d| d.join("nginx"))
         .find(|p| p.is_file())
-        .expect("nginx is not installed (gateways/tools/install.sh installs it)")
+        .expect("nginx is not installed (e2e/tools/install-gateways.sh installs it)")
 }
 
 fn main_conf(d: &Path) -> String {

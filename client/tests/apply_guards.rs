@@ -6,9 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
-use kube_discovery_gateways::haproxy::{HaproxyArgs, write_checked};
-use kube_discovery_gateways::nginx::{Applied, NginxArgs, apply};
-use kube_discovery_gateways::{EmptyPolicy, KubeArgs};
+use kube_discovery_client::policy::EmptyPolicy;
+use kube_discovery_client::sync::KubeArgs;
+use kube_discovery_client::sync::haproxy::{HaproxyArgs, write_checked};
+use kube_discovery_client::sync::nginx::{Applied, NginxArgs, apply};
 
 /// A fake binary: appends its arguments to `calls`. nginx `-t` checks the
 /// `-c` file and every file it includes, recursively (globs expanded by the

@@ -1,0 +1,97 @@
+//! What outside Rust users depend on to read what kube-discovery publishes,
+//! and what the controller's own readers (`kube-discovery nodes`,
+//! `kube-discovery sync`) are built from. Nothing here writes to the API
+//! server, and nothing depends on the controller crate.
+//!
+//! kube-discovery writes one `DiscoveredService` per Kubernetes Service
+//! (optionally also a ConfigMap snapshot of the whole state). This crate reads
+//! them in every way a consumer needs:
+//!
+//! ```text
+//!  DiscoveredServices ──reflector──▶ resolver::NodesResolver   live: nodes("ns/name:port"), change signal
+//!                     ──paged list─▶ list::list_managed        once
+//!  ConfigMap snapshot ──API / dir──▶ snapshot::{read, read_dir} -> Dump (consistent or "read again")
+//!  [DiscoveredService] ──lookup────▶ [Node]   merges the shards of a big service
+//!  nodes::NodesFrom                  one read + lookup from any of the three sources
+//!  policy                            usable nodes, what to do when none are (EmptyPolicy)
+//!  sync::{nginx, haproxy}            keep real gateways following the resolver (feature `sync`)
+//!  connect                           a kube Client from a kubeconfig (or in-cluster)
+//! ```
+//!
+//! ```no_run
+//! # async fn f() -> kube_discovery_client::Result<()> {
+//! let client = kube_discovery_client::connect::client(None, None).await?;
+//! let resolver = kube_discovery_client::NodesResolver::start(client, None);
+//! resolver.wait_ready().await;
+//! let nodes = resolver.nodes("default/web:http")?; // Option<Vec<Node>>
+//! # Ok(()) }
+//! ```
+//!
+//! Features: `sync` (default) adds the nginx and HAProxy syncs with their
+//! clap arguments (clap, glob, anyhow); `default-features = false` is the
+//! readers alone. The types come from `kube-discovery-core` and are
+//! re-exported here ([`Node`], [`NodeQuery`], [`DiscoveredService`],
+//! [`Dump`]), so this crate is the only dependency a consumer needs.
+
+#![warn(missing_docs)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod connect;
+pub mod list;
+pub mod lookup;
+pub mod nodes;
+pub mod policy;
+pub mod resolver;
+pub mod snapshot;
+#[cfg(feature = "sync")]
+pub mod sync;
+
+pub use kube_discovery_core::crd::{DiscoveredService, MANAGED_BY_SELECTOR};
+pub use kube_discovery_core::dump::Dump;
+pub use kube_discovery_core::{Node, NodeQuery, ParseError, parse_service_name};
+pub use lookup::lookup;
+pub use nodes::NodesFrom;
+pub use resolver::NodesResolver;
+
+/// Every error of this crate. Display strings never contain credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+    /// A kubeconfig could not be loaded.
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(#[from] kube::config::KubeconfigError),
+    /// No kubeconfig was given or found, and this is not a pod.
+    #[error("no kubeconfig and not in a cluster: {0}")]
+    NoConfig(#[source] kube::config::InferConfigError),
+    /// Reading a file failed.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A service name (`[id/]ns/name:port`) is malformed.
+    #[error("{0}")]
+    Input(String),
+    /// A looked-up object does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The ConfigMap snapshot cannot be read consistently.
+    #[error("{0}")]
+    Snapshot(String),
+    /// The reflector's task ended.
+    #[error("DiscoveredService watch stopped")]
+    WatchStopped,
+    /// The first complete list did not arrive in time.
+    #[error(
+        "no complete list of DiscoveredServices within {0:?} (API server reachable? CRD installed? RBAC allows list/watch?)"
+    )]
+    NotListed(std::time::Duration),
+}
+
+/// Result with [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

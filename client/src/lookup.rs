@@ -1,0 +1,182 @@
+//! [`lookup`]: `[id/]ns/name:port` against DiscoveredServices, the one
+//! answer every reader gives (the resolver, `kube-discovery nodes`,
+//! `kube-discovery render --nodes`, the syncs).
+
+use kube_discovery_core::crd::DiscoveredService;
+use kube_discovery_core::model::sort_nodes;
+use kube_discovery_core::{Node, NodeQuery};
+
+/// Resolves `query` against DiscoveredServices: the nodes of the port, merged
+/// over all shards of the service and sorted; `None` when the service or the
+/// port is unknown (`Some(vec![])`: known port with no ready node).
+pub fn lookup<'a>(
+    objects: impl IntoIterator<Item = &'a DiscoveredService>,
+    query: &NodeQuery,
+) -> Option<Vec<Node>> {
+    let mut found = false;
+    let mut nodes = Vec::new();
+    for ds in objects.into_iter().filter(|d| {
+        d.spec.cluster == query.cluster
+            && d.spec.source_namespace == query.namespace
+            && d.spec.source_name == query.name
+    }) {
+        if let Some(n) = ds.spec.ports.get(&query.port) {
+            found = true;
+            nodes.extend(n.iter().cloned());
+        }
+    }
+    if !found {
+        return None;
+    }
+    sort_nodes(&mut nodes);
+    nodes.dedup_by(|b, a| a.host == b.host && a.port == b.port);
+    Some(nodes)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The lookups of what `kube_discovery_core::render` produces (moved here
+    //! with `lookup` from the core's render tests).
+
+    use super::*;
+    use kube_discovery_core::crd::{ObjectNaming, desired_objects};
+    use kube_discovery_core::render::{RenderOptions, render};
+    use kube_discovery_core::{PortMap, ServiceKey, ServiceNodes, SourceKind, parse_service_name};
+    use serde_json::{Value, json};
+
+    fn plat_dev() -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Endpoints",
+            "metadata": {"name": "plat-dev", "namespace": "default"},
+            "subsets": [{"addresses": [{"ip": "10.5.10.109"}, {"ip": "10.5.10.110"}],
+                         "ports": [{"name": "port", "port": 3306}]}]
+        })
+    }
+
+    fn web_slice(name: &str, ip: &str) -> Value {
+        json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": name, "namespace": "shop", "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 8080}],
+            "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]
+        })
+    }
+
+    #[test]
+    fn reference_example_looks_up() {
+        let out = render(&[plat_dev()], &RenderOptions::default()).unwrap();
+        let q = parse_service_name("default/plat-dev:port").unwrap();
+        assert_eq!(
+            serde_json::to_value(lookup(&out, &q).unwrap()).unwrap(),
+            json!([{"host": "10.5.10.109", "port": 3306, "weight": 50},
+                   {"host": "10.5.10.110", "port": 3306, "weight": 50}])
+        );
+        assert_eq!(
+            lookup(&out, &parse_service_name("default/plat-dev:nope").unwrap()),
+            None
+        );
+        assert_eq!(
+            lookup(&out, &parse_service_name("default/other:port").unwrap()),
+            None
+        );
+        assert_eq!(
+            lookup(
+                &out,
+                &parse_service_name("c1/default/plat-dev:port").unwrap()
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn merged_slices_look_up_sorted() {
+        let out = render(
+            &[
+                web_slice("web-a", "10.0.0.2"),
+                web_slice("web-b", "10.0.0.1"),
+            ],
+            &RenderOptions::default(),
+        )
+        .unwrap();
+        let nodes = lookup(&out, &parse_service_name("shop/web:http").unwrap()).unwrap();
+        assert_eq!(
+            nodes.iter().map(|n| n.host.as_str()).collect::<Vec<_>>(),
+            vec!["10.0.0.1", "10.0.0.2"]
+        );
+    }
+
+    #[test]
+    fn flattened_lists_and_port_numbers_look_up() {
+        let list = json!({"apiVersion": "v1", "kind": "EndpointsList", "items": [
+            {"metadata": {"name": "a"}, "subsets": [{"addresses": [{"ip": "10.0.0.1"}], "ports": [{"port": 80}]}]}
+        ]});
+        let out = render(&[list], &RenderOptions::default()).unwrap();
+        assert!(lookup(&out, &parse_service_name("default/a:80").unwrap()).is_some());
+    }
+
+    #[test]
+    fn multi_cluster_names_look_up() {
+        let cfg = kube_discovery_core::parse_config(
+            "discovery: {kubernetes: [{id: c1, kubeconfig: /k, namespace_selector: {equal: shop}}]}\n\
+             kube_discovery: {index_port_numbers: true, sinks: {discoveredservices: {namespace_mode: fixed, namespace: kd}}}",
+            &|_| None,
+        )
+        .unwrap();
+        let opts = RenderOptions {
+            source: Some(SourceKind::EndpointSlice),
+            ..RenderOptions::from_config(&cfg, "c1").unwrap()
+        };
+        let out = render(&[web_slice("web-a", "10.0.0.1")], &opts).unwrap();
+        assert!(lookup(&out, &parse_service_name("c1/shop/web:8080").unwrap()).is_some());
+    }
+
+    #[test]
+    fn lookup_merges_shards() {
+        let mut out = render(&[plat_dev()], &RenderOptions::default()).unwrap();
+        let mut second = out[0].clone();
+        second.spec.ports.insert(
+            "port".into(),
+            vec![
+                Node::new("10.5.10.100", 3306, 50),
+                Node::new("10.5.10.109", 3306, 50),
+            ],
+        );
+        out.push(second);
+        let nodes = lookup(&out, &parse_service_name("default/plat-dev:port").unwrap()).unwrap();
+        assert_eq!(
+            nodes.iter().map(|n| n.host.as_str()).collect::<Vec<_>>(),
+            vec!["10.5.10.100", "10.5.10.109", "10.5.10.110"]
+        );
+    }
+
+    /// Readers get the whole, sorted list of a service the controller splits
+    /// into several objects back (moved from the core's crd tests).
+    #[test]
+    fn lookup_merges_the_shards_of_a_big_service() {
+        let mut ports = PortMap::new();
+        for (name, port) in [("http", 8080), ("grpc", 9090), ("metrics", 9100)] {
+            let mut nodes: Vec<Node> = (0..20_000)
+                .map(|i| {
+                    Node::new(
+                        format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256),
+                        port,
+                        100,
+                    )
+                })
+                .collect();
+            sort_nodes(&mut nodes);
+            ports.insert(name.to_string(), nodes);
+        }
+        let s = ServiceNodes::new(
+            ServiceKey::new("", "shop", "big"),
+            SourceKind::EndpointSlice,
+            ports,
+            Some("uid-1".into()),
+        );
+        let objs = desired_objects(&s, &ObjectNaming::source());
+        assert!(objs.len() > 1, "{} objects", objs.len());
+        let q = parse_service_name("shop/big:grpc").unwrap();
+        assert_eq!(lookup(&objs, &q).as_ref(), s.ports.get("grpc"));
+    }
+}

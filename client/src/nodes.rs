@@ -1,0 +1,105 @@
+//! [`NodesFrom`]: one read of what kube-discovery published, from any of its
+//! three places, and one [`crate::lookup()`]: what `kube-discovery nodes` runs.
+
+use std::path::PathBuf;
+
+use kube::Client;
+use kube_discovery_core::{Node, NodeQuery};
+
+use crate::{Error, Result};
+
+/// Where to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodesFrom {
+    /// The DiscoveredServices on the API server (every namespace).
+    DiscoveredServices,
+    /// The ConfigMap snapshot `namespace/name` on the API server.
+    Snapshot {
+        /// Namespace of the index ConfigMap.
+        namespace: String,
+        /// Name of the index ConfigMap.
+        name: String,
+    },
+    /// A snapshot mounted as files in this directory.
+    SnapshotDir(PathBuf),
+}
+
+impl NodesFrom {
+    /// The snapshot `NAMESPACE/NAME` (as `--snapshot` takes it); the error
+    /// names the flag.
+    pub fn snapshot(at: &str) -> Result<Self> {
+        at.split_once('/')
+            .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
+            .map(|(ns, name)| Self::Snapshot {
+                namespace: ns.to_string(),
+                name: name.to_string(),
+            })
+            .ok_or_else(|| Error::Input(format!("--snapshot {at:?}: expected NAMESPACE/NAME")))
+    }
+
+    /// Whether reading needs an API server connection.
+    pub fn needs_client(&self) -> bool {
+        !matches!(self, Self::SnapshotDir(_))
+    }
+
+    /// The nodes of `query`: `Ok(None)` when the service or port is unknown.
+    /// `client` is used (and required) when [`Self::needs_client`].
+    pub async fn nodes(
+        &self,
+        client: Option<&Client>,
+        query: &NodeQuery,
+    ) -> Result<Option<Vec<Node>>> {
+        let client = || {
+            client.ok_or_else(|| Error::Input("reading from the API server needs a client".into()))
+        };
+        Ok(match self {
+            Self::DiscoveredServices => {
+                let objs = crate::list::list_managed(client()?).await?;
+                crate::lookup(&objs, query)
+            }
+            Self::Snapshot { namespace, name } => crate::snapshot::read(client()?, namespace, name)
+                .await?
+                .lookup(query)
+                .map(<[Node]>::to_vec),
+            Self::SnapshotDir(dir) => crate::snapshot::read_dir(dir)?
+                .lookup(query)
+                .map(<[Node]>::to_vec),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_flag_is_namespace_slash_name() {
+        assert_eq!(
+            NodesFrom::snapshot("kd/nodes").unwrap(),
+            NodesFrom::Snapshot {
+                namespace: "kd".into(),
+                name: "nodes".into()
+            }
+        );
+        for bad in ["nodes", "/nodes", "kd/", "kd/a/b", ""] {
+            let e = NodesFrom::snapshot(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("--snapshot") && e.contains("NAMESPACE/NAME"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_dir_needs_no_client_the_api_does() {
+        assert!(!NodesFrom::SnapshotDir("/x".into()).needs_client());
+        assert!(NodesFrom::DiscoveredServices.needs_client());
+        let q = kube_discovery_core::parse_service_name("default/web:http").unwrap();
+        let e = NodesFrom::DiscoveredServices
+            .nodes(None, &q)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("needs a client"), "{e}");
+    }
+}

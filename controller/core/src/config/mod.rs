@@ -1,0 +1,125 @@
+//! Configuration: APISIX's `discovery.kubernetes` block, unchanged, plus our own
+//! `kube_discovery:` block. Pure: environment variables come from a lookup
+//! closure, files are never read.
+//!
+//! Three stages, each a type that the next one is built from:
+//!
+//! ```text
+//!  YAML text
+//!    │ raw.rs        serde, APISIX's keys as written; errors name the field
+//!    ▼
+//!  Raw* (every key optional)
+//!    │ validate.rs   defaults, ${VAR} expansion, the rules of rules.rs (garde)
+//!    ▼                                          ── parse_config ──▶ Config
+//!  Config (validated.rs: typed, the file's meaning; `render --config` reads it)
+//!    │ plan.rs       + Overrides (--http-addr, --kubeconfig), the rules only `run` needs
+//!    ▼                                          ── Config::resolve ──▶ Plan
+//!  Plan (enums only: single | multi cluster, a token XOR a token file, a
+//!        ConfigMap sink only with its namespace and name, a lease only if enabled)
+//! ```
+//!
+//! [`parse_config`] and [`Config::resolve`] return [`ConfigErrors`] on
+//! failure: every problem, one line each, each naming the field path
+//! (`discovery.kubernetes[1].id: ...`). Token values never appear in errors,
+//! in `Debug` output or in [`Config::redacted_json`].
+//!
+//! An APISIX `config.yaml` works as it is: other top-level keys (`apisix`,
+//! `deployment`, `plugins`, ...) and other discovery kinds (`dns`, `consul`,
+//! ...) are ignored. Unknown keys INSIDE `discovery.kubernetes` and
+//! `kube_discovery` are errors (a misspelt `watch_endpoint_slices` silently
+//! doing nothing is exactly APISIX issue 11631).
+//!
+//! # `discovery.kubernetes`
+//!
+//! One object = single cluster; a list of objects, each with an `id` = multi
+//! cluster. `kubernetes: {}` (or an empty value) means "in-cluster defaults".
+//!
+//! | key | rule | default (single cluster) | default (multi cluster) |
+//! |---|---|---|---|
+//! | `id` | `^[a-z0-9]{1,8}$`, unique; multi cluster only | - | required |
+//! | `service.schema` | `http` or `https` | `https` | `https` |
+//! | `service.host` | IPv4, IPv6, DNS name; `${VAR}` allowed | `${KUBERNETES_SERVICE_HOST}` | required |
+//! | `service.port` | 1..65535 (number or string); `${VAR}` allowed | `${KUBERNETES_SERVICE_PORT}` | required |
+//! | `service.ssl_verify` | bool (APISIX: false; **we default to true**) | `true` | `true` |
+//! | `service.ca_file` | PEM file of the API server CA; `${VAR}` allowed | `/var/run/secrets/kubernetes.io/serviceaccount/ca.crt` when `service.host` is defaulted (in-cluster), else none (system roots) | none |
+//! | `client.token` | `${VAR}` or up to 4096 of `[A-Za-z0-9+/._=-]` after stripping whitespace | - | - |
+//! | `client.token_file` | path of 1..500 characters; `${VAR}` allowed; re-read by the runtime when it changes | `/var/run/secrets/kubernetes.io/serviceaccount/token` if no `token` | - |
+//! | `kubeconfig` | path of a kubeconfig file (alternative to `service`/`client`; contexts, client certificates, exec plugins) | - | - |
+//! | `context` | kubeconfig context (alternative to `service`/`client`; alone = default kubeconfig) | current-context | current-context |
+//! | `namespace_selector` | exactly one of `equal` (namespace), `not_equal` (namespace), `match` (list of regex), `not_match` (list of regex); regexes must match the WHOLE namespace name | all namespaces | all namespaces |
+//! | `label_selector` | Kubernetes label selector (`a=b,c in (d,e),!f`) | none | none |
+//! | `default_weight` | integer 0..4294967295 | 50 | 50 |
+//! | `shared_size` | APISIX shared memory size like `1m`; accepted and ignored | `1m` | `1m` |
+//! | `watch_endpoint_slices` | bool; `true` = watch `discovery.k8s.io/v1` EndpointSlices, else `v1` Endpoints (deprecated since Kubernetes 1.33) | `false` | `false` |
+//!
+//! Rules: `${VAR}` (anywhere in `service.host`, `service.port`,
+//! `service.ca_file`, `client.token`, `client.token_file`, `kubeconfig`,
+//! `context`) must be set, or it is an error. Exactly one of `token`/`token_file`
+//! (after defaults). `https` with an empty `token` is an error.
+//! `service`/`client` and `kubeconfig`/`context` exclude each other. Multi-cluster
+//! entries get no `service`/`client` defaults.
+//!
+//! # `kube_discovery` (our additions)
+//!
+//! | key | rule | default |
+//! |---|---|---|
+//! | `coalesce_window` | duration 0s..60s: per-service quiet time before a write, so a rolling update's burst becomes few writes | `100ms` |
+//! | `drain_terminating` | bool: when a port has no ready endpoint, use serving+terminating ones (flagged `draining: true`; EndpointSlices only) | `false` |
+//! | `index_port_numbers` | bool: also index named ports under their number | `false` |
+//! | `topology` | bool: add `zone`, `nodeName`, `targetRef` to nodes | `false` |
+//! | `watch_timeout` | duration 1s..290s: server-side watch timeout | `290s` |
+//! | `write_concurrency` | 1..256 concurrent writes | `32` |
+//! | `write_qps` | 0.1..10000 writes per second (client-side rate limit) | `50` |
+//! | `http.addr` | `ip:port` of the HTTP server | `0.0.0.0:8080` |
+//! | `http.auth_token_file` | file with a bearer token required by the dump and nodes APIs | none (no auth) |
+//! | `sinks.discoveredservices.enabled` | bool; `false` is refused by `run` ([`Config::resolve`]): it is the only sink | `true` |
+//! | `sinks.discoveredservices.namespace_mode` | `source` (next to the Service) or `fixed` | `source` |
+//! | `sinks.discoveredservices.namespace` | namespace (DNS label); required with `fixed`, not allowed with `source` | - |
+//! | `sinks.configmap.enabled` | bool: also write a ConfigMap snapshot | `false` |
+//! | `sinks.configmap.namespace` | namespace; required when enabled | - |
+//! | `sinks.configmap.name` | name of the index ConfigMap (DNS subdomain; at most 240 characters, checked by `run` ([`Config::resolve`])); shards are `<name>-<i>` | `kube-discovery-nodes` |
+//! | `home.kubeconfig` / `home.context` | where DiscoveredServices are written in multi-cluster mode | in-cluster |
+//! | `leader_election.enabled` | bool | `false` |
+//! | `leader_election.lease_name` | Lease name (DNS subdomain) | `kube-discovery` |
+//! | `leader_election.lease_namespace` | namespace; unset = the runtime's own namespace | unset |
+//! | `leader_election.lease_duration` | duration 1s..300s | `15s` |
+//! | `leader_election.renew_deadline` | duration 100ms..300s, shorter than `lease_duration`: a leader that has not renewed within it stops writing | 2/3 of `lease_duration` (`10s`) |
+//! | `leader_election.retry_period` | duration 100ms..300s, shorter than `renew_deadline`: time between renewals / acquisition attempts | 2/15 of `lease_duration` (`2s`) |
+//!
+//! Durations are strings such as `100ms`, `5s`, `1m 30s`.
+//!
+//! ```yaml
+//! discovery:
+//!   kubernetes:
+//!     service: {schema: https, host: "${KUBERNETES_SERVICE_HOST}", port: "${KUBERNETES_SERVICE_PORT}"}
+//!     client: {token_file: /var/run/secrets/kubernetes.io/serviceaccount/token}
+//!     namespace_selector: {not_match: ["kube-.*"]}
+//!     watch_endpoint_slices: true
+//! kube_discovery:
+//!   drain_terminating: true
+//!   sinks: {discoveredservices: {namespace_mode: source}}
+//! ```
+
+mod error;
+mod plan;
+mod raw;
+mod rules;
+mod validate;
+mod validated;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::{ConfigError, ConfigErrors};
+pub use plan::{
+    ClusterPlan, Clusters, LeasePlan, LeaseTimings, MAX_CONFIGMAP_NAME_LEN, Overrides, Plan, Writes,
+};
+pub use rules::parse_duration;
+pub use validate::parse_config;
+pub use validated::{
+    ClusterConfig, Config, ConfigMapSink, Connection, Credentials, DEFAULT_CA_FILE,
+    DEFAULT_CONFIGMAP_NAME, DEFAULT_TOKEN_FILE, DEFAULT_WEIGHT, DiscoveredServicesSink,
+    HomeCluster, HttpSettings, LeaderElection, Schema, Secret, Settings, Sinks,
+};
+
+pub use crate::filter::{AnchoredRegex, LabelSelector, NamespaceFilter};

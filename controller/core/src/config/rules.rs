@@ -1,0 +1,354 @@
+//! The per-key rules garde runs on the raw values (after `${VAR}` expansion
+//! and defaults): `fn(&value, &context) -> garde::Result`, named by the
+//! garde attributes of [`super::raw`]. Each message is the text after
+//! `path: ` of one error line.
+//!
+//! A few rules look at a sibling key (`client` at the schema and at
+//! `kubeconfig`, `namespace` at `namespace_mode`): garde passes the sibling
+//! in, so each problem is still reported once, on the key the user must fix.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use super::raw::{RawClient, RawNsSelector};
+use super::validated::Secret;
+use crate::filter::{AnchoredRegex, LabelSelector};
+
+/// Validation context of a cluster entry.
+pub(super) struct Ctx {
+    /// The entry is an item of the multi-cluster list.
+    pub(super) multi: bool,
+}
+
+fn err(msg: impl Into<String>) -> garde::Result {
+    Err(garde::Error::new(msg.into()))
+}
+
+// ---------------------------------------------------------------- discovery.kubernetes
+
+pub(super) fn check_id(v: &Option<String>, ctx: &Ctx) -> garde::Result {
+    match (v, ctx.multi) {
+        (None, true) => err("is required in the multi-cluster (list) form"),
+        (Some(_), false) => err("is only allowed in the multi-cluster (list) form"),
+        (Some(id), true) => {
+            if !id.is_empty()
+                && id.len() <= 8
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            {
+                Ok(())
+            } else {
+                err(format!("{id:?} must match ^[a-z0-9]{{1,8}}$"))
+            }
+        }
+        (None, false) => Ok(()),
+    }
+}
+
+pub(super) fn check_schema(v: &Option<String>, _: &Ctx) -> garde::Result {
+    match v.as_deref() {
+        None | Some("http") | Some("https") => Ok(()),
+        Some(s) => err(format!("{s:?} must be \"http\" or \"https\"")),
+    }
+}
+
+fn is_hostname(s: &str) -> bool {
+    let s = s.strip_suffix('.').unwrap_or(s);
+    k8s_syntax::is_dns_name(&s.to_ascii_lowercase())
+}
+
+pub(super) fn check_host(v: &Option<String>, _: &Ctx) -> garde::Result {
+    let Some(h) = v else { return Ok(()) };
+    let bare = h
+        .strip_prefix('[')
+        .and_then(|x| x.strip_suffix(']'))
+        .unwrap_or(h);
+    if bare.parse::<IpAddr>().is_ok() || is_hostname(h) {
+        Ok(())
+    } else {
+        err(format!(
+            "{h:?} is not an IPv4 address, an IPv6 address or a DNS name"
+        ))
+    }
+}
+
+pub(super) fn check_port(v: &Option<String>, _: &Ctx) -> garde::Result {
+    let Some(p) = v else { return Ok(()) };
+    match p.trim().parse::<u32>() {
+        Ok(n) if (1..=65535).contains(&n) => Ok(()),
+        _ => err(format!("{p:?} must be a port number 1..65535")),
+    }
+}
+
+pub(super) fn check_path_len(max: usize) -> impl FnOnce(&Option<String>, &Ctx) -> garde::Result {
+    move |v, _| match v {
+        Some(p) if p.is_empty() || p.chars().count() > max => err(format!(
+            "must be a path of 1..{max} characters (got {})",
+            p.chars().count()
+        )),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn check_token(v: &Option<Secret>, _: &Ctx) -> garde::Result {
+    let Some(t) = v else { return Ok(()) };
+    let t = strip_ws(t.expose());
+    if t.len() > 4096 {
+        return err(format!(
+            "is longer than 4096 characters ({}; value not shown)",
+            t.len()
+        ));
+    }
+    if !t
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'.' | b'_' | b'=' | b'-'))
+    {
+        return err("contains characters outside [A-Za-z0-9+/._=-] (value not shown)");
+    }
+    Ok(())
+}
+
+pub(super) fn strip_ws(s: &str) -> String {
+    s.chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+pub(super) fn check_client(
+    https: bool,
+    kubeconfig_mode: bool,
+) -> impl FnOnce(&Option<RawClient>, &Ctx) -> garde::Result {
+    move |client, ctx| {
+        if kubeconfig_mode {
+            return Ok(()); // reported once, on `kubeconfig`/`context`
+        }
+        let Some(c) = client else {
+            return if ctx.multi {
+                err(
+                    "is required in the multi-cluster form (token or token_file), or use kubeconfig/context",
+                )
+            } else {
+                Ok(())
+            };
+        };
+        match (&c.token, &c.token_file) {
+            (Some(_), Some(_)) => err("set either token or token_file, not both"),
+            (None, None) => err("one of token or token_file is required"),
+            (Some(t), None) => {
+                if https && strip_ws(t.expose()).is_empty() {
+                    err("token is empty but the API server schema is https")
+                } else {
+                    Ok(())
+                }
+            }
+            (None, Some(_)) => Ok(()),
+        }
+    }
+}
+
+pub(super) fn check_kubeconfig(
+    has_service_or_client: bool,
+) -> impl FnOnce(&Option<String>, &Ctx) -> garde::Result {
+    move |v, _| match v {
+        Some(p) if p.is_empty() => err("must be a path (non-empty)"),
+        Some(_) if has_service_or_client => {
+            err("kubeconfig/context and service/client are alternatives; set only one of them")
+        }
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn check_context(v: &Option<String>, _: &Ctx) -> garde::Result {
+    match v {
+        Some(c) if c.is_empty() => err("must not be empty"),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn check_exactly_one(v: &Option<RawNsSelector>, _: &Ctx) -> garde::Result {
+    let Some(sel) = v else { return Ok(()) };
+    let set = sel.set_forms();
+    if set.len() == 1 {
+        Ok(())
+    } else if set.is_empty() {
+        err("exactly one of equal, not_equal, match, not_match must be set (none is)")
+    } else {
+        err(format!(
+            "exactly one of equal, not_equal, match, not_match must be set (found {})",
+            set.join(", ")
+        ))
+    }
+}
+
+pub(super) fn check_namespace_name(v: &Option<String>, _: &Ctx) -> garde::Result {
+    let Some(ns) = v else { return Ok(()) };
+    if k8s_syntax::is_dns1123_label(ns) {
+        Ok(())
+    } else {
+        err(format!(
+            "{ns:?} is not a valid namespace name (RFC 1123 label)"
+        ))
+    }
+}
+
+pub(super) fn check_regex_list(v: &Option<Vec<String>>, _: &Ctx) -> garde::Result {
+    match v {
+        Some(l) if l.is_empty() => err("must list at least one regex"),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn check_regex(v: &String, _: &Ctx) -> garde::Result {
+    match AnchoredRegex::new(v) {
+        Ok(_) => Ok(()),
+        Err(e) => err(format!(
+            "{v:?} is not a valid regex: {}",
+            e.to_string().lines().last().unwrap_or("invalid")
+        )),
+    }
+}
+
+pub(super) fn check_label_selector(v: &Option<String>, _: &Ctx) -> garde::Result {
+    match v.as_deref().map(LabelSelector::parse) {
+        Some(Err(e)) => err(format!("is not a valid label selector: {e}")),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn check_weight(v: &Option<i64>, _: &Ctx) -> garde::Result {
+    match v {
+        Some(w) if *w < 0 || *w > i64::from(u32::MAX) => {
+            err(format!("{w} must be an integer >= 0 (and <= {})", u32::MAX))
+        }
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn check_shared_size(v: &Option<String>, _: &Ctx) -> garde::Result {
+    let Some(s) = v else { return Ok(()) };
+    let digits = s.trim_end_matches(['k', 'K', 'm', 'M', 'g', 'G']);
+    if !digits.is_empty()
+        && digits.len() + 1 >= s.len()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+    {
+        Ok(())
+    } else {
+        err(format!("{s:?} must be a size like 1m, 512k or 1g"))
+    }
+}
+
+// ---------------------------------------------------------------- kube_discovery
+
+/// Parses `100ms`, `5s`, `1m 30s` (jiff's friendly format, non-negative).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d: jiff::SignedDuration = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (examples: 100ms, 5s, 1m 30s)"))?;
+    Duration::try_from(d).map_err(|_| format!("{s:?} must not be negative"))
+}
+
+pub(super) fn check_duration(
+    min: Duration,
+    max: Duration,
+) -> impl FnOnce(&Option<String>, &()) -> garde::Result {
+    move |v, _| {
+        let Some(s) = v else { return Ok(()) };
+        let d = parse_duration(s).map_err(garde::Error::new)?;
+        if d < min || d > max {
+            return err(format!(
+                "{s:?} must be between {} and {}",
+                format_duration(min),
+                format_duration(max)
+            ));
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn check_concurrency(v: &Option<u64>, _: &()) -> garde::Result {
+    match v {
+        Some(n) if !(1..=256).contains(n) => err(format!("{n} must be between 1 and 256")),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn check_qps(v: &Option<f64>, _: &()) -> garde::Result {
+    match v {
+        Some(q) if !(0.1..=10000.0).contains(q) => err(format!(
+            "{q} must be between 0.1 and 10000 writes per second"
+        )),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn check_socket_addr(v: &Option<String>, _: &()) -> garde::Result {
+    match v {
+        Some(a) if a.parse::<SocketAddr>().is_err() => {
+            err(format!("{a:?} must be ip:port, e.g. 0.0.0.0:8080"))
+        }
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn check_plain_path(v: &Option<String>, _: &()) -> garde::Result {
+    match v {
+        Some(p) if p.is_empty() || p.len() > 4096 => err("must be a path of 1..4096 characters"),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn check_plain_context(v: &Option<String>, _: &()) -> garde::Result {
+    match v {
+        Some(c) if c.is_empty() => err("must not be empty"),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn check_plain_namespace(v: &Option<String>, _: &()) -> garde::Result {
+    check_namespace_name(v, &Ctx { multi: false })
+}
+
+pub(super) fn check_object_name(v: &Option<String>, _: &()) -> garde::Result {
+    match v {
+        Some(n) if !k8s_syntax::is_dns1123_subdomain(n) => err(format!(
+            "{n:?} is not a valid object name (RFC 1123 subdomain)"
+        )),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn check_namespace_mode(v: &Option<String>, _: &()) -> garde::Result {
+    match v.as_deref() {
+        None | Some("source") | Some("fixed") => Ok(()),
+        Some(m) => err(format!("{m:?} must be \"source\" or \"fixed\"")),
+    }
+}
+
+pub(super) fn check_fixed_namespace(
+    mode: Option<&str>,
+) -> impl FnOnce(&Option<String>, &()) -> garde::Result + '_ {
+    move |v, _| match (mode, v) {
+        (Some("fixed"), None) => err("is required with namespace_mode: fixed"),
+        (Some("fixed"), ns @ Some(_)) => check_plain_namespace(ns, &()),
+        (_, Some(_)) => err("is only used with namespace_mode: fixed"),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn check_cm_namespace(
+    enabled: bool,
+) -> impl FnOnce(&Option<String>, &()) -> garde::Result {
+    move |v, _| match v {
+        None if enabled => err("is required when the configmap sink is enabled"),
+        ns => check_plain_namespace(ns, &()),
+    }
+}
+
+/// `5s`, or `250ms` when not a whole number of seconds.
+pub(super) fn format_duration(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}

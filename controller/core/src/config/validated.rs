@@ -1,0 +1,425 @@
+//! Stage 2, validated: what [`super::parse_config`] returns. Every key
+//! checked, `${VAR}`s expanded, defaults applied, values typed (a port is a
+//! `u16`, a selector is compiled, a token is a [`Secret`]). This is the file's
+//! meaning, as `render --config` and the chart tests read it; what `run`
+//! starts is [`super::Plan`], resolved from it.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::rules::format_duration;
+use crate::convert::ConvertOptions;
+use crate::crd::{NamespaceMode, ObjectNaming};
+use crate::filter::{LabelSelector, NamespaceFilter};
+use crate::index::Index;
+use crate::model::SourceKind;
+
+/// Default `client.token_file` (single cluster).
+pub const DEFAULT_TOKEN_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+/// Default `service.ca_file` (single cluster, in-cluster host).
+pub const DEFAULT_CA_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+/// Default `default_weight`.
+pub const DEFAULT_WEIGHT: u32 = 50;
+/// Default `kube_discovery.sinks.configmap.name`.
+pub const DEFAULT_CONFIGMAP_NAME: &str = "kube-discovery-nodes";
+const REDACTED: &str = "<redacted>";
+
+// ---------------------------------------------------------------- secret
+
+/// A token. `Debug`, `Display` and the redacted JSON never show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a value.
+    pub fn new(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+
+    /// The secret value (hand it only to the HTTP client).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Secret({REDACTED})")
+    }
+}
+
+// ---------------------------------------------------------------- discovery.kubernetes
+
+/// `http` or `https`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schema {
+    /// Plain HTTP.
+    Http,
+    /// HTTPS.
+    Https,
+}
+
+impl Schema {
+    /// `"http"` / `"https"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Schema::Http => "http",
+            Schema::Https => "https",
+        }
+    }
+}
+
+/// The bearer token of a [`Connection::Service`]: APISIX's `client.token`
+/// or `client.token_file`, exactly one of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credentials {
+    /// Inline bearer token (whitespace stripped).
+    Token(Secret),
+    /// Bearer token file, re-read when it changes.
+    TokenFile(PathBuf),
+}
+
+/// How to reach one API server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Connection {
+    /// APISIX `service` + `client` (all `${VAR}`s expanded, defaults applied).
+    Service {
+        /// `http` or `https`.
+        schema: Schema,
+        /// IPv4, IPv6 (without brackets) or DNS name.
+        host: String,
+        /// Port.
+        port: u16,
+        /// Verify the server certificate (default true).
+        ssl_verify: bool,
+        /// CA bundle to trust (default: the ServiceAccount CA for in-cluster).
+        ca_file: Option<PathBuf>,
+        /// The bearer token.
+        credentials: Credentials,
+    },
+    /// A kubeconfig (`path: None` = `KUBECONFIG` / `~/.kube/config`).
+    Kubeconfig {
+        /// The file.
+        path: Option<PathBuf>,
+        /// The context (default: current-context).
+        context: Option<String>,
+    },
+}
+
+/// One validated `discovery.kubernetes` entry.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// Cluster id (`""` in single-cluster mode).
+    pub id: String,
+    /// How to connect.
+    pub connection: Connection,
+    /// Compiled `namespace_selector`.
+    pub namespace_selector: NamespaceFilter,
+    /// Parsed `label_selector` (empty = everything).
+    pub label_selector: LabelSelector,
+    /// `default_weight`.
+    pub default_weight: u32,
+    /// `shared_size` as written (accepted for compatibility, unused).
+    pub shared_size: Option<String>,
+    /// `watch_endpoint_slices` as written: `Some(true)` watches
+    /// EndpointSlices, `Some(false)` or unset (`None`) Endpoints.
+    pub watch_endpoint_slices: Option<bool>,
+}
+
+impl ClusterConfig {
+    /// The source kind this cluster watches.
+    pub fn source(&self) -> SourceKind {
+        if self.watch_endpoint_slices == Some(true) {
+            SourceKind::EndpointSlice
+        } else {
+            SourceKind::Endpoints
+        }
+    }
+
+    /// Conversion options for this cluster.
+    pub fn convert_options(&self, settings: &Settings) -> ConvertOptions {
+        ConvertOptions {
+            default_weight: self.default_weight,
+            drain_terminating: settings.drain_terminating,
+            index_port_numbers: settings.index_port_numbers,
+            topology: settings.topology,
+        }
+    }
+
+    /// An empty [`Index`] configured for this cluster (filters included).
+    pub fn new_index(&self, settings: &Settings) -> Index {
+        Index::new(
+            self.id.clone(),
+            self.source(),
+            self.convert_options(settings),
+            self.namespace_selector.clone(),
+        )
+        .with_label_selector(self.label_selector.clone())
+    }
+
+    /// The APISIX-shaped config of this cluster with secrets redacted (for the dump API).
+    pub fn redacted_json(&self) -> Value {
+        let mut v = json!({
+            "default_weight": self.default_weight,
+            "watch_endpoint_slices": self.source() == SourceKind::EndpointSlice,
+        });
+        if !self.id.is_empty() {
+            v["id"] = json!(self.id);
+        }
+        match &self.connection {
+            Connection::Service {
+                schema,
+                host,
+                port,
+                ssl_verify,
+                ca_file,
+                credentials,
+            } => {
+                v["service"] = json!({"schema": schema.as_str(), "host": host, "port": port, "ssl_verify": ssl_verify});
+                if let Some(ca) = ca_file {
+                    v["service"]["ca_file"] = json!(ca.display().to_string());
+                }
+                v["client"] = match credentials {
+                    Credentials::Token(_) => json!({"token": REDACTED}),
+                    Credentials::TokenFile(f) => json!({"token_file": f.display().to_string()}),
+                };
+            }
+            Connection::Kubeconfig { path, context } => {
+                if let Some(p) = path {
+                    v["kubeconfig"] = json!(p.display().to_string());
+                }
+                if let Some(c) = context {
+                    v["context"] = json!(c);
+                }
+            }
+        }
+        let ns = self.namespace_selector.to_json();
+        if !ns.is_null() {
+            v["namespace_selector"] = ns;
+        }
+        if !self.label_selector.is_empty() {
+            v["label_selector"] = json!(self.label_selector.as_str());
+        }
+        if let Some(s) = &self.shared_size {
+            v["shared_size"] = json!(s);
+        }
+        v
+    }
+}
+
+// ---------------------------------------------------------------- kube_discovery
+
+/// `kube_discovery.http`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpSettings {
+    /// Listen address.
+    pub addr: SocketAddr,
+    /// Bearer token file protecting the dump and nodes APIs.
+    pub auth_token_file: Option<PathBuf>,
+}
+
+/// `kube_discovery.sinks.discoveredservices`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiscoveredServicesSink {
+    /// Write DiscoveredServices (`false` is valid in the file, for `render`,
+    /// but refused by [`super::Config::resolve`]: it is the only sink).
+    pub enabled: bool,
+    /// Where and under which names: `namespace_mode: source`, or `fixed`
+    /// with its namespace.
+    pub naming: ObjectNaming,
+}
+
+/// `kube_discovery.sinks.configmap` when enabled: its namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigMapSink {
+    /// Namespace of the ConfigMaps.
+    pub namespace: String,
+    /// Name of the index ConfigMap; shards are `<name>-<i>`.
+    pub name: String,
+}
+
+/// `kube_discovery.sinks`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sinks {
+    /// DiscoveredService objects.
+    pub discoveredservices: DiscoveredServicesSink,
+    /// ConfigMap snapshot (`None`: disabled).
+    pub configmap: Option<ConfigMapSink>,
+}
+
+/// `kube_discovery.home`: where objects are written in multi-cluster mode.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HomeCluster {
+    /// Kubeconfig path (`None` = in-cluster / default).
+    pub kubeconfig: Option<PathBuf>,
+    /// Context.
+    pub context: Option<String>,
+}
+
+/// `kube_discovery.leader_election` as configured (all keys have defaults,
+/// so every value is valid whether or not it is enabled).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderElection {
+    /// Enabled.
+    pub enabled: bool,
+    /// Lease name.
+    pub lease_name: String,
+    /// Lease namespace (`None`: the runtime's own namespace).
+    pub lease_namespace: Option<String>,
+    /// Lease duration.
+    pub lease_duration: Duration,
+    /// Renew deadline (`None`: 2/3 of the lease duration, as client-go).
+    pub renew_deadline: Option<Duration>,
+    /// Retry period (`None`: 2/15 of the lease duration, as client-go).
+    pub retry_period: Option<Duration>,
+}
+
+/// The `kube_discovery:` block, defaults applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// Per-key coalescing window.
+    pub coalesce_window: Duration,
+    /// Draining fallback.
+    pub drain_terminating: bool,
+    /// Index named ports under their number too.
+    pub index_port_numbers: bool,
+    /// Topology fields on nodes.
+    pub topology: bool,
+    /// Server-side watch timeout.
+    pub watch_timeout: Duration,
+    /// Concurrent writes.
+    pub write_concurrency: usize,
+    /// Client-side write rate limit.
+    pub write_qps: f64,
+    /// HTTP server.
+    pub http: HttpSettings,
+    /// Sinks.
+    pub sinks: Sinks,
+    /// Home cluster (multi-cluster mode).
+    pub home: HomeCluster,
+    /// Leader election.
+    pub leader_election: LeaderElection,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            coalesce_window: Duration::from_millis(100),
+            drain_terminating: false,
+            index_port_numbers: false,
+            topology: false,
+            watch_timeout: Duration::from_secs(290),
+            // 8 in flight could not keep up with 500 changes/s (churn p99
+            // 3.1 s vs 0.14 s with 32, BENCHMARKS.md); `write_qps` stays the
+            // throttle on the API server.
+            write_concurrency: 32,
+            write_qps: 50.0,
+            http: HttpSettings {
+                addr: SocketAddr::from(([0, 0, 0, 0], 8080)),
+                auth_token_file: None,
+            },
+            sinks: Sinks {
+                discoveredservices: DiscoveredServicesSink {
+                    enabled: true,
+                    naming: ObjectNaming::source(),
+                },
+                configmap: None,
+            },
+            home: HomeCluster::default(),
+            leader_election: LeaderElection {
+                enabled: false,
+                lease_name: "kube-discovery".to_string(),
+                lease_namespace: None,
+                lease_duration: Duration::from_secs(15),
+                renew_deadline: None,
+                retry_period: None,
+            },
+        }
+    }
+}
+
+impl Settings {
+    fn redacted_json(&self) -> Value {
+        let naming = &self.sinks.discoveredservices.naming;
+        let (mode, ns) = match &naming.namespace_mode {
+            NamespaceMode::Source => ("source", None),
+            NamespaceMode::Fixed(n) => ("fixed", Some(n.clone())),
+        };
+        let configmap = match &self.sinks.configmap {
+            Some(cm) => json!({"enabled": true, "namespace": cm.namespace, "name": cm.name}),
+            None => json!({"enabled": false, "namespace": null, "name": DEFAULT_CONFIGMAP_NAME}),
+        };
+        json!({
+            "coalesce_window": format_duration(self.coalesce_window),
+            "drain_terminating": self.drain_terminating,
+            "index_port_numbers": self.index_port_numbers,
+            "topology": self.topology,
+            "watch_timeout": format_duration(self.watch_timeout),
+            "write_concurrency": self.write_concurrency,
+            "write_qps": self.write_qps,
+            "http": {"addr": self.http.addr.to_string(),
+                     "auth_token_file": self.http.auth_token_file.as_ref().map(|p| p.display().to_string())},
+            "sinks": {
+                "discoveredservices": {"enabled": self.sinks.discoveredservices.enabled, "namespace_mode": mode, "namespace": ns},
+                "configmap": configmap,
+            },
+            "home": {"kubeconfig": self.home.kubeconfig.as_ref().map(|p| p.display().to_string()), "context": self.home.context},
+            "leader_election": {"enabled": self.leader_election.enabled, "lease_name": self.leader_election.lease_name,
+                                "lease_namespace": self.leader_election.lease_namespace,
+                                "lease_duration": format_duration(self.leader_election.lease_duration),
+                                "renew_deadline": self.leader_election.renew_deadline.map(format_duration),
+                                "retry_period": self.leader_election.retry_period.map(format_duration)},
+        })
+    }
+}
+
+// ---------------------------------------------------------------- the whole file
+
+/// The whole validated configuration.
+///
+/// `multi_cluster` + `clusters` is the file's layout (one entry, id `""`, or
+/// a list with ids); [`super::Plan`] holds it as an enum.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `true` when `discovery.kubernetes` is a list.
+    pub multi_cluster: bool,
+    /// The clusters, in file order (exactly one in single-cluster mode).
+    pub clusters: Vec<ClusterConfig>,
+    /// Our own settings.
+    pub settings: Settings,
+}
+
+impl Config {
+    /// The effective configuration as JSON with every token replaced by
+    /// `"<redacted>"`: `{"discovery": {"kubernetes": <object or list>}, "kube_discovery": {...}}`.
+    pub fn redacted_json(&self) -> Value {
+        json!({
+            "discovery": {"kubernetes": self.kubernetes_redacted_json()},
+            "kube_discovery": self.settings.redacted_json(),
+        })
+    }
+
+    /// Only the `discovery.kubernetes` part (object or list, as configured),
+    /// redacted; the dump API's `config`.
+    pub fn kubernetes_redacted_json(&self) -> Value {
+        let list: Vec<Value> = self
+            .clusters
+            .iter()
+            .map(ClusterConfig::redacted_json)
+            .collect();
+        if self.multi_cluster {
+            Value::Array(list)
+        } else {
+            list.into_iter().next().unwrap_or(Value::Null)
+        }
+    }
+
+    /// Cluster by id (`""` in single-cluster mode).
+    pub fn cluster(&self, id: &str) -> Option<&ClusterConfig> {
+        self.clusters.iter().find(|c| c.id == id)
+    }
+}
