@@ -30,7 +30,7 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/src/target,sharing=locked \
     triple="$(cat /target-triple)" \
- && cargo build --release --locked -p kube-discovery --bin kube-discovery --target "$triple" \
+ && cargo build --release --locked --no-default-features -p kube-discovery --bin kube-discovery --target "$triple" \
  && install -D -m 0755 "target/$triple/release/kube-discovery" /out/kube-discovery
 
 FROM gcr.io/distroless/static-debian12:nonroot

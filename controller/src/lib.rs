@@ -33,7 +33,7 @@
 //! modules on lines below its own.
 //!
 //! ```text
-//!  demo ─▶ run, client
+//!  demo ─▶ run, client                 (feature `demo`: kube-sim in process)
 //!  run ─▶ source, drift, writer, sink, snapshot, http, leader, state, metrics, client
 //!  writer ─▶ sink, drift, inbox, state, metrics         nodes ─▶ client
 //!  sink ─▶ drift, client                                http ─▶ snapshot, state, metrics
@@ -50,6 +50,7 @@
 
 pub mod cli;
 pub mod client;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod drift;
 pub mod http;

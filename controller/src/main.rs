@@ -65,6 +65,7 @@ async fn dispatch(cli: Cli) -> Result<(), Error> {
             println!("{out}");
             Ok(())
         }
+        #[cfg(feature = "demo")]
         Command::Demo {
             duration,
             http_addr,
@@ -79,6 +80,12 @@ async fn dispatch(cli: Cli) -> Result<(), Error> {
             })
             .await
         }
+        #[cfg(not(feature = "demo"))]
+        Command::Demo { .. } => Err(Error::Input(
+            "this kube-discovery binary was built without the embedded demo (cargo feature `demo`; \
+             release binaries and the image leave it out): run `cargo run -- demo` in a checkout"
+                .into(),
+        )),
         Command::Sync { gateway } => match gateway {
             SyncGateway::Nginx(a) => kube_discovery_client::sync::run_nginx(a).await,
             SyncGateway::Haproxy(a) => kube_discovery_client::sync::run_haproxy(a).await,

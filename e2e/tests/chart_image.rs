@@ -45,6 +45,10 @@ fn chart_image_dockerfile_builds_the_controller_binary_as_non_root() {
         dockerfile.contains("--locked"),
         "reproducible: cargo build --locked"
     );
+    assert!(
+        dockerfile.contains("--no-default-features -p kube-discovery"),
+        "the image leaves the demo (kube-sim) out: cargo build --no-default-features"
+    );
     let froms: Vec<&str> = dockerfile
         .lines()
         .filter(|l| l.starts_with("FROM "))
@@ -68,6 +72,54 @@ fn chart_image_dockerfile_builds_the_controller_binary_as_non_root() {
     // ENTRYPOINT is the binary; the chart passes `run --config ...` as args.
     assert!(dockerfile.contains(&format!("ENTRYPOINT [\"/usr/local/bin/{bin}\"]")));
     assert_eq!(pod["containers"][0]["args"][0], "run");
+}
+
+/// The normal (non-dev) dependency names of `kube-discovery` (cargo tree).
+fn product_deps(features: &[&str]) -> Vec<String> {
+    let out = Command::new(env!("CARGO"))
+        .current_dir(repo_root())
+        .args(["tree", "--locked", "-p", "kube-discovery", "-e", "normal"])
+        .args(["--prefix", "none", "--format", "{p}"])
+        .args(features)
+        .output()
+        .expect("run cargo tree");
+    assert!(
+        out.status.success(),
+        "cargo tree: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+/// The shipped binary (built with `--no-default-features`, as the Dockerfile
+/// and the release workflow do) links no part of the test API server; the
+/// default build (for `cargo run -- demo`) does, which shows the check sees it.
+#[test]
+fn chart_image_product_binary_links_no_test_server() {
+    let banned = |d: &String| {
+        let name = d.split(' ').next().unwrap_or_default();
+        matches!(name, "kube-sim" | "kube-sim-apimachinery" | "jsonschema" | "rcgen")
+            // kube-runtime itself needs json-patch 4 (kube-client's `jsonpatch`);
+            // kube-sim's is 5.
+            || d.starts_with("json-patch v5")
+    };
+    let product = product_deps(&["--no-default-features"]);
+    assert!(
+        product
+            .iter()
+            .any(|d| d.starts_with("kube-discovery-client ")),
+        "cargo tree output not understood: {product:?}"
+    );
+    let linked: Vec<&String> = product.iter().filter(|d| banned(d)).collect();
+    assert!(linked.is_empty(), "the product links {linked:?}");
+    let with_demo = product_deps(&[]);
+    assert!(
+        with_demo.iter().any(|d| d.starts_with("kube-sim ")),
+        "the default build has the demo, so kube-sim: {with_demo:?}"
+    );
 }
 
 #[test]

@@ -194,7 +194,7 @@ fn release_workflow_publishes_image_chart_and_binaries() {
     let bins = run_scripts(&wf, "binaries");
     assert!(
         bins.contains(
-            "cargo build --release --locked -p kube-discovery --bin kube-discovery --target"
+            "cargo build --release --locked --no-default-features -p kube-discovery --bin kube-discovery --target"
         ),
         "{bins}"
     );
