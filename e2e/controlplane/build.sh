@@ -25,8 +25,11 @@ start=$SECONDS
 
 # The version the binaries report (/version, --version): without these the
 # API server says v0.0.0 and clients that check it (kubectl, helm) complain.
-ts="$(date -u -d @"$(curl -fsS --max-time 30 "$GOPROXY/k8s.io/kubernetes/@v/$KUBERNETES_VERSION.info" \
-  | sed -nE 's/.*"Time": *"([^"]+)".*/\1/p' | xargs -I{} date -u -d {} +%s 2>/dev/null || date -u +%s)" +%Y-%m-%dT%H:%M:%SZ)"
+# The module proxy's .info is JSON ({"Version": ..., "Time": ...}), compact or
+# pretty-printed; fall back to now when it cannot be read.
+info_time="$(curl -fsS --max-time 30 "$GOPROXY/k8s.io/kubernetes/@v/$KUBERNETES_VERSION.info" 2>/dev/null \
+  | tr -d '\n' | sed -nE 's/.*"Time"[[:space:]]*:[[:space:]]*"([^"]+)".*/\1/p' || true)"
+ts="$(date -u -d "${info_time:-now}" +%Y-%m-%dT%H:%M:%SZ 2>/dev/null || date -u +%Y-%m-%dT%H:%M:%SZ)"
 ver="$KUBERNETES_VERSION"
 ldflags=""
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
