@@ -27,7 +27,7 @@ fi
 echo "test.sh: $(df -h . | awk 'NR==2 {print $4}') free on the build disk (a clean build needs ~4 GB, the real control plane ~1.2 GB more)"
 bash e2e/tools/install-tools.sh
 # actionlint + shellcheck (workflow lint) and promtool (alert unit tests):
-# e2e/tests/release_workflows.rs, e2e/tests/chart_monitoring.rs.
+# e2e/tests/chart/release_workflows.rs, e2e/tests/chart/monitoring.rs.
 bash e2e/tools/install-lint-tools.sh
 bash e2e/tools/install-gateways.sh   # nginx + HAProxy from Debian, for the gateway e2e tests
 export PATH="$PWD/.tools/bin:$PATH"

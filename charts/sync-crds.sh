@@ -4,7 +4,7 @@
 # charts/kube-discovery/files/discoveredservices.yaml, which templates/crd.yaml
 # renders (with `crds.enabled`, the default) so `helm upgrade` updates the CRD.
 # The chart has no crds/ folder (Helm installs that once and never upgrades it).
-# The test e2e/tests/chart_render.rs fails when the two differ.
+# The test e2e/tests/chart/render.rs fails when the two differ.
 #   charts/sync-crds.sh          copy
 #   charts/sync-crds.sh --check  only compare; exit 1 on a difference
 set -euo pipefail

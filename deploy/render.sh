@@ -7,7 +7,7 @@
 # i.e. the chart's defaults (CRD, RBAC, ConfigMap, Deployment, Service, PDB)
 # except the generated API token: a static file cannot carry a secret, so the
 # dump and nodes APIs are open here (render your own with the token, see the
-# README's "Without Helm"). e2e/tests/deploy_manifest.rs fails when the file
+# README's "Without Helm"). e2e/tests/chart/deploy_manifest.rs fails when the file
 # differs from this rendering.
 #   deploy/render.sh          rewrite deploy/kube-discovery.yaml
 #   deploy/render.sh --check  only compare; exit 1 on a difference

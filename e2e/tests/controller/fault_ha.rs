@@ -1,0 +1,511 @@
+//! Fault suite, part 2 (issue 7): credentials, several clusters, several
+//! replicas, on both backends (kube-sim, and the real kube-apiserver behind
+//! the fault proxy; leader election on real Leases). Same rules as
+//! `controller/fault_suite.rs`: churn, then a convergence check against the truth
+//! rendered independently from the server's source objects.
+//!
+//! | # | scenario | test |
+//! |---|---|---|
+//! | 8 | two replicas, Lease leader election, leader SIGKILLed, lease released on SIGTERM | `s08_leader_election` |
+//! | 8 | the leader cannot renew: it stops writing at the renew deadline, before the lease expires | `s08_leader_steps_down_at_the_renew_deadline` |
+//! | 9 | `token_file` rotated on disk | `s09_token_file_rotation` |
+//! | 9 | invalid token | `s09_invalid_token` |
+//! | 10 | multi-cluster: one cluster down | `s10_one_cluster_down` |
+//! | 10 | multi-cluster: one cluster forbidden | `s10_one_cluster_forbidden` |
+
+use crate::controller_support;
+use crate::fault_support;
+
+use std::time::Duration;
+
+use controller_support::{Backend, Controller, Env, LIMIT, eventually};
+use fault_support::{
+    Churn, Kind, Specs, actual, config, diff, fault, masters, metric_sum, reachable, signal,
+    token_file_block, truth, truth_of, user_token, wait_converged, writes_since,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use serde_json::{Value, json};
+use testenv::both_backends;
+
+const CONVERGE: Duration = Duration::from_secs(30);
+
+/// Users that wrote DiscoveredServices after `since`.
+async fn dsvc_writers(env: &Env, since: u64) -> Vec<String> {
+    let mut users: Vec<String> = writes_since(env, since)
+        .await
+        .iter()
+        .filter(|w| {
+            w["resource"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("discoveredservices"))
+        })
+        .filter_map(|w| w["user"].as_str().map(str::to_string))
+        .collect();
+    users.sort();
+    users.dedup();
+    users
+}
+
+fn token_file_config(env: &Env, token_file: &std::path::Path) -> String {
+    format!(
+        "discovery:\n  kubernetes:\n{}    watch_endpoint_slices: true\nkube_discovery:\n  coalesce_window: 20ms\n",
+        token_file_block(env, token_file)
+    )
+}
+
+#[both_backends]
+#[tokio::test]
+async fn s09_token_file_rotation(backend: Backend) {
+    let env = Env::start_with(backend, masters(&["rotation-old", "rotation-new"])).await;
+    let old = user_token(&env, "rotation-old");
+    let new = user_token(&env, "rotation-new");
+    let file = env.path("token");
+    std::fs::write(&file, &old).expect("write token");
+    let cfg = token_file_config(&env, &file);
+    let mut churn = Churn::new("rot", 3, Kind::Slices, 9, 19);
+    churn.seed(&env).await;
+    let ctl = Controller::start(&env, "rot", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    wait_converged(&env, &cfg, CONVERGE).await;
+    let rv = env.mark().await;
+    assert_eq!(
+        dsvc_writers(&env, 0).await,
+        vec!["rotation-old".to_string()]
+    );
+
+    // Rotate on disk (atomically, as the kubelet does), no restart.
+    let tmp = env.path("token.new");
+    std::fs::write(&tmp, &new).expect("write token");
+    std::fs::rename(&tmp, &file).expect("rotate");
+    let pid = ctl.child.id();
+    // kube re-reads a token file about once a minute: keep changing sources
+    // until a write is made with the new token.
+    let start = tokio::time::Instant::now();
+    loop {
+        churn.step(&env).await;
+        if dsvc_writers(&env, rv)
+            .await
+            .contains(&"rotation-new".to_string())
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(80),
+            "the rotated token was not used within 80 s"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    eprintln!("new token used after {:?}", start.elapsed());
+    assert_eq!(ctl.child.id(), pid, "no restart");
+    wait_converged(&env, &cfg, CONVERGE).await;
+    let logs = ctl.logs();
+    assert!(
+        !logs.contains(&old) && !logs.contains(&new),
+        "a token was logged"
+    );
+    ctl.stop().await;
+}
+
+#[both_backends]
+#[tokio::test]
+async fn s09_invalid_token(backend: Backend) {
+    let env = Env::start_with(backend, masters(&["recovered"])).await;
+    let bad = format!("not-a-valid-token-{}", std::process::id());
+    let file = env.path("token");
+    std::fs::write(&file, &bad).expect("write token");
+    env.namespace("inv").await;
+    env.slice(
+        "inv",
+        "web",
+        "web-a",
+        &[("10.29.0.1", true)],
+        &[("http", 80)],
+    )
+    .await;
+    let mut ctl = Controller::start(&env, "invalid", &token_file_config(&env, &file), &[]).await;
+    // A clear log line naming the cause.
+    let logs = fault_support::wait_log(&ctl, "Unauthorized", LIMIT).await;
+    let line = logs
+        .lines()
+        .find(|l| l.contains("Unauthorized"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        line.contains("401") || line.to_lowercase().contains("unauthorized"),
+        "{line}"
+    );
+    // Observe for a while: bounded retries, no crash loop, not ready.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(
+        ctl.child.try_wait().expect("try_wait").is_none(),
+        "the controller exited:\n{}",
+        ctl.logs()
+    );
+    assert_eq!(ctl.get("/healthz").await.0, 200);
+    let (code, body) = ctl.get("/readyz").await;
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("Unauthorized") || body.contains("401"),
+        "/readyz names the cause: {body}"
+    );
+    // The source watch's own retries (other watches, e.g. drift's, log their own lines).
+    let failures = ctl
+        .logs()
+        .matches(r#""message":"watch failed; retrying with backoff""#)
+        .count();
+    // The policy (controller/src/watch.rs, `WatchBackoff`): 250 ms doubling to a 1 s cap, each
+    // delay jittered to 50-100 %, so at most ~3 + 10 s / 0.5 s attempts in the
+    // ~10 s observed; a hot loop (every Init resetting the backoff) made ~46.
+    assert!(
+        (2..=24).contains(&failures),
+        "{failures} failed attempts in ~10 s: retries must back off"
+    );
+    assert!(metric_sum(&ctl, "kube_discovery_watch_restarts_total", &[]).await >= 2.0);
+    let logs = ctl.logs();
+    assert!(!logs.contains(&bad), "the token was logged");
+    let (_, metrics) = ctl.get("/metrics").await;
+    assert!(!metrics.contains(&bad) && !body.contains(&bad));
+    assert!(
+        env.dsvc("inv", "web").await.is_none(),
+        "nothing written without a valid token"
+    );
+
+    // A valid token later: recovers without a restart.
+    let good = user_token(&env, "recovered");
+    std::fs::write(&file, &good).expect("write token");
+    // (kube re-reads the file within about a minute.)
+    eventually(
+        "recovered with the new token",
+        Duration::from_secs(80),
+        || async { env.dsvc("inv", "web").await.map(|_| ()) },
+    )
+    .await;
+    ctl.wait_ready().await;
+    ctl.stop().await;
+}
+
+fn multi_config(a: &std::path::Path, b: &std::path::Path) -> String {
+    format!(
+        "discovery:\n  kubernetes:\n    - id: a\n      kubeconfig: {a}\n      watch_endpoint_slices: true\n    - id: b\n      kubeconfig: {b}\n      watch_endpoint_slices: true\nkube_discovery:\n  coalesce_window: 20ms\n  home:\n    kubeconfig: {a}\n",
+        a = a.display(),
+        b = b.display()
+    )
+}
+
+async fn multi_truth(a: &Env, b: &Env, cfg: &str) -> Specs {
+    let mut t = truth_of(&a.admin, cfg, "a").await;
+    t.extend(truth_of(&b.admin, cfg, "b").await);
+    t
+}
+
+async fn wait_multi(a: &Env, want: impl AsyncFn() -> Specs) -> Specs {
+    let start = tokio::time::Instant::now();
+    loop {
+        let w = want().await;
+        let got = actual(a).await;
+        let d = diff(&w, &got);
+        if d.is_empty() {
+            return got;
+        }
+        assert!(
+            start.elapsed() < CONVERGE,
+            "not converged:\n  {}",
+            d.join("\n  ")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn of_cluster(s: &Specs, id: &str) -> Specs {
+    s.iter()
+        .filter(|(_, v)| v["cluster"] == id)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+#[both_backends]
+#[tokio::test]
+async fn s10_one_cluster_down(backend: Backend) {
+    let a = Env::start(backend).await;
+    let b = Env::start(backend).await;
+    let cfg = multi_config(
+        &a.kubeconfig(&a.admin_token()),
+        &b.kubeconfig(&b.admin_token()),
+    );
+    let mut ca = Churn::new("multi", 4, Kind::Slices, 101, 31);
+    let mut cb = Churn::new("multi", 4, Kind::Slices, 102, 32);
+    ca.seed(&a).await;
+    cb.seed(&b).await;
+    let ctl = Controller::start(&a, "multi", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    let before = wait_multi(&a, async || multi_truth(&a, &b, &cfg).await).await;
+    let b_before = of_cluster(&before, "b");
+    assert!(!b_before.is_empty() && !of_cluster(&before, "a").is_empty());
+
+    // Cluster b goes away; a keeps changing and is followed; b's objects stay.
+    fault(&b, json!({"refuseConnectionsSeconds": 6})).await;
+    let down_until = tokio::time::Instant::now() + Duration::from_secs(6);
+    ca.run(&a, 12, Duration::from_millis(50)).await;
+    let during = wait_multi(&a, async || {
+        let mut t = truth_of(&a.admin, &cfg, "a").await;
+        t.extend(b_before.clone());
+        t
+    })
+    .await;
+    assert!(
+        tokio::time::Instant::now() < down_until,
+        "cluster a was only followed after b came back"
+    );
+    assert_eq!(
+        of_cluster(&during, "b"),
+        b_before,
+        "cluster b's objects were touched while it was down"
+    );
+
+    tokio::time::sleep_until(down_until).await;
+    eventually("cluster b reachable", LIMIT, || async {
+        reachable(&b).await.then_some(())
+    })
+    .await;
+    cb.run(&b, 8, Duration::from_millis(50)).await;
+    wait_multi(&a, async || multi_truth(&a, &b, &cfg).await).await;
+    ctl.stop().await;
+}
+
+#[both_backends]
+#[tokio::test]
+async fn s10_one_cluster_forbidden(backend: Backend) {
+    let a = Env::start(backend).await;
+    let b = Env::start(backend).await;
+    // b: a ServiceAccount with no RBAC binding at all.
+    let b_token = b
+        .api
+        .issue_token("kube-discovery", "unbound")
+        .await
+        .expect("token");
+    let cfg = multi_config(&a.kubeconfig(&a.admin_token()), &b.kubeconfig(&b_token));
+    let mut ca = Churn::new("multi", 4, Kind::Slices, 103, 33);
+    let mut cb = Churn::new("multi", 4, Kind::Slices, 104, 34);
+    ca.seed(&a).await;
+    cb.seed(&b).await;
+    let ctl = Controller::start(&a, "forbidden", &cfg, &[]).await;
+    ca.run(&a, 10, Duration::from_millis(50)).await;
+    // a is followed completely, nothing of b is written.
+    let got = wait_multi(&a, async || truth_of(&a.admin, &cfg, "a").await).await;
+    assert!(of_cluster(&got, "b").is_empty());
+    let logs = fault_support::wait_log(&ctl, "forbidden", LIMIT).await;
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("forbidden") && l.contains("\"cluster\":\"b\"")),
+        "the failing cluster is named"
+    );
+    let (code, body) = ctl.get("/readyz").await;
+    assert_eq!(code, 503, "not every cluster is synced: {body}");
+    assert!(!body.contains(&b_token) && !logs.contains(&b_token));
+    ctl.stop().await;
+}
+
+fn leader_config(env: &Env, token: &str) -> String {
+    config(
+        env,
+        token,
+        Kind::Slices,
+        "  leader_election:\n    enabled: true\n    lease_namespace: default\n    lease_duration: 3s\n",
+    )
+}
+
+async fn lease_holder(env: &Env) -> Option<String> {
+    let api: kube::Api<Lease> = kube::Api::namespaced(env.admin.clone(), "default");
+    api.get_opt("kube-discovery")
+        .await
+        .expect("get Lease")?
+        .spec?
+        .holder_identity
+        .filter(|h| !h.is_empty())
+}
+
+#[both_backends]
+#[tokio::test]
+async fn s08_leader_election(backend: Backend) {
+    let env = Env::start_with(backend, masters(&["replica-a", "replica-b"])).await;
+    let ta = user_token(&env, "replica-a");
+    let tb = user_token(&env, "replica-b");
+    let (cfg_a, cfg_b) = (leader_config(&env, &ta), leader_config(&env, &tb));
+    let mut churn = Churn::new("ha", 6, Kind::Slices, 8, 18);
+    churn.seed(&env).await;
+    let rv0 = env.mark().await;
+    let a = Controller::start(&env, "replica-a", &cfg_a, &[]).await;
+    let b = Controller::start(&env, "replica-b", &cfg_b, &[]).await;
+    let holder = eventually("a Lease holder", LIMIT, || lease_holder(&env)).await;
+    churn.run(&env, 20, Duration::from_millis(30)).await;
+    wait_converged(&env, &cfg_a, CONVERGE).await;
+    // Only the leader writes (the write log names the user).
+    let writers = dsvc_writers(&env, rv0).await;
+    assert_eq!(
+        writers.len(),
+        1,
+        "DiscoveredServices written by {writers:?} (lease holder {holder})"
+    );
+    let (mut leader, follower, follower_user) = if writers[0] == "replica-a" {
+        (a, b, "replica-b")
+    } else {
+        (b, a, "replica-a")
+    };
+    let leader_pid = leader.child.id().expect("pid").to_string();
+    assert!(
+        holder.contains(&leader_pid),
+        "the writer {} is not the lease holder {holder}",
+        writers[0]
+    );
+    // The follower keeps a warm cache: its dump shows the truth without writing.
+    let want = truth(&env, &cfg_a).await;
+    let (code, dump) = follower.get("/v1/discovery/kubernetes/dump").await;
+    assert_eq!(code, 200);
+    let dump: Value = serde_json::from_str(&dump).expect("dump JSON");
+    let names: Vec<String> = dump["endpoints"][0]["endpoints"]
+        .as_array()
+        .expect("endpoints")
+        .iter()
+        .map(|e| e["name"].as_str().unwrap_or("").to_string())
+        .collect();
+    let mut want_names: Vec<String> = want.keys().cloned().collect();
+    want_names.sort();
+    let mut names_sorted = names.clone();
+    names_sorted.sort();
+    assert_eq!(names_sorted, want_names, "the follower's cache is not warm");
+
+    // Kill the leader: the follower takes over within the lease duration (3 s)
+    // plus one retry period, and writes.
+    signal(&leader, "KILL");
+    let _ = tokio::time::timeout(LIMIT, leader.child.wait()).await;
+    let killed = tokio::time::Instant::now();
+    let rv1 = env.mark().await;
+    let took = loop {
+        churn.step(&env).await;
+        if dsvc_writers(&env, rv1)
+            .await
+            .iter()
+            .any(|u| u == follower_user)
+        {
+            break killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(15),
+            "no takeover within 15 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        took <= Duration::from_secs(6),
+        "takeover took {took:?} (lease 3 s + retry)"
+    );
+    wait_converged(&env, &cfg_a, CONVERGE).await;
+    let new_holder = lease_holder(&env).await.expect("holder");
+    assert!(
+        new_holder.contains(&follower.child.id().expect("pid").to_string()),
+        "{new_holder}"
+    );
+
+    // SIGTERM: the lease is released (no holder) and the process exits 0.
+    follower.stop().await;
+    assert_eq!(
+        lease_holder(&env).await,
+        None,
+        "the lease was not released on SIGTERM"
+    );
+}
+
+async fn standby(ctl: &Controller) -> Option<bool> {
+    let (_, body) = ctl.get("/readyz").await;
+    serde_json::from_str::<Value>(&body).ok()?["standby"].as_bool()
+}
+
+fn unix_millis_now() -> i64 {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock");
+    i64::try_from(d.as_millis()).expect("millis")
+}
+
+/// client-go semantics: a leader whose renewals fail stops writing once the
+/// renew deadline (2/3 of the lease: 2 s of 3 s) has passed since its last
+/// successful renewal, i.e. BEFORE the lease expires and a standby may take
+/// over; it does not step down at the first failure; it writes again once it
+/// can renew.
+#[both_backends]
+#[tokio::test]
+async fn s08_leader_steps_down_at_the_renew_deadline(backend: Backend) {
+    let env = Env::start_with(backend, masters(&["replica-a"])).await;
+    let token = user_token(&env, "replica-a");
+    let cfg = leader_config(&env, &token);
+    env.namespace("ha").await;
+    env.slice("ha", "web", "web-a", &[("10.8.0.1", true)], &[("http", 80)])
+        .await;
+    let a = Controller::start(&env, "replica-a", &cfg, &[]).await;
+    eventually("replica-a leads", LIMIT, || async {
+        (standby(&a).await == Some(false)).then_some(())
+    })
+    .await;
+    env.wait_nodes("ha", "web", "http", &["10.8.0.1"]).await;
+
+    // Every lease update (the renewal) now fails; reads still work, so the
+    // replica keeps trying and the test can read the last renewTime.
+    fault(
+        &env,
+        json!({"fail": {"verb": "update", "resource": "leases", "count": 1_000_000, "code": 500}}),
+    )
+    .await;
+    let faulted = unix_millis_now();
+    let stepped_down = loop {
+        if standby(&a).await == Some(true) {
+            break unix_millis_now();
+        }
+        assert!(
+            unix_millis_now() - faulted < 15_000,
+            "the leader never stepped down"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let api: kube::Api<Lease> = kube::Api::namespaced(env.admin.clone(), "default");
+    let spec = api
+        .get("kube-discovery")
+        .await
+        .expect("get Lease")
+        .spec
+        .expect("spec");
+    let renewed = spec.renew_time.expect("renewTime").0.as_millisecond();
+    let lease_ms = i64::from(spec.lease_duration_seconds.expect("duration")) * 1000;
+    assert_eq!(lease_ms, 3000);
+    let after = stepped_down - renewed;
+    // Not at the first failed renewal (one retry period, 400 ms, after the
+    // last success) but close to the 2 s deadline, and before the lease expires.
+    assert!(
+        after >= 1500,
+        "stepped down {after} ms after the last renewal: too early"
+    );
+    assert!(
+        after < lease_ms,
+        "stepped down {after} ms after the last renewal: a standby could take over after {lease_ms} ms"
+    );
+    assert!(
+        a.logs()
+            .contains("within the renew deadline; stepping down"),
+        "no step-down log"
+    );
+
+    // Stepped down: changes are not written.
+    let rv = env.mark().await;
+    env.slice("ha", "web", "web-a", &[("10.8.0.2", true)], &[("http", 80)])
+        .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        dsvc_writers(&env, rv).await,
+        Vec::<String>::new(),
+        "a replica that cannot renew wrote"
+    );
+    // Renewals work again: it leads and writes what it missed.
+    fault(&env, json!({"clear": true})).await;
+    env.wait_nodes("ha", "web", "http", &["10.8.0.2"]).await;
+    assert_eq!(standby(&a).await, Some(false));
+    a.stop().await;
+}

@@ -1,0 +1,377 @@
+//! Services too big for one object (issue 4): the `kube-discovery` binary on
+//! both API servers (EndpointSlice mode, slices of 100 endpoints) with ONE
+//! Service of up to 20,000 endpoints and 3 ports.
+//! * every object it writes stays under the 1.5 MiB limit of a stored object
+//!   (etcd's request limit, which the real server's writes hit first; kube-sim
+//!   refuses bigger bodies with 413), the serialized objects are measured, and
+//!   the merged nodes of all shards equal the truth;
+//! * growth (5,000 -> 20,000) adds shards, a shrink (-> 50) removes the
+//!   surplus objects;
+//! * `kube-discovery nodes` returns the WHOLE list of a sharded service;
+//! * an irrelevant change writes nothing, and a restart writes nothing (the
+//!   write log: kube-sim's, or the real server's audit log, where even a
+//!   no-op request would show).
+//!
+//! Slices are applied concurrently (200 requests, not 20,000). Growth and
+//! shrink reach the controller in ONE relist (watches stalled while the
+//! slices change, then 410 Gone: on the real server an etcd compaction and an
+//! API server restart), so each is one write of all shards: on debug builds
+//! kube-sim needs about a second per 500 KiB object write.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::controller_support;
+
+use std::collections::BTreeSet;
+use std::process::Stdio;
+
+use controller_support::{Backend, Controller, Env, bin};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube_discovery_client::lookup::lookup;
+use kube_discovery_core::crd::DiscoveredService;
+use kube_discovery_core::parse_service_name;
+use serde_json::{Value, json};
+use testenv::both_backends;
+
+const NS: &str = "shards";
+/// Upper bound of the waits for the shards (debug builds of kube-sim and the
+/// controller move megabytes per write).
+const WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+const PORTS: [(&str, i32); 3] = [("http", 8080), ("grpc", 9090), ("metrics", 9100)];
+/// kube-sim's and etcd's object size limit (etcd's `--max-request-bytes`
+/// default, 1.5 MiB; the real API server's own request body limit is 3 MiB).
+const LIMIT_BYTES: usize = 3 * 1024 * 1024 / 2;
+
+fn config(env: &Env) -> String {
+    format!(
+        "discovery:\n  kubernetes:\n{}    watch_endpoint_slices: true\nkube_discovery:\n  coalesce_window: 200ms\n",
+        env.service_block(&env.admin_token())
+    )
+}
+
+fn ip(slice: usize, i: usize) -> String {
+    format!("10.{}.{}.{}", 64 + slice / 256, slice % 256, i + 1)
+}
+
+/// The hosts of `n` endpoints (slices of 100), sorted.
+fn hosts(n: usize) -> Vec<String> {
+    let mut v: Vec<String> = (0..n).map(|k| ip(k / 100, k % 100)).collect();
+    v.sort();
+    v
+}
+
+/// Makes Service `huge` have exactly `n` ready endpoints: slices
+/// `huge-<s>` of 100 (the last one partial) applied concurrently, slices
+/// beyond deleted.
+async fn set_endpoints(env: &Env, n: usize, previous: usize) {
+    let slices = n.div_ceil(100);
+    let mut futs = Vec::new();
+    for s in 0..slices {
+        let count = (n - s * 100).min(100);
+        let ips: Vec<String> = (0..count).map(|i| ip(s, i)).collect();
+        futs.push(async move {
+            let eps: Vec<(&str, bool)> = ips.iter().map(|ip| (ip.as_str(), true)).collect();
+            env.slice(NS, "huge", &format!("huge-{s}"), &eps, &PORTS)
+                .await;
+        });
+    }
+    futures::future::join_all(futs).await;
+    let api: Api<EndpointSlice> = Api::namespaced(env.admin.clone(), NS);
+    let dels = (slices..previous.div_ceil(100)).map(|s| {
+        let api = api.clone();
+        async move {
+            api.delete(&format!("huge-{s}"), &DeleteParams::default())
+                .await
+                .expect("delete slice");
+        }
+    });
+    futures::future::join_all(dels).await;
+}
+
+/// Every DiscoveredService of Service `huge`, as JSON, by name.
+async fn objects(env: &Env) -> Vec<Value> {
+    let mut v: Vec<Value> = env
+        .dsvc_api_all()
+        .list(&ListParams::default().labels("kubediscovery.io/service-name=huge"))
+        .await
+        .expect("list")
+        .items
+        .into_iter()
+        .map(|o| serde_json::to_value(o).expect("json"))
+        .collect();
+    v.sort_by_key(|o| o["metadata"]["name"].as_str().unwrap_or("").to_string());
+    v
+}
+
+/// The merged hosts of every port, when all objects agree on one version and
+/// the shard count matches the objects present (else `None`: mid-update).
+fn merged(objs: &[Value]) -> Option<Vec<(String, Vec<String>)>> {
+    let typed: Vec<DiscoveredService> = objs
+        .iter()
+        .map(|o| serde_json::from_value(o.clone()).expect("DiscoveredService"))
+        .collect();
+    let versions: BTreeSet<&str> = typed.iter().map(|o| o.spec.version.as_str()).collect();
+    let count = typed
+        .iter()
+        .map(|o| o.spec.shard.as_ref().map_or(1, |s| s.count as usize))
+        .max()?;
+    if versions.len() != 1 || count != typed.len() {
+        return None;
+    }
+    let mut out = Vec::new();
+    for (port, number) in PORTS {
+        let q = parse_service_name(&format!("{NS}/huge:{port}")).expect("name");
+        let nodes = lookup(&typed, &q)?;
+        if nodes.iter().any(|n| n.port != number) {
+            return None;
+        }
+        let mut h: Vec<String> = nodes.into_iter().map(|n| n.host.to_string()).collect();
+        h.sort();
+        out.push((port.to_string(), h));
+    }
+    Some(out)
+}
+
+/// Waits until the merged objects equal `n` endpoints on every port; returns
+/// the objects. On timeout: what is there, and the controller's log tail.
+async fn wait_truth(env: &Env, ctl: &Controller, n: usize) -> Vec<Value> {
+    let want: Vec<(String, Vec<String>)> = PORTS
+        .iter()
+        .map(|(p, _)| (p.to_string(), hosts(n)))
+        .collect();
+    let start = tokio::time::Instant::now();
+    loop {
+        let objs = objects(env).await;
+        // Each object's status (written in the same apply as its spec)
+        // counts its nodes.
+        let status_done = objs
+            .iter()
+            .all(|o| o["status"]["nodeCount"].as_u64() == Some(node_count(o)));
+        if status_done && merged(&objs).as_ref() == Some(&want) {
+            eprintln!("{n} endpoints merged after {:?}", start.elapsed());
+            return objs;
+        }
+        if start.elapsed() > WAIT {
+            let seen: Vec<String> = objs
+                .iter()
+                .map(|o| {
+                    format!(
+                        "{} {} {}",
+                        o["metadata"]["name"], o["spec"]["version"], o["spec"]["shard"]
+                    )
+                })
+                .collect();
+            let logs = ctl.logs();
+            let tail: Vec<&str> = logs
+                .lines()
+                .rev()
+                .filter(|l| !l.contains("differs from the desired"))
+                .take(40)
+                .collect();
+            let w = env.dsvc_writes_since(0).await;
+            let mut t0 = 0u128;
+            for x in w.iter().rev().take(30) {
+                let t = x["timeNanos"].as_u64().unwrap_or(0) as u128;
+                eprintln!(
+                    "{} {} {} {}ms",
+                    x["verb"],
+                    x["name"],
+                    x["resourceVersion"],
+                    if t0 == 0 { 0 } else { (t0 - t) / 1_000_000 }
+                );
+                t0 = t;
+            }
+            panic!(
+                "the shards of {NS}/huge do not merge to {n} endpoints after {WAIT:?}: {seen:?}\nlog tail (newest first):\n{}",
+                tail.join("\n")
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
+/// Nodes in `o`'s `spec.ports`.
+fn node_count(o: &Value) -> u64 {
+    o["spec"]["ports"]
+        .as_object()
+        .map(|p| {
+            p.values()
+                .map(|n| n.as_array().map_or(0, Vec::len) as u64)
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Every object is under the size limit and correctly labelled as a shard.
+fn check_shards(objs: &[Value]) {
+    let count = objs.len();
+    for o in objs {
+        let name = o["metadata"]["name"].as_str().unwrap_or("");
+        let size = serde_json::to_vec(o).expect("json").len();
+        assert!(size < LIMIT_BYTES, "{name}: {size} bytes");
+        if count > 1 {
+            let index = o["spec"]["shard"]["index"].as_u64().expect("shard index");
+            assert_eq!(o["spec"]["shard"]["count"], json!(count), "{name}");
+            let want = if index == 0 {
+                "huge".to_string()
+            } else {
+                format!("huge.{index}")
+            };
+            assert_eq!(name, want);
+            assert_eq!(
+                o["metadata"]["labels"]["kubediscovery.io/shard"],
+                json!(index.to_string())
+            );
+            assert_eq!(
+                o["status"]["nodeCount"].as_u64(),
+                Some(node_count(o)),
+                "{name}: status counts this object's nodes"
+            );
+        } else {
+            assert!(o["spec"].get("shard").is_none(), "{name}: {}", o["spec"]);
+        }
+    }
+}
+
+/// The controller's watches stay open but silent until [`Env::force_410`]
+/// (real: the fault proxy holds their answers back).
+async fn stall(env: &Env) {
+    env.api
+        .fault(&json!({"stallWatchesSeconds": 60}))
+        .await
+        .expect("stall watches");
+}
+
+fn names(writes: &[Value]) -> Vec<String> {
+    writes
+        .iter()
+        .map(|w| {
+            format!(
+                "{} {}",
+                w["verb"].as_str().unwrap_or(""),
+                w["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+// kube-sim runs in this process: its own threads, so the test's polling
+// (listing megabytes of objects) never stalls the API server.
+#[both_backends]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_20000_endpoint_service_is_sharded_grows_shrinks_and_reads_back_whole(backend: Backend) {
+    let env = Env::start(backend).await;
+    env.namespace(NS).await;
+    set_endpoints(&env, 5_000, 0).await;
+    let cfg = config(&env);
+    let ctl = Controller::start(&env, "shards1", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    let small = wait_truth(&env, &ctl, 5_000).await;
+    check_shards(&small);
+    assert!(small.len() >= 2, "5,000 x 3 ports fit one object?");
+
+    // Growth: more shards, each under the limit. The 150 new slices reach
+    // the controller in one relist (watch stalled, then 410 Gone), so it is
+    // one write, not one per slice (keeps this test fast on debug builds).
+    let mark = env.mark().await;
+    stall(&env).await;
+    set_endpoints(&env, 20_000, 5_000).await;
+    env.force_410().await;
+    let big = wait_truth(&env, &ctl, 20_000).await;
+    check_shards(&big);
+    assert!(
+        big.len() > small.len(),
+        "{} shards at 20,000, {} at 5,000",
+        big.len(),
+        small.len()
+    );
+    let w = env.dsvc_writes_since(mark).await;
+    assert!(
+        w.iter().all(|x| x["name"]
+            .as_str()
+            .is_some_and(|n| n == "huge" || n.starts_with("huge."))),
+        "{:?}",
+        names(&w)
+    );
+
+    // Readers get the whole list: the CLI.
+    let kc = env.kubeconfig(&env.admin_token());
+    let out = tokio::process::Command::new(bin())
+        .args(["nodes", &format!("{NS}/huge:grpc"), "--kubeconfig"])
+        .arg(&kc)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .expect("run nodes");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let nodes: Vec<Value> = serde_json::from_slice(&out.stdout).expect("nodes JSON");
+    let mut got: Vec<String> = nodes
+        .iter()
+        .map(|n| n["host"].as_str().unwrap_or("").to_string())
+        .collect();
+    got.sort();
+    assert_eq!(got, hosts(20_000));
+    assert!(nodes.iter().all(|n| n["port"] == 9090));
+
+    // An irrelevant change (an annotation on a slice) writes nothing; a
+    // later relevant change of another service marks the end.
+    let mark = env.mark().await;
+    let slices: Api<EndpointSlice> = Api::namespaced(env.admin.clone(), NS);
+    slices
+        .patch(
+            "huge-7",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"note": "irrelevant"}}})),
+        )
+        .await
+        .expect("annotate");
+    env.slice(
+        NS,
+        "marker",
+        "marker-a",
+        &[("10.9.9.9", true)],
+        &[("http", 80)],
+    )
+    .await;
+    env.wait_nodes(NS, "marker", "http", &["10.9.9.9"]).await;
+    let w = env.dsvc_writes_since(mark).await;
+    assert!(w.iter().all(|x| x["name"] == "marker"), "{:?}", names(&w));
+
+    // Restart with nothing changed: zero writes.
+    ctl.stop().await;
+    let mark = env.mark().await;
+    let t = tokio::time::Instant::now();
+    let ctl = Controller::start(&env, "shards2", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    eprintln!("restarted and ready after {:?}", t.elapsed());
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let w = env.dsvc_writes_since(mark).await;
+    assert!(w.is_empty(), "a restart wrote: {:?}", names(&w));
+
+    // Shrink: the surplus shards are deleted, one unsharded object remains.
+    let mark = env.mark().await;
+    stall(&env).await;
+    set_endpoints(&env, 50, 20_000).await;
+    env.force_410().await;
+    let one = wait_truth(&env, &ctl, 50).await;
+    assert_eq!(
+        one.len(),
+        1,
+        "{:?}",
+        one.iter()
+            .map(|o| &o["metadata"]["name"])
+            .collect::<Vec<_>>()
+    );
+    check_shards(&one);
+    let w = names(&env.dsvc_writes_since(mark).await);
+    for i in 1..big.len() {
+        assert!(w.contains(&format!("delete huge.{i}")), "{w:?}");
+    }
+    ctl.stop().await;
+}
