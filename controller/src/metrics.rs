@@ -693,14 +693,19 @@ mod tests {
     fn process_cpu_seconds_grow_with_work() {
         let c = ProcessCollector::default();
         let before = c.read().expect("/proc/self").cpu_seconds;
+        // Work until the counter shows 0.1 s more (a busy machine gives this
+        // thread less than its wall time); a broken reading never gets there.
         let t = std::time::Instant::now();
         let mut x = 0u64;
-        while t.elapsed() < std::time::Duration::from_millis(300) {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let mut after = before;
+        while after - before < 0.1 && t.elapsed() < std::time::Duration::from_secs(20) {
+            for _ in 0..1_000_000 {
+                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            }
+            after = c.read().expect("/proc/self").cpu_seconds;
         }
         std::hint::black_box(x);
-        let after = c.read().expect("/proc/self").cpu_seconds;
-        assert!(after - before >= 0.1, "{before} -> {after}");
+        assert!(after - before >= 0.1, "{before} -> {after} in {:?}", t.elapsed());
     }
 
     #[test]
