@@ -3,6 +3,7 @@
 //! reads, and what the controller's start-up list folds page by page.
 
 use kube::api::{Api, ListParams};
+use kube::core::NamespaceResourceScope;
 use kube::{Client, Resource};
 use kube_discovery_core::crd::{DiscoveredService, MANAGED_BY_SELECTOR};
 
@@ -15,11 +16,34 @@ pub const LIST_PAGE_SIZE: u32 = 100;
 
 /// Hands every object of type `K` with the managed-by label (all
 /// namespaces, `page` objects per request) to `each`, one page at a time.
-pub async fn for_each_managed<K>(client: &Client, page: u32, mut each: impl FnMut(K)) -> Result<()>
+pub async fn for_each_managed<K>(client: &Client, page: u32, each: impl FnMut(K)) -> Result<()>
 where
-    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
 {
-    let api: Api<K> = Api::all(client.clone());
+    for_each_managed_in(client, None, page, each).await
+}
+
+/// [`for_each_managed`] in one namespace (`Some`: a namespaced request, which
+/// a Role there authorizes) or in all (`None`).
+pub async fn for_each_managed_in<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    page: u32,
+    mut each: impl FnMut(K),
+) -> Result<()>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let api: Api<K> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
     let mut lp = ListParams::default()
         .labels(MANAGED_BY_SELECTOR)
         .limit(page);

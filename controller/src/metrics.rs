@@ -705,7 +705,11 @@ mod tests {
             after = c.read().expect("/proc/self").cpu_seconds;
         }
         std::hint::black_box(x);
-        assert!(after - before >= 0.1, "{before} -> {after} in {:?}", t.elapsed());
+        assert!(
+            after - before >= 0.1,
+            "{before} -> {after} in {:?}",
+            t.elapsed()
+        );
     }
 
     #[test]

@@ -46,6 +46,9 @@ pub struct RunOptions {
     pub clusters: Vec<ClusterSource>,
     /// Where DiscoveredServices are written.
     pub home: Connection,
+    /// The one namespace holding all of them, if there is one
+    /// (`Plan::home_namespace`): their list and watch are then namespaced.
+    pub home_namespace: Option<String>,
     /// Object naming.
     pub naming: ObjectNaming,
     /// Writer tuning.
@@ -84,6 +87,7 @@ impl RunOptions {
     /// I/O the pure core leaves out: the hidden shard-size override, the
     /// pod's own namespace and identity, the HTTP auth token file.
     pub fn from_plan(plan: Plan) -> Result<RunOptions> {
+        let home_namespace = plan.home_namespace().map(str::to_string);
         let snapshot = match plan.configmap {
             Some(cm) => {
                 let env = |k: &str| std::env::var(k).ok();
@@ -125,6 +129,7 @@ impl RunOptions {
                     kind: c.source,
                     label_selector: c.server_label_selector(),
                     field_selector: c.server_field_selector(),
+                    namespace: c.watch_namespace().map(str::to_string),
                     watch_timeout: plan.watch_timeout,
                     watch_services: c.watch_services,
                 },
@@ -154,6 +159,7 @@ impl RunOptions {
         Ok(RunOptions {
             clusters,
             home: plan.clusters.home().clone(),
+            home_namespace,
             naming: plan.discoveredservices,
             writer: WriterOptions {
                 coalesce_window: plan.writes.coalesce_window,
@@ -259,7 +265,9 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
         )
     });
     let (writer, writer_task) = crate::writer::spawn_gated(
-        KubeSink::new(home.clone(), opts.naming.clone()).with_drift(drift_view),
+        KubeSink::new(home.clone(), opts.naming.clone())
+            .with_drift(drift_view)
+            .in_namespace(opts.home_namespace.clone()),
         shared.clone(),
         metrics.clone(),
         opts.writer.clone(),
@@ -268,12 +276,14 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
     );
 
     let mut tasks = Vec::new();
-    tasks.push(tokio::spawn(drift_feed.run(
-        home,
-        shared.clone(),
-        writer.clone(),
-        shutdown.clone(),
-    )));
+    tasks.push(tokio::spawn(
+        drift_feed.in_namespace(opts.home_namespace).run(
+            home,
+            shared.clone(),
+            writer.clone(),
+            shutdown.clone(),
+        ),
+    ));
     for c in opts.clusters {
         let client = crate::client::client(&c.conn).await?;
         let source = Source {
@@ -487,6 +497,43 @@ mod tests {
             }
         );
         assert!(!p.redacted_config.to_string().contains("\"abc\""));
+        // One namespace: every watch and list is a namespaced request there.
+        assert_eq!(c.params.namespace.as_deref(), Some("shop"));
+        assert_eq!(p.home_namespace.as_deref(), Some("shop"));
+    }
+
+    #[test]
+    fn home_namespace_only_for_one_cluster_watching_one_namespace() {
+        let conn =
+            "    service: {schema: http, host: 127.0.0.1, port: 8001}\n    client: {token: abc}\n";
+        let home = |selector: &str, sinks: &str| {
+            let cfg = parse(&format!(
+                "discovery:\n  kubernetes:\n{conn}{selector}kube_discovery:\n  coalesce_window: 1s\n{sinks}"
+            ));
+            let p = run_options(&cfg, None, None).unwrap();
+            (p.clusters[0].params.namespace.clone(), p.home_namespace)
+        };
+        let equal = "    namespace_selector: {equal: shop}\n";
+        let fixed = "  sinks:\n    discoveredservices: {namespace_mode: fixed, namespace: kd}\n";
+        assert_eq!(home(equal, ""), (Some("shop".into()), Some("shop".into())));
+        // Objects in a fixed namespace: listed and watched there.
+        assert_eq!(home(equal, fixed), (Some("shop".into()), Some("kd".into())));
+        // Any other selector: cluster-wide requests, as before.
+        for other in [
+            "",
+            "    namespace_selector: {not_equal: shop}\n",
+            "    namespace_selector: {match: [shop]}\n",
+        ] {
+            assert_eq!(home(other, ""), (None, None), "{other}");
+            assert_eq!(home(other, fixed), (None, None), "{other} (fixed)");
+        }
+        // Several clusters: the home cluster holds objects of every one.
+        let multi = parse(
+            "discovery:\n  kubernetes:\n  - id: a\n    service: {schema: http, host: 127.0.0.1, port: 8001}\n    client: {token: abc}\n    namespace_selector: {equal: shop}\n",
+        );
+        let p = run_options(&multi, None, None).unwrap();
+        assert_eq!(p.clusters[0].params.namespace.as_deref(), Some("shop"));
+        assert_eq!(p.home_namespace, None);
     }
 
     #[test]

@@ -118,6 +118,9 @@ pub struct KubeSink {
     drift: Option<DriftView>,
     /// Keys [`Sink::drift`] found drifted: their next apply is a repair.
     repairs: Arc<Mutex<BTreeSet<ServiceKey>>>,
+    /// The one namespace holding all our objects, if there is one
+    /// (`Plan::home_namespace`): the start-up list is then namespaced.
+    namespace: Option<String>,
 }
 
 impl KubeSink {
@@ -129,7 +132,15 @@ impl KubeSink {
             shards: Arc::new(Mutex::new(HashMap::new())),
             drift: None,
             repairs: Arc::new(Mutex::new(BTreeSet::new())),
+            namespace: None,
         }
+    }
+
+    /// Lists our objects in `namespace` only (`None`: in all namespaces).
+    #[must_use]
+    pub fn in_namespace(mut self, namespace: Option<String>) -> Self {
+        self.namespace = namespace;
+        self
     }
 
     /// Attaches the cache of our own objects (drift correction).
@@ -279,7 +290,7 @@ impl KubeSink {
 /// Objects per page of our lists.
 const PAGE: u32 = crate::client::LIST_PAGE_SIZE;
 
-use kube_discovery_client::list::for_each_managed;
+use kube_discovery_client::list::for_each_managed_in;
 pub use kube_discovery_client::list::list_managed;
 
 /// What the start-up list keeps of our objects: per service, the
@@ -346,9 +357,14 @@ impl Sink for KubeSink {
     /// start-up list folded page by page).
     async fn list_versions(&self) -> Result<Vec<(ServiceKey, String)>> {
         let mut found = Found::default();
-        for_each_managed(&self.client, PAGE, |lean: Lean| {
-            found.add(&lean.into_inner());
-        })
+        for_each_managed_in(
+            &self.client,
+            self.namespace.as_deref(),
+            PAGE,
+            |lean: Lean| {
+                found.add(&lean.into_inner());
+            },
+        )
         .await?;
         let mut shards = self.shards.lock().unwrap_or_else(PoisonError::into_inner);
         shards.clear();
@@ -687,7 +703,7 @@ mod tests {
         assert!(shards >= 2, "{objects} objects");
         let mut pages = 0;
         let mut found = Found::default();
-        for_each_managed(&client, 1, |lean: Lean| {
+        kube_discovery_client::list::for_each_managed(&client, 1, |lean: Lean| {
             pages += 1;
             found.add(&lean.into_inner());
         })

@@ -76,6 +76,9 @@ pub struct SourceParams {
     pub label_selector: Option<String>,
     /// Server-side field selector (`metadata.namespace=` / `!=`).
     pub field_selector: Option<String>,
+    /// The one watched namespace (`namespace_selector: {equal: ns}`): the
+    /// watches are then namespaced requests. `None`: cluster-wide.
+    pub namespace: Option<String>,
     /// Server-side watch timeout.
     pub watch_timeout: Duration,
     /// Also watch Service metadata for owner UIDs (see the module docs).
@@ -109,7 +112,13 @@ pub const SERVICE_LIST_WAIT: Duration = Duration::from_secs(5);
 
 /// A source object type the index understands.
 pub trait SourceObject:
-    Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+    Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + Debug
+    + Send
+    + Sync
+    + 'static
 {
     /// Index an added/modified object.
     fn apply(index: &mut Index, o: &Self) -> Vec<ServiceKey>;
@@ -184,7 +193,7 @@ impl Source {
     }
 
     async fn run_typed<K: SourceObject>(self, shutdown: CancellationToken) {
-        let api: Api<K> = Api::all(self.client.clone());
+        let api: Api<K> = scoped_api(&self.client, self.params.namespace.as_deref());
         let mut objects = Watch::new(watcher(api, self.params.watcher_config()).modify(
             |o: &mut K| {
                 o.managed_fields_mut().clear();
@@ -202,6 +211,18 @@ impl Source {
     }
 }
 
+/// A namespaced API in `namespace`, or a cluster-wide one.
+fn scoped_api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
 /// The metadata-only Service watch of [`SourceParams::watch_services`].
 fn service_watch(
     client: &Client,
@@ -210,7 +231,7 @@ fn service_watch(
     if !params.watch_services {
         return None;
     }
-    let api: Api<PartialObjectMeta<Service>> = Api::all(client.clone());
+    let api: Api<PartialObjectMeta<Service>> = scoped_api(client, params.namespace.as_deref());
     let events = watcher(api, params.service_watcher_config()).modify(
         |o: &mut PartialObjectMeta<Service>| {
             let m = &mut o.metadata;
@@ -482,6 +503,7 @@ mod tests {
             kind: SourceKind::EndpointSlice,
             label_selector: Some("app=web".into()),
             field_selector: Some("metadata.namespace!=kube-system".into()),
+            namespace: None,
             watch_timeout: Duration::from_secs(120),
             watch_services: true,
         };

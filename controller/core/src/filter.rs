@@ -70,19 +70,20 @@ impl NamespaceFilter {
         }
     }
 
+    /// The one namespace this selector admits (`equal`): its watches can then
+    /// be namespaced requests, which a Role in that namespace authorizes.
+    pub fn single_namespace(&self) -> Option<&str> {
+        match self {
+            NamespaceFilter::Equal(n) => Some(n),
+            _ => None,
+        }
+    }
+
     /// The server-side field selector (`metadata.namespace=ns` / `!=`), if any.
     pub fn field_selector(&self) -> Option<String> {
         match self {
             NamespaceFilter::Equal(n) => Some(format!("metadata.namespace={n}")),
             NamespaceFilter::NotEqual(n) => Some(format!("metadata.namespace!={n}")),
-            _ => None,
-        }
-    }
-
-    /// For `equal`, the single namespace to watch (a namespaced watch needs less RBAC).
-    pub fn single_namespace(&self) -> Option<&str> {
-        match self {
-            NamespaceFilter::Equal(n) => Some(n),
             _ => None,
         }
     }

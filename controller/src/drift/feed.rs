@@ -33,17 +33,34 @@ const SWEEP_POLL: Duration = Duration::from_millis(200);
 /// The feeding half of a [`DriftView`]: the watch task.
 pub struct DriftFeed {
     view: DriftView,
+    /// The one namespace holding all our objects, if there is one: the
+    /// watch is then namespaced (`Plan::home_namespace`).
+    namespace: Option<String>,
 }
 
 impl DriftView {
     /// An empty view and its feed (start the feed with [`DriftFeed::run`]).
     pub fn new(naming: ObjectNaming) -> (DriftView, DriftFeed) {
         let view = DriftView::empty(naming);
-        (view.clone(), DriftFeed { view })
+        (
+            view.clone(),
+            DriftFeed {
+                view,
+                namespace: None,
+            },
+        )
     }
 }
 
 impl DriftFeed {
+    /// Watches our objects in `namespace` only (`None`: where the naming
+    /// puts them: the fixed namespace, or all namespaces).
+    #[must_use]
+    pub fn in_namespace(mut self, namespace: Option<String>) -> Self {
+        self.namespace = namespace;
+        self
+    }
+
     /// Feeds one watch event to the cache (and nothing else: no reports).
     pub fn apply(&mut self, ev: &Event<Watched>) {
         self.view.lock().apply_event(ev);
@@ -58,9 +75,9 @@ impl DriftFeed {
         writer: WriterHandle,
         shutdown: CancellationToken,
     ) {
-        let api: Api<Watched> = match &self.view.naming.namespace_mode {
-            NamespaceMode::Fixed(ns) => Api::namespaced(client, ns),
-            NamespaceMode::Source => Api::all(client),
+        let api: Api<Watched> = match (&self.namespace, &self.view.naming.namespace_mode) {
+            (Some(ns), _) | (None, NamespaceMode::Fixed(ns)) => Api::namespaced(client, ns),
+            (None, NamespaceMode::Source) => Api::all(client),
         };
         let mut ours = Watch::new(watcher(
             api,

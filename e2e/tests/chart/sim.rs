@@ -659,13 +659,93 @@ fn spawn_from_chart(
 #[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chart_controller_works_with_chart_config_and_service_account_rbac(backend: Backend) {
+    controller_works_with_the_charts_rbac(backend, &[]).await;
+}
+
+/// `rbac.namespaced`: the controller watches only `shop` and is granted only
+/// Roles (in `shop`, and the leader-election Role in the release namespace);
+/// no ClusterRoleBinding names its ServiceAccount, and it still does all of
+/// its job without one forbidden request.
+#[both_backends]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chart_namespaced_rbac_controller_works_with_roles_only(backend: Backend) {
+    let env = controller_works_with_the_charts_rbac(
+        backend,
+        &[
+            "rbac.namespaced=true",
+            "discovery.kubernetes.namespace_selector.equal=shop",
+        ],
+    )
+    .await;
+    let sa = format!("{NS}/{FULLNAME}");
+    let names_sa = |binding: &Value| {
+        binding["subjects"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| {
+                s["kind"] == "ServiceAccount"
+                    && format!(
+                        "{}/{}",
+                        s["namespace"].as_str().unwrap_or_default(),
+                        s["name"].as_str().unwrap_or_default()
+                    ) == sa
+            })
+    };
+    let crbs: Value =
+        serde_json::from_str(&env.kubectl_ok(&["get", "clusterrolebindings", "-o", "json"]))
+            .expect("clusterrolebindings json");
+    let cluster_wide: Vec<&Value> = crbs["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| names_sa(b))
+        .map(|b| &b["metadata"]["name"])
+        .collect();
+    assert!(
+        cluster_wide.is_empty(),
+        "rbac.namespaced binds {sa} cluster-wide: {cluster_wide:?}"
+    );
+    let rbs: Value =
+        serde_json::from_str(&env.kubectl_ok(&["get", "rolebindings", "-A", "-o", "json"]))
+            .expect("rolebindings json");
+    let mut granted: Vec<String> = rbs["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| names_sa(b))
+        .map(|b| {
+            format!(
+                "{}/{}",
+                b["metadata"]["namespace"].as_str().unwrap_or_default(),
+                b["roleRef"]["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    granted.sort();
+    assert_eq!(
+        granted,
+        [
+            format!("{NS}/{FULLNAME}-leader-election"),
+            format!("shop/{FULLNAME}-output"),
+            format!("shop/{FULLNAME}-sources"),
+        ],
+        "the Roles bound to {sa}"
+    );
+}
+
+/// Installs the chart (with `extra_sets`) and runs its controller with the
+/// chart's config and ServiceAccount: it publishes exactly the ready
+/// endpoints of `shop/web`, the HTTP API and readiness agree, nothing is
+/// forbidden, and deleting the slice empties the object.
+async fn controller_works_with_the_charts_rbac(backend: Backend, extra_sets: &[&str]) -> Env {
     let env = Env::start(backend).await;
     // A Service with one EndpointSlice: two ready endpoints (one with `ready`
     // absent, which means ready) and one not ready.
     let backend = env.path("backend.yaml");
     std::fs::write(&backend, BACKEND).expect("write backend");
     env.kubectl_ok(&["apply", "-f", &backend.display().to_string()]);
-    let mut run = install_and_run(&env, &[]).await;
+    let mut run = install_and_run(&env, extra_sets).await;
 
     // Wait for the DiscoveredService with exactly the ready endpoints.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -773,6 +853,8 @@ async fn chart_controller_works_with_chart_config_and_service_account_rbac(backe
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    drop(run);
+    env
 }
 
 /// The chart's default: 2 replicas with leader election. Exactly one holds

@@ -26,7 +26,7 @@ use super::error::{ConfigErrors, Errors};
 use super::raw::KUBERNETES;
 use super::validated::{ClusterConfig, Config, ConfigMapSink, Connection, HttpSettings};
 use crate::convert::ConvertOptions;
-use crate::crd::ObjectNaming;
+use crate::crd::{NamespaceMode, ObjectNaming};
 use crate::filter::{LabelSelector, NamespaceFilter};
 use crate::index::Index;
 use crate::model::{ServiceKey, SourceKind};
@@ -65,6 +65,26 @@ pub struct Plan {
     /// `discovery.kubernetes` as configured (before overrides), tokens
     /// redacted: the dump API's `config`.
     pub redacted_config: Value,
+}
+
+impl Plan {
+    /// The one namespace that holds every DiscoveredService of this
+    /// controller, when there is one: a single cluster whose
+    /// `namespace_selector` is `equal: ns` writes to `ns` (`namespace_mode:
+    /// source`) or to the fixed namespace. The start-up list and the drift
+    /// watch of our objects are then namespaced requests too, so the whole
+    /// controller runs with Roles (the chart's `rbac.namespaced`). `None`:
+    /// cluster-wide (any other selector, or several clusters).
+    pub fn home_namespace(&self) -> Option<&str> {
+        let Clusters::Single(c) = &self.clusters else {
+            return None;
+        };
+        let watched = c.watch_namespace()?;
+        Some(match &self.discoveredservices.namespace_mode {
+            NamespaceMode::Source => watched,
+            NamespaceMode::Fixed(ns) => ns,
+        })
+    }
 }
 
 /// Single or multi cluster.
@@ -124,6 +144,13 @@ impl ClusterPlan {
     /// The label selector sent to the API server (`None`: everything).
     pub fn server_label_selector(&self) -> Option<String> {
         (!self.label_selector.is_empty()).then(|| self.label_selector.as_str().to_string())
+    }
+
+    /// The namespace the source watches are limited to (`namespace_selector:
+    /// {equal: ns}`): they are then namespaced requests, so a Role in that
+    /// namespace is enough RBAC. `None`: cluster-wide requests.
+    pub fn watch_namespace(&self) -> Option<&str> {
+        self.namespace_selector.single_namespace()
     }
 
     /// The field selector sent to the API server (`metadata.namespace=`/`!=`).
