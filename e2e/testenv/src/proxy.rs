@@ -1,7 +1,7 @@
 //! A fault-injecting TLS proxy in front of a real kube-apiserver.
 //!
 //! It takes the same fault requests as kube-sim's `POST /_sim/faults`
-//! ([`kube_sim::server::FaultRequest`]) and applies them to the traffic it
+//! ([`kube_sim::faults::FaultRequest`]) and applies them to the traffic it
 //! forwards, so the fault suite runs unchanged on the real server:
 //!
 //! * `fail` / `latency`: matching resource requests (by verb and plural
@@ -46,7 +46,7 @@ use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use kube_sim::server::{FaultRequest, Faults};
+use kube_sim::faults::{FaultRequest, Faults};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -425,7 +425,7 @@ async fn forward(sh: Arc<Shared>, conn: Arc<ClientConn>, req: Request<Incoming>)
                 &sh.failures_served,
                 ((*verb).to_string(), resource.clone(), code),
             );
-            return kube_sim::handler::injected_failure_response(code, retry_after, verb, resource);
+            return kube_sim::faults::injected_failure_response(code, retry_after, verb, resource);
         }
     }
     let (mut parts, body) = req.into_parts();
