@@ -39,6 +39,8 @@ pub mod events;
 pub mod faults;
 pub mod handler;
 pub mod machinery;
+#[cfg(test)]
+mod module_graph;
 pub mod protobuf;
 pub mod registry;
 pub mod response;
