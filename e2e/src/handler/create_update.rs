@@ -9,7 +9,9 @@ use serde_json::json;
 
 use super::auth::authorize_create_on_write;
 use super::commit::write;
-use super::ctx::{Ctx, check_type_meta, decoded, meta_str, parse_body, respond};
+use super::ctx::{
+    Ctx, check_resource_version, check_type_meta, decoded, meta_str, parse_body, respond,
+};
 use crate::status::{ApiError, ApiResult, Cause};
 
 fn random_suffix(n: usize) -> String {
@@ -100,16 +102,7 @@ pub(super) fn update(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<B
             name,
         ));
     };
-    if let Some(rv) = meta_str(&obj, "resourceVersion").filter(|s| !s.is_empty())
-        && Some(rv) != meta_str(&old, "resourceVersion")
-    {
-        return Err(ApiError::conflict(
-            &ctx.info.group,
-            &ctx.info.resource,
-            name,
-            "the object has been modified; please apply your changes to the latest version and try again",
-        ));
-    }
+    check_resource_version(ctx, name, &obj, Some(&*old))?;
     let out = write(
         ctx,
         &mut st,

@@ -277,6 +277,28 @@ pub(super) fn check_type_meta(ctx: &Ctx, obj: &mut Value) -> ApiResult<()> {
     Ok(())
 }
 
+/// The optimistic-concurrency check of an update, patch or apply: a
+/// `resourceVersion` in the new object must be the stored object's (a 409
+/// `Conflict` otherwise; none stored counts as different).
+pub(super) fn check_resource_version(
+    ctx: &Ctx,
+    name: &str,
+    new: &Value,
+    old: Option<&Value>,
+) -> ApiResult<()> {
+    if let Some(rv) = meta_str(new, "resourceVersion").filter(|s| !s.is_empty())
+        && old.and_then(|o| meta_str(o, "resourceVersion")) != Some(rv)
+    {
+        return Err(ApiError::conflict(
+            &ctx.info.group,
+            &ctx.info.resource,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        ));
+    }
+    Ok(())
+}
+
 /// A custom resource as the real server decodes a request body (and a
 /// patched object): `null`s of fields that are not nullable and have no
 /// default are dropped. (The result of a server-side apply is not decoded

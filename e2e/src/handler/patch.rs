@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 
 use super::auth::authorize_create_on_write;
 use super::commit::write;
-use super::ctx::{Ctx, check_type_meta, decoded, meta_str, now, present, respond};
+use super::ctx::{
+    Ctx, check_resource_version, check_type_meta, decoded, meta_str, now, present, respond,
+};
 use crate::convert;
 use crate::machinery;
 use crate::status::{ApiError, ApiResult, Cause};
@@ -73,16 +75,7 @@ pub(super) fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Bo
                 "the name of the object ({applied_name}) does not match the name on the URL ({name})"
             )));
         }
-        if let Some(rv) = meta_str(&applied, "resourceVersion").filter(|s| !s.is_empty())
-            && old.as_deref().and_then(|o| meta_str(o, "resourceVersion")) != Some(rv)
-        {
-            return Err(ApiError::conflict(
-                &ctx.info.group,
-                &ctx.info.resource,
-                name,
-                "the object has been modified; please apply your changes to the latest version and try again",
-            ));
-        }
+        check_resource_version(ctx, name, &applied, old.as_deref())?;
         let av = ctx.fields_api_version();
         let schema = ctx
             .info
@@ -149,16 +142,7 @@ pub(super) fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Bo
             },
         )?,
     }
-    if let Some(rv) = meta_str(&target, "resourceVersion").filter(|s| !s.is_empty())
-        && Some(rv) != meta_str(&old, "resourceVersion")
-    {
-        return Err(ApiError::conflict(
-            &ctx.info.group,
-            &ctx.info.resource,
-            name,
-            "the object has been modified; please apply your changes to the latest version and try again",
-        ));
-    }
+    check_resource_version(ctx, name, &target, Some(&*old))?;
     if !target.is_object() {
         return Err(ApiError::new(
             422,
