@@ -81,6 +81,13 @@ pub(super) struct Ctx {
 }
 
 impl Ctx {
+    /// The `Content-Type` header, if any.
+    pub(super) fn content_type(&self) -> Option<&str> {
+        self.headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+    }
+
     /// A query parameter.
     pub(super) fn q(&self, k: &str) -> Option<&str> {
         self.query.get(k).map(String::as_str)
@@ -179,18 +186,18 @@ pub(super) fn selectors(ctx: &Ctx) -> ApiResult<(LabelSel, FieldSel)> {
     Ok((label, field))
 }
 
-pub(super) fn parse_body(ctx: &Ctx, body: &[u8]) -> ApiResult<Value> {
-    let ct = ctx
-        .headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json");
-    let media = ct
+/// The media type of a `Content-Type` value: lowercase, without parameters.
+pub(super) fn media_type(content_type: &str) -> String {
+    content_type
         .split(';')
         .next()
         .unwrap_or("")
         .trim()
-        .to_ascii_lowercase();
+        .to_ascii_lowercase()
+}
+
+pub(super) fn parse_body(ctx: &Ctx, body: &[u8]) -> ApiResult<Value> {
+    let media = media_type(ctx.content_type().unwrap_or("application/json"));
     let v: Value = match media.as_str() {
         "application/json" | "" => serde_json::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!(

@@ -14,25 +14,16 @@ use serde_json::{Value, json};
 use super::auth::authorize_create_on_write;
 use super::commit::write;
 use super::ctx::{
-    Ctx, check_resource_version, check_type_meta, decoded, meta_str, now, present, respond,
+    Ctx, check_resource_version, check_type_meta, decoded, media_type, meta_str, now, present,
+    respond,
 };
 use crate::convert;
 use crate::machinery;
 use crate::status::{ApiError, ApiResult, Cause};
 
 pub(super) fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
-    let ct = ctx
-        .headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    let media = ct
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let ct = ctx.content_type().unwrap_or("").to_string();
+    let media = media_type(&ct);
     let status_only = ctx.sub.as_deref() == Some("status");
     let patch_doc: Value = match media.as_str() {
         "application/apply-patch+yaml" => serde_yaml::from_slice(body)

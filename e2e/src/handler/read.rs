@@ -26,21 +26,27 @@ pub(super) fn get(ctx: &Ctx, name: &str) -> ApiResult<Response<Body>> {
     let obj = obj.ok_or_else(|| ApiError::not_found(&ctx.info.group, &ctx.info.resource, name))?;
     let obj = present(&ctx.info, &ctx.version, &obj);
     if ctx.accept.table {
-        return ok_json(
-            200,
-            &table::table(
-                &ctx.info,
-                &ctx.version,
-                &[obj],
-                None,
-                ctx.q("includeObject"),
-            ),
-        );
+        return table_answer(ctx, &[obj], None);
     }
     if ctx.accept.partial {
         return ok_json(200, &table::partial(&obj));
     }
     ok_json(200, &obj)
+}
+
+/// The `Table` answer (`Accept: ...;as=Table`) for `items`, with the list's
+/// metadata for a LIST.
+fn table_answer(ctx: &Ctx, items: &[Value], list_meta: Option<Value>) -> ApiResult<Response<Body>> {
+    ok_json(
+        200,
+        &table::table(
+            &ctx.info,
+            &ctx.version,
+            items,
+            list_meta,
+            ctx.q("includeObject"),
+        ),
+    )
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -296,16 +302,7 @@ pub(super) fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
         .map(|o| present(&ctx.info, &ctx.version, o))
         .collect();
     if ctx.accept.table {
-        return ok_json(
-            200,
-            &table::table(
-                &ctx.info,
-                &ctx.version,
-                &items,
-                Some(metadata),
-                ctx.q("includeObject"),
-            ),
-        );
+        return table_answer(ctx, &items, Some(metadata));
     }
     if ctx.accept.partial {
         let items: Vec<Value> = items.iter().map(table::partial).collect();

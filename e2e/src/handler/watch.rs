@@ -121,28 +121,28 @@ pub(super) fn start(ctx: &Ctx) -> ApiResult<Response<Body>> {
     let q = |k: &str| ctx.query.get(k).map(String::as_str);
     let send_initial = q("sendInitialEvents") == Some("true");
     let bookmarks = q("allowWatchBookmarks") == Some("true");
-    if send_initial && q("resourceVersionMatch") != Some("NotOlderThan") {
-        return Err(ApiError::invalid(
+    let forbidden = |field: &str, message: &str| {
+        ApiError::invalid(
             "ListOptions",
             "meta.k8s.io",
             "",
             vec![crate::status::Cause::new(
                 "FieldValueForbidden",
-                "resourceVersionMatch",
-                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                field,
+                message,
             )],
+        )
+    };
+    if send_initial && q("resourceVersionMatch") != Some("NotOlderThan") {
+        return Err(forbidden(
+            "resourceVersionMatch",
+            "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
         ));
     }
     if send_initial && !bookmarks {
-        return Err(ApiError::invalid(
-            "ListOptions",
-            "meta.k8s.io",
-            "",
-            vec![crate::status::Cause::new(
-                "FieldValueForbidden",
-                "allowWatchBookmarks",
-                "sendInitialEvents requires setting allowWatchBookmarks to true",
-            )],
+        return Err(forbidden(
+            "allowWatchBookmarks",
+            "sendInitialEvents requires setting allowWatchBookmarks to true",
         ));
     }
     let rv: Option<u64> = match q("resourceVersion") {
