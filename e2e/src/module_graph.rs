@@ -27,6 +27,7 @@ const CRATES: &[&str] = &[
     "e2e/apimachinery/src",
     "e2e/testenv/src",
     "controller/src",
+    "controller/core/src",
     "controller/k8s-syntax/src",
     "client/src",
 ];
