@@ -112,16 +112,16 @@ enum Size {
     Full,
 }
 
-struct Plan {
+struct RunSizes {
     sync: Vec<(usize, usize)>,
     churn: ChurnParams,
     recovery: (usize, usize, f64),
     timeout: Duration,
 }
 
-fn plan(cli: &Cli) -> Result<Plan> {
+fn plan(cli: &Cli) -> Result<RunSizes> {
     let mut p = match cli.size {
-        Size::Tiny => Plan {
+        Size::Tiny => RunSizes {
             sync: vec![(20, 5)],
             churn: ChurnParams {
                 relevant: 20,
@@ -134,7 +134,7 @@ fn plan(cli: &Cli) -> Result<Plan> {
             recovery: (20, 5, 1.0),
             timeout: Duration::from_secs(60),
         },
-        Size::Full => Plan {
+        Size::Full => RunSizes {
             sync: vec![(1000, 10), (10_000, 10), (100, 1000), (1, 20_000)],
             churn: ChurnParams {
                 relevant: 1000,
@@ -350,7 +350,7 @@ async fn main() -> Result<()> {
 mod tests {
     use super::*;
 
-    fn plan_of(args: &[&str]) -> Result<Plan> {
+    fn plan_of(args: &[&str]) -> Result<RunSizes> {
         let mut v = vec!["kd-bench"];
         v.extend_from_slice(args);
         plan(&Cli::try_parse_from(v)?)

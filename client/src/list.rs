@@ -10,8 +10,10 @@ use kube_discovery_core::crd::{DiscoveredService, MANAGED_BY_SELECTOR};
 use crate::Result;
 
 /// Objects per page of [`list_managed`]. A page is received and decoded
-/// whole, so its size bounds the transient memory of a list (500 sharded
-/// DiscoveredServices can be 250 MB of JSON; kube-runtime's default is 500).
+/// whole, so its size bounds the transient memory of a list (a sharded
+/// DiscoveredService carries up to
+/// [`kube_discovery_core::crd::MAX_OBJECT_PORTS_BYTES`] of ports; kube-runtime's
+/// default page is 500 objects).
 pub const LIST_PAGE_SIZE: u32 = 100;
 
 /// Hands every object of type `K` with the managed-by label (all

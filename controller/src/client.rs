@@ -18,10 +18,11 @@ pub use kube_discovery_core::config::{Connection, Credentials};
 /// Objects per page of every list the controller makes (sources, its own
 /// DiscoveredServices, snapshot ConfigMaps). kube-runtime's default is 500.
 /// A page is received and decoded whole, so its size bounds the transient
-/// memory of a (re)list: 500 EndpointSlices of 100 endpoints are 50,000
-/// decoded endpoints at once, and 500 sharded DiscoveredServices up to
-/// 250 MB of JSON. At 100 a 10,000-object list takes 100 requests instead
-/// of 20 (BENCHMARKS.md, issue 6, has the measured effect of both).
+/// memory of a (re)list: 500 EndpointSlices of 100 endpoints would be
+/// 50,000 decoded endpoints at once, and 500 sharded DiscoveredServices up to
+/// 500 times [`kube_discovery_core::crd::MAX_OBJECT_PORTS_BYTES`] of JSON.
+/// The price is five times the requests per list (BENCHMARKS.md, issue 6,
+/// has the measured effect of both).
 pub const LIST_PAGE_SIZE: u32 = 100;
 
 /// Formats a host for a URL (IPv6 literals get brackets).

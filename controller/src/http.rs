@@ -25,14 +25,14 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::state::Shared;
+use crate::state::ControllerState;
 use crate::{Error, Result};
 
 /// What the handlers read.
 #[derive(Clone)]
 pub struct AppState {
     /// Desired nodes and cluster status.
-    pub shared: Arc<Shared>,
+    pub shared: Arc<ControllerState>,
     /// Metrics registry.
     pub registry: Arc<Registry>,
     /// The effective configuration with secrets redacted (dump `config`).
@@ -148,8 +148,8 @@ fn unauthorized() -> Response {
 /// The APISIX dump document built from the shared state (the endpoints part
 /// is the same [`kube_discovery_core::dump::Dump`] the ConfigMap snapshot
 /// publishes).
-pub fn dump_value(shared: &Shared, config: &Value) -> Value {
-    let endpoints = crate::snapshot::dump_of(shared).to_apisix_endpoints();
+pub fn dump_value(shared: &ControllerState, config: &Value) -> Value {
+    let endpoints = crate::snapshot_sink::dump_of(shared).to_apisix_endpoints();
     let config = match config {
         Value::Array(_) => config.clone(),
         Value::Null => json!([]),
@@ -224,7 +224,7 @@ mod tests {
     use tower::ServiceExt;
 
     fn state(token: Option<&str>) -> AppState {
-        let shared = Arc::new(Shared::new([""]));
+        let shared = Arc::new(ControllerState::new([""]));
         let k = ServiceKey::new("", "default", "plat-dev");
         let mut ports = PortMap::new();
         ports.insert(
@@ -252,10 +252,10 @@ mod tests {
     }
 
     /// The dump API serves what the snapshot sink publishes (moved from
-    /// `snapshot`'s tests: `http` uses `snapshot::dump_of`, not the reverse).
+    /// `snapshot_sink`'s tests: `http` uses `snapshot_sink::dump_of`, not the reverse).
     #[test]
     fn dump_of_shared_equals_the_http_dump() {
-        let shared = Shared::new(["", "west"]);
+        let shared = ControllerState::new(["", "west"]);
         let k = ServiceKey::new("", "default", "web");
         let ports = PortMap::from([("http".to_string(), vec![Node::new("10.0.0.1", 80, 100)])]);
         shared.set_desired(
@@ -267,7 +267,7 @@ mod tests {
                 None,
             )),
         );
-        let d = crate::snapshot::dump_of(&shared);
+        let d = crate::snapshot_sink::dump_of(&shared);
         assert_eq!(d.services(), 1);
         assert_eq!(d.clusters.len(), 2);
         let http = dump_value(&shared, &serde_json::Value::Null);

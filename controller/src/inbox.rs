@@ -1,6 +1,6 @@
 //! The writer's inbox: what the sources and the drift watch tell the writer,
 //! over one unbounded channel. Only keys travel; the writer reads the desired
-//! state of a key from [`crate::state::Shared`] when it is about to write.
+//! state of a key from [`crate::state::ControllerState`] when it is about to write.
 //!
 //! ```text
 //!  source ── changed(keys, at) ─┐
@@ -18,7 +18,7 @@ use tokio::time::Instant;
 /// A message to the writer.
 #[derive(Debug)]
 pub enum WriterMsg {
-    /// These keys' desired state (in [`crate::state::Shared`]) changed at `at`.
+    /// These keys' desired state (in [`crate::state::ControllerState`]) changed at `at`.
     Changed {
         /// The keys.
         keys: Vec<ServiceKey>,

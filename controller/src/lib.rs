@@ -8,21 +8,22 @@
 //!    (+ Service owner UIDs, Endpoints mode)           into its cache, the DriftView
 //!    │                                                │ keys whose objects were edited,
 //!    ▼                                                │ deleted, orphaned
-//!  core Index (pure) ── changed keys ──▶ state::Shared (desired nodes, cluster status)
+//!  core Index (pure) ── changed keys ──▶ state::ControllerState
+//!    │                                    (desired nodes, cluster status)
 //!    │ changed keys, first-list barrier               │
 //!    ▼                                                ▼
 //!  inbox::WriterHandle ════════ one channel ════════▶ writer: coalesce ▶ skip no-ops ▶ rate
-//!                                                      │ limit ▶ retry (reads Shared; leader only)
+//!                                                      │ limit ▶ retry (reads the state; leader only)
 //!                                                      ▼
 //!                                                    sink: server-side apply / delete, a big
 //!                                                      service as several objects (shard 0 last);
 //!                                                      asks the DriftView if a key really differs
 //!
-//!  snapshot    Shared ──▶ APISIX dump in sharded ConfigMaps (optional sink, drift-corrected)
-//!  http        /healthz /readyz /metrics /v1/discovery/kubernetes/{dump,nodes}  (reads Shared)
+//!  snapshot_sink  the state ──▶ APISIX dump in sharded ConfigMaps (optional, drift-corrected)
+//!  http        /healthz /readyz /metrics /v1/discovery/kubernetes/{dump,nodes}  (reads the state)
 //!  leader      Lease election: gates the writer and the snapshot sink
 //!  run         wires all of the above (`RunOptions`, from the configuration)
-//!  nodes       `kube-discovery nodes` (reads through kube-discovery-client)
+//!  nodes_cmd   `kube-discovery nodes` (reads through kube-discovery-client)
 //!  render_cmd  `kube-discovery render` (the core's pure render on files)
 //! ```
 //!
@@ -30,15 +31,16 @@
 //! timeout): sources and the drift watch only implement its `WatchIndex`.
 //!
 //! Module dependencies (`use crate::..`) have no cycle: a module uses only
-//! modules on lines below its own.
+//! modules on lines below its own (kube-sim's `module_graph` unit test checks
+//! this crate's sources too).
 //!
 //! ```text
 //!  demo ─▶ run, client                 (feature `demo`: kube-sim in process)
-//!  run ─▶ source, drift, writer, sink, snapshot, http, leader, state, metrics, client
-//!  writer ─▶ sink, drift, inbox, state, metrics         nodes ─▶ client
-//!  sink ─▶ drift, client                                http ─▶ snapshot, state, metrics
+//!  run ─▶ source, drift, writer, sink, snapshot_sink, http, leader, state, metrics, client
+//!  writer ─▶ sink, drift, inbox, state, metrics         nodes_cmd ─▶ client
+//!  sink ─▶ drift, client                                http ─▶ snapshot_sink, state, metrics
 //!  source ─▶ watch, inbox, state, metrics    drift ─▶ watch, inbox, state
-//!  snapshot ─▶ state, metrics, client
+//!  snapshot_sink ─▶ state, metrics, client
 //!  watch ─▶ client                           metrics ─▶ state       render_cmd ─▶ cli
 //!  state   inbox   client   leader   cli             (nothing of the crate)
 //!  (readers of what it writes are the kube-discovery-client crate)
@@ -57,11 +59,11 @@ pub mod http;
 pub mod inbox;
 pub mod leader;
 pub mod metrics;
-pub mod nodes;
+pub mod nodes_cmd;
 pub mod render_cmd;
 pub mod run;
 pub mod sink;
-pub mod snapshot;
+pub mod snapshot_sink;
 pub mod source;
 pub mod state;
 pub mod watch;

@@ -61,7 +61,7 @@ async fn dispatch(cli: Cli) -> Result<(), Error> {
                 (None, None) => NodesFrom::DiscoveredServices,
             };
             let out =
-                kube_discovery::nodes::nodes_command(&service, kubeconfig, context, from).await?;
+                kube_discovery::nodes_cmd::nodes_command(&service, kubeconfig, context, from).await?;
             println!("{out}");
             Ok(())
         }

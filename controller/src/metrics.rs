@@ -46,7 +46,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::state::Shared;
+use crate::state::ControllerState;
 
 /// Label set `{cluster}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -202,7 +202,7 @@ impl Metrics {
     /// [`Self::registry`] plus `kube_discovery_ready` and `kube_discovery_leader`,
     /// read from `shared` at scrape time; the per-cluster counters of every
     /// cluster `shared` knows are created at 0.
-    pub fn registry_with_state(&self, shared: Arc<Shared>) -> Registry {
+    pub fn registry_with_state(&self, shared: Arc<ControllerState>) -> Registry {
         for cluster in shared.clusters().keys() {
             self.init_cluster(cluster);
         }
@@ -370,7 +370,7 @@ impl Metrics {
 /// at scrape time (the same answers as `/readyz` and its `standby` field).
 #[derive(Debug)]
 struct StateCollector {
-    shared: Arc<Shared>,
+    shared: Arc<ControllerState>,
 }
 
 fn const_gauge(
@@ -750,7 +750,7 @@ mod tests {
 
     #[test]
     fn ready_and_leader_follow_the_shared_state() {
-        let shared = Arc::new(Shared::new(["", "east"]));
+        let shared = Arc::new(ControllerState::new(["", "east"]));
         let m = Metrics::default();
         let r = m.registry_with_state(shared.clone());
         let text = encode(&r);

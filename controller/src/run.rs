@@ -5,7 +5,7 @@
 //!  config file ──core::config::parse_config──▶ Config ──Config::resolve──▶ Plan
 //!  Plan ──RunOptions::from_plan (the I/O: auth token file, own namespace)──▶ RunOptions
 //!  RunOptions ──start──▶ per cluster: Source task ─┐
-//!                        the drift watch ──────────┼─▶ Shared ◀── HTTP server
+//!                        the drift watch ──────────┼─▶ ControllerState ◀── HTTP server
 //!                        one writer task (KubeSink on the home cluster)
 //!  SIGTERM/SIGINT ─▶ cancel: sources stop, the writer starts no new write,
 //!                    in-flight writes finish, the HTTP server drains.
@@ -25,7 +25,7 @@ use crate::http::AppState;
 use crate::metrics::Metrics;
 use crate::sink::KubeSink;
 use crate::source::{Source, SourceParams};
-use crate::state::Shared;
+use crate::state::ControllerState;
 use crate::writer::WriterOptions;
 use crate::{Error, Result};
 use kube_discovery_core::config::{Config, Overrides, Plan, parse_config};
@@ -62,7 +62,7 @@ pub struct RunOptions {
     /// Leader election, when enabled.
     pub leader: Option<crate::leader::LeaseConfig>,
     /// The ConfigMap snapshot sink, when enabled.
-    pub snapshot: Option<crate::snapshot::SnapshotOptions>,
+    pub snapshot: Option<crate::snapshot_sink::SnapshotOptions>,
 }
 
 /// Builds the [`RunOptions`] for a validated configuration. `http_addr`
@@ -92,7 +92,7 @@ impl RunOptions {
             Some(cm) => {
                 let env = |k: &str| std::env::var(k).ok();
                 Some(
-                    crate::snapshot::SnapshotOptions::new(
+                    crate::snapshot_sink::SnapshotOptions::new(
                         cm.namespace,
                         cm.name,
                         plan.writes.coalesce_window,
@@ -206,8 +206,8 @@ pub async fn run_from_file(
 pub struct Running {
     /// The HTTP server's bound address.
     pub http_addr: SocketAddr,
-    /// Shared state.
-    pub shared: Arc<Shared>,
+    /// The process-wide state.
+    pub shared: Arc<ControllerState>,
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     writer: tokio::task::JoinHandle<()>,
@@ -238,7 +238,7 @@ impl Running {
 pub async fn start(opts: RunOptions) -> Result<Running> {
     let shutdown = CancellationToken::new();
     let metrics = Metrics::default();
-    let shared = Arc::new(Shared::new(
+    let shared = Arc::new(ControllerState::new(
         opts.clusters.iter().map(|c| c.params.cluster.as_str()),
     ));
 
@@ -255,7 +255,7 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
     // Drift correction: a cache of our own objects, shared with the sink.
     let (drift_view, drift_feed) = crate::drift::DriftView::new(opts.naming.clone());
     let snapshot = opts.snapshot.map(|snapshot_opts| {
-        crate::snapshot::spawn(
+        crate::snapshot_sink::spawn(
             snapshot_client,
             shared.clone(),
             metrics.clone(),

@@ -13,13 +13,13 @@
 //!    └─ background: the Service metadata watch (owner UIDs, Endpoints mode only)
 //!          │ changed keys
 //!          ▼
-//!    Shared::set_desired_arc(key, index.get_arc(key)) ; WriterHandle::changed(keys)
+//!    ControllerState::set_desired_arc(key, index.get_arc(key)) ; WriterHandle::changed(keys)
 //! ```
 //!
 //! A (re)list is not buffered: each listed object goes straight into the
 //! index's pending relist, which the index swaps in at `InitDone` and which
 //! reuses every object whose resourceVersion it already holds, so a relist
-//! costs O(changed objects). [`Shared`] holds the index's own `Arc` of each
+//! costs O(changed objects). [`ControllerState`] holds the index's own `Arc` of each
 //! service, not a copy.
 //!
 //! `label_selector` and `namespace_selector.equal/not_equal` go to the server
@@ -62,7 +62,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::inbox::WriterHandle;
 use crate::metrics::Metrics;
-use crate::state::Shared;
+use crate::state::ControllerState;
 use crate::watch::{self, Watch, WatchBackoff, WatchIndex};
 
 /// What to watch in one cluster.
@@ -168,8 +168,8 @@ pub struct Source {
     pub client: Client,
     /// The pure index of this cluster.
     pub index: Index,
-    /// Shared desired state.
-    pub shared: Arc<Shared>,
+    /// The process-wide desired state.
+    pub shared: Arc<ControllerState>,
     /// Where changed keys go.
     pub writer: WriterHandle,
     /// Metrics.
@@ -265,7 +265,7 @@ fn service_id(o: &PartialObjectMeta<Service>) -> Option<(String, String, String)
 struct SourceIndex {
     params: SourceParams,
     index: Index,
-    shared: Arc<Shared>,
+    shared: Arc<ControllerState>,
     writer: WriterHandle,
     metrics: Metrics,
     /// Objects of the (re)list being received.

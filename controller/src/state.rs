@@ -1,11 +1,11 @@
-//! The process-wide state, [`Shared`]: the desired nodes of every service
+//! The process-wide state, [`ControllerState`]: the desired nodes of every service
 //! (written by the sources from the pure core `Index`, read by the writer at
 //! write time, by the drift checks and by the HTTP API) and the status of
 //! every cluster (listed? written?).
 //!
 //! ```text
-//!  source ── set_desired_arc(key, Arc) ─▶ Shared ◀── desired(key) ── writer, drift, http
-//!         ── update_cluster(listed..) ─▶        ── subscribe() ───▶ snapshot sink
+//!  source ── set_desired_arc(key, Arc) ─▶ ControllerState ◀── desired(key) ── writer, drift, http
+//!         ── update_cluster(listed..) ─▶                 ── subscribe() ───▶ snapshot sink
 //! ```
 //!
 //! The writer only queues *keys* and reads the desired value from here when it
@@ -13,7 +13,7 @@
 //! one and nothing is ever written stale.
 //!
 //! Values are `Arc<ServiceNodes>`: the sources hand in the index's own
-//! allocation ([`Shared::set_desired_arc`]), so the nodes of a service are
+//! allocation ([`ControllerState::set_desired_arc`]), so the nodes of a service are
 //! held once, not once in the index and again here. The table is a set of
 //! those `Arc`s ordered by the key INSIDE each value ([`Desired`]), not a map
 //! with a second copy of every key.
@@ -72,7 +72,7 @@ impl Borrow<ServiceKey> for ByKey {
     }
 }
 
-/// The desired services, ordered by key (what [`Shared::with_desired`] shows).
+/// The desired services, ordered by key (what [`ControllerState::with_desired`] shows).
 #[derive(Debug, Default)]
 pub struct Desired(BTreeSet<ByKey>);
 
@@ -105,7 +105,7 @@ impl Desired {
 
 /// The process-wide state (see the module docs); one per process, behind an `Arc`.
 #[derive(Debug, Default)]
-pub struct Shared {
+pub struct ControllerState {
     desired: RwLock<Desired>,
     clusters: RwLock<BTreeMap<String, ClusterStatus>>,
     standby: AtomicBool,
@@ -123,7 +123,7 @@ fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl Shared {
+impl ControllerState {
     /// Creates the state with the given clusters registered (not listed yet).
     pub fn new<'a>(clusters: impl IntoIterator<Item = &'a str>) -> Self {
         let s = Self::default();
@@ -141,7 +141,7 @@ impl Shared {
         self.set_desired_arc(key, value.map(Arc::new));
     }
 
-    /// [`Shared::set_desired`] with the producer's own `Arc` (the index's),
+    /// [`ControllerState::set_desired`] with the producer's own `Arc` (the index's),
     /// without copying the nodes. A value is stored under its own
     /// `key` field, which callers pass as `key`; one that names another
     /// service is a bug of the caller and is stored as a copy carrying `key`.
@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn desired_roundtrip_and_readiness() {
-        let s = Shared::new(["", "c2"]);
+        let s = ControllerState::new(["", "c2"]);
         let k = ServiceKey::new("", "ns", "a");
         assert!(!s.ready());
         s.set_desired(
@@ -315,7 +315,7 @@ mod tests {
 
     #[test]
     fn desired_values_are_replaced_in_place_and_ordered_by_key() {
-        let s = Shared::new([""]);
+        let s = ControllerState::new([""]);
         let keys = [
             ServiceKey::new("west", "a", "x"),
             ServiceKey::new("", "b", "y"),

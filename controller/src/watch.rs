@@ -60,7 +60,7 @@ pub fn config(timeout: Option<Duration>) -> watcher::Config {
 }
 
 /// What a watch feeds: one call per watch event. No I/O: an index decides,
-/// and hands what changed on (to [`crate::state::Shared`], to the writer).
+/// and hands what changed on (to [`crate::state::ControllerState`], to the writer).
 pub trait WatchIndex<K> {
     /// A (re)list starts (`Event::Init`).
     fn init(&mut self);

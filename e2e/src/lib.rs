@@ -9,11 +9,19 @@
 //! Tables for kubectl, and `Status` errors for everything it does not do.
 //!
 //! ```text
-//!            ┌──────────── server.rs: accept loop (TCP/TLS), faults, /_sim hooks
-//!  request ─►│ handler.rs: auth → route → RBAC → verb ─► types.rs (defaults/validation)
-//!            │                 │                          machinery.rs (apimachinery crate)
-//!            │                 └─► store.rs (objects, rv, history) ─► watch.rs streams
-//!            └──────────── discovery.rs / table.rs (what kubectl and helm read)
+//!            ┌─ server.rs: accept loop (TCP/TLS, refused connections)
+//!  request ─►│  handler/: auth → route → RBAC → faults → verb ─► types.rs (defaults, validation)
+//!            │     │  read, watch, create/update, patch, delete, /_sim hooks      machinery.rs
+//!            │     └─► store.rs (objects, revisions, history) ─► handler/watch.rs streams
+//!            └─ discovery.rs / table.rs (what kubectl and helm read)
+//! ```
+//!
+//! Modules depend on each other in one direction only:
+//!
+//! ```text
+//!  lib.rs (Sim) ─► server ─► handler ─► state ─► store, faults, machinery
+//!       │                       └────► types, discovery, table, convert, registry, status
+//!       └─► bootstrap ─► state        faults ─► response ─► status
 //! ```
 //!
 //! In-process use:
@@ -24,64 +32,41 @@
 //! # drop(kubeconfig); sim.shutdown().await; Ok(()) }
 //! ```
 
+mod bootstrap;
 pub mod convert;
 pub mod discovery;
 pub mod events;
+pub mod faults;
 pub mod handler;
 pub mod machinery;
+#[cfg(test)]
+mod module_graph;
 pub mod protobuf;
 pub mod registry;
+pub mod response;
 pub mod server;
+pub mod state;
 pub mod status;
 pub mod store;
 pub mod table;
 pub mod tls;
 pub mod types;
-pub mod watch;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::AtomicI64;
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::sync::Arc;
 
 use anyhow::Context;
 use base64::Engine;
 use serde_json::{Value, json};
-use tokio::sync::watch as tokio_watch;
-use tokio_util::sync::CancellationToken;
 
 use crate::machinery::User;
-use crate::server::Shared;
-use crate::store::{EventType, Store};
-
-/// Configuration of a kube-sim server.
-#[derive(Debug, Clone)]
-pub struct SimConfig {
-    /// Bearer token that bypasses RBAC (test setup).
-    pub admin_token: String,
-    /// Serve HTTPS with a generated self-signed CA.
-    pub tls: bool,
-    /// Number of events kept for watches; older revisions get 410 Gone.
-    pub history_size: usize,
-    /// Interval of BOOKMARK events on watches that allow them.
-    pub bookmark_interval: Duration,
-}
-
-impl Default for SimConfig {
-    fn default() -> Self {
-        SimConfig {
-            admin_token: format!("admin-{}", uuid::Uuid::new_v4().simple()),
-            tls: false,
-            history_size: 10_000,
-            bookmark_interval: Duration::from_secs(5),
-        }
-    }
-}
+pub use crate::state::SimConfig;
+use crate::state::SimState;
 
 /// A running kube-sim server. Dropping it (or [`Sim::shutdown`]) stops it.
 pub struct Sim {
-    shared: Arc<Shared>,
+    shared: Arc<SimState>,
     addr: SocketAddr,
     ca_pem: Option<String>,
     task: Option<tokio::task::JoinHandle<()>>,
@@ -113,23 +98,8 @@ impl Sim {
         };
         let scheme = if cfg.tls { "https" } else { "http" };
         let url = format!("{scheme}://{addr}");
-        let (rv_tx, _) = tokio_watch::channel(0u64);
-        let (drop_tx, _) = tokio_watch::channel(0u64);
-        let (refuse_tx, _) = tokio_watch::channel(None);
-        let shared = Arc::new(Shared {
-            store: Mutex::new(Store::new(cfg.history_size)),
-            cfg,
-            rv_tx,
-            drop_tx,
-            tokens: RwLock::new(Default::default()),
-            faults: Mutex::new(Default::default()),
-            stats: Mutex::new(Default::default()),
-            open_watches: AtomicI64::new(0),
-            shutdown: CancellationToken::new(),
-            refuse_tx,
-            url,
-        });
-        bootstrap(&shared);
+        let shared = Arc::new(SimState::new(cfg, url));
+        bootstrap::bootstrap(&shared);
         let task = tokio::spawn(server::accept_loop(
             shared.clone(),
             Some(listener),
@@ -176,7 +146,7 @@ impl Sim {
     /// A bearer token for the ServiceAccount `namespace/service_account` (the
     /// ServiceAccount object need not exist; RBAC bindings refer to it by name).
     pub fn issue_token(&self, namespace: &str, service_account: &str) -> String {
-        issue_token_on(&self.shared, namespace, service_account)
+        self.shared.issue_token(namespace, service_account)
     }
 
     /// Register a bearer token for a user with groups (`system:authenticated` is added).
@@ -223,26 +193,6 @@ impl Drop for Sim {
     }
 }
 
-/// Register a fresh token for a ServiceAccount.
-pub fn issue_token_on(shared: &Shared, namespace: &str, service_account: &str) -> String {
-    let token = format!("sa-{}", uuid::Uuid::new_v4().simple());
-    let user = User {
-        name: format!("system:serviceaccount:{namespace}:{service_account}"),
-        groups: vec![
-            "system:serviceaccounts".into(),
-            format!("system:serviceaccounts:{namespace}"),
-            "system:authenticated".into(),
-        ],
-        admin: false,
-    };
-    shared
-        .tokens
-        .write()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(token.clone(), user);
-    token
-}
-
 /// Render a kubeconfig.
 pub fn kubeconfig(url: &str, ca_pem: Option<&str>, token: &str) -> String {
     let mut cluster = json!({"server": url});
@@ -260,84 +210,4 @@ pub fn kubeconfig(url: &str, ca_pem: Option<&str>, token: &str) -> String {
         "preferences": {},
     });
     serde_yaml::to_string(&cfg).unwrap_or_default()
-}
-
-/// Objects every cluster has: the usual namespaces and the discovery ClusterRoles
-/// that let any authenticated user read discovery, OpenAPI and /version.
-fn bootstrap(shared: &Shared) {
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
-    let mut objs: Vec<(&str, Value)> = Vec::new();
-    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
-        objs.push(("/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}, "spec": {}, "status": {"phase": "Active"}})));
-    }
-    let rbac = "rbac.authorization.k8s.io/";
-    objs.push((
-        "rbac.authorization.k8s.io/clusterroles",
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:discovery"},
-               "rules": [{"verbs": ["get"], "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/readyz", "/openapi", "/openapi/*", "/version", "/version/"]}]}),
-    ));
-    objs.push((
-        "rbac.authorization.k8s.io/clusterrolebindings",
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "system:discovery"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:discovery"},
-               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]}),
-    ));
-    objs.push((
-        "rbac.authorization.k8s.io/clusterroles",
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:public-info-viewer"},
-               "rules": [{"verbs": ["get"], "nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version", "/version/"]}]}),
-    ));
-    objs.push((
-        "rbac.authorization.k8s.io/clusterrolebindings",
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "system:public-info-viewer"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:public-info-viewer"},
-               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"},
-                            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:unauthenticated"}]}),
-    ));
-    objs.push((
-        "rbac.authorization.k8s.io/clusterroles",
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:basic-user"},
-               "rules": [{"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews"], "verbs": ["create"]}]}),
-    ));
-    objs.push((
-        "rbac.authorization.k8s.io/clusterrolebindings",
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "system:basic-user"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:basic-user"},
-               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]}),
-    ));
-    objs.push((
-        "rbac.authorization.k8s.io/clusterroles",
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "cluster-admin"},
-               "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"], "verbs": ["*"]}]}),
-    ));
-    objs.push((
-        "rbac.authorization.k8s.io/clusterrolebindings",
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "cluster-admin"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:masters"}]}),
-    ));
-    let _ = rbac;
-    let mut st = shared.store.lock().unwrap_or_else(|p| p.into_inner());
-    for (res, mut obj) in objs {
-        let rv = st.next_rv();
-        let name = obj["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        obj["metadata"]["uid"] = json!(uuid::Uuid::new_v4().to_string());
-        obj["metadata"]["creationTimestamp"] = json!(now);
-        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-        st.commit(
-            rv,
-            EventType::Added,
-            (res.to_string(), String::new(), name),
-            None,
-            Arc::new(obj),
-        );
-    }
-    let rv = st.rv;
-    drop(st);
-    shared.rv_tx.send_replace(rv);
 }

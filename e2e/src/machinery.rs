@@ -1,9 +1,6 @@
 //! Thin adapter between the server and `kube-sim-apimachinery` (selectors, names,
 //! patches, RBAC, CRD schemas, server-side apply). The server only calls the
 //! functions here, so the pure machinery stays in one crate with its own tests.
-//!
-//! SHIM: parts of `kube-sim-apimachinery` had not landed when this was written;
-//! functions marked `SHIM` are temporary minimal stand-ins, replaced as modules land.
 
 use kube_sim_apimachinery::selector::LabelSelectorExt;
 use kube_sim_apimachinery::{names, patch, rbac, schema, selector, ssa};

@@ -149,7 +149,7 @@ pub fn slot_count(n: usize, min: usize) -> usize {
 
 /// What to do for one backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
+pub struct BackendPlan {
     /// Runtime API commands, in order (empty when nothing changes or when growing).
     pub commands: Vec<String>,
     /// The slots once the plan is applied.
@@ -163,7 +163,7 @@ fn same_addr(s: &Slot, w: &Want) -> bool {
 }
 
 /// Plans the change of `backend` from `current` slots to the `want` set.
-pub fn plan(backend: &str, current: &[Slot], want: &[Want], min_slots: usize) -> Plan {
+pub fn plan(backend: &str, current: &[Slot], want: &[Want], min_slots: usize) -> BackendPlan {
     let mut slots = current.to_vec();
     let mut placed = vec![false; want.len()];
     let mut kept = vec![false; slots.len()];
@@ -192,7 +192,7 @@ pub fn plan(backend: &str, current: &[Slot], want: &[Want], min_slots: usize) ->
     free.extend((0..slots.len()).filter(|&i| !kept[i] && slots[i].enabled));
     let missing: Vec<usize> = (0..want.len()).filter(|&i| !placed[i]).collect();
     if missing.len() > free.len() {
-        return Plan {
+        return BackendPlan {
             commands: Vec::new(),
             slots: layout(current, want, min_slots),
             grow: true,
@@ -237,7 +237,7 @@ pub fn plan(backend: &str, current: &[Slot], want: &[Want], min_slots: usize) ->
             slots[si].enabled = false;
         }
     }
-    Plan {
+    BackendPlan {
         commands,
         slots,
         grow: false,
@@ -504,7 +504,7 @@ async fn sync_once(
             }
         }
     }
-    let plans: Vec<Plan> = backends
+    let plans: Vec<BackendPlan> = backends
         .iter()
         .zip(&live)
         .map(|(b, cur)| plan(&b.svc.upstream, cur, &b.want, min))

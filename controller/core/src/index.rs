@@ -41,7 +41,7 @@
 //! Memory: a slice is kept as its [`SliceContribution`] (validated ports,
 //! the first valid address and conditions of each endpoint, its warnings, the
 //! owner UID), not as the object; every desired [`ServiceNodes`] is held in an
-//! [`Arc`] so the runtime's `Shared` state can hold the same allocation
+//! [`Arc`] so the runtime's `ControllerState` can hold the same allocation
 //! ([`Index::get_arc`]) instead of a second copy; the node total is kept
 //! as a running sum ([`Index::node_count`] is O(1)).
 //!
@@ -454,7 +454,7 @@ impl Index {
 
     /// Makes `desired` the state; returns the keys that changed or vanished.
     /// An unchanged service keeps the current allocation (the one the
-    /// runtime's `Shared` holds).
+    /// runtime's `ControllerState` holds).
     fn replace_all(
         &mut self,
         mut desired: BTreeMap<ServiceKey, Arc<ServiceNodes>>,

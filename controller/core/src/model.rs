@@ -94,9 +94,9 @@ pub struct NodeTargetRef {
 /// endpoints this is the biggest single item of the controller): the host is
 /// a [`CompactString`] (IPv4 and IPv6 addresses, up to 24 bytes, are stored
 /// inline without a heap allocation), and the three topology fields, set only
-/// with topology output, share ONE optional box ([`NodeTopology`]). That makes
-/// the node 48 bytes with no allocation of its own instead of 96 bytes plus
-/// the host's.
+/// with topology output, share ONE optional box ([`NodeTopology`]). That keeps
+/// the node at 48 bytes with no allocation of its own (a unit test holds it
+/// there; BENCHMARKS.md has the measured effect).
 ///
 /// The JSON is the flat shape it always was (`host, port, weight, zone,
 /// nodeName, targetRef, draining`, the optional ones absent when unset):
@@ -318,8 +318,9 @@ impl Node {
 ///
 /// A map sorted by key, like the `BTreeMap` it replaces, so the JSON (and
 /// therefore the version hash) stays deterministic, but stored as ONE sorted
-/// vector ([`LiteMap`]): a service has one to a few port keys, and a B-tree
-/// allocated a ~540-byte leaf for each map (10,000 services: 5 MB per copy).
+/// vector ([`LiteMap`]): a service has one to a few port keys, too few to
+/// pay for a B-tree's leaf node per map (BENCHMARKS.md has the measured
+/// effect).
 /// The API is the subset of `BTreeMap`'s that the code uses, with the same
 /// names and semantics (later duplicates win in `collect`/`insert`). The JSON
 /// is an object in key order (also when empty), read from any key order; the
@@ -451,8 +452,8 @@ impl fmt::Debug for PortMap {
 
 impl FromIterator<(String, Vec<Node>)> for PortMap {
     /// Sorted by key; of duplicate keys the last wins (as for `BTreeMap`).
-    /// At its exact size: `Vec::extend` reserves at least 4 entries, which
-    /// for the usual one-port service was 192 bytes instead of 48.
+    /// At its exact size: `Vec::extend` reserves at least 4 entries, and the
+    /// usual service has one port key.
     fn from_iter<I: IntoIterator<Item = (String, Vec<Node>)>>(iter: I) -> Self {
         let mut entries = LiteMap::<String, Vec<Node>>::from_iter(iter).into_tuple_vec();
         entries.shrink_to_fit();

@@ -6,7 +6,7 @@
 //! ```text
 //!  cached object ──Facts::of──▶ { spec digest, our labels present?, owner digests }
 //!                                         │ satisfies
-//!  Shared::desired(key) ──wanted_objects──▶ [WantedObject { ns, name, spec digest, our owners }]
+//!  ControllerState::desired(key) ──wanted_objects──▶ [WantedObject { ns, name, spec digest, our owners }]
 //! ```
 //!
 //! The spec digest ([`SpecView`]) covers every field including the nodes; it

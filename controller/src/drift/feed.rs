@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::decode::Watched;
 use super::view::DriftView;
 use crate::inbox::WriterHandle;
-use crate::state::Shared;
+use crate::state::ControllerState;
 use crate::watch::{self, Watch, WatchIndex};
 
 /// How often a due sweep looks whether every cluster is listed yet.
@@ -71,7 +71,7 @@ impl DriftFeed {
     pub async fn run(
         self,
         client: Client,
-        shared: Arc<Shared>,
+        shared: Arc<ControllerState>,
         writer: WriterHandle,
         shutdown: CancellationToken,
     ) {
@@ -111,7 +111,7 @@ fn describe(obj: &Watched) -> String {
 /// The drift watch as the watch loop feeds it.
 struct DriftWatch {
     view: DriftView,
-    shared: Arc<Shared>,
+    shared: Arc<ControllerState>,
     writer: WriterHandle,
     /// A sweep waits until every cluster is listed (desired state known).
     sweep_due: bool,

@@ -17,7 +17,7 @@
 //!      Drift  ─▶ forget known[key], rewrite every shard / delete (sink removes strays)
 //! ```
 //!
-//! "Wanted" for an object is the entry of `desired_objects(Shared::desired(key))`
+//! "Wanted" for an object is the entry of `desired_objects(ControllerState::desired(key))`
 //! with the same namespace/name: its `spec` equal, our labels present with our
 //! values, our ownerReferences present. Labels, annotations or owner
 //! references that others ADD are tolerated (server-side apply would never
@@ -26,7 +26,7 @@
 //! deleted, and the rewrite puts the label back.
 //!
 //! Own writes: every watch event of our own writes arrives after the write, and
-//! may show an older state than `Shared` already has (a newer change pending).
+//! may show an older state than `ControllerState` already has (a newer change pending).
 //! Those events never cause writes: the writer re-checks only after the key has
 //! no pending or in-flight write and its last write finished `drift_settle` ago,
 //! against the cache's latest entry; and the sink records the resourceVersion

@@ -20,7 +20,7 @@ use super::cache::{Caches, pack_rv, parse_rv};
 use super::decode::Watched;
 use super::facts::{WantedObject, wanted_objects};
 use super::{DriftCheck, DriftKind, ObjName};
-use crate::state::Shared;
+use crate::state::ControllerState;
 
 /// The cache of our own objects plus the resourceVersions of our last writes.
 #[derive(Clone)]
@@ -143,7 +143,12 @@ impl DriftView {
     /// Whether a watch event about `obj` needs a closer look by the writer:
     /// `Some(true)` yes, `Some(false)` no, `None` not decidable yet (its
     /// cluster is not listed).
-    pub(super) fn suspicious(&self, obj: &Watched, deleted: bool, shared: &Shared) -> Option<bool> {
+    pub(super) fn suspicious(
+        &self,
+        obj: &Watched,
+        deleted: bool,
+        shared: &ControllerState,
+    ) -> Option<bool> {
         if !deleted && self.ours_or_older(obj) {
             // Cheap, and the common case: nothing of the desired state is
             // looked at per event of our own writes.
@@ -179,7 +184,7 @@ impl DriftView {
 
     /// Keys to check after a (re)list: every desired key of the listed
     /// clusters, and the keys of cached objects without a source.
-    pub(super) fn sweep(&self, shared: &Shared) -> Vec<ServiceKey> {
+    pub(super) fn sweep(&self, shared: &ControllerState) -> Vec<ServiceKey> {
         let clusters = shared.clusters();
         let mut out = BTreeSet::new();
         if !self.ready() {
@@ -197,7 +202,7 @@ impl DriftView {
             }
         }
         // Orphans: one pass over the slots, a key is built only for objects
-        // of listed clusters. (Shared's locks are only ever taken inside its
+        // of listed clusters. (ControllerState's locks are only ever taken inside its
         // own methods, so calling it under the cache lock cannot deadlock.)
         let caches = self.lock();
         for s in caches.live.cached_slots() {
@@ -457,7 +462,7 @@ mod tests {
     #[test]
     fn own_write_events_are_not_suspicious_but_later_edits_are() {
         let (view, _w) = listed(ObjectNaming::source());
-        let shared = Shared::new([""]);
+        let shared = ControllerState::new([""]);
         shared.update_cluster("", |c| c.listed = true);
         let old = svc(&["10.0.0.1"]);
         let new = svc(&["10.0.0.2"]);
@@ -493,7 +498,7 @@ mod tests {
             view.suspicious(&Watched::of(&other), false, &shared),
             Some(false)
         );
-        let unlisted = Shared::new([""]);
+        let unlisted = ControllerState::new([""]);
         assert_eq!(view.suspicious(&theirs, false, &unlisted), None);
         // No source in a listed cluster: an orphan (its delete is fine).
         let mut gone = theirs_obj;
@@ -511,7 +516,7 @@ mod tests {
     #[test]
     fn a_sweep_reports_drifted_desired_keys_and_orphans_of_listed_clusters() {
         let (view, mut w) = listed(ObjectNaming::source());
-        let shared = Shared::new(["", "c1"]);
+        let shared = ControllerState::new(["", "c1"]);
         shared.update_cluster("", |c| c.listed = true);
         let ok = svc_at(ServiceKey::new("", "ns", "ok"), &["10.0.0.1"], Some("u1"));
         let missing = svc_at(ServiceKey::new("", "ns", "missing"), &["10.0.0.2"], None);

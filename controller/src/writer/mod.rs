@@ -4,7 +4,7 @@
 //!  inbox: Changed(keys) ──▶ queue: pending{key: due = first change + window}
 //!                                   │ due, not in flight, < concurrency, rate token
 //!                                   ▼
-//!              desired = Shared::desired(key)      (always the LATEST state)
+//!              desired = ControllerState::desired(key)      (always the LATEST state)
 //!              ├─ Some(v), known[key] == v.version ─▶ skip (no write)
 //!              ├─ Some(v)                           ─▶ Sink::apply(v)  ─▶ known[key] = v.version
 //!              ├─ None, key in known                ─▶ Sink::delete    ─▶ known.remove(key)
@@ -63,7 +63,7 @@ use self::writes::Done;
 use crate::inbox::{Inbox, WriterHandle, WriterMsg};
 use crate::metrics::Metrics;
 use crate::sink::Sink;
-use crate::state::Shared;
+use crate::state::ControllerState;
 
 /// Tuning of the writer.
 #[derive(Debug, Clone)]
@@ -103,7 +103,7 @@ impl Default for WriterOptions {
 /// (retrying with backoff), then processes messages until `shutdown`.
 pub fn spawn<S: Sink>(
     sink: S,
-    shared: Arc<Shared>,
+    shared: Arc<ControllerState>,
     metrics: Metrics,
     opts: WriterOptions,
     shutdown: CancellationToken,
@@ -116,7 +116,7 @@ pub fn spawn<S: Sink>(
 /// the API server holds and re-checks every service.
 pub fn spawn_gated<S: Sink>(
     sink: S,
-    shared: Arc<Shared>,
+    shared: Arc<ControllerState>,
     metrics: Metrics,
     opts: WriterOptions,
     shutdown: CancellationToken,
@@ -130,7 +130,7 @@ pub fn spawn_gated<S: Sink>(
 
 struct Writer<S> {
     sink: S,
-    shared: Arc<Shared>,
+    shared: Arc<ControllerState>,
     metrics: Metrics,
     opts: WriterOptions,
     /// The version of every object the API server holds, by service (what
@@ -151,7 +151,7 @@ fn backoff(opts: &WriterOptions, attempts: u32) -> Duration {
 
 impl<S: Sink> Writer<S> {
     /// A writer with nothing known, pending or scheduled yet.
-    fn new(sink: S, shared: Arc<Shared>, metrics: Metrics, opts: WriterOptions) -> Self {
+    fn new(sink: S, shared: Arc<ControllerState>, metrics: Metrics, opts: WriterOptions) -> Self {
         Writer {
             sink,
             shared,

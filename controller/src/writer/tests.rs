@@ -101,7 +101,7 @@ async fn settle() {
 /// slow API server, BENCHMARKS.md issue 14.)
 #[tokio::test(start_paused = true)]
 async fn a_due_write_wakes_the_loop_only_when_a_slot_is_free() {
-    let shared = Arc::new(Shared::new([""]));
+    let shared = Arc::new(ControllerState::new([""]));
     let mut w = Writer::new(FakeSink::default(), shared, Metrics::default(), opts());
     let k = ServiceKey::new("", "ns", "web");
     w.enqueue(PackedKey::new(&k), Instant::now());
@@ -118,7 +118,7 @@ async fn a_due_write_wakes_the_loop_only_when_a_slot_is_free() {
 #[tokio::test(start_paused = true)]
 async fn burst_inside_window_is_coalesced_into_one_write_of_the_latest_state() {
     let sink = FakeSink::default();
-    let shared = Arc::new(Shared::new([""]));
+    let shared = Arc::new(ControllerState::new([""]));
     let (h, _t) = spawn(
         sink.clone(),
         shared.clone(),
@@ -145,7 +145,7 @@ async fn burst_inside_window_is_coalesced_into_one_write_of_the_latest_state() {
 async fn existing_equal_versions_are_not_rewritten_and_changed_ones_are() {
     let k1 = ServiceKey::new("", "ns", "same");
     let k2 = ServiceKey::new("", "ns", "changed");
-    let shared = Arc::new(Shared::new([""]));
+    let shared = Arc::new(ControllerState::new([""]));
     shared.set_desired(&k1, Some(nodes(&k1, &["10.0.0.1"])));
     shared.set_desired(&k2, Some(nodes(&k2, &["10.0.0.9"])));
     let sink = FakeSink {
@@ -188,7 +188,7 @@ async fn existing_equal_versions_are_not_rewritten_and_changed_ones_are() {
 async fn first_list_barrier_deletes_objects_whose_source_vanished() {
     let gone = ServiceKey::new("", "ns", "gone");
     let other = ServiceKey::new("c2", "ns", "gone");
-    let shared = Arc::new(Shared::new([""]));
+    let shared = Arc::new(ControllerState::new([""]));
     let sink = FakeSink {
         existing: HashMap::from([
             (gone.clone(), "v".to_string()),
@@ -217,7 +217,7 @@ async fn failed_writes_are_retried_and_never_lose_the_latest_state() {
         fail_next: Arc::new(Mutex::new(3)),
         ..FakeSink::default()
     };
-    let shared = Arc::new(Shared::new([""]));
+    let shared = Arc::new(ControllerState::new([""]));
     let m = Metrics::default();
     let (h, _t) = spawn(
         sink.clone(),
@@ -258,7 +258,7 @@ async fn failed_writes_are_retried_and_never_lose_the_latest_state() {
 #[tokio::test(start_paused = true)]
 async fn a_standby_does_not_write_until_it_becomes_leader() {
     let k = ServiceKey::new("", "ns", "web");
-    let shared = Arc::new(Shared::new([""]));
+    let shared = Arc::new(ControllerState::new([""]));
     shared.set_desired(&k, Some(nodes(&k, &["10.0.0.1"])));
     let sink = FakeSink::default();
     let (tx, rx) = watch::channel(false);
@@ -305,7 +305,7 @@ async fn a_standby_does_not_write_until_it_becomes_leader() {
 #[tokio::test(start_paused = true)]
 async fn tables_shrink_after_a_large_first_sync() {
     let sink = FakeSink::default();
-    let shared = Arc::new(Shared::new([""]));
+    let shared = Arc::new(ControllerState::new([""]));
     let n = 5_000;
     let keys: Vec<ServiceKey> = (0..n)
         .map(|i| ServiceKey::new("", "ns", format!("s{i}")))
@@ -375,7 +375,7 @@ async fn tables_shrink_after_a_large_first_sync() {
 #[tokio::test(start_paused = true)]
 async fn a_later_change_after_a_large_batch_is_written_again() {
     let sink = FakeSink::default();
-    let shared = Arc::new(Shared::new([""]));
+    let shared = Arc::new(ControllerState::new([""]));
     let (h, _t) = spawn(
         sink.clone(),
         shared.clone(),
@@ -411,7 +411,7 @@ async fn a_later_change_after_a_large_batch_is_written_again() {
 #[tokio::test(start_paused = true)]
 async fn deletes_only_what_exists_and_rate_limit_spaces_writes() {
     let sink = FakeSink::default();
-    let shared = Arc::new(Shared::new([""]));
+    let shared = Arc::new(ControllerState::new([""]));
     let o = WriterOptions {
         qps: 2.0,
         concurrency: 8,
@@ -447,7 +447,7 @@ async fn deletes_only_what_exists_and_rate_limit_spaces_writes() {
 #[tokio::test(start_paused = true)]
 async fn drift_reports_rewrite_only_real_differences_after_writes_settle() {
     let sink = FakeSink::default();
-    let shared = Arc::new(Shared::new([""]));
+    let shared = Arc::new(ControllerState::new([""]));
     let m = Metrics::default();
     let (h, _t) = spawn(
         sink.clone(),
@@ -518,7 +518,7 @@ async fn drift_reports_rewrite_only_real_differences_after_writes_settle() {
 #[tokio::test(start_paused = true)]
 async fn drift_check_waits_for_pending_writes_and_unlisted_clusters() {
     let sink = FakeSink::default();
-    let shared = Arc::new(Shared::new([""]));
+    let shared = Arc::new(ControllerState::new([""]));
     let (h, _t) = spawn(
         sink.clone(),
         shared.clone(),
@@ -552,7 +552,7 @@ async fn a_drift_check_parked_behind_retried_writes_runs_once_after_success() {
         fail_next: Arc::new(Mutex::new(3)),
         ..FakeSink::default()
     };
-    let shared = Arc::new(Shared::new([""]));
+    let shared = Arc::new(ControllerState::new([""]));
     shared.update_cluster("", |c| c.listed = true);
     let (h, _t) = spawn(
         sink.clone(),

@@ -362,7 +362,7 @@ impl Cluster {
                 Ok(())
             }
             Inner::Real(r) => {
-                let req: kube_sim::server::FaultRequest =
+                let req: kube_sim::faults::FaultRequest =
                     serde_json::from_value(body.clone()).context("fault request")?;
                 r.fault(&req).await
             }

@@ -1,7 +1,7 @@
 //! A fault-injecting TLS proxy in front of a real kube-apiserver.
 //!
 //! It takes the same fault requests as kube-sim's `POST /_sim/faults`
-//! ([`kube_sim::server::FaultRequest`]) and applies them to the traffic it
+//! ([`kube_sim::faults::FaultRequest`]) and applies them to the traffic it
 //! forwards, so the fault suite runs unchanged on the real server:
 //!
 //! * `fail` / `latency`: matching resource requests (by verb and plural
@@ -46,7 +46,7 @@ use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use kube_sim::server::{FaultRequest, Faults};
+use kube_sim::faults::{FaultRequest, Faults};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -54,7 +54,7 @@ use tokio_util::sync::CancellationToken;
 /// How long an upstream connect may take before the client gets a 502.
 const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-struct Shared {
+struct ProxyState {
     upstream: SocketAddr,
     server_tls: Arc<rustls::ServerConfig>,
     client_h2: Arc<rustls::ClientConfig>,
@@ -74,7 +74,7 @@ struct Shared {
     shutdown: CancellationToken,
 }
 
-impl Shared {
+impl ProxyState {
     fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
         self.faults.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -97,7 +97,7 @@ impl Shared {
 /// A running proxy; dropping it stops it.
 pub struct FaultProxy {
     addr: SocketAddr,
-    shared: Arc<Shared>,
+    shared: Arc<ProxyState>,
 }
 
 impl FaultProxy {
@@ -113,7 +113,7 @@ impl FaultProxy {
             .await
             .context("binding the fault proxy")?;
         let addr = listener.local_addr().context("proxy address")?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(ProxyState {
             upstream,
             server_tls,
             client_h2,
@@ -209,7 +209,7 @@ impl Drop for FaultProxy {
     }
 }
 
-async fn accept_loop(sh: Arc<Shared>, listener: TcpListener, addr: SocketAddr) {
+async fn accept_loop(sh: Arc<ProxyState>, listener: TcpListener, addr: SocketAddr) {
     let mut listener = Some(listener);
     let mut refuse = sh.refuse_tx.subscribe();
     loop {
@@ -280,7 +280,7 @@ struct Up {
     abandoned: Arc<AtomicBool>,
 }
 
-async fn serve_connection(sh: Arc<Shared>, tcp: tokio::net::TcpStream) {
+async fn serve_connection(sh: Arc<ProxyState>, tcp: tokio::net::TcpStream) {
     let cut = sh.cut_token();
     let acceptor = tokio_rustls::TlsAcceptor::from(sh.server_tls.clone());
     let Ok(Ok(tls)) = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
@@ -336,7 +336,7 @@ enum Upstream {
 /// A new upstream connection; when it ends (the API server closed it) the
 /// client connection `cut` is closed too, unless it was abandoned.
 async fn connect_upstream(
-    sh: &Arc<Shared>,
+    sh: &Arc<ProxyState>,
     h2: bool,
     cut: CancellationToken,
 ) -> anyhow::Result<Up> {
@@ -401,7 +401,11 @@ fn bump<K: Ord>(m: &Mutex<BTreeMap<K, u64>>, k: K) {
         .or_default() += 1;
 }
 
-async fn forward(sh: Arc<Shared>, conn: Arc<ClientConn>, req: Request<Incoming>) -> Response<Body> {
+async fn forward(
+    sh: Arc<ProxyState>,
+    conn: Arc<ClientConn>,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let hang = *sh.hang_until.lock().unwrap_or_else(|p| p.into_inner());
     if hang.is_some_and(|t| t > Instant::now()) {
         // Accepted, never answered: only the client's own timeout ends this.
@@ -425,7 +429,7 @@ async fn forward(sh: Arc<Shared>, conn: Arc<ClientConn>, req: Request<Incoming>)
                 &sh.failures_served,
                 ((*verb).to_string(), resource.clone(), code),
             );
-            return kube_sim::handler::injected_failure_response(code, retry_after, verb, resource);
+            return kube_sim::faults::injected_failure_response(code, retry_after, verb, resource);
         }
     }
     let (mut parts, body) = req.into_parts();
@@ -510,7 +514,7 @@ async fn forward(sh: Arc<Shared>, conn: Arc<ClientConn>, req: Request<Incoming>)
 /// Waits while a stall is on; `false` when the watch must end meanwhile
 /// (dropped, or the connection cut).
 async fn wait_out_stall(
-    sh: &Shared,
+    sh: &ProxyState,
     drops: &mut watch::Receiver<u64>,
     cut: &CancellationToken,
 ) -> bool {
@@ -529,7 +533,7 @@ async fn wait_out_stall(
 /// connection `abandon`ed first: it cannot be reused), holds its frames and
 /// its end back while a stall is on, and ends when the connection is cut.
 fn watch_body(
-    sh: Arc<Shared>,
+    sh: Arc<ProxyState>,
     cut: CancellationToken,
     abandon: Option<Arc<AtomicBool>>,
     body: Incoming,

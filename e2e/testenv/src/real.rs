@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use base64::Engine;
-use kube_sim::server::FaultRequest;
+use kube_sim::faults::FaultRequest;
 use serde_json::{Value, json};
 
 use crate::audit::AuditLog;
@@ -576,7 +576,7 @@ impl ControlPlane {
     /// the API server ([`ControlPlane::compact`], done first), every other
     /// field goes to the [`FaultProxy`].
     pub async fn fault(&self, req: &FaultRequest) -> anyhow::Result<()> {
-        kube_sim::server::validate_faults(req).map_err(|e| anyhow::anyhow!(e))?;
+        kube_sim::faults::validate_faults(req).map_err(|e| anyhow::anyhow!(e))?;
         if req.compact {
             self.compact().await?;
         }

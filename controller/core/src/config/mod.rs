@@ -100,26 +100,29 @@
 //!   sinks: {discoveredservices: {namespace_mode: source}}
 //! ```
 
+mod duration;
 mod error;
 mod plan;
 mod raw;
 mod rules;
+mod secret;
 mod validate;
 mod validated;
 
 #[cfg(test)]
 mod tests;
 
+pub use duration::parse_duration;
 pub use error::{ConfigError, ConfigErrors};
 pub use plan::{
     ClusterPlan, Clusters, LeasePlan, LeaseTimings, MAX_CONFIGMAP_NAME_LEN, Overrides, Plan, Writes,
 };
-pub use rules::parse_duration;
+pub use secret::Secret;
 pub use validate::parse_config;
 pub use validated::{
     ClusterConfig, Config, ConfigMapSink, Connection, Credentials, DEFAULT_CA_FILE,
     DEFAULT_CONFIGMAP_NAME, DEFAULT_TOKEN_FILE, DEFAULT_WEIGHT, DiscoveredServicesSink,
-    HomeCluster, HttpSettings, LeaderElection, Schema, Secret, Settings, Sinks,
+    HomeCluster, HttpSettings, LeaderElection, Schema, Settings, Sinks,
 };
 
 pub use crate::filter::{AnchoredRegex, LabelSelector, NamespaceFilter};

@@ -14,14 +14,14 @@ use serde_yaml::Value;
 
 use super::error::Errors;
 use super::rules::{
-    Ctx, check_client, check_cm_namespace, check_concurrency, check_context, check_duration,
-    check_exactly_one, check_fixed_namespace, check_host, check_id, check_kubeconfig,
-    check_label_selector, check_namespace_mode, check_namespace_name, check_object_name,
-    check_path_len, check_plain_context, check_plain_namespace, check_plain_path, check_port,
-    check_qps, check_regex, check_regex_list, check_schema, check_shared_size, check_socket_addr,
-    check_token, check_weight,
+    Ctx, check_cm_namespace, check_concurrency, check_context, check_duration,
+    check_fixed_namespace, check_host, check_id, check_kubeconfig, check_label_selector,
+    check_namespace_mode, check_namespace_name, check_object_name, check_path_len,
+    check_plain_context, check_plain_namespace, check_plain_path, check_port, check_qps,
+    check_regex, check_regex_list, check_schema, check_shared_size, check_socket_addr, check_token,
+    check_weight, err, strip_ws,
 };
-use super::validated::Secret;
+use super::secret::Secret;
 
 // ---------------------------------------------------------------- the document
 
@@ -423,4 +423,56 @@ pub(super) struct RawLeader {
     pub(super) renew_deadline: Option<String>,
     #[garde(custom(check_duration(Duration::from_millis(100), Duration::from_secs(300))))]
     pub(super) retry_period: Option<String>,
+}
+
+// ---------------------------------------------------------------- rules on raw types
+//
+// The two rules that look inside a raw type live next to it, so `rules.rs`
+// needs nothing of this module.
+
+pub(super) fn check_client(
+    https: bool,
+    kubeconfig_mode: bool,
+) -> impl FnOnce(&Option<RawClient>, &Ctx) -> garde::Result {
+    move |client, ctx| {
+        if kubeconfig_mode {
+            return Ok(()); // reported once, on `kubeconfig`/`context`
+        }
+        let Some(c) = client else {
+            return if ctx.multi {
+                err(
+                    "is required in the multi-cluster form (token or token_file), or use kubeconfig/context",
+                )
+            } else {
+                Ok(())
+            };
+        };
+        match (&c.token, &c.token_file) {
+            (Some(_), Some(_)) => err("set either token or token_file, not both"),
+            (None, None) => err("one of token or token_file is required"),
+            (Some(t), None) => {
+                if https && strip_ws(t.expose()).is_empty() {
+                    err("token is empty but the API server schema is https")
+                } else {
+                    Ok(())
+                }
+            }
+            (None, Some(_)) => Ok(()),
+        }
+    }
+}
+
+pub(super) fn check_exactly_one(v: &Option<RawNsSelector>, _: &Ctx) -> garde::Result {
+    let Some(sel) = v else { return Ok(()) };
+    let set = sel.set_forms();
+    if set.len() == 1 {
+        Ok(())
+    } else if set.is_empty() {
+        err("exactly one of equal, not_equal, match, not_match must be set (none is)")
+    } else {
+        err(format!(
+            "exactly one of equal, not_equal, match, not_match must be set (found {})",
+            set.join(", ")
+        ))
+    }
 }

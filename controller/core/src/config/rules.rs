@@ -1,7 +1,9 @@
 //! The per-key rules garde runs on the raw values (after `${VAR}` expansion
 //! and defaults): `fn(&value, &context) -> garde::Result`, named by the
 //! garde attributes of [`super::raw`]. Each message is the text after
-//! `path: ` of one error line.
+//! `path: ` of one error line. The two rules that look inside a raw type
+//! (`check_client`, `check_exactly_one`) are in `raw.rs`, next to it, so this
+//! module uses nothing of the raw document.
 //!
 //! A few rules look at a sibling key (`client` at the schema and at
 //! `kubeconfig`, `namespace` at `namespace_mode`): garde passes the sibling
@@ -10,8 +12,8 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use super::raw::{RawClient, RawNsSelector};
-use super::validated::Secret;
+use super::duration::{format_duration, parse_duration};
+use super::secret::Secret;
 use crate::filter::{AnchoredRegex, LabelSelector};
 
 /// Validation context of a cluster entry.
@@ -20,7 +22,7 @@ pub(super) struct Ctx {
     pub(super) multi: bool,
 }
 
-fn err(msg: impl Into<String>) -> garde::Result {
+pub(super) fn err(msg: impl Into<String>) -> garde::Result {
     Err(garde::Error::new(msg.into()))
 }
 
@@ -113,38 +115,6 @@ pub(super) fn strip_ws(s: &str) -> String {
     s.chars().filter(|c| !c.is_whitespace()).collect()
 }
 
-pub(super) fn check_client(
-    https: bool,
-    kubeconfig_mode: bool,
-) -> impl FnOnce(&Option<RawClient>, &Ctx) -> garde::Result {
-    move |client, ctx| {
-        if kubeconfig_mode {
-            return Ok(()); // reported once, on `kubeconfig`/`context`
-        }
-        let Some(c) = client else {
-            return if ctx.multi {
-                err(
-                    "is required in the multi-cluster form (token or token_file), or use kubeconfig/context",
-                )
-            } else {
-                Ok(())
-            };
-        };
-        match (&c.token, &c.token_file) {
-            (Some(_), Some(_)) => err("set either token or token_file, not both"),
-            (None, None) => err("one of token or token_file is required"),
-            (Some(t), None) => {
-                if https && strip_ws(t.expose()).is_empty() {
-                    err("token is empty but the API server schema is https")
-                } else {
-                    Ok(())
-                }
-            }
-            (None, Some(_)) => Ok(()),
-        }
-    }
-}
-
 pub(super) fn check_kubeconfig(
     has_service_or_client: bool,
 ) -> impl FnOnce(&Option<String>, &Ctx) -> garde::Result {
@@ -161,21 +131,6 @@ pub(super) fn check_context(v: &Option<String>, _: &Ctx) -> garde::Result {
     match v {
         Some(c) if c.is_empty() => err("must not be empty"),
         _ => Ok(()),
-    }
-}
-
-pub(super) fn check_exactly_one(v: &Option<RawNsSelector>, _: &Ctx) -> garde::Result {
-    let Some(sel) = v else { return Ok(()) };
-    let set = sel.set_forms();
-    if set.len() == 1 {
-        Ok(())
-    } else if set.is_empty() {
-        err("exactly one of equal, not_equal, match, not_match must be set (none is)")
-    } else {
-        err(format!(
-            "exactly one of equal, not_equal, match, not_match must be set (found {})",
-            set.join(", ")
-        ))
     }
 }
 
@@ -237,15 +192,6 @@ pub(super) fn check_shared_size(v: &Option<String>, _: &Ctx) -> garde::Result {
 }
 
 // ---------------------------------------------------------------- kube_discovery
-
-/// Parses `100ms`, `5s`, `1m 30s` (jiff's friendly format, non-negative).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d: jiff::SignedDuration = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (examples: 100ms, 5s, 1m 30s)"))?;
-    Duration::try_from(d).map_err(|_| format!("{s:?} must not be negative"))
-}
 
 pub(super) fn check_duration(
     min: Duration,
@@ -341,14 +287,5 @@ pub(super) fn check_cm_namespace(
     move |v, _| match v {
         None if enabled => err("is required when the configmap sink is enabled"),
         ns => check_plain_namespace(ns, &()),
-    }
-}
-
-/// `5s`, or `250ms` when not a whole number of seconds.
-pub(super) fn format_duration(d: Duration) -> String {
-    if d.subsec_nanos() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{}ms", d.as_millis())
     }
 }

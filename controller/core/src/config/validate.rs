@@ -16,16 +16,18 @@ use std::time::Duration;
 
 use garde::Validate;
 
+use super::duration::{format_duration, parse_duration};
 use super::error::{ConfigErrors, Errors};
 use super::raw::{
     self, KUBE_DISCOVERY, KUBERNETES, RawClient, RawCluster, RawDocument, RawKubernetes,
     RawService, RawSettings,
 };
-use super::rules::{Ctx, format_duration, parse_duration, strip_ws};
+use super::rules::{Ctx, strip_ws};
+use super::secret::Secret;
 use super::validated::{
     ClusterConfig, Config, ConfigMapSink, Connection, Credentials, DEFAULT_CA_FILE,
     DEFAULT_CONFIGMAP_NAME, DEFAULT_TOKEN_FILE, DEFAULT_WEIGHT, DiscoveredServicesSink,
-    HomeCluster, HttpSettings, LeaderElection, Schema, Secret, Settings, Sinks,
+    HomeCluster, HttpSettings, LeaderElection, Schema, Settings, Sinks,
 };
 use crate::crd::ObjectNaming;
 use crate::filter::{AnchoredRegex, LabelSelector, NamespaceFilter};

@@ -4,14 +4,14 @@
 //! meaning, as `render --config` and the chart tests read it; what `run`
 //! starts is [`super::Plan`], resolved from it.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::rules::format_duration;
+use super::duration::format_duration;
+use super::secret::{REDACTED, Secret};
 use crate::convert::ConvertOptions;
 use crate::crd::{NamespaceMode, ObjectNaming};
 use crate::filter::{LabelSelector, NamespaceFilter};
@@ -26,31 +26,6 @@ pub const DEFAULT_CA_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount
 pub const DEFAULT_WEIGHT: u32 = 50;
 /// Default `kube_discovery.sinks.configmap.name`.
 pub const DEFAULT_CONFIGMAP_NAME: &str = "kube-discovery-nodes";
-const REDACTED: &str = "<redacted>";
-
-// ---------------------------------------------------------------- secret
-
-/// A token. `Debug`, `Display` and the redacted JSON never show it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a value.
-    pub fn new(s: impl Into<String>) -> Self {
-        Self(s.into())
-    }
-
-    /// The secret value (hand it only to the HTTP client).
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Secret({REDACTED})")
-    }
-}
 
 // ---------------------------------------------------------------- discovery.kubernetes
 

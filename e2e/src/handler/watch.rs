@@ -1,4 +1,4 @@
-//! Watch streams.
+//! WATCH: the streams of watch events.
 //!
 //! A watch replays the history after its starting revision and then follows new
 //! events: it wakes on the revision channel, copies the events after its cursor out
@@ -26,10 +26,10 @@ use hyper::Response;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::handler::{Ctx, WatchGuard, present, selectors};
+use super::ctx::{Ctx, present, selectors};
 use crate::machinery::{FieldSel, LabelSel};
 use crate::registry::ResourceInfo;
-use crate::server::Shared;
+use crate::state::{SimState, WatchGuard};
 use crate::status::{ApiError, ApiResult};
 use crate::store::{Event, EventType};
 use crate::table;
@@ -116,33 +116,33 @@ fn error_line(e: &ApiError) -> Bytes {
 }
 
 /// Start a watch; returns the streaming response.
-pub fn start(ctx: &Ctx) -> ApiResult<Response<Body>> {
+pub(super) fn start(ctx: &Ctx) -> ApiResult<Response<Body>> {
     let (label, field) = selectors(ctx)?;
     let q = |k: &str| ctx.query.get(k).map(String::as_str);
     let send_initial = q("sendInitialEvents") == Some("true");
     let bookmarks = q("allowWatchBookmarks") == Some("true");
-    if send_initial && q("resourceVersionMatch") != Some("NotOlderThan") {
-        return Err(ApiError::invalid(
+    let forbidden = |field: &str, message: &str| {
+        ApiError::invalid(
             "ListOptions",
             "meta.k8s.io",
             "",
             vec![crate::status::Cause::new(
                 "FieldValueForbidden",
-                "resourceVersionMatch",
-                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                field,
+                message,
             )],
+        )
+    };
+    if send_initial && q("resourceVersionMatch") != Some("NotOlderThan") {
+        return Err(forbidden(
+            "resourceVersionMatch",
+            "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
         ));
     }
     if send_initial && !bookmarks {
-        return Err(ApiError::invalid(
-            "ListOptions",
-            "meta.k8s.io",
-            "",
-            vec![crate::status::Cause::new(
-                "FieldValueForbidden",
-                "allowWatchBookmarks",
-                "sendInitialEvents requires setting allowWatchBookmarks to true",
-            )],
+        return Err(forbidden(
+            "allowWatchBookmarks",
+            "sendInitialEvents requires setting allowWatchBookmarks to true",
         ));
     }
     let rv: Option<u64> = match q("resourceVersion") {
@@ -226,7 +226,7 @@ pub fn start(ctx: &Ctx) -> ApiResult<Response<Body>> {
 }
 
 async fn run(
-    sh: Arc<Shared>,
+    sh: Arc<SimState>,
     spec: Spec,
     mut cursor: u64,
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
@@ -311,7 +311,7 @@ async fn run(
 
 /// Honour a `stallWatchesSeconds` fault: keep the connection, send nothing.
 /// Returns false when the watch must end (dropped or shutting down) meanwhile.
-async fn stall(sh: &Shared, drop_rx: &mut tokio::sync::watch::Receiver<u64>) -> bool {
+async fn stall(sh: &SimState, drop_rx: &mut tokio::sync::watch::Receiver<u64>) -> bool {
     loop {
         let until = sh.faults().stall_until;
         match until {

@@ -6,12 +6,12 @@
 //! written (drift correction), and reads it back.
 //!
 //! ```text
-//!  Shared ──generation (watch)──▶ wait one coalescing window ─┐
+//!  ControllerState ─generation─▶ wait one coalescing window ──┐
 //!  watch ConfigMaps (label kubediscovery.io/snapshot=<name>) ─┤ (drift: every event)
 //!  leader gained ─────────────────────────────────────────────┤
 //!                                                             ▼
 //!  round: (leader? every cluster listed? our watch listed?)
-//!     layout = build(dump of Shared)      (rebuilt only when the state changed)
+//!     layout = build(dump of ControllerState)      (rebuilt only when the state changed)
 //!     1. SSA every shard whose text differs from what the watch shows
 //!     2. SSA the index  <name>  (index.json: version, shard names + sha256)  LAST
 //!     3. delete labelled ConfigMaps the index does not list (old shards)
@@ -32,7 +32,7 @@
 //!   is rewritten in the next round (one coalescing window later); a labelled
 //!   ConfigMap of this snapshot that the index does not list is deleted. Keys
 //!   other than ours that someone adds are left alone (readers ignore them).
-//! * **Readers** (`kube_discovery_client::dump::{read, read_dir}`)
+//! * **Readers** (`kube_discovery_client::snapshot::{read, read_dir}`)
 //!   assemble the shards with [`kube_discovery_core::dump::assemble`], which
 //!   refuses mixed versions; a shard being rewritten or just deleted means
 //!   "read again".
@@ -61,7 +61,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use crate::state::Shared;
+use crate::state::ControllerState;
 use crate::{Error, Result};
 
 /// Label every snapshot ConfigMap carries: the snapshot's name
@@ -140,7 +140,7 @@ impl SnapshotOptions {
 
 /// The dump of the shared state (every registered cluster, also empty ones),
 /// read under one lock.
-pub fn dump_of(shared: &Shared) -> Dump {
+pub fn dump_of(shared: &ControllerState) -> Dump {
     let clusters = shared.clusters();
     let mut d = Dump::with_clusters(clusters.keys().map(String::as_str));
     shared.with_desired(|all| {
@@ -151,7 +151,7 @@ pub fn dump_of(shared: &Shared) -> Dump {
     d
 }
 
-fn all_listed(shared: &Shared) -> bool {
+fn all_listed(shared: &ControllerState) -> bool {
     let c = shared.clusters();
     !c.is_empty() && c.values().all(|s| s.listed)
 }
@@ -202,7 +202,7 @@ struct WantedConfigMap<'a> {
 /// always, without leader election).
 pub fn spawn(
     client: Client,
-    shared: Arc<Shared>,
+    shared: Arc<ControllerState>,
     metrics: Metrics,
     opts: SnapshotOptions,
     shutdown: CancellationToken,
@@ -225,7 +225,7 @@ pub fn spawn(
 
 struct Task {
     api: Api<ConfigMap>,
-    shared: Arc<Shared>,
+    shared: Arc<ControllerState>,
     metrics: Metrics,
     opts: SnapshotOptions,
     label: String,
@@ -527,7 +527,7 @@ mod tests {
 
     #[test]
     fn dump_of_shared_lists_every_cluster() {
-        let shared = Shared::new(["", "west"]);
+        let shared = ControllerState::new(["", "west"]);
         let k = ServiceKey::new("", "default", "web");
         let ports = PortMap::from([("http".to_string(), vec![Node::new("10.0.0.1", 80, 100)])]);
         shared.set_desired(
@@ -567,8 +567,8 @@ mod tests {
         (sim, client, dir)
     }
 
-    fn state(n: u32) -> Arc<Shared> {
-        let shared = Arc::new(Shared::new([""]));
+    fn state(n: u32) -> Arc<ControllerState> {
+        let shared = Arc::new(ControllerState::new([""]));
         for i in 0..n {
             let k = ServiceKey::new("", "ns", format!("s{i:02}"));
             let ports = PortMap::from([(
@@ -649,7 +649,7 @@ mod tests {
 
     #[tokio::test]
     async fn generation_signal_fires_on_state_changes() {
-        let shared = Shared::new([""]);
+        let shared = ControllerState::new([""]);
         let mut rx = shared.subscribe();
         assert!(!rx.has_changed().unwrap());
         shared.update_cluster("", |c| c.listed = true);

@@ -1,0 +1,177 @@
+//! Fault injection: the rules `POST /_sim/faults` installs and the answers
+//! they produce.
+//!
+//! A [`FaultRequest`] is validated ([`validate_faults`]) and applied to the
+//! server state ([`crate::state::SimState::apply_faults`]); the request
+//! handlers then consume matching rules per request ([`Faults::take_failure`],
+//! [`Faults::take_latency`]). The fault-injecting proxy in front of a real API
+//! server (`kd-testenv`) reuses the same types and [`injected_failure_response`],
+//! so both backends fail in the same shape.
+
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use hyper::Response;
+use serde::Deserialize;
+
+use crate::response::error_response;
+use crate::status::ApiError;
+
+/// A fault that fails matching requests.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailRule {
+    #[serde(default = "star")]
+    pub verb: String,
+    #[serde(default = "star")]
+    pub resource: String,
+    #[serde(default = "one")]
+    pub count: u64,
+    pub code: u16,
+    #[serde(default)]
+    pub retry_after_seconds: Option<u64>,
+}
+
+/// A fault that delays matching requests.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LatencyRule {
+    #[serde(default = "star")]
+    pub verb: String,
+    #[serde(default = "star")]
+    pub resource: String,
+    pub millis: u64,
+    /// Number of requests to delay; absent = until cleared.
+    #[serde(default)]
+    pub count: Option<u64>,
+}
+
+fn star() -> String {
+    "*".into()
+}
+fn one() -> u64 {
+    1
+}
+
+/// Body of `POST /_sim/faults`; every present field is applied.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FaultRequest {
+    #[serde(default)]
+    pub clear: bool,
+    #[serde(default)]
+    pub drop_watches: bool,
+    #[serde(default)]
+    pub stall_watches_seconds: Option<f64>,
+    #[serde(default)]
+    pub compact: bool,
+    #[serde(default)]
+    pub fail: Option<FailRule>,
+    #[serde(default)]
+    pub latency: Option<LatencyRule>,
+    #[serde(default)]
+    pub refuse_connections_seconds: Option<f64>,
+}
+
+/// The fault rules in force: what the request handlers and watch streams consult.
+#[derive(Debug, Default)]
+pub struct Faults {
+    pub fail: Vec<FailRule>,
+    pub latency: Vec<LatencyRule>,
+    pub stall_until: Option<Instant>,
+}
+
+fn rule_matches(rule_verb: &str, rule_res: &str, verb: &str, resource: &str) -> bool {
+    (rule_verb == "*" || rule_verb == verb) && (rule_res == "*" || rule_res == resource)
+}
+
+impl Faults {
+    /// Consume one matching failure, if any: (code, retry-after).
+    pub fn take_failure(&mut self, verb: &str, resource: &str) -> Option<(u16, Option<u64>)> {
+        let idx = self
+            .fail
+            .iter()
+            .position(|r| r.count > 0 && rule_matches(&r.verb, &r.resource, verb, resource))?;
+        let rule = &mut self.fail[idx];
+        rule.count -= 1;
+        let out = (rule.code, rule.retry_after_seconds);
+        if rule.count == 0 {
+            self.fail.remove(idx);
+        }
+        Some(out)
+    }
+
+    pub fn take_latency(&mut self, verb: &str, resource: &str) -> Option<Duration> {
+        let idx = self.latency.iter().position(|r| {
+            r.count != Some(0) && rule_matches(&r.verb, &r.resource, verb, resource)
+        })?;
+        let rule = &mut self.latency[idx];
+        let d = Duration::from_millis(rule.millis);
+        if let Some(c) = rule.count.as_mut() {
+            *c -= 1;
+            if *c == 0 {
+                self.latency.remove(idx);
+            }
+        }
+        Some(d)
+    }
+}
+
+/// Validate a fault request's codes before applying it.
+pub fn validate_faults(req: &FaultRequest) -> Result<(), String> {
+    if let Some(f) = &req.fail
+        && !(400..=599).contains(&f.code)
+    {
+        return Err(format!(
+            "fail.code: must be an HTTP error code (400-599), got {}",
+            f.code
+        ));
+    }
+    for s in [req.stall_watches_seconds, req.refuse_connections_seconds]
+        .into_iter()
+        .flatten()
+    {
+        if !(0.0..=3600.0).contains(&s) {
+            return Err(format!("seconds must be between 0 and 3600, got {s}"));
+        }
+    }
+    Ok(())
+}
+
+/// The `Status` error a `fail` fault answers with (`Retry-After` 1 s by
+/// default for 429).
+pub(crate) fn injected_failure(
+    code: u16,
+    retry_after: Option<u64>,
+    verb: &str,
+    resource: &str,
+) -> ApiError {
+    let reason = match code {
+        429 => "TooManyRequests",
+        500 => "InternalError",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        409 => "Conflict",
+        404 => "NotFound",
+        403 => "Forbidden",
+        _ => "Unknown",
+    };
+    let mut e = ApiError::new(
+        code,
+        reason,
+        format!("kube-sim injected fault: {code} for {verb} {resource}"),
+    );
+    e.retry_after = retry_after.or(if code == 429 { Some(1) } else { None });
+    e
+}
+
+/// The HTTP answer of a `fail` fault, for a fault-injecting proxy in front of
+/// another API server (the same body and headers kube-sim itself sends).
+pub fn injected_failure_response(
+    code: u16,
+    retry_after: Option<u64>,
+    verb: &str,
+    resource: &str,
+) -> Response<Body> {
+    error_response(&injected_failure(code, retry_after, verb, resource))
+}
