@@ -1232,12 +1232,11 @@ fn parse_body(ctx: &Ctx, body: &[u8]) -> ApiResult<Value> {
                 "the body of the request could not be decoded as JSON: {e}"
             ))
         })?,
-        "application/yaml" | "application/apply-patch+yaml" => serde_yaml::from_slice(body)
-            .map_err(|e| {
-                ApiError::bad_request(format!(
-                    "the body of the request could not be decoded as YAML: {e}"
-                ))
-            })?,
+        "application/yaml" | "application/apply-patch+yaml" => yaml_body(body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body of the request could not be decoded as YAML: {e}"
+            ))
+        })?,
         "application/vnd.kubernetes.protobuf" => {
             crate::protobuf::decode(body).map_err(|(code, msg)| {
                 if code == 415 {
@@ -1458,7 +1457,7 @@ fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Body>> {
         .to_ascii_lowercase();
     let status_only = ctx.sub.as_deref() == Some("status");
     let patch_doc: Value = match media.as_str() {
-        "application/apply-patch+yaml" => serde_yaml::from_slice(body)
+        "application/apply-patch+yaml" => yaml_body(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?,
         "application/merge-patch+json"
         | "application/strategic-merge-patch+json"
@@ -2501,3 +2500,16 @@ impl Drop for WatchGuard {
 
 #[allow(dead_code)]
 fn _object_map(_: Map<String, Value>) {}
+
+/// A YAML request body as JSON, read as YAML 1.2 (`yes` stays a string, a
+/// repeated key is an error).
+fn yaml_body(body: &[u8]) -> Result<Value, serde_saphyr::Error> {
+    // `Options` is non-exhaustive: start from the defaults.
+    let mut o = serde_saphyr::Options::default();
+    o.strict_booleans = true;
+    o.leading_zero_numbers_as_strings = true;
+    o.underscored_numbers_as_strings = true;
+    o.merge_keys = serde_saphyr::MergeKeyPolicy::AsOrdinary;
+    o.with_snippet = false;
+    serde_saphyr::from_slice_with_options(body, o)
+}

@@ -259,7 +259,7 @@ pub fn kubeconfig(url: &str, ca_pem: Option<&str>, token: &str) -> String {
         "current-context": "kube-sim",
         "preferences": {},
     });
-    serde_yaml::to_string(&cfg).unwrap_or_default()
+    serde_saphyr::to_string(&cfg).unwrap_or_default()
 }
 
 /// Objects every cluster has: the usual namespaces and the discovery ClusterRoles

@@ -188,7 +188,7 @@ pub fn definition() -> CustomResourceDefinition {
 /// The CustomResourceDefinition as YAML (what `kube-discovery crd` prints and
 /// what `crds/discoveredservices.yaml` holds).
 pub fn crd_yaml() -> String {
-    match serde_yaml::to_string(&definition()) {
+    match crate::yaml::to_string(&definition()) {
         Ok(s) => s,
         // Serializing a fixed, derived struct does not fail in practice; keep
         // the error visible instead of panicking.

@@ -157,7 +157,7 @@ impl Cluster {
     /// Creates a CRD on kube-sim (it serves it at once).
     async fn install_sim_crd(&self, yaml: &str) -> anyhow::Result<()> {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        let crd: CustomResourceDefinition = serde_yaml::from_str(yaml).context("CRD YAML")?;
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(yaml).context("CRD YAML")?;
         kube::Api::<CustomResourceDefinition>::all(self.admin.clone())
             .create(&kube::api::PostParams::default(), &crd)
             .await

@@ -351,7 +351,7 @@ impl ControlPlane {
     /// Creates a CRD from YAML and waits until it is established.
     pub async fn install_crd(&self, yaml: &str) -> anyhow::Result<()> {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        let crd: CustomResourceDefinition = serde_yaml::from_str(yaml).context("CRD YAML")?;
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(yaml).context("CRD YAML")?;
         let name = crd.metadata.name.clone().unwrap_or_default();
         let api: kube::Api<CustomResourceDefinition> = kube::Api::all(self.admin_client().await?);
         api.create(&kube::api::PostParams::default(), &crd)
