@@ -121,6 +121,10 @@ pub fn read_dir(dir: &Path) -> Result<Dump> {
             Err(e) if e.is_retryable() => last = Some(e),
             Err(e) => return Err(e.into()),
         }
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "read_dir is synchronous; async callers run it with spawn_blocking"
+        )]
         std::thread::sleep(Duration::from_millis(100));
     }
     Err(last.map_or_else(

@@ -123,6 +123,10 @@ impl Proc {
             if let Ok(Some(_)) = child.try_wait() {
                 return;
             }
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "Drop cannot await: waits the grace period for the child to exit"
+            )]
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = child.kill();
