@@ -46,6 +46,7 @@
 //!
 //! `anyhow` is used only in `main.rs`; everything here returns [`Result`].
 
+#![warn(missing_docs)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 use kube_discovery_core::ConfigErrors;

@@ -14,6 +14,7 @@
 //!  yaml.rs     YAML text ◀──▶ serde values (serde-saphyr, YAML 1.2, stable layout)
 //! ```
 
+#![warn(missing_docs)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backoff;

@@ -74,10 +74,12 @@ impl Proc {
         self.child.as_ref().map(Child::id)
     }
 
+    /// The name the process was started under (for logs).
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The file its stdout and stderr go to.
     pub fn log_path(&self) -> &Path {
         &self.log
     }
