@@ -28,7 +28,7 @@
 //! ```
 //!
 //! Features: `sync` (default) adds the nginx and HAProxy syncs with their
-//! clap arguments (clap, glob, anyhow); `default-features = false` is the
+//! clap arguments (clap, glob); `default-features = false` is the
 //! readers alone. The types come from `kube-discovery-core` and are
 //! re-exported here ([`Node`], [`NodeQuery`], [`DiscoveredService`],
 //! [`Dump`]), so this crate is the only dependency a consumer needs.

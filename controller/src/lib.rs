@@ -116,8 +116,8 @@ pub enum Error {
     #[error("HTTP server: {0}")]
     Http(#[from] HttpError),
     /// A gateway sync (`kube-discovery sync ...`) failed.
-    #[error("{0:#}")]
-    Sync(#[source] anyhow::Error),
+    #[error("{0}")]
+    Sync(#[source] kube_discovery_client::sync::Error),
     /// Reading what the controller published (the client crate) failed.
     #[error(transparent)]
     Client(#[from] kube_discovery_client::Error),
