@@ -148,7 +148,7 @@ impl Drop for Proc {
     }
 }
 
-/// The last [`TAIL_BYTES`] of a file (lossy UTF-8).
+/// The last `TAIL_BYTES` bytes of a file (lossy UTF-8).
 pub fn log_tail(path: &Path) -> String {
     let Ok(mut f) = std::fs::File::open(path) else {
         return format!("({} cannot be read)", path.display());
