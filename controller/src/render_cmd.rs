@@ -19,7 +19,7 @@ use crate::{Error, InputError, Result};
 /// Parses every YAML (or JSON) document of `text`.
 pub fn parse_documents(text: &str) -> Result<Vec<Value>> {
     let mut out = Vec::new();
-    for (i, doc) in yaml::documents(text).into_iter().enumerate() {
+    for (i, doc) in yaml::manifests(text).into_iter().enumerate() {
         let v = doc.map_err(|source| InputError::Document {
             index: i + 1,
             source,

@@ -2501,8 +2501,8 @@ impl Drop for WatchGuard {
 #[allow(dead_code)]
 fn _object_map(_: Map<String, Value>) {}
 
-/// A YAML request body as JSON, read as YAML 1.2 (`yes` stays a string, a
-/// repeated key is an error).
+/// A YAML request body as JSON, read as YAML 1.2 (`yes` stays a string; a
+/// repeated key keeps its last value).
 fn yaml_body(body: &[u8]) -> Result<Value, serde_saphyr::Error> {
     // `Options` is non-exhaustive: start from the defaults.
     let mut o = serde_saphyr::Options::default();
@@ -2510,6 +2510,7 @@ fn yaml_body(body: &[u8]) -> Result<Value, serde_saphyr::Error> {
     o.leading_zero_numbers_as_strings = true;
     o.underscored_numbers_as_strings = true;
     o.merge_keys = serde_saphyr::MergeKeyPolicy::AsOrdinary;
+    o.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::LastWins;
     o.with_snippet = false;
     serde_saphyr::from_slice_with_options(body, o)
 }

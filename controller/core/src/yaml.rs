@@ -88,8 +88,21 @@ pub fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ParseError> {
 /// Every non-empty document of a multi-document text (`---` separated) in
 /// order, as JSON values; a syntax error is the last item.
 pub fn documents(text: &str) -> Vec<Result<Value, ParseError>> {
+    read_documents(text, options())
+}
+
+/// Like [`documents`], for Kubernetes manifests given by users (`render`):
+/// a key written twice keeps its last value, as serde_yaml read them into
+/// JSON values and as kubectl accepts them (with a warning).
+pub fn manifests(text: &str) -> Vec<Result<Value, ParseError>> {
+    let mut o = options();
+    o.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::LastWins;
+    read_documents(text, o)
+}
+
+fn read_documents(text: &str, options: serde_saphyr::Options) -> Vec<Result<Value, ParseError>> {
     let mut bytes = text.as_bytes();
-    serde_saphyr::read_with_options::<_, Value>(&mut bytes, options())
+    serde_saphyr::read_with_options::<_, Value>(&mut bytes, options)
         .map(|r| r.map_err(ParseError::new))
         .collect()
 }
@@ -329,6 +342,10 @@ mod tests {
         assert_eq!(docs[0].as_ref().unwrap(), &json!({"a": 1}));
         assert_eq!(docs[1].as_ref().unwrap(), &json!({"b": 2}));
         assert!(docs[2].is_err());
+        // Manifests keep the last of a repeated key; our own files refuse it.
+        let twice = "kind: A\nkind: B\n";
+        assert_eq!(manifests(twice)[0].as_ref().unwrap(), &json!({"kind": "B"}));
+        assert!(documents(twice)[0].is_err());
     }
 
     #[test]
