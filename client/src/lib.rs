@@ -28,7 +28,7 @@
 //! ```
 //!
 //! Features: `sync` (default) adds the nginx and HAProxy syncs with their
-//! clap arguments (clap, glob, anyhow); `default-features = false` is the
+//! clap arguments (clap, glob); `default-features = false` is the
 //! readers alone. The types come from `kube-discovery-core` and are
 //! re-exported here ([`Node`], [`NodeQuery`], [`DiscoveredService`],
 //! [`Dump`]), so this crate is the only dependency a consumer needs.
@@ -47,6 +47,7 @@ pub mod snapshot;
 pub mod sync;
 
 pub use kube_discovery_core::crd::{DiscoveredService, MANAGED_BY_SELECTOR};
+use kube_discovery_core::dump::AssembleError;
 pub use kube_discovery_core::dump::Dump;
 pub use kube_discovery_core::{Node, NodeQuery, ParseError, parse_service_name};
 pub use lookup::lookup;
@@ -76,13 +77,49 @@ pub enum Error {
     },
     /// A service name (`[id/]ns/name:port`) is malformed.
     #[error("{0}")]
-    Input(String),
-    /// A looked-up object does not exist.
+    ServiceName(#[from] ParseError),
+    /// `--snapshot` is not `NAMESPACE/NAME`.
+    #[error("--snapshot {0:?}: expected NAMESPACE/NAME")]
+    SnapshotFlag(String),
+    /// Reading from the API server was asked for without a client.
+    #[error("reading from the API server needs a client")]
+    NoClient,
+    /// The snapshot's index ConfigMap does not exist.
+    #[error("snapshot index ConfigMap {namespace}/{name} not found")]
+    SnapshotNotFound {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+    /// The snapshot's index ConfigMap has no index key.
+    #[error("ConfigMap {namespace}/{name} has no {key}")]
+    NoSnapshotIndex {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// The missing key.
+        key: &'static str,
+    },
+    /// The snapshot is malformed or does not fit together.
     #[error("{0}")]
-    NotFound(String),
-    /// The ConfigMap snapshot cannot be read consistently.
-    #[error("{0}")]
-    Snapshot(String),
+    Snapshot(#[from] AssembleError),
+    /// The snapshot's ConfigMaps kept changing while read and there was no
+    /// other problem to report.
+    #[error("snapshot {namespace}/{name}: no consistent read")]
+    SnapshotUnsettled {
+        /// The index ConfigMap's namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+    /// The mounted snapshot files kept changing while read.
+    #[error("snapshot in {}: no consistent read", .0.display())]
+    SnapshotDirUnsettled(std::path::PathBuf),
+    /// A blocking reader task panicked or was cancelled.
+    #[error("reader task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
     /// The reflector's task ended.
     #[error("DiscoveredService watch stopped")]
     WatchStopped,

@@ -34,7 +34,7 @@ impl NodesFrom {
                 namespace: ns.to_string(),
                 name: name.to_string(),
             })
-            .ok_or_else(|| Error::Input(format!("--snapshot {at:?}: expected NAMESPACE/NAME")))
+            .ok_or_else(|| Error::SnapshotFlag(at.to_string()))
     }
 
     /// Whether reading needs an API server connection.
@@ -49,9 +49,7 @@ impl NodesFrom {
         client: Option<&Client>,
         query: &NodeQuery,
     ) -> Result<Option<Vec<Node>>> {
-        let client = || {
-            client.ok_or_else(|| Error::Input("reading from the API server needs a client".into()))
-        };
+        let client = || client.ok_or(Error::NoClient);
         Ok(match self {
             Self::DiscoveredServices => {
                 let objs = crate::list::list_managed(client()?).await?;
@@ -61,9 +59,14 @@ impl NodesFrom {
                 .await?
                 .lookup(query)
                 .map(<[Node]>::to_vec),
-            Self::SnapshotDir(dir) => crate::snapshot::read_dir(dir)?
-                .lookup(query)
-                .map(<[Node]>::to_vec),
+            Self::SnapshotDir(dir) => {
+                // `read_dir` waits between attempts: off the runtime's workers.
+                let dir = dir.clone();
+                tokio::task::spawn_blocking(move || crate::snapshot::read_dir(&dir))
+                    .await??
+                    .lookup(query)
+                    .map(<[Node]>::to_vec)
+            }
         })
     }
 }

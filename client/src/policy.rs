@@ -90,19 +90,40 @@ impl FromStr for ServiceRef {
     }
 }
 
+/// Why a list of `--service` flags is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServicesError {
+    /// Two services map to one upstream name.
+    #[error(
+        "--service: {first} and {second} both map to upstream {upstream}; name one with UPSTREAM=NAME"
+    )]
+    SameUpstream {
+        /// The service named first.
+        first: String,
+        /// The service named later.
+        second: String,
+        /// The upstream name both map to.
+        upstream: String,
+    },
+    /// No service at all.
+    #[error("at least one --service is required")]
+    None,
+}
+
 /// Rejects two services with the same upstream name (e.g. `a-b` and `a_b`).
-pub fn check_unique(services: &[ServiceRef]) -> Result<(), String> {
+pub fn check_unique(services: &[ServiceRef]) -> Result<(), ServicesError> {
     let mut seen = std::collections::BTreeMap::new();
     for s in services {
         if let Some(other) = seen.insert(s.upstream.as_str(), s.service.as_str()) {
-            return Err(format!(
-                "--service: {other} and {} both map to upstream {}; name one with UPSTREAM=NAME",
-                s.service, s.upstream
-            ));
+            return Err(ServicesError::SameUpstream {
+                first: other.to_string(),
+                second: s.service.clone(),
+                upstream: s.upstream.clone(),
+            });
         }
     }
     if services.is_empty() {
-        return Err("at least one --service is required".to_string());
+        return Err(ServicesError::None);
     }
     Ok(())
 }
@@ -247,6 +268,7 @@ mod tests {
         assert!(
             check_unique(&[a.clone(), b])
                 .expect_err("must fail")
+                .to_string()
                 .contains("kd_default_a_b_http")
         );
         assert!(check_unique(&[a]).is_ok());

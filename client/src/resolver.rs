@@ -119,9 +119,9 @@ impl NodesResolver {
 
     /// Nodes of `service_name` (`[id/]ns/name:port`) in the current cache,
     /// merged over the shards of a big service: `Ok(None)` when the service
-    /// or port is unknown, [`Error::Input`] when the name is malformed.
+    /// or port is unknown, [`Error::ServiceName`] when the name is malformed.
     pub fn nodes(&self, service_name: &str) -> Result<Option<Vec<Node>>> {
-        let q = parse_service_name(service_name).map_err(|e| Error::Input(e.to_string()))?;
+        let q = parse_service_name(service_name)?;
         let state = self.store.state();
         Ok(crate::lookup(state.iter().map(AsRef::as_ref), &q))
     }

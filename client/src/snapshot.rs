@@ -21,10 +21,6 @@ use crate::{Error, Result};
 /// How often [`read`] and [`read_dir`] retry a snapshot that is being rewritten.
 pub const READ_ATTEMPTS: u32 = 20;
 
-fn assemble_err(e: AssembleError) -> Error {
-    Error::Snapshot(e.to_string())
-}
-
 /// Reads snapshot `namespace/name` through the API (needs `get` on those
 /// ConfigMaps), retrying while a newer version is being written.
 pub async fn read(client: &Client, namespace: &str, name: &str) -> Result<Dump> {
@@ -39,8 +35,11 @@ pub async fn read(client: &Client, namespace: &str, name: &str) -> Result<Dump> 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Err(last.map_or_else(
-        || Error::Snapshot(format!("snapshot {namespace}/{name}: no consistent read")),
-        assemble_err,
+        || Error::SnapshotUnsettled {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        },
+        Error::Snapshot,
     ))
 }
 
@@ -60,9 +59,10 @@ async fn read_once(
         .await
         .map_err(|e| Retry::Fatal(e.into()))?
         .ok_or_else(|| {
-            Retry::Fatal(Error::NotFound(format!(
-                "snapshot index ConfigMap {namespace}/{name} not found"
-            )))
+            Retry::Fatal(Error::SnapshotNotFound {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            })
         })?;
     let text = index
         .data
@@ -70,11 +70,13 @@ async fn read_once(
         .and_then(|d| d.get(INDEX_KEY))
         .cloned()
         .ok_or_else(|| {
-            Retry::Fatal(Error::Snapshot(format!(
-                "ConfigMap {namespace}/{name} has no {INDEX_KEY}"
-            )))
+            Retry::Fatal(Error::NoSnapshotIndex {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                key: INDEX_KEY,
+            })
         })?;
-    let idx = dump::parse_index(&text).map_err(|e| Retry::Fatal(assemble_err(e)))?;
+    let idx = dump::parse_index(&text).map_err(|e| Retry::Fatal(e.into()))?;
     let mut texts: BTreeMap<String, String> = BTreeMap::new();
     for r in &idx.shards {
         let cm = api
@@ -89,7 +91,7 @@ async fn read_once(
         if e.is_retryable() {
             Retry::Again(e)
         } else {
-            Retry::Fatal(assemble_err(e))
+            Retry::Fatal(e.into())
         }
     })
 }
@@ -98,7 +100,8 @@ async fn read_once(
 /// shard keys `<name>-<i>.json` (one projected volume of the index and shard
 /// ConfigMaps). Retries while a newer version is being swapped in; the
 /// kubelet updates mounted ConfigMaps one by one, so a caller should keep its
-/// previous state when this fails and try again later.
+/// previous state when this fails and try again later. Blocks between
+/// attempts: from async code, call it inside `spawn_blocking`.
 pub fn read_dir(dir: &Path) -> Result<Dump> {
     let mut last = None;
     for _ in 0..READ_ATTEMPTS {
@@ -116,13 +119,17 @@ pub fn read_dir(dir: &Path) -> Result<Dump> {
         }) {
             Ok(d) => return Ok(d),
             Err(e) if e.is_retryable() => last = Some(e),
-            Err(e) => return Err(assemble_err(e)),
+            Err(e) => return Err(e.into()),
         }
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "read_dir is synchronous; async callers run it with spawn_blocking"
+        )]
         std::thread::sleep(Duration::from_millis(100));
     }
     Err(last.map_or_else(
-        || Error::Snapshot(format!("snapshot in {}: no consistent read", dir.display())),
-        assemble_err,
+        || Error::SnapshotDirUnsettled(dir.to_path_buf()),
+        Error::Snapshot,
     ))
 }
 

@@ -11,7 +11,7 @@
 
 use kube::{Client, Config};
 
-use crate::{Error, Result};
+use crate::{Result, SettingError};
 
 pub use kube_discovery_core::config::{Connection, Credentials};
 
@@ -46,19 +46,18 @@ pub async fn kube_config(conn: &Connection) -> Result<Config> {
             credentials,
         } => {
             let url = format!("{}://{}:{port}", schema.as_str(), url_host(host));
-            let uri: http::Uri = url.parse().map_err(|e| {
-                Error::Config(format!(
-                    "discovery.kubernetes.service: cannot build URL {url}: {e}"
-                ))
-            })?;
+            let uri: http::Uri = url
+                .parse()
+                .map_err(|source| SettingError::ServiceUrl { url, source })?;
             let mut cfg = Config::new(uri);
             cfg.accept_invalid_certs = !ssl_verify;
             if let Some(ca) = ca_file {
                 if !ca.exists() {
-                    return Err(Error::Config(format!(
-                        "discovery.kubernetes.service.ca_file: {} does not exist",
-                        ca.display()
-                    )));
+                    return Err(SettingError::MissingFile {
+                        setting: "discovery.kubernetes.service.ca_file",
+                        path: ca.clone(),
+                    }
+                    .into());
                 }
                 cfg.root_cert_file = Some(ca.clone());
             }
@@ -68,10 +67,11 @@ pub async fn kube_config(conn: &Connection) -> Result<Config> {
                 }
                 Credentials::TokenFile(f) => {
                     if !f.exists() {
-                        return Err(Error::Config(format!(
-                            "discovery.kubernetes.client.token_file: {} does not exist",
-                            f.display()
-                        )));
+                        return Err(SettingError::MissingFile {
+                            setting: "discovery.kubernetes.client.token_file",
+                            path: f.clone(),
+                        }
+                        .into());
                     }
                     cfg.auth_info.token_file = Some(f.display().to_string());
                 }

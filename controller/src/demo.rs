@@ -24,7 +24,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube_discovery_core::crd::DiscoveredService;
 use serde_json::{Value, json};
 
-use crate::{Error, Result};
+use crate::{Error, HttpError, Result};
 
 /// The embedded default configuration of the demo (`{KUBECONFIG}` is replaced).
 pub const DEMO_CONFIG: &str = r#"# kube-discovery demo configuration
@@ -52,8 +52,8 @@ pub struct DemoOptions {
     pub interval: u64,
 }
 
-fn sim_err(e: impl std::fmt::Display) -> Error {
-    Error::Http(format!("kube-sim: {e}"))
+fn sim_err(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Error {
+    HttpError::Sim(e.into()).into()
 }
 
 const MANAGER: &str = "kube-discovery-demo";
@@ -159,9 +159,7 @@ async fn install_crd(client: &Client) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Err(Error::Http(
-        "the DiscoveredService CRD was not served in time".into(),
-    ))
+    Err(HttpError::CrdNotServed.into())
 }
 
 fn ips(prefix: &str, n: usize) -> Vec<(String, bool)> {

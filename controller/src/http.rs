@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::state::ControllerState;
-use crate::{Error, Result};
+use crate::{HttpError, Result};
 
 /// What the handlers read.
 #[derive(Clone)]
@@ -61,10 +61,8 @@ pub async fn serve(
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| Error::Http(format!("cannot bind {addr}: {e}")))?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| Error::Http(e.to_string()))?;
+        .map_err(|source| HttpError::Bind { addr, source })?;
+    let local = listener.local_addr().map_err(HttpError::LocalAddr)?;
     let app = router(state);
     let task = tokio::spawn(async move {
         let res = axum::serve(listener, app)

@@ -48,7 +48,10 @@
 //!
 //! `anyhow` is used only in `main.rs`; everything here returns [`Result`].
 
+#![warn(missing_docs)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
+
+use kube_discovery_core::ConfigErrors;
 
 pub mod cli;
 pub mod client;
@@ -69,15 +72,19 @@ pub mod state;
 pub mod watch;
 pub mod writer;
 
-/// Every error of the runtime. Display strings never contain credentials.
+/// Every error of the runtime. Display strings never contain credentials and
+/// carry their cause's text (`main` prints only the top error).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A Kubernetes API call failed.
     #[error("kubernetes API error: {0}")]
     Kube(#[from] kube::Error),
-    /// The configuration is invalid (one line per problem).
+    /// The configuration file is invalid (one `path: message` line per problem).
     #[error("{0}")]
-    Config(String),
+    Config(#[from] ConfigErrors),
+    /// A configured setting cannot be used on this machine.
+    #[error(transparent)]
+    Setting(#[from] SettingError),
     /// A kubeconfig could not be loaded.
     #[error("kubeconfig: {0}")]
     Kubeconfig(#[from] kube::config::KubeconfigError),
@@ -91,29 +98,174 @@ pub enum Error {
         source: std::io::Error,
     },
     /// User input (a file given to `render`, a service name) is malformed.
-    #[error("{0}")]
-    Input(String),
+    #[error(transparent)]
+    Input(#[from] InputError),
     /// JSON (de)serialization failed.
     #[error("JSON: {0}")]
     Json(#[from] serde_json::Error),
-    /// YAML (de)serialization failed.
+    /// YAML serialization failed.
     #[error("YAML: {0}")]
-    Yaml(#[from] serde_yaml::Error),
-    /// A looked-up service or port does not exist.
-    #[error("{0}")]
-    NotFound(String),
+    Yaml(#[from] kube_discovery_core::yaml::WriteError),
+    /// A looked-up service and port has no nodes.
+    #[error("no nodes for {query}: {reason}")]
+    NoNodes {
+        /// The service name as given.
+        query: String,
+        /// Why (`no such service and port`, ...).
+        reason: &'static str,
+    },
     /// The HTTP server could not start.
     #[error("HTTP server: {0}")]
-    Http(String),
+    Http(#[from] HttpError),
     /// A gateway sync (`kube-discovery sync ...`) failed.
     #[error("{0}")]
-    Sync(String),
+    Sync(#[source] kube_discovery_client::sync::Error),
     /// Reading what the controller published (the client crate) failed.
     #[error(transparent)]
     Client(#[from] kube_discovery_client::Error),
-    /// The ConfigMap snapshot cannot be built or read.
+    /// The ConfigMap snapshot cannot be built.
     #[error("{0}")]
-    Snapshot(String),
+    Snapshot(#[from] kube_discovery_core::dump::BuildError),
+}
+
+/// A setting of a valid configuration that this machine or process cannot
+/// honour; each message starts with the setting's path.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingError {
+    /// `service.host`/`port` do not form a URL.
+    #[error("discovery.kubernetes.service: cannot build URL {url}: {source}")]
+    ServiceUrl {
+        /// The URL built from the settings.
+        url: String,
+        /// The cause.
+        #[source]
+        source: ::http::uri::InvalidUri,
+    },
+    /// A file named by a setting does not exist.
+    #[error("{setting}: {} does not exist", .path.display())]
+    MissingFile {
+        /// The setting's path.
+        setting: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+    },
+    /// A file named by a setting cannot be read.
+    #[error("{setting}: cannot read {}: {source}", .path.display())]
+    Unreadable {
+        /// The setting's path.
+        setting: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file named by a setting is empty.
+    #[error("{setting}: {} is empty", .path.display())]
+    EmptyFile {
+        /// The setting's path.
+        setting: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+    },
+    /// The snapshot name leaves no room for shard suffixes.
+    #[error(
+        "kube_discovery.sinks.configmap.name: at most {max} characters (shards are named <name>-<i>), got {len}"
+    )]
+    SnapshotNameTooLong {
+        /// The limit.
+        max: usize,
+        /// The name's length.
+        len: usize,
+    },
+    /// The hidden shard-size override is not a number.
+    #[error("{variable}: not a number of bytes: {value:?}")]
+    ShardBytesNotANumber {
+        /// The environment variable.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+        /// The cause.
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    /// The hidden shard-size override is out of range.
+    #[error("{variable}: {value} is outside {min}..={max}")]
+    ShardBytesOutOfRange {
+        /// The environment variable.
+        variable: &'static str,
+        /// Its value.
+        value: usize,
+        /// The smallest accepted value.
+        min: usize,
+        /// The largest accepted value.
+        max: usize,
+    },
+    /// Leader election needs a namespace and none is known.
+    #[error(
+        "kube_discovery.leader_election.lease_namespace: not set and the own namespace is unknown \
+         (set it, or POD_NAMESPACE)"
+    )]
+    LeaseNamespaceUnknown,
+}
+
+/// Malformed input of a command (`render`, `nodes`, `demo`).
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    /// A service name (`[id/]ns/name:port`) is malformed.
+    #[error("{0}")]
+    ServiceName(#[source] kube_discovery_core::ParseError),
+    /// The service name given to `--nodes` is malformed.
+    #[error("--nodes: {0}")]
+    NodesFlag(#[source] kube_discovery_core::ParseError),
+    /// `--nodes` names a cluster id the configuration does not have.
+    #[error("--nodes: cluster id {0:?} is not in the configuration")]
+    UnknownCluster(String),
+    /// A document of the `render` input is not YAML or JSON.
+    #[error("input document #{index}: {source}")]
+    Document {
+        /// Position among the non-empty documents, from 1.
+        index: usize,
+        /// The cause.
+        #[source]
+        source: kube_discovery_core::yaml::ParseError,
+    },
+    /// An object of the `render` input cannot be converted.
+    #[error("{0}")]
+    Render(#[from] kube_discovery_core::RenderError),
+    /// `demo` in a binary built without it.
+    #[error(
+        "this kube-discovery binary was built without the embedded demo (cargo feature `demo`; \
+         release binaries and the image leave it out): run `cargo run -- demo` in a checkout"
+    )]
+    NoDemo,
+    /// A failure injected by a test.
+    #[cfg(test)]
+    #[error("injected failure")]
+    Injected,
+}
+
+/// The HTTP server (or the demo's API server) could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// The listen address cannot be bound.
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bound socket has no local address.
+    #[error("{0}")]
+    LocalAddr(#[source] std::io::Error),
+    /// The demo's in-process kube-sim failed.
+    #[error("kube-sim: {0}")]
+    Sim(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The demo's CRD was not served in time.
+    #[error("the DiscoveredService CRD was not served in time")]
+    CrdNotServed,
 }
 
 impl Error {
@@ -126,19 +278,69 @@ impl Error {
             Error::Kube(kube::Error::Api(s)) if s.code == 429 => "throttled",
             Error::Kube(kube::Error::Api(_)) => "api_error",
             Error::Kube(_) => "transport_error",
-            Error::Config(_) => "config",
+            Error::Config(_) | Error::Setting(_) => "config",
             Error::Kubeconfig(_) => "kubeconfig",
             Error::Io { .. } => "io",
             Error::Input(_) => "input",
             Error::Json(_) | Error::Yaml(_) => "serialization",
-            Error::NotFound(_) => "not_found",
+            Error::NoNodes { .. } => "not_found",
             Error::Http(_) => "http",
             Error::Sync(_) => "sync",
             Error::Client(_) => "client",
             Error::Snapshot(_) => "snapshot",
         }
     }
+
+    /// The configuration or the command's input is wrong (exit code 2): the
+    /// message names the problem, one line each, never a token.
+    pub fn is_usage(&self) -> bool {
+        matches!(self, Error::Config(_) | Error::Setting(_) | Error::Input(_))
+    }
 }
 
 /// Result with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_exit_codes_and_texts_by_kind() {
+        let setting: Error = SettingError::EmptyFile {
+            setting: "kube_discovery.http.auth_token_file",
+            path: "/run/token".into(),
+        }
+        .into();
+        assert_eq!(
+            setting.to_string(),
+            "kube_discovery.http.auth_token_file: /run/token is empty"
+        );
+        assert_eq!(setting.metric_label(), "config");
+        assert!(setting.is_usage());
+        let input: Error = InputError::UnknownCluster("eu1".into()).into();
+        assert_eq!(
+            input.to_string(),
+            "--nodes: cluster id \"eu1\" is not in the configuration"
+        );
+        assert_eq!(input.metric_label(), "input");
+        assert!(input.is_usage());
+        let http: Error = HttpError::CrdNotServed.into();
+        assert_eq!(
+            http.to_string(),
+            "HTTP server: the DiscoveredService CRD was not served in time"
+        );
+        assert_eq!(http.metric_label(), "http");
+        assert!(!http.is_usage());
+        let none = Error::NoNodes {
+            query: "default/web:http".into(),
+            reason: "no such service and port",
+        };
+        assert_eq!(
+            none.to_string(),
+            "no nodes for default/web:http: no such service and port"
+        );
+        assert_eq!(none.metric_label(), "not_found");
+        assert!(!none.is_usage());
+    }
+}

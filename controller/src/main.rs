@@ -60,8 +60,8 @@ async fn dispatch(cli: Cli) -> Result<(), Error> {
                 (None, Some(d)) => NodesFrom::SnapshotDir(d),
                 (None, None) => NodesFrom::DiscoveredServices,
             };
-            let out =
-                kube_discovery::nodes_cmd::nodes_command(&service, kubeconfig, context, from).await?;
+            let out = kube_discovery::nodes_cmd::nodes_command(&service, kubeconfig, context, from)
+                .await?;
             println!("{out}");
             Ok(())
         }
@@ -81,16 +81,12 @@ async fn dispatch(cli: Cli) -> Result<(), Error> {
             .await
         }
         #[cfg(not(feature = "demo"))]
-        Command::Demo { .. } => Err(Error::Input(
-            "this kube-discovery binary was built without the embedded demo (cargo feature `demo`; \
-             release binaries and the image leave it out): run `cargo run -- demo` in a checkout"
-                .into(),
-        )),
+        Command::Demo { .. } => Err(kube_discovery::InputError::NoDemo.into()),
         Command::Sync { gateway } => match gateway {
             SyncGateway::Nginx(a) => kube_discovery_client::sync::run_nginx(a).await,
             SyncGateway::Haproxy(a) => kube_discovery_client::sync::run_haproxy(a).await,
         }
-        .map_err(|e| Error::Sync(format!("{e:#}"))),
+        .map_err(Error::Sync),
     }
 }
 
@@ -100,7 +96,7 @@ async fn main() -> anyhow::Result<ExitCode> {
     init_tracing(cli.log_format);
     match dispatch(cli).await {
         Ok(()) => Ok(ExitCode::SUCCESS),
-        Err(e @ (Error::Config(_) | Error::Input(_))) => {
+        Err(e) if e.is_usage() => {
             // One line per problem, already naming the field; never a token.
             eprintln!("{e}");
             Ok(ExitCode::from(2))

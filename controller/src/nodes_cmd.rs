@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use kube_discovery_client::NodesFrom;
 use kube_discovery_core::parse_service_name;
 
-use crate::{Error, Result};
+use crate::{Error, InputError, Result};
 
 /// Looks `service` (`[id/]ns/name:port`) up in `from`; the kubeconfig and
 /// context are used when `from` needs the API server.
@@ -19,7 +19,7 @@ pub async fn nodes_command(
     context: Option<String>,
     from: NodesFrom,
 ) -> Result<String> {
-    let q = parse_service_name(service).map_err(|e| Error::Input(e.to_string()))?;
+    let q = parse_service_name(service).map_err(InputError::ServiceName)?;
     let client = if from.needs_client() {
         Some(
             crate::client::client(&crate::client::Connection::Kubeconfig {
@@ -33,8 +33,9 @@ pub async fn nodes_command(
     };
     match from.nodes(client.as_ref(), &q).await? {
         Some(nodes) => Ok(serde_json::to_string_pretty(&nodes)?),
-        None => Err(Error::NotFound(format!(
-            "no nodes for {q}: no such service and port"
-        ))),
+        None => Err(Error::NoNodes {
+            query: q.to_string(),
+            reason: "no such service and port",
+        }),
     }
 }

@@ -10,18 +10,20 @@ use kube_discovery_client::lookup;
 use kube_discovery_core::config::parse_config;
 use kube_discovery_core::parse_service_name;
 use kube_discovery_core::render::{RenderOptions, render_report};
-use serde::Deserialize;
+use kube_discovery_core::yaml;
 use serde_json::{Value, json};
 
 use crate::cli::OutputFormat;
-use crate::{Error, Result};
+use crate::{Error, InputError, Result};
 
 /// Parses every YAML (or JSON) document of `text`.
 pub fn parse_documents(text: &str) -> Result<Vec<Value>> {
     let mut out = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let v = Value::deserialize(doc)
-            .map_err(|e| Error::Input(format!("input document #{}: {e}", i + 1)))?;
+    for (i, doc) in yaml::manifests(text).into_iter().enumerate() {
+        let v = doc.map_err(|source| InputError::Document {
+            index: i + 1,
+            source,
+        })?;
         if !v.is_null() {
             out.push(v);
         }
@@ -57,7 +59,7 @@ pub fn render_command(
     let query = nodes
         .map(parse_service_name)
         .transpose()
-        .map_err(|e| Error::Input(format!("--nodes: {e}")))?;
+        .map_err(InputError::NodesFlag)?;
     let opts = match config {
         None => RenderOptions::default(),
         Some(p) => {
@@ -66,7 +68,7 @@ pub fn render_command(
                 source: e,
             })?;
             let env = |k: &str| std::env::var(k).ok();
-            let cfg = parse_config(&text, &env).map_err(|e| Error::Config(e.to_string()))?;
+            let cfg = parse_config(&text, &env)?;
             let id = match (&query, cfg.multi_cluster) {
                 (Some(q), true) => q.cluster.clone(),
                 (None, true) => {
@@ -80,24 +82,21 @@ pub fn render_command(
                 }
                 (_, false) => String::new(),
             };
-            RenderOptions::from_config(&cfg, &id).ok_or_else(|| {
-                Error::Input(format!(
-                    "--nodes: cluster id {id:?} is not in the configuration"
-                ))
-            })?
+            RenderOptions::from_config(&cfg, &id).ok_or(InputError::UnknownCluster(id))?
         }
     };
     let objects = parse_documents(&read_input(file)?)?;
-    let rendered = render_report(&objects, &opts).map_err(|e| Error::Input(e.to_string()))?;
+    let rendered = render_report(&objects, &opts).map_err(InputError::Render)?;
     for w in &rendered.warnings {
         tracing::warn!("{w}");
     }
     if let Some(q) = query {
         return match lookup(&rendered.objects, &q) {
             Some(n) => Ok(format!("{}\n", serde_json::to_string_pretty(&n)?)),
-            None => Err(Error::NotFound(format!(
-                "no nodes for {q}: the input has no such service and port"
-            ))),
+            None => Err(Error::NoNodes {
+                query: q.to_string(),
+                reason: "the input has no such service and port",
+            }),
         };
     }
     match output {
@@ -109,7 +108,7 @@ pub fn render_command(
             let docs: Vec<String> = rendered
                 .objects
                 .iter()
-                .map(serde_yaml::to_string)
+                .map(yaml::to_string)
                 .collect::<std::result::Result<_, _>>()?;
             Ok(docs.join("---\n"))
         }

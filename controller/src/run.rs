@@ -27,7 +27,7 @@ use crate::sink::KubeSink;
 use crate::source::{Source, SourceParams};
 use crate::state::ControllerState;
 use crate::writer::WriterOptions;
-use crate::{Error, Result};
+use crate::{Error, Result, SettingError};
 use kube_discovery_core::config::{Config, Overrides, Plan, parse_config};
 
 /// One watched cluster.
@@ -73,12 +73,10 @@ pub fn run_options(
     http_addr: Option<SocketAddr>,
     kubeconfig: Option<PathBuf>,
 ) -> Result<RunOptions> {
-    let plan = cfg
-        .resolve(&Overrides {
-            http_addr,
-            kubeconfig,
-        })
-        .map_err(|e| Error::Config(e.to_string()))?;
+    let plan = cfg.resolve(&Overrides {
+        http_addr,
+        kubeconfig,
+    })?;
     RunOptions::from_plan(plan)
 }
 
@@ -104,13 +102,10 @@ impl RunOptions {
         };
         let leader = match plan.leader_election {
             Some(le) => {
-                let namespace = le.namespace.or_else(crate::leader::own_namespace).ok_or_else(|| {
-                    Error::Config(
-                        "kube_discovery.leader_election.lease_namespace: not set and the own namespace is unknown \
-                         (set it, or POD_NAMESPACE)"
-                            .into(),
-                    )
-                })?;
+                let namespace = le
+                    .namespace
+                    .or_else(crate::leader::own_namespace)
+                    .ok_or(SettingError::LeaseNamespaceUnknown)?;
                 Some(crate::leader::LeaseConfig::with_timings(
                     namespace,
                     le.name,
@@ -139,18 +134,19 @@ impl RunOptions {
             .collect();
         let auth_token = match &plan.http.auth_token_file {
             Some(p) => {
-                let t = std::fs::read_to_string(p).map_err(|e| {
-                    Error::Config(format!(
-                        "kube_discovery.http.auth_token_file: cannot read {}: {e}",
-                        p.display()
-                    ))
+                const SETTING: &str = "kube_discovery.http.auth_token_file";
+                let t = std::fs::read_to_string(p).map_err(|source| SettingError::Unreadable {
+                    setting: SETTING,
+                    path: p.clone(),
+                    source,
                 })?;
                 let t = t.trim().to_string();
                 if t.is_empty() {
-                    return Err(Error::Config(format!(
-                        "kube_discovery.http.auth_token_file: {} is empty",
-                        p.display()
-                    )));
+                    return Err(SettingError::EmptyFile {
+                        setting: SETTING,
+                        path: p.clone(),
+                    }
+                    .into());
                 }
                 Some(t)
             }
@@ -184,7 +180,7 @@ pub fn run_options_from_text(
     kubeconfig: Option<PathBuf>,
 ) -> Result<RunOptions> {
     let env = |k: &str| std::env::var(k).ok();
-    let cfg = parse_config(text, &env).map_err(|e| Error::Config(e.to_string()))?;
+    let cfg = parse_config(text, &env)?;
     run_options(&cfg, http_addr, kubeconfig)
 }
 

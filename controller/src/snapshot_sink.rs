@@ -62,7 +62,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 use crate::state::ControllerState;
-use crate::{Error, Result};
+use crate::{Error, Result, SettingError};
 
 /// Label every snapshot ConfigMap carries: the snapshot's name
 /// ([`dump::label_value`]).
@@ -110,23 +110,29 @@ impl SnapshotOptions {
     /// shard budget (`env` is the process environment in production).
     pub fn validated(mut self, env: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
         if self.name.len() > MAX_NAME_LEN {
-            return Err(Error::Config(format!(
-                "kube_discovery.sinks.configmap.name: at most {MAX_NAME_LEN} characters (shards are named <name>-<i>), got {}",
-                self.name.len()
-            )));
+            return Err(SettingError::SnapshotNameTooLong {
+                max: MAX_NAME_LEN,
+                len: self.name.len(),
+            }
+            .into());
         }
         if let Some(v) = env(MAX_SHARD_BYTES_ENV) {
-            let n: usize = v.trim().parse().map_err(|_| {
-                Error::Config(format!(
-                    "{MAX_SHARD_BYTES_ENV}: not a number of bytes: {v:?}"
-                ))
-            })?;
+            let n: usize =
+                v.trim()
+                    .parse()
+                    .map_err(|source| SettingError::ShardBytesNotANumber {
+                        variable: MAX_SHARD_BYTES_ENV,
+                        value: v.clone(),
+                        source,
+                    })?;
             if !(dump::MIN_SHARD_BYTES..=dump::DEFAULT_MAX_SHARD_BYTES).contains(&n) {
-                return Err(Error::Config(format!(
-                    "{MAX_SHARD_BYTES_ENV}: {n} is outside {}..={}",
-                    dump::MIN_SHARD_BYTES,
-                    dump::DEFAULT_MAX_SHARD_BYTES
-                )));
+                return Err(SettingError::ShardBytesOutOfRange {
+                    variable: MAX_SHARD_BYTES_ENV,
+                    value: n,
+                    min: dump::MIN_SHARD_BYTES,
+                    max: dump::DEFAULT_MAX_SHARD_BYTES,
+                }
+                .into());
             }
             self.max_shard_bytes = n;
         }
@@ -374,7 +380,7 @@ impl Task {
         let dump = dump_of(&self.shared);
         let l = Arc::new(
             dump::build(&dump, &self.opts.name, self.opts.max_shard_bytes)
-                .map_err(|e| Error::Snapshot(e.to_string()))?,
+                .map_err(Error::Snapshot)?,
         );
         self.layout = Some(l.clone());
         self.layout_gen = Some(g);

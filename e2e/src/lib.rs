@@ -209,5 +209,5 @@ pub fn kubeconfig(url: &str, ca_pem: Option<&str>, token: &str) -> String {
         "current-context": "kube-sim",
         "preferences": {},
     });
-    serde_yaml::to_string(&cfg).unwrap_or_default()
+    serde_saphyr::to_string(&cfg).unwrap_or_default()
 }

@@ -37,12 +37,11 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::Context as _;
 use kube_discovery_core::Node;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::KubeArgs;
 use super::nginx::write_atomic;
+use super::{Error, KubeArgs, Result};
 use crate::policy::{Decider, EmptyPolicy, HostRule, ServiceRef, Target, check_unique};
 
 /// Flags of `sync haproxy`.
@@ -325,7 +324,7 @@ const NOT_READY: u32 = 0x01 | 0x02 | 0x08 | 0x10 | 0x20 | 0x40;
 
 /// Parses `show servers state <backend>` into slots (servers not named
 /// `s<N>` are ignored; slots ordered by number).
-pub fn parse_servers_state(text: &str, backend: &str) -> anyhow::Result<Vec<Slot>> {
+pub fn parse_servers_state(text: &str, backend: &str) -> Result<Vec<Slot>> {
     let mut header: Option<Vec<&str>> = None;
     let mut slots: Vec<(u32, Slot)> = Vec::new();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
@@ -343,35 +342,48 @@ pub fn parse_servers_state(text: &str, backend: &str) -> anyhow::Result<Vec<Slot
         if get("be_name") != Some(backend) {
             continue;
         }
-        let field = |k: &str| {
-            get(k)
-                .ok_or_else(|| anyhow::anyhow!("show servers state {backend}: no {k} in {line:?}"))
+        let field = |k: &'static str| {
+            get(k).ok_or_else(|| Error::MissingField {
+                backend: backend.to_string(),
+                field: k,
+                line: line.to_string(),
+            })
         };
+
         let name = field("srv_name")?;
         let Some(num) = name.strip_prefix('s').and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
-        let admin: u32 = field("srv_admin_state")?
-            .parse()
-            .with_context(|| format!("srv_admin_state in {line:?}"))?;
+        let admin: u32 = column(field("srv_admin_state")?, "srv_admin_state", line)?;
         let slot = Slot {
             name: name.to_string(),
             host: field("srv_addr")?.to_string(),
-            port: field("srv_port")?
-                .parse()
-                .with_context(|| format!("srv_port in {line:?}"))?,
-            weight: field("srv_uweight")?
-                .parse()
-                .with_context(|| format!("srv_uweight in {line:?}"))?,
+            port: column(field("srv_port")?, "srv_port", line)?,
+            weight: column(field("srv_uweight")?, "srv_uweight", line)?,
             enabled: admin & NOT_READY == 0,
         };
         slots.push((num, slot));
     }
     if header.is_none() {
-        anyhow::bail!("show servers state {backend}: {}", text.trim());
+        return Err(Error::NoServersState {
+            backend: backend.to_string(),
+            answer: text.trim().to_string(),
+        });
     }
     slots.sort_by_key(|(n, _)| *n);
     Ok(slots.into_iter().map(|(_, s)| s).collect())
+}
+
+/// A numeric column `field` of a `show servers state` line.
+fn column<T>(value: &str, field: &'static str, line: &str) -> Result<T>
+where
+    T: std::str::FromStr<Err = std::num::ParseIntError>,
+{
+    value.parse().map_err(|source| Error::BadField {
+        field,
+        line: line.to_string(),
+        source,
+    })
 }
 
 /// Whether a Runtime API answer to `cmd` means success.
@@ -383,47 +395,61 @@ pub fn command_ok(cmd: &str, answer: &str) -> bool {
 }
 
 /// Sends one command over a HAProxy CLI socket and returns the answer.
-pub async fn cli(socket: &Path, cmd: &str) -> anyhow::Result<String> {
+pub async fn cli(socket: &Path, cmd: &str) -> Result<String> {
     let fut = async {
         let mut s = tokio::net::UnixStream::connect(socket)
             .await
-            .with_context(|| format!("connect {}", socket.display()))?;
-        s.write_all(format!("{cmd}\n").as_bytes()).await?;
+            .map_err(|source| Error::Connect {
+                socket: socket.to_path_buf(),
+                source,
+            })?;
+        let talk = |source| Error::Socket {
+            socket: socket.to_path_buf(),
+            source,
+        };
+        s.write_all(format!("{cmd}\n").as_bytes())
+            .await
+            .map_err(talk)?;
         let mut out = String::new();
-        s.read_to_string(&mut out).await?;
-        anyhow::Ok(out)
+        s.read_to_string(&mut out).await.map_err(talk)?;
+        Ok(out)
     };
     tokio::time::timeout(Duration::from_secs(5), fut)
         .await
-        .map_err(|_| anyhow::anyhow!("{}: no answer to {cmd:?} within 5s", socket.display()))?
+        .map_err(|_| Error::NoAnswer {
+            socket: socket.to_path_buf(),
+            command: cmd.to_string(),
+        })?
 }
 
-async fn check_config(args: &HaproxyArgs, candidate: &Path) -> anyhow::Result<()> {
+async fn check_config(args: &HaproxyArgs, candidate: &Path) -> Result<()> {
     let mut c = tokio::process::Command::new(&args.haproxy_bin);
     c.arg("-c").arg("-q");
     for f in &args.haproxy_conf {
         c.arg("-f").arg(f);
     }
     c.arg("-f").arg(candidate).kill_on_drop(true);
-    let out = c
-        .output()
-        .await
-        .with_context(|| format!("cannot run {}", args.haproxy_bin.display()))?;
+    let out = c.output().await.map_err(|source| Error::Spawn {
+        program: args.haproxy_bin.display().to_string(),
+        source,
+    })?;
     if out.status.success() {
         Ok(())
     } else {
-        anyhow::bail!(
-            "haproxy -c rejected the backends ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout).trim(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )
+        Err(Error::HaproxyRejected {
+            status: out.status,
+            output: format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout).trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        })
     }
 }
 
 /// Checks `text` with `haproxy -c` as a candidate file, then moves it over
 /// `--output`. Returns `false` when the file already had this content.
-pub async fn write_checked(args: &HaproxyArgs, text: &str) -> anyhow::Result<bool> {
+pub async fn write_checked(args: &HaproxyArgs, text: &str) -> Result<bool> {
     if tokio::fs::read_to_string(&args.output)
         .await
         .ok()
@@ -437,7 +463,11 @@ pub async fn write_checked(args: &HaproxyArgs, text: &str) -> anyhow::Result<boo
     let cand = PathBuf::from(cand);
     tokio::fs::write(&cand, text)
         .await
-        .with_context(|| format!("cannot write {}", cand.display()))?;
+        .map_err(|source| Error::File {
+            action: "write",
+            path: cand.clone(),
+            source,
+        })?;
     let checked = check_config(args, &cand).await;
     let _ = tokio::fs::remove_file(&cand).await;
     checked?;
@@ -450,20 +480,20 @@ struct Backend {
     want: Vec<Want>,
 }
 
-async fn live_slots(args: &HaproxyArgs, backend: &str) -> anyhow::Result<Vec<Slot>> {
+async fn live_slots(args: &HaproxyArgs, backend: &str) -> Result<Vec<Slot>> {
     let text = cli(&args.socket, &format!("show servers state {backend}")).await?;
     parse_servers_state(&text, backend)
 }
 
 /// Reloads through the master CLI and waits until the worker shows `expect` slots per backend.
-async fn reload(args: &HaproxyArgs, expect: &[(String, usize)]) -> anyhow::Result<()> {
+async fn reload(args: &HaproxyArgs, expect: &[(String, usize)]) -> Result<()> {
     let Some(master) = &args.master_socket else {
-        anyhow::bail!(
-            "the backends need more slots but no --master-socket is given to reload HAProxy"
-        );
+        return Err(Error::NoMasterSocket);
     };
     // The master re-executes itself on `reload` and may close the connection without an answer.
-    let _ = cli(master, "reload").await.context("master CLI reload")?;
+    let _ = cli(master, "reload")
+        .await
+        .map_err(|e| Error::MasterReload(Box::new(e)))?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let mut done = true;
@@ -477,18 +507,14 @@ async fn reload(args: &HaproxyArgs, expect: &[(String, usize)]) -> anyhow::Resul
             return Ok(());
         }
         if tokio::time::Instant::now() > deadline {
-            anyhow::bail!("HAProxy did not show the new slots within 10s after reload");
+            return Err(Error::ReloadTimeout);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
 /// One apply cycle: runtime commands where possible, a reload when slots must grow.
-async fn sync_once(
-    args: &HaproxyArgs,
-    backends: &[Backend],
-    first: bool,
-) -> anyhow::Result<&'static str> {
+async fn sync_once(args: &HaproxyArgs, backends: &[Backend], first: bool) -> Result<&'static str> {
     let min = usize::from(args.min_slots);
     let mut live = Vec::with_capacity(backends.len());
     let mut missing = false;
@@ -538,7 +564,10 @@ async fn sync_once(
         for c in &p.commands {
             let answer = cli(&args.socket, c).await?;
             if !command_ok(c, &answer) {
-                anyhow::bail!("HAProxy refused {c:?}: {}", answer.trim());
+                return Err(Error::Refused {
+                    command: c.clone(),
+                    answer: answer.trim().to_string(),
+                });
             }
             sent += 1;
         }
@@ -553,8 +582,8 @@ async fn sync_once(
 }
 
 /// Runs `sync haproxy` until the watch stops (or once with `--once`).
-pub async fn run_haproxy(args: HaproxyArgs) -> anyhow::Result<()> {
-    check_unique(&args.services).map_err(|e| anyhow::anyhow!(e))?;
+pub async fn run_haproxy(args: HaproxyArgs) -> Result<()> {
+    check_unique(&args.services)?;
     let mut watch = args.kube.resolver().await?;
     let mut decider = Decider::default();
     tracing::info!(services = args.services.len(), output = %args.output.display(), policy = %args.empty_policy, "sync haproxy started");

@@ -30,6 +30,153 @@ pub mod nginx;
 pub use haproxy::{HaproxyArgs, run_haproxy};
 pub use nginx::{NginxArgs, run_nginx};
 
+/// Every error of the syncs. Display strings carry their cause's text.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The `--service` flags are refused.
+    #[error(transparent)]
+    Services(#[from] crate::policy::ServicesError),
+    /// `--output` cannot be named in the nginx configuration.
+    #[error("--output {}: path must consist of [A-Za-z0-9/_.-]", .0.display())]
+    OutputPath(PathBuf),
+    /// Reading DiscoveredServices failed.
+    #[error(transparent)]
+    Client(#[from] crate::Error),
+    /// A file cannot be read, written or removed.
+    #[error("cannot {action} {}: {source}", .path.display())]
+    File {
+        /// `read`, `write` or `remove`.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file cannot be renamed over another.
+    #[error("cannot rename {} to {}: {source}", .from.display(), .to.display())]
+    Rename {
+        /// The file renamed.
+        from: PathBuf,
+        /// Its new name.
+        to: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A program (nginx, haproxy) cannot be started.
+    #[error("cannot run {program}: {source}")]
+    Spawn {
+        /// The command as shown (`nginx -t`, the haproxy binary).
+        program: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A program exited with a failure.
+    #[error("{program} failed ({status}): {output}")]
+    Failed {
+        /// The command as shown.
+        program: String,
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// What it printed (stderr).
+        output: String,
+    },
+    /// `haproxy -c` refused the candidate file.
+    #[error("haproxy -c rejected the backends ({status}): {output}")]
+    HaproxyRejected {
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// What it printed (stdout and stderr).
+        output: String,
+    },
+    /// nginx refused the new upstream file; the live one is unchanged.
+    #[error("new {} rejected; previous content kept: {source}", .output.display())]
+    Rejected {
+        /// The upstream file.
+        output: PathBuf,
+        /// Why (`nginx -t` failed, ...).
+        #[source]
+        source: Box<Error>,
+    },
+    /// A HAProxy CLI socket cannot be connected to.
+    #[error("connect {}: {source}", .socket.display())]
+    Connect {
+        /// The socket.
+        socket: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Talking over a connected HAProxy CLI socket failed.
+    #[error("{}: {source}", .socket.display())]
+    Socket {
+        /// The socket.
+        socket: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// HAProxy did not answer in time.
+    #[error("{}: no answer to {command:?} within 5s", .socket.display())]
+    NoAnswer {
+        /// The socket.
+        socket: PathBuf,
+        /// The command sent.
+        command: String,
+    },
+    /// `show servers state` has no such column in a server line.
+    #[error("show servers state {backend}: no {field} in {line:?}")]
+    MissingField {
+        /// The backend.
+        backend: String,
+        /// The column.
+        field: &'static str,
+        /// The server line.
+        line: String,
+    },
+    /// A numeric column of `show servers state` is not a number.
+    #[error("{field} in {line:?}: {source}")]
+    BadField {
+        /// The column.
+        field: &'static str,
+        /// The server line.
+        line: String,
+        /// The cause.
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    /// `show servers state` answered without a header (an unknown backend, ...).
+    #[error("show servers state {backend}: {answer}")]
+    NoServersState {
+        /// The backend.
+        backend: String,
+        /// HAProxy's answer.
+        answer: String,
+    },
+    /// More slots are needed and HAProxy cannot be reloaded.
+    #[error("the backends need more slots but no --master-socket is given to reload HAProxy")]
+    NoMasterSocket,
+    /// The reload over the master CLI failed.
+    #[error("master CLI reload: {0}")]
+    MasterReload(#[source] Box<Error>),
+    /// The reloaded HAProxy did not show the new slots in time.
+    #[error("HAProxy did not show the new slots within 10s after reload")]
+    ReloadTimeout,
+    /// HAProxy refused a Runtime API command.
+    #[error("HAProxy refused {command:?}: {answer}")]
+    Refused {
+        /// The command.
+        command: String,
+        /// HAProxy's answer.
+        answer: String,
+    },
+}
+
+/// Result with [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
 /// Where the syncs read DiscoveredServices from.
 #[derive(Debug, Clone, clap::Args)]
 pub struct KubeArgs {

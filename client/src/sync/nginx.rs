@@ -39,9 +39,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context as _;
-
-use super::KubeArgs;
+use super::{Error, KubeArgs, Result};
 use crate::policy::{Decider, EmptyPolicy, HostRule, ServiceRef, Target, check_unique};
 
 /// Flags of `sync nginx`.
@@ -449,33 +447,40 @@ async fn main_conf(args: &NginxArgs) -> Option<PathBuf> {
     }
 }
 
-async fn run_checked(mut c: tokio::process::Command, what: &str) -> anyhow::Result<()> {
-    let out = c
-        .output()
-        .await
-        .with_context(|| format!("cannot run {what}"))?;
+async fn run_checked(mut c: tokio::process::Command, what: &str) -> Result<()> {
+    let out = c.output().await.map_err(|source| Error::Spawn {
+        program: what.to_string(),
+        source,
+    })?;
     if out.status.success() {
         Ok(())
     } else {
-        anyhow::bail!(
-            "{what} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )
+        Err(Error::Failed {
+            program: what.to_string(),
+            status: out.status,
+            output: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
     }
 }
 
 /// Writes `text` to `path` atomically (temp file in the same directory + rename).
-pub async fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
+pub async fn write_atomic(path: &Path, text: &str) -> Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".kd-tmp");
     let tmp = PathBuf::from(tmp);
-    tokio::fs::write(&tmp, text)
+    write_file(&tmp, text).await?;
+    place(&tmp, path).await
+}
+
+/// Writes `text` to `path` (not atomically).
+async fn write_file(path: &Path, text: &str) -> Result<()> {
+    tokio::fs::write(path, text)
         .await
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    tokio::fs::rename(&tmp, path)
-        .await
-        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
+        .map_err(|source| Error::File {
+            action: "write",
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 /// What [`apply`] did.
@@ -492,21 +497,25 @@ pub enum Applied {
 /// Writes `text` if it differs from the file, validated by nginx before it
 /// replaces the output (see the module docs; fallback: validated in place and
 /// restored when rejected), and reloads nginx.
-pub async fn apply(args: &NginxArgs, text: &str) -> anyhow::Result<Applied> {
+pub async fn apply(args: &NginxArgs, text: &str) -> Result<Applied> {
     let old = match tokio::fs::read_to_string(&args.output).await {
         Ok(s) => Some(s),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", args.output.display())),
+        Err(source) => {
+            return Err(Error::File {
+                action: "read",
+                path: args.output.clone(),
+                source,
+            });
+        }
     };
     if old.as_deref() == Some(text) {
         return Ok(Applied::Unchanged);
     }
     let candidate = candidate_path(&args.output);
-    let rejected = |e: anyhow::Error| {
-        e.context(format!(
-            "new {} rejected; previous content kept",
-            args.output.display()
-        ))
+    let rejected = |e: Error| Error::Rejected {
+        output: args.output.clone(),
+        source: Box::new(e),
     };
     // The main configuration with its include of the output pointed at the candidate.
     let shadow = match main_conf(args).await {
@@ -523,9 +532,7 @@ pub async fn apply(args: &NginxArgs, text: &str) -> anyhow::Result<Applied> {
         },
         None => None,
     };
-    tokio::fs::write(&candidate, text)
-        .await
-        .with_context(|| format!("cannot write {}", candidate.display()))?;
+    write_file(&candidate, text).await?;
     let Some((check_conf, check_text)) = shadow else {
         tracing::warn!(
             output = %args.output.display(),
@@ -534,9 +541,7 @@ pub async fn apply(args: &NginxArgs, text: &str) -> anyhow::Result<Applied> {
         return apply_in_place(args, &candidate, old).await;
     };
     let checked = async {
-        tokio::fs::write(&check_conf, check_text)
-            .await
-            .with_context(|| format!("cannot write {}", check_conf.display()))?;
+        write_file(&check_conf, &check_text).await?;
         let mut test = nginx_cmd_with(args, Some(&check_conf));
         test.arg("-t").arg("-q");
         run_checked(test, "nginx -t").await
@@ -552,14 +557,14 @@ pub async fn apply(args: &NginxArgs, text: &str) -> anyhow::Result<Applied> {
 }
 
 /// Renames the checked `candidate` over the live `output` (atomic on one filesystem).
-async fn place(candidate: &Path, output: &Path) -> anyhow::Result<()> {
-    tokio::fs::rename(candidate, output).await.with_context(|| {
-        format!(
-            "cannot rename {} to {}",
-            candidate.display(),
-            output.display()
-        )
-    })
+async fn place(candidate: &Path, output: &Path) -> Result<()> {
+    tokio::fs::rename(candidate, output)
+        .await
+        .map_err(|source| Error::Rename {
+            from: candidate.to_path_buf(),
+            to: output.to_path_buf(),
+            source,
+        })
 }
 
 /// The fallback of [`apply`]: `candidate` renamed over the output, `nginx -t`
@@ -568,7 +573,7 @@ async fn apply_in_place(
     args: &NginxArgs,
     candidate: &Path,
     old: Option<String>,
-) -> anyhow::Result<Applied> {
+) -> Result<Applied> {
     place(candidate, &args.output).await?;
     let mut test = nginx_cmd(args);
     test.arg("-t").arg("-q");
@@ -577,20 +582,24 @@ async fn apply_in_place(
             Some(prev) => write_atomic(&args.output, prev).await,
             None => tokio::fs::remove_file(&args.output)
                 .await
-                .map_err(anyhow::Error::from),
+                .map_err(|source| Error::File {
+                    action: "remove",
+                    path: args.output.clone(),
+                    source,
+                }),
         };
         if let Err(r) = restored {
             tracing::error!(error = %r, file = %args.output.display(), "cannot restore the previous upstream file");
         }
-        return Err(e.context(format!(
-            "new {} rejected; previous content kept",
-            args.output.display()
-        )));
+        return Err(Error::Rejected {
+            output: args.output.clone(),
+            source: Box::new(e),
+        });
     }
     reload(args).await
 }
 
-async fn reload(args: &NginxArgs) -> anyhow::Result<Applied> {
+async fn reload(args: &NginxArgs) -> Result<Applied> {
     let mut reload = nginx_cmd(args);
     reload.args(["-s", "reload"]);
     match run_checked(reload, "nginx -s reload").await {
@@ -603,18 +612,13 @@ async fn reload(args: &NginxArgs) -> anyhow::Result<Applied> {
 }
 
 /// Runs `sync nginx` until the watch stops (or once with `--once`).
-pub async fn run_nginx(args: NginxArgs) -> anyhow::Result<()> {
-    check_unique(&args.services).map_err(|e| anyhow::anyhow!(e))?;
+pub async fn run_nginx(args: NginxArgs) -> Result<()> {
+    check_unique(&args.services)?;
     let socket = unavailable_socket(&args.output);
     let socket = socket
         .to_str()
         .filter(|s| is_plain_path(s))
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "--output {}: path must consist of [A-Za-z0-9/_.-]",
-                args.output.display()
-            )
-        })?
+        .ok_or_else(|| Error::OutputPath(args.output.clone()))?
         .to_string();
     let mut watch = args.kube.resolver().await?;
     let mut decider = Decider::default();

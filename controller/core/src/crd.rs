@@ -69,7 +69,7 @@
 //! the node list, `spec.shard: {index, count}`, the label
 //! `kubediscovery.io/shard: "<i>"` and the `spec.version` of the WHOLE
 //! service. Readers merge every object of a service (labels or spec give the
-//! service); [`crate::render::lookup`] does. The controller writes shards
+//! service); `kube_discovery_client::lookup` does. The controller writes shards
 //! `1..count` first and shard 0 last, then deletes shards beyond `count`.
 
 use std::collections::BTreeMap;
@@ -188,7 +188,7 @@ pub fn definition() -> CustomResourceDefinition {
 /// The CustomResourceDefinition as YAML (what `kube-discovery crd` prints and
 /// what `crds/discoveredservices.yaml` holds).
 pub fn crd_yaml() -> String {
-    match serde_yaml::to_string(&definition()) {
+    match crate::yaml::to_string(&definition()) {
         Ok(s) => s,
         // Serializing a fixed, derived struct does not fail in practice; keep
         // the error visible instead of panicking.
@@ -479,7 +479,7 @@ pub fn desired_objects(svc: &ServiceNodes, naming: &ObjectNaming) -> Vec<Discove
 /// consecutive range of the node list (port by port, in sorted order), has
 /// `spec.shard = {index, count}`, the label [`LABEL_SHARD`], and the SAME
 /// `spec.version` (the version of the whole service). Readers merge the node
-/// lists of all shards of a service ([`crate::render::lookup`]).
+/// lists of all shards of a service (`kube_discovery_client::lookup`).
 pub fn desired_objects_with_limit(
     svc: &ServiceNodes,
     naming: &ObjectNaming,

@@ -259,7 +259,7 @@ struct Part {
 }
 
 /// Why a layout cannot be built.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum BuildError {
     /// The budget is below [`MIN_SHARD_BYTES`].
     #[error("snapshot shard size {0} is below the minimum of {MIN_SHARD_BYTES} bytes")]
@@ -274,11 +274,24 @@ pub enum BuildError {
     },
     /// Serializing failed (not expected for these types).
     #[error("snapshot: cannot serialize: {0}")]
-    Json(String),
+    Json(#[source] std::sync::Arc<serde_json::Error>),
+    /// More shards or endpoints than a shard document can number.
+    #[error("snapshot: cannot serialize: {0}")]
+    TooMany(#[source] std::num::TryFromIntError),
+    /// A shard came out over the budget the split allowed for (a bug).
+    #[error("snapshot: cannot serialize: shard {shard} is {len} bytes, over the {max} budget")]
+    ShardOverBudget {
+        /// The shard's index.
+        shard: usize,
+        /// Its escaped length.
+        len: usize,
+        /// The budget.
+        max: usize,
+    },
 }
 
 fn entry_size(e: &Entry) -> Result<usize, BuildError> {
-    let t = serde_json::to_string(e).map_err(|x| BuildError::Json(x.to_string()))?;
+    let t = serde_json::to_string(e).map_err(|x| BuildError::Json(x.into()))?;
     Ok(escaped_len(&t))
 }
 
@@ -346,14 +359,14 @@ fn split_greedy(
     if !cur.is_empty() {
         parts.push(cur);
     }
-    let count = u32::try_from(parts.len()).map_err(|e| BuildError::Json(e.to_string()))?;
+    let count = u32::try_from(parts.len()).map_err(BuildError::TooMany)?;
     let mut out = Vec::with_capacity(parts.len());
     for (i, pm) in parts.iter().enumerate() {
         let e = Entry {
             name: name.to_string(),
             value: port_json(pm),
             part: Some(Part {
-                index: u32::try_from(i).map_err(|e| BuildError::Json(e.to_string()))?,
+                index: u32::try_from(i).map_err(BuildError::TooMany)?,
                 count,
             }),
         };
@@ -502,13 +515,14 @@ pub fn build(dump: &Dump, base: &str, max_bytes: usize) -> Result<Layout, BuildE
             index: i,
             endpoints: groups,
         };
-        let text = serde_json::to_string(&doc).map_err(|e| BuildError::Json(e.to_string()))?;
+        let text = serde_json::to_string(&doc).map_err(|e| BuildError::Json(e.into()))?;
         if escaped_len(&text) > max_bytes {
             // The accounting above is an upper bound; reaching this is a bug.
-            return Err(BuildError::Json(format!(
-                "shard {i} is {} bytes, over the {max_bytes} budget",
-                escaped_len(&text)
-            )));
+            return Err(BuildError::ShardOverBudget {
+                shard: i,
+                len: escaped_len(&text),
+                max: max_bytes,
+            });
         }
         let name = shard_name(base, i);
         out.push(ShardData {
@@ -535,7 +549,7 @@ pub fn build(dump: &Dump, base: &str, max_bytes: usize) -> Result<Layout, BuildE
             })
             .collect(),
     };
-    let index = serde_json::to_string(&index).map_err(|e| BuildError::Json(e.to_string()))?;
+    let index = serde_json::to_string(&index).map_err(|e| BuildError::Json(e.into()))?;
     Ok(Layout {
         version,
         index,

@@ -11,8 +11,10 @@
 //!  model.rs    ServiceKey, Node, PortMap, parse_service_name, content_version
 //!  render.rs   objects (JSON values) + config ──▶ DiscoveredServices
 //!  dump.rs     Dump (all services) ──▶ sharded ConfigMap texts + index; assemble (reader)
+//!  yaml.rs     YAML text ◀──▶ serde values (serde-saphyr, YAML 1.2, stable layout)
 //! ```
 
+#![warn(missing_docs)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backoff;
@@ -24,6 +26,7 @@ pub mod filter;
 pub mod index;
 pub mod model;
 pub mod render;
+pub mod yaml;
 
 /// The host type of [`Node`] (inline up to 24 bytes), re-exported so users of
 /// the model need no direct dependency.

@@ -65,7 +65,7 @@ impl RenderOptions {
 }
 
 /// Why an input could not be rendered.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum RenderError {
     /// A document is not a JSON/YAML object.
     #[error("object #{index}: not an object (expected a Kubernetes object or List)")]
@@ -74,7 +74,7 @@ pub enum RenderError {
         index: usize,
     },
     /// A known kind failed to deserialize.
-    #[error("object #{index} ({kind} {name}): {message}")]
+    #[error("object #{index} ({kind} {name}): {source}")]
     Invalid {
         /// Position in the (flattened) input, from 1.
         index: usize,
@@ -83,7 +83,8 @@ pub enum RenderError {
         /// `namespace/name`.
         name: String,
         /// The deserialization error.
-        message: String,
+        #[source]
+        source: std::sync::Arc<serde_json::Error>,
     },
     /// A known kind with an apiVersion we do not read.
     #[error(
@@ -160,7 +161,7 @@ fn typed<T: serde::de::DeserializeOwned>(
         index,
         kind: kind.to_string(),
         name,
-        message: e.to_string(),
+        source: e.into(),
     })
 }
 

@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 
 use kube_discovery_core::config::parse_config;
 use kube_discovery_core::render::{RenderOptions, render_report};
-use serde::Deserialize;
 
 fn cases() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/render");
@@ -24,8 +23,9 @@ fn cases() -> Vec<PathBuf> {
 }
 
 fn docs(text: &str) -> Vec<serde_json::Value> {
-    serde_yaml::Deserializer::from_str(text)
-        .map(|d| serde_json::Value::deserialize(d).expect("valid YAML document"))
+    kube_discovery_core::yaml::documents(text)
+        .into_iter()
+        .map(|d| d.expect("valid YAML document"))
         .collect()
 }
 
@@ -54,7 +54,7 @@ fn render_case(input: &Path) -> String {
     }
     for obj in &out.objects {
         s.push_str("---\n");
-        s.push_str(&serde_yaml::to_string(obj).expect("serialize"));
+        s.push_str(&kube_discovery_core::yaml::to_string(obj).expect("serialize"));
     }
     s
 }

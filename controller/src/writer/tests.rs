@@ -40,7 +40,7 @@ impl Sink for FakeSink {
             let mut f = self.fail_next.lock().unwrap();
             if *f > 0 {
                 *f -= 1;
-                return Err(crate::Error::Input("injected failure".into()));
+                return Err(crate::InputError::Injected.into());
             }
         }
         self.calls

@@ -11,6 +11,8 @@
 //! - [`schema`]: CRD openAPIV3Schema pruning, defaulting and validation (via `jsonschema`).
 //! - [`ssa`]: server-side apply, managedFields (FieldsV1), update ownership tracking.
 
+#![warn(missing_docs)]
+
 pub mod endpoints;
 pub mod field;
 pub mod names;

@@ -958,7 +958,7 @@ mod tests {
         let text =
             std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
         let crd: Value =
-            serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{path} is not YAML: {e}"));
+            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{path} is not YAML: {e}"));
         let schema = crd
             .pointer("/spec/versions/0/schema/openAPIV3Schema")
             .unwrap_or_else(|| panic!("{path}: no spec.versions[0].schema.openAPIV3Schema"));

@@ -204,12 +204,11 @@ pub(super) fn parse_body(ctx: &Ctx, body: &[u8]) -> ApiResult<Value> {
                 "the body of the request could not be decoded as JSON: {e}"
             ))
         })?,
-        "application/yaml" | "application/apply-patch+yaml" => serde_yaml::from_slice(body)
-            .map_err(|e| {
-                ApiError::bad_request(format!(
-                    "the body of the request could not be decoded as YAML: {e}"
-                ))
-            })?,
+        "application/yaml" | "application/apply-patch+yaml" => yaml_body(body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body of the request could not be decoded as YAML: {e}"
+            ))
+        })?,
         "application/vnd.kubernetes.protobuf" => {
             crate::protobuf::decode(body).map_err(|(code, msg)| {
                 if code == 415 {
@@ -320,4 +319,18 @@ pub(super) fn decoded(ctx: &Ctx, obj: &mut Value) {
     {
         schema.prune_non_nullable_nulls(obj);
     }
+}
+
+/// A YAML request body as JSON, read as YAML 1.2 (`yes` stays a string; a
+/// repeated key keeps its last value).
+pub(crate) fn yaml_body(body: &[u8]) -> Result<Value, serde_saphyr::Error> {
+    // `Options` is non-exhaustive: start from the defaults.
+    let mut o = serde_saphyr::Options::default();
+    o.strict_booleans = true;
+    o.leading_zero_numbers_as_strings = true;
+    o.underscored_numbers_as_strings = true;
+    o.merge_keys = serde_saphyr::MergeKeyPolicy::AsOrdinary;
+    o.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::LastWins;
+    o.with_snippet = false;
+    serde_saphyr::from_slice_with_options(body, o)
 }

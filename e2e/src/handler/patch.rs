@@ -15,7 +15,7 @@ use super::auth::authorize_create_on_write;
 use super::commit::write;
 use super::ctx::{
     Ctx, check_resource_version, check_type_meta, decoded, media_type, meta_str, now, present,
-    respond,
+    respond, yaml_body,
 };
 use crate::convert;
 use crate::machinery;
@@ -26,7 +26,7 @@ pub(super) fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Bo
     let media = media_type(&ct);
     let status_only = ctx.sub.as_deref() == Some("status");
     let patch_doc: Value = match media.as_str() {
-        "application/apply-patch+yaml" => serde_yaml::from_slice(body)
+        "application/apply-patch+yaml" => yaml_body(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?,
         "application/merge-patch+json"
         | "application/strategic-merge-patch+json"

@@ -124,17 +124,26 @@ struct RawStatus {
 /// One audited request stage.
 #[derive(Debug, Clone)]
 pub struct Event {
+    /// The request's audit id (the same for all its stages).
     pub audit_id: String,
+    /// `RequestReceived`, `ResponseStarted`, `ResponseComplete` or `Panic`.
     pub stage: String,
+    /// Kubernetes verb (`get`, `list`, `watch`, `patch`, ...).
     pub verb: String,
+    /// The authenticated user name.
     pub user: String,
     /// Plural resource, `resource/subresource` for subresources, `nonresource`
     /// for non-resource URLs (as kube-sim counts them).
     pub resource: String,
+    /// API group (empty for the core group).
     pub group: String,
+    /// Namespace of the object (empty for cluster-scoped requests).
     pub namespace: String,
+    /// Object name (empty for lists and watches).
     pub name: String,
+    /// HTTP status code of the answer (0 before it is known).
     pub code: u16,
+    /// Whether authorization allowed the request.
     pub allowed: bool,
     /// When the server received the request, microseconds since the epoch.
     pub received_micros: u64,
@@ -237,6 +246,7 @@ struct Parsed {
 }
 
 impl AuditLog {
+    /// A reader of the audit log file at `path` (parsed on demand).
     pub fn new(path: &Path) -> AuditLog {
         AuditLog {
             path: path.to_path_buf(),
@@ -244,6 +254,7 @@ impl AuditLog {
         }
     }
 
+    /// The audit log file.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -47,6 +47,7 @@ impl FakeKubelet {
         })
     }
 
+    /// The names of the Nodes it registered.
     pub fn nodes(&self) -> &[String] {
         &self.nodes
     }

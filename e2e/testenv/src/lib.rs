@@ -21,6 +21,8 @@
 //!                 controller ──────┘   test admin ─┘   kube-controller-manager
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod audit;
 pub mod kubelet;
 pub mod net;
@@ -42,11 +44,14 @@ pub use real::ControlPlane;
 /// Which API server a test runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
+    /// kube-sim, in process.
     Sim,
+    /// kube-apiserver + etcd + kube-controller-manager, behind the fault proxy.
     Real,
 }
 
 impl Backend {
+    /// The suffix of the test names (`kube-sim` or `real`).
     pub fn name(self) -> &'static str {
         match self {
             Backend::Sim => "kube-sim",
@@ -114,6 +119,7 @@ pub struct Cluster {
 const AUDIT_SETTLE: Duration = Duration::from_millis(300);
 
 impl Cluster {
+    /// Starts an API server of `backend` with `opts` and waits until it serves.
     pub async fn start(backend: Backend, opts: Options) -> anyhow::Result<Cluster> {
         match backend {
             Backend::Sim => {
@@ -157,7 +163,7 @@ impl Cluster {
     /// Creates a CRD on kube-sim (it serves it at once).
     async fn install_sim_crd(&self, yaml: &str) -> anyhow::Result<()> {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        let crd: CustomResourceDefinition = serde_yaml::from_str(yaml).context("CRD YAML")?;
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(yaml).context("CRD YAML")?;
         kube::Api::<CustomResourceDefinition>::all(self.admin.clone())
             .create(&kube::api::PostParams::default(), &crd)
             .await
@@ -165,6 +171,7 @@ impl Cluster {
         Ok(())
     }
 
+    /// Which API server this is.
     pub fn backend(&self) -> Backend {
         match self.inner {
             Inner::Sim(_) => Backend::Sim,
@@ -172,6 +179,7 @@ impl Cluster {
         }
     }
 
+    /// Whether this is the real API server.
     pub fn is_real(&self) -> bool {
         self.backend() == Backend::Real
     }
@@ -210,6 +218,7 @@ impl Cluster {
         }
     }
 
+    /// The address of [`Cluster::url`].
     pub fn addr(&self) -> std::net::SocketAddr {
         match &self.inner {
             Inner::Sim(s) => s.addr(),
@@ -225,6 +234,7 @@ impl Cluster {
         }
     }
 
+    /// A bearer token with cluster-admin rights.
     pub fn admin_token(&self) -> String {
         match &self.inner {
             Inner::Sim(s) => s.admin_token(),
@@ -245,6 +255,7 @@ impl Cluster {
         }
     }
 
+    /// Writes [`Cluster::kubeconfig_yaml`] for `token` to `path`.
     pub fn write_kubeconfig(&self, path: &Path, token: &str) -> anyhow::Result<()> {
         std::fs::write(path, self.kubeconfig_yaml(token))
             .with_context(|| format!("writing kubeconfig {}", path.display()))

@@ -16,10 +16,12 @@ pub struct Pki {
     pub ca_pem: String,
     /// Serving certificate (leaf) and its key.
     pub serving_cert_pem: String,
+    /// The serving certificate's private key (PKCS#8).
     pub serving_key_pem: String,
     certs: Certs,
     /// ServiceAccount token signing key (PKCS#8) and its public key.
     pub sa_key_pem: String,
+    /// The public key of `sa_key_pem`.
     pub sa_pub_pem: String,
 }
 

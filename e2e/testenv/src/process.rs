@@ -74,10 +74,12 @@ impl Proc {
         self.child.as_ref().map(Child::id)
     }
 
+    /// The name the process was started under (for logs).
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The file its stdout and stderr go to.
     pub fn log_path(&self) -> &Path {
         &self.log
     }
@@ -123,6 +125,10 @@ impl Proc {
             if let Ok(Some(_)) = child.try_wait() {
                 return;
             }
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "Drop cannot await: waits the grace period for the child to exit"
+            )]
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = child.kill();
@@ -142,7 +148,7 @@ impl Drop for Proc {
     }
 }
 
-/// The last [`TAIL_BYTES`] of a file (lossy UTF-8).
+/// The last `TAIL_BYTES` bytes of a file (lossy UTF-8).
 pub fn log_tail(path: &Path) -> String {
     let Ok(mut f) = std::fs::File::open(path) else {
         return format!("({} cannot be read)", path.display());

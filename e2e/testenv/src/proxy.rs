@@ -131,6 +131,7 @@ impl FaultProxy {
         Ok(FaultProxy { addr, shared })
     }
 
+    /// The address clients connect to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }

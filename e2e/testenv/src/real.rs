@@ -37,7 +37,9 @@ use crate::process::{Proc, free_port};
 use crate::proxy::FaultProxy;
 
 /// Pinned versions; `e2e/controlplane/env.sh` has the same and builds them.
+/// The kube-apiserver and kube-controller-manager version.
 pub const KUBERNETES_VERSION: &str = "v1.34.4";
+/// The etcd version.
 pub const ETCD_VERSION: &str = "v3.6.4";
 
 /// How long the API server may take to become ready (a cold start on 2 busy
@@ -61,8 +63,11 @@ pub fn bin_dir() -> PathBuf {
 /// A user of the static token file.
 #[derive(Debug, Clone)]
 pub struct User {
+    /// The user name.
     pub name: String,
+    /// Its groups.
     pub groups: Vec<String>,
+    /// Its bearer token.
     pub token: String,
 }
 
@@ -351,7 +356,7 @@ impl ControlPlane {
     /// Creates a CRD from YAML and waits until it is established.
     pub async fn install_crd(&self, yaml: &str) -> anyhow::Result<()> {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        let crd: CustomResourceDefinition = serde_yaml::from_str(yaml).context("CRD YAML")?;
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(yaml).context("CRD YAML")?;
         let name = crd.metadata.name.clone().unwrap_or_default();
         let api: kube::Api<CustomResourceDefinition> = kube::Api::all(self.admin_client().await?);
         api.create(&kube::api::PostParams::default(), &crd)
@@ -394,6 +399,7 @@ impl ControlPlane {
         format!("https://{}", self.proxy.addr())
     }
 
+    /// The address of [`ControlPlane::url`] (the fault proxy).
     pub fn addr(&self) -> SocketAddr {
         self.proxy.addr()
     }
@@ -403,22 +409,27 @@ impl ControlPlane {
         format!("https://{}", self.apiserver_addr)
     }
 
+    /// The CA certificate of the API server (PEM).
     pub fn ca_pem(&self) -> String {
         self.pki.ca_pem.clone()
     }
 
+    /// A bearer token of a `system:masters` user.
     pub fn admin_token(&self) -> String {
         self.admin_token.clone()
     }
 
+    /// The temporary directory of the certificates, configuration, logs and data.
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
 
+    /// The API server's audit log.
     pub fn audit(&self) -> &AuditLog {
         &self.audit
     }
 
+    /// The fault-injecting proxy in front of the API server.
     pub fn proxy(&self) -> &FaultProxy {
         &self.proxy
     }

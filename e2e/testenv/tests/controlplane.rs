@@ -211,6 +211,10 @@ fn no_process_outlives_a_killed_test() {
             t.elapsed() < Duration::from_secs(10),
             "control-plane processes outlived the killed test: {pids:?}"
         );
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "a synchronous test polling process liveness"
+        )]
         std::thread::sleep(Duration::from_millis(50));
     }
 }

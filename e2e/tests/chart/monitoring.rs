@@ -61,7 +61,7 @@ fn rendered_rules() -> Value {
 fn promtool_test(dir: &Path, rules: &Value) -> std::process::Output {
     std::fs::write(
         dir.join("rules.yaml"),
-        serde_yaml::to_string(rules).expect("rules YAML"),
+        kube_discovery_core::yaml::to_string(rules).expect("rules YAML"),
     )
     .expect("write rules");
     std::fs::copy(
@@ -98,7 +98,7 @@ fn chart_alerts_pass_promtool() {
     );
 
     // Every alert has a case that fires and one where it must not.
-    let tests: Value = serde_yaml::from_str(
+    let tests: Value = kube_discovery_core::yaml::from_str(
         &std::fs::read_to_string(dir.path().join("alerts.test.yaml")).expect("tests"),
     )
     .expect("tests YAML");

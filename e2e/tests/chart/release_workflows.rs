@@ -76,7 +76,7 @@ fn workflows_pass_actionlint_with_shellcheck() {
 }
 
 fn release() -> Value {
-    serde_yaml::from_str(
+    kube_discovery_core::yaml::from_str(
         &std::fs::read_to_string(repo_root().join(".github/workflows/release.yaml"))
             .expect("release.yaml"),
     )
@@ -261,7 +261,7 @@ fn version_check(tag: &str) -> (bool, String, String) {
 
 #[test]
 fn release_version_check_accepts_only_the_chart_and_crate_version() {
-    let chart: Value = serde_yaml::from_str(
+    let chart: Value = kube_discovery_core::yaml::from_str(
         &std::fs::read_to_string(chart_dir().join("Chart.yaml")).expect("Chart.yaml"),
     )
     .expect("Chart.yaml");

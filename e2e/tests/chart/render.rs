@@ -237,7 +237,8 @@ fn chart_renders_single_cluster_config() {
             "http.port=9090",
         ],
     );
-    let cfg: Value = serde_yaml::from_str(&rendered_config(&docs)).expect("config is YAML");
+    let cfg: Value =
+        kube_discovery_core::yaml::from_str(&rendered_config(&docs)).expect("config is YAML");
     let k = &cfg["discovery"]["kubernetes"];
     assert!(k.is_object(), "single cluster = object: {k}");
     assert_eq!(k["namespace_selector"], json!({"not_match": ["kube-.*"]}));
@@ -262,7 +263,8 @@ fn chart_renders_single_cluster_config() {
 #[test]
 fn chart_renders_multi_cluster_config_with_secret_credentials() {
     let docs = render("kd", "kube-discovery", &["-f", &multi_values()]);
-    let cfg: Value = serde_yaml::from_str(&rendered_config(&docs)).expect("config is YAML");
+    let cfg: Value =
+        kube_discovery_core::yaml::from_str(&rendered_config(&docs)).expect("config is YAML");
     let list = cfg["discovery"]["kubernetes"]
         .as_array()
         .expect("multi cluster = list");

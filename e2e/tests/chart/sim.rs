@@ -440,6 +440,10 @@ impl Drop for Controller {
             if let Ok(Some(_)) = self.0.try_wait() {
                 return;
             }
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "Drop cannot await: waits at most 5 s for the child to exit"
+            )]
             std::thread::sleep(Duration::from_millis(50));
         }
         let _ = self.0.kill();

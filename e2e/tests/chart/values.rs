@@ -459,13 +459,13 @@ fn chart_global_image_registry_and_artifact_hub_images() {
 
     // Artifact Hub: the listed image is what the chart deploys by default;
     // license and links are there, every change entry is well formed.
-    let chart: Value = serde_yaml::from_str(
+    let chart: Value = kube_discovery_core::yaml::from_str(
         &std::fs::read_to_string(chart_dir().join("Chart.yaml")).expect("Chart.yaml"),
     )
     .expect("Chart.yaml YAML");
     let ann = &chart["annotations"];
     let nested = |key: &str| -> Value {
-        serde_yaml::from_str(
+        kube_discovery_core::yaml::from_str(
             ann[key]
                 .as_str()
                 .unwrap_or_else(|| panic!("annotation {key}")),

@@ -9,7 +9,6 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use serde::Deserialize;
 use serde_json::Value;
 
 /// Repository root (`e2e/..`).
@@ -89,9 +88,9 @@ pub fn render(release: &str, namespace: &str, args: &[&str]) -> Vec<Value> {
 
 /// Parses multi-document YAML, dropping empty documents.
 pub fn parse_docs(yaml: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(yaml)
-        .map(|d| Value::deserialize(d).expect("valid YAML document"))
-        .filter(|v| !v.is_null())
+    kube_discovery_core::yaml::documents(yaml)
+        .into_iter()
+        .map(|d| d.expect("valid YAML document"))
         .collect()
 }
 

@@ -30,7 +30,6 @@ use fault_support::{
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, PostParams};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use testenv::both_backends;
 
@@ -179,8 +178,8 @@ async fn install_rbac(env: &Env) -> Vec<Value> {
     let pp = PostParams::default();
     for f in files {
         let text = std::fs::read_to_string(&f).expect("read rbac file");
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let v = Value::deserialize(doc).expect("yaml");
+        for doc in kube_discovery_core::yaml::documents(&text) {
+            let v = doc.expect("yaml");
             if v.is_null() {
                 continue;
             }

@@ -680,7 +680,6 @@ async fn snapshot_of_a_big_state_respects_the_real_1_mib_bound(backend: Backend)
 async fn install_rbac(env: &Env) -> Vec<Value> {
     use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-    use serde::Deserialize;
     let root = controller_support::repo_root();
     let mut files: Vec<_> = std::fs::read_dir(root.join("rbac"))
         .expect("rbac/")
@@ -694,8 +693,8 @@ async fn install_rbac(env: &Env) -> Vec<Value> {
     let mut snapshot_rules = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).expect("read rbac file");
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let v = Value::deserialize(doc).expect("yaml");
+        for doc in kube_discovery_core::yaml::documents(&text) {
+            let v = doc.expect("yaml");
             if v.is_null() {
                 continue;
             }

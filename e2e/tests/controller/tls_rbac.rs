@@ -12,8 +12,7 @@ use crate::controller_support;
 use controller_support::{Backend, Controller, Env, LIMIT, Options, eventually, repo_root};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, PostParams};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use testenv::both_backends;
 
 /// An HTTPS API server (kube-sim only needs to be told).
@@ -33,8 +32,8 @@ async fn start_https(backend: Backend) -> Env {
 async fn install_rbac(env: &Env) {
     let text = std::fs::read_to_string(repo_root().join("rbac/clusterrole.yaml"))
         .expect("read rbac/clusterrole.yaml");
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v = Value::deserialize(doc).expect("yaml");
+    for doc in kube_discovery_core::yaml::documents(&text) {
+        let v = doc.expect("yaml");
         match v["kind"].as_str() {
             Some("ClusterRole") => {
                 let o: ClusterRole = serde_json::from_value(v).expect("ClusterRole");

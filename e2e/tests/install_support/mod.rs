@@ -283,6 +283,10 @@ impl Drop for Pod {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return;
             }
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "Drop cannot await: waits at most 5 s for the child to exit"
+            )]
             std::thread::sleep(Duration::from_millis(50));
         }
         let _ = self.child.kill();

@@ -107,6 +107,10 @@ fn stops_cleanly_on(child: &mut std::process::Child, sig: &str) {
             Instant::now() < deadline,
             "kube-sim did not stop on SIG{sig}"
         );
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "a synchronous test polling a child process"
+        )]
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(exit.success(), "exit status {exit}");

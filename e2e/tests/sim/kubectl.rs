@@ -180,6 +180,10 @@ fn eventually_ok(cli: &Cli, args: &[&str]) -> String {
             "{args:?} kept failing: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "a synchronous test helper retrying a kubectl command"
+        )]
         std::thread::sleep(Duration::from_millis(100));
     }
 }

@@ -150,6 +150,10 @@ impl Cli {
                 let _ = child.kill();
                 panic!("{} {args:?} did not finish within 60s", self.bin.display());
             }
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "a synchronous test helper polling a child process"
+            )]
             std::thread::sleep(Duration::from_millis(20));
         }
         child.wait_with_output().expect("output")

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use garde::Validate;
 use serde::{Deserialize, Deserializer};
-use serde_yaml::Value;
+use serde_json::Value;
 
 use super::error::Errors;
 use super::rules::{
@@ -53,7 +53,7 @@ pub(super) struct RawDocument {
 impl RawDocument {
     /// Finds the blocks; `None` (reported) if the text is not a YAML mapping.
     pub(super) fn read(yaml: &str, errors: &mut Errors) -> Option<Self> {
-        let root: Value = match serde_yaml::from_str(yaml) {
+        let root: Value = match crate::yaml::from_str(yaml) {
             Ok(v) => v,
             Err(e) => {
                 errors.push("config", format!("invalid YAML: {e}"));
@@ -61,8 +61,8 @@ impl RawDocument {
             }
         };
         let root = match root {
-            Value::Mapping(m) => m,
-            Value::Null => serde_yaml::Mapping::new(),
+            Value::Object(m) => m,
+            Value::Null => serde_json::Map::new(),
             _ => {
                 errors.push(
                     "config",
@@ -73,7 +73,7 @@ impl RawDocument {
         };
         let missing = "is missing (use {} for in-cluster defaults)";
         let kubernetes = match root.get("discovery") {
-            Some(Value::Mapping(d)) => match d.get("kubernetes") {
+            Some(Value::Object(d)) => match d.get("kubernetes") {
                 Some(k) => Some(k.clone()),
                 None => {
                     errors.push(KUBERNETES, missing);
@@ -92,8 +92,8 @@ impl RawDocument {
         let kubernetes = match kubernetes {
             None => None,
             Some(Value::Null) => Some(RawKubernetes::Empty),
-            Some(v @ Value::Mapping(_)) => Some(RawKubernetes::Single(v)),
-            Some(Value::Sequence(items)) => Some(RawKubernetes::Multi(items)),
+            Some(v @ Value::Object(_)) => Some(RawKubernetes::Single(v)),
+            Some(Value::Array(items)) => Some(RawKubernetes::Multi(items)),
             Some(_) => {
                 errors.push(
                     KUBERNETES,
@@ -112,7 +112,7 @@ impl RawDocument {
 /// A list entry of `discovery.kubernetes` at `path`; `None` (reported) if it
 /// is not a mapping or does not deserialize.
 pub(super) fn cluster_item(item: Value, path: &str, errors: &mut Errors) -> Option<RawCluster> {
-    if !matches!(item, Value::Mapping(_)) {
+    if !matches!(item, Value::Object(_)) {
         errors.push(path, "must be a mapping");
         return None;
     }
@@ -124,7 +124,7 @@ pub(super) fn cluster_item(item: Value, path: &str, errors: &mut Errors) -> Opti
 pub(super) fn settings(value: Option<Value>, errors: &mut Errors) -> Option<RawSettings> {
     match value {
         None | Some(Value::Null) => Some(RawSettings::default()),
-        Some(v @ Value::Mapping(_)) => deserialize_at(v, KUBE_DISCOVERY, errors),
+        Some(v @ Value::Object(_)) => deserialize_at(v, KUBE_DISCOVERY, errors),
         Some(_) => {
             errors.push(KUBE_DISCOVERY, "must be a mapping");
             None
@@ -193,8 +193,8 @@ pub(super) fn deserialize_at<T: serde::de::DeserializeOwned>(
 impl<'de> Deserialize<'de> for Secret {
     /// Accepts only strings; the error for other types does not echo the value.
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match serde_yaml::Value::deserialize(d) {
-            Ok(serde_yaml::Value::String(s)) => Ok(Secret::new(s)),
+        match Value::deserialize(d) {
+            Ok(Value::String(s)) => Ok(Secret::new(s)),
             _ => Err(serde::de::Error::custom(
                 "must be a string (value not shown)",
             )),
@@ -204,10 +204,10 @@ impl<'de> Deserialize<'de> for Secret {
 
 /// Accepts a number or a string (for `service.port`).
 fn de_scalar<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    match serde_yaml::Value::deserialize(d)? {
-        serde_yaml::Value::Null => Ok(None),
-        serde_yaml::Value::String(s) => Ok(Some(s)),
-        serde_yaml::Value::Number(n) => Ok(Some(n.to_string())),
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(s)),
+        Value::Number(n) => Ok(Some(n.to_string())),
         _ => Err(serde::de::Error::custom(
             "must be a port number or a \"${VAR}\" string",
         )),

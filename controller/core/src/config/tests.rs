@@ -928,3 +928,56 @@ fn durations() {
     assert!(parse_duration("-5s").is_err());
     assert!(parse_duration("5").is_err());
 }
+
+/// Where YAML parsers differ (YAML 1.1 against 1.2, duplicate keys, merge
+/// keys): the file reads as it always has, and each problem names its field.
+#[test]
+fn yaml_1_2_reading_and_repeated_keys() {
+    // `yes`/`on` are strings in YAML 1.2, not booleans.
+    has(
+        &errs("discovery: {kubernetes: {watch_endpoint_slices: yes}}"),
+        "discovery.kubernetes.watch_endpoint_slices",
+        "invalid type: string \"yes\", expected a boolean",
+    );
+    has(
+        &errs("discovery: {kubernetes: {default_weight: on}}"),
+        "discovery.kubernetes.default_weight",
+        "invalid type: string \"on\"",
+    );
+    // A key written twice is refused, naming the key (never "last one wins").
+    let lines = errs("discovery:\n  kubernetes:\n    default_weight: 1\n    default_weight: 2\n");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    has(&lines, "config", "duplicate key `default_weight`");
+    has(&lines, "config", "line 4");
+    // `<<` is an ordinary (unknown) key, not a merge.
+    has(
+        &errs("discovery: {kubernetes: {<<: {default_weight: 5}}}"),
+        "discovery.kubernetes.<<",
+        "unknown field `<<`",
+    );
+    // Wrong types name the field and the expected type.
+    has(
+        &errs("discovery: {kubernetes: {service: {host: [a]}}}"),
+        "discovery.kubernetes.service.host",
+        "invalid type: sequence, expected a string",
+    );
+    // A wrongly typed token is not echoed, nor a repeated key holding one.
+    let lines = errs(&format!(
+        "discovery: {{kubernetes: {{client: {{token: [{TOKEN}]}}}}}}"
+    ));
+    has(
+        &lines,
+        "discovery.kubernetes.client.token",
+        "must be a string",
+    );
+    // Leading zeros and underscores make a string, not a number.
+    for n in ["0100", "1_000"] {
+        has(
+            &errs(&format!(
+                "discovery: {{kubernetes: {{default_weight: {n}}}}}"
+            )),
+            "discovery.kubernetes.default_weight",
+            &format!("invalid type: string \"{n}\""),
+        );
+    }
+}
