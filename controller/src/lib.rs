@@ -24,6 +24,7 @@
 //!  run         wires all of the above (`RunOptions`, from the configuration)
 //!  nodes       `kube-discovery nodes` (reads through kube-discovery-client)
 //!  render_cmd  `kube-discovery render` (the core's pure render on files)
+//!  shell       the `kubectl-discovery` plugin name, `completion` and `man` (from the clap definition)
 //! ```
 //!
 //! `watch` is the one watch loop (backoff, 410 relist, bookmarks, idle
@@ -40,6 +41,7 @@
 //!  source ─▶ watch, inbox, state, metrics    drift ─▶ watch, inbox, state
 //!  snapshot ─▶ state, metrics, client
 //!  watch ─▶ client                           metrics ─▶ state       render_cmd ─▶ cli
+//!  shell ─▶ cli
 //!  state   inbox   client   leader   cli             (nothing of the crate)
 //!  (readers of what it writes are the kube-discovery-client crate)
 //! ```
@@ -60,6 +62,7 @@ pub mod metrics;
 pub mod nodes;
 pub mod render_cmd;
 pub mod run;
+pub mod shell;
 pub mod sink;
 pub mod snapshot;
 pub mod source;
@@ -83,6 +86,15 @@ pub enum Error {
     #[error("cannot read {path}: {source}")]
     Io {
         /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing output (stdout, generated files) failed.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The file or directory (`stdout` for the standard output).
         path: String,
         /// The cause.
         #[source]
@@ -126,7 +138,7 @@ impl Error {
             Error::Kube(_) => "transport_error",
             Error::Config(_) => "config",
             Error::Kubeconfig(_) => "kubeconfig",
-            Error::Io { .. } => "io",
+            Error::Io { .. } | Error::Write { .. } => "io",
             Error::Input(_) => "input",
             Error::Json(_) | Error::Yaml(_) => "serialization",
             Error::NotFound(_) => "not_found",

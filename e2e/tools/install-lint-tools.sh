@@ -10,6 +10,9 @@
 #                                    is inside); actionlint runs it on every `run:` script
 #   promtool                Debian's `prometheus` package (apt-get), like
 #                                    e2e/tools/install-gateways.sh installs nginx
+#   groff, man              Debian's `groff-base` and `man-db` (apt-get): the man pages
+#                                    kube-discovery generates are rendered and looked up
+#                                    with them in e2e/tests/controller/cli.rs
 # Idempotent. Without Go (or the module proxy) it says so and, outside CI, goes
 # on: the tests that need actionlint then fail naming this script. Under CI
 # (CI=true) a missing tool is an error here.
@@ -92,4 +95,20 @@ elif command -v apt-get >/dev/null 2>&1; then
   echo "install-lint-tools: $(promtool --version 2>&1 | head -n1)"
 else
   problem "promtool missing and no apt-get: install Prometheus' promtool (>= 2.42) on PATH"
+fi
+
+# groff and man, which render and find the man pages kube-discovery generates.
+if command -v groff >/dev/null 2>&1 && command -v man >/dev/null 2>&1; then
+  echo "install-lint-tools: $(groff --version 2>&1 | head -n1), $(man --version 2>&1 | head -n1)"
+elif command -v apt-get >/dev/null 2>&1; then
+  SUDO=""
+  if [[ "$(id -u)" -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends groff-base man-db >/dev/null
+  if ! command -v groff >/dev/null 2>&1 || ! command -v man >/dev/null 2>&1; then
+    problem "groff or man still missing after apt-get install groff-base man-db"
+  fi
+else
+  problem "groff or man missing and no apt-get: install groff and man-db (the man page test uses them)"
 fi
