@@ -10,11 +10,11 @@ mod chart_support;
 mod install_support;
 
 mod config;
+mod deploy_manifest;
 mod image;
 mod monitoring;
+mod release_workflows;
 mod render;
 mod sim;
 mod upgrade;
 mod values;
-mod deploy_manifest;
-mod release_workflows;
