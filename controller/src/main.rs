@@ -108,6 +108,22 @@ async fn dispatch(cli: Cli, invocation: Invocation) -> Result<(), Error> {
 async fn main() -> anyhow::Result<ExitCode> {
     // `kubectl-discovery` (the kubectl plugin) names itself `kubectl discovery`.
     let invocation = Invocation::from_argv0(std::env::args_os().next().as_deref());
+    if invocation == Invocation::KubectlComplete {
+        // kubectl's completion of `kubectl discovery ...`: words, not a command.
+        let words: Vec<String> = std::env::args_os()
+            .skip(1)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        return Ok(
+            match shell::write_stdout(shell::kubectl_complete(&words).as_bytes()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(1)
+                }
+            },
+        );
+    }
     let cli = invocation.parse();
     init_tracing(cli.log_format);
     match dispatch(cli, invocation).await {

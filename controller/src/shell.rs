@@ -1,9 +1,10 @@
 //! The binary's two names and what a shell needs from it.
 //!
-//! One executable, two names: `kube-discovery`, and `kubectl-discovery`, the
+//! One executable, three names: `kube-discovery`; `kubectl-discovery`, the
 //! name krew's naming guide gives the kubectl plugin `discovery` (`kubectl
-//! discovery nodes ns/name:port` runs `kubectl-discovery nodes ns/name:port`).
-//! The name it was started under (argv[0]) decides how help and usage name it.
+//! discovery nodes ns/name:port` runs `kubectl-discovery nodes ns/name:port`);
+//! and `kubectl_complete-discovery`, which kubectl (1.26+) runs to complete
+//! `kubectl discovery <TAB>`. The name it was started under (argv[0]) decides.
 //! Completion scripts (`clap_complete`) and man pages (`clap_mangen`) are
 //! generated from the same clap definition, so they cannot drift from it.
 
@@ -23,6 +24,8 @@ pub const BIN: &str = "kube-discovery";
 pub const PLUGIN_BIN: &str = "kubectl-discovery";
 /// How a user types the plugin.
 pub const PLUGIN_USAGE: &str = "kubectl discovery";
+/// The executable kubectl runs to complete the plugin's arguments.
+pub const PLUGIN_COMPLETE_BIN: &str = "kubectl_complete-discovery";
 
 /// The name the binary was started under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,17 +34,19 @@ pub enum Invocation {
     Direct,
     /// `kubectl-discovery`, usually started by `kubectl discovery ...`.
     KubectlPlugin,
+    /// `kubectl_complete-discovery`, started by kubectl's shell completion
+    /// (see [`kubectl_complete`]).
+    KubectlComplete,
 }
 
 impl Invocation {
     /// From argv[0]: its file name without directory and extension
     /// (`/usr/local/bin/kubectl-discovery`, `kubectl-discovery.exe`).
     pub fn from_argv0(argv0: Option<&OsStr>) -> Self {
-        let stem = argv0.and_then(|a| Path::new(a).file_stem());
-        if stem == Some(OsStr::new(PLUGIN_BIN)) {
-            Self::KubectlPlugin
-        } else {
-            Self::Direct
+        match argv0.and_then(|a| Path::new(a).file_stem()) {
+            Some(s) if s == PLUGIN_BIN => Self::KubectlPlugin,
+            Some(s) if s == PLUGIN_COMPLETE_BIN => Self::KubectlComplete,
+            _ => Self::Direct,
         }
     }
 
@@ -49,7 +54,7 @@ impl Invocation {
     pub fn bin(self) -> &'static str {
         match self {
             Self::Direct => BIN,
-            Self::KubectlPlugin => PLUGIN_BIN,
+            Self::KubectlPlugin | Self::KubectlComplete => PLUGIN_BIN,
         }
     }
 
@@ -59,7 +64,7 @@ impl Invocation {
         let cmd = Cli::command();
         match self {
             Self::Direct => cmd,
-            Self::KubectlPlugin => cmd
+            Self::KubectlPlugin | Self::KubectlComplete => cmd
                 .name(PLUGIN_BIN)
                 .bin_name(PLUGIN_USAGE)
                 .display_name(PLUGIN_BIN),
@@ -84,6 +89,99 @@ pub fn completion(invocation: Invocation, shell: Shell) -> Vec<u8> {
     if shell == Shell::Bash {
         fix_bash_hyphenated_bin(&mut out, invocation.bin());
     }
+    out
+}
+
+/// Cobra's shell completion directives (kubectl passes them to the shell).
+const DIRECTIVE_DEFAULT: u8 = 0; // the shell may complete file names
+const DIRECTIVE_NO_FILE: u8 = 4; // only the candidates given
+
+/// What kubectl's completion asks of `kubectl_complete-discovery`: `args` are
+/// the words after `kubectl discovery`, the last one the word being completed
+/// (maybe empty). Prints one candidate per line (`word<TAB>description`) and
+/// a last line `:<directive>`, Cobra's protocol: subcommands, flags of the
+/// command reached (after `-`), and the values of a flag that has a fixed set.
+pub fn kubectl_complete(args: &[String]) -> String {
+    let mut root = Invocation::KubectlPlugin.command();
+    root.build();
+    let (current, done) = match args.split_last() {
+        Some((c, d)) => (c.as_str(), d),
+        None => ("", &[][..]),
+    };
+    let mut cmd = &root;
+    let mut wants_value: Option<&clap::Arg> = None;
+    for word in done {
+        if wants_value.take().is_some() {
+            continue;
+        }
+        let flag = if let Some(long) = word.strip_prefix("--") {
+            (!long.contains('=')).then(|| cmd.get_arguments().find(|a| a.get_long() == Some(long)))
+        } else if let Some(short) = word.strip_prefix('-').filter(|s| s.chars().count() == 1) {
+            Some(cmd.get_arguments().find(|a| {
+                short
+                    .chars()
+                    .next()
+                    .is_some_and(|c| a.get_short() == Some(c))
+            }))
+        } else {
+            if let Some(sub) = cmd.find_subcommand(word) {
+                cmd = sub;
+            }
+            None
+        };
+        wants_value = flag.flatten().filter(|a| a.get_action().takes_values());
+    }
+    let one_line = |s: Option<&clap::builder::StyledStr>| {
+        s.map(|s| {
+            s.to_string()
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .replace('\t', " ")
+        })
+        .unwrap_or_default()
+    };
+    let mut candidates: Vec<(String, String)> = Vec::new();
+    let directive = if let Some(arg) = wants_value {
+        candidates.extend(
+            arg.get_possible_values()
+                .iter()
+                .filter(|v| !v.is_hide_set())
+                .map(|v| (v.get_name().to_string(), one_line(v.get_help()))),
+        );
+        if candidates.is_empty() {
+            DIRECTIVE_DEFAULT
+        } else {
+            DIRECTIVE_NO_FILE
+        }
+    } else if current.starts_with('-') {
+        for a in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+            if let Some(long) = a.get_long() {
+                candidates.push((format!("--{long}"), one_line(a.get_help())));
+            }
+        }
+        DIRECTIVE_NO_FILE
+    } else if cmd.has_subcommands() {
+        candidates.extend(
+            cmd.get_subcommands()
+                .filter(|c| !c.is_hide_set())
+                .map(|c| (c.get_name().to_string(), one_line(c.get_about()))),
+        );
+        DIRECTIVE_NO_FILE
+    } else {
+        // A positional argument (a service name, a file): the shell's default.
+        DIRECTIVE_DEFAULT
+    };
+    let mut out = String::new();
+    for (word, help) in candidates.iter().filter(|(w, _)| w.starts_with(current)) {
+        out.push_str(word);
+        if !help.is_empty() {
+            out.push('\t');
+            out.push_str(help);
+        }
+        out.push('\n');
+    }
+    out.push_str(&format!(":{directive}\n"));
     out
 }
 
@@ -164,6 +262,10 @@ mod tests {
             (Some("/usr/bin/kube-discovery"), Invocation::Direct),
             (Some("kubectl-discovery-old"), Invocation::Direct),
             (Some("kubectl"), Invocation::Direct),
+            (
+                Some("/usr/local/bin/kubectl_complete-discovery"),
+                Invocation::KubectlComplete,
+            ),
             (Some(""), Invocation::Direct),
             (None, Invocation::Direct),
         ] {
@@ -278,5 +380,75 @@ mod tests {
         std::fs::write(&blocker, "").expect("write");
         let err = man_pages_to(Invocation::Direct, &blocker.join("man1")).expect_err("not a dir");
         assert!(err.to_string().contains("file/man1"), "{err}");
+    }
+
+    fn complete(words: &[&str]) -> Vec<String> {
+        let args: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+        kubectl_complete(&args)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn kubectl_completion_follows_the_command_line() {
+        let top = complete(&[""]);
+        assert_eq!(top.last().map(String::as_str), Some(":4"), "{top:?}");
+        for s in [
+            "run",
+            "crd",
+            "render",
+            "nodes",
+            "demo",
+            "sync",
+            "completion",
+            "man",
+        ] {
+            assert!(
+                top.iter().any(|l| l.split('\t').next() == Some(s)),
+                "{s}: {top:?}"
+            );
+        }
+        assert!(
+            top.iter()
+                .any(|l| l.starts_with("nodes\tPrint the nodes of")),
+            "with descriptions: {top:?}"
+        );
+        assert_eq!(
+            complete(&["re"]),
+            [
+                "render\tPrint the DiscoveredServices the controller would write for the given \
+                 Kubernetes objects (Endpoints, EndpointSlices; one object, multi-document \
+                 YAML/JSON, or a List)",
+                ":4"
+            ]
+        );
+        assert_eq!(
+            complete(&["sync", "h"])[0].split('\t').next(),
+            Some("haproxy")
+        );
+        let flags = complete(&["nodes", "--snap"]);
+        let names: Vec<&str> = flags.iter().filter_map(|l| l.split('\t').next()).collect();
+        assert_eq!(names, ["--snapshot", "--snapshot-dir", ":4"]);
+        // Flag values: a fixed set, or the shell's file completion.
+        assert_eq!(complete(&["completion", "--log-format", ""]).len(), 3);
+        assert_eq!(
+            complete(&["render", "-o", "j"]),
+            ["json\tA JSON `List`", ":4"]
+        );
+        assert_eq!(complete(&["nodes", "--kubeconfig", ""]), [":0"]);
+        assert_eq!(complete(&["render", "-f", ""]), [":0"]);
+        // After a flag's value, the command's words again; a positional: files.
+        assert_eq!(
+            complete(&["--log-format", "json", "cr"]),
+            [
+                "crd\tPrint the DiscoveredService CustomResourceDefinition YAML",
+                ":4"
+            ]
+        );
+        assert_eq!(complete(&["nodes", ""]), [":0"]);
+        // Nothing matches: no candidates, still a directive; no args at all.
+        assert_eq!(complete(&["zzz"]), [":4"]);
+        assert_eq!(kubectl_complete(&[]).lines().last(), Some(":4"));
     }
 }

@@ -1,8 +1,8 @@
 //! The `kube-discovery` CLI as a process: `crd`, `render`, `nodes`, config
 //! errors (exit code 2, one line per problem naming the field, never the
 //! token), `demo --duration`, the kubectl plugin (`kubectl discovery nodes`
-//! through the real kubectl v1.34), shell completions loaded into bash and
-//! man pages rendered by groff.
+//! and kubectl's completion of it, through the real kubectl v1.34), shell
+//! completions loaded into bash and man pages rendered by groff.
 //!
 //! The `nodes` and plugin tests read from an API server and run on both
 //! backends; `crd`, `render`, the config errors, completions and man pages
@@ -413,12 +413,16 @@ async fn demo_runs_for_a_duration_with_live_updates_and_exits_cleanly() {
     );
 }
 
-/// A directory holding `kube-discovery` and `kubectl-discovery`, both
-/// symlinks to the binary under test (as `ln -s` or krew installs them), to
-/// put first on PATH.
+/// A directory holding `kube-discovery`, `kubectl-discovery` and
+/// `kubectl_complete-discovery`, symlinks to the binary under test (as `ln -s`
+/// or krew installs them), to put first on PATH.
 fn names_on_path() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    for name in ["kube-discovery", "kubectl-discovery"] {
+    for name in [
+        "kube-discovery",
+        "kubectl-discovery",
+        "kubectl_complete-discovery",
+    ] {
         std::os::unix::fs::symlink(bin(), dir.path().join(name)).unwrap();
     }
     dir
@@ -540,6 +544,28 @@ async fn kubectl_discovery_plugin_prints_nodes(backend: Backend) {
     assert_eq!(code, 2, "{err}");
     // (With KUBECONFIG set, clap shows `--kubeconfig <KUBECONFIG>` in it.)
     assert!(err.contains("Usage: kubectl discovery nodes "), "{err}");
+
+    // kubectl's own completion (`kubectl discovery <TAB>`, what its bash/zsh
+    // scripts ask through `kubectl __complete`) runs kubectl_complete-discovery.
+    let (code, out, err) =
+        kubectl_plugin(plugins.path(), &kc, &["__complete", "discovery", ""]).await;
+    assert_eq!(code, 0, "{err}");
+    for s in ["nodes", "render", "crd", "completion", "man"] {
+        assert!(
+            out.lines().any(|l| l.split('\t').next() == Some(s)),
+            "{s}:\n{out}{err}"
+        );
+    }
+    assert_eq!(out.lines().last(), Some(":4"), "{out}");
+    let (code, out, err) = kubectl_plugin(
+        plugins.path(),
+        &kc,
+        &["__complete", "discovery", "nodes", "--snap"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let words: Vec<&str> = out.lines().filter_map(|l| l.split('\t').next()).collect();
+    assert_eq!(words, ["--snapshot", "--snapshot-dir", ":4"], "{out}{err}");
     ctl.stop().await;
 }
 
