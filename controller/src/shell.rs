@@ -249,6 +249,18 @@ pub fn write_stdout(bytes: &[u8]) -> Result<(), Error> {
 mod tests {
     use super::*;
 
+    /// Every subcommand a user can type.
+    const SUBCOMMANDS: [&str; 8] = [
+        "run",
+        "crd",
+        "render",
+        "nodes",
+        "demo",
+        "sync",
+        "completion",
+        "man",
+    ];
+
     #[test]
     fn argv0_picks_the_plugin_name_only_for_kubectl_discovery() {
         for (argv0, want) in [
@@ -314,16 +326,7 @@ mod tests {
             .get_subcommands()
             .map(|s| s.get_name().to_string())
             .collect();
-        for s in [
-            "run",
-            "crd",
-            "render",
-            "nodes",
-            "demo",
-            "sync",
-            "completion",
-            "man",
-        ] {
+        for s in SUBCOMMANDS {
             assert!(subcommands.iter().any(|n| n == s), "{s}: {subcommands:?}");
         }
         for inv in [Invocation::Direct, Invocation::KubectlPlugin] {
@@ -394,16 +397,7 @@ mod tests {
     fn kubectl_completion_follows_the_command_line() {
         let top = complete(&[""]);
         assert_eq!(top.last().map(String::as_str), Some(":4"), "{top:?}");
-        for s in [
-            "run",
-            "crd",
-            "render",
-            "nodes",
-            "demo",
-            "sync",
-            "completion",
-            "man",
-        ] {
+        for s in SUBCOMMANDS {
             assert!(
                 top.iter().any(|l| l.split('\t').next() == Some(s)),
                 "{s}: {top:?}"

