@@ -12,8 +12,10 @@
 #                                    e2e/tools/install-gateways.sh installs nginx
 #   .tools/cargo/bin/cargo-deny  0.20.2  `cargo install --locked` from crates.io
 #                                    (deny.toml; e2e/tests/chart/dependencies.rs). A
-#                                    cold install took 683 s on the 2-core machine
-#                                    (busy with other builds); later runs reuse it.
+#                                    cold install (empty cargo home) took 683 s with
+#                                    cargo-deny's fat-LTO release profile and 640 s
+#                                    without it, on the 2-core machine while other
+#                                    builds ran (load 7-11); later runs reuse it.
 #   groff, man              Debian's `groff-base` and `man-db` (apt-get): the man pages
 #                                    kube-discovery generates are rendered and looked up
 #                                    with them in e2e/tests/controller/cli.rs
@@ -109,7 +111,10 @@ elif command -v cargo-deny >/dev/null 2>&1 && [[ "$(deny_version "$(command -v c
   echo "install-lint-tools: using $(command -v cargo-deny) ($CARGO_DENY_VERSION)"
 else
   echo "install-lint-tools: installing cargo-deny $CARGO_DENY_VERSION into $root/.tools/cargo (cargo install; ~11 min cold on 2 cores)"
-  if ! cargo install --locked --quiet --root "$root/.tools/cargo" "cargo-deny@$CARGO_DENY_VERSION"; then
+  # Without its fat LTO and single codegen unit: a lint tool that runs for a
+  # second needs no whole-program optimisation, the build is shorter.
+  if ! CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+      cargo install --locked --quiet --root "$root/.tools/cargo" "cargo-deny@$CARGO_DENY_VERSION"; then
     problem "cargo install cargo-deny@$CARGO_DENY_VERSION failed (crates.io must be reachable)"
   fi
 fi
