@@ -10,8 +10,9 @@
 #
 # Installs what it needs: cargo-nextest, cargo-fuzz, helm + kubectl (project-local
 # .tools/), actionlint (built from its Go module) + shellcheck (PyPI) into
-# .tools/bin, the real control plane (.tools/controlplane/, built once with Go),
-# nginx + HAProxy + promtool (Debian packages).
+# .tools/bin, cargo-deny (.tools/cargo), the real control plane
+# (.tools/controlplane/, built once with Go), nginx + HAProxy + promtool + groff
+# (Debian packages).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -31,6 +32,16 @@ bash e2e/tools/install-tools.sh
 bash e2e/tools/install-lint-tools.sh
 bash e2e/tools/install-gateways.sh   # nginx + HAProxy from Debian, for the gateway e2e tests
 export PATH="$PWD/.tools/bin:$PATH"
+
+# cargo deny (deny.toml): licenses, bans and sources are checked by
+# e2e/tests/chart/dependencies.rs. Advisories need the RustSec database, which
+# is fetched from GitHub: checked here when github.com answers, otherwise
+# skipped with this notice (.github/workflows/ci.yaml always checks them).
+if timeout 20 git ls-remote https://github.com/rustsec/advisory-db HEAD >/dev/null 2>&1; then
+  .tools/cargo/bin/cargo-deny --locked check advisories
+else
+  echo "test.sh: SKIPPED cargo deny check advisories: the RustSec advisory database (https://github.com/rustsec/advisory-db) cannot be fetched from this machine; the GitHub workflow .github/workflows/ci.yaml runs it"
+fi
 
 # kube-sim, real or both: builds the real control plane when wanted (fails
 # under CI without Go or the module proxy; warns and runs kube-sim only outside).

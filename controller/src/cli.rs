@@ -114,6 +114,26 @@ pub enum Command {
         #[command(subcommand)]
         gateway: SyncGateway,
     },
+    /// Print a shell completion script for this command's name.
+    #[command(after_help = "Load it in the running shell or install it:\n  \
+        bash: source <(kube-discovery completion bash)\n  \
+        zsh:  kube-discovery completion zsh > \"${fpath[1]}/_kube-discovery\"\n  \
+        fish: kube-discovery completion fish > ~/.config/fish/completions/kube-discovery.fish\n\
+        Run as kubectl-discovery, it completes kubectl-discovery.")]
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), or write one page per command to a directory.
+    #[command(after_help = "Read it: kube-discovery man | man -l -\n\
+        Install: kube-discovery man --dir /usr/local/share/man/man1")]
+    Man {
+        /// Write `kube-discovery.1`, `kube-discovery-<command>.1`, ... into
+        /// this directory (created if missing) instead of printing the main page.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// Gateways `sync` can drive.
@@ -196,5 +216,18 @@ mod tests {
             Cli::try_parse_from(["kube-discovery", "run"]).is_err(),
             "--config is required"
         );
+        let c = Cli::try_parse_from(["kube-discovery", "completion", "zsh"]).unwrap();
+        assert!(matches!(
+            c.command,
+            Command::Completion {
+                shell: clap_complete::Shell::Zsh
+            }
+        ));
+        assert!(
+            Cli::try_parse_from(["kube-discovery", "completion", "tcsh"]).is_err(),
+            "an unknown shell is a usage error"
+        );
+        let c = Cli::try_parse_from(["kube-discovery", "man", "--dir", "/tmp/m"]).unwrap();
+        assert!(matches!(c.command, Command::Man { dir: Some(_) }));
     }
 }

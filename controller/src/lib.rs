@@ -25,6 +25,7 @@
 //!  run         wires all of the above (`RunOptions`, from the configuration)
 //!  nodes_cmd   `kube-discovery nodes` (reads through kube-discovery-client)
 //!  render_cmd  `kube-discovery render` (the core's pure render on files)
+//!  shell       the `kubectl-discovery` plugin name, `completion` and `man` (from the clap definition)
 //! ```
 //!
 //! `watch` is the one watch loop (backoff, 410 relist, bookmarks, idle
@@ -42,6 +43,7 @@
 //!  source ─▶ watch, inbox, state, metrics    drift ─▶ watch, inbox, state
 //!  snapshot_sink ─▶ state, metrics, client
 //!  watch ─▶ client                           metrics ─▶ state       render_cmd ─▶ cli
+//!  shell ─▶ cli
 //!  state   inbox   client   leader   cli             (nothing of the crate)
 //!  (readers of what it writes are the kube-discovery-client crate)
 //! ```
@@ -65,6 +67,7 @@ pub mod metrics;
 pub mod nodes_cmd;
 pub mod render_cmd;
 pub mod run;
+pub mod shell;
 pub mod sink;
 pub mod snapshot_sink;
 pub mod source;
@@ -92,6 +95,15 @@ pub enum Error {
     #[error("cannot read {path}: {source}")]
     Io {
         /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing output (stdout, generated files) failed.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The file or directory (`stdout` for the standard output).
         path: String,
         /// The cause.
         #[source]
@@ -280,7 +292,7 @@ impl Error {
             Error::Kube(_) => "transport_error",
             Error::Config(_) | Error::Setting(_) => "config",
             Error::Kubeconfig(_) => "kubeconfig",
-            Error::Io { .. } => "io",
+            Error::Io { .. } | Error::Write { .. } => "io",
             Error::Input(_) => "input",
             Error::Json(_) | Error::Yaml(_) => "serialization",
             Error::NoNodes { .. } => "not_found",

@@ -3,9 +3,9 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use kube_discovery::Error;
 use kube_discovery::cli::{Cli, Command, LogFormat, SyncGateway};
+use kube_discovery::shell::{self, Invocation};
 use tracing_subscriber::EnvFilter;
 
 fn init_tracing(format: LogFormat) {
@@ -21,7 +21,7 @@ fn init_tracing(format: LogFormat) {
     }
 }
 
-async fn dispatch(cli: Cli) -> Result<(), Error> {
+async fn dispatch(cli: Cli, invocation: Invocation) -> Result<(), Error> {
     match cli.command {
         Command::Run {
             config,
@@ -87,14 +87,40 @@ async fn dispatch(cli: Cli) -> Result<(), Error> {
             SyncGateway::Haproxy(a) => kube_discovery_client::sync::run_haproxy(a).await,
         }
         .map_err(Error::Sync),
+        Command::Completion { shell } => shell::write_stdout(&shell::completion(invocation, shell)),
+        Command::Man { dir: None } => shell::write_stdout(&shell::man_page(invocation)?),
+        Command::Man { dir: Some(dir) } => {
+            for f in shell::man_pages_to(invocation, &dir)? {
+                println!("{}", dir.join(f).display());
+            }
+            Ok(())
+        }
     }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
-    let cli = Cli::parse();
+    // `kubectl-discovery` (the kubectl plugin) names itself `kubectl discovery`.
+    let invocation = Invocation::from_argv0(std::env::args_os().next().as_deref());
+    if invocation == Invocation::KubectlComplete {
+        // kubectl's completion of `kubectl discovery ...`: words, not a command.
+        let words: Vec<String> = std::env::args_os()
+            .skip(1)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        return Ok(
+            match shell::write_stdout(shell::kubectl_complete(&words).as_bytes()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(1)
+                }
+            },
+        );
+    }
+    let cli = invocation.parse();
     init_tracing(cli.log_format);
-    match dispatch(cli).await {
+    match dispatch(cli, invocation).await {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e) if e.is_usage() => {
             // One line per problem, already naming the field; never a token.

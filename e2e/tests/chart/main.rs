@@ -10,6 +10,7 @@ mod chart_support;
 mod install_support;
 
 mod config;
+mod dependencies;
 mod deploy_manifest;
 mod image;
 mod monitoring;

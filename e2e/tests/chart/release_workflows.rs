@@ -4,8 +4,10 @@
 //! `e2e/tools/install-lint-tools.sh`), and the release workflow publishes what
 //! the README promises (multi-arch image with SBOM + provenance, chart as OCI
 //! artifact and in a Helm repository index, CLI binaries for linux/darwin x
-//! amd64/arm64 with checksums and attestations). Its version check is run
-//! here as a script.
+//! amd64/arm64 with checksums and attestations; the kubectl plugin archives
+//! and their krew manifest; completions and man pages in the archives). Its
+//! version check, and its packaging, checksum and krew steps (with the debug
+//! binary standing in for the release builds) are run here as scripts.
 
 use crate::chart_support;
 
@@ -198,12 +200,31 @@ fn release_workflow_publishes_image_chart_and_binaries() {
         ),
         "{bins}"
     );
+    // Completions and man pages: generated once by a native build, packed by
+    // every binaries job (release_packs_... runs those scripts).
+    let files = run_scripts(&wf, "cli-files");
+    assert!(
+        files.contains(
+            "cargo build --locked --no-default-features -p kube-discovery --bin kube-discovery"
+        ) && files.contains("deploy/cli-files.sh target/debug/kube-discovery cli-files"),
+        "{files}"
+    );
+    assert!(
+        wf["jobs"]["binaries"]["needs"]
+            .as_array()
+            .is_some_and(|n| n.iter().any(|j| j == "cli-files")),
+        "the archives need the completions and man pages"
+    );
 
     // Release: checksums of everything, attested, all on the GitHub release.
     let rel = run_scripts(&wf, "release");
     assert!(
         rel.contains("sha256sum ./*.tar.gz ./*.tgz kube-discovery.yaml"),
         "{rel}"
+    );
+    assert!(
+        rel.contains("deploy/krew/render.sh \"$VERSION\" \"$GITHUB_REPOSITORY\""),
+        "the krew manifest is rendered from the checksums:\n{rel}"
     );
     let attest = uses(&wf, "release", "actions/attest-build-provenance");
     assert_eq!(attest.len(), 1);
@@ -282,6 +303,8 @@ fn release_version_check_accepts_only_the_chart_and_crate_version() {
 fn shipping_scripts_pass_shellcheck() {
     let scripts = [
         "deploy/render.sh",
+        "deploy/krew/render.sh",
+        "deploy/cli-files.sh",
         "charts/sync-crds.sh",
         "e2e/tools/install-lint-tools.sh",
         "e2e/tools/install-tools.sh",
@@ -301,5 +324,326 @@ fn shipping_scripts_pass_shellcheck() {
             .permissions()
             .mode();
         assert!(mode & 0o111 != 0, "{s} must be executable");
+    }
+}
+
+/// The `run:` script of the step named `name` in `job`.
+fn step_script<'a>(wf: &'a Value, job: &str, name: &str) -> &'a str {
+    wf["jobs"][job]["steps"]
+        .as_array()
+        .unwrap_or_else(|| panic!("job {job}"))
+        .iter()
+        .find_map(|s| (s["name"] == name).then(|| s["run"].as_str()).flatten())
+        .unwrap_or_else(|| panic!("no step {name:?} with a run: script in job {job}"))
+}
+
+/// Runs `script` with `bash -e` in `dir` with `env`; panics with its output on failure.
+fn run_step(script: &str, dir: &std::path::Path, env: &[(&str, &str)]) -> String {
+    let mut c = Command::new("bash");
+    c.args(["-e", "-c", script]).current_dir(dir);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = run(c);
+    assert!(out.status.success(), "{script}\n{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn tar_list(archive: &std::path::Path) -> Vec<String> {
+    let mut c = Command::new("tar");
+    c.arg("-tzf").arg(archive);
+    let out = run(c);
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+const PLATFORMS: [(&str, &str); 4] = [
+    ("linux", "amd64"),
+    ("linux", "arm64"),
+    ("darwin", "amd64"),
+    ("darwin", "arm64"),
+];
+
+/// Checks a krew Plugin manifest: the four platforms, each selecting os and
+/// arch, with `bin: kubectl-discovery` and a file rule for it.
+fn check_krew_platforms(doc: &Value) -> Vec<(String, String, &Value)> {
+    assert_eq!(
+        doc["apiVersion"],
+        "krew.googlecontainertools.github.com/v1alpha2"
+    );
+    assert_eq!(doc["kind"], "Plugin");
+    assert_eq!(doc["metadata"]["name"], "discovery");
+    for f in ["version", "homepage", "shortDescription", "description"] {
+        assert!(doc["spec"][f].is_string(), "spec.{f}: {doc}");
+    }
+    let platforms = doc["spec"]["platforms"].as_array().expect("spec.platforms");
+    let mut got: Vec<(String, String, &Value)> = platforms
+        .iter()
+        .map(|p| {
+            let labels = &p["selector"]["matchLabels"];
+            assert_eq!(p["bin"], "kubectl-discovery", "{p}");
+            assert!(p["uri"].is_string() && p["sha256"].is_string(), "{p}");
+            let from = p["files"][0]["from"].as_str().expect("files[0].from");
+            assert!(from.ends_with("/kubectl-discovery"), "{p}");
+            (
+                labels["os"].as_str().expect("os").to_string(),
+                labels["arch"].as_str().expect("arch").to_string(),
+                p,
+            )
+        })
+        .collect();
+    got.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    let mut want: Vec<(String, String)> = PLATFORMS
+        .iter()
+        .map(|(o, a)| (o.to_string(), a.to_string()))
+        .collect();
+    want.sort();
+    assert_eq!(
+        got.iter()
+            .map(|(o, a, _)| (o.clone(), a.clone()))
+            .collect::<Vec<_>>(),
+        want
+    );
+    got
+}
+
+#[test]
+fn krew_manifest_template_is_a_plugin_for_four_platforms() {
+    let docs = read_docs("deploy/krew/discovery.yaml");
+    assert_eq!(docs.len(), 1);
+    for (os, arch, p) in check_krew_platforms(&docs[0]) {
+        let tag = format!("{os}_{arch}");
+        assert_eq!(p["sha256"], format!("@SHA256_{}@", tag.to_uppercase()));
+        assert!(
+            p["uri"]
+                .as_str()
+                .is_some_and(|u| u.ends_with(&format!("/kubectl-discovery_@VERSION@_{tag}.tar.gz"))),
+            "{p}"
+        );
+    }
+}
+
+/// The release's packaging, checksum and krew steps as scripts, on the debug
+/// binary: both archives per platform hold what the docs promise, and the
+/// rendered krew manifest points at the plugin archives with their real
+/// sha256 and names the file inside them that is the plugin.
+#[test]
+fn release_packs_cli_files_and_the_plugin_and_renders_the_krew_manifest() {
+    let wf = release();
+    let root = repo_root();
+    let work = tempfile::tempdir().expect("temp dir");
+    let w = work.path();
+    let version = "0.1.0";
+    // What the runner has: the checkout, the cli-files artifact, the build.
+    for f in ["README.md", "docs", "deploy"] {
+        std::os::unix::fs::symlink(root.join(f), w.join(f)).expect("symlink");
+    }
+    let bin = crate::install_support::controller_bin();
+    let mut c = Command::new(root.join("deploy/cli-files.sh"));
+    c.arg(&bin).arg(w.join("cli-files"));
+    let out = run(c);
+    assert!(out.status.success(), "cli-files.sh: {}", text(&out));
+    // Release builds stand-in: a script that runs the debug binary under the
+    // name it was started as (8 copies of the debug binary would be ~1 GB).
+    let stand_in = format!(
+        "#!/usr/bin/env bash\nexec -a \"$0\" '{}' \"$@\"\n",
+        bin.display()
+    );
+    let package = step_script(&wf, "binaries", "package");
+    for (os, arch) in PLATFORMS {
+        let release = w.join(format!("target/{os}-{arch}/release"));
+        std::fs::create_dir_all(&release).expect("mkdir");
+        let b = release.join("kube-discovery");
+        std::fs::write(&b, &stand_in).expect("write");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&b, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        run_step(
+            package,
+            w,
+            &[
+                ("VERSION", version),
+                ("OS", os),
+                ("ARCH", arch),
+                ("TARGET", &format!("{os}-{arch}")),
+            ],
+        );
+    }
+    // The chart job's files, then the release job's steps.
+    std::fs::write(w.join("dist/kube-discovery-0.1.0.tgz"), "chart").expect("write");
+    std::fs::write(w.join("dist/kube-discovery.yaml"), "manifest").expect("write");
+    run_step(
+        step_script(&wf, "release", "checksums"),
+        &w.join("dist"),
+        &[("VERSION", version)],
+    );
+    run_step(
+        step_script(&wf, "release", "krew manifest"),
+        w,
+        &[
+            ("VERSION", version),
+            ("GITHUB_REPOSITORY", "example/kube-discovery"),
+        ],
+    );
+
+    for (os, arch) in PLATFORMS {
+        let name = format!("kube-discovery_{version}_{os}_{arch}");
+        let files = tar_list(&w.join(format!("dist/{name}.tar.gz")));
+        for f in [
+            "kube-discovery",
+            "README.md",
+            "cli.md",
+            "completions/kube-discovery.bash",
+            "completions/_kube-discovery",
+            "completions/kube-discovery.fish",
+            "completions/kubectl-discovery.bash",
+            "completions/_kubectl-discovery",
+            "man/man1/kube-discovery.1",
+            "man/man1/kube-discovery-nodes.1",
+        ] {
+            assert!(
+                files.contains(&format!("{name}/{f}")),
+                "{name}: {f} in {files:?}"
+            );
+        }
+        let plugin = format!("kubectl-discovery_{version}_{os}_{arch}");
+        let files = tar_list(&w.join(format!("dist/{plugin}.tar.gz")));
+        assert!(
+            files.contains(&format!("{plugin}/kubectl-discovery")),
+            "{files:?}"
+        );
+    }
+    // Completions of the plugin name are the plugin's.
+    let bash = std::fs::read_to_string(w.join("cli-files/completions/kubectl-discovery.bash"))
+        .expect("plugin completion");
+    assert!(
+        bash.contains("kubectl-discovery") && !bash.contains(" kube-discovery\n"),
+        "{bash}"
+    );
+
+    // The krew manifest: real checksums of the plugin archives.
+    let manifest =
+        std::fs::read_to_string(w.join("dist/kubectl-discovery.yaml")).expect("krew manifest");
+    assert!(
+        !manifest.contains('@'),
+        "a placeholder is left:\n{manifest}"
+    );
+    let docs = parse_docs(&manifest);
+    assert_eq!(docs.len(), 1, "{manifest}");
+    assert_eq!(docs[0]["spec"]["version"], "v0.1.0");
+    assert_eq!(
+        docs[0]["spec"]["homepage"],
+        "https://github.com/example/kube-discovery"
+    );
+    for (os, arch, p) in check_krew_platforms(&docs[0]) {
+        let plugin = format!("kubectl-discovery_{version}_{os}_{arch}");
+        assert_eq!(
+            p["uri"],
+            format!(
+                "https://github.com/example/kube-discovery/releases/download/v{version}/{plugin}.tar.gz"
+            )
+        );
+        let mut c = Command::new("sha256sum");
+        c.arg(w.join(format!("dist/{plugin}.tar.gz")));
+        let sum = String::from_utf8_lossy(&run(c).stdout)
+            .split_whitespace()
+            .next()
+            .expect("sha256sum")
+            .to_string();
+        assert_eq!(p["sha256"], sum, "{plugin}");
+        assert_eq!(p["files"][0]["from"], format!("{plugin}/kubectl-discovery"));
+    }
+
+    // The extracted plugin is the plugin: it names itself `kubectl discovery`.
+    let x = w.join("x");
+    std::fs::create_dir_all(&x).expect("mkdir");
+    let mut c = Command::new("tar");
+    c.arg("-xzf")
+        .arg(w.join(format!(
+            "dist/kubectl-discovery_{version}_linux_amd64.tar.gz"
+        )))
+        .arg("-C")
+        .arg(&x);
+    assert!(run(c).status.success());
+    let mut c = Command::new(x.join(format!(
+        "kubectl-discovery_{version}_linux_amd64/kubectl-discovery"
+    )));
+    c.arg("--help");
+    let out = run(c);
+    assert!(
+        text(&out).contains("Usage: kubectl discovery"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// `deploy/krew/render.sh` refuses what would publish a broken manifest.
+#[test]
+fn krew_render_refuses_missing_checksums_and_bad_arguments() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sums = dir.path().join("sums.txt");
+    let line = |p: &str| format!("{}  ./kubectl-discovery_1.2.3_{p}.tar.gz\n", "a".repeat(64));
+    std::fs::write(
+        &sums,
+        [
+            line("linux_amd64"),
+            line("linux_arm64"),
+            line("darwin_arm64"),
+        ]
+        .concat(),
+    )
+    .expect("write");
+    let render = |args: &[&str]| {
+        let mut c = Command::new(repo_root().join("deploy/krew/render.sh"));
+        c.args(args);
+        run(c)
+    };
+    let s = sums.to_str().expect("path");
+    let out = render(&["1.2.3", "o/r", s]);
+    assert!(
+        !out.status.success() && out.stdout.is_empty(),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains("kubectl-discovery_1.2.3_darwin_amd64.tar.gz"),
+        "{}",
+        text(&out)
+    );
+
+    // With the fourth it renders.
+    std::fs::write(
+        &sums,
+        [
+            line("linux_amd64"),
+            line("linux_arm64"),
+            line("darwin_arm64"),
+            line("darwin_amd64"),
+        ]
+        .concat(),
+    )
+    .expect("write");
+    let out = render(&["1.2.3", "o/r", s]);
+    assert!(out.status.success(), "{}", text(&out));
+    // A checksum listed twice is ambiguous.
+    let mut twice = std::fs::read_to_string(&sums).expect("read");
+    twice.push_str(&format!(
+        "{}  ./kubectl-discovery_1.2.3_linux_amd64.tar.gz\n",
+        "b".repeat(64)
+    ));
+    std::fs::write(&sums, twice).expect("write");
+    assert!(!render(&["1.2.3", "o/r", s]).status.success());
+
+    for args in [
+        &["v1.2.3", "o/r", s][..],
+        &["1.2.3", "not a repo", s],
+        &["1.2.3", "o/r", "/nonexistent/sums.txt"],
+        &["1.2.3", "o/r"],
+    ] {
+        let out = render(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        assert!(out.stdout.is_empty(), "{args:?}");
     }
 }

@@ -1,11 +1,13 @@
 //! The `kube-discovery` CLI as a process: `crd`, `render`, `nodes`, config
 //! errors (exit code 2, one line per problem naming the field, never the
-//! token) and `demo --duration`.
+//! token), `demo --duration`, the kubectl plugin (`kubectl discovery nodes`
+//! and kubectl's completion of it, through the real kubectl v1.34), shell
+//! completions loaded into bash and man pages rendered by groff.
 //!
-//! The `nodes` tests read from an API server and run on both backends; `crd`,
-//! `render` and the config errors talk to no API server, and `demo` starts
-//! its own embedded kube-sim (that is what the command does), so those have
-//! no backend to choose.
+//! The `nodes` and plugin tests read from an API server and run on both
+//! backends; `crd`, `render`, the config errors, completions and man pages
+//! talk to no API server, and `demo` starts its own embedded kube-sim (that is
+//! what the command does), so those have no backend to choose.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,10 +16,19 @@ use crate::controller_support;
 use std::process::Stdio;
 use std::time::Duration;
 
-use controller_support::{Backend, Controller, Env, LIMIT, bin, eventually, repo_root};
+use controller_support::{Backend, Controller, Env, LIMIT, Options, bin, eventually, repo_root};
 use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::{Value, json};
 use testenv::both_backends;
+
+/// Exit code (-1 when killed by a signal), stdout and stderr of a finished process.
+fn outcome(out: std::process::Output) -> (i32, String, String) {
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
 
 fn run(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
     use std::io::Write;
@@ -40,11 +51,7 @@ fn run(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
         drop(child.stdin.take());
     }
     let out = child.wait_with_output().expect("wait");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
+    outcome(out)
 }
 
 /// Async variant for tests with an API server: a blocking wait would stall
@@ -58,11 +65,7 @@ async fn run_async(args: &[&str]) -> (i32, String, String) {
         .output()
         .await
         .expect("run kube-discovery");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
+    outcome(out)
 }
 
 #[test]
@@ -201,10 +204,9 @@ fn render_prints_objects_and_nodes_like_the_controller() {
     assert!(err.contains("default/nope"), "{err}");
 }
 
-#[both_backends]
-#[tokio::test]
-async fn nodes_command_reads_discovered_services_from_the_api_server(backend: Backend) {
-    let env = Env::start(backend).await;
+/// The Endpoints `default/plat-dev` (10.5.10.109 and .110, port `port`
+/// 3306) and a controller (`name`) that has published its DiscoveredService.
+async fn plat_dev_published(env: &Env, name: &str) -> Controller {
     env.namespace("default").await;
     env.endpoints(
         "default",
@@ -218,8 +220,23 @@ async fn nodes_command_reads_discovered_services_from_the_api_server(backend: Ba
         "discovery:\n  kubernetes:\n{}kube_discovery:\n  coalesce_window: 20ms\n",
         env.service_block(&env.admin_token())
     );
-    let ctl = Controller::start(&env, "nodescmd", &cfg, &[]).await;
+    let ctl = Controller::start(env, name, &cfg, &[]).await;
     ctl.wait_ready().await;
+    env.wait_nodes(
+        "default",
+        "plat-dev",
+        "port",
+        &["10.5.10.109", "10.5.10.110"],
+    )
+    .await;
+    ctl
+}
+
+#[both_backends]
+#[tokio::test]
+async fn nodes_command_reads_discovered_services_from_the_api_server(backend: Backend) {
+    let env = Env::start(backend).await;
+    let ctl = plat_dev_published(&env, "nodescmd").await;
     let kc = env.kubeconfig(&env.admin_token());
     let (code, out, err) = run_async(&[
         "nodes",
@@ -408,5 +425,343 @@ async fn demo_runs_for_a_duration_with_live_updates_and_exits_cleanly() {
     assert!(
         !logs.contains('\u{1b}'),
         "ANSI escapes in piped logs:\n{logs}"
+    );
+}
+
+/// A directory holding `kube-discovery`, `kubectl-discovery` and
+/// `kubectl_complete-discovery`, symlinks to the binary under test (as `ln -s`
+/// or krew installs them), to put first on PATH.
+fn names_on_path() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "kube-discovery",
+        "kubectl-discovery",
+        "kubectl_complete-discovery",
+    ] {
+        std::os::unix::fs::symlink(bin(), dir.path().join(name)).unwrap();
+    }
+    dir
+}
+
+fn path_with(dir: &std::path::Path) -> String {
+    format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// The real kubectl v1.34 with only `plugins` (and the system) on PATH.
+async fn kubectl_plugin(
+    plugins: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    args: &[&str],
+) -> (i32, String, String) {
+    let kubectl = repo_root().join(".tools/bin/kubectl-1.34");
+    assert!(
+        kubectl.exists(),
+        "{} is missing: run `bash e2e/tools/install-tools.sh`",
+        kubectl.display()
+    );
+    let home = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new(&kubectl)
+        .args(args)
+        .env("PATH", format!("{}:/usr/bin:/bin", plugins.display()))
+        .env("KUBECONFIG", kubeconfig)
+        .env("HOME", home.path())
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run kubectl");
+    outcome(out)
+}
+
+/// `kubectl discovery nodes ns/name:port`: kubectl finds `kubectl-discovery`
+/// on PATH, runs it with the user's KUBECONFIG, and it prints the nodes the
+/// controller wrote; help and usage errors name it `kubectl discovery`, and
+/// its exit codes reach the shell through kubectl.
+#[both_backends]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_discovery_plugin_prints_nodes(backend: Backend) {
+    // TLS: kubectl sends no bearer token over plain HTTP.
+    let opts = Options {
+        tls: true,
+        ..Options::default()
+    };
+    let env = Env::start_with(backend, opts).await;
+    let ctl = plat_dev_published(&env, "plugin").await;
+    let kc = env.kubeconfig(&env.admin_token());
+    let plugins = names_on_path();
+
+    let (code, out, err) = kubectl_plugin(plugins.path(), &kc, &["plugin", "list"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("{}/kubectl-discovery", plugins.path().display())),
+        "kubectl lists the plugin:\n{out}{err}"
+    );
+
+    let (code, out, err) = kubectl_plugin(
+        plugins.path(),
+        &kc,
+        &["discovery", "nodes", "default/plat-dev:port"],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap_or_else(|e| panic!("{e}: {out}")),
+        json!([{"host": "10.5.10.109", "port": 3306, "weight": 50}, {"host": "10.5.10.110", "port": 3306, "weight": 50}])
+    );
+
+    // An unknown port: the plugin's error and non-zero exit, through kubectl.
+    let (code, _, err) = kubectl_plugin(
+        plugins.path(),
+        &kc,
+        &["discovery", "nodes", "default/plat-dev:nope"],
+    )
+    .await;
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("default/plat-dev:nope"), "{err}");
+
+    // Help and usage errors name the command as the user typed it.
+    let (code, out, err) = kubectl_plugin(plugins.path(), &kc, &["discovery", "--help"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("Usage: kubectl discovery [OPTIONS] <COMMAND>"),
+        "{out}"
+    );
+    assert!(!out.contains("kube-discovery ["), "{out}");
+    let (code, _, err) = kubectl_plugin(plugins.path(), &kc, &["discovery", "nodes"]).await;
+    assert_eq!(code, 2, "{err}");
+    // (With KUBECONFIG set, clap shows `--kubeconfig <KUBECONFIG>` in it.)
+    assert!(err.contains("Usage: kubectl discovery nodes "), "{err}");
+
+    // kubectl's own completion (`kubectl discovery <TAB>`, what its bash/zsh
+    // scripts ask through `kubectl __complete`) runs kubectl_complete-discovery.
+    let (code, out, err) =
+        kubectl_plugin(plugins.path(), &kc, &["__complete", "discovery", ""]).await;
+    assert_eq!(code, 0, "{err}");
+    for s in ["nodes", "render", "crd", "completion", "man"] {
+        assert!(
+            out.lines().any(|l| l.split('\t').next() == Some(s)),
+            "{s}:\n{out}{err}"
+        );
+    }
+    assert_eq!(out.lines().last(), Some(":4"), "{out}");
+    let (code, out, err) = kubectl_plugin(
+        plugins.path(),
+        &kc,
+        &["__complete", "discovery", "nodes", "--snap"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let words: Vec<&str> = out.lines().filter_map(|l| l.split('\t').next()).collect();
+    assert_eq!(words, ["--snapshot", "--snapshot-dir", ":4"], "{out}{err}");
+    ctl.stop().await;
+}
+
+/// Runs `script` in `bash --norc` with both names on PATH.
+fn bash(script: &str) -> (i32, String, String) {
+    let names = names_on_path();
+    let out = std::process::Command::new("bash")
+        .args(["--norc", "--noprofile", "-c", script])
+        .env("PATH", path_with(names.path()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run bash");
+    outcome(out)
+}
+
+/// The bash completion of both names loads into bash, registers a function
+/// for the name, and that function completes subcommands, shells and flags.
+#[test]
+fn bash_completion_loads_and_completes_both_names() {
+    for name in ["kube-discovery", "kubectl-discovery"] {
+        // `complete -p NAME` prints the registration; then call the registered
+        // function the way bash does on TAB: COMP_WORDS/COMP_CWORD and
+        // (command, word, previous word).
+        let script = format!(
+            r#"set -e
+source <({name} completion bash)
+complete -p {name}
+fn="$(complete -p {name} | sed -n 's/.* -F \([^ ]*\) .*/\1/p')"
+comp() {{
+  COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMP_LINE="$*"; COMP_POINT=${{#COMP_LINE}}
+  COMPREPLY=()
+  "$fn" {name} "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"
+  echo "$*: ${{COMPREPLY[*]}}"
+}}
+comp {name} ''
+comp {name} completion ''
+comp {name} nodes --snap
+comp {name} sync ''
+"#
+        );
+        let (code, out, err) = bash(&script);
+        assert_eq!(code, 0, "{name}:\n{out}{err}");
+        assert!(err.is_empty(), "{name}: bash complained:\n{err}");
+        let line = |prefix: &str| -> Vec<String> {
+            let l = out
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} {prefix}: ")))
+                .unwrap_or_else(|| panic!("no completion of {prefix:?}:\n{out}"));
+            l.split_whitespace().map(str::to_string).collect()
+        };
+        assert!(
+            out.lines()
+                .next()
+                .is_some_and(|l| l.starts_with("complete ")
+                    && l.contains(" -F _")
+                    && l.ends_with(&format!(" {name}"))),
+            "{out}"
+        );
+        let subcommands = line("");
+        for s in [
+            "run",
+            "crd",
+            "render",
+            "nodes",
+            "demo",
+            "sync",
+            "completion",
+            "man",
+        ] {
+            assert!(
+                subcommands.iter().any(|c| c == s),
+                "{name}: {s} in {subcommands:?}"
+            );
+        }
+        let shells: Vec<String> = line("completion ")
+            .into_iter()
+            .filter(|w| !w.starts_with('-'))
+            .collect();
+        assert_eq!(
+            shells,
+            ["bash", "elvish", "fish", "powershell", "zsh"],
+            "{name}"
+        );
+        assert_eq!(
+            line("nodes --snap"),
+            ["--snapshot", "--snapshot-dir"],
+            "{name}"
+        );
+        let gateways = line("sync ");
+        for g in ["nginx", "haproxy"] {
+            assert!(
+                gateways.iter().any(|c| c == g),
+                "{name}: {g} in {gateways:?}"
+            );
+        }
+    }
+    // An unknown shell is a usage error naming the valid ones.
+    let (code, _, err) = run(&["completion", "tcsh"], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("bash") && err.contains("zsh"), "{err}");
+}
+
+/// groff (what `man` runs) renders every generated page without a warning;
+/// `man -l` shows the main page with its sections and subcommands.
+#[test]
+fn man_pages_render_with_groff_and_man() {
+    let groff = |page: &[u8]| -> (bool, String, String) {
+        use std::io::Write;
+        let mut child = std::process::Command::new("groff")
+            .args(["-man", "-Tutf8", "-ww"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect(
+                "groff is missing: run `bash e2e/tools/install-lint-tools.sh` (Debian groff-base)",
+            );
+        child.stdin.take().unwrap().write_all(page).unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, page, err) = run(&["man"], None);
+    assert_eq!(code, 0, "{err}");
+    let (ok, text, warnings) = groff(page.as_bytes());
+    assert!(ok && warnings.is_empty(), "groff: {warnings}");
+    // groff's terminal output marks bold/underline with backspaces.
+    let plain: String = {
+        let mut s = String::new();
+        for c in text.chars() {
+            if c == '\u{8}' {
+                s.pop();
+            } else {
+                s.push(c);
+            }
+        }
+        s
+    };
+    for want in [
+        "NAME",
+        "SYNOPSIS",
+        "OPTIONS",
+        "SUBCOMMANDS",
+        "kube-discovery-nodes(1)",
+        "--log-format",
+    ] {
+        assert!(plain.contains(want), "{want} in:\n{plain}");
+    }
+    // A broken page is reported (the check can fail).
+    let (_, _, warnings) = groff(b".TH x 1\n.SH NAME\n.BOGUS\n\\f\n");
+    assert!(!warnings.is_empty(), "groff warns about a broken page");
+
+    // `man --dir`: one page per command, each rendering cleanly.
+    let dir = tempfile::tempdir().unwrap();
+    let man1 = dir.path().join("share/man/man1");
+    let (code, out, err) = run(&["man", "--dir", man1.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{err}");
+    let mut pages: Vec<String> = std::fs::read_dir(&man1)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect();
+    pages.sort();
+    for p in [
+        "kube-discovery.1",
+        "kube-discovery-run.1",
+        "kube-discovery-nodes.1",
+        "kube-discovery-render.1",
+        "kube-discovery-completion.1",
+        "kube-discovery-man.1",
+        "kube-discovery-sync-nginx.1",
+        "kube-discovery-sync-haproxy.1",
+    ] {
+        assert!(pages.iter().any(|x| x == p), "{p} in {pages:?}");
+        assert!(out.contains(&man1.join(p).display().to_string()), "{out}");
+    }
+    for p in &pages {
+        let (ok, _, warnings) = groff(&std::fs::read(man1.join(p)).unwrap());
+        assert!(ok && warnings.is_empty(), "{p}: {warnings}");
+    }
+    // man itself finds the page in a MANPATH tree.
+    let out = std::process::Command::new("man")
+        .args(["-P", "cat", "kube-discovery-nodes"])
+        .env("MANPATH", dir.path().join("share/man"))
+        .env("MANWIDTH", "100")
+        .output()
+        .expect("run man");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && shown.contains("--snapshot-dir"),
+        "man kube-discovery-nodes:\n{shown}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A directory that cannot be created: exit 1 naming it, no panic.
+    let blocker = dir.path().join("file");
+    std::fs::write(&blocker, "").unwrap();
+    let (code, _, err) = run(
+        &["man", "--dir", blocker.join("man1").to_str().unwrap()],
+        None,
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("file/man1") && !err.contains("panicked"),
+        "{err}"
     );
 }
