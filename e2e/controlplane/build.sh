@@ -42,7 +42,7 @@ done
 (cd "$cp_dir/etcd" && go build -trimpath -ldflags "-s -w" -o "$CONTROLPLANE_BIN/etcd" go.etcd.io/etcd/server/v3)
 
 "$CONTROLPLANE_BIN/kube-apiserver" --version
-"$CONTROLPLANE_BIN/etcd" --version | head -1
+"$CONTROLPLANE_BIN/etcd" --version | sed -n 1p   # sed reads it all: no SIGPIPE under pipefail
 echo "$want" > "$stamp"
 echo "controlplane: built in $((SECONDS - start)) s; $(du -sh "$CONTROLPLANE_BIN" | cut -f1) binaries, $(du -sh "$GOPATH" | cut -f1) module cache, $(du -sh "$GOCACHE" | cut -f1) build cache (removed: the binaries are kept and reused)"
 # The ~3 GB build cache only helps a rebuild, which happens only when a pin changes.
