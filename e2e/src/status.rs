@@ -7,7 +7,8 @@
 use serde_json::{Value, json};
 
 /// An API error: rendered as a `Status` body with the given HTTP code.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message} ({code} {reason})")]
 pub struct ApiError {
     pub code: u16,
     pub reason: &'static str,
