@@ -32,6 +32,8 @@
 //! # drop(kubeconfig); sim.shutdown().await; Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 mod bootstrap;
 pub mod convert;
 pub mod discovery;
@@ -120,10 +122,12 @@ impl Sim {
         self.shared.url.clone()
     }
 
+    /// The address the server listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
+    /// The bearer token that bypasses RBAC.
     pub fn admin_token(&self) -> String {
         self.shared.cfg.admin_token.clone()
     }

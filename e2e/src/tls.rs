@@ -14,17 +14,25 @@ use crate::{Error, Result};
 
 /// The generated CA and the rustls server configuration using it.
 pub struct TlsMaterial {
+    /// The CA certificate (PEM) clients verify the server with.
     pub ca_pem: String,
+    /// The server configuration presenting the certificate.
     pub server_config: Arc<rustls::ServerConfig>,
 }
 
 /// A CA and one serving certificate signed by it (ECDSA P-256), as PEM and DER.
 pub struct Certs {
+    /// The CA certificate (PEM).
     pub ca_pem: String,
+    /// The CA certificate (DER).
     pub ca_der: Vec<u8>,
+    /// The serving certificate (PEM).
     pub cert_pem: String,
+    /// The serving certificate (DER).
     pub cert_der: Vec<u8>,
+    /// The serving certificate's private key (PKCS#8 PEM).
     pub key_pem: String,
+    /// The serving certificate's private key (PKCS#8 DER).
     pub key_der: Vec<u8>,
 }
 
