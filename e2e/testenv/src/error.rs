@@ -244,3 +244,46 @@ fn timeout_message(
     }
     m
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_says_what_how_long_the_last_failure_and_the_log_tail() {
+        let e = Error::Timeout {
+            what: "kube-apiserver not ready".into(),
+            limit: Duration::from_secs(30),
+            last: Some("connection refused".into()),
+            log_tail: Some("E0101 bind: address already in use".into()),
+        };
+        assert_eq!(
+            e.to_string(),
+            "kube-apiserver not ready within 30s (last: connection refused); \
+             log tail:\nE0101 bind: address already in use"
+        );
+        assert!(e.mentions("address already in use"));
+        let bare = Error::Timeout {
+            what: "CRD a.b not established".into(),
+            limit: Duration::from_millis(500),
+            last: None,
+            log_tail: None,
+        };
+        assert_eq!(bare.to_string(), "CRD a.b not established within 500ms");
+    }
+
+    #[test]
+    fn mentions_finds_text_in_the_message_or_its_sources() {
+        let e = Error::io(
+            "starting etcd",
+            std::io::Error::new(std::io::ErrorKind::AddrInUse, "address already in use"),
+        );
+        assert_eq!(e.to_string(), "starting etcd: address already in use");
+        let wrapped = Error::Sim(kube_sim::Error::Bind {
+            addr: ([127, 0, 0, 1], 1).into(),
+            source: std::io::Error::new(std::io::ErrorKind::AddrInUse, "address already in use"),
+        });
+        assert!(wrapped.mentions("address already in use"));
+        assert!(!wrapped.mentions("connection refused"));
+    }
+}

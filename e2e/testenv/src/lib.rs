@@ -370,7 +370,7 @@ impl Cluster {
             Inner::Sim(_) => {
                 let req = http::Request::post("/_sim/faults")
                     .header("content-type", "application/json")
-                    .body(serde_json::to_vec(body).map_err(|e| Error::json("fault request", e))?)?;
+                    .body(body.to_string().into_bytes())?;
                 self.admin
                     .request::<Value>(req)
                     .await
