@@ -143,12 +143,12 @@ impl Env {
 
     /// Request statistics in `/_sim/stats`' shape.
     pub async fn stats(&self) -> Result<Value> {
-        self.api.stats().await
+        Ok(self.api.stats().await?)
     }
 
     /// A point in the write log (kube-sim: the current resourceVersion).
     pub async fn rv(&self) -> Result<u64> {
-        self.api.mark().await
+        Ok(self.api.mark().await?)
     }
 
     /// Write log entries after the mark `since`.
@@ -159,7 +159,7 @@ impl Env {
 
     /// A kube-sim fault request (`/_sim/faults`).
     pub async fn fault(&self, body: Value) -> Result<()> {
-        self.api.fault(&body).await
+        Ok(self.api.fault(&body).await?)
     }
 
     /// Total API requests kube-sim has counted, by `verb resource`.

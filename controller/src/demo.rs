@@ -52,8 +52,8 @@ pub struct DemoOptions {
     pub interval: u64,
 }
 
-fn sim_err(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Error {
-    HttpError::Sim(e.into()).into()
+fn sim_err(e: kube_sim::Error) -> Error {
+    HttpError::Sim(e).into()
 }
 
 const MANAGER: &str = "kube-discovery-demo";

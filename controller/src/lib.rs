@@ -272,9 +272,10 @@ pub enum HttpError {
     /// The bound socket has no local address.
     #[error("{0}")]
     LocalAddr(#[source] std::io::Error),
-    /// The demo's in-process kube-sim failed.
+    /// The demo's in-process kube-sim failed (start, certificates, kubeconfig).
+    #[cfg(feature = "demo")]
     #[error("kube-sim: {0}")]
-    Sim(#[source] Box<dyn std::error::Error + Send + Sync>),
+    Sim(#[source] kube_sim::Error),
     /// The demo's CRD was not served in time.
     #[error("the DiscoveredService CRD was not served in time")]
     CrdNotServed,

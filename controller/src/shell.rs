@@ -4,7 +4,7 @@
 //! name krew's naming guide gives the kubectl plugin `discovery` (`kubectl
 //! discovery nodes ns/name:port` runs `kubectl-discovery nodes ns/name:port`);
 //! and `kubectl_complete-discovery`, which kubectl (1.26+) runs to complete
-//! `kubectl discovery <TAB>`. The name it was started under (argv[0]) decides.
+//! `kubectl discovery <TAB>`. The name it was started under (`argv[0]`) decides.
 //! Completion scripts (`clap_complete`) and man pages (`clap_mangen`) are
 //! generated from the same clap definition, so they cannot drift from it.
 
@@ -40,7 +40,7 @@ pub enum Invocation {
 }
 
 impl Invocation {
-    /// From argv[0]: its file name without directory and extension
+    /// From `argv[0]`: its file name without directory and extension
     /// (`/usr/local/bin/kubectl-discovery`, `kubectl-discovery.exe`).
     pub fn from_argv0(argv0: Option<&OsStr>) -> Self {
         match argv0.and_then(|a| Path::new(a).file_stem()) {

@@ -18,8 +18,10 @@ use serde_json::{Map, Value, json};
 
 use crate::registry::{Registry, ResourceInfo};
 
+/// The `gitVersion` `/version` answers.
 pub const GIT_VERSION: &str = "v1.33.0-kube-sim";
 
+/// The `/version` answer.
 pub fn version() -> Value {
     json!({
         "major": "1",
@@ -38,6 +40,7 @@ pub fn version() -> Value {
     })
 }
 
+/// The `/api` answer (`APIVersions`) for a server at `url`.
 pub fn core_versions(url: &str) -> Value {
     let addr = url.split("://").nth(1).unwrap_or(url);
     json!({
@@ -59,6 +62,7 @@ fn group_json(name: &str, versions: &[String]) -> Value {
     })
 }
 
+/// The `/apis` answer (`APIGroupList`).
 pub fn groups(reg: &Registry) -> Value {
     let groups: Vec<Value> = reg
         .groups()
@@ -69,6 +73,7 @@ pub fn groups(reg: &Registry) -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
+/// The `/apis/<name>` answer (`APIGroup`), if the group is served.
 pub fn group(reg: &Registry, name: &str) -> Option<Value> {
     let (g, vs) = reg
         .groups()
@@ -86,6 +91,7 @@ fn storage_hash(r: &ResourceInfo) -> String {
     format!("{:016x}", h.finish()).chars().take(11).collect()
 }
 
+/// The `APIResourceList` of `group/version`, if served.
 pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value> {
     let resources = reg.in_group_version(group, version);
     if resources.is_empty() {
@@ -125,6 +131,7 @@ pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value
     )
 }
 
+/// The `/openapi/v2` answer: a document without definitions.
 pub fn openapi_v2(_reg: &Registry) -> Value {
     json!({
         "swagger": "2.0",
@@ -148,6 +155,7 @@ fn doc_hash(doc: &Value) -> String {
     format!("{:016X}", h.finish())
 }
 
+/// The `/openapi/v3` index: one path per served group version.
 pub fn openapi_v3_root(reg: &Registry) -> Value {
     let mut paths = Map::new();
     for (g, vs) in reg.groups() {

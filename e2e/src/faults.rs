@@ -21,13 +21,18 @@ use crate::status::ApiError;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FailRule {
+    /// Verb the rule matches (`get`, `list`, `watch`, `create`, ...; `*` for all).
     #[serde(default = "star")]
     pub verb: String,
+    /// Resource the rule matches (plural, `resource/subresource` for subresources; `*` for all).
     #[serde(default = "star")]
     pub resource: String,
+    /// How many matching requests fail (default 1).
     #[serde(default = "one")]
     pub count: u64,
+    /// HTTP status of the failure (400-599).
     pub code: u16,
+    /// `Retry-After` header (seconds) of the answer, for 429/503.
     #[serde(default)]
     pub retry_after_seconds: Option<u64>,
 }
@@ -36,10 +41,13 @@ pub struct FailRule {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LatencyRule {
+    /// Verb the rule matches (`*` for all).
     #[serde(default = "star")]
     pub verb: String,
+    /// Resource the rule matches (`*` for all).
     #[serde(default = "star")]
     pub resource: String,
+    /// Delay added before each matching request is handled.
     pub millis: u64,
     /// Number of requests to delay; absent = until cleared.
     #[serde(default)]
@@ -57,18 +65,25 @@ fn one() -> u64 {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FaultRequest {
+    /// Remove every fault rule in force (applied first).
     #[serde(default)]
     pub clear: bool,
+    /// End every open watch stream now.
     #[serde(default)]
     pub drop_watches: bool,
+    /// Watch streams send nothing for this many seconds.
     #[serde(default)]
     pub stall_watches_seconds: Option<f64>,
+    /// Compact the event history: watches from older revisions get 410 Gone.
     #[serde(default)]
     pub compact: bool,
+    /// Add a failure rule.
     #[serde(default)]
     pub fail: Option<FailRule>,
+    /// Add a latency rule.
     #[serde(default)]
     pub latency: Option<LatencyRule>,
+    /// Close new connections at once for this many seconds (state is kept).
     #[serde(default)]
     pub refuse_connections_seconds: Option<f64>,
 }
@@ -76,8 +91,11 @@ pub struct FaultRequest {
 /// The fault rules in force: what the request handlers and watch streams consult.
 #[derive(Debug, Default)]
 pub struct Faults {
+    /// Failure rules, consumed in order.
     pub fail: Vec<FailRule>,
+    /// Latency rules, first match wins.
     pub latency: Vec<LatencyRule>,
+    /// Watch streams stay silent until this instant.
     pub stall_until: Option<Instant>,
 }
 
@@ -101,6 +119,7 @@ impl Faults {
         Some(out)
     }
 
+    /// Consume one matching delay, if any.
     pub fn take_latency(&mut self, verb: &str, resource: &str) -> Option<Duration> {
         let idx = self.latency.iter().position(|r| {
             r.count != Some(0) && rule_matches(&r.verb, &r.resource, verb, resource)

@@ -26,15 +26,18 @@
 //!
 //! In-process use:
 //! ```no_run
-//! # async fn demo() -> anyhow::Result<()> {
+//! # async fn demo() -> kube_sim::Result<()> {
 //! let sim = kube_sim::Sim::start(kube_sim::SimConfig::default()).await?;
 //! let kubeconfig = sim.kubeconfig_yaml(&sim.admin_token());
 //! # drop(kubeconfig); sim.shutdown().await; Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 mod bootstrap;
 pub mod convert;
 pub mod discovery;
+mod error;
 pub mod events;
 pub mod faults;
 pub mod handler;
@@ -56,10 +59,10 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::Context;
 use base64::Engine;
 use serde_json::{Value, json};
 
+pub use crate::error::{Error, Result};
 use crate::machinery::User;
 pub use crate::state::SimConfig;
 use crate::state::SimState;
@@ -74,19 +77,19 @@ pub struct Sim {
 
 impl Sim {
     /// Start on `127.0.0.1` with an ephemeral port.
-    pub async fn start(cfg: SimConfig) -> anyhow::Result<Sim> {
+    pub async fn start(cfg: SimConfig) -> Result<Sim> {
         Self::start_on(SocketAddr::from(([127, 0, 0, 1], 0)), cfg).await
     }
 
     /// Start on the given address.
-    pub async fn start_on(addr: SocketAddr, cfg: SimConfig) -> anyhow::Result<Sim> {
+    pub async fn start_on(addr: SocketAddr, cfg: SimConfig) -> Result<Sim> {
         if cfg.admin_token.is_empty() {
-            anyhow::bail!("admin token must not be empty");
+            return Err(Error::EmptyAdminToken);
         }
         let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .with_context(|| format!("binding {addr}"))?;
-        let addr = listener.local_addr().context("local address")?;
+            .map_err(|source| Error::Bind { addr, source })?;
+        let addr = listener.local_addr().map_err(Error::LocalAddr)?;
         let (tls, ca_pem) = if cfg.tls {
             let m = tls::generate()?;
             (
@@ -119,10 +122,12 @@ impl Sim {
         self.shared.url.clone()
     }
 
+    /// The address the server listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
+    /// The bearer token that bypasses RBAC.
     pub fn admin_token(&self) -> String {
         self.shared.cfg.admin_token.clone()
     }
@@ -138,9 +143,13 @@ impl Sim {
         kubeconfig(&self.url(), self.ca_pem.as_deref(), user_token)
     }
 
-    pub fn write_kubeconfig(&self, path: &Path, token: &str) -> anyhow::Result<()> {
-        std::fs::write(path, self.kubeconfig_yaml(token))
-            .with_context(|| format!("writing kubeconfig {}", path.display()))
+    /// Writes [`Sim::kubeconfig_yaml`] for `token` to `path`.
+    pub fn write_kubeconfig(&self, path: &Path, token: &str) -> Result<()> {
+        std::fs::write(path, self.kubeconfig_yaml(token)).map_err(|source| Error::Write {
+            what: "kubeconfig",
+            path: path.to_path_buf(),
+            source,
+        })
     }
 
     /// A bearer token for the ServiceAccount `namespace/service_account` (the
@@ -172,10 +181,10 @@ impl Sim {
     /// Stores `object` without defaults or validation (`POST /_sim/unvalidated`):
     /// what an older or corrupted server could hold, for tests of clients
     /// that must skip such data. Returns the stored object.
-    pub fn store_unvalidated(&self, object: Value) -> anyhow::Result<Value> {
+    pub fn store_unvalidated(&self, object: Value) -> Result<Value> {
         handler::store_unvalidated(&self.shared, object)
             .map(|(_, stored)| stored)
-            .map_err(|e| anyhow::anyhow!("{}", e.message))
+            .map_err(Error::Refused)
     }
 
     /// Stop the server: close the listener, end watches and connections.

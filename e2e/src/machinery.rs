@@ -13,6 +13,7 @@ use crate::status::{ApiError, Cause};
 pub struct CompiledSchema(schema::StructuralSchema);
 
 impl CompiledSchema {
+    /// Compile a raw `openAPIV3Schema`; the error says why it is refused.
     pub fn compile(raw: &Value) -> Result<Self, String> {
         schema::StructuralSchema::compile(raw).map(CompiledSchema)
     }
@@ -57,6 +58,7 @@ impl LabelSel {
             .map_err(|e| ApiError::bad_request(e.to_string()))
     }
 
+    /// Whether `obj`'s labels match.
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.is_empty() || self.0.matches_value(obj.pointer("/metadata/labels"))
     }
@@ -159,6 +161,7 @@ pub fn selectable_fields(group: &str, resource: &str, crd_fields: Option<&[Strin
 }
 
 impl FieldSel {
+    /// Parse a `fieldSelector` of a resource of `group` whose field labels are `selectable`.
     pub fn parse(s: &str, group: &str, selectable: &Selectable) -> Result<Self, ApiError> {
         let owned: Vec<&str> = match selectable {
             Selectable::Meta => SUPPORTED_FIELDS.to_vec(),
@@ -186,6 +189,7 @@ impl FieldSel {
         self.sel.is_empty()
     }
 
+    /// Whether `obj`'s fields match.
     pub fn matches(&self, obj: &Value) -> bool {
         self.sel.is_empty()
             || self.sel.matches(|f| {
@@ -261,6 +265,7 @@ pub fn validate_labels(obj: &Value) -> Vec<Cause> {
     out
 }
 
+/// RFC 7386 JSON merge patch.
 pub fn merge_patch(target: &mut Value, patch: &Value) {
     patch::merge_patch(target, patch);
 }
@@ -282,8 +287,11 @@ pub fn strategic_merge_patch(
 /// The authenticated user of a request.
 #[derive(Debug, Clone)]
 pub struct User {
+    /// User name (`system:serviceaccount:ns:name` for ServiceAccounts).
     pub name: String,
+    /// Groups of the user.
     pub groups: Vec<String>,
+    /// The admin token's user: RBAC is not consulted.
     pub admin: bool,
 }
 
@@ -329,9 +337,13 @@ pub fn forbidden_message(user: &User, attrs: &Attributes) -> String {
 /// The RBAC objects currently stored.
 #[derive(Debug, Default)]
 pub struct RbacObjects {
+    /// Roles.
     pub roles: Vec<Value>,
+    /// ClusterRoles.
     pub cluster_roles: Vec<Value>,
+    /// RoleBindings.
     pub role_bindings: Vec<Value>,
+    /// ClusterRoleBindings.
     pub cluster_role_bindings: Vec<Value>,
 }
 

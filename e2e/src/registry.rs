@@ -16,28 +16,44 @@ use crate::machinery::CompiledSchema;
 /// One printer column of a CRD version (`additionalPrinterColumns`).
 #[derive(Debug, Clone)]
 pub struct PrinterColumn {
+    /// Column header.
     pub name: String,
+    /// Column type (`string`, `integer`, `date`, ...).
     pub type_: String,
+    /// Column format (`name`, ...), or empty.
     pub format: String,
+    /// Column description.
     pub description: String,
+    /// JSONPath of the value in the object.
     pub json_path: String,
+    /// 0: shown by default; higher: only with `-o wide`.
     pub priority: i64,
 }
 
 /// Everything kube-sim needs to know about one served resource.
 #[derive(Debug, Clone)]
 pub struct ResourceInfo {
+    /// API group (`""` for the core group).
     pub group: String,
     /// Served versions; the first is the preferred (and storage) one.
     pub versions: Vec<String>,
+    /// Plural name (`services`).
     pub resource: String,
+    /// Singular name (`service`).
     pub singular: String,
+    /// Kind (`Service`).
     pub kind: String,
+    /// Kind of lists (`ServiceList`).
     pub list_kind: String,
+    /// Whether objects live in namespaces.
     pub namespaced: bool,
+    /// Short names for kubectl (`svc`).
     pub short_names: Vec<String>,
+    /// Categories (`all`, ...).
     pub categories: Vec<String>,
+    /// Verbs discovery lists for the resource.
     pub verbs: Vec<&'static str>,
+    /// Whether a `status` subresource is served.
     pub has_status: bool,
     /// `metadata.generation` is maintained (bumps on non-metadata/non-status changes).
     pub has_generation: bool,
@@ -50,17 +66,22 @@ pub struct ResourceInfo {
 /// Custom-resource specifics.
 #[derive(Debug, Clone)]
 pub struct CrdInfo {
+    /// Name of the CRD (`<plural>.<group>`).
     pub crd_name: String,
     /// Per served version: printer columns and compiled schema.
     pub versions: BTreeMap<String, CrdVersion>,
 }
 
+/// What one served version of a custom resource has of its own.
 #[derive(Debug, Clone)]
 pub struct CrdVersion {
+    /// Printer columns (Tables for kubectl).
     pub columns: Vec<PrinterColumn>,
+    /// The compiled schema objects are validated against.
     pub schema: Option<Arc<CompiledSchema>>,
     /// The raw `openAPIV3Schema` (served in OpenAPI documents).
     pub raw_schema: Option<Value>,
+    /// Whether this version serves a `status` subresource.
     pub status_subresource: bool,
     /// `selectableFields` (their JSON paths without the leading `.`): field
     /// labels of this version besides `metadata.name`/`metadata.namespace`.
@@ -79,6 +100,7 @@ const ALL_VERBS: &[&str] = &[
 ];
 
 impl ResourceInfo {
+    /// `apiVersion` of objects in `version` (`v1`, `group/v1`).
     pub fn api_version(&self, version: &str) -> String {
         if self.group.is_empty() {
             version.to_string()
@@ -87,14 +109,17 @@ impl ResourceInfo {
         }
     }
 
+    /// Whether `version` is served.
     pub fn serves(&self, version: &str) -> bool {
         self.versions.iter().any(|v| v == version)
     }
 
+    /// The preferred (storage) version.
     pub fn storage_version(&self) -> &str {
         self.versions.first().map(String::as_str).unwrap_or("v1")
     }
 
+    /// Registry key: `group/resource`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.group, self.resource)
     }
@@ -460,10 +485,12 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, String> {
 /// The set of served resources, keyed by `group/resource`.
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
+    /// Served resources by `group/resource`.
     pub resources: BTreeMap<String, Arc<ResourceInfo>>,
 }
 
 impl Registry {
+    /// The built-in resources kube-sim serves.
     pub fn with_builtins() -> Self {
         let mut r = Registry::default();
         for info in builtins() {
@@ -480,6 +507,7 @@ impl Registry {
             .cloned()
     }
 
+    /// Look up by group and plural resource name, whatever the version.
     pub fn get(&self, group: &str, resource: &str) -> Option<Arc<ResourceInfo>> {
         self.resources.get(&format!("{group}/{resource}")).cloned()
     }
@@ -502,6 +530,7 @@ impl Registry {
         out
     }
 
+    /// Resources served in `group/version`.
     pub fn in_group_version(&self, group: &str, version: &str) -> Vec<Arc<ResourceInfo>> {
         self.resources
             .values()
@@ -510,10 +539,12 @@ impl Registry {
             .collect()
     }
 
+    /// Serve a custom resource (replacing one of the same key).
     pub fn add_crd(&mut self, info: ResourceInfo) {
         self.resources.insert(info.key(), Arc::new(info));
     }
 
+    /// Stop serving a custom resource (built-ins stay).
     pub fn remove(&mut self, group: &str, resource: &str) {
         if let Some(r) = self.resources.get(&format!("{group}/{resource}"))
             && r.crd.is_some()

@@ -62,19 +62,27 @@ pub struct Stats {
 
 /// State shared by all connections.
 pub struct SimState {
+    /// The configuration the server was started with.
     pub cfg: SimConfig,
+    /// Objects and history (lock with [`SimState::lock`]).
     pub store: Mutex<Store>,
     /// Current revision, for watch streams to wake up on.
     pub rv_tx: watch::Sender<u64>,
     /// Bumped to end every open watch.
     pub drop_tx: watch::Sender<u64>,
+    /// Bearer tokens issued or registered, and their users.
     pub tokens: RwLock<HashMap<String, User>>,
+    /// Fault rules in force (lock with [`SimState::faults`]).
     pub faults: Mutex<Faults>,
+    /// Request and write counters (`/_sim/stats`).
     pub stats: Mutex<Stats>,
+    /// Watch streams open now.
     pub open_watches: AtomicI64,
+    /// Cancelled when the server stops.
     pub shutdown: CancellationToken,
     /// Refuse connections until this instant (fault).
     pub refuse_tx: watch::Sender<Option<Instant>>,
+    /// The URL the server is reached at.
     pub url: String,
 }
 
@@ -99,14 +107,17 @@ impl SimState {
         }
     }
 
+    /// The store, locked (a poisoned lock is taken over).
     pub fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The fault rules, locked.
     pub fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
         self.faults.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Count one request of `verb` on `resource`.
     pub fn count_request(&self, verb: &str, resource: &str) {
         let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         *s.requests
@@ -129,11 +140,13 @@ impl SimState {
             .or_default() += 1;
     }
 
+    /// Count one committed write of `resource`.
     pub fn count_write(&self, resource: &str) {
         let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         *s.writes.entry(resource.to_string()).or_default() += 1;
     }
 
+    /// The user a bearer token authenticates (the admin token: `system:masters`).
     pub fn user_for_token(&self, token: &str) -> Option<User> {
         if token == self.cfg.admin_token {
             return Some(User {
@@ -168,6 +181,7 @@ impl SimState {
         token
     }
 
+    /// The `/_sim/stats` answer: counters, current resourceVersion, open watches.
     pub fn stats_json(&self) -> Value {
         let s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         let rv = self.lock().rv;
@@ -180,6 +194,7 @@ impl SimState {
         })
     }
 
+    /// Apply a `POST /_sim/faults` request (`clear` first).
     pub fn apply_faults(&self, req: FaultRequest) {
         if req.clear {
             let mut f = self.faults();
@@ -211,6 +226,7 @@ impl SimState {
 pub struct WatchGuard(pub Arc<SimState>);
 
 impl WatchGuard {
+    /// Count a watch as open until the guard drops.
     pub fn new(sh: Arc<SimState>) -> Self {
         sh.open_watches.fetch_add(1, Ordering::SeqCst);
         WatchGuard(sh)

@@ -7,11 +7,16 @@
 use serde_json::{Value, json};
 
 /// An API error: rendered as a `Status` body with the given HTTP code.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message} ({code} {reason})")]
 pub struct ApiError {
+    /// HTTP status code.
     pub code: u16,
+    /// `Status.reason` (`NotFound`, `Conflict`, ...; empty for none).
     pub reason: &'static str,
+    /// `Status.message`.
     pub message: String,
+    /// `Status.details` (name, group, kind, causes).
     pub details: Option<Value>,
     /// `Retry-After` header value in seconds (429/503 faults).
     pub retry_after: Option<u64>,
@@ -31,6 +36,7 @@ fn details(name: &str, group: &str, kind: &str) -> Value {
 }
 
 impl ApiError {
+    /// An error with `code`, `reason` and `message` and no details.
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             code,
@@ -42,6 +48,7 @@ impl ApiError {
         }
     }
 
+    /// Set `Status.details`.
     pub fn with_details(mut self, details: Value) -> Self {
         self.details = Some(details);
         self
@@ -74,6 +81,7 @@ impl ApiError {
         e
     }
 
+    /// 409 `AlreadyExists` for the object `name`.
     pub fn already_exists(group: &str, resource: &str, name: &str) -> Self {
         let qualified = qualified(group, resource);
         Self::new(
@@ -84,6 +92,7 @@ impl ApiError {
         .with_details(details(name, group, resource))
     }
 
+    /// 409 `Conflict` on the object `name` (`why`: e.g. a stale resourceVersion).
     pub fn conflict(group: &str, resource: &str, name: &str, why: &str) -> Self {
         let qualified = qualified(group, resource);
         Self::new(
@@ -94,14 +103,17 @@ impl ApiError {
         .with_details(details(name, group, resource))
     }
 
+    /// 400 `BadRequest`.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
     }
 
+    /// 405 `MethodNotAllowed`.
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
         Self::new(405, "MethodNotAllowed", message)
     }
 
+    /// 415 `UnsupportedMediaType` for a body of `content_type`.
     pub fn unsupported_media_type(content_type: &str) -> Self {
         Self::new(
             415,
@@ -112,6 +124,7 @@ impl ApiError {
         )
     }
 
+    /// 406 `NotAcceptable`: the `Accept` header allows no JSON.
     pub fn not_acceptable() -> Self {
         Self::new(
             406,
@@ -120,6 +133,7 @@ impl ApiError {
         )
     }
 
+    /// 413 `RequestEntityTooLarge` for a body over `limit` bytes.
     pub fn too_large(limit: usize) -> Self {
         Self::new(
             413,
@@ -128,6 +142,7 @@ impl ApiError {
         )
     }
 
+    /// 410 `Expired`: `requested` is older than the `oldest` revision kept.
     pub fn gone(requested: u64, oldest: u64) -> Self {
         Self::new(
             410,
@@ -150,10 +165,12 @@ impl ApiError {
         e
     }
 
+    /// 401 `Unauthorized`: an unknown bearer token.
     pub fn unauthorized() -> Self {
         Self::new(401, "Unauthorized", "Unauthorized")
     }
 
+    /// 500 `InternalError`.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(
             500,
@@ -189,6 +206,7 @@ impl ApiError {
         .with_details(d)
     }
 
+    /// The `Status` object the client receives.
     pub fn to_status(&self) -> Value {
         let mut status = json!({
             "kind": "Status",
@@ -220,11 +238,14 @@ impl ApiError {
 pub struct Cause {
     /// `FieldValueRequired`, `FieldValueInvalid`, `FieldValueNotSupported`, ...
     pub reason: String,
+    /// The field path (`metadata.name`, `spec.ports[0].port`, ...).
     pub field: String,
+    /// What is wrong with the field.
     pub message: String,
 }
 
 impl Cause {
+    /// A cause of `reason` on `field`.
     pub fn new(reason: &str, field: &str, message: impl Into<String>) -> Self {
         Cause {
             reason: reason.to_string(),
@@ -293,4 +314,5 @@ pub fn success_status(group: &str, resource: &str, name: &str, uid: &str) -> Val
     })
 }
 
+/// A result whose error is answered as a `Status`.
 pub type ApiResult<T> = Result<T, ApiError>;

@@ -23,14 +23,19 @@ use crate::registry::Registry;
 /// `(group/resource, namespace, name)`; namespace is `""` for cluster-scoped objects.
 pub type Key = (String, String, String);
 
+/// The type of a watch event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
+    /// The object was created.
     Added,
+    /// The object was changed.
     Modified,
+    /// The object was removed.
     Deleted,
 }
 
 impl EventType {
+    /// The event type as a watch stream writes it (`ADDED`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             EventType::Added => "ADDED",
@@ -43,10 +48,13 @@ impl EventType {
 /// One committed write.
 #[derive(Debug)]
 pub struct Event {
+    /// The revision the write committed.
     pub rv: u64,
+    /// What the write did.
     pub etype: EventType,
     /// `group/resource`
     pub res: String,
+    /// Namespace of the object (`""` if cluster-scoped).
     pub namespace: String,
     /// The object before the write (None for ADDED).
     pub old: Option<Arc<Value>>,
@@ -60,30 +68,48 @@ pub struct Event {
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WriteRecord {
+    /// When the write happened (Unix time, nanoseconds).
     pub time_nanos: u128,
+    /// `create`, `update`, `patch` or `delete`.
     pub verb: String,
+    /// API group of the object (`""` for the core group).
     pub group: String,
+    /// Plural resource name (`resource/subresource` for subresources).
     pub resource: String,
+    /// Namespace of the object (`""` if cluster-scoped).
     pub namespace: String,
+    /// Name of the object.
     pub name: String,
+    /// resourceVersion the write answered.
     pub resource_version: String,
+    /// The user that made the request.
     pub user: String,
 }
 
+/// All objects, the revision counter, the event history and the write log.
 pub struct Store {
+    /// Every stored object by key.
     pub objects: BTreeMap<Key, Arc<Value>>,
+    /// The current (last committed) revision.
     pub rv: u64,
+    /// Recent events, oldest first, for watches to resume from.
     pub history: VecDeque<Arc<Event>>,
+    /// How many events `history` keeps.
     pub history_size: usize,
     /// Highest revision whose event is no longer available to watches.
     pub compacted: u64,
+    /// The served resources (built-ins and stored CRDs).
     pub registry: Registry,
+    /// The write log (`/_sim/writes`), oldest first.
     pub writes: VecDeque<WriteRecord>,
+    /// How many records `writes` keeps.
     pub writes_cap: usize,
+    /// The next Service clusterIP to allocate (as a `u32`).
     pub next_cluster_ip: u32,
 }
 
 impl Store {
+    /// An empty store serving the built-in resources, keeping `history_size` events.
     pub fn new(history_size: usize) -> Self {
         Store {
             objects: BTreeMap::new(),
@@ -219,6 +245,7 @@ impl Store {
             .take_while(move |(k, _)| k.0 == res && namespace.is_none_or(|ns| k.1 == ns))
     }
 
+    /// Append to the write log, dropping the oldest record past `writes_cap`.
     pub fn record_write(&mut self, rec: WriteRecord) {
         self.writes.push_back(rec);
         while self.writes.len() > self.writes_cap {

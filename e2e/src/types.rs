@@ -20,6 +20,11 @@ fn name_of(obj: &Value) -> String {
         .to_string()
 }
 
+/// Defaults and validates `obj`, a write of `info` in `version` (a create
+/// when `old` is None), as the real server does: custom resources against
+/// their schema (pruned, `fieldValidation=Strict` refusing unknown fields),
+/// built-in types by their own rules. `st` is for what a type allocates (a
+/// Service's cluster IP) or reads (CRDs).
 pub fn admit(
     info: &ResourceInfo,
     version: &str,

@@ -379,7 +379,7 @@ mod tests {
     }
 
     #[test]
-    fn writes_and_stats_from_a_log() -> anyhow::Result<()> {
+    fn writes_and_stats_from_a_log() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let p = dir.path().join("audit.log");
         let lines = [

@@ -6,11 +6,12 @@
 //! with a grace period leaves it terminating until [`FakeKubelet::finish`]
 //! removes it, as a kubelet does once the containers stopped.
 
-use anyhow::Context;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+
+use crate::{Error, Result};
 
 /// Fake kubelet of a set of Nodes.
 pub struct FakeKubelet {
@@ -20,16 +21,17 @@ pub struct FakeKubelet {
 
 impl FakeKubelet {
     /// Registers `nodes` (Ready) through `client` (an admin).
-    pub async fn register(client: kube::Client, nodes: &[&str]) -> anyhow::Result<FakeKubelet> {
+    pub async fn register(client: kube::Client, nodes: &[&str]) -> Result<FakeKubelet> {
         let api: Api<Node> = Api::all(client.clone());
         for name in nodes {
             let node: Node = serde_json::from_value(json!({
                 "apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": "zone-a"}},
-            }))?;
+            }))
+            .map_err(|e| Error::json(format!("Node {name}"), e))?;
             api.create(&PostParams::default(), &node)
                 .await
-                .with_context(|| format!("creating Node {name}"))?;
+                .map_err(|e| Error::kube(format!("creating Node {name}"), e))?;
             api.patch_status(
                 name,
                 &PatchParams::default(),
@@ -39,7 +41,7 @@ impl FakeKubelet {
                 }})),
             )
             .await
-            .with_context(|| format!("Node {name} status"))?;
+            .map_err(|e| Error::kube(format!("Node {name} status"), e))?;
         }
         Ok(FakeKubelet {
             client,
@@ -63,7 +65,7 @@ impl FakeKubelet {
         node: &str,
         labels: &Value,
         port: (&str, i32),
-    ) -> anyhow::Result<()> {
+    ) -> Result<()> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let pod: Pod = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",
@@ -74,7 +76,8 @@ impl FakeKubelet {
                 "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
                                 "ports": [{"name": port.0, "containerPort": port.1, "protocol": "TCP"}]}],
             },
-        }))?;
+        }))
+        .map_err(|e| Error::json(format!("Pod {ns}/{name}"), e))?;
         let mut tries = 0;
         loop {
             match api.create(&PostParams::default(), &pod).await {
@@ -83,20 +86,14 @@ impl FakeKubelet {
                     tries += 1;
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 }
-                Err(e) => return Err(e).with_context(|| format!("creating Pod {ns}/{name}")),
+                Err(e) => return Err(Error::kube(format!("creating Pod {ns}/{name}"), e)),
             }
         }
     }
 
     /// Writes the Pod's status as a kubelet would: Running with `ip`, Ready
     /// (and ContainersReady) `ready`.
-    pub async fn set_status(
-        &self,
-        ns: &str,
-        name: &str,
-        ip: &str,
-        ready: bool,
-    ) -> anyhow::Result<()> {
+    pub async fn set_status(&self, ns: &str, name: &str, ip: &str, ready: bool) -> Result<()> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let flag = if ready { "True" } else { "False" };
         let now = jiff::Timestamp::now()
@@ -120,23 +117,23 @@ impl FakeKubelet {
             }})),
         )
         .await
-        .with_context(|| format!("Pod {ns}/{name} status"))?;
+        .map_err(|e| Error::kube(format!("Pod {ns}/{name} status"), e))?;
         Ok(())
     }
 
     /// Starts deleting the Pod with its grace period: it stays, terminating
     /// (`deletionTimestamp` set), until [`FakeKubelet::finish`].
-    pub async fn terminate(&self, ns: &str, name: &str) -> anyhow::Result<()> {
+    pub async fn terminate(&self, ns: &str, name: &str) -> Result<()> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         api.delete(name, &DeleteParams::default())
             .await
-            .with_context(|| format!("deleting Pod {ns}/{name}"))?;
+            .map_err(|e| Error::kube(format!("deleting Pod {ns}/{name}"), e))?;
         Ok(())
     }
 
     /// Removes the Pod for good (grace period 0), as the kubelet does once
     /// its containers stopped.
-    pub async fn finish(&self, ns: &str, name: &str) -> anyhow::Result<()> {
+    pub async fn finish(&self, ns: &str, name: &str) -> Result<()> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         match api
             .delete(name, &DeleteParams::default().grace_period(0))
@@ -144,7 +141,7 @@ impl FakeKubelet {
         {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(e).with_context(|| format!("finishing Pod {ns}/{name}")),
+            Err(e) => Err(Error::kube(format!("finishing Pod {ns}/{name}"), e)),
         }
     }
 }

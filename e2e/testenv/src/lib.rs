@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod audit;
+mod error;
 pub mod kubelet;
 pub mod net;
 pub mod pki;
@@ -34,10 +35,10 @@ pub mod real;
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::Context;
 use kube_sim::{Sim, SimConfig};
 use serde_json::Value;
 
+pub use error::{Error, Result};
 pub use kd_testenv_macros::both_backends;
 pub use real::ControlPlane;
 
@@ -120,7 +121,7 @@ const AUDIT_SETTLE: Duration = Duration::from_millis(300);
 
 impl Cluster {
     /// Starts an API server of `backend` with `opts` and waits until it serves.
-    pub async fn start(backend: Backend, opts: Options) -> anyhow::Result<Cluster> {
+    pub async fn start(backend: Backend, opts: Options) -> Result<Cluster> {
         match backend {
             Backend::Sim => {
                 let sim = Sim::start(SimConfig {
@@ -161,13 +162,17 @@ impl Cluster {
     }
 
     /// Creates a CRD on kube-sim (it serves it at once).
-    async fn install_sim_crd(&self, yaml: &str) -> anyhow::Result<()> {
+    async fn install_sim_crd(&self, yaml: &str) -> Result<()> {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        let crd: CustomResourceDefinition = serde_saphyr::from_str(yaml).context("CRD YAML")?;
+        let crd: CustomResourceDefinition =
+            serde_saphyr::from_str(yaml).map_err(|source| Error::Yaml {
+                what: "CRD YAML",
+                source: Box::new(source),
+            })?;
         kube::Api::<CustomResourceDefinition>::all(self.admin.clone())
             .create(&kube::api::PostParams::default(), &crd)
             .await
-            .context("creating a CRD")?;
+            .map_err(|e| Error::kube("creating a CRD", e))?;
         Ok(())
     }
 
@@ -256,25 +261,23 @@ impl Cluster {
     }
 
     /// Writes [`Cluster::kubeconfig_yaml`] for `token` to `path`.
-    pub fn write_kubeconfig(&self, path: &Path, token: &str) -> anyhow::Result<()> {
-        std::fs::write(path, self.kubeconfig_yaml(token))
-            .with_context(|| format!("writing kubeconfig {}", path.display()))
+    pub fn write_kubeconfig(&self, path: &Path, token: &str) -> Result<()> {
+        std::fs::write(path, self.kubeconfig_yaml(token)).map_err(|source| Error::File {
+            what: "writing kubeconfig",
+            path: path.to_path_buf(),
+            source,
+        })
     }
 
     /// A kube client for [`Cluster::url`] authenticating with `token`.
-    pub async fn client(&self, token: &str) -> anyhow::Result<kube::Client> {
-        let kc = kube::config::Kubeconfig::from_yaml(&self.kubeconfig_yaml(token))
-            .context("kubeconfig")?;
-        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .context("kube config")?;
-        kube::Client::try_from(cfg).context("kube client")
+    pub async fn client(&self, token: &str) -> Result<kube::Client> {
+        kube_client(&self.kubeconfig_yaml(token)).await
     }
 
     /// A token for the ServiceAccount `namespace/name`. On the real backend
     /// the namespace and ServiceAccount are created when missing and the
     /// token comes from the TokenRequest API; kube-sim needs neither.
-    pub async fn issue_token(&self, namespace: &str, name: &str) -> anyhow::Result<String> {
+    pub async fn issue_token(&self, namespace: &str, name: &str) -> Result<String> {
         match &self.inner {
             Inner::Sim(s) => Ok(s.issue_token(namespace, name)),
             Inner::Real(r) => r.issue_token(namespace, name).await,
@@ -283,12 +286,12 @@ impl Cluster {
 
     /// The token of a plain user of [`Options::users`] (groups as listed
     /// there, plus `system:authenticated`).
-    pub fn user_token(&self, name: &str) -> anyhow::Result<String> {
+    pub fn user_token(&self, name: &str) -> Result<String> {
         let (_, groups) = self
             .users
             .iter()
             .find(|(n, _)| n == name)
-            .with_context(|| format!("user {name} is not in Options::users"))?;
+            .ok_or_else(|| Error::UnknownUser(name.to_string()))?;
         match &self.inner {
             Inner::Sim(s) => {
                 let token = format!("user-{name}-{}", uuid::Uuid::new_v4().simple());
@@ -298,35 +301,37 @@ impl Cluster {
             }
             Inner::Real(r) => r
                 .user_token(name)
-                .with_context(|| format!("user {name} has no token")),
+                .ok_or_else(|| Error::NoUserToken(name.to_string())),
         }
     }
 
-    async fn sim_get(&self, path: &str) -> anyhow::Result<Value> {
+    async fn sim_get(&self, path: &str) -> Result<Value> {
         let req = http::Request::get(path).body(Vec::new())?;
         self.admin
             .request::<Value>(req)
             .await
-            .with_context(|| format!("GET {path}"))
+            .map_err(|e| Error::kube(format!("GET {path}"), e))
     }
 
     /// A point in the write log: [`Cluster::writes_since`] returns what
     /// happened after it (kube-sim: the current resourceVersion; real: now).
-    pub async fn mark(&self) -> anyhow::Result<u64> {
+    pub async fn mark(&self) -> Result<u64> {
         match &self.inner {
             Inner::Sim(_) => {
                 let v = self.sim_get("/_sim/stats").await?;
                 v["resourceVersion"]
                     .as_str()
                     .and_then(|s| s.parse().ok())
-                    .context("/_sim/stats without resourceVersion")
+                    .ok_or(Error::MalformedAnswer(
+                        "/_sim/stats without resourceVersion",
+                    ))
             }
             Inner::Real(_) => Ok(audit::now_micros()),
         }
     }
 
     /// Every write after `mark`, in kube-sim's `/_sim/writes` item shape.
-    pub async fn writes_since(&self, mark: u64) -> anyhow::Result<Vec<Value>> {
+    pub async fn writes_since(&self, mark: u64) -> Result<Vec<Value>> {
         match &self.inner {
             Inner::Sim(_) => {
                 let v = self.sim_get(&format!("/_sim/writes?since={mark}")).await?;
@@ -341,7 +346,7 @@ impl Cluster {
 
     /// Request statistics in kube-sim's `/_sim/stats` shape (on the real
     /// backend without the control plane's own controllers' requests).
-    pub async fn stats(&self) -> anyhow::Result<Value> {
+    pub async fn stats(&self) -> Result<Value> {
         match &self.inner {
             Inner::Sim(_) => self.sim_get("/_sim/stats").await,
             Inner::Real(r) => {
@@ -360,28 +365,28 @@ impl Cluster {
     }
 
     /// Applies a kube-sim fault request (`POST /_sim/faults` body).
-    pub async fn fault(&self, body: &Value) -> anyhow::Result<()> {
+    pub async fn fault(&self, body: &Value) -> Result<()> {
         match &self.inner {
             Inner::Sim(_) => {
                 let req = http::Request::post("/_sim/faults")
                     .header("content-type", "application/json")
-                    .body(serde_json::to_vec(body)?)?;
+                    .body(body.to_string().into_bytes())?;
                 self.admin
                     .request::<Value>(req)
                     .await
-                    .with_context(|| format!("POST /_sim/faults {body}"))?;
+                    .map_err(|e| Error::kube(format!("POST /_sim/faults {body}"), e))?;
                 Ok(())
             }
             Inner::Real(r) => {
-                let req: kube_sim::faults::FaultRequest =
-                    serde_json::from_value(body.clone()).context("fault request")?;
+                let req: kube_sim::faults::FaultRequest = serde_json::from_value(body.clone())
+                    .map_err(|e| Error::json("fault request", e))?;
                 r.fault(&req).await
             }
         }
     }
 
     /// Errors (with its log tail) if a control-plane process died.
-    pub fn check_alive(&self) -> anyhow::Result<()> {
+    pub fn check_alive(&self) -> Result<()> {
         match &self.inner {
             Inner::Sim(_) => Ok(()),
             Inner::Real(r) => r.check_alive(),
@@ -389,11 +394,13 @@ impl Cluster {
     }
 }
 
-async fn sim_client(sim: &Sim, token: &str) -> anyhow::Result<kube::Client> {
-    let kc =
-        kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(token)).context("kubeconfig")?;
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .context("kube config")?;
-    kube::Client::try_from(cfg).context("kube client")
+async fn sim_client(sim: &Sim, token: &str) -> Result<kube::Client> {
+    kube_client(&sim.kubeconfig_yaml(token)).await
+}
+
+/// A kube client from a kubeconfig's YAML.
+pub(crate) async fn kube_client(kubeconfig_yaml: &str) -> Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::from_yaml(kubeconfig_yaml)?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    kube::Client::try_from(cfg).map_err(|e| Error::kube("kube client", e))
 }

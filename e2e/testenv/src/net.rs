@@ -22,9 +22,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
 use std::sync::Mutex;
 
-use anyhow::{Context, bail};
-
-use crate::Backend;
+use crate::{Backend, Error, Result};
 
 /// The block addresses are taken from: 198.18.0.0/15 (RFC 2544).
 pub const BLOCK: (Ipv4Addr, u8) = (Ipv4Addr::new(198, 18, 0, 0), 15);
@@ -39,7 +37,7 @@ pub fn in_block(ip: Ipv4Addr) -> bool {
 }
 
 /// The address `198.<18|19>.<net>.<host>` for `backend`, assigned to `lo`.
-pub fn backend_ip(backend: Backend, net: u8, host: u8) -> anyhow::Result<Ipv4Addr> {
+pub fn backend_ip(backend: Backend, net: u8, host: u8) -> Result<Ipv4Addr> {
     let second = match backend {
         Backend::Sim => 18,
         Backend::Real => 19,
@@ -49,9 +47,9 @@ pub fn backend_ip(backend: Backend, net: u8, host: u8) -> anyhow::Result<Ipv4Add
 
 /// Makes sure `ip` (in [`BLOCK`]) is assigned to `lo`, adding it when not;
 /// returns it. Fails with an explanation when it cannot be added.
-pub fn ensure_local(ip: Ipv4Addr) -> anyhow::Result<Ipv4Addr> {
+pub fn ensure_local(ip: Ipv4Addr) -> Result<Ipv4Addr> {
     if !in_block(ip) {
-        bail!("{ip} is not in the test block {}/{}", BLOCK.0, BLOCK.1);
+        return Err(Error::NotInTestBlock { ip });
     }
     let mut guard = ASSIGNED.lock().unwrap_or_else(|p| p.into_inner());
     let known = guard.get_or_insert_with(HashSet::new);
@@ -62,23 +60,22 @@ pub fn ensure_local(ip: Ipv4Addr) -> anyhow::Result<Ipv4Addr> {
         let out = Command::new("ip")
             .args(["addr", "add", &format!("{ip}/32"), "dev", "lo"])
             .output()
-            .context(
-                "running `ip addr add` (iproute2 is needed to give test backends local addresses)",
-            )?;
+            .map_err(|e| {
+                Error::io(
+                    "running `ip addr add` (iproute2 is needed to give test backends local addresses)",
+                    e,
+                )
+            })?;
         let stderr = String::from_utf8_lossy(&out.stderr);
         // "File exists": another test process added it in the meantime.
         if !out.status.success() && !stderr.contains("File exists") {
-            bail!(
-                "cannot add {ip}/32 to the loopback interface (`ip addr add {ip}/32 dev lo`: {}): \
-                 test backends listed in EndpointSlices need a local non-loopback address (the real \
-                 API server rejects 127.0.0.0/8 there), and adding one needs root or CAP_NET_ADMIN. \
-                 Run the tests as root, or add the addresses beforehand (`ip addr add <ip>/32 dev lo`, \
-                 198.18.0.0/15)",
-                stderr.trim()
-            );
+            return Err(Error::AddAddress {
+                ip,
+                stderr: stderr.trim().to_string(),
+            });
         }
         if !on_lo(ip)? {
-            bail!("`ip addr add {ip}/32 dev lo` succeeded, but lo does not list {ip}");
+            return Err(Error::AddressNotListed { ip });
         }
     }
     known.insert(ip);
@@ -98,18 +95,20 @@ pub fn is_assigned(ip: IpAddr) -> bool {
 }
 
 /// Whether `lo` lists `ip` (`ip -o -4 addr show dev lo`).
-fn on_lo(ip: Ipv4Addr) -> anyhow::Result<bool> {
+fn on_lo(ip: Ipv4Addr) -> Result<bool> {
     let out = Command::new("ip")
         .args(["-o", "-4", "addr", "show", "dev", "lo"])
         .output()
-        .context(
-            "running `ip addr show` (iproute2 is needed to give test backends local addresses)",
-        )?;
+        .map_err(|e| {
+            Error::io(
+                "running `ip addr show` (iproute2 is needed to give test backends local addresses)",
+                e,
+            )
+        })?;
     if !out.status.success() {
-        bail!(
-            "`ip -o -4 addr show dev lo` failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        return Err(Error::ListAddresses(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ));
     }
     let want = format!("inet {ip}/");
     Ok(String::from_utf8_lossy(&out.stdout).contains(&want))

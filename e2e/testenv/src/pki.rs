@@ -5,10 +5,11 @@
 
 use std::sync::Arc;
 
-use anyhow::Context;
 use kube_sim::tls::Certs;
 use rcgen::KeyPair;
 use rustls::pki_types::CertificateDer;
+
+use crate::{Error, Result};
 
 /// PEM material of one control plane.
 pub struct Pki {
@@ -28,9 +29,12 @@ pub struct Pki {
 impl Pki {
     /// Generates a CA, a serving certificate signed by it and an SA key pair
     /// (all ECDSA P-256).
-    pub fn generate() -> anyhow::Result<Pki> {
+    pub fn generate() -> Result<Pki> {
         let certs = kube_sim::tls::generate_certs("kd-testenv-ca", "kube-apiserver")?;
-        let sa = KeyPair::generate().context("ServiceAccount signing key")?;
+        let sa = KeyPair::generate().map_err(|source| Error::Cert {
+            what: "ServiceAccount signing key",
+            source,
+        })?;
         Ok(Pki {
             ca_pem: certs.ca_pem.clone(),
             serving_cert_pem: certs.cert_pem.clone(),
@@ -43,20 +47,26 @@ impl Pki {
 
     /// A rustls server configuration presenting the serving certificate,
     /// offering HTTP/2 and HTTP/1.1 (as kube-apiserver does).
-    pub fn server_config(&self) -> anyhow::Result<Arc<rustls::ServerConfig>> {
-        self.certs.server_config(&[b"h2", b"http/1.1"])
+    pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>> {
+        Ok(self.certs.server_config(&[b"h2", b"http/1.1"])?)
     }
 
     /// A rustls client configuration trusting only this CA, offering `alpn`.
-    pub fn client_config(&self, alpn: &[&[u8]]) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+    pub fn client_config(&self, alpn: &[&[u8]]) -> Result<Arc<rustls::ClientConfig>> {
         let mut roots = rustls::RootCertStore::empty();
         roots
             .add(CertificateDer::from(self.certs.ca_der.clone()))
-            .context("CA into the root store")?;
+            .map_err(|source| Error::Tls {
+                what: "CA into the root store",
+                source,
+            })?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .context("TLS versions")?
+            .map_err(|source| Error::Tls {
+                what: "TLS versions",
+                source,
+            })?
             .with_root_certificates(roots)
             .with_no_client_auth();
         cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();

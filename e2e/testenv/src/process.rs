@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use crate::{Error, Result};
 
 /// How many bytes of a log an error quotes.
 const TAIL_BYTES: u64 = 4096;
@@ -25,7 +25,7 @@ pub struct Proc {
 
 impl Proc {
     /// Starts `bin args`, appending stdout and stderr to `log`.
-    pub fn spawn(name: &str, bin: &Path, args: Vec<String>, log: &Path) -> anyhow::Result<Proc> {
+    pub fn spawn(name: &str, bin: &Path, args: Vec<String>, log: &Path) -> Result<Proc> {
         let mut p = Proc {
             name: name.to_string(),
             bin: bin.to_path_buf(),
@@ -37,20 +37,27 @@ impl Proc {
         Ok(p)
     }
 
-    fn start(&mut self) -> anyhow::Result<()> {
+    fn start(&mut self) -> Result<()> {
         if !self.bin.is_file() {
-            bail!(
-                "{} not found at {}: run `bash e2e/controlplane/build.sh` (./test.sh does)",
-                self.name,
-                self.bin.display()
-            );
+            return Err(Error::MissingBinary {
+                name: self.name.clone(),
+                path: self.bin.clone(),
+            });
         }
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.log)
-            .with_context(|| format!("opening {}", self.log.display()))?;
-        let err = out.try_clone().context("log file handle")?;
+            .map_err(|source| Error::File {
+                what: "opening",
+                path: self.log.clone(),
+                source,
+            })?;
+        let err = out.try_clone().map_err(|source| Error::File {
+            what: "duplicating the handle of",
+            path: self.log.clone(),
+            source,
+        })?;
         let mut cmd = if Path::new("/usr/bin/setpriv").is_file() {
             let mut c = Command::new("/usr/bin/setpriv");
             c.args(["--pdeathsig", "KILL", "--"]).arg(&self.bin);
@@ -62,9 +69,12 @@ impl Proc {
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("starting {} ({})", self.name, self.bin.display()))?;
+        let child = cmd.spawn().map_err(|e| {
+            Error::io(
+                format!("starting {} ({})", self.name, self.bin.display()),
+                e,
+            )
+        })?;
         self.child = Some(child);
         Ok(())
     }
@@ -85,18 +95,23 @@ impl Proc {
     }
 
     /// Errors (with the log's tail) if the process has exited.
-    pub fn check_alive(&mut self) -> anyhow::Result<()> {
+    pub fn check_alive(&mut self) -> Result<()> {
         let Some(child) = self.child.as_mut() else {
-            bail!("{} is not running", self.name);
+            return Err(Error::NotRunning {
+                name: self.name.clone(),
+            });
         };
-        if let Some(status) = child.try_wait().context("waiting for a child")? {
+        let waited = child
+            .try_wait()
+            .map_err(|e| Error::io(format!("waiting for {}", self.name), e))?;
+        if let Some(status) = waited {
             self.child = None;
-            bail!(
-                "{} exited ({status}); last lines of {}:\n{}",
-                self.name,
-                self.log.display(),
-                self.tail()
-            );
+            return Err(Error::Exited {
+                name: self.name.clone(),
+                status,
+                log: self.log.clone(),
+                tail: self.tail(),
+            });
         }
         Ok(())
     }
@@ -136,7 +151,7 @@ impl Proc {
     }
 
     /// Stops the process and starts it again with the same arguments.
-    pub fn restart(&mut self, grace: Duration) -> anyhow::Result<()> {
+    pub fn restart(&mut self, grace: Duration) -> Result<()> {
         self.stop(grace);
         self.start()
     }
@@ -161,7 +176,10 @@ pub fn log_tail(path: &Path) -> String {
 }
 
 /// A free TCP port on 127.0.0.1 (bound, then released).
-pub fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind(("127.0.0.1", 0)).context("binding a free port")?;
-    Ok(l.local_addr().context("local address")?.port())
+pub fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .map_err(|e| Error::io("binding a free port", e))?;
+    Ok(l.local_addr()
+        .map_err(|e| Error::io("the free port's address", e))?
+        .port())
 }

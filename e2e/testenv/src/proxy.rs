@@ -38,7 +38,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use axum::body::Body;
 use bytes::Bytes;
 use futures::StreamExt;
@@ -108,11 +107,13 @@ impl FaultProxy {
         server_tls: Arc<rustls::ServerConfig>,
         client_h2: Arc<rustls::ClientConfig>,
         client_h1: Arc<rustls::ClientConfig>,
-    ) -> anyhow::Result<FaultProxy> {
+    ) -> crate::Result<FaultProxy> {
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .await
-            .context("binding the fault proxy")?;
-        let addr = listener.local_addr().context("proxy address")?;
+            .map_err(|e| crate::Error::io("binding the fault proxy", e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| crate::Error::io("proxy address", e))?;
         let shared = Arc::new(ProxyState {
             upstream,
             server_tls,
@@ -340,24 +341,27 @@ async fn connect_upstream(
     sh: &Arc<ProxyState>,
     h2: bool,
     cut: CancellationToken,
-) -> anyhow::Result<Up> {
+) -> crate::Result<Up> {
     let tcp = tokio::net::TcpStream::connect(sh.upstream)
         .await
-        .context("connecting to the API server")?;
+        .map_err(|e| crate::Error::io("connecting to the API server", e))?;
     let _ = tcp.set_nodelay(true);
     let cfg = if h2 { &sh.client_h2 } else { &sh.client_h1 };
     let name = rustls::pki_types::ServerName::IpAddress(sh.upstream.ip().into());
     let tls = tokio_rustls::TlsConnector::from(cfg.clone())
         .connect(name, tcp)
         .await
-        .context("TLS to the API server")?;
+        .map_err(|e| crate::Error::io("TLS to the API server", e))?;
     let io = TokioIo::new(tls);
     let abandoned = Arc::new(AtomicBool::new(false));
     let gone = abandoned.clone();
     if h2 {
         let (send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
             .await
-            .context("HTTP/2 handshake")?;
+            .map_err(|source| crate::Error::Http {
+                what: "HTTP/2 handshake",
+                source,
+            })?;
         tokio::spawn(async move {
             tokio::select! { _ = conn => {}, () = cut.cancelled() => {} }
             cut.cancel();
@@ -369,7 +373,10 @@ async fn connect_upstream(
     } else {
         let (send, conn) = hyper::client::conn::http1::handshake(io)
             .await
-            .context("HTTP/1.1 handshake")?;
+            .map_err(|source| crate::Error::Http {
+                what: "HTTP/1.1 handshake",
+                source,
+            })?;
         tokio::spawn(async move {
             tokio::select! { _ = conn.with_upgrades() => {}, () = cut.cancelled() => {} }
             if !gone.load(Ordering::SeqCst) {

@@ -26,7 +26,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
 use base64::Engine;
 use kube_sim::faults::FaultRequest;
 use serde_json::{Value, json};
@@ -35,6 +34,7 @@ use crate::audit::AuditLog;
 use crate::pki::Pki;
 use crate::process::{Proc, free_port};
 use crate::proxy::FaultProxy;
+use crate::{Error, Result};
 
 /// Pinned versions; `e2e/controlplane/env.sh` has the same and builds them.
 /// The kube-apiserver and kube-controller-manager version.
@@ -128,31 +128,37 @@ fn token() -> String {
 impl ControlPlane {
     /// Starts etcd, kube-apiserver (ready) and kube-controller-manager
     /// (its ServiceAccount controller has run), plus the fault proxy.
-    pub async fn start(opts: Options) -> anyhow::Result<ControlPlane> {
+    pub async fn start(opts: Options) -> Result<ControlPlane> {
         let mut last = None;
         // A free port can be taken by another test between probing and
         // binding; such a start is retried with new ports.
         for _ in 0..3 {
             match Self::start_once(&opts).await {
                 Ok(cp) => return Ok(cp),
-                Err(e) if format!("{e:#}").contains("address already in use") => last = Some(e),
+                Err(e) if e.mentions("address already in use") => last = Some(e),
                 Err(e) => return Err(e),
             }
         }
-        Err(last.unwrap_or_else(|| anyhow::anyhow!("control plane did not start")))
+        Err(last.unwrap_or_else(|| Error::NotRunning {
+            name: "control plane".into(),
+        }))
     }
 
-    async fn start_once(opts: &Options) -> anyhow::Result<ControlPlane> {
+    async fn start_once(opts: &Options) -> Result<ControlPlane> {
         let bins = bin_dir();
         let dir = tempfile::Builder::new()
             .prefix("kd-controlplane-")
             .tempdir()
-            .context("control plane dir")?;
+            .map_err(|source| Error::File {
+                what: "creating the control plane dir in",
+                path: std::env::temp_dir(),
+                source,
+            })?;
         let d = dir.path();
         let pki = Pki::generate()?;
-        let write = |name: &str, text: &str| -> anyhow::Result<PathBuf> {
+        let write = |name: &str, text: &str| -> Result<PathBuf> {
             let p = d.join(name);
-            std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
+            write_file(&p, text)?;
             Ok(p)
         };
         let ca = write("ca.crt", &pki.ca_pem)?;
@@ -297,14 +303,13 @@ impl ControlPlane {
         kcm_token: &str,
         ca: &Path,
         sa_key: &Path,
-    ) -> anyhow::Result<()> {
+    ) -> Result<()> {
         let d = self.dir.path();
         let kubeconfig = d.join("kube-controller-manager.kubeconfig");
-        std::fs::write(
+        write_file(
             &kubeconfig,
-            kube_sim::kubeconfig(&self.direct_url(), Some(&self.pki.ca_pem), kcm_token),
-        )
-        .context("controller manager kubeconfig")?;
+            &kube_sim::kubeconfig(&self.direct_url(), Some(&self.pki.ca_pem), kcm_token),
+        )?;
         let kc = kubeconfig.display().to_string();
         let kcm = Proc::spawn(
             "kube-controller-manager",
@@ -344,30 +349,36 @@ impl ControlPlane {
                 return Ok(());
             }
             if start.elapsed() > READY_LIMIT {
-                bail!(
-                    "kube-controller-manager made no default ServiceAccount within {READY_LIMIT:?}; log tail:\n{}",
-                    self.kcm_tail()
-                );
+                return Err(Error::Timeout {
+                    what: "kube-controller-manager made no default ServiceAccount".into(),
+                    limit: READY_LIMIT,
+                    last: None,
+                    log_tail: Some(self.kcm_tail()),
+                });
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
     /// Creates a CRD from YAML and waits until it is established.
-    pub async fn install_crd(&self, yaml: &str) -> anyhow::Result<()> {
+    pub async fn install_crd(&self, yaml: &str) -> Result<()> {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        let crd: CustomResourceDefinition = serde_saphyr::from_str(yaml).context("CRD YAML")?;
+        let crd: CustomResourceDefinition =
+            serde_saphyr::from_str(yaml).map_err(|source| Error::Yaml {
+                what: "CRD YAML",
+                source: Box::new(source),
+            })?;
         let name = crd.metadata.name.clone().unwrap_or_default();
         let api: kube::Api<CustomResourceDefinition> = kube::Api::all(self.admin_client().await?);
         api.create(&kube::api::PostParams::default(), &crd)
             .await
-            .with_context(|| format!("creating CRD {name}"))?;
+            .map_err(|e| Error::kube(format!("creating CRD {name}"), e))?;
         let start = Instant::now();
         loop {
             let c = api
                 .get(&name)
                 .await
-                .with_context(|| format!("reading CRD {name}"))?;
+                .map_err(|e| Error::kube(format!("reading CRD {name}"), e))?;
             let established = c
                 .status
                 .and_then(|s| s.conditions)
@@ -378,7 +389,12 @@ impl ControlPlane {
                 return Ok(());
             }
             if start.elapsed() > READY_LIMIT {
-                bail!("CRD {name} not established within {READY_LIMIT:?}");
+                return Err(Error::Timeout {
+                    what: format!("CRD {name} not established"),
+                    limit: READY_LIMIT,
+                    last: None,
+                    log_tail: None,
+                });
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -448,22 +464,22 @@ impl ControlPlane {
     }
 
     /// A kube client for `token`, straight to the API server.
-    pub async fn direct_client(&self, token: &str) -> anyhow::Result<kube::Client> {
+    pub async fn direct_client(&self, token: &str) -> Result<kube::Client> {
         client_for(&self.direct_url(), &self.pki.ca_pem, token).await
     }
 
     /// A kube client for `token` through the fault proxy.
-    pub async fn client_via_proxy(&self, token: &str) -> anyhow::Result<kube::Client> {
+    pub async fn client_via_proxy(&self, token: &str) -> Result<kube::Client> {
         client_for(&self.url(), &self.pki.ca_pem, token).await
     }
 
     /// The admin client, straight to the API server.
-    pub async fn admin_client(&self) -> anyhow::Result<kube::Client> {
+    pub async fn admin_client(&self) -> Result<kube::Client> {
         self.direct_client(&self.admin_token).await
     }
 
     /// Errors with the log tail of the first control-plane process that died.
-    pub fn check_alive(&self) -> anyhow::Result<()> {
+    pub fn check_alive(&self) -> Result<()> {
         self.etcd
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -496,7 +512,7 @@ impl ControlPlane {
 
     /// A ServiceAccount token from the TokenRequest API (creating the
     /// namespace and the ServiceAccount when missing), valid for a day.
-    pub async fn issue_token(&self, namespace: &str, name: &str) -> anyhow::Result<String> {
+    pub async fn issue_token(&self, namespace: &str, name: &str) -> Result<String> {
         let admin = self.admin_client().await?;
         ensure(
             &admin,
@@ -514,17 +530,21 @@ impl ControlPlane {
             "/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"
         ))
         .header("content-type", "application/json")
-        .body(serde_json::to_vec(&json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}}))?)
-        .context("TokenRequest")?;
-        let v: Value = admin.request(req).await.context("TokenRequest")?;
+        .body(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}}).to_string().into_bytes())?;
+        let v: Value = admin
+            .request(req)
+            .await
+            .map_err(|e| Error::kube("TokenRequest", e))?;
         v["status"]["token"]
             .as_str()
             .map(str::to_string)
-            .context("TokenRequest answer without status.token")
+            .ok_or(Error::MalformedAnswer(
+                "TokenRequest answer without status.token",
+            ))
     }
 
     /// The current etcd revision (kube's resourceVersion).
-    pub async fn etcd_revision(&self) -> anyhow::Result<i64> {
+    pub async fn etcd_revision(&self) -> Result<i64> {
         let v = etcd_post(
             self.etcd_addr,
             "/v3/kv/range",
@@ -534,7 +554,9 @@ impl ControlPlane {
         v["header"]["revision"]
             .as_str()
             .and_then(|r| r.parse().ok())
-            .context("etcd range answer without header.revision")
+            .ok_or(Error::MalformedAnswer(
+                "etcd range answer without header.revision",
+            ))
     }
 
     /// Compacts etcd at its current revision and restarts kube-apiserver:
@@ -542,7 +564,7 @@ impl ControlPlane {
     /// resumed from an older resourceVersion gets `410 Gone` (as after an
     /// API server restart that follows an etcd compaction in a real cluster).
     /// Every open connection is cut by the restart.
-    pub async fn compact(&self) -> anyhow::Result<()> {
+    pub async fn compact(&self) -> Result<()> {
         let rev = self.etcd_revision().await?;
         etcd_post(
             self.etcd_addr,
@@ -554,7 +576,7 @@ impl ControlPlane {
     }
 
     /// Stops kube-apiserver and starts it again (same port, same etcd).
-    pub async fn restart_apiserver(&self) -> anyhow::Result<()> {
+    pub async fn restart_apiserver(&self) -> Result<()> {
         // Its graceful termination (audit log flushed within milliseconds of
         // SIGTERM) usually ends within about a second, but now and then hangs
         // until killed; nothing after the first second matters here.
@@ -577,7 +599,12 @@ impl ControlPlane {
                 return Ok(());
             }
             if start.elapsed() > READY_LIMIT {
-                bail!("kube-apiserver not ready again within {READY_LIMIT:?} after a restart");
+                return Err(Error::Timeout {
+                    what: "kube-apiserver not ready again after a restart".into(),
+                    limit: READY_LIMIT,
+                    last: None,
+                    log_tail: None,
+                });
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -586,8 +613,8 @@ impl ControlPlane {
     /// Applies a kube-sim fault request: `compact` compacts etcd and restarts
     /// the API server ([`ControlPlane::compact`], done first), every other
     /// field goes to the [`FaultProxy`].
-    pub async fn fault(&self, req: &FaultRequest) -> anyhow::Result<()> {
-        kube_sim::faults::validate_faults(req).map_err(|e| anyhow::anyhow!(e))?;
+    pub async fn fault(&self, req: &FaultRequest) -> Result<()> {
+        kube_sim::faults::validate_faults(req).map_err(Error::InvalidFault)?;
         if req.compact {
             self.compact().await?;
         }
@@ -613,29 +640,32 @@ impl Drop for ControlPlane {
 }
 
 /// A kube client for `url` trusting `ca_pem`, authenticating with `token`.
-pub async fn client_for(url: &str, ca_pem: &str, token: &str) -> anyhow::Result<kube::Client> {
-    let kc = kube::config::Kubeconfig::from_yaml(&kube_sim::kubeconfig(url, Some(ca_pem), token))
-        .context("kubeconfig")?;
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .context("kube config")?;
-    kube::Client::try_from(cfg).context("kube client")
+pub async fn client_for(url: &str, ca_pem: &str, token: &str) -> Result<kube::Client> {
+    crate::kube_client(&kube_sim::kubeconfig(url, Some(ca_pem), token)).await
+}
+
+/// Writes `text` to `path`.
+fn write_file(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).map_err(|source| Error::File {
+        what: "writing",
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// POSTs `body` to `path`; a 409 AlreadyExists is fine.
-async fn ensure(client: &kube::Client, path: &str, body: Value) -> anyhow::Result<()> {
+async fn ensure(client: &kube::Client, path: &str, body: Value) -> Result<()> {
     let req = http::Request::post(path)
         .header("content-type", "application/json")
-        .body(serde_json::to_vec(&body)?)
-        .context("request")?;
+        .body(body.to_string().into_bytes())?;
     match client.request::<Value>(req).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("POST {path}")),
+        Err(e) => Err(Error::kube(format!("POST {path}"), e)),
     }
 }
 
-async fn wait_etcd(etcd: &mut Proc, addr: SocketAddr) -> anyhow::Result<()> {
+async fn wait_etcd(etcd: &mut Proc, addr: SocketAddr) -> Result<()> {
     let start = Instant::now();
     loop {
         etcd.check_alive()?;
@@ -645,10 +675,12 @@ async fn wait_etcd(etcd: &mut Proc, addr: SocketAddr) -> anyhow::Result<()> {
             return Ok(());
         }
         if start.elapsed() > READY_LIMIT {
-            bail!(
-                "etcd not healthy within {READY_LIMIT:?}; log tail:\n{}",
-                etcd.tail()
-            );
+            return Err(Error::Timeout {
+                what: "etcd not healthy".into(),
+                limit: READY_LIMIT,
+                last: None,
+                log_tail: Some(etcd.tail()),
+            });
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -660,7 +692,7 @@ async fn wait_ready(
     pki: &Pki,
     url: &str,
     token: &str,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let client = client_for(url, &pki.ca_pem, token).await?;
     let start = Instant::now();
     loop {
@@ -672,45 +704,56 @@ async fn wait_ready(
             Err(e) => e.to_string(),
         };
         if start.elapsed() > READY_LIMIT {
-            bail!(
-                "kube-apiserver not ready within {READY_LIMIT:?} (last: {last}); log tail:\n{}",
-                apiserver.tail()
-            );
+            return Err(Error::Timeout {
+                what: "kube-apiserver not ready".into(),
+                limit: READY_LIMIT,
+                last: Some(last),
+                log_tail: Some(apiserver.tail()),
+            });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 /// One HTTP/1.1 request to etcd's JSON gateway.
-async fn etcd_request(addr: SocketAddr, req: http::Request<String>) -> anyhow::Result<Value> {
+async fn etcd_request(addr: SocketAddr, req: http::Request<String>) -> Result<Value> {
     let fut = async {
-        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        let tcp = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| Error::io(format!("connecting to etcd at {addr}"), e))?;
+        let http = |what| move |source| Error::Http { what, source };
         let (mut send, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await?;
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+                .await
+                .map_err(http("etcd handshake"))?;
         tokio::spawn(conn);
-        let resp = send.send_request(req).await?;
+        let resp = send.send_request(req).await.map_err(http("etcd request"))?;
         let status = resp.status();
         let body = http_body_util::BodyExt::collect(resp.into_body())
-            .await?
+            .await
+            .map_err(http("etcd answer"))?
             .to_bytes();
         if !status.is_success() {
-            bail!("etcd answered {status}: {}", String::from_utf8_lossy(&body));
+            return Err(Error::Etcd {
+                status,
+                body: String::from_utf8_lossy(&body).into_owned(),
+            });
         }
-        Ok(serde_json::from_slice(&body)?)
+        serde_json::from_slice(&body).map_err(|e| Error::json("etcd answer", e))
     };
     tokio::time::timeout(Duration::from_secs(10), fut)
         .await
-        .context("etcd request timed out")?
+        .map_err(|_| Error::EtcdTimeout)?
 }
 
-async fn etcd_get(addr: SocketAddr, path: &str) -> anyhow::Result<Value> {
+async fn etcd_get(addr: SocketAddr, path: &str) -> Result<Value> {
     let req = http::Request::get(path)
         .header("host", addr.to_string())
         .body(String::new())?;
     etcd_request(addr, req).await
 }
 
-async fn etcd_post(addr: SocketAddr, path: &str, body: &Value) -> anyhow::Result<Value> {
+async fn etcd_post(addr: SocketAddr, path: &str, body: &Value) -> Result<Value> {
     let req = http::Request::post(path)
         .header("host", addr.to_string())
         .header("content-type", "application/json")

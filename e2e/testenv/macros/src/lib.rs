@@ -12,10 +12,14 @@
 //! put on both), which call the function with `Backend::Sim` and
 //! `Backend::Real`. `./test.sh` selects them by name (`KD_E2E_APISERVER`).
 
+#![warn(missing_docs)]
+
 use proc_macro::TokenStream;
 use quote::quote;
 use syn::{ItemFn, parse_macro_input};
 
+/// Runs an `async fn name(backend: Backend)` test on each backend: a module
+/// `name` with the tests `kube_sim` and `real` (see the crate docs).
 #[proc_macro_attribute]
 pub fn both_backends(attr: TokenStream, item: TokenStream) -> TokenStream {
     if !attr.is_empty() {
