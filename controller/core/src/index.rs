@@ -313,8 +313,19 @@ impl Index {
             self.skipped_nameless("Endpoints", ns);
             return None;
         };
-        let key = self.key(ns, name);
         let object = format!("Endpoints {ns}/{name}");
+        if !k8s_syntax::is_dns1035_label(name) {
+            let warning = format!(
+                "{object}: the name is not a valid Service name (a DNS-1035 label), so no Service owns it; skipped"
+            );
+            self.set_warnings(
+                object,
+                vec![warning],
+                &BTreeMap::from([(SkipReason::InvalidServiceName, 1)]),
+            );
+            return None;
+        }
+        let key = self.key(ns, name);
         if !self.selected(&ep.metadata) {
             self.set_warnings(object, Vec::new(), &BTreeMap::new());
             owners.remove(&key);
@@ -367,8 +378,13 @@ impl Index {
         let Some(name) = ep.metadata.name.as_deref() else {
             return Vec::new();
         };
-        let key = self.key(ns, name);
         self.warnings.remove(&format!("Endpoints {ns}/{name}"));
+        if !k8s_syntax::is_dns1035_label(name) {
+            // Never indexed (see `endpoints_desired`); its key may name
+            // another service's shard.
+            return Vec::new();
+        }
+        let key = self.key(ns, name);
         self.endpoints_owner.remove(&key);
         if self.store(&key, None) {
             vec![key]
@@ -520,6 +536,17 @@ impl Index {
             );
             return Ok((ns, name, None));
         };
+        if !k8s_syntax::is_dns1035_label(&service) {
+            let warning = format!(
+                "{object}: {SERVICE_NAME_LABEL}={service:?} is not a valid Service name (a DNS-1035 label); slice skipped"
+            );
+            self.set_warnings(
+                object,
+                vec![warning],
+                &BTreeMap::from([(SkipReason::InvalidServiceName, 1)]),
+            );
+            return Ok((ns, name, None));
+        }
         // Any earlier "no label" warning of this slice is obsolete now.
         self.set_warnings(object, Vec::new(), &BTreeMap::new());
         if !self.selected(&s.metadata) {
@@ -1158,6 +1185,88 @@ mod tests {
             ])
         );
         assert_eq!(hosts(&s, &k("ns", "web")), vec!["10.0.0.2"]);
+    }
+
+    /// `web.1` is the object name of shard 1 of `web` (and `x.web` that of
+    /// `web` of cluster `x` in a fixed namespace): a slice labelled, or an
+    /// Endpoints named, so belongs to no Service and must never be indexed,
+    /// nor delete what `web` published. Skipped, warned once, counted.
+    #[test]
+    fn invalid_service_names_are_skipped_and_never_touch_another_service() {
+        let mut s = idx(SourceKind::EndpointSlice);
+        let web = slice(
+            "ns",
+            "web-a",
+            Some("web"),
+            json!([{"addresses": ["10.0.0.1"]}]),
+        );
+        assert_eq!(s.apply_slice(&web), vec![k("ns", "web")]);
+        for (n, label) in ["web.1", "Web", "1web", "web_1", &"w".repeat(64)]
+            .iter()
+            .enumerate()
+        {
+            let bad = slice(
+                "ns",
+                &format!("bad-{n}"),
+                Some(label),
+                json!([{"addresses": ["10.9.9.9"]}]),
+            );
+            assert!(s.apply_slice(&bad).is_empty(), "{label}: indexed");
+            assert!(
+                s.delete_slice(&bad).is_empty(),
+                "{label}: delete touched a service"
+            );
+        }
+        let bad = slice(
+            "ns",
+            "bad",
+            Some("web.1"),
+            json!([{"addresses": ["10.9.9.9"]}]),
+        );
+        s.apply_slice(&bad);
+        s.apply_slice(&bad);
+        s.reset_slices(&[web.clone(), bad.clone()]);
+        assert_eq!(
+            s.take_skipped(),
+            BTreeMap::from([(SkipReason::InvalidServiceName, 6)]),
+            "five labels, and the sixth slice once although seen three times"
+        );
+        assert!(
+            s.warnings().any(|(_, w)| w
+                .iter()
+                .any(|w| w.contains("\"web.1\" is not a valid Service name"))),
+            "the warning names the label value"
+        );
+        assert_eq!(s.len(), 1);
+        assert_eq!(hosts(&s, &k("ns", "web")), vec!["10.0.0.1"]);
+        // A slice whose label becomes invalid leaves its old service.
+        let moved = slice(
+            "ns",
+            "web-a",
+            Some("web.2"),
+            json!([{"addresses": ["10.0.0.1"]}]),
+        );
+        assert_eq!(s.apply_slice(&moved), vec![k("ns", "web")]);
+        assert_eq!(s.len(), 0);
+
+        let mut e = idx(SourceKind::Endpoints);
+        assert_eq!(
+            e.apply_endpoints(&ep("ns", "web", &["10.0.0.1"], json!({}))),
+            vec![k("ns", "web")]
+        );
+        let bad = ep("ns", "web.1", &["10.9.9.9"], json!({}));
+        assert!(e.apply_endpoints(&bad).is_empty());
+        assert!(e.delete_endpoints(&bad).is_empty());
+        assert!(
+            e.reset_endpoints(&[ep("ns", "web", &["10.0.0.1"], json!({})), bad.clone()])
+                .is_empty()
+        );
+        assert_eq!(e.len(), 1);
+        assert_eq!(
+            e.take_skipped(),
+            BTreeMap::from([(SkipReason::InvalidServiceName, 2)]),
+            "once, and once more when the deleted object is listed again"
+        );
     }
 
     #[test]

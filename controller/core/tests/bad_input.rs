@@ -3,7 +3,7 @@
 //! * configs: each case breaks ONE field of a valid config; the result must be
 //!   exactly one error line that names that field (and never the token);
 //! * objects: invalid IPs, missing metadata, ports 0/65536, duplicate port
-//!   names, empty subsets, 253-character names, thousands of ports: never a
+//!   names, empty subsets, 253-character names (no valid Service name), thousands of ports: never a
 //!   panic, bad parts skipped with a warning naming the object, and the good
 //!   state of every other service untouched;
 //! * a seeded random-input property run over `parse_config`,
@@ -334,8 +334,15 @@ fn bad_endpoints_are_skipped_with_a_warning_and_never_hurt_good_state() {
             None,
         ),
         (
+            // An object name may be a 253-character DNS subdomain, a Service
+            // name only a 63-character DNS-1035 label: no Service owns it.
             "253-character name",
             ep("bad", &long, &["10.0.0.1"], http.clone()),
+            Some("not a valid Service name"),
+        ),
+        (
+            "63-character name (the longest Service name)",
+            ep("bad", &"a".repeat(63), &["10.0.0.1"], http.clone()),
             None,
         ),
         (
@@ -484,6 +491,11 @@ fn bad_slices_are_skipped_with_a_warning_and_never_hurt_good_state() {
         (
             "253-character names",
             sl("bad", &long, &long, &["10.0.0.1"], http.clone()),
+            Some("not a valid Service name"),
+        ),
+        (
+            "63-character service, 253-character slice name",
+            sl("bad", &"s".repeat(63), &long, &["10.0.0.1"], http.clone()),
             None,
         ),
     ];

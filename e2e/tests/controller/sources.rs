@@ -166,6 +166,57 @@ async fn slice_mode_merges_slices_uses_ready_endpoints_and_deletes(backend: Back
     ctl.stop().await;
 }
 
+/// A hand-made slice labelled `kubernetes.io/service-name: web.1` (a valid
+/// label value, but no Service can be named so) would yield the object name of
+/// shard 1 of `web`: it is skipped, counted as `invalid_service_name`, and no
+/// DiscoveredService other than `web`'s appears.
+#[both_backends]
+#[tokio::test]
+async fn a_slice_labelled_with_no_valid_service_name_is_skipped(backend: Backend) {
+    let env = Env::start(backend).await;
+    env.namespace("shop").await;
+    env.slice(
+        "shop",
+        "web",
+        "web-a",
+        &[("10.0.3.1", true)],
+        &[("http", 8080)],
+    )
+    .await;
+    env.slice(
+        "shop",
+        "web.1",
+        "stray",
+        &[("10.0.3.9", true)],
+        &[("http", 8080)],
+    )
+    .await;
+    let ctl = Controller::start(
+        &env,
+        "invalid-service-name",
+        &config(&env, "    watch_endpoint_slices: true\n"),
+        &[],
+    )
+    .await;
+    ctl.wait_ready().await;
+    env.wait_nodes("shop", "web", "http", &["10.0.3.1"]).await;
+    let series = "kube_discovery_source_skipped_total{cluster=\"\",kind=\"EndpointSlice\",reason=\"invalid_service_name\"}";
+    eventually("the stray slice counted", LIMIT, || async {
+        let text = ctl.get("/metrics").await.1;
+        (sample(&text, series) == Some(1.0)).then_some(())
+    })
+    .await;
+    assert!(
+        ctl.logs().lines().any(|l| l.contains("shop/stray")
+            && l.contains("web.1")
+            && l.contains("is not a valid Service name")),
+        "a warning names the label value:\n{}",
+        ctl.logs()
+    );
+    assert_eq!(env.dsvc_names().await, vec!["shop/web"]);
+    ctl.stop().await;
+}
+
 /// Creates the same service in namespaces `a`, `b`, `team-x`, with label
 /// `tier=<ns>` on each, and returns which DiscoveredServices exist once the
 /// controller is ready and has written `expect_one`.

@@ -94,11 +94,16 @@ pub enum SkipReason {
     MissingName,
     /// An EndpointSlice without the `kubernetes.io/service-name` label; the slice is skipped.
     MissingServiceLabel,
+    /// An EndpointSlice whose `kubernetes.io/service-name` label, or an Endpoints
+    /// whose name, is no valid Service name (a DNS-1035 label): no Service can
+    /// own it, and its object name could collide with another's (`web.1` is
+    /// shard 1 of `web`); the object is skipped.
+    InvalidServiceName,
 }
 
 impl SkipReason {
     /// Every reason, in label order.
-    pub const ALL: [SkipReason; 8] = [
+    pub const ALL: [SkipReason; 9] = [
         SkipReason::InvalidAddress,
         SkipReason::MissingAddress,
         SkipReason::InvalidPort,
@@ -107,6 +112,7 @@ impl SkipReason {
         SkipReason::UnknownAddressType,
         SkipReason::MissingName,
         SkipReason::MissingServiceLabel,
+        SkipReason::InvalidServiceName,
     ];
 
     /// The metric label value (`snake_case`).
@@ -120,6 +126,7 @@ impl SkipReason {
             SkipReason::UnknownAddressType => "unknown_address_type",
             SkipReason::MissingName => "missing_name",
             SkipReason::MissingServiceLabel => "missing_service_label",
+            SkipReason::InvalidServiceName => "invalid_service_name",
         }
     }
 }
