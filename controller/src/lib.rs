@@ -12,7 +12,7 @@
 //!    │                                    (desired nodes, cluster status)
 //!    │ changed keys, first-list barrier               │
 //!    ▼                                                ▼
-//!  inbox::WriterHandle ════════ one channel ════════▶ writer: coalesce ▶ skip no-ops ▶ rate
+//!  inbox::WriterHandle ═══ coalescing inbox ═══▶ writer: coalesce ▶ skip no-ops ▶ rate
 //!                                                      │ limit ▶ retry (reads the state; leader only)
 //!                                                      ▼
 //!                                                    sink: server-side apply / delete, a big

@@ -286,9 +286,9 @@ impl<S: Sink> Writer<S> {
 
     fn receive(&mut self, msg: WriterMsg) {
         match msg {
-            WriterMsg::Changed { keys, at } => {
-                for key in &keys {
-                    self.enqueue(PackedKey::new(key), at);
+            WriterMsg::Changed { keys } => {
+                for (key, at) in &keys {
+                    self.enqueue(PackedKey::new(key), *at);
                 }
             }
             WriterMsg::Drifted { keys } => {

@@ -330,9 +330,9 @@ async fn tables_shrink_after_a_large_first_sync() {
             ..opts()
         },
     );
+    let now = Instant::now();
     w.receive(WriterMsg::Changed {
-        keys: keys.clone(),
-        at: Instant::now(),
+        keys: keys.iter().map(|k| (k.clone(), now)).collect(),
     });
     // A first start's drift sweep reports every key while it is pending.
     w.receive(WriterMsg::Drifted { keys: keys.clone() });
