@@ -1204,4 +1204,26 @@ mod tests {
         assert_eq!(naming.drift_field_manager(), "kube-discovery-drift/edge");
         assert_eq!(ObjectNaming::default().instance, DEFAULT_INSTANCE);
     }
+
+    #[test]
+    fn a_64_character_cluster_id_gives_valid_names_and_labels_and_stays_whole_in_the_spec() {
+        let id = "a123456789b123456789c123456789d123456789e123456789f123456789abcd";
+        assert_eq!(id.len(), 64);
+        for naming in [ObjectNaming::source(), ObjectNaming::fixed("kd")] {
+            let obj = desired_object(&svc(id, "default", "web", None), &naming);
+            let name = obj.metadata.name.as_deref().unwrap();
+            assert!(is_dns_name(name) && name.len() <= 63, "{name}");
+            let labels = obj.metadata.labels.as_ref().unwrap();
+            let cluster = &labels[LABEL_CLUSTER];
+            assert!(is_label_value(cluster) && cluster.len() <= 63, "{cluster}");
+            assert_ne!(cluster, id);
+            assert_eq!(obj.spec.cluster, id);
+            assert_eq!(obj.spec.service, format!("{id}/default/web"));
+            // Another long id gets other names.
+            let other = id.replace('a', "z");
+            let o2 = desired_object(&svc(&other, "default", "web", None), &naming);
+            assert_ne!(o2.metadata.name, obj.metadata.name);
+            assert_ne!(o2.metadata.labels.unwrap()[LABEL_CLUSTER], *cluster);
+        }
+    }
 }

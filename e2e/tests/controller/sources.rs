@@ -685,3 +685,59 @@ async fn skipped_slice_data_is_counted_by_reason() {
     assert_eq!(env.dsvc_names().await, vec!["shop/web"]);
     ctl.stop().await;
 }
+
+/// APISIX accepts cluster ids of up to 64 characters (apisix#12536): such a
+/// config loads, the object name and the cluster label (at most 63
+/// characters) are shortened with a hash, `spec.cluster` keeps the whole id,
+/// and the dump (APISIX's shape) lists the service under it.
+#[both_backends]
+#[tokio::test]
+async fn a_64_character_cluster_id_is_served(backend: Backend) {
+    let env = Env::start(backend).await;
+    env.namespace("long").await;
+    env.slice(
+        "long",
+        "web",
+        "web-1",
+        &[("10.66.0.1", true)],
+        &[("http", 80)],
+    )
+    .await;
+    let id = "a123456789b123456789c123456789d123456789e123456789f123456789abcd";
+    let kubeconfig = env.kubeconfig(&env.admin_token());
+    let cfg = format!(
+        "discovery:\n  kubernetes:\n    - id: {id}\n      kubeconfig: {k}\n      watch_endpoint_slices: true\n      namespace_selector: {{equal: long}}\nkube_discovery:\n  coalesce_window: 20ms\n  home:\n    kubeconfig: {k}\n",
+        k = kubeconfig.display()
+    );
+    let ctl = Controller::start(&env, "long-id", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    let objs = eventually("the object of long/web", LIMIT, || async {
+        let names = env.dsvc_names().await;
+        let ours: Vec<String> = names
+            .into_iter()
+            .filter(|n| n.starts_with("long/"))
+            .collect();
+        (!ours.is_empty()).then_some(ours)
+    })
+    .await;
+    assert_eq!(objs.len(), 1, "{objs:?}");
+    let name = objs[0].trim_start_matches("long/");
+    assert!(name.len() <= 63, "{name}");
+    let ds = env.dsvc("long", name).await.expect("object");
+    assert_eq!(ds["spec"]["cluster"], id);
+    assert_eq!(ds["spec"]["service"], format!("{id}/long/web"));
+    assert_eq!(hosts(&ds, "http"), ["10.66.0.1"]);
+    let label = ds["metadata"]["labels"]["kubediscovery.io/cluster"]
+        .as_str()
+        .expect("cluster label");
+    assert!(label.len() <= 63 && label != id, "{label}");
+    let (code, dump) = ctl.get("/v1/discovery/kubernetes/dump").await;
+    assert_eq!(code, 200);
+    let dump: serde_json::Value = serde_json::from_str(&dump).expect("dump JSON");
+    assert_eq!(dump["endpoints"][0]["id"], id, "{dump}");
+    assert_eq!(
+        dump["endpoints"][0]["endpoints"][0]["name"], "long/web",
+        "{dump}"
+    );
+    ctl.stop().await;
+}

@@ -36,7 +36,7 @@
 //!
 //! | key | rule | default (single cluster) | default (multi cluster) |
 //! |---|---|---|---|
-//! | `id` | `^[a-z0-9]{1,8}$`, unique; multi cluster only | - | required |
+//! | `id` | `^[a-z0-9]{1,64}$` (APISIX's rule), unique; multi cluster only | - | required |
 //! | `service.schema` | `http` or `https` | `https` | `https` |
 //! | `service.host` | IPv4, IPv6, DNS name; `${VAR}` allowed | `${KUBERNETES_SERVICE_HOST}` | required |
 //! | `service.port` | 1..65535 (number or string); `${VAR}` allowed | `${KUBERNETES_SERVICE_PORT}` | required |
@@ -118,6 +118,7 @@ pub use error::{ConfigError, ConfigErrors};
 pub use plan::{
     ClusterPlan, Clusters, LeasePlan, LeaseTimings, MAX_CONFIGMAP_NAME_LEN, Overrides, Plan, Writes,
 };
+pub use rules::MAX_CLUSTER_ID_LENGTH;
 pub use secret::Secret;
 pub use validate::parse_config;
 pub use validated::{

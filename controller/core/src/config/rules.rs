@@ -28,20 +28,28 @@ pub(super) fn err(msg: impl Into<String>) -> garde::Result {
 
 // ---------------------------------------------------------------- discovery.kubernetes
 
+/// Longest cluster id (APISIX: `^[a-z0-9]{1,64}$`). Object names and label
+/// values of longer-than-63 ids are shortened with a hash (`crd::label_value`,
+/// `ObjectNaming::name`); the spec keeps the whole id.
+pub const MAX_CLUSTER_ID_LENGTH: usize = 64;
+
 pub(super) fn check_id(v: &Option<String>, ctx: &Ctx) -> garde::Result {
     match (v, ctx.multi) {
         (None, true) => err("is required in the multi-cluster (list) form"),
         (Some(_), false) => err("is only allowed in the multi-cluster (list) form"),
         (Some(id), true) => {
+            // APISIX's rule since apisix#12536 (it was `{1,8}` before).
             if !id.is_empty()
-                && id.len() <= 8
+                && id.len() <= MAX_CLUSTER_ID_LENGTH
                 && id
                     .bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
             {
                 Ok(())
             } else {
-                err(format!("{id:?} must match ^[a-z0-9]{{1,8}}$"))
+                err(format!(
+                    "{id:?} must match ^[a-z0-9]{{1,{MAX_CLUSTER_ID_LENGTH}}}$"
+                ))
             }
         }
         (None, false) => Ok(()),

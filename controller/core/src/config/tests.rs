@@ -588,7 +588,7 @@ discovery:
     - id: nohost
       service: {schema: https}
       client: {token_file: /t}
-    - id: toolongid
+    - id: a123456789b123456789c123456789d123456789e123456789f123456789abcde
       service: {host: h, port: 1}
       client: {token_file: /t}
     - "not a mapping"
@@ -597,7 +597,7 @@ discovery:
     has(
         &lines,
         "discovery.kubernetes[0].id",
-        "must match ^[a-z0-9]{1,8}$",
+        "must match ^[a-z0-9]{1,64}$",
     );
     has(
         &lines,
@@ -630,7 +630,18 @@ discovery:
         "discovery.kubernetes[5].service.port",
         "is required",
     );
-    has(&lines, "discovery.kubernetes[6].id", "must match");
+    has(
+        &lines,
+        "discovery.kubernetes[6].id",
+        "must match ^[a-z0-9]{1,64}$",
+    );
+    // 64 characters are APISIX's limit (apisix#12536), and fine.
+    let long = "a123456789b123456789c123456789d123456789e123456789f123456789abcd";
+    assert_eq!(long.len(), 64);
+    let c = ok(&format!(
+        "discovery:\n  kubernetes:\n    - id: {long}\n      service: {{host: h, port: 1}}\n      client: {{token_file: /t}}\n"
+    ));
+    assert_eq!(c.clusters[0].id, long);
     has(&lines, "discovery.kubernetes[7]", "must be a mapping");
     has(
         &errs("discovery: {kubernetes: []}"),
