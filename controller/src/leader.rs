@@ -8,6 +8,7 @@
 //!      TakeOver  (holder empty or renewTime+duration < now) ─▶ PUT holder=me, transitions+1
 //!      Follow    (someone else holds a fresh lease)
 //!  leader = the last successful Create/Renew/TakeOver STARTED less than renew_deadline ago
+//!  every gain and every loss starts a new epoch (Leadership); sinks check it before each request (Fence)
 //!  shutdown: a leader releases the lease (holder="") so a standby takes over at once
 //! ```
 //!
@@ -24,7 +25,9 @@
 //! that margin). A replica that stepped down campaigns again like any other.
 //!
 //! All replicas watch and index (standbys are warm and serve the HTTP API);
-//! only the leader's writer writes (see [`crate::writer::spawn_gated`]).
+//! only the leader's writer writes (see [`crate::writer::spawn_gated`]), and
+//! every write request is fenced by the epoch it started in ([`Fence`]): a
+//! write started before a loss of the lease sends nothing after it.
 
 use std::time::Duration;
 
@@ -74,6 +77,105 @@ pub fn decide(
     match &spec.renew_time {
         Some(MicroTime(t)) if t.as_second() + secs >= now.as_second() => Decision::Follow(holder),
         _ => Decision::TakeOver,
+    }
+}
+
+/// The election as the rest of the process sees it: whether this replica
+/// leads, and the epoch, which grows by one on every gain and every loss.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Leadership {
+    /// Grows by one on every change of `leading`.
+    pub epoch: u64,
+    /// Whether this replica holds the lease.
+    pub leading: bool,
+}
+
+impl Leadership {
+    /// The state after a change to `leading` (the same state when unchanged).
+    #[must_use]
+    pub fn with_leading(self, leading: bool) -> Self {
+        if leading == self.leading {
+            self
+        } else {
+            Self {
+                epoch: self.epoch + 1,
+                leading,
+            }
+        }
+    }
+}
+
+/// A write was dropped: the leadership epoch it started in is over (or it
+/// started while this replica did not lead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "not the leader: write started in leadership epoch {started:?}, now epoch {} (leading: {})",
+    now.epoch,
+    now.leading
+)]
+pub struct Fenced {
+    /// The epoch the write started in (`None`: it started while not leading).
+    pub started: Option<u64>,
+    /// The election's state when the write was dropped.
+    pub now: Leadership,
+}
+
+/// The epoch a write started in ([`Fence::begin`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FenceToken {
+    epoch: u64,
+}
+
+/// What a sink consults right before every request it sends: the write's
+/// epoch must still be the current LEADING epoch. Cheap to clone; all clones
+/// follow the same election.
+#[derive(Debug, Clone)]
+pub struct Fence {
+    rx: watch::Receiver<Leadership>,
+}
+
+impl Fence {
+    /// A fence following the election `rx` (from [`spawn`]).
+    pub fn new(rx: watch::Receiver<Leadership>) -> Self {
+        Self { rx }
+    }
+
+    /// No leader election: always leading, epoch 0.
+    pub fn always() -> Self {
+        let (_tx, rx) = watch::channel(Leadership {
+            epoch: 0,
+            leading: true,
+        });
+        Self { rx }
+    }
+
+    /// The election's state now.
+    pub fn current(&self) -> Leadership {
+        *self.rx.borrow()
+    }
+
+    /// Starts a write: the current epoch, if this replica leads.
+    pub fn begin(&self) -> Result<FenceToken, Fenced> {
+        let now = self.current();
+        if now.leading {
+            Ok(FenceToken { epoch: now.epoch })
+        } else {
+            Err(Fenced { started: None, now })
+        }
+    }
+
+    /// Right before a request of the write that `token` started: `Ok` only
+    /// while that epoch is still the current, leading one.
+    pub fn check(&self, token: FenceToken) -> Result<(), Fenced> {
+        let now = self.current();
+        if now.leading && now.epoch == token.epoch {
+            Ok(())
+        } else {
+            Err(Fenced {
+                started: Some(token.epoch),
+                now,
+            })
+        }
     }
 }
 
@@ -257,35 +359,49 @@ async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
     }
 }
 
-/// Runs the election until `shutdown`; the receiver says whether we lead.
+/// Runs the election until `shutdown`; the receiver says whether we lead,
+/// and in which epoch ([`Leadership`], also what a [`Fence`] follows).
 /// The returned task resolves after the lease is released.
 pub fn spawn(
     client: Client,
     cfg: LeaseConfig,
     shutdown: CancellationToken,
-) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
-    let (tx, rx) = watch::channel(false);
+) -> (watch::Receiver<Leadership>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = watch::channel(Leadership::default());
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let task = tokio::spawn(async move {
         campaign(&api, &cfg, &tx, &shutdown).await;
-        let _ = tx.send(false);
+        // Not leading from here on: fenced writes send nothing after the release.
+        publish(&tx, false);
         release(&api, &cfg).await;
     });
     (rx, task)
 }
 
-fn set_leading(tx: &watch::Sender<bool>, cfg: &LeaseConfig, leading: bool) {
-    if *tx.borrow() != leading {
-        tracing::info!(identity = %cfg.identity, leading, "leadership changed");
-        let _ = tx.send(leading);
+/// Publishes `leading` on `tx`, starting a new epoch when it changed;
+/// returns whether it changed. (What the elector does; tests drive a
+/// writer or a sink with it as a fake elector.)
+pub fn publish(tx: &watch::Sender<Leadership>, leading: bool) -> bool {
+    tx.send_if_modified(|l| {
+        let next = l.with_leading(leading);
+        let changed = next != *l;
+        *l = next;
+        changed
+    })
+}
+
+fn set_leading(tx: &watch::Sender<Leadership>, cfg: &LeaseConfig, leading: bool) {
+    if publish(tx, leading) {
+        let epoch = tx.borrow().epoch;
+        tracing::info!(identity = %cfg.identity, leading, epoch, "leadership changed");
     }
 }
 
 /// Steps down once `last_ok + renew_deadline` has passed (never resolves
 /// when not leading).
-async fn deadline(tx: &watch::Sender<bool>, last_ok: Option<Instant>, cfg: &LeaseConfig) {
+async fn deadline(tx: &watch::Sender<Leadership>, last_ok: Option<Instant>, cfg: &LeaseConfig) {
     match last_ok {
-        Some(t) if *tx.borrow() => tokio::time::sleep_until(t + cfg.renew_deadline).await,
+        Some(t) if tx.borrow().leading => tokio::time::sleep_until(t + cfg.renew_deadline).await,
         _ => std::future::pending().await,
     }
 }
@@ -293,11 +409,11 @@ async fn deadline(tx: &watch::Sender<bool>, last_ok: Option<Instant>, cfg: &Leas
 async fn campaign(
     api: &Api<Lease>,
     cfg: &LeaseConfig,
-    tx: &watch::Sender<bool>,
+    tx: &watch::Sender<Leadership>,
     shutdown: &CancellationToken,
 ) {
     let mut last_ok: Option<Instant> = None;
-    let step_down = |tx: &watch::Sender<bool>| {
+    let step_down = |tx: &watch::Sender<Leadership>| {
         tracing::warn!(lease = %cfg.name, deadline = ?cfg.renew_deadline, "could not renew the leader lease within the renew deadline; stepping down");
         set_leading(tx, cfg, false);
     };
@@ -332,7 +448,7 @@ async fn campaign(
                 tracing::warn!(timeout = ?cfg.round_timeout(), "leader election round timed out");
             }
         }
-        if *tx.borrow() && !still_leading(last_ok, Instant::now(), cfg.renew_deadline) {
+        if tx.borrow().leading && !still_leading(last_ok, Instant::now(), cfg.renew_deadline) {
             step_down(tx);
         }
         let pause = tokio::time::sleep(cfg.retry_period.max(Duration::from_millis(100)));
@@ -426,5 +542,25 @@ mod tests {
         let mut no_renew = spec("other", 0, 15);
         no_renew.renew_time = None;
         assert_eq!(decide(Some(&no_renew), "me", now, d), Decision::TakeOver);
+    }
+
+    #[test]
+    fn epochs_change_on_every_gain_and_loss_and_fence_old_ones() {
+        let (tx, rx) = watch::channel(Leadership::default());
+        let fence = Fence::new(rx);
+        assert!(fence.begin().is_err(), "not leading");
+        assert!(publish(&tx, true));
+        assert!(!publish(&tx, true), "no change, no new epoch");
+        let t1 = fence.begin().unwrap();
+        assert_eq!(fence.check(t1), Ok(()));
+        assert!(publish(&tx, false));
+        let e = fence.check(t1).unwrap_err();
+        assert_eq!(e.started, Some(1));
+        assert_eq!(e.now.epoch, 2);
+        assert!(publish(&tx, true));
+        assert!(fence.check(t1).is_err(), "a write of an earlier epoch");
+        let t3 = fence.begin().unwrap();
+        assert_eq!(fence.check(t3), Ok(()));
+        assert!(Fence::always().begin().is_ok());
     }
 }

@@ -21,7 +21,7 @@
 //!
 //!  snapshot_sink  the state ──▶ APISIX dump in sharded ConfigMaps (optional, drift-corrected)
 //!  http        /healthz /readyz /metrics /v1/discovery/kubernetes/{dump,nodes}  (reads the state)
-//!  leader      Lease election: gates the writer and the snapshot sink
+//!  leader      Lease election: gates the writer and the snapshot sink, fences each write request
 //!  run         wires all of the above (`RunOptions`, from the configuration)
 //!  nodes_cmd   `kube-discovery nodes` (reads through kube-discovery-client)
 //!  render_cmd  `kube-discovery render` (the core's pure render on files)
@@ -38,10 +38,10 @@
 //! ```text
 //!  demo ─▶ run, client                 (feature `demo`: kube-sim in process)
 //!  run ─▶ source, drift, writer, sink, snapshot_sink, http, leader, state, metrics, client
-//!  writer ─▶ sink, drift, inbox, state, metrics         nodes_cmd ─▶ client
-//!  sink ─▶ drift, client                                http ─▶ snapshot_sink, state, metrics
+//!  writer ─▶ sink, drift, inbox, state, metrics, leader nodes_cmd ─▶ client
+//!  sink ─▶ drift, client, leader                        http ─▶ snapshot_sink, state, metrics
 //!  source ─▶ watch, inbox, state, metrics    drift ─▶ watch, inbox, state
-//!  snapshot_sink ─▶ state, metrics, client
+//!  snapshot_sink ─▶ state, metrics, client, leader
 //!  watch ─▶ client                           metrics ─▶ state       render_cmd ─▶ cli
 //!  shell ─▶ cli
 //!  state   inbox   client   leader   cli             (nothing of the crate)
@@ -138,6 +138,10 @@ pub enum Error {
     /// The ConfigMap snapshot cannot be built.
     #[error("{0}")]
     Snapshot(#[from] kube_discovery_core::dump::BuildError),
+    /// A write was dropped because this replica does not lead (any more):
+    /// not a failure, nothing was sent after the loss.
+    #[error(transparent)]
+    Fenced(#[from] leader::Fenced),
 }
 
 /// A setting of a valid configuration that this machine or process cannot
@@ -301,7 +305,13 @@ impl Error {
             Error::Sync(_) => "sync",
             Error::Client(_) => "client",
             Error::Snapshot(_) => "snapshot",
+            Error::Fenced(_) => "fenced",
         }
+    }
+
+    /// A write dropped by the leadership fence ([`leader::Fence`]).
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, Error::Fenced(_))
     }
 
     /// The configuration or the command's input is wrong (exit code 2): the

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::Connection;
 use crate::http::AppState;
+use crate::leader::Fence;
 use crate::metrics::Metrics;
 use crate::sink::KubeSink;
 use crate::source::{Source, SourceParams};
@@ -248,6 +249,8 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
         }
         None => (None, None),
     };
+    // Every write request is fenced by the leadership epoch it started in.
+    let fence = leader.clone().map_or_else(Fence::always, Fence::new);
     // Drift correction: a cache of our own objects, shared with the sink.
     let (drift_view, drift_feed) = crate::drift::DriftView::new(opts.naming.clone());
     let snapshot = opts.snapshot.map(|snapshot_opts| {
@@ -263,6 +266,7 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
     let (writer, writer_task) = crate::writer::spawn_gated(
         KubeSink::new(home.clone(), opts.naming.clone())
             .with_drift(drift_view)
+            .with_fence(fence)
             .in_namespace(opts.home_namespace.clone()),
         shared.clone(),
         metrics.clone(),

@@ -37,6 +37,15 @@
 //! `lastSyncTime` in every apply would make a rewrite of an intact shard a
 //! real write). Port keys someone else added survive server-side apply (not
 //! ours) and are removed by a merge patch after the apply.
+//!
+//! # Fencing
+//!
+//! With leader election, the sink is given the election's [`Fence`]
+//! ([`KubeSink::with_fence`]): an apply or delete notes the leadership epoch
+//! it starts in and checks, right before each request (every shard, the
+//! merge patches, the deletes), that this epoch is still the current leading
+//! one. Otherwise it stops with [`crate::Error::Fenced`], which the writer
+//! counts (`writes_total{result="fenced"}`) and does not treat as a failure.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -52,6 +61,7 @@ use kube_discovery_core::{ServiceKey, ServiceNodes};
 
 use crate::Result;
 use crate::drift::{DriftCheck, DriftView, Lean, ObjName};
+use crate::leader::{Fence, FenceToken};
 
 /// Where the writer puts DiscoveredServices (the API server in production,
 /// [`KubeSink`]; a fake in tests). The writer decides what and when; a sink
@@ -121,6 +131,8 @@ pub struct KubeSink {
     /// The one namespace holding all our objects, if there is one
     /// (`Plan::home_namespace`): the start-up list is then namespaced.
     namespace: Option<String>,
+    /// Checked before every write request ([`Fence::always`] without leader election).
+    fence: Fence,
 }
 
 impl KubeSink {
@@ -133,7 +145,16 @@ impl KubeSink {
             drift: None,
             repairs: Arc::new(Mutex::new(BTreeSet::new())),
             namespace: None,
+            fence: Fence::always(),
         }
+    }
+
+    /// Writes only while the election behind `fence` says this replica
+    /// leads in the epoch the write started in (see the module docs).
+    #[must_use]
+    pub fn with_fence(mut self, fence: Fence) -> Self {
+        self.fence = fence;
+        self
     }
 
     /// Lists our objects in `namespace` only (`None`: in all namespaces).
@@ -176,12 +197,17 @@ impl KubeSink {
     }
 
     /// Applies one object (spec and status in one request).
-    async fn write_one(&self, key: &ServiceKey, obj: &DiscoveredService) -> Result<()> {
+    async fn write_one(
+        &self,
+        token: FenceToken,
+        key: &ServiceKey,
+        obj: &DiscoveredService,
+    ) -> Result<()> {
         let ns = obj.metadata.namespace.clone().unwrap_or_default();
         let name = obj.metadata.name.clone().unwrap_or_default();
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         let got = self
-            .patch_answer(&ns, &name, &pp, &Patch::Apply(obj))
+            .patch_answer(token, &ns, &name, &pp, &Patch::Apply(obj))
             .await?;
         // Port keys someone else added survive a server-side apply (we do not
         // own them): remove them explicitly. Never happens without a hand edit.
@@ -204,7 +230,7 @@ impl KubeSink {
                 field_manager: Some(DRIFT_FIELD_MANAGER.to_string()),
                 ..PatchParams::default()
             };
-            self.patch_answer(&ns, &name, &mpp, &Patch::Merge(&body))
+            self.patch_answer(token, &ns, &name, &mpp, &Patch::Merge(&body))
                 .await?
         };
         self.note_written(&ns, &name, &got);
@@ -214,20 +240,22 @@ impl KubeSink {
     /// PATCHes `ns/name` and decodes only what a write needs from the answer
     /// ([`Written`]), not the whole object: decoding the returned object
     /// (nodes, managedFields) was the biggest CPU cost of a write after the
-    /// request itself.
+    /// request itself. Sends nothing when the write's epoch is over.
     async fn patch_answer<P: serde::Serialize + std::fmt::Debug>(
         &self,
+        token: FenceToken,
         ns: &str,
         name: &str,
         pp: &PatchParams,
         patch: &Patch<P>,
-    ) -> kube::Result<Written> {
+    ) -> Result<Written> {
+        self.fence.check(token)?;
         let url = DiscoveredService::url_path(&(), Some(ns));
         let mut req = kube::core::Request::new(url)
             .patch(name, pp, patch)
             .map_err(kube::Error::BuildRequest)?;
         req.extensions_mut().insert("patch");
-        self.client.request::<Written>(req).await
+        Ok(self.client.request::<Written>(req).await?)
     }
 
     /// Records the resourceVersion of our write of `ns/name` for drift.
@@ -238,7 +266,12 @@ impl KubeSink {
     }
 
     /// Removes `spec.shard` from the object `obj` names (absent is success).
-    async fn unshard(&self, key: &ServiceKey, obj: &DiscoveredService) -> Result<()> {
+    async fn unshard(
+        &self,
+        token: FenceToken,
+        key: &ServiceKey,
+        obj: &DiscoveredService,
+    ) -> Result<()> {
         let ns = obj.metadata.namespace.clone().unwrap_or_default();
         let name = obj.metadata.name.clone().unwrap_or_default();
         let pp = PatchParams {
@@ -248,20 +281,21 @@ impl KubeSink {
         let body = serde_json::json!({"spec": {"shard": null}});
         tracing::info!(service = %key, object = %name, "service fits one object again: removing its shard field");
         match self
-            .patch_answer(&ns, &name, &pp, &Patch::Merge(&body))
+            .patch_answer(token, &ns, &name, &pp, &Patch::Merge(&body))
             .await
         {
             Ok(got) => {
                 self.note_written(&ns, &name, &got);
                 Ok(())
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(e.into()),
+            Err(crate::Error::Kube(kube::Error::Api(s))) if s.code == 404 => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
-    /// Deletes `ns/name`; absent is success.
-    async fn delete_one(&self, ns: &str, name: &str) -> Result<()> {
+    /// Deletes `ns/name`; absent is success. Sends nothing when the write's epoch is over.
+    async fn delete_one(&self, token: FenceToken, ns: &str, name: &str) -> Result<()> {
+        self.fence.check(token)?;
         let res = self.api(ns).delete(name, &DeleteParams::default()).await;
         if let Some(v) = &self.drift {
             v.note_written(ns, name, None);
@@ -381,6 +415,7 @@ impl Sink for KubeSink {
     }
 
     async fn apply(&self, svc: Arc<ServiceNodes>) -> Result<()> {
+        let token = self.fence.begin()?;
         let objs = desired_objects_at(&svc, &self.naming, &Time(jiff::Timestamp::now()));
         let count = u32::try_from(objs.len()).unwrap_or(u32::MAX);
         // Shards 1.. first, shard 0 (the one carrying count and version that
@@ -391,7 +426,7 @@ impl Sink for KubeSink {
             // apply prunes the fields we no longer send, but an API server
             // may keep the emptied `shard: {}` and then reject the object
             // (kube-sim does: "spec.shard.count: Required value").
-            self.unshard(&svc.key, &objs[0]).await?;
+            self.unshard(token, &svc.key, &objs[0]).await?;
         }
         let repair = self
             .repairs
@@ -405,7 +440,7 @@ impl Sink for KubeSink {
                 // `lastSyncTime`.
                 continue;
             }
-            if let Err(e) = self.write_one(&svc.key, obj).await {
+            if let Err(e) = self.write_one(token, &svc.key, obj).await {
                 if repair {
                     // Still a repair when retried.
                     self.repairs
@@ -436,13 +471,14 @@ impl Sink for KubeSink {
         }
         for (sns, sname) in &surplus {
             tracing::info!(service = %svc.key, object = %format!("{sns}/{sname}"), "deleting surplus shard");
-            self.delete_one(sns, sname).await?;
+            self.delete_one(token, sns, sname).await?;
         }
         self.set_shard_count(&svc.key, Some(count));
         Ok(())
     }
 
     async fn delete(&self, key: ServiceKey) -> Result<()> {
+        let token = self.fence.begin()?;
         let ns = self.naming.namespace(&key);
         let base = self.naming.name(&key);
         let count = self.shard_count(&key).unwrap_or(1).max(1);
@@ -460,7 +496,7 @@ impl Sink for KubeSink {
             names.extend(self.strays(&key, &known));
         }
         for (ons, oname) in &names {
-            self.delete_one(ons, oname).await?;
+            self.delete_one(token, ons, oname).await?;
         }
         self.set_shard_count(&key, None);
         Ok(())
@@ -674,6 +710,30 @@ mod tests {
         assert_eq!(list_managed(&client).await.unwrap().len(), count as usize);
         fresh.delete(svc.key.clone()).await.unwrap();
         assert!(list_managed(&client).await.unwrap().is_empty());
+    }
+
+    /// Issue 16 item 3, the sink's side: with a fence, an apply or delete
+    /// while this replica does not lead sends nothing (the API server's
+    /// write log stays empty) and fails as `Fenced`; leading, it writes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fenced_sink_sends_nothing_while_not_leading() {
+        use crate::leader::{Fence, Leadership, publish};
+        let (_sim, client) = sim_client().await;
+        let (tx, rx) = tokio::sync::watch::channel(Leadership::default());
+        let sink = KubeSink::new(client.clone(), ObjectNaming::source()).with_fence(Fence::new(rx));
+        let svc = big(10);
+        let e = sink.apply(Arc::new(svc.clone())).await.unwrap_err();
+        assert!(e.is_fenced(), "{e}");
+        assert_eq!(e.metric_label(), "fenced");
+        let e = sink.delete(svc.key.clone()).await.unwrap_err();
+        assert!(e.is_fenced(), "{e}");
+        assert_eq!(dsvc_writes(&client).await, Vec::<String>::new());
+        publish(&tx, true);
+        sink.apply(Arc::new(svc.clone())).await.unwrap();
+        assert_eq!(dsvc_writes(&client).await, vec!["create big".to_string()]);
+        publish(&tx, false);
+        assert!(sink.delete(svc.key.clone()).await.unwrap_err().is_fenced());
+        assert_eq!(list_managed(&client).await.unwrap().len(), 1);
     }
 
     /// The start-up list folds page by page: with one object per page, a

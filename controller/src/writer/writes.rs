@@ -6,6 +6,8 @@
 //!                              ▼ rate token ─▶ spawn Sink::apply(desired) | Sink::delete(key)
 //!  finish:   Ok  ─▶ known updated, kube_discovery_writes_total{result=applied|deleted}
 //!            Err ─▶ back into the queue with exponential backoff, keeping the oldest seq
+//!            Err(Fenced) ─▶ back into the queue, no backoff: not a failure, the lease was
+//!                   lost and nothing was sent after that (result=fenced)
 //! ```
 
 use std::time::Duration;
@@ -138,12 +140,21 @@ impl<S: Sink> Writer<S> {
             }
             // Still pending (retried): a parked check stays parked.
             Err(e) => {
-                self.metrics
-                    .write(cluster, &format!("error_{}", e.metric_label()));
-                let attempts = attempts + 1;
-                let delay = backoff(&self.opts, attempts);
-                tracing::warn!(service = %key, error = %e, attempt = attempts, retry_in = ?delay, "write failed");
-                let due = Instant::now() + delay;
+                let (attempts, due) = if e.is_fenced() {
+                    // Not a failure: this replica lost the lease while the
+                    // write was due or running, and it sent nothing after
+                    // that. Due again (no backoff) for when it leads again.
+                    self.metrics.write(cluster, "fenced");
+                    tracing::info!(service = %key, error = %e, "write dropped: not the leader");
+                    (attempts, Instant::now())
+                } else {
+                    self.metrics
+                        .write(cluster, &format!("error_{}", e.metric_label()));
+                    let attempts = attempts + 1;
+                    let delay = backoff(&self.opts, attempts);
+                    tracing::warn!(service = %key, error = %e, attempt = attempts, retry_in = ?delay, "write failed");
+                    (attempts, Instant::now() + delay)
+                };
                 // Keep the oldest sequence number (readiness waits for it) and
                 // the earliest event time; a newer change may already be pending.
                 let merged = self.pending.modify(&key, |p| {
