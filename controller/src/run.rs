@@ -8,12 +8,14 @@
 //!                        the drift watch ──────────┼─▶ ControllerState ◀── HTTP server
 //!                        one writer task (KubeSink on the home cluster)
 //!  SIGTERM/SIGINT ─▶ cancel: sources stop, the writer starts no new write,
-//!                    in-flight writes finish, the HTTP server drains.
+//!                    in-flight writes finish (at most DRAIN_LIMIT), THEN the
+//!                    lease is released (bounded), the HTTP server drains.
 //! ```
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube_discovery_core::Index;
 use kube_discovery_core::crd::ObjectNaming;
@@ -199,6 +201,12 @@ pub async fn run_from_file(
     run_until_signal(opts).await
 }
 
+/// How long a stop waits for in-flight writes before it releases the lease
+/// anyway (fenced, they send nothing after that); with the bounded release
+/// ([`crate::leader::LeaseConfig::release_timeout`], 8 s by default) well
+/// below a pod's default termination grace period of 30 s.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// A running controller (for `demo` and tests).
 pub struct Running {
     /// The HTTP server's bound address.
@@ -206,6 +214,9 @@ pub struct Running {
     /// The process-wide state.
     pub shared: Arc<ControllerState>,
     shutdown: CancellationToken,
+    /// Stops the elector, after the writers stopped (so that in-flight
+    /// writes finish while still leading).
+    elector_stop: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     writer: tokio::task::JoinHandle<()>,
     elector: Option<tokio::task::JoinHandle<()>>,
@@ -214,16 +225,24 @@ pub struct Running {
 }
 
 impl Running {
-    /// Stops everything; in-flight writes finish first.
+    /// Stops everything: sources stop, in-flight writes finish (at most
+    /// [`DRAIN_LIMIT`]), then the lease is released (bounded), the HTTP
+    /// server drains.
     pub async fn stop(self) {
         self.shutdown.cancel();
         for t in self.tasks {
             let _ = t.await;
         }
-        let _ = self.writer.await;
-        if let Some(s) = self.snapshot {
-            let _ = s.await;
+        let writers = async {
+            let _ = self.writer.await;
+            if let Some(s) = self.snapshot {
+                let _ = s.await;
+            }
+        };
+        if tokio::time::timeout(DRAIN_LIMIT, writers).await.is_err() {
+            tracing::warn!(limit = ?DRAIN_LIMIT, "in-flight writes did not finish in time; releasing the lease anyway (they send nothing more)");
         }
+        self.elector_stop.cancel();
         if let Some(e) = self.elector {
             let _ = e.await;
         }
@@ -234,6 +253,7 @@ impl Running {
 /// Starts the controller described by `opts`.
 pub async fn start(opts: RunOptions) -> Result<Running> {
     let shutdown = CancellationToken::new();
+    let elector_stop = CancellationToken::new();
     let metrics = Metrics::default();
     let shared = Arc::new(ControllerState::new(
         opts.clusters.iter().map(|c| c.params.cluster.as_str()),
@@ -244,7 +264,7 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
     let (leader, elector) = match opts.leader {
         Some(cfg) => {
             tracing::info!(namespace = %cfg.namespace, lease = %cfg.name, identity = %cfg.identity, "leader election enabled");
-            let (rx, task) = crate::leader::spawn(home.clone(), cfg, shutdown.clone());
+            let (rx, task) = crate::leader::spawn(home.clone(), cfg, elector_stop.clone());
             (Some(rx), Some(task))
         }
         None => (None, None),
@@ -311,6 +331,7 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
         http_addr,
         shared,
         shutdown,
+        elector_stop,
         tasks,
         writer: writer_task,
         elector,
