@@ -142,6 +142,18 @@ pub enum Error {
     /// not a failure, nothing was sent after the loss.
     #[error(transparent)]
     Fenced(#[from] leader::Fenced),
+    /// A write task panicked (its key is retried like a failed write).
+    #[error("the write panicked: {0}")]
+    WritePanicked(String),
+    /// A long-running task of `run` ended or panicked while the controller
+    /// was not shutting down; the process exits non-zero so that it is restarted.
+    #[error("the {task} task died: {cause}")]
+    TaskDied {
+        /// The task (`source <cluster>`, `writer`, `leader election`, ...).
+        task: String,
+        /// What happened (the panic message, or that it returned).
+        cause: String,
+    },
 }
 
 /// A setting of a valid configuration that this machine or process cannot
@@ -306,6 +318,8 @@ impl Error {
             Error::Client(_) => "client",
             Error::Snapshot(_) => "snapshot",
             Error::Fenced(_) => "fenced",
+            Error::WritePanicked(_) => "panic",
+            Error::TaskDied { .. } => "task_died",
         }
     }
 
@@ -319,6 +333,16 @@ impl Error {
     pub fn is_usage(&self) -> bool {
         matches!(self, Error::Config(_) | Error::Setting(_) | Error::Input(_))
     }
+}
+
+/// The text of a panic's payload (`panic!` with a message gives a `&str`
+/// or a `String`).
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
 /// Result with [`Error`] as the default error.

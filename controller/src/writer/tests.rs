@@ -24,6 +24,8 @@ struct FakeSink {
     /// What `drift` answers per key (default `Ok`), and how often it was asked.
     drift: Arc<Mutex<HashMap<ServiceKey, DriftCheck>>>,
     drift_asked: Arc<Mutex<u32>>,
+    /// Number of upcoming apply calls that panic.
+    panic_next: Arc<Mutex<u32>>,
     /// Checked like `KubeSink` does: when the write starts and right before
     /// it is "sent" (recorded in `calls`).
     fence: Option<Fence>,
@@ -63,6 +65,13 @@ impl Sink for FakeSink {
     }
     async fn apply(&self, svc: Arc<ServiceNodes>) -> Result<()> {
         let token = self.begin()?;
+        let panic = {
+            let mut p = self.panic_next.lock().unwrap();
+            let now = *p > 0;
+            *p = p.saturating_sub(1);
+            now
+        };
+        assert!(!panic, "injected panic in a write");
         {
             let mut f = self.fail_next.lock().unwrap();
             if *f > 0 {
@@ -682,4 +691,41 @@ async fn a_write_started_after_the_lease_was_lost_sends_nothing() {
         .map(|k| Call::Apply(k.to_string(), nodes(k, &["10.0.0.1"]).version))
         .collect();
     assert_eq!(calls, want);
+}
+
+/// Issue 16 item 4: a write task that panics is a failed write of its key:
+/// retried with backoff (and counted), not a key in flight forever.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_write_is_retried() {
+    let sink = FakeSink {
+        panic_next: Arc::new(Mutex::new(1)),
+        ..FakeSink::default()
+    };
+    let shared = Arc::new(ControllerState::new([""]));
+    let m = Metrics::default();
+    let (h, _t) = spawn(
+        sink.clone(),
+        shared.clone(),
+        m.clone(),
+        opts(),
+        CancellationToken::new(),
+    );
+    let k = ServiceKey::new("", "ns", "web");
+    shared.set_desired(&k, Some(nodes(&k, &["10.0.0.1"])));
+    h.changed(vec![k.clone()], Instant::now());
+    h.synced("");
+    settle().await;
+    assert_eq!(
+        sink.calls(),
+        vec![Call::Apply(
+            "ns/web".into(),
+            nodes(&k, &["10.0.0.1"]).version
+        )]
+    );
+    assert!(shared.ready());
+    let text = crate::metrics::encode(&m.registry());
+    assert!(
+        text.contains(r#"kube_discovery_writes_total{cluster="",result="error_panic"} 1"#),
+        "{text}"
+    );
 }

@@ -6,21 +6,24 @@
 //!                              ▼ rate token ─▶ spawn Sink::apply(desired) | Sink::delete(key)
 //!  finish:   Ok  ─▶ known updated, kube_discovery_writes_total{result=applied|deleted}
 //!            Err ─▶ back into the queue with exponential backoff, keeping the oldest seq
+//!                   (a panicking write is an Err too: result=error_panic)
 //!            Err(Fenced) ─▶ back into the queue, no backoff: not a failure, the lease was
 //!                   lost and nothing was sent after that (result=fenced)
 //! ```
 
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::compact::{PackedKey, Version};
 use super::queue::Pending;
 use super::{Writer, backoff};
-use crate::Result;
 use crate::metrics::Metrics;
 use crate::sink::Sink;
+use crate::{Error, Result, panic_message};
 
 pub(super) enum Outcome {
     Applied(String),
@@ -87,13 +90,21 @@ impl<S: Sink> Writer<S> {
             let sink = self.sink.clone();
             let (seq, first_event, attempts) = (p.seq, p.first_event, p.attempts);
             tasks.spawn(async move {
-                let result = match desired {
-                    Some(d) => {
-                        let v = d.version.clone();
-                        sink.apply(d).await.map(|()| Outcome::Applied(v))
+                let write = async move {
+                    match desired {
+                        Some(d) => {
+                            let v = d.version.clone();
+                            sink.apply(d).await.map(|()| Outcome::Applied(v))
+                        }
+                        None => sink.delete(skey).await.map(|()| Outcome::Deleted),
                     }
-                    None => sink.delete(skey).await.map(|()| Outcome::Deleted),
                 };
+                // A panicking write is a failed write of its key (retried
+                // with backoff), not a key in flight forever.
+                let result = AssertUnwindSafe(write)
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|panic| Err(Error::WritePanicked(panic_message(&*panic))));
                 Done {
                     key,
                     seq,
@@ -152,7 +163,11 @@ impl<S: Sink> Writer<S> {
                         .write(cluster, &format!("error_{}", e.metric_label()));
                     let attempts = attempts + 1;
                     let delay = backoff(&self.opts, attempts);
-                    tracing::warn!(service = %key, error = %e, attempt = attempts, retry_in = ?delay, "write failed");
+                    if matches!(e, Error::WritePanicked(_)) {
+                        tracing::error!(service = %key, error = %e, attempt = attempts, retry_in = ?delay, "write task panicked; retrying");
+                    } else {
+                        tracing::warn!(service = %key, error = %e, attempt = attempts, retry_in = ?delay, "write failed");
+                    }
                     (attempts, Instant::now() + delay)
                 };
                 // Keep the oldest sequence number (readiness waits for it) and
