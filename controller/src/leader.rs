@@ -240,6 +240,9 @@ impl Fence {
     }
 }
 
+/// Longest wait for the release of the lease at shutdown.
+pub const MAX_RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Lease settings.
 #[derive(Debug, Clone)]
 pub struct LeaseConfig {
@@ -306,9 +309,11 @@ impl LeaseConfig {
     }
 
     /// Upper bound of the release at shutdown (GET + write): one round's
-    /// timeout, well below a pod's termination grace period.
+    /// timeout, at most [`MAX_RELEASE_TIMEOUT`], so that a stop (in-flight
+    /// writes, then the release) stays below a pod's default termination
+    /// grace period of 30 s whatever the lease duration.
     pub fn release_timeout(&self) -> Duration {
-        self.round_timeout()
+        self.round_timeout().min(MAX_RELEASE_TIMEOUT)
     }
 }
 
@@ -586,6 +591,14 @@ mod tests {
         assert_eq!(c.renew_deadline, Duration::from_secs(10));
         assert_eq!(c.retry_period, Duration::from_secs(2));
         assert_eq!(c.round_timeout(), Duration::from_secs(8));
+        assert_eq!(c.release_timeout(), Duration::from_secs(8));
+        let long = LeaseConfig::new(
+            "ns".into(),
+            "l".into(),
+            "me".into(),
+            Duration::from_secs(60),
+        );
+        assert_eq!(long.release_timeout(), MAX_RELEASE_TIMEOUT);
         assert!(c.validate().is_ok());
         let small = LeaseConfig::new("ns".into(), "l".into(), "me".into(), Duration::ZERO);
         assert_eq!(small.duration, Duration::from_secs(1));
