@@ -677,6 +677,36 @@ mod tests {
         task.await.unwrap();
     }
 
+    /// Issue 16 item 3, the snapshot's side: a round of a replica that does
+    /// not lead (or whose epoch ended) sends nothing and fails as `Fenced`.
+    #[tokio::test]
+    async fn a_round_without_the_lease_sends_nothing() {
+        let (_sim, client, _dir) = sim_client().await;
+        let shared = state(3);
+        let (tx, rx) = watch::channel(Leadership::default());
+        let opts = SnapshotOptions::new("kd".into(), "snap".into(), Duration::from_millis(10));
+        let mut task = Task {
+            fence: Fence::new(rx),
+            label: dump::label_value(&opts.name),
+            api: Api::namespaced(client.clone(), "kd"),
+            shared: shared.clone(),
+            metrics: Metrics::default(),
+            opts,
+            seen: HashMap::new(),
+            written_rv: HashMap::new(),
+            layout: None,
+            layout_gen: None,
+        };
+        let mut generation = shared.subscribe();
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "kd");
+        let e = task.round(&mut generation).await.unwrap_err();
+        assert!(e.is_fenced(), "{e}");
+        assert!(api.get_opt("snap").await.unwrap().is_none());
+        crate::leader::publish(&tx, true);
+        task.round(&mut generation).await.unwrap();
+        assert!(api.get_opt("snap").await.unwrap().is_some());
+    }
+
     #[tokio::test]
     async fn generation_signal_fires_on_state_changes() {
         let shared = ControllerState::new([""]);
