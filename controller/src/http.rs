@@ -2,7 +2,7 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `GET /healthz` | `200 ok` while the process runs |
+//! | `GET /healthz` | `200 ok` while every long-running task runs; `503` with `{"healthy":false,"task","cause"}` once one died (the process then exits non-zero) |
 //! | `GET /readyz` | `200` once the first complete list of EVERY cluster is written, else `503`; JSON detail per cluster |
 //! | `GET /metrics` | Prometheus text (see [`crate::metrics`]) |
 //! | `GET /v1/discovery/kubernetes/dump` | APISIX dump shape: `{"endpoints":[{"id","endpoints":[{"name":"ns/name","value":"<json>"}]}],"config":[..]}` (secrets redacted) |
@@ -44,7 +44,7 @@ pub struct AppState {
 /// The router (exposed for in-process tests).
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/v1/discovery/kubernetes/dump", get(dump))
@@ -73,6 +73,17 @@ pub async fn serve(
         }
     });
     Ok((local, task))
+}
+
+async fn healthz(State(st): State<AppState>) -> Response {
+    match st.shared.task_died() {
+        None => "ok".into_response(),
+        Some(d) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"healthy": false, "task": d.task, "cause": d.cause})),
+        )
+            .into_response(),
+    }
 }
 
 async fn readyz(State(st): State<AppState>) -> Response {

@@ -2,13 +2,14 @@
 //! can run and exactly one writes (`kube_discovery.leader_election`).
 //!
 //! ```text
-//!  every retry_period:  GET lease ─▶ decide(spec, me, now)      (the round is bounded by a timeout)
+//!  every retry_period:  GET lease ─▶ observe it ─▶ decide(spec, me, observed at, now)   (the round is bounded by a timeout)
 //!      Create    (absent)                         ─▶ POST   holder=me
 //!      Renew     (holder == me)                   ─▶ PUT    renewTime=now  (resourceVersion-guarded)
-//!      TakeOver  (holder empty or renewTime+duration < now) ─▶ PUT holder=me, transitions+1
-//!      Follow    (someone else holds a fresh lease)
+//!      TakeOver  (holder empty, or the record unchanged for lease_duration on OUR clock) ─▶ PUT holder=me, transitions+1
+//!      Follow    (someone else holds a lease we saw change less than lease_duration ago)
 //!  leader = the last successful Create/Renew/TakeOver STARTED less than renew_deadline ago
-//!  shutdown: a leader releases the lease (holder="") so a standby takes over at once
+//!  every gain and every loss starts a new epoch (Leadership); sinks check it before each request (Fence)
+//!  shutdown: a leader releases the lease (holder="") so a standby takes over at once (bounded by a timeout)
 //! ```
 //!
 //! client-go semantics: `lease_duration` 15 s, `renew_deadline` 10 s,
@@ -16,15 +17,24 @@
 //! configured `lease_duration`). A leader that cannot renew (API errors, a
 //! hung request, a partition) stops leading when `renew_deadline` has passed
 //! since the start of its last successful renewal, by a timer that does not
-//! wait for the pending request. A standby only takes over once
-//! `renewTime + lease_duration` has passed, and `renewTime` is stamped at the
-//! start of the round, so the old leader has stopped writing
-//! `lease_duration - renew_deadline` (5 s by default) before anyone else may
-//! start: two replicas never both write (for clocks that agree to better than
-//! that margin). A replica that stepped down campaigns again like any other.
+//! wait for the pending request.
+//!
+//! Clocks: like client-go's `observedTime`, a standby never compares the
+//! remote `renewTime` with its own wall clock. It notes the local monotonic
+//! time at which the lease record last CHANGED ([`Observed`]) and takes over
+//! only once `lease_duration` has passed on its own clock since then, so
+//! replicas whose wall clocks disagree (by any amount) never take over from a
+//! leader that keeps renewing. The leader stops writing at `renew_deadline`
+//! after the start of its last renewal, which is before any standby saw that
+//! renewal plus `lease_duration`: `lease_duration - renew_deadline` (5 s by
+//! default) is the margin for clock RATE differences and the latency of the
+//! standby's read, not for wall-clock offsets. A replica that stepped down
+//! campaigns again like any other.
 //!
 //! All replicas watch and index (standbys are warm and serve the HTTP API);
-//! only the leader's writer writes (see [`crate::writer::spawn_gated`]).
+//! only the leader's writer writes (see [`crate::writer::spawn_gated`]), and
+//! every write request is fenced by the epoch it started in ([`Fence`]): a
+//! write started before a loss of the lease sends nothing after it.
 
 use std::time::Duration;
 
@@ -50,11 +60,38 @@ pub enum Decision {
     Follow(String),
 }
 
-/// Pure decision from the lease spec (`None`: no lease object).
+/// What this replica last saw of the lease record and WHEN, on its own
+/// monotonic clock (client-go's `observedRecord`/`observedTime`): the time
+/// moves only when the record changes, so the remote timestamps in it are
+/// never compared with the local clock.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    record: Option<LeaseSpec>,
+    at: Option<Instant>,
+}
+
+impl Observed {
+    /// Notes the record read at `now` (`None`: no lease object).
+    pub fn see(&mut self, record: Option<&LeaseSpec>, now: Instant) {
+        if self.at.is_none() || self.record.as_ref() != record {
+            self.record = record.cloned();
+            self.at = Some(now);
+        }
+    }
+
+    /// When the record last changed (`None` before the first read).
+    pub fn changed_at(&self) -> Option<Instant> {
+        self.at
+    }
+}
+
+/// Pure decision from the lease spec (`None`: no lease object), the local
+/// time the record was last seen to change, and the local time now.
 pub fn decide(
     spec: Option<&LeaseSpec>,
     me: &str,
-    now: jiff::Timestamp,
+    observed_at: Instant,
+    now: Instant,
     default_duration: Duration,
 ) -> Decision {
     let Some(spec) = spec else {
@@ -67,15 +104,144 @@ pub fn decide(
     if holder.is_empty() {
         return Decision::TakeOver;
     }
-    let secs = spec
+    let duration = spec
         .lease_duration_seconds
-        .map(|s| i64::from(s.max(1)))
-        .unwrap_or_else(|| i64::try_from(default_duration.as_secs()).unwrap_or(15));
-    match &spec.renew_time {
-        Some(MicroTime(t)) if t.as_second() + secs >= now.as_second() => Decision::Follow(holder),
-        _ => Decision::TakeOver,
+        .and_then(|s| u64::try_from(s.max(1)).ok())
+        .map_or(default_duration, Duration::from_secs);
+    if now.saturating_duration_since(observed_at) < duration {
+        Decision::Follow(holder)
+    } else {
+        Decision::TakeOver
     }
 }
+
+/// The wall clock the elector stamps `acquireTime` and `renewTime` with.
+/// Only informational for other replicas (they act on [`Observed`] changes);
+/// tests skew it to show that.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WallClock {
+    offset: jiff::SignedDuration,
+}
+
+impl WallClock {
+    /// The system clock.
+    pub fn system() -> Self {
+        Self::default()
+    }
+
+    /// The system clock moved by `offset` (a replica whose clock is wrong).
+    pub fn skewed(offset: jiff::SignedDuration) -> Self {
+        Self { offset }
+    }
+
+    /// The time now on this clock.
+    pub fn now(&self) -> jiff::Timestamp {
+        let now = jiff::Timestamp::now();
+        now.checked_add(self.offset).unwrap_or(now)
+    }
+}
+
+/// The election as the rest of the process sees it: whether this replica
+/// leads, and the epoch, which grows by one on every gain and every loss.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Leadership {
+    /// Grows by one on every change of `leading`.
+    pub epoch: u64,
+    /// Whether this replica holds the lease.
+    pub leading: bool,
+}
+
+impl Leadership {
+    /// The state after a change to `leading` (the same state when unchanged).
+    #[must_use]
+    pub fn with_leading(self, leading: bool) -> Self {
+        if leading == self.leading {
+            self
+        } else {
+            Self {
+                epoch: self.epoch + 1,
+                leading,
+            }
+        }
+    }
+}
+
+/// A write was dropped: the leadership epoch it started in is over (or it
+/// started while this replica did not lead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "not the leader: write started in leadership epoch {started:?}, now epoch {} (leading: {})",
+    now.epoch,
+    now.leading
+)]
+pub struct Fenced {
+    /// The epoch the write started in (`None`: it started while not leading).
+    pub started: Option<u64>,
+    /// The election's state when the write was dropped.
+    pub now: Leadership,
+}
+
+/// The epoch a write started in ([`Fence::begin`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FenceToken {
+    epoch: u64,
+}
+
+/// What a sink consults right before every request it sends: the write's
+/// epoch must still be the current LEADING epoch. Cheap to clone; all clones
+/// follow the same election.
+#[derive(Debug, Clone)]
+pub struct Fence {
+    rx: watch::Receiver<Leadership>,
+}
+
+impl Fence {
+    /// A fence following the election `rx` (from [`spawn`]).
+    pub fn new(rx: watch::Receiver<Leadership>) -> Self {
+        Self { rx }
+    }
+
+    /// No leader election: always leading, epoch 0.
+    pub fn always() -> Self {
+        let (_tx, rx) = watch::channel(Leadership {
+            epoch: 0,
+            leading: true,
+        });
+        Self { rx }
+    }
+
+    /// The election's state now.
+    pub fn current(&self) -> Leadership {
+        *self.rx.borrow()
+    }
+
+    /// Starts a write: the current epoch, if this replica leads.
+    pub fn begin(&self) -> Result<FenceToken, Fenced> {
+        let now = self.current();
+        if now.leading {
+            Ok(FenceToken { epoch: now.epoch })
+        } else {
+            Err(Fenced { started: None, now })
+        }
+    }
+
+    /// Right before a request of the write that `token` started: `Ok` only
+    /// while that epoch is still the current, leading one.
+    pub fn check(&self, token: FenceToken) -> Result<(), Fenced> {
+        let now = self.current();
+        if now.leading && now.epoch == token.epoch {
+            Ok(())
+        } else {
+            Err(Fenced {
+                started: Some(token.epoch),
+                now,
+            })
+        }
+    }
+}
+
+/// Longest wait for the release of the lease at shutdown.
+pub const MAX_RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Lease settings.
 #[derive(Debug, Clone)]
@@ -93,6 +259,8 @@ pub struct LeaseConfig {
     pub renew_deadline: Duration,
     /// Time between rounds (acquire or renew); shorter than `renew_deadline`.
     pub retry_period: Duration,
+    /// The clock `acquireTime` and `renewTime` are stamped with.
+    pub clock: WallClock,
 }
 
 impl LeaseConfig {
@@ -116,6 +284,7 @@ impl LeaseConfig {
             duration: timings.duration,
             renew_deadline: timings.renew_deadline,
             retry_period: timings.retry_period,
+            clock: WallClock::system(),
         }
     }
 
@@ -137,6 +306,14 @@ impl LeaseConfig {
         self.renew_deadline
             .saturating_sub(self.retry_period)
             .max(self.retry_period)
+    }
+
+    /// Upper bound of the release at shutdown (GET + write): one round's
+    /// timeout, at most [`MAX_RELEASE_TIMEOUT`], so that a stop (in-flight
+    /// writes, then the release) stays below a pod's default termination
+    /// grace period of 30 s whatever the lease duration.
+    pub fn release_timeout(&self) -> Duration {
+        self.round_timeout().min(MAX_RELEASE_TIMEOUT)
     }
 }
 
@@ -184,14 +361,19 @@ fn spec_for(
     }
 }
 
-/// One round: returns whether we hold the lease afterwards.
-async fn round(api: &Api<Lease>, cfg: &LeaseConfig) -> kube::Result<bool> {
-    let now = jiff::Timestamp::now();
+/// One round: returns whether we hold the lease afterwards. `observed`
+/// follows the record across rounds.
+async fn round(api: &Api<Lease>, cfg: &LeaseConfig, observed: &mut Observed) -> kube::Result<bool> {
+    let now = cfg.clock.now();
     let current = api.get_opt(&cfg.name).await?;
+    let read_at = Instant::now();
+    let spec = current.as_ref().and_then(|l| l.spec.as_ref());
+    observed.see(spec, read_at);
     match decide(
-        current.as_ref().and_then(|l| l.spec.as_ref()),
+        spec,
         &cfg.identity,
-        now,
+        observed.changed_at().unwrap_or(read_at),
+        read_at,
         cfg.duration,
     ) {
         Decision::Create => {
@@ -203,7 +385,10 @@ async fn round(api: &Api<Lease>, cfg: &LeaseConfig) -> kube::Result<bool> {
                 spec: Some(spec_for(&cfg.identity, now, cfg.duration, 0, None)),
             };
             match api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
+                Ok(l) => {
+                    observed.see(l.spec.as_ref(), Instant::now());
+                    Ok(true)
+                }
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
                 Err(e) => Err(e),
             }
@@ -230,7 +415,10 @@ async fn round(api: &Api<Lease>, cfg: &LeaseConfig) -> kube::Result<bool> {
             ));
             // replace() sends metadata.resourceVersion: a concurrent change is a 409.
             match api.replace(&cfg.name, &PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
+                Ok(l) => {
+                    observed.see(l.spec.as_ref(), Instant::now());
+                    Ok(true)
+                }
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
                 Err(e) => Err(e),
             }
@@ -238,7 +426,20 @@ async fn round(api: &Api<Lease>, cfg: &LeaseConfig) -> kube::Result<bool> {
     }
 }
 
+/// Gives the lease up (holder `""`) if we hold it, within
+/// [`LeaseConfig::release_timeout`]: a hung API server does not hold up the
+/// shutdown (a standby then takes over once the lease expires).
 async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
+    let limit = cfg.release_timeout();
+    if tokio::time::timeout(limit, release_now(api, cfg))
+        .await
+        .is_err()
+    {
+        tracing::warn!(lease = %cfg.name, timeout = ?limit, "could not release the leader lease in time; a standby takes over when it expires");
+    }
+}
+
+async fn release_now(api: &Api<Lease>, cfg: &LeaseConfig) {
     if let Ok(Some(mut lease)) = api.get_opt(&cfg.name).await
         && lease
             .spec
@@ -257,35 +458,50 @@ async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
     }
 }
 
-/// Runs the election until `shutdown`; the receiver says whether we lead.
-/// The returned task resolves after the lease is released.
+/// Runs the election until `shutdown`; the receiver says whether we lead,
+/// and in which epoch ([`Leadership`], also what a [`Fence`] follows).
+/// The returned task resolves after the lease is released (bounded by
+/// [`LeaseConfig::release_timeout`]).
 pub fn spawn(
     client: Client,
     cfg: LeaseConfig,
     shutdown: CancellationToken,
-) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
-    let (tx, rx) = watch::channel(false);
+) -> (watch::Receiver<Leadership>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = watch::channel(Leadership::default());
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let task = tokio::spawn(async move {
         campaign(&api, &cfg, &tx, &shutdown).await;
-        let _ = tx.send(false);
+        // Not leading from here on: fenced writes send nothing after the release.
+        publish(&tx, false);
         release(&api, &cfg).await;
     });
     (rx, task)
 }
 
-fn set_leading(tx: &watch::Sender<bool>, cfg: &LeaseConfig, leading: bool) {
-    if *tx.borrow() != leading {
-        tracing::info!(identity = %cfg.identity, leading, "leadership changed");
-        let _ = tx.send(leading);
+/// Publishes `leading` on `tx`, starting a new epoch when it changed;
+/// returns whether it changed. (What the elector does; tests drive a
+/// writer or a sink with it as a fake elector.)
+pub fn publish(tx: &watch::Sender<Leadership>, leading: bool) -> bool {
+    tx.send_if_modified(|l| {
+        let next = l.with_leading(leading);
+        let changed = next != *l;
+        *l = next;
+        changed
+    })
+}
+
+fn set_leading(tx: &watch::Sender<Leadership>, cfg: &LeaseConfig, leading: bool) {
+    if publish(tx, leading) {
+        let epoch = tx.borrow().epoch;
+        tracing::info!(identity = %cfg.identity, leading, epoch, "leadership changed");
     }
 }
 
 /// Steps down once `last_ok + renew_deadline` has passed (never resolves
 /// when not leading).
-async fn deadline(tx: &watch::Sender<bool>, last_ok: Option<Instant>, cfg: &LeaseConfig) {
+async fn deadline(tx: &watch::Sender<Leadership>, last_ok: Option<Instant>, cfg: &LeaseConfig) {
     match last_ok {
-        Some(t) if *tx.borrow() => tokio::time::sleep_until(t + cfg.renew_deadline).await,
+        Some(t) if tx.borrow().leading => tokio::time::sleep_until(t + cfg.renew_deadline).await,
         _ => std::future::pending().await,
     }
 }
@@ -293,17 +509,18 @@ async fn deadline(tx: &watch::Sender<bool>, last_ok: Option<Instant>, cfg: &Leas
 async fn campaign(
     api: &Api<Lease>,
     cfg: &LeaseConfig,
-    tx: &watch::Sender<bool>,
+    tx: &watch::Sender<Leadership>,
     shutdown: &CancellationToken,
 ) {
     let mut last_ok: Option<Instant> = None;
-    let step_down = |tx: &watch::Sender<bool>| {
+    let mut observed = Observed::default();
+    let step_down = |tx: &watch::Sender<Leadership>| {
         tracing::warn!(lease = %cfg.name, deadline = ?cfg.renew_deadline, "could not renew the leader lease within the renew deadline; stepping down");
         set_leading(tx, cfg, false);
     };
     loop {
         let started = Instant::now();
-        let attempt = tokio::time::timeout(cfg.round_timeout(), round(api, cfg));
+        let attempt = tokio::time::timeout(cfg.round_timeout(), round(api, cfg, &mut observed));
         tokio::pin!(attempt);
         let outcome = loop {
             tokio::select! {
@@ -332,7 +549,7 @@ async fn campaign(
                 tracing::warn!(timeout = ?cfg.round_timeout(), "leader election round timed out");
             }
         }
-        if *tx.borrow() && !still_leading(last_ok, Instant::now(), cfg.renew_deadline) {
+        if tx.borrow().leading && !still_leading(last_ok, Instant::now(), cfg.renew_deadline) {
             step_down(tx);
         }
         let pause = tokio::time::sleep(cfg.retry_period.max(Duration::from_millis(100)));
@@ -374,6 +591,14 @@ mod tests {
         assert_eq!(c.renew_deadline, Duration::from_secs(10));
         assert_eq!(c.retry_period, Duration::from_secs(2));
         assert_eq!(c.round_timeout(), Duration::from_secs(8));
+        assert_eq!(c.release_timeout(), Duration::from_secs(8));
+        let long = LeaseConfig::new(
+            "ns".into(),
+            "l".into(),
+            "me".into(),
+            Duration::from_secs(60),
+        );
+        assert_eq!(long.release_timeout(), MAX_RELEASE_TIMEOUT);
         assert!(c.validate().is_ok());
         let small = LeaseConfig::new("ns".into(), "l".into(), "me".into(), Duration::ZERO);
         assert_eq!(small.duration, Duration::from_secs(1));
@@ -404,27 +629,223 @@ mod tests {
 
     #[test]
     fn decisions() {
-        let now = jiff::Timestamp::now();
+        let t0 = Instant::now();
         let d = Duration::from_secs(15);
-        assert_eq!(decide(None, "me", now, d), Decision::Create);
+        let s = Duration::from_secs;
+        assert_eq!(decide(None, "me", t0, t0, d), Decision::Create);
         assert_eq!(
-            decide(Some(&spec("me", 100, 15)), "me", now, d),
+            decide(Some(&spec("me", 100, 15)), "me", t0, t0 + s(100), d),
             Decision::Renew
         );
         assert_eq!(
-            decide(Some(&spec("other", 1, 15)), "me", now, d),
+            decide(Some(&spec("other", 1, 15)), "me", t0, t0 + s(14), d),
             Decision::Follow("other".into())
         );
         assert_eq!(
-            decide(Some(&spec("other", 30, 15)), "me", now, d),
+            decide(Some(&spec("other", 1, 15)), "me", t0, t0 + s(15), d),
             Decision::TakeOver
         );
         assert_eq!(
-            decide(Some(&spec("", 0, 15)), "me", now, d),
+            decide(Some(&spec("", 0, 15)), "me", t0, t0, d),
             Decision::TakeOver
         );
+        // The remote timestamps do not matter, only when the record changed.
         let mut no_renew = spec("other", 0, 15);
         no_renew.renew_time = None;
-        assert_eq!(decide(Some(&no_renew), "me", now, d), Decision::TakeOver);
+        assert_eq!(
+            decide(Some(&no_renew), "me", t0, t0 + s(1), d),
+            Decision::Follow("other".into())
+        );
+        assert_eq!(
+            decide(Some(&spec("other", 3600, 15)), "me", t0, t0 + s(1), d),
+            Decision::Follow("other".into())
+        );
+    }
+
+    /// Issue 16 item 6, the rule: a standby acts on changes it observes on
+    /// its own monotonic clock. A leader whose wall clock is 20 s behind the
+    /// standby's (its `renewTime` looks expired to the standby's wall clock
+    /// at every renewal) is followed while it renews; once it stops, the
+    /// standby takes over `lease_duration` after the last change it saw.
+    #[test]
+    fn a_skewed_renew_time_is_followed_while_it_changes() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let d = Duration::from_secs(15);
+        let mut observed = Observed::default();
+        let mut lease = spec("leader", 20, 15);
+        let mut now = t0;
+        // The leader renews every 2 s, the standby reads every 2 s, for 2 minutes.
+        for _ in 0..60 {
+            now += ms(2000);
+            let renew = lease.renew_time.as_ref().unwrap().0 + jiff::SignedDuration::from_secs(2);
+            lease.renew_time = Some(MicroTime(renew));
+            observed.see(Some(&lease), now);
+            assert_eq!(
+                decide(Some(&lease), "me", observed.changed_at().unwrap(), now, d),
+                Decision::Follow("leader".into())
+            );
+        }
+        // It stops renewing: the same record for 14.9 s is still followed.
+        let last = now;
+        for step in 1..=149 {
+            now = last + ms(100 * step);
+            observed.see(Some(&lease), now);
+            assert_eq!(observed.changed_at(), Some(last));
+            assert_eq!(
+                decide(Some(&lease), "me", last, now, d),
+                Decision::Follow("leader".into()),
+                "{step}"
+            );
+        }
+        now = last + d;
+        observed.see(Some(&lease), now);
+        assert_eq!(
+            decide(Some(&lease), "me", observed.changed_at().unwrap(), now, d),
+            Decision::TakeOver
+        );
+    }
+
+    #[test]
+    fn epochs_change_on_every_gain_and_loss_and_fence_old_ones() {
+        let (tx, rx) = watch::channel(Leadership::default());
+        let fence = Fence::new(rx);
+        assert!(fence.begin().is_err(), "not leading");
+        assert!(publish(&tx, true));
+        assert!(!publish(&tx, true), "no change, no new epoch");
+        let t1 = fence.begin().unwrap();
+        assert_eq!(fence.check(t1), Ok(()));
+        assert!(publish(&tx, false));
+        let e = fence.check(t1).unwrap_err();
+        assert_eq!(e.started, Some(1));
+        assert_eq!(e.now.epoch, 2);
+        assert!(publish(&tx, true));
+        assert!(fence.check(t1).is_err(), "a write of an earlier epoch");
+        let t3 = fence.begin().unwrap();
+        assert_eq!(fence.check(t3), Ok(()));
+        assert!(Fence::always().begin().is_ok());
+    }
+
+    async fn sim_client() -> (kube_sim::Sim, Client) {
+        let sim = kube_sim::Sim::start(kube_sim::SimConfig::default())
+            .await
+            .unwrap();
+        let kc =
+            kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(&sim.admin_token())).unwrap();
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        (sim, Client::try_from(cfg).unwrap())
+    }
+
+    fn lease_cfg(identity: &str, clock: WallClock) -> LeaseConfig {
+        LeaseConfig {
+            clock,
+            ..LeaseConfig::new(
+                "default".into(),
+                "kd-test".into(),
+                identity.into(),
+                Duration::from_secs(1),
+            )
+        }
+    }
+
+    async fn wait_leading(rx: &mut watch::Receiver<Leadership>) {
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while !rx.borrow_and_update().leading {
+                rx.changed().await.unwrap();
+            }
+        })
+        .await
+        .expect("never became leader");
+    }
+
+    async fn holder(client: &Client) -> Option<String> {
+        Api::<Lease>::namespaced(client.clone(), "default")
+            .get("kd-test")
+            .await
+            .unwrap()
+            .spec?
+            .holder_identity
+    }
+
+    /// Issue 16 item 6 against an API server: a standby whose wall clock is
+    /// 20 s ahead never takes over from a leader that keeps renewing (watched
+    /// for 4 lease durations); it takes over once the leader stops renewing
+    /// (its task ends without releasing the lease, like a SIGKILL).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_standby_with_a_clock_20s_ahead_takes_over_only_from_a_silent_leader() {
+        let (_sim, client) = sim_client().await;
+        let stop_a = CancellationToken::new();
+        let (mut a_rx, a_task) = spawn(
+            client.clone(),
+            lease_cfg("a", WallClock::system()),
+            stop_a.clone(),
+        );
+        wait_leading(&mut a_rx).await;
+        let stop_b = CancellationToken::new();
+        let (b_rx, b_task) = spawn(
+            client.clone(),
+            lease_cfg("b", WallClock::skewed(jiff::SignedDuration::from_secs(20))),
+            stop_b.clone(),
+        );
+        let mut watch_b = b_rx.clone();
+        let b_led = tokio::spawn(async move {
+            loop {
+                if watch_b.borrow_and_update().leading {
+                    return true;
+                }
+                if watch_b.changed().await.is_err() {
+                    return false;
+                }
+            }
+        });
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert!(
+            !b_led.is_finished(),
+            "the standby with a skewed clock took over"
+        );
+        assert!(a_rx.borrow().leading);
+        assert_eq!(holder(&client).await.as_deref(), Some("a"));
+        // A stops renewing (no release).
+        a_task.abort();
+        assert!(
+            tokio::time::timeout(Duration::from_secs(30), b_led)
+                .await
+                .expect("no takeover from a silent leader")
+                .unwrap()
+        );
+        assert_eq!(holder(&client).await.as_deref(), Some("b"));
+        stop_b.cancel();
+        b_task.await.unwrap();
+        stop_a.cancel();
+    }
+
+    /// Issue 16 item 7: the release at shutdown is bounded. With every Lease
+    /// request hanging (a latency fault of 10 minutes), the elector still
+    /// ends (within 30 s, its release timeout is ~0.5 s here).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_release_at_shutdown_is_bounded() {
+        let (_sim, client) = sim_client().await;
+        let stop = CancellationToken::new();
+        let (mut rx, task) = spawn(
+            client.clone(),
+            lease_cfg("a", WallClock::system()),
+            stop.clone(),
+        );
+        wait_leading(&mut rx).await;
+        let fault =
+            serde_json::json!({"latency": {"verb": "*", "resource": "leases", "millis": 600_000}});
+        let req = http::Request::post("/_sim/faults")
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&fault).unwrap())
+            .unwrap();
+        client.request_text(req).await.unwrap();
+        stop.cancel();
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("the release at shutdown hung")
+            .unwrap();
+        assert!(!rx.borrow().leading, "not leading after the release");
     }
 }

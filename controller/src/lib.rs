@@ -21,7 +21,7 @@
 //!
 //!  snapshot_sink  the state ──▶ APISIX dump in sharded ConfigMaps (optional, drift-corrected)
 //!  http        /healthz /readyz /metrics /v1/discovery/kubernetes/{dump,nodes}  (reads the state)
-//!  leader      Lease election: gates the writer and the snapshot sink
+//!  leader      Lease election: gates the writer and the snapshot sink, fences each write request
 //!  run         wires all of the above (`RunOptions`, from the configuration)
 //!  nodes_cmd   `kube-discovery nodes` (reads through kube-discovery-client)
 //!  render_cmd  `kube-discovery render` (the core's pure render on files)
@@ -38,10 +38,10 @@
 //! ```text
 //!  demo ─▶ run, client                 (feature `demo`: kube-sim in process)
 //!  run ─▶ source, drift, writer, sink, snapshot_sink, http, leader, state, metrics, client
-//!  writer ─▶ sink, drift, inbox, state, metrics         nodes_cmd ─▶ client
-//!  sink ─▶ drift, client                                http ─▶ snapshot_sink, state, metrics
+//!  writer ─▶ sink, drift, inbox, state, metrics, leader nodes_cmd ─▶ client
+//!  sink ─▶ drift, client, leader                        http ─▶ snapshot_sink, state, metrics
 //!  source ─▶ watch, inbox, state, metrics    drift ─▶ watch, inbox, state
-//!  snapshot_sink ─▶ state, metrics, client
+//!  snapshot_sink ─▶ state, metrics, client, leader
 //!  watch ─▶ client                           metrics ─▶ state       render_cmd ─▶ cli
 //!  shell ─▶ cli
 //!  state   inbox   client   leader   cli             (nothing of the crate)
@@ -146,6 +146,22 @@ pub enum Error {
         object: String,
         /// Whose it is.
         owner: kube_discovery_core::crd::Owner,
+    },
+    /// A write was dropped because this replica does not lead (any more):
+    /// not a failure, nothing was sent after the loss.
+    #[error(transparent)]
+    Fenced(#[from] leader::Fenced),
+    /// A write task panicked (its key is retried like a failed write).
+    #[error("the write panicked: {0}")]
+    WritePanicked(String),
+    /// A long-running task of `run` ended or panicked while the controller
+    /// was not shutting down; the process exits non-zero so that it is restarted.
+    #[error("the {task} task died: {cause}")]
+    TaskDied {
+        /// The task (`source <cluster>`, `writer`, `leader election`, ...).
+        task: String,
+        /// What happened (the panic message, or that it returned).
+        cause: String,
     },
 }
 
@@ -311,7 +327,15 @@ impl Error {
             Error::Client(_) => "client",
             Error::Snapshot(_) => "snapshot",
             Error::NameTaken { .. } => "name_taken",
+            Error::Fenced(_) => "fenced",
+            Error::WritePanicked(_) => "panic",
+            Error::TaskDied { .. } => "task_died",
         }
+    }
+
+    /// A write dropped by the leadership fence ([`leader::Fence`]).
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, Error::Fenced(_))
     }
 
     /// The configuration or the command's input is wrong (exit code 2): the
@@ -319,6 +343,16 @@ impl Error {
     pub fn is_usage(&self) -> bool {
         matches!(self, Error::Config(_) | Error::Setting(_) | Error::Input(_))
     }
+}
+
+/// The text of a panic's payload (`panic!` with a message gives a `&str`
+/// or a `String`).
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
 /// Result with [`Error`] as the default error.

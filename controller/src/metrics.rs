@@ -6,14 +6,14 @@
 //! | `kube_discovery_watch_events_total` | counter | cluster, type (apply/delete/init_apply/relist) |
 //! | `kube_discovery_watch_restarts_total` | counter | cluster |
 //! | `kube_discovery_list_duration_seconds` | histogram | cluster |
-//! | `kube_discovery_writes_total` | counter | cluster, result (applied/deleted/error_*) |
+//! | `kube_discovery_writes_total` | counter | cluster, result (applied/deleted/error_*; error_panic: a write task panicked; fenced: dropped, the Lease was lost, not an error) |
 //! | `kube_discovery_objects_failing` | gauge | cluster, reason (`name_taken`, `forbidden`, `conflict`, `api_error`, ...): services whose last write failed, retried with backoff; readiness does not wait for them |
 //! | `kube_discovery_writes_skipped_total` | counter | cluster (content hash already on the API server) |
 //! | `kube_discovery_event_to_write_seconds` | histogram | cluster (first source event -> write done) |
 //! | `kube_discovery_services` | gauge | cluster |
 //! | `kube_discovery_nodes` | gauge | cluster |
 //! | `kube_discovery_source_skipped_total` | counter | cluster, kind (Endpoints/EndpointSlice), reason (`SkipReason`: invalid_address, invalid_port, ...): bad parts of source objects skipped, counted once per object and change like the warning log |
-//! | `kube_discovery_snapshot_writes_total` | counter | result (applied/deleted/error_*): ConfigMap snapshot writes |
+//! | `kube_discovery_snapshot_writes_total` | counter | result (applied/deleted/error_*; fenced: a round dropped, the Lease was lost): ConfigMap snapshot writes |
 //! | `kube_discovery_snapshot_shards` | gauge | - (shards of the current snapshot version) |
 //! | `kube_discovery_snapshot_bytes` | gauge | - (bytes of all shards of the current version) |
 //! | `kube_discovery_snapshot_last_publish_timestamp_seconds` | gauge | - (unix time the index last changed) |

@@ -8,26 +8,35 @@
 //!                        the drift watch ──────────┼─▶ ControllerState ◀── HTTP server
 //!                        one writer task (KubeSink on the home cluster)
 //!  SIGTERM/SIGINT ─▶ cancel: sources stop, the writer starts no new write,
-//!                    in-flight writes finish, the HTTP server drains.
+//!                    in-flight writes finish (at most DRAIN_LIMIT), THEN the
+//!                    lease is released (bounded), the HTTP server drains.
+//!  a long-running task dies (panics, or returns while not shutting down)
+//!                 ─▶ logged as an error naming it, /healthz 503 naming it,
+//!                    the same graceful stop, exit code 1 (Kubernetes restarts the pod)
 //! ```
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube_discovery_core::Index;
 use kube_discovery_core::crd::ObjectNaming;
 use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::Connection;
 use crate::http::AppState;
+use crate::leader::Fence;
 use crate::metrics::Metrics;
 use crate::sink::KubeSink;
 use crate::source::{Source, SourceParams};
-use crate::state::ControllerState;
+use crate::state::{ControllerState, TaskDeath};
 use crate::writer::WriterOptions;
-use crate::{Error, Result, SettingError};
+use crate::{Error, Result, SettingError, panic_message};
 use kube_discovery_core::config::{Config, Overrides, Plan, parse_config};
 
 /// One watched cluster.
@@ -198,6 +207,59 @@ pub async fn run_from_file(
     run_until_signal(opts).await
 }
 
+/// How long a stop waits for in-flight writes before it releases the lease
+/// anyway (fenced, they send nothing after that); with the bounded release
+/// ([`crate::leader::LeaseConfig::release_timeout`], 8 s by default) well
+/// below a pod's default termination grace period of 30 s.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+
+/// Spawns the long-running tasks of `run` by name and reports the first
+/// that dies: panics, or returns while the controller is not shutting down.
+struct Supervisor {
+    shared: Arc<ControllerState>,
+    shutdown: CancellationToken,
+    deaths: mpsc::UnboundedSender<TaskDeath>,
+    /// The tasks by name, so a test can kill one.
+    #[cfg(test)]
+    aborts: Vec<(String, tokio::task::AbortHandle)>,
+}
+
+impl Supervisor {
+    /// Spawns `task` as `name`; the handle resolves when it ended (and its
+    /// death, if any, was reported).
+    fn spawn(
+        &mut self,
+        name: impl Into<String>,
+        task: impl Future<Output = ()> + Send + 'static,
+    ) -> JoinHandle<()> {
+        self.watch(name, tokio::spawn(task))
+    }
+
+    /// Supervises the already spawned `task` as `name`.
+    fn watch(&mut self, name: impl Into<String>, task: JoinHandle<()>) -> JoinHandle<()> {
+        let name = name.into();
+        #[cfg(test)]
+        self.aborts.push((name.clone(), task.abort_handle()));
+        let shared = self.shared.clone();
+        let shutdown = self.shutdown.clone();
+        let deaths = self.deaths.clone();
+        tokio::spawn(async move {
+            let cause = match task.await {
+                Ok(()) if shutdown.is_cancelled() => return,
+                Ok(()) => "it returned while the controller was running".to_string(),
+                Err(e) if e.is_panic() => {
+                    format!("it panicked: {}", panic_message(&*e.into_panic()))
+                }
+                Err(e) => e.to_string(),
+            };
+            tracing::error!(task = %name, cause = %cause, "a long-running task died: /healthz fails, the controller stops and exits with code 1 so that it is restarted");
+            let death = TaskDeath { task: name, cause };
+            shared.set_task_died(death.clone());
+            let _ = deaths.send(death);
+        })
+    }
+}
+
 /// A running controller (for `demo` and tests).
 pub struct Running {
     /// The HTTP server's bound address.
@@ -205,24 +267,61 @@ pub struct Running {
     /// The process-wide state.
     pub shared: Arc<ControllerState>,
     shutdown: CancellationToken,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-    writer: tokio::task::JoinHandle<()>,
-    elector: Option<tokio::task::JoinHandle<()>>,
-    snapshot: Option<tokio::task::JoinHandle<()>>,
-    http: tokio::task::JoinHandle<()>,
+    /// Stops the elector, after the writers stopped (so that in-flight
+    /// writes finish while still leading).
+    elector_stop: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+    writer: JoinHandle<()>,
+    elector: Option<JoinHandle<()>>,
+    snapshot: Option<JoinHandle<()>>,
+    http: JoinHandle<()>,
+    deaths: mpsc::UnboundedReceiver<TaskDeath>,
+    #[cfg(test)]
+    aborts: Vec<(String, tokio::task::AbortHandle)>,
 }
 
 impl Running {
-    /// Stops everything; in-flight writes finish first.
+    /// Resolves with the first long-running task that died (never while
+    /// all run); at once when one already did.
+    pub async fn died(&mut self) -> TaskDeath {
+        if let Some(d) = self.shared.task_died() {
+            return d;
+        }
+        match self.deaths.recv().await {
+            Some(d) => d,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Kills the task `name` (a test's stand-in for a bug that ends it).
+    #[cfg(test)]
+    fn abort_task(&self, name: &str) -> bool {
+        self.aborts
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, a)| a.abort())
+            .count()
+            > 0
+    }
+
+    /// Stops everything: sources stop, in-flight writes finish (at most
+    /// [`DRAIN_LIMIT`]), then the lease is released (bounded), the HTTP
+    /// server drains.
     pub async fn stop(self) {
         self.shutdown.cancel();
         for t in self.tasks {
             let _ = t.await;
         }
-        let _ = self.writer.await;
-        if let Some(s) = self.snapshot {
-            let _ = s.await;
+        let writers = async {
+            let _ = self.writer.await;
+            if let Some(s) = self.snapshot {
+                let _ = s.await;
+            }
+        };
+        if tokio::time::timeout(DRAIN_LIMIT, writers).await.is_err() {
+            tracing::warn!(limit = ?DRAIN_LIMIT, "in-flight writes did not finish in time; releasing the lease anyway (they send nothing more)");
         }
+        self.elector_stop.cancel();
         if let Some(e) = self.elector {
             let _ = e.await;
         }
@@ -233,36 +332,49 @@ impl Running {
 /// Starts the controller described by `opts`.
 pub async fn start(opts: RunOptions) -> Result<Running> {
     let shutdown = CancellationToken::new();
+    let elector_stop = CancellationToken::new();
     let metrics = Metrics::default();
     let shared = Arc::new(ControllerState::new(
         opts.clusters.iter().map(|c| c.params.cluster.as_str()),
     ));
+    let (deaths_tx, deaths) = mpsc::unbounded_channel();
+    let mut sup = Supervisor {
+        shared: shared.clone(),
+        shutdown: shutdown.clone(),
+        deaths: deaths_tx,
+        #[cfg(test)]
+        aborts: Vec::new(),
+    };
 
     let home = crate::client::client(&opts.home).await?;
     let snapshot_client = home.clone();
     let (leader, elector) = match opts.leader {
         Some(cfg) => {
             tracing::info!(namespace = %cfg.namespace, lease = %cfg.name, identity = %cfg.identity, "leader election enabled");
-            let (rx, task) = crate::leader::spawn(home.clone(), cfg, shutdown.clone());
-            (Some(rx), Some(task))
+            let (rx, task) = crate::leader::spawn(home.clone(), cfg, elector_stop.clone());
+            (Some(rx), Some(sup.watch("leader election", task)))
         }
         None => (None, None),
     };
+    // Every write request is fenced by the leadership epoch it started in.
+    let fence = leader.clone().map_or_else(Fence::always, Fence::new);
     // Drift correction: a cache of our own objects, shared with the sink.
     let (drift_view, drift_feed) = crate::drift::DriftView::new(opts.naming.clone());
     let snapshot = opts.snapshot.map(|snapshot_opts| {
-        crate::snapshot_sink::spawn(
+        let task = crate::snapshot_sink::spawn(
             snapshot_client,
             shared.clone(),
             metrics.clone(),
             snapshot_opts,
             shutdown.clone(),
             leader.clone(),
-        )
+        );
+        sup.watch("snapshot sink", task)
     });
     let (writer, writer_task) = crate::writer::spawn_gated(
         KubeSink::new(home.clone(), opts.naming.clone())
             .with_drift(drift_view)
+            .with_fence(fence)
             .in_namespace(opts.home_namespace.clone()),
         shared.clone(),
         metrics.clone(),
@@ -270,9 +382,11 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
         shutdown.clone(),
         leader,
     );
+    let writer_task = sup.watch("writer", writer_task);
 
     let mut tasks = Vec::new();
-    tasks.push(tokio::spawn(
+    tasks.push(sup.spawn(
+        "drift watch",
         drift_feed.in_namespace(opts.home_namespace).run(
             home,
             shared.clone(),
@@ -282,6 +396,11 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
     ));
     for c in opts.clusters {
         let client = crate::client::client(&c.conn).await?;
+        let name = if c.params.cluster.is_empty() {
+            "source".to_string()
+        } else {
+            format!("source {}", c.params.cluster)
+        };
         let source = Source {
             params: c.params,
             client,
@@ -290,7 +409,7 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
             writer: writer.clone(),
             metrics: metrics.clone(),
         };
-        tasks.push(tokio::spawn(source.run(shutdown.clone())));
+        tasks.push(sup.spawn(name, source.run(shutdown.clone())));
     }
 
     let state = AppState {
@@ -302,16 +421,21 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
     // The HTTP server outlives the sources slightly: it is cancelled by the
     // same token and drains open requests.
     let (http_addr, http) = crate::http::serve(opts.http_addr, state, shutdown.clone()).await?;
+    let http = sup.watch("http server", http);
     tracing::info!(addr = %http_addr, "HTTP server listening");
     Ok(Running {
         http_addr,
         shared,
         shutdown,
+        elector_stop,
         tasks,
         writer: writer_task,
         elector,
         snapshot,
         http,
+        deaths,
+        #[cfg(test)]
+        aborts: sup.aborts,
     })
 }
 
@@ -343,13 +467,34 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Runs `opts` until SIGTERM/SIGINT.
+/// Runs `opts` until SIGTERM/SIGINT; an error when a long-running task died
+/// ([`Error::TaskDied`]: the process exits non-zero and is restarted).
 pub async fn run_until_signal(opts: RunOptions) -> Result<()> {
-    let running = start(opts).await?;
-    shutdown_signal().await;
+    run_until(opts, shutdown_signal()).await
+}
+
+/// Runs `opts` until `stop` resolves or a long-running task dies, then stops
+/// gracefully; `Err(Error::TaskDied)` in the second case (and when a task
+/// panicked while stopping).
+pub async fn run_until(opts: RunOptions, stop: impl Future<Output = ()>) -> Result<()> {
+    stop_after(start(opts).await?, stop).await
+}
+
+/// Waits for `stop` or the death of a task of `running`, then stops it; see [`run_until`].
+async fn stop_after(mut running: Running, stop: impl Future<Output = ()>) -> Result<()> {
+    let shared = running.shared.clone();
+    tokio::select! {
+        () = stop => {}
+        _ = running.died() => {}
+    }
     running.stop().await;
-    tracing::info!("stopped");
-    Ok(())
+    match shared.task_died() {
+        Some(TaskDeath { task, cause }) => Err(Error::TaskDied { task, cause }),
+        None => {
+            tracing::info!("stopped");
+            Ok(())
+        }
+    }
 }
 
 #[cfg(test)]
@@ -370,6 +515,80 @@ mod tests {
 
     fn parse(text: &str) -> Config {
         parse_config(text, &env).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `GET path` over plain HTTP/1.1: (status code, body).
+    async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).await.unwrap();
+        let code = text
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = text
+            .split("\r\n\r\n")
+            .nth(1)
+            .unwrap_or_default()
+            .to_string();
+        (code, body)
+    }
+
+    /// Issue 16 item 4: a long-running task that dies (here the source task,
+    /// killed) is logged, `/healthz` turns 503 naming it, and `run` stops
+    /// and returns `Error::TaskDied`, which `main` turns into exit code 1
+    /// (not a usage error). A normal stop is `Ok`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dead_task_fails_healthz_and_ends_run_with_an_error() {
+        let sim = kube_sim::Sim::start(kube_sim::SimConfig::default())
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let kc = dir.path().join("kubeconfig");
+        sim.write_kubeconfig(&kc, &sim.admin_token()).unwrap();
+        let opts = || {
+            let cfg = parse(
+                "discovery:\n  kubernetes:\n    service: {schema: http, host: 127.0.0.1, port: 8001}\n    client: {token: abc}\n",
+            );
+            run_options(&cfg, Some("127.0.0.1:0".parse().unwrap()), Some(kc.clone())).unwrap()
+        };
+        // Healthy while everything runs; a normal stop is Ok.
+        let running = start(opts()).await.unwrap();
+        assert_eq!(
+            http_get(running.http_addr, "/healthz").await,
+            (200, "ok".to_string())
+        );
+        let shared = running.shared.clone();
+        running.stop().await;
+        assert_eq!(shared.task_died(), None);
+
+        let mut running = start(opts()).await.unwrap();
+        assert!(running.abort_task("source"));
+        let death = tokio::time::timeout(Duration::from_secs(30), running.died())
+            .await
+            .expect("the dead task was not reported");
+        assert_eq!(death.task, "source");
+        let (code, body) = http_get(running.http_addr, "/healthz").await;
+        assert_eq!(code, 503, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["task"], "source", "{body}");
+        assert_eq!(v["healthy"], false, "{body}");
+        let err = stop_after(running, std::future::pending())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::TaskDied { task, .. } if task == "source"),
+            "{err}"
+        );
+        assert!(!err.is_usage(), "exit code 1, not 2");
+        assert!(err.to_string().starts_with("the source task died"), "{err}");
     }
 
     #[test]

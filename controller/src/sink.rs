@@ -37,6 +37,15 @@
 //! `lastSyncTime` in every apply would make a rewrite of an intact shard a
 //! real write). Port keys someone else added survive server-side apply (not
 //! ours) and are removed by a merge patch after the apply.
+//!
+//! # Fencing
+//!
+//! With leader election, the sink is given the election's [`Fence`]
+//! ([`KubeSink::with_fence`]): an apply or delete notes the leadership epoch
+//! it starts in and checks, right before each request (every shard, the
+//! merge patches, the deletes), that this epoch is still the current leading
+//! one. Otherwise it stops with [`crate::Error::Fenced`], which the writer
+//! counts (`writes_total{result="fenced"}`) and does not treat as a failure.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -52,6 +61,7 @@ use kube_discovery_core::crd::{
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
 use crate::drift::{DriftCheck, DriftView, Lean, ObjName};
+use crate::leader::{Fence, FenceToken};
 
 /// Where the writer puts DiscoveredServices (the API server in production,
 /// [`KubeSink`]; a fake in tests). The writer decides what and when; a sink
@@ -123,6 +133,8 @@ pub struct KubeSink {
     /// instance's, hand-made): their names are taken until the drift watch
     /// has listed (then it knows better).
     listed_foreign: Arc<Mutex<HashMap<ObjName, Owner>>>,
+    /// Checked before every write request ([`Fence::always`] without leader election).
+    fence: Fence,
 }
 
 impl KubeSink {
@@ -136,7 +148,16 @@ impl KubeSink {
             repairs: Arc::new(Mutex::new(BTreeSet::new())),
             namespace: None,
             listed_foreign: Arc::new(Mutex::new(HashMap::new())),
+            fence: Fence::always(),
         }
+    }
+
+    /// Writes only while the election behind `fence` says this replica
+    /// leads in the epoch the write started in (see the module docs).
+    #[must_use]
+    pub fn with_fence(mut self, fence: Fence) -> Self {
+        self.fence = fence;
+        self
     }
 
     /// Lists our objects in `namespace` only (`None`: in all namespaces).
@@ -206,7 +227,12 @@ impl KubeSink {
     }
 
     /// Applies one object (spec and status in one request).
-    async fn write_one(&self, key: &ServiceKey, obj: &DiscoveredService) -> Result<()> {
+    async fn write_one(
+        &self,
+        token: FenceToken,
+        key: &ServiceKey,
+        obj: &DiscoveredService,
+    ) -> Result<()> {
         let ns = obj.metadata.namespace.clone().unwrap_or_default();
         let name = obj.metadata.name.clone().unwrap_or_default();
         // Without force first: an apply over fields someone else set to other
@@ -215,9 +241,12 @@ impl KubeSink {
         // looked is never overwritten; our own object edited by hand is
         // then applied again with force (the repair).
         let pp = PatchParams::apply(&self.naming.field_manager());
-        let got = match self.patch_answer(&ns, &name, &pp, &Patch::Apply(obj)).await {
+        let got = match self
+            .patch_answer(token, &ns, &name, &pp, &Patch::Apply(obj))
+            .await
+        {
             Ok(got) => got,
-            Err(kube::Error::Api(s)) if s.code == 409 => {
+            Err(Error::Kube(kube::Error::Api(s))) if s.code == 409 => {
                 let owner = self.owner_on_server(&ns, &name).await?;
                 if owner != Owner::Us {
                     return Err(Error::NameTaken {
@@ -225,10 +254,10 @@ impl KubeSink {
                         owner,
                     });
                 }
-                self.patch_answer(&ns, &name, &pp.force(), &Patch::Apply(obj))
+                self.patch_answer(token, &ns, &name, &pp.force(), &Patch::Apply(obj))
                     .await?
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         };
         // Port keys someone else added survive a server-side apply (we do not
         // own them): remove them explicitly. Never happens without a hand edit.
@@ -251,7 +280,7 @@ impl KubeSink {
                 field_manager: Some(self.naming.drift_field_manager()),
                 ..PatchParams::default()
             };
-            self.patch_answer(&ns, &name, &mpp, &Patch::Merge(&body))
+            self.patch_answer(token, &ns, &name, &mpp, &Patch::Merge(&body))
                 .await?
         };
         self.note_written(&ns, &name, &got);
@@ -286,20 +315,22 @@ impl KubeSink {
     /// PATCHes `ns/name` and decodes only what a write needs from the answer
     /// ([`Written`]), not the whole object: decoding the returned object
     /// (nodes, managedFields) was the biggest CPU cost of a write after the
-    /// request itself.
+    /// request itself. Sends nothing when the write's epoch is over.
     async fn patch_answer<P: serde::Serialize + std::fmt::Debug>(
         &self,
+        token: FenceToken,
         ns: &str,
         name: &str,
         pp: &PatchParams,
         patch: &Patch<P>,
-    ) -> kube::Result<Written> {
+    ) -> Result<Written> {
+        self.fence.check(token)?;
         let url = DiscoveredService::url_path(&(), Some(ns));
         let mut req = kube::core::Request::new(url)
             .patch(name, pp, patch)
             .map_err(kube::Error::BuildRequest)?;
         req.extensions_mut().insert("patch");
-        self.client.request::<Written>(req).await
+        Ok(self.client.request::<Written>(req).await?)
     }
 
     /// Records the resourceVersion of our write of `ns/name` for drift.
@@ -310,7 +341,12 @@ impl KubeSink {
     }
 
     /// Removes `spec.shard` from the object `obj` names (absent is success).
-    async fn unshard(&self, key: &ServiceKey, obj: &DiscoveredService) -> Result<()> {
+    async fn unshard(
+        &self,
+        token: FenceToken,
+        key: &ServiceKey,
+        obj: &DiscoveredService,
+    ) -> Result<()> {
         let ns = obj.metadata.namespace.clone().unwrap_or_default();
         let name = obj.metadata.name.clone().unwrap_or_default();
         let pp = PatchParams {
@@ -320,20 +356,21 @@ impl KubeSink {
         let body = serde_json::json!({"spec": {"shard": null}});
         tracing::info!(service = %key, object = %name, "service fits one object again: removing its shard field");
         match self
-            .patch_answer(&ns, &name, &pp, &Patch::Merge(&body))
+            .patch_answer(token, &ns, &name, &pp, &Patch::Merge(&body))
             .await
         {
             Ok(got) => {
                 self.note_written(&ns, &name, &got);
                 Ok(())
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(e.into()),
+            Err(crate::Error::Kube(kube::Error::Api(s))) if s.code == 404 => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
-    /// Deletes `ns/name`; absent is success.
-    async fn delete_one(&self, ns: &str, name: &str) -> Result<()> {
+    /// Deletes `ns/name`; absent is success. Sends nothing when the write's epoch is over.
+    async fn delete_one(&self, token: FenceToken, ns: &str, name: &str) -> Result<()> {
+        self.fence.check(token)?;
         let res = self.api(ns).delete(name, &DeleteParams::default()).await;
         if let Some(v) = &self.drift {
             v.note_written(ns, name, None);
@@ -483,6 +520,7 @@ impl Sink for KubeSink {
     }
 
     async fn apply(&self, svc: Arc<ServiceNodes>) -> Result<()> {
+        let token = self.fence.begin()?;
         let objs = desired_objects_at(&svc, &self.naming, &Time(jiff::Timestamp::now()));
         let count = u32::try_from(objs.len()).unwrap_or(u32::MAX);
         // Never write over an object that is not ours (before any write:
@@ -501,7 +539,7 @@ impl Sink for KubeSink {
             // apply prunes the fields we no longer send, but an API server
             // may keep the emptied `shard: {}` and then reject the object
             // (kube-sim does: "spec.shard.count: Required value").
-            self.unshard(&svc.key, &objs[0]).await?;
+            self.unshard(token, &svc.key, &objs[0]).await?;
         }
         let repair = self
             .repairs
@@ -515,7 +553,7 @@ impl Sink for KubeSink {
                 // `lastSyncTime`.
                 continue;
             }
-            if let Err(e) = self.write_one(&svc.key, obj).await {
+            if let Err(e) = self.write_one(token, &svc.key, obj).await {
                 if repair {
                     // Still a repair when retried.
                     self.repairs
@@ -550,13 +588,14 @@ impl Sink for KubeSink {
                 continue;
             }
             tracing::info!(service = %svc.key, object = %format!("{sns}/{sname}"), "deleting surplus shard");
-            self.delete_one(sns, sname).await?;
+            self.delete_one(token, sns, sname).await?;
         }
         self.set_shard_count(&svc.key, Some(count));
         Ok(())
     }
 
     async fn delete(&self, key: ServiceKey) -> Result<()> {
+        let token = self.fence.begin()?;
         let ns = self.naming.namespace(&key);
         let base = self.naming.name(&key);
         let count = self.shard_count(&key).unwrap_or(1).max(1);
@@ -579,7 +618,7 @@ impl Sink for KubeSink {
                 tracing::debug!(service = %key, object = %format!("{ons}/{oname}"), %owner, "not ours: not deleted");
                 continue;
             }
-            self.delete_one(ons, oname).await?;
+            self.delete_one(token, ons, oname).await?;
         }
         self.set_shard_count(&key, None);
         Ok(())
@@ -793,6 +832,30 @@ mod tests {
         assert_eq!(list_managed(&client).await.unwrap().len(), count as usize);
         fresh.delete(svc.key.clone()).await.unwrap();
         assert!(list_managed(&client).await.unwrap().is_empty());
+    }
+
+    /// Issue 16 item 3, the sink's side: with a fence, an apply or delete
+    /// while this replica does not lead sends nothing (the API server's
+    /// write log stays empty) and fails as `Fenced`; leading, it writes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fenced_sink_sends_nothing_while_not_leading() {
+        use crate::leader::{Fence, Leadership, publish};
+        let (_sim, client) = sim_client().await;
+        let (tx, rx) = tokio::sync::watch::channel(Leadership::default());
+        let sink = KubeSink::new(client.clone(), ObjectNaming::source()).with_fence(Fence::new(rx));
+        let svc = big(10);
+        let e = sink.apply(Arc::new(svc.clone())).await.unwrap_err();
+        assert!(e.is_fenced(), "{e}");
+        assert_eq!(e.metric_label(), "fenced");
+        let e = sink.delete(svc.key.clone()).await.unwrap_err();
+        assert!(e.is_fenced(), "{e}");
+        assert_eq!(dsvc_writes(&client).await, Vec::<String>::new());
+        publish(&tx, true);
+        sink.apply(Arc::new(svc.clone())).await.unwrap();
+        assert_eq!(dsvc_writes(&client).await, vec!["create big".to_string()]);
+        publish(&tx, false);
+        assert!(sink.delete(svc.key.clone()).await.unwrap_err().is_fenced());
+        assert_eq!(list_managed(&client).await.unwrap().len(), 1);
     }
 
     /// The start-up list folds page by page: with one object per page, a

@@ -28,6 +28,11 @@
 //!   of changes is one round.
 //! * **Never a partial state.** Nothing is written before every cluster has
 //!   completed its first list, and only by the leader.
+//! * **Fenced.** A round notes the leadership epoch it starts in and checks
+//!   before each request that it is still the current leading one
+//!   ([`crate::leader::Fence`]); a round of a replica that lost the lease
+//!   sends nothing more (`snapshot_writes_total{result="fenced"}`, no retry
+//!   until it leads again).
 //! * **Drift.** An edited or deleted index or shard shows up on the watch and
 //!   is rewritten in the next round (one coalescing window later); a labelled
 //!   ConfigMap of this snapshot that the index does not list is deleted. Keys
@@ -60,6 +65,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::leader::{Fence, FenceToken, Leadership};
 use crate::metrics::Metrics;
 use crate::state::ControllerState;
 use crate::{Error, Result, SettingError};
@@ -204,18 +210,21 @@ struct WantedConfigMap<'a> {
     text: &'a str,
 }
 
-/// Spawns the snapshot task. It writes only while `leader` is `true` (or
-/// always, without leader election).
+/// Spawns the snapshot task. It writes only while `leader` says this
+/// replica leads (or always, without leader election), every request fenced
+/// by the epoch its round started in.
 pub fn spawn(
     client: Client,
     shared: Arc<ControllerState>,
     metrics: Metrics,
     opts: SnapshotOptions,
     shutdown: CancellationToken,
-    leader: Option<watch::Receiver<bool>>,
+    leader: Option<watch::Receiver<Leadership>>,
 ) -> tokio::task::JoinHandle<()> {
     let api: Api<ConfigMap> = Api::namespaced(client, &opts.namespace);
+    let fence = leader.clone().map_or_else(Fence::always, Fence::new);
     let task = Task {
+        fence,
         label: dump::label_value(&opts.name),
         api,
         shared,
@@ -230,6 +239,8 @@ pub fn spawn(
 }
 
 struct Task {
+    /// Checked before every request of a round.
+    fence: Fence,
     api: Api<ConfigMap>,
     shared: Arc<ControllerState>,
     metrics: Metrics,
@@ -251,7 +262,11 @@ fn backoff(opts: &SnapshotOptions, attempts: u32) -> Duration {
 }
 
 impl Task {
-    async fn run(mut self, shutdown: CancellationToken, mut leader: Option<watch::Receiver<bool>>) {
+    async fn run(
+        mut self,
+        shutdown: CancellationToken,
+        mut leader: Option<watch::Receiver<Leadership>>,
+    ) {
         let mut generation = self.shared.subscribe();
         let stream = watcher(
             self.api.clone(),
@@ -265,7 +280,7 @@ impl Task {
         let mut watch_listed = false;
         let mut due: Option<Instant> = None;
         let mut attempts: u32 = 0;
-        let mut leading = leader.as_ref().is_none_or(|l| *l.borrow());
+        let mut leading = leader.as_ref().is_none_or(|l| l.borrow().leading);
         tracing::info!(namespace = %self.opts.namespace, name = %self.opts.name, "snapshot sink enabled");
         loop {
             let sleep_until = due.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
@@ -278,8 +293,8 @@ impl Task {
                     due.get_or_insert_with(|| Instant::now() + self.opts.coalesce_window);
                 }
                 now = leader_changed(&mut leader) => {
-                    leading = now;
-                    if now {
+                    leading = now.leading;
+                    if leading {
                         tracing::info!("snapshot: leader, writing");
                         due = Some(Instant::now());
                     }
@@ -331,6 +346,12 @@ impl Task {
                     }
                     match self.round(&mut generation).await {
                         Ok(()) => attempts = 0,
+                        Err(e) if e.is_fenced() => {
+                            // Lost the lease during the round: not a failure;
+                            // the next round comes when it leads again.
+                            self.metrics.snapshot_write("fenced");
+                            tracing::info!(error = %e, "snapshot: round dropped: not the leader");
+                        }
                         Err(e) => {
                             attempts += 1;
                             let d = backoff(&self.opts, attempts);
@@ -388,6 +409,7 @@ impl Task {
     }
 
     async fn round(&mut self, generation: &mut watch::Receiver<u64>) -> Result<()> {
+        let token = self.fence.begin()?;
         let layout = self.current_layout(generation)?;
         let mut wants: Vec<WantedConfigMap<'_>> = layout
             .shards
@@ -411,7 +433,7 @@ impl Task {
             if self.in_sync(w) {
                 continue;
             }
-            self.apply(w).await?;
+            self.apply(token, w).await?;
             wrote += 1;
             index_written |= w.name == index_name;
         }
@@ -423,6 +445,7 @@ impl Task {
             .cloned()
             .collect();
         for name in stale {
+            self.fence.check(token)?;
             match self.api.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {
                     self.metrics.snapshot_write("deleted");
@@ -451,7 +474,8 @@ impl Task {
         Ok(())
     }
 
-    async fn apply(&mut self, w: &WantedConfigMap<'_>) -> Result<()> {
+    async fn apply(&mut self, token: FenceToken, w: &WantedConfigMap<'_>) -> Result<()> {
+        self.fence.check(token)?;
         let cm = json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -492,7 +516,7 @@ fn gauge(n: usize) -> i64 {
 }
 
 /// Resolves with the new leadership state; never when not gated.
-async fn leader_changed(leader: &mut Option<watch::Receiver<bool>>) -> bool {
+async fn leader_changed(leader: &mut Option<watch::Receiver<Leadership>>) -> Leadership {
     match leader {
         Some(rx) => {
             if rx.changed().await.is_err() {
@@ -612,7 +636,7 @@ mod tests {
         let shared = state(30);
         let mut opts = SnapshotOptions::new("kd".into(), "snap".into(), Duration::from_millis(10));
         opts.max_shard_bytes = 2048;
-        let (leader_tx, leader_rx) = watch::channel(false);
+        let (leader_tx, leader_rx) = watch::channel(crate::leader::Leadership::default());
         let shutdown = CancellationToken::new();
         let task = spawn(
             client.clone(),
@@ -626,20 +650,20 @@ mod tests {
         // A leader whose clusters are not listed yet does not write, nor does a
         // standby with listed clusters (checked after many coalescing
         // windows; no timing target).
-        leader_tx.send(true).unwrap();
+        crate::leader::publish(&leader_tx, true);
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(
             api.get_opt("snap").await.unwrap().is_none(),
             "written before the first list"
         );
-        leader_tx.send(false).unwrap();
+        crate::leader::publish(&leader_tx, false);
         shared.update_cluster("", |c| c.listed = true);
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(
             api.get_opt("snap").await.unwrap().is_none(),
             "a standby wrote"
         );
-        leader_tx.send(true).unwrap();
+        crate::leader::publish(&leader_tx, true);
         let want = dump_of(&shared);
         wait_read(&client, &want).await;
         let idx =
@@ -651,6 +675,36 @@ mod tests {
         wait_read(&client, &want).await;
         shutdown.cancel();
         task.await.unwrap();
+    }
+
+    /// Issue 16 item 3, the snapshot's side: a round of a replica that does
+    /// not lead (or whose epoch ended) sends nothing and fails as `Fenced`.
+    #[tokio::test]
+    async fn a_round_without_the_lease_sends_nothing() {
+        let (_sim, client, _dir) = sim_client().await;
+        let shared = state(3);
+        let (tx, rx) = watch::channel(Leadership::default());
+        let opts = SnapshotOptions::new("kd".into(), "snap".into(), Duration::from_millis(10));
+        let mut task = Task {
+            fence: Fence::new(rx),
+            label: dump::label_value(&opts.name),
+            api: Api::namespaced(client.clone(), "kd"),
+            shared: shared.clone(),
+            metrics: Metrics::default(),
+            opts,
+            seen: HashMap::new(),
+            written_rv: HashMap::new(),
+            layout: None,
+            layout_gen: None,
+        };
+        let mut generation = shared.subscribe();
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "kd");
+        let e = task.round(&mut generation).await.unwrap_err();
+        assert!(e.is_fenced(), "{e}");
+        assert!(api.get_opt("snap").await.unwrap().is_none());
+        crate::leader::publish(&tx, true);
+        task.round(&mut generation).await.unwrap();
+        assert!(api.get_opt("snap").await.unwrap().is_some());
     }
 
     #[tokio::test]

@@ -21,10 +21,20 @@
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 use serde::Serialize;
+
+/// A long-running task that ended while the controller was not shutting
+/// down, or panicked (`/healthz` says which; the process then exits non-zero).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct TaskDeath {
+    /// The task (`source <cluster>`, `writer`, `leader election`, ...).
+    pub task: String,
+    /// What happened: the panic message, or that it returned.
+    pub cause: String,
+}
 
 /// Status of one cluster as shown by `/readyz`.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
@@ -109,6 +119,8 @@ pub struct ControllerState {
     desired: RwLock<Desired>,
     clusters: RwLock<BTreeMap<String, ClusterStatus>>,
     standby: AtomicBool,
+    /// The first long-running task that died (`/healthz` fails with it).
+    died: Mutex<Option<TaskDeath>>,
     /// Bumped on every change of `desired` and when a cluster appears or its
     /// `listed` flag flips: a cheap "something changed" signal for consumers
     /// of the whole state (the snapshot sink).
@@ -237,6 +249,23 @@ impl ControllerState {
     /// Snapshot of all cluster statuses.
     pub fn clusters(&self) -> BTreeMap<String, ClusterStatus> {
         read(&self.clusters).clone()
+    }
+
+    /// Records that a long-running task died (the first one is kept):
+    /// `/healthz` fails from now on, naming it.
+    pub fn set_task_died(&self, death: TaskDeath) {
+        let mut d = self.died.lock().unwrap_or_else(PoisonError::into_inner);
+        if d.is_none() {
+            *d = Some(death);
+        }
+    }
+
+    /// The first long-running task that died, if any.
+    pub fn task_died(&self) -> Option<TaskDeath> {
+        self.died
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Marks this replica as a leader-election standby (it does not write).

@@ -65,6 +65,7 @@ use self::drift_checks::DriftChecks;
 use self::queue::{Pending, Queue};
 use self::writes::Done;
 use crate::inbox::{Inbox, WriterHandle, WriterMsg};
+use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::sink::Sink;
 use crate::state::ControllerState;
@@ -115,16 +116,20 @@ pub fn spawn<S: Sink>(
     spawn_gated(sink, shared, metrics, opts, shutdown, None)
 }
 
-/// Like [`spawn`], but writes only while `leader` is `true` (leader
-/// election). A standby keeps its queue; on becoming leader it re-reads what
-/// the API server holds and re-checks every service.
+/// Like [`spawn`], but writes only while `leader` says so (leader
+/// election). A standby keeps its queue; on becoming leader (in any new
+/// epoch, also after a loss and a gain it did not see in between) it
+/// re-reads what the API server holds and re-checks every service. The
+/// writes themselves are fenced by the sink (a [`crate::leader::Fence`]
+/// given to it at construction): a write this loop starts after a loss it
+/// has not processed yet sends nothing.
 pub fn spawn_gated<S: Sink>(
     sink: S,
     shared: Arc<ControllerState>,
     metrics: Metrics,
     opts: WriterOptions,
     shutdown: CancellationToken,
-    leader: Option<watch::Receiver<bool>>,
+    leader: Option<watch::Receiver<Leadership>>,
 ) -> (WriterHandle, tokio::task::JoinHandle<()>) {
     let (handle, inbox) = crate::inbox::channel();
     let w = Writer::new(sink, shared, metrics, opts);
@@ -222,9 +227,16 @@ impl<S: Sink> Writer<S> {
         mut self,
         mut rx: Inbox,
         shutdown: CancellationToken,
-        mut leader: Option<watch::Receiver<bool>>,
+        mut leader: Option<watch::Receiver<Leadership>>,
     ) {
-        let mut leading = leader.as_ref().is_none_or(|l| *l.borrow());
+        let mut current = leader.as_mut().map_or(
+            Leadership {
+                epoch: 0,
+                leading: true,
+            },
+            |l| *l.borrow_and_update(),
+        );
+        let mut leading = current.leading;
         self.shared.set_standby(!leading);
         // What the API server holds, so unchanged services are never rewritten.
         if leading && !self.load_known(&shutdown).await {
@@ -246,10 +258,11 @@ impl<S: Sink> Writer<S> {
                 biased;
                 () = shutdown.cancelled() => break,
                 now = leader_changed(&mut leader) => {
-                    if now != leading {
-                        leading = now;
-                        self.shared.set_standby(!now);
-                        if now {
+                    if now != current {
+                        current = now;
+                        leading = now.leading;
+                        self.shared.set_standby(!leading);
+                        if leading {
                             tracing::info!("leader: writing");
                             if !self.load_known(&shutdown).await {
                                 break;
@@ -388,7 +401,7 @@ impl<S: Sink> Writer<S> {
 }
 
 /// Resolves with the new leadership state; never when not gated.
-async fn leader_changed(leader: &mut Option<watch::Receiver<bool>>) -> bool {
+async fn leader_changed(leader: &mut Option<watch::Receiver<Leadership>>) -> Leadership {
     match leader {
         Some(rx) => match rx.changed().await {
             Ok(()) => *rx.borrow_and_update(),

@@ -7,6 +7,7 @@ use kube_discovery_core::{Node, PortMap, ServiceKey, ServiceNodes, SourceKind};
 use super::*;
 use crate::Result;
 use crate::drift::{DriftCheck, DriftKind};
+use crate::leader::{Fence, publish};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Call {
@@ -23,19 +24,54 @@ struct FakeSink {
     /// What `drift` answers per key (default `Ok`), and how often it was asked.
     drift: Arc<Mutex<HashMap<ServiceKey, DriftCheck>>>,
     drift_asked: Arc<Mutex<u32>>,
+    /// Number of upcoming apply calls that panic.
+    panic_next: Arc<Mutex<u32>>,
+    /// Checked like `KubeSink` does: when the write starts and right before
+    /// it is "sent" (recorded in `calls`).
+    fence: Option<Fence>,
+    /// A fake elector: the next `list_versions` makes it lose the lease.
+    lose_on_list: Arc<Mutex<Option<Arc<watch::Sender<Leadership>>>>>,
 }
 
 impl FakeSink {
     fn calls(&self) -> Vec<Call> {
         self.calls.lock().unwrap().clone()
     }
+
+    /// Starts a write: the fence's token (`KubeSink::apply` and `delete` do the same).
+    fn begin(&self) -> Result<Option<crate::leader::FenceToken>> {
+        Ok(match &self.fence {
+            Some(f) => Some(f.begin()?),
+            None => None,
+        })
+    }
+
+    /// Right before sending (`KubeSink` checks before every request).
+    fn check(&self, token: Option<crate::leader::FenceToken>) -> Result<()> {
+        if let (Some(f), Some(t)) = (&self.fence, token) {
+            f.check(t)?;
+        }
+        Ok(())
+    }
 }
 
 impl Sink for FakeSink {
     async fn list_versions(&self) -> Result<Vec<(ServiceKey, String)>> {
+        let lose = self.lose_on_list.lock().unwrap().take();
+        if let Some(elector) = lose {
+            publish(&elector, false);
+        }
         Ok(self.existing.clone().into_iter().collect())
     }
     async fn apply(&self, svc: Arc<ServiceNodes>) -> Result<()> {
+        let token = self.begin()?;
+        let panic = {
+            let mut p = self.panic_next.lock().unwrap();
+            let now = *p > 0;
+            *p = p.saturating_sub(1);
+            now
+        };
+        assert!(!panic, "injected panic in a write");
         {
             let mut f = self.fail_next.lock().unwrap();
             if *f > 0 {
@@ -43,6 +79,7 @@ impl Sink for FakeSink {
                 return Err(crate::InputError::Injected.into());
             }
         }
+        self.check(token)?;
         self.calls
             .lock()
             .unwrap()
@@ -50,6 +87,8 @@ impl Sink for FakeSink {
         Ok(())
     }
     async fn delete(&self, key: ServiceKey) -> Result<()> {
+        let token = self.begin()?;
+        self.check(token)?;
         self.calls
             .lock()
             .unwrap()
@@ -269,7 +308,7 @@ async fn a_standby_does_not_write_until_it_becomes_leader() {
     let shared = Arc::new(ControllerState::new([""]));
     shared.set_desired(&k, Some(nodes(&k, &["10.0.0.1"])));
     let sink = FakeSink::default();
-    let (tx, rx) = watch::channel(false);
+    let (tx, rx) = watch::channel(crate::leader::Leadership::default());
     let (h, _t) = spawn_gated(
         sink.clone(),
         shared.clone(),
@@ -287,7 +326,7 @@ async fn a_standby_does_not_write_until_it_becomes_leader() {
         shared.standby() && shared.ready(),
         "a listed standby is ready"
     );
-    tx.send(true).unwrap();
+    crate::leader::publish(&tx, true);
     settle().await;
     assert_eq!(
         sink.calls(),
@@ -298,7 +337,7 @@ async fn a_standby_does_not_write_until_it_becomes_leader() {
     );
     assert!(!shared.standby() && shared.ready());
     // Leadership lost: new changes wait.
-    tx.send(false).unwrap();
+    crate::leader::publish(&tx, false);
     settle().await;
     shared.set_desired(&k, Some(nodes(&k, &["10.0.0.2"])));
     h.changed(vec![k.clone()], Instant::now());
@@ -599,4 +638,102 @@ async fn a_drift_check_parked_behind_retried_writes_runs_once_after_success() {
     settle().await;
     assert_eq!(sink.calls().len(), 20, "no-op written");
     assert_eq!(*sink.drift_asked.lock().unwrap(), 21);
+}
+
+/// Issue 16 item 3: leadership lost while the writer re-reads what the API
+/// server holds after a gain. The writer sees the loss only after that read,
+/// and its next turn starts up to `concurrency` writes of keys that became
+/// due while it was a standby; the fence (checked by the sink when a write
+/// starts and before it sends) drops them all: ZERO writes after the loss,
+/// counted as `fenced`, and the keys are written once it leads again.
+#[tokio::test(start_paused = true)]
+async fn a_write_started_after_the_lease_was_lost_sends_nothing() {
+    let keys: Vec<ServiceKey> = (0..4)
+        .map(|i| ServiceKey::new("", "ns", format!("s{i}")))
+        .collect();
+    let shared = Arc::new(ControllerState::new([""]));
+    for k in &keys {
+        shared.set_desired(k, Some(nodes(k, &["10.0.0.1"])));
+    }
+    let (tx, rx) = watch::channel(Leadership::default());
+    let elector = Arc::new(tx);
+    let sink = FakeSink {
+        fence: Some(Fence::new(rx.clone())),
+        ..FakeSink::default()
+    };
+    let m = Metrics::default();
+    let (h, _t) = spawn_gated(
+        sink.clone(),
+        shared.clone(),
+        m.clone(),
+        opts(),
+        CancellationToken::new(),
+        Some(rx),
+    );
+    // A standby: the changes wait, due.
+    h.changed(keys.clone(), Instant::now());
+    shared.update_cluster("", |c| c.listed = true);
+    h.synced("");
+    settle().await;
+    assert!(sink.calls().is_empty(), "a standby wrote");
+    // Gains the lease, and loses it while reading what the server holds.
+    *sink.lose_on_list.lock().unwrap() = Some(elector.clone());
+    publish(&elector, true);
+    settle().await;
+    assert!(!elector.borrow().leading);
+    assert_eq!(sink.calls(), vec![], "a replica that lost the lease wrote");
+    let text = crate::metrics::encode(&m.registry());
+    assert!(
+        text.contains(r#"kube_discovery_writes_total{cluster="",result="fenced"} 2"#),
+        "the writer started its {} writes and they were dropped: {text}",
+        opts().concurrency
+    );
+    assert!(shared.standby());
+    // Leading again (a new epoch): every key is written once.
+    publish(&elector, true);
+    settle().await;
+    let mut calls = sink.calls();
+    calls.sort_by_key(|c| format!("{c:?}"));
+    let want: Vec<Call> = keys
+        .iter()
+        .map(|k| Call::Apply(k.to_string(), nodes(k, &["10.0.0.1"]).version))
+        .collect();
+    assert_eq!(calls, want);
+}
+
+/// Issue 16 item 4: a write task that panics is a failed write of its key:
+/// retried with backoff (and counted), not a key in flight forever.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_write_is_retried() {
+    let sink = FakeSink {
+        panic_next: Arc::new(Mutex::new(1)),
+        ..FakeSink::default()
+    };
+    let shared = Arc::new(ControllerState::new([""]));
+    let m = Metrics::default();
+    let (h, _t) = spawn(
+        sink.clone(),
+        shared.clone(),
+        m.clone(),
+        opts(),
+        CancellationToken::new(),
+    );
+    let k = ServiceKey::new("", "ns", "web");
+    shared.set_desired(&k, Some(nodes(&k, &["10.0.0.1"])));
+    h.changed(vec![k.clone()], Instant::now());
+    h.synced("");
+    settle().await;
+    assert_eq!(
+        sink.calls(),
+        vec![Call::Apply(
+            "ns/web".into(),
+            nodes(&k, &["10.0.0.1"]).version
+        )]
+    );
+    assert!(shared.ready());
+    let text = crate::metrics::encode(&m.registry());
+    assert!(
+        text.contains(r#"kube_discovery_writes_total{cluster="",result="error_panic"} 1"#),
+        "{text}"
+    );
 }

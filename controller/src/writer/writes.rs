@@ -7,19 +7,24 @@
 //!  finish:   Ok  ─▶ known updated, kube_discovery_writes_total{result=applied|deleted}
 //!            Err ─▶ back into the queue with exponential backoff and a new seq (behind the
 //!                   readiness barriers: attempted), counted as failing until written
+//!                   (a panicking write is an Err too: result=error_panic)
+//!            Err(Fenced) ─▶ back into the queue, no backoff: not a failure, the lease was
+//!                   lost and nothing was sent after that (result=fenced)
 //! ```
 
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::compact::{PackedKey, Version};
 use super::queue::Pending;
 use super::{Writer, backoff};
-use crate::Result;
 use crate::metrics::Metrics;
 use crate::sink::Sink;
+use crate::{Error, Result, panic_message};
 
 pub(super) enum Outcome {
     Applied(String),
@@ -94,13 +99,21 @@ impl<S: Sink> Writer<S> {
             let sink = self.sink.clone();
             let (first_event, attempts) = (p.first_event, p.attempts);
             tasks.spawn(async move {
-                let result = match desired {
-                    Some(d) => {
-                        let v = d.version.clone();
-                        sink.apply(d).await.map(|()| Outcome::Applied(v))
+                let write = async move {
+                    match desired {
+                        Some(d) => {
+                            let v = d.version.clone();
+                            sink.apply(d).await.map(|()| Outcome::Applied(v))
+                        }
+                        None => sink.delete(skey).await.map(|()| Outcome::Deleted),
                     }
-                    None => sink.delete(skey).await.map(|()| Outcome::Deleted),
                 };
+                // A panicking write is a failed write of its key (retried
+                // with backoff), not a key in flight forever.
+                let result = AssertUnwindSafe(write)
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|panic| Err(Error::WritePanicked(panic_message(&*panic))));
                 Done {
                     key,
                     first_event,
@@ -146,18 +159,33 @@ impl<S: Sink> Writer<S> {
             }
             // Still pending (retried): a parked check stays parked.
             Err(e) => {
-                let reason = e.metric_label();
-                self.metrics.write(cluster, &format!("error_{reason}"));
-                let previous = self.failing.insert(key.clone(), reason);
-                self.metrics.failing(cluster, previous, Some(reason));
-                let attempts = attempts + 1;
-                let delay = backoff(&self.opts, attempts);
-                if let crate::Error::NameTaken { object, owner } = &e {
-                    tracing::warn!(service = %key, object = %object, owner = %owner, attempt = attempts, retry_in = ?delay, "name taken: the object of this service belongs to someone else; not written");
+                let (attempts, due) = if e.is_fenced() {
+                    // Not a failure: this replica lost the lease while the
+                    // write was due or running, and it sent nothing after
+                    // that. Due again (no backoff) for when it leads again.
+                    self.metrics.write(cluster, "fenced");
+                    tracing::info!(service = %key, error = %e, "write dropped: not the leader");
+                    (attempts, Instant::now())
                 } else {
-                    tracing::warn!(service = %key, error = %e, attempt = attempts, retry_in = ?delay, "write failed");
-                }
-                let due = Instant::now() + delay;
+                    let reason = e.metric_label();
+                    self.metrics.write(cluster, &format!("error_{reason}"));
+                    let previous = self.failing.insert(key.clone(), reason);
+                    self.metrics.failing(cluster, previous, Some(reason));
+                    let attempts = attempts + 1;
+                    let delay = backoff(&self.opts, attempts);
+                    match &e {
+                        Error::NameTaken { object, owner } => {
+                            tracing::warn!(service = %key, object = %object, owner = %owner, attempt = attempts, retry_in = ?delay, "name taken: the object of this service belongs to someone else; not written");
+                        }
+                        Error::WritePanicked(_) => {
+                            tracing::error!(service = %key, error = %e, attempt = attempts, retry_in = ?delay, "write task panicked; retrying");
+                        }
+                        _ => {
+                            tracing::warn!(service = %key, error = %e, attempt = attempts, retry_in = ?delay, "write failed");
+                        }
+                    }
+                    (attempts, Instant::now() + delay)
+                };
                 // Attempted: the retry gets a new sequence number, behind
                 // every readiness barrier so far (a failure is reported, not
                 // waited for). Keep the earliest event time; a newer change

@@ -8,6 +8,9 @@
 //! |---|---|---|
 //! | 8 | two replicas, Lease leader election, leader SIGKILLed, lease released on SIGTERM | `s08_leader_election` |
 //! | 8 | the leader cannot renew: it stops writing at the renew deadline, before the lease expires | `s08_leader_steps_down_at_the_renew_deadline` |
+//! | 8 | a leader whose clock is 20 s behind keeps renewing: no takeover; it stops: takeover (issue 16 item 6) | `s08_no_takeover_from_a_renewing_leader_with_a_skewed_clock` |
+//! | 8 | the lease is lost while the new leader reads its objects: it writes nothing after the loss (issue 16 item 3) | `s08_a_leader_that_lost_the_lease_while_reading_writes_nothing` |
+//! | 8 | SIGTERM while every Lease request hangs: the release is bounded, the process exits 0 (issue 16 item 7) | `s08_the_release_at_shutdown_is_bounded` |
 //! | 9 | `token_file` rotated on disk | `s09_token_file_rotation` |
 //! | 9 | invalid token | `s09_invalid_token` |
 //! | 10 | multi-cluster: one cluster down | `s10_one_cluster_down` |
@@ -508,4 +511,221 @@ async fn s08_leader_steps_down_at_the_renew_deadline(backend: Backend) {
     env.wait_nodes("ha", "web", "http", &["10.8.0.2"]).await;
     assert_eq!(standby(&a).await, Some(false));
     a.stop().await;
+}
+
+/// Writes the Lease `kube-discovery` as held by `holder`, its `renewTime`
+/// (and `acquireTime`) `behind` the test's clock: a leader whose wall clock
+/// is that far behind. Creates it when absent; `false` on a conflict.
+async fn write_skewed_lease(admin: &kube::Client, holder: &str, behind: Duration) -> bool {
+    let api: kube::Api<Lease> = kube::Api::namespaced(admin.clone(), "default");
+    let at = jiff::Timestamp::now() - jiff::SignedDuration::try_from(behind).expect("duration");
+    let time = json!(at.to_string());
+    let current = api.get_opt("kube-discovery").await.expect("get Lease");
+    let spec = json!({"holderIdentity": holder, "leaseDurationSeconds": 3,
+        "acquireTime": time, "renewTime": time, "leaseTransitions": 0});
+    match current {
+        None => {
+            let lease: Lease = serde_json::from_value(
+                json!({"metadata": {"name": "kube-discovery"}, "spec": spec}),
+            )
+            .expect("lease");
+            api.create(&Default::default(), &lease).await.is_ok()
+        }
+        Some(mut lease) => {
+            lease.spec = Some(serde_json::from_value(spec).expect("spec"));
+            api.replace("kube-discovery", &Default::default(), &lease)
+                .await
+                .is_ok()
+        }
+    }
+}
+
+/// Issue 16 item 6: the standby compares nothing remote with its own clock.
+/// The test plays a leader whose wall clock is 20 s behind (every renewTime
+/// it writes looks 17 s expired to the controller's clock) and renews every
+/// 300 ms: the controller stays a standby and writes nothing for 5 s (more
+/// than the 3 s lease); once the renewals stop it takes over and writes.
+#[both_backends]
+#[tokio::test]
+async fn s08_no_takeover_from_a_renewing_leader_with_a_skewed_clock(backend: Backend) {
+    let env = Env::start_with(backend, masters(&["replica-b"])).await;
+    let token = user_token(&env, "replica-b");
+    let cfg = leader_config(&env, &token);
+    env.namespace("skew").await;
+    env.slice(
+        "skew",
+        "web",
+        "web-a",
+        &[("10.8.0.1", true)],
+        &[("http", 80)],
+    )
+    .await;
+    let behind = Duration::from_secs(20);
+    assert!(write_skewed_lease(&env.admin, "skewed-leader", behind).await);
+    let renewer = {
+        let admin = env.admin.clone();
+        tokio::spawn(async move {
+            loop {
+                write_skewed_lease(&admin, "skewed-leader", behind).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
+    let rv = env.mark().await;
+    let b = Controller::start(&env, "replica-b", &cfg, &[]).await;
+    b.wait_ready().await;
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while tokio::time::Instant::now() < until {
+        assert_eq!(
+            standby(&b).await,
+            Some(true),
+            "took over from a leader that renews (its renewTime is 20 s behind)"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(lease_holder(&env).await.as_deref(), Some("skewed-leader"));
+    assert_eq!(dsvc_writers(&env, rv).await, Vec::<String>::new());
+    // The leader stops renewing: the controller takes over and writes.
+    renewer.abort();
+    let _ = renewer.await;
+    eventually("the standby takes over", LIMIT, || async {
+        (standby(&b).await == Some(false)).then_some(())
+    })
+    .await;
+    let pid = b.child.id().expect("pid").to_string();
+    assert!(lease_holder(&env).await.expect("holder").contains(&pid));
+    env.wait_nodes("skew", "web", "http", &["10.8.0.1"]).await;
+    b.stop().await;
+}
+
+/// Issue 16 item 7: SIGTERM while every Lease request hangs (a 2-minute
+/// latency fault): the release is bounded, so the process still exits 0
+/// (well within the test's 30 s limit; before, the release waited for the
+/// API server).
+#[both_backends]
+#[tokio::test]
+async fn s08_the_release_at_shutdown_is_bounded(backend: Backend) {
+    let env = Env::start_with(backend, masters(&["replica-a"])).await;
+    let token = user_token(&env, "replica-a");
+    let cfg = leader_config(&env, &token);
+    let a = Controller::start(&env, "replica-a", &cfg, &[]).await;
+    eventually("replica-a leads", LIMIT, || async {
+        (standby(&a).await == Some(false)).then_some(())
+    })
+    .await;
+    fault(
+        &env,
+        json!({"latency": {"verb": "*", "resource": "leases", "millis": 120_000}}),
+    )
+    .await;
+    a.stop().await;
+    fault(&env, json!({"clear": true})).await;
+}
+
+/// Renews the Lease as `holder` (with the test's clock) every 300 ms until aborted.
+fn renew_as(admin: &kube::Client, holder: &'static str) -> tokio::task::JoinHandle<()> {
+    let admin = admin.clone();
+    tokio::spawn(async move {
+        loop {
+            write_skewed_lease(&admin, holder, Duration::ZERO).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+}
+
+/// Issue 16 item 3: a replica gains the lease, and while its writer reads
+/// what the API server holds (that list delayed 4 s by a fault) someone else
+/// takes the lease over. Its writer only sees the loss after the read, and
+/// its next turn starts writes of everything that became due while it was a
+/// standby: every one of them is fenced. The write log shows no write of it
+/// after the loss; once it leads again, it writes.
+#[both_backends]
+#[tokio::test]
+async fn s08_a_leader_that_lost_the_lease_while_reading_writes_nothing(backend: Backend) {
+    let env = Env::start_with(backend, masters(&["replica-b"])).await;
+    let token = user_token(&env, "replica-b");
+    let cfg = leader_config(&env, &token);
+    assert!(write_skewed_lease(&env.admin, "other", Duration::ZERO).await);
+    let renewer = renew_as(&env.admin, "other");
+    let b = Controller::start(&env, "replica-b", &cfg, &[]).await;
+    env.namespace("fence").await;
+    for i in 0..4 {
+        let (svc, slice) = (format!("web{i}"), format!("web{i}-a"));
+        env.slice(
+            "fence",
+            &svc,
+            &slice,
+            &[("10.8.1.1", true)],
+            &[("http", 80)],
+        )
+        .await;
+    }
+    b.wait_ready().await;
+    assert_eq!(standby(&b).await, Some(true));
+    // The start-up read of DiscoveredServices of the next leader takes 4 s.
+    fault(
+        &env,
+        json!({"latency": {"verb": "list", "resource": "discoveredservices", "millis": 4000}}),
+    )
+    .await;
+    renewer.abort();
+    let _ = renewer.await;
+    let api: kube::Api<Lease> = kube::Api::namespaced(env.admin.clone(), "default");
+    let mut lease = api.get("kube-discovery").await.expect("Lease");
+    if let Some(spec) = lease.spec.as_mut() {
+        spec.holder_identity = Some(String::new());
+    }
+    api.replace("kube-discovery", &Default::default(), &lease)
+        .await
+        .expect("release");
+    let pid = b.child.id().expect("pid").to_string();
+    eventually("replica-b takes the lease", LIMIT, || async {
+        lease_holder(&env)
+            .await
+            .filter(|h| h.contains(&pid))
+            .map(|_| ())
+    })
+    .await;
+    // Taken back at once, while b's writer still reads.
+    let taken = tokio::time::Instant::now();
+    eventually("the lease taken back", LIMIT, || async {
+        write_skewed_lease(&env.admin, "other", Duration::ZERO)
+            .await
+            .then_some(())
+    })
+    .await;
+    assert!(
+        taken.elapsed() < Duration::from_secs(3),
+        "the lease was not taken back while b's writer read"
+    );
+    let rv = env.mark().await;
+    let renewer = renew_as(&env.admin, "other");
+    // The read ends 4 s after it began; the writer's next turn comes then.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        dsvc_writers(&env, rv).await,
+        Vec::<String>::new(),
+        "a replica wrote after it lost the lease"
+    );
+    assert_eq!(standby(&b).await, Some(true));
+    assert!(
+        metric_sum(&b, "kube_discovery_writes_total", &["result=\"fenced\""]).await >= 1.0,
+        "no write was started after the loss: the test did not test the fence"
+    );
+    // Leading again: everything is written.
+    fault(&env, json!({"clear": true})).await;
+    renewer.abort();
+    let _ = renewer.await;
+    let mut lease = api.get("kube-discovery").await.expect("Lease");
+    if let Some(spec) = lease.spec.as_mut() {
+        spec.holder_identity = Some(String::new());
+    }
+    api.replace("kube-discovery", &Default::default(), &lease)
+        .await
+        .expect("release");
+    for i in 0..4 {
+        env.wait_nodes("fence", &format!("web{i}"), "http", &["10.8.1.1"])
+            .await;
+    }
+    b.stop().await;
 }
