@@ -69,7 +69,13 @@
 //! the node list, `spec.shard: {index, count}`, the label
 //! `kubediscovery.io/shard: "<i>"` and the `spec.version` of the WHOLE
 //! service. Readers merge every object of a service (labels or spec give the
-//! service); `kube_discovery_client::lookup` does. The controller writes shards
+//! service); `kube_discovery_client::lookup` does.
+//!
+//! # What readers accept
+//!
+//! [`ReaderRule::check`]: an object counts only when its namespace, name and
+//! the labels above are what this module gives its spec's service, so a
+//! labelled object elsewhere cannot add nodes to another namespace's service. The controller writes shards
 //! `1..count` first and shard 0 last, then deletes shards beyond `count`.
 
 use std::collections::BTreeMap;

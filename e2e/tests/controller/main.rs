@@ -26,6 +26,7 @@ mod gateway_nginx;
 mod gateway_rust_proxy;
 mod kubectl_dsvc;
 mod leader;
+mod readers;
 mod shards;
 mod snapshot;
 mod sources;
