@@ -23,11 +23,8 @@ pub fn accept(ds: &DiscoveredService, rule: &ReaderRule) -> bool {
     match rule.check(ds) {
         Ok(_) => true,
         Err(why) => {
-            tracing::warn!(
-                dsvc = %format!("{}/{}", ds.namespace().unwrap_or_default(), ds.name_any()),
-                reason = %why,
-                "ignoring DiscoveredService: {why}"
-            );
+            let dsvc = format!("{}/{}", ds.namespace().unwrap_or_default(), ds.name_any());
+            tracing::warn!(%dsvc, "ignoring DiscoveredService {dsvc}: {why}");
             false
         }
     }

@@ -652,7 +652,11 @@ pub enum Disagreement {
         actual: String,
     },
     /// A label the writer sets disagrees with the spec (or is missing).
-    #[error("label {label} is {actual:?}, the spec of {service} says {expected:?}")]
+    #[error(
+        "label {label} is {}, the spec of {service} wants {}",
+        shown(actual.as_deref()),
+        shown(expected.as_deref())
+    )]
     Label {
         /// The service the spec claims.
         service: String,
@@ -663,6 +667,11 @@ pub enum Disagreement {
         /// The object's value (`None`: absent).
         actual: Option<String>,
     },
+}
+
+/// A label value for messages: quoted, or `absent`.
+fn shown(v: Option<&str>) -> String {
+    v.map_or_else(|| "absent".to_string(), |v| format!("{v:?}"))
 }
 
 impl ReaderRule {
@@ -1312,7 +1321,12 @@ mod reader_rule_tests {
         // No labels at all.
         let mut bare = base.clone();
         bare.metadata.labels = None;
-        assert!(matches!(rule.check(&bare), Err(Disagreement::Label { .. })));
+        let e = rule.check(&bare).unwrap_err();
+        assert!(matches!(e, Disagreement::Label { .. }));
+        assert_eq!(
+            e.to_string(),
+            "label app.kubernetes.io/managed-by is absent, the spec of default/web wants \"kube-discovery\""
+        );
         // A shard whose label names another shard.
         let mut sharded = desired_objects_with_limit(&web(""), &rule.naming, 1);
         sharded[1]

@@ -510,8 +510,8 @@ struct Written {
 /// DiscoveredService specs they must give ([`Sources::expected`]), written
 /// here from the documented rules instead of the core's conversion code:
 ///
-/// * single cluster, `namespace_mode: source`: object `ns/<service>`,
-///   `spec.service` `ns/<service>`;
+/// * `namespace_mode: source`: object `ns/<service>`, `spec.service`
+///   `ns/<service>` (cluster `id`: `ns/<id>.<service>`, `id/ns/<service>`);
 /// * a port key is the port's name; its nodes are the READY endpoints of
 ///   every source object of the service declaring that port, as
 ///   `{host, port, weight: 50}` (the default weight), one per
@@ -590,6 +590,13 @@ impl Sources {
     /// The specs (`ns/name` -> spec without `version`) the recorded
     /// sources must give; see the type's docs for the rules.
     pub fn expected(&self) -> Specs {
+        self.expected_in("")
+    }
+
+    /// [`Self::expected`] for the sources of cluster `id` of a multi-cluster
+    /// controller (`""`: single cluster): object `ns/<id>.<service>`,
+    /// `spec.cluster` `id`, `spec.service` `id/ns/<service>`.
+    pub fn expected_in(&self, id: &str) -> Specs {
         // (ns, service) -> (kind, port key -> {(host, port)}).
         type Ports = BTreeMap<String, BTreeMap<(String, i32), ()>>;
         let mut services: BTreeMap<(String, String), (Kind, Ports)> = BTreeMap::new();
@@ -624,9 +631,14 @@ impl Sources {
                     Kind::Slices => "EndpointSlice",
                     Kind::Endpoints => "Endpoints",
                 };
+                let (name, service) = if id.is_empty() {
+                    (svc.clone(), format!("{ns}/{svc}"))
+                } else {
+                    (format!("{id}.{svc}"), format!("{id}/{ns}/{svc}"))
+                };
                 (
-                    format!("{ns}/{svc}"),
-                    json!({"cluster": "", "service": format!("{ns}/{svc}"),
+                    format!("{ns}/{name}"),
+                    json!({"cluster": id, "service": service,
                            "sourceNamespace": ns, "sourceName": svc,
                            "source": source, "ports": ports}),
                 )
