@@ -165,3 +165,93 @@ async fn a_spoofed_discovered_service_in_another_namespace_adds_no_node(backend:
     )
     .await;
 }
+
+/// `namespace_mode: fixed`: the controller writes `kd/default.web`; a reader
+/// told so (`--fixed-namespace kd`, `reader_rule(Some("kd"))`) returns its
+/// nodes and refuses a labelled object in the Service's own namespace
+/// (`default/web`, the source-mode name); a reader not told so refuses the
+/// object in `kd` and reads `default/web` instead.
+#[both_backends]
+#[tokio::test]
+async fn fixed_namespace_readers_accept_only_the_fixed_namespace(backend: Backend) {
+    let env = Env::start(backend).await;
+    env.namespace("default").await;
+    env.namespace("kd").await;
+    env.endpoints("default", "web", &["10.5.0.1"], &[("http", 80)], json!({}))
+        .await;
+    let cfg = format!(
+        "discovery:\n  kubernetes:\n{}kube_discovery:\n  coalesce_window: 20ms\n  sinks:\n    discoveredservices: {{namespace_mode: fixed, namespace: kd}}\n",
+        env.service_block(&env.admin_token())
+    );
+    let ctl = Controller::start(&env, "readers-fixed", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    env.wait_nodes("kd", "default.web", "http", &["10.5.0.1"])
+        .await;
+    ctl.stop().await;
+    let default: Api<DynamicObject> =
+        Api::namespaced_with(env.admin.clone(), "default", &dsvc_resource());
+    default
+        .create(&PostParams::default(), &spoof("default", "web"))
+        .await
+        .expect("create default/web");
+
+    let kc = env.kubeconfig(&env.admin_token());
+    let nodes = |extra: &'static [&'static str]| {
+        let kc = kc.clone();
+        async move {
+            let out = tokio::process::Command::new(bin())
+                .args(["nodes", "default/web:http", "--kubeconfig"])
+                .arg(&kc)
+                .args(extra)
+                .env_remove("KUBECONFIG")
+                .stdin(Stdio::null())
+                .output()
+                .await
+                .expect("run kube-discovery nodes");
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).to_string(),
+                String::from_utf8_lossy(&out.stderr).to_string(),
+            )
+        }
+    };
+    let (ok, out, err) = nodes(&["--fixed-namespace", "kd"]).await;
+    assert!(ok, "{err}");
+    let got: Value = serde_json::from_str(&out).expect("nodes JSON");
+    assert_eq!(hosts(&got), ["10.5.0.1"], "{err}");
+    assert!(
+        err.contains("ignoring DiscoveredService default/web"),
+        "the spoof in the Service's namespace is named:\n{err}"
+    );
+    // Without the flag the reader expects source naming: the controller's
+    // object in `kd` is refused, and `default/web` is what source naming
+    // gives (the Service's own namespace, whose writers the source mode
+    // trusts): readers must be told the mode the controller runs with.
+    let (ok, out, err) = nodes(&[]).await;
+    assert!(ok, "{err}");
+    let got: Value = serde_json::from_str(&out).expect("nodes JSON");
+    assert_eq!(hosts(&got), ["6.6.6.6"], "{err}");
+    assert!(
+        err.contains("ignoring DiscoveredService kd/default.web"),
+        "{err}"
+    );
+
+    // The resolver with the fixed rule.
+    let resolver = NodesResolver::start_with_rule(
+        env.admin.clone(),
+        None,
+        MANAGED_BY_SELECTOR,
+        kube_discovery_client::lookup::reader_rule(Some("kd")),
+    );
+    tokio::time::timeout(LIMIT, resolver.wait_ready())
+        .await
+        .expect("the resolver listed");
+    let got: Vec<String> = resolver
+        .nodes("default/web:http")
+        .expect("service name")
+        .expect("default/web:http known")
+        .into_iter()
+        .map(|n| n.host.to_string())
+        .collect();
+    assert_eq!(got, ["10.5.0.1"]);
+}
