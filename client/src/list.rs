@@ -34,6 +34,25 @@ pub async fn for_each_managed_in<K>(
     client: &Client,
     namespace: Option<&str>,
     page: u32,
+    each: impl FnMut(K),
+) -> Result<()>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    for_each_in(client, namespace, Some(MANAGED_BY_SELECTOR), page, each).await
+}
+
+/// Hands every object of type `K` in `namespace` (all when `None`) that
+/// matches the label `selector` (every object when `None`) to `each`, one
+/// page of `page` objects at a time.
+pub async fn for_each_in<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    selector: Option<&str>,
+    page: u32,
     mut each: impl FnMut(K),
 ) -> Result<()>
 where
@@ -46,9 +65,10 @@ where
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let mut lp = ListParams::default()
-        .labels(MANAGED_BY_SELECTOR)
-        .limit(page);
+    let mut lp = ListParams::default().limit(page);
+    if let Some(s) = selector {
+        lp = lp.labels(s);
+    }
     loop {
         let page = api.list(&lp).await?;
         let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());

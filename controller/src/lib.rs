@@ -138,6 +138,15 @@ pub enum Error {
     /// The ConfigMap snapshot cannot be built.
     #[error("{0}")]
     Snapshot(#[from] kube_discovery_core::dump::BuildError),
+    /// The name of a service's object is held by an object that is not this
+    /// instance's (`kube_discovery.instance`); it is left alone.
+    #[error("DiscoveredService {object} belongs to {owner}; this instance leaves it alone")]
+    NameTaken {
+        /// `namespace/name` of the object.
+        object: String,
+        /// Whose it is.
+        owner: kube_discovery_core::crd::Owner,
+    },
 }
 
 /// A setting of a valid configuration that this machine or process cannot
@@ -301,6 +310,7 @@ impl Error {
             Error::Sync(_) => "sync",
             Error::Client(_) => "client",
             Error::Snapshot(_) => "snapshot",
+            Error::NameTaken { .. } => "name_taken",
         }
     }
 

@@ -7,6 +7,7 @@
 //! | `kube_discovery_watch_restarts_total` | counter | cluster |
 //! | `kube_discovery_list_duration_seconds` | histogram | cluster |
 //! | `kube_discovery_writes_total` | counter | cluster, result (applied/deleted/error_*) |
+//! | `kube_discovery_objects_failing` | gauge | cluster, reason (`name_taken`, `forbidden`, `conflict`, `api_error`, ...): services whose last write failed, retried with backoff; readiness does not wait for them |
 //! | `kube_discovery_writes_skipped_total` | counter | cluster (content hash already on the API server) |
 //! | `kube_discovery_event_to_write_seconds` | histogram | cluster (first source event -> write done) |
 //! | `kube_discovery_services` | gauge | cluster |
@@ -73,6 +74,15 @@ pub struct WriteLabels {
     pub result: String,
 }
 
+/// Label set `{cluster, reason}` of `kube_discovery_objects_failing`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailingLabels {
+    /// Cluster id.
+    pub cluster: String,
+    /// The `metric_label` of the last failure (`name_taken`, `forbidden`, ...).
+    pub reason: String,
+}
+
 /// Label set `{cluster, kind}` of drift corrections.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DriftLabels {
@@ -132,6 +142,8 @@ pub struct Metrics {
     pub list_duration: HistogramFamily,
     /// Writes by result.
     pub writes: Family<WriteLabels, Counter>,
+    /// Services whose last write failed, by reason.
+    pub objects_failing: Family<FailingLabels, Gauge>,
     /// Writes skipped because the API server already holds the same version.
     pub writes_skipped: Family<ClusterLabel, Counter>,
     /// First source event to completed write.
@@ -165,6 +177,7 @@ impl Default for Metrics {
             watch_restarts: Family::default(),
             list_duration: Family::new_with_constructor(list_histogram as fn() -> Histogram),
             writes: Family::default(),
+            objects_failing: Family::default(),
             writes_skipped: Family::default(),
             event_to_write: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             services: Family::default(),
@@ -243,6 +256,11 @@ impl Metrics {
             "writes",
             "DiscoveredService writes by result",
             self.writes.clone(),
+        );
+        r.register(
+            "objects_failing",
+            "Services whose last DiscoveredService write failed, by reason; retried with backoff",
+            self.objects_failing.clone(),
         );
         r.register(
             "writes_skipped",
@@ -347,6 +365,26 @@ impl Metrics {
                 reason: reason.to_string(),
             })
             .inc_by(n);
+    }
+
+    /// Moves one service between the `kube_discovery_objects_failing`
+    /// reasons: `from` (its previous failure, if any) to `to` (`None`: written).
+    pub fn failing(&self, cluster: &str, from: Option<&str>, to: Option<&str>) {
+        if from == to {
+            return;
+        }
+        let gauge = |reason: &str| {
+            self.objects_failing.get_or_create(&FailingLabels {
+                cluster: cluster.to_string(),
+                reason: reason.to_string(),
+            })
+        };
+        if let Some(r) = from {
+            gauge(r).dec();
+        }
+        if let Some(r) = to {
+            gauge(r).inc();
+        }
     }
 
     /// Counts one write outcome; a success (`applied`, `deleted`) also sets

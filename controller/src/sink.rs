@@ -42,15 +42,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::{Error, Result};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use kube_discovery_core::crd::{
-    DiscoveredService, ObjectNaming, desired_objects_at, key_of, shard_name, shard_of,
+    DiscoveredService, ObjectNaming, Owner, desired_objects_at, key_of, shard_name, shard_of,
 };
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
-use crate::Result;
 use crate::drift::{DriftCheck, DriftView, Lean, ObjName};
 
 /// Where the writer puts DiscoveredServices (the API server in production,
@@ -71,13 +71,11 @@ pub trait Sink: Clone + Send + Sync + 'static {
     }
 }
 
-/// Field manager of every write of an object (metadata, spec and status in
-/// one server-side apply).
-pub const FIELD_MANAGER: &str = "kube-discovery";
-/// Field manager of the merge patches that remove port keys someone else
-/// added (server-side apply never removes fields it does not own) and the
-/// `shard` field of a service that fits one object again.
-pub const DRIFT_FIELD_MANAGER: &str = "kube-discovery-drift";
+// Field managers: every write of an object (metadata, spec and status in one
+// server-side apply) is `ObjectNaming::field_manager` (`kube-discovery/<instance>`);
+// the merge patches that remove port keys someone else added (server-side
+// apply never removes fields it does not own) and the `shard` field of a
+// service that fits one object again are `ObjectNaming::drift_field_manager`.
 
 /// What a write needs from the API server's answer: the object's new
 /// resourceVersion (for drift) and its port keys (to spot keys someone else
@@ -121,6 +119,10 @@ pub struct KubeSink {
     /// The one namespace holding all our objects, if there is one
     /// (`Plan::home_namespace`): the start-up list is then namespaced.
     namespace: Option<String>,
+    /// Objects the start-up list found that are not ours (another
+    /// instance's, hand-made): their names are taken until the drift watch
+    /// has listed (then it knows better).
+    listed_foreign: Arc<Mutex<HashMap<ObjName, Owner>>>,
 }
 
 impl KubeSink {
@@ -133,6 +135,7 @@ impl KubeSink {
             drift: None,
             repairs: Arc::new(Mutex::new(BTreeSet::new())),
             namespace: None,
+            listed_foreign: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -175,14 +178,58 @@ impl KubeSink {
         }
     }
 
+    /// Who holds `ns/name` when that is not this instance: the drift
+    /// watch's live view once it has listed, else the start-up list.
+    fn taken(&self, ns: &str, name: &str) -> Option<Owner> {
+        match &self.drift {
+            Some(v) if v.ready() => v.taken(ns, name),
+            _ => self
+                .listed_foreign
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&(ns.to_string(), name.to_string()))
+                .cloned(),
+        }
+    }
+
+    /// `Err(NameTaken)` for the first of `names` held by someone else.
+    fn check_free<'a>(&self, names: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<()> {
+        for (ns, name) in names {
+            if let Some(owner) = self.taken(ns, name) {
+                return Err(Error::NameTaken {
+                    object: format!("{ns}/{name}"),
+                    owner,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Applies one object (spec and status in one request).
     async fn write_one(&self, key: &ServiceKey, obj: &DiscoveredService) -> Result<()> {
         let ns = obj.metadata.namespace.clone().unwrap_or_default();
         let name = obj.metadata.name.clone().unwrap_or_default();
-        let pp = PatchParams::apply(FIELD_MANAGER).force();
-        let got = self
-            .patch_answer(&ns, &name, &pp, &Patch::Apply(obj))
-            .await?;
+        // Without force first: an apply over fields someone else set to other
+        // values is refused (409) instead of taking them over. That is how an
+        // object created by another instance or by hand since our cache last
+        // looked is never overwritten; our own object edited by hand is
+        // then applied again with force (the repair).
+        let pp = PatchParams::apply(&self.naming.field_manager());
+        let got = match self.patch_answer(&ns, &name, &pp, &Patch::Apply(obj)).await {
+            Ok(got) => got,
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let owner = self.owner_on_server(&ns, &name).await?;
+                if owner != Owner::Us {
+                    return Err(Error::NameTaken {
+                        object: format!("{ns}/{name}"),
+                        owner,
+                    });
+                }
+                self.patch_answer(&ns, &name, &pp.force(), &Patch::Apply(obj))
+                    .await?
+            }
+            Err(e) => return Err(e.into()),
+        };
         // Port keys someone else added survive a server-side apply (we do not
         // own them): remove them explicitly. Never happens without a hand edit.
         let extra: Vec<&String> = got
@@ -201,7 +248,7 @@ impl KubeSink {
             tracing::info!(service = %key, object = %name, ports = ?extra, "removing port keys added by someone else");
             let body = serde_json::json!({"spec": {"ports": nulls}});
             let mpp = PatchParams {
-                field_manager: Some(DRIFT_FIELD_MANAGER.to_string()),
+                field_manager: Some(self.naming.drift_field_manager()),
                 ..PatchParams::default()
             };
             self.patch_answer(&ns, &name, &mpp, &Patch::Merge(&body))
@@ -209,6 +256,31 @@ impl KubeSink {
         };
         self.note_written(&ns, &name, &got);
         Ok(())
+    }
+
+    /// Whose the object `ns/name` on the API server is. A LIST by name (the
+    /// `list` the role already grants; a GET would need one more verb),
+    /// decoded lean; gone meanwhile is an error (the write is retried).
+    async fn owner_on_server(&self, ns: &str, name: &str) -> Result<Owner> {
+        let api: Api<Lean> = Api::namespaced(self.client.clone(), ns);
+        let lp = ListParams::default().fields(&format!("metadata.name={name}"));
+        let Some(obj) = api.list(&lp).await?.items.into_iter().next() else {
+            return Err(Error::Kube(kube::Error::Api(Box::new(
+                kube::core::Status::failure(
+                    &format!("{ns}/{name} was deleted while being written"),
+                    "NotFound",
+                )
+                .with_code(404),
+            ))));
+        };
+        let meta = obj.into_inner().metadata;
+        let managers = meta
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|f| f.operation.as_deref() == Some("Apply"))
+            .filter_map(|f| f.manager.as_deref());
+        Ok(self.naming.owner_of(meta.labels.as_ref(), managers))
     }
 
     /// PATCHes `ns/name` and decodes only what a write needs from the answer
@@ -242,7 +314,7 @@ impl KubeSink {
         let ns = obj.metadata.namespace.clone().unwrap_or_default();
         let name = obj.metadata.name.clone().unwrap_or_default();
         let pp = PatchParams {
-            field_manager: Some(DRIFT_FIELD_MANAGER.to_string()),
+            field_manager: Some(self.naming.drift_field_manager()),
             ..PatchParams::default()
         };
         let body = serde_json::json!({"spec": {"shard": null}});
@@ -290,7 +362,7 @@ impl KubeSink {
 /// Objects per page of our lists.
 const PAGE: u32 = crate::client::LIST_PAGE_SIZE;
 
-use kube_discovery_client::list::for_each_managed_in;
+use kube_discovery_client::list::for_each_in;
 pub use kube_discovery_client::list::list_managed;
 
 /// What the start-up list keeps of our objects: per service, the
@@ -357,15 +429,45 @@ impl Sink for KubeSink {
     /// start-up list folded page by page).
     async fn list_versions(&self) -> Result<Vec<(ServiceKey, String)>> {
         let mut found = Found::default();
-        for_each_managed_in(
+        let mut foreign = HashMap::new();
+        // Every DiscoveredService, not only labelled ones: a hand-made object
+        // holding a name we need must be seen before the first write.
+        for_each_in(
             &self.client,
             self.namespace.as_deref(),
+            None,
             PAGE,
             |lean: Lean| {
-                found.add(&lean.into_inner());
+                let ds = lean.into_inner();
+                let managers = ds
+                    .metadata
+                    .managed_fields
+                    .iter()
+                    .flatten()
+                    .filter(|f| f.operation.as_deref() == Some("Apply"))
+                    .filter_map(|f| f.manager.as_deref());
+                match self.naming.owner_of(ds.metadata.labels.as_ref(), managers) {
+                    Owner::Us => found.add(&ds),
+                    other => {
+                        let ns = ds.metadata.namespace.clone().unwrap_or_default();
+                        let name = ds.metadata.name.clone().unwrap_or_default();
+                        foreign.insert((ns, name), other);
+                    }
+                }
             },
         )
         .await?;
+        if !foreign.is_empty() {
+            tracing::info!(
+                objects = foreign.len(),
+                instance = %self.naming.instance,
+                "DiscoveredServices of other instances or made by hand: left alone"
+            );
+        }
+        *self
+            .listed_foreign
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = foreign;
         let mut shards = self.shards.lock().unwrap_or_else(PoisonError::into_inner);
         shards.clear();
         Ok(found
@@ -383,6 +485,14 @@ impl Sink for KubeSink {
     async fn apply(&self, svc: Arc<ServiceNodes>) -> Result<()> {
         let objs = desired_objects_at(&svc, &self.naming, &Time(jiff::Timestamp::now()));
         let count = u32::try_from(objs.len()).unwrap_or(u32::MAX);
+        // Never write over an object that is not ours (before any write:
+        // a sharded service is written whole or not at all).
+        self.check_free(objs.iter().map(|o| {
+            (
+                o.metadata.namespace.as_deref().unwrap_or_default(),
+                o.metadata.name.as_deref().unwrap_or_default(),
+            )
+        }))?;
         // Shards 1.. first, shard 0 (the one carrying count and version that
         // readers start from) last.
         let old = self.shard_count(&svc.key).unwrap_or(1);
@@ -435,6 +545,10 @@ impl Sink for KubeSink {
             surplus.extend(self.strays(&svc.key, &keep));
         }
         for (sns, sname) in &surplus {
+            if let Some(owner) = self.taken(sns, sname) {
+                tracing::debug!(service = %svc.key, object = %format!("{sns}/{sname}"), %owner, "not ours: not deleted");
+                continue;
+            }
             tracing::info!(service = %svc.key, object = %format!("{sns}/{sname}"), "deleting surplus shard");
             self.delete_one(sns, sname).await?;
         }
@@ -460,6 +574,11 @@ impl Sink for KubeSink {
             names.extend(self.strays(&key, &known));
         }
         for (ons, oname) in &names {
+            if let Some(owner) = self.taken(ons, oname) {
+                // Never ours to delete (a name taken since, or never ours).
+                tracing::debug!(service = %key, object = %format!("{ons}/{oname}"), %owner, "not ours: not deleted");
+                continue;
+            }
             self.delete_one(ons, oname).await?;
         }
         self.set_shard_count(&key, None);

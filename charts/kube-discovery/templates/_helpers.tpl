@@ -219,6 +219,7 @@ client:
 {{- $http := dict "addr" (printf "0.0.0.0:%d" (int .Values.http.port)) }}
 {{- if include "kube-discovery.authSecretName" . }}{{ $_ := set $http "auth_token_file" "/etc/kube-discovery/http-auth/token" }}{{ end }}
 {{- $_ := set $kd "http" $http }}
+{{- $_ := set $kd "instance" (default (.Release.Name | replace "." "-") $c.instance) }}
 {{- with $c.watchTimeout }}{{ $_ := set $kd "watch_timeout" . }}{{ end }}
 {{- $_ := set $kd "write_concurrency" (int64 $c.writeConcurrency) }}
 {{- $_ := set $kd "write_qps" $c.writeQps }}

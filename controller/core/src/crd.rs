@@ -14,6 +14,7 @@
 //!     kubediscovery.io/cluster: ""          # cluster id, empty in single-cluster mode
 //!     kubediscovery.io/service-namespace: default
 //!     kubediscovery.io/service-name: plat-dev
+//!     kubediscovery.io/instance: default    # `kube_discovery.instance`, see "Ownership"
 //!   ownerReferences: [{apiVersion: v1, kind: Service, name: plat-dev, uid: ...}]
 //! spec:
 //!   cluster: ""
@@ -60,6 +61,16 @@
 //! Service is only set in single-cluster `source` mode (owner references cannot
 //! cross namespaces or clusters) and only when the Service UID is known.
 //!
+//! # Ownership: instances
+//!
+//! Several installations may share one API server. Each has an instance name
+//! (`kube_discovery.instance`, a DNS label, default [`DEFAULT_INSTANCE`]; the
+//! chart sets the release name), stamped on every object as the label
+//! [`LABEL_INSTANCE`] and used in the field manager
+//! ([`ObjectNaming::field_manager`]). [`owner_of`] decides whose an object is;
+//! an instance writes, repairs and deletes only its own objects and leaves a
+//! name held by another instance or by a hand-made object alone.
+//!
 //! # Big services: shards
 //!
 //! The API server refuses objects over ~1.5 MiB. When the JSON of a service's
@@ -105,6 +116,13 @@ pub const LABEL_SERVICE_NAME: &str = "kubediscovery.io/service-name";
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// Value of [`LABEL_MANAGED_BY`].
 pub const MANAGED_BY: &str = "kube-discovery";
+/// Label naming the installation (`kube_discovery.instance`) that writes an object.
+pub const LABEL_INSTANCE: &str = "kubediscovery.io/instance";
+/// The instance name when `kube_discovery.instance` is not set.
+pub const DEFAULT_INSTANCE: &str = "default";
+/// Field manager of objects written before instances existed (and of every
+/// write of those versions).
+pub const LEGACY_FIELD_MANAGER: &str = "kube-discovery";
 /// Label selector matching every object we manage.
 pub const MANAGED_BY_SELECTOR: &str = "app.kubernetes.io/managed-by=kube-discovery";
 
@@ -212,12 +230,22 @@ pub enum NamespaceMode {
     Fixed(String),
 }
 
-/// Maps a [`ServiceKey`] to the namespace and name of its object. See the
-/// module docs for the rules.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// Maps a [`ServiceKey`] to the namespace and name of its object, and says
+/// which installation ([`LABEL_INSTANCE`]) writes it. See the module docs for
+/// the rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectNaming {
     /// Where objects go.
     pub namespace_mode: NamespaceMode,
+    /// The installation writing the objects (`kube_discovery.instance`, a
+    /// DNS-1123 label).
+    pub instance: String,
+}
+
+impl Default for ObjectNaming {
+    fn default() -> Self {
+        Self::source()
+    }
 }
 
 impl ObjectNaming {
@@ -225,6 +253,7 @@ impl ObjectNaming {
     pub fn source() -> Self {
         Self {
             namespace_mode: NamespaceMode::Source,
+            instance: DEFAULT_INSTANCE.to_string(),
         }
     }
 
@@ -232,7 +261,37 @@ impl ObjectNaming {
     pub fn fixed(namespace: impl Into<String>) -> Self {
         Self {
             namespace_mode: NamespaceMode::Fixed(namespace.into()),
+            instance: DEFAULT_INSTANCE.to_string(),
         }
+    }
+
+    /// The same naming for the installation `instance`.
+    #[must_use]
+    pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
+        self.instance = instance.into();
+        self
+    }
+
+    /// Field manager of this instance's server-side applies:
+    /// `kube-discovery/<instance>`.
+    pub fn field_manager(&self) -> String {
+        format!("{LEGACY_FIELD_MANAGER}/{}", self.instance)
+    }
+
+    /// Field manager of this instance's repair patches:
+    /// `kube-discovery-drift/<instance>`.
+    pub fn drift_field_manager(&self) -> String {
+        format!("{LEGACY_FIELD_MANAGER}-drift/{}", self.instance)
+    }
+
+    /// Whose an object with these `labels`, written by these server-side
+    /// apply field `managers`, is ([`owner_of`] for this instance).
+    pub fn owner_of<'a>(
+        &self,
+        labels: Option<&BTreeMap<String, String>>,
+        managers: impl IntoIterator<Item = &'a str>,
+    ) -> Owner {
+        owner_of(&self.instance, labels, managers)
     }
 
     /// Namespace of the object for `key`.
@@ -313,10 +372,100 @@ pub fn label_value(s: &str) -> String {
     }
 }
 
-/// The labels every object for `key` carries.
-pub fn labels_for(key: &ServiceKey) -> BTreeMap<String, String> {
+/// Whose an object is, as seen by one instance ([`owner_of`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// This instance's (also: written before instances existed).
+    Us,
+    /// Another kube-discovery installation's, by its instance name.
+    Instance(String),
+    /// Not kube-discovery's: made by hand or by another tool.
+    Unmanaged,
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Owner::Us => f.write_str("this instance"),
+            Owner::Instance(i) => write!(f, "kube-discovery instance {i:?}"),
+            Owner::Unmanaged => f.write_str("not kube-discovery (made by hand or another tool)"),
+        }
+    }
+}
+
+/// Whose an object is, for the instance `instance`, from its `labels` and the
+/// field `managers` of its server-side applies (`metadata.managedFields`
+/// entries with `operation: Apply`), in this order:
+///
+/// 1. the label [`LABEL_INSTANCE`] decides when present;
+/// 2. else an apply by `kube-discovery/<name>` names the instance (someone
+///    removed the label; ours when it is our name);
+/// 3. else the label `app.kubernetes.io/managed-by: kube-discovery` or an
+///    apply by [`LEGACY_FIELD_MANAGER`] marks an object written before
+///    instances existed: every instance adopts it (the first write stamps
+///    the label);
+/// 4. anything else is [`Owner::Unmanaged`].
+pub fn owner_of<'a>(
+    instance: &str,
+    labels: Option<&BTreeMap<String, String>>,
+    managers: impl IntoIterator<Item = &'a str>,
+) -> Owner {
+    let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+    owner_from(
+        instance,
+        label(LABEL_INSTANCE),
+        label(LABEL_MANAGED_BY) == Some(MANAGED_BY),
+        managers,
+    )
+}
+
+/// [`owner_of`] from the value of [`LABEL_INSTANCE`] and whether
+/// `app.kubernetes.io/managed-by: kube-discovery` is set (for readers that
+/// keep only those of an object's labels).
+pub fn owner_from<'a>(
+    instance: &str,
+    instance_label: Option<&str>,
+    managed_by_label: bool,
+    managers: impl IntoIterator<Item = &'a str>,
+) -> Owner {
+    let mine = |i: &str| {
+        if i == instance {
+            Owner::Us
+        } else {
+            Owner::Instance(i.to_string())
+        }
+    };
+    if let Some(i) = instance_label {
+        return mine(i);
+    }
+    let mut legacy = managed_by_label;
+    let mut other = None;
+    for m in managers {
+        match m.strip_prefix(LEGACY_FIELD_MANAGER) {
+            Some("") => legacy = true,
+            Some(rest) => {
+                if let Some(i) = rest.strip_prefix('/') {
+                    if i == instance {
+                        return Owner::Us;
+                    }
+                    other.get_or_insert(i);
+                }
+            }
+            None => {}
+        }
+    }
+    match other {
+        Some(i) => mine(i),
+        None if legacy => Owner::Us,
+        None => Owner::Unmanaged,
+    }
+}
+
+/// The labels every object for `key` written by `instance` carries.
+pub fn labels_for(key: &ServiceKey, instance: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (LABEL_MANAGED_BY.to_string(), MANAGED_BY.to_string()),
+        (LABEL_INSTANCE.to_string(), instance.to_string()),
         (LABEL_CLUSTER.to_string(), label_value(&key.cluster)),
         (
             LABEL_SERVICE_NAMESPACE.to_string(),
@@ -347,7 +496,7 @@ pub fn desired_object(svc: &ServiceNodes, naming: &ObjectNaming) -> DiscoveredSe
         metadata: ObjectMeta {
             name: Some(naming.name(key)),
             namespace: Some(naming.namespace(key)),
-            labels: Some(labels_for(key)),
+            labels: Some(labels_for(key, &naming.instance)),
             owner_references,
             ..ObjectMeta::default()
         },
@@ -1169,6 +1318,71 @@ mod tests {
         let name = shard_name(&base, 4_000_000_000);
         assert!(is_dns_name(&name), "{name}");
         assert_ne!(shard_name(&base, 1), base);
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn whose_an_object_is_follows_the_instance_label_then_the_appliers_then_the_legacy_marks() {
+        let managed = (LABEL_MANAGED_BY, MANAGED_BY);
+        let none: [&str; 0] = [];
+        // 1. The instance label decides, whoever applied.
+        let ours = labels(&[managed, (LABEL_INSTANCE, "a")]);
+        assert_eq!(owner_of("a", Some(&ours), ["kube-discovery/b"]), Owner::Us);
+        assert_eq!(
+            owner_of("b", Some(&ours), ["kube-discovery/b"]),
+            Owner::Instance("a".into())
+        );
+        // 2. Label removed by someone: the applier names the instance.
+        let stripped = labels(&[("app", "x")]);
+        assert_eq!(
+            owner_of("a", Some(&stripped), ["kubectl-edit", "kube-discovery/a"]),
+            Owner::Us
+        );
+        assert_eq!(
+            owner_of("a", Some(&stripped), ["kube-discovery/b"]),
+            Owner::Instance("b".into())
+        );
+        // The drift manager and look-alikes are not instances.
+        assert_eq!(
+            owner_of(
+                "a",
+                Some(&stripped),
+                ["kube-discovery-drift/b", "kube-discoveryx/a"]
+            ),
+            Owner::Unmanaged
+        );
+        // 3. Written before instances existed: adopted by every instance.
+        let legacy = labels(&[managed]);
+        assert_eq!(owner_of("a", Some(&legacy), none), Owner::Us);
+        assert_eq!(owner_of("b", None, ["kube-discovery"]), Owner::Us);
+        // 4. Anything else is not ours.
+        assert_eq!(owner_of("a", None, none), Owner::Unmanaged);
+        assert_eq!(
+            owner_of(
+                "a",
+                Some(&labels(&[(LABEL_MANAGED_BY, "helm")])),
+                ["kubectl-create"]
+            ),
+            Owner::Unmanaged
+        );
+    }
+
+    #[test]
+    fn objects_carry_the_instance_label_and_field_manager() {
+        let naming = ObjectNaming::source().with_instance("edge");
+        let obj = desired_object(&svc("", "default", "web", None), &naming);
+        let l = obj.metadata.labels.unwrap();
+        assert_eq!(l[LABEL_INSTANCE], "edge");
+        assert_eq!(naming.owner_of(Some(&l), []), Owner::Us);
+        assert_eq!(naming.field_manager(), "kube-discovery/edge");
+        assert_eq!(naming.drift_field_manager(), "kube-discovery-drift/edge");
+        assert_eq!(ObjectNaming::default().instance, DEFAULT_INSTANCE);
     }
 }
 

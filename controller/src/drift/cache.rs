@@ -41,8 +41,11 @@ use std::num::NonZeroU64;
 use hashbrown::HashTable;
 use kube::runtime::watcher::Event;
 use kube_discovery_core::ServiceKey;
+use kube_discovery_core::crd::Owner;
 
 use super::ObjName;
+#[cfg(doc)]
+use super::decode::OwnerMark;
 use super::decode::Watched;
 use super::facts::{Owners, WantedObject, satisfies};
 
@@ -159,6 +162,10 @@ pub(super) struct Cache {
     slots: HashTable<Slot>,
     /// Key digest -> name hashes of the cached objects describing it.
     by_key: HashMap<u64, Names>,
+    /// Objects that are not ours ([`OwnerMark::owner`]): another instance's
+    /// or hand-made. Never compared, repaired or deleted; their names are
+    /// taken ([`Cache::taken`]). Usually empty.
+    foreign: HashMap<ObjName, Owner>,
 }
 
 fn name_hash(s: &RandomState, ns: &str, name: &str) -> u64 {
@@ -189,6 +196,7 @@ impl Cache {
             hasher: RandomState::new(),
             slots: HashTable::new(),
             by_key: HashMap::new(),
+            foreign: HashMap::new(),
         }
     }
 
@@ -271,9 +279,31 @@ impl Cache {
         }
     }
 
-    /// The watch shows `w` (Apply / InitApply).
-    fn apply(&mut self, w: &Watched) {
+    /// Who holds `ns/name` when it is not ours (`None`: ours or absent).
+    pub(super) fn taken(&self, ns: &str, name: &str) -> Option<&Owner> {
+        if self.foreign.is_empty() {
+            return None;
+        }
+        self.foreign.get(&(ns.to_string(), name.to_string()))
+    }
+
+    /// The watch shows `w` (Apply / InitApply); `instance` is ours.
+    fn apply(&mut self, w: &Watched, instance: &str) {
         let (ns, name) = (w.ns(), w.name());
+        match w.mark.owner(instance) {
+            Owner::Us => {
+                if !self.foreign.is_empty() {
+                    self.foreign.remove(&(ns.to_string(), name.to_string()));
+                }
+            }
+            other => {
+                // Not (or no longer) ours: out of every comparison.
+                self.delete(ns, name);
+                self.foreign
+                    .insert((ns.to_string(), name.to_string()), other);
+                return;
+            }
+        }
         let h = name_hash(&self.hasher, ns, name);
         let new_kh = key_hash(&self.hasher, &w.key.cluster, &w.key.namespace, &w.key.name);
         let hasher = self.hasher.clone();
@@ -296,6 +326,9 @@ impl Cache {
 
     /// The watch shows `ns/name` deleted; our last write is remembered.
     fn delete(&mut self, ns: &str, name: &str) {
+        if !self.foreign.is_empty() {
+            self.foreign.remove(&(ns.to_string(), name.to_string()));
+        }
         let Cache { hasher, slots, .. } = self;
         let h = name_hash(hasher, ns, name);
         let Ok(mut entry) = slots.find_entry(h, |s| s.is(ns, name)) else {
@@ -365,13 +398,16 @@ pub(super) struct Caches {
     pub(super) live: Cache,
     /// `Init` .. `InitDone`, like the store's buffer.
     relist: Option<Cache>,
+    /// Our instance name: objects of others are kept apart.
+    instance: String,
 }
 
 impl Caches {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(instance: &str) -> Self {
         Caches {
             live: Cache::new(),
             relist: None,
+            instance: instance.to_string(),
         }
     }
 
@@ -382,7 +418,9 @@ impl Caches {
 
     /// `InitApply`: one object of the relist.
     pub(super) fn init_apply(&mut self, o: &Watched) {
-        self.relist.get_or_insert_with(Cache::new).apply(o);
+        self.relist
+            .get_or_insert_with(Cache::new)
+            .apply(o, &self.instance);
     }
 
     /// `InitDone`: the relist replaces the live cache, keeping our writes.
@@ -394,7 +432,7 @@ impl Caches {
 
     /// `Apply`.
     pub(super) fn apply(&mut self, o: &Watched) {
-        self.live.apply(o);
+        self.live.apply(o, &self.instance);
     }
 
     /// `Delete`.

@@ -12,10 +12,15 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    ManagedFieldsEntry, ObjectMeta, OwnerReference,
+};
 use kube::Resource;
 use kube_discovery_core::ServiceKey;
-use kube_discovery_core::crd::{DiscoveredService, DiscoveredServiceSpec};
+use kube_discovery_core::crd::{
+    DiscoveredService, DiscoveredServiceSpec, LABEL_INSTANCE, LABEL_MANAGED_BY,
+    LEGACY_FIELD_MANAGER, MANAGED_BY, Owner, owner_from,
+};
 
 use super::facts::Facts;
 
@@ -30,6 +35,45 @@ pub struct Watched {
     pub(super) meta: ObjectMeta,
     pub(super) key: ServiceKey,
     pub(super) facts: Facts,
+    pub(super) mark: OwnerMark,
+}
+
+/// What says whose an object is ([`kube_discovery_core::crd::owner_from`]):
+/// the instance label, the managed-by label, and the kube-discovery field
+/// managers among its server-side appliers (others are dropped while
+/// parsing). Usually one short string.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnerMark {
+    instance: Option<Box<str>>,
+    managed_by: bool,
+    appliers: Vec<Box<str>>,
+}
+
+impl OwnerMark {
+    fn of(labels: Option<&BTreeMap<String, String>>, fields: &[ManagedFieldsEntry]) -> Self {
+        let label = |k: &str| labels.and_then(|l| l.get(k));
+        OwnerMark {
+            instance: label(LABEL_INSTANCE).map(|v| v.as_str().into()),
+            managed_by: label(LABEL_MANAGED_BY).is_some_and(|v| v == MANAGED_BY),
+            appliers: fields
+                .iter()
+                .filter(|f| f.operation.as_deref() == Some("Apply"))
+                .filter_map(|f| f.manager.as_deref())
+                .filter(|m| m.starts_with(LEGACY_FIELD_MANAGER))
+                .map(Into::into)
+                .collect(),
+        }
+    }
+
+    /// Whose the object is for the instance `instance`.
+    pub fn owner(&self, instance: &str) -> Owner {
+        owner_from(
+            instance,
+            self.instance.as_deref(),
+            self.managed_by,
+            self.appliers.iter().map(|m| &**m),
+        )
+    }
 }
 
 impl Watched {
@@ -44,6 +88,10 @@ impl Watched {
             },
             key: spec_key(&obj.spec),
             facts: Facts::of_object(obj),
+            mark: OwnerMark::of(
+                obj.metadata.labels.as_ref(),
+                obj.metadata.managed_fields.as_deref().unwrap_or_default(),
+            ),
         }
     }
 
@@ -69,6 +117,29 @@ struct LeanMeta {
     owner_references: Option<Vec<OwnerReference>>,
     resource_version: Option<String>,
     uid: Option<String>,
+    /// Only `manager` and `operation` of each entry are read.
+    managed_fields: Option<Vec<LeanManagedField>>,
+}
+
+/// A `managedFields` entry as decoded: `fieldsV1` is skipped while parsing.
+#[derive(serde::Deserialize)]
+struct LeanManagedField {
+    manager: Option<String>,
+    operation: Option<String>,
+}
+
+impl LeanManagedField {
+    fn into_entry(self) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            manager: self.manager,
+            operation: self.operation,
+            ..ManagedFieldsEntry::default()
+        }
+    }
+}
+
+fn entries(fields: Option<Vec<LeanManagedField>>) -> Option<Vec<ManagedFieldsEntry>> {
+    fields.map(|v| v.into_iter().map(LeanManagedField::into_entry).collect())
 }
 
 #[derive(serde::Deserialize)]
@@ -80,7 +151,9 @@ struct LeanObject {
 impl<'de> serde::Deserialize<'de> for Watched {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let LeanObject { metadata: m, spec } = LeanObject::deserialize(d)?;
+        let fields = entries(m.managed_fields).unwrap_or_default();
         Ok(Watched {
+            mark: OwnerMark::of(m.labels.as_ref(), &fields),
             facts: Facts::of(m.labels.as_ref(), m.owner_references.as_deref(), &spec),
             key: spec_key(&spec),
             meta: ObjectMeta {
@@ -147,6 +220,7 @@ impl<'de> serde::Deserialize<'de> for Lean {
                 owner_references: m.owner_references,
                 resource_version: m.resource_version,
                 uid: m.uid,
+                managed_fields: entries(m.managed_fields),
                 ..ObjectMeta::default()
             },
             spec,
@@ -169,7 +243,7 @@ mod tests {
     use super::*;
     use crate::drift::facts::WantedObject;
     use crate::drift::test_support::*;
-    use kube_discovery_core::crd::{ObjectNaming, desired_object};
+    use kube_discovery_core::crd::{DEFAULT_INSTANCE, ObjectNaming, desired_object};
 
     #[test]
     fn the_watch_decodes_only_what_drift_compares() {
@@ -209,10 +283,17 @@ mod tests {
             err.is_err(),
             "no spec: a decode error, not a default object"
         );
-        // The sink's lean decode: no nodes, no managedFields, annotations or status.
+        // Whose it is: the instance label of `desired_object` (default).
+        assert_eq!(w.mark.owner(DEFAULT_INSTANCE), Owner::Us);
+        assert_eq!(w.mark.owner("b"), Owner::Instance(DEFAULT_INSTANCE.into()));
+        // The sink's lean decode: no nodes, annotations or status; of the
+        // managedFields only manager and operation.
         let lean: Lean = serde_json::from_value(full(&want)).unwrap();
         let o = lean.into_inner();
-        assert!(o.metadata.managed_fields.is_none() && o.status.is_none());
+        let fields = o.metadata.managed_fields.as_deref().unwrap();
+        assert_eq!(fields.len(), 1);
+        assert_eq!(fields[0].manager.as_deref(), Some("kube-discovery"));
+        assert!(fields[0].fields_v1.is_none() && o.status.is_none());
         assert!(o.metadata.annotations.is_none() && o.spec.ports.is_empty());
         assert_eq!(o.metadata.labels, want.metadata.labels);
         assert_eq!(o.spec.version, want.spec.version);

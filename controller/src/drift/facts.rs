@@ -30,7 +30,7 @@ use std::hash::{Hash, Hasher};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube_discovery_core::crd::{
-    DiscoveredService, DiscoveredServiceSpec, LABEL_SHARD, ObjectNaming, Shard,
+    DiscoveredService, DiscoveredServiceSpec, LABEL_INSTANCE, LABEL_SHARD, ObjectNaming, Shard,
     desired_objects_with_limit, labels_for, ports_fit,
 };
 use kube_discovery_core::{PortMap, ServiceKey, ServiceNodes, SourceKind};
@@ -167,11 +167,19 @@ fn our_labels_present(
 ) -> bool {
     let key = ServiceKey::new(&spec.cluster, &spec.source_namespace, &spec.source_name);
     let get = |k: &str| labels.and_then(|l| l.get(k));
-    labels_for(&key).iter().all(|(k, v)| get(k) == Some(v))
-        && spec
-            .shard
-            .as_ref()
-            .is_none_or(|s| get(LABEL_SHARD).is_some_and(|v| *v == s.index.to_string()))
+    // The instance label only has to be there: an object with another
+    // instance's value is not ours and never reaches the cache
+    // (`OwnerMark::owner`).
+    labels_for(&key, "").iter().all(|(k, v)| {
+        if k == LABEL_INSTANCE {
+            get(k).is_some()
+        } else {
+            get(k) == Some(v)
+        }
+    }) && spec
+        .shard
+        .as_ref()
+        .is_none_or(|s| get(LABEL_SHARD).is_some_and(|v| *v == s.index.to_string()))
 }
 
 /// What drift compares of an object (see the module docs).
@@ -498,7 +506,7 @@ mod tests {
             for o in &objs {
                 assert!(Watched::of(o).facts.labels_ok);
                 let shard = o.spec.shard.as_ref().unwrap();
-                let mut ours = labels_for(&s.key);
+                let mut ours = labels_for(&s.key, &naming.instance);
                 ours.insert(LABEL_SHARD.into(), shard.index.to_string());
                 assert_eq!(o.metadata.labels.as_ref(), Some(&ours));
             }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client};
-use kube_discovery_core::crd::{MANAGED_BY_SELECTOR, NamespaceMode, ObjectNaming};
+use kube_discovery_core::crd::{NamespaceMode, ObjectNaming};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -79,10 +79,10 @@ impl DriftFeed {
             (Some(ns), _) | (None, NamespaceMode::Fixed(ns)) => Api::namespaced(client, ns),
             (None, NamespaceMode::Source) => Api::all(client),
         };
-        let mut ours = Watch::new(watcher(
-            api,
-            watch::config(None).labels(MANAGED_BY_SELECTOR),
-        ));
+        // Every DiscoveredService, not only labelled ones: objects of other
+        // instances and hand-made ones are kept apart by the cache (never
+        // compared or repaired), and their names are not written.
+        let mut ours = Watch::new(watcher(api, watch::config(None)));
         let mut index = DriftWatch {
             view: self.view,
             shared,

@@ -2,7 +2,7 @@
 //! and puts back whatever someone else changed.
 //!
 //! ```text
-//!  watch::run(DiscoveredService as Watched, managed-by label; all namespaces or the fixed one)
+//!  watch::run(DiscoveredService as Watched, every one; all namespaces or the fixed one)
 //!    ▼ DriftWatch (feed.rs), into the Cache (cache.rs): a slim Slot per object + a key index
 //!    ├─ apply(obj)   obj == wanted?  ── no ─▶ WriterHandle::drifted([key])
 //!    ├─ delete(obj)  still wanted?   ── yes ▶ WriterHandle::drifted([key])
@@ -22,8 +22,15 @@
 //! values, our ownerReferences present. Labels, annotations or owner
 //! references that others ADD are tolerated (server-side apply would never
 //! remove them, so demanding their absence would rewrite forever). An object
-//! that loses the managed-by label leaves the watch's selection: to us it is
-//! deleted, and the rewrite puts the label back.
+//! that loses one of our labels is still ours (its instance label, or our
+//! field manager among its appliers, says so) and the rewrite puts the label
+//! back.
+//!
+//! Instances: the watch sees every DiscoveredService, and the cache keeps
+//! apart those that are not ours (`kube_discovery_core::crd::owner_of`:
+//! another instance's, or made by hand). They are never compared, repaired or
+//! deleted; their names are taken ([`DriftView::taken`]), and the sink writes
+//! no object there.
 //!
 //! Own writes: every watch event of our own writes arrives after the write, and
 //! may show an older state than `ControllerState` already has (a newer change pending).

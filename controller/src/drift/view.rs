@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use kube_discovery_core::crd::{DiscoveredService, MAX_OBJECT_PORTS_BYTES, ObjectNaming};
+use kube_discovery_core::crd::{DiscoveredService, MAX_OBJECT_PORTS_BYTES, ObjectNaming, Owner};
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
 use super::cache::{Caches, pack_rv, parse_rv};
@@ -35,10 +35,11 @@ pub struct DriftView {
 impl DriftView {
     /// An empty, unlisted view (`DriftView::new` pairs it with its feed).
     pub(super) fn empty(naming: ObjectNaming) -> DriftView {
+        let caches = Arc::new(Mutex::new(Caches::new(&naming.instance)));
         DriftView {
             naming,
             ready: Arc::new(AtomicBool::new(false)),
-            caches: Arc::new(Mutex::new(Caches::new())),
+            caches,
             max_ports_bytes: MAX_OBJECT_PORTS_BYTES,
         }
     }
@@ -92,6 +93,12 @@ impl DriftView {
             .live
             .cached(&w.ns, &w.name)
             .is_some_and(|s| !s.older_than_our_write() && s.satisfies(&w))
+    }
+
+    /// Who holds `ns/name` when that is not this instance (another
+    /// instance, or a hand-made object), as the watch last showed it.
+    pub fn taken(&self, ns: &str, name: &str) -> Option<Owner> {
+        self.lock().live.taken(ns, name).cloned()
     }
 
     /// Every cached object that describes `key` (by its spec): an index

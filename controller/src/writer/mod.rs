@@ -9,10 +9,14 @@
 //!              ├─ Some(v)                           ─▶ Sink::apply(v)  ─▶ known[key] = v.version
 //!              ├─ None, key in known                ─▶ Sink::delete    ─▶ known.remove(key)
 //!              └─ None, unknown                     ─▶ nothing
-//!              failure ─▶ back into pending with exponential backoff (never dropped)
+//!              failure ─▶ back into pending with exponential backoff (never dropped),
+//!                         counted in kube_discovery_objects_failing{reason} until written
 //!  inbox: Drifted(keys) ──▶ drift checks: later, Sink::drift(key) ─ Drift ─▶ forget known[key], queue it
 //!  inbox: Synced(cluster) ─▶ barrier: stale objects of the cluster queued for deletion;
-//!                            `synced` (readiness) once everything queued before it is written
+//!                            `synced` (readiness) once everything queued before it was
+//!                            attempted: written, or failed and reported (a failed key is
+//!                            re-queued behind the barrier, so one object the API server
+//!                            refuses never keeps the controller unready)
 //! ```
 //!
 //! * `known` starts from [`Sink::list_versions`] (the objects the API server
@@ -141,6 +145,9 @@ struct Writer<S> {
     seq: u64,
     next_token: Instant,
     drift_checks: DriftChecks,
+    /// Services whose last write failed, with the failure's metric label
+    /// (`kube_discovery_objects_failing`). Usually empty.
+    failing: HashMap<PackedKey, &'static str>,
 }
 
 fn backoff(opts: &WriterOptions, attempts: u32) -> Duration {
@@ -163,6 +170,7 @@ impl<S: Sink> Writer<S> {
             seq: 0,
             next_token: Instant::now(),
             drift_checks: DriftChecks::default(),
+            failing: HashMap::new(),
         }
     }
 
@@ -356,6 +364,7 @@ impl<S: Sink> Writer<S> {
     /// than `drift_settle` (see [`trim_map`]); cheap when there is nothing to do.
     fn trim(&mut self) {
         self.pending.trim();
+        trim_map(&mut self.failing);
         self.drift_checks
             .prune(Instant::now(), self.opts.drift_settle);
         trim_map(&mut self.known);

@@ -212,7 +212,7 @@ async fn first_list_barrier_deletes_objects_whose_source_vanished() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn failed_writes_are_retried_and_never_lose_the_latest_state() {
+async fn failed_writes_are_retried_reported_and_never_lose_the_latest_state() {
     let sink = FakeSink {
         fail_next: Arc::new(Mutex::new(3)),
         ..FakeSink::default()
@@ -232,9 +232,13 @@ async fn failed_writes_are_retried_and_never_lose_the_latest_state() {
     h.synced("");
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert!(sink.calls().is_empty());
+    // Attempted and failed: reported, and no reason to stay unready (an
+    // object the API server refuses must not keep the controller unready).
+    assert!(shared.ready(), "ready once the first list was attempted");
+    let text = crate::metrics::encode(&m.registry());
     assert!(
-        !shared.ready(),
-        "not ready while the first list is not written"
+        text.contains(r#"kube_discovery_objects_failing{cluster="",reason="input"} 1"#),
+        "{text}"
     );
     // A newer state arrives while retrying: the newer one is what gets written.
     shared.set_desired(&k, Some(nodes(&k, &["10.0.0.2"])));
@@ -252,6 +256,10 @@ async fn failed_writes_are_retried_and_never_lose_the_latest_state() {
     assert!(
         text.contains(r#"kube_discovery_writes_total{cluster="",result="error_input"} 3"#),
         "{text}"
+    );
+    assert!(
+        text.contains(r#"kube_discovery_objects_failing{cluster="",reason="input"} 0"#),
+        "written: no longer failing\n{text}"
     );
 }
 

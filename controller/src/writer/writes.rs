@@ -5,7 +5,8 @@
 //!                              │ no
 //!                              ▼ rate token ─▶ spawn Sink::apply(desired) | Sink::delete(key)
 //!  finish:   Ok  ─▶ known updated, kube_discovery_writes_total{result=applied|deleted}
-//!            Err ─▶ back into the queue with exponential backoff, keeping the oldest seq
+//!            Err ─▶ back into the queue with exponential backoff and a new seq (behind the
+//!                   readiness barriers: attempted), counted as failing until written
 //! ```
 
 use std::time::Duration;
@@ -27,13 +28,19 @@ pub(super) enum Outcome {
 
 pub(super) struct Done {
     pub(super) key: PackedKey,
-    pub(super) seq: u64,
     pub(super) first_event: Instant,
     pub(super) attempts: u32,
     pub(super) result: Result<Outcome>,
 }
 
 impl<S: Sink> Writer<S> {
+    /// `key` is written (or needs no write): no longer failing.
+    pub(super) fn clear_failing(&mut self, key: &PackedKey) {
+        if let Some(reason) = self.failing.remove(key) {
+            self.metrics.failing(key.cluster(), Some(reason), None);
+        }
+    }
+
     pub(super) fn take_token(&mut self, now: Instant) -> bool {
         if self.opts.qps <= 0.0 {
             return true;
@@ -61,6 +68,7 @@ impl<S: Sink> Writer<S> {
             match (&desired, known) {
                 (Some(d), Some(v)) if v.is(&d.version) => {
                     self.pending.remove(&key);
+                    self.clear_failing(&key);
                     self.metrics
                         .writes_skipped
                         .get_or_create(&Metrics::cluster(&skey.cluster))
@@ -71,6 +79,7 @@ impl<S: Sink> Writer<S> {
                 }
                 (None, None) => {
                     self.pending.remove(&key);
+                    self.clear_failing(&key);
                     self.unpark(&key, now);
                     continue;
                 }
@@ -83,7 +92,7 @@ impl<S: Sink> Writer<S> {
                 continue;
             };
             let sink = self.sink.clone();
-            let (seq, first_event, attempts) = (p.seq, p.first_event, p.attempts);
+            let (first_event, attempts) = (p.first_event, p.attempts);
             tasks.spawn(async move {
                 let result = match desired {
                     Some(d) => {
@@ -94,7 +103,6 @@ impl<S: Sink> Writer<S> {
                 };
                 Done {
                     key,
-                    seq,
                     first_event,
                     attempts,
                     result,
@@ -106,7 +114,6 @@ impl<S: Sink> Writer<S> {
     pub(super) fn finish(&mut self, done: Done) {
         let Done {
             key,
-            seq,
             first_event,
             attempts,
             result,
@@ -130,6 +137,7 @@ impl<S: Sink> Writer<S> {
                     }
                 };
                 self.metrics.write(cluster, label);
+                self.clear_failing(&key);
                 self.metrics
                     .event_to_write
                     .get_or_create(&Metrics::cluster(cluster))
@@ -138,16 +146,26 @@ impl<S: Sink> Writer<S> {
             }
             // Still pending (retried): a parked check stays parked.
             Err(e) => {
-                self.metrics
-                    .write(cluster, &format!("error_{}", e.metric_label()));
+                let reason = e.metric_label();
+                self.metrics.write(cluster, &format!("error_{reason}"));
+                let previous = self.failing.insert(key.clone(), reason);
+                self.metrics.failing(cluster, previous, Some(reason));
                 let attempts = attempts + 1;
                 let delay = backoff(&self.opts, attempts);
-                tracing::warn!(service = %key, error = %e, attempt = attempts, retry_in = ?delay, "write failed");
+                if let crate::Error::NameTaken { object, owner } = &e {
+                    tracing::warn!(service = %key, object = %object, owner = %owner, attempt = attempts, retry_in = ?delay, "name taken: the object of this service belongs to someone else; not written");
+                } else {
+                    tracing::warn!(service = %key, error = %e, attempt = attempts, retry_in = ?delay, "write failed");
+                }
                 let due = Instant::now() + delay;
-                // Keep the oldest sequence number (readiness waits for it) and
-                // the earliest event time; a newer change may already be pending.
+                // Attempted: the retry gets a new sequence number, behind
+                // every readiness barrier so far (a failure is reported, not
+                // waited for). Keep the earliest event time; a newer change
+                // may already be pending.
+                let seq = self.seq;
+                self.seq += 1;
                 let merged = self.pending.modify(&key, |p| {
-                    p.seq = p.seq.min(seq);
+                    p.seq = seq;
                     p.first_event = p.first_event.min(first_event);
                     p.attempts = attempts;
                     p.due = p.due.max(due);

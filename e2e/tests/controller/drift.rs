@@ -175,8 +175,8 @@ async fn hand_edits_deletes_and_orphans_are_repaired_with_exactly_the_needed_wri
     let w = writes(&env, mark).await;
     assert_eq!(w, vec!["patch drift/a"; 3]);
 
-    // 2. The managed-by label removed: the object leaves our watch's
-    //    selection (to us it is deleted) and the label comes back.
+    // 2. The managed-by label removed: still ours (its instance label says
+    //    so), an edit, and the label comes back.
     let mark = env.mark().await;
     let t = Instant::now();
     api(&env)
@@ -266,8 +266,8 @@ async fn hand_edits_deletes_and_orphans_are_repaired_with_exactly_the_needed_wri
         assert_eq!(&snapshot(&env, n).await, v, "{n}");
     }
     quiet_period_writes_nothing(&env).await;
-    assert_eq!(metric(&ctl, "edited").await, 2.0);
-    assert_eq!(metric(&ctl, "deleted").await, 3.0);
+    assert_eq!(metric(&ctl, "edited").await, 3.0);
+    assert_eq!(metric(&ctl, "deleted").await, 2.0);
     assert_eq!(metric(&ctl, "orphan").await, 1.0);
     let logs = ctl.logs();
     assert_eq!(

@@ -63,6 +63,7 @@
 //!
 //! | key | rule | default |
 //! |---|---|---|
+//! | `instance` | DNS label naming this installation: stamped on every object as the label `kubediscovery.io/instance` and in the field manager `kube-discovery/<instance>`; an instance never writes, repairs or deletes another instance's objects (or hand-made ones) | `default` |
 //! | `coalesce_window` | duration 0s..60s: per-service quiet time before a write, so a rolling update's burst becomes few writes | `100ms` |
 //! | `drain_terminating` | bool: when a port has no ready endpoint, use serving+terminating ones (flagged `draining: true`; EndpointSlices only) | `false` |
 //! | `index_port_numbers` | bool: also index named ports under their number | `false` |

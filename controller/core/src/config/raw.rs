@@ -15,11 +15,11 @@ use serde_json::Value;
 use super::error::Errors;
 use super::rules::{
     Ctx, check_cm_namespace, check_concurrency, check_context, check_duration,
-    check_fixed_namespace, check_host, check_id, check_kubeconfig, check_label_selector,
-    check_namespace_mode, check_namespace_name, check_object_name, check_path_len,
-    check_plain_context, check_plain_namespace, check_plain_path, check_port, check_qps,
-    check_regex, check_regex_list, check_schema, check_shared_size, check_socket_addr, check_token,
-    check_weight, err, strip_ws,
+    check_fixed_namespace, check_host, check_id, check_instance, check_kubeconfig,
+    check_label_selector, check_namespace_mode, check_namespace_name, check_object_name,
+    check_path_len, check_plain_context, check_plain_namespace, check_plain_path, check_port,
+    check_qps, check_regex, check_regex_list, check_schema, check_shared_size, check_socket_addr,
+    check_token, check_weight, err, strip_ws,
 };
 use super::secret::Secret;
 
@@ -329,6 +329,8 @@ impl RawNsSelector {
 #[derive(Debug, Default, Deserialize, Validate)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawSettings {
+    #[garde(custom(check_instance))]
+    pub(super) instance: Option<String>,
     #[garde(custom(check_duration(Duration::ZERO, Duration::from_secs(60))))]
     pub(super) coalesce_window: Option<String>,
     #[garde(skip)]

@@ -263,6 +263,15 @@ pub(super) fn check_object_name(v: &Option<String>, _: &()) -> garde::Result {
     }
 }
 
+pub(super) fn check_instance(v: &Option<String>, _: &()) -> garde::Result {
+    match v {
+        Some(n) if !k8s_syntax::is_dns1123_label(n) => err(format!(
+            "{n:?} is not a valid instance name (a DNS label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit)"
+        )),
+        _ => Ok(()),
+    }
+}
+
 pub(super) fn check_namespace_mode(v: &Option<String>, _: &()) -> garde::Result {
     match v.as_deref() {
         None | Some("source") | Some("fixed") => Ok(()),

@@ -771,6 +771,7 @@ fn kube_discovery_settings_defaults_and_values() {
     let c = ok(r#"
 discovery: {kubernetes: {}}
 kube_discovery:
+  instance: edge-a
   coalesce_window: 250ms
   drain_terminating: true
   index_port_numbers: true
@@ -797,7 +798,11 @@ kube_discovery:
     );
     assert_eq!(
         s.sinks.discoveredservices.naming,
-        ObjectNaming::fixed("kube-discovery")
+        ObjectNaming::fixed("kube-discovery").with_instance("edge-a")
+    );
+    assert_eq!(
+        s.sinks.discoveredservices.naming.field_manager(),
+        "kube-discovery/edge-a"
     );
     assert_eq!(
         s.sinks.configmap,
@@ -820,6 +825,7 @@ fn kube_discovery_settings_rules() {
         r#"
 discovery: {kubernetes: {}}
 kube_discovery:
+  instance: Edge_A
   coalesce_window: soon
   watch_timeout: 10m
   write_concurrency: 0
@@ -835,6 +841,11 @@ kube_discovery:
         &lines,
         "kube_discovery.coalesce_window",
         "is not a duration",
+    );
+    has(
+        &lines,
+        "kube_discovery.instance",
+        "\"Edge_A\" is not a valid instance name (a DNS label",
     );
     has(
         &lines,

@@ -29,7 +29,7 @@ use super::validated::{
     DEFAULT_CONFIGMAP_NAME, DEFAULT_TOKEN_FILE, DEFAULT_WEIGHT, DiscoveredServicesSink,
     HomeCluster, HttpSettings, LeaderElection, Schema, Settings, Sinks,
 };
-use crate::crd::ObjectNaming;
+use crate::crd::{DEFAULT_INSTANCE, ObjectNaming};
 use crate::filter::{AnchoredRegex, LabelSelector, NamespaceFilter};
 
 /// Parses and validates the configuration text. `env` looks up environment
@@ -464,7 +464,12 @@ fn validate_settings(
                 naming: match (ds.namespace_mode.as_deref(), ds.namespace) {
                     (Some("fixed"), Some(ns)) => ObjectNaming::fixed(ns),
                     _ => ObjectNaming::source(),
-                },
+                }
+                .with_instance(
+                    raw.instance
+                        .clone()
+                        .unwrap_or_else(|| DEFAULT_INSTANCE.to_string()),
+                ),
             },
             // Enabled without a namespace is reported by `check_cm_namespace`.
             configmap: match (cm.enabled.unwrap_or(false), cm.namespace) {

@@ -329,6 +329,7 @@ impl Settings {
             None => json!({"enabled": false, "namespace": null, "name": DEFAULT_CONFIGMAP_NAME}),
         };
         json!({
+            "instance": naming.instance,
             "coalesce_window": format_duration(self.coalesce_window),
             "drain_terminating": self.drain_terminating,
             "index_port_numbers": self.index_port_numbers,
