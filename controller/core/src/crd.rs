@@ -748,8 +748,10 @@ pub fn key_of(ds: &DiscoveredService) -> ServiceKey {
 /// DiscoveredService in ANY namespace could add nodes to another namespace's
 /// service (the spec alone names the service).
 ///
-/// Identity checks (the installation's instance label) belong in
-/// [`ReaderRule::check`] too, as another field of this struct.
+/// Identity checks belong in [`ReaderRule::check`] too: the installation's
+/// [`LABEL_INSTANCE`] against `naming.instance` is NOT checked yet (readers
+/// would need to be told the instance, and objects written before instances
+/// existed carry no instance label).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ReaderRule {
     /// How the writer names its objects (`namespace_mode` of
