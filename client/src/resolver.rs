@@ -172,3 +172,51 @@ fn admit(
         other => Some(other),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube_discovery_core::crd::{ObjectNaming, desired_object};
+    use kube_discovery_core::{PortMap, ServiceKey, ServiceNodes, SourceKind};
+
+    fn web() -> DiscoveredService {
+        let s = ServiceNodes::new(
+            ServiceKey::new("", "default", "web"),
+            SourceKind::EndpointSlice,
+            PortMap::from([("http".to_string(), vec![Node::new("10.0.0.1", 80, 1)])]),
+            None,
+        );
+        desired_object(&s, &ObjectNaming::source())
+    }
+
+    /// Refused objects never reach the cache: left out of the initial list,
+    /// and an update that stops agreeing removes the object it replaces.
+    #[test]
+    fn refused_objects_are_kept_out_of_the_cache() {
+        let rule = ReaderRule::default();
+        let mut evil = web();
+        evil.metadata.namespace = Some("evil".into());
+        assert!(admit(Ok(watcher::Event::InitApply(evil.clone())), &rule).is_none());
+        assert!(matches!(
+            admit(Ok(watcher::Event::Apply(evil.clone())), &rule),
+            Some(Ok(watcher::Event::Delete(o))) if o == evil
+        ));
+        // Agreeing objects, deletions and the list markers pass unchanged.
+        assert!(matches!(
+            admit(Ok(watcher::Event::InitApply(web())), &rule),
+            Some(Ok(watcher::Event::InitApply(o))) if o == web()
+        ));
+        assert!(matches!(
+            admit(Ok(watcher::Event::Apply(web())), &rule),
+            Some(Ok(watcher::Event::Apply(o))) if o == web()
+        ));
+        assert!(matches!(
+            admit(Ok(watcher::Event::Delete(evil.clone())), &rule),
+            Some(Ok(watcher::Event::Delete(_)))
+        ));
+        assert!(matches!(
+            admit(Ok(watcher::Event::InitDone), &rule),
+            Some(Ok(watcher::Event::InitDone))
+        ));
+    }
+}
