@@ -58,6 +58,12 @@ struct Args {
     /// When the service has no usable node or is missing: `keep` the last good set, or `503`.
     #[arg(long, value_enum, default_value_t = EmptyPolicy::Keep)]
     empty_policy: EmptyPolicy,
+    /// The controller writes every DiscoveredService into this namespace
+    /// (`namespace_mode: fixed`); default: each in its Service's namespace.
+    /// Objects elsewhere, or whose name or labels disagree with their spec,
+    /// are ignored with a warning.
+    #[arg(long, value_name = "NAMESPACE")]
+    fixed_namespace: Option<String>,
 }
 
 thread_local! {
@@ -234,7 +240,12 @@ async fn main() -> anyhow::Result<()> {
     let client =
         kube_discovery_client::connect::client(args.kubeconfig.as_deref(), args.context.as_deref())
             .await?;
-    let resolver = NodesResolver::start(client, None);
+    let resolver = NodesResolver::start_with_rule(
+        client,
+        None,
+        kube_discovery_client::MANAGED_BY_SELECTOR,
+        kube_discovery_client::lookup::reader_rule(args.fixed_namespace.as_deref()),
+    );
     resolver.wait_ready().await;
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(std::time::Duration::from_secs(1)));

@@ -27,6 +27,11 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Every reader here counts only DiscoveredServices that agree with
+//! themselves (namespace, name and labels match the spec:
+//! [`kube_discovery_core::crd::ReaderRule`]); others are skipped with a
+//! warning naming them ([`lookup::accept`]).
+//!
 //! Features: `sync` (default) adds the nginx and HAProxy syncs with their
 //! clap arguments (clap, glob); `default-features = false` is the
 //! readers alone. The types come from `kube-discovery-core` and are

@@ -1,17 +1,43 @@
 //! [`lookup`]: `[id/]ns/name:port` against DiscoveredServices, the one
 //! answer every reader gives (the resolver, `kube-discovery nodes`,
-//! `kube-discovery render --nodes`, the syncs).
+//! `kube-discovery render --nodes`, the syncs). Only objects that pass the
+//! [`ReaderRule`] count ([`accept`]): a DiscoveredService whose namespace,
+//! name or labels disagree with its spec (a hand-made one in another
+//! namespace claiming `default/web`) adds no node.
 
-use kube_discovery_core::crd::DiscoveredService;
+use kube::ResourceExt;
+use kube_discovery_core::crd::{DiscoveredService, ObjectNaming, ReaderRule};
 use kube_discovery_core::model::sort_nodes;
 use kube_discovery_core::{Node, NodeQuery};
 
+/// The rule for a controller writing with `namespace_mode: fixed` into
+/// `fixed_namespace` (`Some`), or with `namespace_mode: source` (`None`): what
+/// the `--fixed-namespace` flag of `kube-discovery nodes` and `sync` gives.
+pub fn reader_rule(fixed_namespace: Option<&str>) -> ReaderRule {
+    ReaderRule::new(fixed_namespace.map_or_else(ObjectNaming::source, ObjectNaming::fixed))
+}
+
+/// Whether `ds` counts under `rule` ([`ReaderRule::check`]). A refused
+/// object is logged as a warning naming it and the disagreement, and skipped.
+pub fn accept(ds: &DiscoveredService, rule: &ReaderRule) -> bool {
+    match rule.check(ds) {
+        Ok(_) => true,
+        Err(why) => {
+            let dsvc = format!("{}/{}", ds.namespace().unwrap_or_default(), ds.name_any());
+            tracing::warn!(%dsvc, "ignoring DiscoveredService {dsvc}: {why}");
+            false
+        }
+    }
+}
+
 /// Resolves `query` against DiscoveredServices: the nodes of the port, merged
 /// over all shards of the service and sorted; `None` when the service or the
-/// port is unknown (`Some(vec![])`: known port with no ready node).
+/// port is unknown (`Some(vec![])`: known port with no ready node). Objects
+/// claiming the service that `rule` refuses are skipped ([`accept`]).
 pub fn lookup<'a>(
     objects: impl IntoIterator<Item = &'a DiscoveredService>,
     query: &NodeQuery,
+    rule: &ReaderRule,
 ) -> Option<Vec<Node>> {
     let mut found = false;
     let mut nodes = Vec::new();
@@ -19,6 +45,7 @@ pub fn lookup<'a>(
         d.spec.cluster == query.cluster
             && d.spec.source_namespace == query.namespace
             && d.spec.source_name == query.name
+            && accept(d, rule)
     }) {
         if let Some(n) = ds.spec.ports.get(&query.port) {
             found = true;
@@ -39,7 +66,7 @@ mod tests {
     //! with `lookup` from the core's render tests).
 
     use super::*;
-    use kube_discovery_core::crd::{ObjectNaming, desired_objects};
+    use kube_discovery_core::crd::desired_objects;
     use kube_discovery_core::render::{RenderOptions, render};
     use kube_discovery_core::{PortMap, ServiceKey, ServiceNodes, SourceKind, parse_service_name};
     use serde_json::{Value, json};
@@ -68,22 +95,31 @@ mod tests {
         let out = render(&[plat_dev()], &RenderOptions::default()).unwrap();
         let q = parse_service_name("default/plat-dev:port").unwrap();
         assert_eq!(
-            serde_json::to_value(lookup(&out, &q).unwrap()).unwrap(),
+            serde_json::to_value(lookup(&out, &q, &ReaderRule::default()).unwrap()).unwrap(),
             json!([{"host": "10.5.10.109", "port": 3306, "weight": 50},
                    {"host": "10.5.10.110", "port": 3306, "weight": 50}])
         );
         assert_eq!(
-            lookup(&out, &parse_service_name("default/plat-dev:nope").unwrap()),
-            None
-        );
-        assert_eq!(
-            lookup(&out, &parse_service_name("default/other:port").unwrap()),
+            lookup(
+                &out,
+                &parse_service_name("default/plat-dev:nope").unwrap(),
+                &ReaderRule::default()
+            ),
             None
         );
         assert_eq!(
             lookup(
                 &out,
-                &parse_service_name("c1/default/plat-dev:port").unwrap()
+                &parse_service_name("default/other:port").unwrap(),
+                &ReaderRule::default()
+            ),
+            None
+        );
+        assert_eq!(
+            lookup(
+                &out,
+                &parse_service_name("c1/default/plat-dev:port").unwrap(),
+                &ReaderRule::default()
             ),
             None
         );
@@ -99,7 +135,12 @@ mod tests {
             &RenderOptions::default(),
         )
         .unwrap();
-        let nodes = lookup(&out, &parse_service_name("shop/web:http").unwrap()).unwrap();
+        let nodes = lookup(
+            &out,
+            &parse_service_name("shop/web:http").unwrap(),
+            &ReaderRule::default(),
+        )
+        .unwrap();
         assert_eq!(
             nodes.iter().map(|n| n.host.as_str()).collect::<Vec<_>>(),
             vec!["10.0.0.1", "10.0.0.2"]
@@ -112,7 +153,8 @@ mod tests {
             {"metadata": {"name": "a"}, "subsets": [{"addresses": [{"ip": "10.0.0.1"}], "ports": [{"port": 80}]}]}
         ]});
         let out = render(&[list], &RenderOptions::default()).unwrap();
-        assert!(lookup(&out, &parse_service_name("default/a:80").unwrap()).is_some());
+        let q = parse_service_name("default/a:80").unwrap();
+        assert!(lookup(&out, &q, &ReaderRule::default()).is_some());
     }
 
     #[test]
@@ -128,7 +170,10 @@ mod tests {
             ..RenderOptions::from_config(&cfg, "c1").unwrap()
         };
         let out = render(&[web_slice("web-a", "10.0.0.1")], &opts).unwrap();
-        assert!(lookup(&out, &parse_service_name("c1/shop/web:8080").unwrap()).is_some());
+        let q = parse_service_name("c1/shop/web:8080").unwrap();
+        assert!(lookup(&out, &q, &ReaderRule::new(opts.naming.clone())).is_some());
+        // The default rule expects source naming: the object in `kd` is refused.
+        assert!(lookup(&out, &q, &ReaderRule::default()).is_none());
     }
 
     #[test]
@@ -143,7 +188,8 @@ mod tests {
             ],
         );
         out.push(second);
-        let nodes = lookup(&out, &parse_service_name("default/plat-dev:port").unwrap()).unwrap();
+        let q = parse_service_name("default/plat-dev:port").unwrap();
+        let nodes = lookup(&out, &q, &ReaderRule::default()).unwrap();
         assert_eq!(
             nodes.iter().map(|n| n.host.as_str()).collect::<Vec<_>>(),
             vec!["10.5.10.100", "10.5.10.109", "10.5.10.110"]
@@ -177,6 +223,84 @@ mod tests {
         let objs = desired_objects(&s, &ObjectNaming::source());
         assert!(objs.len() > 1, "{} objects", objs.len());
         let q = parse_service_name("shop/big:grpc").unwrap();
-        assert_eq!(lookup(&objs, &q).as_ref(), s.ports.get("grpc"));
+        assert_eq!(
+            lookup(&objs, &q, &ReaderRule::default()).as_ref(),
+            s.ports.get("grpc")
+        );
+    }
+
+    /// `default/web:http` at 10.0.0.1 as the controller writes it, and a
+    /// copy with the node 6.6.6.6 that `spoof` changes.
+    fn real_and_spoof(spoof: impl Fn(&mut DiscoveredService)) -> Vec<DiscoveredService> {
+        let s = ServiceNodes::new(
+            ServiceKey::new("", "default", "web"),
+            SourceKind::EndpointSlice,
+            PortMap::from([("http".to_string(), vec![Node::new("10.0.0.1", 8080, 1)])]),
+            None,
+        );
+        let real = desired_objects(&s, &ObjectNaming::source()).remove(0);
+        let mut fake = real.clone();
+        fake.spec
+            .ports
+            .insert("http".into(), vec![Node::new("6.6.6.6", 8080, 1)]);
+        spoof(&mut fake);
+        vec![real, fake]
+    }
+
+    fn hosts(objs: &[DiscoveredService], rule: &ReaderRule) -> Option<Vec<String>> {
+        let q = parse_service_name("default/web:http").unwrap();
+        lookup(objs, &q, rule).map(|n| n.into_iter().map(|n| n.host.to_string()).collect())
+    }
+
+    #[test]
+    fn a_spoof_in_another_namespace_adds_no_node() {
+        let objs = real_and_spoof(|o| o.metadata.namespace = Some("evil".into()));
+        assert_eq!(
+            hosts(&objs, &ReaderRule::default()),
+            Some(vec!["10.0.0.1".into()])
+        );
+        // Alone it does not even make the service known.
+        assert_eq!(hosts(&objs[1..], &ReaderRule::default()), None);
+        // Fixed mode: only the configured namespace counts.
+        let fixed = ReaderRule::new(ObjectNaming::fixed("kd"));
+        let objs = real_and_spoof(|o| {
+            o.metadata.namespace = Some("kd".into());
+            o.metadata.name = Some("default.web".into());
+        });
+        assert_eq!(hosts(&objs, &fixed), Some(vec!["6.6.6.6".into()]));
+    }
+
+    #[test]
+    fn a_spoof_under_another_name_adds_no_node() {
+        for name in ["web-2", "web.1", "evil"] {
+            let objs = real_and_spoof(|o| o.metadata.name = Some(name.into()));
+            assert_eq!(
+                hosts(&objs, &ReaderRule::default()),
+                Some(vec!["10.0.0.1".into()]),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_spoof_with_labels_of_another_service_adds_no_node() {
+        use kube_discovery_core::crd::LABEL_SERVICE_NAME;
+        // Named and placed as `default/web` but labelled for `default/api`
+        // (what a label-selecting reader of `api` would pick up).
+        let objs = real_and_spoof(|o| {
+            o.metadata
+                .labels
+                .get_or_insert_default()
+                .insert(LABEL_SERVICE_NAME.into(), "api".into());
+        });
+        assert_eq!(
+            hosts(&objs, &ReaderRule::default()),
+            Some(vec!["10.0.0.1".into()])
+        );
+        let objs = real_and_spoof(|o| o.metadata.labels = None);
+        assert_eq!(
+            hosts(&objs, &ReaderRule::default()),
+            Some(vec!["10.0.0.1".into()])
+        );
     }
 }

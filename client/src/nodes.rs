@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use kube::Client;
+use kube_discovery_core::crd::ReaderRule;
 use kube_discovery_core::{Node, NodeQuery};
 
 use crate::{Error, Result};
@@ -11,8 +12,9 @@ use crate::{Error, Result};
 /// Where to read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodesFrom {
-    /// The DiscoveredServices on the API server (every namespace).
-    DiscoveredServices,
+    /// The DiscoveredServices on the API server (every namespace), those
+    /// the rule accepts (see [`crate::lookup()`]).
+    DiscoveredServices(ReaderRule),
     /// The ConfigMap snapshot `namespace/name` on the API server.
     Snapshot {
         /// Namespace of the index ConfigMap.
@@ -51,9 +53,9 @@ impl NodesFrom {
     ) -> Result<Option<Vec<Node>>> {
         let client = || client.ok_or(Error::NoClient);
         Ok(match self {
-            Self::DiscoveredServices => {
+            Self::DiscoveredServices(rule) => {
                 let objs = crate::list::list_managed(client()?).await?;
-                crate::lookup(&objs, query)
+                crate::lookup(&objs, query, rule)
             }
             Self::Snapshot { namespace, name } => crate::snapshot::read(client()?, namespace, name)
                 .await?
@@ -96,9 +98,9 @@ mod tests {
     #[tokio::test]
     async fn a_snapshot_dir_needs_no_client_the_api_does() {
         assert!(!NodesFrom::SnapshotDir("/x".into()).needs_client());
-        assert!(NodesFrom::DiscoveredServices.needs_client());
+        assert!(NodesFrom::DiscoveredServices(ReaderRule::default()).needs_client());
         let q = kube_discovery_core::parse_service_name("default/web:http").unwrap();
-        let e = NodesFrom::DiscoveredServices
+        let e = NodesFrom::DiscoveredServices(ReaderRule::default())
             .nodes(None, &q)
             .await
             .unwrap_err()

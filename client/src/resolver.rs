@@ -10,13 +10,18 @@
 //! rendered from a half-listed cache. Reconnects follow the controller's
 //! policy ([`WatchBackoff`]: at most ~1 s between retries). Lookups go
 //! through [`crate::lookup()`], which merges the shards of a big service.
+//!
+//! Only objects that pass the resolver's [`ReaderRule`] enter the cache: a
+//! DiscoveredService whose namespace, name or labels disagree with its spec
+//! is logged (warning naming it, once per event) and kept out; one that
+//! stops agreeing is dropped from the cache as if deleted.
 
 use futures::StreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use kube_discovery_core::backoff::WatchBackoff;
-use kube_discovery_core::crd::{DiscoveredService, MANAGED_BY_SELECTOR};
+use kube_discovery_core::crd::{DiscoveredService, MANAGED_BY_SELECTOR, ReaderRule};
 use kube_discovery_core::{Node, parse_service_name};
 
 use crate::{Error, Result};
@@ -24,6 +29,7 @@ use crate::{Error, Result};
 /// A running reflector over DiscoveredServices; dropping it stops the watch.
 pub struct NodesResolver {
     store: Store<DiscoveredService>,
+    rule: ReaderRule,
     changed: tokio::sync::watch::Receiver<u64>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -36,14 +42,28 @@ impl Drop for NodesResolver {
 
 impl NodesResolver {
     /// Starts a reflector over the DiscoveredServices kube-discovery manages
-    /// ([`MANAGED_BY_SELECTOR`]) in `namespace` (all when `None`).
+    /// ([`MANAGED_BY_SELECTOR`]) in `namespace` (all when `None`), written
+    /// with `namespace_mode: source` (the default [`ReaderRule`]).
     pub fn start(client: Client, namespace: Option<&str>) -> Self {
         Self::start_with_selector(client, namespace, MANAGED_BY_SELECTOR)
     }
 
     /// Starts a reflector over the DiscoveredServices in `namespace` (all
-    /// when `None`) matching the label selector `selector`.
+    /// when `None`) matching the label selector `selector`, written with
+    /// `namespace_mode: source`.
     pub fn start_with_selector(client: Client, namespace: Option<&str>, selector: &str) -> Self {
+        Self::start_with_rule(client, namespace, selector, ReaderRule::default())
+    }
+
+    /// [`Self::start_with_selector`] accepting only the objects `rule`
+    /// accepts (e.g. `ReaderRule::new(ObjectNaming::fixed("kd"))` for a
+    /// controller running with `namespace_mode: fixed, namespace: kd`).
+    pub fn start_with_rule(
+        client: Client,
+        namespace: Option<&str>,
+        selector: &str,
+        rule: ReaderRule,
+    ) -> Self {
         let api: Api<DiscoveredService> = match namespace {
             Some(ns) => Api::namespaced(client, ns),
             None => Api::all(client),
@@ -55,6 +75,10 @@ impl NodesResolver {
             .modify(|o: &mut DiscoveredService| {
                 o.managed_fields_mut().clear();
                 o.annotations_mut().clear();
+            })
+            .filter_map({
+                let rule = rule.clone();
+                move |ev| std::future::ready(admit(ev, &rule))
             })
             .reflect(writer);
         let task = tokio::spawn(async move {
@@ -83,6 +107,7 @@ impl NodesResolver {
         });
         Self {
             store,
+            rule,
             changed,
             task,
         }
@@ -123,6 +148,75 @@ impl NodesResolver {
     pub fn nodes(&self, service_name: &str) -> Result<Option<Vec<Node>>> {
         let q = parse_service_name(service_name)?;
         let state = self.store.state();
-        Ok(crate::lookup(state.iter().map(AsRef::as_ref), &q))
+        Ok(crate::lookup(
+            state.iter().map(AsRef::as_ref),
+            &q,
+            &self.rule,
+        ))
+    }
+}
+
+/// What of a watch event enters the cache under `rule`: an object the rule
+/// refuses ([`crate::lookup::accept`], which logs it) is left out of the
+/// initial list, and an update to one turns into its deletion (it may have
+/// agreed before).
+fn admit(
+    ev: watcher::Result<watcher::Event<DiscoveredService>>,
+    rule: &ReaderRule,
+) -> Option<watcher::Result<watcher::Event<DiscoveredService>>> {
+    match ev {
+        Ok(watcher::Event::InitApply(o)) if !crate::lookup::accept(&o, rule) => None,
+        Ok(watcher::Event::Apply(o)) if !crate::lookup::accept(&o, rule) => {
+            Some(Ok(watcher::Event::Delete(o)))
+        }
+        other => Some(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube_discovery_core::crd::{ObjectNaming, desired_object};
+    use kube_discovery_core::{PortMap, ServiceKey, ServiceNodes, SourceKind};
+
+    fn web() -> DiscoveredService {
+        let s = ServiceNodes::new(
+            ServiceKey::new("", "default", "web"),
+            SourceKind::EndpointSlice,
+            PortMap::from([("http".to_string(), vec![Node::new("10.0.0.1", 80, 1)])]),
+            None,
+        );
+        desired_object(&s, &ObjectNaming::source())
+    }
+
+    /// Refused objects never reach the cache: left out of the initial list,
+    /// and an update that stops agreeing removes the object it replaces.
+    #[test]
+    fn refused_objects_are_kept_out_of_the_cache() {
+        let rule = ReaderRule::default();
+        let mut evil = web();
+        evil.metadata.namespace = Some("evil".into());
+        assert!(admit(Ok(watcher::Event::InitApply(evil.clone())), &rule).is_none());
+        assert!(matches!(
+            admit(Ok(watcher::Event::Apply(evil.clone())), &rule),
+            Some(Ok(watcher::Event::Delete(o))) if o == evil
+        ));
+        // Agreeing objects, deletions and the list markers pass unchanged.
+        assert!(matches!(
+            admit(Ok(watcher::Event::InitApply(web())), &rule),
+            Some(Ok(watcher::Event::InitApply(o))) if o == web()
+        ));
+        assert!(matches!(
+            admit(Ok(watcher::Event::Apply(web())), &rule),
+            Some(Ok(watcher::Event::Apply(o))) if o == web()
+        ));
+        assert!(matches!(
+            admit(Ok(watcher::Event::Delete(evil.clone())), &rule),
+            Some(Ok(watcher::Event::Delete(_)))
+        ));
+        assert!(matches!(
+            admit(Ok(watcher::Event::InitDone), &rule),
+            Some(Ok(watcher::Event::InitDone))
+        ));
     }
 }

@@ -63,6 +63,7 @@ fn kube() -> KubeArgs {
         kubeconfig: None,
         context: None,
         namespace: None,
+        fixed_namespace: None,
         selector: "a=b".into(),
     }
 }

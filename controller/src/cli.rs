@@ -91,6 +91,13 @@ pub enum Command {
         /// directory); needs no API access.
         #[arg(long, value_name = "DIR")]
         snapshot_dir: Option<PathBuf>,
+        /// The controller runs with `namespace_mode: fixed` and writes every
+        /// DiscoveredService into this namespace: only objects there count
+        /// (default: each object in its Service's namespace). Objects whose
+        /// namespace, name or labels disagree with their spec are ignored
+        /// with a warning.
+        #[arg(long, value_name = "NAMESPACE", conflicts_with_all = ["snapshot", "snapshot_dir"])]
+        fixed_namespace: Option<String>,
     },
     /// Start an in-process kube-sim with sample workloads, run the controller
     /// against it, and keep changing endpoints so updates are visible.

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use kube_discovery_client::lookup;
 use kube_discovery_core::config::parse_config;
+use kube_discovery_core::crd::ReaderRule;
 use kube_discovery_core::parse_service_name;
 use kube_discovery_core::render::{RenderOptions, render_report};
 use kube_discovery_core::yaml;
@@ -91,7 +92,9 @@ pub fn render_command(
         tracing::warn!("{w}");
     }
     if let Some(q) = query {
-        return match lookup(&rendered.objects, &q) {
+        // The rendered objects are named by the same options (they agree).
+        let rule = ReaderRule::new(opts.naming.clone());
+        return match lookup(&rendered.objects, &q, &rule) {
             Some(n) => Ok(format!("{}\n", serde_json::to_string_pretty(&n)?)),
             None => Err(Error::NoNodes {
                 query: q.to_string(),

@@ -761,6 +761,99 @@ mod tests {
         (sim, client)
     }
 
+    /// A client for `sim` WITHOUT kube's retry layer: every 429 reaches the
+    /// caller at once, as it does in production once kube's own retries (15
+    /// per request, exponential from 5 ms: minutes of consecutive 429s) are
+    /// used up.
+    async fn client_without_kube_retries(sim: &kube_sim::Sim) -> Client {
+        let kc =
+            kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(&sim.admin_token())).unwrap();
+        let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        cfg.default_retry = false;
+        Client::try_from(cfg).unwrap()
+    }
+
+    /// kube-sim's request count of `verb` on DiscoveredServices.
+    async fn dsvc_requests(client: &Client, verb: &str) -> u64 {
+        let req = http::Request::get("/_sim/stats").body(Vec::new()).unwrap();
+        let v: serde_json::Value = client.request(req).await.unwrap();
+        v["requests"][verb]["discoveredservices"]
+            .as_u64()
+            .unwrap_or(0)
+    }
+
+    /// The controller's own 429 handling, which kube's retries hide from
+    /// every e2e test: 429s past kube's retry budget reach the writer, which
+    /// counts each as `writes_total{result="error_throttled"}`, retries it
+    /// (once per failure: no tight loop, no give-up) and converges to the
+    /// desired object.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn throttled_writes_past_kubes_retries_are_counted_retried_and_converge() {
+        let (sim, admin) = sim_client().await;
+        let fail = serde_json::json!({"fail": {"verb": "patch", "resource": "discoveredservices",
+            "count": 4, "code": 429, "retryAfterSeconds": 1}});
+        let req = http::Request::post("/_sim/faults")
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&fail).unwrap())
+            .unwrap();
+        admin.request_text(req).await.unwrap();
+        let patches_before = dsvc_requests(&admin, "patch").await;
+        let client = client_without_kube_retries(&sim).await;
+        let sink = KubeSink::new(client, ObjectNaming::source());
+        let shared = Arc::new(crate::state::ControllerState::new([""]));
+        let metrics = crate::metrics::Metrics::default();
+        let opts = crate::writer::WriterOptions {
+            coalesce_window: std::time::Duration::from_millis(10),
+            concurrency: 2,
+            qps: 0.0,
+            retry_min: std::time::Duration::from_millis(20),
+            retry_max: std::time::Duration::from_millis(200),
+            drift_delay: std::time::Duration::from_secs(60),
+            drift_settle: std::time::Duration::from_secs(60),
+        };
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let (h, task) = crate::writer::spawn(
+            sink,
+            shared.clone(),
+            metrics.clone(),
+            opts,
+            shutdown.clone(),
+        );
+        let k = ServiceKey::new("", "shop", "web");
+        let mut ports = PortMap::new();
+        ports.insert("http".into(), vec![Node::new("10.0.0.1", 80, 50)]);
+        let want = ServiceNodes::new(k.clone(), SourceKind::EndpointSlice, ports, None);
+        shared.set_desired(&k, Some(want.clone()));
+        h.changed(vec![k.clone()], tokio::time::Instant::now());
+        h.synced("");
+        let mut written = None;
+        for _ in 0..200 {
+            let objs = list_managed(&admin).await.unwrap();
+            if let Some(o) = objs.into_iter().find(|o| o.spec.version == want.version) {
+                written = Some(o);
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let written = written.expect("the throttled write converged");
+        assert_eq!(written.spec.ports, want.ports);
+        let text = crate::metrics::encode(&metrics.registry());
+        assert!(
+            text.contains(r#"kube_discovery_writes_total{cluster="",result="error_throttled"} 4"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"kube_discovery_writes_total{cluster="",result="applied"} 1"#),
+            "{text}"
+        );
+        // The four 429s and the one write that got through.
+        assert_eq!(dsvc_requests(&admin, "patch").await - patches_before, 5);
+        shutdown.cancel();
+        task.await.unwrap();
+    }
+
     /// kube-sim's write log: `verb name` of every DiscoveredService write.
     async fn dsvc_writes(client: &Client) -> Vec<String> {
         let req = http::Request::get("/_sim/writes?since=0")

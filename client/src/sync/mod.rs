@@ -192,6 +192,13 @@ pub struct KubeArgs {
     /// Label selector of the DiscoveredServices to watch.
     #[arg(long, default_value = MANAGED_BY_SELECTOR)]
     pub selector: String,
+    /// The controller runs with `namespace_mode: fixed` and writes every
+    /// DiscoveredService into this namespace: only objects there count
+    /// (default: `namespace_mode: source`, each object in its Service's
+    /// namespace). Objects whose namespace, name or labels disagree with
+    /// their spec are ignored with a warning.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub fixed_namespace: Option<String>,
 }
 
 impl KubeArgs {
@@ -202,10 +209,11 @@ impl KubeArgs {
 
     /// A [`crate::NodesResolver`] over the DiscoveredServices these flags select.
     pub async fn resolver(&self) -> crate::Result<crate::NodesResolver> {
-        Ok(crate::NodesResolver::start_with_selector(
+        Ok(crate::NodesResolver::start_with_rule(
             self.client().await?,
             self.namespace.as_deref(),
             &self.selector,
+            crate::lookup::reader_rule(self.fixed_namespace.as_deref()),
         ))
     }
 }

@@ -80,7 +80,13 @@
 //! the node list, `spec.shard: {index, count}`, the label
 //! `kubediscovery.io/shard: "<i>"` and the `spec.version` of the WHOLE
 //! service. Readers merge every object of a service (labels or spec give the
-//! service); `kube_discovery_client::lookup` does. The controller writes shards
+//! service); `kube_discovery_client::lookup` does.
+//!
+//! # What readers accept
+//!
+//! [`ReaderRule::check`]: an object counts only when its namespace, name and
+//! the labels above are what this module gives its spec's service, so a
+//! labelled object elsewhere cannot add nodes to another namespace's service. The controller writes shards
 //! `1..count` first and shard 0 last, then deletes shards beyond `count`.
 
 use std::collections::BTreeMap;
@@ -733,6 +739,182 @@ pub fn key_of(ds: &DiscoveredService) -> ServiceKey {
     )
 }
 
+/// What a reader accepts: the ONE place where the rule "an object counts only
+/// when its namespace, name, labels and spec agree" lives
+/// ([`ReaderRule::check`]). Every reader goes through it:
+/// `kube_discovery_client::lookup` (so `kube-discovery nodes`,
+/// `render --nodes`), the client's `NodesResolver` (the syncs, the Rust
+/// gateways). Without it, anyone allowed to create a labelled
+/// DiscoveredService in ANY namespace could add nodes to another namespace's
+/// service (the spec alone names the service).
+///
+/// Identity checks belong in [`ReaderRule::check`] too: the installation's
+/// [`LABEL_INSTANCE`] against `naming.instance` is NOT checked yet (readers
+/// would need to be told the instance, and objects written before instances
+/// existed carry no instance label).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReaderRule {
+    /// How the writer names its objects (`namespace_mode` of
+    /// `sinks.discoveredservices`): where an object of a service must live
+    /// and what it must be called.
+    pub naming: ObjectNaming,
+}
+
+/// Why [`ReaderRule::check`] refuses an object. Display strings name the
+/// object's field and both values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Disagreement {
+    /// `spec.service` is not `[cluster/]sourceNamespace/sourceName`.
+    #[error(
+        "spec.service {actual:?} is not {expected:?} (from spec.cluster, sourceNamespace, sourceName)"
+    )]
+    Service {
+        /// What the spec's parts give.
+        expected: String,
+        /// What `spec.service` says.
+        actual: String,
+    },
+    /// `spec.shard` is impossible (`index >= count`).
+    #[error("spec.shard {index} of {count} is impossible")]
+    Shard {
+        /// `spec.shard.index`.
+        index: u32,
+        /// `spec.shard.count`.
+        count: u32,
+    },
+    /// The object is not in the namespace the writer puts `service` in.
+    #[error("{service} belongs in namespace {expected:?}, not {actual:?}")]
+    Namespace {
+        /// The service the spec claims.
+        service: String,
+        /// Where its objects live.
+        expected: String,
+        /// Where this one is.
+        actual: String,
+    },
+    /// The object's name is not the one the writer gives this spec.
+    #[error("{service} is named {expected:?}, not {actual:?}")]
+    Name {
+        /// The service the spec claims.
+        service: String,
+        /// The name the naming scheme gives (shard suffix included).
+        expected: String,
+        /// The object's name.
+        actual: String,
+    },
+    /// A label the writer sets disagrees with the spec (or is missing).
+    #[error(
+        "label {label} is {}, the spec of {service} wants {}",
+        shown(actual.as_deref()),
+        shown(expected.as_deref())
+    )]
+    Label {
+        /// The service the spec claims.
+        service: String,
+        /// The label key.
+        label: &'static str,
+        /// The value the writer sets for this spec (`None`: must be absent).
+        expected: Option<String>,
+        /// The object's value (`None`: absent).
+        actual: Option<String>,
+    },
+}
+
+/// A label value for messages: quoted, or `absent`.
+fn shown(v: Option<&str>) -> String {
+    v.map_or_else(|| "absent".to_string(), |v| format!("{v:?}"))
+}
+
+impl ReaderRule {
+    /// The rule for objects named by `naming`.
+    pub fn new(naming: ObjectNaming) -> Self {
+        Self { naming }
+    }
+
+    /// The service `ds` describes, if the object agrees with itself the way
+    /// the writer makes it: `spec.service` matches the spec's parts,
+    /// `metadata.namespace` and `metadata.name` are what the naming scheme
+    /// gives that service (shard `i > 0`: [`shard_name`]), and the labels the
+    /// writer sets ([`labels_for`], [`LABEL_SHARD`]) match the spec (an
+    /// unsharded object may keep `kubediscovery.io/shard: "0"` for a moment
+    /// while the writer unshards it). Other labels are ignored. Pure; the caller reports a refusal (naming the
+    /// object) and skips it.
+    pub fn check(&self, ds: &DiscoveredService) -> Result<ServiceKey, Disagreement> {
+        let key = key_of(ds);
+        let service = key.to_string();
+        if ds.spec.service != service {
+            return Err(Disagreement::Service {
+                expected: service,
+                actual: ds.spec.service.clone(),
+            });
+        }
+        let shard = match &ds.spec.shard {
+            Some(s) if s.index >= s.count => {
+                return Err(Disagreement::Shard {
+                    index: s.index,
+                    count: s.count,
+                });
+            }
+            Some(s) => Some(s.index),
+            None => None,
+        };
+        let namespace = self.naming.namespace(&key);
+        let actual_ns = ds.metadata.namespace.as_deref().unwrap_or_default();
+        if actual_ns != namespace {
+            return Err(Disagreement::Namespace {
+                service,
+                expected: namespace,
+                actual: actual_ns.to_string(),
+            });
+        }
+        let name = shard_name(&self.naming.name(&key), shard.unwrap_or(0));
+        let actual_name = ds.metadata.name.as_deref().unwrap_or_default();
+        if actual_name != name {
+            return Err(Disagreement::Name {
+                service,
+                expected: name,
+                actual: actual_name.to_string(),
+            });
+        }
+        let labels = ds.metadata.labels.as_ref();
+        let label = |k: &str| labels.and_then(|l| l.get(k)).cloned();
+        // The values of `labels_for(&key)`.
+        for (k, v) in [
+            (LABEL_MANAGED_BY, MANAGED_BY.to_string()),
+            (LABEL_CLUSTER, label_value(&key.cluster)),
+            (LABEL_SERVICE_NAMESPACE, label_value(&key.namespace)),
+            (LABEL_SERVICE_NAME, label_value(&key.name)),
+        ] {
+            let actual = label(k);
+            if actual.as_deref() != Some(v.as_str()) {
+                return Err(Disagreement::Label {
+                    service,
+                    label: k,
+                    expected: Some(v),
+                    actual,
+                });
+            }
+        }
+        // Sharded: the index. Unsharded: none, or "0" for the moment between
+        // the writer's removal of `spec.shard` and its next apply (which
+        // drops the label); refusing that would hide the service meanwhile.
+        let shard_label = label(LABEL_SHARD);
+        let agrees = match shard {
+            Some(i) => shard_label == Some(i.to_string()),
+            None => shard_label.as_deref().is_none_or(|l| l == "0"),
+        };
+        if !agrees {
+            return Err(Disagreement::Label {
+                service,
+                label: LABEL_SHARD,
+                expected: shard.map(|i| i.to_string()),
+                actual: shard_label,
+            });
+        }
+        Ok(key)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1225,5 +1407,210 @@ mod tests {
             assert_ne!(o2.metadata.name, obj.metadata.name);
             assert_ne!(o2.metadata.labels.unwrap()[LABEL_CLUSTER], *cluster);
         }
+    }
+}
+
+#[cfg(test)]
+mod reader_rule_tests {
+    //! [`ReaderRule`]: everything the writer produces is accepted, in every
+    //! naming mode; each way of claiming another service is refused.
+
+    use super::*;
+    use crate::model::PortMap;
+
+    fn web(cluster: &str) -> ServiceNodes {
+        ServiceNodes::new(
+            ServiceKey::new(cluster, "default", "web"),
+            SourceKind::EndpointSlice,
+            PortMap::from([(
+                "http".to_string(),
+                vec![
+                    Node::new("10.0.0.1", 8080, 1),
+                    Node::new("10.0.0.2", 8080, 1),
+                ],
+            )]),
+            Some("uid-1".into()),
+        )
+    }
+
+    fn namings() -> [ObjectNaming; 2] {
+        [ObjectNaming::source(), ObjectNaming::fixed("kd")]
+    }
+
+    #[test]
+    fn the_writers_objects_are_accepted_in_every_naming_mode() {
+        let long = "s".repeat(70);
+        for naming in namings() {
+            let rule = ReaderRule::new(naming.clone());
+            for cluster in ["", "c1"] {
+                let s = web(cluster);
+                // Unsharded, and sharded (one node per shard).
+                for objs in [
+                    desired_objects(&s, &naming),
+                    desired_objects_with_limit(&s, &naming, 1),
+                ] {
+                    for o in &objs {
+                        assert_eq!(rule.check(o), Ok(s.key.clone()), "{naming:?} {o:?}");
+                    }
+                }
+                // A name the naming scheme shortens and hashes.
+                let odd = ServiceNodes::new(
+                    ServiceKey::new(cluster, "default", format!("Bad_{long}")),
+                    SourceKind::Endpoints,
+                    s.ports.clone(),
+                    None,
+                );
+                for o in desired_objects_with_limit(&odd, &naming, 1) {
+                    assert_eq!(rule.check(&o), Ok(odd.key.clone()), "{naming:?} {o:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_object_in_another_namespace_is_refused() {
+        let naming = ObjectNaming::source();
+        let mut evil = desired_object(&web(""), &naming);
+        evil.metadata.namespace = Some("evil".into());
+        assert_eq!(
+            ReaderRule::new(naming).check(&evil),
+            Err(Disagreement::Namespace {
+                service: "default/web".into(),
+                expected: "default".into(),
+                actual: "evil".into()
+            })
+        );
+        // Fixed mode: only the configured namespace, not the source's.
+        let fixed = ObjectNaming::fixed("kd");
+        let mut other = desired_object(&web(""), &fixed);
+        other.metadata.namespace = Some("default".into());
+        let e = ReaderRule::new(fixed).check(&other).unwrap_err();
+        assert!(matches!(e, Disagreement::Namespace { .. }), "{e}");
+        // A fixed-mode object read with the source rule (wrong namespace).
+        let kd = desired_object(&web(""), &ObjectNaming::fixed("kd"));
+        let e = ReaderRule::default().check(&kd).unwrap_err();
+        assert!(matches!(e, Disagreement::Namespace { .. }), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "default/web belongs in namespace \"default\", not \"kd\""
+        );
+    }
+
+    #[test]
+    fn a_wrong_name_is_refused() {
+        let rule = ReaderRule::default();
+        let base = desired_object(&web(""), &rule.naming);
+        for (name, expected) in [
+            ("web-evil", "web"),
+            ("web.1", "web"),
+            ("c1.web", "web"),
+            ("", "web"),
+        ] {
+            let mut o = base.clone();
+            o.metadata.name = Some(name.into());
+            assert_eq!(
+                rule.check(&o),
+                Err(Disagreement::Name {
+                    service: "default/web".into(),
+                    expected: expected.into(),
+                    actual: name.into()
+                })
+            );
+        }
+        // A shard must carry its shard name.
+        let sharded = desired_objects_with_limit(&web(""), &rule.naming, 1);
+        let mut second = sharded[1].clone();
+        second.metadata.name = Some("web".into());
+        assert!(matches!(
+            rule.check(&second),
+            Err(Disagreement::Name { expected, .. }) if expected == "web.1"
+        ));
+        // Multi-cluster: the cluster is part of the name.
+        let mut c1 = desired_object(&web("c1"), &rule.naming);
+        c1.metadata.name = Some("web".into());
+        assert!(matches!(rule.check(&c1), Err(Disagreement::Name { .. })));
+    }
+
+    #[test]
+    fn labels_that_disagree_with_the_spec_are_refused() {
+        let rule = ReaderRule::default();
+        let base = desired_object(&web(""), &rule.naming);
+        let cases: [(&str, Option<&str>); 6] = [
+            (LABEL_SERVICE_NAME, Some("api")),
+            (LABEL_SERVICE_NAMESPACE, Some("evil")),
+            (LABEL_CLUSTER, Some("c1")),
+            (LABEL_MANAGED_BY, Some("someone-else")),
+            (LABEL_SERVICE_NAME, None),
+            (LABEL_SHARD, Some("1")),
+        ];
+        for (label, value) in cases {
+            let mut o = base.clone();
+            let labels = o.metadata.labels.get_or_insert_default();
+            match value {
+                Some(v) => labels.insert(label.into(), v.into()),
+                None => labels.remove(label),
+            };
+            let e = rule.check(&o).unwrap_err();
+            assert!(
+                matches!(&e, Disagreement::Label { label: l, .. } if *l == label),
+                "{label}={value:?}: {e}"
+            );
+        }
+        // No labels at all.
+        let mut bare = base.clone();
+        bare.metadata.labels = None;
+        let e = rule.check(&bare).unwrap_err();
+        assert!(matches!(e, Disagreement::Label { .. }));
+        assert_eq!(
+            e.to_string(),
+            "label app.kubernetes.io/managed-by is absent, the spec of default/web wants \"kube-discovery\""
+        );
+        // A shard whose label names another shard.
+        let mut sharded = desired_objects_with_limit(&web(""), &rule.naming, 1);
+        sharded[1]
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert(LABEL_SHARD.into(), "0".into());
+        assert!(matches!(
+            rule.check(&sharded[1]),
+            Err(Disagreement::Label {
+                label: LABEL_SHARD,
+                ..
+            })
+        ));
+        // Extra labels are someone else's business.
+        let mut extra = base.clone();
+        extra
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert("team".into(), "x".into());
+        assert!(rule.check(&extra).is_ok());
+    }
+
+    #[test]
+    fn an_unsharded_object_may_keep_shard_label_zero_while_unsharding() {
+        let rule = ReaderRule::default();
+        let mut o = desired_object(&web(""), &rule.naming);
+        o.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(LABEL_SHARD.into(), "0".into());
+        assert!(rule.check(&o).is_ok());
+    }
+
+    #[test]
+    fn a_spec_that_disagrees_with_itself_is_refused() {
+        let rule = ReaderRule::default();
+        let mut o = desired_object(&web(""), &rule.naming);
+        o.spec.service = "default/api".into();
+        assert!(matches!(rule.check(&o), Err(Disagreement::Service { .. })));
+        let mut o = desired_objects_with_limit(&web(""), &rule.naming, 1)[1].clone();
+        o.spec.shard = Some(Shard { index: 2, count: 2 });
+        assert_eq!(
+            rule.check(&o),
+            Err(Disagreement::Shard { index: 2, count: 2 })
+        );
     }
 }

@@ -2,7 +2,8 @@
 //! replicas, on both backends (kube-sim, and the real kube-apiserver behind
 //! the fault proxy; leader election on real Leases). Same rules as
 //! `controller/fault_suite.rs`: churn, then a convergence check against the truth
-//! rendered independently from the server's source objects.
+//! rendered from the server's source objects and against the churns' own model
+//! of what they wrote (`fault_support::Sources`).
 //!
 //! | # | scenario | test |
 //! |---|---|---|
@@ -23,8 +24,8 @@ use std::time::Duration;
 
 use controller_support::{Backend, Controller, Env, LIMIT, eventually};
 use fault_support::{
-    Churn, Kind, Specs, actual, config, diff, fault, masters, metric_sum, reachable, signal,
-    token_file_block, truth, truth_of, user_token, wait_converged, writes_since,
+    Churn, Kind, Specs, actual, config, diff, fault, masters, metric_sum, model_diff, reachable,
+    signal, token_file_block, truth, truth_of, user_token, writes_since,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use serde_json::{Value, json};
@@ -69,7 +70,7 @@ async fn s09_token_file_rotation(backend: Backend) {
     churn.seed(&env).await;
     let ctl = Controller::start(&env, "rot", &cfg, &[]).await;
     ctl.wait_ready().await;
-    wait_converged(&env, &cfg, CONVERGE).await;
+    churn.wait_converged(&env, &cfg, CONVERGE).await;
     let rv = env.mark().await;
     assert_eq!(
         dsvc_writers(&env, 0).await,
@@ -100,7 +101,7 @@ async fn s09_token_file_rotation(backend: Backend) {
     }
     eprintln!("new token used after {:?}", start.elapsed());
     assert_eq!(ctl.child.id(), pid, "no restart");
-    wait_converged(&env, &cfg, CONVERGE).await;
+    churn.wait_converged(&env, &cfg, CONVERGE).await;
     let logs = ctl.logs();
     assert!(
         !logs.contains(&old) && !logs.contains(&new),
@@ -201,12 +202,19 @@ async fn multi_truth(a: &Env, b: &Env, cfg: &str) -> Specs {
     t
 }
 
-async fn wait_multi(a: &Env, want: impl AsyncFn() -> Specs) -> Specs {
+/// Waits until the DiscoveredServices on `a` equal `want` (the render
+/// truth) and `model` (the churns' own model, `Sources::expected_in`).
+async fn wait_multi(a: &Env, want: impl AsyncFn() -> Specs, model: &Specs) -> Specs {
     let start = tokio::time::Instant::now();
     loop {
         let w = want().await;
         let got = actual(a).await;
-        let d = diff(&w, &got);
+        let mut d = diff(&w, &got);
+        d.extend(
+            model_diff(model, &got)
+                .into_iter()
+                .map(|l| format!("model: {l}")),
+        );
         if d.is_empty() {
             return got;
         }
@@ -241,7 +249,17 @@ async fn s10_one_cluster_down(backend: Backend) {
     cb.seed(&b).await;
     let ctl = Controller::start(&a, "multi", &cfg, &[]).await;
     ctl.wait_ready().await;
-    let before = wait_multi(&a, async || multi_truth(&a, &b, &cfg).await).await;
+    let model = |ca: &Churn, cb: &Churn| {
+        let mut m = ca.sources.expected_in("a");
+        m.extend(cb.sources.expected_in("b"));
+        m
+    };
+    let before = wait_multi(
+        &a,
+        async || multi_truth(&a, &b, &cfg).await,
+        &model(&ca, &cb),
+    )
+    .await;
     let b_before = of_cluster(&before, "b");
     assert!(!b_before.is_empty() && !of_cluster(&before, "a").is_empty());
 
@@ -249,11 +267,16 @@ async fn s10_one_cluster_down(backend: Backend) {
     fault(&b, json!({"refuseConnectionsSeconds": 6})).await;
     let down_until = tokio::time::Instant::now() + Duration::from_secs(6);
     ca.run(&a, 12, Duration::from_millis(50)).await;
-    let during = wait_multi(&a, async || {
-        let mut t = truth_of(&a.admin, &cfg, "a").await;
-        t.extend(b_before.clone());
-        t
-    })
+    // b's sources did not change: its model still holds.
+    let during = wait_multi(
+        &a,
+        async || {
+            let mut t = truth_of(&a.admin, &cfg, "a").await;
+            t.extend(b_before.clone());
+            t
+        },
+        &model(&ca, &cb),
+    )
     .await;
     assert!(
         tokio::time::Instant::now() < down_until,
@@ -271,7 +294,12 @@ async fn s10_one_cluster_down(backend: Backend) {
     })
     .await;
     cb.run(&b, 8, Duration::from_millis(50)).await;
-    wait_multi(&a, async || multi_truth(&a, &b, &cfg).await).await;
+    wait_multi(
+        &a,
+        async || multi_truth(&a, &b, &cfg).await,
+        &model(&ca, &cb),
+    )
+    .await;
     ctl.stop().await;
 }
 
@@ -294,7 +322,12 @@ async fn s10_one_cluster_forbidden(backend: Backend) {
     let ctl = Controller::start(&a, "forbidden", &cfg, &[]).await;
     ca.run(&a, 10, Duration::from_millis(50)).await;
     // a is followed completely, nothing of b is written.
-    let got = wait_multi(&a, async || truth_of(&a.admin, &cfg, "a").await).await;
+    let got = wait_multi(
+        &a,
+        async || truth_of(&a.admin, &cfg, "a").await,
+        &ca.sources.expected_in("a"),
+    )
+    .await;
     assert!(of_cluster(&got, "b").is_empty());
     let logs = fault_support::wait_log(&ctl, "forbidden", LIMIT).await;
     assert!(
@@ -341,7 +374,7 @@ async fn s08_leader_election(backend: Backend) {
     let b = Controller::start(&env, "replica-b", &cfg_b, &[]).await;
     let holder = eventually("a Lease holder", LIMIT, || lease_holder(&env)).await;
     churn.run(&env, 20, Duration::from_millis(30)).await;
-    wait_converged(&env, &cfg_a, CONVERGE).await;
+    churn.wait_converged(&env, &cfg_a, CONVERGE).await;
     // Only the leader writes (the write log names the user).
     let writers = dsvc_writers(&env, rv0).await;
     assert_eq!(
@@ -402,7 +435,7 @@ async fn s08_leader_election(backend: Backend) {
         took <= Duration::from_secs(6),
         "takeover took {took:?} (lease 3 s + retry)"
     );
-    wait_converged(&env, &cfg_a, CONVERGE).await;
+    churn.wait_converged(&env, &cfg_a, CONVERGE).await;
     let new_holder = lease_holder(&env).await.expect("holder");
     assert!(
         new_holder.contains(&follower.child.id().expect("pid").to_string()),

@@ -4,10 +4,13 @@
 //! stalled watches, refused connections, injected errors and latency; real
 //! 410 Gone from an etcd compaction and an API server restart). Every
 //! scenario runs under churn (a bounded, seeded stream of source changes, see
-//! `fault_support::Churn`) and ends with a convergence check against the
-//! truth computed independently from the server's source objects with the
-//! pure core's `render`: nothing missing, extra or stale
-//! (`fault_support::wait_converged`).
+//! `fault_support::Churn`) and ends with a convergence check against two
+//! truths: the server's source objects rendered with the pure core's
+//! `render` (which also gives `spec.version`), and the churn's own model of
+//! the addresses and ports it wrote (`fault_support::Sources`, derived
+//! without the core's conversion code, so a conversion bug shared by the
+//! controller and `render` still fails): nothing missing, extra or stale
+//! (`Churn::wait_converged`).
 //!
 //! | # | scenario | test |
 //! |---|---|---|
@@ -33,7 +36,7 @@ use std::time::Duration;
 use controller_support::{Backend, Controller, Env, LIMIT, eventually};
 use fault_support::{
     Churn, Kind, arrivals, config, failures_served, fault, metric_sum, outage_secs, reachable,
-    requests, signal, stats, wait_converged, writes_since,
+    requests, signal, stats, writes_since,
 };
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -78,25 +81,33 @@ async fn s00_removed_port_key(backend: Backend) {
     let env = Env::start(backend).await;
     let cfg = config(&env, &env.admin_token(), Kind::Slices, "");
     env.namespace("ports").await;
-    env.slice(
-        "ports",
-        "web",
-        "web-a",
-        &[("10.10.0.1", true)],
-        &[("http", 80), ("metrics", 9090)],
-    )
-    .await;
+    // No random changes: the churn only records what is written through it.
+    let mut churn = Churn::new("ports", 0, Kind::Slices, 0, 10);
+    churn
+        .sources
+        .slice(
+            &env,
+            "ports",
+            "web",
+            "web-a",
+            &[("10.10.0.1", true)],
+            &[("http", 80), ("metrics", 9090)],
+        )
+        .await;
     let ctl = start(&env, "ports", &cfg).await;
-    wait_converged(&env, &cfg, CONVERGE).await;
-    env.slice(
-        "ports",
-        "web",
-        "web-a",
-        &[("10.10.0.1", true)],
-        &[("http", 80)],
-    )
-    .await;
-    wait_converged(&env, &cfg, CONVERGE).await;
+    churn.wait_converged(&env, &cfg, CONVERGE).await;
+    churn
+        .sources
+        .slice(
+            &env,
+            "ports",
+            "web",
+            "web-a",
+            &[("10.10.0.1", true)],
+            &[("http", 80)],
+        )
+        .await;
+    churn.wait_converged(&env, &cfg, CONVERGE).await;
     ctl.stop().await;
 }
 
@@ -108,14 +119,14 @@ async fn s01_watch_drops(backend: Backend) {
     let mut churn = Churn::new("drops", 6, Kind::Slices, 1, 11);
     churn.seed(&env).await;
     let ctl = start(&env, "drops", &cfg).await;
-    wait_converged(&env, &cfg, CONVERGE).await;
+    churn.wait_converged(&env, &cfg, CONVERGE).await;
     let watches_before = requests(&stats(&env).await, "watch", "endpointslices");
     // 6 rounds: drop every watch, then 8 changes over ~1 s.
     for _ in 0..6 {
         fault(&env, json!({"dropWatches": true})).await;
         churn.run(&env, 8, Duration::from_millis(120)).await;
     }
-    wait_converged(&env, &cfg, CONVERGE).await;
+    churn.wait_converged(&env, &cfg, CONVERGE).await;
     let watches_after = requests(&stats(&env).await, "watch", "endpointslices");
     assert!(
         watches_after >= watches_before + 6,
@@ -132,22 +143,16 @@ async fn s02_compaction_410(backend: Backend) {
     let mut churn = Churn::new("gone", 6, Kind::Slices, 2, 12);
     churn.seed(&env).await;
     let ctl = start(&env, "gone", &cfg).await;
-    wait_converged(&env, &cfg, CONVERGE).await;
+    churn.wait_converged(&env, &cfg, CONVERGE).await;
     for round in 0..3usize {
         // The controller hears nothing while sources change and some vanish...
         fault(&env, json!({"stallWatchesSeconds": 120})).await;
         churn.run(&env, 6, Duration::ZERO).await;
-        let slices = kube::Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(
-            env.admin.clone(),
-            "gone",
-        );
         for part in ["a", "b"] {
             // Either may already be gone (the churn deletes too).
-            let _ = slices
-                .delete(
-                    &format!("{}-{part}", Churn::service(round)),
-                    &DeleteParams::default(),
-                )
+            churn
+                .sources
+                .delete_slice(&env, "gone", &format!("{}-{part}", Churn::service(round)))
                 .await;
         }
         // ...then the history is compacted and the watch cut: resuming gets 410 Gone.
@@ -170,7 +175,7 @@ async fn s02_compaction_410(backend: Backend) {
         .await;
         churn.run(&env, 4, Duration::from_millis(100)).await;
     }
-    let got = wait_converged(&env, &cfg, CONVERGE).await;
+    let got = churn.wait_converged(&env, &cfg, CONVERGE).await;
     for i in 0..3 {
         // Unless the churn re-created it afterwards, the deleted service is gone.
         let key = format!("gone/{}", Churn::service(i));
@@ -217,7 +222,7 @@ async fn outage(backend: Backend, strict: bool) {
     churn.seed(&env).await;
     let ctl = start(&env, "outage", &cfg).await;
     churn.run(&env, 10, Duration::from_millis(50)).await;
-    let before = wait_converged(&env, &cfg, CONVERGE).await;
+    let before = churn.wait_converged(&env, &cfg, CONVERGE).await;
     let rv_before = env.mark().await;
     let restarts_before = metric_sum(&ctl, "kube_discovery_watch_restarts_total", &[]).await;
 
@@ -256,7 +261,7 @@ async fn outage(backend: Backend, strict: bool) {
     );
     // A change right after the outage is written within 2 s (the issue's bound).
     churn.step(&env).await;
-    wait_converged(&env, &cfg, CONVERGE).await;
+    churn.wait_converged(&env, &cfg, CONVERGE).await;
     let took = back.elapsed();
     let writes = dsvc_writes(&writes_since(&env, rv_before).await);
     assert!(
@@ -288,7 +293,7 @@ async fn s04_silent_stall(backend: Backend) {
     let mut churn = Churn::new("stall", 4, Kind::Slices, 4, 14);
     churn.seed(&env).await;
     let ctl = start(&env, "stall", &cfg).await;
-    wait_converged(&env, &cfg, CONVERGE).await;
+    churn.wait_converged(&env, &cfg, CONVERGE).await;
     fault(&env, json!({"stallWatchesSeconds": 20})).await;
     let stalled_at = tokio::time::Instant::now();
     // Events pile up behind the stalled connection: the server (the fault
@@ -314,10 +319,51 @@ async fn s04_silent_stall(backend: Backend) {
     );
     fault(&env, json!({"clear": true, "stallWatchesSeconds": 0})).await;
     churn.run(&env, 5, Duration::from_millis(50)).await;
-    wait_converged(&env, &cfg, CONVERGE).await;
+    churn.wait_converged(&env, &cfg, CONVERGE).await;
     ctl.stop().await;
 }
 
+/// Counters that the injected write errors change, read together.
+#[derive(Debug, Clone, Copy, Default)]
+struct WriteCounts {
+    /// DiscoveredService patch requests the controller sent: kube-sim counts
+    /// every one, including those it failed on purpose; the real backend's
+    /// stats add the failures its fault proxy answered to the API server's
+    /// audit log.
+    patches_sent: u64,
+    /// The controller's `writes_total{result="applied"}`.
+    applied: f64,
+    /// The controller's `writes_total{result="error_*"}`, all reasons.
+    errors: f64,
+    /// ... of which `error_api_error` (a 5xx reaching the writer).
+    api_errors: f64,
+    /// ... of which `error_throttled` (a 429 reaching the writer).
+    throttled: f64,
+}
+
+impl WriteCounts {
+    async fn read(env: &Env, ctl: &Controller) -> Self {
+        let (_, text) = ctl.get("/metrics").await;
+        let writes = |label: &str| {
+            fault_support::metric_sum_in(&text, "kube_discovery_writes_total", &[label])
+        };
+        WriteCounts {
+            patches_sent: requests(&stats(env).await, "patch", "discoveredservices"),
+            applied: writes("result=\"applied\""),
+            errors: writes("result=\"error_"),
+            api_errors: writes("result=\"error_api_error\""),
+            throttled: writes("result=\"error_throttled\""),
+        }
+    }
+}
+
+/// Scenario 5: 3 x 429 (Retry-After 1 s), 3 x 500, 3 x 503 on
+/// DiscoveredService patches under churn. What the injected errors change,
+/// exactly: every patch the controller sent is either an applied write or
+/// one of the 9 injected failures (without them the two counts are equal);
+/// kube's client retries 429 and 503 itself, so only the three 500s reach
+/// the writer, which counts each (`error_api_error`), logs it with its
+/// backoff and retries it; and the end state equals the sources.
 #[both_backends]
 #[tokio::test]
 async fn s05_write_errors(backend: Backend) {
@@ -326,8 +372,8 @@ async fn s05_write_errors(backend: Backend) {
     let mut churn = Churn::new("errs", 6, Kind::Slices, 5, 15);
     churn.seed(&env).await;
     let ctl = start(&env, "errs", &cfg).await;
-    wait_converged(&env, &cfg, CONVERGE).await;
-    let patches_before = requests(&stats(&env).await, "patch", "discoveredservices");
+    churn.wait_converged(&env, &cfg, CONVERGE).await;
+    let before = WriteCounts::read(&env, &ctl).await;
     for (code, extra) in [
         (429, json!({"retryAfterSeconds": 1})),
         (500, json!({})),
@@ -341,33 +387,54 @@ async fn s05_write_errors(backend: Backend) {
         fault(&env, json!({"fail": rule})).await;
     }
     churn.run(&env, 20, Duration::from_millis(30)).await;
-    wait_converged(&env, &cfg, CONVERGE).await;
-    // The 9 injected failures were hit (each is one counted request) and retried.
-    let patches = requests(&stats(&env).await, "patch", "discoveredservices") - patches_before;
-    let applied = metric_sum(&ctl, "kube_discovery_writes_total", &["result=\"applied\""]).await;
-    let errors = metric_sum(&ctl, "kube_discovery_writes_total", &["result=\"error_"]).await;
-    eprintln!("patches {patches}, applied {applied}, error results {errors}");
+    churn.wait_converged(&env, &cfg, CONVERGE).await;
+    // The counters settle (the real backend's audit log is written a little
+    // after the answer): sent patches = applied writes + the 9 failures.
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    let after = loop {
+        let now = WriteCounts::read(&env, &ctl).await;
+        let sent = now.patches_sent - before.patches_sent;
+        let applied = now.applied - before.applied;
+        if sent as f64 == applied + 9.0 {
+            break now;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{sent} patches sent, {applied} applied: want applied + 9 (the injected failures)\nbefore {before:?}\nnow    {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!("before {before:?}\nafter  {after:?}");
     for code in [429, 500, 503] {
-        // Real backend: the proxy answered each injected failure (kube-sim
-        // keeps no per-code count; its `patches` below include them).
+        // Real backend: the proxy answered each injected failure.
         if let Some(n) = failures_served(&env, "patch", "discoveredservices", code) {
             assert_eq!(n, 3, "injected {code}s served by the fault proxy");
         }
     }
-    assert!(
-        patches > 9,
-        "only {patches} DiscoveredService patches after injecting 9 failures"
+    // kube's client retries 429 and 503 by itself: the writer sees exactly
+    // the three 500s, and nothing else fails.
+    assert_eq!(
+        after.api_errors - before.api_errors,
+        3.0,
+        "failed writes counted as error_api_error (the injected 500s)"
     );
-    // kube's client retries 429 and 503 by itself; the three 500s reach the
-    // writer, which logs them and retries with backoff.
-    assert!(
-        errors >= 3.0,
-        "{errors} failed writes counted, want >= 3 (the injected 500s)"
+    assert_eq!(
+        after.errors - before.errors,
+        3.0,
+        "failed writes of any reason"
+    );
+    assert_eq!(
+        after.throttled - before.throttled,
+        0.0,
+        "a 429 reached the writer (kube's retry no longer absorbs them?)"
     );
     let logs = ctl.logs();
-    assert!(
-        logs.contains("write failed") && logs.contains("retry_in"),
-        "failed writes are logged with their backoff"
+    assert_eq!(
+        logs.lines()
+            .filter(|l| l.contains("write failed") && l.contains("retry_in"))
+            .count(),
+        3,
+        "each failed write is logged once with its backoff:\n{logs}"
     );
     ctl.stop().await;
 }
@@ -382,7 +449,7 @@ async fn s06_hand_edits(backend: Backend) {
     let mut churn = Churn::new("hand", 4, Kind::Slices, 6, 16);
     churn.seed(&env).await;
     let ctl = start(&env, "hand", &cfg).await;
-    let got = wait_converged(&env, &cfg, CONVERGE).await;
+    let got = churn.wait_converged(&env, &cfg, CONVERGE).await;
     let mut keys = got.keys();
     let edited = keys.next().expect("a DiscoveredService").clone();
     let deleted = keys.next().expect("a second DiscoveredService").clone();
@@ -430,7 +497,7 @@ async fn s06_hand_edits(backend: Backend) {
     let hand_done = tokio::time::Instant::now();
     // Restored / removed without any source change, within the issue's "a
     // second or two".
-    wait_converged(&env, &cfg, CONVERGE).await;
+    churn.wait_converged(&env, &cfg, CONVERGE).await;
     let took = hand_done.elapsed();
     assert!(
         took <= Duration::from_secs(2),
@@ -453,7 +520,7 @@ async fn s06_hand_edits(backend: Backend) {
     want.sort();
     assert_eq!(got, want, "writes besides the repairs: {writes:?}");
     churn.run(&env, 6, Duration::from_millis(50)).await;
-    wait_converged(&env, &cfg, CONVERGE).await;
+    churn.wait_converged(&env, &cfg, CONVERGE).await;
     ctl.stop().await;
 }
 
@@ -479,7 +546,7 @@ async fn s07_sigkill_restart(backend: Backend) {
     churn.run(&env, 15, Duration::ZERO).await;
     let ctl = start(&env, "kill2", &cfg).await;
     churn.run(&env, 10, Duration::from_millis(30)).await;
-    wait_converged(&env, &cfg, CONVERGE).await;
+    churn.wait_converged(&env, &cfg, CONVERGE).await;
     ctl.stop().await;
 }
 
@@ -491,19 +558,22 @@ async fn s11_sigterm_inflight(backend: Backend) {
     let mut churn = Churn::new("term", 3, Kind::Slices, 11, 21);
     churn.seed(&env).await;
     let mut ctl = start(&env, "term", &cfg).await;
-    wait_converged(&env, &cfg, CONVERGE).await;
+    churn.wait_converged(&env, &cfg, CONVERGE).await;
     // The next DiscoveredService patch takes 2 s on the server.
     fault(&env, json!({"latency": {"verb": "patch", "resource": "discoveredservices", "millis": 2000, "count": 1}})).await;
     let patches = arrivals(&env, "patch", "discoveredservices").await;
     let rv = env.mark().await;
-    env.slice(
-        "term",
-        "late",
-        "late-a",
-        &[("10.21.99.1", true)],
-        &[("http", 80)],
-    )
-    .await;
+    churn
+        .sources
+        .slice(
+            &env,
+            "term",
+            "late",
+            "late-a",
+            &[("10.21.99.1", true)],
+            &[("http", 80)],
+        )
+        .await;
     // The write is in flight once it reached the server and is being delayed
     // (kube-sim counted it; real: the fault proxy is holding it).
     eventually("the write reached the server", LIMIT, || async {

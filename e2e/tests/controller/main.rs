@@ -27,6 +27,7 @@ mod gateway_rust_proxy;
 mod instances;
 mod kubectl_dsvc;
 mod leader;
+mod readers;
 mod shards;
 mod snapshot;
 mod sources;

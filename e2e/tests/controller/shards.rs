@@ -29,7 +29,7 @@ use controller_support::{Backend, Controller, Env, bin};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube_discovery_client::lookup::lookup;
-use kube_discovery_core::crd::DiscoveredService;
+use kube_discovery_core::crd::{DiscoveredService, ReaderRule};
 use kube_discovery_core::parse_service_name;
 use serde_json::{Value, json};
 use testenv::both_backends;
@@ -122,7 +122,7 @@ fn merged(objs: &[Value]) -> Option<Vec<(String, Vec<String>)>> {
     let mut out = Vec::new();
     for (port, number) in PORTS {
         let q = parse_service_name(&format!("{NS}/huge:{port}")).expect("name");
-        let nodes = lookup(&typed, &q)?;
+        let nodes = lookup(&typed, &q, &ReaderRule::default())?;
         if nodes.iter().any(|n| n.port != number) {
             return None;
         }

@@ -6,9 +6,14 @@
 //!   the API server and rendered with the pure core's `render` (the same
 //!   config text, so the same options); [`wait_converged`] compares every
 //!   DiscoveredService on the API server with it (missing, extra, stale spec);
+//! * [`Sources`]: the test's own record of the source objects it wrote
+//!   (addresses, readiness, ports) and the DiscoveredService specs they must
+//!   give, derived by hand from the documented rules, NOT by the core's
+//!   conversion code, so a conversion bug shared by the controller and
+//!   `render` still fails ([`Churn::wait_converged`] checks both);
 //! * [`Churn`]: a bounded, seeded stream of EndpointSlice/Endpoints changes
 //!   over a few services (add/remove endpoints, flip readiness, change a port,
-//!   delete and re-create a source);
+//!   delete and re-create a source), recorded in its [`Sources`];
 //! * faults (kube-sim's `/_sim/faults` requests, on the real backend applied
 //!   by the fault proxy), request statistics, metrics scraping, signals.
 #![allow(dead_code)]
@@ -29,7 +34,7 @@ use crate::controller_support::{Controller, Env, Options, eventually};
 pub type Specs = BTreeMap<String, Value>;
 
 /// Which source kind a test watches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
     Slices,
     Endpoints,
@@ -332,6 +337,8 @@ pub struct Churn {
     pub net: u8,
     /// Changes applied so far.
     pub applied: u64,
+    /// What the churn (and the test through it) wrote.
+    pub sources: Sources,
 }
 
 impl Churn {
@@ -343,6 +350,31 @@ impl Churn {
             rng: Rng::new(seed),
             net,
             applied: 0,
+            sources: Sources::default(),
+        }
+    }
+
+    /// Waits until the DiscoveredServices equal both the `render` truth
+    /// ([`wait_converged`]) and this churn's own model of what it wrote
+    /// ([`Sources::expected`]): nothing missing, extra or different.
+    pub async fn wait_converged(&self, env: &Env, config_yaml: &str, limit: Duration) -> Specs {
+        let start = tokio::time::Instant::now();
+        loop {
+            let want = truth(env, config_yaml).await;
+            let got = actual(env).await;
+            let mut d = diff(&want, &got);
+            d.extend(
+                model_diff(&self.sources.expected(), &got)
+                    .into_iter()
+                    .map(|l| format!("model: {l}")),
+            );
+            if d.is_empty() {
+                return got;
+            }
+            if start.elapsed() > limit {
+                panic!("not converged after {limit:?}:\n  {}", d.join("\n  "));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -390,7 +422,8 @@ impl Churn {
         match self.kind {
             Kind::Slices => {
                 let refs: Vec<(&str, bool)> = eps.iter().map(|(ip, r)| (ip.as_str(), *r)).collect();
-                env.slice(&self.ns, &svc, &format!("{svc}-a"), &refs, &ports)
+                self.sources
+                    .slice(env, &self.ns, &svc, &format!("{svc}-a"), &refs, &ports)
                     .await;
             }
             Kind::Endpoints => {
@@ -399,7 +432,8 @@ impl Churn {
                     .filter(|(_, r)| *r)
                     .map(|(ip, _)| ip.as_str())
                     .collect();
-                env.endpoints(&self.ns, &svc, &ready, &ports, json!({}))
+                self.sources
+                    .endpoints(env, &self.ns, &svc, &ready, &ports)
                     .await;
             }
         }
@@ -415,13 +449,14 @@ impl Churn {
                 // Delete the source (ignore "already gone").
                 match self.kind {
                     Kind::Slices => {
-                        let api: Api<EndpointSlice> = Api::namespaced(env.admin.clone(), &self.ns);
-                        let _ = api.delete(&format!("{svc}-a"), &Default::default()).await;
-                        let _ = api.delete(&format!("{svc}-b"), &Default::default()).await;
+                        for part in ["a", "b"] {
+                            self.sources
+                                .delete_slice(env, &self.ns, &format!("{svc}-{part}"))
+                                .await;
+                        }
                     }
                     Kind::Endpoints => {
-                        let api: Api<Endpoints> = Api::namespaced(env.admin.clone(), &self.ns);
-                        let _ = api.delete(&svc, &Default::default()).await;
+                        self.sources.delete_endpoints(env, &self.ns, &svc).await;
                     }
                 }
                 self.applied += 1;
@@ -431,7 +466,8 @@ impl Churn {
                 let eps = self.ips(i);
                 let ports = self.ports(i);
                 let refs: Vec<(&str, bool)> = eps.iter().map(|(ip, r)| (ip.as_str(), *r)).collect();
-                env.slice(&self.ns, &svc, &format!("{svc}-b"), &refs, &ports)
+                self.sources
+                    .slice(env, &self.ns, &svc, &format!("{svc}-b"), &refs, &ports)
                     .await;
                 self.applied += 1;
             }
@@ -457,4 +493,172 @@ pub async fn wait_log(ctl: &Controller, needle: &str, limit: Duration) -> String
         l.contains(needle).then_some(l)
     })
     .await
+}
+
+/// One source object as the test wrote it.
+#[derive(Debug, Clone)]
+struct Written {
+    /// The Service it belongs to.
+    service: String,
+    /// `(address, ready)`.
+    endpoints: Vec<(String, bool)>,
+    /// `(port name, number)`.
+    ports: Vec<(String, i32)>,
+}
+
+/// The source objects a test wrote (and deleted) through it, and the
+/// DiscoveredService specs they must give ([`Sources::expected`]), written
+/// here from the documented rules instead of the core's conversion code:
+///
+/// * `namespace_mode: source`: object `ns/<service>`, `spec.service`
+///   `ns/<service>` (cluster `id`: `ns/<id>.<service>`, `id/ns/<service>`);
+/// * a port key is the port's name; its nodes are the READY endpoints of
+///   every source object of the service declaring that port, as
+///   `{host, port, weight: 50}` (the default weight), one per
+///   `host:port`, sorted by host (as a string) then port;
+/// * a service with no source object left has no DiscoveredService.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    /// `(namespace, object name, kind)` -> what was written.
+    objects: BTreeMap<(String, String, Kind), Written>,
+}
+
+impl Sources {
+    /// Writes the EndpointSlice `ns/slice` of `service` ([`Env::slice`]) and records it.
+    pub async fn slice(
+        &mut self,
+        env: &Env,
+        ns: &str,
+        service: &str,
+        slice: &str,
+        eps: &[(&str, bool)],
+        ports: &[(&str, i32)],
+    ) {
+        env.slice(ns, service, slice, eps, ports).await;
+        self.objects.insert(
+            (ns.to_string(), slice.to_string(), Kind::Slices),
+            Written {
+                service: service.to_string(),
+                endpoints: eps.iter().map(|(ip, r)| (ip.to_string(), *r)).collect(),
+                ports: ports.iter().map(|(n, p)| (n.to_string(), *p)).collect(),
+            },
+        );
+    }
+
+    /// Writes the Endpoints `ns/service` with `ready` addresses
+    /// ([`Env::endpoints`]) and records it.
+    pub async fn endpoints(
+        &mut self,
+        env: &Env,
+        ns: &str,
+        service: &str,
+        ready: &[&str],
+        ports: &[(&str, i32)],
+    ) {
+        env.endpoints(ns, service, ready, ports, json!({})).await;
+        self.objects.insert(
+            (ns.to_string(), service.to_string(), Kind::Endpoints),
+            Written {
+                service: service.to_string(),
+                endpoints: ready.iter().map(|ip| (ip.to_string(), true)).collect(),
+                // No subset without addresses: no ports either.
+                ports: if ready.is_empty() {
+                    Vec::new()
+                } else {
+                    ports.iter().map(|(n, p)| (n.to_string(), *p)).collect()
+                },
+            },
+        );
+    }
+
+    /// Deletes the EndpointSlice `ns/slice` (gone already is fine) and forgets it.
+    pub async fn delete_slice(&mut self, env: &Env, ns: &str, slice: &str) {
+        let api: Api<EndpointSlice> = Api::namespaced(env.admin.clone(), ns);
+        let _ = api.delete(slice, &Default::default()).await;
+        self.objects
+            .remove(&(ns.to_string(), slice.to_string(), Kind::Slices));
+    }
+
+    /// Deletes the Endpoints `ns/name` (gone already is fine) and forgets it.
+    pub async fn delete_endpoints(&mut self, env: &Env, ns: &str, name: &str) {
+        let api: Api<Endpoints> = Api::namespaced(env.admin.clone(), ns);
+        let _ = api.delete(name, &Default::default()).await;
+        self.objects
+            .remove(&(ns.to_string(), name.to_string(), Kind::Endpoints));
+    }
+
+    /// The specs (`ns/name` -> spec without `version`) the recorded
+    /// sources must give; see the type's docs for the rules.
+    pub fn expected(&self) -> Specs {
+        self.expected_in("")
+    }
+
+    /// [`Self::expected`] for the sources of cluster `id` of a multi-cluster
+    /// controller (`""`: single cluster): object `ns/<id>.<service>`,
+    /// `spec.cluster` `id`, `spec.service` `id/ns/<service>`.
+    pub fn expected_in(&self, id: &str) -> Specs {
+        // (ns, service) -> (kind, port key -> {(host, port)}).
+        type Ports = BTreeMap<String, BTreeMap<(String, i32), ()>>;
+        let mut services: BTreeMap<(String, String), (Kind, Ports)> = BTreeMap::new();
+        for ((ns, _, kind), w) in &self.objects {
+            let (_, ports) = services
+                .entry((ns.clone(), w.service.clone()))
+                .or_insert_with(|| (*kind, Ports::new()));
+            for (name, number) in &w.ports {
+                let nodes = ports.entry(name.clone()).or_default();
+                for (ip, ready) in &w.endpoints {
+                    if *ready {
+                        nodes.insert((ip.clone(), *number), ());
+                    }
+                }
+            }
+        }
+        services
+            .into_iter()
+            .map(|((ns, svc), (kind, ports))| {
+                let ports: serde_json::Map<String, Value> = ports
+                    .into_iter()
+                    .map(|(key, nodes)| {
+                        // BTreeMap order: host as a string, then port.
+                        let nodes: Vec<Value> = nodes
+                            .into_keys()
+                            .map(|(host, port)| json!({"host": host, "port": port, "weight": 50}))
+                            .collect();
+                        (key, Value::Array(nodes))
+                    })
+                    .collect();
+                let source = match kind {
+                    Kind::Slices => "EndpointSlice",
+                    Kind::Endpoints => "Endpoints",
+                };
+                let (name, service) = if id.is_empty() {
+                    (svc.clone(), format!("{ns}/{svc}"))
+                } else {
+                    (format!("{id}.{svc}"), format!("{id}/{ns}/{svc}"))
+                };
+                (
+                    format!("{ns}/{name}"),
+                    json!({"cluster": id, "service": service,
+                           "sourceNamespace": ns, "sourceName": svc,
+                           "source": source, "ports": ports}),
+                )
+            })
+            .collect()
+    }
+}
+
+/// [`diff`] of the model (specs without `version`) against `got`, whose
+/// `version` is not compared.
+pub fn model_diff(want: &Specs, got: &Specs) -> Vec<String> {
+    let got: Specs = got
+        .iter()
+        .map(|(k, v)| {
+            let mut v = v.clone();
+            if let Some(o) = v.as_object_mut() {
+                o.remove("version");
+            }
+            (k.clone(), v)
+        })
+        .collect();
+    diff(want, &got)
 }

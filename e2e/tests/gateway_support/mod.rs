@@ -750,11 +750,16 @@ pub async fn put_dsvc(env: &Env, name: &str, nodes: &[(&str, u16, u32)]) {
     put_dsvc_labeled(env, name, nodes, true).await
 }
 
-/// [`put_dsvc`], with or without the `app.kubernetes.io/managed-by: kube-discovery` label.
+/// [`put_dsvc`], with or without the labels the controller sets
+/// (`app.kubernetes.io/managed-by: kube-discovery`, which the syncs select by,
+/// and the cluster and service labels, which readers check against the spec).
 pub async fn put_dsvc_labeled(env: &Env, name: &str, nodes: &[(&str, u16, u32)], labeled: bool) {
     use kube::api::{Api, DynamicObject, Patch, PatchParams};
     let labels = if labeled {
-        serde_json::json!({"app.kubernetes.io/managed-by": "kube-discovery"})
+        serde_json::json!({"app.kubernetes.io/managed-by": "kube-discovery",
+            "kubediscovery.io/cluster": "",
+            "kubediscovery.io/service-namespace": NS,
+            "kubediscovery.io/service-name": name})
     } else {
         serde_json::json!({"team": "e2e"})
     };
