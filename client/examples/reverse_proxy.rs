@@ -64,6 +64,10 @@ struct Args {
     /// are ignored with a warning.
     #[arg(long, value_name = "NAMESPACE")]
     fixed_namespace: Option<String>,
+    /// Count only the objects of this installation (`kube_discovery.instance`);
+    /// default: of any installation.
+    #[arg(long, value_name = "NAME")]
+    instance: Option<String>,
 }
 
 thread_local! {
@@ -244,7 +248,10 @@ async fn main() -> anyhow::Result<()> {
         client,
         None,
         kube_discovery_client::MANAGED_BY_SELECTOR,
-        kube_discovery_client::lookup::reader_rule(args.fixed_namespace.as_deref()),
+        kube_discovery_client::lookup::reader_rule(
+            args.fixed_namespace.as_deref(),
+            args.instance.as_deref(),
+        ),
     );
     resolver.wait_ready().await;
     let mut connector = HttpConnector::new();

@@ -11,10 +11,13 @@ use kube_discovery_core::model::sort_nodes;
 use kube_discovery_core::{Node, NodeQuery};
 
 /// The rule for a controller writing with `namespace_mode: fixed` into
-/// `fixed_namespace` (`Some`), or with `namespace_mode: source` (`None`): what
-/// the `--fixed-namespace` flag of `kube-discovery nodes` and `sync` gives.
-pub fn reader_rule(fixed_namespace: Option<&str>) -> ReaderRule {
+/// `fixed_namespace` (`Some`), or with `namespace_mode: source` (`None`),
+/// counting only the objects of the installation `instance` (`None`: of
+/// any): what the `--fixed-namespace` and `--instance` flags of
+/// `kube-discovery nodes` and `sync` give.
+pub fn reader_rule(fixed_namespace: Option<&str>, instance: Option<&str>) -> ReaderRule {
     ReaderRule::new(fixed_namespace.map_or_else(ObjectNaming::source, ObjectNaming::fixed))
+        .for_instance(instance.map(str::to_string))
 }
 
 /// Whether `ds` counts under `rule` ([`ReaderRule::check`]). A refused

@@ -64,6 +64,7 @@ fn kube() -> KubeArgs {
         context: None,
         namespace: None,
         fixed_namespace: None,
+        instance: None,
         selector: "a=b".into(),
     }
 }

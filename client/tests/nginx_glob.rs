@@ -99,6 +99,7 @@ async fn real_nginx_checks_a_candidate_reached_through_conf_d_glob() {
             context: None,
             namespace: None,
             fixed_namespace: None,
+            instance: None,
             selector: "a=b".into(),
         },
         services: vec!["web=default/web:http".parse().expect("svc")],

@@ -98,6 +98,11 @@ pub enum Command {
         /// with a warning.
         #[arg(long, value_name = "NAMESPACE", conflicts_with_all = ["snapshot", "snapshot_dir"])]
         fixed_namespace: Option<String>,
+        /// Count only the objects of this installation
+        /// (`kube_discovery.instance`, label `kubediscovery.io/instance`;
+        /// default: of any installation).
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["snapshot", "snapshot_dir"])]
+        instance: Option<String>,
     },
     /// Start an in-process kube-sim with sample workloads, run the controller
     /// against it, and keep changing endpoints so updates are visible.

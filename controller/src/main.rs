@@ -54,14 +54,18 @@ async fn dispatch(cli: Cli, invocation: Invocation) -> Result<(), Error> {
             snapshot,
             snapshot_dir,
             fixed_namespace,
+            instance,
         } => {
             use kube_discovery_client::NodesFrom;
             let from = match (snapshot, snapshot_dir) {
                 (Some(s), _) => NodesFrom::snapshot(&s)?,
                 (None, Some(d)) => NodesFrom::SnapshotDir(d),
-                (None, None) => NodesFrom::DiscoveredServices(
-                    kube_discovery_client::lookup::reader_rule(fixed_namespace.as_deref()),
-                ),
+                (None, None) => {
+                    NodesFrom::DiscoveredServices(kube_discovery_client::lookup::reader_rule(
+                        fixed_namespace.as_deref(),
+                        instance.as_deref(),
+                    ))
+                }
             };
             let out = kube_discovery::nodes_cmd::nodes_command(&service, kubeconfig, context, from)
                 .await?;

@@ -93,7 +93,8 @@ pub fn render_command(
     }
     if let Some(q) = query {
         // The rendered objects are named by the same options (they agree).
-        let rule = ReaderRule::new(opts.naming.clone());
+        let rule =
+            ReaderRule::new(opts.naming.clone()).for_instance(Some(opts.naming.instance.clone()));
         return match lookup(&rendered.objects, &q, &rule) {
             Some(n) => Ok(format!("{}\n", serde_json::to_string_pretty(&n)?)),
             None => Err(Error::NoNodes {

@@ -56,7 +56,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use kube_discovery_core::crd::{
-    DiscoveredService, ObjectNaming, Owner, desired_objects_at, key_of, shard_name, shard_of,
+    DiscoveredService, LABEL_INSTANCE, ObjectNaming, Owner, desired_objects_at, key_of, shard_name,
+    shard_of,
 };
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
@@ -484,7 +485,20 @@ impl Sink for KubeSink {
                     .filter(|f| f.operation.as_deref() == Some("Apply"))
                     .filter_map(|f| f.manager.as_deref());
                 match self.naming.owner_of(ds.metadata.labels.as_ref(), managers) {
-                    Owner::Us => found.add(&ds),
+                    Owner::Us => {
+                        let mut ds = ds;
+                        let labelled = ds
+                            .metadata
+                            .labels
+                            .as_ref()
+                            .is_some_and(|l| l.contains_key(LABEL_INSTANCE));
+                        if !labelled {
+                            // Written before instances existed (or the label
+                            // was removed): rewritten once, which stamps it.
+                            ds.spec.version.clear();
+                        }
+                        found.add(&ds);
+                    }
                     other => {
                         let ns = ds.metadata.namespace.clone().unwrap_or_default();
                         let name = ds.metadata.name.clone().unwrap_or_default();

@@ -199,6 +199,10 @@ pub struct KubeArgs {
     /// their spec are ignored with a warning.
     #[arg(long, value_name = "NAMESPACE")]
     pub fixed_namespace: Option<String>,
+    /// Count only the objects of this installation (`kube_discovery.instance`,
+    /// label `kubediscovery.io/instance`); default: of any installation.
+    #[arg(long, value_name = "NAME")]
+    pub instance: Option<String>,
 }
 
 impl KubeArgs {
@@ -213,7 +217,7 @@ impl KubeArgs {
             self.client().await?,
             self.namespace.as_deref(),
             &self.selector,
-            crate::lookup::reader_rule(self.fixed_namespace.as_deref()),
+            crate::lookup::reader_rule(self.fixed_namespace.as_deref(), self.instance.as_deref()),
         ))
     }
 }

@@ -748,16 +748,19 @@ pub fn key_of(ds: &DiscoveredService) -> ServiceKey {
 /// DiscoveredService in ANY namespace could add nodes to another namespace's
 /// service (the spec alone names the service).
 ///
-/// Identity checks belong in [`ReaderRule::check`] too: the installation's
-/// [`LABEL_INSTANCE`] against `naming.instance` is NOT checked yet (readers
-/// would need to be told the instance, and objects written before instances
-/// existed carry no instance label).
+/// With an instance ([`ReaderRule::for_instance`]), only that
+/// installation's objects count (label [`LABEL_INSTANCE`]); without one, any
+/// kube-discovery installation's.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ReaderRule {
     /// How the writer names its objects (`namespace_mode` of
     /// `sinks.discoveredservices`): where an object of a service must live
-    /// and what it must be called.
+    /// and what it must be called. Its `instance` is not used: see
+    /// [`ReaderRule::instance`].
     pub naming: ObjectNaming,
+    /// Only objects of this installation (`kube_discovery.instance`) count;
+    /// `None`: any installation's.
+    pub instance: Option<String>,
 }
 
 /// Why [`ReaderRule::check`] refuses an object. Display strings name the
@@ -826,9 +829,20 @@ fn shown(v: Option<&str>) -> String {
 }
 
 impl ReaderRule {
-    /// The rule for objects named by `naming`.
+    /// The rule for objects named by `naming`, of any installation.
     pub fn new(naming: ObjectNaming) -> Self {
-        Self { naming }
+        Self {
+            naming,
+            instance: None,
+        }
+    }
+
+    /// The same rule, counting only objects of the installation `instance`
+    /// (`None`: of any).
+    #[must_use]
+    pub fn for_instance(mut self, instance: Option<String>) -> Self {
+        self.instance = instance;
+        self
     }
 
     /// The service `ds` describes, if the object agrees with itself the way
@@ -891,6 +905,17 @@ impl ReaderRule {
                     service,
                     label: k,
                     expected: Some(v),
+                    actual,
+                });
+            }
+        }
+        if let Some(want) = &self.instance {
+            let actual = label(LABEL_INSTANCE);
+            if actual.as_deref() != Some(want.as_str()) {
+                return Err(Disagreement::Label {
+                    service,
+                    label: LABEL_INSTANCE,
+                    expected: Some(want.clone()),
                     actual,
                 });
             }
@@ -1611,6 +1636,32 @@ mod reader_rule_tests {
         assert_eq!(
             rule.check(&o),
             Err(Disagreement::Shard { index: 2, count: 2 })
+        );
+    }
+
+    #[test]
+    fn a_reader_told_the_instance_counts_only_that_installations_objects() {
+        let obj = desired_object(&web(""), &ObjectNaming::source().with_instance("edge"));
+        let any = ReaderRule::new(ObjectNaming::source());
+        assert!(any.check(&obj).is_ok());
+        let edge = any.clone().for_instance(Some("edge".into()));
+        assert!(edge.check(&obj).is_ok());
+        let other = any.for_instance(Some("other".into()));
+        let err = other.check(&obj).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "label kubediscovery.io/instance is \"edge\", the spec of default/web wants \"other\""
+        );
+        let mut unlabelled = obj.clone();
+        unlabelled
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .remove(LABEL_INSTANCE);
+        assert!(
+            other.check(&unlabelled).is_err(),
+            "no label: not that instance's"
         );
     }
 }

@@ -20,7 +20,7 @@ use crate::fault_support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use controller_support::{Backend, Controller, Env, LIMIT, dsvc_resource, eventually};
+use controller_support::{Backend, Controller, Env, LIMIT, bin, dsvc_resource, eventually};
 use fault_support::{
     Churn, Kind, Specs, actual, config, diff, masters, metric_sum, truth, user_token, wait_log,
     writes_since,
@@ -51,6 +51,23 @@ async fn dsvc_writes(env: &Env, mark: u64) -> Vec<(String, String)> {
             )
         })
         .collect()
+}
+
+/// `kube-discovery nodes <query> --instance <instance>`: (success, stdout, stderr).
+async fn nodes(env: &Env, query: &str, instance: &str) -> (bool, String, String) {
+    let out = tokio::process::Command::new(bin())
+        .args(["nodes", query, "--instance", instance, "--kubeconfig"])
+        .arg(env.kubeconfig(&env.admin_token()))
+        .env_remove("KUBECONFIG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("run kube-discovery nodes");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// The objects of `specs` in `namespaces`.
@@ -165,6 +182,7 @@ async fn two_instances_never_touch_each_others_objects(backend: Backend) {
     }
     // Each labels its own objects, and reports each `shared` name the other holds.
     let mut held = BTreeMap::from([("a", 0.0), ("b", 0.0)]);
+    let mut holders = BTreeMap::new();
     for name in (0..4).map(Churn::service) {
         if let Some(ds) = env.dsvc("shared", &name).await {
             let i = ds["metadata"]["labels"]["kubediscovery.io/instance"]
@@ -172,6 +190,7 @@ async fn two_instances_never_touch_each_others_objects(backend: Backend) {
                 .unwrap_or_default()
                 .to_string();
             *held.get_mut(i.as_str()).expect("labelled a or b") += 1.0;
+            holders.insert(name, i);
         }
     }
     let (ta, tb) = eventually("each reports the names the other holds", LIMIT, || async {
@@ -193,6 +212,20 @@ async fn two_instances_never_touch_each_others_objects(backend: Backend) {
     assert!(ta + tb > 0.0, "no name was contested");
     let ds = env.dsvc("only-b", "svc-0").await.expect("only-b/svc-0");
     assert_eq!(ds["metadata"]["labels"]["kubediscovery.io/instance"], "b");
+    // A reader told the instance counts only that installation's objects.
+    let (name, holder) = holders.iter().next().expect("a shared object");
+    let other = if holder == "a" { "b" } else { "a" };
+    let query = format!("shared/{name}:http");
+    let (ok, stdout, _) = nodes(&env, &query, holder).await;
+    assert!(
+        ok && stdout.contains("10.23."),
+        "{query} --instance {holder}: {stdout}"
+    );
+    let (ok, _, stderr) = nodes(&env, &query, other).await;
+    assert!(
+        !ok && stderr.contains("label kubediscovery.io/instance"),
+        "{query} --instance {other} must find nothing:\n{stderr}"
+    );
     a.stop().await;
     b.stop().await;
 }

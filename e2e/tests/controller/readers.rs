@@ -241,7 +241,7 @@ async fn fixed_namespace_readers_accept_only_the_fixed_namespace(backend: Backen
         env.admin.clone(),
         None,
         MANAGED_BY_SELECTOR,
-        kube_discovery_client::lookup::reader_rule(Some("kd")),
+        kube_discovery_client::lookup::reader_rule(Some("kd"), None),
     );
     tokio::time::timeout(LIMIT, resolver.wait_ready())
         .await
