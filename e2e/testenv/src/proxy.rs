@@ -20,6 +20,10 @@
 //! * `hangSeconds` (proxy only): requests accepted in that window are never
 //!   answered (nothing is closed either), the network partition of a dead
 //!   peer.
+//! * `freezeConnectionsSeconds`: every client connection open now, and every
+//!   one accepted in that window, stops forwarding for good in both
+//!   directions, nothing closed (kube-sim's [`kube_sim::faults::Freezer`]):
+//!   a partition after which the open connections never recover.
 //!
 //! `compact` is not the proxy's: the control plane compacts etcd itself
 //! ([`crate::real::ControlPlane::fault`]).
@@ -64,6 +68,8 @@ struct ProxyState {
     /// `(verb, resource)` -> injected delays begun.
     delays_started: Mutex<BTreeMap<(String, String), u64>>,
     hang_until: Mutex<Option<Instant>>,
+    /// Freezes client connections (`freezeConnectionsSeconds`).
+    freezer: Arc<kube_sim::faults::Freezer>,
     /// Bumped to end every watch answer in flight.
     drop_tx: watch::Sender<u64>,
     /// Set while connections are refused.
@@ -123,6 +129,7 @@ impl FaultProxy {
             failures_served: Mutex::new(BTreeMap::new()),
             delays_started: Mutex::new(BTreeMap::new()),
             hang_until: Mutex::new(None),
+            freezer: Arc::default(),
             drop_tx: watch::channel(0).0,
             refuse_tx: watch::channel(None).0,
             cut: Mutex::new(CancellationToken::new()),
@@ -147,6 +154,10 @@ impl FaultProxy {
             f.stall_until = None;
             drop(f);
             *sh.hang_until.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            sh.freezer.clear();
+        }
+        if let Some(s) = req.freeze_connections_seconds {
+            sh.freezer.freeze(s);
         }
         if let Some(r) = &req.fail {
             sh.faults().fail.push(r.clone());
@@ -284,6 +295,7 @@ struct Up {
 
 async fn serve_connection(sh: Arc<ProxyState>, tcp: tokio::net::TcpStream) {
     let cut = sh.cut_token();
+    let tcp = sh.freezer.wrap(tcp);
     let acceptor = tokio_rustls::TlsAcceptor::from(sh.server_tls.clone());
     let Ok(Ok(tls)) = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
     else {
