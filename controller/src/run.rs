@@ -14,6 +14,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube_discovery_core::Index;
 use kube_discovery_core::crd::ObjectNaming;
@@ -63,6 +64,17 @@ pub struct RunOptions {
     pub leader: Option<crate::leader::LeaseConfig>,
     /// The ConfigMap snapshot sink, when enabled.
     pub snapshot: Option<crate::snapshot_sink::SnapshotOptions>,
+    /// The read timeout of every API request
+    /// (`kube_discovery.request_timeout`).
+    pub request_timeout: Duration,
+    /// The server-side timeout of every watch: `watch_timeout`, capped so
+    /// that watches are renewed within `request_timeout`
+    /// ([`crate::client::watch_renewal`]).
+    pub watch_timeout: Duration,
+    /// How long a cluster's watch may fail before `/readyz` does.
+    pub unready_after: Duration,
+    /// The most a graceful shutdown may take.
+    pub shutdown_timeout: Duration,
 }
 
 /// Builds the [`RunOptions`] for a validated configuration. `http_addr`
@@ -85,16 +97,20 @@ impl RunOptions {
     /// I/O the pure core leaves out: the hidden shard-size override, the
     /// pod's own namespace and identity, the HTTP auth token file.
     pub fn from_plan(plan: Plan) -> Result<RunOptions> {
+        let watch_timeout = crate::client::watch_renewal(plan.watch_timeout, plan.request_timeout);
         let home_namespace = plan.home_namespace().map(str::to_string);
         let snapshot = match plan.configmap {
             Some(cm) => {
                 let env = |k: &str| std::env::var(k).ok();
                 Some(
-                    crate::snapshot_sink::SnapshotOptions::new(
-                        cm.namespace,
-                        cm.name,
-                        plan.writes.coalesce_window,
-                    )
+                    crate::snapshot_sink::SnapshotOptions {
+                        watch_timeout: Some(watch_timeout),
+                        ..crate::snapshot_sink::SnapshotOptions::new(
+                            cm.namespace,
+                            cm.name,
+                            plan.writes.coalesce_window,
+                        )
+                    }
                     .validated(&env)?,
                 )
             }
@@ -125,7 +141,7 @@ impl RunOptions {
                     label_selector: c.server_label_selector(),
                     field_selector: c.server_field_selector(),
                     namespace: c.watch_namespace().map(str::to_string),
-                    watch_timeout: plan.watch_timeout,
+                    watch_timeout,
                     watch_services: c.watch_services,
                 },
                 conn: c.connection.clone(),
@@ -168,6 +184,10 @@ impl RunOptions {
             redacted_config: plan.redacted_config,
             leader,
             snapshot,
+            request_timeout: plan.request_timeout,
+            watch_timeout,
+            unready_after: plan.unready_after,
+            shutdown_timeout: plan.shutdown_timeout,
         })
     }
 }
@@ -238,7 +258,9 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
         opts.clusters.iter().map(|c| c.params.cluster.as_str()),
     ));
 
-    let home = crate::client::client(&opts.home).await?;
+    let home_limits = crate::client::ClientLimits::new(opts.request_timeout);
+    metrics.track_client("home", "", home_limits.in_flight.clone());
+    let home = crate::client::client(&opts.home, &home_limits).await?;
     let snapshot_client = home.clone();
     let (leader, elector) = match opts.leader {
         Some(cfg) => {
@@ -273,15 +295,15 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
 
     let mut tasks = Vec::new();
     tasks.push(tokio::spawn(
-        drift_feed.in_namespace(opts.home_namespace).run(
-            home,
-            shared.clone(),
-            writer.clone(),
-            shutdown.clone(),
-        ),
+        drift_feed
+            .in_namespace(opts.home_namespace)
+            .with_watch_timeout(opts.watch_timeout)
+            .run(home, shared.clone(), writer.clone(), shutdown.clone()),
     ));
     for c in opts.clusters {
-        let client = crate::client::client(&c.conn).await?;
+        let limits = crate::client::ClientLimits::new(opts.request_timeout);
+        metrics.track_client("source", &c.params.cluster, limits.in_flight.clone());
+        let client = crate::client::client(&c.conn, &limits).await?;
         let source = Source {
             params: c.params,
             client,
@@ -381,7 +403,10 @@ mod tests {
         assert_eq!(c.params.cluster, "");
         assert_eq!(c.params.kind, SourceKind::EndpointSlice);
         assert_eq!(c.params.field_selector, None, "not_match is client-side");
-        assert_eq!(c.params.watch_timeout, Duration::from_secs(290));
+        // watch_timeout 290 s, renewed within the 10 s request timeout.
+        assert_eq!(p.request_timeout, Duration::from_secs(10));
+        assert_eq!(c.params.watch_timeout, Duration::from_secs(8));
+        assert_eq!(p.watch_timeout, Duration::from_secs(8));
         assert_eq!(p.home, c.conn, "single cluster writes where it reads");
         assert_eq!(p.http_addr, "0.0.0.0:8080".parse().unwrap());
         assert_eq!(p.writer.coalesce_window, Duration::from_millis(100));

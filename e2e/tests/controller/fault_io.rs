@@ -1,0 +1,126 @@
+//! Fault suite, the requests side (issue 16): what the controller does when
+//! the API server stops answering without closing anything, sends huge
+//! `Retry-After`s, or when it must stop while the API server hangs. On both
+//! backends (kube-sim's faults; the real API server behind the fault proxy).
+//!
+//! | scenario | test |
+//! |---|---|
+//! | a 6 s partition after which the open connections never answer again; then 40 services change | `p01_frozen_connections` |
+//! | a write answered 429 with `Retry-After: 3600` | `p02_retry_after_capped` |
+
+use crate::controller_support;
+use crate::fault_support;
+
+use std::time::Duration;
+
+use controller_support::{Backend, Controller, Env};
+use fault_support::{Churn, Kind, config, fault, masters, metric_sum, user_token, wait_converged};
+use serde_json::json;
+use testenv::both_backends;
+
+/// The default `kube_discovery.request_timeout`.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The controller's token: not kube-sim's admin token, whose connections
+/// kube-sim never freezes (they are the test's own).
+fn controller_token(env: &Env) -> String {
+    user_token(env, "kd")
+}
+
+/// Issue 16, item 2: a 6 s network partition in which the open connections
+/// stop answering (nothing closed) and new ones are swallowed; afterwards
+/// the old connections stay dead. 40 services change right after it heals.
+/// Before request timeouts, the watch (and every pooled connection) waited
+/// for the server forever: the changes were written only when the watch's
+/// own idle timeout fired, ~290 s later. Now every request is bounded by
+/// `request_timeout` and watches are renewed within it, so the dead
+/// connections are replaced: converged within two request timeouts (a dead
+/// watch, then dead pooled write connections) plus a margin.
+#[both_backends]
+#[tokio::test]
+async fn p01_frozen_connections(backend: Backend) {
+    let env = Env::start_with(backend, masters(&["kd"])).await;
+    let cfg = config(&env, &controller_token(&env), Kind::Slices, "");
+    let services = 40;
+    let mut churn = Churn::new("frozen", services, Kind::Slices, 31, 31);
+    churn.seed(&env).await;
+    let ctl = Controller::start(&env, "frozen", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    wait_converged(&env, &cfg, Duration::from_secs(30)).await;
+
+    let partition = Duration::from_secs(6);
+    fault(
+        &env,
+        json!({"freezeConnectionsSeconds": partition.as_secs_f64()}),
+    )
+    .await;
+    tokio::time::sleep(partition).await;
+    let healed = tokio::time::Instant::now();
+    // Every service changes (a new address each) right after the heal.
+    for i in 0..services {
+        let svc = Churn::service(i);
+        let ip = format!("10.31.{i}.250");
+        env.slice(
+            "frozen",
+            &svc,
+            &format!("{svc}-a"),
+            &[(ip.as_str(), true)],
+            &[("http", 80)],
+        )
+        .await;
+    }
+    let bound = 2 * REQUEST_TIMEOUT + Duration::from_secs(5);
+    wait_converged(&env, &cfg, Duration::from_secs(60)).await;
+    let took = healed.elapsed();
+    eprintln!("{services} changed services converged {took:?} after the partition healed");
+    assert!(
+        took <= bound,
+        "converged only {took:?} after the partition healed (bound {bound:?}); log:\n{}",
+        ctl.logs()
+    );
+    // The requests in flight are reported, and none hangs on: the open
+    // watches (EndpointSlices, DiscoveredServices) are all that stays.
+    let in_flight = metric_sum(&ctl, "kube_discovery_api_requests_in_flight", &[]).await;
+    let (_, metrics) = ctl.get("/metrics").await;
+    assert!(
+        metrics.contains("kube_discovery_api_requests_in_flight{client=\"home\""),
+        "no in-flight gauge:\n{metrics}"
+    );
+    assert!(
+        (1.0..=4.0).contains(&in_flight),
+        "{in_flight} requests in flight after converging"
+    );
+    ctl.stop().await;
+}
+
+/// Issue 16, item 7: a write answered `429` with `Retry-After: 3600`. kube's
+/// own retry layer slept the hour, holding the write (and its service)
+/// stale; the controller's client waits at most `MAX_RETRY_AFTER` (5 s)
+/// before retrying.
+#[both_backends]
+#[tokio::test]
+async fn p02_retry_after_capped(backend: Backend) {
+    let env = Env::start(backend).await;
+    let cfg = config(&env, &env.admin_token(), Kind::Slices, "");
+    let mut churn = Churn::new("retry", 3, Kind::Slices, 32, 32);
+    churn.seed(&env).await;
+    let ctl = Controller::start(&env, "retry", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    wait_converged(&env, &cfg, Duration::from_secs(30)).await;
+    fault(
+        &env,
+        json!({"fail": {"verb": "patch", "resource": "discoveredservices", "count": 1,
+                        "code": 429, "retryAfterSeconds": 3600}}),
+    )
+    .await;
+    let changed = tokio::time::Instant::now();
+    churn.run(&env, 3, Duration::ZERO).await;
+    wait_converged(&env, &cfg, Duration::from_secs(30)).await;
+    let took = changed.elapsed();
+    eprintln!("converged {took:?} after a 429 with Retry-After: 3600");
+    assert!(
+        took <= Duration::from_secs(15),
+        "converged only after {took:?}"
+    );
+    ctl.stop().await;
+}
