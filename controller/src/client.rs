@@ -9,6 +9,7 @@
 //! * A kubeconfig (path and optional context; `--kubeconfig`/`KUBECONFIG`),
 //!   which brings contexts, client certificates and exec plugins.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -18,6 +19,7 @@ use kube::{Client, Config};
 use tower::BoxError;
 use tower::buffer::BufferLayer;
 use tower::retry::{Policy, RetryLayer};
+use tower::util::MapResponseLayer;
 use tower_http::metrics::in_flight_requests::{InFlightRequestsCounter, InFlightRequestsLayer};
 
 use crate::{Result, SettingError};
@@ -108,7 +110,7 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
 pub const MAX_RETRIES: u32 = 3;
 
 /// How every API request of a [`client`] is bounded.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClientLimits {
     /// kube's read timeout: the longest a request (a list page, a watch
     /// start, a write, a lease request, ...) waits for the next byte from
@@ -122,6 +124,31 @@ pub struct ClientLimits {
     /// answer's body is consumed (an open watch counts while it streams):
     /// `kube_discovery_api_requests_in_flight`.
     pub in_flight: InFlightRequestsCounter,
+    /// Called on every successful (2xx) answer: the cluster's API server
+    /// serves this client again (see [`crate::state::ControllerState::api_ok`]).
+    pub on_success: Option<OnSuccess>,
+}
+
+/// A callback of [`ClientLimits::on_success`].
+pub type OnSuccess = Arc<dyn Fn() + Send + Sync>;
+
+impl std::fmt::Debug for ClientLimits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientLimits")
+            .field("request_timeout", &self.request_timeout)
+            .field("in_flight", &self.in_flight.get())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The `map_response` function of [`ClientLimits::on_success`].
+fn report_success<B>(on_success: OnSuccess) -> impl Fn(Response<B>) -> Response<B> + Clone {
+    move |resp| {
+        if resp.status().is_success() {
+            on_success();
+        }
+        resp
+    }
 }
 
 impl Default for ClientLimits {
@@ -138,6 +165,7 @@ impl ClientLimits {
         Self {
             request_timeout,
             in_flight: InFlightRequestsCounter::new(),
+            on_success: None,
         }
     }
 }
@@ -217,6 +245,9 @@ pub async fn client(conn: &Connection, limits: &ClientLimits) -> Result<Client> 
         // the whole stack, with the same capacity).
         .with_layer(&BufferLayer::new(1024))
         .with_layer(&RetryLayer::new(CappedRetry::new(MAX_RETRY_AFTER)))
+        .with_layer(&MapResponseLayer::new(report_success(
+            limits.on_success.clone().unwrap_or_else(|| Arc::new(|| {})),
+        )))
         // Outermost: a request counts once, retries included.
         .with_layer(&InFlightRequestsLayer::new(limits.in_flight.clone()));
     Ok(builder.build())

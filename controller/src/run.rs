@@ -257,6 +257,7 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
     let shared = Arc::new(ControllerState::new(
         opts.clusters.iter().map(|c| c.params.cluster.as_str()),
     ));
+    shared.set_unready_after(opts.unready_after);
 
     let home_limits = crate::client::ClientLimits::new(opts.request_timeout);
     metrics.track_client("home", "", home_limits.in_flight.clone());
@@ -301,8 +302,12 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
             .run(home, shared.clone(), writer.clone(), shutdown.clone()),
     ));
     for c in opts.clusters {
-        let limits = crate::client::ClientLimits::new(opts.request_timeout);
+        let mut limits = crate::client::ClientLimits::new(opts.request_timeout);
         metrics.track_client("source", &c.params.cluster, limits.in_flight.clone());
+        // Any answer from the cluster's API server means its watch is served
+        // again (a renewed watch produces no event to tell).
+        let (served, id) = (shared.clone(), c.params.cluster.clone());
+        limits.on_success = Some(Arc::new(move || served.api_ok(&id)));
         let client = crate::client::client(&c.conn, &limits).await?;
         let source = Source {
             params: c.params,

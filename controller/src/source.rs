@@ -405,6 +405,7 @@ impl<K: SourceObject> WatchIndex<K> for SourceIndex {
             c.listed = true;
             c.lists += 1;
             c.last_error = None;
+            c.failing_since = None;
         });
         if !self.first_list_done {
             self.first_list_done = true;
@@ -433,9 +434,7 @@ impl<K: SourceObject> WatchIndex<K> for SourceIndex {
             .get_or_create(&Metrics::cluster(cluster))
             .inc();
         tracing::warn!(cluster = %cluster, error = %err, "watch failed; retrying with backoff");
-        let msg = err.to_string();
-        self.shared
-            .update_cluster(cluster, |c| c.last_error = Some(msg));
+        self.shared.api_failed(cluster, err.to_string());
     }
 
     /// The Service watch, if any: one event of it.

@@ -7,14 +7,17 @@
 //! |---|---|
 //! | a 6 s partition after which the open connections never answer again; then 40 services change | `p01_frozen_connections` |
 //! | a write answered 429 with `Retry-After: 3600` | `p02_retry_after_capped` |
+//! | the controller's RBAC revoked at runtime, then restored | `p03_revoked_rbac_unready` |
 
 use crate::controller_support;
 use crate::fault_support;
 
 use std::time::Duration;
 
-use controller_support::{Backend, Controller, Env};
+use controller_support::{Backend, Controller, Env, Options, eventually};
 use fault_support::{Churn, Kind, config, fault, masters, metric_sum, user_token, wait_converged};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use testenv::both_backends;
 
@@ -122,5 +125,84 @@ async fn p02_retry_after_capped(backend: Backend) {
         took <= Duration::from_secs(15),
         "converged only after {took:?}"
     );
+    ctl.stop().await;
+}
+
+/// Binds `cluster-admin` to the plain user `kd` (revocable, unlike
+/// `system:masters`).
+async fn grant(env: &Env) {
+    let crb: ClusterRoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "kd-admin"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kd"}]
+    }))
+    .expect("binding");
+    Api::<ClusterRoleBinding>::all(env.admin.clone())
+        .create(&PostParams::default(), &crb)
+        .await
+        .expect("grant");
+}
+
+/// Issue 16, item 5: the controller's RBAC is revoked at runtime. Its watch
+/// is renewed within `request_timeout` and then forbidden; once that has
+/// lasted `unready_after`, `/readyz` is 503 naming the cluster (before, it
+/// stayed 200: the data was stale but looked ready). Restored, it is 200
+/// again.
+#[both_backends]
+#[tokio::test]
+async fn p03_revoked_rbac_unready(backend: Backend) {
+    let env = Env::start_with(
+        backend,
+        Options {
+            users: vec![("kd".to_string(), Vec::new())],
+            ..Options::default()
+        },
+    )
+    .await;
+    grant(&env).await;
+    let cfg = config(
+        &env,
+        &user_token(&env, "kd"),
+        Kind::Slices,
+        "  request_timeout: 5s\n  unready_after: 3s\n",
+    );
+    let mut churn = Churn::new("rbac", 2, Kind::Slices, 33, 33);
+    churn.seed(&env).await;
+    let ctl = Controller::start(&env, "rbac", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    wait_converged(&env, &cfg, Duration::from_secs(30)).await;
+    Api::<ClusterRoleBinding>::all(env.admin.clone())
+        .delete("kd-admin", &DeleteParams::default())
+        .await
+        .expect("revoke");
+    let (_, body) = eventually(
+        "/readyz 503 after the revocation",
+        Duration::from_secs(30),
+        || async {
+            let (code, body) = ctl.get("/readyz").await;
+            (code == 503).then_some((code, body))
+        },
+    )
+    .await;
+    assert!(
+        body.contains(r#"cluster \"\": watch failing for"#) && body.contains("orbidden"),
+        "/readyz does not name the cluster and the cause: {body}"
+    );
+    assert_eq!(
+        metric_sum(&ctl, "kube_discovery_ready", &[]).await,
+        0.0,
+        "kube_discovery_ready follows /readyz"
+    );
+    grant(&env).await;
+    eventually(
+        "/readyz 200 after the grant",
+        Duration::from_secs(30),
+        || async { (ctl.get("/readyz").await.0 == 200).then_some(()) },
+    )
+    .await;
+    // And it works: a change is written.
+    churn.run(&env, 2, Duration::ZERO).await;
+    wait_converged(&env, &cfg, Duration::from_secs(30)).await;
     ctl.stop().await;
 }
