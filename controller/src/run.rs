@@ -230,9 +230,27 @@ pub struct Running {
     elector: Option<tokio::task::JoinHandle<()>>,
     snapshot: Option<tokio::task::JoinHandle<()>>,
     http: tokio::task::JoinHandle<()>,
+    /// The deadline of [`Running::stop_within_deadline`].
+    shutdown_timeout: Duration,
 }
 
 impl Running {
+    /// [`Running::stop`], given up after `kube_discovery.shutdown_timeout`
+    /// (whatever is still in flight then, a write or a watch, is dropped
+    /// with the runtime: the next leader redoes an unfinished write).
+    /// `false` when the deadline passed.
+    pub async fn stop_within_deadline(self) -> bool {
+        let deadline = self.shutdown_timeout;
+        if tokio::time::timeout(deadline, self.stop()).await.is_ok() {
+            return true;
+        }
+        tracing::warn!(
+            deadline_secs = deadline.as_secs_f64(),
+            "shutdown deadline passed with work in flight; exiting anyway"
+        );
+        false
+    }
+
     /// Stops everything; in-flight writes finish first.
     pub async fn stop(self) {
         self.shutdown.cancel();
@@ -253,6 +271,7 @@ impl Running {
 /// Starts the controller described by `opts`.
 pub async fn start(opts: RunOptions) -> Result<Running> {
     let shutdown = CancellationToken::new();
+    let shutdown_timeout = opts.shutdown_timeout;
     let metrics = Metrics::default();
     let shared = Arc::new(ControllerState::new(
         opts.clusters.iter().map(|c| c.params.cluster.as_str()),
@@ -339,6 +358,7 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
         elector,
         snapshot,
         http,
+        shutdown_timeout,
     })
 }
 
@@ -374,8 +394,9 @@ pub async fn shutdown_signal() {
 pub async fn run_until_signal(opts: RunOptions) -> Result<()> {
     let running = start(opts).await?;
     shutdown_signal().await;
-    running.stop().await;
-    tracing::info!("stopped");
+    if running.stop_within_deadline().await {
+        tracing::info!("stopped");
+    }
     Ok(())
 }
 

@@ -220,6 +220,10 @@ client:
 {{- if include "kube-discovery.authSecretName" . }}{{ $_ := set $http "auth_token_file" "/etc/kube-discovery/http-auth/token" }}{{ end }}
 {{- $_ := set $kd "http" $http }}
 {{- with $c.watchTimeout }}{{ $_ := set $kd "watch_timeout" . }}{{ end }}
+{{- with $c.requestTimeout }}{{ $_ := set $kd "request_timeout" . }}{{ end }}
+{{- with $c.unreadyAfter }}{{ $_ := set $kd "unready_after" . }}{{ end }}
+{{- /* Shutdown finishes 5 s before the kubelet's SIGKILL. */}}
+{{- $_ := set $kd "shutdown_timeout" (printf "%ds" (max 1 (sub (int .Values.terminationGracePeriodSeconds) 5))) }}
 {{- $_ := set $kd "write_concurrency" (int64 $c.writeConcurrency) }}
 {{- $_ := set $kd "write_qps" $c.writeQps }}
 {{- with $c.coalesceWindow }}{{ $_ := set $kd "coalesce_window" . }}{{ end }}

@@ -8,6 +8,7 @@
 //! | a 6 s partition after which the open connections never answer again; then 40 services change | `p01_frozen_connections` |
 //! | a write answered 429 with `Retry-After: 3600` | `p02_retry_after_capped` |
 //! | the controller's RBAC revoked at runtime, then restored | `p03_revoked_rbac_unready` |
+//! | SIGTERM while a write hangs on a frozen connection | `p04_shutdown_deadline` |
 
 use crate::controller_support;
 use crate::fault_support;
@@ -15,7 +16,9 @@ use crate::fault_support;
 use std::time::Duration;
 
 use controller_support::{Backend, Controller, Env, Options, eventually};
-use fault_support::{Churn, Kind, config, fault, masters, metric_sum, user_token, wait_converged};
+use fault_support::{
+    Churn, Kind, config, fault, masters, metric_sum, signal, user_token, wait_converged,
+};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -205,4 +208,59 @@ async fn p03_revoked_rbac_unready(backend: Backend) {
     churn.run(&env, 2, Duration::ZERO).await;
     wait_converged(&env, &cfg, Duration::from_secs(30)).await;
     ctl.stop().await;
+}
+
+/// Issue 16, item 7: SIGTERM while a write hangs (the API server holds it
+/// for 10 minutes). The process exits within
+/// `shutdown_timeout` instead of waiting for the write (before: it waited
+/// for the in-flight write, i.e. forever).
+#[both_backends]
+#[tokio::test]
+async fn p04_shutdown_deadline(backend: Backend) {
+    let env = Env::start_with(backend, masters(&["kd"])).await;
+    let deadline = Duration::from_secs(3);
+    // A long request timeout: the hung write outlives the deadline.
+    let cfg = config(
+        &env,
+        &controller_token(&env),
+        Kind::Slices,
+        "  request_timeout: 60s\n  shutdown_timeout: 3s\n",
+    );
+    let mut churn = Churn::new("term-hung", 2, Kind::Slices, 34, 34);
+    churn.seed(&env).await;
+    let mut ctl = Controller::start(&env, "term-hung", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    wait_converged(&env, &cfg, Duration::from_secs(30)).await;
+    let home = r#"client="home""#;
+    let idle = metric_sum(&ctl, "kube_discovery_api_requests_in_flight", &[home]).await;
+    fault(
+        &env,
+        json!({"latency": {"verb": "patch", "resource": "discoveredservices",
+                           "millis": 600_000, "count": 1}}),
+    )
+    .await;
+    churn.run(&env, 2, Duration::ZERO).await;
+    // The write of the change is in flight (and hangs).
+    eventually("a write in flight", Duration::from_secs(30), || async {
+        (metric_sum(&ctl, "kube_discovery_api_requests_in_flight", &[home]).await > idle)
+            .then_some(())
+    })
+    .await;
+    signal(&ctl, "TERM");
+    let termed = tokio::time::Instant::now();
+    let status = tokio::time::timeout(Duration::from_secs(30), ctl.child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("no exit 30 s after SIGTERM; log:\n{}", ctl.logs()))
+        .expect("wait");
+    let took = termed.elapsed();
+    eprintln!("exited {took:?} after SIGTERM with a hung write ({status})");
+    assert!(
+        took <= deadline + Duration::from_secs(2),
+        "exited only {took:?} after SIGTERM (deadline {deadline:?})"
+    );
+    assert!(
+        ctl.logs().contains("shutdown deadline passed"),
+        "the deadline was not what ended it:\n{}",
+        ctl.logs()
+    );
 }

@@ -343,7 +343,7 @@ pub(super) struct RawSettings {
     pub(super) request_timeout: Option<String>,
     #[garde(custom(check_duration(Duration::from_secs(1), Duration::from_secs(3600))))]
     pub(super) unready_after: Option<String>,
-    #[garde(custom(check_duration(Duration::from_secs(1), Duration::from_secs(600))))]
+    #[garde(custom(check_duration(Duration::from_secs(1), Duration::from_secs(3600))))]
     pub(super) shutdown_timeout: Option<String>,
     #[garde(custom(check_concurrency))]
     pub(super) write_concurrency: Option<u64>,
