@@ -98,6 +98,11 @@ pub struct FaultRequest {
     /// carried a request with its admin token (the test's own client).
     #[serde(default)]
     pub freeze_connections_seconds: Option<f64>,
+    /// The next this many lists that carry a `continue` token are answered
+    /// `410 Expired`, as when the token's revision was compacted away
+    /// between two pages.
+    #[serde(default)]
+    pub expire_continue_tokens: Option<u64>,
 }
 
 /// The `freezeConnectionsSeconds` fault: wraps each accepted connection
@@ -220,6 +225,8 @@ pub struct Faults {
     pub latency: Vec<LatencyRule>,
     /// Watch streams stay silent until this instant.
     pub stall_until: Option<Instant>,
+    /// Continued lists still to answer `410 Expired`.
+    pub expire_continue: u64,
 }
 
 fn rule_matches(rule_verb: &str, rule_res: &str, verb: &str, resource: &str) -> bool {
@@ -240,6 +247,16 @@ impl Faults {
             self.fail.remove(idx);
         }
         Some(out)
+    }
+
+    /// Whether a list with a `continue` token is to be answered `410
+    /// Expired` (consumes one).
+    pub fn take_expired_continue(&mut self) -> bool {
+        if self.expire_continue == 0 {
+            return false;
+        }
+        self.expire_continue -= 1;
+        true
     }
 
     /// Consume one matching delay, if any.
@@ -309,6 +326,21 @@ pub(crate) fn injected_failure(
     );
     e.retry_after = retry_after.or(if code == 429 { Some(1) } else { None });
     e
+}
+
+/// The `410 Expired` of a list whose `continue` token's revision was
+/// compacted away (the real API server's message).
+pub(crate) fn expired_continue() -> ApiError {
+    ApiError::new(
+        410,
+        "Expired",
+        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+    )
+}
+
+/// The HTTP answer of [`expired_continue`], for a fault-injecting proxy.
+pub fn expired_continue_response() -> Response<Body> {
+    error_response(&expired_continue())
 }
 
 /// The HTTP answer of a `fail` fault, for a fault-injecting proxy in front of

@@ -222,6 +222,9 @@ impl SimState {
         if let Some(s) = req.freeze_connections_seconds {
             self.freezer.freeze(s);
         }
+        if let Some(n) = req.expire_continue_tokens {
+            self.faults().expire_continue = n;
+        }
         if let Some(s) = req.refuse_connections_seconds {
             let until = Instant::now() + Duration::from_secs_f64(s.max(0.0));
             self.refuse_tx.send_replace(Some(until));

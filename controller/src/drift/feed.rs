@@ -90,10 +90,10 @@ impl DriftFeed {
             (Some(ns), _) | (None, NamespaceMode::Fixed(ns)) => Api::namespaced(client, ns),
             (None, NamespaceMode::Source) => Api::all(client),
         };
-        let mut ours = Watch::new(watcher(
-            api,
+        let mut ours = Watch::from_config(
             watch::config(self.watch_timeout).labels(MANAGED_BY_SELECTOR),
-        ));
+            move |cfg| watcher(api.clone(), cfg),
+        );
         let mut index = DriftWatch {
             view: self.view,
             shared,

@@ -20,6 +20,9 @@
 //! * `hangSeconds` (proxy only): requests accepted in that window are never
 //!   answered (nothing is closed either), the network partition of a dead
 //!   peer.
+//! * `expireContinueTokens`: the next lists carrying a `continue` token are
+//!   answered kube-sim's `410 Expired` (an etcd compaction between pages,
+//!   [`crate::real::ControlPlane::compact`], is the real one);
 //! * `freezeConnectionsSeconds`: every client connection open now, and every
 //!   one accepted in that window, stops forwarding for good in both
 //!   directions, nothing closed (kube-sim's [`kube_sim::faults::Freezer`]):
@@ -152,12 +155,16 @@ impl FaultProxy {
             f.fail.clear();
             f.latency.clear();
             f.stall_until = None;
+            f.expire_continue = 0;
             drop(f);
             *sh.hang_until.lock().unwrap_or_else(|p| p.into_inner()) = None;
             sh.freezer.clear();
         }
         if let Some(s) = req.freeze_connections_seconds {
             sh.freezer.freeze(s);
+        }
+        if let Some(n) = req.expire_continue_tokens {
+            sh.faults().expire_continue = n;
         }
         if let Some(r) = &req.fail {
             sh.faults().fail.push(r.clone());
@@ -437,6 +444,18 @@ async fn forward(
         req.uri().query().unwrap_or(""),
     );
     let is_watch = target.as_ref().is_some_and(|(v, _)| *v == "watch");
+    let continued = req
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .any(|kv| kv.strip_prefix("continue=").is_some_and(|v| !v.is_empty()));
+    if target.as_ref().is_some_and(|(v, _)| *v == "list")
+        && continued
+        && sh.faults().take_expired_continue()
+    {
+        return kube_sim::faults::expired_continue_response();
+    }
     if let Some((verb, resource)) = &target {
         let latency = sh.faults().take_latency(verb, resource);
         if let Some(d) = latency {

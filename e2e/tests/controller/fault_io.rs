@@ -8,7 +8,8 @@
 //! | a 6 s partition after which the open connections never answer again; then 40 services change | `p01_frozen_connections` |
 //! | a write answered 429 with `Retry-After: 3600` | `p02_retry_after_capped` |
 //! | the controller's RBAC revoked at runtime, then restored | `p03_revoked_rbac_unready` |
-//! | SIGTERM while a write hangs on a frozen connection | `p04_shutdown_deadline` |
+//! | SIGTERM while a write hangs on the server | `p04_shutdown_deadline` |
+//! | every paged list's `continue` token expires (410) | `p05_expired_continue_token` |
 
 use crate::controller_support;
 use crate::fault_support;
@@ -263,4 +264,29 @@ async fn p04_shutdown_deadline(backend: Backend) {
         "the deadline was not what ended it:\n{}",
         ctl.logs()
     );
+}
+
+/// Issue 16, item 10: the `continue` token of every paged list expires
+/// (`410 Expired`, as after an etcd compaction between two pages) while
+/// 250 EndpointSlices are listed in pages of 100. kube-runtime's watcher
+/// started the list over from page 1 and never finished (never ready); the
+/// controller lists once in one request instead, as client-go's pager does.
+#[both_backends]
+#[tokio::test]
+async fn p05_expired_continue_token(backend: Backend) {
+    let env = Env::start(backend).await;
+    let cfg = config(&env, &env.admin_token(), Kind::Slices, "");
+    let mut churn = Churn::new("pages", 250, Kind::Slices, 35, 35);
+    churn.seed(&env).await;
+    fault(&env, json!({"expireContinueTokens": 1000})).await;
+    let ctl = Controller::start(&env, "pages", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    wait_converged(&env, &cfg, Duration::from_secs(60)).await;
+    assert!(
+        ctl.logs()
+            .contains("the continue token of a paged list expired; listing again in one request"),
+        "no fallback to a full list:\n{}",
+        ctl.logs()
+    );
+    ctl.stop().await;
 }
