@@ -282,11 +282,25 @@ async fn p05_expired_continue_token(backend: Backend) {
     let ctl = Controller::start(&env, "pages", &cfg, &[]).await;
     ctl.wait_ready().await;
     wait_converged(&env, &cfg, Duration::from_secs(60)).await;
+    let fallback = "the continue token of a paged list expired; listing again in one request";
     assert!(
-        ctl.logs()
-            .contains("the continue token of a paged list expired; listing again in one request"),
+        ctl.logs().contains(fallback),
         "no fallback to a full list:\n{}",
         ctl.logs()
+    );
+    ctl.stop().await;
+    // A restart: now the start-up list of the 250 DiscoveredServices (and
+    // the drift watch's list of them) is paged too, and expires as well.
+    fault(&env, json!({"expireContinueTokens": 1000})).await;
+    let ctl = Controller::start(&env, "pages2", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    churn.run(&env, 5, Duration::ZERO).await;
+    wait_converged(&env, &cfg, Duration::from_secs(60)).await;
+    let logs = ctl.logs();
+    let fallbacks = logs.matches(fallback).count();
+    assert!(
+        fallbacks >= 3,
+        "{fallbacks} fallbacks, want the sources', the start-up list's and the drift watch's:\n{logs}"
     );
     ctl.stop().await;
 }
