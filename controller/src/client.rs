@@ -8,6 +8,23 @@
 //!   periodically, so rotating bound ServiceAccount tokens keep working.
 //! * A kubeconfig (path and optional context; `--kubeconfig`/`KUBECONFIG`),
 //!   which brings contexts, client certificates and exec plugins.
+//!
+//! Every request is bounded ([`client`], [`ClientLimits`]):
+//!
+//! ```text
+//!  in-flight counter ─▶ on_success ─▶ CappedRetry (429/503/504: ≤3 retries,
+//!  (whole request)      (2xx seen)     each wait ≤ MAX_RETRY_AFTER)
+//!    ─▶ buffer ─▶ kube's stack (auth, ...) ─▶ hyper, HTTP/1.1: connect, write
+//!                                              and read timeouts = request_timeout
+//! ```
+//!
+//! kube 5 sets no read timeout (an accepted request that is never answered
+//! waits forever) and retries with the server's whole `Retry-After`; both are
+//! configured here rather than wrapped around each call. kube-rs speaks
+//! HTTP/1.1 (one request per connection at a time), so a dead connection is
+//! found by the read timeout of the request on it; watches are renewed by the
+//! server within the timeout ([`watch_renewal`]), so a silent watch is a dead
+//! one.
 
 use std::sync::Arc;
 use std::time::Duration;
