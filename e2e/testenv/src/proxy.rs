@@ -828,6 +828,64 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_freeze_silences_open_connections_for_good_and_new_ones_in_its_window() {
+        let f = fixture().await;
+        let mut open = client(&f).await;
+        let mut body = get(&mut open, WATCH).await.into_body();
+        let first = body.frame().await.expect("a frame").expect("data");
+        assert_eq!(first.into_data().expect("data"), Bytes::from("line\n"));
+        let mut idle = client(&f).await;
+        apply(&f, serde_json::json!({"freezeConnectionsSeconds": 0.5}));
+        // A connection accepted in the window: not even its TLS handshake
+        // is answered.
+        let tcp = tokio::net::TcpStream::connect(f.proxy.addr())
+            .await
+            .expect("connect");
+        let name = rustls::pki_types::ServerName::IpAddress(f.proxy.addr().ip().into());
+        let tls =
+            tokio_rustls::TlsConnector::from(f.pki.client_config(&[b"http/1.1"]).expect("tls"))
+                .connect(name, tcp);
+        assert!(
+            tokio::time::timeout(Duration::from_secs(1), tls)
+                .await
+                .is_err(),
+            "a connection accepted during the freeze was served"
+        );
+        // The open ones stay silent after the window too.
+        idle.ready().await.expect("connection usable");
+        let req = Request::get("/api/v1/namespaces/a/pods")
+            .header("host", "kube")
+            .body(http_body_util::Empty::new())
+            .expect("request");
+        assert!(
+            tokio::time::timeout(Duration::from_secs(1), idle.send_request(req))
+                .await
+                .is_err(),
+            "a frozen connection answered"
+        );
+        // A new connection after the window is served.
+        let mut send = client(&f).await;
+        let resp = get(&mut send, "/api/v1/namespaces/a/pods").await;
+        assert_eq!(resp.status(), 200);
+    }
+
+    #[tokio::test]
+    async fn expired_continue_tokens_answer_410_only_with_a_continue_token() {
+        let f = fixture().await;
+        let mut send = client(&f).await;
+        apply(&f, serde_json::json!({"expireContinueTokens": 1}));
+        let resp = get(&mut send, "/api/v1/namespaces/a/pods?limit=1").await;
+        assert_eq!(resp.status(), 200, "a first page has no token");
+        let _ = resp.into_body().collect().await;
+        let resp = get(&mut send, "/api/v1/namespaces/a/pods?limit=1&continue=abc").await;
+        assert_eq!(resp.status(), 410);
+        let text = resp.into_body().collect().await.expect("body").to_bytes();
+        assert!(String::from_utf8_lossy(&text).contains("\"Expired\""));
+        let resp = get(&mut send, "/api/v1/namespaces/a/pods?limit=1&continue=abc").await;
+        assert_eq!(resp.status(), 200, "one expiry only");
+    }
+
+    #[tokio::test]
     async fn a_hang_accepts_requests_and_never_answers_them() {
         let f = fixture().await;
         let mut hung = client(&f).await;
