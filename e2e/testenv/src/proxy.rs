@@ -24,9 +24,11 @@
 //!   answered kube-sim's `410 Expired` (an etcd compaction between pages,
 //!   [`crate::real::ControlPlane::compact`], is the real one);
 //! * `freezeConnectionsSeconds`: every client connection open now, and every
-//!   one accepted in that window, stops forwarding for good in both
-//!   directions, nothing closed (kube-sim's [`kube_sim::faults::Freezer`]):
-//!   a partition after which the open connections never recover.
+//!   one accepted in that window, never sends the client anything again (no
+//!   answer, no watch event, not even a TLS handshake), nothing closed
+//!   (kube-sim's [`kube_sim::faults::Freezer`]): a partition after which the
+//!   open connections never recover. A request on a frozen connection may
+//!   still reach the API server.
 //!
 //! `compact` is not the proxy's: the control plane compacts etcd itself
 //! ([`crate::real::ControlPlane::fault`]).
