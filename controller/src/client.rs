@@ -8,8 +8,36 @@
 //!   periodically, so rotating bound ServiceAccount tokens keep working.
 //! * A kubeconfig (path and optional context; `--kubeconfig`/`KUBECONFIG`),
 //!   which brings contexts, client certificates and exec plugins.
+//!
+//! Every request is bounded ([`client`], [`ClientLimits`]):
+//!
+//! ```text
+//!  in-flight counter ─▶ on_success ─▶ CappedRetry (429/503/504: ≤3 retries,
+//!  (whole request)      (2xx seen)     each wait ≤ MAX_RETRY_AFTER)
+//!    ─▶ buffer ─▶ kube's stack (auth, ...) ─▶ hyper, HTTP/1.1: connect, write
+//!                                              and read timeouts = request_timeout
+//! ```
+//!
+//! kube 5 sets no read timeout (an accepted request that is never answered
+//! waits forever) and retries with the server's whole `Retry-After`; both are
+//! configured here rather than wrapped around each call. kube-rs speaks
+//! HTTP/1.1 (one request per connection at a time), so a dead connection is
+//! found by the read timeout of the request on it; watches are renewed by the
+//! server within the timeout ([`watch_renewal`]), so a silent watch is a dead
+//! one.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response};
+use kube::client::retry::RetryPolicy;
+use kube::client::{Body, ClientBuilder};
 use kube::{Client, Config};
+use tower::BoxError;
+use tower::buffer::BufferLayer;
+use tower::retry::{Policy, RetryLayer};
+use tower::util::MapResponseLayer;
+use tower_http::metrics::in_flight_requests::{InFlightRequestsCounter, InFlightRequestsLayer};
 
 use crate::{Result, SettingError};
 
@@ -85,10 +113,161 @@ pub async fn kube_config(conn: &Connection) -> Result<Config> {
     }
 }
 
-/// Builds a [`Client`] for `conn`.
-pub async fn client(conn: &Connection) -> Result<Client> {
-    let cfg = kube_config(conn).await?;
-    Ok(Client::try_from(cfg)?)
+/// The longest the client's retry layer sleeps before retrying a 429, 503
+/// or 504, whatever the server's `Retry-After` says. kube 5's own
+/// `RetryPolicy::server_retry` (its `Config::default_retry`) sleeps the
+/// whole `Retry-After` (a server saying 3600 holds the request, and with it
+/// a write slot or a watch, for an hour) and retries 15 times with delays
+/// growing to 1000 s.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// Retries of a 429, 503 or 504 answer by the client itself (after that the
+/// caller sees the error: the writer retries with its own backoff, a watch
+/// with the watch backoff).
+pub const MAX_RETRIES: u32 = 3;
+
+/// How every API request of a [`client`] is bounded.
+#[derive(Clone)]
+pub struct ClientLimits {
+    /// kube's read timeout: the longest a request (a list page, a watch
+    /// start, a write, a lease request, ...) waits for the next byte from
+    /// the API server, counted from the last byte sent
+    /// (`reset_reader_on_write`) or received; also the connect and write
+    /// timeout. A watch is renewed within it ([`watch_renewal`]), so a live
+    /// watch never stays silent this long and a silent one is a dead
+    /// connection: it is dropped and the watch restarts.
+    pub request_timeout: Duration,
+    /// Counts the client's requests in flight, each from its start until its
+    /// answer's body is consumed (an open watch counts while it streams):
+    /// `kube_discovery_api_requests_in_flight`.
+    pub in_flight: InFlightRequestsCounter,
+    /// Called on every successful (2xx) answer: the cluster's API server
+    /// serves this client again (see [`crate::state::ControllerState::api_ok`]).
+    pub on_success: Option<OnSuccess>,
+}
+
+/// A callback of [`ClientLimits::on_success`].
+pub type OnSuccess = Arc<dyn Fn() + Send + Sync>;
+
+impl std::fmt::Debug for ClientLimits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientLimits")
+            .field("request_timeout", &self.request_timeout)
+            .field("in_flight", &self.in_flight.get())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The `map_response` function of [`ClientLimits::on_success`].
+fn report_success<B>(on_success: OnSuccess) -> impl Fn(Response<B>) -> Response<B> + Clone {
+    move |resp| {
+        if resp.status().is_success() {
+            on_success();
+        }
+        resp
+    }
+}
+
+impl Default for ClientLimits {
+    /// The default `kube_discovery.request_timeout` (for the CLI's one-off
+    /// commands).
+    fn default() -> Self {
+        Self::new(kube_discovery_core::config::Settings::default().request_timeout)
+    }
+}
+
+impl ClientLimits {
+    /// `request_timeout` with a fresh counter.
+    pub fn new(request_timeout: Duration) -> Self {
+        Self {
+            request_timeout,
+            in_flight: InFlightRequestsCounter::new(),
+            on_success: None,
+        }
+    }
+}
+
+/// Time between the server-side end of a watch and the client's read
+/// timeout: the end must arrive before the client gives up.
+const WATCH_RENEWAL_MARGIN: Duration = Duration::from_secs(2);
+
+/// The server-side watch timeout for a `request_timeout` and the configured
+/// `watch_timeout`: every watch ends (and is renewed from its
+/// resourceVersion, without a relist) before the client's read timeout could
+/// take a quiet but live watch for a dead one. The real API server sends a
+/// bookmark only about once a minute, so a quiet watch may otherwise stay
+/// silent much longer than `request_timeout`.
+pub fn watch_renewal(watch_timeout: Duration, request_timeout: Duration) -> Duration {
+    watch_timeout
+        .min(request_timeout.saturating_sub(WATCH_RENEWAL_MARGIN))
+        .max(Duration::from_secs(1))
+}
+
+/// kube's [`RetryPolicy`] with every sleep capped at `cap`. A wrapper
+/// because kube 5's policy has no bound for `Retry-After` (it takes the
+/// server's value whenever it exceeds its own backoff).
+#[derive(Clone)]
+pub struct CappedRetry {
+    inner: RetryPolicy,
+    cap: Duration,
+}
+
+impl CappedRetry {
+    /// Server-aware retries ([`MAX_RETRIES`], backoff from 100 ms), each
+    /// sleep at most `cap`.
+    pub fn new(cap: Duration) -> Self {
+        let inner = RetryPolicy::new(Duration::from_millis(100), cap, MAX_RETRIES, true)
+            .unwrap_or_else(|_| RetryPolicy::server_retry());
+        Self { inner, cap }
+    }
+}
+
+impl<Res> Policy<Request<Body>, Response<Res>, BoxError> for CappedRetry {
+    type Future = tokio::time::Sleep;
+
+    fn retry(
+        &mut self,
+        req: &mut Request<Body>,
+        result: &mut std::result::Result<Response<Res>, BoxError>,
+    ) -> Option<Self::Future> {
+        let sleep = self.inner.retry(req, result)?;
+        let latest = tokio::time::Instant::now() + self.cap;
+        Some(tokio::time::sleep_until(sleep.deadline().min(latest)))
+    }
+
+    fn clone_request(&mut self, req: &Request<Body>) -> Option<Request<Body>> {
+        Policy::<Request<Body>, Response<Res>, BoxError>::clone_request(&mut self.inner, req)
+    }
+}
+
+/// Applies `limits` to a kube [`Config`]: the timeouts, and kube's own retry
+/// layer off (the client gets [`CappedRetry`] instead).
+pub fn bounded_config(mut cfg: Config, limits: &ClientLimits) -> Config {
+    cfg.connect_timeout = Some(limits.request_timeout);
+    cfg.read_timeout = Some(limits.request_timeout);
+    cfg.write_timeout = Some(limits.request_timeout);
+    // The read timeout counts from the request, not from when its pooled
+    // connection went idle.
+    cfg.reset_reader_on_write = true;
+    cfg.default_retry = false;
+    cfg
+}
+
+/// Builds a [`Client`] for `conn` whose requests are bounded by `limits`.
+pub async fn client(conn: &Connection, limits: &ClientLimits) -> Result<Client> {
+    let cfg = bounded_config(kube_config(conn).await?, limits);
+    let builder = ClientBuilder::try_from(cfg)?
+        // A retry needs a clonable service, kube's stack is a `BoxService`:
+        // a buffer in front of it (as `Client` itself puts one in front of
+        // the whole stack, with the same capacity).
+        .with_layer(&BufferLayer::new(1024))
+        .with_layer(&RetryLayer::new(CappedRetry::new(MAX_RETRY_AFTER)))
+        .with_layer(&MapResponseLayer::new(report_success(
+            limits.on_success.clone().unwrap_or_else(|| Arc::new(|| {})),
+        )))
+        // Outermost: a request counts once, retries included.
+        .with_layer(&InFlightRequestsLayer::new(limits.in_flight.clone()));
+    Ok(builder.build())
 }
 
 #[cfg(test)]
@@ -116,6 +295,76 @@ mod tests {
             cfg.auth_info.token_file.as_deref(),
             Some(tf.display().to_string().as_str())
         );
+    }
+
+    fn answer(code: u16, retry_after: &str) -> std::result::Result<Response<()>, BoxError> {
+        Ok(Response::builder()
+            .status(code)
+            .header("Retry-After", retry_after)
+            .body(())
+            .unwrap())
+    }
+
+    fn request() -> Request<Body> {
+        Request::get("/api/v1/pods").body(Body::empty()).unwrap()
+    }
+
+    /// A `Retry-After: 3600` is obeyed for at most [`MAX_RETRY_AFTER`]
+    /// (kube's own policy would sleep the hour), and only [`MAX_RETRIES`]
+    /// times. Deadlines under paused time: no timing.
+    #[tokio::test(start_paused = true)]
+    async fn retry_after_is_capped_and_retries_are_bounded() {
+        let now = tokio::time::Instant::now();
+        let mut kube_own = RetryPolicy::server_retry();
+        let sleep = kube_own
+            .retry(&mut request(), &mut answer(429, "3600"))
+            .unwrap();
+        assert_eq!(sleep.deadline(), now + Duration::from_secs(3600));
+
+        let mut capped = CappedRetry::new(MAX_RETRY_AFTER);
+        for _ in 0..MAX_RETRIES {
+            let sleep = capped.retry(&mut request(), &mut answer(429, "3600"));
+            let deadline = sleep.expect("retried").deadline();
+            assert!(deadline <= now + MAX_RETRY_AFTER, "{:?}", deadline - now);
+        }
+        assert!(
+            capped
+                .retry(&mut request(), &mut answer(503, "1"))
+                .is_none(),
+            "at most MAX_RETRIES retries"
+        );
+        // Not retried at all: other errors and successes.
+        let mut fresh = CappedRetry::new(MAX_RETRY_AFTER);
+        assert!(fresh.retry(&mut request(), &mut answer(500, "1")).is_none());
+        assert!(fresh.retry(&mut request(), &mut answer(200, "1")).is_none());
+    }
+
+    #[test]
+    fn watches_are_renewed_within_the_request_timeout() {
+        let s = Duration::from_secs;
+        assert_eq!(watch_renewal(s(290), s(10)), s(8));
+        assert_eq!(watch_renewal(s(5), s(10)), s(5));
+        assert_eq!(watch_renewal(s(290), s(3)), s(1));
+    }
+
+    #[tokio::test]
+    async fn the_config_bounds_every_request_and_drops_kubes_retry() {
+        let conn = Connection::Service {
+            schema: Schema::Http,
+            host: "127.0.0.1".into(),
+            port: 8001,
+            ssl_verify: true,
+            ca_file: None,
+            credentials: Credentials::Token(Secret::new("t")),
+        };
+        let limits = ClientLimits::new(Duration::from_secs(7));
+        let cfg = bounded_config(kube_config(&conn).await.unwrap(), &limits);
+        let seven = Some(Duration::from_secs(7));
+        assert_eq!(
+            (cfg.connect_timeout, cfg.read_timeout, cfg.write_timeout),
+            (seven, seven, seven)
+        );
+        assert!(cfg.reset_reader_on_write && !cfg.default_retry);
     }
 
     #[tokio::test]

@@ -190,10 +190,13 @@ pub async fn run(opts: DemoOptions) -> Result<()> {
     let kubeconfig = dir.join("kubeconfig");
     sim.write_kubeconfig(&kubeconfig, &sim.admin_token())
         .map_err(sim_err)?;
-    let client = crate::client::client(&crate::client::Connection::Kubeconfig {
-        path: Some(kubeconfig.clone()),
-        context: None,
-    })
+    let client = crate::client::client(
+        &crate::client::Connection::Kubeconfig {
+            path: Some(kubeconfig.clone()),
+            context: None,
+        },
+        &crate::client::ClientLimits::default(),
+    )
     .await?;
     install_crd(&client).await?;
 

@@ -89,15 +89,30 @@ async fn healthz(State(st): State<AppState>) -> Response {
 async fn readyz(State(st): State<AppState>) -> Response {
     let clusters = st.shared.clusters();
     let ready = st.shared.ready();
+    let now = std::time::Instant::now();
+    let failing: Vec<String> = st
+        .shared
+        .failing_too_long(now)
+        .into_iter()
+        .map(|(id, d)| {
+            let err = clusters
+                .get(&id)
+                .and_then(|c| c.last_error.as_deref())
+                .unwrap_or("no answer");
+            format!("cluster {id:?}: watch failing for {}s: {err}", d.as_secs())
+        })
+        .collect();
     let detail: serde_json::Map<String, Value> = clusters
         .iter()
         .map(|(id, c)| {
-            let state = if c.synced {
-                "synced"
+            let state = if let Some(d) = c.failing_for(now) {
+                format!("watch failing for {}s", d.as_secs())
+            } else if c.synced {
+                "synced".to_string()
             } else if c.listed {
-                "writing first list"
+                "writing first list".to_string()
             } else {
-                "waiting for first list"
+                "waiting for first list".to_string()
             };
             (id.clone(), json!({"state": state, "status": c}))
         })
@@ -109,7 +124,9 @@ async fn readyz(State(st): State<AppState>) -> Response {
     };
     (
         code,
-        Json(json!({"ready": ready, "standby": st.shared.standby(), "clusters": detail})),
+        Json(
+            json!({"ready": ready, "standby": st.shared.standby(), "clusters": detail, "unready": failing}),
+        ),
     )
         .into_response()
 }

@@ -19,6 +19,7 @@
 //! | `kube_discovery_snapshot_last_publish_timestamp_seconds` | gauge | - (unix time the index last changed) |
 //! | `kube_discovery_drift_corrections_total` | counter | cluster, kind (edited/deleted/orphan) |
 //! | `kube_discovery_last_write_timestamp_seconds` | gauge | cluster (unix time of the last successful write or delete) |
+//! | `kube_discovery_api_requests_in_flight` | gauge | client (`source`: a watched cluster's client, `home`: the one writing DiscoveredServices, the Lease and the ConfigMap snapshot), cluster (the watched cluster's id; `""` for `home`): API requests started and not yet answered in full, open watches included (one per watched resource); read at scrape time |
 //! | `kube_discovery_build_info` | gauge | version, os, arch (always 1) |
 //! | `kube_discovery_ready` | gauge | - (1 while `/readyz` answers 200; with [`Metrics::registry_with_state`]) |
 //! | `kube_discovery_leader` | gauge | - (1 while this replica writes: it holds the Lease, or leader election is off; with [`Metrics::registry_with_state`]) |
@@ -37,15 +38,17 @@
 //! prometheus/procfs (the kernel exports CPU ticks in `USER_HZ`, 100 on every
 //! architecture we build for), without `unsafe` (no `sysconf`).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use tower_http::metrics::in_flight_requests::InFlightRequestsCounter;
 
 use crate::state::ControllerState;
 
@@ -110,6 +113,42 @@ pub struct SkipLabels {
     pub reason: String,
 }
 
+/// Label set `{client, cluster}` of `kube_discovery_api_requests_in_flight`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClientLabels {
+    /// `source` (a watched cluster) or `home` (where objects are written).
+    pub client: String,
+    /// The watched cluster's id (`""` for `home`).
+    pub cluster: String,
+}
+
+/// The in-flight counters of the API clients, read at scrape time.
+#[derive(Clone, Default)]
+struct InFlight(Arc<Mutex<Vec<(ClientLabels, InFlightRequestsCounter)>>>);
+
+impl std::fmt::Debug for InFlight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InFlight")
+    }
+}
+
+impl Collector for InFlight {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let counters = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut family = encoder.encode_descriptor(
+            "api_requests_in_flight",
+            "API requests started and not yet answered in full (open watches included)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (labels, counter) in counters.iter() {
+            let g = ConstGauge::new(counter.get() as i64);
+            g.encode(family.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+}
+
 /// Label set `{version, os, arch}` of `kube_discovery_build_info`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
@@ -168,6 +207,8 @@ pub struct Metrics {
     pub last_write: Family<ClusterLabel, Gauge>,
     /// Always 1, labelled with the build.
     pub build_info: Family<BuildLabels, Gauge>,
+    /// The API clients' in-flight counters ([`Metrics::track_client`]).
+    in_flight: InFlight,
 }
 
 impl Default for Metrics {
@@ -190,6 +231,7 @@ impl Default for Metrics {
             drift_corrections: Family::default(),
             last_write: Family::default(),
             build_info: Family::default(),
+            in_flight: InFlight::default(),
         };
         m.build_info
             .get_or_create(&BuildLabels {
@@ -237,6 +279,7 @@ impl Metrics {
     }
 
     fn register(&self, r: &mut Registry) {
+        r.register_collector(Box::new(self.in_flight.clone()));
         r.register(
             "watch_events",
             "Watch events received",
@@ -318,6 +361,22 @@ impl Metrics {
             "Build of the running kube-discovery (always 1)",
             self.build_info.clone(),
         );
+    }
+
+    /// Reports `counter` (an API client's requests in flight) as
+    /// `kube_discovery_api_requests_in_flight{client, cluster}`.
+    pub fn track_client(&self, client: &str, cluster: &str, counter: InFlightRequestsCounter) {
+        self.in_flight
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((
+                ClientLabels {
+                    client: client.to_string(),
+                    cluster: cluster.to_string(),
+                },
+                counter,
+            ));
     }
 
     /// Label helper.
@@ -784,6 +843,48 @@ mod tests {
         let mut r = Registry::default();
         r.register_collector(Box::new(none));
         assert!(!encode(&r).contains("process_"), "{}", encode(&r));
+    }
+
+    #[test]
+    fn in_flight_requests_are_read_at_scrape_time() {
+        use tower::{Layer, Service, ServiceExt};
+        let m = Metrics::default();
+        let counter = InFlightRequestsCounter::new();
+        m.track_client("source", "east", counter.clone());
+        let r = m.registry();
+        let name = r#"kube_discovery_api_requests_in_flight{client="source",cluster="east"}"#;
+        assert_eq!(sample(&encode(&r), name), Some(0.0));
+        // A request in flight through the layer the clients use.
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let rx = std::sync::Mutex::new(Some(rx));
+        let svc = tower_http::metrics::InFlightRequestsLayer::new(counter).layer(
+            tower::service_fn(move |_req: http::Request<String>| {
+                let rx = rx.lock().unwrap().take();
+                async move {
+                    if let Some(rx) = rx {
+                        let _ = rx.await;
+                    }
+                    Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+                }
+            }),
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut svc = svc;
+            let pending = svc
+                .ready()
+                .await
+                .unwrap()
+                .call(http::Request::new(String::new()));
+            tokio::pin!(pending);
+            assert!(futures::poll!(pending.as_mut()).is_pending());
+            assert_eq!(sample(&encode(&r), name), Some(1.0));
+            tx.send(()).unwrap();
+            drop(pending.await.unwrap());
+        });
+        assert_eq!(sample(&encode(&r), name), Some(0.0));
     }
 
     #[test]

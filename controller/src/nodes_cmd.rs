@@ -22,10 +22,13 @@ pub async fn nodes_command(
     let q = parse_service_name(service).map_err(InputError::ServiceName)?;
     let client = if from.needs_client() {
         Some(
-            crate::client::client(&crate::client::Connection::Kubeconfig {
-                path: kubeconfig,
-                context,
-            })
+            crate::client::client(
+                &crate::client::Connection::Kubeconfig {
+                    path: kubeconfig,
+                    context,
+                },
+                &crate::client::ClientLimits::default(),
+            )
             .await?,
         )
     } else {

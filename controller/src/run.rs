@@ -72,6 +72,17 @@ pub struct RunOptions {
     pub leader: Option<crate::leader::LeaseConfig>,
     /// The ConfigMap snapshot sink, when enabled.
     pub snapshot: Option<crate::snapshot_sink::SnapshotOptions>,
+    /// The read timeout of every API request
+    /// (`kube_discovery.request_timeout`).
+    pub request_timeout: Duration,
+    /// The server-side timeout of every watch: `watch_timeout`, capped so
+    /// that watches are renewed within `request_timeout`
+    /// ([`crate::client::watch_renewal`]).
+    pub watch_timeout: Duration,
+    /// How long a cluster's watch may fail before `/readyz` does.
+    pub unready_after: Duration,
+    /// The most a graceful shutdown may take.
+    pub shutdown_timeout: Duration,
 }
 
 /// Builds the [`RunOptions`] for a validated configuration. `http_addr`
@@ -94,16 +105,20 @@ impl RunOptions {
     /// I/O the pure core leaves out: the hidden shard-size override, the
     /// pod's own namespace and identity, the HTTP auth token file.
     pub fn from_plan(plan: Plan) -> Result<RunOptions> {
+        let watch_timeout = crate::client::watch_renewal(plan.watch_timeout, plan.request_timeout);
         let home_namespace = plan.home_namespace().map(str::to_string);
         let snapshot = match plan.configmap {
             Some(cm) => {
                 let env = |k: &str| std::env::var(k).ok();
                 Some(
-                    crate::snapshot_sink::SnapshotOptions::new(
-                        cm.namespace,
-                        cm.name,
-                        plan.writes.coalesce_window,
-                    )
+                    crate::snapshot_sink::SnapshotOptions {
+                        watch_timeout: Some(watch_timeout),
+                        ..crate::snapshot_sink::SnapshotOptions::new(
+                            cm.namespace,
+                            cm.name,
+                            plan.writes.coalesce_window,
+                        )
+                    }
                     .validated(&env)?,
                 )
             }
@@ -134,7 +149,7 @@ impl RunOptions {
                     label_selector: c.server_label_selector(),
                     field_selector: c.server_field_selector(),
                     namespace: c.watch_namespace().map(str::to_string),
-                    watch_timeout: plan.watch_timeout,
+                    watch_timeout,
                     watch_services: c.watch_services,
                 },
                 conn: c.connection.clone(),
@@ -177,6 +192,10 @@ impl RunOptions {
             redacted_config: plan.redacted_config,
             leader,
             snapshot,
+            request_timeout: plan.request_timeout,
+            watch_timeout,
+            unready_after: plan.unready_after,
+            shutdown_timeout: plan.shutdown_timeout,
         })
     }
 }
@@ -276,6 +295,8 @@ pub struct Running {
     snapshot: Option<JoinHandle<()>>,
     http: JoinHandle<()>,
     deaths: mpsc::UnboundedReceiver<TaskDeath>,
+    /// The deadline of [`Running::stop_within_deadline`].
+    shutdown_timeout: Duration,
     #[cfg(test)]
     aborts: Vec<(String, tokio::task::AbortHandle)>,
 }
@@ -302,6 +323,22 @@ impl Running {
             .map(|(_, a)| a.abort())
             .count()
             > 0
+    }
+
+    /// [`Running::stop`], given up after `kube_discovery.shutdown_timeout`
+    /// (whatever is still in flight then, a write or a watch, is dropped
+    /// with the runtime: the next leader redoes an unfinished write).
+    /// `false` when the deadline passed.
+    pub async fn stop_within_deadline(self) -> bool {
+        let deadline = self.shutdown_timeout;
+        if tokio::time::timeout(deadline, self.stop()).await.is_ok() {
+            return true;
+        }
+        tracing::warn!(
+            deadline_secs = deadline.as_secs_f64(),
+            "shutdown deadline passed with work in flight; exiting anyway"
+        );
+        false
     }
 
     /// Stops everything: sources stop, in-flight writes finish (at most
@@ -333,6 +370,7 @@ impl Running {
 pub async fn start(opts: RunOptions) -> Result<Running> {
     let shutdown = CancellationToken::new();
     let elector_stop = CancellationToken::new();
+    let shutdown_timeout = opts.shutdown_timeout;
     let metrics = Metrics::default();
     let shared = Arc::new(ControllerState::new(
         opts.clusters.iter().map(|c| c.params.cluster.as_str()),
@@ -345,8 +383,11 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
         #[cfg(test)]
         aborts: Vec::new(),
     };
+    shared.set_unready_after(opts.unready_after);
 
-    let home = crate::client::client(&opts.home).await?;
+    let home_limits = crate::client::ClientLimits::new(opts.request_timeout);
+    metrics.track_client("home", "", home_limits.in_flight.clone());
+    let home = crate::client::client(&opts.home, &home_limits).await?;
     let snapshot_client = home.clone();
     let (leader, elector) = match opts.leader {
         Some(cfg) => {
@@ -385,17 +426,23 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
     let writer_task = sup.watch("writer", writer_task);
 
     let mut tasks = Vec::new();
-    tasks.push(sup.spawn(
-        "drift watch",
-        drift_feed.in_namespace(opts.home_namespace).run(
-            home,
-            shared.clone(),
-            writer.clone(),
-            shutdown.clone(),
+    tasks.push(
+        sup.spawn(
+            "drift watch",
+            drift_feed
+                .in_namespace(opts.home_namespace)
+                .with_watch_timeout(opts.watch_timeout)
+                .run(home, shared.clone(), writer.clone(), shutdown.clone()),
         ),
-    ));
+    );
     for c in opts.clusters {
-        let client = crate::client::client(&c.conn).await?;
+        let mut limits = crate::client::ClientLimits::new(opts.request_timeout);
+        metrics.track_client("source", &c.params.cluster, limits.in_flight.clone());
+        // Any answer from the cluster's API server means its watch is served
+        // again (a renewed watch produces no event to tell).
+        let (served, id) = (shared.clone(), c.params.cluster.clone());
+        limits.on_success = Some(Arc::new(move || served.api_ok(&id)));
+        let client = crate::client::client(&c.conn, &limits).await?;
         let name = if c.params.cluster.is_empty() {
             "source".to_string()
         } else {
@@ -436,6 +483,7 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
         deaths,
         #[cfg(test)]
         aborts: sup.aborts,
+        shutdown_timeout,
     })
 }
 
@@ -487,11 +535,13 @@ async fn stop_after(mut running: Running, stop: impl Future<Output = ()>) -> Res
         () = stop => {}
         _ = running.died() => {}
     }
-    running.stop().await;
+    let in_time = running.stop_within_deadline().await;
     match shared.task_died() {
         Some(TaskDeath { task, cause }) => Err(Error::TaskDied { task, cause }),
         None => {
-            tracing::info!("stopped");
+            if in_time {
+                tracing::info!("stopped");
+            }
             Ok(())
         }
     }
@@ -600,7 +650,10 @@ mod tests {
         assert_eq!(c.params.cluster, "");
         assert_eq!(c.params.kind, SourceKind::EndpointSlice);
         assert_eq!(c.params.field_selector, None, "not_match is client-side");
-        assert_eq!(c.params.watch_timeout, Duration::from_secs(290));
+        // watch_timeout 290 s, renewed within the 10 s request timeout.
+        assert_eq!(p.request_timeout, Duration::from_secs(10));
+        assert_eq!(c.params.watch_timeout, Duration::from_secs(8));
+        assert_eq!(p.watch_timeout, Duration::from_secs(8));
         assert_eq!(p.home, c.conn, "single cluster writes where it reads");
         assert_eq!(p.http_addr, "0.0.0.0:8080".parse().unwrap());
         assert_eq!(p.writer.coalesce_window, Duration::from_millis(100));

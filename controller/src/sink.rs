@@ -400,8 +400,8 @@ impl KubeSink {
 /// Objects per page of our lists.
 const PAGE: u32 = crate::client::LIST_PAGE_SIZE;
 
-use kube_discovery_client::list::for_each_in;
 pub use kube_discovery_client::list::list_managed;
+use kube_discovery_client::list::{Listed, for_each_in};
 
 /// What the start-up list keeps of our objects: per service, the
 /// `(shard index, shard count, spec.version)` of each of its objects.
@@ -475,7 +475,15 @@ impl Sink for KubeSink {
             self.namespace.as_deref(),
             None,
             PAGE,
-            |lean: Lean| {
+            |listed: Listed<Lean>| {
+                let lean = match listed {
+                    Listed::Object(lean) => lean,
+                    Listed::Restart => {
+                        found = Found::default();
+                        foreign.clear();
+                        return;
+                    }
+                };
                 let ds = lean.into_inner();
                 let managers = ds
                     .metadata
@@ -992,9 +1000,11 @@ mod tests {
         assert!(shards >= 2, "{objects} objects");
         let mut pages = 0;
         let mut found = Found::default();
-        kube_discovery_client::list::for_each_managed(&client, 1, |lean: Lean| {
-            pages += 1;
-            found.add(&lean.into_inner());
+        kube_discovery_client::list::for_each_managed(&client, 1, |listed: Listed<Lean>| {
+            if let Listed::Object(lean) = listed {
+                pages += 1;
+                found.add(&lean.into_inner());
+            }
         })
         .await
         .unwrap();

@@ -57,7 +57,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event, watcher};
+use kube::runtime::watcher::{Event, watcher};
 use kube_discovery_core::dump::{self, Dump, INDEX_KEY, Layout};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -97,6 +97,9 @@ pub struct SnapshotOptions {
     pub retry_min: Duration,
     /// Largest retry delay.
     pub retry_max: Duration,
+    /// Server-side timeout of the ConfigMap watch (`None`: the API's
+    /// default; `run` sets [`crate::client::watch_renewal`]).
+    pub watch_timeout: Option<Duration>,
 }
 
 impl SnapshotOptions {
@@ -109,6 +112,7 @@ impl SnapshotOptions {
             coalesce_window,
             retry_min: Duration::from_millis(200),
             retry_max: Duration::from_secs(5),
+            watch_timeout: None,
         }
     }
 
@@ -270,9 +274,7 @@ impl Task {
         let mut generation = self.shared.subscribe();
         let stream = watcher(
             self.api.clone(),
-            watcher::Config::default()
-                .labels(&self.opts.selector())
-                .page_size(crate::client::LIST_PAGE_SIZE),
+            crate::watch::config(self.opts.watch_timeout).labels(&self.opts.selector()),
         )
         .default_backoff();
         let mut stream = std::pin::pin!(stream);
@@ -582,10 +584,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let kc = dir.path().join("kubeconfig");
         sim.write_kubeconfig(&kc, &sim.admin_token()).unwrap();
-        let client = crate::client::client(&crate::client::Connection::Kubeconfig {
-            path: Some(kc),
-            context: None,
-        })
+        let client = crate::client::client(
+            &crate::client::Connection::Kubeconfig {
+                path: Some(kc),
+                context: None,
+            },
+            &crate::client::ClientLimits::default(),
+        )
         .await
         .unwrap();
         let ns: k8s_openapi::api::core::v1::Namespace =

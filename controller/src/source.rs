@@ -194,12 +194,12 @@ impl Source {
 
     async fn run_typed<K: SourceObject>(self, shutdown: CancellationToken) {
         let api: Api<K> = scoped_api(&self.client, self.params.namespace.as_deref());
-        let mut objects = Watch::new(watcher(api, self.params.watcher_config()).modify(
-            |o: &mut K| {
+        let mut objects = Watch::from_config(self.params.watcher_config(), move |cfg| {
+            watcher(api.clone(), cfg).modify(|o: &mut K| {
                 o.managed_fields_mut().clear();
                 o.annotations_mut().clear();
-            },
-        ));
+            })
+        });
         let mut index = SourceIndex::new(self);
         if !index.await_service_list(&shutdown).await {
             return;
@@ -232,20 +232,20 @@ fn service_watch(
         return None;
     }
     let api: Api<PartialObjectMeta<Service>> = scoped_api(client, params.namespace.as_deref());
-    let events = watcher(api, params.service_watcher_config()).modify(
-        |o: &mut PartialObjectMeta<Service>| {
+    let watch = Watch::from_config(params.service_watcher_config(), move |cfg| {
+        watcher(api.clone(), cfg).modify(|o: &mut PartialObjectMeta<Service>| {
             let m = &mut o.metadata;
             m.managed_fields = None;
             m.annotations = None;
             m.labels = None;
             m.owner_references = None;
             m.finalizers = None;
-        },
-    );
-    Some(Watch::with_backoff(
-        events,
-        WatchBackoff::with_bounds(Duration::from_millis(500), Duration::from_secs(10)),
-    ))
+        })
+    });
+    Some(watch.backoff(WatchBackoff::with_bounds(
+        Duration::from_millis(500),
+        Duration::from_secs(10),
+    )))
 }
 
 /// `(namespace, name, uid)` of a Service's metadata.
@@ -405,6 +405,7 @@ impl<K: SourceObject> WatchIndex<K> for SourceIndex {
             c.listed = true;
             c.lists += 1;
             c.last_error = None;
+            c.failing_since = None;
         });
         if !self.first_list_done {
             self.first_list_done = true;
@@ -433,9 +434,7 @@ impl<K: SourceObject> WatchIndex<K> for SourceIndex {
             .get_or_create(&Metrics::cluster(cluster))
             .inc();
         tracing::warn!(cluster = %cluster, error = %err, "watch failed; retrying with backoff");
-        let msg = err.to_string();
-        self.shared
-            .update_cluster(cluster, |c| c.last_error = Some(msg));
+        self.shared.api_failed(cluster, err.to_string());
     }
 
     /// The Service watch, if any: one event of it.

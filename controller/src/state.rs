@@ -49,6 +49,19 @@ pub struct ClusterStatus {
     /// The last watch error, if the watch is currently failing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// Since when the cluster's watch has been failing (its first error
+    /// after the last successful request to the cluster's API server):
+    /// [`ControllerState::api_failed`] sets it, [`ControllerState::api_ok`]
+    /// clears it.
+    #[serde(skip)]
+    pub failing_since: Option<std::time::Instant>,
+}
+
+impl ClusterStatus {
+    /// How long the watch has been failing at `now` (`None`: it is not).
+    pub fn failing_for(&self, now: std::time::Instant) -> Option<std::time::Duration> {
+        self.failing_since.map(|t| now.saturating_duration_since(t))
+    }
 }
 
 /// One desired service, ordered and looked up by its own key.
@@ -121,6 +134,9 @@ pub struct ControllerState {
     standby: AtomicBool,
     /// The first long-running task that died (`/healthz` fails with it).
     died: Mutex<Option<TaskDeath>>,
+    /// `kube_discovery.unready_after`: a cluster whose watch has failed for
+    /// longer makes the process unready (`None`: never).
+    unready_after: RwLock<Option<std::time::Duration>>,
     /// Bumped on every change of `desired` and when a cluster appears or its
     /// `listed` flag flips: a cheap "something changed" signal for consumers
     /// of the whole state (the snapshot sink).
@@ -278,13 +294,62 @@ impl ControllerState {
         self.standby.load(Ordering::Relaxed)
     }
 
+    /// Sets `kube_discovery.unready_after` (see [`ControllerState::ready`]).
+    pub fn set_unready_after(&self, after: std::time::Duration) {
+        *write(&self.unready_after) = Some(after);
+    }
+
+    /// The watch of `cluster` failed with `error`: remembered as its last
+    /// error; it is failing from now on unless it already was.
+    pub fn api_failed(&self, cluster: &str, error: String) {
+        self.update_cluster(cluster, |c| {
+            c.last_error = Some(error);
+            c.failing_since.get_or_insert_with(std::time::Instant::now);
+        });
+    }
+
+    /// A request to `cluster`'s API server succeeded (its watch is served
+    /// again): it is no longer failing. Cheap when it was not (a read lock).
+    pub fn api_ok(&self, cluster: &str) {
+        let failing = read(&self.clusters)
+            .get(cluster)
+            .is_some_and(|c| c.failing_since.is_some() || c.last_error.is_some());
+        if failing {
+            self.update_cluster(cluster, |c| {
+                c.failing_since = None;
+                c.last_error = None;
+            });
+        }
+    }
+
+    /// The clusters whose watch has been failing for longer than
+    /// `unready_after` at `now`, with how long.
+    pub fn failing_too_long(&self, now: std::time::Instant) -> Vec<(String, std::time::Duration)> {
+        let Some(after) = *read(&self.unready_after) else {
+            return Vec::new();
+        };
+        read(&self.clusters)
+            .iter()
+            .filter_map(|(id, c)| {
+                c.failing_for(now)
+                    .filter(|d| *d > after)
+                    .map(|d| (id.clone(), d))
+            })
+            .collect()
+    }
+
     /// Ready when every registered cluster is synced (and there is at least
-    /// one). A standby, which does not write, is ready once every cluster is
-    /// listed: it serves the HTTP API and is warm for a takeover.
+    /// one) and none has had its watch failing for longer than
+    /// `unready_after` (stale data must not look ready). A standby, which
+    /// does not write, is ready once every cluster is listed: it serves the
+    /// HTTP API and is warm for a takeover.
     pub fn ready(&self) -> bool {
         let standby = self.standby();
-        let c = read(&self.clusters);
-        !c.is_empty() && c.values().all(|s| s.synced || (standby && s.listed))
+        let synced = {
+            let c = read(&self.clusters);
+            !c.is_empty() && c.values().all(|s| s.synced || (standby && s.listed))
+        };
+        synced && self.failing_too_long(std::time::Instant::now()).is_empty()
     }
 }
 
@@ -292,6 +357,34 @@ impl ControllerState {
 mod tests {
     use super::*;
     use kube_discovery_core::{PortMap, SourceKind};
+
+    #[test]
+    fn a_watch_failing_longer_than_unready_after_makes_it_unready() {
+        let s = ControllerState::new(["", "east"]);
+        for c in ["", "east"] {
+            s.update_cluster(c, |st| st.synced = true);
+        }
+        assert!(s.ready());
+        let t0 = std::time::Instant::now();
+        s.api_failed("east", "403 Forbidden".into());
+        // Without unready_after: ready whatever the failure.
+        let much_later = t0 + std::time::Duration::from_secs(3600);
+        assert!(s.failing_too_long(much_later).is_empty());
+        s.set_unready_after(std::time::Duration::from_secs(60));
+        assert!(s.failing_too_long(t0).is_empty(), "not yet");
+        let late = s.failing_too_long(much_later);
+        assert_eq!(late.len(), 1);
+        assert_eq!(late[0].0, "east");
+        // A second error keeps the first one's start.
+        let since = s.clusters()["east"].failing_since;
+        s.api_failed("east", "still 403".into());
+        assert_eq!(s.clusters()["east"].failing_since, since);
+        // Served again: recovered.
+        s.api_ok("east");
+        assert!(s.failing_too_long(much_later).is_empty());
+        assert_eq!(s.clusters()["east"].last_error, None);
+        assert!(s.ready());
+    }
 
     #[test]
     fn desired_roundtrip_and_readiness() {

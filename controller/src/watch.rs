@@ -102,12 +102,41 @@ pub fn is_gone(e: &watcher::Error) -> bool {
     matches!(e, watcher::Error::WatchError(status) if status.code == 410)
 }
 
+/// Whether a watcher error is a `410 Expired` answer to a list page: the
+/// revision of its `continue` token was compacted away (a first page has
+/// no token and cannot expire). kube-runtime's watcher then starts the
+/// list over from page 1, which on a large, throttled cluster may expire
+/// again, forever.
+pub fn is_expired_continue(e: &watcher::Error) -> bool {
+    matches!(e, watcher::Error::InitialListFailed(kube::Error::Api(status)) if status.code == 410)
+}
+
+/// Whether after `e` the watcher starts over with a new list (rather than
+/// resuming its watch from a resourceVersion).
+fn relists_after(e: &watcher::Error) -> bool {
+    is_gone(e)
+        || matches!(
+            e,
+            watcher::Error::InitialListFailed(_) | watcher::Error::NoResourceVersion
+        )
+}
+
+/// Builds a watcher stream for a configuration ([`Watch::from_config`]).
+type MakeEvents<K> =
+    Box<dyn FnMut(watcher::Config) -> BoxStream<'static, watcher::Result<Event<K>>> + Send>;
+
 /// A kube-runtime watcher stream with the reconnect policy applied.
 pub struct Watch<K> {
     events: BoxStream<'static, watcher::Result<Event<K>>>,
     backoff: WatchBackoff,
     /// After an error: the watcher is polled again only from this instant.
     paused_until: Option<Instant>,
+    /// The paged configuration and how to build a watcher from a
+    /// configuration ([`Watch::from_config`]); `None`: a fixed stream.
+    remake: Option<(watcher::Config, MakeEvents<K>)>,
+    /// The current stream lists in one request (after an expired
+    /// `continue` token), until its next relist.
+    unpaged: bool,
 }
 
 impl<K: Send + 'static> Watch<K> {
@@ -126,7 +155,65 @@ impl<K: Send + 'static> Watch<K> {
             events: events.boxed(),
             backoff,
             paused_until: None,
+            remake: None,
+            unpaged: false,
         }
+    }
+
+    /// A watch of the watcher `make` builds from `config` (paged lists)
+    /// that falls back to one unpaged list when a page's `continue` token
+    /// expired, as client-go's pager does (`FullListIfExpired`): kube-runtime's
+    /// watcher would start the paged list over instead. The stream is
+    /// rebuilt only where the watcher starts a new list anyway (after a
+    /// list error or a `410 Gone`), and the next relist is paged again.
+    pub fn from_config<S>(
+        config: watcher::Config,
+        mut make: impl FnMut(watcher::Config) -> S + Send + 'static,
+    ) -> Self
+    where
+        S: Stream<Item = watcher::Result<Event<K>>> + Send + 'static,
+    {
+        let mut make: MakeEvents<K> = Box::new(move |c| make(c).boxed());
+        let events = make(config.clone());
+        Watch {
+            events,
+            backoff: WatchBackoff::new(),
+            paused_until: None,
+            remake: Some((config, make)),
+            unpaged: false,
+        }
+    }
+
+    /// The same watch with other delay bounds.
+    #[must_use]
+    pub fn backoff(mut self, backoff: WatchBackoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// After error `e`: rebuilds the stream unpaged (an expired `continue`
+    /// token; `true`: relist at once) or paged again (the unpaged stream
+    /// relists).
+    fn adapt_paging(&mut self, e: &watcher::Error) -> bool {
+        let Some((config, make)) = self.remake.as_mut() else {
+            return false;
+        };
+        if is_expired_continue(e) && !self.unpaged && config.page_size.is_some() {
+            tracing::warn!(
+                error = %e,
+                "the continue token of a paged list expired; listing again in one request"
+            );
+            let mut full = config.clone();
+            full.page_size = None;
+            self.events = make(full);
+            self.unpaged = true;
+            return true;
+        }
+        if self.unpaged && relists_after(e) {
+            self.events = make(config.clone());
+            self.unpaged = false;
+        }
+        false
     }
 
     /// The next event, not before the pause after an error has passed.
@@ -140,7 +227,9 @@ impl<K: Send + 'static> Watch<K> {
         match &ev {
             Ok(_) => self.backoff.reset(),
             Err(e) => {
-                let delay = if is_gone(e) {
+                let delay = if self.adapt_paging(e) {
+                    Duration::ZERO
+                } else if is_gone(e) {
                     self.backoff.next_after_gone()
                 } else {
                     self.backoff.next().unwrap_or(Duration::from_secs(1))
@@ -292,6 +381,75 @@ mod tests {
             at[4] - at[3] >= Duration::from_millis(125),
             "a 410 right after a retry waits: {at:?}"
         );
+    }
+
+    fn expired_continue() -> watcher::Error {
+        watcher::Error::InitialListFailed(kube::Error::Api(Box::new(
+            kube::core::Status::failure("continue too old", "Expired").with_code(410),
+        )))
+    }
+
+    #[test]
+    fn only_a_410_list_error_is_an_expired_continue_token() {
+        assert!(is_expired_continue(&expired_continue()));
+        assert!(!is_expired_continue(&gone()));
+        let other = watcher::Error::InitialListFailed(kube::Error::Api(Box::new(
+            kube::core::Status::failure("x", "InternalError").with_code(500),
+        )));
+        assert!(!is_expired_continue(&other));
+    }
+
+    /// Issue 16, item 10: a paged list whose continue token expired is done
+    /// again in one request (not from page 1 in pages); its next relist is
+    /// paged again.
+    #[tokio::test(start_paused = true)]
+    async fn an_expired_continue_token_falls_back_to_one_full_list() {
+        let pages = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = pages.clone();
+        let mut streams = vec![
+            // Paged: page 1, then page 2's token expired.
+            vec![
+                Ok(Event::Init),
+                Ok(Event::InitApply(1)),
+                Err(expired_continue()),
+            ],
+            // Unpaged: the whole list, a watch, then 410 Gone (a relist).
+            vec![
+                Ok(Event::Init),
+                Ok(Event::InitApply(1)),
+                Ok(Event::InitApply(2)),
+                Ok(Event::InitDone),
+                Ok(Event::Apply(3)),
+                Err(gone()),
+            ],
+            // Paged again.
+            vec![Ok(Event::Init), Ok(Event::InitDone)],
+        ]
+        .into_iter();
+        let watch = Watch::from_config(config(None), move |c: watcher::Config| {
+            seen.lock().unwrap().push(c.page_size);
+            futures::stream::iter(streams.next().unwrap_or_default())
+        });
+        let (log, at) = drain(watch).await;
+        assert_eq!(
+            log,
+            [
+                "init",
+                "init_apply 1",
+                "failed false",
+                "init",
+                "init_apply 1",
+                "init_apply 2",
+                "init_done",
+                "apply 3",
+                "failed true",
+                "init",
+                "init_done"
+            ]
+        );
+        let page = Some(crate::client::LIST_PAGE_SIZE);
+        assert_eq!(*pages.lock().unwrap(), [page, None, page]);
+        assert_eq!(at[3], at[2], "the full list follows at once");
     }
 
     /// An index with a timer in the background.

@@ -8,6 +8,10 @@
 //! server (`kd-testenv`) reuses the same types and [`injected_failure_response`],
 //! so both backends fail in the same shape.
 
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -86,6 +90,130 @@ pub struct FaultRequest {
     /// Close new connections at once for this many seconds (state is kept).
     #[serde(default)]
     pub refuse_connections_seconds: Option<f64>,
+    /// A network partition whose open connections never recover: every
+    /// connection open now stops sending for good (nothing closed: answers
+    /// in progress and to come never arrive, watches send nothing more), and
+    /// so does every connection accepted during the next this many seconds;
+    /// later connections are served. kube-sim exempts connections that
+    /// carried a request with its admin token (the test's own client).
+    #[serde(default)]
+    pub freeze_connections_seconds: Option<f64>,
+    /// The next this many lists that carry a `continue` token are answered
+    /// `410 Expired`, as when the token's revision was compacted away
+    /// between two pages.
+    #[serde(default)]
+    pub expire_continue_tokens: Option<u64>,
+}
+
+/// The `freezeConnectionsSeconds` fault: wraps each accepted connection
+/// ([`Freezer::wrap`]); a freeze stops every connection open at that moment
+/// and every one accepted before its window ends, unless exempted. A frozen
+/// connection's writes stay pending forever (no waker is kept: nothing wakes
+/// them) while it still reads, so the client's requests may reach the
+/// server but no answer, not even a TLS handshake, comes back: a peer behind
+/// a partition whose connection state is lost.
+#[derive(Debug, Default)]
+pub struct Freezer {
+    /// Bumped by every freeze: a connection from an older generation is frozen.
+    generation: AtomicU64,
+    /// New connections are frozen at once until this instant.
+    until: Mutex<Option<Instant>>,
+}
+
+impl Freezer {
+    /// Freezes every open connection, and new ones for `secs` seconds.
+    pub fn freeze(&self, secs: f64) {
+        *self.until.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(Instant::now() + Duration::from_secs_f64(secs.max(0.0)));
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Ends the window for new connections (frozen ones stay frozen).
+    pub fn clear(&self) {
+        *self.until.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// `io` of a connection accepted now, frozen by the next freeze (or at
+    /// once, inside a freeze's window) unless its [`Freezable::exempt`]
+    /// flag is set first.
+    pub fn wrap<I>(self: &Arc<Self>, io: I) -> Freezable<I> {
+        let in_window = self
+            .until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|t| t > Instant::now());
+        Freezable {
+            io,
+            freezer: self.clone(),
+            generation: self.generation.load(Ordering::SeqCst),
+            frozen: in_window,
+            exempt: Arc::default(),
+        }
+    }
+}
+
+/// A connection's IO under a [`Freezer`].
+#[derive(Debug)]
+pub struct Freezable<I> {
+    io: I,
+    freezer: Arc<Freezer>,
+    generation: u64,
+    frozen: bool,
+    exempt: Arc<AtomicBool>,
+}
+
+impl<I> Freezable<I> {
+    /// Set it and the connection is never frozen.
+    pub fn exempt(&self) -> Arc<AtomicBool> {
+        self.exempt.clone()
+    }
+
+    fn frozen(&mut self) -> bool {
+        if self.exempt.load(Ordering::SeqCst) {
+            return false;
+        }
+        if !self.frozen && self.freezer.generation.load(Ordering::SeqCst) != self.generation {
+            self.frozen = true;
+        }
+        self.frozen
+    }
+}
+
+impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Freezable<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Freezable<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if self.frozen() {
+            return Poll::Pending;
+        }
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if self.frozen() {
+            return Poll::Pending;
+        }
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if self.frozen() {
+            return Poll::Pending;
+        }
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
 }
 
 /// The fault rules in force: what the request handlers and watch streams consult.
@@ -97,6 +225,8 @@ pub struct Faults {
     pub latency: Vec<LatencyRule>,
     /// Watch streams stay silent until this instant.
     pub stall_until: Option<Instant>,
+    /// Continued lists still to answer `410 Expired`.
+    pub expire_continue: u64,
 }
 
 fn rule_matches(rule_verb: &str, rule_res: &str, verb: &str, resource: &str) -> bool {
@@ -117,6 +247,16 @@ impl Faults {
             self.fail.remove(idx);
         }
         Some(out)
+    }
+
+    /// Whether a list with a `continue` token is to be answered `410
+    /// Expired` (consumes one).
+    pub fn take_expired_continue(&mut self) -> bool {
+        if self.expire_continue == 0 {
+            return false;
+        }
+        self.expire_continue -= 1;
+        true
     }
 
     /// Consume one matching delay, if any.
@@ -146,9 +286,13 @@ pub fn validate_faults(req: &FaultRequest) -> Result<(), String> {
             f.code
         ));
     }
-    for s in [req.stall_watches_seconds, req.refuse_connections_seconds]
-        .into_iter()
-        .flatten()
+    for s in [
+        req.stall_watches_seconds,
+        req.refuse_connections_seconds,
+        req.freeze_connections_seconds,
+    ]
+    .into_iter()
+    .flatten()
     {
         if !(0.0..=3600.0).contains(&s) {
             return Err(format!("seconds must be between 0 and 3600, got {s}"));
@@ -182,6 +326,21 @@ pub(crate) fn injected_failure(
     );
     e.retry_after = retry_after.or(if code == 429 { Some(1) } else { None });
     e
+}
+
+/// The `410 Expired` of a list whose `continue` token's revision was
+/// compacted away (the real API server's message).
+pub(crate) fn expired_continue() -> ApiError {
+    ApiError::new(
+        410,
+        "Expired",
+        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+    )
+}
+
+/// The HTTP answer of [`expired_continue`], for a fault-injecting proxy.
+pub fn expired_continue_response() -> Response<Body> {
+    error_response(&expired_continue())
 }
 
 /// The HTTP answer of a `fail` fault, for a fault-injecting proxy in front of

@@ -8,6 +8,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use hyper::body::Incoming;
@@ -69,6 +70,8 @@ pub async fn accept_loop(
             accepted = l.accept() => {
                 let Ok((stream, _peer)) = accepted else { continue };
                 let _ = stream.set_nodelay(true);
+                let stream = shared.freezer.wrap(stream);
+                let exempt = stream.exempt();
                 let shared = shared.clone();
                 let token = conn_token.clone();
                 let tls = tls.clone();
@@ -76,9 +79,9 @@ pub async fn accept_loop(
                     match tls {
                         Some(acceptor) => {
                             let Ok(Ok(stream)) = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await else { return };
-                            serve_conn(shared, TokioIo::new(stream), token).await;
+                            serve_conn(shared, TokioIo::new(stream), token, exempt).await;
                         }
-                        None => serve_conn(shared, TokioIo::new(stream), token).await,
+                        None => serve_conn(shared, TokioIo::new(stream), token, exempt).await,
                     }
                 });
             }
@@ -86,11 +89,25 @@ pub async fn accept_loop(
     }
 }
 
-async fn serve_conn<I>(shared: Arc<SimState>, io: I, token: CancellationToken)
-where
+/// Serves one connection; a request with the admin token sets `exempt`:
+/// the test's own client is never frozen (`freezeConnectionsSeconds`).
+async fn serve_conn<I>(
+    shared: Arc<SimState>,
+    io: I,
+    token: CancellationToken,
+    exempt: Arc<AtomicBool>,
+) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
+    let admin = format!("Bearer {}", shared.cfg.admin_token);
     let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        if req
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .is_some_and(|v| v.as_bytes() == admin.as_bytes())
+        {
+            exempt.store(true, Ordering::SeqCst);
+        }
         let shared = shared.clone();
         async move { Ok::<_, Infallible>(handler::handle(shared, req).await) }
     });

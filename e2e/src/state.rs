@@ -84,6 +84,8 @@ pub struct SimState {
     pub refuse_tx: watch::Sender<Option<Instant>>,
     /// The URL the server is reached at.
     pub url: String,
+    /// Freezes connections (`freezeConnectionsSeconds` fault).
+    pub freezer: Arc<crate::faults::Freezer>,
 }
 
 impl SimState {
@@ -104,6 +106,7 @@ impl SimState {
             shutdown: CancellationToken::new(),
             refuse_tx,
             url,
+            freezer: Arc::default(),
         }
     }
 
@@ -199,6 +202,7 @@ impl SimState {
         if req.clear {
             let mut f = self.faults();
             *f = Faults::default();
+            self.freezer.clear();
         }
         if req.drop_watches {
             self.drop_tx.send_modify(|v| *v += 1);
@@ -214,6 +218,12 @@ impl SimState {
         }
         if let Some(rule) = req.latency {
             self.faults().latency.push(rule);
+        }
+        if let Some(s) = req.freeze_connections_seconds {
+            self.freezer.freeze(s);
+        }
+        if let Some(n) = req.expire_continue_tokens {
+            self.faults().expire_continue = n;
         }
         if let Some(s) = req.refuse_connections_seconds {
             let until = Instant::now() + Duration::from_secs_f64(s.max(0.0));

@@ -221,6 +221,10 @@ client:
 {{- $_ := set $kd "http" $http }}
 {{- $_ := set $kd "instance" (default (.Release.Name | replace "." "-") $c.instance) }}
 {{- with $c.watchTimeout }}{{ $_ := set $kd "watch_timeout" . }}{{ end }}
+{{- with $c.requestTimeout }}{{ $_ := set $kd "request_timeout" . }}{{ end }}
+{{- with $c.unreadyAfter }}{{ $_ := set $kd "unready_after" . }}{{ end }}
+{{- /* Shutdown finishes 5 s before the kubelet's SIGKILL. */}}
+{{- $_ := set $kd "shutdown_timeout" (printf "%ds" (max 1 (sub (int .Values.terminationGracePeriodSeconds) 5))) }}
 {{- $_ := set $kd "write_concurrency" (int64 $c.writeConcurrency) }}
 {{- $_ := set $kd "write_qps" $c.writeQps }}
 {{- with $c.coalesceWindow }}{{ $_ := set $kd "coalesce_window" . }}{{ end }}

@@ -36,6 +36,8 @@ pub struct DriftFeed {
     /// The one namespace holding all our objects, if there is one: the
     /// watch is then namespaced (`Plan::home_namespace`).
     namespace: Option<String>,
+    /// Server-side watch timeout (`None`: the API's default).
+    watch_timeout: Option<Duration>,
 }
 
 impl DriftView {
@@ -47,12 +49,21 @@ impl DriftView {
             DriftFeed {
                 view,
                 namespace: None,
+                watch_timeout: None,
             },
         )
     }
 }
 
 impl DriftFeed {
+    /// Ends (and renews) the watch after `timeout` on the server
+    /// ([`crate::client::watch_renewal`]).
+    #[must_use]
+    pub fn with_watch_timeout(mut self, timeout: Duration) -> Self {
+        self.watch_timeout = Some(timeout);
+        self
+    }
+
     /// Watches our objects in `namespace` only (`None`: where the naming
     /// puts them: the fixed namespace, or all namespaces).
     #[must_use]
@@ -82,7 +93,9 @@ impl DriftFeed {
         // Every DiscoveredService, not only labelled ones: objects of other
         // instances and hand-made ones are kept apart by the cache (never
         // compared or repaired), and their names are not written.
-        let mut ours = Watch::new(watcher(api, watch::config(None)));
+        let mut ours = Watch::from_config(watch::config(self.watch_timeout), move |cfg| {
+            watcher(api.clone(), cfg)
+        });
         let mut index = DriftWatch {
             view: self.view,
             shared,

@@ -183,6 +183,9 @@ pub(super) fn list(ctx: &Ctx) -> ApiResult<Response<Body>> {
         _ => None,
     };
     let read = list_read(ctx, limit, cont.as_ref())?;
+    if cont.is_some() && ctx.sh.faults().take_expired_continue() {
+        return Err(crate::faults::expired_continue());
+    }
     let res = convert::store_key(&ctx.info);
     let st = ctx.sh.lock();
     // The revision this list is a consistent snapshot at. A continued list

@@ -20,6 +20,15 @@
 //! * `hangSeconds` (proxy only): requests accepted in that window are never
 //!   answered (nothing is closed either), the network partition of a dead
 //!   peer.
+//! * `expireContinueTokens`: the next lists carrying a `continue` token are
+//!   answered kube-sim's `410 Expired` (an etcd compaction between pages,
+//!   [`crate::real::ControlPlane::compact`], is the real one);
+//! * `freezeConnectionsSeconds`: every client connection open now, and every
+//!   one accepted in that window, never sends the client anything again (no
+//!   answer, no watch event, not even a TLS handshake), nothing closed
+//!   (kube-sim's [`kube_sim::faults::Freezer`]): a partition after which the
+//!   open connections never recover. A request on a frozen connection may
+//!   still reach the API server.
 //!
 //! `compact` is not the proxy's: the control plane compacts etcd itself
 //! ([`crate::real::ControlPlane::fault`]).
@@ -64,6 +73,8 @@ struct ProxyState {
     /// `(verb, resource)` -> injected delays begun.
     delays_started: Mutex<BTreeMap<(String, String), u64>>,
     hang_until: Mutex<Option<Instant>>,
+    /// Freezes client connections (`freezeConnectionsSeconds`).
+    freezer: Arc<kube_sim::faults::Freezer>,
     /// Bumped to end every watch answer in flight.
     drop_tx: watch::Sender<u64>,
     /// Set while connections are refused.
@@ -123,6 +134,7 @@ impl FaultProxy {
             failures_served: Mutex::new(BTreeMap::new()),
             delays_started: Mutex::new(BTreeMap::new()),
             hang_until: Mutex::new(None),
+            freezer: Arc::default(),
             drop_tx: watch::channel(0).0,
             refuse_tx: watch::channel(None).0,
             cut: Mutex::new(CancellationToken::new()),
@@ -145,8 +157,16 @@ impl FaultProxy {
             f.fail.clear();
             f.latency.clear();
             f.stall_until = None;
+            f.expire_continue = 0;
             drop(f);
             *sh.hang_until.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            sh.freezer.clear();
+        }
+        if let Some(s) = req.freeze_connections_seconds {
+            sh.freezer.freeze(s);
+        }
+        if let Some(n) = req.expire_continue_tokens {
+            sh.faults().expire_continue = n;
         }
         if let Some(r) = &req.fail {
             sh.faults().fail.push(r.clone());
@@ -284,6 +304,7 @@ struct Up {
 
 async fn serve_connection(sh: Arc<ProxyState>, tcp: tokio::net::TcpStream) {
     let cut = sh.cut_token();
+    let tcp = sh.freezer.wrap(tcp);
     let acceptor = tokio_rustls::TlsAcceptor::from(sh.server_tls.clone());
     let Ok(Ok(tls)) = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
     else {
@@ -425,6 +446,18 @@ async fn forward(
         req.uri().query().unwrap_or(""),
     );
     let is_watch = target.as_ref().is_some_and(|(v, _)| *v == "watch");
+    let continued = req
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .any(|kv| kv.strip_prefix("continue=").is_some_and(|v| !v.is_empty()));
+    if target.as_ref().is_some_and(|(v, _)| *v == "list")
+        && continued
+        && sh.faults().take_expired_continue()
+    {
+        return kube_sim::faults::expired_continue_response();
+    }
     if let Some((verb, resource)) = &target {
         let latency = sh.faults().take_latency(verb, resource);
         if let Some(d) = latency {
@@ -794,6 +827,64 @@ mod tests {
             f.proxy.delays_started(),
             BTreeMap::from([(("list".to_string(), "pods".to_string()), 1)])
         );
+    }
+
+    #[tokio::test]
+    async fn a_freeze_silences_open_connections_for_good_and_new_ones_in_its_window() {
+        let f = fixture().await;
+        let mut open = client(&f).await;
+        let mut body = get(&mut open, WATCH).await.into_body();
+        let first = body.frame().await.expect("a frame").expect("data");
+        assert_eq!(first.into_data().expect("data"), Bytes::from("line\n"));
+        let mut idle = client(&f).await;
+        apply(&f, serde_json::json!({"freezeConnectionsSeconds": 0.5}));
+        // A connection accepted in the window: not even its TLS handshake
+        // is answered.
+        let tcp = tokio::net::TcpStream::connect(f.proxy.addr())
+            .await
+            .expect("connect");
+        let name = rustls::pki_types::ServerName::IpAddress(f.proxy.addr().ip().into());
+        let tls =
+            tokio_rustls::TlsConnector::from(f.pki.client_config(&[b"http/1.1"]).expect("tls"))
+                .connect(name, tcp);
+        assert!(
+            tokio::time::timeout(Duration::from_secs(1), tls)
+                .await
+                .is_err(),
+            "a connection accepted during the freeze was served"
+        );
+        // The open ones stay silent after the window too.
+        idle.ready().await.expect("connection usable");
+        let req = Request::get("/api/v1/namespaces/a/pods")
+            .header("host", "kube")
+            .body(http_body_util::Empty::new())
+            .expect("request");
+        assert!(
+            tokio::time::timeout(Duration::from_secs(1), idle.send_request(req))
+                .await
+                .is_err(),
+            "a frozen connection answered"
+        );
+        // A new connection after the window is served.
+        let mut send = client(&f).await;
+        let resp = get(&mut send, "/api/v1/namespaces/a/pods").await;
+        assert_eq!(resp.status(), 200);
+    }
+
+    #[tokio::test]
+    async fn expired_continue_tokens_answer_410_only_with_a_continue_token() {
+        let f = fixture().await;
+        let mut send = client(&f).await;
+        apply(&f, serde_json::json!({"expireContinueTokens": 1}));
+        let resp = get(&mut send, "/api/v1/namespaces/a/pods?limit=1").await;
+        assert_eq!(resp.status(), 200, "a first page has no token");
+        let _ = resp.into_body().collect().await;
+        let resp = get(&mut send, "/api/v1/namespaces/a/pods?limit=1&continue=abc").await;
+        assert_eq!(resp.status(), 410);
+        let text = resp.into_body().collect().await.expect("body").to_bytes();
+        assert!(String::from_utf8_lossy(&text).contains("\"Expired\""));
+        let resp = get(&mut send, "/api/v1/namespaces/a/pods?limit=1&continue=abc").await;
+        assert_eq!(resp.status(), 200, "one expiry only");
     }
 
     #[tokio::test]

@@ -399,7 +399,15 @@ async fn exercise(env: &Env, token: &str, kind: Kind, net: u8) -> BTreeSet<(Stri
     let before = stats(env).await;
     let rv = env.mark().await;
     let ctl = Controller::start(env, &format!("lp{net}"), &cfg, &[]).await;
-    ctl.wait_ready().await;
+    // Ready as the leader: a standby is ready once it has listed, before it
+    // holds the Lease and writes; a change made then would be folded into
+    // the leader's first writes (a source deleted before its object was
+    // ever created is never deleted).
+    eventually("ready as the leader", LIMIT, || async {
+        let (code, body) = ctl.get("/readyz").await;
+        (code == 200 && body.contains("\"standby\":false")).then_some(())
+    })
+    .await;
     // One update and one delete of a source.
     match kind {
         Kind::Slices => {

@@ -19,6 +19,7 @@ mod drift;
 mod endpointslice_controller;
 mod fault_bad_config;
 mod fault_ha;
+mod fault_io;
 mod fault_security;
 mod fault_suite;
 mod gateway_haproxy;

@@ -312,3 +312,72 @@ async fn refused_connections_keep_state() {
     assert_eq!(got.metadata.name.as_deref(), Some("kept"));
     sim.shutdown().await;
 }
+
+/// `freezeConnectionsSeconds`: an open connection never answers again, a
+/// new one is swallowed during the window, later ones are served; the
+/// admin token's connections (the test's own) are exempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_connections_stay_silent() {
+    let sim = start(false).await;
+    let admin = client(&sim, ADMIN).await;
+    let user = client(&sim, &sim.issue_token("default", "frozen")).await;
+    let user_api: Api<ConfigMap> = Api::namespaced(user.clone(), "default");
+    // An answer (forbidden or not) opens the user's pooled connection.
+    let _ = user_api.list(&ListParams::default()).await;
+    fault(&admin, json!({"freezeConnectionsSeconds": 0.5})).await;
+    assert!(
+        tokio::time::timeout(
+            Duration::from_secs(2),
+            user_api.list(&ListParams::default())
+        )
+        .await
+        .is_err(),
+        "a frozen connection answered"
+    );
+    // The admin's connection is exempt; a new client after the window is served.
+    let admin_api: Api<ConfigMap> = Api::namespaced(admin.clone(), "default");
+    admin_api
+        .list(&ListParams::default())
+        .await
+        .expect("the admin is served");
+    let fresh = client(&sim, &sim.issue_token("default", "frozen")).await;
+    let (status, _) = raw(
+        &fresh,
+        "GET",
+        "/api/v1/namespaces/default/configmaps",
+        None,
+        "",
+    )
+    .await;
+    assert!(status == 200 || status == 403, "{status}");
+    sim.shutdown().await;
+}
+
+/// `expireContinueTokens`: the next lists with a `continue` token get
+/// `410 Expired`, first pages do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_continue_tokens() {
+    let sim = start(false).await;
+    let c = client(&sim, ADMIN).await;
+    let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    for n in ["a", "b", "c"] {
+        api.create(&PostParams::default(), &cm(n))
+            .await
+            .expect("create");
+    }
+    fault(&c, json!({"expireContinueTokens": 1})).await;
+    let page = api
+        .list(&ListParams::default().limit(1))
+        .await
+        .expect("a first page");
+    let token = page.metadata.continue_.expect("a continue token");
+    let err = api
+        .list(&ListParams::default().limit(1).continue_token(&token))
+        .await
+        .expect_err("expired");
+    assert_eq!(code(err), 410);
+    api.list(&ListParams::default().limit(1).continue_token(&token))
+        .await
+        .expect("one expiry only");
+    sim.shutdown().await;
+}

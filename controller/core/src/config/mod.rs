@@ -68,7 +68,10 @@
 //! | `drain_terminating` | bool: when a port has no ready endpoint, use serving+terminating ones (flagged `draining: true`; EndpointSlices only) | `false` |
 //! | `index_port_numbers` | bool: also index named ports under their number | `false` |
 //! | `topology` | bool: add `zone`, `nodeName`, `targetRef` to nodes | `false` |
-//! | `watch_timeout` | duration 1s..290s: server-side watch timeout | `290s` |
+//! | `watch_timeout` | duration 1s..290s: server-side watch timeout (capped at `request_timeout` minus 2 s) | `290s` |
+//! | `request_timeout` | duration 3s..300s: the longest any API request (list page, watch, write, lease, ConfigMap) waits for the next byte from the API server; watches are renewed within it, so a silent connection is dropped and replaced | `10s` |
+//! | `unready_after` | duration 1s..1h: a cluster whose watch has failed (unreachable, forbidden, timing out) for longer turns `/readyz` 503 until it recovers | `60s` |
+//! | `shutdown_timeout` | duration 1s..1h: the most a graceful shutdown (SIGTERM: in-flight writes, watches, the HTTP server) takes before the process exits anyway; keep it below the pod's `terminationGracePeriodSeconds` (the chart sets it to that minus 5 s) | `20s` |
 //! | `write_concurrency` | 1..256 concurrent writes | `32` |
 //! | `write_qps` | 0.1..10000 writes per second (client-side rate limit) | `50` |
 //! | `http.addr` | `ip:port` of the HTTP server | `0.0.0.0:8080` |

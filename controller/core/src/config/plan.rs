@@ -52,6 +52,14 @@ pub struct Plan {
     pub clusters: Clusters,
     /// Server-side watch timeout.
     pub watch_timeout: Duration,
+    /// The client's read timeout of every API request
+    /// (`kube_discovery.request_timeout`).
+    pub request_timeout: Duration,
+    /// How long a cluster's watch may fail before `/readyz` does
+    /// (`kube_discovery.unready_after`).
+    pub unready_after: Duration,
+    /// The deadline of a graceful shutdown (`kube_discovery.shutdown_timeout`).
+    pub shutdown_timeout: Duration,
     /// The DiscoveredServices sink (always on): where and under which names.
     pub discoveredservices: ObjectNaming,
     /// The ConfigMap snapshot sink, when enabled.
@@ -290,6 +298,9 @@ impl Config {
         errors.finish(Plan {
             clusters,
             watch_timeout: s.watch_timeout,
+            request_timeout: s.request_timeout,
+            unready_after: s.unready_after,
+            shutdown_timeout: s.shutdown_timeout,
             discoveredservices: s.sinks.discoveredservices.naming.clone(),
             configmap: s.sinks.configmap.clone(),
             writes: Writes {

@@ -341,6 +341,12 @@ pub(super) struct RawSettings {
     pub(super) topology: Option<bool>,
     #[garde(custom(check_duration(Duration::from_secs(1), Duration::from_secs(290))))]
     pub(super) watch_timeout: Option<String>,
+    #[garde(custom(check_duration(Duration::from_secs(3), Duration::from_secs(300))))]
+    pub(super) request_timeout: Option<String>,
+    #[garde(custom(check_duration(Duration::from_secs(1), Duration::from_secs(3600))))]
+    pub(super) unready_after: Option<String>,
+    #[garde(custom(check_duration(Duration::from_secs(1), Duration::from_secs(3600))))]
+    pub(super) shutdown_timeout: Option<String>,
     #[garde(custom(check_concurrency))]
     pub(super) write_concurrency: Option<u64>,
     #[garde(custom(check_qps))]

@@ -788,6 +788,9 @@ kube_discovery:
   index_port_numbers: true
   topology: true
   watch_timeout: 1m
+  request_timeout: 30s
+  unready_after: 2m
+  shutdown_timeout: 25s
   write_concurrency: 4
   write_qps: 12.5
   http: {addr: "127.0.0.1:9090", auth_token_file: /etc/kd/token}
@@ -801,6 +804,14 @@ kube_discovery:
     assert_eq!(s.coalesce_window, Duration::from_millis(250));
     assert!(s.drain_terminating && s.index_port_numbers && s.topology);
     assert_eq!(s.watch_timeout, Duration::from_secs(60));
+    assert_eq!(
+        (s.request_timeout, s.unready_after, s.shutdown_timeout),
+        (
+            Duration::from_secs(30),
+            Duration::from_secs(120),
+            Duration::from_secs(25)
+        )
+    );
     assert_eq!((s.write_concurrency, s.write_qps), (4, 12.5));
     assert_eq!(s.http.addr, "127.0.0.1:9090".parse().unwrap());
     assert_eq!(
@@ -839,6 +850,7 @@ kube_discovery:
   instance: Edge_A
   coalesce_window: soon
   watch_timeout: 10m
+  request_timeout: 1s
   write_concurrency: 0
   write_qps: 0
   http: {addr: "localhost"}
@@ -862,6 +874,11 @@ kube_discovery:
         &lines,
         "kube_discovery.watch_timeout",
         "must be between 1s and 290s",
+    );
+    has(
+        &lines,
+        "kube_discovery.request_timeout",
+        "must be between 3s and 300s",
     );
     has(
         &lines,

@@ -446,6 +446,9 @@ fn validate_settings(
         index_port_numbers: raw.index_port_numbers.unwrap_or(d.index_port_numbers),
         topology: raw.topology.unwrap_or(d.topology),
         watch_timeout: dur(&raw.watch_timeout, d.watch_timeout),
+        request_timeout: dur(&raw.request_timeout, d.request_timeout),
+        unready_after: dur(&raw.unready_after, d.unready_after),
+        shutdown_timeout: dur(&raw.shutdown_timeout, d.shutdown_timeout),
         write_concurrency: raw
             .write_concurrency
             .and_then(|n| usize::try_from(n).ok())

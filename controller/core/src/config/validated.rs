@@ -266,6 +266,14 @@ pub struct Settings {
     pub topology: bool,
     /// Server-side watch timeout.
     pub watch_timeout: Duration,
+    /// The longest an API request waits for the server to send anything
+    /// (the client's read timeout; watches are renewed within it).
+    pub request_timeout: Duration,
+    /// A cluster whose watch has failed for longer than this makes
+    /// `/readyz` fail.
+    pub unready_after: Duration,
+    /// The most a graceful shutdown (SIGTERM) may take.
+    pub shutdown_timeout: Duration,
     /// Concurrent writes.
     pub write_concurrency: usize,
     /// Client-side write rate limit.
@@ -288,6 +296,10 @@ impl Default for Settings {
             index_port_numbers: false,
             topology: false,
             watch_timeout: Duration::from_secs(290),
+            request_timeout: Duration::from_secs(10),
+            unready_after: Duration::from_secs(60),
+            // Below the chart's terminationGracePeriodSeconds (30).
+            shutdown_timeout: Duration::from_secs(20),
             // 8 in flight could not keep up with 500 changes/s (churn p99
             // 3.1 s vs 0.14 s with 32, BENCHMARKS.md); `write_qps` stays the
             // throttle on the API server.
@@ -335,6 +347,9 @@ impl Settings {
             "index_port_numbers": self.index_port_numbers,
             "topology": self.topology,
             "watch_timeout": format_duration(self.watch_timeout),
+            "request_timeout": format_duration(self.request_timeout),
+            "unready_after": format_duration(self.unready_after),
+            "shutdown_timeout": format_duration(self.shutdown_timeout),
             "write_concurrency": self.write_concurrency,
             "write_qps": self.write_qps,
             "http": {"addr": self.http.addr.to_string(),

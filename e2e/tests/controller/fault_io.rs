@@ -1,0 +1,367 @@
+//! Fault suite, the requests side (issue 16): what the controller does when
+//! the API server stops answering without closing anything, sends huge
+//! `Retry-After`s, or when it must stop while the API server hangs. On both
+//! backends (kube-sim's faults; the real API server behind the fault proxy).
+//!
+//! | scenario | test |
+//! |---|---|
+//! | a 6 s partition after which the open connections never answer again; then 40 services change | `p01_frozen_connections` |
+//! | a write answered 429 with `Retry-After: 3600` | `p02_retry_after_capped` |
+//! | the controller's RBAC revoked at runtime, then restored | `p03_revoked_rbac_unready` |
+//! | SIGTERM while a write hangs on the server | `p04_shutdown_deadline` |
+//! | every paged list's `continue` token expires (410) | `p05_expired_continue_token` |
+//! | real only: etcd compacted between two pages of the first list | `p06_compaction_between_pages_real` |
+
+use crate::controller_support;
+use crate::fault_support;
+
+use std::time::Duration;
+
+use controller_support::{Backend, Controller, Env, Options, eventually};
+use fault_support::{
+    Churn, Kind, arrivals, config, fault, masters, metric_sum, signal, user_token, wait_converged,
+};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+use testenv::both_backends;
+
+/// The default `kube_discovery.request_timeout`.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The controller's token: not kube-sim's admin token, whose connections
+/// kube-sim never freezes (they are the test's own).
+fn controller_token(env: &Env) -> String {
+    user_token(env, "kd")
+}
+
+/// Issue 16, item 2: a 6 s network partition in which the open connections
+/// stop answering (nothing closed) and new ones are swallowed; afterwards
+/// the old connections stay dead. 40 services change right after it heals.
+/// Before request timeouts, the watch (and every pooled connection) waited
+/// for the server forever: the changes were written only when the watch's
+/// own idle timeout fired, ~290 s later. Now every request is bounded by
+/// `request_timeout` and watches are renewed within it, so the dead
+/// connections are replaced: converged within two request timeouts (a dead
+/// watch, then dead pooled write connections) plus a margin.
+#[both_backends]
+#[tokio::test]
+async fn p01_frozen_connections(backend: Backend) {
+    let env = Env::start_with(backend, masters(&["kd"])).await;
+    let cfg = config(&env, &controller_token(&env), Kind::Slices, "");
+    let services = 40;
+    let mut churn = Churn::new("frozen", services, Kind::Slices, 31, 31);
+    churn.seed(&env).await;
+    let ctl = Controller::start(&env, "frozen", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    wait_converged(&env, &cfg, Duration::from_secs(30)).await;
+
+    let partition = Duration::from_secs(6);
+    fault(
+        &env,
+        json!({"freezeConnectionsSeconds": partition.as_secs_f64()}),
+    )
+    .await;
+    tokio::time::sleep(partition).await;
+    let healed = tokio::time::Instant::now();
+    // Every service changes (a new address each) right after the heal.
+    for i in 0..services {
+        let svc = Churn::service(i);
+        let ip = format!("10.31.{i}.250");
+        env.slice(
+            "frozen",
+            &svc,
+            &format!("{svc}-a"),
+            &[(ip.as_str(), true)],
+            &[("http", 80)],
+        )
+        .await;
+    }
+    let bound = 2 * REQUEST_TIMEOUT + Duration::from_secs(5);
+    wait_converged(&env, &cfg, Duration::from_secs(60)).await;
+    let took = healed.elapsed();
+    eprintln!("{services} changed services converged {took:?} after the partition healed");
+    assert!(
+        took <= bound,
+        "converged only {took:?} after the partition healed (bound {bound:?}); log:\n{}",
+        ctl.logs()
+    );
+    // The requests in flight are reported, and none hangs on: the open
+    // watches (EndpointSlices, DiscoveredServices) are all that stays.
+    let in_flight = metric_sum(&ctl, "kube_discovery_api_requests_in_flight", &[]).await;
+    let (_, metrics) = ctl.get("/metrics").await;
+    assert!(
+        metrics.contains("kube_discovery_api_requests_in_flight{client=\"home\""),
+        "no in-flight gauge:\n{metrics}"
+    );
+    assert!(
+        (1.0..=4.0).contains(&in_flight),
+        "{in_flight} requests in flight after converging"
+    );
+    ctl.stop().await;
+}
+
+/// Issue 16, item 7: a write answered `429` with `Retry-After: 3600`. kube's
+/// own retry layer slept the hour, holding the write (and its service)
+/// stale; the controller's client waits at most `MAX_RETRY_AFTER` (5 s)
+/// before retrying.
+#[both_backends]
+#[tokio::test]
+async fn p02_retry_after_capped(backend: Backend) {
+    let env = Env::start(backend).await;
+    let cfg = config(&env, &env.admin_token(), Kind::Slices, "");
+    let mut churn = Churn::new("retry", 3, Kind::Slices, 32, 32);
+    churn.seed(&env).await;
+    let ctl = Controller::start(&env, "retry", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    wait_converged(&env, &cfg, Duration::from_secs(30)).await;
+    fault(
+        &env,
+        json!({"fail": {"verb": "patch", "resource": "discoveredservices", "count": 1,
+                        "code": 429, "retryAfterSeconds": 3600}}),
+    )
+    .await;
+    let changed = tokio::time::Instant::now();
+    churn.run(&env, 3, Duration::ZERO).await;
+    wait_converged(&env, &cfg, Duration::from_secs(30)).await;
+    let took = changed.elapsed();
+    eprintln!("converged {took:?} after a 429 with Retry-After: 3600");
+    assert!(
+        took <= Duration::from_secs(15),
+        "converged only after {took:?}"
+    );
+    ctl.stop().await;
+}
+
+/// Binds `cluster-admin` to the plain user `kd` (revocable, unlike
+/// `system:masters`).
+async fn grant(env: &Env) {
+    let crb: ClusterRoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "kd-admin"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kd"}]
+    }))
+    .expect("binding");
+    Api::<ClusterRoleBinding>::all(env.admin.clone())
+        .create(&PostParams::default(), &crb)
+        .await
+        .expect("grant");
+}
+
+/// Issue 16, item 5: the controller's RBAC is revoked at runtime. Its watch
+/// is renewed within `request_timeout` and then forbidden; once that has
+/// lasted `unready_after`, `/readyz` is 503 naming the cluster (before, it
+/// stayed 200: the data was stale but looked ready). Restored, it is 200
+/// again.
+#[both_backends]
+#[tokio::test]
+async fn p03_revoked_rbac_unready(backend: Backend) {
+    let env = Env::start_with(
+        backend,
+        Options {
+            users: vec![("kd".to_string(), Vec::new())],
+            ..Options::default()
+        },
+    )
+    .await;
+    grant(&env).await;
+    let cfg = config(
+        &env,
+        &user_token(&env, "kd"),
+        Kind::Slices,
+        "  request_timeout: 5s\n  unready_after: 3s\n",
+    );
+    let mut churn = Churn::new("rbac", 2, Kind::Slices, 33, 33);
+    churn.seed(&env).await;
+    let ctl = Controller::start(&env, "rbac", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    wait_converged(&env, &cfg, Duration::from_secs(30)).await;
+    Api::<ClusterRoleBinding>::all(env.admin.clone())
+        .delete("kd-admin", &DeleteParams::default())
+        .await
+        .expect("revoke");
+    let (_, body) = eventually(
+        "/readyz 503 after the revocation",
+        Duration::from_secs(30),
+        || async {
+            let (code, body) = ctl.get("/readyz").await;
+            (code == 503).then_some((code, body))
+        },
+    )
+    .await;
+    assert!(
+        body.contains(r#"cluster \"\": watch failing for"#) && body.contains("orbidden"),
+        "/readyz does not name the cluster and the cause: {body}"
+    );
+    assert_eq!(
+        metric_sum(&ctl, "kube_discovery_ready", &[]).await,
+        0.0,
+        "kube_discovery_ready follows /readyz"
+    );
+    grant(&env).await;
+    eventually(
+        "/readyz 200 after the grant",
+        Duration::from_secs(30),
+        || async { (ctl.get("/readyz").await.0 == 200).then_some(()) },
+    )
+    .await;
+    // And it works: a change is written.
+    churn.run(&env, 2, Duration::ZERO).await;
+    wait_converged(&env, &cfg, Duration::from_secs(30)).await;
+    ctl.stop().await;
+}
+
+/// Issue 16, item 7: SIGTERM while a write hangs (the API server holds it
+/// for 10 minutes). The process exits within
+/// `shutdown_timeout` instead of waiting for the write (before: it waited
+/// for the in-flight write, i.e. forever).
+#[both_backends]
+#[tokio::test]
+async fn p04_shutdown_deadline(backend: Backend) {
+    let env = Env::start_with(backend, masters(&["kd"])).await;
+    let deadline = Duration::from_secs(3);
+    // A long request timeout: the hung write outlives the deadline.
+    let cfg = config(
+        &env,
+        &controller_token(&env),
+        Kind::Slices,
+        "  request_timeout: 60s\n  shutdown_timeout: 3s\n",
+    );
+    let mut churn = Churn::new("term-hung", 2, Kind::Slices, 34, 34);
+    churn.seed(&env).await;
+    let mut ctl = Controller::start(&env, "term-hung", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    wait_converged(&env, &cfg, Duration::from_secs(30)).await;
+    let home = r#"client="home""#;
+    let idle = metric_sum(&ctl, "kube_discovery_api_requests_in_flight", &[home]).await;
+    fault(
+        &env,
+        json!({"latency": {"verb": "patch", "resource": "discoveredservices",
+                           "millis": 600_000, "count": 1}}),
+    )
+    .await;
+    churn.run(&env, 2, Duration::ZERO).await;
+    // The write of the change is in flight (and hangs).
+    eventually("a write in flight", Duration::from_secs(30), || async {
+        (metric_sum(&ctl, "kube_discovery_api_requests_in_flight", &[home]).await > idle)
+            .then_some(())
+    })
+    .await;
+    signal(&ctl, "TERM");
+    let termed = tokio::time::Instant::now();
+    let status = tokio::time::timeout(Duration::from_secs(30), ctl.child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("no exit 30 s after SIGTERM; log:\n{}", ctl.logs()))
+        .expect("wait");
+    let took = termed.elapsed();
+    eprintln!("exited {took:?} after SIGTERM with a hung write ({status})");
+    assert!(
+        took <= deadline + Duration::from_secs(2),
+        "exited only {took:?} after SIGTERM (deadline {deadline:?})"
+    );
+    assert!(
+        ctl.logs().contains("shutdown deadline passed"),
+        "the deadline was not what ended it:\n{}",
+        ctl.logs()
+    );
+}
+
+/// Issue 16, item 10: the `continue` token of every paged list expires
+/// (`410 Expired`, as after an etcd compaction between two pages) while
+/// 250 EndpointSlices are listed in pages of 100. kube-runtime's watcher
+/// started the list over from page 1 and never finished (never ready); the
+/// controller lists once in one request instead, as client-go's pager does.
+#[both_backends]
+#[tokio::test]
+async fn p05_expired_continue_token(backend: Backend) {
+    let env = Env::start(backend).await;
+    let cfg = config(&env, &env.admin_token(), Kind::Slices, "");
+    let mut churn = Churn::new("pages", 250, Kind::Slices, 35, 35);
+    churn.seed(&env).await;
+    fault(&env, json!({"expireContinueTokens": 1000})).await;
+    let ctl = Controller::start(&env, "pages", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    wait_converged(&env, &cfg, Duration::from_secs(60)).await;
+    let fallback = "the continue token of a paged list expired; listing again in one request";
+    assert!(
+        ctl.logs().contains(fallback),
+        "no fallback to a full list:\n{}",
+        ctl.logs()
+    );
+    ctl.stop().await;
+    // A restart: now the start-up list of the 250 DiscoveredServices (and
+    // the drift watch's list of them) is paged too, and expires as well.
+    fault(&env, json!({"expireContinueTokens": 1000})).await;
+    let ctl = Controller::start(&env, "pages2", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    churn.run(&env, 5, Duration::ZERO).await;
+    wait_converged(&env, &cfg, Duration::from_secs(60)).await;
+    let logs = ctl.logs();
+    let fallbacks = logs.matches(fallback).count();
+    assert!(
+        fallbacks >= 3,
+        "{fallbacks} fallbacks, want the sources', the start-up list's and the drift watch's:\n{logs}"
+    );
+    ctl.stop().await;
+}
+
+/// Issue 16, item 10 on the real API server: etcd is compacted
+/// (`ControlPlane::compact_etcd`) after the first page of the controller's
+/// first list and before the second, so the real server answers the second
+/// page `410 Expired`; the controller lists again in one request.
+/// Real only: the expiry is etcd's (kube-sim's is `p05`). The fault proxy
+/// holds the second page until the compaction is done.
+#[tokio::test]
+async fn p06_compaction_between_pages_real() {
+    // Kubernetes 1.34 serves later pages from its watch cache's snapshots
+    // (ListFromCacheSnapshot, beta, on by default), which an etcd compaction
+    // does not expire; without it they are read from etcd at the first
+    // page's revision, as before 1.34.
+    let env = Env::start_with(
+        Backend::Real,
+        Options {
+            apiserver_args: vec!["--feature-gates=ListFromCacheSnapshot=false".to_string()],
+            ..Options::default()
+        },
+    )
+    .await;
+    // A long request timeout: the held page must not time out meanwhile.
+    let cfg = config(
+        &env,
+        &env.admin_token(),
+        Kind::Slices,
+        "  request_timeout: 120s\n",
+    );
+    let mut churn = Churn::new("compact", 150, Kind::Slices, 36, 36);
+    churn.seed(&env).await;
+    // Page 1 passes; page 2 is held 20 s.
+    for millis in [1, 20_000] {
+        fault(
+            &env,
+            json!({"latency": {"verb": "list", "resource": "endpointslices", "millis": millis, "count": 1}}),
+        )
+        .await;
+    }
+    let ctl = Controller::start(&env, "compact", &cfg, &[]).await;
+    eventually("the second page held", Duration::from_secs(30), || async {
+        (arrivals(&env, "list", "endpointslices").await >= 2).then_some(())
+    })
+    .await;
+    // A write after page 1's revision, then compact at the current revision.
+    churn.run(&env, 1, Duration::ZERO).await;
+    env.api
+        .real()
+        .expect("the real backend")
+        .compact_etcd()
+        .await
+        .expect("compact etcd");
+    ctl.wait_ready().await;
+    wait_converged(&env, &cfg, Duration::from_secs(60)).await;
+    let logs = ctl.logs();
+    assert!(
+        logs.contains("the continue token of a paged list expired; listing again in one request"),
+        "no expired continue token after the compaction:\n{logs}"
+    );
+    ctl.stop().await;
+}
