@@ -99,45 +99,63 @@ async fn dump_and_nodes_api_with_bearer_auth(backend: Backend) {
 
 #[both_backends]
 #[tokio::test]
-async fn readyz_is_503_until_the_first_list_is_written(backend: Backend) {
+async fn readyz_is_503_until_the_first_list_is_written_then_reports_failing_writes(
+    backend: Backend,
+) {
     let env = Env::start(backend).await;
     env.namespace("ns").await;
     env.endpoints("ns", "web", &["10.6.0.1"], &[("http", 80)], json!({}))
         .await;
-    // Every DiscoveredService write fails until the fault is cleared (real:
-    // the fault proxy answers them).
-    let fail = json!({"fail": {"verb": "patch", "resource": "discoveredservices", "count": 100000, "code": 500}});
-    env.api.fault(&fail).await.expect("fault");
-
+    // 1. The first write is slow (4 s): listed, the write in flight, not ready yet.
+    let slow = json!({"latency": {"verb": "patch", "resource": "discoveredservices", "millis": 4000, "count": 1}});
+    env.api.fault(&slow).await.expect("fault");
     let cfg = format!(
         "discovery:\n  kubernetes:\n{}kube_discovery:\n  coalesce_window: 20ms\n",
         env.service_block(&env.admin_token())
     );
     let ctl = Controller::start(&env, "ready", &cfg, &[]).await;
-    // The list completes but the write keeps failing: not ready, and it says why.
     let body = eventually(
         "readyz reports the listed-but-unwritten state",
         LIMIT,
         || async {
             let (code, body) = ctl.get("/readyz").await;
-            assert_eq!(code, 503, "ready although nothing could be written: {body}");
+            assert_eq!(code, 503, "ready before the first write was done: {body}");
             body.contains("writing first list").then_some(body)
         },
     )
     .await;
     assert!(body.contains("\"ready\":false"), "{body}");
-    eventually("a failed write is counted", LIMIT, || async {
+    ctl.wait_ready().await;
+    env.wait_nodes("ns", "web", "http", &["10.6.0.1"]).await;
+
+    // 2. After a restart, every write fails: attempted, reported, and ready
+    //    all the same (one refused object must not keep the controller
+    //    unready forever); what the server held is untouched.
+    ctl.stop().await;
+    env.endpoints("ns", "web", &["10.6.0.2"], &[("http", 80)], json!({}))
+        .await;
+    let fail = json!({"fail": {"verb": "patch", "resource": "discoveredservices", "count": 100000, "code": 500}});
+    env.api.fault(&fail).await.expect("fault");
+    let ctl = Controller::start(&env, "ready2", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    eventually("the failing write is reported", LIMIT, || async {
         let (_, m) = ctl.get("/metrics").await;
-        m.contains("result=\"error_api_error\"").then_some(())
+        (m.contains("result=\"error_api_error\"")
+            && m.contains("kube_discovery_objects_failing{cluster=\"\",reason=\"api_error\"} 1"))
+        .then_some(())
     })
     .await;
-    assert!(env.dsvc("ns", "web").await.is_none());
-
+    env.wait_nodes("ns", "web", "http", &["10.6.0.1"]).await;
     env.api
         .fault(&json!({"clear": true}))
         .await
         .expect("clear faults");
-    ctl.wait_ready().await;
-    env.wait_nodes("ns", "web", "http", &["10.6.0.1"]).await;
+    env.wait_nodes("ns", "web", "http", &["10.6.0.2"]).await;
+    eventually("no longer failing once written", LIMIT, || async {
+        let (_, m) = ctl.get("/metrics").await;
+        m.contains("kube_discovery_objects_failing{cluster=\"\",reason=\"api_error\"} 0")
+            .then_some(())
+    })
+    .await;
     ctl.stop().await;
 }
