@@ -4,7 +4,7 @@
 //! an edge from the module it is written in to the deepest module it names
 //! (`use super::ctx::{Ctx, meta_str}` in `handler/read.rs` is the edge
 //! `handler::read -> handler::ctx`). A path into one's own ancestors
-//! (`super::Writer` in `writer/writes.rs`, `crate::Error`) is not an edge: a
+//! (`super::Writer` in a child module, `crate::Error`) is not an edge: a
 //! child module is a part of its parent, sees its private items, and `impl`
 //! blocks of one type split over child files are the usual Rust shape. What
 //! must not happen is two modules that are not nested depending on each

@@ -12,6 +12,7 @@
 //!  render.rs   objects (JSON values) + config ──▶ DiscoveredServices
 //!  dump.rs     Dump (all services) ──▶ sharded ConfigMap texts + index; assemble (reader)
 //!  yaml.rs     YAML text ◀──▶ serde values (serde-saphyr, YAML 1.2, stable layout)
+//!  write_plan/ changes, write results, drift answers, leadership, time ──▶ writes to do, when
 //! ```
 
 #![warn(missing_docs)]
@@ -26,6 +27,7 @@ pub mod filter;
 pub mod index;
 pub mod model;
 pub mod render;
+pub mod write_plan;
 pub mod yaml;
 
 /// The host type of [`Node`] (inline up to 24 bytes), re-exported so users of

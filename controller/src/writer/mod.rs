@@ -1,108 +1,50 @@
-//! The writer: turns "these keys changed" into as few API writes as possible.
+//! The writer: carries out what the pure planner
+//! ([`kube_discovery_core::write_plan::Planner`]) decides, and feeds the
+//! results back. Every decision (coalescing, skipping no-ops, the rate limit,
+//! retries with backoff, drift checks, first-list barriers, leadership
+//! epochs) is the planner's, tested there with scripted inputs and golden
+//! files; this loop only turns its actions into sink calls, metrics and
+//! logs.
 //!
 //! ```text
-//!  inbox: Changed(keys) ──▶ queue: pending{key: due = first change + window}
-//!                                   │ due, not in flight, < concurrency, rate token
-//!                                   ▼
-//!              desired = ControllerState::desired(key)      (always the LATEST state)
-//!              ├─ Some(v), known[key] == v.version ─▶ skip (no write)
-//!              ├─ Some(v)                           ─▶ Sink::apply(v)  ─▶ known[key] = v.version
-//!              ├─ None, key in known                ─▶ Sink::delete    ─▶ known.remove(key)
-//!              └─ None, unknown                     ─▶ nothing
-//!              failure ─▶ back into pending with exponential backoff (never dropped),
-//!                         counted in kube_discovery_objects_failing{reason} until written
-//!  inbox: Drifted(keys) ──▶ drift checks: later, Sink::drift(key) ─ Drift ─▶ forget known[key], queue it
-//!  inbox: Synced(cluster) ─▶ barrier: stale objects of the cluster queued for deletion;
-//!                            `synced` (readiness) once everything queued before it was
-//!                            attempted: written, or failed and reported (a failed key is
-//!                            re-queued behind the barrier, so one object the API server
-//!                            refuses never keeps the controller unready)
+//!  inbox (Changed / Drifted / Synced) ─┐
+//!  leadership (epoch, leading) ────────┼─▶ Planner::handle ─┐
+//!  finished writes / loads ────────────┘                    ├─▶ actions ─▶ Sink::apply / delete (tasks),
+//!  the wake-up the planner asked for ──▶ Planner::poll ─────┘            Sink::list_versions (a task),
+//!                                                                       Sink::drift (at once), state, metrics
 //! ```
 //!
-//! * `known` starts from [`Sink::list_versions`] (the objects the API server
-//!   already holds), so a restart with unchanged sources writes nothing.
-//! * Coalescing: a key's write is due `coalesce_window` after its FIRST change
-//!   since the last write; later changes inside the window ride along, so a
-//!   rolling update's burst becomes one write per window.
-//! * One write per key at a time (no reordering), at most `concurrency` in
-//!   flight overall, at most `qps` writes per second (token bucket).
-//! * Only while leading (leader election): a standby keeps its queue, and on
-//!   becoming leader re-reads what the API server holds and re-checks
-//!   everything.
-//! * On shutdown no new writes start; in-flight writes finish.
-//!
-//! The parts:
-//!
-//! | module | what |
-//! |---|---|
-//! | `queue` | the pending keys, in due order; per-cluster barrier bookkeeping; O(log n) per key |
-//! | `writes` | starting a write (skip no-ops, rate limit, spawn) and finishing it (retry on failure) |
-//! | `drift_checks` | the `Drifted` reports: when a check is due, and what a drifted key does |
-//! | `compact` | the compact forms the long-lived tables hold: `PackedKey`, `Version`, trimming |
-//!
-//! Scheduling never walks every pending key: the next wake-up is the first
-//! entry of the due order, and a turn of the loop pops only what it starts
-//! or skips.
+//! Only keys travel: an apply writes the desired state of its key as
+//! [`ControllerState`] has it when the write starts (always the latest). A
+//! write task that panics is a failed write of its key (retried). On shutdown
+//! no new write starts; in-flight writes finish.
 
-mod compact;
-mod drift_checks;
-mod queue;
 #[cfg(test)]
 mod tests;
-mod writes;
 
-use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Duration;
 
+use futures::FutureExt;
+use kube_discovery_core::ServiceKey;
+use kube_discovery_core::write_plan::{
+    Action, At, Desired, DriftResult, Input, Options, Outcome, Planner,
+};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use self::compact::{PackedKey, Version, trim_map};
-use self::drift_checks::DriftChecks;
-use self::queue::{Pending, Queue};
-use self::writes::Done;
+use crate::drift::DriftCheck;
 use crate::inbox::{Inbox, WriterHandle, WriterMsg};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::sink::Sink;
 use crate::state::ControllerState;
+use crate::{Error, Result, panic_message};
 
-/// Tuning of the writer.
-#[derive(Debug, Clone)]
-pub struct WriterOptions {
-    /// Per-key coalescing window.
-    pub coalesce_window: Duration,
-    /// Maximum writes in flight.
-    pub concurrency: usize,
-    /// Maximum writes per second (0 = unlimited).
-    pub qps: f64,
-    /// First retry delay after a failed write.
-    pub retry_min: Duration,
-    /// Maximum retry delay.
-    pub retry_max: Duration,
-    /// Delay before a drift report is checked (at least `coalesce_window`).
-    pub drift_delay: Duration,
-    /// A drift check waits until the key's last write finished this long ago
-    /// (the watch event of that write has arrived by then).
-    pub drift_settle: Duration,
-}
-
-impl Default for WriterOptions {
-    fn default() -> Self {
-        Self {
-            coalesce_window: Duration::from_millis(100),
-            concurrency: 8,
-            qps: 50.0,
-            retry_min: Duration::from_millis(500),
-            retry_max: Duration::from_secs(30),
-            drift_delay: Duration::from_millis(200),
-            drift_settle: Duration::from_millis(750),
-        }
-    }
-}
+/// Tuning of the writer (the planner's [`Options`]).
+pub type WriterOptions = Options;
 
 /// Starts the writer task. It first reads what the sink already holds
 /// (retrying with backoff), then processes messages until `shutdown`.
@@ -137,88 +79,235 @@ pub fn spawn_gated<S: Sink>(
     (handle, task)
 }
 
+/// What a task of the writer ends with.
+enum Done {
+    Write {
+        key: ServiceKey,
+        since: At,
+        result: Result<Outcome>,
+    },
+    Load {
+        epoch: u64,
+        result: Result<Vec<(ServiceKey, String)>>,
+    },
+}
+
+/// The desired state as the planner reads it.
+struct State<'a>(&'a ControllerState);
+
+impl Desired for State<'_> {
+    fn version(&self, key: &ServiceKey) -> Option<String> {
+        self.0.desired(key).map(|d| d.version.clone())
+    }
+    fn listed(&self, cluster: &str) -> bool {
+        self.0.clusters().get(cluster).is_some_and(|c| c.listed)
+    }
+    fn clusters(&self) -> Vec<(String, bool)> {
+        self.0
+            .clusters()
+            .into_iter()
+            .map(|(id, c)| (id, c.listed))
+            .collect()
+    }
+    fn keys_of(&self, cluster: &str) -> Vec<ServiceKey> {
+        self.0
+            .desired_of(cluster)
+            .iter()
+            .map(|d| d.key.clone())
+            .collect()
+    }
+}
+
 struct Writer<S> {
     sink: S,
     shared: Arc<ControllerState>,
     metrics: Metrics,
-    opts: WriterOptions,
-    /// The version of every object the API server holds, by service (what
-    /// we last wrote, or what [`Sink::list_versions`] found).
-    known: HashMap<PackedKey, Version>,
-    pending: Queue,
-    barriers: Vec<(String, u64)>,
-    seq: u64,
-    next_token: Instant,
-    drift_checks: DriftChecks,
-    /// Services whose last write failed, with the failure's metric label
-    /// (`kube_discovery_objects_failing`). Usually empty.
-    failing: HashMap<PackedKey, &'static str>,
-}
-
-fn backoff(opts: &WriterOptions, attempts: u32) -> Duration {
-    let exp = attempts.saturating_sub(1).min(16);
-    let d = opts.retry_min.saturating_mul(1u32 << exp);
-    d.min(opts.retry_max)
+    planner: Planner,
+    origin: Instant,
+    tasks: JoinSet<Done>,
 }
 
 impl<S: Sink> Writer<S> {
-    /// A writer with nothing known, pending or scheduled yet.
     fn new(sink: S, shared: Arc<ControllerState>, metrics: Metrics, opts: WriterOptions) -> Self {
         Writer {
             sink,
             shared,
             metrics,
-            opts,
-            known: HashMap::new(),
-            pending: Queue::default(),
-            barriers: Vec::new(),
-            seq: 0,
-            next_token: Instant::now(),
-            drift_checks: DriftChecks::default(),
-            failing: HashMap::new(),
+            planner: Planner::new(opts),
+            origin: Instant::now(),
+            tasks: JoinSet::new(),
         }
     }
 
-    /// Reads what the API server holds (retrying); `false` on shutdown.
-    async fn load_known(&mut self, shutdown: &CancellationToken) -> bool {
-        let mut attempt = 0;
+    fn at(&self, t: Instant) -> At {
+        t.saturating_duration_since(self.origin)
+    }
+
+    fn now(&self) -> At {
+        self.at(Instant::now())
+    }
+
+    fn handle(&mut self, input: Input) {
+        let now = self.now();
+        let actions = self.planner.handle(now, input, &State(&self.shared));
+        self.execute(actions);
+    }
+
+    /// Polls the planner (drift answers are fed back at once) and returns
+    /// when it wants to be polled again.
+    fn poll(&mut self) -> Option<Instant> {
         loop {
-            match self.sink.list_versions().await {
-                Ok(known) => {
-                    tracing::info!(objects = known.len(), "read existing DiscoveredServices");
-                    self.known = known
-                        .into_iter()
-                        .map(|(k, v)| (PackedKey::new(&k), Version::new(&v)))
-                        .collect();
-                    return true;
+            let now = self.now();
+            let (actions, wake) = self.planner.poll(now, &State(&self.shared));
+            if actions.is_empty() {
+                return wake.map(|w| self.origin + w);
+            }
+            self.execute(actions);
+        }
+    }
+
+    fn execute(&mut self, actions: Vec<Action>) {
+        for action in actions {
+            match action {
+                Action::Load { epoch } => {
+                    let sink = self.sink.clone();
+                    self.tasks.spawn(async move {
+                        Done::Load {
+                            epoch,
+                            result: sink.list_versions().await,
+                        }
+                    });
                 }
-                Err(e) => {
-                    attempt += 1;
-                    let d = backoff(&self.opts, attempt);
-                    tracing::warn!(error = %e, retry_in = ?d, "cannot list existing DiscoveredServices");
-                    tokio::select! {
-                        () = tokio::time::sleep(d) => {}
-                        () = shutdown.cancelled() => return false,
+                Action::Apply { key, since, .. } => {
+                    let desired = self.shared.desired(&key);
+                    self.spawn_write(key, since, desired);
+                }
+                Action::Delete { key, since, .. } => self.spawn_write(key, since, None),
+                Action::CheckDrift { key } => {
+                    let desired = self.shared.desired(&key);
+                    let result = match self.sink.drift(&key, desired.as_deref()) {
+                        DriftCheck::Ok => DriftResult::Intact,
+                        DriftCheck::Stale => DriftResult::Stale,
+                        DriftCheck::Drift(kind) => DriftResult::Drift(kind.as_str()),
+                    };
+                    self.handle(Input::DriftChecked { key, result });
+                }
+                Action::Skipped { key } => {
+                    self.metrics
+                        .writes_skipped
+                        .get_or_create(&Metrics::cluster(&key.cluster))
+                        .inc();
+                    tracing::debug!(service = %key, "up to date, no write");
+                }
+                Action::Repair { key, kind } => {
+                    self.metrics.drift(&key.cluster, kind);
+                    tracing::info!(service = %key, kind, "drift: restoring the desired state");
+                }
+                Action::Retry { .. } => {}
+                Action::Failing { key, from, to } => {
+                    self.metrics
+                        .failing(&key.cluster, from.as_deref(), to.as_deref());
+                }
+                Action::ClusterSynced(cluster) => {
+                    self.shared.update_cluster(&cluster, |c| c.synced = true);
+                    tracing::info!(cluster = %cluster, "first complete list written");
+                }
+                Action::Standby(standby) => {
+                    self.shared.set_standby(standby);
+                    if standby {
+                        tracing::info!("standby: not writing");
+                    } else {
+                        tracing::info!("leader: writing");
                     }
                 }
             }
         }
     }
 
-    /// After becoming leader: everything desired is due again (no-ops are
-    /// skipped against the fresh `known`), stale objects of listed clusters
-    /// are deleted, and listed clusters get a new readiness barrier.
-    fn resync(&mut self) {
-        let now = Instant::now();
-        let clusters = self.shared.clusters();
-        for (id, status) in &clusters {
-            for svc in self.shared.desired_of(id) {
-                self.enqueue(PackedKey::new(&svc.key), now);
-            }
-            if status.listed {
-                self.receive(WriterMsg::Synced {
-                    cluster: id.clone(),
-                });
+    fn spawn_write(
+        &mut self,
+        key: ServiceKey,
+        since: At,
+        desired: Option<Arc<kube_discovery_core::ServiceNodes>>,
+    ) {
+        let sink = self.sink.clone();
+        self.tasks.spawn(async move {
+            let k = key.clone();
+            let write = async move {
+                match desired {
+                    Some(d) => {
+                        let v = d.version.clone();
+                        sink.apply(d).await.map(|()| Outcome::Applied(v))
+                    }
+                    None => sink.delete(k).await.map(|()| Outcome::Deleted),
+                }
+            };
+            // A panicking write is a failed write of its key (retried with
+            // backoff), not a key in flight forever.
+            let result = AssertUnwindSafe(write)
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|panic| Err(Error::WritePanicked(panic_message(&*panic))));
+            Done::Write { key, since, result }
+        });
+    }
+
+    fn finish(&mut self, done: Done) {
+        match done {
+            Done::Load { epoch, result } => match result {
+                Ok(known) => {
+                    tracing::info!(objects = known.len(), "read existing DiscoveredServices");
+                    self.handle(Input::Loaded { epoch, known });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot list existing DiscoveredServices");
+                    self.handle(Input::LoadFailed { epoch });
+                }
+            },
+            Done::Write { key, since, result } => {
+                let cluster = key.cluster.to_string();
+                let outcome = match result {
+                    Ok(outcome) => {
+                        let label = match &outcome {
+                            Outcome::Applied(v) => {
+                                tracing::info!(service = %key, version = %v, "applied");
+                                "applied"
+                            }
+                            _ => {
+                                tracing::info!(service = %key, "deleted");
+                                "deleted"
+                            }
+                        };
+                        self.metrics.write(&cluster, label);
+                        self.metrics
+                            .event_to_write
+                            .get_or_create(&Metrics::cluster(&cluster))
+                            .observe(self.now().saturating_sub(since).as_secs_f64());
+                        outcome
+                    }
+                    Err(e) if e.is_fenced() => {
+                        // Not a failure: this replica lost the lease while the
+                        // write was due or running, and it sent nothing after that.
+                        self.metrics.write(&cluster, "fenced");
+                        tracing::info!(service = %key, error = %e, "write dropped: not the leader");
+                        Outcome::Fenced
+                    }
+                    Err(e) => {
+                        let reason = e.metric_label();
+                        self.metrics.write(&cluster, &format!("error_{reason}"));
+                        match &e {
+                            Error::NameTaken { object, owner } => {
+                                tracing::warn!(service = %key, object = %object, owner = %owner, "name taken: the object of this service belongs to someone else; not written");
+                            }
+                            Error::WritePanicked(_) => {
+                                tracing::error!(service = %key, error = %e, "write task panicked; retrying");
+                            }
+                            _ => tracing::warn!(service = %key, error = %e, "write failed"),
+                        }
+                        Outcome::Failed(reason.to_string())
+                    }
+                };
+                self.handle(Input::Finished { key, outcome });
             }
         }
     }
@@ -229,54 +318,34 @@ impl<S: Sink> Writer<S> {
         shutdown: CancellationToken,
         mut leader: Option<watch::Receiver<Leadership>>,
     ) {
-        let mut current = leader.as_mut().map_or(
+        let first = leader.as_mut().map_or(
             Leadership {
                 epoch: 0,
                 leading: true,
             },
             |l| *l.borrow_and_update(),
         );
-        let mut leading = current.leading;
-        self.shared.set_standby(!leading);
-        // What the API server holds, so unchanged services are never rewritten.
-        if leading && !self.load_known(&shutdown).await {
-            return;
-        }
-
-        let mut tasks: JoinSet<Done> = JoinSet::new();
+        self.shared.set_standby(!first.leading);
+        self.handle(Input::Leadership {
+            epoch: first.epoch,
+            leading: first.leading,
+        });
         let mut open = true;
         loop {
-            if leading {
-                self.check_drift();
-                self.dispatch(&mut tasks);
-                self.check_barriers();
+            let wake = self.poll();
+            if !open && self.tasks.is_empty() && self.planner.idle() {
+                break;
             }
-            self.trim();
-            let full = tasks.len() >= self.opts.concurrency.max(1);
-            let wake = if leading { self.next_wake(full) } else { None };
             tokio::select! {
                 biased;
                 () = shutdown.cancelled() => break,
                 now = leader_changed(&mut leader) => {
-                    if now != current {
-                        current = now;
-                        leading = now.leading;
-                        self.shared.set_standby(!leading);
-                        if leading {
-                            tracing::info!("leader: writing");
-                            if !self.load_known(&shutdown).await {
-                                break;
-                            }
-                            self.resync();
-                        } else {
-                            tracing::info!("standby: not writing");
-                        }
-                    }
+                    self.handle(Input::Leadership { epoch: now.epoch, leading: now.leading });
                 }
-                Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+                Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => {
                     match done {
                         Ok(done) => self.finish(done),
-                        Err(e) => tracing::error!(error = %e, "write task failed"),
+                        Err(e) => tracing::error!(error = %e, "writer task failed"),
                     }
                 }
                 msg = rx.recv(), if open => match msg {
@@ -285,118 +354,24 @@ impl<S: Sink> Writer<S> {
                 },
                 () = sleep_until_opt(wake) => {}
             }
-            if !open && tasks.is_empty() && self.pending.is_empty() {
-                break;
-            }
         }
         // Graceful shutdown: let in-flight writes finish, start no new ones.
-        while let Some(done) = tasks.join_next().await {
-            if let Ok(done) = done {
+        while let Some(done) = self.tasks.join_next().await {
+            if let Ok(done @ Done::Write { .. }) = done {
                 self.finish(done);
             }
         }
     }
 
     fn receive(&mut self, msg: WriterMsg) {
-        match msg {
+        let input = match msg {
             WriterMsg::Changed { keys } => {
-                for (key, at) in &keys {
-                    self.enqueue(PackedKey::new(key), *at);
-                }
+                Input::Changed(keys.into_iter().map(|(k, at)| (k, self.at(at))).collect())
             }
-            WriterMsg::Drifted { keys } => {
-                let at = Instant::now() + self.opts.drift_delay.max(self.opts.coalesce_window);
-                for key in &keys {
-                    self.drift_checks.schedule(PackedKey::new(key), at);
-                }
-            }
-            WriterMsg::Synced { cluster } => {
-                // Objects the API server holds for this cluster that the first
-                // complete list did not produce: their source vanished while we
-                // were not watching.
-                let stale: Vec<PackedKey> = self
-                    .known
-                    .keys()
-                    .filter(|k| {
-                        k.cluster() == cluster && !self.shared.has_desired(&k.service_key())
-                    })
-                    .cloned()
-                    .collect();
-                let now = Instant::now();
-                for key in stale {
-                    self.enqueue(key, now);
-                }
-                self.barriers.push((cluster, self.seq));
-                self.seq += 1;
-            }
-        }
-    }
-
-    fn enqueue(&mut self, key: PackedKey, at: Instant) {
-        let seq = self.seq;
-        self.seq += 1;
-        let due = Instant::now() + self.opts.coalesce_window;
-        let updated = self.pending.modify(&key, |p| {
-            if at < p.first_event {
-                p.first_event = at;
-            }
-            // A change after failures is worth trying again soon.
-            if p.attempts > 0 && p.due > due {
-                p.due = due;
-            }
-        });
-        if !updated {
-            self.pending.insert(
-                key,
-                Pending {
-                    due,
-                    first_event: at,
-                    seq,
-                    attempts: 0,
-                },
-            );
-        }
-    }
-
-    /// When the loop must wake up by itself: the next due write (not while
-    /// every write slot is taken: a finishing write wakes the loop then, and a
-    /// due time in the past would make it spin) or drift check.
-    fn next_wake(&self, slots_full: bool) -> Option<Instant> {
-        let write = if slots_full {
-            None
-        } else {
-            self.pending.first_due().map(|due| due.max(self.next_token))
+            WriterMsg::Drifted { keys } => Input::Drifted(keys),
+            WriterMsg::Synced { cluster } => Input::Synced(cluster),
         };
-        match (write, self.drift_checks.first_due()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// Gives back the memory of drained tables and of completions older
-    /// than `drift_settle` (see [`trim_map`]); cheap when there is nothing to do.
-    fn trim(&mut self) {
-        self.pending.trim();
-        trim_map(&mut self.failing);
-        self.drift_checks
-            .prune(Instant::now(), self.opts.drift_settle);
-        trim_map(&mut self.known);
-    }
-
-    fn check_barriers(&mut self) {
-        if self.barriers.is_empty() {
-            return;
-        }
-        let pending = &self.pending;
-        let shared = &self.shared;
-        self.barriers.retain(|(cluster, bseq)| {
-            if pending.waiting(cluster, *bseq) {
-                return true;
-            }
-            shared.update_cluster(cluster, |c| c.synced = true);
-            tracing::info!(cluster = %cluster, "first complete list written");
-            false
-        });
+        self.handle(input);
     }
 }
 

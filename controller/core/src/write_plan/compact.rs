@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use kube_discovery_core::ServiceKey;
+use crate::ServiceKey;
 
 /// A [`ServiceKey`] packed into ONE heap block: `cluster 0xFF namespace 0xFF
 /// name`. 0xFF never occurs in UTF-8, so the packing is injective and
@@ -18,12 +18,12 @@ use kube_discovery_core::ServiceKey;
 /// service it ever wrote (`known`) and, during a first sync, several per
 /// pending service.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub(super) struct PackedKey(Box<[u8]>);
+pub(crate) struct PackedKey(Box<[u8]>);
 
 const KEY_SEP: u8 = 0xFF;
 
 impl PackedKey {
-    pub(super) fn new(k: &ServiceKey) -> Self {
+    pub(crate) fn new(k: &ServiceKey) -> Self {
         let mut b = Vec::with_capacity(k.cluster.len() + k.namespace.len() + k.name.len() + 2);
         b.extend_from_slice(k.cluster.as_bytes());
         b.push(KEY_SEP);
@@ -46,11 +46,11 @@ impl PackedKey {
         ]
     }
 
-    pub(super) fn cluster(&self) -> &str {
+    pub(crate) fn cluster(&self) -> &str {
         self.parts()[0]
     }
 
-    pub(super) fn service_key(&self) -> ServiceKey {
+    pub(crate) fn service_key(&self) -> ServiceKey {
         let [cluster, namespace, name] = self.parts();
         ServiceKey::new(cluster, namespace, name)
     }
@@ -74,13 +74,13 @@ impl std::fmt::Debug for PackedKey {
 /// Canonical hex and `u64` map one-to-one, so [`Version::is`] is exactly the
 /// string comparison it replaces.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum Version {
+pub(crate) enum Version {
     Hex(u64),
     Text(Box<str>),
 }
 
 impl Version {
-    pub(super) fn new(v: &str) -> Self {
+    pub(crate) fn new(v: &str) -> Self {
         match hex16(v) {
             Some(h) => Self::Hex(h),
             None => Self::Text(v.into()),
@@ -88,7 +88,7 @@ impl Version {
     }
 
     /// Whether this is the version `v`.
-    pub(super) fn is(&self, v: &str) -> bool {
+    pub(crate) fn is(&self, v: &str) -> bool {
         match self {
             Self::Hex(h) => hex16(v) == Some(*h),
             Self::Text(t) => **t == *v,
@@ -109,14 +109,14 @@ fn hex16(v: &str) -> Option<u64> {
 /// every service during a first sync keeps its buckets after draining
 /// otherwise. Amortised O(1): a shrink to twice the
 /// length happens only after three quarters of the capacity were removed.
-pub(super) fn trim_map<K: Eq + std::hash::Hash, V>(m: &mut HashMap<K, V>) {
+pub(crate) fn trim_map<K: Eq + std::hash::Hash, V>(m: &mut HashMap<K, V>) {
     if m.capacity() > 64 && m.len() * 4 < m.capacity() {
         m.shrink_to(m.len() * 2);
     }
 }
 
 /// [`trim_map`] for a set.
-pub(super) fn trim_set<K: Eq + std::hash::Hash>(s: &mut HashSet<K>) {
+pub(crate) fn trim_set<K: Eq + std::hash::Hash>(s: &mut HashSet<K>) {
     if s.capacity() > 64 && s.len() * 4 < s.capacity() {
         s.shrink_to(s.len() * 2);
     }
@@ -125,7 +125,7 @@ pub(super) fn trim_set<K: Eq + std::hash::Hash>(s: &mut HashSet<K>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::writer::tests::nodes;
+    use crate::{Node, PortMap, ServiceNodes, SourceKind};
 
     #[test]
     fn packed_keys_round_trip_and_are_equal_exactly_when_the_keys_are() {
@@ -155,7 +155,13 @@ mod tests {
 
     #[test]
     fn versions_compare_exactly_like_the_strings_they_replace() {
-        let ours = nodes(&ServiceKey::new("", "ns", "web"), &["10.0.0.1"]).version;
+        let ours = ServiceNodes::new(
+            ServiceKey::new("", "ns", "web"),
+            SourceKind::EndpointSlice,
+            PortMap::from([("http".to_string(), vec![Node::new("10.0.0.1", 80, 50)])]),
+            None,
+        )
+        .version;
         let texts = [
             ours.as_str(),
             "00000000000000ff",

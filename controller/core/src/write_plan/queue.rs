@@ -10,18 +10,18 @@
 //! A key changed while its write is in flight is "parked": in `entries`, not
 //! in `due`, until that write finishes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use tokio::time::Instant;
+use super::At as Instant;
 
-use super::compact::{PackedKey, trim_map, trim_set};
+use super::compact::{PackedKey, trim_map};
 
-#[derive(Debug)]
-pub(super) struct Pending {
-    pub(super) due: Instant,
-    pub(super) first_event: Instant,
-    pub(super) seq: u64,
-    pub(super) attempts: u32,
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    pub(crate) due: Instant,
+    pub(crate) first_event: Instant,
+    pub(crate) seq: u64,
+    pub(crate) attempts: u32,
 }
 
 /// The pending keys with the indexes that keep scheduling O(log n).
@@ -31,22 +31,23 @@ pub(super) struct Pending {
 /// Sequence numbers are unique among pending entries (one per enqueue, and a
 /// failed write merges back with the minimum of two distinct ones).
 #[derive(Default)]
-pub(super) struct Queue {
-    pub(super) entries: HashMap<PackedKey, Pending>,
-    pub(super) due: BTreeMap<(Instant, u64), PackedKey>,
+pub(crate) struct Queue {
+    pub(crate) entries: HashMap<PackedKey, Pending>,
+    pub(crate) due: BTreeMap<(Instant, u64), PackedKey>,
     seqs: HashMap<String, BTreeSet<u64>>,
-    pub(super) inflight: HashSet<PackedKey>,
+    /// Keys in flight, with the entry they were started from.
+    pub(crate) inflight: HashMap<PackedKey, Pending>,
     inflight_per_cluster: HashMap<String, usize>,
 }
 
 impl Queue {
-    pub(super) fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     /// Whether `key` has a write pending or in flight.
-    pub(super) fn busy(&self, key: &PackedKey) -> bool {
-        self.entries.contains_key(key) || self.inflight.contains(key)
+    pub(crate) fn busy(&self, key: &PackedKey) -> bool {
+        self.entries.contains_key(key) || self.inflight.contains_key(key)
     }
 
     fn index(&mut self, key: &PackedKey, p: &Pending) {
@@ -60,7 +61,7 @@ impl Queue {
                     .insert(cluster.to_string(), BTreeSet::from([p.seq]));
             }
         }
-        if !self.inflight.contains(key) {
+        if !self.inflight.contains_key(key) {
             self.due.insert((p.due, p.seq), key.clone());
         }
     }
@@ -73,7 +74,7 @@ impl Queue {
     }
 
     /// Adds a key that is not pending yet.
-    pub(super) fn insert(&mut self, key: PackedKey, p: Pending) {
+    pub(crate) fn insert(&mut self, key: PackedKey, p: Pending) {
         // Callers check first; replacing keeps the indexes consistent anyway.
         self.remove(&key);
         self.index(&key, &p);
@@ -81,7 +82,7 @@ impl Queue {
     }
 
     /// Changes a pending key in place; `false` if it is not pending.
-    pub(super) fn modify(&mut self, key: &PackedKey, f: impl FnOnce(&mut Pending)) -> bool {
+    pub(crate) fn modify(&mut self, key: &PackedKey, f: impl FnOnce(&mut Pending)) -> bool {
         let Some(mut p) = self.entries.remove(key) else {
             return false;
         };
@@ -93,29 +94,30 @@ impl Queue {
     }
 
     /// Removes a pending key.
-    pub(super) fn remove(&mut self, key: &PackedKey) -> Option<Pending> {
+    pub(crate) fn remove(&mut self, key: &PackedKey) -> Option<Pending> {
         let p = self.entries.remove(key)?;
         self.unindex(key, &p);
         Some(p)
     }
 
     /// Earliest due time of a key that is not in flight.
-    pub(super) fn first_due(&self) -> Option<Instant> {
+    pub(crate) fn first_due(&self) -> Option<Instant> {
         self.due.first_key_value().map(|((due, _), _)| *due)
     }
 
     /// The earliest key due at `now` that is not in flight.
-    pub(super) fn first_due_key(&self, now: Instant) -> Option<PackedKey> {
+    pub(crate) fn first_due_key(&self, now: Instant) -> Option<PackedKey> {
         self.due
             .first_key_value()
             .filter(|((due, _), _)| *due <= now)
             .map(|(_, k)| k.clone())
     }
 
-    /// Takes `key` out of the queue and marks it in flight.
-    pub(super) fn start(&mut self, key: &PackedKey) -> Option<Pending> {
+    /// Takes `key` out of the queue and marks it in flight (its entry kept
+    /// for [`Queue::finished_started`]).
+    pub(crate) fn start(&mut self, key: &PackedKey) -> Option<&Pending> {
         let p = self.remove(key)?;
-        self.inflight.insert(key.clone());
+        self.inflight.insert(key.clone(), p);
         let cluster = key.cluster();
         match self.inflight_per_cluster.get_mut(cluster) {
             Some(n) => *n += 1,
@@ -123,26 +125,26 @@ impl Queue {
                 self.inflight_per_cluster.insert(cluster.to_string(), 1);
             }
         }
-        Some(p)
+        self.inflight.get(key)
     }
 
     /// The write of `key` finished: a change that arrived meanwhile becomes
-    /// schedulable.
-    pub(super) fn finished(&mut self, key: &PackedKey) {
-        if !self.inflight.remove(key) {
-            return;
-        }
+    /// schedulable. The entry the write was started from (`None`: `key`
+    /// was not in flight).
+    pub(crate) fn finished_started(&mut self, key: &PackedKey) -> Option<Pending> {
+        let started = self.inflight.remove(key)?;
         if let Some(n) = self.inflight_per_cluster.get_mut(key.cluster()) {
             *n = n.saturating_sub(1);
         }
         if let Some(p) = self.entries.get(key) {
             self.due.insert((p.due, p.seq), key.clone());
         }
+        Some(started)
     }
 
     /// Whether a barrier `(cluster, bseq)` still waits: a key of `cluster`
     /// queued at or before it is pending, or any write of `cluster` is in flight.
-    pub(super) fn waiting(&self, cluster: &str, bseq: u64) -> bool {
+    pub(crate) fn waiting(&self, cluster: &str, bseq: u64) -> bool {
         self.seqs
             .get(cluster)
             .and_then(BTreeSet::first)
@@ -154,16 +156,16 @@ impl Queue {
     }
 
     /// Gives back the tables' memory once they drained ([`trim_map`]).
-    pub(super) fn trim(&mut self) {
+    pub(crate) fn trim(&mut self) {
         trim_map(&mut self.entries);
-        trim_set(&mut self.inflight);
+        trim_map(&mut self.inflight);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube_discovery_core::ServiceKey;
+    use crate::ServiceKey;
     use std::time::Duration;
 
     fn pending(due: Instant, seq: u64) -> Pending {
@@ -175,9 +177,9 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn queue_orders_by_due_parks_in_flight_keys_and_tracks_barriers() {
-        let now = Instant::now();
+    #[test]
+    fn queue_orders_by_due_parks_in_flight_keys_and_tracks_barriers() {
+        let now = Instant::ZERO;
         let ms = Duration::from_millis;
         let a = PackedKey::new(&ServiceKey::new("", "ns", "a"));
         let b = PackedKey::new(&ServiceKey::new("", "ns", "b"));
@@ -202,7 +204,7 @@ mod tests {
         // A change of b while in flight is parked, not schedulable.
         q.insert(b.clone(), pending(now + ms(5), 4));
         assert_eq!(q.first_due(), Some(now + ms(30)));
-        q.finished(&b);
+        assert_eq!(q.finished_started(&b).map(|p| p.seq), Some(1));
         assert_eq!(q.first_due_key(now + ms(100)), Some(b.clone()));
         assert!(!q.waiting("", 1), "b now carries seq 4, a seq 2");
         assert!(q.waiting("", 2), "a (seq 2) is pending");

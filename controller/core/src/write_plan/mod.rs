@@ -1,0 +1,660 @@
+//! The write planner: what to write, delete or check, and when. Pure: it
+//! takes what happened ([`Input`]) and the time, and answers with what to do
+//! ([`Action`]) and when to ask again; the controller's writer only carries
+//! the actions out (each request with a timeout) and feeds the results back.
+//!
+//! ```text
+//!  Changed(keys, at) ─▶ pending{key: due = now + coalesce_window, first event}
+//!  poll(now):  due, not in flight, < concurrency, rate token
+//!              desired == known ─▶ skip        desired ─▶ Apply     none, known ─▶ Delete
+//!  Finished:   Applied(v) ─▶ known[key] = v    Deleted ─▶ known.remove(key)
+//!              Failed(reason) ─▶ again after backoff, reported failing until written
+//!              Fenced ─▶ again at once (the lease was lost; nothing was sent)
+//!  Drifted(keys) ─▶ CheckDrift later (not while a write of the key is pending or settling)
+//!  DriftChecked: Drift ─▶ forget known[key], queue it    Stale ─▶ check again later
+//!  Synced(cluster) ─▶ stale objects of the cluster queued for deletion; ClusterSynced once
+//!                     everything queued before it was attempted
+//!  Leadership{epoch, leading}: a new leading epoch ─▶ Load{epoch}; Loaded ─▶ known, resync
+//! ```
+//!
+//! Time is an [`At`], a [`Duration`] since an origin the caller picks (the
+//! writer uses its start), so tests script time exactly.
+
+mod compact;
+mod drift;
+mod queue;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use self::compact::trim_map;
+use self::compact::{PackedKey, Version};
+use self::drift::DriftChecks;
+use self::queue::{Pending, Queue};
+use crate::ServiceKey;
+
+/// A point in time: the time since an origin the caller picks.
+pub type At = Duration;
+
+/// Tuning of the planner.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Per-key coalescing window.
+    pub coalesce_window: Duration,
+    /// Maximum writes in flight.
+    pub concurrency: usize,
+    /// Maximum writes per second (0 = unlimited).
+    pub qps: f64,
+    /// First retry delay after a failed write (also of a failed start-up list).
+    pub retry_min: Duration,
+    /// Maximum retry delay.
+    pub retry_max: Duration,
+    /// Delay before a drift report is checked (at least `coalesce_window`).
+    pub drift_delay: Duration,
+    /// A drift check waits until the key's last write finished this long ago.
+    pub drift_settle: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            coalesce_window: Duration::from_millis(100),
+            concurrency: 8,
+            qps: 50.0,
+            retry_min: Duration::from_millis(500),
+            retry_max: Duration::from_secs(30),
+            drift_delay: Duration::from_millis(200),
+            drift_settle: Duration::from_millis(750),
+        }
+    }
+}
+
+/// What the planner reads of the desired state when it decides (always the
+/// latest: a write carries whatever is desired when it starts).
+pub trait Desired {
+    /// The desired `spec.version` of `key` (`None`: no source, delete).
+    fn version(&self, key: &ServiceKey) -> Option<String>;
+    /// Whether `cluster` finished its first complete list.
+    fn listed(&self, cluster: &str) -> bool;
+    /// Every configured cluster and whether it is listed.
+    fn clusters(&self) -> Vec<(String, bool)>;
+    /// The keys with a desired state in `cluster`.
+    fn keys_of(&self, cluster: &str) -> Vec<ServiceKey>;
+}
+
+/// How a write ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Applied with this `spec.version`.
+    Applied(String),
+    /// Deleted (or already absent).
+    Deleted,
+    /// Failed; the reason is a metric label (`forbidden`, `name_taken`, ...).
+    Failed(String),
+    /// Dropped by the leadership fence: nothing was sent after the loss.
+    Fenced,
+}
+
+/// What a drift check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriftResult {
+    /// What the API server holds is what we want (or not ours to judge).
+    Intact,
+    /// The cache has not seen our last write yet: look again later.
+    Stale,
+    /// Differs; the kind is a metric label (`edited`, `deleted`, `orphan`).
+    Drift(&'static str),
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// These keys' desired state changed, each first at the given time.
+    Changed(Vec<(ServiceKey, At)>),
+    /// The objects of these keys may differ from the desired state.
+    Drifted(Vec<ServiceKey>),
+    /// `cluster` finished its first complete list; every change reported
+    /// before belongs to it.
+    Synced(String),
+    /// Leadership changed (without leader election: one leading epoch 0).
+    Leadership {
+        /// Changes on every gain and loss.
+        epoch: u64,
+        /// Whether this replica leads in it.
+        leading: bool,
+    },
+    /// What the API server holds of our objects (version per service), read
+    /// for `epoch` after [`Action::Load`].
+    Loaded {
+        /// The epoch the list was asked for.
+        epoch: u64,
+        /// One entry per service.
+        known: Vec<(ServiceKey, String)>,
+    },
+    /// The list of [`Action::Load`] failed; asked again after a backoff.
+    LoadFailed {
+        /// The epoch the list was asked for.
+        epoch: u64,
+    },
+    /// A write of [`Action::Apply`] / [`Action::Delete`] ended.
+    Finished {
+        /// The key.
+        key: ServiceKey,
+        /// How.
+        outcome: Outcome,
+    },
+    /// The answer to [`Action::CheckDrift`].
+    DriftChecked {
+        /// The key.
+        key: ServiceKey,
+        /// The answer.
+        result: DriftResult,
+    },
+}
+
+/// What to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Read the versions of our objects on the API server; answer with
+    /// [`Input::Loaded`] or [`Input::LoadFailed`].
+    Load {
+        /// The leading epoch it is for.
+        epoch: u64,
+    },
+    /// Write the desired state of `key` (as desired when the write starts);
+    /// answer with [`Input::Finished`].
+    Apply {
+        /// The key.
+        key: ServiceKey,
+        /// The leading epoch the write is fenced with.
+        epoch: u64,
+        /// The first change this write carries (for the latency histogram).
+        since: At,
+    },
+    /// Delete the objects of `key`; answer with [`Input::Finished`].
+    Delete {
+        /// The key.
+        key: ServiceKey,
+        /// The leading epoch the write is fenced with.
+        epoch: u64,
+        /// The first change this write carries.
+        since: At,
+    },
+    /// Compare what the API server holds for `key` with the desired state;
+    /// answer with [`Input::DriftChecked`].
+    CheckDrift {
+        /// The key.
+        key: ServiceKey,
+    },
+    /// `key` needed no write (the API server holds its version).
+    Skipped {
+        /// The key.
+        key: ServiceKey,
+    },
+    /// A drift check found `key` different: it is rewritten.
+    Repair {
+        /// The key.
+        key: ServiceKey,
+        /// `edited`, `deleted` or `orphan`.
+        kind: &'static str,
+    },
+    /// A failed write of `key` is tried again after `delay`.
+    Retry {
+        /// The key.
+        key: ServiceKey,
+        /// The failure's reason.
+        reason: String,
+        /// Failed attempts so far.
+        attempt: u32,
+        /// Until the next attempt.
+        delay: Duration,
+    },
+    /// `key` moves between failure reasons (`None`: not failing).
+    Failing {
+        /// The key.
+        key: ServiceKey,
+        /// Its previous reason.
+        from: Option<String>,
+        /// Its reason now.
+        to: Option<String>,
+    },
+    /// Everything `cluster`'s first complete list asked for was attempted.
+    ClusterSynced(String),
+    /// This replica writes (`false`) or waits as a standby (`true`).
+    Standby(bool),
+}
+
+/// The planner's state (see the module docs).
+pub struct Planner {
+    opts: Options,
+    /// The version of every object the API server holds, by service.
+    known: HashMap<PackedKey, Version>,
+    pending: Queue,
+    barriers: Vec<(String, u64)>,
+    seq: u64,
+    next_token: At,
+    drift: DriftChecks,
+    failing: HashMap<PackedKey, String>,
+    /// The current epoch, whether it leads, and whether `known` is for it.
+    epoch: u64,
+    leading: bool,
+    loaded: bool,
+    /// A load was asked for and not answered; `load_due`: when to ask again.
+    loading: bool,
+    load_due: At,
+    load_attempts: u32,
+    /// First-list barriers that arrived before `known` was loaded: they
+    /// need it (stale objects), so they wait for it.
+    deferred_synced: Vec<String>,
+    actions: Vec<Action>,
+}
+
+impl Planner {
+    /// A planner that leads in epoch 0 (no leader election) with nothing
+    /// known yet: its first poll asks for [`Action::Load`].
+    pub fn new(opts: Options) -> Self {
+        Planner {
+            opts,
+            known: HashMap::new(),
+            pending: Queue::default(),
+            barriers: Vec::new(),
+            seq: 0,
+            next_token: At::ZERO,
+            drift: DriftChecks::default(),
+            failing: HashMap::new(),
+            epoch: 0,
+            leading: true,
+            loaded: false,
+            loading: false,
+            load_due: At::ZERO,
+            load_attempts: 0,
+            deferred_synced: Vec::new(),
+            actions: Vec::new(),
+        }
+    }
+
+    /// `retry_min` doubling per attempt, at most `retry_max`.
+    fn backoff(&self, attempts: u32) -> Duration {
+        let exp = attempts.saturating_sub(1).min(16);
+        self.opts
+            .retry_min
+            .saturating_mul(1u32 << exp)
+            .min(self.opts.retry_max)
+    }
+
+    /// Takes in what happened at `now`; returns what to do at once.
+    pub fn handle(&mut self, now: At, input: Input, desired: &dyn Desired) -> Vec<Action> {
+        match input {
+            Input::Changed(keys) => {
+                for (key, at) in &keys {
+                    self.enqueue(PackedKey::new(key), *at, now);
+                }
+            }
+            Input::Drifted(keys) => {
+                let at = now + self.opts.drift_delay.max(self.opts.coalesce_window);
+                for key in &keys {
+                    self.drift.schedule(PackedKey::new(key), at);
+                }
+            }
+            Input::Synced(cluster) => {
+                if self.loaded {
+                    self.synced(cluster, now, desired);
+                } else if !self.deferred_synced.contains(&cluster) {
+                    self.deferred_synced.push(cluster);
+                }
+            }
+            Input::Leadership { epoch, leading } => {
+                if (epoch, leading) != (self.epoch, self.leading) {
+                    let was = self.leading;
+                    self.epoch = epoch;
+                    self.leading = leading;
+                    self.loaded = false;
+                    self.loading = false;
+                    self.load_due = now;
+                    self.load_attempts = 0;
+                    if was != leading {
+                        self.actions.push(Action::Standby(!leading));
+                    }
+                }
+            }
+            Input::Loaded { epoch, known } => {
+                if epoch == self.epoch && self.leading && !self.loaded {
+                    self.known = known
+                        .iter()
+                        .map(|(k, v)| (PackedKey::new(k), Version::new(v)))
+                        .collect();
+                    self.loaded = true;
+                    self.loading = false;
+                    self.resync(now, desired);
+                }
+            }
+            Input::LoadFailed { epoch } => {
+                if epoch == self.epoch && self.loading {
+                    self.loading = false;
+                    self.load_attempts += 1;
+                    self.load_due = now + self.backoff(self.load_attempts);
+                }
+            }
+            Input::Finished { key, outcome } => self.finish(PackedKey::new(&key), outcome, now),
+            Input::DriftChecked { key, result } => {
+                let key = PackedKey::new(&key);
+                match result {
+                    DriftResult::Intact => {}
+                    DriftResult::Stale => {
+                        let at = now + self.opts.drift_delay.max(self.opts.coalesce_window);
+                        self.drift.schedule(key, at);
+                    }
+                    DriftResult::Drift(kind) => {
+                        self.actions.push(Action::Repair {
+                            key: key.service_key(),
+                            kind,
+                        });
+                        // A version nothing has: the key is rewritten (or deleted).
+                        self.known.insert(key.clone(), Version::new(""));
+                        self.enqueue(key, now, now);
+                    }
+                }
+            }
+        }
+        std::mem::take(&mut self.actions)
+    }
+
+    /// What is due at `now`, and when to poll again (`None`: only after
+    /// the next input).
+    pub fn poll(&mut self, now: At, desired: &dyn Desired) -> (Vec<Action>, Option<At>) {
+        let mut wake = None;
+        if self.leading && !self.loaded {
+            if !self.loading && self.load_due <= now {
+                self.loading = true;
+                self.actions.push(Action::Load { epoch: self.epoch });
+            } else if !self.loading {
+                wake = Some(self.load_due);
+            }
+        } else if self.leading {
+            self.check_drift(now, desired);
+            self.dispatch(now, desired);
+            self.check_barriers();
+        }
+        // Before the wake-up: pruning moves the drift table's next time.
+        self.trim(now);
+        if self.leading && self.loaded {
+            wake = self.next_wake();
+        }
+        (std::mem::take(&mut self.actions), wake)
+    }
+
+    /// Writes in flight.
+    pub fn in_flight(&self) -> usize {
+        self.pending.inflight.len()
+    }
+
+    /// Nothing pending and nothing in flight.
+    pub fn idle(&self) -> bool {
+        self.pending.is_empty() && self.pending.inflight.is_empty()
+    }
+
+    fn enqueue(&mut self, key: PackedKey, at: At, now: At) {
+        let seq = self.seq;
+        self.seq += 1;
+        let due = now + self.opts.coalesce_window;
+        let updated = self.pending.modify(&key, |p| {
+            if at < p.first_event {
+                p.first_event = at;
+            }
+            // A change after failures is worth trying again soon.
+            if p.attempts > 0 && p.due > due {
+                p.due = due;
+            }
+        });
+        if !updated {
+            self.pending.insert(
+                key,
+                Pending {
+                    due,
+                    first_event: at,
+                    seq,
+                    attempts: 0,
+                },
+            );
+        }
+    }
+
+    fn synced(&mut self, cluster: String, now: At, desired: &dyn Desired) {
+        // Objects the API server holds for this cluster that the first
+        // complete list did not produce: their source vanished while we were
+        // not watching.
+        let stale: Vec<PackedKey> = self
+            .known
+            .keys()
+            .filter(|k| k.cluster() == cluster && desired.version(&k.service_key()).is_none())
+            .cloned()
+            .collect();
+        for key in stale {
+            self.enqueue(key, now, now);
+        }
+        self.barriers.push((cluster, self.seq));
+        self.seq += 1;
+    }
+
+    /// After loading: everything desired is due again (no-ops are skipped
+    /// against the fresh `known`), and listed clusters get a new barrier.
+    fn resync(&mut self, now: At, desired: &dyn Desired) {
+        let mut deferred = std::mem::take(&mut self.deferred_synced);
+        for (cluster, listed) in desired.clusters() {
+            for key in desired.keys_of(&cluster) {
+                self.enqueue(PackedKey::new(&key), now, now);
+            }
+            if listed {
+                deferred.retain(|c| *c != cluster);
+                self.synced(cluster, now, desired);
+            }
+        }
+        for cluster in deferred {
+            self.synced(cluster, now, desired);
+        }
+    }
+
+    fn take_token(&mut self, now: At) -> bool {
+        if self.opts.qps <= 0.0 {
+            return true;
+        }
+        if now < self.next_token {
+            return false;
+        }
+        let step = Duration::from_secs_f64(1.0 / self.opts.qps);
+        // Allow a small burst of one second's worth after idle time.
+        let floor = now.saturating_sub(Duration::from_secs(1));
+        self.next_token = self.next_token.max(floor) + step;
+        true
+    }
+
+    fn dispatch(&mut self, now: At, desired: &dyn Desired) {
+        while self.pending.inflight.len() < self.opts.concurrency.max(1) {
+            let Some(key) = self.pending.first_due_key(now) else {
+                break;
+            };
+            let skey = key.service_key();
+            let version = desired.version(&skey);
+            match (&version, self.known.get(&key)) {
+                (Some(d), Some(v)) if v.is(d) => {
+                    self.pending.remove(&key);
+                    self.clear_failing(&key);
+                    self.actions.push(Action::Skipped { key: skey });
+                    self.unpark(&key, now);
+                    continue;
+                }
+                (None, None) => {
+                    self.pending.remove(&key);
+                    self.clear_failing(&key);
+                    self.unpark(&key, now);
+                    continue;
+                }
+                _ => {}
+            }
+            if !self.take_token(now) {
+                break;
+            }
+            let Some(since) = self.pending.start(&key).map(|p| p.first_event) else {
+                continue;
+            };
+            let epoch = self.epoch;
+            self.actions.push(match version {
+                Some(_) => Action::Apply {
+                    key: skey,
+                    epoch,
+                    since,
+                },
+                None => Action::Delete {
+                    key: skey,
+                    epoch,
+                    since,
+                },
+            });
+        }
+    }
+
+    fn finish(&mut self, key: PackedKey, outcome: Outcome, now: At) {
+        let Some(started) = self.pending.finished_started(&key) else {
+            return;
+        };
+        self.drift.done(&key, now, self.opts.drift_settle);
+        let (attempts, due) = match outcome {
+            Outcome::Applied(v) => {
+                self.known.insert(key.clone(), Version::new(&v));
+                self.clear_failing(&key);
+                self.unpark(&key, now);
+                return;
+            }
+            Outcome::Deleted => {
+                self.known.remove(&key);
+                self.clear_failing(&key);
+                self.unpark(&key, now);
+                return;
+            }
+            Outcome::Fenced => (started.attempts, now),
+            Outcome::Failed(reason) => {
+                let attempts = started.attempts + 1;
+                let delay = self.backoff(attempts);
+                let from = self.failing.insert(key.clone(), reason.clone());
+                if from.as_ref() != Some(&reason) {
+                    self.actions.push(Action::Failing {
+                        key: key.service_key(),
+                        from,
+                        to: Some(reason.clone()),
+                    });
+                }
+                self.actions.push(Action::Retry {
+                    key: key.service_key(),
+                    reason,
+                    attempt: attempts,
+                    delay,
+                });
+                (attempts, now + delay)
+            }
+        };
+        // Attempted: the retry gets a new sequence number, behind every
+        // readiness barrier so far (a failure is reported, not waited for).
+        let seq = self.seq;
+        self.seq += 1;
+        let first_event = started.first_event;
+        let merged = self.pending.modify(&key, |p| {
+            p.seq = seq;
+            p.first_event = p.first_event.min(first_event);
+            p.attempts = attempts;
+            p.due = p.due.max(due);
+        });
+        if !merged {
+            self.pending.insert(
+                key,
+                Pending {
+                    due,
+                    first_event,
+                    seq,
+                    attempts,
+                },
+            );
+        }
+    }
+
+    fn clear_failing(&mut self, key: &PackedKey) {
+        if let Some(from) = self.failing.remove(key) {
+            self.actions.push(Action::Failing {
+                key: key.service_key(),
+                from: Some(from),
+                to: None,
+            });
+        }
+    }
+
+    fn check_barriers(&mut self) {
+        let pending = &self.pending;
+        let actions = &mut self.actions;
+        self.barriers.retain(|(cluster, bseq)| {
+            if pending.waiting(cluster, *bseq) {
+                return true;
+            }
+            actions.push(Action::ClusterSynced(cluster.clone()));
+            false
+        });
+    }
+
+    fn check_drift(&mut self, now: At, desired: &dyn Desired) {
+        let mut later = Vec::new();
+        while let Some(key) = self.drift.pop_due(now) {
+            if self.pending.busy(&key) {
+                // Scheduled again when the write is done (`unpark`).
+                self.drift.parked.insert(key);
+                continue;
+            }
+            if let Some(until) = self.drift.settling(&key, now, self.opts.drift_settle) {
+                later.push((key, until));
+                continue;
+            }
+            let skey = key.service_key();
+            if desired.version(&skey).is_none() && !desired.listed(&skey.cluster) {
+                // The first-list barrier decides about this cluster's objects.
+                continue;
+            }
+            self.actions.push(Action::CheckDrift { key: skey });
+        }
+        for (key, at) in later {
+            self.drift.schedule(key, at);
+        }
+    }
+
+    /// `key`'s write finished or was skipped: a parked drift check of it is
+    /// scheduled (unless another write of it is pending or in flight).
+    fn unpark(&mut self, key: &PackedKey, now: At) {
+        if self.pending.busy(key) {
+            return;
+        }
+        if self.drift.parked.remove(key) {
+            self.drift
+                .schedule(key.clone(), now + self.opts.drift_settle);
+        }
+    }
+
+    /// The next due write (not while every write slot is taken: a finishing
+    /// write is an input then) or drift check.
+    fn next_wake(&self) -> Option<At> {
+        let full = self.pending.inflight.len() >= self.opts.concurrency.max(1);
+        let write = if full {
+            None
+        } else {
+            self.pending.first_due().map(|due| due.max(self.next_token))
+        };
+        match (write, self.drift.first_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn trim(&mut self, now: At) {
+        self.pending.trim();
+        self.drift.prune(now, self.opts.drift_settle);
+        trim_map(&mut self.known);
+        trim_map(&mut self.failing);
+    }
+}

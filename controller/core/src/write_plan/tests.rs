@@ -1,0 +1,467 @@
+//! Scripted event sequences in, actions out, as readable golden files
+//! (`testdata/write_plan/<scenario>.txt`; `UPDATE_GOLDEN=1` rewrites them).
+//! Each line: the time, what happened (`<-`) or a poll (`poll`), and the
+//! actions (`->`) with the next wake-up.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use super::*;
+
+/// The desired state the planner reads.
+#[derive(Default)]
+struct World {
+    versions: BTreeMap<ServiceKey, String>,
+    clusters: BTreeMap<String, bool>,
+}
+
+impl Desired for World {
+    fn version(&self, key: &ServiceKey) -> Option<String> {
+        self.versions.get(key).cloned()
+    }
+    fn listed(&self, cluster: &str) -> bool {
+        self.clusters.get(cluster).copied().unwrap_or(false)
+    }
+    fn clusters(&self) -> Vec<(String, bool)> {
+        self.clusters.iter().map(|(c, l)| (c.clone(), *l)).collect()
+    }
+    fn keys_of(&self, cluster: &str) -> Vec<ServiceKey> {
+        self.versions
+            .keys()
+            .filter(|k| k.cluster == cluster)
+            .cloned()
+            .collect()
+    }
+}
+
+struct Script {
+    planner: Planner,
+    world: World,
+    now: At,
+    out: String,
+}
+
+fn key(name: &str) -> ServiceKey {
+    ServiceKey::new("", "ns", name)
+}
+
+fn show_key(k: &ServiceKey) -> String {
+    k.to_string()
+}
+
+fn show(a: &Action) -> String {
+    match a {
+        Action::Load { epoch } => format!("Load(epoch {epoch})"),
+        Action::Apply { key, epoch, .. } => format!("Apply {} (epoch {epoch})", show_key(key)),
+        Action::Delete { key, epoch, .. } => format!("Delete {} (epoch {epoch})", show_key(key)),
+        Action::CheckDrift { key } => format!("CheckDrift {}", show_key(key)),
+        Action::Skipped { key } => format!("Skipped {}", show_key(key)),
+        Action::Repair { key, kind } => format!("Repair {} ({kind})", show_key(key)),
+        Action::Retry {
+            key,
+            reason,
+            attempt,
+            delay,
+        } => format!(
+            "Retry {} ({reason}, attempt {attempt}, in {}ms)",
+            show_key(key),
+            delay.as_millis()
+        ),
+        Action::Failing { key, from, to } => format!(
+            "Failing {} {} -> {}",
+            show_key(key),
+            from.as_deref().unwrap_or("-"),
+            to.as_deref().unwrap_or("-")
+        ),
+        Action::ClusterSynced(c) => format!("ClusterSynced {c:?}"),
+        Action::Standby(s) => format!("Standby {s}"),
+    }
+}
+
+impl Script {
+    fn new(opts: Options) -> Self {
+        let mut world = World::default();
+        world.clusters.insert(String::new(), false);
+        Script {
+            planner: Planner::new(opts),
+            world,
+            now: At::ZERO,
+            out: String::new(),
+        }
+    }
+
+    fn at(&mut self, ms: u64) -> &mut Self {
+        self.now = At::from_millis(ms);
+        self
+    }
+
+    fn line(&mut self, what: &str, actions: &[Action], wake: Option<Option<At>>) {
+        let acts: Vec<String> = actions.iter().map(show).collect();
+        let acts = if acts.is_empty() {
+            "-".to_string()
+        } else {
+            acts.join(", ")
+        };
+        let wake = match wake {
+            Some(Some(t)) => format!("  (wake {}ms)", t.as_millis()),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            self.out,
+            "{:>6}ms  {what:<44} -> {acts}{wake}",
+            self.now.as_millis()
+        );
+    }
+
+    fn input(&mut self, what: &str, input: Input) -> Vec<Action> {
+        let actions = self.planner.handle(self.now, input, &self.world);
+        self.line(&format!("<- {what}"), &actions, None);
+        actions
+    }
+
+    fn poll(&mut self) -> Vec<Action> {
+        let (actions, wake) = self.planner.poll(self.now, &self.world);
+        self.line("poll", &actions, Some(wake));
+        actions
+    }
+
+    fn desire(&mut self, name: &str, version: Option<&str>) -> &mut Self {
+        match version {
+            Some(v) => self.world.versions.insert(key(name), v.to_string()),
+            None => self.world.versions.remove(&key(name)),
+        };
+        self
+    }
+
+    fn changed(&mut self, names: &[&str]) {
+        let now = self.now;
+        let keys = names.iter().map(|n| (key(n), now)).collect();
+        self.input(&format!("Changed {names:?}"), Input::Changed(keys));
+    }
+
+    fn synced(&mut self) {
+        self.world.clusters.insert(String::new(), true);
+        self.input("Synced \"\"", Input::Synced(String::new()));
+    }
+
+    fn loaded(&mut self, epoch: u64, known: &[(&str, &str)]) {
+        let known = known.iter().map(|(n, v)| (key(n), v.to_string())).collect();
+        self.input(
+            &format!("Loaded(epoch {epoch})"),
+            Input::Loaded { epoch, known },
+        );
+    }
+
+    fn finished(&mut self, name: &str, outcome: Outcome) {
+        self.input(
+            &format!("Finished {name} {outcome:?}"),
+            Input::Finished {
+                key: key(name),
+                outcome,
+            },
+        );
+    }
+
+    fn golden(&self, scenario: &str) {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("testdata/write_plan")
+            .join(format!("{scenario}.txt"));
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");
+            std::fs::write(&path, &self.out).expect("write golden");
+            return;
+        }
+        let want = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
+        assert_eq!(
+            self.out,
+            want,
+            "{scenario}: the plan changed (UPDATE_GOLDEN=1 rewrites {})",
+            path.display()
+        );
+    }
+}
+
+fn opts() -> Options {
+    Options {
+        coalesce_window: Duration::from_millis(100),
+        concurrency: 2,
+        qps: 0.0,
+        retry_min: Duration::from_millis(500),
+        retry_max: Duration::from_secs(4),
+        drift_delay: Duration::from_millis(200),
+        drift_settle: Duration::from_millis(750),
+    }
+}
+
+#[test]
+fn first_sync_writes_each_service_once_and_is_synced_when_all_were_attempted() {
+    let mut s = Script::new(opts());
+    s.poll();
+    s.at(5).loaded(0, &[("gone", "v0"), ("same", "v1")]);
+    s.desire("web", Some("v1"))
+        .desire("api", Some("v1"))
+        .desire("same", Some("v1"));
+    s.at(10).changed(&["web", "api", "same"]);
+    // A burst inside the window rides along: one write of the latest.
+    s.desire("web", Some("v2"));
+    s.at(50).changed(&["web"]);
+    s.at(60).synced();
+    s.poll();
+    s.at(110).poll();
+    s.at(120).finished("api", Outcome::Applied("v1".into()));
+    s.poll();
+    s.at(140).finished("web", Outcome::Applied("v2".into()));
+    s.poll();
+    // The object whose Service vanished while nobody watched.
+    s.at(160).poll();
+    s.at(170).finished("gone", Outcome::Deleted);
+    s.poll();
+    s.golden("first_sync");
+}
+
+#[test]
+fn a_refused_object_is_reported_and_retried_but_never_holds_readiness() {
+    let mut s = Script::new(opts());
+    s.poll();
+    s.at(1).loaded(0, &[]);
+    s.desire("web", Some("v1")).desire("bad", Some("v1"));
+    s.at(10).changed(&["web", "bad"]);
+    s.synced();
+    s.at(110).poll();
+    s.at(120)
+        .finished("bad", Outcome::Failed("name_taken".into()));
+    s.finished("web", Outcome::Applied("v1".into()));
+    s.poll();
+    s.at(620).poll();
+    s.at(630)
+        .finished("bad", Outcome::Failed("name_taken".into()));
+    s.poll();
+    s.at(1630).poll();
+    s.at(1640).finished("bad", Outcome::Applied("v1".into()));
+    s.poll();
+    s.golden("refused_object");
+}
+
+#[test]
+fn a_lost_lease_stops_dispatch_and_a_new_epoch_reloads_before_writing() {
+    let mut s = Script::new(opts());
+    s.poll();
+    s.at(1).loaded(0, &[]);
+    s.desire("a", Some("v1"))
+        .desire("b", Some("v1"))
+        .desire("c", Some("v1"));
+    s.at(10).changed(&["a", "b", "c"]);
+    s.synced();
+    s.at(110).poll();
+    // The lease is lost with a and b in flight; c must not start.
+    s.at(115).input(
+        "Leadership(epoch 1, standby)",
+        Input::Leadership {
+            epoch: 1,
+            leading: false,
+        },
+    );
+    s.finished("a", Outcome::Fenced);
+    s.at(200).poll();
+    s.at(210).finished("b", Outcome::Applied("v1".into()));
+    s.poll();
+    // Leading again in a new epoch: what the server holds is read first.
+    s.at(500).input(
+        "Leadership(epoch 2, leading)",
+        Input::Leadership {
+            epoch: 2,
+            leading: true,
+        },
+    );
+    s.poll();
+    s.at(510)
+        .input("LoadFailed(epoch 2)", Input::LoadFailed { epoch: 2 });
+    s.poll();
+    s.at(1010).poll();
+    s.at(1020).loaded(2, &[("b", "v1")]);
+    s.at(1120).poll();
+    s.golden("lost_lease");
+}
+
+#[test]
+fn drift_is_checked_after_the_write_settled_and_repaired_once() {
+    let mut s = Script::new(opts());
+    s.poll();
+    s.at(1).loaded(0, &[]);
+    s.desire("web", Some("v1"));
+    s.at(10).changed(&["web"]);
+    s.synced();
+    s.at(110).poll();
+    // The late watch event of our own write reports it while in flight.
+    s.at(115)
+        .input("Drifted [web]", Input::Drifted(vec![key("web")]));
+    s.at(120).finished("web", Outcome::Applied("v1".into()));
+    s.at(315).poll();
+    s.at(870).poll();
+    s.input(
+        "DriftChecked web Intact",
+        Input::DriftChecked {
+            key: key("web"),
+            result: DriftResult::Intact,
+        },
+    );
+    // Someone edits it.
+    s.at(5000)
+        .input("Drifted [web]", Input::Drifted(vec![key("web")]));
+    s.at(5200).poll();
+    s.input(
+        "DriftChecked web Drift(edited)",
+        Input::DriftChecked {
+            key: key("web"),
+            result: DriftResult::Drift("edited"),
+        },
+    );
+    s.at(5300).poll();
+    s.golden("drift");
+}
+
+#[test]
+fn an_idle_restart_writes_nothing() {
+    let mut s = Script::new(opts());
+    s.desire("web", Some("v1")).desire("api", Some("v2"));
+    s.world.clusters.insert(String::new(), true);
+    s.poll();
+    s.at(5).loaded(0, &[("web", "v1"), ("api", "v2")]);
+    s.at(105).poll();
+    s.golden("idle_restart");
+}
+
+/// While every write slot is taken, a due write is no reason to wake up: a
+/// finishing write is an input then. (Waking for it made the loop spin on a
+/// due time in the past: a core busy for a whole first sync against a slow
+/// API server, BENCHMARKS.md issue 14.)
+#[test]
+fn a_due_write_wakes_the_loop_only_when_a_slot_is_free() {
+    let mut s = Script::new(Options {
+        concurrency: 1,
+        ..opts()
+    });
+    s.poll();
+    s.at(1).loaded(0, &[]);
+    s.desire("a", Some("v1")).desire("b", Some("v1"));
+    s.at(10).changed(&["a", "b"]);
+    let (actions, wake) = s.planner.poll(At::from_secs(1), &s.world);
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    assert_eq!(wake, None, "b is due, but the only slot is taken");
+    // A drift check still wakes it when its time comes.
+    s.planner
+        .handle(At::from_secs(1), Input::Drifted(vec![key("b")]), &s.world);
+    let (_, wake) = s.planner.poll(At::from_secs(1), &s.world);
+    assert_eq!(wake, Some(At::from_secs(1) + Duration::from_millis(200)));
+}
+
+/// After a first sync of 5,000 services (each also reported by the first
+/// drift sweep while pending), the tables are empty AND small again, and
+/// `known` holds one compact entry per service.
+#[test]
+fn tables_shrink_after_a_large_first_sync() {
+    let n = 5_000;
+    let mut world = World::default();
+    world.clusters.insert(String::new(), true);
+    let keys: Vec<ServiceKey> = (0..n).map(|i| key(&format!("s{i}"))).collect();
+    for k in &keys {
+        world.versions.insert(k.clone(), format!("{:016x}", 7));
+    }
+    let mut p = Planner::new(Options {
+        concurrency: 64,
+        ..opts()
+    });
+    let mut now = At::ZERO;
+    let actions = p.poll(now, &world).0;
+    assert_eq!(actions, vec![Action::Load { epoch: 0 }]);
+    p.handle(
+        now,
+        Input::Loaded {
+            epoch: 0,
+            known: vec![],
+        },
+        &world,
+    );
+    p.handle(
+        now,
+        Input::Changed(keys.iter().map(|k| (k.clone(), now)).collect()),
+        &world,
+    );
+    p.handle(now, Input::Drifted(keys.clone()), &world);
+    let peak = p.pending.entries.capacity();
+    assert!(peak >= n);
+    let (mut writes, mut checks, mut synced) = (0, 0, 0);
+    for _ in 0..100_000 {
+        let (actions, wake) = p.poll(now, &world);
+        for a in actions {
+            match a {
+                Action::Apply { key, .. } => {
+                    writes += 1;
+                    let v = world.versions[&key].clone();
+                    p.handle(
+                        now,
+                        Input::Finished {
+                            key,
+                            outcome: Outcome::Applied(v),
+                        },
+                        &world,
+                    );
+                }
+                Action::CheckDrift { key } => {
+                    checks += 1;
+                    p.handle(
+                        now,
+                        Input::DriftChecked {
+                            key,
+                            result: DriftResult::Intact,
+                        },
+                        &world,
+                    );
+                }
+                Action::ClusterSynced(_) => synced += 1,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        match wake {
+            Some(w) => now = now.max(w),
+            None if p.idle() => break,
+            None => now += Duration::from_millis(10),
+        }
+    }
+    assert_eq!(writes, n, "one write per service");
+    assert_eq!(checks, n, "every parked check ran once");
+    assert_eq!(synced, 1);
+    assert_eq!(p.known.len(), n);
+    assert!(p.known.values().all(|v| matches!(v, Version::Hex(_))));
+    for (name, cap) in [
+        ("pending", p.pending.entries.capacity()),
+        ("inflight", p.pending.inflight.capacity()),
+        ("drift keys", p.drift.keys.capacity()),
+        ("parked", p.drift.parked.capacity()),
+        ("last_done", p.drift.last_done.capacity()),
+    ] {
+        assert!(
+            cap <= 64,
+            "{name}: capacity {cap} after the sync (peak {peak})"
+        );
+    }
+    assert!(p.pending.due.is_empty() && p.drift.due.is_empty());
+}
+
+#[test]
+fn a_first_list_barrier_before_the_start_up_list_waits_for_it() {
+    let mut s = Script::new(opts());
+    s.poll();
+    // The source lists (and reports its barrier) before our objects are read.
+    s.desire("web", Some("v1"));
+    s.at(10).changed(&["web"]);
+    s.at(20).input("Synced \"\"", Input::Synced(String::new()));
+    s.poll();
+    s.at(50).loaded(0, &[("gone", "v0"), ("web", "v1")]);
+    s.at(150).poll();
+    s.at(160).finished("gone", Outcome::Deleted);
+    s.poll();
+    s.golden("synced_before_loaded");
+}
