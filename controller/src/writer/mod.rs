@@ -295,16 +295,36 @@ impl<S: Sink> Writer<S> {
                     Err(e) => {
                         let reason = e.metric_label();
                         self.metrics.write(&cluster, &format!("error_{reason}"));
+                        let now = self.now();
+                        let actions = self.planner.handle(
+                            now,
+                            Input::Finished {
+                                key: key.clone(),
+                                outcome: Outcome::Failed(reason.to_string()),
+                            },
+                            &State(&self.shared),
+                        );
+                        // The planner's retry decision, logged with the error.
+                        let (attempt, retry_in) = actions
+                            .iter()
+                            .find_map(|a| match a {
+                                Action::Retry { attempt, delay, .. } => Some((*attempt, *delay)),
+                                _ => None,
+                            })
+                            .unwrap_or_default();
                         match &e {
                             Error::NameTaken { object, owner } => {
-                                tracing::warn!(service = %key, object = %object, owner = %owner, "name taken: the object of this service belongs to someone else; not written");
+                                tracing::warn!(service = %key, object = %object, owner = %owner, attempt, retry_in = ?retry_in, "name taken: the object of this service belongs to someone else; not written");
                             }
                             Error::WritePanicked(_) => {
-                                tracing::error!(service = %key, error = %e, "write task panicked; retrying");
+                                tracing::error!(service = %key, error = %e, attempt, retry_in = ?retry_in, "write task panicked; retrying");
                             }
-                            _ => tracing::warn!(service = %key, error = %e, "write failed"),
+                            _ => {
+                                tracing::warn!(service = %key, error = %e, attempt, retry_in = ?retry_in, "write failed");
+                            }
                         }
-                        Outcome::Failed(reason.to_string())
+                        self.execute(actions);
+                        return;
                     }
                 };
                 self.handle(Input::Finished { key, outcome });
