@@ -2,7 +2,9 @@
 //! what happens when none are.
 //!
 //! * A node is usable when its port is 1..=65535, its weight is > 0 (weight 0
-//!   means "no traffic" in APISIX too) and its host is an IP address or, where
+//!   means "no traffic" in APISIX too; a draining node of
+//!   `drain_terminating: always` has weight 0 and is left out without a
+//!   warning, since it is expected) and its host is an IP address or, where
 //!   the gateway can resolve names (nginx), a DNS name. Anything else is
 //!   dropped with a reason, so no DiscoveredService content can ever put
 //!   characters such as `;` or `}` into a gateway config.
@@ -162,6 +164,9 @@ pub fn usable_nodes(nodes: &[Node], rule: HostRule) -> (Vec<Node>, Vec<String>) 
             ));
         } else if !(1..=65535).contains(&n.port) {
             dropped.push(format!("node {}: port {} outside 1..65535", n.host, n.port));
+        } else if n.weight == 0 && n.draining == Some(true) {
+            // `drain_terminating: always`: a terminating pod that still
+            // serves; no new traffic, and nothing wrong to report.
         } else if n.weight == 0 {
             dropped.push(format!("node {}:{}: weight 0 (no traffic)", n.host, n.port));
         } else if out.iter().any(|o| o.host == n.host && o.port == n.port) {
@@ -305,6 +310,20 @@ mod tests {
         let (ok, dropped) = usable_nodes(&nodes, HostRule::IpOnly);
         assert_eq!(ok.len(), 3);
         assert!(dropped.iter().any(|d| d.contains("web.example.com")));
+    }
+
+    #[test]
+    fn draining_nodes_with_weight_zero_get_no_traffic_and_no_warning() {
+        let mut drain = Node::new("10.0.0.2", 80, 0);
+        drain.draining = Some(true);
+        // Draining at full weight (`drain_terminating: true`) stays usable.
+        let mut fallback = Node::new("10.0.0.3", 80, 50);
+        fallback.draining = Some(true);
+        let nodes = vec![Node::new("10.0.0.1", 80, 50), drain, fallback];
+        let (ok, dropped) = usable_nodes(&nodes, HostRule::IpOnly);
+        let hosts: Vec<_> = ok.iter().map(|n| n.host.to_string()).collect();
+        assert_eq!(hosts, ["10.0.0.1", "10.0.0.3"]);
+        assert!(dropped.is_empty(), "{dropped:?}");
     }
 
     #[test]

@@ -1467,7 +1467,7 @@ mod tests {
         for topology in [false, true] {
             let opts = ConvertOptions {
                 topology,
-                drain_terminating: true,
+                drain_terminating: crate::convert::Drain::Fallback,
                 ..Default::default()
             };
             let mut i = Index::new(

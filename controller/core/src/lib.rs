@@ -34,7 +34,7 @@ pub mod yaml;
 /// the model need no direct dependency.
 pub use compact_str::CompactString;
 pub use config::{ClusterConfig, Config, ConfigErrors, Connection, Settings, parse_config};
-pub use convert::{ConvertOptions, Converted};
+pub use convert::{ConvertOptions, Converted, Drain};
 pub use filter::{LabelSelector, NamespaceFilter};
 pub use index::Index;
 pub use model::{

@@ -95,7 +95,33 @@ fn chart_default_config_parses_as_in_cluster_single_cluster() {
     );
     assert!(s.sinks.configmap.is_none());
     assert_eq!(s.write_concurrency, 32);
-    assert!(!s.drain_terminating && !s.index_port_numbers && !s.topology);
+    assert_eq!(s.drain_terminating, kube_discovery_core::Drain::Off);
+    assert!(!s.index_port_numbers && !s.topology);
+}
+
+#[test]
+fn chart_drain_terminating_takes_a_bool_or_a_mode_and_refuses_others() {
+    use kube_discovery_core::Drain;
+    for (set, want) in [
+        ("false", Drain::Off),
+        ("true", Drain::Fallback),
+        ("fallback", Drain::Fallback),
+        ("always", Drain::Always),
+    ] {
+        let cfg = parsed(&["--set", &format!("controller.drainTerminating={set}")]);
+        assert_eq!(cfg.settings.drain_terminating, want, "{set}");
+    }
+    // The values schema refuses anything else before the controller sees it.
+    let out = run(template_cmd(
+        "kd",
+        "kube-discovery",
+        &["--set", "controller.drainTerminating=sometimes"],
+    ));
+    let err = text(&out);
+    assert!(
+        !out.status.success() && err.contains("drainTerminating"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -160,7 +186,7 @@ fn chart_multi_cluster_config_parses_with_mounted_credentials() {
         }
     );
     let s = &cfg.settings;
-    assert!(s.drain_terminating);
+    assert_eq!(s.drain_terminating, kube_discovery_core::Drain::Fallback);
     assert!(s.sinks.configmap.is_none());
     assert_eq!(
         s.sinks.discoveredservices.naming.namespace_mode,

@@ -741,3 +741,83 @@ async fn a_64_character_cluster_id_is_served(backend: Backend) {
     );
     ctl.stop().await;
 }
+
+/// `drain_terminating: always`: a serving+terminating endpoint is published
+/// next to the ready one, flagged `draining: true` with weight 0, and leaves
+/// the nodes once it stops serving; a not-serving one never appears.
+#[both_backends]
+#[tokio::test]
+async fn draining_always_publishes_terminating_endpoints_with_weight_zero(backend: Backend) {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::api::{Api, Patch, PatchParams};
+    let env = Env::start(backend).await;
+    env.namespace("shop").await;
+    // (ip, ready, serving, terminating)
+    let put = |eps: Vec<(&'static str, bool, bool, bool)>| {
+        let api: Api<EndpointSlice> = Api::namespaced(env.admin.clone(), "shop");
+        async move {
+            let obj = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": "web-a", "namespace": "shop", "labels": {"kubernetes.io/service-name": "web"}},
+                "addressType": "IPv4",
+                "endpoints": eps.iter().map(|(ip, ready, serving, terminating)| json!({
+                    "addresses": [ip],
+                    "conditions": {"ready": ready, "serving": serving, "terminating": terminating}})).collect::<Vec<_>>(),
+                "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            });
+            api.patch(
+                "web-a",
+                &PatchParams::apply("e2e").force(),
+                &Patch::Apply(&obj),
+            )
+            .await
+            .expect("apply EndpointSlice");
+        }
+    };
+    put(vec![
+        ("10.0.7.1", true, true, false),
+        ("10.0.7.2", false, true, true),
+        ("10.0.7.3", false, false, true),
+    ])
+    .await;
+    let ctl = Controller::start(
+        &env,
+        "draining-always",
+        &format!(
+            "discovery:\n  kubernetes:\n{}    watch_endpoint_slices: true\nkube_discovery:\n  coalesce_window: 20ms\n  drain_terminating: always\n",
+            env.service_block(&env.admin_token())
+        ),
+        &[],
+    )
+    .await;
+    ctl.wait_ready().await;
+    let ds = env
+        .wait_nodes("shop", "web", "http", &["10.0.7.1", "10.0.7.2"])
+        .await;
+    let nodes: Vec<(String, u64, Option<bool>)> = ds["spec"]["ports"]["http"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["host"].as_str().unwrap().to_string(),
+                n["weight"].as_u64().unwrap(),
+                n["draining"].as_bool(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        nodes,
+        vec![
+            ("10.0.7.1".to_string(), 50, None),
+            ("10.0.7.2".to_string(), 0, Some(true)),
+        ]
+    );
+    // The terminating pod stops serving: it leaves the nodes.
+    put(vec![
+        ("10.0.7.1", true, true, false),
+        ("10.0.7.2", false, false, true),
+    ])
+    .await;
+    env.wait_nodes("shop", "web", "http", &["10.0.7.1"]).await;
+    ctl.stop().await;
+}

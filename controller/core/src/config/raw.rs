@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::error::Errors;
 use super::rules::{
-    Ctx, check_cm_namespace, check_concurrency, check_context, check_duration,
+    Ctx, check_cm_namespace, check_concurrency, check_context, check_drain, check_duration,
     check_fixed_namespace, check_host, check_id, check_instance, check_kubeconfig,
     check_label_selector, check_namespace_mode, check_namespace_name, check_object_name,
     check_path_len, check_plain_context, check_plain_namespace, check_plain_path, check_port,
@@ -333,8 +333,8 @@ pub(super) struct RawSettings {
     pub(super) instance: Option<String>,
     #[garde(custom(check_duration(Duration::ZERO, Duration::from_secs(60))))]
     pub(super) coalesce_window: Option<String>,
-    #[garde(skip)]
-    pub(super) drain_terminating: Option<bool>,
+    #[garde(custom(check_drain))]
+    pub(super) drain_terminating: Option<Value>,
     #[garde(skip)]
     pub(super) index_port_numbers: Option<bool>,
     #[garde(skip)]

@@ -12,8 +12,11 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use serde_json::Value;
+
 use super::duration::{format_duration, parse_duration};
 use super::secret::Secret;
+use crate::convert::Drain;
 use crate::filter::{AnchoredRegex, LabelSelector};
 
 /// Validation context of a cluster entry.
@@ -275,6 +278,27 @@ pub(super) fn check_instance(v: &Option<String>, _: &()) -> garde::Result {
     match v {
         Some(n) if !k8s_syntax::is_dns1123_label(n) => err(format!(
             "{n:?} is not a valid instance name (a DNS label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit)"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `kube_discovery.drain_terminating`: `false`, `true` (= `"fallback"`) or
+/// `"always"`; `None` for anything else.
+pub(super) fn drain_of(v: &Value) -> Option<Drain> {
+    match v {
+        Value::Bool(false) => Some(Drain::Off),
+        Value::Bool(true) => Some(Drain::Fallback),
+        Value::String(s) if s == "fallback" => Some(Drain::Fallback),
+        Value::String(s) if s == "always" => Some(Drain::Always),
+        _ => None,
+    }
+}
+
+pub(super) fn check_drain(v: &Option<Value>, _: &()) -> garde::Result {
+    match v {
+        Some(d) if drain_of(d).is_none() => err(format!(
+            "{d} must be false, true (same as \"fallback\") or \"always\""
         )),
         _ => Ok(()),
     }

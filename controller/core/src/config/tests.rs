@@ -802,7 +802,8 @@ kube_discovery:
 "#);
     let s = &c.settings;
     assert_eq!(s.coalesce_window, Duration::from_millis(250));
-    assert!(s.drain_terminating && s.index_port_numbers && s.topology);
+    assert_eq!(s.drain_terminating, crate::Drain::Fallback);
+    assert!(s.index_port_numbers && s.topology);
     assert_eq!(s.watch_timeout, Duration::from_secs(60));
     assert_eq!(
         (s.request_timeout, s.unready_after, s.shutdown_timeout),
@@ -838,7 +839,45 @@ kube_discovery:
     assert_eq!(s.leader_election.lease_name, "kube-discovery");
     assert_eq!(s.leader_election.lease_duration, Duration::from_secs(20));
     let o = c.clusters[0].convert_options(s);
-    assert!(o.drain_terminating && o.index_port_numbers && o.topology);
+    assert_eq!(o.drain_terminating, crate::Drain::Fallback);
+    assert!(o.index_port_numbers && o.topology);
+}
+
+#[test]
+fn drain_terminating_is_a_bool_or_a_mode() {
+    for (text, want) in [
+        ("false", crate::Drain::Off),
+        ("true", crate::Drain::Fallback),
+        ("fallback", crate::Drain::Fallback),
+        ("always", crate::Drain::Always),
+    ] {
+        let c = ok(&format!(
+            "discovery: {{kubernetes: {{}}}}\nkube_discovery: {{drain_terminating: {text}}}\n"
+        ));
+        assert_eq!(c.settings.drain_terminating, want, "{text}");
+        // The effective config prints it back as written (true for fallback).
+        let again = c.settings.drain_terminating.to_json();
+        let round = ok(&format!(
+            "discovery: {{kubernetes: {{}}}}\nkube_discovery: {{drain_terminating: {again}}}\n"
+        ));
+        assert_eq!(round.settings.drain_terminating, want, "{again}");
+    }
+    assert_eq!(
+        ok("discovery: {kubernetes: {}}\n")
+            .settings
+            .drain_terminating,
+        crate::Drain::Off
+    );
+    for bad in ["sometimes", "1", "\"true\"", "[always]"] {
+        let lines = errs(&format!(
+            "discovery: {{kubernetes: {{}}}}\nkube_discovery: {{drain_terminating: {bad}}}\n"
+        ));
+        has(
+            &lines,
+            "kube_discovery.drain_terminating",
+            "must be false, true (same as \"fallback\") or \"always\"",
+        );
+    }
 }
 
 #[test]

@@ -22,7 +22,7 @@ use super::raw::{
     self, KUBE_DISCOVERY, KUBERNETES, RawClient, RawCluster, RawDocument, RawKubernetes,
     RawService, RawSettings,
 };
-use super::rules::{Ctx, strip_ws};
+use super::rules::{Ctx, drain_of, strip_ws};
 use super::secret::Secret;
 use super::validated::{
     ClusterConfig, Config, ConfigMapSink, Connection, Credentials, DEFAULT_CA_FILE,
@@ -442,7 +442,11 @@ fn validate_settings(
     }
     Settings {
         coalesce_window: dur(&raw.coalesce_window, d.coalesce_window),
-        drain_terminating: raw.drain_terminating.unwrap_or(d.drain_terminating),
+        drain_terminating: raw
+            .drain_terminating
+            .as_ref()
+            .and_then(drain_of)
+            .unwrap_or(d.drain_terminating),
         index_port_numbers: raw.index_port_numbers.unwrap_or(d.index_port_numbers),
         topology: raw.topology.unwrap_or(d.topology),
         watch_timeout: dur(&raw.watch_timeout, d.watch_timeout),

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::duration::format_duration;
 use super::secret::{REDACTED, Secret};
-use crate::convert::ConvertOptions;
+use crate::convert::{ConvertOptions, Drain};
 use crate::crd::{NamespaceMode, ObjectNaming};
 use crate::filter::{LabelSelector, NamespaceFilter};
 use crate::index::Index;
@@ -258,8 +258,8 @@ pub struct LeaderElection {
 pub struct Settings {
     /// Per-key coalescing window.
     pub coalesce_window: Duration,
-    /// Draining fallback.
-    pub drain_terminating: bool,
+    /// Serving+terminating endpoints: off, fallback or always.
+    pub drain_terminating: Drain,
     /// Index named ports under their number too.
     pub index_port_numbers: bool,
     /// Topology fields on nodes.
@@ -292,7 +292,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             coalesce_window: Duration::from_millis(100),
-            drain_terminating: false,
+            drain_terminating: Drain::Off,
             index_port_numbers: false,
             topology: false,
             watch_timeout: Duration::from_secs(290),
@@ -343,7 +343,7 @@ impl Settings {
         json!({
             "instance": naming.instance,
             "coalesce_window": format_duration(self.coalesce_window),
-            "drain_terminating": self.drain_terminating,
+            "drain_terminating": self.drain_terminating.to_json(),
             "index_port_numbers": self.index_port_numbers,
             "topology": self.topology,
             "watch_timeout": format_duration(self.watch_timeout),

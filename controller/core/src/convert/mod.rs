@@ -35,16 +35,46 @@ pub use slices::{SliceContribution, from_slices, merge_slices};
 
 use crate::model::{Node, NodeTargetRef, PortMap};
 
+/// What becomes of endpoints that are serving but terminating (a pod being
+/// shut down that still answers): `kube_discovery.drain_terminating`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Drain {
+    /// Ready endpoints only (`false`, the default).
+    #[default]
+    Off,
+    /// When a port has no ready endpoint, its serving+terminating ones are
+    /// published instead, flagged `draining: true` with their usual weight,
+    /// so a gateway keeps answering while a rollout's last old pod drains
+    /// (`true`).
+    Fallback,
+    /// Serving+terminating endpoints are always published next to the ready
+    /// ones, flagged `draining: true` with weight 0: a gateway sends them no
+    /// new traffic but can finish sticky sessions and open connections
+    /// (Kong's drain, Envoy Gateway's DRAINING) (`always`).
+    Always,
+}
+
+impl Drain {
+    /// The setting's value as written in a config file: `false`, `true` or
+    /// `"always"`.
+    pub fn to_json(self) -> serde_json::Value {
+        match self {
+            Drain::Off => serde_json::Value::Bool(false),
+            Drain::Fallback => serde_json::Value::Bool(true),
+            Drain::Always => serde_json::Value::from("always"),
+        }
+    }
+}
+
 /// Knobs of the conversion (from `discovery.kubernetes.default_weight` and the
 /// `kube_discovery:` block).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConvertOptions {
     /// Weight of every node (`default_weight`, APISIX default 50).
     pub default_weight: u32,
-    /// Opt-in: when a port has no ready endpoint, use the serving+terminating ones
-    /// (flagged `draining: true`). EndpointSlices only (Endpoints carry no
-    /// terminating information).
-    pub drain_terminating: bool,
+    /// What to do with serving+terminating endpoints ([`Drain`]).
+    /// EndpointSlices only (Endpoints carry no terminating information).
+    pub drain_terminating: Drain,
     /// Also index a named port under its number.
     pub index_port_numbers: bool,
     /// Fill `zone`, `nodeName` and `targetRef` of every node.
@@ -55,7 +85,7 @@ impl Default for ConvertOptions {
     fn default() -> Self {
         Self {
             default_weight: 50,
-            drain_terminating: false,
+            drain_terminating: Drain::Off,
             index_port_numbers: false,
             topology: false,
         }

@@ -8,9 +8,12 @@
 //! * the same `host:port` in several slices appears once: the non-terminating
 //!   one wins, then the ready one, then the first seen (callers pass slices in
 //!   a stable order, e.g. by name);
-//! * a port uses its ready endpoints; with `drain_terminating`, a port with no
-//!   ready endpoint falls back to the `serving && terminating` ones, flagged
-//!   `draining: true`.
+//! * a port uses its ready endpoints; with `drain_terminating: true`
+//!   ([`Drain::Fallback`]) a port with no ready endpoint falls back to the
+//!   `serving && terminating` ones, flagged `draining: true`; with
+//!   `drain_terminating: always` ([`Drain::Always`]) the `serving &&
+//!   terminating` ones are always published next to the ready ones, flagged
+//!   `draining: true` with weight 0 (no new traffic).
 
 use std::collections::BTreeMap;
 
@@ -18,8 +21,8 @@ use compact_str::CompactString;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::{
-    AddressType, ConvertOptions, Converted, PortSpec, SkipReason, Warnings, finish, object_name,
-    target_ref, valid_address, validate_ports,
+    AddressType, ConvertOptions, Converted, Drain, PortSpec, SkipReason, Warnings, finish,
+    object_name, target_ref, valid_address, validate_ports,
 };
 use crate::model::{Node, NodeTopology};
 
@@ -214,23 +217,44 @@ pub fn merge_slices<'a>(
     let ports = candidates
         .into_iter()
         .map(|(key, cands)| {
-            let ready: Vec<Node> = cands
-                .values()
-                .filter(|c| c.ready)
-                .map(|c| c.node.clone())
-                .collect();
-            let nodes = if !ready.is_empty() || !opts.drain_terminating {
-                ready
-            } else {
-                cands
+            let draining = |c: Candidate, weight: u32| {
+                let mut node = c.node;
+                node.draining = Some(true);
+                node.weight = weight;
+                node
+            };
+            let nodes: Vec<Node> = match opts.drain_terminating {
+                Drain::Always => cands
                     .into_values()
-                    .filter(|c| c.serving && c.terminating)
-                    .map(|c| {
-                        let mut node = c.node;
-                        node.draining = Some(true);
-                        node
+                    .filter_map(|c| {
+                        if c.ready {
+                            Some(c.node)
+                        } else if c.serving && c.terminating {
+                            Some(draining(c, 0))
+                        } else {
+                            None
+                        }
                     })
-                    .collect()
+                    .collect(),
+                Drain::Off | Drain::Fallback => {
+                    let ready: Vec<Node> = cands
+                        .values()
+                        .filter(|c| c.ready)
+                        .map(|c| c.node.clone())
+                        .collect();
+                    if !ready.is_empty() || opts.drain_terminating == Drain::Off {
+                        ready
+                    } else {
+                        cands
+                            .into_values()
+                            .filter(|c| c.serving && c.terminating)
+                            .map(|c| {
+                                let weight = c.node.weight;
+                                draining(c, weight)
+                            })
+                            .collect()
+                    }
+                }
             };
             (key, nodes)
         })
@@ -353,7 +377,7 @@ mod tests {
         let on = from_slices(
             [&s],
             &ConvertOptions {
-                drain_terminating: true,
+                drain_terminating: Drain::Fallback,
                 ..Default::default()
             },
         );
@@ -370,12 +394,69 @@ mod tests {
         let on2 = from_slices(
             [&s2],
             &ConvertOptions {
-                drain_terminating: true,
+                drain_terminating: Drain::Fallback,
                 ..Default::default()
             },
         );
         assert_eq!(hosts(&on2, "http"), vec!["10.0.0.5:80"]);
         assert_eq!(on2.ports["http"][0].draining, None);
+    }
+
+    #[test]
+    fn draining_always_publishes_serving_terminating_with_weight_zero_next_to_ready() {
+        let s = slice(
+            "a",
+            "IPv4",
+            http(),
+            json!([{"addresses": ["10.0.0.1"], "conditions": {"ready": false, "serving": true, "terminating": true}},
+                   {"addresses": ["10.0.0.2"], "conditions": {"ready": false, "serving": false, "terminating": true}},
+                   {"addresses": ["10.0.0.3"], "conditions": {"ready": false, "serving": false, "terminating": false}},
+                   {"addresses": ["10.0.0.5"], "conditions": {"ready": true}}]),
+        );
+        let always = ConvertOptions {
+            drain_terminating: Drain::Always,
+            ..Default::default()
+        };
+        let c = from_slices([&s], &always);
+        // Ready with its weight, serving+terminating with weight 0; neither
+        // the not-serving terminating one nor the plain not-ready one.
+        let got: Vec<(String, u32, Option<bool>)> = c.ports["http"]
+            .iter()
+            .map(|n| (n.host.to_string(), n.weight, n.draining))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("10.0.0.1".to_string(), 0, Some(true)),
+                ("10.0.0.5".to_string(), 50, None),
+            ]
+        );
+        // Nothing ready: the draining node alone, still weight 0 (no
+        // fallback to full weight: that is `true`'s job).
+        let only = slice(
+            "b",
+            "IPv4",
+            http(),
+            json!([{"addresses": ["10.0.0.1"], "conditions": {"ready": false, "serving": true, "terminating": true}}]),
+        );
+        let c = from_slices([&only], &always);
+        assert_eq!(c.ports["http"][0].weight, 0);
+        assert_eq!(c.ports["http"][0].draining, Some(true));
+        // The same endpoint ready in one slice and terminating in another:
+        // the non-terminating one wins, published once with its weight.
+        let dup = slice(
+            "c",
+            "IPv4",
+            http(),
+            json!([{"addresses": ["10.0.0.5"], "conditions": {"ready": false, "serving": true, "terminating": true}}]),
+        );
+        let c = from_slices([&s, &dup], &always);
+        let five: Vec<_> = c.ports["http"]
+            .iter()
+            .filter(|n| n.host == "10.0.0.5")
+            .map(|n| (n.weight, n.draining))
+            .collect();
+        assert_eq!(five, vec![(50, None)]);
     }
 
     #[test]
