@@ -117,8 +117,9 @@ pub struct Node {
     /// of the flat fields (derived `Ord` compares `None` < `Some`, and an
     /// all-unset topology is never boxed).
     topology: Option<Box<NodeTopology>>,
-    /// `true` when this node is a serving-but-terminating fallback used because
-    /// the port had no ready endpoint (opt-in `drain_terminating`).
+    /// `true` when this node is a serving-but-terminating endpoint (opt-in
+    /// `drain_terminating`: `true` uses them when the port has no ready
+    /// endpoint; `always` publishes them next to the ready ones with weight 0).
     pub draining: Option<bool>,
 }
 
@@ -171,8 +172,9 @@ struct NodeWire {
     /// Object behind the endpoint (topology output only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     target_ref: Option<NodeTargetRef>,
-    /// `true` when this node is a serving-but-terminating fallback used because
-    /// the port had no ready endpoint (opt-in `drain_terminating`).
+    /// `true` when this node is a serving-but-terminating endpoint (opt-in
+    /// `drain_terminating`: `true` uses them when the port has no ready
+    /// endpoint; `always` publishes them next to the ready ones with weight 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     draining: Option<bool>,
 }
