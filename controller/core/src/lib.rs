@@ -25,6 +25,8 @@ pub mod convert;
 pub mod crd;
 pub mod dump;
 pub mod filter;
+#[cfg(test)]
+mod golden;
 pub mod index;
 pub mod model;
 pub mod render;
