@@ -225,6 +225,13 @@ impl Fence {
         }
     }
 
+    /// Right before a request a planner decided in leadership `epoch` (its
+    /// actions carry the epoch, not a token): `Ok` only while that epoch is
+    /// still the current, leading one.
+    pub fn check_epoch(&self, epoch: u64) -> Result<(), Fenced> {
+        self.check(FenceToken { epoch })
+    }
+
     /// Right before a request of the write that `token` started: `Ok` only
     /// while that epoch is still the current, leading one.
     pub fn check(&self, token: FenceToken) -> Result<(), Fenced> {

@@ -2,19 +2,30 @@
 //! discovered state, in APISIX's dump shape, in ConfigMaps of one namespace on
 //! the home cluster, for gateways that mount a file instead of reading
 //! DiscoveredServices. The layout (index + shards, hashes, sizes) is the pure
-//! [`kube_discovery_core::dump`]; this module writes it, keeps it as
-//! written (drift correction), and reads it back.
+//! [`kube_discovery_core::dump`]; every decision (when a round runs, what to
+//! apply in which order, what to delete, retries, leadership) is the pure
+//! [`kube_discovery_core::snapshot_plan::Planner`], tested there with
+//! scripted inputs and golden files. This module is its executor: it runs
+//! the watch, builds the layout when asked, sends the requests (fenced, with
+//! the client's timeout) and feeds the results back; it also reads the
+//! snapshot back.
 //!
 //! ```text
-//!  ControllerState ─generation─▶ wait one coalescing window ──┐
-//!  watch ConfigMaps (label kubediscovery.io/snapshot=<name>) ─┤ (drift: every event)
-//!  leader gained ─────────────────────────────────────────────┤
-//!                                                             ▼
-//!  round: (leader? every cluster listed? our watch listed?)
-//!     layout = build(dump of ControllerState)      (rebuilt only when the state changed)
-//!     1. SSA every shard whose text differs from what the watch shows
-//!     2. SSA the index  <name>  (index.json: version, shard names + sha256)  LAST
-//!     3. delete labelled ConfigMaps the index does not list (old shards)
+//!  ControllerState generation, every cluster listed? ──┐
+//!  leadership (epoch, leading) ────────────────────────┤
+//!  ConfigMap watch (label kubediscovery.io/snapshot=<name>):
+//!     relist, applied, deleted ────────────────────────┼─▶ Planner::handle / poll ─▶ actions
+//!  the answer of the request in flight ────────────────┤
+//!  the wake-up the planner asked for ──────────────────┘
+//!
+//!  actions: Build ─▶ dump::build(dump of ControllerState) ─▶ Built (fed back at once)
+//!           Apply / Delete {name, epoch} ─▶ one request at a time: fence check, SSA / DELETE
+//!                                        ─▶ Written / Deleted / Failed / Fenced
+//!           Done / Retry / Dropped ─▶ gauges, snapshot_writes_total, log
+//!
+//!  a round (the planner's): 1. shards whose text differs from what the watch shows
+//!  2. the index <name> (index.json: version, shard names + sha256) LAST
+//!  3. delete labelled ConfigMaps the index does not list (old shards)
 //! ```
 //!
 //! * **No needless writes.** What the API server holds is known from the
@@ -28,10 +39,11 @@
 //!   of changes is one round.
 //! * **Never a partial state.** Nothing is written before every cluster has
 //!   completed its first list, and only by the leader.
-//! * **Fenced.** A round notes the leadership epoch it starts in and checks
-//!   before each request that it is still the current leading one
-//!   ([`crate::leader::Fence`]); a round of a replica that lost the lease
-//!   sends nothing more (`snapshot_writes_total{result="fenced"}`, no retry
+//! * **Fenced.** A round belongs to the leadership epoch it starts in; a
+//!   lost lease drops it at once (the planner sends nothing more), and each
+//!   request checks right before it is sent that its epoch is still the
+//!   current leading one ([`crate::leader::Fence`]), for a loss the planner
+//!   has not seen yet (`snapshot_writes_total{result="fenced"}`, no retry
 //!   until it leads again).
 //! * **Drift.** An edited or deleted index or shard shows up on the watch and
 //!   is rewritten in the next round (one coalescing window later); a labelled
@@ -48,7 +60,8 @@
 //! Known gap: someone making a snapshot ConfigMap `immutable: true` makes its
 //! repair fail (retried with backoff, logged) until it is deleted.
 
-use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,14 +71,14 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{Event, watcher};
-use kube_discovery_core::dump::{self, Dump, INDEX_KEY, Layout};
+use kube_discovery_core::dump::{self, Dump};
+use kube_discovery_core::snapshot_plan::{self, Action, At, Input, Observed, Planner};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::leader::{Fence, FenceToken, Leadership};
+use crate::leader::{Fence, Leadership};
 use crate::metrics::Metrics;
 use crate::state::ControllerState;
 use crate::{Error, Result, SettingError};
@@ -172,51 +185,36 @@ fn all_listed(shared: &ControllerState) -> bool {
     !c.is_empty() && c.values().all(|s| s.listed)
 }
 
-fn hash(s: &str) -> [u8; 32] {
-    Sha256::digest(s.as_bytes()).into()
+/// What the planner needs of ConfigMap `name` (data hashed).
+fn observed(name: &str, cm: &ConfigMap, label: &str) -> Observed {
+    let rv = cm
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok());
+    let labelled = cm
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(SNAPSHOT_LABEL))
+        .is_some_and(|v| v == label);
+    let data = cm
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.as_str(), v.as_str()));
+    Observed::new(name, rv, data, labelled)
 }
 
-/// What the watch shows of one of our ConfigMaps.
-#[derive(Debug, Clone)]
-struct Seen {
-    rv: Option<u64>,
-    /// Data key -> sha256 of its value.
-    data: HashMap<String, [u8; 32]>,
-    labelled: bool,
-}
-
-fn seen_of(cm: &ConfigMap, label: &str) -> Seen {
-    Seen {
-        rv: cm
-            .metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse().ok()),
-        data: cm
-            .data
-            .iter()
-            .flatten()
-            .map(|(k, v)| (k.clone(), hash(v)))
-            .collect(),
-        labelled: cm
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(SNAPSHOT_LABEL))
-            .is_some_and(|v| v == label),
-    }
-}
-
-/// One ConfigMap we want: its name, and the one data key it holds with its text.
-struct WantedConfigMap<'a> {
-    name: &'a str,
-    data_key: &'a str,
-    text: &'a str,
+/// A watched ConfigMap for the planner (`None`: it has no name).
+fn watched(cm: &ConfigMap, label: &str) -> Option<Observed> {
+    let name = cm.metadata.name.as_deref()?;
+    Some(observed(name, cm, label))
 }
 
 /// Spawns the snapshot task. It writes only while `leader` says this
 /// replica leads (or always, without leader election), every request fenced
-/// by the epoch its round started in.
+/// by the epoch the planner decided it in.
 pub fn spawn(
     client: Client,
     shared: Arc<ControllerState>,
@@ -227,289 +225,291 @@ pub fn spawn(
 ) -> tokio::task::JoinHandle<()> {
     let api: Api<ConfigMap> = Api::namespaced(client, &opts.namespace);
     let fence = leader.clone().map_or_else(Fence::always, Fence::new);
-    let task = Task {
-        fence,
-        label: dump::label_value(&opts.name),
-        api,
-        shared,
-        metrics,
-        opts,
-        seen: HashMap::new(),
-        written_rv: HashMap::new(),
-        layout: None,
-        layout_gen: None,
-    };
+    let task = Task::new(api, shared, metrics, opts, fence);
     tokio::spawn(task.run(shutdown, leader))
 }
 
+/// The one request of a round in flight; it ends with the planner's input.
+type Request = Pin<Box<dyn Future<Output = Input> + Send>>;
+
+/// The executor: runs the watch, builds layouts, sends requests, and feeds
+/// everything to the [`Planner`], which decides.
 struct Task {
-    /// Checked before every request of a round.
+    /// Checked right before every request.
     fence: Fence,
     api: Api<ConfigMap>,
     shared: Arc<ControllerState>,
+    generation: watch::Receiver<u64>,
     metrics: Metrics,
     opts: SnapshotOptions,
     label: String,
-    /// Our ConfigMaps as the watch shows them.
-    seen: HashMap<String, Seen>,
-    /// resourceVersion of our last write per object.
-    written_rv: HashMap<String, u64>,
-    layout: Option<Arc<Layout>>,
-    layout_gen: Option<u64>,
-}
-
-fn backoff(opts: &SnapshotOptions, attempts: u32) -> Duration {
-    let exp = attempts.saturating_sub(1).min(16);
-    opts.retry_min
-        .saturating_mul(1u32 << exp)
-        .min(opts.retry_max)
+    planner: Planner,
+    origin: Instant,
+    /// The round's request in flight (at most one, the planner's rule).
+    request: Option<Request>,
 }
 
 impl Task {
+    fn new(
+        api: Api<ConfigMap>,
+        shared: Arc<ControllerState>,
+        metrics: Metrics,
+        opts: SnapshotOptions,
+        fence: Fence,
+    ) -> Self {
+        let planner = Planner::new(snapshot_plan::Options {
+            name: opts.name.clone(),
+            coalesce_window: opts.coalesce_window,
+            retry_min: opts.retry_min,
+            retry_max: opts.retry_max,
+        });
+        Task {
+            fence,
+            api,
+            generation: shared.subscribe(),
+            shared,
+            metrics,
+            label: dump::label_value(&opts.name),
+            opts,
+            planner,
+            origin: Instant::now(),
+            request: None,
+        }
+    }
+
+    fn now(&self) -> At {
+        self.origin.elapsed()
+    }
+
+    /// Feeds `input` (or polls, for `None`) and carries out the actions;
+    /// returns when the planner wants to be polled again.
+    fn feed(&mut self, input: Option<Input>) -> Option<Instant> {
+        let now = self.now();
+        let mut plan = match input {
+            Some(input) => self.planner.handle(now, input),
+            None => self.planner.poll(now),
+        };
+        loop {
+            let mut answer = None;
+            for action in plan.actions {
+                answer = answer.or(self.execute(action));
+            }
+            match answer {
+                Some(input) => plan = self.planner.handle(self.now(), input),
+                None => return plan.wake.map(|w| self.origin + w),
+            }
+        }
+    }
+
+    /// Carries out one action; a layout build is answered at once.
+    fn execute(&mut self, action: Action) -> Option<Input> {
+        match action {
+            Action::Build => return Some(self.build()),
+            Action::Apply {
+                name,
+                key,
+                text,
+                epoch,
+            } => self.start(self.apply(name, key, text, epoch)),
+            Action::Delete { name, epoch } => self.start(self.delete(name, epoch)),
+            Action::Done(s) => {
+                self.metrics.snapshot_shards.set(gauge(s.shards));
+                self.metrics.snapshot_bytes.set(gauge(s.bytes));
+                if s.published {
+                    let now = jiff::Timestamp::now().as_second();
+                    self.metrics.snapshot_last_write.set(now);
+                    tracing::info!(version = %s.version, shards = s.shards, services = s.services, nodes = s.nodes, objects_written = s.written, "snapshot published");
+                } else if s.written > 0 {
+                    tracing::info!(version = %s.version, objects_written = s.written, "snapshot repaired");
+                }
+            }
+            Action::Retry {
+                reason,
+                attempt,
+                delay,
+            } => {
+                tracing::warn!(error = %reason, attempt, retry_in = ?delay, "snapshot: write failed");
+            }
+            Action::Dropped => {
+                // Lost the lease during the round: not a failure; the next
+                // round comes when it leads again.
+                self.metrics.snapshot_write("fenced");
+                let now = self.fence.current();
+                tracing::info!(
+                    epoch = now.epoch,
+                    leading = now.leading,
+                    "snapshot: round dropped: not the leader"
+                );
+            }
+        }
+        None
+    }
+
+    fn start(&mut self, request: Request) {
+        debug_assert!(
+            self.request.is_none(),
+            "the planner sends one request at a time"
+        );
+        self.request = Some(request);
+    }
+
+    /// The layout of the current state, and the generation it holds (at
+    /// least: a change after the read is reported again).
+    fn build(&mut self) -> Input {
+        let generation = *self.generation.borrow_and_update();
+        let dump = dump_of(&self.shared);
+        match dump::build(&dump, &self.opts.name, self.opts.max_shard_bytes) {
+            Ok(layout) => Input::Built {
+                generation,
+                layout: Arc::new(layout),
+            },
+            Err(e) => Input::BuildFailed(Error::Snapshot(e).to_string()),
+        }
+    }
+
+    fn apply(&self, name: String, key: String, text: String, epoch: u64) -> Request {
+        let (api, fence, metrics, label) = (
+            self.api.clone(),
+            self.fence.clone(),
+            self.metrics.clone(),
+            self.label.clone(),
+        );
+        let namespace = self.opts.namespace.clone();
+        Box::pin(async move {
+            if fence.check_epoch(epoch).is_err() {
+                return Input::Fenced;
+            }
+            let cm = json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": {
+                        "app.kubernetes.io/managed-by": "kube-discovery",
+                        (SNAPSHOT_LABEL): label,
+                    },
+                },
+                "data": { (key): text },
+            });
+            let pp = PatchParams::apply(FIELD_MANAGER).force();
+            match api.patch(&name, &pp, &Patch::Apply(&cm)).await {
+                Ok(got) => {
+                    metrics.snapshot_write("applied");
+                    tracing::debug!(configmap = %name, bytes = text.len(), "snapshot: wrote");
+                    Input::Written(observed(&name, &got, &label))
+                }
+                Err(e) => {
+                    let e = Error::from(e);
+                    metrics.snapshot_write(&format!("error_{}", e.metric_label()));
+                    Input::Failed(format!("ConfigMap {name}: {e}"))
+                }
+            }
+        })
+    }
+
+    fn delete(&self, name: String, epoch: u64) -> Request {
+        let (api, fence, metrics) = (self.api.clone(), self.fence.clone(), self.metrics.clone());
+        Box::pin(async move {
+            if fence.check_epoch(epoch).is_err() {
+                return Input::Fenced;
+            }
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {
+                    metrics.snapshot_write("deleted");
+                    tracing::info!(configmap = %name, "snapshot: deleted stale ConfigMap");
+                    Input::Deleted { name }
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => Input::Deleted { name },
+                Err(e) => {
+                    let e = Error::from(e);
+                    metrics.snapshot_write(&format!("error_{}", e.metric_label()));
+                    Input::Failed(format!("ConfigMap {name}: {e}"))
+                }
+            }
+        })
+    }
+
     async fn run(
         mut self,
         shutdown: CancellationToken,
         mut leader: Option<watch::Receiver<Leadership>>,
     ) {
-        let mut generation = self.shared.subscribe();
         let stream = watcher(
             self.api.clone(),
             crate::watch::config(self.opts.watch_timeout).labels(&self.opts.selector()),
         )
         .default_backoff();
         let mut stream = std::pin::pin!(stream);
-        let mut listing: Option<HashMap<String, Seen>> = None;
-        let mut watch_listed = false;
-        let mut due: Option<Instant> = None;
-        let mut attempts: u32 = 0;
-        let mut leading = leader.as_ref().is_none_or(|l| l.borrow().leading);
+        let mut listing: Option<Vec<Observed>> = None;
+        let first = leader.as_mut().map_or(
+            Leadership {
+                epoch: 0,
+                leading: true,
+            },
+            |l| *l.borrow_and_update(),
+        );
+        self.feed(Some(Input::Leadership {
+            epoch: first.epoch,
+            leading: first.leading,
+        }));
+        let mut wake = self.feed(Some(Input::AllClustersListed(all_listed(&self.shared))));
         tracing::info!(namespace = %self.opts.namespace, name = %self.opts.name, "snapshot sink enabled");
         loop {
-            let sleep_until = due.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                r = generation.changed() => {
+                r = self.generation.changed() => {
                     if r.is_err() {
                         break;
                     }
-                    due.get_or_insert_with(|| Instant::now() + self.opts.coalesce_window);
+                    let generation = *self.generation.borrow_and_update();
+                    self.feed(Some(Input::AllClustersListed(all_listed(&self.shared))));
+                    wake = self.feed(Some(Input::StateChanged { generation }));
                 }
                 now = leader_changed(&mut leader) => {
-                    leading = now.leading;
-                    if leading {
+                    if now.leading {
                         tracing::info!("snapshot: leader, writing");
-                        due = Some(Instant::now());
                     }
+                    wake = self.feed(Some(Input::Leadership { epoch: now.epoch, leading: now.leading }));
+                }
+                input = async { self.request.as_mut().expect("guarded").await }, if self.request.is_some() => {
+                    self.request = None;
+                    wake = self.feed(Some(input));
                 }
                 ev = stream.next() => {
                     let Some(ev) = ev else { break };
-                    match ev {
-                        Ok(Event::Init) => listing = Some(HashMap::new()),
+                    let input = match ev {
+                        Ok(Event::Init) => {
+                            listing = Some(Vec::new());
+                            None
+                        }
                         Ok(Event::InitApply(cm)) => {
-                            if let (Some(l), Some(name)) = (listing.as_mut(), cm.metadata.name.clone()) {
-                                l.insert(name, seen_of(&cm, &self.label));
+                            if let (Some(l), Some(o)) = (listing.as_mut(), watched(&cm, &self.label)) {
+                                l.push(o);
                             }
+                            None
                         }
-                        Ok(Event::InitDone) => {
-                            let mut fresh = listing.take().unwrap_or_default();
-                            // Keep our own writes that are newer than what the list shows.
-                            for (name, s) in &self.seen {
-                                let ours = self.written_rv.get(name).copied();
-                                let listed_rv = fresh.get(name).and_then(|x| x.rv);
-                                if let (Some(w), Some(l)) = (ours, listed_rv)
-                                    && w > l
-                                {
-                                    fresh.insert(name.clone(), s.clone());
-                                }
-                            }
-                            self.seen = fresh;
-                            watch_listed = true;
-                            due.get_or_insert_with(|| Instant::now() + self.opts.coalesce_window);
-                        }
-                        Ok(Event::Apply(cm)) => {
-                            if self.observe(&cm, false) {
-                                due.get_or_insert_with(|| Instant::now() + self.opts.coalesce_window);
-                            }
-                        }
-                        Ok(Event::Delete(cm)) => {
-                            if self.observe(&cm, true) {
-                                due.get_or_insert_with(|| Instant::now() + self.opts.coalesce_window);
-                            }
-                        }
+                        Ok(Event::InitDone) => Some(Input::WatchListed(listing.take().unwrap_or_default())),
+                        Ok(Event::Apply(cm)) => watched(&cm, &self.label).map(Input::Observed),
+                        Ok(Event::Delete(cm)) => watched(&cm, &self.label).map(Input::Gone),
                         Err(e) => {
                             tracing::warn!(error = %e, "snapshot: ConfigMap watch failed; retrying with backoff");
+                            None
                         }
+                    };
+                    if input.is_some() {
+                        wake = self.feed(input);
                     }
                 }
-                () = tokio::time::sleep_until(sleep_until), if due.is_some() => {
-                    due = None;
-                    if !leading || !watch_listed || !all_listed(&self.shared) {
-                        continue;
-                    }
-                    match self.round(&mut generation).await {
-                        Ok(()) => attempts = 0,
-                        Err(e) if e.is_fenced() => {
-                            // Lost the lease during the round: not a failure;
-                            // the next round comes when it leads again.
-                            self.metrics.snapshot_write("fenced");
-                            tracing::info!(error = %e, "snapshot: round dropped: not the leader");
-                        }
-                        Err(e) => {
-                            attempts += 1;
-                            let d = backoff(&self.opts, attempts);
-                            tracing::warn!(error = %e, retry_in = ?d, "snapshot: write failed");
-                            due = Some(Instant::now() + d);
-                        }
-                    }
-                }
+                () = sleep_until_opt(wake) => wake = self.feed(None),
             }
+        }
+        // A request in flight is not cut off (it is bounded by the client's
+        // request timeout); nothing new starts.
+        if let Some(request) = self.request.take() {
+            request.await;
         }
         tracing::info!("snapshot sink stopped");
-    }
-
-    /// Applies a watch event; `true` when it may need a round (not an echo
-    /// of our own newer write).
-    fn observe(&mut self, cm: &ConfigMap, deleted: bool) -> bool {
-        let Some(name) = cm.metadata.name.clone() else {
-            return false;
-        };
-        let s = seen_of(cm, &self.label);
-        if let (Some(ev), Some(w)) = (s.rv, self.written_rv.get(&name))
-            && ev < *w
-        {
-            return false;
-        }
-        if deleted {
-            self.seen.remove(&name);
-        } else {
-            self.seen.insert(name, s);
-        }
-        true
-    }
-
-    fn in_sync(&self, w: &WantedConfigMap<'_>) -> bool {
-        self.seen.get(w.name).is_some_and(|s| {
-            s.labelled && s.data.get(w.data_key).is_some_and(|h| *h == hash(w.text))
-        })
-    }
-
-    fn current_layout(&mut self, generation: &mut watch::Receiver<u64>) -> Result<Arc<Layout>> {
-        let g = *generation.borrow_and_update();
-        if let (Some(l), Some(lg)) = (&self.layout, self.layout_gen)
-            && lg == g
-        {
-            return Ok(l.clone());
-        }
-        let dump = dump_of(&self.shared);
-        let l = Arc::new(
-            dump::build(&dump, &self.opts.name, self.opts.max_shard_bytes)
-                .map_err(Error::Snapshot)?,
-        );
-        self.layout = Some(l.clone());
-        self.layout_gen = Some(g);
-        Ok(l)
-    }
-
-    async fn round(&mut self, generation: &mut watch::Receiver<u64>) -> Result<()> {
-        let token = self.fence.begin()?;
-        let layout = self.current_layout(generation)?;
-        let mut wants: Vec<WantedConfigMap<'_>> = layout
-            .shards
-            .iter()
-            .map(|s| WantedConfigMap {
-                name: &s.name,
-                data_key: &s.key,
-                text: &s.text,
-            })
-            .collect();
-        // The index goes last: it switches readers to the new version.
-        let index_name = self.opts.name.clone();
-        wants.push(WantedConfigMap {
-            name: &index_name,
-            data_key: INDEX_KEY,
-            text: &layout.index,
-        });
-        let mut wrote = 0usize;
-        let mut index_written = false;
-        for w in &wants {
-            if self.in_sync(w) {
-                continue;
-            }
-            self.apply(token, w).await?;
-            wrote += 1;
-            index_written |= w.name == index_name;
-        }
-        let keep: std::collections::HashSet<&str> = wants.iter().map(|w| w.name).collect();
-        let stale: Vec<String> = self
-            .seen
-            .keys()
-            .filter(|n| !keep.contains(n.as_str()))
-            .cloned()
-            .collect();
-        for name in stale {
-            self.fence.check(token)?;
-            match self.api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => {
-                    self.metrics.snapshot_write("deleted");
-                    tracing::info!(configmap = %name, "snapshot: deleted stale ConfigMap");
-                }
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => {
-                    let e = Error::from(e);
-                    self.metrics
-                        .snapshot_write(&format!("error_{}", e.metric_label()));
-                    return Err(e);
-                }
-            }
-            self.seen.remove(&name);
-            wrote += 1;
-        }
-        self.metrics.snapshot_shards.set(gauge(layout.shards.len()));
-        self.metrics.snapshot_bytes.set(gauge(layout.shard_bytes()));
-        if index_written {
-            let now = jiff::Timestamp::now().as_second();
-            self.metrics.snapshot_last_write.set(now);
-            tracing::info!(version = %layout.version, shards = layout.shards.len(), services = layout.services, nodes = layout.nodes, objects_written = wrote, "snapshot published");
-        } else if wrote > 0 {
-            tracing::info!(version = %layout.version, objects_written = wrote, "snapshot repaired");
-        }
-        Ok(())
-    }
-
-    async fn apply(&mut self, token: FenceToken, w: &WantedConfigMap<'_>) -> Result<()> {
-        self.fence.check(token)?;
-        let cm = json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": w.name,
-                "namespace": self.opts.namespace,
-                "labels": {
-                    "app.kubernetes.io/managed-by": "kube-discovery",
-                    (SNAPSHOT_LABEL): self.label,
-                },
-            },
-            "data": { (w.data_key): w.text },
-        });
-        let pp = PatchParams::apply(FIELD_MANAGER).force();
-        match self.api.patch(w.name, &pp, &Patch::Apply(&cm)).await {
-            Ok(got) => {
-                self.metrics.snapshot_write("applied");
-                let s = seen_of(&got, &self.label);
-                if let Some(rv) = s.rv {
-                    self.written_rv.insert(w.name.to_string(), rv);
-                }
-                tracing::debug!(configmap = %w.name, bytes = w.text.len(), "snapshot: wrote");
-                self.seen.insert(w.name.to_string(), s);
-                Ok(())
-            }
-            Err(e) => {
-                let e = Error::from(e);
-                self.metrics
-                    .snapshot_write(&format!("error_{}", e.metric_label()));
-                Err(e)
-            }
-        }
     }
 }
 
@@ -532,9 +532,17 @@ async fn leader_changed(leader: &mut Option<watch::Receiver<Leadership>>) -> Lea
     }
 }
 
+async fn sleep_until_opt(when: Option<Instant>) {
+    match when {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube_discovery_core::dump::INDEX_KEY;
     use kube_discovery_core::{Node, PortMap, ServiceKey, ServiceNodes, SourceKind};
 
     #[test]
@@ -682,33 +690,59 @@ mod tests {
         task.await.unwrap();
     }
 
-    /// Issue 16 item 3, the snapshot's side: a round of a replica that does
-    /// not lead (or whose epoch ended) sends nothing and fails as `Fenced`.
+    impl Task {
+        /// Feeds `input` and runs the requests it starts to the end (no watch).
+        async fn drive(&mut self, input: Input) {
+            self.feed(Some(input));
+            while let Some(request) = self.request.take() {
+                let answer = request.await;
+                self.feed(Some(answer));
+            }
+        }
+    }
+
+    /// Issue 16 item 3, the snapshot's side: a request decided in an epoch
+    /// the fence does not know as the current leading one sends nothing, and
+    /// its round is dropped (not retried) until the replica leads again.
     #[tokio::test]
     async fn a_round_without_the_lease_sends_nothing() {
         let (_sim, client, _dir) = sim_client().await;
         let shared = state(3);
         let (tx, rx) = watch::channel(Leadership::default());
         let opts = SnapshotOptions::new("kd".into(), "snap".into(), Duration::from_millis(10));
-        let mut task = Task {
-            fence: Fence::new(rx),
-            label: dump::label_value(&opts.name),
-            api: Api::namespaced(client.clone(), "kd"),
-            shared: shared.clone(),
-            metrics: Metrics::default(),
+        let metrics = Metrics::default();
+        let mut task = Task::new(
+            Api::namespaced(client.clone(), "kd"),
+            shared.clone(),
+            metrics.clone(),
             opts,
-            seen: HashMap::new(),
-            written_rv: HashMap::new(),
-            layout: None,
-            layout_gen: None,
-        };
-        let mut generation = shared.subscribe();
+            Fence::new(rx),
+        );
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), "kd");
-        let e = task.round(&mut generation).await.unwrap_err();
-        assert!(e.is_fenced(), "{e}");
+        task.drive(Input::AllClustersListed(true)).await;
+        task.drive(Input::WatchListed(Vec::new())).await;
+        // The planner believes it leads in epoch 5; the election says otherwise.
+        task.drive(Input::Leadership {
+            epoch: 5,
+            leading: true,
+        })
+        .await;
+        assert!(!task.planner.in_round(), "the fenced round is dropped");
         assert!(api.get_opt("snap").await.unwrap().is_none());
+        let fenced = metrics
+            .snapshot_writes
+            .get_or_create(&crate::metrics::ResultLabel {
+                result: "fenced".into(),
+            })
+            .get();
+        assert_eq!(fenced, 1);
         crate::leader::publish(&tx, true);
-        task.round(&mut generation).await.unwrap();
+        let now = task.fence.current();
+        task.drive(Input::Leadership {
+            epoch: now.epoch,
+            leading: now.leading,
+        })
+        .await;
         assert!(api.get_opt("snap").await.unwrap().is_some());
     }
 

@@ -13,6 +13,7 @@
 //!  dump.rs     Dump (all services) ──▶ sharded ConfigMap texts + index; assemble (reader)
 //!  yaml.rs     YAML text ◀──▶ serde values (serde-saphyr, YAML 1.2, stable layout)
 //!  write_plan/ changes, write results, drift answers, leadership, time ──▶ writes to do, when
+//!  snapshot_plan/ state changes, watched ConfigMaps, results, leadership, time ──▶ snapshot writes, when
 //! ```
 
 #![warn(missing_docs)]
@@ -24,9 +25,12 @@ pub mod convert;
 pub mod crd;
 pub mod dump;
 pub mod filter;
+#[cfg(test)]
+mod golden;
 pub mod index;
 pub mod model;
 pub mod render;
+pub mod snapshot_plan;
 pub mod write_plan;
 pub mod yaml;
 

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 use super::*;
 
@@ -164,22 +163,7 @@ impl Script {
     }
 
     fn golden(&self, scenario: &str) {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("testdata/write_plan")
-            .join(format!("{scenario}.txt"));
-        if std::env::var_os("UPDATE_GOLDEN").is_some() {
-            std::fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");
-            std::fs::write(&path, &self.out).expect("write golden");
-            return;
-        }
-        let want = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
-        assert_eq!(
-            self.out,
-            want,
-            "{scenario}: the plan changed (UPDATE_GOLDEN=1 rewrites {})",
-            path.display()
-        );
+        crate::golden::check("write_plan", scenario, &self.out);
     }
 }
 

@@ -1,0 +1,466 @@
+//! Scripted event sequences in, actions out, as readable golden files
+//! (`testdata/snapshot_plan/<scenario>.txt`; `UPDATE_GOLDEN=1` rewrites
+//! them). Each line: the time, what happened (`<-`) or a poll (`poll`), the
+//! actions (`->`) and the next wake-up. The layouts are hand-made (short
+//! texts), so these tests do not depend on the dump format.
+
+use std::fmt::Write as _;
+
+use super::*;
+use crate::dump::ShardData;
+
+const NAME: &str = "snap";
+
+fn opts() -> Options {
+    Options {
+        name: NAME.to_string(),
+        coalesce_window: Duration::from_millis(100),
+        retry_min: Duration::from_millis(200),
+        retry_max: Duration::from_millis(800),
+    }
+}
+
+/// A layout of `version` with one shard per text, named like the real ones.
+fn layout(version: &str, shards: &[&str]) -> Arc<Layout> {
+    let shards: Vec<ShardData> = shards
+        .iter()
+        .enumerate()
+        .map(|(i, t)| ShardData {
+            name: format!("{NAME}-{i}"),
+            key: format!("{NAME}-{i}.json"),
+            text: (*t).to_string(),
+            sha256: String::new(),
+        })
+        .collect();
+    let names: Vec<&str> = shards.iter().map(|s| s.name.as_str()).collect();
+    Arc::new(Layout {
+        version: version.to_string(),
+        index: index_text(version, &names),
+        services: shards.len() * 2,
+        nodes: shards.len() * 3,
+        shards,
+    })
+}
+
+fn index_text(version: &str, shards: &[&str]) -> String {
+    format!("{version}:{}", shards.join(","))
+}
+
+fn key_of(name: &str) -> String {
+    if name == NAME {
+        INDEX_KEY.to_string()
+    } else {
+        format!("{name}.json")
+    }
+}
+
+fn obj(name: &str, rv: u64, text: &str) -> Observed {
+    Observed::new(name, Some(rv), [(key_of(name).as_str(), text)], true)
+}
+
+fn show(a: &Action) -> String {
+    match a {
+        Action::Build => "Build".to_string(),
+        Action::Apply {
+            name,
+            key,
+            text,
+            epoch,
+        } => format!("Apply {name} {{{key}: {text:?}}} (epoch {epoch})"),
+        Action::Delete { name, epoch } => format!("Delete {name} (epoch {epoch})"),
+        Action::Done(s) => format!(
+            "Done({} written, {})",
+            s.written,
+            if s.published {
+                format!("published {} in {} shards", s.version, s.shards)
+            } else {
+                format!("{} unchanged", s.version)
+            }
+        ),
+        Action::Retry {
+            reason,
+            attempt,
+            delay,
+        } => format!(
+            "Retry({reason}, attempt {attempt}, in {}ms)",
+            delay.as_millis()
+        ),
+        Action::Dropped => "Dropped".to_string(),
+    }
+}
+
+struct Script {
+    planner: Planner,
+    now: At,
+    /// What the API server holds (name -> text), to answer applies.
+    server: BTreeMap<String, String>,
+    rv: u64,
+    /// The layout `Build` is answered with, and its generation.
+    next: (u64, Arc<Layout>),
+    /// Answer `Build` with a failure instead.
+    build_fails: bool,
+    out: String,
+}
+
+impl Script {
+    fn new(first: Arc<Layout>) -> Self {
+        Script {
+            planner: Planner::new(opts()),
+            now: At::ZERO,
+            server: BTreeMap::new(),
+            rv: 0,
+            next: (0, first),
+            build_fails: false,
+            out: String::new(),
+        }
+    }
+
+    fn at(&mut self, ms: u64) -> &mut Self {
+        self.now = At::from_millis(ms);
+        self
+    }
+
+    fn line(&mut self, what: &str, plan: &Plan) {
+        let acts: Vec<String> = plan.actions.iter().map(show).collect();
+        let acts = if acts.is_empty() {
+            "-".to_string()
+        } else {
+            acts.join(", ")
+        };
+        let wake = match plan.wake {
+            Some(t) => format!("  (wake {}ms)", t.as_millis()),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            self.out,
+            "{:>6}ms  {what:<40} -> {acts}{wake}",
+            self.now.as_millis()
+        );
+    }
+
+    /// Feeds `input`; answers a `Build` at once (as the sink does).
+    fn input(&mut self, what: &str, input: Input) -> Vec<Action> {
+        let plan = self.planner.handle(self.now, input);
+        self.line(&format!("<- {what}"), &plan);
+        let mut actions = plan.actions;
+        if actions.contains(&Action::Build) {
+            actions.extend(self.build());
+        }
+        actions
+    }
+
+    fn poll(&mut self) -> Vec<Action> {
+        let plan = self.planner.poll(self.now);
+        self.line("poll", &plan);
+        let mut actions = plan.actions;
+        if actions.contains(&Action::Build) {
+            actions.extend(self.build());
+        }
+        actions
+    }
+
+    /// Answers a `Build` (as the sink does, at once).
+    fn build(&mut self) -> Vec<Action> {
+        if self.build_fails {
+            return self.input(
+                "BuildFailed(service too large)",
+                Input::BuildFailed("service too large".into()),
+            );
+        }
+        let (generation, layout) = self.next.clone();
+        self.input(
+            &format!("Built(gen {generation}, {})", layout.version),
+            Input::Built { generation, layout },
+        )
+    }
+
+    fn leadership(&mut self, epoch: u64, leading: bool) -> Vec<Action> {
+        let what = if leading { "leading" } else { "standby" };
+        self.input(
+            &format!("Leadership(epoch {epoch}, {what})"),
+            Input::Leadership { epoch, leading },
+        )
+    }
+
+    fn listed(&mut self) {
+        self.input("AllClustersListed(true)", Input::AllClustersListed(true));
+    }
+
+    fn watch_listed(&mut self) {
+        let objs: Vec<Observed> = self
+            .server
+            .iter()
+            .map(|(n, t)| obj(n, self.rv, t))
+            .collect();
+        let names: Vec<&String> = self.server.keys().collect();
+        let what = format!("WatchListed {names:?}");
+        self.input(&what, Input::WatchListed(objs));
+    }
+
+    /// A new state: the next `Build` is answered with `layout`.
+    fn state(&mut self, generation: u64, layout: Arc<Layout>) {
+        self.next = (generation, layout);
+        self.input(
+            &format!("StateChanged(gen {generation})"),
+            Input::StateChanged { generation },
+        );
+    }
+
+    /// Someone else changes (`Some`) or deletes (`None`) an object; the
+    /// watch reports it.
+    fn edit(&mut self, name: &str, text: Option<&str>) {
+        self.rv += 1;
+        match text {
+            Some(t) => {
+                self.server.insert(name.to_string(), t.to_string());
+                self.input(
+                    &format!("Observed {name} rv {} {t:?}", self.rv),
+                    Input::Observed(obj(name, self.rv, t)),
+                );
+            }
+            None => {
+                let t = self.server.remove(name).unwrap_or_default();
+                self.input(
+                    &format!("Gone {name} rv {}", self.rv),
+                    Input::Gone(obj(name, self.rv, &t)),
+                );
+            }
+        }
+    }
+
+    /// Answers `actions` as a healthy API server would, one request at a
+    /// time, until the round ends; returns the objects written (for echoes).
+    fn serve(&mut self, mut actions: Vec<Action>) -> Vec<Observed> {
+        let mut written = Vec::new();
+        loop {
+            let mut next = Vec::new();
+            for a in actions {
+                match a {
+                    Action::Apply { name, text, .. } => {
+                        self.rv += 1;
+                        self.server.insert(name.clone(), text.clone());
+                        let o = obj(&name, self.rv, &text);
+                        written.push(o.clone());
+                        next.extend(
+                            self.input(
+                                &format!("Written {name} rv {}", self.rv),
+                                Input::Written(o),
+                            ),
+                        );
+                    }
+                    Action::Delete { name, .. } => {
+                        self.server.remove(&name);
+                        next.extend(self.input(
+                            &format!("Deleted {name}"),
+                            Input::Deleted { name: name.clone() },
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+            if next.is_empty() {
+                return written;
+            }
+            actions = next;
+        }
+    }
+
+    /// The watch delivers the events of our own writes.
+    fn echoes(&mut self, written: Vec<Observed>) {
+        for o in written {
+            let what = format!("Observed {} rv {} (our write)", o.name, o.rv.unwrap_or(0));
+            self.input(&what, Input::Observed(o));
+        }
+    }
+
+    fn golden(&self, scenario: &str) {
+        crate::golden::check("snapshot_plan", scenario, &self.out);
+    }
+
+    /// The server holds `layout` exactly (as our earlier run left it).
+    fn holds(&mut self, layout: &Layout) {
+        for s in &layout.shards {
+            self.server.insert(s.name.clone(), s.text.clone());
+        }
+        self.server.insert(NAME.to_string(), layout.index.clone());
+        self.rv = 10;
+    }
+
+    /// A leading replica whose watch and clusters are listed and whose
+    /// first round published `first` (the returned echoes not yet seen).
+    fn published(first: Arc<Layout>) -> (Self, Vec<Observed>) {
+        let mut s = Script::new(first);
+        s.listed();
+        s.watch_listed();
+        let actions = s.at(100).poll();
+        let written = s.serve(actions);
+        (s, written)
+    }
+
+    fn count(&self, what: &str) -> usize {
+        self.out.matches(what).count()
+    }
+}
+
+#[test]
+fn first_publish_waits_for_the_lease_the_clusters_and_the_watch() {
+    let mut s = Script::new(layout("v1", &["a", "b"]));
+    s.leadership(1, false);
+    s.at(5).watch_listed();
+    s.at(105).poll();
+    s.at(200).listed();
+    s.state(1, layout("v1", &["a", "b"]));
+    s.at(300).poll();
+    // Leading: a round at once, shards first and the index last.
+    let actions = s.at(400).leadership(2, true);
+    let written = s.serve(actions);
+    // The echoes of our writes change nothing: one round that writes nothing.
+    s.at(410).echoes(written);
+    s.at(510).poll();
+    s.golden("first_publish");
+    assert_eq!(s.count("Apply"), 3);
+    assert_eq!(
+        s.server.get(NAME).map(String::as_str),
+        Some("v1:snap-0,snap-1")
+    );
+}
+
+#[test]
+fn an_idle_restart_writes_nothing() {
+    let l = layout("v1", &["a", "b"]);
+    let mut s = Script::new(l.clone());
+    s.holds(&l);
+    s.listed();
+    s.watch_listed();
+    s.at(100).poll();
+    s.golden("idle_restart");
+    assert_eq!(s.count("Apply") + s.count("Delete"), 0);
+}
+
+#[test]
+fn an_edited_shard_is_rewritten_alone() {
+    let (mut s, written) = Script::published(layout("v1", &["a", "b", "c"]));
+    s.at(110).echoes(written);
+    s.at(210).poll();
+    s.at(1000).edit("snap-1", Some("edited"));
+    let actions = s.at(1100).poll();
+    s.serve(actions);
+    s.golden("edited_shard");
+    assert_eq!(s.server.get("snap-1").map(String::as_str), Some("b"));
+    assert_eq!(s.count("Apply snap-1"), 2, "{}", s.out);
+    assert_eq!(s.count("Apply"), 5, "{}", s.out);
+}
+
+#[test]
+fn a_deleted_index_is_rewritten() {
+    let (mut s, written) = Script::published(layout("v1", &["a"]));
+    s.at(110).echoes(written);
+    s.at(210).poll();
+    s.at(1000).edit(NAME, None);
+    let actions = s.at(1100).poll();
+    s.serve(actions);
+    s.golden("deleted_index");
+    assert_eq!(s.server.get(NAME).map(String::as_str), Some("v1:snap-0"));
+}
+
+#[test]
+fn a_shrink_deletes_stale_shards_after_the_index() {
+    let (mut s, written) = Script::published(layout("v1", &["a", "b", "c"]));
+    s.at(110).echoes(written);
+    s.at(210).poll();
+    s.at(1000).state(2, layout("v2", &["abc"]));
+    let actions = s.at(1100).poll();
+    s.serve(actions);
+    // A foreign ConfigMap with our label is deleted too.
+    s.at(2000).edit("snap-x", Some("foreign"));
+    let actions = s.at(2100).poll();
+    s.serve(actions);
+    s.golden("shrink");
+    let names: Vec<&String> = s.server.keys().collect();
+    assert_eq!(names, ["snap", "snap-0"]);
+    let index = s.out.find("Apply snap {").expect("index written");
+    let delete = s.out.find("Delete snap-1").expect("stale shard deleted");
+    assert!(index < delete, "{}", s.out);
+}
+
+#[test]
+fn an_echo_of_our_own_older_write_is_ignored() {
+    let (mut s, written) = Script::published(layout("v1", &["a"]));
+    // A newer state is written before the watch delivers the older echoes.
+    s.at(110).state(2, layout("v2", &["b"]));
+    let actions = s.at(210).poll();
+    let newer = s.serve(actions);
+    s.at(220).echoes(written);
+    s.at(320).poll();
+    // A relist that is older than our writes keeps what we wrote.
+    let stale: Vec<Observed> = vec![obj("snap-0", 1, "a"), obj(NAME, 2, "v1:snap-0")];
+    s.at(330).input(
+        "WatchListed (older than our writes)",
+        Input::WatchListed(stale),
+    );
+    s.at(430).poll();
+    s.at(440).echoes(newer);
+    s.at(540).poll();
+    s.golden("older_echo");
+    assert_eq!(s.count("Apply"), 4, "{}", s.out);
+}
+
+#[test]
+fn a_failure_backs_off_and_the_round_is_retried() {
+    let mut s = Script::new(layout("v1", &["a", "b"]));
+    s.listed();
+    s.watch_listed();
+    s.at(100).poll();
+    s.input(
+        "Failed(api error 500)",
+        Input::Failed("api error 500".into()),
+    );
+    s.at(300).poll();
+    s.at(310).input(
+        "Failed(api error 500)",
+        Input::Failed("api error 500".into()),
+    );
+    // A change during the backoff does not shorten it.
+    s.build_fails = true;
+    s.at(400).state(1, layout("v2", &["c", "d"]));
+    s.at(710).poll();
+    s.build_fails = false;
+    let actions = s.at(1510).poll();
+    s.serve(actions);
+    // Attempts start again from the first delay after a good round.
+    s.at(2000).edit("snap-0", Some("edited"));
+    s.at(2100).poll();
+    s.input(
+        "Failed(api error 500)",
+        Input::Failed("api error 500".into()),
+    );
+    s.golden("failure_backoff");
+    assert_eq!(
+        s.server.get(NAME).map(String::as_str),
+        Some("v2:snap-0,snap-1")
+    );
+    assert_eq!(s.count("Retry"), 4, "{}", s.out);
+}
+
+#[test]
+fn a_lost_lease_mid_round_sends_nothing_more() {
+    let mut s = Script::new(layout("v1", &["a", "b"]));
+    s.leadership(1, true);
+    s.listed();
+    s.watch_listed();
+    s.at(100).poll();
+    // The lease is lost with the first shard in flight: its answer is
+    // taken in, and nothing more is sent.
+    s.at(105).leadership(2, false);
+    s.at(110)
+        .input("Written snap-0 rv 1", Input::Written(obj("snap-0", 1, "a")));
+    s.at(1000).poll();
+    // Leading again: the round starts over with what is still missing.
+    s.at(2000).leadership(3, true);
+    // The fence refuses the request (the loss is not processed yet).
+    s.at(2005).input("Fenced", Input::Fenced);
+    s.at(5000).poll();
+    s.golden("lost_lease");
+    assert_eq!(s.count("Apply"), 2, "{}", s.out);
+    assert_eq!(s.count("Retry"), 0);
+}
