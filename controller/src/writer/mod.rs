@@ -100,7 +100,7 @@ impl Desired for State<'_> {
         self.0.desired(key).map(|d| d.version.clone())
     }
     fn listed(&self, cluster: &str) -> bool {
-        self.0.clusters().get(cluster).is_some_and(|c| c.listed)
+        self.0.listed(cluster)
     }
     fn clusters(&self) -> Vec<(String, bool)> {
         self.0
