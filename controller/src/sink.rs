@@ -1,7 +1,12 @@
 //! The DiscoveredService sink: ONE server-side apply per object (field
-//! manager `kube-discovery`) carrying spec AND status, delete when the source
-//! is gone. All decisions (what and when to write) are in
-//! [`crate::writer`]; this file is only the API calls.
+//! manager `kube-discovery/<instance>`) carrying spec AND status, delete when
+//! the source is gone. It decides nothing and remembers nothing about a
+//! service: WHEN and whether to write is the planner's
+//! ([`kube_discovery_core::write_plan::Planner`], run by [`crate::writer`]),
+//! WHICH objects one write touches is
+//! [`kube_discovery_core::write_plan::object_ops`] (pure, from the desired
+//! objects, the [`Prior`] the planner hands along and what the caches show);
+//! this file only sends those requests, in order, each fenced.
 //!
 //! The CRD has no status subresource (`kube_discovery_core::crd::definition`):
 //! the status is derived from the object's own spec, so it is an ordinary
@@ -17,8 +22,9 @@
 //! `spec.shard = {index, count}`. [`KubeSink::apply`] writes shards `1..`
 //! first and shard 0 LAST (shard 0 carries the count a reader trusts), each
 //! with its own status, then deletes the surplus shards of a shrink.
-//! The shard count per service is remembered here (filled by
-//! [`Sink::list_versions`] and every apply), so a shrink needs no extra LIST.
+//! The shard count per service is the planner's (from
+//! [`Sink::list_versions`], then from every apply's answer, handed back in
+//! [`Prior::shards`]), so a shrink needs no extra LIST.
 //! [`Sink::list_versions`] reports a service's version only when shards
 //! `0..count` are all present with that version; a half-written service
 //! (crash between shards) gets the version `""`, which forces a rewrite.
@@ -27,16 +33,14 @@
 //!
 //! With a [`DriftView`] attached ([`KubeSink::with_drift`]), every write
 //! records the resourceVersion the API server returned (so late watch events
-//! of our own writes are recognised), apply and delete also remove stray
-//! objects the cache holds for the service (only when repairing: no cache
-//! scan per ordinary write), and [`Sink::drift`] answers the writer's "is what
-//! the API server holds still what we want?". A key found drifted is marked
-//! as a repair: its next apply writes only the objects the cache does NOT
-//! show intact ([`DriftView::intact`]: cached, not older than our last write,
-//! content as wanted), so a repair writes only what was broken (the
-//! `lastSyncTime` in every apply would make a rewrite of an intact shard a
-//! real write). Port keys someone else added survive server-side apply (not
-//! ours) and are removed by a merge patch after the apply.
+//! of our own writes are recognised), and [`Sink::drift`] answers the
+//! writer's "is what the API server holds still what we want?" (a question
+//! only: it changes nothing). A key found drifted is a repair for the
+//! planner ([`Prior::repair`]): `object_ops` then writes only the objects the
+//! cache does NOT show intact ([`DriftView::intact`]: cached, not older than
+//! our last write, content as wanted) and deletes stray objects the cache
+//! holds for the service. Port keys someone else added survive server-side
+//! apply (not ours) and are removed by a merge patch after the apply.
 //!
 //! # Fencing
 //!
@@ -47,7 +51,7 @@
 //! one. Otherwise it stops with [`crate::Error::Fenced`], which the writer
 //! counts (`writes_total{result="fenced"}`) and does not treat as a failure.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -56,8 +60,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use kube_discovery_core::crd::{
-    DiscoveredService, LABEL_INSTANCE, ObjectNaming, Owner, desired_objects_at, key_of, shard_name,
-    shard_of,
+    DiscoveredService, LABEL_INSTANCE, ObjectNaming, Owner, desired_objects_at, key_of, shard_of,
+};
+use kube_discovery_core::write_plan::{
+    DeleteWhy, Held, NameTaken, ObjectOp, ObjectPlan, Prior, ServerView, object_ops,
 };
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
@@ -68,15 +74,22 @@ use crate::leader::{Fence, FenceToken};
 /// [`KubeSink`]; a fake in tests). The writer decides what and when; a sink
 /// only carries it out.
 pub trait Sink: Clone + Send + Sync + 'static {
-    /// Versions (`spec.version`) of the objects that already exist, one
-    /// entry per service.
-    fn list_versions(&self) -> impl Future<Output = Result<Vec<(ServiceKey, String)>>> + Send;
-    /// Creates or updates the object for `svc` (and its status).
-    fn apply(&self, svc: Arc<ServiceNodes>) -> impl Future<Output = Result<()>> + Send;
-    /// Deletes the object for `key` (absent is success).
-    fn delete(&self, key: ServiceKey) -> impl Future<Output = Result<()>> + Send;
+    /// Version (`spec.version`) and shard slots of the objects that already
+    /// exist, one entry per service.
+    fn list_versions(&self) -> impl Future<Output = Result<Vec<(ServiceKey, Held)>>> + Send;
+    /// Creates or updates the objects for `svc` (and their status), starting
+    /// from what `prior` says the API server holds; returns how many objects
+    /// (shards) the service has now.
+    fn apply(
+        &self,
+        svc: Arc<ServiceNodes>,
+        prior: Prior,
+    ) -> impl Future<Output = Result<u32>> + Send;
+    /// Deletes the objects for `key` (absent is success).
+    fn delete(&self, key: ServiceKey, prior: Prior) -> impl Future<Output = Result<()>> + Send;
     /// Whether what the API server holds for `key` (as last seen) is what
-    /// `desired` wants. Sinks without a cache of their objects say `Ok`.
+    /// `desired` wants: a question, it changes nothing. Sinks without a
+    /// cache of their objects say `Ok`.
     fn drift(&self, _key: &ServiceKey, _desired: Option<&ServiceNodes>) -> DriftCheck {
         DriftCheck::Ok
     }
@@ -122,11 +135,7 @@ impl Written {
 pub struct KubeSink {
     client: Client,
     naming: ObjectNaming,
-    /// Shard count of every service we hold objects for (1 = unsharded).
-    shards: Arc<Mutex<HashMap<ServiceKey, u32>>>,
     drift: Option<DriftView>,
-    /// Keys [`Sink::drift`] found drifted: their next apply is a repair.
-    repairs: Arc<Mutex<BTreeSet<ServiceKey>>>,
     /// The one namespace holding all our objects, if there is one
     /// (`Plan::home_namespace`): the start-up list is then namespaced.
     namespace: Option<String>,
@@ -144,9 +153,7 @@ impl KubeSink {
         Self {
             client,
             naming,
-            shards: Arc::new(Mutex::new(HashMap::new())),
             drift: None,
-            repairs: Arc::new(Mutex::new(BTreeSet::new())),
             namespace: None,
             listed_foreign: Arc::new(Mutex::new(HashMap::new())),
             fence: Fence::always(),
@@ -179,27 +186,6 @@ impl KubeSink {
         Api::namespaced(self.client.clone(), namespace)
     }
 
-    fn shard_count(&self, key: &ServiceKey) -> Option<u32> {
-        self.shards
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(key)
-            .copied()
-    }
-
-    fn set_shard_count(&self, key: &ServiceKey, count: Option<u32>) {
-        let mut m = self.shards.lock().unwrap_or_else(PoisonError::into_inner);
-        // Only sharded services are remembered: one object is the default.
-        match count {
-            Some(c) if c > 1 => {
-                m.insert(key.clone(), c);
-            }
-            _ => {
-                m.remove(key);
-            }
-        }
-    }
-
     /// Who holds `ns/name` when that is not this instance: the drift
     /// watch's live view once it has listed, else the start-up list.
     fn taken(&self, ns: &str, name: &str) -> Option<Owner> {
@@ -214,14 +200,34 @@ impl KubeSink {
         }
     }
 
-    /// `Err(NameTaken)` for the first of `names` held by someone else.
-    fn check_free<'a>(&self, names: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<()> {
-        for (ns, name) in names {
-            if let Some(owner) = self.taken(ns, name) {
-                return Err(Error::NameTaken {
-                    object: format!("{ns}/{name}"),
-                    owner,
-                });
+    /// Sends the requests of one write of `key` in order (each fenced by
+    /// `token`); stops at the first failure.
+    async fn execute(
+        &self,
+        token: FenceToken,
+        key: &ServiceKey,
+        plan: ObjectPlan<'_>,
+    ) -> Result<()> {
+        for ((ns, name), owner) in &plan.left_alone {
+            tracing::info!(service = %key, object = %format!("{ns}/{name}"), %owner, "not ours: not deleted");
+        }
+        for op in plan.ops {
+            match op {
+                ObjectOp::Unshard((ns, name)) => self.unshard(token, key, &ns, &name).await?,
+                ObjectOp::Apply(obj) => self.write_one(token, key, obj).await?,
+                ObjectOp::Delete((ns, name), why) => {
+                    let object = format!("{ns}/{name}");
+                    match why {
+                        DeleteWhy::Surplus => {
+                            tracing::info!(service = %key, %object, "deleting surplus shard");
+                        }
+                        DeleteWhy::Stray => {
+                            tracing::info!(service = %key, %object, "deleting stray object");
+                        }
+                        DeleteWhy::Gone => {}
+                    }
+                    self.delete_one(token, &ns, &name).await?;
+                }
             }
         }
         Ok(())
@@ -303,14 +309,7 @@ impl KubeSink {
                 .with_code(404),
             ))));
         };
-        let meta = obj.into_inner().metadata;
-        let managers = meta
-            .managed_fields
-            .iter()
-            .flatten()
-            .filter(|f| f.operation.as_deref() == Some("Apply"))
-            .filter_map(|f| f.manager.as_deref());
-        Ok(self.naming.owner_of(meta.labels.as_ref(), managers))
+        Ok(self.naming.owner_of_meta(&obj.into_inner().metadata))
     }
 
     /// PATCHes `ns/name` and decodes only what a write needs from the answer
@@ -341,15 +340,14 @@ impl KubeSink {
         }
     }
 
-    /// Removes `spec.shard` from the object `obj` names (absent is success).
+    /// Removes `spec.shard` from `ns/name` (absent is success).
     async fn unshard(
         &self,
         token: FenceToken,
         key: &ServiceKey,
-        obj: &DiscoveredService,
+        ns: &str,
+        name: &str,
     ) -> Result<()> {
-        let ns = obj.metadata.namespace.clone().unwrap_or_default();
-        let name = obj.metadata.name.clone().unwrap_or_default();
         let pp = PatchParams {
             field_manager: Some(self.naming.drift_field_manager()),
             ..PatchParams::default()
@@ -357,11 +355,11 @@ impl KubeSink {
         let body = serde_json::json!({"spec": {"shard": null}});
         tracing::info!(service = %key, object = %name, "service fits one object again: removing its shard field");
         match self
-            .patch_answer(token, &ns, &name, &pp, &Patch::Merge(&body))
+            .patch_answer(token, ns, name, &pp, &Patch::Merge(&body))
             .await
         {
             Ok(got) => {
-                self.note_written(&ns, &name, &got);
+                self.note_written(ns, name, &got);
                 Ok(())
             }
             Err(crate::Error::Kube(kube::Error::Api(s))) if s.code == 404 => Ok(()),
@@ -382,18 +380,33 @@ impl KubeSink {
             Err(e) => Err(e.into()),
         }
     }
+}
 
-    /// Objects the drift cache holds for `key` that are not in `keep`.
-    fn strays(&self, key: &ServiceKey, keep: &BTreeSet<ObjName>) -> Vec<ObjName> {
+/// What [`object_ops`] asks of the API server, answered from the sink's
+/// views of it: the drift cache (intact objects, a service's objects, names
+/// held by others) and, until the drift watch has listed, the start-up list.
+impl ServerView for KubeSink {
+    fn intact(&self, obj: &DiscoveredService) -> bool {
+        self.drift.as_ref().is_some_and(|v| v.intact(obj))
+    }
+    fn taken(&self, ns: &str, name: &str) -> Option<Owner> {
+        KubeSink::taken(self, ns, name)
+    }
+    fn objects_of(&self, key: &ServiceKey) -> Vec<ObjName> {
         self.drift
             .as_ref()
-            .map(|v| {
-                v.objects_of(key)
-                    .into_iter()
-                    .filter(|n| !keep.contains(n))
-                    .collect()
-            })
+            .map(|v| v.objects_of(key))
             .unwrap_or_default()
+    }
+}
+
+impl From<NameTaken> for Error {
+    fn from(t: NameTaken) -> Self {
+        let (ns, name) = t.object;
+        Error::NameTaken {
+            object: format!("{ns}/{name}"),
+            owner: t.owner,
+        }
     }
 }
 
@@ -465,7 +478,7 @@ impl Sink for KubeSink {
     /// nodes, managedFields, annotations or status), and keeps only
     /// [`Found`] of each, never the whole list (BENCHMARKS.md, issue 6: the
     /// start-up list folded page by page).
-    async fn list_versions(&self) -> Result<Vec<(ServiceKey, String)>> {
+    async fn list_versions(&self) -> Result<Vec<(ServiceKey, Held)>> {
         let mut found = Found::default();
         let mut foreign = HashMap::new();
         // Every DiscoveredService, not only labelled ones: a hand-made object
@@ -485,14 +498,7 @@ impl Sink for KubeSink {
                     }
                 };
                 let ds = lean.into_inner();
-                let managers = ds
-                    .metadata
-                    .managed_fields
-                    .iter()
-                    .flatten()
-                    .filter(|f| f.operation.as_deref() == Some("Apply"))
-                    .filter_map(|f| f.manager.as_deref());
-                match self.naming.owner_of(ds.metadata.labels.as_ref(), managers) {
+                match self.naming.owner_of_meta(&ds.metadata) {
                     Owner::Us => {
                         let mut ds = ds;
                         let labelled = ds
@@ -527,137 +533,31 @@ impl Sink for KubeSink {
             .listed_foreign
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = foreign;
-        let mut shards = self.shards.lock().unwrap_or_else(PoisonError::into_inner);
-        shards.clear();
         Ok(found
             .versions()
-            .map(|(key, (version, slots))| {
-                // One object is the default (`shard_count` of an unknown key).
-                if slots > 1 {
-                    shards.insert(key.clone(), slots);
-                }
-                (key, version)
-            })
+            .map(|(key, (version, shards))| (key, Held { version, shards }))
             .collect())
     }
 
-    async fn apply(&self, svc: Arc<ServiceNodes>) -> Result<()> {
+    async fn apply(&self, svc: Arc<ServiceNodes>, prior: Prior) -> Result<u32> {
         let token = self.fence.begin()?;
         let objs = desired_objects_at(&svc, &self.naming, &Time(jiff::Timestamp::now()));
-        let count = u32::try_from(objs.len()).unwrap_or(u32::MAX);
-        // Never write over an object that is not ours (before any write:
-        // a sharded service is written whole or not at all).
-        self.check_free(objs.iter().map(|o| {
-            (
-                o.metadata.namespace.as_deref().unwrap_or_default(),
-                o.metadata.name.as_deref().unwrap_or_default(),
-            )
-        }))?;
-        // Shards 1.. first, shard 0 (the one carrying count and version that
-        // readers start from) last.
-        let old = self.shard_count(&svc.key).unwrap_or(1);
-        if count == 1 && old > 1 {
-            // Sharded -> one object: drop `spec.shard` first. Server-side
-            // apply prunes the fields we no longer send, but an API server
-            // may keep the emptied `shard: {}` and then reject the object
-            // (kube-sim does: "spec.shard.count: Required value").
-            self.unshard(token, &svc.key, &objs[0]).await?;
-        }
-        let repair = self
-            .repairs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&svc.key);
-        for obj in objs.iter().skip(1).chain(objs.first()) {
-            if repair && self.drift.as_ref().is_some_and(|v| v.intact(obj)) {
-                // Another object (shard) of this service was broken; this one
-                // is as wanted, and rewriting it would only move its
-                // `lastSyncTime`.
-                continue;
-            }
-            if let Err(e) = self.write_one(token, &svc.key, obj).await {
-                if repair {
-                    // Still a repair when retried.
-                    self.repairs
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .insert(svc.key.clone());
-                }
-                return Err(e);
-            }
-        }
-        let ns = self.naming.namespace(&svc.key);
-        let base = self.naming.name(&svc.key);
-        let keep: BTreeSet<ObjName> = objs
-            .iter()
-            .map(|o| {
-                (
-                    o.metadata.namespace.clone().unwrap_or_default(),
-                    o.metadata.name.clone().unwrap_or_default(),
-                )
-            })
-            .collect();
-        let mut surplus: BTreeSet<ObjName> = (count..old)
-            .map(|i| (ns.clone(), shard_name(&base, i)))
-            .collect();
-        if repair {
-            // Objects someone else made for this service (e.g. a stray shard).
-            surplus.extend(self.strays(&svc.key, &keep));
-        }
-        for (sns, sname) in &surplus {
-            if let Some(owner) = self.taken(sns, sname) {
-                tracing::debug!(service = %svc.key, object = %format!("{sns}/{sname}"), %owner, "not ours: not deleted");
-                continue;
-            }
-            tracing::info!(service = %svc.key, object = %format!("{sns}/{sname}"), "deleting surplus shard");
-            self.delete_one(token, sns, sname).await?;
-        }
-        self.set_shard_count(&svc.key, Some(count));
-        Ok(())
+        let plan = object_ops(&svc.key, &self.naming, &objs, prior, self)?;
+        self.execute(token, &svc.key, plan).await?;
+        Ok(u32::try_from(objs.len()).unwrap_or(u32::MAX))
     }
 
-    async fn delete(&self, key: ServiceKey) -> Result<()> {
+    async fn delete(&self, key: ServiceKey, prior: Prior) -> Result<()> {
         let token = self.fence.begin()?;
-        let ns = self.naming.namespace(&key);
-        let base = self.naming.name(&key);
-        let count = self.shard_count(&key).unwrap_or(1).max(1);
-        let mut names: Vec<ObjName> = (0..count)
-            .map(|i| (ns.clone(), shard_name(&base, i)))
-            .collect();
-        let repair = self
-            .repairs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&key);
-        if repair {
-            // An orphan found by drift correction may have any name.
-            let known: BTreeSet<ObjName> = names.iter().cloned().collect();
-            names.extend(self.strays(&key, &known));
-        }
-        for (ons, oname) in &names {
-            if let Some(owner) = self.taken(ons, oname) {
-                // Never ours to delete (a name taken since, or never ours).
-                tracing::debug!(service = %key, object = %format!("{ons}/{oname}"), %owner, "not ours: not deleted");
-                continue;
-            }
-            self.delete_one(token, ons, oname).await?;
-        }
-        self.set_shard_count(&key, None);
-        Ok(())
+        let plan = object_ops(&key, &self.naming, &[], prior, self)?;
+        self.execute(token, &key, plan).await
     }
 
     fn drift(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftCheck {
-        let check = match &self.drift {
+        match &self.drift {
             Some(v) => v.check(key, desired),
             None => DriftCheck::Ok,
-        };
-        if matches!(check, DriftCheck::Drift(_)) {
-            self.repairs
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(key.clone());
         }
-        check
     }
 }
 
@@ -861,15 +761,21 @@ mod tests {
         }
         let written = written.expect("the throttled write converged");
         assert_eq!(written.spec.ports, want.ports);
+        // The object is visible as soon as the API server answered; the
+        // writer counts the write a moment later, when its task has ended.
+        let applied = r#"kube_discovery_writes_total{cluster="",result="applied"} 1"#;
+        for _ in 0..40 {
+            if crate::metrics::encode(&metrics.registry()).contains(applied) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
         let text = crate::metrics::encode(&metrics.registry());
         assert!(
             text.contains(r#"kube_discovery_writes_total{cluster="",result="error_throttled"} 4"#),
             "{text}"
         );
-        assert!(
-            text.contains(r#"kube_discovery_writes_total{cluster="",result="applied"} 1"#),
-            "{text}"
-        );
+        assert!(text.contains(applied), "{text}");
         // The four 429s and the one write that got through.
         assert_eq!(dsvc_requests(&admin, "patch").await - patches_before, 5);
         shutdown.cancel();
@@ -900,15 +806,21 @@ mod tests {
     /// KubeSink against an in-process kube-sim: a big service becomes shards,
     /// `NodesResolver` and `nodes_command`'s lookup read the WHOLE list back,
     /// `list_versions` reports it, a shrink deletes the surplus, `delete`
-    /// removes every shard.
+    /// removes every shard. The shard count travels as the planner carries
+    /// it: from the apply's answer or the start-up list into the next
+    /// write's [`Prior`].
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sharded_service_round_trips_through_the_api_server() {
         let (_sim, client) = sim_client().await;
         let sink = KubeSink::new(client.clone(), ObjectNaming::source());
         let svc = big(6_000);
-        sink.apply(Arc::new(svc.clone())).await.unwrap();
+        let count = sink
+            .apply(Arc::new(svc.clone()), Prior::default())
+            .await
+            .unwrap();
         let objs = list_managed(&client).await.unwrap();
         assert!(objs.len() >= 2, "{} objects", objs.len());
+        assert_eq!(count, u32::try_from(objs.len()).unwrap());
         for o in &objs {
             assert!(serde_json::to_vec(o).unwrap().len() < 3 * 1024 * 1024 / 2);
             assert_eq!(o.spec.version, svc.version);
@@ -928,24 +840,39 @@ mod tests {
             let got = resolver.nodes(&format!("shop/big:{port}")).unwrap();
             assert_eq!(got.as_ref(), Some(nodes), "{port}");
         }
-        // A fresh sink (a restart) knows the version and the shard count.
+        // A fresh sink (a restart) reads the version and the shard count.
         let fresh = KubeSink::new(client.clone(), ObjectNaming::source());
         let versions = fresh.list_versions().await.unwrap();
-        assert_eq!(versions, vec![(svc.key.clone(), svc.version.clone())]);
-        let count = u32::try_from(objs.len()).unwrap();
-        assert_eq!(fresh.shard_count(&svc.key), Some(count));
+        let held = Held {
+            version: svc.version.clone(),
+            shards: count,
+        };
+        assert_eq!(versions, vec![(svc.key.clone(), held)]);
+        let prior = |shards| Prior {
+            shards,
+            repair: false,
+        };
         // Shrink through the fresh sink: one unsharded object remains.
         let small = big(10);
-        fresh.apply(Arc::new(small.clone())).await.unwrap();
+        let before = dsvc_writes(&client).await.len();
+        let now = fresh
+            .apply(Arc::new(small.clone()), prior(count))
+            .await
+            .unwrap();
+        assert_eq!(now, 1);
         let objs = list_managed(&client).await.unwrap();
         assert_eq!(objs.len(), 1);
         assert_eq!(objs[0].metadata.name.as_deref(), Some("big"));
         assert!(objs[0].spec.shard.is_none());
         assert_eq!(objs[0].spec.ports, small.ports);
+        // The unshard patch, the apply, one delete per surplus shard.
+        let w = dsvc_writes(&client).await;
+        assert_eq!(w.len() - before, 2 + (count as usize - 1), "{w:?}");
         // Grow again, then delete: every shard goes.
-        fresh.apply(Arc::new(svc.clone())).await.unwrap();
+        let now = fresh.apply(Arc::new(svc.clone()), prior(1)).await.unwrap();
+        assert_eq!(now, count);
         assert_eq!(list_managed(&client).await.unwrap().len(), count as usize);
-        fresh.delete(svc.key.clone()).await.unwrap();
+        fresh.delete(svc.key.clone(), prior(count)).await.unwrap();
         assert!(list_managed(&client).await.unwrap().is_empty());
     }
 
@@ -959,17 +886,30 @@ mod tests {
         let (tx, rx) = tokio::sync::watch::channel(Leadership::default());
         let sink = KubeSink::new(client.clone(), ObjectNaming::source()).with_fence(Fence::new(rx));
         let svc = big(10);
-        let e = sink.apply(Arc::new(svc.clone())).await.unwrap_err();
+        let e = sink
+            .apply(Arc::new(svc.clone()), Prior::default())
+            .await
+            .unwrap_err();
         assert!(e.is_fenced(), "{e}");
         assert_eq!(e.metric_label(), "fenced");
-        let e = sink.delete(svc.key.clone()).await.unwrap_err();
+        let e = sink
+            .delete(svc.key.clone(), Prior::default())
+            .await
+            .unwrap_err();
         assert!(e.is_fenced(), "{e}");
         assert_eq!(dsvc_writes(&client).await, Vec::<String>::new());
         publish(&tx, true);
-        sink.apply(Arc::new(svc.clone())).await.unwrap();
+        sink.apply(Arc::new(svc.clone()), Prior::default())
+            .await
+            .unwrap();
         assert_eq!(dsvc_writes(&client).await, vec!["create big".to_string()]);
         publish(&tx, false);
-        assert!(sink.delete(svc.key.clone()).await.unwrap_err().is_fenced());
+        assert!(
+            sink.delete(svc.key.clone(), Prior::default())
+                .await
+                .unwrap_err()
+                .is_fenced()
+        );
         assert_eq!(list_managed(&client).await.unwrap().len(), 1);
     }
 
@@ -981,7 +921,9 @@ mod tests {
         let (_sim, client) = sim_client().await;
         let sink = KubeSink::new(client.clone(), ObjectNaming::source());
         let sharded = big(6_000);
-        sink.apply(Arc::new(sharded.clone())).await.unwrap();
+        sink.apply(Arc::new(sharded.clone()), Prior::default())
+            .await
+            .unwrap();
         let mut small = Vec::new();
         for name in ["a", "b", "c"] {
             let mut ports = PortMap::new();
@@ -992,7 +934,9 @@ mod tests {
                 ports,
                 None,
             );
-            sink.apply(Arc::new(s.clone())).await.unwrap();
+            sink.apply(Arc::new(s.clone()), Prior::default())
+                .await
+                .unwrap();
             small.push(s);
         }
         let objects = list_managed(&client).await.unwrap().len();
@@ -1024,10 +968,15 @@ mod tests {
             .await
             .unwrap();
         let fresh = KubeSink::new(client.clone(), ObjectNaming::source());
-        let versions: HashMap<ServiceKey, String> =
+        let versions: HashMap<ServiceKey, Held> =
             fresh.list_versions().await.unwrap().into_iter().collect();
         assert_eq!(versions.len(), 4);
-        assert_eq!(versions[&sharded.key], "");
-        assert_eq!(versions[&small[0].key], small[0].version);
+        assert_eq!(versions[&sharded.key].version, "");
+        assert_eq!(
+            versions[&sharded.key].shards,
+            u32::try_from(shards - 1).unwrap(),
+            "slots in use: the highest shard index found + 1"
+        );
+        assert_eq!(versions[&small[0].key].version, small[0].version);
     }
 }

@@ -262,6 +262,14 @@ impl ControllerState {
         }
     }
 
+    /// Whether `cluster` finished its first complete list (`false` for an
+    /// unknown cluster). A read lock, no copy: the writer asks per drift
+    /// check and per stale key, where [`ControllerState::clusters`] would
+    /// clone every cluster's status each time.
+    pub fn listed(&self, cluster: &str) -> bool {
+        read(&self.clusters).get(cluster).is_some_and(|c| c.listed)
+    }
+
     /// Snapshot of all cluster statuses.
     pub fn clusters(&self) -> BTreeMap<String, ClusterStatus> {
         read(&self.clusters).clone()
@@ -357,6 +365,15 @@ impl ControllerState {
 mod tests {
     use super::*;
     use kube_discovery_core::{PortMap, SourceKind};
+
+    #[test]
+    fn listed_answers_per_cluster_without_a_snapshot() {
+        let s = ControllerState::new(["", "east"]);
+        assert!(!s.listed("") && !s.listed("east") && !s.listed("nowhere"));
+        s.update_cluster("east", |c| c.listed = true);
+        assert!(s.listed("east") && !s.listed(""));
+        assert_eq!(s.listed("east"), s.clusters()["east"].listed);
+    }
 
     #[test]
     fn a_watch_failing_longer_than_unready_after_makes_it_unready() {

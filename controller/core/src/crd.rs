@@ -92,7 +92,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    Condition, ManagedFieldsEntry, ObjectMeta, OwnerReference, Time,
+};
 use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -294,6 +296,15 @@ impl ObjectNaming {
         owner_of(&self.instance, labels, managers)
     }
 
+    /// Whose the object with this metadata is: [`ObjectNaming::owner_of`]
+    /// of its labels and its [`apply_managers`].
+    pub fn owner_of_meta(&self, meta: &ObjectMeta) -> Owner {
+        self.owner_of(
+            meta.labels.as_ref(),
+            apply_managers(meta.managed_fields.as_deref()),
+        )
+    }
+
     /// Namespace of the object for `key`.
     pub fn namespace(&self, key: &ServiceKey) -> String {
         match &self.namespace_mode {
@@ -417,6 +428,18 @@ pub fn owner_of<'a>(
         label(LABEL_MANAGED_BY) == Some(MANAGED_BY),
         managers,
     )
+}
+
+/// The field managers of an object's server-side applies: the `manager` of
+/// every `metadata.managedFields` entry with `operation: Apply`. Only those
+/// say whose an object is ([`owner_of`]); an `Update` (kubectl edit, a merge
+/// patch such as our own repair patches) does not.
+pub fn apply_managers(fields: Option<&[ManagedFieldsEntry]>) -> impl Iterator<Item = &str> {
+    fields
+        .unwrap_or_default()
+        .iter()
+        .filter(|f| f.operation.as_deref() == Some("Apply"))
+        .filter_map(|f| f.manager.as_deref())
 }
 
 /// [`owner_of`] from the value of [`LABEL_INSTANCE`] and whether
@@ -1398,6 +1421,33 @@ mod tests {
             ),
             Owner::Unmanaged
         );
+    }
+
+    #[test]
+    fn only_server_side_apply_managers_say_whose_an_object_is() {
+        let entry = |manager: Option<&str>, operation: &str| ManagedFieldsEntry {
+            manager: manager.map(str::to_string),
+            operation: Some(operation.to_string()),
+            ..ManagedFieldsEntry::default()
+        };
+        let fields = vec![
+            entry(Some("kube-discovery/b"), "Update"),
+            entry(Some("kubectl-client-side-apply"), "Apply"),
+            entry(None, "Apply"),
+            entry(Some("kube-discovery/a"), "Apply"),
+        ];
+        let got: Vec<&str> = apply_managers(Some(&fields)).collect();
+        assert_eq!(got, ["kubectl-client-side-apply", "kube-discovery/a"]);
+        assert_eq!(apply_managers(None).count(), 0);
+        let meta = ObjectMeta {
+            managed_fields: Some(fields),
+            ..ObjectMeta::default()
+        };
+        let a = ObjectNaming::source().with_instance("a");
+        assert_eq!(a.owner_of_meta(&meta), Owner::Us);
+        // The `Update` by instance b does not make it b's.
+        let c = ObjectNaming::source().with_instance("c");
+        assert_eq!(c.owner_of_meta(&meta), Owner::Instance("a".into()));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use kube::Resource;
 use kube_discovery_core::ServiceKey;
 use kube_discovery_core::crd::{
     DiscoveredService, DiscoveredServiceSpec, LABEL_INSTANCE, LABEL_MANAGED_BY,
-    LEGACY_FIELD_MANAGER, MANAGED_BY, Owner, owner_from,
+    LEGACY_FIELD_MANAGER, MANAGED_BY, Owner, apply_managers, owner_from,
 };
 
 use super::facts::Facts;
@@ -55,10 +55,7 @@ impl OwnerMark {
         OwnerMark {
             instance: label(LABEL_INSTANCE).map(|v| v.as_str().into()),
             managed_by: label(LABEL_MANAGED_BY).is_some_and(|v| v == MANAGED_BY),
-            appliers: fields
-                .iter()
-                .filter(|f| f.operation.as_deref() == Some("Apply"))
-                .filter_map(|f| f.manager.as_deref())
+            appliers: apply_managers(Some(fields))
                 .filter(|m| m.starts_with(LEGACY_FIELD_MANAGER))
                 .map(Into::into)
                 .collect(),

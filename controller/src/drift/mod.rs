@@ -14,7 +14,8 @@
 //!    Sink::drift(key, desired) ─ DriftView::check (view.rs) against the cache's latest entries
 //!      Ok     ─▶ nothing (it was the late watch event of our own write)
 //!      Stale  ─▶ look again later (the cache has not seen our last write yet)
-//!      Drift  ─▶ forget known[key], rewrite every shard / delete (sink removes strays)
+//!      Drift  ─▶ a repair (planner): rewrite what the cache does not show intact,
+//!                delete strays (write_plan::object_ops)
 //! ```
 //!
 //! "Wanted" for an object is the entry of `desired_objects(ControllerState::desired(key))`
@@ -105,4 +106,4 @@ pub enum DriftCheck {
 }
 
 /// `(namespace, name)` of an object.
-pub type ObjName = (String, String);
+pub use kube_discovery_core::write_plan::ObjName;

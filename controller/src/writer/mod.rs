@@ -28,7 +28,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 use kube_discovery_core::ServiceKey;
 use kube_discovery_core::write_plan::{
-    Action, At, Desired, DriftResult, Input, Options, Outcome, Planner,
+    Action, At, Desired, DriftResult, Held, Input, Options, Outcome, Planner, Prior,
 };
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -88,7 +88,7 @@ enum Done {
     },
     Load {
         epoch: u64,
-        result: Result<Vec<(ServiceKey, String)>>,
+        result: Result<Vec<(ServiceKey, Held)>>,
     },
 }
 
@@ -100,7 +100,7 @@ impl Desired for State<'_> {
         self.0.desired(key).map(|d| d.version.clone())
     }
     fn listed(&self, cluster: &str) -> bool {
-        self.0.clusters().get(cluster).is_some_and(|c| c.listed)
+        self.0.listed(cluster)
     }
     fn clusters(&self) -> Vec<(String, bool)> {
         self.0
@@ -178,11 +178,15 @@ impl<S: Sink> Writer<S> {
                         }
                     });
                 }
-                Action::Apply { key, since, .. } => {
+                Action::Apply {
+                    key, since, prior, ..
+                } => {
                     let desired = self.shared.desired(&key);
-                    self.spawn_write(key, since, desired);
+                    self.spawn_write(key, since, prior, desired);
                 }
-                Action::Delete { key, since, .. } => self.spawn_write(key, since, None),
+                Action::Delete {
+                    key, since, prior, ..
+                } => self.spawn_write(key, since, prior, None),
                 Action::CheckDrift { key } => {
                     let desired = self.shared.desired(&key);
                     let result = match self.sink.drift(&key, desired.as_deref()) {
@@ -228,6 +232,7 @@ impl<S: Sink> Writer<S> {
         &mut self,
         key: ServiceKey,
         since: At,
+        prior: Prior,
         desired: Option<Arc<kube_discovery_core::ServiceNodes>>,
     ) {
         let sink = self.sink.clone();
@@ -236,10 +241,12 @@ impl<S: Sink> Writer<S> {
             let write = async move {
                 match desired {
                     Some(d) => {
-                        let v = d.version.clone();
-                        sink.apply(d).await.map(|()| Outcome::Applied(v))
+                        let version = d.version.clone();
+                        sink.apply(d, prior)
+                            .await
+                            .map(|shards| Outcome::Applied { version, shards })
                     }
-                    None => sink.delete(k).await.map(|()| Outcome::Deleted),
+                    None => sink.delete(k, prior).await.map(|()| Outcome::Deleted),
                 }
             };
             // A panicking write is a failed write of its key (retried with
@@ -269,8 +276,8 @@ impl<S: Sink> Writer<S> {
                 let outcome = match result {
                     Ok(outcome) => {
                         let label = match &outcome {
-                            Outcome::Applied(v) => {
-                                tracing::info!(service = %key, version = %v, "applied");
+                            Outcome::Applied { version, shards } => {
+                                tracing::info!(service = %key, %version, shards, "applied");
                                 "applied"
                             }
                             _ => {

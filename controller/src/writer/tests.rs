@@ -33,11 +33,19 @@ struct FakeSink {
     fence: Option<Fence>,
     /// A fake elector: the next `list_versions` makes it lose the lease.
     lose_on_list: Arc<Mutex<Option<Arc<watch::Sender<Leadership>>>>>,
+    /// The [`Prior`] of every apply and delete call, in order.
+    priors: Arc<Mutex<Vec<Prior>>>,
+    /// The shard count an apply reports (default 1).
+    apply_shards: Arc<Mutex<Option<u32>>>,
 }
 
 impl FakeSink {
     fn calls(&self) -> Vec<Call> {
         self.calls.lock().unwrap().clone()
+    }
+
+    fn priors(&self) -> Vec<Prior> {
+        self.priors.lock().unwrap().clone()
     }
 
     /// Starts a write: the fence's token (`KubeSink::apply` and `delete` do the same).
@@ -58,14 +66,25 @@ impl FakeSink {
 }
 
 impl Sink for FakeSink {
-    async fn list_versions(&self) -> Result<Vec<(ServiceKey, String)>> {
+    async fn list_versions(&self) -> Result<Vec<(ServiceKey, Held)>> {
         let lose = self.lose_on_list.lock().unwrap().take();
         if let Some(elector) = lose {
             publish(&elector, false);
         }
-        Ok(self.existing.clone().into_iter().collect())
+        Ok(self
+            .existing
+            .iter()
+            .map(|(k, version)| {
+                let held = Held {
+                    version: version.clone(),
+                    shards: 1,
+                };
+                (k.clone(), held)
+            })
+            .collect())
     }
-    async fn apply(&self, svc: Arc<ServiceNodes>) -> Result<()> {
+    async fn apply(&self, svc: Arc<ServiceNodes>, prior: Prior) -> Result<u32> {
+        self.priors.lock().unwrap().push(prior);
         let token = self.begin()?;
         let panic = {
             let mut p = self.panic_next.lock().unwrap();
@@ -86,9 +105,10 @@ impl Sink for FakeSink {
             .lock()
             .unwrap()
             .push(Call::Apply(svc.key.to_string(), svc.version.clone()));
-        Ok(())
+        Ok(self.apply_shards.lock().unwrap().unwrap_or(1))
     }
-    async fn delete(&self, key: ServiceKey) -> Result<()> {
+    async fn delete(&self, key: ServiceKey, prior: Prior) -> Result<()> {
+        self.priors.lock().unwrap().push(prior);
         let token = self.begin()?;
         self.check(token)?;
         self.calls
@@ -129,6 +149,20 @@ fn opts() -> WriterOptions {
     }
 }
 
+/// A writer over `sink` and `shared` with [`opts`], its metrics unread.
+fn start(
+    sink: &FakeSink,
+    shared: &Arc<ControllerState>,
+) -> (WriterHandle, tokio::task::JoinHandle<()>) {
+    spawn(
+        sink.clone(),
+        shared.clone(),
+        Metrics::default(),
+        opts(),
+        CancellationToken::new(),
+    )
+}
+
 /// Runs the paused clock forward so every due write happens.
 async fn settle() {
     for _ in 0..50 {
@@ -140,13 +174,7 @@ async fn settle() {
 async fn burst_inside_window_is_coalesced_into_one_write_of_the_latest_state() {
     let sink = FakeSink::default();
     let shared = Arc::new(ControllerState::new([""]));
-    let (h, _t) = spawn(
-        sink.clone(),
-        shared.clone(),
-        Metrics::default(),
-        opts(),
-        CancellationToken::new(),
-    );
+    let (h, _t) = start(&sink, &shared);
     let k = ServiceKey::new("", "ns", "web");
     for hosts in [
         &["10.0.0.1"][..],
@@ -217,13 +245,7 @@ async fn first_list_barrier_deletes_objects_whose_source_vanished() {
         ]),
         ..FakeSink::default()
     };
-    let (h, _t) = spawn(
-        sink.clone(),
-        shared.clone(),
-        Metrics::default(),
-        opts(),
-        CancellationToken::new(),
-    );
+    let (h, _t) = start(&sink, &shared);
     h.synced("");
     tokio::task::yield_now().await;
     settle().await;
@@ -331,13 +353,7 @@ async fn a_standby_does_not_write_until_it_becomes_leader() {
 async fn a_later_change_after_a_large_batch_is_written_again() {
     let sink = FakeSink::default();
     let shared = Arc::new(ControllerState::new([""]));
-    let (h, _t) = spawn(
-        sink.clone(),
-        shared.clone(),
-        Metrics::default(),
-        opts(),
-        CancellationToken::new(),
-    );
+    let (h, _t) = start(&sink, &shared);
     let keys: Vec<ServiceKey> = (0..50)
         .map(|i| ServiceKey::new("", "ns", format!("s{i}")))
         .collect();
@@ -468,19 +484,19 @@ async fn drift_reports_rewrite_only_real_differences_after_writes_settle() {
     settle().await;
     assert_eq!(sink.calls().last(), Some(&Call::Delete("ns/ghost".into())));
     assert_eq!(sink.calls().len(), 3);
+    // The planner's repair flag reached the sink with each repair write.
+    let repair = Prior {
+        shards: 1,
+        repair: true,
+    };
+    assert_eq!(sink.priors(), vec![Prior::default(), repair, repair]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn drift_check_waits_for_pending_writes_and_unlisted_clusters() {
     let sink = FakeSink::default();
     let shared = Arc::new(ControllerState::new([""]));
-    let (h, _t) = spawn(
-        sink.clone(),
-        shared.clone(),
-        Metrics::default(),
-        opts(),
-        CancellationToken::new(),
-    );
+    let (h, _t) = start(&sink, &shared);
     // Orphan reports before the cluster is listed are ignored.
     let ghost = ServiceKey::new("", "ns", "ghost");
     sink.drift
@@ -509,13 +525,7 @@ async fn a_drift_check_parked_behind_retried_writes_runs_once_after_success() {
     };
     let shared = Arc::new(ControllerState::new([""]));
     shared.update_cluster("", |c| c.listed = true);
-    let (h, _t) = spawn(
-        sink.clone(),
-        shared.clone(),
-        Metrics::default(),
-        opts(),
-        CancellationToken::new(),
-    );
+    let (h, _t) = start(&sink, &shared);
     // Many keys reported by a first-start sweep while their writes are
     // pending; one of them fails three times first.
     let keys: Vec<ServiceKey> = (0..20)
@@ -643,4 +653,33 @@ async fn a_panicking_write_is_retried() {
         text.contains(r#"kube_discovery_writes_total{cluster="",result="error_panic"} 1"#),
         "{text}"
     );
+}
+
+/// The shard count a write reports is handed to the next write of the key
+/// (a delete removes every shard): the sink remembers nothing itself.
+#[tokio::test(start_paused = true)]
+async fn the_shard_count_of_a_write_is_handed_to_the_next_write_of_the_key() {
+    let sink = FakeSink::default();
+    *sink.apply_shards.lock().unwrap() = Some(3);
+    let shared = Arc::new(ControllerState::new([""]));
+    let (h, _t) = start(&sink, &shared);
+    let k = ServiceKey::new("", "ns", "big");
+    shared.set_desired(&k, Some(nodes(&k, &["10.0.0.1"])));
+    h.changed(vec![k.clone()], Instant::now());
+    settle().await;
+    shared.set_desired(&k, None);
+    h.changed(vec![k.clone()], Instant::now());
+    settle().await;
+    assert_eq!(
+        sink.calls(),
+        vec![
+            Call::Apply("ns/big".into(), nodes(&k, &["10.0.0.1"]).version),
+            Call::Delete("ns/big".into())
+        ]
+    );
+    let three = Prior {
+        shards: 3,
+        repair: false,
+    };
+    assert_eq!(sink.priors(), vec![Prior::default(), three]);
 }

@@ -7,31 +7,43 @@
 //!  Changed(keys, at) ─▶ pending{key: due = now + coalesce_window, first event}
 //!  poll(now):  due, not in flight, < concurrency, rate token
 //!              desired == known ─▶ skip        desired ─▶ Apply     none, known ─▶ Delete
-//!  Finished:   Applied(v) ─▶ known[key] = v    Deleted ─▶ known.remove(key)
+//!  Finished:   Applied(v, n) ─▶ known[key] = v, shards[key] = n, repair done
+//!              Deleted ─▶ known, shards, repair of key forgotten
 //!              Failed(reason) ─▶ again after backoff, reported failing until written
 //!              Fenced ─▶ again at once (the lease was lost; nothing was sent)
 //!  Drifted(keys) ─▶ CheckDrift later (not while a write of the key is pending or settling)
-//!  DriftChecked: Drift ─▶ forget known[key], queue it    Stale ─▶ check again later
+//!  DriftChecked: Drift ─▶ forget known[key], mark a repair, queue it    Stale ─▶ check again later
 //!  Synced(cluster) ─▶ stale objects of the cluster queued for deletion; ClusterSynced once
 //!                     everything queued before it was attempted
 //!  Leadership{epoch, leading}: a new leading epoch ─▶ Load{epoch}; Loaded ─▶ known, resync
 //! ```
+//!
+//! Every [`Action::Apply`] / [`Action::Delete`] carries a [`Prior`]: the
+//! shard slots the service's last write left on the API server (from the
+//! start-up list, then from every write) and whether the write repairs
+//! drift. [`object_ops`] turns that and the desired objects into the
+//! requests of the write (which shards, which surplus or stray objects), so
+//! the sink that sends them keeps no state of its own.
 //!
 //! Time is an [`At`], a [`Duration`] since an origin the caller picks (the
 //! writer uses its start), so tests script time exactly.
 
 mod compact;
 mod drift;
+mod objects;
 mod queue;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use self::compact::trim_map;
 use self::compact::{PackedKey, Version};
+use self::compact::{trim_map, trim_set};
 use self::drift::DriftChecks;
+pub use self::objects::{
+    DeleteWhy, NameTaken, ObjName, ObjectOp, ObjectPlan, ServerView, object_ops,
+};
 use self::queue::{Pending, Queue};
 use crate::ServiceKey;
 
@@ -84,11 +96,48 @@ pub trait Desired {
     fn keys_of(&self, cluster: &str) -> Vec<ServiceKey>;
 }
 
+/// What the API server holds of one service's objects, as the start-up
+/// list found it ([`Input::Loaded`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// The `spec.version` of the whole service (`""` when its objects are
+    /// incomplete or mixed: it is rewritten).
+    pub version: String,
+    /// Shard slots in use: the highest shard index found + 1 (1: one object).
+    pub shards: u32,
+}
+
+/// What a write of a service starts from (carried by [`Action::Apply`] and
+/// [`Action::Delete`], read by [`object_ops`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prior {
+    /// Shard slots the last write (or the start-up list) left: a shrink
+    /// deletes the slots beyond the new count, a delete every slot.
+    pub shards: u32,
+    /// A drift check found the objects different: write only what the cache
+    /// does not show intact, and delete strays.
+    pub repair: bool,
+}
+
+impl Default for Prior {
+    fn default() -> Self {
+        Prior {
+            shards: 1,
+            repair: false,
+        }
+    }
+}
+
 /// How a write ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// Applied with this `spec.version`.
-    Applied(String),
+    /// Applied.
+    Applied {
+        /// The `spec.version` written.
+        version: String,
+        /// The number of objects (shards) the service has now.
+        shards: u32,
+    },
     /// Deleted (or already absent).
     Deleted,
     /// Failed; the reason is a metric label (`forbidden`, `name_taken`, ...).
@@ -125,13 +174,13 @@ pub enum Input {
         /// Whether this replica leads in it.
         leading: bool,
     },
-    /// What the API server holds of our objects (version per service), read
-    /// for `epoch` after [`Action::Load`].
+    /// What the API server holds of our objects (version and shard slots
+    /// per service), read for `epoch` after [`Action::Load`].
     Loaded {
         /// The epoch the list was asked for.
         epoch: u64,
         /// One entry per service.
-        known: Vec<(ServiceKey, String)>,
+        known: Vec<(ServiceKey, Held)>,
     },
     /// The list of [`Action::Load`] failed; asked again after a backoff.
     LoadFailed {
@@ -172,6 +221,8 @@ pub enum Action {
         epoch: u64,
         /// The first change this write carries (for the latency histogram).
         since: At,
+        /// What the write starts from.
+        prior: Prior,
     },
     /// Delete the objects of `key`; answer with [`Input::Finished`].
     Delete {
@@ -181,6 +232,8 @@ pub enum Action {
         epoch: u64,
         /// The first change this write carries.
         since: At,
+        /// What the write starts from.
+        prior: Prior,
     },
     /// Compare what the API server holds for `key` with the desired state;
     /// answer with [`Input::DriftChecked`].
@@ -231,6 +284,12 @@ pub struct Planner {
     opts: Options,
     /// The version of every object the API server holds, by service.
     known: HashMap<PackedKey, Version>,
+    /// Shard slots of the services that use more than one (sharded services
+    /// are rare: one slot is the default and not stored).
+    shards: HashMap<PackedKey, u32>,
+    /// Keys whose next write is a repair ([`Prior::repair`]): set by a drift
+    /// check that found drift, cleared when a write of the key succeeds.
+    repairs: HashSet<PackedKey>,
     pending: Queue,
     barriers: Vec<(String, u64)>,
     seq: u64,
@@ -258,6 +317,8 @@ impl Planner {
         Planner {
             opts,
             known: HashMap::new(),
+            shards: HashMap::new(),
+            repairs: HashSet::new(),
             pending: Queue::default(),
             barriers: Vec::new(),
             seq: 0,
@@ -321,10 +382,21 @@ impl Planner {
             }
             Input::Loaded { epoch, known } => {
                 if epoch == self.epoch && self.leading && !self.loaded {
-                    self.known = known
-                        .iter()
-                        .map(|(k, v)| (PackedKey::new(k), Version::new(v)))
-                        .collect();
+                    self.known = HashMap::with_capacity(known.len());
+                    self.shards.clear();
+                    for (k, held) in &known {
+                        let k = PackedKey::new(k);
+                        if held.shards > 1 {
+                            self.shards.insert(k.clone(), held.shards);
+                        }
+                        self.known.insert(k, Version::new(&held.version));
+                    }
+                    // A repair found before the reload is still owed (the
+                    // list compares versions only, not content): a version
+                    // nothing has forces the write.
+                    for k in &self.repairs {
+                        self.known.insert(k.clone(), Version::new(""));
+                    }
                     self.loaded = true;
                     self.loading = false;
                     self.resync(now, desired);
@@ -353,6 +425,7 @@ impl Planner {
                         });
                         // A version nothing has: the key is rewritten (or deleted).
                         self.known.insert(key.clone(), Version::new(""));
+                        self.repairs.insert(key.clone());
                         self.enqueue(key, now, now);
                     }
                 }
@@ -500,16 +573,22 @@ impl Planner {
                 continue;
             };
             let epoch = self.epoch;
+            let prior = Prior {
+                shards: self.shards.get(&key).copied().unwrap_or(1),
+                repair: self.repairs.contains(&key),
+            };
             self.actions.push(match version {
                 Some(_) => Action::Apply {
                     key: skey,
                     epoch,
                     since,
+                    prior,
                 },
                 None => Action::Delete {
                     key: skey,
                     epoch,
                     since,
+                    prior,
                 },
             });
         }
@@ -521,14 +600,22 @@ impl Planner {
         };
         self.drift.done(&key, now, self.opts.drift_settle);
         let (attempts, due) = match outcome {
-            Outcome::Applied(v) => {
-                self.known.insert(key.clone(), Version::new(&v));
+            Outcome::Applied { version, shards } => {
+                self.known.insert(key.clone(), Version::new(&version));
+                if shards > 1 {
+                    self.shards.insert(key.clone(), shards);
+                } else {
+                    self.shards.remove(&key);
+                }
+                self.repairs.remove(&key);
                 self.clear_failing(&key);
                 self.unpark(&key, now);
                 return;
             }
             Outcome::Deleted => {
                 self.known.remove(&key);
+                self.shards.remove(&key);
+                self.repairs.remove(&key);
                 self.clear_failing(&key);
                 self.unpark(&key, now);
                 return;
@@ -655,6 +742,8 @@ impl Planner {
         self.pending.trim();
         self.drift.prune(now, self.opts.drift_settle);
         trim_map(&mut self.known);
+        trim_map(&mut self.shards);
+        trim_set(&mut self.repairs);
         trim_map(&mut self.failing);
     }
 }

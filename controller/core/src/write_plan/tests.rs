@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use super::objects::tests::{View, objects_of, show as show_ops};
 use super::*;
 
 /// The desired state the planner reads.
@@ -13,6 +14,9 @@ use super::*;
 struct World {
     versions: BTreeMap<ServiceKey, String>,
     clusters: BTreeMap<String, bool>,
+    /// Node counts of the services whose writes the script shows request by
+    /// request ([`object_ops`], at most 4 nodes per object).
+    sizes: BTreeMap<ServiceKey, usize>,
 }
 
 impl Desired for World {
@@ -37,6 +41,8 @@ impl Desired for World {
 struct Script {
     planner: Planner,
     world: World,
+    /// The API server as the sink's caches show it, for [`object_ops`].
+    server: View,
     now: At,
     out: String,
 }
@@ -49,11 +55,37 @@ fn show_key(k: &ServiceKey) -> String {
     k.to_string()
 }
 
+/// `epoch 0`, then what the write starts from when it is not the default
+/// (`3 shards`, `repair`).
+fn show_prior(epoch: u64, prior: Prior) -> String {
+    let mut s = format!("epoch {epoch}");
+    if prior.shards != 1 {
+        let _ = write!(s, ", {} shards", prior.shards);
+    }
+    if prior.repair {
+        s.push_str(", repair");
+    }
+    s
+}
+
+/// `Applied("v1")` (one object) or `Applied("v1", 3 shards)`.
+fn show_outcome(o: &Outcome) -> String {
+    match o {
+        Outcome::Applied { version, shards: 1 } => format!("Applied({version:?})"),
+        Outcome::Applied { version, shards } => format!("Applied({version:?}, {shards} shards)"),
+        other => format!("{other:?}"),
+    }
+}
+
 fn show(a: &Action) -> String {
     match a {
         Action::Load { epoch } => format!("Load(epoch {epoch})"),
-        Action::Apply { key, epoch, .. } => format!("Apply {} (epoch {epoch})", show_key(key)),
-        Action::Delete { key, epoch, .. } => format!("Delete {} (epoch {epoch})", show_key(key)),
+        Action::Apply {
+            key, epoch, prior, ..
+        } => format!("Apply {} ({})", show_key(key), show_prior(*epoch, *prior)),
+        Action::Delete {
+            key, epoch, prior, ..
+        } => format!("Delete {} ({})", show_key(key), show_prior(*epoch, *prior)),
         Action::CheckDrift { key } => format!("CheckDrift {}", show_key(key)),
         Action::Skipped { key } => format!("Skipped {}", show_key(key)),
         Action::Repair { key, kind } => format!("Repair {} ({kind})", show_key(key)),
@@ -85,6 +117,7 @@ impl Script {
         Script {
             planner: Planner::new(opts),
             world,
+            server: View::default(),
             now: At::ZERO,
             out: String::new(),
         }
@@ -111,6 +144,71 @@ impl Script {
             "{:>6}ms  {what:<44} -> {acts}{wake}",
             self.now.as_millis()
         );
+        for a in actions {
+            self.ops(a);
+        }
+    }
+
+    /// The requests of a write of a service with a size ([`World::sizes`]):
+    /// what the sink would send for it.
+    fn ops(&mut self, action: &Action) {
+        let (key, prior, apply) = match action {
+            Action::Apply { key, prior, .. } => (key, *prior, true),
+            Action::Delete { key, prior, .. } => (key, *prior, false),
+            _ => return,
+        };
+        let Some(&nodes) = self.world.sizes.get(key) else {
+            return;
+        };
+        let desired = if apply {
+            objects_of(key, nodes)
+        } else {
+            Vec::new()
+        };
+        let naming = crate::crd::ObjectNaming::source();
+        let text = match object_ops(key, &naming, &desired, prior, &self.server) {
+            Ok(plan) => {
+                let mut ops = show_ops(&plan);
+                for ((_, name), owner) in &plan.left_alone {
+                    ops.push(format!("left alone {name} ({owner})"));
+                }
+                if ops.is_empty() {
+                    "nothing to send".to_string()
+                } else {
+                    ops.join(", ")
+                }
+            }
+            Err(taken) => format!("name taken: {} ({})", taken.object.1, taken.owner),
+        };
+        let _ = writeln!(self.out, "{:>10}requests: {text}", "");
+    }
+
+    fn leadership(&mut self, epoch: u64, leading: bool) {
+        let what = if leading { "leading" } else { "standby" };
+        self.input(
+            &format!("Leadership(epoch {epoch}, {what})"),
+            Input::Leadership { epoch, leading },
+        );
+    }
+
+    fn drift_checked(&mut self, name: &str, result: DriftResult) {
+        let shown = match result {
+            DriftResult::Drift(kind) => format!("Drift({kind})"),
+            other => format!("{other:?}"),
+        };
+        self.input(
+            &format!("DriftChecked {name} {shown}"),
+            Input::DriftChecked {
+                key: key(name),
+                result,
+            },
+        );
+    }
+
+    /// Sets the node count of `name` (see [`World::sizes`]).
+    fn size(&mut self, name: &str, nodes: usize) -> &mut Self {
+        self.world.sizes.insert(key(name), nodes);
+        self
     }
 
     fn input(&mut self, what: &str, input: Input) -> Vec<Action> {
@@ -145,16 +243,34 @@ impl Script {
     }
 
     fn loaded(&mut self, epoch: u64, known: &[(&str, &str)]) {
-        let known = known.iter().map(|(n, v)| (key(n), v.to_string())).collect();
-        self.input(
-            &format!("Loaded(epoch {epoch})"),
-            Input::Loaded { epoch, known },
-        );
+        let known: Vec<(&str, &str, u32)> = known.iter().map(|(n, v)| (*n, *v, 1)).collect();
+        self.loaded_shards(epoch, &known);
+    }
+
+    /// [`Script::loaded`] with the shard slots of each service.
+    fn loaded_shards(&mut self, epoch: u64, known: &[(&str, &str, u32)]) {
+        let mut what = format!("Loaded(epoch {epoch})");
+        if known.iter().any(|(_, _, shards)| *shards != 1) {
+            for (n, v, shards) in known {
+                let _ = write!(what, " {n}={v}/{shards} shards");
+            }
+        }
+        let known = known
+            .iter()
+            .map(|(n, v, shards)| {
+                let held = Held {
+                    version: v.to_string(),
+                    shards: *shards,
+                };
+                (key(n), held)
+            })
+            .collect();
+        self.input(&what, Input::Loaded { epoch, known });
     }
 
     fn finished(&mut self, name: &str, outcome: Outcome) {
         self.input(
-            &format!("Finished {name} {outcome:?}"),
+            &format!("Finished {name} {}", show_outcome(&outcome)),
             Input::Finished {
                 key: key(name),
                 outcome,
@@ -164,6 +280,13 @@ impl Script {
 
     fn golden(&self, scenario: &str) {
         crate::golden::check("write_plan", scenario, &self.out);
+    }
+}
+
+fn applied(version: &str, shards: u32) -> Outcome {
+    Outcome::Applied {
+        version: version.to_string(),
+        shards,
     }
 }
 
@@ -194,9 +317,9 @@ fn first_sync_writes_each_service_once_and_is_synced_when_all_were_attempted() {
     s.at(60).synced();
     s.poll();
     s.at(110).poll();
-    s.at(120).finished("api", Outcome::Applied("v1".into()));
+    s.at(120).finished("api", applied("v1", 1));
     s.poll();
-    s.at(140).finished("web", Outcome::Applied("v2".into()));
+    s.at(140).finished("web", applied("v2", 1));
     s.poll();
     // The object whose Service vanished while nobody watched.
     s.at(160).poll();
@@ -216,14 +339,14 @@ fn a_refused_object_is_reported_and_retried_but_never_holds_readiness() {
     s.at(110).poll();
     s.at(120)
         .finished("bad", Outcome::Failed("name_taken".into()));
-    s.finished("web", Outcome::Applied("v1".into()));
+    s.finished("web", applied("v1", 1));
     s.poll();
     s.at(620).poll();
     s.at(630)
         .finished("bad", Outcome::Failed("name_taken".into()));
     s.poll();
     s.at(1630).poll();
-    s.at(1640).finished("bad", Outcome::Applied("v1".into()));
+    s.at(1640).finished("bad", applied("v1", 1));
     s.poll();
     s.golden("refused_object");
 }
@@ -240,25 +363,13 @@ fn a_lost_lease_stops_dispatch_and_a_new_epoch_reloads_before_writing() {
     s.synced();
     s.at(110).poll();
     // The lease is lost with a and b in flight; c must not start.
-    s.at(115).input(
-        "Leadership(epoch 1, standby)",
-        Input::Leadership {
-            epoch: 1,
-            leading: false,
-        },
-    );
+    s.at(115).leadership(1, false);
     s.finished("a", Outcome::Fenced);
     s.at(200).poll();
-    s.at(210).finished("b", Outcome::Applied("v1".into()));
+    s.at(210).finished("b", applied("v1", 1));
     s.poll();
     // Leading again in a new epoch: what the server holds is read first.
-    s.at(500).input(
-        "Leadership(epoch 2, leading)",
-        Input::Leadership {
-            epoch: 2,
-            leading: true,
-        },
-    );
+    s.at(500).leadership(2, true);
     s.poll();
     s.at(510)
         .input("LoadFailed(epoch 2)", Input::LoadFailed { epoch: 2 });
@@ -281,27 +392,15 @@ fn drift_is_checked_after_the_write_settled_and_repaired_once() {
     // The late watch event of our own write reports it while in flight.
     s.at(115)
         .input("Drifted [web]", Input::Drifted(vec![key("web")]));
-    s.at(120).finished("web", Outcome::Applied("v1".into()));
+    s.at(120).finished("web", applied("v1", 1));
     s.at(315).poll();
     s.at(870).poll();
-    s.input(
-        "DriftChecked web Intact",
-        Input::DriftChecked {
-            key: key("web"),
-            result: DriftResult::Intact,
-        },
-    );
+    s.drift_checked("web", DriftResult::Intact);
     // Someone edits it.
     s.at(5000)
         .input("Drifted [web]", Input::Drifted(vec![key("web")]));
     s.at(5200).poll();
-    s.input(
-        "DriftChecked web Drift(edited)",
-        Input::DriftChecked {
-            key: key("web"),
-            result: DriftResult::Drift("edited"),
-        },
-    );
+    s.drift_checked("web", DriftResult::Drift("edited"));
     s.at(5300).poll();
     s.golden("drift");
 }
@@ -388,7 +487,10 @@ fn tables_shrink_after_a_large_first_sync() {
                         now,
                         Input::Finished {
                             key,
-                            outcome: Outcome::Applied(v),
+                            outcome: Outcome::Applied {
+                                version: v,
+                                shards: 1,
+                            },
                         },
                         &world,
                     );
@@ -425,6 +527,8 @@ fn tables_shrink_after_a_large_first_sync() {
         ("drift keys", p.drift.keys.capacity()),
         ("parked", p.drift.parked.capacity()),
         ("last_done", p.drift.last_done.capacity()),
+        ("shards", p.shards.capacity()),
+        ("repairs", p.repairs.capacity()),
     ] {
         assert!(
             cap <= 64,
@@ -448,4 +552,87 @@ fn a_first_list_barrier_before_the_start_up_list_waits_for_it() {
     s.at(160).finished("gone", Outcome::Deleted);
     s.poll();
     s.golden("synced_before_loaded");
+}
+
+/// A sharded service shrinks to one object: the write starts from the 3
+/// shard slots the start-up list found, so it drops `spec.shard` and deletes
+/// the two surplus shards; the next write starts from one object.
+#[test]
+fn a_shrink_deletes_the_surplus_shards_the_planner_remembers() {
+    let mut s = Script::new(opts());
+    s.poll();
+    s.at(5).loaded_shards(0, &[("web", "v1", 3)]);
+    s.desire("web", Some("v2")).size("web", 1);
+    s.at(10).changed(&["web"]);
+    s.synced();
+    s.at(110).poll();
+    s.at(120).finished("web", applied("v2", 1));
+    s.poll();
+    s.desire("web", Some("v3"));
+    s.at(200).changed(&["web"]);
+    s.at(300).poll();
+    s.at(310).finished("web", applied("v3", 1));
+    s.golden("shard_shrink");
+}
+
+/// One object grows to three shards (1 and 2 first, shard 0 last); the
+/// planner learns the count from the write, so deleting the service later
+/// deletes every shard.
+#[test]
+fn a_grow_is_remembered_and_a_later_delete_removes_every_shard() {
+    let mut s = Script::new(opts());
+    s.poll();
+    s.at(5).loaded(0, &[("web", "v1")]);
+    s.desire("web", Some("v2")).size("web", 12);
+    s.at(10).changed(&["web"]);
+    s.synced();
+    s.at(110).poll();
+    s.at(120).finished("web", applied("v2", 3));
+    s.poll();
+    s.desire("web", None);
+    s.at(200).changed(&["web"]);
+    s.at(300).poll();
+    s.at(310).finished("web", Outcome::Deleted);
+    s.poll();
+    s.golden("shard_grow");
+}
+
+/// Shard 1 of 3 is deleted by hand: the repair writes only that shard. The
+/// repair flag survives a write dropped by a lost lease, the reload of a new
+/// epoch and a failed attempt, and is cleared by the write that succeeds;
+/// the next ordinary write rewrites every shard.
+#[test]
+fn a_drift_repair_of_one_shard_writes_only_that_shard_until_it_succeeds() {
+    let mut s = Script::new(opts());
+    s.poll();
+    s.at(5).loaded_shards(0, &[("web", "v1", 3)]);
+    s.desire("web", Some("v1")).size("web", 12);
+    s.at(10).changed(&["web"]);
+    s.synced();
+    s.at(110).poll();
+    // Someone deletes web.1; the cache shows web and web.2 as wanted.
+    s.server.intact = ["web".to_string(), "web.2".to_string()].into();
+    s.server.cached = vec!["web".to_string(), "web.2".to_string()];
+    s.at(5000)
+        .input("Drifted [web]", Input::Drifted(vec![key("web")]));
+    s.at(5200).poll();
+    s.drift_checked("web", DriftResult::Drift("deleted"));
+    s.at(5300).poll();
+    // The lease is lost while it is in flight; the new epoch reloads.
+    s.at(5305).leadership(1, false);
+    s.at(5310).finished("web", Outcome::Fenced);
+    s.at(6000).leadership(2, true);
+    s.poll();
+    s.at(6010).loaded_shards(2, &[("web", "v1", 3)]);
+    s.at(6110).poll();
+    s.at(6120)
+        .finished("web", Outcome::Failed("timeout".into()));
+    s.at(6620).poll();
+    s.at(6630).finished("web", applied("v1", 3));
+    s.server.intact.insert("web.1".to_string());
+    s.poll();
+    s.desire("web", Some("v2"));
+    s.at(7000).changed(&["web"]);
+    s.at(7100).poll();
+    s.golden("shard_drift_repair");
 }

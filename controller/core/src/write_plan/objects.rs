@@ -1,0 +1,410 @@
+//! The requests ONE write of a service makes, in order: [`object_ops`].
+//!
+//! The planner decides THAT a service is written ([`super::Action::Apply`] /
+//! [`super::Action::Delete`]) and carries what it knows of the service's
+//! objects on the API server along ([`Prior`]: how many shard slots the last
+//! write left, whether the write repairs drift). This function decides WHICH
+//! objects that write touches; the sink only sends the requests.
+//!
+//! ```text
+//!  desired objects (crd::desired_objects_at)  ─┐
+//!  Prior { shards, repair }                     ├─▶ object_ops ─▶ [Unshard(name)]            count 1, was sharded
+//!  ServerView: intact? taken? cached of key?   ─┘                 Apply(shard 1..), Apply(shard 0)
+//!                                                                  Delete(surplus shard / stray / gone)
+//!                                                                  left alone: names held by others
+//! ```
+//!
+//! * Shards `1..` are applied first and shard 0 LAST: shard 0 carries the
+//!   count a reader trusts, so a reader never sees a count whose shards are
+//!   not written yet.
+//! * A service that fits one object again after being sharded first loses
+//!   `spec.shard` by a merge patch ([`ObjectOp::Unshard`]): server-side
+//!   apply prunes fields it no longer sends, but an API server may keep the
+//!   emptied `shard: {}` and then reject the object (kube-sim does:
+//!   "spec.shard.count: Required value").
+//! * Shard slots the last write used beyond the new count are deleted
+//!   (a shrink), and so is every object of a deleted service.
+//! * A repair writes only the objects the cache does NOT show intact
+//!   (`lastSyncTime` in every apply would turn a rewrite of an intact shard
+//!   into a real write) and also deletes stray objects the cache holds for the
+//!   service (only then: no cache scan per ordinary write).
+//! * A desired name held by someone else (another instance, a hand-made
+//!   object) fails the whole write before any request ([`NameTaken`]): a
+//!   sharded service is written whole or not at all. A name to delete that
+//!   someone else holds is never deleted; it is reported
+//!   ([`ObjectPlan::left_alone`]).
+
+use std::collections::BTreeSet;
+
+use super::Prior;
+use crate::ServiceKey;
+use crate::crd::{DiscoveredService, ObjectNaming, Owner, shard_name};
+
+/// `(namespace, name)` of an object.
+pub type ObjName = (String, String);
+
+/// What the sink knows of the API server, asked by [`object_ops`]. Each
+/// question is asked only when the answer matters (the cache of a service's
+/// objects only on a repair).
+pub trait ServerView {
+    /// Whether the cache shows `obj` as wanted (cached, not older than our
+    /// last write of it, same content; status not compared). Unknown is
+    /// `false`.
+    fn intact(&self, obj: &DiscoveredService) -> bool;
+    /// Who holds `ns/name` when that is not this instance.
+    fn taken(&self, ns: &str, name: &str) -> Option<Owner>;
+    /// Every object the cache holds that describes `key` (by its spec).
+    fn objects_of(&self, key: &ServiceKey) -> Vec<ObjName>;
+}
+
+/// Why an object is deleted (for the log line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteWhy {
+    /// A shard slot beyond the new count (the service shrank).
+    Surplus,
+    /// An object of the service the cache holds under a name we do not want
+    /// (found by a repair).
+    Stray,
+    /// An object of a service that has no source any more.
+    Gone,
+}
+
+/// One request of a write, in the order they are sent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ObjectOp<'a> {
+    /// Remove `spec.shard` from this object (merge patch; absent is success).
+    Unshard(ObjName),
+    /// Server-side apply of this object (spec and status).
+    Apply(&'a DiscoveredService),
+    /// Delete this object (absent is success).
+    Delete(ObjName, DeleteWhy),
+}
+
+/// The requests of one write, and the names it leaves to their owners.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ObjectPlan<'a> {
+    /// In the order they are sent; the write stops at the first failure.
+    pub ops: Vec<ObjectOp<'a>>,
+    /// Objects that would have been deleted but are held by someone else.
+    pub left_alone: Vec<(ObjName, Owner)>,
+}
+
+/// A desired object's name is held by someone else: nothing is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameTaken {
+    /// The object.
+    pub object: ObjName,
+    /// Who holds it.
+    pub owner: Owner,
+}
+
+fn obj_name(o: &DiscoveredService) -> ObjName {
+    (
+        o.metadata.namespace.clone().unwrap_or_default(),
+        o.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// The requests that write `desired` (the objects of
+/// `crd::desired_objects_at`, shard 0 first; empty: the service is deleted)
+/// for `key` over what the API server holds as far as `prior` and `view`
+/// say (see the module docs).
+pub fn object_ops<'a>(
+    key: &ServiceKey,
+    naming: &ObjectNaming,
+    desired: &'a [DiscoveredService],
+    prior: Prior,
+    view: &dyn ServerView,
+) -> Result<ObjectPlan<'a>, NameTaken> {
+    for obj in desired {
+        let (ns, name) = obj_name(obj);
+        if let Some(owner) = view.taken(&ns, &name) {
+            return Err(NameTaken {
+                object: (ns, name),
+                owner,
+            });
+        }
+    }
+    let mut plan = ObjectPlan::default();
+    let wanted = |obj: &DiscoveredService| !(prior.repair && view.intact(obj));
+    if let [only] = desired
+        && prior.shards > 1
+        && wanted(only)
+    {
+        plan.ops.push(ObjectOp::Unshard(obj_name(only)));
+    }
+    for obj in desired.iter().skip(1).chain(desired.first()) {
+        if wanted(obj) {
+            plan.ops.push(ObjectOp::Apply(obj));
+        }
+    }
+    let keep: BTreeSet<ObjName> = desired.iter().map(obj_name).collect();
+    let count = u32::try_from(desired.len()).unwrap_or(u32::MAX);
+    let why = if desired.is_empty() {
+        DeleteWhy::Gone
+    } else {
+        DeleteWhy::Surplus
+    };
+    let ns = naming.namespace(key);
+    let base = naming.name(key);
+    let mut deletes: Vec<(ObjName, DeleteWhy)> = (count..prior.shards.max(1))
+        .map(|i| ((ns.clone(), shard_name(&base, i)), why))
+        .collect();
+    if prior.repair {
+        let mut strays = view.objects_of(key);
+        strays.sort();
+        for stray in strays {
+            if !keep.contains(&stray) && !deletes.iter().any(|(n, _)| *n == stray) {
+                deletes.push((stray, DeleteWhy::Stray));
+            }
+        }
+    }
+    for (name, why) in deletes {
+        match view.taken(&name.0, &name.1) {
+            Some(owner) => plan.left_alone.push((name, owner)),
+            None => plan.ops.push(ObjectOp::Delete(name, why)),
+        }
+    }
+    Ok(plan)
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use super::*;
+    use crate::crd::desired_objects_with_limit;
+    use crate::{Node, PortMap, ServiceNodes, SourceKind};
+
+    /// The API server as the sink's caches show it (object names in
+    /// namespace `ns`).
+    #[derive(Default)]
+    pub(crate) struct View {
+        pub(crate) intact: BTreeSet<String>,
+        pub(crate) taken: BTreeMap<String, Owner>,
+        pub(crate) cached: Vec<String>,
+    }
+
+    impl ServerView for View {
+        fn intact(&self, obj: &DiscoveredService) -> bool {
+            self.intact.contains(&obj_name(obj).1)
+        }
+        fn taken(&self, _ns: &str, name: &str) -> Option<Owner> {
+            self.taken.get(name).cloned()
+        }
+        fn objects_of(&self, _key: &ServiceKey) -> Vec<ObjName> {
+            self.cached
+                .iter()
+                .map(|n| ("ns".to_string(), n.clone()))
+                .collect()
+        }
+    }
+
+    fn key() -> ServiceKey {
+        ServiceKey::new("", "ns", "web")
+    }
+
+    /// The objects of `web` with `nodes` nodes, at most 4 nodes per object.
+    fn objects(nodes: usize) -> Vec<DiscoveredService> {
+        objects_of(&key(), nodes)
+    }
+
+    /// The objects of `key` with `nodes` nodes, at most 4 nodes per object.
+    pub(crate) fn objects_of(key: &ServiceKey, nodes: usize) -> Vec<DiscoveredService> {
+        let list = (0..nodes)
+            .map(|i| Node::new(format!("10.0.0.{i}"), 80, 50))
+            .collect();
+        let svc = ServiceNodes::new(
+            key.clone(),
+            SourceKind::EndpointSlice,
+            PortMap::from([("http".to_string(), list)]),
+            None,
+        );
+        desired_objects_with_limit(&svc, &ObjectNaming::source(), 200)
+    }
+
+    /// The ops as short text: `unshard web`, `apply web.1`, `delete web.2 (Surplus)`.
+    pub(crate) fn show(plan: &ObjectPlan<'_>) -> Vec<String> {
+        plan.ops
+            .iter()
+            .map(|op| match op {
+                ObjectOp::Unshard((_, n)) => format!("unshard {n}"),
+                ObjectOp::Apply(o) => format!("apply {}", obj_name(o).1),
+                ObjectOp::Delete((_, n), why) => format!("delete {n} ({why:?})"),
+            })
+            .collect()
+    }
+
+    fn ops(desired: &[DiscoveredService], shards: u32, repair: bool, view: &View) -> Vec<String> {
+        let plan = object_ops(
+            &key(),
+            &ObjectNaming::source(),
+            desired,
+            Prior { shards, repair },
+            view,
+        )
+        .unwrap();
+        assert!(plan.left_alone.is_empty(), "{:?}", plan.left_alone);
+        show(&plan)
+    }
+
+    #[test]
+    fn the_test_service_has_the_sizes_the_tests_assume() {
+        assert_eq!(objects(1).len(), 1);
+        assert_eq!(objects(4).len(), 1);
+        assert_eq!(objects(5).len(), 2);
+        assert_eq!(objects(8).len(), 2);
+        assert_eq!(objects(12).len(), 3);
+    }
+
+    #[test]
+    fn a_shrink_from_three_shards_unshards_writes_one_object_and_deletes_the_surplus() {
+        let one = objects(1);
+        assert_eq!(
+            ops(&one, 3, false, &View::default()),
+            [
+                "unshard web",
+                "apply web",
+                "delete web.1 (Surplus)",
+                "delete web.2 (Surplus)"
+            ]
+        );
+        // 3 -> 2: no unshard (still sharded), one surplus slot.
+        let two = objects(8);
+        assert_eq!(two.len(), 2);
+        assert_eq!(
+            ops(&two, 3, false, &View::default()),
+            ["apply web.1", "apply web", "delete web.2 (Surplus)"]
+        );
+    }
+
+    #[test]
+    fn a_grow_to_three_shards_writes_shards_one_and_two_before_shard_zero() {
+        assert_eq!(
+            ops(&objects(12), 1, false, &View::default()),
+            ["apply web.1", "apply web.2", "apply web"]
+        );
+        // An unchanged count deletes nothing.
+        assert_eq!(
+            ops(&objects(12), 3, false, &View::default()),
+            ["apply web.1", "apply web.2", "apply web"]
+        );
+    }
+
+    #[test]
+    fn a_repair_writes_only_the_objects_the_cache_does_not_show_intact() {
+        let three = objects(12);
+        let view = View {
+            intact: ["web".into(), "web.2".into()].into(),
+            cached: vec!["web".into(), "web.2".into()],
+            ..View::default()
+        };
+        assert_eq!(ops(&three, 3, true, &view), ["apply web.1"]);
+        // Not a repair: everything is written, whatever the cache says.
+        assert_eq!(
+            ops(&three, 3, false, &view),
+            ["apply web.1", "apply web.2", "apply web"]
+        );
+        // Everything intact: a repair that finds nothing to do sends nothing.
+        let all = View {
+            intact: ["web".into(), "web.1".into(), "web.2".into()].into(),
+            ..View::default()
+        };
+        assert_eq!(ops(&three, 3, true, &all), Vec::<String>::new());
+    }
+
+    #[test]
+    fn strays_are_deleted_only_by_a_repair() {
+        let one = objects(1);
+        let view = View {
+            intact: ["web".into()].into(),
+            cached: vec!["web.9".into(), "web".into(), "web.7".into()],
+            ..View::default()
+        };
+        assert_eq!(ops(&one, 1, false, &view), ["apply web"]);
+        assert_eq!(
+            ops(&one, 1, true, &view),
+            ["delete web.7 (Stray)", "delete web.9 (Stray)"]
+        );
+        // A stray that is also a surplus slot is deleted once.
+        let view = View {
+            cached: vec!["web.1".into()],
+            ..View::default()
+        };
+        assert_eq!(
+            ops(&one, 2, true, &view),
+            ["unshard web", "apply web", "delete web.1 (Surplus)"]
+        );
+        // A deleted service: every slot, and on a repair the strays too.
+        assert_eq!(
+            ops(&[], 2, false, &view),
+            ["delete web (Gone)", "delete web.1 (Gone)"]
+        );
+        let view = View {
+            cached: vec!["web.5".into()],
+            ..View::default()
+        };
+        assert_eq!(
+            ops(&[], 1, true, &view),
+            ["delete web (Gone)", "delete web.5 (Stray)"]
+        );
+    }
+
+    #[test]
+    fn names_held_by_others_are_never_written_or_deleted() {
+        let three = objects(12);
+        let other = Owner::Instance("b".into());
+        let view = View {
+            taken: [("web.2".to_string(), other.clone())].into(),
+            ..View::default()
+        };
+        let err = object_ops(
+            &key(),
+            &ObjectNaming::source(),
+            &three,
+            Prior::default(),
+            &view,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            NameTaken {
+                object: ("ns".into(), "web.2".into()),
+                owner: other.clone()
+            }
+        );
+        // A surplus slot or a stray held by someone else is left alone and reported.
+        let view = View {
+            taken: [
+                ("web.2".to_string(), other.clone()),
+                ("web.4".to_string(), Owner::Unmanaged),
+            ]
+            .into(),
+            cached: vec!["web.4".into()],
+            ..View::default()
+        };
+        let one = objects(1);
+        let plan = object_ops(
+            &key(),
+            &ObjectNaming::source(),
+            &one,
+            Prior {
+                shards: 3,
+                repair: true,
+            },
+            &view,
+        )
+        .unwrap();
+        assert_eq!(
+            show(&plan),
+            ["unshard web", "apply web", "delete web.1 (Surplus)"]
+        );
+        assert_eq!(
+            plan.left_alone,
+            [
+                (("ns".into(), "web.2".into()), other),
+                (("ns".into(), "web.4".into()), Owner::Unmanaged)
+            ]
+        );
+    }
+}
