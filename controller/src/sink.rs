@@ -62,6 +62,8 @@ use kube_discovery_core::crd::{
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
 use crate::drift::{DriftCheck, DriftView, Lean, ObjName};
+use crate::events::Events;
+use crate::explain::Explain;
 use crate::leader::{Fence, FenceToken};
 
 /// Where the writer puts DiscoveredServices (the API server in production,
@@ -80,6 +82,10 @@ pub trait Sink: Clone + Send + Sync + 'static {
     fn drift(&self, _key: &ServiceKey, _desired: Option<&ServiceNodes>) -> DriftCheck {
         DriftCheck::Ok
     }
+    /// The writer's report that writes of `key` started failing (or fail
+    /// for another reason now) with `error`; `desired` is what was to be
+    /// written. Sinks that emit Events say so ([`crate::events`]).
+    fn failing(&self, _key: &ServiceKey, _desired: Option<&ServiceNodes>, _error: &Error) {}
 }
 
 // Field managers: every write of an object (metadata, spec and status in one
@@ -103,6 +109,9 @@ struct Written {
 struct WrittenMeta {
     #[serde(default)]
     resource_version: Option<String>,
+    /// For Events about the object (`kubectl describe` matches the uid).
+    #[serde(default)]
+    uid: Option<String>,
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -136,6 +145,8 @@ pub struct KubeSink {
     listed_foreign: Arc<Mutex<HashMap<ObjName, Owner>>>,
     /// Checked before every write request ([`Fence::always`] without leader election).
     fence: Fence,
+    /// Conditions the objects hold (for `lastTransitionTime`) and Events.
+    explain: Explain,
 }
 
 impl KubeSink {
@@ -150,7 +161,15 @@ impl KubeSink {
             namespace: None,
             listed_foreign: Arc::new(Mutex::new(HashMap::new())),
             fence: Fence::always(),
+            explain: Explain::default(),
         }
+    }
+
+    /// Emits Events through `events` ([`crate::events`]).
+    #[must_use]
+    pub fn with_events(mut self, events: Events) -> Self {
+        self.explain.events = events;
+        self
     }
 
     /// Writes only while the election behind `fence` says this replica
@@ -233,7 +252,7 @@ impl KubeSink {
         token: FenceToken,
         key: &ServiceKey,
         obj: &DiscoveredService,
-    ) -> Result<()> {
+    ) -> Result<Option<String>> {
         let ns = obj.metadata.namespace.clone().unwrap_or_default();
         let name = obj.metadata.name.clone().unwrap_or_default();
         // Without force first: an apply over fields someone else set to other
@@ -285,7 +304,7 @@ impl KubeSink {
                 .await?
         };
         self.note_written(&ns, &name, &got);
-        Ok(())
+        Ok(got.metadata.uid)
     }
 
     /// Whose the object `ns/name` on the API server is. A LIST by name (the
@@ -468,6 +487,7 @@ impl Sink for KubeSink {
     async fn list_versions(&self) -> Result<Vec<(ServiceKey, String)>> {
         let mut found = Found::default();
         let mut foreign = HashMap::new();
+        let mut conditions = HashMap::new();
         // Every DiscoveredService, not only labelled ones: a hand-made object
         // holding a name we need must be seen before the first write.
         for_each_in(
@@ -481,6 +501,7 @@ impl Sink for KubeSink {
                     Listed::Restart => {
                         found = Found::default();
                         foreign.clear();
+                        conditions.clear();
                         return;
                     }
                 };
@@ -506,6 +527,11 @@ impl Sink for KubeSink {
                             ds.spec.version.clear();
                         }
                         found.add(&ds);
+                        if shard_of(&ds).0 == 0
+                            && let Some(st) = ds.status.take()
+                        {
+                            conditions.insert(key_of(&ds), st.conditions);
+                        }
                     }
                     other => {
                         let ns = ds.metadata.namespace.clone().unwrap_or_default();
@@ -527,6 +553,7 @@ impl Sink for KubeSink {
             .listed_foreign
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = foreign;
+        self.explain.listed(conditions);
         let mut shards = self.shards.lock().unwrap_or_else(PoisonError::into_inner);
         shards.clear();
         Ok(found
@@ -543,7 +570,8 @@ impl Sink for KubeSink {
 
     async fn apply(&self, svc: Arc<ServiceNodes>) -> Result<()> {
         let token = self.fence.begin()?;
-        let objs = desired_objects_at(&svc, &self.naming, &Time(jiff::Timestamp::now()));
+        let previous = self.explain.previous(&svc.key);
+        let objs = desired_objects_at(&svc, &self.naming, &previous, &Time(jiff::Timestamp::now()));
         let count = u32::try_from(objs.len()).unwrap_or(u32::MAX);
         // Never write over an object that is not ours (before any write:
         // a sharded service is written whole or not at all).
@@ -568,6 +596,7 @@ impl Sink for KubeSink {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&svc.key);
+        let mut uid = None;
         for obj in objs.iter().skip(1).chain(objs.first()) {
             if repair && self.drift.as_ref().is_some_and(|v| v.intact(obj)) {
                 // Another object (shard) of this service was broken; this one
@@ -575,7 +604,12 @@ impl Sink for KubeSink {
                 // `lastSyncTime`.
                 continue;
             }
-            if let Err(e) = self.write_one(token, &svc.key, obj).await {
+            let written = self.write_one(token, &svc.key, obj).await;
+            if let Ok(u) = &written {
+                // Shard 0 comes last: its uid is the one that stays.
+                uid.clone_from(u);
+            }
+            if let Err(e) = written {
                 if repair {
                     // Still a repair when retried.
                     self.repairs
@@ -613,6 +647,10 @@ impl Sink for KubeSink {
             self.delete_one(token, sns, sname).await?;
         }
         self.set_shard_count(&svc.key, Some(count));
+        if let Some(first) = objs.first() {
+            self.explain
+                .written(&svc.key, first, &previous, uid, repair);
+        }
         Ok(())
     }
 
@@ -643,6 +681,7 @@ impl Sink for KubeSink {
             self.delete_one(token, ons, oname).await?;
         }
         self.set_shard_count(&key, None);
+        self.explain.forget(&key);
         Ok(())
     }
 
@@ -658,6 +697,35 @@ impl Sink for KubeSink {
                 .insert(key.clone());
         }
         check
+    }
+
+    fn failing(&self, key: &ServiceKey, desired: Option<&ServiceNodes>, error: &Error) {
+        let (reason, note) = match error {
+            Error::NameTaken { object, owner } => (
+                "NameTaken",
+                format!(
+                    "{key}: the DiscoveredService {object} belongs to {owner}; left alone, this service is not published by instance {:?}",
+                    self.naming.instance
+                ),
+            ),
+            e => (
+                "WriteFailed",
+                format!(
+                    "{key}: writing its DiscoveredService failed ({}): {e}; retried with backoff",
+                    e.metric_label()
+                ),
+            ),
+        };
+        let owner_uid = desired.and_then(|d| d.owner_uid.clone());
+        self.explain.events.emit(
+            crate::events::service_target(key, owner_uid, &self.naming),
+            crate::events::Report {
+                warning: true,
+                reason,
+                action: "Write",
+                note,
+            },
+        );
     }
 }
 
@@ -916,7 +984,8 @@ mod tests {
             let st = o.status.as_ref().expect("status written with the spec");
             let nodes: usize = o.spec.ports.values().map(Vec::len).sum();
             assert_eq!(st.node_count, i64::try_from(nodes).unwrap());
-            assert_eq!(st.conditions[0].type_, "Synced");
+            assert_eq!(st.conditions[0].type_, "Ready");
+            assert_eq!(st.conditions[0].status, "True");
         }
         // One request per object (spec + status), shard 0 last.
         let w = dsvc_writes(&client).await;
