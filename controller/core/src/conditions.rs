@@ -229,6 +229,9 @@ mod tests {
         )
     }
 
+    /// `(port key, hosts)` of a test service.
+    type Ports<'a> = &'a [(&'a str, &'a [&'a str])];
+
     fn summary(c: &[Condition]) -> Vec<(String, String, String)> {
         c.iter()
             .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
@@ -241,7 +244,7 @@ mod tests {
 
     #[test]
     fn ready_reasons_follow_the_nodes() {
-        let cases: [(&[(&str, &[&str])], &str, &str); 5] = [
+        let cases: [(Ports, &str, &str); 5] = [
             (&[], "False", NO_ENDPOINTS),
             (&[("http", &[]), ("grpc", &[])], "False", NO_ENDPOINTS),
             (

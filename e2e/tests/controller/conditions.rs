@@ -23,7 +23,7 @@ use std::time::Duration;
 use controller_support::{Backend, Controller, Env, LIMIT, Options, eventually, repo_root};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use testenv::both_backends;
 
@@ -59,21 +59,27 @@ async fn wait_condition(env: &Env, name: &str, type_: &str, status: &str, reason
     .await
 }
 
-/// Events (events.k8s.io/v1) in `NS` with `reason` regarding `kind` `name`.
-async fn events(env: &Env, kind: &str, name: &str, reason: &str) -> Vec<Event> {
-    let api: Api<Event> = Api::namespaced(env.admin.clone(), NS);
-    api.list(&ListParams::default())
+/// The SourceDataSkipped Events on the DiscoveredService `NS/web`.
+async fn skipped_events(env: &Env) -> Vec<Event> {
+    env.events(NS, "SourceDataSkipped", "DiscoveredService", "web")
         .await
-        .expect("list events")
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some(reason)
-                && e.regarding.as_ref().is_some_and(|r| {
-                    r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)
-                })
-        })
-        .collect()
+}
+
+/// Applies the slice `NS/web-a` of `web` with one ready endpoint on `ports`.
+async fn apply_slice(env: &Env, ports: Value) {
+    let slice = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "web-a", "namespace": NS, "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.0.1.1"], "conditions": {"ready": true}}],
+        "ports": ports});
+    Api::<EndpointSlice>::namespaced(env.admin.clone(), NS)
+        .patch(
+            "web-a",
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(&slice),
+        )
+        .await
+        .expect("apply the slice");
 }
 
 /// Runs `.tools/bin/kubectl args` with `kubeconfig`; returns stdout.
@@ -225,19 +231,11 @@ async fn skipped_source_data_is_degraded_with_one_event(backend: Backend) {
     env.namespace(NS).await;
     // `admin` has no port number: valid for the API server (a port of "all
     // ports"), unusable for a node list.
-    let slice = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": "web-a", "namespace": NS, "labels": {"kubernetes.io/service-name": "web"}},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": ["10.0.1.1"], "conditions": {"ready": true}}],
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}, {"name": "admin", "protocol": "TCP"}]});
-    Api::<EndpointSlice>::namespaced(env.admin.clone(), NS)
-        .patch(
-            "web-a",
-            &PatchParams::apply("e2e").force(),
-            &Patch::Apply(&slice),
-        )
-        .await
-        .expect("apply the slice");
+    apply_slice(
+        &env,
+        json!([{"name": "http", "port": 8080, "protocol": "TCP"}, {"name": "admin", "protocol": "TCP"}]),
+    )
+    .await;
     let cfg = config(&env);
     let ctl = Controller::start(&env, "degraded", &cfg, &[]).await;
     ctl.wait_ready().await;
@@ -254,7 +252,7 @@ async fn skipped_source_data_is_degraded_with_one_event(backend: Backend) {
     assert_eq!(ds["spec"]["ports"]["http"][0]["host"], "10.0.1.1");
     let uid = ds["metadata"]["uid"].as_str().unwrap().to_string();
     let one = eventually("one SourceDataSkipped Event", LIMIT, || async {
-        let evs = events(&env, "DiscoveredService", "web", "SourceDataSkipped").await;
+        let evs = skipped_events(&env).await;
         (!evs.is_empty()).then_some(evs)
     })
     .await;
@@ -278,7 +276,7 @@ async fn skipped_source_data_is_degraded_with_one_event(backend: Backend) {
     let ctl = Controller::start(&env, "degraded-2", &cfg, &[]).await;
     ctl.wait_ready().await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let again = events(&env, "DiscoveredService", "web", "SourceDataSkipped").await;
+    let again = skipped_events(&env).await;
     assert_eq!(again.len(), 1, "{again:?}");
     assert!(again[0].series.is_none(), "{again:?}");
 
@@ -300,24 +298,12 @@ async fn skipped_source_data_is_degraded_with_one_event(backend: Backend) {
         assert!(describe.contains(part), "{part:?} not in:\n{describe}");
     }
     // Fixed: Degraded turns False, no new Warning.
-    Api::<EndpointSlice>::namespaced(env.admin.clone(), NS)
-        .patch(
-            "web-a",
-            &PatchParams::apply("e2e").force(),
-            &Patch::Apply(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                "metadata": {"name": "web-a", "namespace": NS, "labels": {"kubernetes.io/service-name": "web"}},
-                "addressType": "IPv4",
-                "endpoints": [{"addresses": ["10.0.1.1"], "conditions": {"ready": true}}],
-                "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]})),
-        )
-        .await
-        .expect("fix the slice");
+    apply_slice(
+        &env,
+        json!([{"name": "http", "port": 8080, "protocol": "TCP"}]),
+    )
+    .await;
     wait_condition(&env, "web", "Degraded", "False", "NothingSkipped").await;
-    assert_eq!(
-        events(&env, "DiscoveredService", "web", "SourceDataSkipped")
-            .await
-            .len(),
-        1
-    );
+    assert_eq!(skipped_events(&env).await.len(), 1);
     ctl.stop().await;
 }

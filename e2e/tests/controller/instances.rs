@@ -281,21 +281,7 @@ async fn a_name_held_by_a_hand_made_object_is_left_alone_and_reported(backend: B
         assert!(line.contains(part), "{part:?} not in {line}");
     }
     // ... an Event on the Service, once (not one per retry) ...
-    let name_taken = || async {
-        let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.admin.clone(), NS);
-        api.list(&Default::default())
-            .await
-            .expect("list events")
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.reason.as_deref() == Some("NameTaken")
-                    && e.regarding.as_ref().is_some_and(|r| {
-                        r.kind.as_deref() == Some("Service") && r.name.as_deref() == Some("web")
-                    })
-            })
-            .collect::<Vec<_>>()
-    };
+    let name_taken = || env.events(NS, "NameTaken", "Service", "web");
     let evs = eventually("a NameTaken Event", LIMIT, || async {
         let evs = name_taken().await;
         (!evs.is_empty()).then_some(evs)

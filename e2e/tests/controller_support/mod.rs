@@ -255,6 +255,30 @@ impl Env {
             .expect("delete EndpointSlice");
     }
 
+    /// Events (events.k8s.io/v1) in `ns` with `reason` regarding the object
+    /// of `kind` named `name`.
+    pub async fn events(
+        &self,
+        ns: &str,
+        reason: &str,
+        kind: &str,
+        name: &str,
+    ) -> Vec<k8s_openapi::api::events::v1::Event> {
+        let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(self.admin.clone(), ns);
+        api.list(&ListParams::default())
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().is_some_and(|r| {
+                        r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)
+                    })
+            })
+            .collect()
+    }
+
     /// The DiscoveredService `ns/name` as JSON, if it exists.
     pub async fn dsvc(&self, ns: &str, name: &str) -> Option<Value> {
         let api: Api<DynamicObject> =
