@@ -20,7 +20,7 @@ use crate::controller_support;
 use std::process::Command;
 use std::time::Duration;
 
-use controller_support::{Backend, Controller, Env, LIMIT, Options, eventually, repo_root};
+use controller_support::{Backend, Controller, Env, LIMIT, eventually, repo_root};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, Patch, PatchParams};
@@ -57,6 +57,11 @@ async fn wait_condition(env: &Env, name: &str, type_: &str, status: &str, reason
         },
     )
     .await
+}
+
+/// The slice `NS/web-a` of `web` with these `(ip, ready)` endpoints on `http`.
+async fn web_endpoints(env: &Env, eps: &[(&str, bool)]) {
+    env.slice(NS, "web", "web-a", eps, &[("http", 8080)]).await;
 }
 
 /// The SourceDataSkipped Events on the DiscoveredService `NS/web`.
@@ -107,14 +112,7 @@ fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> String {
 async fn ready_follows_the_endpoints_and_moves_its_time_only_on_a_transition(backend: Backend) {
     let env = Env::start(backend).await;
     env.namespace(NS).await;
-    env.slice(
-        NS,
-        "web",
-        "web-a",
-        &[("10.0.0.1", false)],
-        &[("http", 8080)],
-    )
-    .await;
+    web_endpoints(&env, &[("10.0.0.1", false)]).await;
     let cfg = config(&env);
     let ctl = Controller::start(&env, "cond", &cfg, &[]).await;
     ctl.wait_ready().await;
@@ -134,8 +132,7 @@ async fn ready_follows_the_endpoints_and_moves_its_time_only_on_a_transition(bac
     tokio::time::sleep(Duration::from_millis(1100)).await;
 
     // Ready: a transition, with a new time.
-    env.slice(NS, "web", "web-a", &[("10.0.0.1", true)], &[("http", 8080)])
-        .await;
+    web_endpoints(&env, &[("10.0.0.1", true)]).await;
     let ds = wait_condition(&env, "web", "Ready", "True", "AllPortsHaveNodes").await;
     let ready = condition(&ds, "Ready");
     let t_ready = ready["lastTransitionTime"].clone();
@@ -146,14 +143,7 @@ async fn ready_follows_the_endpoints_and_moves_its_time_only_on_a_transition(bac
 
     // A rewrite that stays ready (one more node): the time stays, the
     // sync time and the generation move (one apply, one generation).
-    env.slice(
-        NS,
-        "web",
-        "web-a",
-        &[("10.0.0.1", true), ("10.0.0.2", true)],
-        &[("http", 8080)],
-    )
-    .await;
+    web_endpoints(&env, &[("10.0.0.1", true), ("10.0.0.2", true)]).await;
     let ds = env
         .wait_nodes(NS, "web", "http", &["10.0.0.1", "10.0.0.2"])
         .await;
@@ -183,12 +173,9 @@ async fn ready_follows_the_endpoints_and_moves_its_time_only_on_a_transition(bac
     // A restart: the new process reads the conditions back; a rewrite then
     // keeps the time of the transition the first process saw.
     ctl.stop().await;
-    env.slice(
-        NS,
-        "web",
-        "web-a",
+    web_endpoints(
+        &env,
         &[("10.0.0.1", true), ("10.0.0.2", true), ("10.0.0.3", true)],
-        &[("http", 8080)],
     )
     .await;
     let ctl = Controller::start(&env, "cond-2", &cfg, &[]).await;
@@ -203,14 +190,7 @@ async fn ready_follows_the_endpoints_and_moves_its_time_only_on_a_transition(bac
     );
     // Not ready again: a new transition.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    env.slice(
-        NS,
-        "web",
-        "web-a",
-        &[("10.0.0.1", false)],
-        &[("http", 8080)],
-    )
-    .await;
+    web_endpoints(&env, &[("10.0.0.1", false)]).await;
     let ds = wait_condition(&env, "web", "Ready", "False", "NoEndpoints").await;
     assert_ne!(condition(&ds, "Ready")["lastTransitionTime"], t_ready);
     ctl.stop().await;
@@ -220,14 +200,7 @@ async fn ready_follows_the_endpoints_and_moves_its_time_only_on_a_transition(bac
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skipped_source_data_is_degraded_with_one_event(backend: Backend) {
     // TLS: kubectl 1.32 sends no bearer token over plain HTTP.
-    let env = Env::start_with(
-        backend,
-        Options {
-            tls: true,
-            ..Options::default()
-        },
-    )
-    .await;
+    let env = Env::start_tls(backend).await;
     env.namespace(NS).await;
     // `admin` has no port number: valid for the API server (a port of "all
     // ports"), unusable for a node list.

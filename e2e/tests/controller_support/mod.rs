@@ -98,6 +98,19 @@ impl Env {
         Self::start_with(backend, Options::default()).await
     }
 
+    /// An API server serving HTTPS (kubectl 1.32 sends no bearer token over
+    /// plain HTTP).
+    pub async fn start_tls(backend: Backend) -> Env {
+        Env::start_with(
+            backend,
+            Options {
+                tls: true,
+                ..Options::default()
+            },
+        )
+        .await
+    }
+
     /// Starts `backend` with `opts` plus the DiscoveredService CRD of `crds/`.
     pub async fn start_with(backend: Backend, mut opts: Options) -> Env {
         let crd = std::fs::read_to_string(repo_root().join("crds/discoveredservices.yaml"))
