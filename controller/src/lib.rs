@@ -60,6 +60,8 @@ pub mod client;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod drift;
+pub mod events;
+pub mod explain;
 pub mod http;
 pub mod inbox;
 pub mod leader;

@@ -412,8 +412,17 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
         );
         sup.watch("snapshot sink", task)
     });
+    // Events: best-effort, bounded, from the (fenced) writes only.
+    let (events, events_task) = crate::events::Events::start(
+        home.clone(),
+        crate::leader::default_identity(),
+        opts.request_timeout,
+        shutdown.clone(),
+    );
+    sup.watch("events", events_task);
     let (writer, writer_task) = crate::writer::spawn_gated(
         KubeSink::new(home.clone(), opts.naming.clone())
+            .with_events(events)
             .with_drift(drift_view)
             .with_fence(fence)
             .in_namespace(opts.home_namespace.clone()),

@@ -68,6 +68,8 @@ use kube_discovery_core::write_plan::{
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
 use crate::drift::{DriftCheck, DriftView, Lean, ObjName};
+use crate::events::Events;
+use crate::explain::Explain;
 use crate::leader::{Fence, FenceToken};
 
 /// Where the writer puts DiscoveredServices (the API server in production,
@@ -93,6 +95,10 @@ pub trait Sink: Clone + Send + Sync + 'static {
     fn drift(&self, _key: &ServiceKey, _desired: Option<&ServiceNodes>) -> DriftCheck {
         DriftCheck::Ok
     }
+    /// The writer's report that writes of `key` started failing (or fail
+    /// for another reason now) with `error`; `desired` is what was to be
+    /// written. Sinks that emit Events say so ([`crate::events`]).
+    fn failing(&self, _key: &ServiceKey, _desired: Option<&ServiceNodes>, _error: &Error) {}
 }
 
 // Field managers: every write of an object (metadata, spec and status in one
@@ -116,6 +122,9 @@ struct Written {
 struct WrittenMeta {
     #[serde(default)]
     resource_version: Option<String>,
+    /// For Events about the object (`kubectl describe` matches the uid).
+    #[serde(default)]
+    uid: Option<String>,
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -145,6 +154,8 @@ pub struct KubeSink {
     listed_foreign: Arc<Mutex<HashMap<ObjName, Owner>>>,
     /// Checked before every write request ([`Fence::always`] without leader election).
     fence: Fence,
+    /// Conditions the objects hold (for `lastTransitionTime`) and Events.
+    explain: Explain,
 }
 
 impl KubeSink {
@@ -157,7 +168,15 @@ impl KubeSink {
             namespace: None,
             listed_foreign: Arc::new(Mutex::new(HashMap::new())),
             fence: Fence::always(),
+            explain: Explain::default(),
         }
+    }
+
+    /// Emits Events through `events` ([`crate::events`]).
+    #[must_use]
+    pub fn with_events(mut self, events: Events) -> Self {
+        self.explain.events = events;
+        self
     }
 
     /// Writes only while the election behind `fence` says this replica
@@ -207,14 +226,17 @@ impl KubeSink {
         token: FenceToken,
         key: &ServiceKey,
         plan: ObjectPlan<'_>,
-    ) -> Result<()> {
+    ) -> Result<Option<String>> {
+        // The uid of the last object applied: shard 0 comes last, and its uid
+        // is the one Events about the service point at.
+        let mut uid = None;
         for ((ns, name), owner) in &plan.left_alone {
             tracing::info!(service = %key, object = %format!("{ns}/{name}"), %owner, "not ours: not deleted");
         }
         for op in plan.ops {
             match op {
                 ObjectOp::Unshard((ns, name)) => self.unshard(token, key, &ns, &name).await?,
-                ObjectOp::Apply(obj) => self.write_one(token, key, obj).await?,
+                ObjectOp::Apply(obj) => uid = self.write_one(token, key, obj).await?,
                 ObjectOp::Delete((ns, name), why) => {
                     let object = format!("{ns}/{name}");
                     match why {
@@ -230,7 +252,7 @@ impl KubeSink {
                 }
             }
         }
-        Ok(())
+        Ok(uid)
     }
 
     /// Applies one object (spec and status in one request).
@@ -239,7 +261,7 @@ impl KubeSink {
         token: FenceToken,
         key: &ServiceKey,
         obj: &DiscoveredService,
-    ) -> Result<()> {
+    ) -> Result<Option<String>> {
         let ns = obj.metadata.namespace.clone().unwrap_or_default();
         let name = obj.metadata.name.clone().unwrap_or_default();
         // Without force first: an apply over fields someone else set to other
@@ -291,7 +313,7 @@ impl KubeSink {
                 .await?
         };
         self.note_written(&ns, &name, &got);
-        Ok(())
+        Ok(got.metadata.uid)
     }
 
     /// Whose the object `ns/name` on the API server is. A LIST by name (the
@@ -481,6 +503,7 @@ impl Sink for KubeSink {
     async fn list_versions(&self) -> Result<Vec<(ServiceKey, Held)>> {
         let mut found = Found::default();
         let mut foreign = HashMap::new();
+        let mut conditions = HashMap::new();
         // Every DiscoveredService, not only labelled ones: a hand-made object
         // holding a name we need must be seen before the first write.
         for_each_in(
@@ -494,6 +517,7 @@ impl Sink for KubeSink {
                     Listed::Restart => {
                         found = Found::default();
                         foreign.clear();
+                        conditions.clear();
                         return;
                     }
                 };
@@ -512,6 +536,11 @@ impl Sink for KubeSink {
                             ds.spec.version.clear();
                         }
                         found.add(&ds);
+                        if shard_of(&ds).0 == 0
+                            && let Some(st) = ds.status.take()
+                        {
+                            conditions.insert(key_of(&ds), st.conditions);
+                        }
                     }
                     other => {
                         let ns = ds.metadata.namespace.clone().unwrap_or_default();
@@ -533,6 +562,7 @@ impl Sink for KubeSink {
             .listed_foreign
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = foreign;
+        self.explain.listed(conditions);
         Ok(found
             .versions()
             .map(|(key, (version, shards))| (key, Held { version, shards }))
@@ -541,16 +571,23 @@ impl Sink for KubeSink {
 
     async fn apply(&self, svc: Arc<ServiceNodes>, prior: Prior) -> Result<u32> {
         let token = self.fence.begin()?;
-        let objs = desired_objects_at(&svc, &self.naming, &Time(jiff::Timestamp::now()));
+        let previous = self.explain.previous(&svc.key);
+        let objs = desired_objects_at(&svc, &self.naming, &previous, &Time(jiff::Timestamp::now()));
         let plan = object_ops(&svc.key, &self.naming, &objs, prior, self)?;
-        self.execute(token, &svc.key, plan).await?;
+        let uid = self.execute(token, &svc.key, plan).await?;
+        if let Some(first) = objs.first() {
+            self.explain
+                .written(&svc.key, first, &previous, uid, prior.repair);
+        }
         Ok(u32::try_from(objs.len()).unwrap_or(u32::MAX))
     }
 
     async fn delete(&self, key: ServiceKey, prior: Prior) -> Result<()> {
         let token = self.fence.begin()?;
         let plan = object_ops(&key, &self.naming, &[], prior, self)?;
-        self.execute(token, &key, plan).await
+        self.execute(token, &key, plan).await?;
+        self.explain.forget(&key);
+        Ok(())
     }
 
     fn drift(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftCheck {
@@ -558,6 +595,35 @@ impl Sink for KubeSink {
             Some(v) => v.check(key, desired),
             None => DriftCheck::Ok,
         }
+    }
+
+    fn failing(&self, key: &ServiceKey, desired: Option<&ServiceNodes>, error: &Error) {
+        let (reason, note) = match error {
+            Error::NameTaken { object, owner } => (
+                "NameTaken",
+                format!(
+                    "{key}: the DiscoveredService {object} belongs to {owner}; left alone, this service is not published by instance {:?}",
+                    self.naming.instance
+                ),
+            ),
+            e => (
+                "WriteFailed",
+                format!(
+                    "{key}: writing its DiscoveredService failed ({}): {e}; retried with backoff",
+                    e.metric_label()
+                ),
+            ),
+        };
+        let owner_uid = desired.and_then(|d| d.owner_uid.clone());
+        self.explain.events.emit(
+            crate::events::service_target(key, owner_uid, &self.naming),
+            crate::events::Report {
+                warning: true,
+                reason,
+                action: "Write",
+                note,
+            },
+        );
     }
 }
 
@@ -828,7 +894,8 @@ mod tests {
             let st = o.status.as_ref().expect("status written with the spec");
             let nodes: usize = o.spec.ports.values().map(Vec::len).sum();
             assert_eq!(st.node_count, i64::try_from(nodes).unwrap());
-            assert_eq!(st.conditions[0].type_, "Synced");
+            assert_eq!(st.conditions[0].type_, "Ready");
+            assert_eq!(st.conditions[0].status, "True");
         }
         // One request per object (spec + status), shard 0 last.
         let w = dsvc_writes(&client).await;

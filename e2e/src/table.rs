@@ -31,8 +31,42 @@ pub fn age(ts: &str) -> String {
     }
 }
 
+/// Splits a JSONPath at the dots outside brackets (a filter such as
+/// `[?(@.type=="Ready")]` holds dots of its own).
+fn segments(p: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, c) in p.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            '.' if depth == 0 => {
+                out.push(&p[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&p[start..]);
+    out.into_iter().filter(|s| !s.is_empty()).collect()
+}
+
+/// A filter `?(@.field=="value")` (or `'value'`): `(field, value)`.
+fn filter(idx: &str) -> Option<(&str, &str)> {
+    let inner = idx.strip_prefix("?(")?.strip_suffix(')')?;
+    let (field, value) = inner.split_once("==")?;
+    let field = field.trim().strip_prefix("@.")?;
+    let value = value.trim();
+    let value = value
+        .strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .or_else(|| value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))?;
+    Some((field, value))
+}
+
 /// Evaluate a simple JSONPath (`.spec.x`, `.status.conditions[0].type`,
-/// `.items[*].name`, `{.spec.x}`) against an object.
+/// `.items[*].name`, `{.spec.x}`, `.status.conditions[?(@.type=="Ready")].status`)
+/// against an object.
 pub fn json_path<'a>(obj: &'a Value, path: &str) -> Vec<&'a Value> {
     let p = path
         .trim()
@@ -41,9 +75,9 @@ pub fn json_path<'a>(obj: &'a Value, path: &str) -> Vec<&'a Value> {
         .trim();
     let p = p.strip_prefix('$').unwrap_or(p);
     let mut cur: Vec<&Value> = vec![obj];
-    for raw in p.split('.').filter(|s| !s.is_empty()) {
+    for raw in segments(p) {
         let (field, idx) = match raw.split_once('[') {
-            Some((f, rest)) => (f, Some(rest.trim_end_matches(']'))),
+            Some((f, rest)) => (f, Some(rest.strip_suffix(']').unwrap_or(rest))),
             None => (raw, None),
         };
         let mut next = Vec::new();
@@ -59,6 +93,14 @@ pub fn json_path<'a>(obj: &'a Value, path: &str) -> Vec<&'a Value> {
                 Some("*") => {
                     if let Some(a) = v.as_array() {
                         next.extend(a.iter());
+                    }
+                }
+                Some(f) if f.starts_with('?') => {
+                    if let (Some(a), Some((key, want))) = (v.as_array(), filter(f)) {
+                        next.extend(
+                            a.iter()
+                                .filter(|x| x.get(key).and_then(Value::as_str) == Some(want)),
+                        );
                     }
                 }
                 Some(i) => {
@@ -336,5 +378,17 @@ mod tests {
             vec![&json!("x"), &json!("y")]
         );
         assert!(json_path(&o, ".spec.missing").is_empty());
+        // Filters, as kubectl and the API server's printer columns have them.
+        let c = json!({"status": {"conditions": [
+            {"type": "Degraded", "status": "False"}, {"type": "Ready", "status": "True"}]}});
+        assert_eq!(
+            json_path(&c, r#".status.conditions[?(@.type=="Ready")].status"#),
+            vec![&json!("True")]
+        );
+        assert_eq!(
+            json_path(&c, ".status.conditions[?(@.type=='Degraded')].status"),
+            vec![&json!("False")]
+        );
+        assert!(json_path(&c, r#".status.conditions[?(@.type=="Gone")].status"#).is_empty());
     }
 }

@@ -32,11 +32,15 @@
 //!
 //! A DiscoveredService is controller output end to end, like an
 //! EndpointSlice: nobody else writes it, and its status (node count, port
-//! keys, a `Synced` condition) is derived entirely from its own spec. So the
+//! keys, the `Ready` and `Degraded` conditions of [`crate::conditions`]) is
+//! derived from what the controller writes into the spec. So the
 //! CRD has NO status subresource ([`definition`] removes the one kube's derive
 //! adds): `status` is a plain field, written in the SAME server-side apply as
 //! the spec ([`desired_objects_at`]), one API request per object instead of
-//! two. The printer columns still read `.status.ports` and `.status.nodeCount`.
+//! two. The printer columns still read `.status.ports`, `.status.nodeCount`
+//! and the `Ready` condition. (Without the subresource every apply that
+//! changes anything bumps `metadata.generation`; hence no
+//! `observedGeneration`, see [`crate::conditions`].)
 //!
 //! # Naming
 //!
@@ -141,6 +145,7 @@ pub const MANAGED_BY_SELECTOR: &str = "app.kubernetes.io/managed-by=kube-discove
     status = "DiscoveredServiceStatus",
     derive = "PartialEq",
     doc = "Nodes of one Kubernetes Service, discovered from its Endpoints or EndpointSlices by kube-discovery (APISIX-compatible node shape).",
+    printcolumn = r#"{"name":"Ready","type":"string","description":"Whether every port has a node (condition Ready)","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Ports","type":"string","description":"Port keys","jsonPath":".status.ports"}"#,
     printcolumn = r#"{"name":"Nodes","type":"integer","description":"Number of nodes over all ports","jsonPath":".status.nodeCount"}"#,
     printcolumn = r#"{"name":"Source","type":"string","description":"Endpoints or EndpointSlice","jsonPath":".spec.source"}"#,
@@ -193,7 +198,9 @@ pub struct DiscoveredServiceStatus {
     /// When the controller last wrote this object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,
-    /// Standard Kubernetes conditions.
+    /// Standard Kubernetes conditions: `Ready` (every port has a node) and
+    /// `Degraded` (source data was skipped); see `kube_discovery_core::conditions`.
+    /// `observedGeneration` is not set: spec and status are written together.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -680,6 +687,7 @@ pub fn desired_objects_with_limit(
             ports: PortMap::new(),
             owner_uid: svc.owner_uid.clone(),
             version: svc.version.clone(),
+            skipped: Vec::new(),
         },
         naming,
     );
@@ -703,54 +711,49 @@ pub fn desired_objects_with_limit(
 
 /// The objects the controller WRITES for `svc` at `now`: [`desired_objects`],
 /// each with its own [`object_status`] (one server-side apply per object
-/// carries both; the CRD has no status subresource). `now` comes from the
-/// caller, so this stays free of clocks.
+/// carries both; the CRD has no status subresource). `previous` are the
+/// conditions the service's object held before (empty when unknown): they
+/// keep each unchanged condition's `lastTransitionTime`
+/// ([`crate::conditions`]). `now` comes from the caller, so this stays free
+/// of clocks.
 pub fn desired_objects_at(
     svc: &ServiceNodes,
     naming: &ObjectNaming,
+    previous: &[Condition],
     now: &Time,
 ) -> Vec<DiscoveredService> {
+    let conditions = crate::conditions::conditions(svc, previous, now);
     desired_objects(svc, naming)
         .into_iter()
         .map(|mut obj| {
-            obj.status = Some(object_status(&obj, now.clone()));
+            obj.status = Some(object_status(&obj, conditions.clone(), now.clone()));
             obj
         })
         .collect()
 }
 
 /// The status of one written object (`obj` from [`desired_objects`]): node
-/// count and port keys of THAT object (a shard counts its own nodes),
-/// `Synced=True` at `now`.
-pub fn object_status(obj: &DiscoveredService, now: Time) -> DiscoveredServiceStatus {
+/// count and port keys of THAT object (a shard counts its own nodes), the
+/// service's `conditions` ([`crate::conditions::conditions`]: the same on
+/// every shard, they describe the whole service) and `lastSyncTime`: `now`,
+/// the time of this write. `lastSyncTime` moves on every write (a write
+/// only happens when the content changed, on a drift repair, or to stamp an
+/// object written by an older version), the conditions' times only on a
+/// transition.
+pub fn object_status(
+    obj: &DiscoveredService,
+    conditions: Vec<Condition>,
+    now: Time,
+) -> DiscoveredServiceStatus {
     let nodes: usize = obj.spec.ports.values().map(Vec::len).sum();
     let node_count = i64::try_from(nodes).unwrap_or(i64::MAX);
-    let message = match &obj.spec.shard {
-        Some(s) => format!(
-            "{node_count} node(s) from {} (shard {} of {})",
-            obj.spec.source,
-            s.index + 1,
-            s.count
-        ),
-        None => format!("{node_count} node(s) from {}", obj.spec.source),
-    };
     DiscoveredServiceStatus {
         node_count,
         ports: obj.spec.ports.keys().cloned().collect::<Vec<_>>().join(","),
-        last_sync_time: Some(now.clone()),
-        conditions: vec![Condition {
-            type_: CONDITION_SYNCED.to_string(),
-            status: "True".to_string(),
-            reason: "Discovered".to_string(),
-            message,
-            last_transition_time: now,
-            observed_generation: None,
-        }],
+        last_sync_time: Some(now),
+        conditions,
     }
 }
-
-/// Condition type set by [`object_status`].
-pub const CONDITION_SYNCED: &str = "Synced";
 
 /// The service an existing object describes (from its spec), e.g. to rebuild
 /// the "what the API server holds" cache after a restart.
@@ -1042,6 +1045,7 @@ mod tests {
         assert_eq!(
             cols,
             vec![
+                ("Ready", r#".status.conditions[?(@.type=="Ready")].status"#),
                 ("Ports", ".status.ports"),
                 ("Nodes", ".status.nodeCount"),
                 ("Source", ".spec.source"),
@@ -1179,7 +1183,7 @@ mod tests {
             .insert("admin".into(), vec![Node::new("10.5.10.111", 9000, 1)]);
         let s = ServiceNodes::new(s.key.clone(), s.source, s.ports.clone(), None);
         let now = Time(jiff::Timestamp::UNIX_EPOCH);
-        let written = desired_objects_at(&s, &ObjectNaming::source(), &now);
+        let written = desired_objects_at(&s, &ObjectNaming::source(), &[], &now);
         let plain = desired_objects(&s, &ObjectNaming::source());
         assert_eq!(written.len(), 1);
         assert!(plain[0].status.is_none());
@@ -1190,14 +1194,20 @@ mod tests {
         assert_eq!(st.node_count, 3);
         assert_eq!(st.ports, "admin,port");
         assert_eq!(st.last_sync_time, Some(now.clone()));
-        assert_eq!(st.conditions.len(), 1);
+        assert_eq!(st.conditions, crate::conditions::conditions(&s, &[], &now));
         let c = &st.conditions[0];
         assert_eq!(
             (c.type_.as_str(), c.status.as_str(), c.reason.as_str()),
-            (CONDITION_SYNCED, "True", "Discovered")
+            ("Ready", "True", crate::conditions::ALL_PORTS_HAVE_NODES)
         );
-        assert_eq!(c.message, "3 node(s) from Endpoints");
+        assert_eq!(c.message, "3 node(s) on port(s) admin, port");
         assert_eq!(c.last_transition_time, now);
+        // A later write keeps the transition time of an unchanged condition.
+        let later = Time(jiff::Timestamp::from_second(60).unwrap());
+        let again = desired_objects_at(&s, &ObjectNaming::source(), &st.conditions, &later);
+        let st2 = again[0].status.as_ref().unwrap();
+        assert_eq!(st2.last_sync_time, Some(later));
+        assert_eq!(st2.conditions[0].last_transition_time, now);
         // It serializes as a top-level `status` next to `spec` (one apply body).
         let json = serde_json::to_value(&written[0]).unwrap();
         assert_eq!(json["status"]["nodeCount"], 3);
@@ -1294,22 +1304,19 @@ mod tests {
             assert_eq!(key_of(o), s.key);
         }
         assert_eq!(merged(&objs), s.ports);
-        // Per-object status counts that object's nodes, and says which shard.
+        // Per-object status counts that object's nodes; the conditions are
+        // the whole service's, the same on every shard.
         let now = Time(jiff::Timestamp::UNIX_EPOCH);
-        let written = desired_objects_at(&s, &ObjectNaming::source(), &now);
+        let written = desired_objects_at(&s, &ObjectNaming::source(), &[], &now);
         assert_eq!(written.len(), count);
         let mut total = 0;
         for (w, o) in written.iter().zip(&objs) {
             let st = w.status.as_ref().unwrap();
             let nodes: usize = o.spec.ports.values().map(Vec::len).sum();
             assert_eq!(st.node_count, i64::try_from(nodes).unwrap());
-            let (index, _) = shard_of(o);
-            assert!(
-                st.conditions[0]
-                    .message
-                    .ends_with(&format!("(shard {} of {count})", index + 1)),
-                "{}",
-                st.conditions[0].message
+            assert_eq!(
+                st.conditions[0].message,
+                "60000 node(s) on port(s) grpc, http, metrics"
             );
             assert_eq!(w.spec, o.spec);
             total += st.node_count;

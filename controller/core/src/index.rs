@@ -334,6 +334,7 @@ impl Index {
         #[cfg(test)]
         self.note(|w| w.converted += 1);
         let conv = from_endpoints(ep, &self.opts);
+        let skipped = conv.warnings.clone();
         self.set_warnings(object, conv.warnings, &conv.skipped);
         let obj_owner = owner_service_uid(&ep.metadata);
         owners.insert(
@@ -346,12 +347,10 @@ impl Index {
         let owner = self.owner(&key, obj_owner);
         Some((
             key.clone(),
-            Some(ServiceNodes::new(
-                key,
-                SourceKind::Endpoints,
-                conv.ports,
-                owner,
-            )),
+            Some(
+                ServiceNodes::new(key, SourceKind::Endpoints, conv.ports, owner)
+                    .with_skipped(skipped),
+            ),
         ))
     }
 
@@ -573,7 +572,8 @@ impl Index {
         let conv = merge_slices(slices.iter().map(|s| &s.contribution), &self.opts);
         let obj_owner = slices.iter().find_map(|s| s.owner_uid.clone());
         let owner = self.owner(key, obj_owner);
-        let nodes = ServiceNodes::new(key.clone(), SourceKind::EndpointSlice, conv.ports, owner);
+        let nodes = ServiceNodes::new(key.clone(), SourceKind::EndpointSlice, conv.ports, owner)
+            .with_skipped(conv.warnings.clone());
         self.set_warnings(
             format!("EndpointSlices of {}/{}", key.namespace, key.name),
             conv.warnings,

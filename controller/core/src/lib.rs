@@ -7,6 +7,7 @@
 //!  filter.rs   namespace_selector / label_selector, compiled and matchable
 //!  convert/    Endpoints | EndpointSlices ──▶ PortMap (+ warnings)
 //!  index.rs    apply/delete/reset events ──▶ changed ServiceKeys, desired ServiceNodes
+//!  conditions.rs ServiceNodes (+ skipped data, previous conditions) ──▶ Ready, Degraded
 //!  crd.rs      ServiceNodes ──▶ DiscoveredService (name, labels, ownerReference); crd_yaml()
 //!  model.rs    ServiceKey, Node, PortMap, parse_service_name, content_version
 //!  render.rs   objects (JSON values) + config ──▶ DiscoveredServices
@@ -20,6 +21,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backoff;
+pub mod conditions;
 pub mod config;
 pub mod convert;
 pub mod crd;

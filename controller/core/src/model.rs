@@ -637,8 +637,16 @@ pub struct ServiceNodes {
     /// UID of the source Service, when known (from ownerReferences).
     pub owner_uid: Option<String>,
     /// [`object_version`] of `source` + `ports` + `owner_uid` (equals
-    /// [`content_version`] when the owner is unknown).
+    /// [`content_version`] when the owner is unknown), mixed with `skipped`
+    /// when there is any ([`ServiceNodes::with_skipped`]).
     pub version: String,
+    /// What the conversion skipped of this service's source objects (one
+    /// warning per skipped item, naming the object and the field; see
+    /// `convert`). It feeds the written object's `Degraded` condition
+    /// (`crd::conditions`), so it is part of `version`: a service whose
+    /// nodes stay the same but whose skipped data changes is written again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
 impl ServiceNodes {
@@ -656,7 +664,27 @@ impl ServiceNodes {
             ports,
             owner_uid,
             version,
+            skipped: Vec::new(),
         }
+    }
+
+    /// The same service with the conversion warnings `skipped` (see the
+    /// field). With none, the version stays [`object_version`], so services
+    /// without skipped data keep the versions they always had; with some, the
+    /// version is the hash of that version and the warnings.
+    #[must_use]
+    pub fn with_skipped(mut self, skipped: Vec<String>) -> Self {
+        if !skipped.is_empty() {
+            let mut h = Sha256::new();
+            h.update(self.version.as_bytes());
+            for w in &skipped {
+                h.update(b"\0");
+                h.update(w.as_bytes());
+            }
+            self.version = hex::encode(&h.finalize()[..8]);
+        }
+        self.skipped = skipped;
+        self
     }
 
     /// Total number of nodes over all port keys.

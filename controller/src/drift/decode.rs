@@ -13,13 +13,13 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    ManagedFieldsEntry, ObjectMeta, OwnerReference,
+    Condition, ManagedFieldsEntry, ObjectMeta, OwnerReference, Time,
 };
 use kube::Resource;
 use kube_discovery_core::ServiceKey;
 use kube_discovery_core::crd::{
-    DiscoveredService, DiscoveredServiceSpec, LABEL_INSTANCE, LABEL_MANAGED_BY,
-    LEGACY_FIELD_MANAGER, MANAGED_BY, Owner, apply_managers, owner_from,
+    DiscoveredService, DiscoveredServiceSpec, DiscoveredServiceStatus, LABEL_INSTANCE,
+    LABEL_MANAGED_BY, LEGACY_FIELD_MANAGER, MANAGED_BY, Owner, apply_managers, owner_from,
 };
 
 use super::facts::Facts;
@@ -197,18 +197,78 @@ discovered_service_resource!(Watched, meta);
 
 /// A DiscoveredService decoded lean for the sink's start-up list
 /// (`Sink::list_versions`, page by page): name, namespace, labels, owner
-/// references, uid, resourceVersion and the spec WITHOUT nodes;
-/// `managedFields`, annotations and status are skipped while parsing.
+/// references, uid, resourceVersion, the spec WITHOUT nodes and the status
+/// conditions; `managedFields`, annotations and the rest of the status are
+/// skipped while parsing.
 #[derive(Debug, Clone)]
 pub(crate) struct Lean(DiscoveredService);
 
+/// [`LeanObject`] and the status conditions (the sink keeps their
+/// `lastTransitionTime` across restarts, `kube_discovery_core::conditions`).
+#[derive(serde::Deserialize)]
+struct LeanListed {
+    metadata: LeanMeta,
+    spec: DiscoveredServiceSpec,
+    #[serde(default)]
+    status: Option<LeanStatus>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct LeanStatus {
+    #[serde(default)]
+    conditions: Option<Vec<LeanCondition>>,
+}
+
+/// A condition as listed, every field optional and the time parsed
+/// leniently: an odd condition (edited by hand) is dropped, never a failed
+/// start-up list.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeanCondition {
+    #[serde(default, rename = "type")]
+    type_: Option<String>,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    last_transition_time: Option<String>,
+}
+
+impl LeanCondition {
+    fn into_condition(self) -> Option<Condition> {
+        let time = self.last_transition_time?.parse::<jiff::Timestamp>().ok()?;
+        Some(Condition {
+            type_: self.type_?,
+            status: self.status?,
+            reason: self.reason.unwrap_or_default(),
+            message: self.message.unwrap_or_default(),
+            last_transition_time: Time(time),
+            observed_generation: None,
+        })
+    }
+}
+
 impl<'de> serde::Deserialize<'de> for Lean {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let LeanObject {
+        let LeanListed {
             metadata: m,
             mut spec,
-        } = LeanObject::deserialize(d)?;
+            status,
+        } = LeanListed::deserialize(d)?;
         spec.ports = Default::default();
+        let conditions: Vec<Condition> = status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(LeanCondition::into_condition)
+            .collect();
+        let status = (!conditions.is_empty()).then(|| DiscoveredServiceStatus {
+            conditions,
+            ..DiscoveredServiceStatus::default()
+        });
         Ok(Lean(DiscoveredService {
             metadata: ObjectMeta {
                 name: m.name,
@@ -221,7 +281,7 @@ impl<'de> serde::Deserialize<'de> for Lean {
                 ..ObjectMeta::default()
             },
             spec,
-            status: None,
+            status,
         }))
     }
 }

@@ -344,6 +344,7 @@ mod tests {
         let mut written = want.clone();
         written.status = Some(kube_discovery_core::crd::object_status(
             &want,
+            Vec::new(),
             k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
         ));
         w.apply(&Event::Init);

@@ -319,6 +319,15 @@ impl<S: Sink> Writer<S> {
                                 _ => None,
                             })
                             .unwrap_or_default();
+                        // An Event only when the key starts failing or fails
+                        // for another reason (not on every retry).
+                        if actions
+                            .iter()
+                            .any(|a| matches!(a, Action::Failing { to: Some(_), .. }))
+                        {
+                            let desired = self.shared.desired(&key);
+                            self.sink.failing(&key, desired.as_deref(), &e);
+                        }
                         match &e {
                             Error::NameTaken { object, owner } => {
                                 tracing::warn!(service = %key, object = %object, owner = %owner, attempt, retry_in = ?retry_in, "name taken: the object of this service belongs to someone else; not written");

@@ -37,6 +37,8 @@ struct FakeSink {
     priors: Arc<Mutex<Vec<Prior>>>,
     /// The shard count an apply reports (default 1).
     apply_shards: Arc<Mutex<Option<u32>>>,
+    /// `key reason` of every `Sink::failing` report (an Event in `KubeSink`).
+    failing: Arc<Mutex<Vec<String>>>,
 }
 
 impl FakeSink {
@@ -116,6 +118,12 @@ impl Sink for FakeSink {
             .unwrap()
             .push(Call::Delete(key.to_string()));
         Ok(())
+    }
+    fn failing(&self, key: &ServiceKey, _desired: Option<&ServiceNodes>, error: &Error) {
+        self.failing
+            .lock()
+            .unwrap()
+            .push(format!("{key} {}", error.metric_label()));
     }
     fn drift(&self, key: &ServiceKey, _desired: Option<&ServiceNodes>) -> DriftCheck {
         *self.drift_asked.lock().unwrap() += 1;
@@ -304,6 +312,8 @@ async fn failed_writes_are_retried_reported_and_never_lose_the_latest_state() {
         text.contains(r#"kube_discovery_objects_failing{cluster="",reason="input"} 0"#),
         "written: no longer failing\n{text}"
     );
+    // Three failures, one report (one Event): when it started failing.
+    assert_eq!(*sink.failing.lock().unwrap(), vec!["ns/web input"]);
 }
 
 #[tokio::test(start_paused = true)]

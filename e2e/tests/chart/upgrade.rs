@@ -184,15 +184,15 @@ endpoints:
             .then_some(())
     })
     .await;
-    // The columns of `kubectl get dsvc` are filled again.
+    // The columns of `kubectl get dsvc` are filled again (READY too).
     let table = env.kubectl_ok(&["get", "dsvc", "-n", "shop"]);
     let web = table
         .lines()
         .find(|l| l.starts_with("web "))
         .unwrap_or_else(|| panic!("{table}"));
     assert_eq!(
-        web.split_whitespace().take(3).collect::<Vec<_>>(),
-        ["web", "http", "3"],
+        web.split_whitespace().take(4).collect::<Vec<_>>(),
+        ["web", "True", "http", "3"],
         "{table}"
     );
     pod.assert_no_forbidden();

@@ -6,7 +6,8 @@
 //!   error output, from `/metrics`, `/readyz` and the dump API.
 //! * `least_privilege_*`: the controller (leader election on) runs as the
 //!   ServiceAccount `kube-discovery/kube-discovery` bound ONLY to the shipped
-//!   `rbac/` roles, in EndpointSlice and in Endpoints mode; the requests the
+//!   `rbac/` roles, in EndpointSlice and in Endpoints mode (with a hand edit
+//!   repaired twice: an Event created, then patched); the requests the
 //!   server saw from that ServiceAccount are compared with the rules, both
 //!   ways.
 //!
@@ -443,6 +444,32 @@ async fn exercise(env: &Env, token: &str, kind: Kind, net: u8) -> BTreeSet<(Stri
         },
     )
     .await;
+    // A hand edit of `web`'s object, repaired twice: a DriftRepaired Event
+    // is created, then patched (the Recorder's series), as the ServiceAccount.
+    if kind == Kind::Slices {
+        let dsvc: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(env.admin.clone(), &ns, &controller_support::dsvc_resource());
+        for round in 1..=2 {
+            dsvc.patch(
+                "web",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"spec": {"ports": {"http": [
+                    {"host": "6.6.6.6", "port": 1, "weight": 1}]}}})),
+            )
+            .await
+            .expect("hand edit");
+            eventually(&format!("repair {round} published"), LIMIT, || async {
+                let evs = env
+                    .events(&ns, "DriftRepaired", "DiscoveredService", "web")
+                    .await;
+                let count = evs
+                    .first()
+                    .map(|e| e.series.as_ref().map_or(1, |s| s.count));
+                (count == Some(round)).then_some(())
+            })
+            .await;
+        }
+    }
     // Let late writes settle and the leader renew its lease (every 1 s with a
     // 3 s lease) before the snapshot.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -514,6 +541,9 @@ async fn least_privilege_shipped_roles_suffice(backend: Backend) {
         ("watch", "services"),
         ("patch", "discoveredservices"),
         ("delete", "discoveredservices"),
+        // Events: created, then patched as a series.
+        ("create", "events"),
+        ("patch", "events"),
     ] {
         assert!(
             used.contains(&(must.0.to_string(), must.1.to_string())),

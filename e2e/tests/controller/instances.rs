@@ -11,7 +11,8 @@
 //!   holds are reported taken by the second;
 //! * a hand-made DiscoveredService holding the name a service needs: left
 //!   alone (not one write to it), reported (metric, a log line naming the
-//!   service, the object and its owner), the controller still ready; once its
+//!   service, the object and its owner, one `NameTaken` Event on the
+//!   Service), the controller still ready; once its
 //!   owner deletes it, the controller's object takes its place.
 
 use crate::controller_support;
@@ -279,6 +280,17 @@ async fn a_name_held_by_a_hand_made_object_is_left_alone_and_reported(backend: B
     for part in ["taken/web", "not kube-discovery"] {
         assert!(line.contains(part), "{part:?} not in {line}");
     }
+    // ... an Event on the Service, once (not one per retry) ...
+    let name_taken = || env.events(NS, "NameTaken", "Service", "web");
+    let evs = eventually("a NameTaken Event", LIMIT, || async {
+        let evs = name_taken().await;
+        (!evs.is_empty()).then_some(evs)
+    })
+    .await;
+    let note = evs[0].note.clone().unwrap_or_default();
+    for part in ["taken/web", "not kube-discovery", "\"edge\""] {
+        assert!(note.contains(part), "{part:?} not in {note}");
+    }
     // ... and no reason to be unready: everything else is written.
     ctl.wait_ready().await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -291,6 +303,10 @@ async fn a_name_held_by_a_hand_made_object_is_left_alone_and_reported(backend: B
     let now = env.dsvc(NS, "web").await.expect("theirs");
     assert_eq!(now["spec"], before["spec"]);
     assert_eq!(now["metadata"]["labels"], before["metadata"]["labels"]);
+
+    let evs = name_taken().await;
+    assert_eq!(evs.len(), 1, "retries emit no new Event: {evs:?}");
+    assert!(evs[0].series.is_none(), "{evs:?}");
 
     // Its owner deletes it: ours takes its place, and nothing fails any more.
     api.delete("web", &DeleteParams::default())

@@ -1,6 +1,7 @@
 //! What a user sees with kubectl, on both API servers and with both kubectl
 //! versions this project supports (v1.32, the machine's, and v1.34):
-//! `kubectl get dsvc -A` prints the CRD's printer columns for an object the
+//! `kubectl get dsvc -A` prints the CRD's printer columns (READY from the
+//! `Ready` condition) for an object the
 //! controller wrote, and `kubectl explain dsvc.spec` describes the schema.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -87,7 +88,15 @@ async fn kubectl_get_and_explain_discoveredservices(backend: Backend) {
             .collect();
         assert_eq!(
             header,
-            ["NAMESPACE", "NAME", "PORTS", "NODES", "SOURCE", "AGE"],
+            [
+                "NAMESPACE",
+                "NAME",
+                "READY",
+                "PORTS",
+                "NODES",
+                "SOURCE",
+                "AGE"
+            ],
             "{bin}: {table}"
         );
         let row: Vec<&str> = lines
@@ -96,8 +105,8 @@ async fn kubectl_get_and_explain_discoveredservices(backend: Backend) {
             .split_whitespace()
             .collect();
         assert_eq!(
-            &row[..5],
-            ["shop", "web", "http,metrics", "4", "EndpointSlice"],
+            &row[..6],
+            ["shop", "web", "True", "http,metrics", "4", "EndpointSlice"],
             "{bin}: {table}"
         );
 

@@ -15,6 +15,7 @@ mod gateway_support;
 
 mod api;
 mod cli;
+mod conditions;
 mod drift;
 mod endpointslice_controller;
 mod fault_bad_config;

@@ -3,15 +3,19 @@
 //! proxy, always serves TLS and authorizes with RBAC): the controller runs as
 //! the ServiceAccount `kube-discovery/kube-discovery`, bound ONLY to the
 //! ClusterRole in `rbac/clusterrole.yaml`, reads its token from a file and
-//! verifies the API server certificate with `ca_file`.
+//! verifies the API server certificate with `ca_file`. Its Events (a drift
+//! repair, twice: created, then patched as a series) need no more than the
+//! role's `create` and `patch` on `events.k8s.io` events.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::controller_support;
 
-use controller_support::{Backend, Controller, Env, LIMIT, Options, eventually, repo_root};
+use controller_support::{
+    Backend, Controller, Env, LIMIT, Options, dsvc_resource, eventually, repo_root,
+};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use testenv::both_backends;
 
@@ -111,6 +115,32 @@ async fn runs_as_least_privilege_service_account_over_verified_tls(backend: Back
     let ds = env.dsvc("shop", "web").await.expect("shop/web");
     assert_eq!(ds["status"]["nodeCount"], json!(2), "{ds}");
     assert_eq!(ds["status"]["ports"], json!("http"), "{ds}");
+    // Events need exactly `create` and `patch`: a hand edit repaired twice
+    // gives one DriftRepaired Event (create), then the Recorder's repeat of
+    // it (a `series` patch), both as the ServiceAccount.
+    let dsvc: Api<DynamicObject> =
+        Api::namespaced_with(env.admin.clone(), "shop", &dsvc_resource());
+    for round in 1..=2 {
+        dsvc.patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"ports": {"http": [{"host": "6.6.6.6", "port": 1, "weight": 1}]}}}),
+            ),
+        )
+        .await
+        .expect("hand edit");
+        eventually(&format!("repair {round} published"), LIMIT, || async {
+            let evs = env
+                .events("shop", "DriftRepaired", "DiscoveredService", "web")
+                .await;
+            let count = evs
+                .first()
+                .map(|e| e.series.as_ref().map_or(1, |s| s.count));
+            (count == Some(round)).then_some(())
+        })
+        .await;
+    }
     // Follows changes and deletes, still as the ServiceAccount.
     env.slice(
         "shop",

@@ -98,6 +98,19 @@ impl Env {
         Self::start_with(backend, Options::default()).await
     }
 
+    /// An API server serving HTTPS (kubectl 1.32 sends no bearer token over
+    /// plain HTTP).
+    pub async fn start_tls(backend: Backend) -> Env {
+        Env::start_with(
+            backend,
+            Options {
+                tls: true,
+                ..Options::default()
+            },
+        )
+        .await
+    }
+
     /// Starts `backend` with `opts` plus the DiscoveredService CRD of `crds/`.
     pub async fn start_with(backend: Backend, mut opts: Options) -> Env {
         let crd = std::fs::read_to_string(repo_root().join("crds/discoveredservices.yaml"))
@@ -253,6 +266,30 @@ impl Env {
         api.delete(slice, &DeleteParams::default())
             .await
             .expect("delete EndpointSlice");
+    }
+
+    /// Events (events.k8s.io/v1) in `ns` with `reason` regarding the object
+    /// of `kind` named `name`.
+    pub async fn events(
+        &self,
+        ns: &str,
+        reason: &str,
+        kind: &str,
+        name: &str,
+    ) -> Vec<k8s_openapi::api::events::v1::Event> {
+        let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(self.admin.clone(), ns);
+        api.list(&ListParams::default())
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().is_some_and(|r| {
+                        r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)
+                    })
+            })
+            .collect()
     }
 
     /// The DiscoveredService `ns/name` as JSON, if it exists.

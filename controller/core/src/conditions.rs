@@ -1,0 +1,409 @@
+//! The status conditions of a DiscoveredService: why a service has the
+//! nodes it has, for `kubectl describe dsvc` and `kubectl get dsvc` (the
+//! `Ready` column), following the `metav1.Condition` conventions.
+//!
+//! [`conditions`] is pure: the desired [`ServiceNodes`] (with what the
+//! conversion skipped), the conditions the object had before, and `now` in;
+//! the conditions to write out.
+//!
+//! * `Ready`: `True` when every port key has at least one node. `False`
+//!   with reason [`NO_ENDPOINTS`] (no port, or no node on any port: nothing
+//!   ready, or the Service selects no pod), [`ALL_TERMINATING`] (every node
+//!   is a serving-but-terminating fallback, `draining: true`; only with
+//!   `drain_terminating`), or [`PORT_WITHOUT_NODES`] (naming the ports). A
+//!   deleted source deletes the object, so there is no `SourceDeleted`.
+//! * `Degraded`: `True` with reason [`SOURCE_DATA_SKIPPED`] when the
+//!   conversion skipped part of the source objects (a port out of range, an
+//!   invalid address, ...); the message names each object and field.
+//!   `False` ([`NOTHING_SKIPPED`]) otherwise.
+//!
+//! `lastTransitionTime` moves only when a condition's `status` changes: the
+//! time of the previous condition of the same type is kept otherwise (the
+//! writer passes what the object held: see `controller/src/sink.rs`).
+//!
+//! `observedGeneration` is left unset, on purpose. The CRD has no status
+//! subresource (see [`crate::crd`]): spec and status are ONE server-side
+//! apply, so the conditions always describe the spec of the same object
+//! version, and every apply that changes anything (also only the status,
+//! e.g. `lastSyncTime`) bumps `metadata.generation` (an e2e test checks this
+//! on the real API server). The generation an apply will produce is not
+//! known before it is sent; a guess (`generation + 1`) is wrong whenever
+//! someone else wrote in between, and writing the true value needs a second
+//! write per change. An absent `observedGeneration` says "no claim" instead
+//! of a number that may lie.
+//!
+//! The previous `Synced` condition (always `True` on every write) is gone:
+//! an object is only ever written when the write succeeds, so it said
+//! nothing. A failing write is reported by an Event and the metric
+//! `kube_discovery_objects_failing`.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::model::ServiceNodes;
+
+/// Condition type: every port has a node.
+pub const READY: &str = "Ready";
+/// Condition type: part of the source data was skipped.
+pub const DEGRADED: &str = "Degraded";
+
+/// `Ready=True`: every port key has at least one node.
+pub const ALL_PORTS_HAVE_NODES: &str = "AllPortsHaveNodes";
+/// `Ready=False`: no port, or no node on any port.
+pub const NO_ENDPOINTS: &str = "NoEndpoints";
+/// `Ready=False`: the only nodes are terminating ones (`draining: true`).
+pub const ALL_TERMINATING: &str = "AllTerminating";
+/// `Ready=False`: some port keys have no node.
+pub const PORT_WITHOUT_NODES: &str = "PortWithoutNodes";
+/// `Degraded=True`: the conversion skipped source data.
+pub const SOURCE_DATA_SKIPPED: &str = "SourceDataSkipped";
+/// `Degraded=False`.
+pub const NOTHING_SKIPPED: &str = "NothingSkipped";
+
+/// Upper bound on a condition message we write (the API allows 32768
+/// bytes; a handful of skipped items is what a reader can use).
+const MAX_MESSAGE: usize = 2048;
+
+/// The conditions of `svc`'s object at `now`, keeping the
+/// `lastTransitionTime` of each `previous` condition whose status did not
+/// change (see the module docs). Always `[Ready, Degraded]`, in this order.
+pub fn conditions(svc: &ServiceNodes, previous: &[Condition], now: &Time) -> Vec<Condition> {
+    let (ready, reason, message) = readiness(svc);
+    let (degraded, dreason, dmessage) = if svc.skipped.is_empty() {
+        (
+            false,
+            NOTHING_SKIPPED,
+            format!("all of the {} data was used", svc.source),
+        )
+    } else {
+        (
+            true,
+            SOURCE_DATA_SKIPPED,
+            format!(
+                "{} item(s) of the {} data skipped: {}",
+                svc.skipped.len(),
+                svc.source,
+                svc.skipped.join("; ")
+            ),
+        )
+    };
+    vec![
+        condition(READY, ready, reason, message, previous, now),
+        condition(DEGRADED, degraded, dreason, dmessage, previous, now),
+    ]
+}
+
+/// `Ready`'s status, reason and message for `svc`.
+fn readiness(svc: &ServiceNodes) -> (bool, &'static str, String) {
+    let total = svc.node_count();
+    if total == 0 {
+        let message = if svc.ports.is_empty() {
+            format!(
+                "the {} has no port with a ready endpoint (no pod selected or ready, or no ports)",
+                svc.source
+            )
+        } else {
+            format!(
+                "no ready endpoint on any port ({}): no pod selected or ready",
+                keys(svc.ports.keys())
+            )
+        };
+        return (false, NO_ENDPOINTS, message);
+    }
+    let draining = svc
+        .ports
+        .values()
+        .flatten()
+        .filter(|n| n.draining == Some(true))
+        .count();
+    if draining == total {
+        return (
+            false,
+            ALL_TERMINATING,
+            format!("all {total} node(s) are terminating endpoints still serving (draining)"),
+        );
+    }
+    let empty: Vec<&String> = svc
+        .ports
+        .iter()
+        .filter(|(_, nodes)| nodes.is_empty())
+        .map(|(k, _)| k)
+        .collect();
+    if !empty.is_empty() {
+        return (
+            false,
+            PORT_WITHOUT_NODES,
+            format!(
+                "port(s) {} have no ready endpoint; {total} node(s) on the other port(s)",
+                keys(empty)
+            ),
+        );
+    }
+    (
+        true,
+        ALL_PORTS_HAVE_NODES,
+        format!("{total} node(s) on port(s) {}", keys(svc.ports.keys())),
+    )
+}
+
+fn keys<'a>(keys: impl IntoIterator<Item = &'a String>) -> String {
+    keys.into_iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn condition(
+    type_: &str,
+    status: bool,
+    reason: &str,
+    mut message: String,
+    previous: &[Condition],
+    now: &Time,
+) -> Condition {
+    let status = if status { "True" } else { "False" };
+    if message.len() > MAX_MESSAGE {
+        let mut cut = MAX_MESSAGE - 3;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push_str("...");
+    }
+    let last_transition_time = previous
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+    Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message,
+        last_transition_time,
+        observed_generation: None,
+    }
+}
+
+/// The `type`/`status` of `conditions`' condition `type_`, if present.
+pub fn status_of<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// The `Degraded=True` condition of `new` when it is news against
+/// `previous` (the object's conditions before this write): it was not
+/// `True` before, or it names other skipped data now. This is when the
+/// controller emits a `SourceDataSkipped` Event, so an unchanged bad object
+/// (a relist, a rewrite, a restart: the previous conditions come from the
+/// object itself) emits nothing new.
+pub fn degraded_news<'a>(previous: &[Condition], new: &'a [Condition]) -> Option<&'a Condition> {
+    let now = status_of(new, DEGRADED).filter(|c| c.status == "True")?;
+    match status_of(previous, DEGRADED) {
+        Some(before) if before.status == "True" && before.message == now.message => None,
+        _ => Some(now),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Node, PortMap, ServiceKey, SourceKind};
+
+    fn at(secs: i64) -> Time {
+        Time(jiff::Timestamp::from_second(secs).unwrap())
+    }
+
+    fn svc(ports: &[(&str, &[&str])]) -> ServiceNodes {
+        let ports: PortMap = ports
+            .iter()
+            .map(|(k, hosts)| {
+                (
+                    (*k).to_string(),
+                    hosts.iter().map(|h| Node::new(*h, 80, 1)).collect(),
+                )
+            })
+            .collect();
+        ServiceNodes::new(
+            ServiceKey::new("", "shop", "web"),
+            SourceKind::EndpointSlice,
+            ports,
+            None,
+        )
+    }
+
+    /// `(port key, hosts)` of a test service.
+    type Ports<'a> = &'a [(&'a str, &'a [&'a str])];
+
+    fn summary(c: &[Condition]) -> Vec<(String, String, String)> {
+        c.iter()
+            .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
+            .collect()
+    }
+
+    fn ready(c: &[Condition]) -> &Condition {
+        status_of(c, READY).unwrap()
+    }
+
+    #[test]
+    fn ready_reasons_follow_the_nodes() {
+        let cases: [(Ports, &str, &str); 5] = [
+            (&[], "False", NO_ENDPOINTS),
+            (&[("http", &[]), ("grpc", &[])], "False", NO_ENDPOINTS),
+            (
+                &[("http", &["10.0.0.1"]), ("admin", &[])],
+                "False",
+                PORT_WITHOUT_NODES,
+            ),
+            (&[("http", &["10.0.0.1"])], "True", ALL_PORTS_HAVE_NODES),
+            (
+                &[("http", &["10.0.0.1", "10.0.0.2"]), ("grpc", &["10.0.0.1"])],
+                "True",
+                ALL_PORTS_HAVE_NODES,
+            ),
+        ];
+        for (ports, status, reason) in cases {
+            let c = conditions(&svc(ports), &[], &at(10));
+            assert_eq!(
+                (ready(&c).status.as_str(), ready(&c).reason.as_str()),
+                (status, reason),
+                "{ports:?}"
+            );
+            assert_eq!(c[0].last_transition_time, at(10));
+            assert_eq!(c[0].observed_generation, None);
+        }
+        let c = conditions(
+            &svc(&[("http", &["10.0.0.1"]), ("admin", &[])]),
+            &[],
+            &at(1),
+        );
+        assert_eq!(
+            ready(&c).message,
+            "port(s) admin have no ready endpoint; 1 node(s) on the other port(s)"
+        );
+        let c = conditions(&svc(&[("http", &[]), ("grpc", &[])]), &[], &at(1));
+        assert_eq!(
+            ready(&c).message,
+            "no ready endpoint on any port (grpc, http): no pod selected or ready"
+        );
+    }
+
+    #[test]
+    fn only_draining_nodes_are_all_terminating() {
+        let mut s = svc(&[("http", &["10.0.0.1", "10.0.0.2"])]);
+        for n in s.ports.get_mut("http").unwrap() {
+            n.draining = Some(true);
+        }
+        let c = conditions(&s, &[], &at(1));
+        assert_eq!(
+            (ready(&c).status.as_str(), ready(&c).reason.as_str()),
+            ("False", ALL_TERMINATING)
+        );
+        // One ready node besides: ready.
+        s.ports.get_mut("http").unwrap()[0].draining = None;
+        assert_eq!(ready(&conditions(&s, &[], &at(1))).status, "True");
+    }
+
+    #[test]
+    fn degraded_names_what_was_skipped() {
+        let s = svc(&[("http", &["10.0.0.1"])]);
+        let c = conditions(&s, &[], &at(1));
+        assert_eq!(
+            summary(&c),
+            vec![
+                ("Ready".into(), "True".into(), ALL_PORTS_HAVE_NODES.into()),
+                ("Degraded".into(), "False".into(), NOTHING_SKIPPED.into()),
+            ]
+        );
+        let bad = s.with_skipped(vec![
+            "EndpointSlice shop/web-1: ports[0] port 0 is out of range; port skipped".into(),
+        ]);
+        let c = conditions(&bad, &[], &at(1));
+        let d = status_of(&c, DEGRADED).unwrap();
+        assert_eq!(
+            (d.status.as_str(), d.reason.as_str()),
+            ("True", SOURCE_DATA_SKIPPED)
+        );
+        assert_eq!(
+            d.message,
+            "1 item(s) of the EndpointSlice data skipped: EndpointSlice shop/web-1: ports[0] port 0 is out of range; port skipped"
+        );
+    }
+
+    #[test]
+    fn skipped_data_changes_the_version_only_when_present() {
+        let s = svc(&[("http", &["10.0.0.1"])]);
+        let same = s.clone().with_skipped(Vec::new());
+        assert_eq!(same.version, s.version);
+        let a = s.clone().with_skipped(vec!["a".into()]);
+        let b = s.clone().with_skipped(vec!["b".into()]);
+        assert_ne!(a.version, s.version);
+        assert_ne!(a.version, b.version);
+        assert_eq!(a.version.len(), 16);
+    }
+
+    #[test]
+    fn last_transition_time_moves_only_on_a_status_change() {
+        let empty = svc(&[("http", &[])]);
+        let full = svc(&[("http", &["10.0.0.1"])]);
+        let more = svc(&[("http", &["10.0.0.1", "10.0.0.2"])]);
+        let c1 = conditions(&empty, &[], &at(10));
+        // Still not ready at 20: the time of 10 stays.
+        let c2 = conditions(&empty, &c1, &at(20));
+        assert_eq!(ready(&c2).last_transition_time, at(10));
+        // Ready at 30: a transition.
+        let c3 = conditions(&full, &c2, &at(30));
+        assert_eq!(ready(&c3).last_transition_time, at(30));
+        // More nodes at 40 (message changes, status does not): 30 stays.
+        let c4 = conditions(&more, &c3, &at(40));
+        assert_eq!(ready(&c4).last_transition_time, at(30));
+        assert_ne!(ready(&c4).message, ready(&c3).message);
+        // Degraded stayed False all along: its first time stays.
+        assert_eq!(
+            status_of(&c4, DEGRADED).unwrap().last_transition_time,
+            at(10)
+        );
+        // A reason change within False (NoEndpoints -> PortWithoutNodes) is
+        // no transition either.
+        let partial = svc(&[("http", &["10.0.0.1"]), ("admin", &[])]);
+        let c5 = conditions(&partial, &c1, &at(50));
+        assert_eq!(ready(&c5).reason, PORT_WITHOUT_NODES);
+        assert_eq!(ready(&c5).last_transition_time, at(10));
+    }
+
+    #[test]
+    fn degraded_is_news_once_per_change_of_what_was_skipped() {
+        let good = svc(&[("http", &["10.0.0.1"])]);
+        let bad = good
+            .clone()
+            .with_skipped(vec!["EndpointSlice shop/web-1: ports[0] x".into()]);
+        let worse = good.clone().with_skipped(vec![
+            "EndpointSlice shop/web-1: ports[0] x".into(),
+            "EndpointSlice shop/web-2: ports[0] y".into(),
+        ]);
+        let c_good = conditions(&good, &[], &at(1));
+        assert_eq!(degraded_news(&[], &c_good), None);
+        let c_bad = conditions(&bad, &c_good, &at(2));
+        assert_eq!(
+            degraded_news(&c_good, &c_bad).map(|c| c.reason.as_str()),
+            Some(SOURCE_DATA_SKIPPED)
+        );
+        // Unknown before (a first write): news too.
+        assert!(degraded_news(&[], &c_bad).is_some());
+        // The same skipped data again (relist, rewrite, restart): nothing.
+        let again = conditions(&bad, &c_bad, &at(3));
+        assert_eq!(degraded_news(&c_bad, &again), None);
+        // Other skipped data: news; fixed: nothing to say.
+        let c_worse = conditions(&worse, &again, &at(4));
+        assert!(degraded_news(&again, &c_worse).is_some());
+        assert_eq!(
+            degraded_news(&c_worse, &conditions(&good, &c_worse, &at(5))),
+            None
+        );
+    }
+
+    #[test]
+    fn long_messages_are_cut_on_a_character_boundary() {
+        let s = svc(&[("http", &["10.0.0.1"])]).with_skipped(vec!["é".repeat(3000)]);
+        let c = conditions(&s, &[], &at(1));
+        let m = &status_of(&c, DEGRADED).unwrap().message;
+        assert!(m.len() <= MAX_MESSAGE && m.ends_with("..."), "{}", m.len());
+    }
+}
