@@ -145,6 +145,26 @@ async fn readyz_is_503_until_the_first_list_is_written_then_reports_failing_writ
         .then_some(())
     })
     .await;
+    // ... and explained where `kubectl describe service web` shows it: one
+    // WriteFailed Event on the Service, not one per retry.
+    let evs = eventually("a WriteFailed Event on the Service", LIMIT, || async {
+        let evs = env.events("ns", "WriteFailed", "Service", "web").await;
+        (!evs.is_empty()).then_some(evs)
+    })
+    .await;
+    let note = evs[0].note.clone().unwrap_or_default();
+    assert!(
+        note.contains("ns/web") && note.contains("api_error"),
+        "{note}"
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(
+        env.events("ns", "WriteFailed", "Service", "web")
+            .await
+            .len(),
+        1,
+        "retries add no Event objects"
+    );
     env.wait_nodes("ns", "web", "http", &["10.6.0.1"]).await;
     env.api
         .fault(&json!({"clear": true}))
