@@ -70,7 +70,8 @@ use crate::convert::{
     ConvertOptions, SkipReason, SliceContribution, from_endpoints, merge_slices, owner_service_uid,
 };
 use crate::filter::{LabelSelector, NamespaceFilter};
-use crate::model::{ServiceKey, ServiceNodes, SourceKind};
+use crate::model::{PortMap, ServiceKey, ServiceNodes, SourceKind};
+use crate::service::{ServiceInfo, port_extras};
 
 /// The slice names of one service, in name order (the merge order): a sorted
 /// vector instead of a `BTreeSet`, whose first insert allocated a ~270-byte
@@ -101,6 +102,8 @@ pub struct Index {
     by_service: BTreeMap<ServiceKey, SliceNames>,
     /// UIDs of Services learned via `set_service_uid`.
     service_uids: BTreeMap<(String, String), String>,
+    /// What is kept of each Service (its ports), learned via `set_service`.
+    service_info: BTreeMap<(String, String), ServiceInfo>,
     /// Current warnings per object ("Kind ns/name").
     warnings: BTreeMap<String, Vec<String>>,
     /// Logged warnings per reason, not yet taken by [`Index::take_skipped`].
@@ -162,7 +165,7 @@ struct PendingReset {
     /// Slices mode (an unchanged slice shares the current state's value).
     slices: BTreeMap<(String, String), Arc<StoredSlice>>,
     by_service: BTreeMap<ServiceKey, SliceNames>,
-    /// Services whose known UID changed while the relist was arriving.
+    /// Services whose known UID or ports changed while the relist was arriving.
     uid_touched: BTreeSet<(String, String)>,
 }
 
@@ -186,6 +189,7 @@ impl Index {
             slices: BTreeMap::new(),
             by_service: BTreeMap::new(),
             service_uids: BTreeMap::new(),
+            service_info: BTreeMap::new(),
             warnings: BTreeMap::new(),
             skipped: BTreeMap::new(),
             reset: None,
@@ -298,6 +302,23 @@ impl Index {
         })
     }
 
+    /// The desired state of `key` from its endpoints' `ports`: with the
+    /// Service-derived extras (aliases, appProtocols) when the Service is known.
+    fn build(
+        &self,
+        key: ServiceKey,
+        source: SourceKind,
+        ports: PortMap,
+        owner: Option<String>,
+    ) -> ServiceNodes {
+        let extras = self
+            .service_info
+            .get(&(key.namespace.to_string(), key.name.to_string()))
+            .map(|info| port_extras(info, &ports, self.opts.service_port_aliases))
+            .unwrap_or_default();
+        ServiceNodes::new(key, source, ports, owner).with_extras(extras)
+    }
+
     // ----- Endpoints -----
 
     /// The desired state of one Endpoints object; its owner UID and
@@ -346,12 +367,7 @@ impl Index {
         let owner = self.owner(&key, obj_owner);
         Some((
             key.clone(),
-            Some(ServiceNodes::new(
-                key,
-                SourceKind::Endpoints,
-                conv.ports,
-                owner,
-            )),
+            Some(self.build(key, SourceKind::Endpoints, conv.ports, owner)),
         ))
     }
 
@@ -455,8 +471,8 @@ impl Index {
             };
             let obj_owner = p.endpoints_owner.get(&key).and_then(|m| m.owner.clone());
             let owner = self.owner(&key, obj_owner);
-            if desired.owner_uid != owner {
-                let next = ServiceNodes::new(key, desired.source, desired.ports.clone(), owner);
+            let next = self.build(key, desired.source, desired.ports.clone(), owner);
+            if **desired != next {
                 *desired = Arc::new(next);
             }
         }
@@ -573,7 +589,7 @@ impl Index {
         let conv = merge_slices(slices.iter().map(|s| &s.contribution), &self.opts);
         let obj_owner = slices.iter().find_map(|s| s.owner_uid.clone());
         let owner = self.owner(key, obj_owner);
-        let nodes = ServiceNodes::new(key.clone(), SourceKind::EndpointSlice, conv.ports, owner);
+        let nodes = self.build(key.clone(), SourceKind::EndpointSlice, conv.ports, owner);
         self.set_warnings(
             format!("EndpointSlices of {}/{}", key.namespace, key.name),
             conv.warnings,
@@ -778,7 +794,76 @@ impl Index {
             .collect()
     }
 
-    /// Recomputes the owner UID of service `namespace/name` after its known UID changed.
+    /// Tells the index the ports of Service `namespace/name` (`None`:
+    /// unknown or deleted), from which its aliases and appProtocols are
+    /// derived ([`crate::service`]). Returns the keys whose desired state
+    /// changed.
+    pub fn set_service(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        info: Option<ServiceInfo>,
+    ) -> Vec<ServiceKey> {
+        let id = (namespace.to_string(), name.to_string());
+        match info.filter(|_| self.filter.matches(namespace)) {
+            Some(i) => {
+                if self.service_info.get(&id) == Some(&i) {
+                    return Vec::new();
+                }
+                self.service_info.insert(id.clone(), i);
+            }
+            None => {
+                if self.service_info.remove(&id).is_none() {
+                    return Vec::new();
+                }
+            }
+        }
+        if let Some(p) = &mut self.reset {
+            p.uid_touched.insert(id);
+        }
+        self.refresh_owner(namespace, name)
+    }
+
+    /// After a (re)list of all Services: afterwards the known Service ports
+    /// are exactly `all` (`(namespace, name, info)`). Returns the keys whose
+    /// desired state changed.
+    pub fn reset_services(
+        &mut self,
+        all: impl IntoIterator<Item = (String, String, ServiceInfo)>,
+    ) -> Vec<ServiceKey> {
+        let mut next: BTreeMap<(String, String), ServiceInfo> = all
+            .into_iter()
+            .filter(|(ns, _, _)| self.filter.matches(ns))
+            .map(|(ns, name, info)| ((ns, name), info))
+            .collect();
+        let mut touched: BTreeSet<(String, String)> = self
+            .service_info
+            .iter()
+            .filter(|(id, info)| next.get(*id) != Some(*info))
+            .map(|(id, _)| id.clone())
+            .collect();
+        touched.extend(
+            next.iter()
+                .filter(|(id, info)| self.service_info.get(*id) != Some(*info))
+                .map(|(id, _)| id.clone()),
+        );
+        std::mem::swap(&mut self.service_info, &mut next);
+        if let Some(p) = &mut self.reset {
+            p.uid_touched.extend(touched.iter().cloned());
+        }
+        touched
+            .into_iter()
+            .flat_map(|(ns, name)| self.refresh_owner(&ns, &name))
+            .collect()
+    }
+
+    /// Number of Services whose ports are known.
+    pub fn service_count(&self) -> usize {
+        self.service_info.len()
+    }
+
+    /// Recomputes the desired state of service `namespace/name` after its
+    /// known UID or ports changed.
     fn refresh_owner(&mut self, namespace: &str, name: &str) -> Vec<ServiceKey> {
         let key = self.key(namespace, name);
         let Some(current) = self.services.get(&key) else {
@@ -787,7 +872,7 @@ impl Index {
         let changed = if current.source == SourceKind::Endpoints {
             let obj_owner = self.endpoints_owner.get(&key).and_then(|m| m.owner.clone());
             let owner = self.owner(&key, obj_owner);
-            let next = ServiceNodes::new(key.clone(), current.source, current.ports.clone(), owner);
+            let next = self.build(key.clone(), current.source, current.ports.clone(), owner);
             self.store(&key, Some(next))
         } else {
             self.recompute_service(&key)
@@ -1983,5 +2068,149 @@ mod tests {
         assert!(sel.is_empty());
         assert!(sel.reset_endpoints(std::slice::from_ref(&bare)).is_empty());
         assert!(sel.is_empty());
+    }
+
+    fn service_info(ports: Value) -> ServiceInfo {
+        let s: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": {"ports": ports}
+        }))
+        .unwrap();
+        ServiceInfo::from_service(&s)
+    }
+
+    /// The Service's ports give aliases and appProtocols in both modes,
+    /// whichever of Service and endpoints comes first; without a Service
+    /// the value (and its version) is exactly what it was before Services
+    /// were read.
+    #[test]
+    fn service_ports_give_aliases_and_app_protocols_in_both_modes() {
+        let http = service_info(json!([
+            {"name": "http", "port": 8000, "targetPort": "web", "appProtocol": "kubernetes.io/h2c"}
+        ]));
+        for source in [SourceKind::Endpoints, SourceKind::EndpointSlice] {
+            let mut i = idx(source);
+            let apply = |i: &mut Index| match source {
+                SourceKind::Endpoints => {
+                    i.apply_endpoints(&ep("ns", "web", &["10.0.0.1"], json!({})))
+                }
+                SourceKind::EndpointSlice => i.apply_slice(&slice(
+                    "ns",
+                    "web-1",
+                    Some("web"),
+                    json!([{"addresses": ["10.0.0.1"]}]),
+                )),
+            };
+            assert_eq!(apply(&mut i), vec![k("ns", "web")]);
+            let plain = i.get(&k("ns", "web")).unwrap().clone();
+            assert!(plain.extras.is_empty());
+            assert_eq!(
+                plain.version,
+                crate::model::object_version(source, &plain.ports, plain.owner_uid.as_deref())
+            );
+            // The Service arrives: same nodes, aliases and appProtocol added.
+            assert_eq!(
+                i.set_service("ns", "web", Some(http.clone())),
+                vec![k("ns", "web")]
+            );
+            let with = i.get(&k("ns", "web")).unwrap().clone();
+            assert_eq!(with.ports, plain.ports);
+            assert_eq!(with.extras.aliases["8000"], "http");
+            assert_eq!(with.extras.app_protocols["http"], "kubernetes.io/h2c");
+            assert_ne!(with.version, plain.version);
+            assert_eq!(with.nodes("8000"), with.nodes("http"));
+            assert!(with.nodes("8000").is_some() && with.nodes("9999").is_none());
+            // Same Service again: nothing changed.
+            assert!(i.set_service("ns", "web", Some(http.clone())).is_empty());
+            // An endpoint change keeps the extras.
+            let _ = apply(&mut i);
+            assert_eq!(i.get(&k("ns", "web")).unwrap().extras, with.extras);
+            // Service deleted: back to the plain value, same version as before.
+            assert_eq!(i.set_service("ns", "web", None), vec![k("ns", "web")]);
+            assert_eq!(i.get(&k("ns", "web")).unwrap(), &plain);
+            // Service first, endpoints after: the same result.
+            let mut j = idx(source);
+            assert!(j.set_service("ns", "web", Some(http.clone())).is_empty());
+            let _ = apply(&mut j);
+            assert_eq!(j.get(&k("ns", "web")).unwrap().extras, with.extras);
+        }
+    }
+
+    /// A Service (re)list replaces the known Services: changed and vanished
+    /// ones are reported, unchanged ones not; a Service change while an
+    /// endpoints relist is arriving ends up in the relist's result.
+    #[test]
+    fn service_relists_and_changes_during_an_endpoints_relist() {
+        let mut i = idx(SourceKind::Endpoints);
+        i.apply_endpoints(&ep("ns", "web", &["10.0.0.1"], json!({})));
+        i.apply_endpoints(&ep("ns", "api", &["10.0.0.2"], json!({})));
+        let http80 = service_info(json!([{"name": "http", "port": 80}]));
+        let http81 = service_info(json!([{"name": "http", "port": 81}]));
+        let all = |web: &ServiceInfo| {
+            vec![
+                ("ns".to_string(), "web".to_string(), web.clone()),
+                ("ns".to_string(), "api".to_string(), http81.clone()),
+            ]
+        };
+        assert_eq!(
+            i.reset_services(all(&http80)),
+            vec![k("ns", "api"), k("ns", "web")]
+        );
+        assert_eq!(i.service_count(), 2);
+        assert_eq!(i.get(&k("ns", "web")).unwrap().extras.aliases["80"], "http");
+        assert!(i.reset_services(all(&http80)).is_empty());
+        // The Service changes while an endpoints relist is arriving.
+        i.begin_reset();
+        i.reset_add_endpoints(&ep("ns", "web", &["10.0.0.1"], json!({})));
+        i.reset_add_endpoints(&ep("ns", "api", &["10.0.0.2"], json!({})));
+        // Reported at once (the live state has it), and the relist built
+        // before it does not undo it.
+        assert_eq!(
+            i.set_service("ns", "web", Some(http81.clone())),
+            vec![k("ns", "web")]
+        );
+        assert!(i.finish_reset_endpoints().is_empty());
+        assert_eq!(i.get(&k("ns", "web")).unwrap().extras.aliases["81"], "http");
+        // Gone from the list: its extras go.
+        assert_eq!(
+            i.reset_services([("ns".to_string(), "api".to_string(), http81.clone())]),
+            vec![k("ns", "web")]
+        );
+        assert!(i.get(&k("ns", "web")).unwrap().extras.is_empty());
+        // A Service outside the namespace filter is not kept.
+        let mut f = Index::new(
+            String::new(),
+            SourceKind::Endpoints,
+            ConvertOptions::default(),
+            NamespaceFilter::Match(vec![AnchoredRegex::new("dev").unwrap()]),
+        );
+        assert!(f.set_service("ns", "web", Some(http81.clone())).is_empty());
+        assert_eq!(f.service_count(), 0);
+    }
+
+    /// `service_port_aliases: false`: no aliases, appProtocols still.
+    #[test]
+    fn aliases_can_be_turned_off() {
+        let mut i = Index::new(
+            String::new(),
+            SourceKind::Endpoints,
+            ConvertOptions {
+                service_port_aliases: false,
+                ..ConvertOptions::default()
+            },
+            NamespaceFilter::All,
+        );
+        i.apply_endpoints(&ep("ns", "web", &["10.0.0.1"], json!({})));
+        i.set_service(
+            "ns",
+            "web",
+            Some(service_info(
+                json!([{"name": "http", "port": 8000, "appProtocol": "grpc"}]),
+            )),
+        );
+        let s = i.get(&k("ns", "web")).unwrap();
+        assert!(s.extras.aliases.is_empty());
+        assert_eq!(s.extras.app_protocols["http"], "grpc");
+        assert!(s.nodes("8000").is_none());
     }
 }

@@ -8,6 +8,7 @@
 //!  convert/    Endpoints | EndpointSlices ──▶ PortMap (+ warnings)
 //!  index.rs    apply/delete/reset events ──▶ changed ServiceKeys, desired ServiceNodes
 //!  crd.rs      ServiceNodes ──▶ DiscoveredService (name, labels, ownerReference); crd_yaml()
+//!  service.rs  Service ──▶ ServiceInfo (ports only) ──▶ PortExtras (aliases, appProtocols)
 //!  model.rs    ServiceKey, Node, PortMap, parse_service_name, content_version
 //!  render.rs   objects (JSON values) + config ──▶ DiscoveredServices
 //!  dump.rs     Dump (all services) ──▶ sharded ConfigMap texts + index; assemble (reader)
@@ -27,6 +28,7 @@ pub mod filter;
 pub mod index;
 pub mod model;
 pub mod render;
+pub mod service;
 pub mod write_plan;
 pub mod yaml;
 

@@ -24,6 +24,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::service::PortExtras;
+
 /// Identity of one source Service. `cluster` is the APISIX multi-cluster `id`
 /// (empty in single-cluster mode).
 ///
@@ -635,8 +637,13 @@ pub struct ServiceNodes {
     /// UID of the source Service, when known (from ownerReferences).
     pub owner_uid: Option<String>,
     /// [`object_version`] of `source` + `ports` + `owner_uid` (equals
-    /// [`content_version`] when the owner is unknown).
+    /// [`content_version`] when the owner is unknown), and `extras` when
+    /// there are any ([`ServiceNodes::with_extras`]).
     pub version: String,
+    /// Service-port aliases and appProtocols derived from the Service
+    /// (empty when it is unknown); see [`crate::service`].
+    #[serde(default, skip_serializing_if = "PortExtras::is_empty")]
+    pub extras: PortExtras,
 }
 
 impl ServiceNodes {
@@ -654,7 +661,25 @@ impl ServiceNodes {
             ports,
             owner_uid,
             version,
+            extras: PortExtras::default(),
         }
+    }
+
+    /// This value with `extras`, its version recomputed. Empty extras hash
+    /// to the version [`ServiceNodes::new`] gives, so a service whose
+    /// Service adds nothing keeps the version (and object) it always had.
+    #[must_use]
+    pub fn with_extras(mut self, extras: PortExtras) -> Self {
+        self.version =
+            version_with_extras(self.source, &self.ports, self.owner_uid.as_deref(), &extras);
+        self.extras = extras;
+        self
+    }
+
+    /// The nodes of `port`: a port key, else a Service-port alias
+    /// ([`PortExtras::resolve`]); `None` when neither.
+    pub fn nodes(&self, port: &str) -> Option<&Vec<Node>> {
+        self.ports.get(self.extras.resolve(&self.ports, port)?)
     }
 
     /// Total number of nodes over all port keys.
@@ -771,6 +796,19 @@ pub fn content_version(source: SourceKind, ports: &PortMap) -> String {
 /// ownerReference). A writer comparing versions therefore never skips a write
 /// that would change the object.
 pub fn object_version(source: SourceKind, ports: &PortMap, owner_uid: Option<&str>) -> String {
+    version_with_extras(source, ports, owner_uid, &PortExtras::default())
+}
+
+/// [`object_version`] covering the Service-derived `extras` too, which
+/// also end up in the object (`spec.aliases`, `spec.appProtocols`); empty
+/// extras are left out of the hashed JSON, so the version equals
+/// [`object_version`]'s then.
+pub fn version_with_extras(
+    source: SourceKind,
+    ports: &PortMap,
+    owner_uid: Option<&str>,
+    extras: &PortExtras,
+) -> String {
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
     struct Canonical<'a> {
@@ -778,6 +816,8 @@ pub fn object_version(source: SourceKind, ports: &PortMap, owner_uid: Option<&st
         ports: &'a PortMap,
         #[serde(skip_serializing_if = "Option::is_none")]
         owner_uid: Option<&'a str>,
+        #[serde(skip_serializing_if = "PortExtras::is_empty")]
+        extras: &'a PortExtras,
     }
     // Serializing plain structs, strings and integers into a Vec cannot fail;
     // fall back to the Debug form rather than panicking if it ever did.
@@ -785,8 +825,9 @@ pub fn object_version(source: SourceKind, ports: &PortMap, owner_uid: Option<&st
         source,
         ports,
         owner_uid,
+        extras,
     })
-    .unwrap_or_else(|_| format!("{source:?}{ports:?}{owner_uid:?}").into_bytes());
+    .unwrap_or_else(|_| format!("{source:?}{ports:?}{owner_uid:?}{extras:?}").into_bytes());
     let digest = Sha256::digest(&bytes);
     // The first 16 hex characters of the digest, as a 16-byte allocation
     // (encoding all 32 bytes and truncating kept a 64-byte one per service).

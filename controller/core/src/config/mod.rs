@@ -68,6 +68,7 @@
 //! | `drain_terminating` | bool: when a port has no ready endpoint, use serving+terminating ones (flagged `draining: true`; EndpointSlices only) | `false` |
 //! | `index_port_numbers` | bool: also index named ports under their number | `false` |
 //! | `topology` | bool: add `zone`, `nodeName`, `targetRef` to nodes | `false` |
+//! | `service_port_aliases` | bool: also resolve a Service port's number (`ns/name:80`) to the port key holding its nodes (`http`), read from the Service; stored as the small map `spec.aliases`, node lists are not duplicated and the APISIX keys and dump are unchanged | `true` |
 //! | `watch_timeout` | duration 1s..290s: server-side watch timeout (capped at `request_timeout` minus 2 s) | `290s` |
 //! | `request_timeout` | duration 3s..300s: the longest any API request (list page, watch, write, lease, ConfigMap) waits for the next byte from the API server; watches are renewed within it, so a silent connection is dropped and replaced | `10s` |
 //! | `unready_after` | duration 1s..1h: a cluster whose watch has failed (unreachable, forbidden, timing out) for longer turns `/readyz` 503 until it recovers | `60s` |

@@ -339,6 +339,8 @@ pub(super) struct RawSettings {
     pub(super) index_port_numbers: Option<bool>,
     #[garde(skip)]
     pub(super) topology: Option<bool>,
+    #[garde(skip)]
+    pub(super) service_port_aliases: Option<bool>,
     #[garde(custom(check_duration(Duration::from_secs(1), Duration::from_secs(290))))]
     pub(super) watch_timeout: Option<String>,
     #[garde(custom(check_duration(Duration::from_secs(3), Duration::from_secs(300))))]

@@ -445,6 +445,7 @@ fn validate_settings(
         drain_terminating: raw.drain_terminating.unwrap_or(d.drain_terminating),
         index_port_numbers: raw.index_port_numbers.unwrap_or(d.index_port_numbers),
         topology: raw.topology.unwrap_or(d.topology),
+        service_port_aliases: raw.service_port_aliases.unwrap_or(d.service_port_aliases),
         watch_timeout: dur(&raw.watch_timeout, d.watch_timeout),
         request_timeout: dur(&raw.request_timeout, d.request_timeout),
         unready_after: dur(&raw.unready_after, d.unready_after),

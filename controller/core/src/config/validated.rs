@@ -122,6 +122,7 @@ impl ClusterConfig {
             drain_terminating: settings.drain_terminating,
             index_port_numbers: settings.index_port_numbers,
             topology: settings.topology,
+            service_port_aliases: settings.service_port_aliases,
         }
     }
 
@@ -264,6 +265,8 @@ pub struct Settings {
     pub index_port_numbers: bool,
     /// Topology fields on nodes.
     pub topology: bool,
+    /// Service-port aliases (`ns/name:80` for the port key `http`).
+    pub service_port_aliases: bool,
     /// Server-side watch timeout.
     pub watch_timeout: Duration,
     /// The longest an API request waits for the server to send anything
@@ -295,6 +298,7 @@ impl Default for Settings {
             drain_terminating: false,
             index_port_numbers: false,
             topology: false,
+            service_port_aliases: true,
             watch_timeout: Duration::from_secs(290),
             request_timeout: Duration::from_secs(10),
             unready_after: Duration::from_secs(60),
@@ -346,6 +350,7 @@ impl Settings {
             "drain_terminating": self.drain_terminating,
             "index_port_numbers": self.index_port_numbers,
             "topology": self.topology,
+            "service_port_aliases": self.service_port_aliases,
             "watch_timeout": format_duration(self.watch_timeout),
             "request_timeout": format_duration(self.request_timeout),
             "unready_after": format_duration(self.unready_after),

@@ -49,6 +49,9 @@ pub struct ConvertOptions {
     pub index_port_numbers: bool,
     /// Fill `zone`, `nodeName` and `targetRef` of every node.
     pub topology: bool,
+    /// Derive Service-port aliases from known Services
+    /// ([`crate::service::port_extras`]); appProtocols are derived either way.
+    pub service_port_aliases: bool,
 }
 
 impl Default for ConvertOptions {
@@ -58,6 +61,7 @@ impl Default for ConvertOptions {
             drain_terminating: false,
             index_port_numbers: false,
             topology: false,
+            service_port_aliases: true,
         }
     }
 }
