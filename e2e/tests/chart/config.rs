@@ -96,6 +96,7 @@ fn chart_default_config_parses_as_in_cluster_single_cluster() {
     assert!(s.sinks.configmap.is_none());
     assert_eq!(s.write_concurrency, 32);
     assert!(!s.drain_terminating && !s.index_port_numbers && !s.topology);
+    assert!(s.service_port_aliases);
 }
 
 #[test]
@@ -181,6 +182,7 @@ fn chart_settings_reach_the_controller_config() {
         "controller.writeQps=7.5",
         "--set",
         "controller.indexPortNumbers=true",
+        "controller.servicePortAliases=false",
         "--set",
         "controller.topology=true",
         "--set",
@@ -220,7 +222,7 @@ fn chart_settings_reach_the_controller_config() {
     assert_eq!(s.watch_timeout, Duration::from_secs(60));
     assert_eq!(s.write_concurrency, 3);
     assert!((s.write_qps - 7.5).abs() < f64::EPSILON);
-    assert!(s.index_port_numbers && s.topology);
+    assert!(s.index_port_numbers && s.topology && !s.service_port_aliases);
     assert_eq!(
         s.sinks.discoveredservices.naming.namespace_mode,
         NamespaceMode::Fixed("kube-discovery".into()),
