@@ -336,13 +336,15 @@ impl SourceIndex {
 
     /// Feeds the skip counts of the last index operations to the metric.
     fn count_skipped(&mut self) {
+        self.count_skipped_as(self.params.kind.as_str());
+    }
+
+    /// [`Self::count_skipped`] under the metric's `kind` label `kind` (the
+    /// Service watch's skips, e.g. invalid annotations, are `Service`).
+    fn count_skipped_as(&mut self, kind: &str) {
         for (reason, n) in self.index.take_skipped() {
-            self.metrics.skipped(
-                &self.params.cluster,
-                self.params.kind.as_str(),
-                reason.as_str(),
-                n,
-            );
+            self.metrics
+                .skipped(&self.params.cluster, kind, reason.as_str(), n);
         }
     }
 
@@ -481,6 +483,7 @@ impl WatchIndex<Service> for SourceIndex {
         }
         changed.sort();
         changed.dedup();
+        self.count_skipped_as("Service");
         self.publish(changed, now);
     }
 
@@ -497,6 +500,7 @@ impl WatchIndex<Service> for SourceIndex {
         }
         changed.sort();
         changed.dedup();
+        self.count_skipped_as("Service");
         self.publish(changed, now);
     }
 
@@ -512,6 +516,7 @@ impl WatchIndex<Service> for SourceIndex {
         }
         changed.sort();
         changed.dedup();
+        self.count_skipped_as("Service");
         self.publish(changed, now);
     }
 

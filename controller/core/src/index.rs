@@ -90,6 +90,11 @@ pub struct Index {
     filter: NamespaceFilter,
     labels: LabelSelector,
     services: BTreeMap<ServiceKey, Arc<ServiceNodes>>,
+    /// Desired states of services their Service keeps unpublished
+    /// (`kubediscovery.io/export`, `kube_discovery.export: opt-in`): kept so
+    /// that exporting them again needs no new list (Endpoints mode keeps no
+    /// other copy of the nodes).
+    withheld: BTreeMap<ServiceKey, Arc<ServiceNodes>>,
     /// Sum of `node_count` over `services`.
     node_total: usize,
     /// Endpoints mode: what the index remembers of each selected Endpoints
@@ -184,6 +189,7 @@ impl Index {
             filter,
             labels: LabelSelector::default(),
             services: BTreeMap::new(),
+            withheld: BTreeMap::new(),
             node_total: 0,
             endpoints_owner: BTreeMap::new(),
             slices: BTreeMap::new(),
@@ -270,8 +276,35 @@ impl Index {
         self.count_skipped(&BTreeMap::from([(SkipReason::MissingName, 1)]));
     }
 
-    /// Stores `new` (or removes the key when `None`); returns whether it changed.
+    /// Whether `key` is published: its Service's export annotation, else
+    /// the export mode (an unknown Service counts as unannotated).
+    fn exported(&self, key: &ServiceKey) -> bool {
+        self.service_info
+            .get(&(key.namespace.to_string(), key.name.to_string()))
+            .map_or(!self.opts.export_opt_in, |i| {
+                i.exported(self.opts.export_opt_in)
+            })
+    }
+
+    /// The desired state of `key`, published or withheld.
+    fn current(&self, key: &ServiceKey) -> Option<&Arc<ServiceNodes>> {
+        self.services.get(key).or_else(|| self.withheld.get(key))
+    }
+
+    /// Stores `new` (or removes the key when `None`); returns whether the
+    /// published state changed. A value its Service keeps unpublished is
+    /// stored as withheld (and its published object removed).
     fn store(&mut self, key: &ServiceKey, new: Option<ServiceNodes>) -> bool {
+        let new = match new {
+            Some(n) if !self.exported(key) => {
+                self.withheld.insert(key.clone(), Arc::new(n));
+                None
+            }
+            other => {
+                self.withheld.remove(key);
+                other
+            }
+        };
         match new {
             Some(n) => {
                 if self.services.get(key).is_some_and(|old| **old == n) {
@@ -311,10 +344,21 @@ impl Index {
         ports: PortMap,
         owner: Option<String>,
     ) -> ServiceNodes {
-        let extras = self
+        let mut ports = ports;
+        let info = self
             .service_info
-            .get(&(key.namespace.to_string(), key.name.to_string()))
-            .map(|info| port_extras(info, &ports, self.opts.service_port_aliases))
+            .get(&(key.namespace.to_string(), key.name.to_string()));
+        // Every node has the weight of the Service's annotation, else
+        // `default_weight` (what the converters give; so rebuilding from a
+        // kept value after the annotation went away restores it).
+        let weight = info
+            .and_then(|i| i.weight)
+            .unwrap_or(self.opts.default_weight);
+        for node in ports.values_mut().flatten() {
+            node.weight = weight;
+        }
+        let extras = info
+            .map(|i| port_extras(i, &ports, self.opts.service_port_aliases))
             .unwrap_or_default();
         ServiceNodes::new(key, source, ports, owner).with_extras(extras)
     }
@@ -436,7 +480,7 @@ impl Index {
             // desired state, owner and warnings stay as they are.
             let key = self.key(ns, name);
             if let (Some(meta), Some(current)) =
-                (self.endpoints_owner.get(&key), self.services.get(&key))
+                (self.endpoints_owner.get(&key), self.current(&key))
                 && same_version(meta.resource_version.as_deref(), &ep.metadata)
             {
                 p.endpoints_owner.insert(key.clone(), meta.clone());
@@ -447,7 +491,7 @@ impl Index {
         }
         if let Some((key, Some(nodes))) = self.endpoints_desired(ep, &mut p.endpoints_owner) {
             // An unchanged service keeps sharing its current allocation.
-            let value = match self.services.get(&key) {
+            let value = match self.current(&key) {
                 Some(old) if **old == nodes => Arc::clone(old),
                 _ => Arc::new(nodes),
             };
@@ -487,10 +531,10 @@ impl Index {
     /// Makes `desired` the state; returns the keys that changed or vanished.
     /// An unchanged service keeps the current allocation (the one the
     /// runtime's `ControllerState` holds).
-    fn replace_all(
-        &mut self,
-        mut desired: BTreeMap<ServiceKey, Arc<ServiceNodes>>,
-    ) -> Vec<ServiceKey> {
+    fn replace_all(&mut self, desired: BTreeMap<ServiceKey, Arc<ServiceNodes>>) -> Vec<ServiceKey> {
+        let (mut desired, withheld): (BTreeMap<_, _>, BTreeMap<_, _>) =
+            desired.into_iter().partition(|(k, _)| self.exported(k));
+        self.withheld = withheld;
         let mut changed: BTreeSet<ServiceKey> = self
             .services
             .keys()
@@ -805,14 +849,17 @@ impl Index {
         info: Option<ServiceInfo>,
     ) -> Vec<ServiceKey> {
         let id = (namespace.to_string(), name.to_string());
+        let object = format!("Service {namespace}/{name}");
         match info.filter(|_| self.filter.matches(namespace)) {
             Some(i) => {
                 if self.service_info.get(&id) == Some(&i) {
                     return Vec::new();
                 }
+                self.service_warnings(object, &i);
                 self.service_info.insert(id.clone(), i);
             }
             None => {
+                self.warnings.remove(&object);
                 if self.service_info.remove(&id).is_none() {
                     return Vec::new();
                 }
@@ -836,6 +883,16 @@ impl Index {
             .filter(|(ns, _, _)| self.filter.matches(ns))
             .map(|(ns, name, info)| ((ns, name), info))
             .collect();
+        // Annotation warnings: logged and counted when new or changed (not
+        // again for the same bad Service on a relist), dropped with the Service.
+        self.warnings.retain(|k, _| {
+            k.strip_prefix("Service ")
+                .and_then(|s| s.split_once('/'))
+                .is_none_or(|(ns, name)| next.contains_key(&(ns.to_string(), name.to_string())))
+        });
+        for ((ns, name), info) in &next {
+            self.service_warnings(format!("Service {ns}/{name}"), info);
+        }
         let mut touched: BTreeSet<(String, String)> = self
             .service_info
             .iter()
@@ -857,6 +914,17 @@ impl Index {
             .collect()
     }
 
+    /// Records the annotation warnings of a Service (see `set_warnings`).
+    fn service_warnings(&mut self, object: String, info: &ServiceInfo) {
+        let n = u64::try_from(info.invalid.len()).unwrap_or(u64::MAX);
+        let skipped = if n == 0 {
+            BTreeMap::new()
+        } else {
+            BTreeMap::from([(SkipReason::InvalidAnnotation, n)])
+        };
+        self.set_warnings(object, info.invalid.clone(), &skipped);
+    }
+
     /// Number of Services whose ports are known.
     pub fn service_count(&self) -> usize {
         self.service_info.len()
@@ -866,7 +934,7 @@ impl Index {
     /// known UID or ports changed.
     fn refresh_owner(&mut self, namespace: &str, name: &str) -> Vec<ServiceKey> {
         let key = self.key(namespace, name);
-        let Some(current) = self.services.get(&key) else {
+        let Some(current) = self.current(&key) else {
             return Vec::new();
         };
         let changed = if current.source == SourceKind::Endpoints {
@@ -2212,5 +2280,134 @@ mod tests {
         assert!(s.extras.aliases.is_empty());
         assert_eq!(s.extras.app_protocols["http"], "grpc");
         assert!(s.nodes("8000").is_none());
+    }
+
+    fn annotated(annotations: Value) -> ServiceInfo {
+        let s: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "ns", "annotations": annotations},
+            "spec": {"ports": [{"name": "http", "port": 80}]}
+        }))
+        .unwrap();
+        ServiceInfo::from_service(&s)
+    }
+
+    /// `kubediscovery.io/export` and `kubediscovery.io/weight`, in both
+    /// modes and both export modes: "false" deletes the object and "true"
+    /// brings it back without a new endpoint event (Endpoints mode keeps
+    /// the nodes); the weight applies to every node and goes back to
+    /// `default_weight` without it; invalid values are skipped, warned once
+    /// and counted, never guessed.
+    #[test]
+    fn export_and_weight_annotations() {
+        for source in [SourceKind::Endpoints, SourceKind::EndpointSlice] {
+            for opt_in in [false, true] {
+                let mut i = Index::new(
+                    String::new(),
+                    source,
+                    ConvertOptions {
+                        export_opt_in: opt_in,
+                        ..ConvertOptions::default()
+                    },
+                    NamespaceFilter::All,
+                );
+                let web = k("ns", "web");
+                let _ = match source {
+                    SourceKind::Endpoints => {
+                        i.apply_endpoints(&ep("ns", "web", &["10.0.0.1"], json!({})))
+                    }
+                    SourceKind::EndpointSlice => i.apply_slice(&slice(
+                        "ns",
+                        "web-1",
+                        Some("web"),
+                        json!([{"addresses": ["10.0.0.1"]}]),
+                    )),
+                };
+                // No Service known: published unless opt-in.
+                assert_eq!(i.get(&web).is_some(), !opt_in, "{source} opt_in={opt_in}");
+                // Unannotated Service: the same.
+                let _ = i.set_service("ns", "web", Some(annotated(json!({}))));
+                assert_eq!(i.get(&web).is_some(), !opt_in);
+                // "true": published, with its nodes.
+                let _ = i.set_service(
+                    "ns",
+                    "web",
+                    Some(annotated(json!({"kubediscovery.io/export": "true"}))),
+                );
+                assert_eq!(hosts(&i, &web), vec!["10.0.0.1"]);
+                assert_eq!(i.len(), 1);
+                // "false": gone (reported), nodes kept aside.
+                assert_eq!(
+                    i.set_service(
+                        "ns",
+                        "web",
+                        Some(annotated(json!({"kubediscovery.io/export": "false"})))
+                    ),
+                    vec![web.clone()]
+                );
+                assert!(i.get(&web).is_none() && i.is_empty() && i.node_count() == 0);
+                // A relist while withheld keeps it withheld.
+                match source {
+                    SourceKind::Endpoints => {
+                        assert!(
+                            i.reset_endpoints(&[ep("ns", "web", &["10.0.0.1"], json!({}))])
+                                .is_empty()
+                        )
+                    }
+                    SourceKind::EndpointSlice => assert!(
+                        i.reset_slices(&[slice(
+                            "ns",
+                            "web-1",
+                            Some("web"),
+                            json!([{"addresses": ["10.0.0.1"]}]),
+                        )])
+                        .is_empty()
+                    ),
+                }
+                assert!(i.get(&web).is_none());
+                // Weight 7 and "true": back, every node weighs 7.
+                assert_eq!(
+                    i.set_service(
+                        "ns",
+                        "web",
+                        Some(annotated(json!({"kubediscovery.io/export": "true",
+                                               "kubediscovery.io/weight": "7"})))
+                    ),
+                    vec![web.clone()]
+                );
+                let s = i.get(&web).unwrap();
+                assert_eq!(s.ports["http"][0].weight, 7);
+                assert_eq!(i.node_count(), 1);
+                assert!(i.take_skipped().is_empty());
+                // Invalid values: skipped (as if absent), warned and counted once.
+                let bad = annotated(json!({"kubediscovery.io/export": "yes",
+                                           "kubediscovery.io/weight": "-1"}));
+                let _ = i.set_service("ns", "web", Some(bad.clone()));
+                assert_eq!(i.get(&web).is_some(), !opt_in);
+                if let Some(s) = i.get(&web) {
+                    assert_eq!(s.ports["http"][0].weight, 50);
+                }
+                let w: Vec<&String> = i.warnings().flat_map(|(_, w)| w).collect();
+                assert_eq!(w.len(), 2, "{w:?}");
+                assert!(
+                    w[0].contains("Service ns/web")
+                        && w[0].contains("kubediscovery.io/export=\"yes\""),
+                    "{w:?}"
+                );
+                assert!(w[1].contains("kubediscovery.io/weight=\"-1\""), "{w:?}");
+                assert_eq!(
+                    i.take_skipped(),
+                    BTreeMap::from([(SkipReason::InvalidAnnotation, 2)])
+                );
+                // The same bad Service again (event or relist): not counted again.
+                let _ = i.set_service("ns", "web", Some(bad.clone()));
+                let _ = i.reset_services([("ns".into(), "web".into(), bad)]);
+                assert!(i.take_skipped().is_empty());
+                // Fixed, then gone: the warnings go.
+                let _ = i.reset_services([("ns".into(), "web".into(), annotated(json!({})))]);
+                assert_eq!(i.warnings().count(), 0);
+                let _ = i.set_service("ns", "web", None);
+                assert_eq!(i.get(&web).is_some(), !opt_in);
+            }
+        }
     }
 }

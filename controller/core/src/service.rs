@@ -58,16 +58,65 @@ pub struct ServicePort {
     pub app_protocol: Option<CompactString>,
 }
 
-/// What is kept of one Service (see the module docs): its ports.
+/// Annotation: `"false"` leaves the Service out, `"true"` lets it in under
+/// `kube_discovery.export: opt-in`.
+pub const ANNOTATION_EXPORT: &str = "kubediscovery.io/export";
+/// Annotation: the weight (`0..=4294967295`) of every node of the Service,
+/// instead of `default_weight`.
+pub const ANNOTATION_WEIGHT: &str = "kubediscovery.io/weight";
+
+/// What is kept of one Service (see the module docs): its ports and the
+/// parsed values of its two annotations.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ServiceInfo {
     /// The ports, in the Service's order.
     pub ports: Vec<ServicePort>,
+    /// [`ANNOTATION_EXPORT`], when set to a valid value.
+    pub export: Option<bool>,
+    /// [`ANNOTATION_WEIGHT`], when set to a valid value.
+    pub weight: Option<u32>,
+    /// One message per annotation with an invalid value (skipped, see
+    /// [`ServiceInfo::from_service`]).
+    pub invalid: Vec<String>,
 }
 
 impl ServiceInfo {
-    /// The parts of `svc` kube-discovery uses.
+    /// The parts of `svc` kube-discovery uses. An annotation with an invalid
+    /// value is skipped (as if absent) and described in `invalid`, naming
+    /// the Service, the annotation and the value: the caller warns and
+    /// counts it, nothing guesses a value.
     pub fn from_service(svc: &Service) -> Self {
+        let annotations = svc.metadata.annotations.as_ref();
+        let get = |k: &str| annotations.and_then(|a| a.get(k)).map(|v| v.trim());
+        let object = format!(
+            "Service {}/{}",
+            svc.metadata.namespace.as_deref().unwrap_or(""),
+            svc.metadata.name.as_deref().unwrap_or("")
+        );
+        let mut invalid = Vec::new();
+        let export = match get(ANNOTATION_EXPORT) {
+            None => None,
+            Some("true") => Some(true),
+            Some("false") => Some(false),
+            Some(v) => {
+                invalid.push(format!(
+                    "{object}: annotation {ANNOTATION_EXPORT}={v:?} is not \"true\" or \"false\"; annotation skipped"
+                ));
+                None
+            }
+        };
+        let weight = match get(ANNOTATION_WEIGHT) {
+            None => None,
+            Some(v) => match v.parse::<u32>() {
+                Ok(w) => Some(w),
+                Err(_) => {
+                    invalid.push(format!(
+                        "{object}: annotation {ANNOTATION_WEIGHT}={v:?} is not an integer 0..4294967295; annotation skipped (default_weight applies)"
+                    ));
+                    None
+                }
+            },
+        };
         let ports = svc
             .spec
             .iter()
@@ -94,7 +143,18 @@ impl ServiceInfo {
                     .map(CompactString::from),
             })
             .collect();
-        Self { ports }
+        Self {
+            ports,
+            export,
+            weight,
+            invalid,
+        }
+    }
+
+    /// Whether the Service is published: `"false"` never, `"true"` always,
+    /// otherwise unless `opt_in`.
+    pub fn exported(&self, opt_in: bool) -> bool {
+        self.export.unwrap_or(!opt_in)
     }
 }
 

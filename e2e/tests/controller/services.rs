@@ -214,3 +214,133 @@ async fn service_port_aliases_and_app_protocols(backend: Backend) {
     assert!(!logs.contains("Service watch failed"), "{logs}");
     ctl.stop().await;
 }
+
+/// Creates or replaces (SSA) the selectorless one-port Service `ns/name`
+/// with `annotations`.
+async fn annotated_service(env: &Env, ns: &str, name: &str, annotations: Value) {
+    let obj = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": ns, "annotations": annotations},
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}});
+    let api: Api<Service> = Api::namespaced(env.admin.clone(), ns);
+    api.patch(
+        name,
+        &PatchParams::apply("e2e").force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .expect("apply Service");
+}
+
+/// The weights of the nodes of port `http` of `ns/name`, once it exists.
+async fn wait_weights(env: &Env, ns: &str, name: &str, want: &[u64]) {
+    eventually(
+        &format!("{ns}/{name} http weights = {want:?}"),
+        LIMIT,
+        || async {
+            let ds = env.dsvc(ns, name).await?;
+            let got: Vec<u64> = ds["spec"]["ports"]["http"]
+                .as_array()?
+                .iter()
+                .filter_map(|n| n["weight"].as_u64())
+                .collect();
+            (got == want).then_some(())
+        },
+    )
+    .await;
+}
+
+/// The value of the sample `series` (name and labels, exactly) in a metrics text.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// `kubediscovery.io/export` (opt-out by default, opt-in with
+/// `kube_discovery.export: opt-in`) and `kubediscovery.io/weight`, valid and
+/// invalid, changed on a running controller: the object follows promptly;
+/// an invalid value is a warning naming the Service and the annotation and
+/// a counted skip, and the Service is handled as without it.
+#[both_backends]
+#[tokio::test]
+async fn export_and_weight_annotations(backend: Backend) {
+    let env = Env::start(backend).await;
+    env.namespace("shop").await;
+    for name in ["web", "api"] {
+        env.endpoints("shop", name, &["10.0.0.1"], &[("http", 8080)], json!({}))
+            .await;
+    }
+    annotated_service(&env, "shop", "web", json!({"kubediscovery.io/weight": "7"})).await;
+    annotated_service(
+        &env,
+        "shop",
+        "api",
+        json!({"kubediscovery.io/export": "false"}),
+    )
+    .await;
+
+    // ---- export: all (default)
+    let ctl = Controller::start(&env, "annot", &config(&env, ""), &[]).await;
+    ctl.wait_ready().await;
+    wait_weights(&env, "shop", "web", &[7]).await;
+    assert!(env.dsvc("shop", "api").await.is_none(), "opted out");
+    // Opt back in: published; out again: deleted.
+    annotated_service(&env, "shop", "api", json!({})).await;
+    wait_weights(&env, "shop", "api", &[50]).await;
+    annotated_service(
+        &env,
+        "shop",
+        "api",
+        json!({"kubediscovery.io/export": "false"}),
+    )
+    .await;
+    env.wait_gone("shop", "api").await;
+    // Weight changed, then invalid: default_weight, a warning, a count.
+    annotated_service(&env, "shop", "web", json!({"kubediscovery.io/weight": "0"})).await;
+    wait_weights(&env, "shop", "web", &[0]).await;
+    annotated_service(
+        &env,
+        "shop",
+        "web",
+        json!({"kubediscovery.io/weight": "heavy", "kubediscovery.io/export": "maybe"}),
+    )
+    .await;
+    wait_weights(&env, "shop", "web", &[50]).await;
+    let series = "kube_discovery_source_skipped_total{cluster=\"\",kind=\"Service\",reason=\"invalid_annotation\"}";
+    let metrics = eventually("invalid annotations counted", LIMIT, || async {
+        let (_, text) = ctl.get("/metrics").await;
+        (sample(&text, series) == Some(2.0)).then_some(text)
+    })
+    .await;
+    assert!(metrics.contains(series));
+    let logs = ctl.logs();
+    assert!(
+        logs.contains("Service shop/web: annotation kubediscovery.io/weight=")
+            && logs.contains("heavy")
+            && logs.contains("kubediscovery.io/export="),
+        "{logs}"
+    );
+    ctl.stop().await;
+
+    // ---- export: opt-in
+    let ctl = Controller::start(
+        &env,
+        "annot-optin",
+        &config(&env, "").replace("kube_discovery:\n", "kube_discovery:\n  export: opt-in\n"),
+        &[],
+    )
+    .await;
+    ctl.wait_ready().await;
+    // web (invalid export value = unannotated) is not exported: its object goes.
+    env.wait_gone("shop", "web").await;
+    assert!(env.dsvc("shop", "api").await.is_none());
+    annotated_service(
+        &env,
+        "shop",
+        "api",
+        json!({"kubediscovery.io/export": "true", "kubediscovery.io/weight": "3"}),
+    )
+    .await;
+    wait_weights(&env, "shop", "api", &[3]).await;
+    assert!(env.dsvc("shop", "web").await.is_none());
+    ctl.stop().await;
+}

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::error::Errors;
 use super::rules::{
-    Ctx, check_cm_namespace, check_concurrency, check_context, check_duration,
+    Ctx, check_cm_namespace, check_concurrency, check_context, check_duration, check_export,
     check_fixed_namespace, check_host, check_id, check_instance, check_kubeconfig,
     check_label_selector, check_namespace_mode, check_namespace_name, check_object_name,
     check_path_len, check_plain_context, check_plain_namespace, check_plain_path, check_port,
@@ -341,6 +341,8 @@ pub(super) struct RawSettings {
     pub(super) topology: Option<bool>,
     #[garde(skip)]
     pub(super) service_port_aliases: Option<bool>,
+    #[garde(custom(check_export))]
+    pub(super) export: Option<String>,
     #[garde(custom(check_duration(Duration::from_secs(1), Duration::from_secs(290))))]
     pub(super) watch_timeout: Option<String>,
     #[garde(custom(check_duration(Duration::from_secs(3), Duration::from_secs(300))))]

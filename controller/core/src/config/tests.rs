@@ -788,6 +788,7 @@ kube_discovery:
   index_port_numbers: true
   topology: true
   service_port_aliases: false
+  export: opt-in
   watch_timeout: 1m
   request_timeout: 30s
   unready_after: 2m
@@ -804,8 +805,8 @@ kube_discovery:
     let s = &c.settings;
     assert_eq!(s.coalesce_window, Duration::from_millis(250));
     assert!(s.drain_terminating && s.index_port_numbers && s.topology);
-    assert!(!s.service_port_aliases);
-    assert!(Settings::default().service_port_aliases);
+    assert!(!s.service_port_aliases && s.export_opt_in);
+    assert!(Settings::default().service_port_aliases && !Settings::default().export_opt_in);
     assert_eq!(s.watch_timeout, Duration::from_secs(60));
     assert_eq!(
         (s.request_timeout, s.unready_after, s.shutdown_timeout),
@@ -842,7 +843,7 @@ kube_discovery:
     assert_eq!(s.leader_election.lease_duration, Duration::from_secs(20));
     let o = c.clusters[0].convert_options(s);
     assert!(o.drain_terminating && o.index_port_numbers && o.topology);
-    assert!(!o.service_port_aliases);
+    assert!(!o.service_port_aliases && o.export_opt_in);
 }
 
 #[test]
@@ -852,6 +853,7 @@ fn kube_discovery_settings_rules() {
 discovery: {kubernetes: {}}
 kube_discovery:
   instance: Edge_A
+  export: opt_in
   coalesce_window: soon
   watch_timeout: 10m
   request_timeout: 1s
@@ -868,6 +870,11 @@ kube_discovery:
         &lines,
         "kube_discovery.coalesce_window",
         "is not a duration",
+    );
+    has(
+        &lines,
+        "kube_discovery.export",
+        r#""opt_in" must be "all" or "opt-in""#,
     );
     has(
         &lines,

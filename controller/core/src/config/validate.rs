@@ -446,6 +446,10 @@ fn validate_settings(
         index_port_numbers: raw.index_port_numbers.unwrap_or(d.index_port_numbers),
         topology: raw.topology.unwrap_or(d.topology),
         service_port_aliases: raw.service_port_aliases.unwrap_or(d.service_port_aliases),
+        export_opt_in: raw
+            .export
+            .as_deref()
+            .map_or(d.export_opt_in, |m| m == "opt-in"),
         watch_timeout: dur(&raw.watch_timeout, d.watch_timeout),
         request_timeout: dur(&raw.request_timeout, d.request_timeout),
         unready_after: dur(&raw.unready_after, d.unready_after),

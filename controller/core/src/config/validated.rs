@@ -123,6 +123,7 @@ impl ClusterConfig {
             index_port_numbers: settings.index_port_numbers,
             topology: settings.topology,
             service_port_aliases: settings.service_port_aliases,
+            export_opt_in: settings.export_opt_in,
         }
     }
 
@@ -267,6 +268,8 @@ pub struct Settings {
     pub topology: bool,
     /// Service-port aliases (`ns/name:80` for the port key `http`).
     pub service_port_aliases: bool,
+    /// `export: opt-in`: only Services annotated `kubediscovery.io/export: "true"`.
+    pub export_opt_in: bool,
     /// Server-side watch timeout.
     pub watch_timeout: Duration,
     /// The longest an API request waits for the server to send anything
@@ -299,6 +302,7 @@ impl Default for Settings {
             index_port_numbers: false,
             topology: false,
             service_port_aliases: true,
+            export_opt_in: false,
             watch_timeout: Duration::from_secs(290),
             request_timeout: Duration::from_secs(10),
             unready_after: Duration::from_secs(60),
@@ -351,6 +355,7 @@ impl Settings {
             "index_port_numbers": self.index_port_numbers,
             "topology": self.topology,
             "service_port_aliases": self.service_port_aliases,
+            "export": if self.export_opt_in { "opt-in" } else { "all" },
             "watch_timeout": format_duration(self.watch_timeout),
             "request_timeout": format_duration(self.request_timeout),
             "unready_after": format_duration(self.unready_after),

@@ -52,6 +52,10 @@ pub struct ConvertOptions {
     /// Derive Service-port aliases from known Services
     /// ([`crate::service::port_extras`]); appProtocols are derived either way.
     pub service_port_aliases: bool,
+    /// `kube_discovery.export: opt-in`: only Services annotated
+    /// `kubediscovery.io/export: "true"` are published (default: all but
+    /// those annotated `"false"`).
+    pub export_opt_in: bool,
 }
 
 impl Default for ConvertOptions {
@@ -62,6 +66,7 @@ impl Default for ConvertOptions {
             index_port_numbers: false,
             topology: false,
             service_port_aliases: true,
+            export_opt_in: false,
         }
     }
 }
@@ -103,11 +108,15 @@ pub enum SkipReason {
     /// own it, and its object name could collide with another's (`web.1` is
     /// shard 1 of `web`); the object is skipped.
     InvalidServiceName,
+    /// A Service annotation (`kubediscovery.io/export`, `kubediscovery.io/weight`)
+    /// with an invalid value; the annotation is skipped (the Service is
+    /// handled as if it did not have it).
+    InvalidAnnotation,
 }
 
 impl SkipReason {
     /// Every reason, in label order.
-    pub const ALL: [SkipReason; 9] = [
+    pub const ALL: [SkipReason; 10] = [
         SkipReason::InvalidAddress,
         SkipReason::MissingAddress,
         SkipReason::InvalidPort,
@@ -117,6 +126,7 @@ impl SkipReason {
         SkipReason::MissingName,
         SkipReason::MissingServiceLabel,
         SkipReason::InvalidServiceName,
+        SkipReason::InvalidAnnotation,
     ];
 
     /// The metric label value (`snake_case`).
@@ -131,6 +141,7 @@ impl SkipReason {
             SkipReason::MissingName => "missing_name",
             SkipReason::MissingServiceLabel => "missing_service_label",
             SkipReason::InvalidServiceName => "invalid_service_name",
+            SkipReason::InvalidAnnotation => "invalid_annotation",
         }
     }
 }
