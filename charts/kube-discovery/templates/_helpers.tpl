@@ -232,6 +232,7 @@ client:
 {{- $_ := set $kd "index_port_numbers" $c.indexPortNumbers }}
 {{- $_ := set $kd "topology" $c.topology }}
 {{- $_ := set $kd "service_port_aliases" $c.servicePortAliases }}
+{{- $_ := set $kd "export" $c.export }}
 {{- $sinks := dict }}
 {{- $_ := set $sinks "discoveredservices" (include "kube-discovery.dsvcSink" . | fromYaml) }}
 {{- $_ := set $sinks "configmap" (dict "enabled" $c.configMapSnapshot.enabled "namespace" (include "kube-discovery.snapshotNamespace" .) "name" (include "kube-discovery.snapshotName" .)) }}

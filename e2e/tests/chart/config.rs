@@ -96,7 +96,7 @@ fn chart_default_config_parses_as_in_cluster_single_cluster() {
     assert!(s.sinks.configmap.is_none());
     assert_eq!(s.write_concurrency, 32);
     assert!(!s.drain_terminating && !s.index_port_numbers && !s.topology);
-    assert!(s.service_port_aliases);
+    assert!(s.service_port_aliases && !s.export_opt_in);
 }
 
 #[test]
@@ -182,7 +182,10 @@ fn chart_settings_reach_the_controller_config() {
         "controller.writeQps=7.5",
         "--set",
         "controller.indexPortNumbers=true",
+        "--set",
         "controller.servicePortAliases=false",
+        "--set",
+        "controller.export=opt-in",
         "--set",
         "controller.topology=true",
         "--set",
@@ -223,6 +226,7 @@ fn chart_settings_reach_the_controller_config() {
     assert_eq!(s.write_concurrency, 3);
     assert!((s.write_qps - 7.5).abs() < f64::EPSILON);
     assert!(s.index_port_numbers && s.topology && !s.service_port_aliases);
+    assert!(s.export_opt_in);
     assert_eq!(
         s.sinks.discoveredservices.naming.namespace_mode,
         NamespaceMode::Fixed("kube-discovery".into()),
