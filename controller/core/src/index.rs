@@ -158,6 +158,24 @@ fn same_version(stored: Option<&str>, meta: &ObjectMeta) -> bool {
     matches!((stored, resource_version(meta)), (Some(a), Some(b)) if a == b)
 }
 
+/// The ids whose value differs between `old` and `new` (changed, added or
+/// removed): what a Service relist touched.
+fn changed_ids<V: PartialEq>(
+    old: &BTreeMap<(String, String), V>,
+    new: &BTreeMap<(String, String), V>,
+) -> BTreeSet<(String, String)> {
+    let differs = |a: &BTreeMap<(String, String), V>, b: &BTreeMap<(String, String), V>| {
+        a.iter()
+            .filter(|(id, v)| b.get(*id) != Some(*v))
+            .map(|(id, _)| id.clone())
+            .collect::<Vec<_>>()
+    };
+    differs(old, new)
+        .into_iter()
+        .chain(differs(new, old))
+        .collect()
+}
+
 /// The next state, built while a relist arrives.
 #[derive(Debug, Clone, Default)]
 struct PendingReset {
@@ -817,17 +835,7 @@ impl Index {
             .filter(|(ns, _, uid)| !uid.is_empty() && self.filter.matches(ns))
             .map(|(ns, name, uid)| ((ns, name), uid))
             .collect();
-        let mut touched: BTreeSet<(String, String)> = self
-            .service_uids
-            .iter()
-            .filter(|(id, uid)| next.get(*id) != Some(*uid))
-            .map(|(id, _)| id.clone())
-            .collect();
-        touched.extend(
-            next.iter()
-                .filter(|(id, uid)| self.service_uids.get(*id) != Some(*uid))
-                .map(|(id, _)| id.clone()),
-        );
+        let touched = changed_ids(&self.service_uids, &next);
         std::mem::swap(&mut self.service_uids, &mut next);
         if let Some(p) = &mut self.reset {
             p.uid_touched.extend(touched.iter().cloned());
@@ -893,17 +901,7 @@ impl Index {
         for ((ns, name), info) in &next {
             self.service_warnings(format!("Service {ns}/{name}"), info);
         }
-        let mut touched: BTreeSet<(String, String)> = self
-            .service_info
-            .iter()
-            .filter(|(id, info)| next.get(*id) != Some(*info))
-            .map(|(id, _)| id.clone())
-            .collect();
-        touched.extend(
-            next.iter()
-                .filter(|(id, info)| self.service_info.get(*id) != Some(*info))
-                .map(|(id, _)| id.clone()),
-        );
+        let touched = changed_ids(&self.service_info, &next);
         std::mem::swap(&mut self.service_info, &mut next);
         if let Some(p) = &mut self.reset {
             p.uid_touched.extend(touched.iter().cloned());

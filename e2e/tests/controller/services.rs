@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::controller_support;
+use crate::sources::{config, sample};
 
 use controller_support::{Backend, Controller, Env, LIMIT, eventually};
 use k8s_openapi::api::core::v1::Service;
@@ -15,17 +16,15 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use testenv::both_backends;
 
-fn config(env: &Env, extra: &str) -> String {
-    format!(
-        "discovery:\n  kubernetes:\n{}{extra}kube_discovery:\n  coalesce_window: 20ms\n",
-        env.service_block(&env.admin_token())
-    )
-}
-
 /// Creates or replaces (SSA) the selectorless Service `ns/name` with `ports`.
 async fn service(env: &Env, ns: &str, name: &str, ports: Value) {
+    apply_service(env, ns, name, json!({}), ports).await;
+}
+
+/// Creates or replaces (SSA) the selectorless Service `ns/name`.
+async fn apply_service(env: &Env, ns: &str, name: &str, annotations: Value, ports: Value) {
     let obj = json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": ns},
+        "metadata": {"name": name, "namespace": ns, "annotations": annotations},
         "spec": {"ports": ports}});
     let api: Api<Service> = Api::namespaced(env.admin.clone(), ns);
     api.patch(
@@ -218,17 +217,8 @@ async fn service_port_aliases_and_app_protocols(backend: Backend) {
 /// Creates or replaces (SSA) the selectorless one-port Service `ns/name`
 /// with `annotations`.
 async fn annotated_service(env: &Env, ns: &str, name: &str, annotations: Value) {
-    let obj = json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": ns, "annotations": annotations},
-        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}});
-    let api: Api<Service> = Api::namespaced(env.admin.clone(), ns);
-    api.patch(
-        name,
-        &PatchParams::apply("e2e").force(),
-        &Patch::Apply(&obj),
-    )
-    .await
-    .expect("apply Service");
+    let ports = json!([{"name": "http", "port": 80, "targetPort": 8080}]);
+    apply_service(env, ns, name, annotations, ports).await;
 }
 
 /// The weights of the nodes of port `http` of `ns/name`, once it exists.
@@ -247,12 +237,6 @@ async fn wait_weights(env: &Env, ns: &str, name: &str, want: &[u64]) {
         },
     )
     .await;
-}
-
-/// The value of the sample `series` (name and labels, exactly) in a metrics text.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
 }
 
 /// `kubediscovery.io/export` (opt-out by default, opt-in with
