@@ -95,6 +95,9 @@ pub struct Index {
     /// that exporting them again needs no new list (Endpoints mode keeps no
     /// other copy of the nodes).
     withheld: BTreeMap<ServiceKey, Arc<ServiceNodes>>,
+    /// Services whose desired state comes from an allowed ExternalName
+    /// Service, not from endpoint objects (which are then ignored).
+    external: BTreeSet<ServiceKey>,
     /// Sum of `node_count` over `services`.
     node_total: usize,
     /// Endpoints mode: what the index remembers of each selected Endpoints
@@ -208,6 +211,7 @@ impl Index {
             labels: LabelSelector::default(),
             services: BTreeMap::new(),
             withheld: BTreeMap::new(),
+            external: BTreeSet::new(),
             node_total: 0,
             endpoints_owner: BTreeMap::new(),
             slices: BTreeMap::new(),
@@ -353,6 +357,55 @@ impl Index {
         })
     }
 
+    /// Why the ExternalName host of `info` is not published (`None`: it is,
+    /// or the Service is no ExternalName, or ExternalName is disabled).
+    fn external_refusal(&self, object: &str, info: &ServiceInfo) -> Option<(SkipReason, String)> {
+        let (Some(allow), Some(host)) = (&self.opts.external_name, &info.external_name) else {
+            return None;
+        };
+        let bare = host.strip_suffix('.').unwrap_or(host);
+        if !k8s_syntax::is_dns_name(bare) {
+            return Some((
+                SkipReason::InvalidExternalName,
+                format!("{object}: spec.externalName {host:?} is not a DNS name; Service skipped"),
+            ));
+        }
+        if !allow.iter().any(|r| r.is_match(host)) {
+            return Some((
+                SkipReason::ExternalNameRefused,
+                format!(
+                    "{object}: spec.externalName {host:?} matches no kube_discovery.external_name.allow regex; Service skipped"
+                ),
+            ));
+        }
+        None
+    }
+
+    /// The desired state of an allowed ExternalName Service: one node per
+    /// Service port, its host the external name and its port the Service
+    /// port (what a client of the Service connects to). `None` when `key` is
+    /// no such Service.
+    fn external_desired(&self, key: &ServiceKey) -> Option<ServiceNodes> {
+        let info = self
+            .service_info
+            .get(&(key.namespace.to_string(), key.name.to_string()))?;
+        let host = info.external_name.as_ref()?;
+        self.opts.external_name.as_ref()?;
+        if self.external_refusal("", info).is_some() {
+            return None;
+        }
+        let ports: PortMap = info
+            .ports
+            .iter()
+            .filter(|p| (1..=65535).contains(&p.port))
+            .map(|p| {
+                let key = crate::convert::port_key(Some(&p.name), p.port);
+                (key, vec![crate::model::Node::new(host.clone(), p.port, 0)])
+            })
+            .collect();
+        Some(self.build(key.clone(), self.source, ports, None))
+    }
+
     /// The desired state of `key` from its endpoints' `ports`: with the
     /// Service-derived extras (aliases, appProtocols) when the Service is known.
     fn build(
@@ -439,6 +492,7 @@ impl Index {
         let desired = self.endpoints_desired(ep, &mut owners);
         self.endpoints_owner = owners;
         match desired {
+            Some((key, _)) if self.external.contains(&key) => Vec::new(),
             Some((key, new)) => {
                 if self.store(&key, new) {
                     vec![key]
@@ -464,6 +518,9 @@ impl Index {
         }
         let key = self.key(ns, name);
         self.endpoints_owner.remove(&key);
+        if self.external.contains(&key) {
+            return Vec::new();
+        }
         if self.store(&key, None) {
             vec![key]
         } else {
@@ -549,7 +606,16 @@ impl Index {
     /// Makes `desired` the state; returns the keys that changed or vanished.
     /// An unchanged service keeps the current allocation (the one the
     /// runtime's `ControllerState` holds).
-    fn replace_all(&mut self, desired: BTreeMap<ServiceKey, Arc<ServiceNodes>>) -> Vec<ServiceKey> {
+    fn replace_all(
+        &mut self,
+        mut desired: BTreeMap<ServiceKey, Arc<ServiceNodes>>,
+    ) -> Vec<ServiceKey> {
+        // ExternalName services do not come from the listed objects.
+        for k in &self.external {
+            if let Some(current) = self.current(k) {
+                desired.insert(k.clone(), Arc::clone(current));
+            }
+        }
         let (mut desired, withheld): (BTreeMap<_, _>, BTreeMap<_, _>) =
             desired.into_iter().partition(|(k, _)| self.exported(k));
         self.withheld = withheld;
@@ -635,6 +701,9 @@ impl Index {
     }
 
     fn recompute_service(&mut self, key: &ServiceKey) -> bool {
+        if self.external.contains(key) {
+            return false;
+        }
         let names = self.by_service.get(key).cloned().unwrap_or_default();
         if names.is_empty() {
             self.by_service.remove(key);
@@ -914,13 +983,17 @@ impl Index {
 
     /// Records the annotation warnings of a Service (see `set_warnings`).
     fn service_warnings(&mut self, object: String, info: &ServiceInfo) {
-        let n = u64::try_from(info.invalid.len()).unwrap_or(u64::MAX);
-        let skipped = if n == 0 {
-            BTreeMap::new()
-        } else {
-            BTreeMap::from([(SkipReason::InvalidAnnotation, n)])
-        };
-        self.set_warnings(object, info.invalid.clone(), &skipped);
+        let mut warnings = info.invalid.clone();
+        let mut skipped = BTreeMap::new();
+        if !warnings.is_empty() {
+            let n = u64::try_from(warnings.len()).unwrap_or(u64::MAX);
+            skipped.insert(SkipReason::InvalidAnnotation, n);
+        }
+        if let Some((reason, message)) = self.external_refusal(&object, info) {
+            warnings.push(message);
+            skipped.insert(reason, 1);
+        }
+        self.set_warnings(object, warnings, &skipped);
     }
 
     /// Number of Services whose ports are known.
@@ -932,6 +1005,25 @@ impl Index {
     /// known UID or ports changed.
     fn refresh_owner(&mut self, namespace: &str, name: &str) -> Vec<ServiceKey> {
         let key = self.key(namespace, name);
+        if let Some(ext) = self.external_desired(&key) {
+            self.external.insert(key.clone());
+            return if self.store(&key, Some(ext)) {
+                vec![key]
+            } else {
+                Vec::new()
+            };
+        }
+        if self.external.remove(&key) {
+            // No longer an allowed ExternalName: its nodes go. Slices are
+            // merged again now; Endpoints (not kept) are published again on
+            // their next event or relist.
+            let changed = if self.source == SourceKind::EndpointSlice {
+                self.recompute_service(&key)
+            } else {
+                self.store(&key, None)
+            };
+            return if changed { vec![key] } else { Vec::new() };
+        }
         let Some(current) = self.current(&key) else {
             return Vec::new();
         };
@@ -2406,6 +2498,102 @@ mod tests {
                 let _ = i.set_service("ns", "web", None);
                 assert_eq!(i.get(&web).is_some(), !opt_in);
             }
+        }
+    }
+
+    fn external(name: &str, host: &str) -> ServiceInfo {
+        let s: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"type": "ExternalName", "externalName": host,
+                     "ports": [{"name": "https", "port": 443}, {"port": 80}]}
+        }))
+        .unwrap();
+        ServiceInfo::from_service(&s)
+    }
+
+    /// ExternalName Services: ignored unless enabled; allowed hosts (full
+    /// match) become one node per port in both modes and survive endpoint
+    /// relists; a host outside the allowlist or not a DNS name is skipped
+    /// with a warning and counted; a Service that stops being ExternalName
+    /// loses those nodes.
+    #[test]
+    fn external_name_services() {
+        let allow = vec![AnchoredRegex::new(r"[a-z0-9-]+\.example\.com").unwrap()];
+        for source in [SourceKind::Endpoints, SourceKind::EndpointSlice] {
+            // Disabled (default): nothing, no warning.
+            let mut off = idx(source);
+            assert!(
+                off.set_service("ns", "ext", Some(external("ext", "db.example.com")))
+                    .is_empty()
+            );
+            assert!(off.is_empty() && off.warnings().count() == 0);
+
+            let mut i = Index::new(
+                String::new(),
+                source,
+                ConvertOptions {
+                    external_name: Some(allow.clone()),
+                    ..ConvertOptions::default()
+                },
+                NamespaceFilter::All,
+            );
+            let ext = k("ns", "ext");
+            assert_eq!(
+                i.set_service("ns", "ext", Some(external("ext", "db.example.com"))),
+                vec![ext.clone()]
+            );
+            let s = i.get(&ext).unwrap();
+            assert_eq!(
+                serde_json::to_value(&s.ports).unwrap(),
+                json!({"80": [{"host": "db.example.com", "port": 80, "weight": 50}],
+                       "https": [{"host": "db.example.com", "port": 443, "weight": 50}]})
+            );
+            assert_eq!(s.extras.aliases["443"], "https");
+            // An endpoints relist does not drop it.
+            match source {
+                SourceKind::Endpoints => assert!(i.reset_endpoints(&[]).is_empty()),
+                SourceKind::EndpointSlice => assert!(i.reset_slices(&[]).is_empty()),
+            }
+            assert!(i.get(&ext).is_some());
+            // Outside the allowlist ("evil.example.com.attacker.io" does not
+            // fully match) and not a DNS name: skipped, warned, counted.
+            assert_eq!(
+                i.set_service(
+                    "ns",
+                    "ext",
+                    Some(external("ext", "db.example.com.attacker.io"))
+                ),
+                vec![ext.clone()]
+            );
+            assert!(i.get(&ext).is_none());
+            let _ = i.set_service("ns", "bad", Some(external("bad", "not a host")));
+            assert!(i.get(&k("ns", "bad")).is_none());
+            assert_eq!(
+                i.take_skipped(),
+                BTreeMap::from([
+                    (SkipReason::InvalidExternalName, 1),
+                    (SkipReason::ExternalNameRefused, 1)
+                ])
+            );
+            let w: Vec<&String> = i.warnings().flat_map(|(_, w)| w).collect();
+            assert!(
+                w.iter().any(|m| m.contains("Service ns/ext")
+                    && m.contains("db.example.com.attacker.io")
+                    && m.contains("external_name.allow")),
+                "{w:?}"
+            );
+            // Allowed again, then turned into a ClusterIP Service: gone.
+            let _ = i.set_service("ns", "ext", Some(external("ext", "db.example.com")));
+            assert!(i.get(&ext).is_some());
+            assert_eq!(
+                i.set_service(
+                    "ns",
+                    "ext",
+                    Some(service_info(json!([{"name": "http", "port": 80}])))
+                ),
+                vec![ext.clone()]
+            );
+            assert!(i.get(&ext).is_none());
         }
     }
 }

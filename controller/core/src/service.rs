@@ -78,6 +78,8 @@ pub struct ServiceInfo {
     /// One message per annotation with an invalid value (skipped, see
     /// [`ServiceInfo::from_service`]).
     pub invalid: Vec<String>,
+    /// `spec.externalName` of a Service of `type: ExternalName`.
+    pub external_name: Option<CompactString>,
 }
 
 impl ServiceInfo {
@@ -143,11 +145,17 @@ impl ServiceInfo {
                     .map(CompactString::from),
             })
             .collect();
+        let external_name = svc
+            .spec
+            .as_ref()
+            .filter(|s| s.type_.as_deref() == Some("ExternalName"))
+            .map(|s| CompactString::from(s.external_name.as_deref().unwrap_or("").trim()));
         Self {
             ports,
             export,
             weight,
             invalid,
+            external_name,
         }
     }
 

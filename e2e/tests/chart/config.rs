@@ -96,7 +96,7 @@ fn chart_default_config_parses_as_in_cluster_single_cluster() {
     assert!(s.sinks.configmap.is_none());
     assert_eq!(s.write_concurrency, 32);
     assert!(!s.drain_terminating && !s.index_port_numbers && !s.topology);
-    assert!(s.service_port_aliases && !s.export_opt_in);
+    assert!(s.service_port_aliases && !s.export_opt_in && s.external_name.is_none());
 }
 
 #[test]
@@ -187,6 +187,10 @@ fn chart_settings_reach_the_controller_config() {
         "--set",
         "controller.export=opt-in",
         "--set",
+        "controller.externalName.enabled=true",
+        "--set",
+        "controller.externalName.allow[0]=db-[0-9]+",
+        "--set",
         "controller.topology=true",
         "--set",
         "controller.discoveredServices.namespaceMode=fixed",
@@ -227,6 +231,8 @@ fn chart_settings_reach_the_controller_config() {
     assert!((s.write_qps - 7.5).abs() < f64::EPSILON);
     assert!(s.index_port_numbers && s.topology && !s.service_port_aliases);
     assert!(s.export_opt_in);
+    let allow = s.external_name.as_ref().expect("external_name enabled");
+    assert!(allow[0].is_match("db-1") && !allow[0].is_match("db-1.evil"));
     assert_eq!(
         s.sinks.discoveredservices.naming.namespace_mode,
         NamespaceMode::Fixed("kube-discovery".into()),

@@ -328,3 +328,72 @@ async fn export_and_weight_annotations(backend: Backend) {
     assert!(env.dsvc("shop", "web").await.is_none());
     ctl.stop().await;
 }
+
+/// Creates the ExternalName Service `ns/name` pointing at `host`.
+async fn external_service(env: &Env, ns: &str, name: &str, host: &str) {
+    let obj = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"type": "ExternalName", "externalName": host,
+                 "ports": [{"name": "https", "port": 443}]}});
+    let api: Api<Service> = Api::namespaced(env.admin.clone(), ns);
+    api.patch(
+        name,
+        &PatchParams::apply("e2e").force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .expect("apply Service");
+}
+
+/// ExternalName Services: not published by default; with
+/// `external_name: {enabled: true, allow: [...]}` an allowed host becomes a
+/// node per port, one outside the allowlist is skipped with a warning and
+/// counted.
+#[both_backends]
+#[tokio::test]
+async fn external_name_allowed_and_refused(backend: Backend) {
+    let env = Env::start(backend).await;
+    env.namespace("shop").await;
+    external_service(&env, "shop", "db", "db.example.com").await;
+    external_service(&env, "shop", "evil", "db.example.com.attacker.io").await;
+    env.endpoints("shop", "web", &["10.0.0.1"], &[("http", 8080)], json!({}))
+        .await;
+
+    // Default: off.
+    let ctl = Controller::start(&env, "ext-off", &config(&env, ""), &[]).await;
+    ctl.wait_ready().await;
+    env.wait_nodes("shop", "web", "http", &["10.0.0.1"]).await;
+    assert!(env.dsvc("shop", "db").await.is_none());
+    ctl.stop().await;
+
+    let cfg = config(&env, "").replace(
+        "kube_discovery:\n",
+        "kube_discovery:\n  external_name: {enabled: true, allow: ['[a-z0-9-]+\\.example\\.com']}\n",
+    );
+    let ctl = Controller::start(&env, "ext-on", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    let ds = env
+        .wait_nodes("shop", "db", "https", &["db.example.com"])
+        .await;
+    assert_eq!(
+        ds["spec"]["ports"]["https"],
+        json!([{"host": "db.example.com", "port": 443, "weight": 50}])
+    );
+    let series = "kube_discovery_source_skipped_total{cluster=\"\",kind=\"Service\",reason=\"external_name_refused\"}";
+    eventually("the refused ExternalName is counted", LIMIT, || async {
+        let (_, text) = ctl.get("/metrics").await;
+        (sample(&text, series) == Some(1.0)).then_some(())
+    })
+    .await;
+    assert!(env.dsvc("shop", "evil").await.is_none());
+    let logs = ctl.logs();
+    assert!(
+        logs.contains("Service shop/evil: spec.externalName")
+            && logs.contains("matches no kube_discovery.external_name.allow regex"),
+        "{logs}"
+    );
+    // Re-pointed outside the allowlist: the object goes.
+    external_service(&env, "shop", "db", "db.example.org").await;
+    env.wait_gone("shop", "db").await;
+    ctl.stop().await;
+}

@@ -294,6 +294,10 @@ pub(super) fn check_export(v: &Option<String>, _: &()) -> garde::Result {
     }
 }
 
+pub(super) fn check_allow_regex(v: &String, _: &()) -> garde::Result {
+    check_regex(v, &Ctx { multi: false })
+}
+
 pub(super) fn check_fixed_namespace(
     mode: Option<&str>,
 ) -> impl FnOnce(&Option<String>, &()) -> garde::Result + '_ {

@@ -1031,3 +1031,51 @@ fn yaml_1_2_reading_and_repeated_keys() {
         );
     }
 }
+
+#[test]
+fn external_name_is_off_by_default_and_validated() {
+    assert!(Settings::default().external_name.is_none());
+    let c = ok(r#"
+discovery: {kubernetes: {}}
+kube_discovery:
+  external_name: {enabled: true, allow: ['.*\.example\.com']}
+"#);
+    let allow = c.settings.external_name.as_ref().unwrap();
+    assert!(allow[0].is_match("db.example.com") && !allow[0].is_match("db.example.com.evil"));
+    assert_eq!(
+        c.clusters[0]
+            .convert_options(&c.settings)
+            .external_name
+            .unwrap()
+            .len(),
+        1
+    );
+    // Listed but not enabled: still off.
+    let c = ok(r#"
+discovery: {kubernetes: {}}
+kube_discovery: {external_name: {allow: [x]}}
+"#);
+    assert!(c.settings.external_name.is_none());
+    let lines = errs(
+        r#"
+discovery: {kubernetes: {}}
+kube_discovery: {external_name: {enabled: true, allow: ["("]}}
+"#,
+    );
+    has(
+        &lines,
+        "kube_discovery.external_name.allow[0]",
+        "is not a valid regex",
+    );
+    let lines = errs(
+        r#"
+discovery: {kubernetes: {}}
+kube_discovery: {external_name: {enabled: true}}
+"#,
+    );
+    has(
+        &lines,
+        "kube_discovery.external_name.allow",
+        "at least one regex",
+    );
+}

@@ -124,6 +124,7 @@ impl ClusterConfig {
             topology: settings.topology,
             service_port_aliases: settings.service_port_aliases,
             export_opt_in: settings.export_opt_in,
+            external_name: settings.external_name.clone(),
         }
     }
 
@@ -270,6 +271,8 @@ pub struct Settings {
     pub service_port_aliases: bool,
     /// `export: opt-in`: only Services annotated `kubediscovery.io/export: "true"`.
     pub export_opt_in: bool,
+    /// `external_name`: `Some(allow)` when enabled.
+    pub external_name: Option<Vec<crate::filter::AnchoredRegex>>,
     /// Server-side watch timeout.
     pub watch_timeout: Duration,
     /// The longest an API request waits for the server to send anything
@@ -303,6 +306,7 @@ impl Default for Settings {
             topology: false,
             service_port_aliases: true,
             export_opt_in: false,
+            external_name: None,
             watch_timeout: Duration::from_secs(290),
             request_timeout: Duration::from_secs(10),
             unready_after: Duration::from_secs(60),
@@ -356,6 +360,10 @@ impl Settings {
             "topology": self.topology,
             "service_port_aliases": self.service_port_aliases,
             "export": if self.export_opt_in { "opt-in" } else { "all" },
+            "external_name": {
+                "enabled": self.external_name.is_some(),
+                "allow": self.external_name.iter().flatten().map(|r| r.pattern()).collect::<Vec<_>>(),
+            },
             "watch_timeout": format_duration(self.watch_timeout),
             "request_timeout": format_duration(self.request_timeout),
             "unready_after": format_duration(self.unready_after),

@@ -56,6 +56,11 @@ pub struct ConvertOptions {
     /// `kubediscovery.io/export: "true"` are published (default: all but
     /// those annotated `"false"`).
     pub export_opt_in: bool,
+    /// `kube_discovery.external_name`: `None` = ExternalName Services are
+    /// ignored (the default, see Contour's CVE-2021-32783); `Some(allow)` =
+    /// an ExternalName Service whose host fully matches one of `allow` is
+    /// published, one node per port with the host as `host`.
+    pub external_name: Option<Vec<crate::filter::AnchoredRegex>>,
 }
 
 impl Default for ConvertOptions {
@@ -67,6 +72,7 @@ impl Default for ConvertOptions {
             topology: false,
             service_port_aliases: true,
             export_opt_in: false,
+            external_name: None,
         }
     }
 }
@@ -112,11 +118,16 @@ pub enum SkipReason {
     /// with an invalid value; the annotation is skipped (the Service is
     /// handled as if it did not have it).
     InvalidAnnotation,
+    /// An ExternalName Service whose host is not a DNS name; the Service is skipped.
+    InvalidExternalName,
+    /// An ExternalName Service whose host no `external_name.allow` regex
+    /// matches; the Service is skipped.
+    ExternalNameRefused,
 }
 
 impl SkipReason {
     /// Every reason, in label order.
-    pub const ALL: [SkipReason; 10] = [
+    pub const ALL: [SkipReason; 12] = [
         SkipReason::InvalidAddress,
         SkipReason::MissingAddress,
         SkipReason::InvalidPort,
@@ -127,6 +138,8 @@ impl SkipReason {
         SkipReason::MissingServiceLabel,
         SkipReason::InvalidServiceName,
         SkipReason::InvalidAnnotation,
+        SkipReason::InvalidExternalName,
+        SkipReason::ExternalNameRefused,
     ];
 
     /// The metric label value (`snake_case`).
@@ -142,6 +155,8 @@ impl SkipReason {
             SkipReason::MissingServiceLabel => "missing_service_label",
             SkipReason::InvalidServiceName => "invalid_service_name",
             SkipReason::InvalidAnnotation => "invalid_annotation",
+            SkipReason::InvalidExternalName => "invalid_external_name",
+            SkipReason::ExternalNameRefused => "external_name_refused",
         }
     }
 }
