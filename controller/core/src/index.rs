@@ -1071,6 +1071,15 @@ impl Index {
         self.node_total
     }
 
+    /// The Service ports of `key` that resolve to no port key (e.g. a
+    /// `targetPort` naming a container port no endpoint has), one message
+    /// each: those ports have no nodes. Data for status conditions (empty
+    /// when the service or its Service is unknown).
+    pub fn unresolved_ports(&self, key: &ServiceKey) -> &[String] {
+        self.current(key)
+            .map_or(&[][..], |s| s.extras.unresolved.as_slice())
+    }
+
     /// Current conversion warnings, per object.
     pub fn warnings(&self) -> impl Iterator<Item = (&String, &Vec<String>)> {
         self.warnings.iter()
@@ -2595,5 +2604,30 @@ mod tests {
             );
             assert!(i.get(&ext).is_none());
         }
+    }
+
+    /// A Service port whose targetPort no endpoint has: no port key, no
+    /// alias, lookups find nothing, and the index says why.
+    #[test]
+    fn unresolved_service_ports_are_exposed_as_data() {
+        let mut i = idx(SourceKind::Endpoints);
+        i.apply_endpoints(&ep("ns", "web", &["10.0.0.1"], json!({})));
+        let _ = i.set_service(
+            "ns",
+            "web",
+            Some(service_info(json!([
+                {"name": "http", "port": 80},
+                {"name": "admin", "port": 9000, "targetPort": "admin"}
+            ]))),
+        );
+        let web = k("ns", "web");
+        let s = i.get(&web).unwrap();
+        assert!(s.nodes("admin").is_none() && s.nodes("9000").is_none());
+        assert!(s.nodes("80").is_some());
+        assert_eq!(
+            i.unresolved_ports(&web),
+            ["Service port 9000 (admin): no endpoint has targetPort admin; the port has no nodes"]
+        );
+        assert!(i.unresolved_ports(&k("ns", "nope")).is_empty());
     }
 }
