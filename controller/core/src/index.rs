@@ -161,6 +161,22 @@ fn same_version(stored: Option<&str>, meta: &ObjectMeta) -> bool {
     matches!((stored, resource_version(meta)), (Some(a), Some(b)) if a == b)
 }
 
+/// Sets (`Some`) or removes (`None`) the entry `id`; whether it changed.
+fn set_entry<V: PartialEq>(
+    map: &mut BTreeMap<(String, String), V>,
+    id: &(String, String),
+    value: Option<V>,
+) -> bool {
+    match value {
+        Some(v) if map.get(id) == Some(&v) => false,
+        Some(v) => {
+            map.insert(id.clone(), v);
+            true
+        }
+        None => map.remove(id).is_some(),
+    }
+}
+
 /// The ids whose value differs between `old` and `new` (changed, added or
 /// removed): what a Service relist touched.
 fn changed_ids<V: PartialEq>(
@@ -873,23 +889,20 @@ impl Index {
         uid: Option<String>,
     ) -> Vec<ServiceKey> {
         let id = (namespace.to_string(), name.to_string());
-        match uid.filter(|u| !u.is_empty() && self.filter.matches(namespace)) {
-            Some(u) => {
-                if self.service_uids.get(&id) == Some(&u) {
-                    return Vec::new();
-                }
-                self.service_uids.insert(id.clone(), u);
-            }
-            None => {
-                if self.service_uids.remove(&id).is_none() {
-                    return Vec::new();
-                }
-            }
+        let uid = uid.filter(|u| !u.is_empty() && self.filter.matches(namespace));
+        if !set_entry(&mut self.service_uids, &id, uid) {
+            return Vec::new();
         }
+        self.service_touched(id)
+    }
+
+    /// After the known UID or ports of Service `id` changed: a relist being
+    /// received must rebuild it too; the live state is refreshed now.
+    fn service_touched(&mut self, id: (String, String)) -> Vec<ServiceKey> {
         if let Some(p) = &mut self.reset {
-            p.uid_touched.insert(id);
+            p.uid_touched.insert(id.clone());
         }
-        self.refresh_owner(namespace, name)
+        self.refresh_owner(&id.0, &id.1)
     }
 
     /// After a (re)list of all Services: afterwards the known UIDs are exactly
@@ -906,12 +919,9 @@ impl Index {
             .collect();
         let touched = changed_ids(&self.service_uids, &next);
         std::mem::swap(&mut self.service_uids, &mut next);
-        if let Some(p) = &mut self.reset {
-            p.uid_touched.extend(touched.iter().cloned());
-        }
         touched
             .into_iter()
-            .flat_map(|(ns, name)| self.refresh_owner(&ns, &name))
+            .flat_map(|id| self.service_touched(id))
             .collect()
     }
 
@@ -927,25 +937,18 @@ impl Index {
     ) -> Vec<ServiceKey> {
         let id = (namespace.to_string(), name.to_string());
         let object = format!("Service {namespace}/{name}");
-        match info.filter(|_| self.filter.matches(namespace)) {
-            Some(i) => {
-                if self.service_info.get(&id) == Some(&i) {
-                    return Vec::new();
-                }
-                self.service_warnings(object, &i);
-                self.service_info.insert(id.clone(), i);
-            }
+        let info = info.filter(|_| self.filter.matches(namespace));
+        if self.service_info.get(&id) == info.as_ref() {
+            return Vec::new();
+        }
+        match &info {
+            Some(i) => self.service_warnings(object, i),
             None => {
                 self.warnings.remove(&object);
-                if self.service_info.remove(&id).is_none() {
-                    return Vec::new();
-                }
             }
         }
-        if let Some(p) = &mut self.reset {
-            p.uid_touched.insert(id);
-        }
-        self.refresh_owner(namespace, name)
+        set_entry(&mut self.service_info, &id, info);
+        self.service_touched(id)
     }
 
     /// After a (re)list of all Services: afterwards the known Service ports
@@ -972,12 +975,9 @@ impl Index {
         }
         let touched = changed_ids(&self.service_info, &next);
         std::mem::swap(&mut self.service_info, &mut next);
-        if let Some(p) = &mut self.reset {
-            p.uid_touched.extend(touched.iter().cloned());
-        }
         touched
             .into_iter()
-            .flat_map(|(ns, name)| self.refresh_owner(&ns, &name))
+            .flat_map(|id| self.service_touched(id))
             .collect()
     }
 

@@ -18,14 +18,15 @@ use testenv::both_backends;
 
 /// Creates or replaces (SSA) the selectorless Service `ns/name` with `ports`.
 async fn service(env: &Env, ns: &str, name: &str, ports: Value) {
-    apply_service(env, ns, name, json!({}), ports).await;
+    apply_service(env, ns, name, json!({}), json!({"ports": ports})).await;
 }
 
-/// Creates or replaces (SSA) the selectorless Service `ns/name`.
-async fn apply_service(env: &Env, ns: &str, name: &str, annotations: Value, ports: Value) {
+/// Creates or replaces (SSA) the Service `ns/name` (no selector in `spec`
+/// here).
+async fn apply_service(env: &Env, ns: &str, name: &str, annotations: Value, spec: Value) {
     let obj = json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": ns, "annotations": annotations},
-        "spec": {"ports": ports}});
+        "spec": spec});
     let api: Api<Service> = Api::namespaced(env.admin.clone(), ns);
     api.patch(
         name,
@@ -217,8 +218,8 @@ async fn service_port_aliases_and_app_protocols(backend: Backend) {
 /// Creates or replaces (SSA) the selectorless one-port Service `ns/name`
 /// with `annotations`.
 async fn annotated_service(env: &Env, ns: &str, name: &str, annotations: Value) {
-    let ports = json!([{"name": "http", "port": 80, "targetPort": 8080}]);
-    apply_service(env, ns, name, annotations, ports).await;
+    let spec = json!({"ports": [{"name": "http", "port": 80, "targetPort": 8080}]});
+    apply_service(env, ns, name, annotations, spec).await;
 }
 
 /// The weights of the nodes of port `http` of `ns/name`, once it exists.
@@ -331,18 +332,9 @@ async fn export_and_weight_annotations(backend: Backend) {
 
 /// Creates the ExternalName Service `ns/name` pointing at `host`.
 async fn external_service(env: &Env, ns: &str, name: &str, host: &str) {
-    let obj = json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"type": "ExternalName", "externalName": host,
-                 "ports": [{"name": "https", "port": 443}]}});
-    let api: Api<Service> = Api::namespaced(env.admin.clone(), ns);
-    api.patch(
-        name,
-        &PatchParams::apply("e2e").force(),
-        &Patch::Apply(&obj),
-    )
-    .await
-    .expect("apply Service");
+    let spec = json!({"type": "ExternalName", "externalName": host,
+                      "ports": [{"name": "https", "port": 443}]});
+    apply_service(env, ns, name, json!({}), spec).await;
 }
 
 /// ExternalName Services: not published by default; with
