@@ -34,9 +34,19 @@
 //!   object that stops matching is treated like a delete.
 //! * Owner UID: from the object's ownerReferences of kind Service, else from
 //!   [`Index::set_service_uid`] / [`Index::reset_service_uids`] (the runtime
-//!   feeds Service UIDs from a metadata-only Service watch in Endpoints mode:
-//!   Endpoints objects carry no ownerReferences). A Service that is unknown
-//!   just means no owner UID; it never holds a service back.
+//!   feeds Service UIDs from its Service watch in Endpoints mode: Endpoints
+//!   objects carry no ownerReferences).
+//! * Services ([`Index::set_service`] / [`Index::reset_services`], kept as a
+//!   small [`ServiceInfo`], never the object): their ports give each desired
+//!   state its [`crate::service::PortExtras`] (Service-port aliases,
+//!   appProtocols, [`Index::unresolved_ports`]); `kubediscovery.io/weight`
+//!   sets every node's weight; `kubediscovery.io/export` (and the opt-in
+//!   mode) withholds a service: its desired state is kept aside, so exporting
+//!   it again needs no new list; an allowed ExternalName Service (opt-in)
+//!   is its own desired state, one node per port, and its endpoint objects
+//!   are ignored. Invalid annotations and refused ExternalNames are warned
+//!   and counted like bad endpoint data. A Service that is unknown means no
+//!   owner UID and no extras; it holds a service back only in opt-in mode.
 //!
 //! Memory: a slice is kept as its [`SliceContribution`] (validated ports,
 //! the first valid address and conditions of each endpoint, its warnings, the
