@@ -180,7 +180,13 @@ mod tests {
                 web_slice("web-a", "10.0.0.2"),
                 web_slice("web-b", "10.0.0.1"),
             ],
-            &RenderOptions::default(),
+            &RenderOptions {
+                convert: kube_discovery_core::ConvertOptions {
+                    service_port_aliases: true,
+                    ..Default::default()
+                },
+                ..RenderOptions::default()
+            },
         )
         .unwrap();
         assert_eq!(out[0].spec.aliases["80"], "http");

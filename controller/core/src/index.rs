@@ -1146,11 +1146,15 @@ mod tests {
         .unwrap()
     }
 
+    /// An index with Service-port aliases on (off by default).
     fn idx(source: SourceKind) -> Index {
         Index::new(
             String::new(),
             source,
-            ConvertOptions::default(),
+            ConvertOptions {
+                service_port_aliases: true,
+                ..ConvertOptions::default()
+            },
             NamespaceFilter::All,
         )
     }
@@ -2552,6 +2556,7 @@ mod tests {
                 source,
                 ConvertOptions {
                     external_name: Some(allow.clone()),
+                    service_port_aliases: true,
                     ..ConvertOptions::default()
                 },
                 NamespaceFilter::All,

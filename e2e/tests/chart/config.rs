@@ -96,7 +96,7 @@ fn chart_default_config_parses_as_in_cluster_single_cluster() {
     assert!(s.sinks.configmap.is_none());
     assert_eq!(s.write_concurrency, 32);
     assert!(!s.drain_terminating && !s.index_port_numbers && !s.topology);
-    assert!(s.service_port_aliases && !s.export_opt_in && s.external_name.is_none());
+    assert!(!s.service_port_aliases && !s.export_opt_in && s.external_name.is_none());
 }
 
 #[test]
@@ -183,7 +183,7 @@ fn chart_settings_reach_the_controller_config() {
         "--set",
         "controller.indexPortNumbers=true",
         "--set",
-        "controller.servicePortAliases=false",
+        "controller.servicePortAliases=true",
         "--set",
         "controller.export=opt-in",
         "--set",
@@ -229,7 +229,7 @@ fn chart_settings_reach_the_controller_config() {
     assert_eq!(s.watch_timeout, Duration::from_secs(60));
     assert_eq!(s.write_concurrency, 3);
     assert!((s.write_qps - 7.5).abs() < f64::EPSILON);
-    assert!(s.index_port_numbers && s.topology && !s.service_port_aliases);
+    assert!(s.index_port_numbers && s.topology && s.service_port_aliases);
     assert!(s.export_opt_in);
     let allow = s.external_name.as_ref().expect("external_name enabled");
     assert!(allow[0].is_match("db-1") && !allow[0].is_match("db-1.evil"));

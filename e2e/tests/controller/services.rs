@@ -53,6 +53,14 @@ async fn wait_extras(env: &Env, ns: &str, name: &str, aliases: Value, app: Value
     .await
 }
 
+/// The config with `service_port_aliases: true` (off by default).
+fn with_aliases(env: &Env, extra: &str) -> String {
+    config(env, extra).replace(
+        "kube_discovery:\n",
+        "kube_discovery:\n  service_port_aliases: true\n",
+    )
+}
+
 /// `GET /nodes?service=...` of the controller: status and body.
 async fn nodes(ctl: &Controller, service: &str) -> (u16, String) {
     ctl.get(&format!("/v1/discovery/kubernetes/nodes?service={service}"))
@@ -94,7 +102,7 @@ async fn service_port_aliases_and_app_protocols(backend: Backend) {
     .await;
 
     // ---- Endpoints mode
-    let ctl = Controller::start(&env, "svc-ep", &config(&env, ""), &[]).await;
+    let ctl = Controller::start(&env, "svc-ep", &with_aliases(&env, ""), &[]).await;
     ctl.wait_ready().await;
     let ds = wait_extras(
         &env,
@@ -187,7 +195,7 @@ async fn service_port_aliases_and_app_protocols(backend: Backend) {
     let ctl = Controller::start(
         &env,
         "svc-slices",
-        &config(&env, "    watch_endpoint_slices: true\n"),
+        &with_aliases(&env, "    watch_endpoint_slices: true\n"),
         &[],
     )
     .await;
@@ -267,6 +275,11 @@ async fn export_and_weight_annotations(backend: Backend) {
     let ctl = Controller::start(&env, "annot", &config(&env, ""), &[]).await;
     ctl.wait_ready().await;
     wait_weights(&env, "shop", "web", &[7]).await;
+    let web = env.dsvc("shop", "web").await.unwrap();
+    assert!(
+        web["spec"].get("aliases").is_none(),
+        "aliases are off by default: {web}"
+    );
     assert!(env.dsvc("shop", "api").await.is_none(), "opted out");
     // Opt back in: published; out again: deleted.
     annotated_service(&env, "shop", "api", json!({})).await;

@@ -787,7 +787,7 @@ kube_discovery:
   drain_terminating: true
   index_port_numbers: true
   topology: true
-  service_port_aliases: false
+  service_port_aliases: true
   export: opt-in
   watch_timeout: 1m
   request_timeout: 30s
@@ -805,8 +805,8 @@ kube_discovery:
     let s = &c.settings;
     assert_eq!(s.coalesce_window, Duration::from_millis(250));
     assert!(s.drain_terminating && s.index_port_numbers && s.topology);
-    assert!(!s.service_port_aliases && s.export_opt_in);
-    assert!(Settings::default().service_port_aliases && !Settings::default().export_opt_in);
+    assert!(s.service_port_aliases && s.export_opt_in);
+    assert!(!Settings::default().service_port_aliases && !Settings::default().export_opt_in);
     assert_eq!(s.watch_timeout, Duration::from_secs(60));
     assert_eq!(
         (s.request_timeout, s.unready_after, s.shutdown_timeout),
@@ -843,7 +843,7 @@ kube_discovery:
     assert_eq!(s.leader_election.lease_duration, Duration::from_secs(20));
     let o = c.clusters[0].convert_options(s);
     assert!(o.drain_terminating && o.index_port_numbers && o.topology);
-    assert!(!o.service_port_aliases && o.export_opt_in);
+    assert!(o.service_port_aliases && o.export_opt_in);
 }
 
 #[test]

@@ -304,7 +304,7 @@ impl Default for Settings {
             drain_terminating: false,
             index_port_numbers: false,
             topology: false,
-            service_port_aliases: true,
+            service_port_aliases: false,
             export_opt_in: false,
             external_name: None,
             watch_timeout: Duration::from_secs(290),

@@ -70,7 +70,7 @@ impl Default for ConvertOptions {
             drain_terminating: false,
             index_port_numbers: false,
             topology: false,
-            service_port_aliases: true,
+            service_port_aliases: false,
             export_opt_in: false,
             external_name: None,
         }
