@@ -50,7 +50,14 @@ pub fn lookup<'a>(
             && d.spec.source_name == query.name
             && accept(d, rule)
     }) {
-        if let Some(n) = ds.spec.ports.get(&query.port) {
+        // A port key, else a Service-port alias (`spec.aliases`, the same
+        // map on every shard): the rule of `PortExtras::resolve`.
+        let key = if ds.spec.ports.contains_key(&query.port) {
+            Some(query.port.as_str())
+        } else {
+            ds.spec.aliases.get(&query.port).map(String::as_str)
+        };
+        if let Some(n) = key.and_then(|k| ds.spec.ports.get(k)) {
             found = true;
             nodes.extend(n.iter().cloned());
         }
@@ -158,6 +165,51 @@ mod tests {
         let out = render(&[list], &RenderOptions::default()).unwrap();
         let q = parse_service_name("default/a:80").unwrap();
         assert!(lookup(&out, &q, &ReaderRule::default()).is_some());
+    }
+
+    /// Service-port aliases resolve to the nodes of the port key they name,
+    /// over all shards; a port key of the same text wins; unknown stays None.
+    #[test]
+    fn service_port_aliases_resolve_over_shards() {
+        let svc = json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"ports": [{"name": "http", "port": 80, "targetPort": "web"}]}});
+        let out = render(
+            &[
+                svc,
+                web_slice("web-a", "10.0.0.2"),
+                web_slice("web-b", "10.0.0.1"),
+            ],
+            &RenderOptions {
+                convert: kube_discovery_core::ConvertOptions {
+                    service_port_aliases: true,
+                    ..Default::default()
+                },
+                ..RenderOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(out[0].spec.aliases["80"], "http");
+        let get = |objs: &[DiscoveredService], p: &str| {
+            lookup(
+                objs,
+                &parse_service_name(&format!("shop/web:{p}")).unwrap(),
+                &ReaderRule::default(),
+            )
+        };
+        let by_name = get(&out, "http").unwrap();
+        assert_eq!(by_name.len(), 2);
+        assert_eq!(get(&out, "80"), Some(by_name.clone()));
+        assert_eq!(get(&out, "81"), None);
+        // Split over two shards (each carries the alias map): still merged.
+        let mut shards = vec![out[0].clone(), out[0].clone()];
+        shards[0].spec.ports.get_mut("http").unwrap().truncate(1);
+        shards[1].spec.ports.get_mut("http").unwrap().remove(0);
+        assert_eq!(get(&shards, "80"), Some(by_name));
+        // A real key "80" wins over the alias.
+        let mut real = out[0].clone();
+        real.spec.ports.insert("80".into(), Vec::new());
+        assert_eq!(get(&[real], "80"), Some(Vec::new()));
     }
 
     #[test]

@@ -173,9 +173,19 @@ fn unauthorized() -> Response {
 
 /// The APISIX dump document built from the shared state (the endpoints part
 /// is the same [`kube_discovery_core::dump::Dump`] the ConfigMap snapshot
-/// publishes).
+/// publishes), each entry extended with its Service-port `aliases` and
+/// `appProtocols` where there are any
+/// ([`kube_discovery_core::dump::with_port_extras`]).
 pub fn dump_value(shared: &ControllerState, config: &Value) -> Value {
-    let endpoints = crate::snapshot_sink::dump_of(shared).to_apisix_endpoints();
+    let endpoints = kube_discovery_core::dump::with_port_extras(
+        crate::snapshot_sink::dump_of(shared).to_apisix_endpoints(),
+        |key| {
+            shared
+                .desired(key)
+                .map(|s| s.extras.clone())
+                .filter(|x| !x.is_empty())
+        },
+    );
     let config = match config {
         Value::Array(_) => config.clone(),
         Value::Null => json!([]),
@@ -228,7 +238,7 @@ async fn nodes(
         )
             .into_response();
     };
-    match svc.ports.get(&query.port) {
+    match svc.nodes(&query.port) {
         Some(nodes) => Json(nodes).into_response(),
         None => (
             StatusCode::NOT_FOUND,
@@ -314,6 +324,54 @@ mod tests {
             .await
             .unwrap();
         (code, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    /// Service-port aliases and appProtocols: the nodes API resolves an
+    /// alias, the dump carries both next to the untouched APISIX `value`.
+    #[tokio::test]
+    async fn aliases_resolve_in_nodes_and_extend_the_dump() {
+        use kube_discovery_core::service::PortExtras;
+        use std::collections::BTreeMap;
+        let st = state(None);
+        let k = ServiceKey::new("", "default", "plat-dev");
+        let plain = st.shared.desired(&k).unwrap();
+        let plain_dump = dump_value(&st.shared, &Value::Null);
+        let with = (*plain).clone().with_extras(PortExtras {
+            aliases: BTreeMap::from([("3306".into(), "port".into())]),
+            app_protocols: BTreeMap::from([("port".into(), "mysql".into())]),
+            unresolved: Vec::new(),
+        });
+        st.shared.set_desired(&k, Some(with));
+        let by_key = get(
+            st.clone(),
+            "/v1/discovery/kubernetes/nodes?service=default/plat-dev:port",
+            None,
+        )
+        .await;
+        let by_alias = get(
+            st.clone(),
+            "/v1/discovery/kubernetes/nodes?service=default/plat-dev:3306",
+            None,
+        )
+        .await;
+        assert_eq!(by_key.0, StatusCode::OK);
+        assert_eq!(by_alias, by_key);
+        let (c, _) = get(
+            st.clone(),
+            "/v1/discovery/kubernetes/nodes?service=default/plat-dev:3307",
+            None,
+        )
+        .await;
+        assert_eq!(c, StatusCode::NOT_FOUND);
+        let dump = dump_value(&st.shared, &Value::Null);
+        let entry = &dump["endpoints"][0]["endpoints"][0];
+        assert_eq!(entry["aliases"], json!({"3306": "port"}));
+        assert_eq!(entry["appProtocols"], json!({"port": "mysql"}));
+        // What APISIX reads is what it was.
+        let plain_entry = &plain_dump["endpoints"][0]["endpoints"][0];
+        assert_eq!(entry["value"], plain_entry["value"]);
+        assert_eq!(entry["name"], plain_entry["name"]);
+        assert!(plain_entry.get("aliases").is_none());
     }
 
     #[tokio::test]

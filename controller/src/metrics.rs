@@ -12,7 +12,7 @@
 //! | `kube_discovery_event_to_write_seconds` | histogram | cluster (first source event -> write done) |
 //! | `kube_discovery_services` | gauge | cluster |
 //! | `kube_discovery_nodes` | gauge | cluster |
-//! | `kube_discovery_source_skipped_total` | counter | cluster, kind (Endpoints/EndpointSlice), reason (`SkipReason`: invalid_address, invalid_port, ...): bad parts of source objects skipped, counted once per object and change like the warning log |
+//! | `kube_discovery_source_skipped_total` | counter | cluster, kind (Endpoints/EndpointSlice/Service), reason (`SkipReason`: invalid_address, invalid_port, ...): bad parts of source objects skipped, counted once per object and change like the warning log |
 //! | `kube_discovery_snapshot_writes_total` | counter | result (applied/deleted/error_*; fenced: a round dropped, the Lease was lost): ConfigMap snapshot writes |
 //! | `kube_discovery_snapshot_shards` | gauge | - (shards of the current snapshot version) |
 //! | `kube_discovery_snapshot_bytes` | gauge | - (bytes of all shards of the current version) |

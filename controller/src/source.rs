@@ -10,7 +10,8 @@
 //!    │                                   vanished services reported, unchanged ones NOT
 //!    ├─ apply(obj)  ─ Index::apply_*
 //!    ├─ delete(obj) ─ Index::delete_*
-//!    └─ background: the Service metadata watch (owner UIDs, Endpoints mode only)
+//!    └─ background: the Service watch (ports for aliases/appProtocols; owner
+//!       UIDs in Endpoints mode)
 //!          │ changed keys
 //!          ▼
 //!    ControllerState::set_desired_arc(key, index.get_arc(key)) ; WriterHandle::changed(keys)
@@ -27,18 +28,21 @@
 //! again, the others) are applied by the index. After the first complete list
 //! the writer receives a `Synced` barrier, which drives readiness.
 //!
-//! Owner UIDs in Endpoints mode ([`SourceParams::watch_services`]): core/v1
-//! Endpoints carry no ownerReferences, so a second, metadata-only watch on
-//! `v1/Services` (same namespace field selector, NO label selector: a
-//! Service's labels need not match its Endpoints') feeds
-//! `Index::reset_service_uids` / `Index::set_service_uid` from the same task
-//! (one owner of the index, no locking). It only runs where objects can carry
-//! an ownerReference at all: single cluster, `namespace_mode: source`,
-//! Endpoints mode (EndpointSlices carry the owner UID themselves). The first
+//! Services: a second watch on `v1/Services` (same namespace field selector,
+//! NO label selector: a Service's labels need not match its endpoints'), in
+//! every mode and cluster, feeds the index from the same task (one owner of
+//! the index, no locking): each Service is reduced at once to its ports
+//! (`ServiceInfo`: name, port, targetPort, appProtocol; the object is not
+//! kept) for the Service-port aliases and appProtocols
+//! (`Index::reset_services` / `Index::set_service`). Where objects can carry
+//! an ownerReference but the endpoint objects do not name their Service
+//! (single cluster, `namespace_mode: source`, Endpoints mode:
+//! [`SourceParams::watch_services`]) it also feeds the owner UIDs
+//! (`Index::reset_service_uids` / `Index::set_service_uid`). The first
 //! Service list is awaited for at most [`SERVICE_LIST_WAIT`] before the
-//! Endpoints watch starts, so the first writes already carry the owner; a
-//! Service watch that fails (e.g. `services` not granted) only logs and
-//! retries: objects are then published without an ownerReference.
+//! endpoint watch starts, so the first writes already carry owner and
+//! aliases; a Service watch that fails (e.g. `services` not granted) only
+//! logs and retries: objects are then published without them.
 //!
 //! Gauges and counters: `kube_discovery_services` / `kube_discovery_nodes`
 //! read the index's running totals (O(1)); parts of source objects the index
@@ -51,10 +55,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
+use kube_discovery_core::service::ServiceInfo;
 use kube_discovery_core::{Index, ServiceKey, SourceKind};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
@@ -81,7 +85,7 @@ pub struct SourceParams {
     pub namespace: Option<String>,
     /// Server-side watch timeout.
     pub watch_timeout: Duration,
-    /// Also watch Service metadata for owner UIDs (see the module docs).
+    /// Use the watched Services' UIDs as owner UIDs (see the module docs).
     pub watch_services: bool,
 }
 
@@ -98,7 +102,7 @@ impl SourceParams {
         cfg
     }
 
-    /// The Service metadata watcher's configuration: the namespace field
+    /// The Service watcher's configuration: the namespace field
     /// selector and timeout of the source, but no label selector.
     pub fn service_watcher_config(&self) -> watcher::Config {
         let mut cfg = self.watcher_config();
@@ -223,44 +227,40 @@ where
     }
 }
 
-/// The metadata-only Service watch of [`SourceParams::watch_services`].
-fn service_watch(
-    client: &Client,
-    params: &SourceParams,
-) -> Option<Watch<PartialObjectMeta<Service>>> {
-    if !params.watch_services {
-        return None;
-    }
-    let api: Api<PartialObjectMeta<Service>> = scoped_api(client, params.namespace.as_deref());
+/// The Service watch (see the module docs). Objects are reduced to a
+/// [`ServiceInfo`] as they arrive and never stored, so the fields dropped
+/// here only shorten each event's life.
+fn service_watch(client: &Client, params: &SourceParams) -> Watch<Service> {
+    let api: Api<Service> = scoped_api(client, params.namespace.as_deref());
     let watch = Watch::from_config(params.service_watcher_config(), move |cfg| {
-        watcher(api.clone(), cfg).modify(|o: &mut PartialObjectMeta<Service>| {
+        watcher(api.clone(), cfg).modify(|o: &mut Service| {
             let m = &mut o.metadata;
             m.managed_fields = None;
-            m.annotations = None;
             m.labels = None;
             m.owner_references = None;
             m.finalizers = None;
+            o.status = None;
         })
     });
-    Some(watch.backoff(WatchBackoff::with_bounds(
+    watch.backoff(WatchBackoff::with_bounds(
         Duration::from_millis(500),
         Duration::from_secs(10),
-    )))
+    ))
 }
 
-/// `(namespace, name, uid)` of a Service's metadata.
-fn service_id(o: &PartialObjectMeta<Service>) -> Option<(String, String, String)> {
+/// `(namespace, name, uid)` of a Service (`uid` empty when unset).
+fn service_id(o: &Service) -> Option<(String, String, String)> {
     let m = &o.metadata;
     Some((
         m.namespace.clone()?,
         m.name.clone()?,
-        m.uid.clone().filter(|u| !u.is_empty())?,
+        m.uid.clone().unwrap_or_default(),
     ))
 }
 
 /// The index of one cluster as the watch loop feeds it: the source objects
-/// ([`WatchIndex<K>`] for every [`SourceObject`]) and the Service owner UIDs
-/// ([`WatchIndex<PartialObjectMeta<Service>>`], stepped as the background of
+/// ([`WatchIndex<K>`] for every [`SourceObject`]) and the Services
+/// ([`WatchIndex<Service>`], stepped as the background of
 /// the source watch). Everything that changed is published at once.
 struct SourceIndex {
     params: SourceParams,
@@ -272,9 +272,10 @@ struct SourceIndex {
     listed_objects: usize,
     list_started: Option<Instant>,
     first_list_done: bool,
-    services: Option<Watch<PartialObjectMeta<Service>>>,
-    /// The Service (re)list being received.
-    service_list: Vec<(String, String, String)>,
+    services: Option<Watch<Service>>,
+    /// The Service (re)list being received: `(namespace, name, uid)` and
+    /// what is kept of each.
+    service_list: Vec<((String, String, String), ServiceInfo)>,
 }
 
 impl SourceIndex {
@@ -288,7 +289,7 @@ impl SourceIndex {
             metrics,
         } = source;
         SourceIndex {
-            services: service_watch(&client, &params),
+            services: Some(service_watch(&client, &params)),
             params,
             index,
             shared,
@@ -319,7 +320,7 @@ impl SourceIndex {
                 ev = services.next() => match ev {
                     Some(ev) => {
                         let done = matches!(ev, Ok(Event::InitDone) | Err(_));
-                        watch::dispatch::<PartialObjectMeta<Service>, _>(self, ev);
+                        watch::dispatch::<Service, _>(self, ev);
                         if done {
                             return true;
                         }
@@ -335,13 +336,15 @@ impl SourceIndex {
 
     /// Feeds the skip counts of the last index operations to the metric.
     fn count_skipped(&mut self) {
+        self.count_skipped_as(self.params.kind.as_str());
+    }
+
+    /// [`Self::count_skipped`] under the metric's `kind` label `kind` (the
+    /// Service watch's skips, e.g. invalid annotations, are `Service`).
+    fn count_skipped_as(&mut self, kind: &str) {
         for (reason, n) in self.index.take_skipped() {
-            self.metrics.skipped(
-                &self.params.cluster,
-                self.params.kind.as_str(),
-                reason.as_str(),
-                n,
-            );
+            self.metrics
+                .skipped(&self.params.cluster, kind, reason.as_str(), n);
         }
     }
 
@@ -443,51 +446,82 @@ impl<K: SourceObject> WatchIndex<K> for SourceIndex {
             return std::future::pending().await;
         };
         match services.next().await {
-            Some(ev) => watch::dispatch::<PartialObjectMeta<Service>, _>(self, ev),
+            Some(ev) => watch::dispatch::<Service, _>(self, ev),
             None => self.services = None,
         }
     }
 }
 
-/// The Service owner UIDs: a (re)list replaces them all, events set one.
-impl WatchIndex<PartialObjectMeta<Service>> for SourceIndex {
+/// The Services: a (re)list replaces them all, events set one.
+impl WatchIndex<Service> for SourceIndex {
     fn init(&mut self) {
         self.service_list.clear();
     }
 
-    fn init_apply(&mut self, obj: PartialObjectMeta<Service>) {
-        self.service_list.extend(service_id(&obj));
+    fn init_apply(&mut self, obj: Service) {
+        if let Some(id) = service_id(&obj) {
+            self.service_list
+                .push((id, ServiceInfo::from_service(&obj)));
+        }
     }
 
     fn init_done(&mut self) {
         let now = Instant::now();
         let all = std::mem::take(&mut self.service_list);
-        tracing::info!(cluster = %self.params.cluster, services = all.len(), "Service owner UIDs listed");
-        let changed = self.index.reset_service_uids(all);
+        tracing::info!(cluster = %self.params.cluster, services = all.len(), "Services listed");
+        let mut uids = Vec::new();
+        let mut infos = Vec::with_capacity(all.len());
+        for ((ns, name, uid), info) in all {
+            if self.params.watch_services {
+                uids.push((ns.clone(), name.clone(), uid));
+            }
+            infos.push((ns, name, info));
+        }
+        let mut changed = self.index.reset_services(infos);
+        if self.params.watch_services {
+            changed.extend(self.index.reset_service_uids(uids));
+        }
+        changed.sort();
+        changed.dedup();
+        self.count_skipped_as("Service");
         self.publish(changed, now);
     }
 
-    fn apply(&mut self, obj: PartialObjectMeta<Service>) {
+    fn apply(&mut self, obj: Service) {
         let now = Instant::now();
-        let changed = match service_id(&obj) {
-            Some((ns, name, uid)) => self.index.set_service_uid(&ns, &name, Some(uid)),
-            None => Vec::new(),
+        let Some((ns, name, uid)) = service_id(&obj) else {
+            return;
         };
+        let mut changed = self
+            .index
+            .set_service(&ns, &name, Some(ServiceInfo::from_service(&obj)));
+        if self.params.watch_services {
+            changed.extend(self.index.set_service_uid(&ns, &name, Some(uid)));
+        }
+        changed.sort();
+        changed.dedup();
+        self.count_skipped_as("Service");
         self.publish(changed, now);
     }
 
-    fn delete(&mut self, obj: PartialObjectMeta<Service>) {
+    fn delete(&mut self, obj: Service) {
         let now = Instant::now();
         let m = &obj.metadata;
-        let changed = match (m.namespace.as_deref(), m.name.as_deref()) {
-            (Some(ns), Some(name)) => self.index.set_service_uid(ns, name, None),
-            _ => Vec::new(),
+        let (Some(ns), Some(name)) = (m.namespace.as_deref(), m.name.as_deref()) else {
+            return;
         };
+        let mut changed = self.index.set_service(ns, name, None);
+        if self.params.watch_services {
+            changed.extend(self.index.set_service_uid(ns, name, None));
+        }
+        changed.sort();
+        changed.dedup();
+        self.count_skipped_as("Service");
         self.publish(changed, now);
     }
 
     fn failed(&mut self, err: &watcher::Error) {
-        tracing::warn!(cluster = %self.params.cluster, error = %err, "Service watch failed (owner references of DiscoveredServices may be missing); retrying with backoff");
+        tracing::warn!(cluster = %self.params.cluster, error = %err, "Service watch failed (Service-port aliases, appProtocols and owner references of DiscoveredServices may be missing); retrying with backoff");
     }
 }
 

@@ -231,6 +231,9 @@ client:
 {{- $_ := set $kd "drain_terminating" $c.drainTerminating }}
 {{- $_ := set $kd "index_port_numbers" $c.indexPortNumbers }}
 {{- $_ := set $kd "topology" $c.topology }}
+{{- $_ := set $kd "service_port_aliases" $c.servicePortAliases }}
+{{- $_ := set $kd "export" $c.export }}
+{{- if $c.externalName.enabled }}{{ $_ := set $kd "external_name" (dict "enabled" true "allow" $c.externalName.allow) }}{{ end }}
 {{- $sinks := dict }}
 {{- $_ := set $sinks "discoveredservices" (include "kube-discovery.dsvcSink" . | fromYaml) }}
 {{- $_ := set $sinks "configmap" (dict "enabled" $c.configMapSnapshot.enabled "namespace" (include "kube-discovery.snapshotNamespace" .) "name" (include "kube-discovery.snapshotName" .)) }}

@@ -10,8 +10,11 @@
 //!   with reason [`NO_ENDPOINTS`] (no port, or no node on any port: nothing
 //!   ready, or the Service selects no pod), [`ALL_TERMINATING`] (every node
 //!   is a serving-but-terminating fallback, `draining: true`; only with
-//!   `drain_terminating`), or [`PORT_WITHOUT_NODES`] (naming the ports). A
-//!   deleted source deletes the object, so there is no `SourceDeleted`.
+//!   `drain_terminating`), [`PORT_WITHOUT_NODES`] (naming the ports), or
+//!   [`TARGET_PORT_NOT_FOUND`] (a Service port whose `targetPort` no
+//!   endpoint has, so it has no port key and no nodes; named with its
+//!   targetPort). A deleted source deletes the object, so there is no
+//!   `SourceDeleted`.
 //! * `Degraded`: `True` with reason [`SOURCE_DATA_SKIPPED`] when the
 //!   conversion skipped part of the source objects (a port out of range, an
 //!   invalid address, ...); the message names each object and field.
@@ -54,6 +57,8 @@ pub const NO_ENDPOINTS: &str = "NoEndpoints";
 pub const ALL_TERMINATING: &str = "AllTerminating";
 /// `Ready=False`: some port keys have no node.
 pub const PORT_WITHOUT_NODES: &str = "PortWithoutNodes";
+/// `Ready=False`: a Service port's `targetPort` is on no endpoint.
+pub const TARGET_PORT_NOT_FOUND: &str = "TargetPortNotFound";
 /// `Degraded=True`: the conversion skipped source data.
 pub const SOURCE_DATA_SKIPPED: &str = "SourceDataSkipped";
 /// `Degraded=False`.
@@ -135,6 +140,17 @@ fn readiness(svc: &ServiceNodes) -> (bool, &'static str, String) {
             format!(
                 "port(s) {} have no ready endpoint; {total} node(s) on the other port(s)",
                 keys(empty)
+            ),
+        );
+    }
+    if !svc.extras.unresolved.is_empty() {
+        return (
+            false,
+            TARGET_PORT_NOT_FOUND,
+            format!(
+                "{}; {total} node(s) on port(s) {}",
+                svc.extras.unresolved.join("; "),
+                keys(svc.ports.keys())
             ),
         );
     }
@@ -240,6 +256,32 @@ mod tests {
 
     fn ready(c: &[Condition]) -> &Condition {
         status_of(c, READY).unwrap()
+    }
+
+    #[test]
+    fn a_service_port_whose_target_port_no_endpoint_has_is_not_ready() {
+        let mut extras = crate::service::PortExtras::default();
+        extras.unresolved.push(
+            "Service port 9090 (metrics): no endpoint has targetPort metrics; the port has no nodes"
+                .to_string(),
+        );
+        let plain = svc(&[("http", &["10.0.0.1"])]);
+        let s = plain.clone().with_extras(extras);
+        let c = conditions(&s, &[], &at(10));
+        assert_eq!(ready(&c).status, "False");
+        assert_eq!(ready(&c).reason, TARGET_PORT_NOT_FOUND);
+        assert!(
+            ready(&c).message.contains("9090 (metrics)") && ready(&c).message.contains("http"),
+            "{}",
+            ready(&c).message
+        );
+        // Part of the version: the object is rewritten when it appears or goes.
+        assert_ne!(s.version, plain.version);
+        // The endpoints gain the port: the Service resolves, Ready again.
+        let fixed = plain.with_extras(crate::service::PortExtras::default());
+        let c2 = conditions(&fixed, &c, &at(20));
+        assert_eq!(ready(&c2).status, "True");
+        assert_eq!(ready(&c2).last_transition_time, at(20));
     }
 
     #[test]

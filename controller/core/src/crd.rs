@@ -167,8 +167,18 @@ pub struct DiscoveredServiceSpec {
     /// Port key (port name, else the number as a string) -> nodes sorted by host then port.
     #[serde(default)]
     pub ports: PortMap,
-    /// Content hash of `source`, `ports` and the owner UID (16 hex characters);
-    /// equal version = equal object.
+    /// Service-port aliases, from the Service: a Service port number (or a
+    /// name the endpoints do not use) -> the key of `ports` holding its
+    /// nodes, so `ns/name:80` resolves like `ns/name:http`. Readers look a
+    /// port up in `ports` first, then here; absent when there is none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub aliases: BTreeMap<String, String>,
+    /// Port key -> the `appProtocol` of its Service port (e.g.
+    /// `kubernetes.io/h2c`, `grpc`); absent when no port sets one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub app_protocols: BTreeMap<String, String>,
+    /// Content hash of `source`, `ports`, the owner UID, `aliases` and
+    /// `appProtocols` (16 hex characters); equal version = equal object.
     pub version: String,
     /// Set when a big service is split over several objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -537,6 +547,8 @@ pub fn desired_object(svc: &ServiceNodes, naming: &ObjectNaming) -> DiscoveredSe
             source_name: key.name.to_string(),
             source: svc.source,
             ports: svc.ports.clone(),
+            aliases: svc.extras.aliases.clone(),
+            app_protocols: svc.extras.app_protocols.clone(),
             version: svc.version.clone(),
             shard: None,
         },
@@ -688,6 +700,7 @@ pub fn desired_objects_with_limit(
             owner_uid: svc.owner_uid.clone(),
             version: svc.version.clone(),
             skipped: Vec::new(),
+            extras: svc.extras.clone(),
         },
         naming,
     );

@@ -47,6 +47,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::model::{Node, NodeQuery, PortMap, ServiceKey};
+use crate::service::PortExtras;
 
 /// Format number written into the index and every shard.
 pub const FORMAT: u32 = 1;
@@ -142,6 +143,47 @@ impl Dump {
         h.truncate(16);
         h
     }
+}
+
+/// Adds kube-discovery's per-service extension fields to the entries of an
+/// APISIX `endpoints` array ([`Dump::to_apisix_endpoints`]): `aliases` and
+/// `appProtocols` (see [`crate::service`]) next to `name` and `value`, only
+/// where `extras_of` gives non-empty ones. APISIX's dump readers read
+/// `name` and `value` only, and `value` is untouched, so the document stays
+/// an APISIX dump (and [`Dump::version`], computed without them, unchanged).
+pub fn with_port_extras(
+    mut endpoints: Value,
+    extras_of: impl Fn(&ServiceKey) -> Option<PortExtras>,
+) -> Value {
+    for cluster in endpoints.as_array_mut().into_iter().flatten() {
+        let id = cluster
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let entries = cluster.get_mut("endpoints").and_then(Value::as_array_mut);
+        for entry in entries.into_iter().flatten() {
+            let Some((ns, name)) = entry
+                .get("name")
+                .and_then(Value::as_str)
+                .and_then(|n| n.split_once('/'))
+            else {
+                continue;
+            };
+            let Some(x) = extras_of(&ServiceKey::new(id.as_str(), ns, name)) else {
+                continue;
+            };
+            if let Some(obj) = entry.as_object_mut() {
+                if !x.aliases.is_empty() {
+                    obj.insert("aliases".to_string(), json!(x.aliases));
+                }
+                if !x.app_protocols.is_empty() {
+                    obj.insert("appProtocols".to_string(), json!(x.app_protocols));
+                }
+            }
+        }
+    }
+    endpoints
 }
 
 /// A port map as the JSON string APISIX stores.

@@ -58,6 +58,15 @@ impl AnchoredRegex {
     }
 }
 
+/// Equal when the patterns are (the compiled regexes then are too).
+impl PartialEq for AnchoredRegex {
+    fn eq(&self, other: &Self) -> bool {
+        self.pattern == other.pattern
+    }
+}
+
+impl Eq for AnchoredRegex {}
+
 impl NamespaceFilter {
     /// Whether objects of namespace `ns` are watched.
     pub fn matches(&self, ns: &str) -> bool {

@@ -34,9 +34,19 @@
 //!   object that stops matching is treated like a delete.
 //! * Owner UID: from the object's ownerReferences of kind Service, else from
 //!   [`Index::set_service_uid`] / [`Index::reset_service_uids`] (the runtime
-//!   feeds Service UIDs from a metadata-only Service watch in Endpoints mode:
-//!   Endpoints objects carry no ownerReferences). A Service that is unknown
-//!   just means no owner UID; it never holds a service back.
+//!   feeds Service UIDs from its Service watch in Endpoints mode: Endpoints
+//!   objects carry no ownerReferences).
+//! * Services ([`Index::set_service`] / [`Index::reset_services`], kept as a
+//!   small [`ServiceInfo`], never the object): their ports give each desired
+//!   state its [`crate::service::PortExtras`] (Service-port aliases,
+//!   appProtocols, [`Index::unresolved_ports`]); `kubediscovery.io/weight`
+//!   sets every node's weight; `kubediscovery.io/export` (and the opt-in
+//!   mode) withholds a service: its desired state is kept aside, so exporting
+//!   it again needs no new list; an allowed ExternalName Service (opt-in)
+//!   is its own desired state, one node per port, and its endpoint objects
+//!   are ignored. Invalid annotations and refused ExternalNames are warned
+//!   and counted like bad endpoint data. A Service that is unknown means no
+//!   owner UID and no extras; it holds a service back only in opt-in mode.
 //!
 //! Memory: a slice is kept as its [`SliceContribution`] (validated ports,
 //! the first valid address and conditions of each endpoint, its warnings, the
@@ -70,7 +80,8 @@ use crate::convert::{
     ConvertOptions, SkipReason, SliceContribution, from_endpoints, merge_slices, owner_service_uid,
 };
 use crate::filter::{LabelSelector, NamespaceFilter};
-use crate::model::{ServiceKey, ServiceNodes, SourceKind};
+use crate::model::{PortMap, ServiceKey, ServiceNodes, SourceKind};
+use crate::service::{ServiceInfo, port_extras};
 
 /// The slice names of one service, in name order (the merge order): a sorted
 /// vector instead of a `BTreeSet`, whose first insert allocated a ~270-byte
@@ -89,6 +100,14 @@ pub struct Index {
     filter: NamespaceFilter,
     labels: LabelSelector,
     services: BTreeMap<ServiceKey, Arc<ServiceNodes>>,
+    /// Desired states of services their Service keeps unpublished
+    /// (`kubediscovery.io/export`, `kube_discovery.export: opt-in`): kept so
+    /// that exporting them again needs no new list (Endpoints mode keeps no
+    /// other copy of the nodes).
+    withheld: BTreeMap<ServiceKey, Arc<ServiceNodes>>,
+    /// Services whose desired state comes from an allowed ExternalName
+    /// Service, not from endpoint objects (which are then ignored).
+    external: BTreeSet<ServiceKey>,
     /// Sum of `node_count` over `services`.
     node_total: usize,
     /// Endpoints mode: what the index remembers of each selected Endpoints
@@ -101,6 +120,8 @@ pub struct Index {
     by_service: BTreeMap<ServiceKey, SliceNames>,
     /// UIDs of Services learned via `set_service_uid`.
     service_uids: BTreeMap<(String, String), String>,
+    /// What is kept of each Service (its ports), learned via `set_service`.
+    service_info: BTreeMap<(String, String), ServiceInfo>,
     /// Current warnings per object ("Kind ns/name").
     warnings: BTreeMap<String, Vec<String>>,
     /// Logged warnings per reason, not yet taken by [`Index::take_skipped`].
@@ -150,6 +171,40 @@ fn same_version(stored: Option<&str>, meta: &ObjectMeta) -> bool {
     matches!((stored, resource_version(meta)), (Some(a), Some(b)) if a == b)
 }
 
+/// Sets (`Some`) or removes (`None`) the entry `id`; whether it changed.
+fn set_entry<V: PartialEq>(
+    map: &mut BTreeMap<(String, String), V>,
+    id: &(String, String),
+    value: Option<V>,
+) -> bool {
+    match value {
+        Some(v) if map.get(id) == Some(&v) => false,
+        Some(v) => {
+            map.insert(id.clone(), v);
+            true
+        }
+        None => map.remove(id).is_some(),
+    }
+}
+
+/// The ids whose value differs between `old` and `new` (changed, added or
+/// removed): what a Service relist touched.
+fn changed_ids<V: PartialEq>(
+    old: &BTreeMap<(String, String), V>,
+    new: &BTreeMap<(String, String), V>,
+) -> BTreeSet<(String, String)> {
+    let differs = |a: &BTreeMap<(String, String), V>, b: &BTreeMap<(String, String), V>| {
+        a.iter()
+            .filter(|(id, v)| b.get(*id) != Some(*v))
+            .map(|(id, _)| id.clone())
+            .collect::<Vec<_>>()
+    };
+    differs(old, new)
+        .into_iter()
+        .chain(differs(new, old))
+        .collect()
+}
+
 /// The next state, built while a relist arrives.
 #[derive(Debug, Clone, Default)]
 struct PendingReset {
@@ -162,7 +217,7 @@ struct PendingReset {
     /// Slices mode (an unchanged slice shares the current state's value).
     slices: BTreeMap<(String, String), Arc<StoredSlice>>,
     by_service: BTreeMap<ServiceKey, SliceNames>,
-    /// Services whose known UID changed while the relist was arriving.
+    /// Services whose known UID or ports changed while the relist was arriving.
     uid_touched: BTreeSet<(String, String)>,
 }
 
@@ -181,11 +236,14 @@ impl Index {
             filter,
             labels: LabelSelector::default(),
             services: BTreeMap::new(),
+            withheld: BTreeMap::new(),
+            external: BTreeSet::new(),
             node_total: 0,
             endpoints_owner: BTreeMap::new(),
             slices: BTreeMap::new(),
             by_service: BTreeMap::new(),
             service_uids: BTreeMap::new(),
+            service_info: BTreeMap::new(),
             warnings: BTreeMap::new(),
             skipped: BTreeMap::new(),
             reset: None,
@@ -266,8 +324,35 @@ impl Index {
         self.count_skipped(&BTreeMap::from([(SkipReason::MissingName, 1)]));
     }
 
-    /// Stores `new` (or removes the key when `None`); returns whether it changed.
+    /// Whether `key` is published: its Service's export annotation, else
+    /// the export mode (an unknown Service counts as unannotated).
+    fn exported(&self, key: &ServiceKey) -> bool {
+        self.service_info
+            .get(&(key.namespace.to_string(), key.name.to_string()))
+            .map_or(!self.opts.export_opt_in, |i| {
+                i.exported(self.opts.export_opt_in)
+            })
+    }
+
+    /// The desired state of `key`, published or withheld.
+    fn current(&self, key: &ServiceKey) -> Option<&Arc<ServiceNodes>> {
+        self.services.get(key).or_else(|| self.withheld.get(key))
+    }
+
+    /// Stores `new` (or removes the key when `None`); returns whether the
+    /// published state changed. A value its Service keeps unpublished is
+    /// stored as withheld (and its published object removed).
     fn store(&mut self, key: &ServiceKey, new: Option<ServiceNodes>) -> bool {
+        let new = match new {
+            Some(n) if !self.exported(key) => {
+                self.withheld.insert(key.clone(), Arc::new(n));
+                None
+            }
+            other => {
+                self.withheld.remove(key);
+                other
+            }
+        };
         match new {
             Some(n) => {
                 if self.services.get(key).is_some_and(|old| **old == n) {
@@ -296,6 +381,89 @@ impl Index {
                 .get(&(key.namespace.to_string(), key.name.to_string()))
                 .cloned()
         })
+    }
+
+    /// Why the ExternalName host of `info` is not published (`None`: it is,
+    /// or the Service is no ExternalName, or ExternalName is disabled).
+    fn external_refusal(&self, object: &str, info: &ServiceInfo) -> Option<(SkipReason, String)> {
+        let (Some(allow), Some(host)) = (&self.opts.external_name, &info.external_name) else {
+            return None;
+        };
+        let bare = host.strip_suffix('.').unwrap_or(host);
+        if !k8s_syntax::is_dns_name(bare) {
+            return Some((
+                SkipReason::InvalidExternalName,
+                format!("{object}: spec.externalName {host:?} is not a DNS name; Service skipped"),
+            ));
+        }
+        if !allow.iter().any(|r| r.is_match(host)) {
+            return Some((
+                SkipReason::ExternalNameRefused,
+                format!(
+                    "{object}: spec.externalName {host:?} matches no kube_discovery.external_name.allow regex; Service skipped"
+                ),
+            ));
+        }
+        None
+    }
+
+    /// The desired state of an allowed ExternalName Service: one node per
+    /// Service port, its host the external name and its port the Service
+    /// port (what a client of the Service connects to). `None` when `key` is
+    /// no such Service.
+    fn external_desired(&self, key: &ServiceKey) -> Option<ServiceNodes> {
+        let info = self
+            .service_info
+            .get(&(key.namespace.to_string(), key.name.to_string()))?;
+        let host = info.external_name.as_ref()?;
+        self.opts.external_name.as_ref()?;
+        if self.external_refusal("", info).is_some() {
+            return None;
+        }
+        let ports: PortMap = info
+            .ports
+            .iter()
+            .filter(|p| (1..=65535).contains(&p.port))
+            .map(|p| {
+                let key = crate::convert::port_key(Some(&p.name), p.port);
+                (key, vec![crate::model::Node::new(host.clone(), p.port, 0)])
+            })
+            .collect();
+        Some(self.build(key.clone(), self.source, ports, None))
+    }
+
+    /// The desired state of `key` from its endpoints' `ports`: with the
+    /// Service-derived extras (aliases, appProtocols) when the Service is known.
+    fn build(
+        &self,
+        key: ServiceKey,
+        source: SourceKind,
+        ports: PortMap,
+        owner: Option<String>,
+    ) -> ServiceNodes {
+        let mut ports = ports;
+        let info = self
+            .service_info
+            .get(&(key.namespace.to_string(), key.name.to_string()));
+        // Every node has the weight of the Service's annotation, else
+        // `default_weight` (what the converters give; so rebuilding from a
+        // kept value after the annotation went away restores it).
+        let weight = info
+            .and_then(|i| i.weight)
+            .unwrap_or(self.opts.default_weight);
+        for node in ports.values_mut().flatten() {
+            // `drain_terminating: always` publishes draining nodes with
+            // weight 0 (no new traffic); the annotation does not lift that.
+            let drained = self.opts.drain_terminating == crate::convert::Drain::Always
+                && node.draining == Some(true);
+            if !drained {
+                node.weight = weight;
+            }
+        }
+        let extras = info
+            .map(|i| port_extras(i, &ports, self.opts.service_port_aliases))
+            .unwrap_or_default();
+        ServiceNodes::new(key, source, ports, owner).with_extras(extras)
     }
 
     // ----- Endpoints -----
@@ -348,7 +516,7 @@ impl Index {
         Some((
             key.clone(),
             Some(
-                ServiceNodes::new(key, SourceKind::Endpoints, conv.ports, owner)
+                self.build(key, SourceKind::Endpoints, conv.ports, owner)
                     .with_skipped(skipped),
             ),
         ))
@@ -360,6 +528,7 @@ impl Index {
         let desired = self.endpoints_desired(ep, &mut owners);
         self.endpoints_owner = owners;
         match desired {
+            Some((key, _)) if self.external.contains(&key) => Vec::new(),
             Some((key, new)) => {
                 if self.store(&key, new) {
                     vec![key]
@@ -385,6 +554,9 @@ impl Index {
         }
         let key = self.key(ns, name);
         self.endpoints_owner.remove(&key);
+        if self.external.contains(&key) {
+            return Vec::new();
+        }
         if self.store(&key, None) {
             vec![key]
         } else {
@@ -419,7 +591,7 @@ impl Index {
             // desired state, owner and warnings stay as they are.
             let key = self.key(ns, name);
             if let (Some(meta), Some(current)) =
-                (self.endpoints_owner.get(&key), self.services.get(&key))
+                (self.endpoints_owner.get(&key), self.current(&key))
                 && same_version(meta.resource_version.as_deref(), &ep.metadata)
             {
                 p.endpoints_owner.insert(key.clone(), meta.clone());
@@ -430,7 +602,7 @@ impl Index {
         }
         if let Some((key, Some(nodes))) = self.endpoints_desired(ep, &mut p.endpoints_owner) {
             // An unchanged service keeps sharing its current allocation.
-            let value = match self.services.get(&key) {
+            let value = match self.current(&key) {
                 Some(old) if **old == nodes => Arc::clone(old),
                 _ => Arc::new(nodes),
             };
@@ -454,8 +626,8 @@ impl Index {
             };
             let obj_owner = p.endpoints_owner.get(&key).and_then(|m| m.owner.clone());
             let owner = self.owner(&key, obj_owner);
-            if desired.owner_uid != owner {
-                let next = ServiceNodes::new(key, desired.source, desired.ports.clone(), owner);
+            let next = self.build(key, desired.source, desired.ports.clone(), owner);
+            if **desired != next {
                 *desired = Arc::new(next);
             }
         }
@@ -474,6 +646,15 @@ impl Index {
         &mut self,
         mut desired: BTreeMap<ServiceKey, Arc<ServiceNodes>>,
     ) -> Vec<ServiceKey> {
+        // ExternalName services do not come from the listed objects.
+        for k in &self.external {
+            if let Some(current) = self.current(k) {
+                desired.insert(k.clone(), Arc::clone(current));
+            }
+        }
+        let (mut desired, withheld): (BTreeMap<_, _>, BTreeMap<_, _>) =
+            desired.into_iter().partition(|(k, _)| self.exported(k));
+        self.withheld = withheld;
         let mut changed: BTreeSet<ServiceKey> = self
             .services
             .keys()
@@ -556,6 +737,9 @@ impl Index {
     }
 
     fn recompute_service(&mut self, key: &ServiceKey) -> bool {
+        if self.external.contains(key) {
+            return false;
+        }
         let names = self.by_service.get(key).cloned().unwrap_or_default();
         if names.is_empty() {
             self.by_service.remove(key);
@@ -572,7 +756,8 @@ impl Index {
         let conv = merge_slices(slices.iter().map(|s| &s.contribution), &self.opts);
         let obj_owner = slices.iter().find_map(|s| s.owner_uid.clone());
         let owner = self.owner(key, obj_owner);
-        let nodes = ServiceNodes::new(key.clone(), SourceKind::EndpointSlice, conv.ports, owner)
+        let nodes = self
+            .build(key.clone(), SourceKind::EndpointSlice, conv.ports, owner)
             .with_skipped(conv.warnings.clone());
         self.set_warnings(
             format!("EndpointSlices of {}/{}", key.namespace, key.name),
@@ -726,23 +911,20 @@ impl Index {
         uid: Option<String>,
     ) -> Vec<ServiceKey> {
         let id = (namespace.to_string(), name.to_string());
-        match uid.filter(|u| !u.is_empty() && self.filter.matches(namespace)) {
-            Some(u) => {
-                if self.service_uids.get(&id) == Some(&u) {
-                    return Vec::new();
-                }
-                self.service_uids.insert(id.clone(), u);
-            }
-            None => {
-                if self.service_uids.remove(&id).is_none() {
-                    return Vec::new();
-                }
-            }
+        let uid = uid.filter(|u| !u.is_empty() && self.filter.matches(namespace));
+        if !set_entry(&mut self.service_uids, &id, uid) {
+            return Vec::new();
         }
+        self.service_touched(id)
+    }
+
+    /// After the known UID or ports of Service `id` changed: a relist being
+    /// received must rebuild it too; the live state is refreshed now.
+    fn service_touched(&mut self, id: (String, String)) -> Vec<ServiceKey> {
         if let Some(p) = &mut self.reset {
-            p.uid_touched.insert(id);
+            p.uid_touched.insert(id.clone());
         }
-        self.refresh_owner(namespace, name)
+        self.refresh_owner(&id.0, &id.1)
     }
 
     /// After a (re)list of all Services: afterwards the known UIDs are exactly
@@ -757,37 +939,120 @@ impl Index {
             .filter(|(ns, _, uid)| !uid.is_empty() && self.filter.matches(ns))
             .map(|(ns, name, uid)| ((ns, name), uid))
             .collect();
-        let mut touched: BTreeSet<(String, String)> = self
-            .service_uids
-            .iter()
-            .filter(|(id, uid)| next.get(*id) != Some(*uid))
-            .map(|(id, _)| id.clone())
-            .collect();
-        touched.extend(
-            next.iter()
-                .filter(|(id, uid)| self.service_uids.get(*id) != Some(*uid))
-                .map(|(id, _)| id.clone()),
-        );
+        let touched = changed_ids(&self.service_uids, &next);
         std::mem::swap(&mut self.service_uids, &mut next);
-        if let Some(p) = &mut self.reset {
-            p.uid_touched.extend(touched.iter().cloned());
-        }
         touched
             .into_iter()
-            .flat_map(|(ns, name)| self.refresh_owner(&ns, &name))
+            .flat_map(|id| self.service_touched(id))
             .collect()
     }
 
-    /// Recomputes the owner UID of service `namespace/name` after its known UID changed.
+    /// Tells the index the ports of Service `namespace/name` (`None`:
+    /// unknown or deleted), from which its aliases and appProtocols are
+    /// derived ([`crate::service`]). Returns the keys whose desired state
+    /// changed.
+    pub fn set_service(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        info: Option<ServiceInfo>,
+    ) -> Vec<ServiceKey> {
+        let id = (namespace.to_string(), name.to_string());
+        let object = format!("Service {namespace}/{name}");
+        let info = info.filter(|_| self.filter.matches(namespace));
+        if self.service_info.get(&id) == info.as_ref() {
+            return Vec::new();
+        }
+        match &info {
+            Some(i) => self.service_warnings(object, i),
+            None => {
+                self.warnings.remove(&object);
+            }
+        }
+        set_entry(&mut self.service_info, &id, info);
+        self.service_touched(id)
+    }
+
+    /// After a (re)list of all Services: afterwards the known Service ports
+    /// are exactly `all` (`(namespace, name, info)`). Returns the keys whose
+    /// desired state changed.
+    pub fn reset_services(
+        &mut self,
+        all: impl IntoIterator<Item = (String, String, ServiceInfo)>,
+    ) -> Vec<ServiceKey> {
+        let mut next: BTreeMap<(String, String), ServiceInfo> = all
+            .into_iter()
+            .filter(|(ns, _, _)| self.filter.matches(ns))
+            .map(|(ns, name, info)| ((ns, name), info))
+            .collect();
+        // Annotation warnings: logged and counted when new or changed (not
+        // again for the same bad Service on a relist), dropped with the Service.
+        self.warnings.retain(|k, _| {
+            k.strip_prefix("Service ")
+                .and_then(|s| s.split_once('/'))
+                .is_none_or(|(ns, name)| next.contains_key(&(ns.to_string(), name.to_string())))
+        });
+        for ((ns, name), info) in &next {
+            self.service_warnings(format!("Service {ns}/{name}"), info);
+        }
+        let touched = changed_ids(&self.service_info, &next);
+        std::mem::swap(&mut self.service_info, &mut next);
+        touched
+            .into_iter()
+            .flat_map(|id| self.service_touched(id))
+            .collect()
+    }
+
+    /// Records the annotation warnings of a Service (see `set_warnings`).
+    fn service_warnings(&mut self, object: String, info: &ServiceInfo) {
+        let mut warnings = info.invalid.clone();
+        let mut skipped = BTreeMap::new();
+        if !warnings.is_empty() {
+            let n = u64::try_from(warnings.len()).unwrap_or(u64::MAX);
+            skipped.insert(SkipReason::InvalidAnnotation, n);
+        }
+        if let Some((reason, message)) = self.external_refusal(&object, info) {
+            warnings.push(message);
+            skipped.insert(reason, 1);
+        }
+        self.set_warnings(object, warnings, &skipped);
+    }
+
+    /// Number of Services whose ports are known.
+    pub fn service_count(&self) -> usize {
+        self.service_info.len()
+    }
+
+    /// Recomputes the desired state of service `namespace/name` after its
+    /// known UID or ports changed.
     fn refresh_owner(&mut self, namespace: &str, name: &str) -> Vec<ServiceKey> {
         let key = self.key(namespace, name);
-        let Some(current) = self.services.get(&key) else {
+        if let Some(ext) = self.external_desired(&key) {
+            self.external.insert(key.clone());
+            return if self.store(&key, Some(ext)) {
+                vec![key]
+            } else {
+                Vec::new()
+            };
+        }
+        if self.external.remove(&key) {
+            // No longer an allowed ExternalName: its nodes go. Slices are
+            // merged again now; Endpoints (not kept) are published again on
+            // their next event or relist.
+            let changed = if self.source == SourceKind::EndpointSlice {
+                self.recompute_service(&key)
+            } else {
+                self.store(&key, None)
+            };
+            return if changed { vec![key] } else { Vec::new() };
+        }
+        let Some(current) = self.current(&key) else {
             return Vec::new();
         };
         let changed = if current.source == SourceKind::Endpoints {
             let obj_owner = self.endpoints_owner.get(&key).and_then(|m| m.owner.clone());
             let owner = self.owner(&key, obj_owner);
-            let next = ServiceNodes::new(key.clone(), current.source, current.ports.clone(), owner);
+            let next = self.build(key.clone(), current.source, current.ports.clone(), owner);
             self.store(&key, Some(next))
         } else {
             self.recompute_service(&key)
@@ -826,6 +1091,15 @@ impl Index {
     /// Number of nodes over all services and ports (a running total, O(1)).
     pub fn node_count(&self) -> usize {
         self.node_total
+    }
+
+    /// The Service ports of `key` that resolve to no port key (e.g. a
+    /// `targetPort` naming a container port no endpoint has), one message
+    /// each: those ports have no nodes. Data for status conditions (empty
+    /// when the service or its Service is unknown).
+    pub fn unresolved_ports(&self, key: &ServiceKey) -> &[String] {
+        self.current(key)
+            .map_or(&[][..], |s| s.extras.unresolved.as_slice())
     }
 
     /// Current conversion warnings, per object.
@@ -884,11 +1158,15 @@ mod tests {
         .unwrap()
     }
 
+    /// An index with Service-port aliases on (off by default).
     fn idx(source: SourceKind) -> Index {
         Index::new(
             String::new(),
             source,
-            ConvertOptions::default(),
+            ConvertOptions {
+                service_port_aliases: true,
+                ..ConvertOptions::default()
+            },
             NamespaceFilter::All,
         )
     }
@@ -1983,5 +2261,400 @@ mod tests {
         assert!(sel.is_empty());
         assert!(sel.reset_endpoints(std::slice::from_ref(&bare)).is_empty());
         assert!(sel.is_empty());
+    }
+
+    fn service_info(ports: Value) -> ServiceInfo {
+        let s: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": {"ports": ports}
+        }))
+        .unwrap();
+        ServiceInfo::from_service(&s)
+    }
+
+    /// The Service's ports give aliases and appProtocols in both modes,
+    /// whichever of Service and endpoints comes first; without a Service
+    /// the value (and its version) is exactly what it was before Services
+    /// were read.
+    #[test]
+    fn service_ports_give_aliases_and_app_protocols_in_both_modes() {
+        let http = service_info(json!([
+            {"name": "http", "port": 8000, "targetPort": "web", "appProtocol": "kubernetes.io/h2c"}
+        ]));
+        for source in [SourceKind::Endpoints, SourceKind::EndpointSlice] {
+            let mut i = idx(source);
+            let apply = |i: &mut Index| match source {
+                SourceKind::Endpoints => {
+                    i.apply_endpoints(&ep("ns", "web", &["10.0.0.1"], json!({})))
+                }
+                SourceKind::EndpointSlice => i.apply_slice(&slice(
+                    "ns",
+                    "web-1",
+                    Some("web"),
+                    json!([{"addresses": ["10.0.0.1"]}]),
+                )),
+            };
+            assert_eq!(apply(&mut i), vec![k("ns", "web")]);
+            let plain = i.get(&k("ns", "web")).unwrap().clone();
+            assert!(plain.extras.is_empty());
+            assert_eq!(
+                plain.version,
+                crate::model::object_version(source, &plain.ports, plain.owner_uid.as_deref())
+            );
+            // The Service arrives: same nodes, aliases and appProtocol added.
+            assert_eq!(
+                i.set_service("ns", "web", Some(http.clone())),
+                vec![k("ns", "web")]
+            );
+            let with = i.get(&k("ns", "web")).unwrap().clone();
+            assert_eq!(with.ports, plain.ports);
+            assert_eq!(with.extras.aliases["8000"], "http");
+            assert_eq!(with.extras.app_protocols["http"], "kubernetes.io/h2c");
+            assert_ne!(with.version, plain.version);
+            assert_eq!(with.nodes("8000"), with.nodes("http"));
+            assert!(with.nodes("8000").is_some() && with.nodes("9999").is_none());
+            // Same Service again: nothing changed.
+            assert!(i.set_service("ns", "web", Some(http.clone())).is_empty());
+            // An endpoint change keeps the extras.
+            let _ = apply(&mut i);
+            assert_eq!(i.get(&k("ns", "web")).unwrap().extras, with.extras);
+            // Service deleted: back to the plain value, same version as before.
+            assert_eq!(i.set_service("ns", "web", None), vec![k("ns", "web")]);
+            assert_eq!(i.get(&k("ns", "web")).unwrap(), &plain);
+            // Service first, endpoints after: the same result.
+            let mut j = idx(source);
+            assert!(j.set_service("ns", "web", Some(http.clone())).is_empty());
+            let _ = apply(&mut j);
+            assert_eq!(j.get(&k("ns", "web")).unwrap().extras, with.extras);
+        }
+    }
+
+    /// A Service (re)list replaces the known Services: changed and vanished
+    /// ones are reported, unchanged ones not; a Service change while an
+    /// endpoints relist is arriving ends up in the relist's result.
+    #[test]
+    fn service_relists_and_changes_during_an_endpoints_relist() {
+        let mut i = idx(SourceKind::Endpoints);
+        i.apply_endpoints(&ep("ns", "web", &["10.0.0.1"], json!({})));
+        i.apply_endpoints(&ep("ns", "api", &["10.0.0.2"], json!({})));
+        let http80 = service_info(json!([{"name": "http", "port": 80}]));
+        let http81 = service_info(json!([{"name": "http", "port": 81}]));
+        let all = |web: &ServiceInfo| {
+            vec![
+                ("ns".to_string(), "web".to_string(), web.clone()),
+                ("ns".to_string(), "api".to_string(), http81.clone()),
+            ]
+        };
+        assert_eq!(
+            i.reset_services(all(&http80)),
+            vec![k("ns", "api"), k("ns", "web")]
+        );
+        assert_eq!(i.service_count(), 2);
+        assert_eq!(i.get(&k("ns", "web")).unwrap().extras.aliases["80"], "http");
+        assert!(i.reset_services(all(&http80)).is_empty());
+        // The Service changes while an endpoints relist is arriving.
+        i.begin_reset();
+        i.reset_add_endpoints(&ep("ns", "web", &["10.0.0.1"], json!({})));
+        i.reset_add_endpoints(&ep("ns", "api", &["10.0.0.2"], json!({})));
+        // Reported at once (the live state has it), and the relist built
+        // before it does not undo it.
+        assert_eq!(
+            i.set_service("ns", "web", Some(http81.clone())),
+            vec![k("ns", "web")]
+        );
+        assert!(i.finish_reset_endpoints().is_empty());
+        assert_eq!(i.get(&k("ns", "web")).unwrap().extras.aliases["81"], "http");
+        // Gone from the list: its extras go.
+        assert_eq!(
+            i.reset_services([("ns".to_string(), "api".to_string(), http81.clone())]),
+            vec![k("ns", "web")]
+        );
+        assert!(i.get(&k("ns", "web")).unwrap().extras.is_empty());
+        // A Service outside the namespace filter is not kept.
+        let mut f = Index::new(
+            String::new(),
+            SourceKind::Endpoints,
+            ConvertOptions::default(),
+            NamespaceFilter::Match(vec![AnchoredRegex::new("dev").unwrap()]),
+        );
+        assert!(f.set_service("ns", "web", Some(http81.clone())).is_empty());
+        assert_eq!(f.service_count(), 0);
+    }
+
+    /// `service_port_aliases: false`: no aliases, appProtocols still.
+    #[test]
+    fn aliases_can_be_turned_off() {
+        let mut i = Index::new(
+            String::new(),
+            SourceKind::Endpoints,
+            ConvertOptions {
+                service_port_aliases: false,
+                ..ConvertOptions::default()
+            },
+            NamespaceFilter::All,
+        );
+        i.apply_endpoints(&ep("ns", "web", &["10.0.0.1"], json!({})));
+        i.set_service(
+            "ns",
+            "web",
+            Some(service_info(
+                json!([{"name": "http", "port": 8000, "appProtocol": "grpc"}]),
+            )),
+        );
+        let s = i.get(&k("ns", "web")).unwrap();
+        assert!(s.extras.aliases.is_empty());
+        assert_eq!(s.extras.app_protocols["http"], "grpc");
+        assert!(s.nodes("8000").is_none());
+    }
+
+    fn annotated(annotations: Value) -> ServiceInfo {
+        let s: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "ns", "annotations": annotations},
+            "spec": {"ports": [{"name": "http", "port": 80}]}
+        }))
+        .unwrap();
+        ServiceInfo::from_service(&s)
+    }
+
+    /// `kubediscovery.io/export` and `kubediscovery.io/weight`, in both
+    /// modes and both export modes: "false" deletes the object and "true"
+    /// brings it back without a new endpoint event (Endpoints mode keeps
+    /// the nodes); the weight applies to every node and goes back to
+    /// `default_weight` without it; invalid values are skipped, warned once
+    /// and counted, never guessed.
+    #[test]
+    fn export_and_weight_annotations() {
+        for source in [SourceKind::Endpoints, SourceKind::EndpointSlice] {
+            for opt_in in [false, true] {
+                let mut i = Index::new(
+                    String::new(),
+                    source,
+                    ConvertOptions {
+                        export_opt_in: opt_in,
+                        ..ConvertOptions::default()
+                    },
+                    NamespaceFilter::All,
+                );
+                let web = k("ns", "web");
+                let _ = match source {
+                    SourceKind::Endpoints => {
+                        i.apply_endpoints(&ep("ns", "web", &["10.0.0.1"], json!({})))
+                    }
+                    SourceKind::EndpointSlice => i.apply_slice(&slice(
+                        "ns",
+                        "web-1",
+                        Some("web"),
+                        json!([{"addresses": ["10.0.0.1"]}]),
+                    )),
+                };
+                // No Service known: published unless opt-in.
+                assert_eq!(i.get(&web).is_some(), !opt_in, "{source} opt_in={opt_in}");
+                // Unannotated Service: the same.
+                let _ = i.set_service("ns", "web", Some(annotated(json!({}))));
+                assert_eq!(i.get(&web).is_some(), !opt_in);
+                // "true": published, with its nodes.
+                let _ = i.set_service(
+                    "ns",
+                    "web",
+                    Some(annotated(json!({"kubediscovery.io/export": "true"}))),
+                );
+                assert_eq!(hosts(&i, &web), vec!["10.0.0.1"]);
+                assert_eq!(i.len(), 1);
+                // "false": gone (reported), nodes kept aside.
+                assert_eq!(
+                    i.set_service(
+                        "ns",
+                        "web",
+                        Some(annotated(json!({"kubediscovery.io/export": "false"})))
+                    ),
+                    vec![web.clone()]
+                );
+                assert!(i.get(&web).is_none() && i.is_empty() && i.node_count() == 0);
+                // A relist while withheld keeps it withheld.
+                match source {
+                    SourceKind::Endpoints => {
+                        assert!(
+                            i.reset_endpoints(&[ep("ns", "web", &["10.0.0.1"], json!({}))])
+                                .is_empty()
+                        )
+                    }
+                    SourceKind::EndpointSlice => assert!(
+                        i.reset_slices(&[slice(
+                            "ns",
+                            "web-1",
+                            Some("web"),
+                            json!([{"addresses": ["10.0.0.1"]}]),
+                        )])
+                        .is_empty()
+                    ),
+                }
+                assert!(i.get(&web).is_none());
+                // Weight 7 and "true": back, every node weighs 7.
+                assert_eq!(
+                    i.set_service(
+                        "ns",
+                        "web",
+                        Some(annotated(json!({"kubediscovery.io/export": "true",
+                                               "kubediscovery.io/weight": "7"})))
+                    ),
+                    vec![web.clone()]
+                );
+                let s = i.get(&web).unwrap();
+                assert_eq!(s.ports["http"][0].weight, 7);
+                assert_eq!(i.node_count(), 1);
+                assert!(i.take_skipped().is_empty());
+                // Invalid values: skipped (as if absent), warned and counted once.
+                let bad = annotated(json!({"kubediscovery.io/export": "yes",
+                                           "kubediscovery.io/weight": "-1"}));
+                let _ = i.set_service("ns", "web", Some(bad.clone()));
+                assert_eq!(i.get(&web).is_some(), !opt_in);
+                if let Some(s) = i.get(&web) {
+                    assert_eq!(s.ports["http"][0].weight, 50);
+                }
+                let w: Vec<&String> = i.warnings().flat_map(|(_, w)| w).collect();
+                assert_eq!(w.len(), 2, "{w:?}");
+                assert!(
+                    w[0].contains("Service ns/web")
+                        && w[0].contains("kubediscovery.io/export=\"yes\""),
+                    "{w:?}"
+                );
+                assert!(w[1].contains("kubediscovery.io/weight=\"-1\""), "{w:?}");
+                assert_eq!(
+                    i.take_skipped(),
+                    BTreeMap::from([(SkipReason::InvalidAnnotation, 2)])
+                );
+                // The same bad Service again (event or relist): not counted again.
+                let _ = i.set_service("ns", "web", Some(bad.clone()));
+                let _ = i.reset_services([("ns".into(), "web".into(), bad)]);
+                assert!(i.take_skipped().is_empty());
+                // Fixed, then gone: the warnings go.
+                let _ = i.reset_services([("ns".into(), "web".into(), annotated(json!({})))]);
+                assert_eq!(i.warnings().count(), 0);
+                let _ = i.set_service("ns", "web", None);
+                assert_eq!(i.get(&web).is_some(), !opt_in);
+            }
+        }
+    }
+
+    fn external(name: &str, host: &str) -> ServiceInfo {
+        let s: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"type": "ExternalName", "externalName": host,
+                     "ports": [{"name": "https", "port": 443}, {"port": 80}]}
+        }))
+        .unwrap();
+        ServiceInfo::from_service(&s)
+    }
+
+    /// ExternalName Services: ignored unless enabled; allowed hosts (full
+    /// match) become one node per port in both modes and survive endpoint
+    /// relists; a host outside the allowlist or not a DNS name is skipped
+    /// with a warning and counted; a Service that stops being ExternalName
+    /// loses those nodes.
+    #[test]
+    fn external_name_services() {
+        let allow = vec![AnchoredRegex::new(r"[a-z0-9-]+\.example\.com").unwrap()];
+        for source in [SourceKind::Endpoints, SourceKind::EndpointSlice] {
+            // Disabled (default): nothing, no warning.
+            let mut off = idx(source);
+            assert!(
+                off.set_service("ns", "ext", Some(external("ext", "db.example.com")))
+                    .is_empty()
+            );
+            assert!(off.is_empty() && off.warnings().count() == 0);
+
+            let mut i = Index::new(
+                String::new(),
+                source,
+                ConvertOptions {
+                    external_name: Some(allow.clone()),
+                    service_port_aliases: true,
+                    ..ConvertOptions::default()
+                },
+                NamespaceFilter::All,
+            );
+            let ext = k("ns", "ext");
+            assert_eq!(
+                i.set_service("ns", "ext", Some(external("ext", "db.example.com"))),
+                vec![ext.clone()]
+            );
+            let s = i.get(&ext).unwrap();
+            assert_eq!(
+                serde_json::to_value(&s.ports).unwrap(),
+                json!({"80": [{"host": "db.example.com", "port": 80, "weight": 50}],
+                       "https": [{"host": "db.example.com", "port": 443, "weight": 50}]})
+            );
+            assert_eq!(s.extras.aliases["443"], "https");
+            // An endpoints relist does not drop it.
+            match source {
+                SourceKind::Endpoints => assert!(i.reset_endpoints(&[]).is_empty()),
+                SourceKind::EndpointSlice => assert!(i.reset_slices(&[]).is_empty()),
+            }
+            assert!(i.get(&ext).is_some());
+            // Outside the allowlist ("evil.example.com.attacker.io" does not
+            // fully match) and not a DNS name: skipped, warned, counted.
+            assert_eq!(
+                i.set_service(
+                    "ns",
+                    "ext",
+                    Some(external("ext", "db.example.com.attacker.io"))
+                ),
+                vec![ext.clone()]
+            );
+            assert!(i.get(&ext).is_none());
+            let _ = i.set_service("ns", "bad", Some(external("bad", "not a host")));
+            assert!(i.get(&k("ns", "bad")).is_none());
+            assert_eq!(
+                i.take_skipped(),
+                BTreeMap::from([
+                    (SkipReason::InvalidExternalName, 1),
+                    (SkipReason::ExternalNameRefused, 1)
+                ])
+            );
+            let w: Vec<&String> = i.warnings().flat_map(|(_, w)| w).collect();
+            assert!(
+                w.iter().any(|m| m.contains("Service ns/ext")
+                    && m.contains("db.example.com.attacker.io")
+                    && m.contains("external_name.allow")),
+                "{w:?}"
+            );
+            // Allowed again, then turned into a ClusterIP Service: gone.
+            let _ = i.set_service("ns", "ext", Some(external("ext", "db.example.com")));
+            assert!(i.get(&ext).is_some());
+            assert_eq!(
+                i.set_service(
+                    "ns",
+                    "ext",
+                    Some(service_info(json!([{"name": "http", "port": 80}])))
+                ),
+                vec![ext.clone()]
+            );
+            assert!(i.get(&ext).is_none());
+        }
+    }
+
+    /// A Service port whose targetPort no endpoint has: no port key, no
+    /// alias, lookups find nothing, and the index says why.
+    #[test]
+    fn unresolved_service_ports_are_exposed_as_data() {
+        let mut i = idx(SourceKind::Endpoints);
+        i.apply_endpoints(&ep("ns", "web", &["10.0.0.1"], json!({})));
+        let _ = i.set_service(
+            "ns",
+            "web",
+            Some(service_info(json!([
+                {"name": "http", "port": 80},
+                {"name": "admin", "port": 9000, "targetPort": "admin"}
+            ]))),
+        );
+        let web = k("ns", "web");
+        let s = i.get(&web).unwrap();
+        assert!(s.nodes("admin").is_none() && s.nodes("9000").is_none());
+        assert!(s.nodes("80").is_some());
+        assert_eq!(
+            i.unresolved_ports(&web),
+            ["Service port 9000 (admin): no endpoint has targetPort admin; the port has no nodes"]
+        );
+        assert!(i.unresolved_ports(&k("ns", "nope")).is_empty());
     }
 }

@@ -24,6 +24,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::service::PortExtras;
+
 /// Identity of one source Service. `cluster` is the APISIX multi-cluster `id`
 /// (empty in single-cluster mode).
 ///
@@ -637,7 +639,8 @@ pub struct ServiceNodes {
     /// UID of the source Service, when known (from ownerReferences).
     pub owner_uid: Option<String>,
     /// [`object_version`] of `source` + `ports` + `owner_uid` (equals
-    /// [`content_version`] when the owner is unknown), mixed with `skipped`
+    /// [`content_version`] when the owner is unknown), and `extras` when
+    /// there are any ([`ServiceNodes::with_extras`]), mixed with `skipped`
     /// when there is any ([`ServiceNodes::with_skipped`]).
     pub version: String,
     /// What the conversion skipped of this service's source objects (one
@@ -647,6 +650,10 @@ pub struct ServiceNodes {
     /// nodes stay the same but whose skipped data changes is written again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
+    /// Service-port aliases and appProtocols derived from the Service
+    /// (empty when it is unknown); see [`crate::service`].
+    #[serde(default, skip_serializing_if = "PortExtras::is_empty")]
+    pub extras: PortExtras,
 }
 
 impl ServiceNodes {
@@ -665,26 +672,64 @@ impl ServiceNodes {
             owner_uid,
             version,
             skipped: Vec::new(),
+            extras: PortExtras::default(),
         }
     }
 
     /// The same service with the conversion warnings `skipped` (see the
-    /// field). With none, the version stays [`object_version`], so services
-    /// without skipped data keep the versions they always had; with some, the
-    /// version is the hash of that version and the warnings.
+    /// field), its version recomputed. With none, the version is the one
+    /// without them, so services without skipped data keep the versions
+    /// they always had; with some, it is the hash of that version and the
+    /// warnings.
     #[must_use]
     pub fn with_skipped(mut self, skipped: Vec<String>) -> Self {
-        if !skipped.is_empty() {
+        self.skipped = skipped;
+        self.recompute_version();
+        self
+    }
+
+    /// This value with `extras`, its version recomputed. Empty extras hash
+    /// to the version [`ServiceNodes::new`] gives, so a service whose
+    /// Service adds nothing keeps the version (and object) it always had.
+    #[must_use]
+    pub fn with_extras(mut self, extras: PortExtras) -> Self {
+        self.extras = extras;
+        self.recompute_version();
+        self
+    }
+
+    /// `version` from everything it covers: nodes, source, owner, extras,
+    /// then the skipped data and unresolved Service ports when there are any (in whichever order
+    /// [`ServiceNodes::with_extras`] and [`ServiceNodes::with_skipped`] are
+    /// called).
+    fn recompute_version(&mut self) {
+        self.version = version_with_extras(
+            self.source,
+            &self.ports,
+            self.owner_uid.as_deref(),
+            &self.extras,
+        );
+        // Not written to the object's spec, but to its conditions: a change
+        // of either must change the version, or the object is not rewritten.
+        if !self.skipped.is_empty() || !self.extras.unresolved.is_empty() {
             let mut h = Sha256::new();
             h.update(self.version.as_bytes());
-            for w in &skipped {
+            for w in &self.skipped {
                 h.update(b"\0");
                 h.update(w.as_bytes());
             }
+            for u in &self.extras.unresolved {
+                h.update(b"\x01");
+                h.update(u.as_bytes());
+            }
             self.version = hex::encode(&h.finalize()[..8]);
         }
-        self.skipped = skipped;
-        self
+    }
+
+    /// The nodes of `port`: a port key, else a Service-port alias
+    /// ([`PortExtras::resolve`]); `None` when neither.
+    pub fn nodes(&self, port: &str) -> Option<&Vec<Node>> {
+        self.ports.get(self.extras.resolve(&self.ports, port)?)
     }
 
     /// Total number of nodes over all port keys.
@@ -801,6 +846,19 @@ pub fn content_version(source: SourceKind, ports: &PortMap) -> String {
 /// ownerReference). A writer comparing versions therefore never skips a write
 /// that would change the object.
 pub fn object_version(source: SourceKind, ports: &PortMap, owner_uid: Option<&str>) -> String {
+    version_with_extras(source, ports, owner_uid, &PortExtras::default())
+}
+
+/// [`object_version`] covering the Service-derived `extras` too, which
+/// also end up in the object (`spec.aliases`, `spec.appProtocols`); empty
+/// extras are left out of the hashed JSON, so the version equals
+/// [`object_version`]'s then.
+pub fn version_with_extras(
+    source: SourceKind,
+    ports: &PortMap,
+    owner_uid: Option<&str>,
+    extras: &PortExtras,
+) -> String {
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
     struct Canonical<'a> {
@@ -808,6 +866,8 @@ pub fn object_version(source: SourceKind, ports: &PortMap, owner_uid: Option<&st
         ports: &'a PortMap,
         #[serde(skip_serializing_if = "Option::is_none")]
         owner_uid: Option<&'a str>,
+        #[serde(skip_serializing_if = "PortExtras::is_empty")]
+        extras: &'a PortExtras,
     }
     // Serializing plain structs, strings and integers into a Vec cannot fail;
     // fall back to the Debug form rather than panicking if it ever did.
@@ -815,8 +875,9 @@ pub fn object_version(source: SourceKind, ports: &PortMap, owner_uid: Option<&st
         source,
         ports,
         owner_uid,
+        extras,
     })
-    .unwrap_or_else(|_| format!("{source:?}{ports:?}{owner_uid:?}").into_bytes());
+    .unwrap_or_else(|_| format!("{source:?}{ports:?}{owner_uid:?}{extras:?}").into_bytes());
     let digest = Sha256::digest(&bytes);
     // The first 16 hex characters of the digest, as a 16-byte allocation
     // (encoding all 32 bytes and truncating kept a 64-byte one per service).

@@ -25,6 +25,7 @@ use crate::crd::{DiscoveredService, ObjectNaming, desired_objects};
 use crate::filter::{LabelSelector, NamespaceFilter};
 use crate::index::Index;
 use crate::model::SourceKind;
+use crate::service::ServiceInfo;
 
 /// What `render` needs from the configuration.
 #[derive(Debug, Clone, Default)]
@@ -191,6 +192,7 @@ pub fn render_report(objects: &[Value], opts: &RenderOptions) -> Result<Rendered
     let mut endpoints = Vec::new();
     let mut slices = Vec::new();
     let mut service_uids = Vec::new();
+    let mut services = Vec::new();
     for (i, (v, hint)) in flat.into_iter().enumerate() {
         let index = i + 1;
         if v.is_null() {
@@ -217,6 +219,10 @@ pub fn render_report(objects: &[Value], opts: &RenderOptions) -> Result<Rendered
             "Service" => {
                 check_api_version(index, &kind, &v, "v1")?;
                 let svc = typed::<Service>(index, &kind, v)?;
+                let info = ServiceInfo::from_service(&svc);
+                if let (Some(ns), Some(name)) = (&svc.metadata.namespace, &svc.metadata.name) {
+                    services.push((ns.clone(), name.clone(), info));
+                }
                 if let (Some(ns), Some(name), Some(uid)) =
                     (svc.metadata.namespace, svc.metadata.name, svc.metadata.uid)
                 {
@@ -241,6 +247,7 @@ pub fn render_report(objects: &[Value], opts: &RenderOptions) -> Result<Rendered
     for (ns, name, uid) in service_uids {
         index.set_service_uid(&ns, &name, Some(uid));
     }
+    index.reset_services(services);
     match source {
         SourceKind::Endpoints => index.reset_endpoints(&endpoints),
         SourceKind::EndpointSlice => index.reset_slices(&slices),

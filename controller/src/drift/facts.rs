@@ -55,6 +55,8 @@ struct SpecView<'a> {
     source_name: &'a str,
     source: SourceKind,
     ports: &'a PortMap,
+    aliases: &'a BTreeMap<String, String>,
+    app_protocols: &'a BTreeMap<String, String>,
     version: &'a str,
     /// `(index, count)`.
     shard: Option<(u32, u32)>,
@@ -69,6 +71,8 @@ impl<'a> SpecView<'a> {
             source_name,
             source,
             ports,
+            aliases,
+            app_protocols,
             version,
             shard,
         } = spec;
@@ -79,6 +83,8 @@ impl<'a> SpecView<'a> {
             source_name,
             source: *source,
             ports,
+            aliases,
+            app_protocols,
             version,
             shard: shard
                 .as_ref()
@@ -95,6 +101,8 @@ impl<'a> SpecView<'a> {
             source_name,
             source,
             ports,
+            aliases,
+            app_protocols,
             version,
             shard,
         } = self;
@@ -105,6 +113,8 @@ impl<'a> SpecView<'a> {
         source_name.hash(&mut h);
         source.hash(&mut h);
         ports.hash(&mut h);
+        aliases.hash(&mut h);
+        app_protocols.hash(&mut h);
         version.hash(&mut h);
         shard.hash(&mut h);
         h.finish()
@@ -276,6 +286,8 @@ pub(super) fn wanted_objects(
         source_name: &key.name,
         source: d.source,
         ports: &d.ports,
+        aliases: &d.extras.aliases,
+        app_protocols: &d.extras.app_protocols,
         version: &d.version,
         shard: None,
     };

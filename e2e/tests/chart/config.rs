@@ -97,6 +97,7 @@ fn chart_default_config_parses_as_in_cluster_single_cluster() {
     assert_eq!(s.write_concurrency, 32);
     assert_eq!(s.drain_terminating, kube_discovery_core::Drain::Off);
     assert!(!s.index_port_numbers && !s.topology);
+    assert!(!s.service_port_aliases && !s.export_opt_in && s.external_name.is_none());
 }
 
 #[test]
@@ -208,6 +209,14 @@ fn chart_settings_reach_the_controller_config() {
         "--set",
         "controller.indexPortNumbers=true",
         "--set",
+        "controller.servicePortAliases=true",
+        "--set",
+        "controller.export=opt-in",
+        "--set",
+        "controller.externalName.enabled=true",
+        "--set",
+        "controller.externalName.allow[0]=db-[0-9]+",
+        "--set",
         "controller.topology=true",
         "--set",
         "controller.discoveredServices.namespaceMode=fixed",
@@ -246,7 +255,10 @@ fn chart_settings_reach_the_controller_config() {
     assert_eq!(s.watch_timeout, Duration::from_secs(60));
     assert_eq!(s.write_concurrency, 3);
     assert!((s.write_qps - 7.5).abs() < f64::EPSILON);
-    assert!(s.index_port_numbers && s.topology);
+    assert!(s.index_port_numbers && s.topology && s.service_port_aliases);
+    assert!(s.export_opt_in);
+    let allow = s.external_name.as_ref().expect("external_name enabled");
+    assert!(allow[0].is_match("db-1") && !allow[0].is_match("db-1.evil"));
     assert_eq!(
         s.sinks.discoveredservices.naming.namespace_mode,
         NamespaceMode::Fixed("kube-discovery".into()),

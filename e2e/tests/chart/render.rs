@@ -699,6 +699,7 @@ fn chart_remote_reader_role_is_read_only() {
         rules(&json!({"rules": [
             {"apiGroups": [""], "resources": ["endpoints"], "verbs": ["list", "watch"]},
             {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+            {"apiGroups": [""], "resources": ["services"], "verbs": ["list", "watch"]},
         ]}))
     );
     let binding = find(

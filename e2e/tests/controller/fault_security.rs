@@ -536,7 +536,8 @@ async fn least_privilege_shipped_roles_suffice(backend: Backend) {
         ("watch", "endpointslices"),
         ("list", "endpoints"),
         ("watch", "endpoints"),
-        // Endpoints mode looks the Services up for ownerReferences.
+        // Services: ports (aliases, appProtocol) in both modes, owner UIDs
+        // in Endpoints mode.
         ("list", "services"),
         ("watch", "services"),
         ("patch", "discoveredservices"),

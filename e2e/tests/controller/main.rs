@@ -30,6 +30,7 @@ mod instances;
 mod kubectl_dsvc;
 mod leader;
 mod readers;
+mod services;
 mod shards;
 mod snapshot;
 mod sources;

@@ -10,7 +10,7 @@ use controller_support::{Backend, Controller, Env, LIMIT, eventually};
 use serde_json::json;
 use testenv::both_backends;
 
-fn config(env: &Env, extra: &str) -> String {
+pub(crate) fn config(env: &Env, extra: &str) -> String {
     format!(
         "discovery:\n  kubernetes:\n{}{extra}kube_discovery:\n  coalesce_window: 20ms\n",
         env.service_block(&env.admin_token())
@@ -497,7 +497,7 @@ async fn endpoints_mode_owner_reference_from_the_service(backend: Backend) {
 // ---------------------------------------------------------------- skipped bad data
 
 /// The value of the sample `series` (name and labels, exactly) in a metrics text.
-fn sample(text: &str, series: &str) -> Option<f64> {
+pub(crate) fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
 }

@@ -14,12 +14,12 @@ use serde_json::Value;
 
 use super::error::Errors;
 use super::rules::{
-    Ctx, check_cm_namespace, check_concurrency, check_context, check_drain, check_duration,
-    check_fixed_namespace, check_host, check_id, check_instance, check_kubeconfig,
-    check_label_selector, check_namespace_mode, check_namespace_name, check_object_name,
-    check_path_len, check_plain_context, check_plain_namespace, check_plain_path, check_port,
-    check_qps, check_regex, check_regex_list, check_schema, check_shared_size, check_socket_addr,
-    check_token, check_weight, err, strip_ws,
+    Ctx, check_allow_regex, check_cm_namespace, check_concurrency, check_context, check_drain,
+    check_duration, check_export, check_fixed_namespace, check_host, check_id, check_instance,
+    check_kubeconfig, check_label_selector, check_namespace_mode, check_namespace_name,
+    check_object_name, check_path_len, check_plain_context, check_plain_namespace,
+    check_plain_path, check_port, check_qps, check_regex, check_regex_list, check_schema,
+    check_shared_size, check_socket_addr, check_token, check_weight, err, strip_ws,
 };
 use super::secret::Secret;
 
@@ -339,6 +339,12 @@ pub(super) struct RawSettings {
     pub(super) index_port_numbers: Option<bool>,
     #[garde(skip)]
     pub(super) topology: Option<bool>,
+    #[garde(skip)]
+    pub(super) service_port_aliases: Option<bool>,
+    #[garde(custom(check_export))]
+    pub(super) export: Option<String>,
+    #[garde(dive)]
+    pub(super) external_name: Option<RawExternalName>,
     #[garde(custom(check_duration(Duration::from_secs(1), Duration::from_secs(290))))]
     pub(super) watch_timeout: Option<String>,
     #[garde(custom(check_duration(Duration::from_secs(3), Duration::from_secs(300))))]
@@ -359,6 +365,16 @@ pub(super) struct RawSettings {
     pub(super) home: Option<RawHome>,
     #[garde(dive)]
     pub(super) leader_election: Option<RawLeader>,
+}
+
+/// `kube_discovery.external_name`.
+#[derive(Debug, Default, Deserialize, Validate)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawExternalName {
+    #[garde(skip)]
+    pub(super) enabled: Option<bool>,
+    #[garde(inner(inner(custom(check_allow_regex))))]
+    pub(super) allow: Option<Vec<String>>,
 }
 
 /// `kube_discovery.http`.

@@ -311,6 +311,17 @@ pub(super) fn check_namespace_mode(v: &Option<String>, _: &()) -> garde::Result 
     }
 }
 
+pub(super) fn check_export(v: &Option<String>, _: &()) -> garde::Result {
+    match v.as_deref() {
+        None | Some("all") | Some("opt-in") => Ok(()),
+        Some(m) => err(format!("{m:?} must be \"all\" or \"opt-in\"")),
+    }
+}
+
+pub(super) fn check_allow_regex(v: &String, _: &()) -> garde::Result {
+    check_regex(v, &Ctx { multi: false })
+}
+
 pub(super) fn check_fixed_namespace(
     mode: Option<&str>,
 ) -> impl FnOnce(&Option<String>, &()) -> garde::Result + '_ {

@@ -787,6 +787,8 @@ kube_discovery:
   drain_terminating: true
   index_port_numbers: true
   topology: true
+  service_port_aliases: true
+  export: opt-in
   watch_timeout: 1m
   request_timeout: 30s
   unready_after: 2m
@@ -804,6 +806,8 @@ kube_discovery:
     assert_eq!(s.coalesce_window, Duration::from_millis(250));
     assert_eq!(s.drain_terminating, crate::Drain::Fallback);
     assert!(s.index_port_numbers && s.topology);
+    assert!(s.service_port_aliases && s.export_opt_in);
+    assert!(!Settings::default().service_port_aliases && !Settings::default().export_opt_in);
     assert_eq!(s.watch_timeout, Duration::from_secs(60));
     assert_eq!(
         (s.request_timeout, s.unready_after, s.shutdown_timeout),
@@ -841,6 +845,7 @@ kube_discovery:
     let o = c.clusters[0].convert_options(s);
     assert_eq!(o.drain_terminating, crate::Drain::Fallback);
     assert!(o.index_port_numbers && o.topology);
+    assert!(o.service_port_aliases && o.export_opt_in);
 }
 
 #[test]
@@ -887,6 +892,7 @@ fn kube_discovery_settings_rules() {
 discovery: {kubernetes: {}}
 kube_discovery:
   instance: Edge_A
+  export: opt_in
   coalesce_window: soon
   watch_timeout: 10m
   request_timeout: 1s
@@ -903,6 +909,11 @@ kube_discovery:
         &lines,
         "kube_discovery.coalesce_window",
         "is not a duration",
+    );
+    has(
+        &lines,
+        "kube_discovery.export",
+        r#""opt_in" must be "all" or "opt-in""#,
     );
     has(
         &lines,
@@ -1058,4 +1069,52 @@ fn yaml_1_2_reading_and_repeated_keys() {
             &format!("invalid type: string \"{n}\""),
         );
     }
+}
+
+#[test]
+fn external_name_is_off_by_default_and_validated() {
+    assert!(Settings::default().external_name.is_none());
+    let c = ok(r#"
+discovery: {kubernetes: {}}
+kube_discovery:
+  external_name: {enabled: true, allow: ['.*\.example\.com']}
+"#);
+    let allow = c.settings.external_name.as_ref().unwrap();
+    assert!(allow[0].is_match("db.example.com") && !allow[0].is_match("db.example.com.evil"));
+    assert_eq!(
+        c.clusters[0]
+            .convert_options(&c.settings)
+            .external_name
+            .unwrap()
+            .len(),
+        1
+    );
+    // Listed but not enabled: still off.
+    let c = ok(r#"
+discovery: {kubernetes: {}}
+kube_discovery: {external_name: {allow: [x]}}
+"#);
+    assert!(c.settings.external_name.is_none());
+    let lines = errs(
+        r#"
+discovery: {kubernetes: {}}
+kube_discovery: {external_name: {enabled: true, allow: ["("]}}
+"#,
+    );
+    has(
+        &lines,
+        "kube_discovery.external_name.allow[0]",
+        "is not a valid regex",
+    );
+    let lines = errs(
+        r#"
+discovery: {kubernetes: {}}
+kube_discovery: {external_name: {enabled: true}}
+"#,
+    );
+    has(
+        &lines,
+        "kube_discovery.external_name.allow",
+        "at least one regex",
+    );
 }

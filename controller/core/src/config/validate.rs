@@ -19,8 +19,8 @@ use garde::Validate;
 use super::duration::{format_duration, parse_duration};
 use super::error::{ConfigErrors, Errors};
 use super::raw::{
-    self, KUBE_DISCOVERY, KUBERNETES, RawClient, RawCluster, RawDocument, RawKubernetes,
-    RawService, RawSettings,
+    self, KUBE_DISCOVERY, KUBERNETES, RawClient, RawCluster, RawDocument, RawExternalName,
+    RawKubernetes, RawService, RawSettings,
 };
 use super::rules::{Ctx, drain_of, strip_ws};
 use super::secret::Secret;
@@ -403,6 +403,28 @@ fn validate_settings(
     if let Err(report) = raw.validate() {
         errors.report(KUBE_DISCOVERY, report);
     }
+    let external_name = match raw.external_name.take() {
+        Some(RawExternalName {
+            enabled: Some(true),
+            allow,
+        }) => {
+            let allow = allow.unwrap_or_default();
+            if allow.is_empty() {
+                errors.push(
+                    "kube_discovery.external_name.allow",
+                    "must list at least one regex when external_name is enabled",
+                );
+            }
+            // Invalid patterns were reported by `validate` above.
+            Some(
+                allow
+                    .iter()
+                    .filter_map(|p| AnchoredRegex::new(p).ok())
+                    .collect(),
+            )
+        }
+        _ => None,
+    };
     let d = Settings::default();
     let dur = |v: &Option<String>, default: Duration| {
         v.as_deref()
@@ -449,6 +471,12 @@ fn validate_settings(
             .unwrap_or(d.drain_terminating),
         index_port_numbers: raw.index_port_numbers.unwrap_or(d.index_port_numbers),
         topology: raw.topology.unwrap_or(d.topology),
+        service_port_aliases: raw.service_port_aliases.unwrap_or(d.service_port_aliases),
+        external_name,
+        export_opt_in: raw
+            .export
+            .as_deref()
+            .map_or(d.export_opt_in, |m| m == "opt-in"),
         watch_timeout: dur(&raw.watch_timeout, d.watch_timeout),
         request_timeout: dur(&raw.request_timeout, d.request_timeout),
         unready_after: dur(&raw.unready_after, d.unready_after),

@@ -122,6 +122,9 @@ impl ClusterConfig {
             drain_terminating: settings.drain_terminating,
             index_port_numbers: settings.index_port_numbers,
             topology: settings.topology,
+            service_port_aliases: settings.service_port_aliases,
+            export_opt_in: settings.export_opt_in,
+            external_name: settings.external_name.clone(),
         }
     }
 
@@ -264,6 +267,12 @@ pub struct Settings {
     pub index_port_numbers: bool,
     /// Topology fields on nodes.
     pub topology: bool,
+    /// Service-port aliases (`ns/name:80` for the port key `http`).
+    pub service_port_aliases: bool,
+    /// `export: opt-in`: only Services annotated `kubediscovery.io/export: "true"`.
+    pub export_opt_in: bool,
+    /// `external_name`: `Some(allow)` when enabled.
+    pub external_name: Option<Vec<crate::filter::AnchoredRegex>>,
     /// Server-side watch timeout.
     pub watch_timeout: Duration,
     /// The longest an API request waits for the server to send anything
@@ -295,6 +304,9 @@ impl Default for Settings {
             drain_terminating: Drain::Off,
             index_port_numbers: false,
             topology: false,
+            service_port_aliases: false,
+            export_opt_in: false,
+            external_name: None,
             watch_timeout: Duration::from_secs(290),
             request_timeout: Duration::from_secs(10),
             unready_after: Duration::from_secs(60),
@@ -346,6 +358,12 @@ impl Settings {
             "drain_terminating": self.drain_terminating.to_json(),
             "index_port_numbers": self.index_port_numbers,
             "topology": self.topology,
+            "service_port_aliases": self.service_port_aliases,
+            "export": if self.export_opt_in { "opt-in" } else { "all" },
+            "external_name": {
+                "enabled": self.external_name.is_some(),
+                "allow": self.external_name.iter().flatten().map(|r| r.pattern()).collect::<Vec<_>>(),
+            },
             "watch_timeout": format_duration(self.watch_timeout),
             "request_timeout": format_duration(self.request_timeout),
             "unready_after": format_duration(self.unready_after),

@@ -79,6 +79,18 @@ pub struct ConvertOptions {
     pub index_port_numbers: bool,
     /// Fill `zone`, `nodeName` and `targetRef` of every node.
     pub topology: bool,
+    /// Derive Service-port aliases from known Services
+    /// ([`crate::service::port_extras`]); appProtocols are derived either way.
+    pub service_port_aliases: bool,
+    /// `kube_discovery.export: opt-in`: only Services annotated
+    /// `kubediscovery.io/export: "true"` are published (default: all but
+    /// those annotated `"false"`).
+    pub export_opt_in: bool,
+    /// `kube_discovery.external_name`: `None` = ExternalName Services are
+    /// ignored (the default, see Contour's CVE-2021-32783); `Some(allow)` =
+    /// an ExternalName Service whose host fully matches one of `allow` is
+    /// published, one node per port with the host as `host`.
+    pub external_name: Option<Vec<crate::filter::AnchoredRegex>>,
 }
 
 impl Default for ConvertOptions {
@@ -88,6 +100,9 @@ impl Default for ConvertOptions {
             drain_terminating: Drain::Off,
             index_port_numbers: false,
             topology: false,
+            service_port_aliases: false,
+            export_opt_in: false,
+            external_name: None,
         }
     }
 }
@@ -129,11 +144,20 @@ pub enum SkipReason {
     /// own it, and its object name could collide with another's (`web.1` is
     /// shard 1 of `web`); the object is skipped.
     InvalidServiceName,
+    /// A Service annotation (`kubediscovery.io/export`, `kubediscovery.io/weight`)
+    /// with an invalid value; the annotation is skipped (the Service is
+    /// handled as if it did not have it).
+    InvalidAnnotation,
+    /// An ExternalName Service whose host is not a DNS name; the Service is skipped.
+    InvalidExternalName,
+    /// An ExternalName Service whose host no `external_name.allow` regex
+    /// matches; the Service is skipped.
+    ExternalNameRefused,
 }
 
 impl SkipReason {
     /// Every reason, in label order.
-    pub const ALL: [SkipReason; 9] = [
+    pub const ALL: [SkipReason; 12] = [
         SkipReason::InvalidAddress,
         SkipReason::MissingAddress,
         SkipReason::InvalidPort,
@@ -143,6 +167,9 @@ impl SkipReason {
         SkipReason::MissingName,
         SkipReason::MissingServiceLabel,
         SkipReason::InvalidServiceName,
+        SkipReason::InvalidAnnotation,
+        SkipReason::InvalidExternalName,
+        SkipReason::ExternalNameRefused,
     ];
 
     /// The metric label value (`snake_case`).
@@ -157,6 +184,9 @@ impl SkipReason {
             SkipReason::MissingName => "missing_name",
             SkipReason::MissingServiceLabel => "missing_service_label",
             SkipReason::InvalidServiceName => "invalid_service_name",
+            SkipReason::InvalidAnnotation => "invalid_annotation",
+            SkipReason::InvalidExternalName => "invalid_external_name",
+            SkipReason::ExternalNameRefused => "external_name_refused",
         }
     }
 }
