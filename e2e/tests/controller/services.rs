@@ -211,6 +211,58 @@ async fn service_port_aliases_and_app_protocols(backend: Backend) {
     let by_name = nodes(&ctl, "shop/api:grpc").await;
     assert_eq!(by_name.0, 200);
     assert_eq!(nodes(&ctl, "shop/api:50051").await, by_name);
+    // A Service port whose targetPort no endpoint has: no nodes for it, and
+    // the object says why (Ready=False, TargetPortNotFound, naming it).
+    service(
+        &env,
+        "shop",
+        "api",
+        json!([{"name": "grpc", "port": 50051, "targetPort": "grpc", "appProtocol": "grpc"},
+               {"name": "metrics", "port": 9100, "targetPort": "prom"}]),
+    )
+    .await;
+    let ready = |want: &'static str| {
+        let env = &env;
+        async move {
+            eventually(&format!("Ready {want}"), LIMIT, || async {
+                let ds = env.dsvc("shop", "api").await?;
+                let c = ds["status"]["conditions"]
+                    .as_array()?
+                    .iter()
+                    .find(|c| c["type"] == "Ready")?
+                    .clone();
+                (c["reason"] == want).then_some(c)
+            })
+            .await
+        }
+    };
+    let c = ready("TargetPortNotFound").await;
+    assert_eq!(c["status"], "False");
+    let message = c["message"].as_str().unwrap();
+    assert!(
+        message.contains("9100 (metrics)") && message.contains("targetPort prom"),
+        "{message}"
+    );
+    assert_eq!(nodes(&ctl, "shop/api:9100").await.0, 404);
+    // The endpoints gain the port (the EndpointSlice controller names a
+    // slice port after the Service port): resolved, Ready again.
+    env.slice(
+        "shop",
+        "api",
+        "api-a",
+        &[("10.0.2.1", true)],
+        &[("grpc", 9000), ("metrics", 9100)],
+    )
+    .await;
+    let c = ready("AllPortsHaveNodes").await;
+    assert_eq!(c["status"], "True");
+    service(
+        &env,
+        "shop",
+        "api",
+        json!([{"name": "grpc", "port": 50051, "targetPort": "grpc", "appProtocol": "grpc"}]),
+    )
+    .await;
     // The Service deleted: its object keeps its nodes, without the extras
     // (the slices are the source; a Service never holds nodes back).
     let api: Api<Service> = Api::namespaced(env.admin.clone(), "shop");
