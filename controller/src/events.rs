@@ -18,6 +18,10 @@
 //! `WriteFailed` only when the planner says a key starts failing or fails
 //! for another reason (`Action::Failing`). All of them come from writes,
 //! and only the leader writes (the sink is fenced), so only the leader emits.
+//! The sources emit `InvalidAnnotation` / `ExternalNameRefused` on a Service
+//! when the index reports its skipped annotations or refused ExternalName as
+//! news (`Index::take_service_news`: new or changed, never a relist's
+//! repeat), and only while this replica leads.
 //!
 //! Messages are built from object names, fields and API error messages;
 //! they never contain request headers or tokens.

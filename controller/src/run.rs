@@ -397,6 +397,8 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
         }
         None => (None, None),
     };
+    // The sources' Events (skipped Service annotations) are the leader's only.
+    let leader_rx = leader.clone();
     // Every write request is fenced by the leadership epoch it started in.
     let fence = leader.clone().map_or_else(Fence::always, Fence::new);
     // Drift correction: a cache of our own objects, shared with the sink.
@@ -422,7 +424,7 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
     sup.watch("events", events_task);
     let (writer, writer_task) = crate::writer::spawn_gated(
         KubeSink::new(home.clone(), opts.naming.clone())
-            .with_events(events)
+            .with_events(events.clone())
             .with_drift(drift_view)
             .with_fence(fence)
             .in_namespace(opts.home_namespace.clone()),
@@ -464,6 +466,9 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
             shared: shared.clone(),
             writer: writer.clone(),
             metrics: metrics.clone(),
+            events: events.clone(),
+            leader: leader_rx.clone(),
+            naming: opts.naming.clone(),
         };
         tasks.push(sup.spawn(name, source.run(shutdown.clone())));
     }

@@ -58,13 +58,18 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
+use kube_discovery_core::convert::SkipReason;
+use kube_discovery_core::crd::ObjectNaming;
 use kube_discovery_core::service::ServiceInfo;
 use kube_discovery_core::{Index, ServiceKey, SourceKind};
 use serde::de::DeserializeOwned;
+use tokio::sync::watch as tokio_watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::events::Events;
 use crate::inbox::WriterHandle;
+use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::state::ControllerState;
 use crate::watch::{self, Watch, WatchBackoff, WatchIndex};
@@ -178,6 +183,14 @@ pub struct Source {
     pub writer: WriterHandle,
     /// Metrics.
     pub metrics: Metrics,
+    /// Events about skipped Service annotations and refused ExternalNames.
+    pub events: Events,
+    /// Whether this replica leads (`None`: no leader election); only the
+    /// leader emits Events.
+    pub leader: Option<tokio_watch::Receiver<Leadership>>,
+    /// Where DiscoveredServices go (an Event about a remote cluster's
+    /// Service regards the DiscoveredService it would have).
+    pub naming: ObjectNaming,
 }
 
 impl Source {
@@ -268,6 +281,9 @@ struct SourceIndex {
     shared: Arc<ControllerState>,
     writer: WriterHandle,
     metrics: Metrics,
+    events: Events,
+    leader: Option<tokio_watch::Receiver<Leadership>>,
+    naming: ObjectNaming,
     /// Objects of the (re)list being received.
     listed_objects: usize,
     list_started: Option<Instant>,
@@ -287,6 +303,9 @@ impl SourceIndex {
             shared,
             writer,
             metrics,
+            events,
+            leader,
+            naming,
         } = source;
         SourceIndex {
             services: Some(service_watch(&client, &params)),
@@ -295,6 +314,9 @@ impl SourceIndex {
             shared,
             writer,
             metrics,
+            events,
+            leader,
+            naming,
             listed_objects: 0,
             list_started: None,
             first_list_done: false,
@@ -345,6 +367,43 @@ impl SourceIndex {
         for (reason, n) in self.index.take_skipped() {
             self.metrics
                 .skipped(&self.params.cluster, kind, reason.as_str(), n);
+        }
+    }
+
+    /// Turns the index's Service news (skipped annotations, refused
+    /// ExternalNames: new or changed, never a relist's repeat) into Events on
+    /// the Service. Only the leader emits: a standby's index sees the same
+    /// Services, and two replicas must not report each one twice. `uid` is
+    /// the Service's uid where the caller knows it (`kubectl describe
+    /// service` lists only Events that carry it).
+    fn report_service_news(&mut self, uid: &dyn Fn(&str, &str) -> Option<String>) {
+        let news = self.index.take_service_news();
+        let leading = self.leader.as_ref().is_none_or(|l| l.borrow().leading);
+        if news.is_empty() || !leading {
+            return;
+        }
+        for n in news {
+            let key = ServiceKey::new(
+                self.params.cluster.as_str(),
+                n.namespace.as_str(),
+                n.name.as_str(),
+            );
+            let regarding =
+                crate::events::service_target(&key, uid(&n.namespace, &n.name), &self.naming);
+            for (reason, message) in n.warnings {
+                self.events.emit(
+                    regarding.clone(),
+                    crate::events::Report {
+                        warning: true,
+                        reason: match reason {
+                            SkipReason::InvalidAnnotation => "InvalidAnnotation",
+                            _ => "ExternalNameRefused",
+                        },
+                        action: "Read",
+                        note: message,
+                    },
+                );
+            }
         }
     }
 
@@ -469,15 +528,24 @@ impl WatchIndex<Service> for SourceIndex {
         let now = Instant::now();
         let all = std::mem::take(&mut self.service_list);
         tracing::info!(cluster = %self.params.cluster, services = all.len(), "Services listed");
-        let mut uids = Vec::new();
+        let mut uids = Vec::with_capacity(all.len());
         let mut infos = Vec::with_capacity(all.len());
         for ((ns, name, uid), info) in all {
-            if self.params.watch_services {
-                uids.push((ns.clone(), name.clone(), uid));
-            }
+            uids.push((ns.clone(), name.clone(), uid));
             infos.push((ns, name, info));
         }
         let mut changed = self.index.reset_services(infos);
+        let by_name: std::collections::HashMap<(&str, &str), &str> = uids
+            .iter()
+            .map(|(ns, name, uid)| ((ns.as_str(), name.as_str()), uid.as_str()))
+            .collect();
+        self.report_service_news(&|ns, name| {
+            by_name
+                .get(&(ns, name))
+                .filter(|u| !u.is_empty())
+                .map(|u| (*u).to_string())
+        });
+        drop(by_name);
         if self.params.watch_services {
             changed.extend(self.index.reset_service_uids(uids));
         }
@@ -495,6 +563,8 @@ impl WatchIndex<Service> for SourceIndex {
         let mut changed = self
             .index
             .set_service(&ns, &name, Some(ServiceInfo::from_service(&obj)));
+        let known = Some(uid.clone()).filter(|u| !u.is_empty());
+        self.report_service_news(&|_, _| known.clone());
         if self.params.watch_services {
             changed.extend(self.index.set_service_uid(&ns, &name, Some(uid)));
         }

@@ -83,6 +83,18 @@ use crate::filter::{LabelSelector, NamespaceFilter};
 use crate::model::{PortMap, ServiceKey, ServiceNodes, SourceKind};
 use crate::service::{ServiceInfo, port_extras};
 
+/// A Service whose annotations or ExternalName were skipped, as news
+/// ([`Index::take_service_news`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceNews {
+    /// The Service's namespace.
+    pub namespace: String,
+    /// The Service's name.
+    pub name: String,
+    /// What was skipped, each with its reason, naming the annotation or field.
+    pub warnings: Vec<(SkipReason, String)>,
+}
+
 /// The slice names of one service, in name order (the merge order): a sorted
 /// vector instead of a `BTreeSet`, whose first insert allocated a ~270-byte
 /// B-tree leaf per service for what is usually one name.
@@ -126,6 +138,9 @@ pub struct Index {
     warnings: BTreeMap<String, Vec<String>>,
     /// Logged warnings per reason, not yet taken by [`Index::take_skipped`].
     skipped: BTreeMap<SkipReason, u64>,
+    /// Services whose warnings were logged (new or changed), not yet taken
+    /// by [`Index::take_service_news`].
+    service_news: Vec<ServiceNews>,
     /// A relist being fed object by object (see the module docs).
     reset: Option<PendingReset>,
     /// Test-only: the conversion work done so far.
@@ -246,6 +261,7 @@ impl Index {
             service_info: BTreeMap::new(),
             warnings: BTreeMap::new(),
             skipped: BTreeMap::new(),
+            service_news: Vec::new(),
             reset: None,
             #[cfg(test)]
             work: std::cell::Cell::default(),
@@ -292,24 +308,27 @@ impl Index {
     }
 
     /// Records the current warnings of `object`; they are logged and counted
-    /// only when they differ from the ones recorded before.
+    /// only when they differ from the ones recorded before. `true` when they
+    /// were logged.
     fn set_warnings(
         &mut self,
         object: String,
         warnings: Vec<String>,
         skipped: &BTreeMap<SkipReason, u64>,
-    ) {
+    ) -> bool {
         if warnings.is_empty() {
             self.warnings.remove(&object);
-            return;
+            return false;
         }
-        if self.warnings.get(&object) != Some(&warnings) {
-            for w in &warnings {
-                tracing::warn!(cluster = %self.cluster, "{w}");
-            }
-            self.count_skipped(skipped);
-            self.warnings.insert(object, warnings);
+        if self.warnings.get(&object) == Some(&warnings) {
+            return false;
         }
+        for w in &warnings {
+            tracing::warn!(cluster = %self.cluster, "{w}");
+        }
+        self.count_skipped(skipped);
+        self.warnings.insert(object, warnings);
+        true
     }
 
     fn count_skipped(&mut self, skipped: &BTreeMap<SkipReason, u64>) {
@@ -964,7 +983,7 @@ impl Index {
             return Vec::new();
         }
         match &info {
-            Some(i) => self.service_warnings(object, i),
+            Some(i) => self.service_warnings(namespace, name, object, i),
             None => {
                 self.warnings.remove(&object);
             }
@@ -993,7 +1012,8 @@ impl Index {
                 .is_none_or(|(ns, name)| next.contains_key(&(ns.to_string(), name.to_string())))
         });
         for ((ns, name), info) in &next {
-            self.service_warnings(format!("Service {ns}/{name}"), info);
+            let news = self.service_news_of(ns, name, format!("Service {ns}/{name}"), info);
+            self.service_news.extend(news);
         }
         let touched = changed_ids(&self.service_info, &next);
         std::mem::swap(&mut self.service_info, &mut next);
@@ -1003,19 +1023,56 @@ impl Index {
             .collect()
     }
 
-    /// Records the annotation warnings of a Service (see `set_warnings`).
-    fn service_warnings(&mut self, object: String, info: &ServiceInfo) {
-        let mut warnings = info.invalid.clone();
+    /// Records the annotation and ExternalName warnings of a Service (see
+    /// `set_warnings`); when they are news, also for
+    /// [`Index::take_service_news`].
+    fn service_warnings(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        object: String,
+        info: &ServiceInfo,
+    ) {
+        let news = self.service_news_of(namespace, name, object, info);
+        self.service_news.extend(news);
+    }
+
+    /// [`Index::service_warnings`] without recording the news: returns it.
+    fn service_news_of(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        object: String,
+        info: &ServiceInfo,
+    ) -> Option<ServiceNews> {
+        let mut warnings: Vec<(SkipReason, String)> = info
+            .invalid
+            .iter()
+            .map(|w| (SkipReason::InvalidAnnotation, w.clone()))
+            .collect();
         let mut skipped = BTreeMap::new();
         if !warnings.is_empty() {
             let n = u64::try_from(warnings.len()).unwrap_or(u64::MAX);
             skipped.insert(SkipReason::InvalidAnnotation, n);
         }
         if let Some((reason, message)) = self.external_refusal(&object, info) {
-            warnings.push(message);
+            warnings.push((reason, message));
             skipped.insert(reason, 1);
         }
-        self.set_warnings(object, warnings, &skipped);
+        let texts = warnings.iter().map(|(_, w)| w.clone()).collect();
+        self.set_warnings(object, texts, &skipped)
+            .then(|| ServiceNews {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                warnings,
+            })
+    }
+
+    /// The Services whose skipped annotations or refused ExternalName were
+    /// logged since the last call: new or changed, never again for the same
+    /// bad Service on a relist (the runtime turns them into Events).
+    pub fn take_service_news(&mut self) -> Vec<ServiceNews> {
+        std::mem::take(&mut self.service_news)
     }
 
     /// Number of Services whose ports are known.
@@ -2523,10 +2580,28 @@ mod tests {
                     i.take_skipped(),
                     BTreeMap::from([(SkipReason::InvalidAnnotation, 2)])
                 );
+                // The news for an Event: once, naming each annotation.
+                let news = i.take_service_news();
+                assert_eq!(news.len(), 1, "{news:?}");
+                assert_eq!(
+                    (news[0].namespace.as_str(), news[0].name.as_str()),
+                    ("ns", "web")
+                );
+                assert_eq!(
+                    news[0].warnings.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+                    [SkipReason::InvalidAnnotation, SkipReason::InvalidAnnotation]
+                );
                 // The same bad Service again (event or relist): not counted again.
                 let _ = i.set_service("ns", "web", Some(bad.clone()));
                 let _ = i.reset_services([("ns".into(), "web".into(), bad)]);
                 assert!(i.take_skipped().is_empty());
+                assert!(i.take_service_news().is_empty());
+                // Another bad value: news again.
+                let worse = annotated(json!({"kubediscovery.io/weight": "heavy"}));
+                let _ = i.reset_services([("ns".into(), "web".into(), worse)]);
+                let news = i.take_service_news();
+                assert_eq!(news.len(), 1, "{news:?}");
+                assert!(news[0].warnings[0].1.contains("heavy"), "{news:?}");
                 // Fixed, then gone: the warnings go.
                 let _ = i.reset_services([("ns".into(), "web".into(), annotated(json!({})))]);
                 assert_eq!(i.warnings().count(), 0);

@@ -369,6 +369,46 @@ async fn export_and_weight_annotations(backend: Backend) {
             && logs.contains("kubediscovery.io/export="),
         "{logs}"
     );
+    // ... and an Event on the Service (`kubectl describe service web`),
+    // with its uid, naming both annotations: kube-runtime's recorder folds
+    // the two into one Event with a count.
+    let svc_uid = Api::<Service>::namespaced(env.admin.clone(), "shop")
+        .get("web")
+        .await
+        .expect("get Service")
+        .metadata
+        .uid;
+    let evs = eventually("an InvalidAnnotation Event", LIMIT, || async {
+        let evs = env
+            .events("shop", "InvalidAnnotation", "Service", "web")
+            .await;
+        (!evs.is_empty()).then_some(evs)
+    })
+    .await;
+    assert_eq!(evs.len(), 1, "{evs:?}");
+    assert_eq!(evs[0].regarding.as_ref().unwrap().uid, svc_uid);
+    assert_eq!(evs[0].type_.as_deref(), Some("Warning"));
+    let note = evs[0].note.clone().unwrap_or_default();
+    assert!(note.contains("Service shop/web"), "{note}");
+    // A relist that finds the same bad Service emits nothing new.
+    let count = |evs: &[k8s_openapi::api::events::v1::Event]| {
+        evs.iter()
+            .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+            .sum::<i32>()
+    };
+    let before = count(&evs);
+    let lists = || ctl.logs().matches("Services listed").count();
+    let listed = lists();
+    env.force_410().await;
+    eventually("the Services relisted", LIMIT, || async {
+        (lists() > listed).then_some(())
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let after = env
+        .events("shop", "InvalidAnnotation", "Service", "web")
+        .await;
+    assert_eq!((after.len(), count(&after)), (1, before), "{after:?}");
     ctl.stop().await;
 
     // ---- export: opt-in
@@ -449,6 +489,16 @@ async fn external_name_allowed_and_refused(backend: Backend) {
             && logs.contains("matches no kube_discovery.external_name.allow regex"),
         "{logs}"
     );
+    // ... and a Warning Event on the Service, naming the host.
+    let evs = eventually("an ExternalNameRefused Event", LIMIT, || async {
+        let evs = env
+            .events("shop", "ExternalNameRefused", "Service", "evil")
+            .await;
+        (!evs.is_empty()).then_some(evs)
+    })
+    .await;
+    let note = evs[0].note.clone().unwrap_or_default();
+    assert!(note.contains("spec.externalName"), "{note}");
     // Re-pointed outside the allowlist: the object goes.
     external_service(&env, "shop", "db", "db.example.org").await;
     env.wait_gone("shop", "db").await;
