@@ -24,8 +24,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::service::PortExtras;
-
 /// Identity of one source Service. `cluster` is the APISIX multi-cluster `id`
 /// (empty in single-cluster mode).
 ///
@@ -735,6 +733,41 @@ impl ServiceNodes {
     /// Total number of nodes over all port keys.
     pub fn node_count(&self) -> usize {
         self.ports.values().map(Vec::len).sum()
+    }
+}
+
+/// Per-port data derived from the Service (see `crate::service`). Empty when
+/// the Service is unknown or gives nothing beyond the port keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PortExtras {
+    /// Service-port name or number -> the port key holding its nodes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub aliases: BTreeMap<String, String>,
+    /// Port key -> `appProtocol` of its Service port.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub app_protocols: BTreeMap<String, String>,
+    /// Service ports whose target has no port key (not written to objects).
+    #[serde(skip)]
+    pub unresolved: Vec<String>,
+}
+
+impl PortExtras {
+    /// Whether there are no aliases and no appProtocols (what objects carry).
+    pub fn is_empty(&self) -> bool {
+        self.aliases.is_empty() && self.app_protocols.is_empty()
+    }
+
+    /// The port key `port` names: itself when it is a key of `ports`, else
+    /// its alias target; `None` when neither. The one rule every reader uses.
+    pub fn resolve<'a>(&'a self, ports: &PortMap, port: &'a str) -> Option<&'a str> {
+        if ports.contains_key(port) {
+            return Some(port);
+        }
+        self.aliases
+            .get(port)
+            .map(String::as_str)
+            .filter(|k| ports.contains_key(*k))
     }
 }
 

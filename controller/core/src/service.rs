@@ -26,14 +26,11 @@
 //!   `targetPort` naming a container port no endpoint has). Data, not a
 //!   warning: the port simply has no nodes, and status conditions can say why.
 
-use std::collections::BTreeMap;
-
 use compact_str::CompactString;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
+pub use crate::model::PortExtras;
 use crate::model::PortMap;
 
 /// A Service port's `targetPort`.
@@ -166,41 +163,6 @@ impl ServiceInfo {
     }
 }
 
-/// Per-port data derived from the Service (see the module docs). Empty when
-/// the Service is unknown or gives nothing beyond the port keys.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PortExtras {
-    /// Service-port name or number -> the port key holding its nodes.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub aliases: BTreeMap<String, String>,
-    /// Port key -> `appProtocol` of its Service port.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub app_protocols: BTreeMap<String, String>,
-    /// Service ports whose target has no port key (not written to objects).
-    #[serde(skip)]
-    pub unresolved: Vec<String>,
-}
-
-impl PortExtras {
-    /// Whether there are no aliases and no appProtocols (what objects carry).
-    pub fn is_empty(&self) -> bool {
-        self.aliases.is_empty() && self.app_protocols.is_empty()
-    }
-
-    /// The port key `port` names: itself when it is a key of `ports`, else
-    /// its alias target; `None` when neither. The one rule every reader uses.
-    pub fn resolve<'a>(&'a self, ports: &PortMap, port: &'a str) -> Option<&'a str> {
-        if ports.contains_key(port) {
-            return Some(port);
-        }
-        self.aliases
-            .get(port)
-            .map(String::as_str)
-            .filter(|k| ports.contains_key(*k))
-    }
-}
-
 /// The port key the endpoint objects use for Service port `sp`, given the
 /// keys they produced (`ports`): the port name when named; for the unnamed
 /// port, the target number, or (a named targetPort, resolved per Pod) the
@@ -269,6 +231,7 @@ mod tests {
     use super::*;
     use crate::model::Node;
     use serde_json::json;
+    use std::collections::BTreeMap;
 
     fn svc(ports: serde_json::Value) -> ServiceInfo {
         let s: Service = serde_json::from_value(json!({
