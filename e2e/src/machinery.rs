@@ -38,6 +38,13 @@ impl CompiledSchema {
         self.0.prune_non_nullable_nulls(obj);
     }
 
+    /// Fields of an apply configuration the schema does not declare, in
+    /// structured-merge-diff's notation (`.spec.aliases`); see
+    /// `StructuralSchema::undeclared_fields`.
+    pub fn undeclared_fields(&self, obj: &Value) -> Vec<String> {
+        self.0.undeclared_fields(obj)
+    }
+
     /// List types declared by the schema, for server-side apply.
     pub fn list_type_at(&self, path: &[&str]) -> ssa::ListType {
         self.0.list_type_at(path)

@@ -22,9 +22,11 @@ fn name_of(obj: &Value) -> String {
 
 /// Defaults and validates `obj`, a write of `info` in `version` (a create
 /// when `old` is None), as the real server does: custom resources against
-/// their schema (pruned, `fieldValidation=Strict` refusing unknown fields),
-/// built-in types by their own rules. `st` is for what a type allocates (a
-/// Service's cluster IP) or reads (CRDs).
+/// their schema (pruned, `fieldValidation=Strict` refusing unknown fields,
+/// the default `Warn` adding `unknown field "<path>"` to `warnings`, one per
+/// field, even when the write then fails), built-in types by their own
+/// rules. `st` is for what a type allocates (a Service's cluster IP) or
+/// reads (CRDs).
 pub fn admit(
     info: &ResourceInfo,
     version: &str,
@@ -32,12 +34,16 @@ pub fn admit(
     obj: &mut Value,
     st: &mut Store,
     field_validation: Option<&str>,
+    warnings: &mut Vec<String>,
 ) -> ApiResult<()> {
     if let Some(crd) = &info.crd {
         if let Some(v) = crd.versions.get(version)
             && let Some(schema) = &v.schema
         {
             let (pruned, causes) = schema.admit(obj);
+            if !matches!(field_validation, Some("Strict" | "Ignore")) {
+                warnings.extend(pruned.iter().map(|p| format!("unknown field {p:?}")));
+            }
             if !causes.is_empty() {
                 return Err(ApiError::invalid(
                     &info.kind,

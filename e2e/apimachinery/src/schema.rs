@@ -400,6 +400,21 @@ impl StructuralSchema {
         removed
     }
 
+    /// The fields of `obj` the schema does not declare, as the real server's
+    /// server-side apply finds them when it converts the apply configuration
+    /// to a typed value (structured-merge-diff's `validatingObjectWalker`):
+    /// paths like `.spec.aliases`, `.spec.ports[0].extra`, or
+    /// `.spec.ports[name="http"].extra` in a `map` list. Unlike
+    /// [`prune_with_paths`](Self::prune_with_paths), which drops every
+    /// unknown field, the walker stops at the first unknown field of an
+    /// object (the real server's pick among several is Go map order, i.e.
+    /// random; kube-sim takes the first in sorted order so it is stable).
+    pub fn undeclared_fields(&self, obj: &Value) -> Vec<String> {
+        let mut out = Vec::new();
+        undeclared(&self.raw, obj, true, "", &mut out);
+        out
+    }
+
     /// Applies `default:` values.
     pub fn default(&self, obj: &mut Value) {
         apply_defaults(&self.raw, obj);
@@ -575,6 +590,63 @@ fn prune(schema: &Value, v: &mut Value, keep_type_meta: bool, at: &str, removed:
                 for (i, item) in items.iter_mut().enumerate() {
                     prune(is, item, false, &format!("{at}[{i}]"), removed);
                 }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// See [`StructuralSchema::undeclared_fields`]; `at` is the path so far in
+/// structured-merge-diff's notation.
+fn undeclared(schema: &Value, v: &Value, root: bool, at: &str, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            let preserve = truthy(schema, "x-kubernetes-preserve-unknown-fields");
+            let embedded = truthy(schema, "x-kubernetes-embedded-resource");
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            for k in keys {
+                let path = format!("{at}.{k}");
+                match props.and_then(|p| p.get(k)).or(additional) {
+                    // metadata is checked by the server's ObjectMeta rules.
+                    _ if (root || embedded) && k == "metadata" => {}
+                    Some(s) => undeclared(s, &m[k], false, &path, out),
+                    None if (root || embedded) && matches!(k.as_str(), "apiVersion" | "kind") => {}
+                    None if preserve => {}
+                    None => {
+                        out.push(path);
+                        return;
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            let Some(is) = schema.get("items").filter(|i| i.is_object()) else {
+                return;
+            };
+            let keys: Vec<&str> =
+                if schema.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("map") {
+                    schema
+                        .get("x-kubernetes-list-map-keys")
+                        .and_then(Value::as_array)
+                        .map(|ks| ks.iter().filter_map(Value::as_str).collect())
+                        .unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
+            for (i, item) in items.iter().enumerate() {
+                let element = if keys.is_empty() {
+                    format!("[{i}]")
+                } else {
+                    let kv: Vec<String> = keys
+                        .iter()
+                        .filter_map(|k| item.get(*k).map(|val| format!("{k}={val}")))
+                        .collect();
+                    format!("[{}]", kv.join(","))
+                };
+                undeclared(is, item, false, &format!("{at}{element}"), out);
             }
         }
         _ => {}
@@ -853,6 +925,45 @@ mod tests {
                      "free": {"anything": {"deep": 1}, "known": {"a": "x"}}},
             "status": {"ready": true}})
         );
+    }
+
+    #[test]
+    fn undeclared_fields_stop_at_the_first_unknown_field_of_an_object() {
+        let obj = json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "n", "junk": 1},
+            "spec": {"service": "w", "zbogus": 1, "abogus": 2, "ports": [{"port": 80, "extra": true}],
+                     "labels": {"any": "x"}, "free": {"anything": {"deep": 1}}},
+            "status": {"ready": true, "junk": 1},
+            "top": "level"});
+        // `spec.abogus` ends the walk of `spec` (sorted: before `ports`);
+        // `status` and the root go on past their own unknown fields' siblings.
+        assert_eq!(
+            compiled().undeclared_fields(&obj),
+            vec![".spec.abogus", ".status.junk", ".top"]
+        );
+        let obj =
+            json!({"spec": {"service": "w", "ports": [{"port": 80}, {"port": 81, "extra": 1}]}});
+        assert_eq!(
+            compiled().undeclared_fields(&obj),
+            vec![".spec.ports[port=81].extra"]
+        );
+        // Under x-kubernetes-preserve-unknown-fields only declared subtrees are checked.
+        let obj = json!({"spec": {"service": "w", "free": {"x": 1, "known": {"a": "x", "b": 1}}}});
+        assert_eq!(
+            compiled().undeclared_fields(&obj),
+            vec![".spec.free.known.b"]
+        );
+        let keyed = StructuralSchema::compile(&json!({"type": "object", "properties": {
+            "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                      "x-kubernetes-list-map-keys": ["name"],
+                      "items": {"type": "object", "required": ["name"],
+                                "properties": {"name": {"type": "string"}}}}}}))
+        .expect("schema");
+        assert_eq!(
+            keyed.undeclared_fields(&json!({"ports": [{"name": "http", "x": 1}]})),
+            vec![r#".ports[name="http"].x"#]
+        );
+        let clean = json!({"spec": {"service": "w", "ports": [{"port": 80}, {"port": 81}]}});
+        assert!(compiled().undeclared_fields(&clean).is_empty());
     }
 
     #[test]

@@ -171,14 +171,20 @@ pub(super) fn write(
     if !causes.is_empty() {
         return Err(ApiError::invalid(&info.kind, &info.group, &name, causes));
     }
-    crate::types::admit(
+    let mut warnings = Vec::new();
+    let admitted = crate::types::admit(
         info,
         &ctx.version,
         old.as_deref(),
         &mut obj,
         st,
         ctx.q("fieldValidation"),
-    )?;
+        &mut warnings,
+    );
+    for w in &warnings {
+        ctx.warn(w);
+    }
+    admitted?;
     // --- generation
     if info.has_generation {
         let generation = match &old {

@@ -78,6 +78,9 @@ pub(super) struct Ctx {
     pub query: HashMap<String, String>,
     pub headers: HeaderMap,
     pub accept: Accept,
+    /// `Warning` header values for the answer (errors included, as the real
+    /// server sends what it warned about before failing).
+    pub warnings: std::sync::Mutex<Vec<String>>,
 }
 
 impl Ctx {
@@ -91,6 +94,15 @@ impl Ctx {
     /// A query parameter.
     pub(super) fn q(&self, k: &str) -> Option<&str> {
         self.query.get(k).map(String::as_str)
+    }
+
+    /// Adds a `Warning: 299 - "<text>"` to the answer.
+    pub(super) fn warn(&self, text: &str) {
+        let quoted = text.replace('\\', "\\\\").replace('"', "\\\"");
+        self.warnings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(format!("299 - \"{quoted}\""));
     }
 
     /// `dryRun=All`.

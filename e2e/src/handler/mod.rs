@@ -274,6 +274,7 @@ async fn resource_request(
         query,
         headers,
         accept,
+        warnings: Default::default(),
     };
     if let Some(sub) = ctx.sub.as_deref() {
         let ok = match sub {
@@ -317,17 +318,30 @@ async fn resource_request(
         "deletecollection" => delete::delete_collection(&ctx, &body),
         _ => Err(ApiError::method_not_allowed(verb)),
     };
-    match deprecation_warning(&ctx.info, &ctx.version) {
-        None => result,
-        Some(warning) => {
-            // The real server adds it to every answer of the resource's
-            // handler, errors included.
-            let mut resp = result.unwrap_or_else(|e| error_response(&e));
-            resp.headers_mut()
-                .insert("warning", http::HeaderValue::from_static(warning));
-            Ok(resp)
+    let warnings = std::mem::take(
+        &mut *ctx
+            .warnings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    let deprecation = deprecation_warning(&ctx.info, &ctx.version);
+    if deprecation.is_none() && warnings.is_empty() {
+        return result;
+    }
+    // The real server adds warnings to every answer of the resource's
+    // handler, errors included: the deprecation first, then what the
+    // request itself was warned about (unknown fields).
+    let mut resp = result.unwrap_or_else(|e| error_response(&e));
+    let h = resp.headers_mut();
+    if let Some(warning) = deprecation {
+        h.append("warning", http::HeaderValue::from_static(warning));
+    }
+    for w in warnings {
+        if let Ok(v) = http::HeaderValue::from_str(&w) {
+            h.append("warning", v);
         }
     }
+    Ok(resp)
 }
 
 /// The `Warning` header the real server (v1.34) sends for a deprecated

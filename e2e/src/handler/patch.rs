@@ -55,6 +55,8 @@ pub(super) fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Bo
                 )],
             ));
         };
+        // Checked as sent: the namespace in the message is the document's.
+        check_declared(ctx, &patch_doc)?;
         let mut applied = patch_doc;
         check_type_meta(ctx, &mut applied)?;
         let applied_name = meta_str(&applied, "name").unwrap_or("").to_string();
@@ -68,12 +70,7 @@ pub(super) fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Bo
         }
         check_resource_version(ctx, name, &applied, old.as_deref())?;
         let av = ctx.fields_api_version();
-        let schema = ctx
-            .info
-            .crd
-            .as_ref()
-            .and_then(|c| c.versions.get(&ctx.version))
-            .and_then(|v| v.schema.clone());
+        let schema = crd_schema(ctx);
         let mut merged = match machinery::ssa_apply(
             old.as_deref(),
             &applied,
@@ -142,6 +139,7 @@ pub(super) fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Bo
         ));
     }
     check_type_meta(ctx, &mut target)?;
+    check_strict_patch(ctx, &target)?;
     decoded(ctx, &mut target);
     if meta_str(&target, "name") != Some(name) {
         return Err(ApiError::bad_request(
@@ -160,6 +158,81 @@ pub(super) fn patch(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<Bo
     )?;
     drop(st);
     respond(ctx, 200, &out)
+}
+
+/// The schema of the custom resource version of the request, if any.
+fn crd_schema(ctx: &Ctx) -> Option<std::sync::Arc<machinery::CompiledSchema>> {
+    ctx.info
+        .crd
+        .as_ref()
+        .and_then(|c| c.versions.get(&ctx.version))
+        .and_then(|v| v.schema.clone())
+}
+
+/// An apply configuration of a custom resource may only hold fields its
+/// schema declares. The real server converts it to a typed value before it
+/// merges anything, whatever `fieldValidation` says, and a field the schema
+/// lacks fails that conversion: a 500 with no reason,
+/// `failed to create typed patch object (<ns>/<name>; <group>/<version>,
+/// Kind=<kind>): .spec.aliases: field not declared in schema` (several
+/// fields: `errors:` and one indented line each). It is how an apply of a
+/// newer object against an older CRD fails (kubernetes#139253); writes that
+/// are not applies prune the field instead.
+fn check_declared(ctx: &Ctx, applied: &Value) -> ApiResult<()> {
+    let Some(schema) = crd_schema(ctx) else {
+        return Ok(());
+    };
+    let errs: Vec<String> = schema
+        .undeclared_fields(applied)
+        .into_iter()
+        .map(|p| format!("{p}: field not declared in schema"))
+        .collect();
+    let detail = match errs.as_slice() {
+        [] => return Ok(()),
+        [one] => one.clone(),
+        many => format!("errors:\n  {}", many.join("\n  ")),
+    };
+    Err(ApiError::new(
+        500,
+        "",
+        format!(
+            "failed to create typed patch object ({}/{}; {}/{}, Kind={}): {detail}",
+            meta_str(applied, "namespace").unwrap_or(""),
+            meta_str(applied, "name").unwrap_or(""),
+            ctx.info.group,
+            ctx.version,
+            ctx.info.kind
+        ),
+    ))
+}
+
+/// `fieldValidation=Strict` on a JSON or merge patch of a custom resource:
+/// the real server decodes the patched object strictly and refuses unknown
+/// fields with a 422 on the field `patch` whose value is the whole patched
+/// object (not the 400 of a create or update).
+fn check_strict_patch(ctx: &Ctx, target: &Value) -> ApiResult<()> {
+    let Some(schema) = crd_schema(ctx).filter(|_| ctx.q("fieldValidation") == Some("Strict"))
+    else {
+        return Ok(());
+    };
+    let (pruned, _) = schema.admit(&mut target.clone());
+    if pruned.is_empty() {
+        return Ok(());
+    }
+    let unknown: Vec<String> = pruned
+        .iter()
+        .map(|p| format!("unknown field {p:?}"))
+        .collect();
+    let body = format!(
+        "Invalid value: {:?}: strict decoding error: {}",
+        target.to_string(),
+        unknown.join(", ")
+    );
+    Err(
+        ApiError::new(422, "Invalid", format!(" \"\" is invalid: patch: {body}")).with_details(
+            json!({"causes": [{"reason": "FieldValueInvalid", "message": body, "field": "patch"}]}),
+        ),
+    )
 }
 
 /// The JSON type name Go's `encoding/json` reports for `v`.

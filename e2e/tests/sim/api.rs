@@ -2687,3 +2687,191 @@ async fn apply_that_creates_needs_create(backend: Backend) {
     );
     assert_alive(&cl);
 }
+
+/// What the real server does with a field the CRD's structural schema does
+/// not declare (`spec.bogus`, root `top`), on every write path: create,
+/// update and JSON/merge patches prune it, with a `Warning` per field by
+/// default (`fieldValidation=Warn`), silently with `Ignore`, refused with
+/// `Strict` (400 on create/update, 422 on the field `patch` for patches);
+/// a server-side apply refuses it whatever `fieldValidation` says, with a
+/// 500 naming the field (kubernetes#139253: an apply of a newer object
+/// against an older CRD). Fields under x-kubernetes-preserve-unknown-fields
+/// are kept everywhere.
+#[both_backends]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_custom_resource_fields_are_pruned_with_warnings_or_refused_by_apply(
+    backend: Backend,
+) {
+    use sim_support::raw_with_warnings;
+    const G: &str = "/apis/test.io/v1/namespaces/default/gizmos";
+    const JSON: &str = "application/json";
+    const MERGE: &str = "application/merge-patch+json";
+    const APPLY: &str = "application/apply-patch+yaml";
+    let (cl, c) = start(backend).await;
+    create_crd(&c).await;
+    let doc = |name: &str, spec: Value| json!({"apiVersion": "test.io/v1", "kind": "Gizmo", "metadata": {"name": name}, "spec": spec});
+    let unknown = |fields: &[&str]| -> Vec<String> {
+        fields
+            .iter()
+            .map(|f| format!(r#"299 - "unknown field \"{f}\"""#))
+            .collect()
+    };
+    let kept = json!({"size": 2, "extra": {"free": 1}});
+
+    // create: pruned, one warning per field (the default is Warn) ...
+    let mut body = doc("p", json!({"size": 2, "bogus": true, "extra": {"free": 1}}));
+    body["top"] = json!(1);
+    let (s, w, v) = raw_with_warnings(&c, "POST", G, Some(body.clone()), JSON).await;
+    assert_eq!((s, &w), (201, &unknown(&["spec.bogus", "top"])), "{v}");
+    assert_eq!(v["spec"], kept);
+    assert!(v.get("top").is_none(), "{v}");
+    // ... silently with Ignore.
+    body["metadata"]["name"] = json!("pi");
+    let (s, w, v) = raw_with_warnings(
+        &c,
+        "POST",
+        &format!("{G}?fieldValidation=Ignore"),
+        Some(body.clone()),
+        JSON,
+    )
+    .await;
+    assert_eq!((s, w.len()), (201, 0), "{w:?} {v}");
+    assert_eq!(v["spec"], kept);
+
+    // update: the same.
+    let (_, current) = raw(&c, "GET", &format!("{G}/p"), None, "").await;
+    let mut put = doc("p", json!({"size": 3, "bogus": 1, "extra": {"free": 1}}));
+    put["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
+    let (s, w, v) = raw_with_warnings(&c, "PUT", &format!("{G}/p"), Some(put), JSON).await;
+    assert_eq!((s, &w), (200, &unknown(&["spec.bogus"])), "{v}");
+    assert_eq!(v["spec"], json!({"size": 3, "extra": {"free": 1}}));
+
+    // merge and JSON patches: pruned with a warning; Strict is a 422 on `patch`.
+    let (s, w, v) = raw_with_warnings(
+        &c,
+        "PATCH",
+        &format!("{G}/p"),
+        Some(json!({"spec": {"bogus2": 1}})),
+        MERGE,
+    )
+    .await;
+    assert_eq!((s, &w), (200, &unknown(&["spec.bogus2"])), "{v}");
+    assert!(v["spec"].get("bogus2").is_none(), "{v}");
+    let (s, w, v) = raw_with_warnings(
+        &c,
+        "PATCH",
+        &format!("{G}/p"),
+        Some(json!([{"op": "add", "path": "/spec/bogus3", "value": 1}])),
+        "application/json-patch+json",
+    )
+    .await;
+    assert_eq!((s, &w), (200, &unknown(&["spec.bogus3"])), "{v}");
+    assert!(v["spec"].get("bogus3").is_none(), "{v}");
+    for (patch, ct) in [
+        (json!({"spec": {"bogus2": 1}}), MERGE),
+        (
+            json!([{"op": "add", "path": "/spec/bogus2", "value": 1}]),
+            "application/json-patch+json",
+        ),
+    ] {
+        let (s, w, v) = raw_with_warnings(
+            &c,
+            "PATCH",
+            &format!("{G}/p?fieldValidation=Strict"),
+            Some(patch),
+            ct,
+        )
+        .await;
+        assert_eq!(
+            (s, w.len(), &v["reason"]),
+            (422, 0, &json!("Invalid")),
+            "{v}"
+        );
+        let msg = v["message"].as_str().expect("message");
+        assert!(
+            msg.starts_with(r#" "" is invalid: patch: Invalid value: "{"#)
+                && msg.ends_with(r#"": strict decoding error: unknown field "spec.bogus2""#),
+            "{ct}: {msg}"
+        );
+        assert_eq!(v["details"]["causes"][0]["field"], "patch", "{v}");
+    }
+
+    // server-side apply: a 500 naming the field, whatever fieldValidation
+    // says, on create, on update and in a dry run; nothing is written.
+    let typed = |name: &str, detail: &str| {
+        format!("failed to create typed patch object (/{name}; test.io/v1, Kind=Gizmo): {detail}")
+    };
+    let aliased = doc(
+        "a",
+        json!({"size": 2, "aliases": ["x"], "extra": {"free": 1}}),
+    );
+    for query in [
+        "",
+        "&fieldValidation=Strict",
+        "&fieldValidation=Ignore",
+        "&dryRun=All",
+    ] {
+        for name in ["a", "p"] {
+            let mut body = aliased.clone();
+            body["metadata"]["name"] = json!(name);
+            let (s, w, v) = raw_with_warnings(
+                &c,
+                "PATCH",
+                &format!("{G}/{name}?fieldManager=t{query}"),
+                Some(body),
+                APPLY,
+            )
+            .await;
+            assert_eq!((s, w.len()), (500, 0), "{name}{query}: {v}");
+            assert_eq!(
+                v["message"],
+                typed(name, ".spec.aliases: field not declared in schema"),
+                "{name}{query}"
+            );
+            assert!(v.get("reason").is_none(), "{v}");
+        }
+    }
+    let (s, _) = raw(&c, "GET", &format!("{G}/a"), None, "").await;
+    assert_eq!(s, 404, "a refused apply created nothing");
+    // Several fields (in different objects: within one object the real
+    // server stops at the first, in Go map order): one line each.
+    let mut body = doc("p", json!({"size": 2, "aliases": ["x"]}));
+    body["status"] = json!({"ready": true, "phase": "x"});
+    let (s, v) = raw(
+        &c,
+        "PATCH",
+        &format!("{G}/p?fieldManager=t"),
+        Some(body),
+        APPLY,
+    )
+    .await;
+    assert_eq!(s, 500, "{v}");
+    let msg = v["message"].as_str().expect("message");
+    let (head, lines) = msg.split_once(": errors:\n  ").expect(msg);
+    assert_eq!(
+        head,
+        "failed to create typed patch object (/p; test.io/v1, Kind=Gizmo)"
+    );
+    let mut lines: Vec<&str> = lines.split("\n  ").collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            ".spec.aliases: field not declared in schema",
+            ".status.phase: field not declared in schema"
+        ]
+    );
+    // Declared fields and x-kubernetes-preserve-unknown-fields apply fine.
+    let body = doc("b", json!({"size": 2, "extra": {"free": {"deep": 1}}}));
+    let (s, w, v) = raw_with_warnings(
+        &c,
+        "PATCH",
+        &format!("{G}/b?fieldManager=t"),
+        Some(body),
+        APPLY,
+    )
+    .await;
+    assert_eq!((s, w.len()), (201, 0), "{v}");
+    assert_eq!(v["spec"]["extra"]["free"]["deep"], 1);
+    assert_alive(&cl);
+}

@@ -231,6 +231,18 @@ pub async fn raw(
     body: Option<Value>,
     content_type: &str,
 ) -> (u16, Value) {
+    let (status, _, v) = raw_with_warnings(client, method, path, body, content_type).await;
+    (status, v)
+}
+
+/// [`raw`], also returning the answer's `Warning` header values, in order.
+pub async fn raw_with_warnings(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    content_type: &str,
+) -> (u16, Vec<String>, Value) {
     let mut b = http::Request::builder().method(method).uri(path);
     if body.is_some() {
         b = b.header("content-type", content_type);
@@ -246,11 +258,17 @@ pub async fn raw(
         .await
         .expect("send");
     let status = resp.status().as_u16();
+    let warnings = resp
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .collect();
     use http_body_util::BodyExt;
     let bytes = resp.into_body().collect().await.expect("body").to_bytes();
     let v = serde_json::from_slice(&bytes)
         .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    (status, v)
+    (status, warnings, v)
 }
 
 /// Poll `f` until it returns Some, or panic after `secs`.
