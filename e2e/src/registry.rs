@@ -59,6 +59,11 @@ pub struct ResourceInfo {
     pub has_generation: bool,
     /// PUT of an absent object creates it.
     pub create_on_update: bool,
+    /// A PUT without `metadata.resourceVersion` overwrites whatever is
+    /// stored (the registry strategy's `AllowUnconditionalUpdate()`); when
+    /// false it is a 422 `Invalid` on `metadata.resourceVersion`. Holds for
+    /// the `status` subresource too (the status strategies embed the main one).
+    pub unconditional_update: bool,
     /// Present for custom resources.
     pub crd: Option<CrdInfo>,
 }
@@ -162,6 +167,7 @@ fn builtin(
         has_status,
         has_generation: false,
         create_on_update: false,
+        unconditional_update: true,
         crd: None,
     }
 }
@@ -351,6 +357,16 @@ pub fn builtins() -> Vec<ResourceInfo> {
             "endpoints" | "leases" | "events" => r.create_on_update = true,
             _ => {}
         }
+        // The strategies of kubernetes/kubernetes whose
+        // `AllowUnconditionalUpdate()` is false (coordination/lease,
+        // policy/poddisruptionbudget, apiextensions customresourcedefinition);
+        // every other built-in served here allows it.
+        if matches!(
+            r.resource.as_str(),
+            "leases" | "poddisruptionbudgets" | "customresourcedefinitions"
+        ) {
+            r.unconditional_update = false;
+        }
     }
     v
 }
@@ -475,6 +491,8 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, String> {
         has_status,
         has_generation: true,
         create_on_update: false,
+        // The custom resource strategy of apiextensions-apiserver.
+        unconditional_update: false,
         crd: Some(CrdInfo {
             crd_name: s(crd.pointer("/metadata/name")).unwrap_or_default(),
             versions: per_version,

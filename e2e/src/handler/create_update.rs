@@ -5,7 +5,7 @@
 
 use axum::body::Body;
 use hyper::Response;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::auth::authorize_create_on_write;
 use super::commit::write;
@@ -102,6 +102,7 @@ pub(super) fn update(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<B
             name,
         ));
     };
+    check_unconditional_update(ctx, name, &obj)?;
     check_resource_version(ctx, name, &obj, Some(&*old))?;
     let out = write(
         ctx,
@@ -114,4 +115,30 @@ pub(super) fn update(ctx: &Ctx, name: &str, body: &[u8]) -> ApiResult<Response<B
     )?;
     drop(st);
     respond(ctx, 200, &out)
+}
+
+/// A PUT of a stored object without `metadata.resourceVersion` where the
+/// resource's strategy does not allow unconditional updates (custom
+/// resources, Leases, ...): the real generic store's 422, whose `Invalid`
+/// names the *resource* as its kind (store.go: "The Invalid error should
+/// have a field for Resource"), e.g. `discoveredservices.kubediscovery.io
+/// "x" is invalid: metadata.resourceVersion: Invalid value: 0: must be
+/// specified for an update`. (Checked before the object's own validation,
+/// as there.)
+fn check_unconditional_update(ctx: &Ctx, name: &str, new: &Value) -> ApiResult<()> {
+    if ctx.info.unconditional_update
+        || meta_str(new, "resourceVersion").is_some_and(|rv| !rv.is_empty())
+    {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        &ctx.info.resource,
+        &ctx.info.group,
+        name,
+        vec![Cause::new(
+            "FieldValueInvalid",
+            "metadata.resourceVersion",
+            "Invalid value: 0: must be specified for an update",
+        )],
+    ))
 }

@@ -2875,3 +2875,166 @@ async fn unknown_custom_resource_fields_are_pruned_with_warnings_or_refused_by_a
     assert_eq!(v["spec"]["extra"]["free"]["deep"], 1);
     assert_alive(&cl);
 }
+
+/// The `Status` of the real generic store's refusal of a PUT without
+/// `metadata.resourceVersion` (`AllowUnconditionalUpdate()` false): its
+/// `Invalid` names the resource (plural) as the kind.
+fn must_specify_rv(group: &str, resource: &str, name: &str) -> Value {
+    json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!(
+            "{resource}.{group} \"{name}\" is invalid: metadata.resourceVersion: Invalid value: 0: must be specified for an update"
+        ),
+        "reason": "Invalid",
+        "details": {"name": name, "group": group, "kind": resource, "causes": [{
+            "reason": "FieldValueInvalid",
+            "message": "Invalid value: 0: must be specified for an update",
+            "field": "metadata.resourceVersion"}]},
+        "code": 422})
+}
+
+/// `doc` without `metadata.resourceVersion`.
+fn without_rv(mut doc: Value) -> Value {
+    doc["metadata"]
+        .as_object_mut()
+        .expect("metadata")
+        .remove("resourceVersion");
+    doc
+}
+
+/// PUT (update) without `metadata.resourceVersion`: custom resources (and
+/// their status), CRDs and Leases refuse it with 422 `Invalid`, leaving the
+/// object as it was; ConfigMaps overwrite the stored object (their strategy's
+/// `AllowUnconditionalUpdate()` is true); a stale resourceVersion is a 409
+/// `Conflict` everywhere; a Lease PUT to an absent name still creates it.
+#[both_backends]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unconditional_put_only_where_the_strategy_allows_it(backend: Backend) {
+    let (cl, c) = start(backend).await;
+    create_crd(&c).await;
+    const G: &str = "/apis/test.io/v1/namespaces/default/gizmos";
+    let g1 = json!({"apiVersion": "test.io/v1", "kind": "Gizmo", "metadata": {"name": "g1"}, "spec": {"size": 1}});
+    let (s, created) = raw(&c, "POST", G, Some(g1.clone()), "application/json").await;
+    assert_eq!(s, 201, "{created}");
+
+    // No resourceVersion: 422, before the object's own validation (size 0
+    // breaks the schema's minimum), nothing written.
+    let mut put = g1.clone();
+    put["spec"]["size"] = json!(0);
+    let (s, v) = raw(&c, "PUT", &format!("{G}/g1"), Some(put), "application/json").await;
+    assert_eq!(s, 422, "{v}");
+    assert_eq!(v, must_specify_rv("test.io", "gizmos", "g1"));
+    let (s, v) = raw(
+        &c,
+        "PUT",
+        &format!("{G}/g1"),
+        Some(without_rv(created.clone())),
+        "application/json",
+    )
+    .await;
+    assert_eq!((s, &v["reason"]), (422, &json!("Invalid")), "{v}");
+    // ... and on the status subresource.
+    let mut status = without_rv(created.clone());
+    status["status"] = json!({"ready": true});
+    let (s, v) = raw(
+        &c,
+        "PUT",
+        &format!("{G}/g1/status"),
+        Some(status.clone()),
+        "application/json",
+    )
+    .await;
+    assert_eq!(s, 422, "{v}");
+    assert_eq!(v, must_specify_rv("test.io", "gizmos", "g1"));
+    let (s, got) = raw(&c, "GET", &format!("{G}/g1"), None, "").await;
+    assert_eq!(s, 200, "{got}");
+    assert_eq!(
+        got["metadata"]["resourceVersion"], created["metadata"]["resourceVersion"],
+        "{got}"
+    );
+    assert_eq!(got["spec"]["size"], 1);
+    assert!(got.get("status").is_none(), "{got}");
+
+    // The current resourceVersion: 200; the one before it is then stale: 409.
+    let mut put = created.clone();
+    put["spec"]["size"] = json!(2);
+    let (s, updated) = raw(
+        &c,
+        "PUT",
+        &format!("{G}/g1"),
+        Some(put.clone()),
+        "application/json",
+    )
+    .await;
+    assert_eq!(s, 200, "{updated}");
+    assert_eq!(updated["spec"]["size"], 2);
+    put["spec"]["size"] = json!(3);
+    let (s, v) = raw(&c, "PUT", &format!("{G}/g1"), Some(put), "application/json").await;
+    assert_eq!(s, 409, "{v}");
+    assert_eq!(
+        v,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "Operation cannot be fulfilled on gizmos.test.io \"g1\": the object has been modified; please apply your changes to the latest version and try again",
+            "reason": "Conflict", "details": {"name": "g1", "group": "test.io", "kind": "gizmos"},
+            "code": 409})
+    );
+
+    // The CRD itself refuses it too.
+    let crd = format!("{CRDS}/gizmos.test.io");
+    let (s, got) = raw(&c, "GET", &crd, None, "").await;
+    assert_eq!(s, 200, "{got}");
+    let (s, v) = raw(&c, "PUT", &crd, Some(without_rv(got)), "application/json").await;
+    assert_eq!(s, 422, "{v}");
+    assert_eq!(
+        v,
+        must_specify_rv(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            "gizmos.test.io"
+        )
+    );
+
+    // A ConfigMap allows it: the stored object is overwritten.
+    const CM: &str = "/api/v1/namespaces/default/configmaps";
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "u"}, "data": {"k": "1"}});
+    let (s, created) = raw(&c, "POST", CM, Some(cm.clone()), "application/json").await;
+    assert_eq!(s, 201, "{created}");
+    let mut put = cm.clone();
+    put["data"]["k"] = json!("2");
+    let (s, v) = raw(&c, "PUT", &format!("{CM}/u"), Some(put), "application/json").await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["data"]["k"], "2");
+    assert_ne!(
+        v["metadata"]["resourceVersion"],
+        created["metadata"]["resourceVersion"]
+    );
+    // ... but a stale one is still a Conflict.
+    let (s, v) = raw(
+        &c,
+        "PUT",
+        &format!("{CM}/u"),
+        Some(created),
+        "application/json",
+    )
+    .await;
+    assert_eq!((s, &v["reason"]), (409, &json!("Conflict")), "{v}");
+
+    // A Lease does not; a PUT to an absent Lease creates it, without one.
+    const L: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
+    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l"}, "spec": {"holderIdentity": "a"}});
+    let (s, v) = raw(
+        &c,
+        "PUT",
+        &format!("{L}/l"),
+        Some(lease.clone()),
+        "application/json",
+    )
+    .await;
+    assert_eq!(s, 201, "{v}");
+    let mut put = lease;
+    put["spec"]["holderIdentity"] = json!("b");
+    let (s, v) = raw(&c, "PUT", &format!("{L}/l"), Some(put), "application/json").await;
+    assert_eq!(s, 422, "{v}");
+    assert_eq!(v, must_specify_rv("coordination.k8s.io", "leases", "l"));
+    assert_alive(&cl);
+}
