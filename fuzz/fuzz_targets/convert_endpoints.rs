@@ -11,7 +11,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(ep) = serde_json::from_slice::<Endpoints>(data) else { return };
     for opts in [
         ConvertOptions::default(),
-        ConvertOptions { index_port_numbers: true, topology: true, drain_terminating: true, default_weight: 0, service_port_aliases: true, export_opt_in: false, external_name: None },
+        ConvertOptions { index_port_numbers: true, topology: true, drain_terminating: kube_discovery_core::Drain::Fallback, default_weight: 0, service_port_aliases: true, export_opt_in: false, external_name: None },
     ] {
         let c = from_endpoints(&ep, &opts);
         for nodes in c.ports.values() {

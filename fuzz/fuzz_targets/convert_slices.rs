@@ -11,7 +11,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(slices) = serde_json::from_slice::<Vec<EndpointSlice>>(data) else { return };
     for opts in [
         ConvertOptions::default(),
-        ConvertOptions { index_port_numbers: true, topology: true, drain_terminating: true, default_weight: 7, service_port_aliases: true, export_opt_in: false, external_name: None },
+        ConvertOptions { index_port_numbers: true, topology: true, drain_terminating: kube_discovery_core::Drain::Always, default_weight: 7, service_port_aliases: true, export_opt_in: false, external_name: None },
     ] {
         let c = from_slices(slices.iter(), &opts);
         for nodes in c.ports.values() {

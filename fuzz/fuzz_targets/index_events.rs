@@ -37,7 +37,7 @@ fn slice(b: &[u8]) -> EndpointSlice {
 }
 
 fn index() -> Index {
-    Index::new(String::new(), SourceKind::EndpointSlice, ConvertOptions { drain_terminating: true, ..ConvertOptions::default() }, NamespaceFilter::default())
+    Index::new(String::new(), SourceKind::EndpointSlice, ConvertOptions { drain_terminating: kube_discovery_core::Drain::Fallback, ..ConvertOptions::default() }, NamespaceFilter::default())
 }
 
 fuzz_target!(|data: &[u8]| {
