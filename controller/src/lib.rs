@@ -62,6 +62,7 @@ pub mod demo;
 pub mod drift;
 pub mod events;
 pub mod explain;
+pub mod generation;
 pub mod http;
 pub mod inbox;
 pub mod leader;

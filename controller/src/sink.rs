@@ -60,7 +60,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use kube_discovery_core::crd::{
-    DiscoveredService, LABEL_INSTANCE, ObjectNaming, Owner, desired_objects_at, key_of, shard_of,
+    DiscoveredService, LABEL_INSTANCE, ObjectNaming, Owner, desired_objects_at, generation_fix,
+    key_of, shard_of, stamp_generation, stamped_generation,
 };
 use kube_discovery_core::write_plan::{
     DeleteWhy, Held, NameTaken, ObjectOp, ObjectPlan, Prior, ServerView, object_ops,
@@ -70,6 +71,7 @@ use kube_discovery_core::{ServiceKey, ServiceNodes};
 use crate::drift::{DriftCheck, DriftView, Lean, ObjName};
 use crate::events::Events;
 use crate::explain::Explain;
+use crate::generation::{Generations, stamp_undeclared};
 use crate::leader::{Fence, FenceToken};
 
 /// Where the writer puts DiscoveredServices (the API server in production,
@@ -125,6 +127,10 @@ struct WrittenMeta {
     /// For Events about the object (`kubectl describe` matches the uid).
     #[serde(default)]
     uid: Option<String>,
+    /// To check the `observedGeneration` the write stamped
+    /// ([`kube_discovery_core::crd::generation_fix`]).
+    #[serde(default)]
+    generation: Option<i64>,
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -156,6 +162,8 @@ pub struct KubeSink {
     fence: Fence,
     /// Conditions the objects hold (for `lastTransitionTime`) and Events.
     explain: Explain,
+    /// Each object's `metadata.generation` (for `observedGeneration`).
+    generations: Generations,
 }
 
 impl KubeSink {
@@ -169,6 +177,7 @@ impl KubeSink {
             listed_foreign: Arc::new(Mutex::new(HashMap::new())),
             fence: Fence::always(),
             explain: Explain::default(),
+            generations: Generations::default(),
         }
     }
 
@@ -269,11 +278,41 @@ impl KubeSink {
         // object created by another instance or by hand since our cache last
         // looked is never overwritten; our own object edited by hand is
         // then applied again with force (the repair).
-        let pp = PatchParams::apply(&self.naming.field_manager());
-        let got = match self
+        let mut pp = PatchParams::apply(&self.naming.field_manager());
+        // The stamp `apply` put on the object may be stale when an earlier
+        // request of this write changed the object (an unshard), or must go
+        // (an older CRD refused it: `crate::generation`).
+        let mut restamped;
+        let want = self
+            .generations
+            .stamping()
+            .then(|| self.generations.next(&ns, &name));
+        let mut obj = if stamped_generation(obj) == want {
+            obj
+        } else {
+            restamped = obj.clone();
+            stamp_generation(&mut restamped, want);
+            &restamped
+        };
+        let first = match self
             .patch_answer(token, &ns, &name, &pp, &Patch::Apply(obj))
             .await
         {
+            Err(Error::Kube(kube::Error::Api(s)))
+                if stamped_generation(obj).is_some() && stamp_undeclared(s.code, &s.message) =>
+            {
+                if self.generations.refused() {
+                    tracing::warn!(object = %format!("{ns}/{name}"), "the installed DiscoveredService CRD does not declare status.observedGeneration (older than this controller): writing without it; update the CRD (crds/discoveredservices.yaml; helm upgrade does it)");
+                }
+                restamped = obj.clone();
+                stamp_generation(&mut restamped, None);
+                obj = &restamped;
+                self.patch_answer(token, &ns, &name, &pp, &Patch::Apply(obj))
+                    .await
+            }
+            other => other,
+        };
+        let got = match first {
             Ok(got) => got,
             Err(Error::Kube(kube::Error::Api(s))) if s.code == 409 => {
                 let owner = self.owner_on_server(&ns, &name).await?;
@@ -283,7 +322,8 @@ impl KubeSink {
                         owner,
                     });
                 }
-                self.patch_answer(token, &ns, &name, &pp.force(), &Patch::Apply(obj))
+                pp = pp.force();
+                self.patch_answer(token, &ns, &name, &pp, &Patch::Apply(obj))
                     .await?
             }
             Err(e) => return Err(e),
@@ -312,8 +352,49 @@ impl KubeSink {
             self.patch_answer(token, &ns, &name, &mpp, &Patch::Merge(&body))
                 .await?
         };
+        let got = self.settle_generation(token, key, obj, &pp, got).await?;
         self.note_written(&ns, &name, &got);
         Ok(got.metadata.uid)
+    }
+
+    /// Makes `obj`'s `observedGeneration` equal the generation the API
+    /// server answered (`got`): at most two more applies of the same object
+    /// with the corrected stamp ([`generation_fix`] says why two are
+    /// enough). Only needed when the remembered generation was wrong:
+    /// someone else wrote the object, it was recreated, or a merge patch of
+    /// this write (foreign port keys) bumped it.
+    async fn settle_generation(
+        &self,
+        token: FenceToken,
+        key: &ServiceKey,
+        obj: &DiscoveredService,
+        pp: &PatchParams,
+        mut got: Written,
+    ) -> Result<Written> {
+        let ns = obj.metadata.namespace.as_deref().unwrap_or_default();
+        let name = obj.metadata.name.as_deref().unwrap_or_default();
+        let mut sent = stamped_generation(obj);
+        if sent.is_none() {
+            // Written without the stamp (an older CRD): nothing to settle.
+            return Ok(got);
+        }
+        for _ in 0..2 {
+            let Some(stamp) = generation_fix(sent, got.metadata.generation) else {
+                return Ok(got);
+            };
+            tracing::debug!(service = %key, object = %name, ?sent, generation = ?got.metadata.generation, ?stamp, "correcting observedGeneration");
+            let mut again = obj.clone();
+            stamp_generation(&mut again, stamp);
+            got = self
+                .patch_answer(token, ns, name, pp, &Patch::Apply(&again))
+                .await?;
+            sent = stamp;
+        }
+        if generation_fix(sent, got.metadata.generation).is_some() {
+            // Someone keeps writing the object: drift correction takes over.
+            tracing::warn!(service = %key, object = %format!("{ns}/{name}"), ?sent, generation = ?got.metadata.generation, "observedGeneration could not be settled: the object changed between our writes");
+        }
+        Ok(got)
     }
 
     /// Whose the object `ns/name` on the API server is. A LIST by name (the
@@ -355,8 +436,10 @@ impl KubeSink {
         Ok(self.client.request::<Written>(req).await?)
     }
 
-    /// Records the resourceVersion of our write of `ns/name` for drift.
+    /// Records the resourceVersion of our write of `ns/name` for drift, and
+    /// its generation.
     fn note_written(&self, ns: &str, name: &str, got: &Written) {
+        self.generations.note(ns, name, got.metadata.generation);
         if let Some(v) = &self.drift {
             v.note_written(ns, name, got.resource_version());
         }
@@ -393,6 +476,7 @@ impl KubeSink {
     async fn delete_one(&self, token: FenceToken, ns: &str, name: &str) -> Result<()> {
         self.fence.check(token)?;
         let res = self.api(ns).delete(name, &DeleteParams::default()).await;
+        self.generations.note(ns, name, None);
         if let Some(v) = &self.drift {
             v.note_written(ns, name, None);
         }
@@ -504,6 +588,7 @@ impl Sink for KubeSink {
         let mut found = Found::default();
         let mut foreign = HashMap::new();
         let mut conditions = HashMap::new();
+        let mut generations = Vec::new();
         // Every DiscoveredService, not only labelled ones: a hand-made object
         // holding a name we need must be seen before the first write.
         for_each_in(
@@ -518,6 +603,7 @@ impl Sink for KubeSink {
                         found = Found::default();
                         foreign.clear();
                         conditions.clear();
+                        generations.clear();
                         return;
                     }
                 };
@@ -534,6 +620,17 @@ impl Sink for KubeSink {
                             // Written before instances existed (or the label
                             // was removed): rewritten once, which stamps it.
                             ds.spec.version.clear();
+                        }
+                        if let Some(g) = ds.metadata.generation {
+                            if stamped_generation(&ds) != Some(g) {
+                                // Written by a version without the stamp,
+                                // or changed since our last write: rewritten
+                                // once, which stamps it.
+                                ds.spec.version.clear();
+                            }
+                            let ns = ds.metadata.namespace.clone().unwrap_or_default();
+                            let name = ds.metadata.name.clone().unwrap_or_default();
+                            generations.push(((ns, name), g));
                         }
                         found.add(&ds);
                         if shard_of(&ds).0 == 0
@@ -563,6 +660,7 @@ impl Sink for KubeSink {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = foreign;
         self.explain.listed(conditions);
+        self.generations.listed(generations);
         Ok(found
             .versions()
             .map(|(key, (version, shards))| (key, Held { version, shards }))
@@ -572,7 +670,15 @@ impl Sink for KubeSink {
     async fn apply(&self, svc: Arc<ServiceNodes>, prior: Prior) -> Result<u32> {
         let token = self.fence.begin()?;
         let previous = self.explain.previous(&svc.key);
-        let objs = desired_objects_at(&svc, &self.naming, &previous, &Time(jiff::Timestamp::now()));
+        let mut objs =
+            desired_objects_at(&svc, &self.naming, &previous, &Time(jiff::Timestamp::now()));
+        for o in objs.iter_mut().filter(|_| self.generations.stamping()) {
+            let want = self.generations.next(
+                o.metadata.namespace.as_deref().unwrap_or_default(),
+                o.metadata.name.as_deref().unwrap_or_default(),
+            );
+            stamp_generation(o, Some(want));
+        }
         let plan = object_ops(&svc.key, &self.naming, &objs, prior, self)?;
         let uid = self.execute(token, &svc.key, plan).await?;
         if let Some(first) = objs.first() {

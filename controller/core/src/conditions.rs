@@ -24,16 +24,10 @@
 //! time of the previous condition of the same type is kept otherwise (the
 //! writer passes what the object held: see `controller/src/sink.rs`).
 //!
-//! `observedGeneration` is left unset, on purpose. The CRD has no status
-//! subresource (see [`crate::crd`]): spec and status are ONE server-side
-//! apply, so the conditions always describe the spec of the same object
-//! version, and every apply that changes anything (also only the status,
-//! e.g. `lastSyncTime`) bumps `metadata.generation` (an e2e test checks this
-//! on the real API server). The generation an apply will produce is not
-//! known before it is sent; a guess (`generation + 1`) is wrong whenever
-//! someone else wrote in between, and writing the true value needs a second
-//! write per change. An absent `observedGeneration` says "no claim" instead
-//! of a number that may lie.
+//! `observedGeneration` is not decided here: it is the generation of the
+//! object, which only the writer knows (it stamps it on the status and
+//! every condition, `crate::crd::stamp_generation`, and checks the
+//! answer, `crate::crd::generation_fix`).
 //!
 //! The previous `Synced` condition (always `True` on every write) is gone:
 //! an object is only ever written when the write succeeds, so it said

@@ -210,9 +210,60 @@ pub struct DiscoveredServiceStatus {
     pub last_sync_time: Option<Time>,
     /// Standard Kubernetes conditions: `Ready` (every port has a node) and
     /// `Degraded` (source data was skipped); see `kube_discovery_core::conditions`.
-    /// `observedGeneration` is not set: spec and status are written together.
+    /// Each carries the same `observedGeneration` as the status.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status was written with: equal to it
+    /// when the object is exactly as the controller last wrote it (the
+    /// controller checks every write's answer and corrects it, see
+    /// [`generation_fix`]); lower after someone else changed the object,
+    /// until the controller repairs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Stamps `obj`'s status and every condition with `generation` as their
+/// `observedGeneration` (`None` removes it).
+pub fn stamp_generation(obj: &mut DiscoveredService, generation: Option<i64>) {
+    let status = obj
+        .status
+        .get_or_insert_with(DiscoveredServiceStatus::default);
+    status.observed_generation = generation;
+    for c in &mut status.conditions {
+        c.observed_generation = generation;
+    }
+}
+
+/// The `observedGeneration` an object's status carries, if any.
+pub fn stamped_generation(obj: &DiscoveredService) -> Option<i64> {
+    obj.status.as_ref().and_then(|s| s.observed_generation)
+}
+
+/// What to do after a write whose answer shows `metadata.generation` =
+/// `got`, when the write sent `observedGeneration` = `sent`.
+///
+/// The CRD has no status subresource, so spec and status are one apply and
+/// every apply that changes the object bumps `metadata.generation` by
+/// exactly one. The controller sends `generation + 1` of the object as it
+/// last saw it; the answer tells whether that was right. When it was not
+/// (someone wrote in between, the object was recreated, the memory was
+/// empty), the fix is one more apply of the same object with `got + 1`,
+/// which changes the object (the stamp differs) and so makes the
+/// generation exactly `got + 1`. One case cannot be fixed that way: the
+/// object already carries `got + 1` (a stale stamp, e.g. a hand edit) and
+/// nothing else differs, so the apply changes nothing and the generation
+/// stays. The fix then removes the stamp first (a change: `got + 1`), and
+/// the next round stamps `got + 2`.
+///
+/// `None`: the stamp is right (or the answer has no generation: nothing
+/// to check). `Some(stamp)`: apply again with that stamp.
+pub fn generation_fix(sent: Option<i64>, got: Option<i64>) -> Option<Option<i64>> {
+    let got = got?;
+    if sent == Some(got) {
+        return None;
+    }
+    let next = got.saturating_add(1);
+    Some(if sent == Some(next) { None } else { Some(next) })
 }
 
 /// The CustomResourceDefinition of [`DiscoveredService`]: kube's derived CRD
@@ -765,6 +816,8 @@ pub fn object_status(
         ports: obj.spec.ports.keys().cloned().collect::<Vec<_>>().join(","),
         last_sync_time: Some(now),
         conditions,
+        // Stamped by the writer, which knows the object's generation.
+        observed_generation: None,
     }
 }
 
@@ -1502,6 +1555,104 @@ mod tests {
             assert_ne!(o2.metadata.name, obj.metadata.name);
             assert_ne!(o2.metadata.labels.unwrap()[LABEL_CLUSTER], *cluster);
         }
+    }
+
+    #[test]
+    fn stamp_sets_status_and_every_condition() {
+        let s = svc("", "default", "web", None);
+        let now = Time(jiff::Timestamp::UNIX_EPOCH);
+        let mut obj = desired_objects_at(&s, &ObjectNaming::source(), &[], &now).remove(0);
+        assert_eq!(stamped_generation(&obj), None);
+        stamp_generation(&mut obj, Some(7));
+        let st = obj.status.as_ref().unwrap();
+        assert_eq!(st.observed_generation, Some(7));
+        assert!(!st.conditions.is_empty());
+        assert!(
+            st.conditions
+                .iter()
+                .all(|c| c.observed_generation == Some(7))
+        );
+        stamp_generation(&mut obj, None);
+        assert_eq!(stamped_generation(&obj), None);
+        let json = serde_json::to_value(&obj).unwrap();
+        assert!(json["status"].get("observedGeneration").is_none());
+    }
+
+    /// The API server as far as generations go: an apply bumps the
+    /// generation by one when it changes the object (here: the stamp or the
+    /// content), else leaves it.
+    struct Server {
+        generation: i64,
+        stamp: Option<i64>,
+        content: u32,
+    }
+
+    impl Server {
+        fn apply(&mut self, content: u32, stamp: Option<i64>) -> i64 {
+            if (content, stamp) != (self.content, self.stamp) {
+                self.generation += 1;
+            }
+            (self.content, self.stamp) = (content, stamp);
+            self.generation
+        }
+    }
+
+    /// From every starting state (what the server holds, what the writer
+    /// remembers, whether the content changes) the writer's first apply
+    /// plus at most two corrections end with `observedGeneration ==
+    /// generation`, and a right guess needs no correction.
+    #[test]
+    fn generation_fix_always_settles_within_two_more_applies() {
+        for generation in 1..6_i64 {
+            for stamp in [
+                None,
+                Some(0),
+                Some(generation - 1),
+                Some(generation),
+                Some(generation + 1),
+                Some(generation + 2),
+            ] {
+                for remembered in [
+                    None,
+                    Some(generation - 2),
+                    Some(generation - 1),
+                    Some(generation),
+                    Some(generation + 3),
+                ] {
+                    for content in [1_u32, 2] {
+                        let mut server = Server {
+                            generation,
+                            stamp,
+                            content: 1,
+                        };
+                        let mut sent = Some(remembered.map_or(1, |g| g + 1));
+                        let mut got = server.apply(content, sent);
+                        let mut extra = 0;
+                        while let Some(next) = generation_fix(sent, Some(got)) {
+                            extra += 1;
+                            assert!(
+                                extra <= 2,
+                                "no end: g{generation} s{stamp:?} m{remembered:?} c{content}"
+                            );
+                            sent = next;
+                            got = server.apply(content, sent);
+                        }
+                        assert_eq!(sent, Some(got));
+                        assert_eq!((server.generation, server.stamp), (got, Some(got)));
+                        let right = remembered == Some(generation)
+                            && (content != 1 || stamp != Some(generation + 1));
+                        if right {
+                            assert_eq!(extra, 0, "g{generation} s{stamp:?} c{content}");
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            generation_fix(Some(3), None),
+            None,
+            "no generation in the answer: nothing to check"
+        );
     }
 }
 

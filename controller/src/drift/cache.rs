@@ -75,6 +75,8 @@ pub(super) struct Slot {
     written: Rv,
     ns_len: u32,
     labels_ok: bool,
+    /// [`super::facts::Facts::stamp_ok`].
+    stamp_ok: bool,
     /// Whether the watch shows the object (else only `written` is known).
     cached: bool,
 }
@@ -90,6 +92,7 @@ impl Slot {
             written: None,
             ns_len: u32::try_from(ns.len()).unwrap_or(u32::MAX),
             labels_ok: false,
+            stamp_ok: false,
             cached: false,
         }
     }
@@ -135,7 +138,7 @@ impl Slot {
     }
 
     pub(super) fn satisfies(&self, w: &WantedObject) -> bool {
-        satisfies(self.spec, &self.owners, self.labels_ok, w)
+        satisfies(self.spec, &self.owners, self.labels_ok && self.stamp_ok, w)
     }
 }
 
@@ -314,6 +317,7 @@ impl Cache {
         slot.spec = w.facts.spec;
         slot.owners = w.facts.owners.clone();
         slot.labels_ok = w.facts.labels_ok;
+        slot.stamp_ok = w.facts.stamp_ok;
         slot.rv = parse_rv(w.meta.resource_version.as_deref());
         slot.cached = true;
         if old_kh != Some(new_kh) {

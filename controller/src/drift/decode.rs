@@ -114,6 +114,7 @@ struct LeanMeta {
     owner_references: Option<Vec<OwnerReference>>,
     resource_version: Option<String>,
     uid: Option<String>,
+    generation: Option<i64>,
     /// Only `manager` and `operation` of each entry are read.
     managed_fields: Option<Vec<LeanManagedField>>,
 }
@@ -143,15 +144,33 @@ fn entries(fields: Option<Vec<LeanManagedField>>) -> Option<Vec<ManagedFieldsEnt
 struct LeanObject {
     metadata: LeanMeta,
     spec: DiscoveredServiceSpec,
+    /// Only `observedGeneration` is read.
+    #[serde(default)]
+    status: Option<LeanStamp>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeanStamp {
+    #[serde(default)]
+    observed_generation: Option<i64>,
 }
 
 impl<'de> serde::Deserialize<'de> for Watched {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let LeanObject { metadata: m, spec } = LeanObject::deserialize(d)?;
+        let LeanObject {
+            metadata: m,
+            spec,
+            status,
+        } = LeanObject::deserialize(d)?;
         let fields = entries(m.managed_fields).unwrap_or_default();
+        let observed = status.and_then(|s| s.observed_generation);
         Ok(Watched {
             mark: OwnerMark::of(m.labels.as_ref(), &fields),
-            facts: Facts::of(m.labels.as_ref(), m.owner_references.as_deref(), &spec),
+            facts: Facts {
+                stamp_ok: super::facts::stamp_ok(m.generation, observed),
+                ..Facts::of(m.labels.as_ref(), m.owner_references.as_deref(), &spec)
+            },
             key: spec_key(&spec),
             meta: ObjectMeta {
                 name: m.name,
@@ -214,9 +233,12 @@ struct LeanListed {
 }
 
 #[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
 struct LeanStatus {
     #[serde(default)]
     conditions: Option<Vec<LeanCondition>>,
+    #[serde(default)]
+    observed_generation: Option<i64>,
 }
 
 /// A condition as listed, every field optional and the time parsed
@@ -259,15 +281,20 @@ impl<'de> serde::Deserialize<'de> for Lean {
             status,
         } = LeanListed::deserialize(d)?;
         spec.ports = Default::default();
+        let status = status.unwrap_or_default();
+        let observed_generation = status.observed_generation;
         let conditions: Vec<Condition> = status
-            .and_then(|s| s.conditions)
+            .conditions
             .unwrap_or_default()
             .into_iter()
             .filter_map(LeanCondition::into_condition)
             .collect();
-        let status = (!conditions.is_empty()).then(|| DiscoveredServiceStatus {
-            conditions,
-            ..DiscoveredServiceStatus::default()
+        let status = (!conditions.is_empty() || observed_generation.is_some()).then(|| {
+            DiscoveredServiceStatus {
+                conditions,
+                observed_generation,
+                ..DiscoveredServiceStatus::default()
+            }
         });
         Ok(Lean(DiscoveredService {
             metadata: ObjectMeta {
@@ -277,6 +304,7 @@ impl<'de> serde::Deserialize<'de> for Lean {
                 owner_references: m.owner_references,
                 resource_version: m.resource_version,
                 uid: m.uid,
+                generation: m.generation,
                 managed_fields: entries(m.managed_fields),
                 ..ObjectMeta::default()
             },

@@ -198,6 +198,18 @@ pub struct Facts {
     pub(super) spec: u64,
     pub(super) owners: Owners,
     pub(super) labels_ok: bool,
+    /// `status.observedGeneration` is absent (an object written before the
+    /// stamp existed: the start-up list has it rewritten, without a repair)
+    /// or equals `metadata.generation`. A different value means someone
+    /// changed the object after our last write (also only its status,
+    /// which the spec digest does not see).
+    pub(super) stamp_ok: bool,
+}
+
+/// Whether an object's `observedGeneration` agrees with its generation
+/// ([`Facts::stamp_ok`]).
+pub(super) fn stamp_ok(generation: Option<i64>, observed: Option<i64>) -> bool {
+    observed.is_none() || observed == generation
 }
 
 impl Facts {
@@ -210,24 +222,32 @@ impl Facts {
             spec: SpecView::of(spec).digest(),
             owners: Owners::of(owners.unwrap_or(&[])),
             labels_ok: our_labels_present(labels, spec),
+            stamp_ok: true,
         }
     }
 
     pub(super) fn of_object(o: &DiscoveredService) -> Self {
-        Facts::of(
-            o.metadata.labels.as_ref(),
-            o.metadata.owner_references.as_deref(),
-            &o.spec,
-        )
+        Facts {
+            stamp_ok: stamp_ok(
+                o.metadata.generation,
+                kube_discovery_core::crd::stamped_generation(o),
+            ),
+            ..Facts::of(
+                o.metadata.labels.as_ref(),
+                o.metadata.owner_references.as_deref(),
+                &o.spec,
+            )
+        }
     }
 
     pub(super) fn satisfies(&self, w: &WantedObject) -> bool {
-        satisfies(self.spec, &self.owners, self.labels_ok, w)
+        satisfies(self.spec, &self.owners, self.labels_ok && self.stamp_ok, w)
     }
 }
 
-pub(super) fn satisfies(spec: u64, owners: &Owners, labels_ok: bool, w: &WantedObject) -> bool {
-    spec == w.spec && labels_ok && w.owners.iter().all(|o| owners.contains(*o))
+/// `marks_ok`: our labels are present and the generation stamp agrees.
+pub(super) fn satisfies(spec: u64, owners: &Owners, marks_ok: bool, w: &WantedObject) -> bool {
+    spec == w.spec && marks_ok && w.owners.iter().all(|o| owners.contains(*o))
 }
 
 /// One object we want, reduced like a cached one: its name, the digest of

@@ -113,10 +113,10 @@ fn describe(obj: &Watched) -> String {
         "{}/{}{}",
         obj.ns(),
         obj.name(),
-        if obj.facts.labels_ok {
-            ""
-        } else {
-            " (labels changed)"
+        match (obj.facts.labels_ok, obj.facts.stamp_ok) {
+            (true, true) => "",
+            (false, _) => " (labels changed)",
+            (true, false) => " (observedGeneration behind: changed since our write)",
         }
     )
 }

@@ -295,6 +295,34 @@ mod tests {
         assert!(!view.ours_or_older(&Watched::of(&with_rv(want, 7))));
     }
 
+    /// A status edit bumps `metadata.generation` (no status subresource) and
+    /// leaves `observedGeneration` behind: drift, though the spec is ours.
+    /// An object without the stamp (written by an older version) is not
+    /// (the start-up list has it rewritten without a repair).
+    #[test]
+    fn an_observed_generation_behind_the_generation_is_drift() {
+        let (view, mut w) = listed(ObjectNaming::source());
+        let s = svc(&["10.0.0.1"]);
+        let want = desired_object(&s, &ObjectNaming::source());
+        let at = |rv: u64, generation: i64, stamp: Option<i64>| {
+            let mut o = with_rv(want.clone(), rv);
+            o.metadata.generation = Some(generation);
+            kube_discovery_core::crd::stamp_generation(&mut o, stamp);
+            // Decoded the way the watch decodes it, from JSON.
+            serde_json::from_value::<Watched>(serde_json::to_value(&o).unwrap()).unwrap()
+        };
+        view.note_written("ns", "web", Some(5));
+        w.apply(&Event::Apply(at(5, 3, Some(3))));
+        assert_eq!(view.check(&s.key, Some(&s)), DriftCheck::Ok);
+        w.apply(&Event::Apply(at(6, 4, Some(3))));
+        assert_eq!(
+            view.check(&s.key, Some(&s)),
+            DriftCheck::Drift(DriftKind::Edited)
+        );
+        w.apply(&Event::Apply(at(7, 4, None)));
+        assert_eq!(view.check(&s.key, Some(&s)), DriftCheck::Ok);
+    }
+
     #[test]
     fn sharded_services_are_checked_shard_by_shard() {
         let (mut view, mut w) = listed(ObjectNaming::source());

@@ -5,7 +5,9 @@
 //!   history, with the status subresource) runs the controller and its
 //!   objects lack `status`; `helm upgrade --set crds.enabled=true
 //!   --take-ownership` replaces the CRD with the chart's, and the next writes
-//!   carry `status.nodeCount` and `status.ports`. `helm uninstall` leaves the
+//!   carry `status.nodeCount` and `status.ports` (and, once the controller
+//!   tries the stamp again, `status.observedGeneration`, which the old CRD
+//!   refused). `helm uninstall` leaves the
 //!   CRD (`helm.sh/resource-policy: keep`) and the objects.
 //! * `reader_role_lets_a_gateway_read_discoveredservices` (both): the chart's
 //!   `<fullname>-reader` bound to a gateway's ServiceAccount in one namespace.
@@ -73,6 +75,14 @@ async fn chart_upgrade_updates_the_previous_crd_and_status_appears(backend: Back
     assert!(
         v["status"]["nodeCount"].is_null() && v["status"]["ports"].is_null(),
         "the previous CRD keeps status out of the main resource: {v}"
+    );
+    // It does not declare `status.observedGeneration` either: the API server
+    // refuses an apply carrying it (HTTP 500), so the controller said so
+    // and wrote without it (the object above exists).
+    let logs = pod.logs();
+    assert!(
+        logs.contains("does not declare status.observedGeneration"),
+        "{logs}"
     );
 
     // The upgrade that takes the CRD over and updates it.
@@ -195,6 +205,21 @@ endpoints:
         ["web", "True", "http", "3"],
         "{table}"
     );
+    // Stamping is tried again 10 s after the refusal: the next write after
+    // that carries `observedGeneration` (the CRD declares it now).
+    tokio::time::sleep(std::time::Duration::from_secs(11)).await;
+    env.apply_yaml("backend2.yaml", &backend_yaml(2));
+    wait_for(60, "observedGeneration on shop/web", |last| {
+        pod.assert_alive();
+        let web = env.get_opt(&["dsvc", "web", "-n", "shop"]);
+        *last = format!("{web:?}\n{}", pod.logs());
+        web.filter(|v| {
+            v["status"]["nodeCount"] == 2
+                && v["status"]["observedGeneration"] == v["metadata"]["generation"]
+        })
+        .map(|_| ())
+    })
+    .await;
     pod.assert_no_forbidden();
     drop(pod);
 

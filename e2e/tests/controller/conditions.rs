@@ -3,10 +3,11 @@
 //! * `Ready` follows the endpoints: all not ready -> `False NoEndpoints`;
 //!   ready -> `True` with a new `lastTransitionTime`; a rewrite that keeps
 //!   it ready (more nodes), and a restart of the controller followed by a
-//!   rewrite, keep that time. `observedGeneration` is absent, and
-//!   `metadata.generation` moves on every write, also a status-only one
-//!   (why the controller sets no `observedGeneration`: `conditions.rs` in
-//!   the core).
+//!   rewrite, keep that time. `observedGeneration` (status and every
+//!   condition) equals `metadata.generation` after every write, also after
+//!   a status-only hand edit (the generation moves: no status subresource;
+//!   the controller repairs it), a restart, and an object without the stamp
+//!   (written by an older version), which a restart stamps.
 //! * A slice with a port without a number (the API server accepts it; the
 //!   controller cannot use it) -> `Degraded=True SourceDataSkipped` naming
 //!   the slice and the field, and ONE `SourceDataSkipped` Event on the
@@ -42,6 +43,31 @@ fn condition(ds: &Value, type_: &str) -> Value {
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["type"] == type_).cloned())
         .unwrap_or(Value::Null)
+}
+
+/// Whether `ds`'s status and every condition carry `observedGeneration` =
+/// `metadata.generation`.
+fn stamped(ds: &Value) -> bool {
+    let generation = &ds["metadata"]["generation"];
+    generation.is_i64()
+        && ds["status"]["observedGeneration"] == *generation
+        && ds["status"]["conditions"].as_array().is_some_and(|cs| {
+            !cs.is_empty() && cs.iter().all(|c| c["observedGeneration"] == *generation)
+        })
+}
+
+/// Waits until `NS/name` is stamped (see [`stamped`]).
+async fn wait_stamped(env: &Env, name: &str) -> Value {
+    eventually(
+        &format!("{NS}/{name} observedGeneration = generation"),
+        LIMIT,
+        || async {
+            env.assert_alive();
+            let ds = env.dsvc(NS, name).await?;
+            stamped(&ds).then_some(ds)
+        },
+    )
+    .await
 }
 
 /// Waits until `ns/name`'s condition `type_` has `status` and `reason`.
@@ -126,7 +152,7 @@ async fn ready_follows_the_endpoints_and_moves_its_time_only_on_a_transition(bac
             .is_some_and(|m| m.contains("no ready endpoint")),
         "{not_ready}"
     );
-    assert!(not_ready.get("observedGeneration").is_none(), "{not_ready}");
+    assert!(stamped(&ds), "{ds}");
     assert_eq!(condition(&ds, "Degraded")["status"], "False");
     // Times have a resolution of one second.
     tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -154,10 +180,14 @@ async fn ready_follows_the_endpoints_and_moves_its_time_only_on_a_transition(bac
     );
     assert_ne!(ds["status"]["lastSyncTime"], sync);
     assert_eq!(ds["metadata"]["generation"].as_i64(), Some(generation + 1));
+    assert!(
+        stamped(&ds),
+        "one apply, stamped right the first time: {ds}"
+    );
 
     // Without a status subresource, a change of the status alone bumps the
-    // generation too (so an `observedGeneration` written in the same apply
-    // could never equal the generation it produces without a guess).
+    // generation too: `observedGeneration` falls behind, which the
+    // controller takes as drift and repairs.
     let api: Api<kube::api::DynamicObject> =
         Api::namespaced_with(env.admin.clone(), NS, &controller_support::dsvc_resource());
     let patched = api
@@ -169,6 +199,11 @@ async fn ready_follows_the_endpoints_and_moves_its_time_only_on_a_transition(bac
         .await
         .expect("patch the status");
     assert_eq!(patched.metadata.generation, Some(generation + 2));
+    let ds = wait_stamped(&env, "web").await;
+    assert!(
+        ds["metadata"]["generation"].as_i64().unwrap() > generation + 2,
+        "{ds}"
+    );
 
     // A restart: the new process reads the conditions back; a rewrite then
     // keeps the time of the transition the first process saw.
@@ -188,11 +223,38 @@ async fn ready_follows_the_endpoints_and_moves_its_time_only_on_a_transition(bac
         t_ready,
         "{ds}"
     );
+    let ds = wait_stamped(&env, "web").await;
+    // An object as an older version wrote it (no stamp anywhere): a
+    // restart stamps it, though nothing else changed.
+    ctl.stop().await;
+    let mut conditions = ds["status"]["conditions"].clone();
+    for c in conditions.as_array_mut().unwrap() {
+        c.as_object_mut().unwrap().remove("observedGeneration");
+    }
+    let old = api
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"observedGeneration": null, "conditions": conditions}}),
+            ),
+        )
+        .await
+        .expect("remove the stamp");
+    assert!(old.data["status"].get("observedGeneration").is_none());
+    let ctl = Controller::start(&env, "cond-3", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    let ds = wait_stamped(&env, "web").await;
+    assert!(
+        ds["metadata"]["generation"].as_i64() > old.metadata.generation,
+        "{ds}"
+    );
     // Not ready again: a new transition.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     web_endpoints(&env, &[("10.0.0.1", false)]).await;
     let ds = wait_condition(&env, "web", "Ready", "False", "NoEndpoints").await;
     assert_ne!(condition(&ds, "Ready")["lastTransitionTime"], t_ready);
+    assert!(stamped(&ds), "{ds}");
     ctl.stop().await;
 }
 

@@ -1,0 +1,134 @@
+//! The `metadata.generation` of each of our objects as the API server last
+//! answered, so a write can stamp `status.observedGeneration` with the
+//! generation it will produce (`generation + 1`) in the same request.
+//!
+//! Filled by the start-up list (`Sink::list_versions`), updated from the
+//! answer of every request that changes an object, forgotten on delete.
+//! A wrong or missing entry costs one corrective apply, never a wrong
+//! stamp: the writer checks every answer
+//! (`kube_discovery_core::crd::generation_fix`). That is also why the map is
+//! keyed by a 64-bit hash of `namespace/name` instead of the name: a
+//! collision only makes a guess wrong. 16 bytes of payload per object.
+//!
+//! An older CRD does not declare `status.observedGeneration`, and the API
+//! server refuses a server-side apply of an undeclared field (HTTP 500
+//! `.status.observedGeneration: field not declared in schema`, measured on
+//! the real one). Writes must not stop over a missing stamp: after such an
+//! answer the writer sends objects without the stamp for
+//! [`RETRY_STAMP_AFTER`], then tries it again (the CRD may have been
+//! upgraded meanwhile), so an old CRD costs one refused request per 10 s.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How long objects are written without the stamp after the API server
+/// refused it (see the module docs).
+pub const RETRY_STAMP_AFTER: Duration = Duration::from_secs(10);
+
+/// See the module docs.
+#[derive(Clone, Debug, Default)]
+pub struct Generations {
+    map: Arc<Mutex<HashMap<u64, i64>>>,
+    refused: Arc<Mutex<Option<Instant>>>,
+}
+
+/// Whether `message` (an API server's error) refuses the stamp because the
+/// installed CRD does not declare it.
+pub fn stamp_undeclared(code: u16, message: &str) -> bool {
+    code == 500 && message.contains("observedGeneration: field not declared in schema")
+}
+
+fn slot(ns: &str, name: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    (ns, name).hash(&mut h);
+    h.finish()
+}
+
+impl Generations {
+    /// The stamp a write of `ns/name` sends: the generation the object will
+    /// have after it (1: a new object).
+    pub fn next(&self, ns: &str, name: &str) -> i64 {
+        self.lock()
+            .get(&slot(ns, name))
+            .map_or(1, |g| g.saturating_add(1))
+    }
+
+    /// The API server answered `generation` for `ns/name`.
+    pub fn note(&self, ns: &str, name: &str, generation: Option<i64>) {
+        let mut map = self.lock();
+        match generation {
+            Some(g) => map.insert(slot(ns, name), g),
+            None => map.remove(&slot(ns, name)),
+        };
+    }
+
+    /// Replaces everything with what a list found.
+    pub fn listed(&self, found: impl IntoIterator<Item = ((String, String), i64)>) {
+        *self.lock() = found
+            .into_iter()
+            .map(|((ns, name), g)| (slot(&ns, &name), g))
+            .collect();
+    }
+
+    /// Whether writes carry the stamp now (not within [`RETRY_STAMP_AFTER`]
+    /// of a refusal).
+    pub fn stamping(&self) -> bool {
+        self.refused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_none_or(|at| at.elapsed() >= RETRY_STAMP_AFTER)
+    }
+
+    /// The API server refused the stamp. Returns whether stamping was on
+    /// until now (the first refusal of a round is logged).
+    pub fn refused(&self) -> bool {
+        let was_on = self.stamping();
+        *self.refused.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        was_on
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, i64>> {
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remembers_per_object_and_forgets() {
+        let g = Generations::default();
+        assert_eq!(g.next("ns", "web"), 1, "unknown: a new object");
+        g.note("ns", "web", Some(4));
+        g.note("ns", "web.1", Some(9));
+        assert_eq!((g.next("ns", "web"), g.next("ns", "web.1")), (5, 10));
+        g.note("ns", "web", None);
+        assert_eq!(g.next("ns", "web"), 1);
+        g.listed([(("other".to_string(), "web".to_string()), 2)]);
+        assert_eq!((g.next("other", "web"), g.next("ns", "web.1")), (3, 1));
+    }
+
+    #[test]
+    fn a_refused_stamp_pauses_stamping() {
+        let g = Generations::default();
+        assert!(g.stamping());
+        assert!(g.refused(), "the first refusal is news");
+        assert!(!g.stamping());
+        assert!(!g.refused(), "a second one within the pause is not");
+        assert!(stamp_undeclared(
+            500,
+            "failed to create typed patch object (shop/web; kubediscovery.io/v1alpha1, Kind=DiscoveredService): .status.observedGeneration: field not declared in schema"
+        ));
+        assert!(!stamp_undeclared(
+            500,
+            ".spec.aliases: field not declared in schema"
+        ));
+        assert!(!stamp_undeclared(
+            422,
+            "observedGeneration: field not declared in schema"
+        ));
+    }
+}
