@@ -113,6 +113,28 @@ impl Explain {
             .insert(key.clone(), conditions.into_iter().map(lean).collect());
     }
 
+    /// A drift repair deleted `ns/name`, an object of ours describing `key`
+    /// that no source wants: `no_source` (the service has no source any
+    /// more, or never had one here), else a stray object of a service that
+    /// has other objects. One Event on the deleted object: `kubectl get
+    /// events` keeps it after the object is gone.
+    pub fn orphan_deleted(&self, key: &ServiceKey, ns: &str, name: &str, no_source: bool) {
+        let why = if no_source {
+            "no Service or endpoints of this cluster describe it"
+        } else {
+            "it is not one of the objects the service is written to (e.g. a shard the service no longer needs)"
+        };
+        self.events.emit(
+            discovered_service(ns, name, None),
+            Report {
+                warning: false,
+                reason: "OrphanDeleted",
+                action: "Repair",
+                note: format!("{key}: the DiscoveredService {ns}/{name} was deleted: {why}"),
+            },
+        );
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ServiceKey, Vec<Condition>>> {
         self.previous.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -3,7 +3,9 @@
 //! generation it will produce (`generation + 1`) in the same request.
 //!
 //! Filled by the start-up list (`Sink::list_versions`), updated from the
-//! answer of every request that changes an object, forgotten on delete.
+//! answer of every request that changes an object and from the drift
+//! watch (so a repair after someone else's edit guesses right), forgotten
+//! on delete.
 //! A wrong or missing entry costs one corrective apply, never a wrong
 //! stamp: the writer checks every answer
 //! (`kube_discovery_core::crd::generation_fix`). That is also why the map is
@@ -64,6 +66,17 @@ impl Generations {
         };
     }
 
+    /// The drift watch shows `ns/name` at `generation`. Only a higher
+    /// value is taken: the event may be older than our last write's answer
+    /// (a recreated object was first seen deleted, [`Generations::note`]).
+    pub fn seen(&self, ns: &str, name: &str, generation: Option<i64>) {
+        if let Some(g) = generation {
+            let mut map = self.lock();
+            let e = map.entry(slot(ns, name)).or_insert(g);
+            *e = (*e).max(g);
+        }
+    }
+
     /// Replaces everything with what a list found.
     pub fn listed(&self, found: impl IntoIterator<Item = ((String, String), i64)>) {
         *self.lock() = found
@@ -107,6 +120,15 @@ mod tests {
         assert_eq!((g.next("ns", "web"), g.next("ns", "web.1")), (5, 10));
         g.note("ns", "web", None);
         assert_eq!(g.next("ns", "web"), 1);
+        g.note("ns", "web", Some(4));
+        g.seen("ns", "web", Some(3));
+        assert_eq!(
+            g.next("ns", "web"),
+            5,
+            "an older watch event changes nothing"
+        );
+        g.seen("ns", "web", Some(6));
+        assert_eq!(g.next("ns", "web"), 7, "someone else's write");
         g.listed([(("other".to_string(), "web".to_string()), 2)]);
         assert_eq!((g.next("other", "web"), g.next("ns", "web.1")), (3, 1));
     }

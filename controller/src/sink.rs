@@ -206,6 +206,7 @@ impl KubeSink {
     /// Attaches the cache of our own objects (drift correction).
     #[must_use]
     pub fn with_drift(mut self, view: DriftView) -> Self {
+        self.generations = view.generations().clone();
         self.drift = Some(view);
         self
     }
@@ -229,12 +230,14 @@ impl KubeSink {
     }
 
     /// Sends the requests of one write of `key` in order (each fenced by
-    /// `token`); stops at the first failure.
+    /// `token`); stops at the first failure. `repair`: the write repairs
+    /// drift (an object of a service without source is then an orphan).
     async fn execute(
         &self,
         token: FenceToken,
         key: &ServiceKey,
         plan: ObjectPlan<'_>,
+        repair: bool,
     ) -> Result<Option<String>> {
         // The uid of the last object applied: shard 0 comes last, and its uid
         // is the one Events about the service point at.
@@ -257,7 +260,15 @@ impl KubeSink {
                         }
                         DeleteWhy::Gone => {}
                     }
-                    self.delete_one(token, &ns, &name).await?;
+                    let removed = self.delete_one(token, &ns, &name).await?;
+                    let orphan = match why {
+                        DeleteWhy::Stray => Some(false),
+                        DeleteWhy::Gone if repair => Some(true),
+                        _ => None,
+                    };
+                    if let (true, Some(no_source)) = (removed, orphan) {
+                        self.explain.orphan_deleted(key, &ns, &name, no_source);
+                    }
                 }
             }
         }
@@ -472,8 +483,9 @@ impl KubeSink {
         }
     }
 
-    /// Deletes `ns/name`; absent is success. Sends nothing when the write's epoch is over.
-    async fn delete_one(&self, token: FenceToken, ns: &str, name: &str) -> Result<()> {
+    /// Deletes `ns/name`; absent is success (`false`: there was nothing to
+    /// delete). Sends nothing when the write's epoch is over.
+    async fn delete_one(&self, token: FenceToken, ns: &str, name: &str) -> Result<bool> {
         self.fence.check(token)?;
         let res = self.api(ns).delete(name, &DeleteParams::default()).await;
         self.generations.note(ns, name, None);
@@ -481,8 +493,8 @@ impl KubeSink {
             v.note_written(ns, name, None);
         }
         match res {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
             Err(e) => Err(e.into()),
         }
     }
@@ -680,7 +692,7 @@ impl Sink for KubeSink {
             stamp_generation(o, Some(want));
         }
         let plan = object_ops(&svc.key, &self.naming, &objs, prior, self)?;
-        let uid = self.execute(token, &svc.key, plan).await?;
+        let uid = self.execute(token, &svc.key, plan, prior.repair).await?;
         if let Some(first) = objs.first() {
             self.explain
                 .written(&svc.key, first, &previous, uid, prior.repair);
@@ -691,7 +703,7 @@ impl Sink for KubeSink {
     async fn delete(&self, key: ServiceKey, prior: Prior) -> Result<()> {
         let token = self.fence.begin()?;
         let plan = object_ops(&key, &self.naming, &[], prior, self)?;
-        self.execute(token, &key, plan).await?;
+        self.execute(token, &key, plan, prior.repair).await?;
         self.explain.forget(&key);
         Ok(())
     }

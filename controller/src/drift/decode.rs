@@ -81,6 +81,7 @@ impl Watched {
                 name: obj.metadata.name.clone(),
                 namespace: obj.metadata.namespace.clone(),
                 resource_version: obj.metadata.resource_version.clone(),
+                generation: obj.metadata.generation,
                 ..ObjectMeta::default()
             },
             key: spec_key(&obj.spec),
@@ -176,6 +177,7 @@ impl<'de> serde::Deserialize<'de> for Watched {
                 name: m.name,
                 namespace: m.namespace,
                 resource_version: m.resource_version,
+                generation: m.generation,
                 ..ObjectMeta::default()
             },
         })

@@ -107,6 +107,12 @@ impl DriftFeed {
     }
 }
 
+/// Notes the generation the watch shows for `obj` ([`crate::generation`]).
+fn seen(view: &DriftView, obj: &Watched) {
+    view.generations
+        .seen(obj.ns(), obj.name(), obj.meta.generation);
+}
+
 /// `ns/name` of `obj` for logs, noting when our labels were changed.
 fn describe(obj: &Watched) -> String {
     format!(
@@ -168,6 +174,7 @@ impl WatchIndex<Watched> for DriftWatch {
     }
 
     fn init_apply(&mut self, obj: Watched) {
+        seen(&self.view, &obj);
         self.view.lock().init_apply(&obj);
     }
 
@@ -178,11 +185,13 @@ impl WatchIndex<Watched> for DriftWatch {
     }
 
     fn apply(&mut self, obj: Watched) {
+        seen(&self.view, &obj);
         self.view.lock().apply(&obj);
         self.report(obj, false);
     }
 
     fn delete(&mut self, obj: Watched) {
+        self.view.generations.note(obj.ns(), obj.name(), None);
         self.view.lock().delete(&obj);
         self.report(obj, true);
     }

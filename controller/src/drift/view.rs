@@ -20,6 +20,7 @@ use super::cache::{Caches, pack_rv, parse_rv};
 use super::decode::Watched;
 use super::facts::{WantedObject, wanted_objects};
 use super::{DriftCheck, DriftKind, ObjName};
+use crate::generation::Generations;
 use crate::state::ControllerState;
 
 /// The cache of our own objects plus the resourceVersions of our last writes.
@@ -30,6 +31,9 @@ pub struct DriftView {
     caches: Arc<Mutex<Caches>>,
     /// The object size bound of `desired_objects` (tests use small ones).
     pub(super) max_ports_bytes: usize,
+    /// The generations the watch shows, shared with the sink
+    /// ([`crate::generation`]).
+    pub(super) generations: Generations,
 }
 
 impl DriftView {
@@ -41,7 +45,14 @@ impl DriftView {
             ready: Arc::new(AtomicBool::new(false)),
             caches,
             max_ports_bytes: MAX_OBJECT_PORTS_BYTES,
+            generations: Generations::default(),
         }
+    }
+
+    /// The generations of our objects as the watch shows them (the sink
+    /// stamps `observedGeneration` from them).
+    pub fn generations(&self) -> &Generations {
+        &self.generations
     }
 
     pub(super) fn lock(&self) -> MutexGuard<'_, Caches> {

@@ -170,10 +170,12 @@ async fn hand_edits_deletes_and_orphans_are_repaired_with_exactly_the_needed_wri
         .expect("hand edit");
     let took = wait_restored(&env, "a", &orig("a"), t).await;
     assert!(took <= RESTORE, "edit of a restored after {took:?}");
-    // The edit, then ours: apply (spec and status in one request) + removal
-    // of the added key.
+    // The edit, then ours: apply (spec and status in one request), removal
+    // of the added key (server-side apply never removes a key it does not
+    // own), and the apply that stamps the generation the removal produced
+    // (`observedGeneration`; every other repair below guesses it right).
     let w = writes(&env, mark).await;
-    assert_eq!(w, vec!["patch drift/a"; 3]);
+    assert_eq!(w, vec!["patch drift/a"; 4]);
 
     // 2. The managed-by label removed: still ours (its instance label says
     //    so), an edit, and the label comes back.
@@ -245,6 +247,22 @@ async fn hand_edits_deletes_and_orphans_are_repaired_with_exactly_the_needed_wri
     assert!(took <= RESTORE, "orphan removed after {took:?}");
     let w = writes(&env, mark).await;
     assert_eq!(w, vec!["create drift/ghost", "delete drift/ghost"]);
+    // ... and says so on the deleted object (Events outlive it).
+    let orphaned = eventually("an OrphanDeleted Event on ghost", LIMIT, || async {
+        let ev = env
+            .events(NS, "OrphanDeleted", "DiscoveredService", "ghost")
+            .await;
+        (!ev.is_empty()).then_some(ev)
+    })
+    .await;
+    assert_eq!(orphaned.len(), 1, "{orphaned:?}");
+    assert!(
+        orphaned[0]
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("drift/ghost was deleted: no Service")),
+        "{orphaned:?}"
+    );
 
     // 6. One shard of a sharded service deleted (last: its megabyte-sized
     //    watch events keep a debug build busy for a while): only that shard is written
