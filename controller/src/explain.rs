@@ -90,7 +90,7 @@ impl Explain {
                 regarding(),
                 Report {
                     warning: true,
-                    reason: "SourceDataSkipped",
+                    reason: kube_discovery_core::conditions::SOURCE_DATA_SKIPPED,
                     action: "Convert",
                     note: c.message.clone(),
                 },

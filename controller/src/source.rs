@@ -58,7 +58,6 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use kube_discovery_core::convert::SkipReason;
 use kube_discovery_core::crd::ObjectNaming;
 use kube_discovery_core::service::ServiceInfo;
 use kube_discovery_core::{Index, ServiceKey, SourceKind};
@@ -395,10 +394,7 @@ impl SourceIndex {
                     regarding.clone(),
                     crate::events::Report {
                         warning: true,
-                        reason: match reason {
-                            SkipReason::InvalidAnnotation => "InvalidAnnotation",
-                            _ => "ExternalNameRefused",
-                        },
+                        reason: reason.event_reason(),
                         action: "Read",
                         note: message,
                     },

@@ -21,7 +21,7 @@ use crate::controller_support;
 use std::process::Command;
 use std::time::Duration;
 
-use controller_support::{Backend, Controller, Env, LIMIT, eventually, repo_root};
+use controller_support::{Backend, Controller, Env, LIMIT, condition, eventually, repo_root};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, Patch, PatchParams};
@@ -35,14 +35,6 @@ fn config(env: &Env) -> String {
         "discovery:\n  kubernetes:\n{}    watch_endpoint_slices: true\nkube_discovery:\n  coalesce_window: 20ms\n",
         env.service_block(&env.admin_token())
     )
-}
-
-/// The condition `type_` of the object `ds`.
-fn condition(ds: &Value, type_: &str) -> Value {
-    ds["status"]["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == type_).cloned())
-        .unwrap_or(Value::Null)
 }
 
 /// Whether `ds`'s status and every condition carry `observedGeneration` =
@@ -70,19 +62,9 @@ async fn wait_stamped(env: &Env, name: &str) -> Value {
     .await
 }
 
-/// Waits until `ns/name`'s condition `type_` has `status` and `reason`.
+/// [`Env::wait_condition`] in [`NS`].
 async fn wait_condition(env: &Env, name: &str, type_: &str, status: &str, reason: &str) -> Value {
-    eventually(
-        &format!("{NS}/{name} {type_}={status} {reason}"),
-        LIMIT,
-        || async {
-            env.assert_alive();
-            let ds = env.dsvc(NS, name).await?;
-            let c = condition(&ds, type_);
-            (c["status"] == status && c["reason"] == reason).then_some(ds)
-        },
-    )
-    .await
+    env.wait_condition(NS, name, type_, status, reason).await
 }
 
 /// The slice `NS/web-a` of `web` with these `(ip, ready)` endpoints on `http`.

@@ -459,13 +459,10 @@ async fn exercise(env: &Env, token: &str, kind: Kind, net: u8) -> BTreeSet<(Stri
             .await
             .expect("hand edit");
             eventually(&format!("repair {round} published"), LIMIT, || async {
-                let evs = env
-                    .events(&ns, "DriftRepaired", "DiscoveredService", "web")
+                let count = env
+                    .event_count(&ns, "DriftRepaired", "DiscoveredService", "web")
                     .await;
-                let count = evs
-                    .first()
-                    .map(|e| e.series.as_ref().map_or(1, |s| s.count));
-                (count == Some(round)).then_some(())
+                (count == round).then_some(())
             })
             .await;
         }

@@ -10,7 +10,7 @@
 use crate::controller_support;
 use crate::sources::{config, sample};
 
-use controller_support::{Backend, Controller, Env, LIMIT, eventually};
+use controller_support::{Backend, Controller, Env, LIMIT, condition, eventually};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -221,23 +221,10 @@ async fn service_port_aliases_and_app_protocols(backend: Backend) {
                {"name": "metrics", "port": 9100, "targetPort": "prom"}]),
     )
     .await;
-    let ready = |want: &'static str| {
-        let env = &env;
-        async move {
-            eventually(&format!("Ready {want}"), LIMIT, || async {
-                let ds = env.dsvc("shop", "api").await?;
-                let c = ds["status"]["conditions"]
-                    .as_array()?
-                    .iter()
-                    .find(|c| c["type"] == "Ready")?
-                    .clone();
-                (c["reason"] == want).then_some(c)
-            })
-            .await
-        }
-    };
-    let c = ready("TargetPortNotFound").await;
-    assert_eq!(c["status"], "False");
+    let ds = env
+        .wait_condition("shop", "api", "Ready", "False", "TargetPortNotFound")
+        .await;
+    let c = condition(&ds, "Ready");
     let message = c["message"].as_str().unwrap();
     assert!(
         message.contains("9100 (metrics)") && message.contains("targetPort prom"),
@@ -254,7 +241,10 @@ async fn service_port_aliases_and_app_protocols(backend: Backend) {
         &[("grpc", 9000), ("metrics", 9100)],
     )
     .await;
-    let c = ready("AllPortsHaveNodes").await;
+    let ds = env
+        .wait_condition("shop", "api", "Ready", "True", "AllPortsHaveNodes")
+        .await;
+    let c = condition(&ds, "Ready");
     assert_eq!(c["status"], "True");
     service(
         &env,
@@ -391,12 +381,9 @@ async fn export_and_weight_annotations(backend: Backend) {
     let note = evs[0].note.clone().unwrap_or_default();
     assert!(note.contains("Service shop/web"), "{note}");
     // A relist that finds the same bad Service emits nothing new.
-    let count = |evs: &[k8s_openapi::api::events::v1::Event]| {
-        evs.iter()
-            .map(|e| e.series.as_ref().map_or(1, |s| s.count))
-            .sum::<i32>()
-    };
-    let before = count(&evs);
+    let before = env
+        .event_count("shop", "InvalidAnnotation", "Service", "web")
+        .await;
     let lists = || ctl.logs().matches("Services listed").count();
     let listed = lists();
     env.force_410().await;
@@ -408,7 +395,10 @@ async fn export_and_weight_annotations(backend: Backend) {
     let after = env
         .events("shop", "InvalidAnnotation", "Service", "web")
         .await;
-    assert_eq!((after.len(), count(&after)), (1, before), "{after:?}");
+    let count = env
+        .event_count("shop", "InvalidAnnotation", "Service", "web")
+        .await;
+    assert_eq!((after.len(), count), (1, before), "{after:?}");
     ctl.stop().await;
 
     // ---- export: opt-in

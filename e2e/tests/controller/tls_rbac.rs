@@ -131,13 +131,10 @@ async fn runs_as_least_privilege_service_account_over_verified_tls(backend: Back
         .await
         .expect("hand edit");
         eventually(&format!("repair {round} published"), LIMIT, || async {
-            let evs = env
-                .events("shop", "DriftRepaired", "DiscoveredService", "web")
+            let count = env
+                .event_count("shop", "DriftRepaired", "DiscoveredService", "web")
                 .await;
-            let count = evs
-                .first()
-                .map(|e| e.series.as_ref().map_or(1, |s| s.count));
-            (count == Some(round)).then_some(())
+            (count == round).then_some(())
         })
         .await;
     }

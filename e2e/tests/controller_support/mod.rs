@@ -68,6 +68,14 @@ where
 /// Upper bound of most waits.
 pub const LIMIT: Duration = Duration::from_secs(30);
 
+/// The condition `type_` of the DiscoveredService `ds` (`Null` if absent).
+pub fn condition(ds: &Value, type_: &str) -> Value {
+    ds["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_).cloned())
+        .unwrap_or(Value::Null)
+}
+
 /// An API server (kube-sim or real) with the CRD installed and an admin client.
 pub struct Env {
     pub api: Cluster,
@@ -341,6 +349,39 @@ impl Env {
             },
         )
         .await
+    }
+
+    /// Waits until the condition `type_` of the DiscoveredService `ns/name`
+    /// has `status` and `reason`; returns the object.
+    pub async fn wait_condition(
+        &self,
+        ns: &str,
+        name: &str,
+        type_: &str,
+        status: &str,
+        reason: &str,
+    ) -> Value {
+        eventually(
+            &format!("{ns}/{name} {type_}={status} {reason}"),
+            LIMIT,
+            || async {
+                self.assert_alive();
+                let ds = self.dsvc(ns, name).await?;
+                let c = condition(&ds, type_);
+                (c["status"] == status && c["reason"] == reason).then_some(ds)
+            },
+        )
+        .await
+    }
+
+    /// How many times the Events [`Env::events`] finds were reported: a
+    /// repeat folded into one Event counts its `series.count`.
+    pub async fn event_count(&self, ns: &str, reason: &str, kind: &str, name: &str) -> i32 {
+        self.events(ns, reason, kind, name)
+            .await
+            .iter()
+            .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+            .sum()
     }
 
     pub async fn wait_gone(&self, ns: &str, name: &str) {

@@ -189,6 +189,27 @@ impl SkipReason {
             SkipReason::ExternalNameRefused => "external_name_refused",
         }
     }
+
+    /// The reason of the Kubernetes Event that reports it (README, Events):
+    /// what a Service says about itself has its own reason on the Service;
+    /// skipped endpoint data is `SourceDataSkipped` on the DiscoveredService.
+    pub fn event_reason(self) -> &'static str {
+        match self {
+            SkipReason::InvalidAnnotation => "InvalidAnnotation",
+            SkipReason::InvalidExternalName | SkipReason::ExternalNameRefused => {
+                "ExternalNameRefused"
+            }
+            SkipReason::InvalidAddress
+            | SkipReason::MissingAddress
+            | SkipReason::InvalidPort
+            | SkipReason::MissingPort
+            | SkipReason::DuplicatePortName
+            | SkipReason::UnknownAddressType
+            | SkipReason::MissingName
+            | SkipReason::MissingServiceLabel
+            | SkipReason::InvalidServiceName => crate::conditions::SOURCE_DATA_SKIPPED,
+        }
+    }
 }
 
 impl std::fmt::Display for SkipReason {
