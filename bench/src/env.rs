@@ -120,6 +120,24 @@ impl Env {
     /// this API server (with its CA when it serves TLS), plus the
     /// `kube_discovery` lines given.
     pub fn controller_config(&self, slices: bool, kube_discovery: &str) -> Result<String> {
+        Ok(format!(
+            "discovery:\n  kubernetes:\n{}    watch_endpoint_slices: {slices}\nkube_discovery:\n{kube_discovery}",
+            self.connection("    ")?
+        ))
+    }
+
+    /// One entry of a multi-cluster `discovery.kubernetes` list: cluster
+    /// `id` at this API server, EndpointSlices.
+    pub fn cluster_entry(&self, id: &str) -> Result<String> {
+        Ok(format!(
+            "  - id: {id}\n{}    watch_endpoint_slices: true\n",
+            self.connection("    ")?
+        ))
+    }
+
+    /// The `service` and `client` keys for this API server, each line
+    /// starting with `indent`.
+    fn connection(&self, indent: &str) -> Result<String> {
         let url = self.api.direct_url();
         let (schema, rest) = url
             .split_once("://")
@@ -131,12 +149,12 @@ impl Env {
             Some(pem) => {
                 let p = self.path("apiserver-ca.crt");
                 std::fs::write(&p, pem).context("writing the CA file")?;
-                format!("      ca_file: {}\n", p.display())
+                format!("{indent}  ca_file: {}\n", p.display())
             }
             None => String::new(),
         };
         Ok(format!(
-            "discovery:\n  kubernetes:\n    service:\n      schema: {schema}\n      host: \"{host}\"\n      port: {port}\n{ca}    client:\n      token: {}\n    watch_endpoint_slices: {slices}\nkube_discovery:\n{kube_discovery}",
+            "{indent}service:\n{indent}  schema: {schema}\n{indent}  host: \"{host}\"\n{indent}  port: {port}\n{ca}{indent}client:\n{indent}  token: {}\n",
             self.api.admin_token()
         ))
     }

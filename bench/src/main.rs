@@ -18,6 +18,7 @@ mod child;
 mod echo;
 mod env;
 mod load;
+mod multi;
 mod procfs;
 mod report;
 mod scenarios;
@@ -43,7 +44,7 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = Size::Full)]
     size: Size,
     /// Scenarios to run (comma separated).
-    #[arg(long, value_delimiter = ',', default_values = ["sync", "churn", "recovery"])]
+    #[arg(long, value_delimiter = ',', default_values = ["sync", "churn", "recovery", "multi"])]
     only: Vec<String>,
     /// Result JSON; the Markdown table goes next to it with `.md`.
     #[arg(long, default_value = "kd-bench-results.json")]
@@ -69,6 +70,10 @@ struct Cli {
     /// Override the outage duration (s).
     #[arg(long)]
     outage_seconds: Option<f64>,
+    /// The `multi` scenario's size as `CLUSTERSxSERVICESxENDPOINTS`
+    /// (services and endpoints per cluster), overriding the size's.
+    #[arg(long)]
+    multi_size: Option<String>,
     /// Sync sizes to run as `SERVICESxENDPOINTS` (comma separated), overriding the size's list.
     #[arg(long, value_delimiter = ',')]
     sync_sizes: Vec<String>,
@@ -116,6 +121,9 @@ struct RunSizes {
     sync: Vec<(usize, usize)>,
     churn: ChurnParams,
     recovery: (usize, usize, f64),
+    /// clusters, services per cluster, endpoints per service, changed
+    /// services, outage seconds.
+    multi: (usize, usize, usize, usize, f64),
     timeout: Duration,
 }
 
@@ -132,6 +140,7 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
                 seconds: 2.0,
             },
             recovery: (20, 5, 1.0),
+            multi: (3, 20, 5, 5, 1.0),
             timeout: Duration::from_secs(60),
         },
         Size::Full => RunSizes {
@@ -145,6 +154,7 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
                 seconds: 30.0,
             },
             recovery: (10_000, 10, 30.0),
+            multi: (10, 10_000, 10, 100, 10.0),
             timeout: Duration::from_secs(600),
         },
     };
@@ -183,6 +193,23 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
             bail!("--outage-seconds: must be between 0 and 3600, got {s}");
         }
         p.recovery.2 = s;
+    }
+    if let Some(m) = &cli.multi_size {
+        let parts: Vec<usize> = m
+            .split('x')
+            .map(str::parse)
+            .collect::<std::result::Result<_, _>>()
+            .ok()
+            .filter(|v: &Vec<usize>| v.len() == 3 && v[0] >= 2 && v[1] >= 1 && v[2] >= 1)
+            .with_context(|| {
+                format!("--multi-size: {m:?} is not CLUSTERSxSERVICESxENDPOINTS (at least 2x1x1)")
+            })?;
+        p.multi.0 = parts[0];
+        p.multi.1 = parts[1];
+        p.multi.2 = parts[2];
+    }
+    if let Some(s) = cli.outage_seconds {
+        p.multi.4 = s;
     }
     if cli.write_concurrency == Some(0) {
         bail!("--write-concurrency: must be at least 1");
@@ -245,12 +272,12 @@ async fn bench(cli: Cli) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     for s in &cli.only {
-        if !["sync", "churn", "recovery"].contains(&s.as_str()) {
-            bail!("--only: unknown scenario {s:?} (sync, churn, recovery)");
+        if !["sync", "churn", "recovery", "multi"].contains(&s.as_str()) {
+            bail!("--only: unknown scenario {s:?} (sync, churn, recovery, multi)");
         }
-        if s == "recovery" && cli.apiserver == ApiServer::Real {
+        if (s == "recovery" || s == "multi") && cli.apiserver == ApiServer::Real {
             bail!(
-                "--only recovery: needs --apiserver kube-sim (its faults reach the controller there; on the real server the controller connects directly)"
+                "--only {s}: needs --apiserver kube-sim (its faults reach the controller there; on the real server the controller connects directly; multi starts one API server per cluster)"
             );
         }
     }
@@ -314,6 +341,12 @@ async fn bench(cli: Cli) -> Result<()> {
         eprintln!("kd-bench: recovery {} {s}x{e} ...", mode.as_str());
         let r = scenarios::recovery(&opts, mode, s, e, outage).await;
         record(&mut doc, format!("recovery {}", mode.as_str()), r)?;
+    }
+    if wants("multi") {
+        let (k, s, e, changed, outage) = p.multi;
+        eprintln!("kd-bench: multi {k} clusters x {s}x{e} ...");
+        let r = multi::multi(&opts, k, s, e, changed, outage).await;
+        record(&mut doc, format!("multi {k}x{s}x{e}"), r)?;
     }
     let errors = doc["errors"].as_array().map(Vec::len).unwrap_or(0);
     eprintln!(

@@ -110,6 +110,30 @@ pub fn markdown(results: &Value) -> String {
         ));
         out.push_str(&targets(&r["targets_met"]));
     }
+    for r in of("multi") {
+        let s = &r["first_sync"];
+        let i = &r["idle_restart"];
+        let a = &r["cluster_away_and_back"];
+        out.push_str(&format!(
+            "### Many clusters: {} clusters x {} services x {} endpoints ({} endpoints, EndpointSlices, home = c0)\n\n| event | figure |\n|---|---|\n",
+            r["clusters"], r["services_per_cluster"], r["endpoints_per_service"], r["endpoints"]
+        ));
+        out.push_str(&format!(
+            "| first sync: every DiscoveredService written and /readyz 200 | {} s (/readyz {} s) |\n| first sync: peak RSS | {} MiB ({} B/endpoint) |\n| first sync: CPU | {} s |\n| first sync: DiscoveredService API writes | {} |\n",
+            f(&s["sync_s"], 1), f(&s["ready_s"], 1), f(&s["peak_rss_mib"], 1), f(&s["rss_bytes_per_endpoint"], 0), f(&s["cpu_s"], 1), s["ds_api_writes"]
+        ));
+        out.push_str(&format!(
+            "| idle restart: DiscoveredService API writes | {} (/readyz after {} s) |\n",
+            i["ds_api_writes"],
+            f(&i["ready_s"], 2)
+        ));
+        out.push_str(&format!(
+            "| {} away {} s, {} services changed meanwhile: services rewritten | {} (only the changed: {}) |\n| {} back: last write after it answered | {} s |\n\n",
+            a["cluster"].as_str().unwrap_or(""), a["outage_s"], a["changed_services"], a["services_rewritten"], yes(&a["only_the_changed_rewritten"]),
+            a["cluster"].as_str().unwrap_or(""), f(&a["reconverge_s"], 2)
+        ));
+        out.push_str(&targets(&r["targets_met"]));
+    }
     out
 }
 
@@ -134,11 +158,22 @@ mod tests {
             {"scenario": "sync", "mode": "slices", "services": 2, "endpoints_per_service": 3, "endpoints": 6, "sync_s": 1.5,
              "rss_within_budget": false, "content_check": {"ok": true}},
             {"scenario": "recovery", "mode": "slices", "idle_restart": {"api_writes": 0}, "forced_410": {}, "outage": {}, "targets_met": {"idle_restart_zero_writes": true}},
+            {"scenario": "multi", "clusters": 3, "services_per_cluster": 4, "endpoints_per_service": 5, "endpoints": 60,
+             "first_sync": {"sync_s": 0.5}, "idle_restart": {"ds_api_writes": 0},
+             "cluster_away_and_back": {"cluster": "c2", "services_rewritten": 2, "only_the_changed_rewritten": true}, "targets_met": {}},
         ]});
         let md = markdown(&r);
         assert!(md.contains("| slices | 2 x 3 | 6 | 1.50 |"), "{md}");
         assert!(md.contains("**NO**"));
         assert!(md.contains("`idle_restart_zero_writes` yes"));
         assert!(!md.contains("### Churn"));
+        assert!(
+            md.contains("### Many clusters: 3 clusters x 4 services x 5 endpoints"),
+            "{md}"
+        );
+        assert!(
+            md.contains("services rewritten | 2 (only the changed: yes)"),
+            "{md}"
+        );
     }
 }

@@ -59,7 +59,7 @@ pub struct Opts {
 }
 
 impl Opts {
-    fn kube_discovery_block(&self) -> String {
+    pub(crate) fn kube_discovery_block(&self) -> String {
         let mut b = format!(
             "  coalesce_window: {}ms\n  write_qps: {}\n",
             self.window_ms, self.write_qps
@@ -71,18 +71,18 @@ impl Opts {
     }
 }
 
-fn now_nanos() -> u64 {
+pub(crate) fn now_nanos() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
 }
 
-fn secs(nanos: i128) -> f64 {
+pub(crate) fn secs(nanos: i128) -> f64 {
     nanos as f64 / 1e9
 }
 
-fn kib_to_mib(k: u64) -> f64 {
+pub(crate) fn kib_to_mib(k: u64) -> f64 {
     k as f64 / 1024.0
 }
 
@@ -96,7 +96,7 @@ async fn start_controller(env: &Env, opts: &Opts, mode: Mode, tag: &str) -> Resu
 }
 
 /// Polls `/readyz` every 20 ms (sampling `/proc` each time) until 200.
-async fn wait_ready(c: &mut Child, timeout: Duration) -> Result<Duration> {
+pub(crate) async fn wait_ready(c: &mut Child, timeout: Duration) -> Result<Duration> {
     let t0 = Instant::now();
     loop {
         c.sample()?;
@@ -706,7 +706,7 @@ fn ratio(a: &Value, b: &Value) -> Value {
 
 /// Changes `k` services (adds one ready endpoint each) and returns the
 /// `(DiscoveredService name, source write time)` pairs.
-async fn touch(
+pub(crate) async fn touch(
     env: &Env,
     mode: Mode,
     svcs: &mut [Svc],

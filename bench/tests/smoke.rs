@@ -80,6 +80,25 @@ fn tiny_run_produces_every_figure() {
         "{:#}",
         rec[0]
     );
+
+    // Many clusters: every service of every cluster written, nothing on an
+    // idle restart, and a cluster away and back rewrites exactly what
+    // changed there.
+    let multi = runs(&doc, "multi");
+    assert_eq!(multi.len(), 1);
+    let m = multi[0];
+    assert_eq!(m["clusters"], 3, "{m:#}");
+    assert!(
+        m["first_sync"]["ds_api_writes"]
+            .as_u64()
+            .is_some_and(|n| n >= 60),
+        "3 x 20 services: {m:#}"
+    );
+    assert_eq!(m["idle_restart"]["ds_api_writes"], 0, "{m:#}");
+    let back = &m["cluster_away_and_back"];
+    assert_eq!(back["changed_services"], 5, "{m:#}");
+    assert_eq!(back["only_the_changed_rewritten"], true, "{m:#}");
+    assert!(md.contains("### Many clusters"), "{md}");
 }
 
 /// The same harness on the real kube-apiserver + etcd (sync and churn; the
