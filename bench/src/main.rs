@@ -23,6 +23,7 @@ mod procfs;
 mod report;
 mod scenarios;
 mod stats;
+mod sweep;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -44,7 +45,7 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = Size::Full)]
     size: Size,
     /// Scenarios to run (comma separated).
-    #[arg(long, value_delimiter = ',', default_values = ["sync", "churn", "recovery", "multi"])]
+    #[arg(long, value_delimiter = ',', default_values = ["sync", "churn", "recovery", "multi", "sweep"])]
     only: Vec<String>,
     /// Result JSON; the Markdown table goes next to it with `.md`.
     #[arg(long, default_value = "kd-bench-results.json")]
@@ -67,6 +68,9 @@ struct Cli {
     /// Override the churn duration (s).
     #[arg(long)]
     churn_seconds: Option<f64>,
+    /// The `sweep` scenario's rates (changes/s, ascending, comma separated).
+    #[arg(long, value_delimiter = ',')]
+    sweep_rates: Vec<f64>,
     /// Override the outage duration (s).
     #[arg(long)]
     outage_seconds: Option<f64>,
@@ -124,6 +128,8 @@ struct RunSizes {
     /// clusters, services per cluster, endpoints per service, changed
     /// services, outage seconds.
     multi: (usize, usize, usize, usize, f64),
+    /// The churn of each sweep step, and the rates.
+    sweep: (ChurnParams, Vec<f64>),
     timeout: Duration,
 }
 
@@ -141,6 +147,17 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
             },
             recovery: (20, 5, 1.0),
             multi: (3, 20, 5, 5, 1.0),
+            sweep: (
+                ChurnParams {
+                    relevant: 16,
+                    irrelevant: 4,
+                    per: 5,
+                    rate: 0.0,
+                    irrelevant_share: 0.2,
+                    seconds: 1.0,
+                },
+                vec![20.0, 40.0],
+            ),
             timeout: Duration::from_secs(60),
         },
         Size::Full => RunSizes {
@@ -155,6 +172,17 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
             },
             recovery: (10_000, 10, 30.0),
             multi: (10, 10_000, 10, 100, 10.0),
+            sweep: (
+                ChurnParams {
+                    relevant: 9000,
+                    irrelevant: 1000,
+                    per: 10,
+                    rate: 0.0,
+                    irrelevant_share: 0.2,
+                    seconds: 10.0,
+                },
+                vec![250.0, 500.0, 1000.0, 2000.0, 4000.0, 8000.0],
+            ),
             timeout: Duration::from_secs(600),
         },
     };
@@ -210,6 +238,17 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
     }
     if let Some(s) = cli.outage_seconds {
         p.multi.4 = s;
+    }
+    if !cli.sweep_rates.is_empty() {
+        if cli.sweep_rates.iter().any(|r| !(*r > 0.0 && r.is_finite()))
+            || cli.sweep_rates.windows(2).any(|w| w[0] >= w[1])
+        {
+            bail!(
+                "--sweep-rates: positive numbers in ascending order, got {:?}",
+                cli.sweep_rates
+            );
+        }
+        p.sweep.1 = cli.sweep_rates.clone();
     }
     if cli.write_concurrency == Some(0) {
         bail!("--write-concurrency: must be at least 1");
@@ -272,8 +311,8 @@ async fn bench(cli: Cli) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     for s in &cli.only {
-        if !["sync", "churn", "recovery", "multi"].contains(&s.as_str()) {
-            bail!("--only: unknown scenario {s:?} (sync, churn, recovery, multi)");
+        if !["sync", "churn", "recovery", "multi", "sweep"].contains(&s.as_str()) {
+            bail!("--only: unknown scenario {s:?} (sync, churn, recovery, multi, sweep)");
         }
         if (s == "recovery" || s == "multi") && cli.apiserver == ApiServer::Real {
             bail!(
@@ -347,6 +386,12 @@ async fn bench(cli: Cli) -> Result<()> {
         eprintln!("kd-bench: multi {k} clusters x {s}x{e} ...");
         let r = multi::multi(&opts, k, s, e, changed, outage).await;
         record(&mut doc, format!("multi {k}x{s}x{e}"), r)?;
+    }
+    if wants("sweep") {
+        let mode = modes.first().copied().unwrap_or(Mode::Slices);
+        let (base, rates) = &p.sweep;
+        let r = sweep::sweep(&opts, mode, base, rates).await;
+        record(&mut doc, format!("sweep {}", mode.as_str()), r)?;
     }
     let errors = doc["errors"].as_array().map(Vec::len).unwrap_or(0);
     eprintln!(

@@ -134,6 +134,34 @@ pub fn markdown(results: &Value) -> String {
         ));
         out.push_str(&targets(&r["targets_met"]));
     }
+    for r in of("sweep") {
+        out.push_str(&format!(
+            "### Churn at rising rates ({} mode, {} services x {}, {} s per step, window {} ms)\n\n| target /s | achieved /s | controller p50 / p99 ms | kept up | echo p50 / p99 ms | kept up | CPU controller / echo s | ratio |\n|---|---|---|---|---|---|---|---|\n",
+            r["mode"].as_str().unwrap_or(""), r["services"], r["endpoints_per_service"], r["seconds_per_step"], r["coalesce_window_ms"]
+        ));
+        for s in r["steps"].as_array().into_iter().flatten() {
+            let (c, e) = (&s["controller"], &s["echo"]);
+            out.push_str(&format!(
+                "| {} | {} | {} / {} | {} | {} / {} | {} | {} / {} | {} |\n",
+                s["target_rate"],
+                f(&s["achieved_rate"], 0),
+                f(&c["p50_ms"], 1),
+                f(&c["p99_ms"], 1),
+                yes(&c["kept_up"]),
+                f(&e["p50_ms"], 1),
+                f(&e["p99_ms"], 1),
+                yes(&e["kept_up"]),
+                f(&c["cpu_s"], 2),
+                f(&e["cpu_s"], 2),
+                f(&s["cpu_ratio"], 2),
+            ));
+        }
+        out.push_str(&format!(
+            "\nHighest rate kept up with: controller {}, echo {} changes/s (steps as given).\n\n",
+            r["controller_max_rate"], r["echo_max_rate"]
+        ));
+        out.push_str(&targets(&r["targets_met"]));
+    }
     out
 }
 

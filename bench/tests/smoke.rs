@@ -99,6 +99,16 @@ fn tiny_run_produces_every_figure() {
     assert_eq!(back["changed_services"], 5, "{m:#}");
     assert_eq!(back["only_the_changed_rewritten"], true, "{m:#}");
     assert!(md.contains("### Many clusters"), "{md}");
+
+    // The churn sweep: every step converged (the rates are tiny).
+    let sweep = runs(&doc, "sweep");
+    assert_eq!(sweep.len(), 1);
+    let steps = sweep[0]["steps"].as_array().expect("steps");
+    assert!(!steps.is_empty(), "{:#}", sweep[0]);
+    for s in steps {
+        assert_eq!(s["controller"]["final_state_mismatches"], 0, "{s:#}");
+    }
+    assert!(md.contains("### Churn at rising rates"), "{md}");
 }
 
 /// The same harness on the real kube-apiserver + etcd (sync and churn; the
