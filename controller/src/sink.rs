@@ -800,6 +800,7 @@ mod tests {
             retry_max: std::time::Duration::from_millis(200),
             drift_delay: std::time::Duration::from_secs(60),
             drift_settle: std::time::Duration::from_secs(60),
+            ..crate::writer::WriterOptions::default()
         };
         let shutdown = tokio_util::sync::CancellationToken::new();
         let (h, task) = crate::writer::spawn(
