@@ -50,8 +50,9 @@ pub struct Opts {
     pub bin: PathBuf,
     /// `kube_discovery.coalesce_window`, milliseconds.
     pub window_ms: u64,
-    /// `kube_discovery.write_qps`.
-    pub write_qps: f64,
+    /// `kube_discovery.write_qps` (`None`: not set, the controller's
+    /// default adaptive limiter).
+    pub write_qps: Option<f64>,
     /// `kube_discovery.write_concurrency` (`None`: the controller's default).
     pub write_concurrency: Option<usize>,
     /// Upper bound of every wait.
@@ -60,10 +61,10 @@ pub struct Opts {
 
 impl Opts {
     fn kube_discovery_block(&self) -> String {
-        let mut b = format!(
-            "  coalesce_window: {}ms\n  write_qps: {}\n",
-            self.window_ms, self.write_qps
-        );
+        let mut b = format!("  coalesce_window: {}ms\n", self.window_ms);
+        if let Some(q) = self.write_qps {
+            b.push_str(&format!("  write_qps: {q}\n"));
+        }
         if let Some(c) = self.write_concurrency {
             b.push_str(&format!("  write_concurrency: {c}\n"));
         }
@@ -233,6 +234,10 @@ pub async fn sync(opts: &Opts, mode: Mode, count: usize, per: usize) -> Result<V
         "api_requests": requests, "api_requests_by_verb": by_verb,
         "ds_api_writes": ds_api_writes,
         "applied_metric": metric_sum(&metrics, "kube_discovery_writes_total", "result=\"applied\""),
+        // 429 answers to the controller's writes, and where its adaptive
+        // limiter ended (writes/s).
+        "throttled_429": metric_sum(&metrics, "kube_discovery_writes_throttled_total", ""),
+        "write_rate_limit_end": metric_sum(&metrics, "kube_discovery_write_rate_limit", ""),
         "content_check": {"first_service_nodes": first_nodes, "last_service_nodes": last_nodes, "ok": first_nodes == per && last_nodes == per},
     }))
 }
