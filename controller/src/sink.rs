@@ -839,7 +839,7 @@ mod tests {
         }
         let text = crate::metrics::encode(&metrics.registry());
         assert!(
-            text.contains(r#"kube_discovery_writes_total{cluster="",result="error_throttled"} 4"#),
+            text.contains(r#"kube_discovery_writes_total{cluster="",result="throttled"} 4"#),
             "{text}"
         );
         assert!(text.contains(applied), "{text}");

@@ -645,8 +645,12 @@ impl Planner {
             }
             Outcome::Fenced => (started.attempts, now),
             // Again once the limiter allows (it is paused now if the 429 was
-            // reported first, as the writer does).
-            Outcome::Throttled => (started.attempts, now),
+            // reported first, as the writer does), and not before
+            // `retry_min` (without a limiter: not in a tight loop).
+            Outcome::Throttled => (
+                started.attempts,
+                self.limiter.ready_at().max(now + self.opts.retry_min),
+            ),
             Outcome::Failed(reason) => {
                 let attempts = started.attempts + 1;
                 let delay = self.backoff(attempts);
