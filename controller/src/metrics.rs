@@ -6,7 +6,7 @@
 //! | `kube_discovery_watch_events_total` | counter | cluster, type (apply/delete/init_apply/relist) |
 //! | `kube_discovery_watch_restarts_total` | counter | cluster |
 //! | `kube_discovery_list_duration_seconds` | histogram | cluster |
-//! | `kube_discovery_writes_total` | counter | cluster, result (applied/deleted/error_*; error_panic: a write task panicked; fenced: dropped, the Lease was lost, not an error) |
+//! | `kube_discovery_writes_total` | counter | cluster, result (applied/deleted/error_*; error_panic: a write task panicked; fenced: dropped, the Lease was lost, not an error; throttled: answered 429, written again when the limiter allows, not an error) |
 //! | `kube_discovery_objects_failing` | gauge | cluster, reason (`name_taken`, `forbidden`, `conflict`, `api_error`, ...): services whose last write failed, retried with backoff; readiness does not wait for them |
 //! | `kube_discovery_writes_skipped_total` | counter | cluster (content hash already on the API server) |
 //! | `kube_discovery_event_to_write_seconds` | histogram | cluster (first source event -> write done) |
@@ -19,7 +19,7 @@
 //! | `kube_discovery_snapshot_last_publish_timestamp_seconds` | gauge | - (unix time the index last changed) |
 //! | `kube_discovery_drift_corrections_total` | counter | cluster, kind (edited/deleted/orphan) |
 //! | `kube_discovery_last_write_timestamp_seconds` | gauge | cluster (unix time of the last successful write or delete) |
-//! | `kube_discovery_api_requests_in_flight` | gauge | client (`source`: a watched cluster's client, `home`: the one writing DiscoveredServices, the Lease and the ConfigMap snapshot), cluster (the watched cluster's id; `""` for `home`): API requests started and not yet answered in full, open watches included (one per watched resource); read at scrape time |
+//! | `kube_discovery_api_requests_in_flight` | gauge | client (`source`: a watched cluster's client, `writer`: the one writing DiscoveredServices, `home`: the drift watch, the Lease, Events and the ConfigMap snapshot), cluster (the watched cluster's id; `""` for `writer` and `home`): API requests started and not yet answered in full, open watches included (one per watched resource); read at scrape time |
 //! | `kube_discovery_write_rate_limit` | gauge | - (writes per second the adaptive limiter allows now: grows while writes succeed, halves on a 429, never above `write_qps`) |
 //! | `kube_discovery_writes_throttled_total` | counter | by (`apf`: rejected by API Priority and Fairness, `other`: another 429): 429 answers to the writer's requests |
 //! | `kube_discovery_build_info` | gauge | version, os, arch (always 1) |

@@ -240,8 +240,9 @@ async fn p04_shutdown_deadline(backend: Backend) {
     let mut ctl = Controller::start(&env, "term-hung", &cfg, &[]).await;
     ctl.wait_ready().await;
     wait_converged(&env, &cfg, Duration::from_secs(30)).await;
-    let home = r#"client="home""#;
-    let idle = metric_sum(&ctl, "kube_discovery_api_requests_in_flight", &[home]).await;
+    // The writer's own client (DiscoveredService writes).
+    let writer = r#"client="writer""#;
+    let idle = metric_sum(&ctl, "kube_discovery_api_requests_in_flight", &[writer]).await;
     fault(
         &env,
         json!({"latency": {"verb": "patch", "resource": "discoveredservices",
@@ -251,7 +252,7 @@ async fn p04_shutdown_deadline(backend: Backend) {
     churn.run(&env, 2, Duration::ZERO).await;
     // The write of the change is in flight (and hangs).
     eventually("a write in flight", Duration::from_secs(30), || async {
-        (metric_sum(&ctl, "kube_discovery_api_requests_in_flight", &[home]).await > idle)
+        (metric_sum(&ctl, "kube_discovery_api_requests_in_flight", &[writer]).await > idle)
             .then_some(())
     })
     .await;
