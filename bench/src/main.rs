@@ -267,9 +267,7 @@ async fn bench(cli: Cli) -> Result<()> {
         bin: child::controller_bin(cli.controller_bin.as_deref())?,
         window_ms: cli.window_ms,
         write_qps: (!cli.controller_defaults).then_some(cli.write_qps),
-        write_concurrency: cli
-            .write_concurrency
-            .filter(|_| !cli.controller_defaults),
+        write_concurrency: cli.write_concurrency.filter(|_| !cli.controller_defaults),
         timeout: p.timeout,
     };
     let started = unix_now();

@@ -442,8 +442,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_writers_client_does_not_retry_429s() {
         let mut writer = CappedRetry::new(MAX_RETRY_AFTER).without_throttled();
-        assert!(writer.retry(&mut request(), &mut answer(429, "1")).is_none());
-        assert!(writer.retry(&mut request(), &mut answer(503, "1")).is_some());
+        assert!(
+            writer
+                .retry(&mut request(), &mut answer(429, "1"))
+                .is_none()
+        );
+        assert!(
+            writer
+                .retry(&mut request(), &mut answer(503, "1"))
+                .is_some()
+        );
     }
 
     /// Every 429 is counted, by who sent it, with the longest `Retry-After`

@@ -434,7 +434,9 @@ mod tests {
             .collect();
         assert_eq!(
             failed,
-            [false, true, false, true, false, true, false, false, false, false]
+            [
+                false, true, false, true, false, true, false, false, false, false
+            ]
         );
         let mut f = Faults::default();
         f.fail.push(rule(Some(0.25), 100));

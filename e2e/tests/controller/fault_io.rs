@@ -436,7 +436,11 @@ async fn p07_throttled_server_never_sees_more_than_the_ceiling(backend: Backend)
     ctl.wait_ready().await;
     wait_converged(&env, &cfg, Duration::from_secs(90)).await;
     let times = arrival_times(&env);
-    let took = times.last().copied().zip(times.first().copied()).map(|(l, f)| l - f);
+    let took = times
+        .last()
+        .copied()
+        .zip(times.first().copied())
+        .map(|(l, f)| l - f);
     let most = max_per_second(&times);
     eprintln!(
         "{} writes reached the server over {took:?}, at most {most} in one second",

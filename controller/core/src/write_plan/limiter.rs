@@ -182,7 +182,9 @@ impl Limiter {
         if self.unlimited() {
             return;
         }
-        let pause = retry_after.unwrap_or(DEFAULT_PAUSE).min(self.opts.max_pause);
+        let pause = retry_after
+            .unwrap_or(DEFAULT_PAUSE)
+            .min(self.opts.max_pause);
         self.paused_until = self.paused_until.max(now + pause);
         if now < self.hold_until {
             return;
