@@ -62,6 +62,11 @@ struct Cli {
     /// (nor `write_concurrency`) in its configuration.
     #[arg(long)]
     controller_defaults: bool,
+    /// The controller authenticates as this plain user (bound to
+    /// `cluster-admin`) instead of the admin: on the real API server it is
+    /// then subject to API Priority and Fairness (`system:masters` is exempt).
+    #[arg(long)]
+    controller_user: Option<String>,
     /// `kube_discovery.write_concurrency` (default: the controller's own, 32).
     #[arg(long)]
     write_concurrency: Option<usize>,
@@ -269,13 +274,14 @@ async fn bench(cli: Cli) -> Result<()> {
         write_qps: (!cli.controller_defaults).then_some(cli.write_qps),
         write_concurrency: cli.write_concurrency.filter(|_| !cli.controller_defaults),
         timeout: p.timeout,
+        controller_user: cli.controller_user.clone(),
     };
     let started = unix_now();
     let mut doc = json!({
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "started_unix": started, "size": format!("{:?}", cli.size).to_lowercase(),
         "machine": machine(), "controller_bin": opts.bin.display().to_string(), "git_head": git_head(),
-        "apiserver": opts.apiserver.name(),
+        "apiserver": opts.apiserver.name(), "controller_user": opts.controller_user.clone().unwrap_or_else(|| "admin".into()),
         "settings": {"coalesce_window_ms": opts.window_ms, "write_qps": opts.write_qps.map(|q| json!(q)).unwrap_or(json!("default")), "write_concurrency": opts.write_concurrency.map(|c| json!(c)).unwrap_or(json!("default (32)"))},
         "runs": [], "errors": [],
     });

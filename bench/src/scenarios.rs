@@ -57,6 +57,8 @@ pub struct Opts {
     pub write_concurrency: Option<usize>,
     /// Upper bound of every wait.
     pub timeout: Duration,
+    /// The plain user the controller authenticates as (`None`: the admin).
+    pub controller_user: Option<String>,
 }
 
 impl Opts {
@@ -191,7 +193,7 @@ async fn ds_node_count(env: &Env, name: &str) -> Result<usize> {
 
 /// Scenario 1: initial sync of `count` services x `per` endpoints.
 pub async fn sync(opts: &Opts, mode: Mode, count: usize, per: usize) -> Result<Value> {
-    let env = Env::start(opts.apiserver, 10_000).await?;
+    let env = Env::start(opts.apiserver, opts.controller_user.as_deref(), 10_000).await?;
     let svcs = load::services(count, per);
     let t = Instant::now();
     let objects = load::create_all(&env.client, mode, &svcs, 32).await?;
@@ -436,7 +438,7 @@ fn first_at_or_after(sorted: &[u64], t: u64) -> Option<u64> {
 /// Scenarios 2 and 3: churn with the controller and the echo client running
 /// side by side on the same load.
 pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
-    let env = Env::start(opts.apiserver, 100_000).await?;
+    let env = Env::start(opts.apiserver, opts.controller_user.as_deref(), 100_000).await?;
     let total = p.relevant + p.irrelevant;
     let svcs = load::services(total, p.per);
     load::create_all(&env.client, mode, &svcs, 32).await?;
@@ -758,7 +760,7 @@ pub async fn recovery(
     per: usize,
     outage_s: f64,
 ) -> Result<Value> {
-    let env = Env::start(opts.apiserver, 10_000).await?;
+    let env = Env::start(opts.apiserver, opts.controller_user.as_deref(), 10_000).await?;
     let mut svcs = load::services(count, per);
     load::create_all(&env.client, mode, &svcs, 32).await?;
     let rv_setup = env.rv().await?;

@@ -384,19 +384,6 @@ fn arrival_times(env: &Env) -> Vec<std::time::Instant> {
     }
 }
 
-/// The most arrivals in any window `[t, t + 1 s)`.
-fn max_per_second(times: &[std::time::Instant]) -> usize {
-    let mut best = 0;
-    let mut lo = 0;
-    for hi in 0..times.len() {
-        while times[hi] - times[lo] >= Duration::from_secs(1) {
-            lo += 1;
-        }
-        best = best.max(hi - lo + 1);
-    }
-    best
-}
-
 /// Issue 19, item 4: the server answers every second DiscoveredService write
 /// with 429 and `Retry-After: 1` (ten times, then it recovers) while 60
 /// services are first written with `write_qps: 20` (the ceiling) and
@@ -441,7 +428,8 @@ async fn p07_throttled_server_never_sees_more_than_the_ceiling(backend: Backend)
         .copied()
         .zip(times.first().copied())
         .map(|(l, f)| l - f);
-    let most = max_per_second(&times);
+    let since_first: Vec<Duration> = times.iter().map(|t| *t - times[0]).collect();
+    let most = kube_discovery_core::write_plan::limiter::busiest_second(&since_first);
     eprintln!(
         "{} writes reached the server over {took:?}, at most {most} in one second",
         times.len()
