@@ -12,6 +12,7 @@
 //! | every paged list's `continue` token expires (410) | `p05_expired_continue_token` |
 //! | real only: etcd compacted between two pages of the first list | `p06_compaction_between_pages_real` |
 //! | 429 (`Retry-After: 1`) on every second write, ten times, with a ceiling of 20 writes/s (issue 19, item 4) | `p07_throttled_server_never_sees_more_than_the_ceiling` |
+//! | real only: API Priority and Fairness itself rejects the controller's writes (a priority level of one share that rejects instead of queueing) | `p08_apf_rejections_real` |
 
 use crate::controller_support;
 use crate::fault_support;
@@ -457,5 +458,89 @@ async fn p07_throttled_server_never_sees_more_than_the_ceiling(backend: Backend)
     assert_eq!(throttled, 10.0);
     let rate = metric_sum(&ctl, "kube_discovery_write_rate_limit", &[]).await;
     assert!((1.0..=20.0).contains(&rate), "rate {rate}");
+    ctl.stop().await;
+}
+
+/// Issue 19, item 4 on the real API server: API Priority and Fairness itself
+/// rejects the controller's writes. The controller's user `kd` is put in a
+/// flow schema of its own whose priority level has one nominal share (about
+/// 2 of the server's 600 seats) and rejects instead of queueing, so the 32
+/// writes in flight of a first sync of 250 services meet real APF 429s (with
+/// the server's own `Retry-After` and `X-Kubernetes-PF-*` headers). Every one
+/// is seen and counted as `apf`, the limiter slows down, and everything is
+/// still written. Real only: kube-sim has no APF (its 429s are `p07`'s).
+#[tokio::test]
+async fn p08_apf_rejections_real() {
+    use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
+    let env = Env::start_with(
+        Backend::Real,
+        Options {
+            users: vec![("kd".to_string(), Vec::new())],
+            ..Options::default()
+        },
+    )
+    .await;
+    grant(&env).await;
+    let plc: PriorityLevelConfiguration = serde_json::from_value(json!({
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+        "metadata": {"name": "kd-tight"},
+        "spec": {"type": "Limited", "limited": {
+            "nominalConcurrencyShares": 1, "lendablePercent": 0, "borrowingLimitPercent": 0,
+            "limitResponse": {"type": "Reject"}}}
+    }))
+    .expect("priority level");
+    Api::<PriorityLevelConfiguration>::all(env.admin.clone())
+        .create(&PostParams::default(), &plc)
+        .await
+        .expect("create the priority level");
+    let fs: FlowSchema = serde_json::from_value(json!({
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+        "metadata": {"name": "kd-tight"},
+        "spec": {"priorityLevelConfiguration": {"name": "kd-tight"}, "matchingPrecedence": 500,
+                 "distinguisherMethod": {"type": "ByUser"},
+                 "rules": [{"subjects": [{"kind": "User", "user": {"name": "kd"}}],
+                            "resourceRules": [{"verbs": ["patch"], "apiGroups": ["kubediscovery.io"],
+                                               "resources": ["discoveredservices"], "namespaces": ["*"]}]}]}
+    }))
+    .expect("flow schema");
+    Api::<FlowSchema>::all(env.admin.clone())
+        .create(&PostParams::default(), &fs)
+        .await
+        .expect("create the flow schema");
+    // The API server's APF configuration controller picks the objects up
+    // within a few seconds.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let cfg = config(&env, &user_token(&env, "kd"), Kind::Slices, "");
+    let mut churn = Churn::new("apf", 250, Kind::Slices, 38, 38);
+    churn.seed(&env).await;
+    let ctl = Controller::start(&env, "apf", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    wait_converged(&env, &cfg, Duration::from_secs(120)).await;
+    let apf = metric_sum(
+        &ctl,
+        "kube_discovery_writes_throttled_total",
+        &[r#"by="apf""#],
+    )
+    .await;
+    let other = metric_sum(
+        &ctl,
+        "kube_discovery_writes_throttled_total",
+        &[r#"by="other""#],
+    )
+    .await;
+    let rate = metric_sum(&ctl, "kube_discovery_write_rate_limit", &[]).await;
+    eprintln!("APF rejected {apf} writes ({other} other 429s); limiter at {rate} writes/s");
+    assert!(apf > 0.0, "no APF rejection seen; log:\n{}", ctl.logs());
+    // No storm: a rejection pauses every start for its Retry-After, so one
+    // round of rejections is at most the 32 writes already in flight; more
+    // than two rounds in this sync would be a storm.
+    assert!(apf < 64.0, "{apf} APF rejections; log:\n{}", ctl.logs());
+    assert_eq!(other, 0.0, "every 429 came from APF");
+    assert!(
+        ctl.logs()
+            .contains("API server throttles writes (429): slowing down"),
+        "{}",
+        ctl.logs()
+    );
     ctl.stop().await;
 }
