@@ -61,15 +61,23 @@ pub struct Env {
     /// real: `system:masters`, straight to the API server).
     pub client: Client,
     dir: tempfile::TempDir,
+    /// The plain user the controller authenticates as (`None`: the admin).
+    user: Option<String>,
 }
 
 impl Env {
     /// Starts the API server (kube-sim: a watch history of `history` events)
-    /// with the CRD installed.
-    pub async fn start(backend: Backend, history: usize) -> Result<Env> {
+    /// with the CRD installed. With `user`, the controller authenticates as
+    /// that plain user, bound to `cluster-admin`: on the real API server it
+    /// is then subject to API Priority and Fairness (flow schema
+    /// `global-default`), where the admin (`system:masters`) is exempt.
+    pub async fn start(backend: Backend, user: Option<&str>, history: usize) -> Result<Env> {
         let api = Cluster::start(
             backend,
             Options {
+                users: user
+                    .map(|u| vec![(u.to_string(), Vec::new())])
+                    .unwrap_or_default(),
                 history_size: history,
                 crds: vec![kube_discovery_core::crd::crd_yaml()],
                 // The churn scenario maps each source change to its revision.
@@ -83,8 +91,27 @@ impl Env {
         .await?;
         let client = api.admin().clone();
         let dir = tempfile::tempdir().context("temporary directory")?;
-        let env = Env { api, client, dir };
+        let env = Env {
+            api,
+            client,
+            dir,
+            user: user.map(str::to_string),
+        };
         env.wait_crd().await?;
+        if let Some(u) = user {
+            let crb: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(
+                serde_json::json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": format!("kd-bench-{u}")},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u}]
+                }),
+            )?;
+            Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(env.client.clone())
+                .create(&Default::default(), &crb)
+                .await
+                .context("binding the controller's user to cluster-admin")?;
+        }
         Ok(env)
     }
 
@@ -155,7 +182,10 @@ impl Env {
         };
         Ok(format!(
             "{indent}service:\n{indent}  schema: {schema}\n{indent}  host: \"{host}\"\n{indent}  port: {port}\n{ca}{indent}client:\n{indent}  token: {}\n",
-            self.api.admin_token()
+            match &self.user {
+                Some(u) => self.api.user_token(u)?,
+                None => self.api.admin_token(),
+            }
         ))
     }
 

@@ -56,9 +56,19 @@ struct Cli {
     /// `kube_discovery.coalesce_window` in milliseconds.
     #[arg(long, default_value_t = 100)]
     window_ms: u64,
-    /// `kube_discovery.write_qps` (the default of 50 would cap a 10,000-service sync at 200 s).
+    /// `kube_discovery.write_qps`, the ceiling of the controller's adaptive
+    /// write limiter (ignored with `--controller-defaults`).
     #[arg(long, default_value_t = 10000.0)]
     write_qps: f64,
+    /// Run the controller at its default write settings: no `write_qps`
+    /// (nor `write_concurrency`) in its configuration.
+    #[arg(long)]
+    controller_defaults: bool,
+    /// The controller authenticates as this plain user (bound to
+    /// `cluster-admin`) instead of the admin: on the real API server it is
+    /// then subject to API Priority and Fairness (`system:masters` is exempt).
+    #[arg(long)]
+    controller_user: Option<String>,
     /// `kube_discovery.write_concurrency` (default: the controller's own, 32).
     #[arg(long)]
     write_concurrency: Option<usize>,
@@ -327,17 +337,18 @@ async fn bench(cli: Cli) -> Result<()> {
         },
         bin: child::controller_bin(cli.controller_bin.as_deref())?,
         window_ms: cli.window_ms,
-        write_qps: cli.write_qps,
-        write_concurrency: cli.write_concurrency,
+        write_qps: (!cli.controller_defaults).then_some(cli.write_qps),
+        write_concurrency: cli.write_concurrency.filter(|_| !cli.controller_defaults),
         timeout: p.timeout,
+        controller_user: cli.controller_user.clone(),
     };
     let started = unix_now();
     let mut doc = json!({
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "started_unix": started, "size": format!("{:?}", cli.size).to_lowercase(),
         "machine": machine(), "controller_bin": opts.bin.display().to_string(), "git_head": git_head(),
-        "apiserver": opts.apiserver.name(),
-        "settings": {"coalesce_window_ms": opts.window_ms, "write_qps": opts.write_qps, "write_concurrency": opts.write_concurrency.map(|c| json!(c)).unwrap_or(json!("default (32)"))},
+        "apiserver": opts.apiserver.name(), "controller_user": opts.controller_user.clone().unwrap_or_else(|| "admin".into()),
+        "settings": {"coalesce_window_ms": opts.window_ms, "write_qps": opts.write_qps.map(|q| json!(q)).unwrap_or(json!("default")), "write_concurrency": opts.write_concurrency.map(|c| json!(c)).unwrap_or(json!("default (32)"))},
         "runs": [], "errors": [],
     });
     let wants = |s: &str| cli.only.iter().any(|o| o == s);

@@ -141,7 +141,7 @@ pub async fn multi(
     }
     let mut envs = Vec::with_capacity(clusters);
     for _ in 0..clusters {
-        envs.push(Env::start(opts.apiserver, 10_000).await?);
+        envs.push(Env::start(opts.apiserver, opts.controller_user.as_deref(), 10_000).await?);
     }
     let mut svcs: Vec<Vec<Svc>> = (0..clusters).map(|_| load::services(count, per)).collect();
     let t = Instant::now();

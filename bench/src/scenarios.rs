@@ -50,20 +50,23 @@ pub struct Opts {
     pub bin: PathBuf,
     /// `kube_discovery.coalesce_window`, milliseconds.
     pub window_ms: u64,
-    /// `kube_discovery.write_qps`.
-    pub write_qps: f64,
+    /// `kube_discovery.write_qps` (`None`: not set, the controller's
+    /// default adaptive limiter).
+    pub write_qps: Option<f64>,
     /// `kube_discovery.write_concurrency` (`None`: the controller's default).
     pub write_concurrency: Option<usize>,
     /// Upper bound of every wait.
     pub timeout: Duration,
+    /// The plain user the controller authenticates as (`None`: the admin).
+    pub controller_user: Option<String>,
 }
 
 impl Opts {
     pub(crate) fn kube_discovery_block(&self) -> String {
-        let mut b = format!(
-            "  coalesce_window: {}ms\n  write_qps: {}\n",
-            self.window_ms, self.write_qps
-        );
+        let mut b = format!("  coalesce_window: {}ms\n", self.window_ms);
+        if let Some(q) = self.write_qps {
+            b.push_str(&format!("  write_qps: {q}\n"));
+        }
         if let Some(c) = self.write_concurrency {
             b.push_str(&format!("  write_concurrency: {c}\n"));
         }
@@ -190,7 +193,7 @@ async fn ds_node_count(env: &Env, name: &str) -> Result<usize> {
 
 /// Scenario 1: initial sync of `count` services x `per` endpoints.
 pub async fn sync(opts: &Opts, mode: Mode, count: usize, per: usize) -> Result<Value> {
-    let env = Env::start(opts.apiserver, 10_000).await?;
+    let env = Env::start(opts.apiserver, opts.controller_user.as_deref(), 10_000).await?;
     let svcs = load::services(count, per);
     let t = Instant::now();
     let objects = load::create_all(&env.client, mode, &svcs, 32).await?;
@@ -233,6 +236,10 @@ pub async fn sync(opts: &Opts, mode: Mode, count: usize, per: usize) -> Result<V
         "api_requests": requests, "api_requests_by_verb": by_verb,
         "ds_api_writes": ds_api_writes,
         "applied_metric": metric_sum(&metrics, "kube_discovery_writes_total", "result=\"applied\""),
+        // 429 answers to the controller's writes, and where its adaptive
+        // limiter ended (writes/s).
+        "throttled_429": metric_sum(&metrics, "kube_discovery_writes_throttled_total", ""),
+        "write_rate_limit_end": metric_sum(&metrics, "kube_discovery_write_rate_limit", ""),
         "content_check": {"first_service_nodes": first_nodes, "last_service_nodes": last_nodes, "ok": first_nodes == per && last_nodes == per},
     }))
 }
@@ -431,7 +438,7 @@ fn first_at_or_after(sorted: &[u64], t: u64) -> Option<u64> {
 /// Scenarios 2 and 3: churn with the controller and the echo client running
 /// side by side on the same load.
 pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
-    let env = Env::start(opts.apiserver, 100_000).await?;
+    let env = Env::start(opts.apiserver, opts.controller_user.as_deref(), 100_000).await?;
     let total = p.relevant + p.irrelevant;
     let svcs = load::services(total, p.per);
     load::create_all(&env.client, mode, &svcs, 32).await?;
@@ -753,7 +760,7 @@ pub async fn recovery(
     per: usize,
     outage_s: f64,
 ) -> Result<Value> {
-    let env = Env::start(opts.apiserver, 10_000).await?;
+    let env = Env::start(opts.apiserver, opts.controller_user.as_deref(), 10_000).await?;
     let mut svcs = load::services(count, per);
     load::create_all(&env.client, mode, &svcs, 32).await?;
     let rv_setup = env.rv().await?;

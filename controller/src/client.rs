@@ -13,7 +13,10 @@
 //!
 //! ```text
 //!  in-flight counter ─▶ on_success ─▶ CappedRetry (429/503/504: ≤3 retries,
-//!  (whole request)      (2xx seen)     each wait ≤ MAX_RETRY_AFTER)
+//!  (whole request)      (2xx seen)     each wait ≤ MAX_RETRY_AFTER; the
+//!                                      writer's client: no 429 retries)
+//!    ─▶ 429 observer (the writer's client: every answer, retries included,
+//!       ─▶ ThrottleSignal ─▶ the writer's limiter)
 //!    ─▶ buffer ─▶ kube's stack (auth, ...) ─▶ hyper, HTTP/1.1: connect, write
 //!                                              and read timeouts = request_timeout
 //! ```
@@ -26,7 +29,7 @@
 //! server within the timeout ([`watch_renewal`]), so a silent watch is a dead
 //! one.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -144,6 +147,76 @@ pub struct ClientLimits {
     /// Called on every successful (2xx) answer: the cluster's API server
     /// serves this client again (see [`crate::state::ControllerState::api_ok`]).
     pub on_success: Option<OnSuccess>,
+    /// The writer's client: every 429 answer (each attempt) is reported
+    /// here, and the client does not retry 429s itself (a retry would be a
+    /// request the writer's limiter did not admit; the writer writes the key
+    /// again when its limiter allows).
+    pub throttle: Option<ThrottleSignal>,
+}
+
+/// The 429s the writer's client saw, for the writer's limiter: the tower
+/// layer that sees every answer records them, the writer drains them
+/// ([`ThrottleSignal::take`]) and turns them into planner inputs.
+#[derive(Clone, Default)]
+pub struct ThrottleSignal(Arc<Mutex<Throttles>>);
+
+/// What [`ThrottleSignal::take`] returns: the 429s since the last take.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Throttles {
+    /// 429s rejected by API Priority and Fairness (the answer names the
+    /// matched priority level: `X-Kubernetes-PF-PriorityLevel-UID`).
+    pub apf: u64,
+    /// Other 429s (kube-apiserver's max-in-flight filter, a proxy, kube-sim).
+    pub other: u64,
+    /// The longest `Retry-After` among them (seconds, as the API server sends
+    /// it; `None`: none had one).
+    pub retry_after: Option<Duration>,
+}
+
+impl Throttles {
+    /// 429s in all.
+    pub fn count(&self) -> u64 {
+        self.apf + self.other
+    }
+}
+
+impl ThrottleSignal {
+    /// Records one 429 answer.
+    pub fn record<B>(&self, resp: &Response<B>) {
+        let retry_after = resp
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let apf = resp
+            .headers()
+            .contains_key("x-kubernetes-pf-prioritylevel-uid");
+        let mut t = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if apf {
+            t.apf += 1;
+        } else {
+            t.other += 1;
+        }
+        t.retry_after = t.retry_after.max(retry_after);
+    }
+
+    /// The 429s since the last call (`None`: none).
+    pub fn take(&self) -> Option<Throttles> {
+        let mut t = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let taken = std::mem::take(&mut *t);
+        (taken.count() > 0).then_some(taken)
+    }
+}
+
+/// The `map_response` function of [`ClientLimits::throttle`].
+fn observe_throttles<B>(signal: ThrottleSignal) -> impl Fn(Response<B>) -> Response<B> + Clone {
+    move |resp| {
+        if resp.status() == http::StatusCode::TOO_MANY_REQUESTS {
+            signal.record(&resp);
+        }
+        resp
+    }
 }
 
 /// A callback of [`ClientLimits::on_success`].
@@ -183,6 +256,7 @@ impl ClientLimits {
             request_timeout,
             in_flight: InFlightRequestsCounter::new(),
             on_success: None,
+            throttle: None,
         }
     }
 }
@@ -210,6 +284,8 @@ pub fn watch_renewal(watch_timeout: Duration, request_timeout: Duration) -> Dura
 pub struct CappedRetry {
     inner: RetryPolicy,
     cap: Duration,
+    /// Whether 429s are retried (not on the writer's client).
+    retry_throttled: bool,
 }
 
 impl CappedRetry {
@@ -218,7 +294,17 @@ impl CappedRetry {
     pub fn new(cap: Duration) -> Self {
         let inner = RetryPolicy::new(Duration::from_millis(100), cap, MAX_RETRIES, true)
             .unwrap_or_else(|_| RetryPolicy::server_retry());
-        Self { inner, cap }
+        Self {
+            inner,
+            cap,
+            retry_throttled: true,
+        }
+    }
+
+    /// The same, but a 429 goes back to the caller at once.
+    pub fn without_throttled(mut self) -> Self {
+        self.retry_throttled = false;
+        self
     }
 }
 
@@ -230,6 +316,11 @@ impl<Res> Policy<Request<Body>, Response<Res>, BoxError> for CappedRetry {
         req: &mut Request<Body>,
         result: &mut std::result::Result<Response<Res>, BoxError>,
     ) -> Option<Self::Future> {
+        if !self.retry_throttled
+            && matches!(result, Ok(r) if r.status() == http::StatusCode::TOO_MANY_REQUESTS)
+        {
+            return None;
+        }
         let sleep = self.inner.retry(req, result)?;
         let latest = tokio::time::Instant::now() + self.cap;
         Some(tokio::time::sleep_until(sleep.deadline().min(latest)))
@@ -256,12 +347,19 @@ pub fn bounded_config(mut cfg: Config, limits: &ClientLimits) -> Config {
 /// Builds a [`Client`] for `conn` whose requests are bounded by `limits`.
 pub async fn client(conn: &Connection, limits: &ClientLimits) -> Result<Client> {
     let cfg = bounded_config(kube_config(conn).await?, limits);
+    let retry = match &limits.throttle {
+        Some(_) => CappedRetry::new(MAX_RETRY_AFTER).without_throttled(),
+        None => CappedRetry::new(MAX_RETRY_AFTER),
+    };
+    let throttle = limits.throttle.clone().unwrap_or_default();
     let builder = ClientBuilder::try_from(cfg)?
         // A retry needs a clonable service, kube's stack is a `BoxService`:
         // a buffer in front of it (as `Client` itself puts one in front of
         // the whole stack, with the same capacity).
         .with_layer(&BufferLayer::new(1024))
-        .with_layer(&RetryLayer::new(CappedRetry::new(MAX_RETRY_AFTER)))
+        // Inside the retry layer: it sees every attempt's answer.
+        .with_layer(&MapResponseLayer::new(observe_throttles(throttle)))
+        .with_layer(&RetryLayer::new(retry))
         .with_layer(&MapResponseLayer::new(report_success(
             limits.on_success.clone().unwrap_or_else(|| Arc::new(|| {})),
         )))
@@ -337,6 +435,53 @@ mod tests {
         let mut fresh = CappedRetry::new(MAX_RETRY_AFTER);
         assert!(fresh.retry(&mut request(), &mut answer(500, "1")).is_none());
         assert!(fresh.retry(&mut request(), &mut answer(200, "1")).is_none());
+    }
+
+    /// The writer's client leaves 429s to the writer's limiter (a retry here
+    /// would be a request the limiter did not admit) but still retries 503s.
+    #[tokio::test(start_paused = true)]
+    async fn the_writers_client_does_not_retry_429s() {
+        let mut writer = CappedRetry::new(MAX_RETRY_AFTER).without_throttled();
+        assert!(
+            writer
+                .retry(&mut request(), &mut answer(429, "1"))
+                .is_none()
+        );
+        assert!(
+            writer
+                .retry(&mut request(), &mut answer(503, "1"))
+                .is_some()
+        );
+    }
+
+    /// Every 429 is counted, by who sent it, with the longest `Retry-After`
+    /// (whole seconds; an HTTP date is not understood and ignored); a take
+    /// empties the signal.
+    #[test]
+    fn the_throttle_signal_counts_429s_and_keeps_the_longest_retry_after() {
+        let signal = ThrottleSignal::default();
+        assert_eq!(signal.take(), None);
+        let observe = observe_throttles(signal.clone());
+        let apf = Response::builder()
+            .status(429)
+            .header("Retry-After", "3")
+            .header("X-Kubernetes-PF-PriorityLevel-UID", "b1d5")
+            .body(())
+            .unwrap();
+        let _ = observe(apf);
+        let _ = observe(answer(429, "1").unwrap());
+        let _ = observe(answer(429, "Wed, 21 Oct 2015 07:28:00 GMT").unwrap());
+        let _ = observe(answer(503, "30").unwrap());
+        let _ = observe(answer(200, "30").unwrap());
+        assert_eq!(
+            signal.take(),
+            Some(Throttles {
+                apf: 1,
+                other: 2,
+                retry_after: Some(Duration::from_secs(3)),
+            })
+        );
+        assert_eq!(signal.take(), None);
     }
 
     #[test]

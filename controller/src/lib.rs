@@ -341,6 +341,11 @@ impl Error {
         matches!(self, Error::Fenced(_))
     }
 
+    /// The API server answered 429 (too many requests).
+    pub fn is_throttled(&self) -> bool {
+        matches!(self, Error::Kube(kube::Error::Api(s)) if s.code == 429)
+    }
+
     /// The configuration or the command's input is wrong (exit code 2): the
     /// message names the problem, one line each, never a token.
     pub fn is_usage(&self) -> bool {

@@ -6,7 +6,7 @@
 //! | `kube_discovery_watch_events_total` | counter | cluster, type (apply/delete/init_apply/relist) |
 //! | `kube_discovery_watch_restarts_total` | counter | cluster |
 //! | `kube_discovery_list_duration_seconds` | histogram | cluster |
-//! | `kube_discovery_writes_total` | counter | cluster, result (applied/deleted/error_*; error_panic: a write task panicked; fenced: dropped, the Lease was lost, not an error) |
+//! | `kube_discovery_writes_total` | counter | cluster, result (applied/deleted/error_*; error_panic: a write task panicked; fenced: dropped, the Lease was lost, not an error; throttled: answered 429, written again when the limiter allows, not an error) |
 //! | `kube_discovery_objects_failing` | gauge | cluster, reason (`name_taken`, `forbidden`, `conflict`, `api_error`, ...): services whose last write failed, retried with backoff; readiness does not wait for them |
 //! | `kube_discovery_writes_skipped_total` | counter | cluster (content hash already on the API server) |
 //! | `kube_discovery_event_to_write_seconds` | histogram | cluster (first source event -> write done) |
@@ -19,7 +19,9 @@
 //! | `kube_discovery_snapshot_last_publish_timestamp_seconds` | gauge | - (unix time the index last changed) |
 //! | `kube_discovery_drift_corrections_total` | counter | cluster, kind (edited/deleted/orphan) |
 //! | `kube_discovery_last_write_timestamp_seconds` | gauge | cluster (unix time of the last successful write or delete) |
-//! | `kube_discovery_api_requests_in_flight` | gauge | client (`source`: a watched cluster's client, `home`: the one writing DiscoveredServices, the Lease and the ConfigMap snapshot), cluster (the watched cluster's id; `""` for `home`): API requests started and not yet answered in full, open watches included (one per watched resource); read at scrape time |
+//! | `kube_discovery_api_requests_in_flight` | gauge | client (`source`: a watched cluster's client, `writer`: the one writing DiscoveredServices, `home`: the drift watch, the Lease, Events and the ConfigMap snapshot), cluster (the watched cluster's id; `""` for `writer` and `home`): API requests started and not yet answered in full, open watches included (one per watched resource); read at scrape time |
+//! | `kube_discovery_write_rate_limit` | gauge | - (writes per second the adaptive limiter allows now: grows while writes succeed, halves on a 429, never above `write_qps`) |
+//! | `kube_discovery_writes_throttled_total` | counter | by (`apf`: rejected by API Priority and Fairness, `other`: another 429): 429 answers to the writer's requests |
 //! | `kube_discovery_build_info` | gauge | version, os, arch (always 1) |
 //! | `kube_discovery_ready` | gauge | - (1 while `/readyz` answers 200; with [`Metrics::registry_with_state`]) |
 //! | `kube_discovery_leader` | gauge | - (1 while this replica writes: it holds the Lease, or leader election is off; with [`Metrics::registry_with_state`]) |
@@ -38,6 +40,7 @@
 //! prometheus/procfs (the kernel exports CPU ticks in `USER_HZ`, 100 on every
 //! architecture we build for), without `unsafe` (no `sysconf`).
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use prometheus_client::collector::Collector;
@@ -149,6 +152,13 @@ impl Collector for InFlight {
     }
 }
 
+/// Label set `{by}` of `kube_discovery_writes_throttled_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ThrottleLabel {
+    /// `apf` or `other`.
+    pub by: String,
+}
+
 /// Label set `{version, os, arch}` of `kube_discovery_build_info`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
@@ -207,6 +217,10 @@ pub struct Metrics {
     pub last_write: Family<ClusterLabel, Gauge>,
     /// Always 1, labelled with the build.
     pub build_info: Family<BuildLabels, Gauge>,
+    /// The adaptive write limiter's rate now (writes per second).
+    pub write_rate_limit: Gauge<f64, AtomicU64>,
+    /// 429 answers to the writer's requests, by who sent them.
+    pub writes_throttled: Family<ThrottleLabel, Counter>,
     /// The API clients' in-flight counters ([`Metrics::track_client`]).
     in_flight: InFlight,
 }
@@ -231,6 +245,8 @@ impl Default for Metrics {
             drift_corrections: Family::default(),
             last_write: Family::default(),
             build_info: Family::default(),
+            write_rate_limit: Gauge::default(),
+            writes_throttled: Family::default(),
             in_flight: InFlight::default(),
         };
         m.build_info
@@ -357,10 +373,32 @@ impl Metrics {
             self.last_write.clone(),
         );
         r.register(
+            "write_rate_limit",
+            "Writes per second the adaptive write limiter allows now (at most write_qps)",
+            self.write_rate_limit.clone(),
+        );
+        r.register(
+            "writes_throttled",
+            "429 answers to the writer's requests (apf: rejected by API Priority and Fairness)",
+            self.writes_throttled.clone(),
+        );
+        r.register(
             "build_info",
             "Build of the running kube-discovery (always 1)",
             self.build_info.clone(),
         );
+    }
+
+    /// Counts 429 answers to the writer (`apf`: by API Priority and
+    /// Fairness).
+    pub fn throttled(&self, apf: u64, other: u64) {
+        for (by, n) in [("apf", apf), ("other", other)] {
+            if n > 0 {
+                self.writes_throttled
+                    .get_or_create(&ThrottleLabel { by: by.to_string() })
+                    .inc_by(n);
+            }
+        }
     }
 
     /// Reports `counter` (an API client's requests in flight) as
@@ -686,6 +724,8 @@ mod tests {
         m.event("c1", "apply");
         m.write("", "applied");
         m.writes_skipped.get_or_create(&Metrics::cluster("")).inc();
+        m.throttled(2, 1);
+        m.write_rate_limit.set(62.5);
         m.services.get_or_create(&Metrics::cluster("")).set(3);
         m.skipped("", "Endpoints", "invalid_port", 2);
         m.event_to_write
@@ -702,6 +742,12 @@ mod tests {
         );
         assert!(
             text.contains(r#"kube_discovery_writes_skipped_total{cluster=""} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"kube_discovery_writes_throttled_total{by="apf"} 2"#)
+                && text.contains(r#"kube_discovery_writes_throttled_total{by="other"} 1"#)
+                && text.contains("kube_discovery_write_rate_limit 62.5"),
             "{text}"
         );
         assert!(

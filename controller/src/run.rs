@@ -185,6 +185,7 @@ impl RunOptions {
                 coalesce_window: plan.writes.coalesce_window,
                 concurrency: plan.writes.concurrency,
                 qps: plan.writes.qps,
+                start_qps: plan.writes.start_qps,
                 ..WriterOptions::default()
             },
             http_addr: plan.http.addr,
@@ -422,8 +423,17 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
         shutdown.clone(),
     );
     sup.watch("events", events_task);
-    let (writer, writer_task) = crate::writer::spawn_gated(
-        KubeSink::new(home.clone(), opts.naming.clone())
+    // The writer's own client to the home cluster: it reports every 429 to
+    // the writer's limiter and does not retry 429s itself (a retry would be a
+    // request the limiter did not admit); the Lease, Events and snapshot keep
+    // the shared one.
+    let throttle = crate::client::ThrottleSignal::default();
+    let mut writer_limits = crate::client::ClientLimits::new(opts.request_timeout);
+    writer_limits.throttle = Some(throttle.clone());
+    metrics.track_client("writer", "", writer_limits.in_flight.clone());
+    let writer_client = crate::client::client(&opts.home, &writer_limits).await?;
+    let (writer, writer_task) = crate::writer::spawn_with(
+        KubeSink::new(writer_client, opts.naming.clone())
             .with_events(events.clone())
             .with_drift(drift_view)
             .with_fence(fence)
@@ -433,6 +443,7 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
         opts.writer.clone(),
         shutdown.clone(),
         leader,
+        throttle,
     );
     let writer_task = sup.watch("writer", writer_task);
 

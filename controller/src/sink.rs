@@ -918,6 +918,7 @@ mod tests {
             retry_max: std::time::Duration::from_millis(200),
             drift_delay: std::time::Duration::from_secs(60),
             drift_settle: std::time::Duration::from_secs(60),
+            ..crate::writer::WriterOptions::default()
         };
         let shutdown = tokio_util::sync::CancellationToken::new();
         let (h, task) = crate::writer::spawn(
@@ -956,7 +957,7 @@ mod tests {
         }
         let text = crate::metrics::encode(&metrics.registry());
         assert!(
-            text.contains(r#"kube_discovery_writes_total{cluster="",result="error_throttled"} 4"#),
+            text.contains(r#"kube_discovery_writes_total{cluster="",result="throttled"} 4"#),
             "{text}"
         );
         assert!(text.contains(applied), "{text}");

@@ -39,6 +39,26 @@ pub struct FailRule {
     /// `Retry-After` header (seconds) of the answer, for 429/503.
     #[serde(default)]
     pub retry_after_seconds: Option<u64>,
+    /// Fail only this fraction of the matching requests (0 < f <= 1),
+    /// spread evenly and deterministically: `0.5` fails every second one,
+    /// `0.25` every fourth. `count` still bounds the failures. Default: all.
+    #[serde(default)]
+    pub fraction: Option<f64>,
+    /// Matching requests seen so far (for `fraction`).
+    #[serde(skip)]
+    pub seen: u64,
+}
+
+/// The requests whose arrival times are recorded (`recordArrivals`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArrivalRule {
+    /// Verb (`*` for all).
+    #[serde(default = "star")]
+    pub verb: String,
+    /// Resource (`*` for all).
+    #[serde(default = "star")]
+    pub resource: String,
 }
 
 /// A fault that delays matching requests.
@@ -103,6 +123,13 @@ pub struct FaultRequest {
     /// between two pages.
     #[serde(default)]
     pub expire_continue_tokens: Option<u64>,
+    /// From now on, record when each matching request arrives (after a
+    /// `latency` delay, when the `fail` rules are consulted: injected
+    /// failures included), replacing an earlier rule and its record. Read
+    /// with `Sim::arrivals` / `FaultProxy::arrivals`: a server-side view of
+    /// a client's request rate, on both backends.
+    #[serde(default)]
+    pub record_arrivals: Option<ArrivalRule>,
 }
 
 /// The `freezeConnectionsSeconds` fault: wraps each accepted connection
@@ -227,6 +254,10 @@ pub struct Faults {
     pub stall_until: Option<Instant>,
     /// Continued lists still to answer `410 Expired`.
     pub expire_continue: u64,
+    /// Whose arrivals are recorded, and when they arrived.
+    pub record: Option<ArrivalRule>,
+    /// Arrival times of the requests `record` matches.
+    pub arrivals: Vec<Instant>,
 }
 
 fn rule_matches(rule_verb: &str, rule_res: &str, verb: &str, resource: &str) -> bool {
@@ -234,13 +265,30 @@ fn rule_matches(rule_verb: &str, rule_res: &str, verb: &str, resource: &str) -> 
 }
 
 impl Faults {
-    /// Consume one matching failure, if any: (code, retry-after).
+    /// Consume one matching failure, if any: (code, retry-after). Called
+    /// once per request on both backends, so it also records the request's
+    /// arrival ([`FaultRequest::record_arrivals`]).
     pub fn take_failure(&mut self, verb: &str, resource: &str) -> Option<(u16, Option<u64>)> {
+        if self
+            .record
+            .as_ref()
+            .is_some_and(|r| rule_matches(&r.verb, &r.resource, verb, resource))
+        {
+            self.arrivals.push(Instant::now());
+        }
         let idx = self
             .fail
             .iter()
             .position(|r| r.count > 0 && rule_matches(&r.verb, &r.resource, verb, resource))?;
         let rule = &mut self.fail[idx];
+        rule.seen += 1;
+        if let Some(f) = rule.fraction {
+            // Fails when `seen * f` crosses an integer: evenly spread.
+            let crossed = (rule.seen as f64 * f).floor() > ((rule.seen - 1) as f64 * f).floor();
+            if !crossed {
+                return None;
+            }
+        }
         rule.count -= 1;
         let out = (rule.code, rule.retry_after_seconds);
         if rule.count == 0 {
@@ -284,6 +332,13 @@ pub fn validate_faults(req: &FaultRequest) -> Result<(), String> {
         return Err(format!(
             "fail.code: must be an HTTP error code (400-599), got {}",
             f.code
+        ));
+    }
+    if let Some(fr) = req.fail.as_ref().and_then(|f| f.fraction)
+        && !(fr > 0.0 && fr <= 1.0)
+    {
+        return Err(format!(
+            "fail.fraction: must be above 0 and at most 1, got {fr}"
         ));
     }
     for s in [
@@ -352,4 +407,67 @@ pub fn injected_failure_response(
     resource: &str,
 ) -> Response<Body> {
     error_response(&injected_failure(code, retry_after, verb, resource))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(fraction: Option<f64>, count: u64) -> FailRule {
+        FailRule {
+            verb: "patch".into(),
+            resource: "discoveredservices".into(),
+            count,
+            code: 429,
+            retry_after_seconds: Some(2),
+            fraction,
+            seen: 0,
+        }
+    }
+
+    #[test]
+    fn a_fraction_fails_evenly_spread_requests_and_count_bounds_them() {
+        let mut f = Faults::default();
+        f.fail.push(rule(Some(0.5), 3));
+        let failed: Vec<bool> = (0..10)
+            .map(|_| f.take_failure("patch", "discoveredservices").is_some())
+            .collect();
+        assert_eq!(
+            failed,
+            [
+                false, true, false, true, false, true, false, false, false, false
+            ]
+        );
+        let mut f = Faults::default();
+        f.fail.push(rule(Some(0.25), 100));
+        let n = (0..100)
+            .filter(|_| f.take_failure("patch", "discoveredservices").is_some())
+            .count();
+        assert_eq!(n, 25);
+        assert_eq!(f.take_failure("get", "discoveredservices"), None);
+    }
+
+    #[test]
+    fn arrivals_of_matching_requests_are_recorded_failed_or_not() {
+        let mut f = Faults {
+            record: Some(ArrivalRule {
+                verb: "patch".into(),
+                resource: "*".into(),
+            }),
+            ..Faults::default()
+        };
+        f.fail.push(rule(None, 1));
+        assert!(f.take_failure("patch", "discoveredservices").is_some());
+        assert!(f.take_failure("patch", "discoveredservices").is_none());
+        assert!(f.take_failure("get", "discoveredservices").is_none());
+        assert_eq!(f.arrivals.len(), 2);
+    }
+
+    #[test]
+    fn a_fraction_outside_0_to_1_is_refused_naming_the_field() {
+        let req: FaultRequest =
+            serde_json::from_str(r#"{"fail": {"code": 429, "fraction": 1.5}}"#).unwrap();
+        let e = validate_faults(&req).unwrap_err();
+        assert!(e.contains("fail.fraction"), "{e}");
+    }
 }

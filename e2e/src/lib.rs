@@ -178,6 +178,12 @@ impl Sim {
             );
     }
 
+    /// When each request a `recordArrivals` fault rule matches arrived
+    /// (injected failures included).
+    pub fn arrivals(&self) -> Vec<std::time::Instant> {
+        self.shared.faults().arrivals.clone()
+    }
+
     /// Stores `object` without defaults or validation (`POST /_sim/unvalidated`):
     /// what an older or corrupted server could hold, for tests of clients
     /// that must skip such data. Returns the stored object.

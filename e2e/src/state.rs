@@ -225,6 +225,11 @@ impl SimState {
         if let Some(n) = req.expire_continue_tokens {
             self.faults().expire_continue = n;
         }
+        if let Some(r) = req.record_arrivals {
+            let mut f = self.faults();
+            f.record = Some(r);
+            f.arrivals.clear();
+        }
         if let Some(s) = req.refuse_connections_seconds {
             let until = Instant::now() + Duration::from_secs_f64(s.max(0.0));
             self.refuse_tx.send_replace(Some(until));

@@ -227,6 +227,7 @@ client:
 {{- $_ := set $kd "shutdown_timeout" (printf "%ds" (max 1 (sub (int .Values.terminationGracePeriodSeconds) 5))) }}
 {{- $_ := set $kd "write_concurrency" (int64 $c.writeConcurrency) }}
 {{- $_ := set $kd "write_qps" $c.writeQps }}
+{{- $_ := set $kd "write_qps_start" $c.writeQpsStart }}
 {{- with $c.coalesceWindow }}{{ $_ := set $kd "coalesce_window" . }}{{ end }}
 {{- $_ := set $kd "drain_terminating" $c.drainTerminating }}
 {{- $_ := set $kd "index_port_numbers" $c.indexPortNumbers }}

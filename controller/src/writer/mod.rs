@@ -14,6 +14,12 @@
 //!                                                                       Sink::drift (at once), state, metrics
 //! ```
 //!
+//! 429s reach the planner's adaptive limiter two ways: the writer's client
+//! records every 429 answer with its `Retry-After` ([`ThrottleSignal`]),
+//! which this loop drains into [`Input::Throttled`] whenever a task ends; a
+//! write that failed with 429 finishes as [`Outcome::Throttled`] (written
+//! again when the limiter allows, not a failure).
+//!
 //! Only keys travel: an apply writes the desired state of its key as
 //! [`ControllerState`] has it when the write starts (always the latest). A
 //! write task that panics is a failed write of its key (retried). On shutdown
@@ -35,6 +41,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::client::ThrottleSignal;
 use crate::drift::DriftCheck;
 use crate::inbox::{Inbox, WriterHandle, WriterMsg};
 use crate::leader::Leadership;
@@ -73,8 +80,31 @@ pub fn spawn_gated<S: Sink>(
     shutdown: CancellationToken,
     leader: Option<watch::Receiver<Leadership>>,
 ) -> (WriterHandle, tokio::task::JoinHandle<()>) {
+    spawn_with(
+        sink,
+        shared,
+        metrics,
+        opts,
+        shutdown,
+        leader,
+        ThrottleSignal::default(),
+    )
+}
+
+/// Like [`spawn_gated`], with the 429s the sink's client saw
+/// ([`crate::client::ClientLimits::throttle`]) fed to the limiter.
+pub fn spawn_with<S: Sink>(
+    sink: S,
+    shared: Arc<ControllerState>,
+    metrics: Metrics,
+    opts: WriterOptions,
+    shutdown: CancellationToken,
+    leader: Option<watch::Receiver<Leadership>>,
+    throttle: ThrottleSignal,
+) -> (WriterHandle, tokio::task::JoinHandle<()>) {
     let (handle, inbox) = crate::inbox::channel();
-    let w = Writer::new(sink, shared, metrics, opts);
+    let mut w = Writer::new(sink, shared, metrics, opts);
+    w.throttle = throttle;
     let task = tokio::spawn(w.run(inbox, shutdown, leader));
     (handle, task)
 }
@@ -125,6 +155,7 @@ struct Writer<S> {
     planner: Planner,
     origin: Instant,
     tasks: JoinSet<Done>,
+    throttle: ThrottleSignal,
 }
 
 impl<S: Sink> Writer<S> {
@@ -136,6 +167,7 @@ impl<S: Sink> Writer<S> {
             planner: Planner::new(opts),
             origin: Instant::now(),
             tasks: JoinSet::new(),
+            throttle: ThrottleSignal::default(),
         }
     }
 
@@ -151,6 +183,23 @@ impl<S: Sink> Writer<S> {
         let now = self.now();
         let actions = self.planner.handle(now, input, &State(&self.shared));
         self.execute(actions);
+    }
+
+    /// Feeds the 429s the client saw since the last call to the limiter.
+    fn drain_throttles(&mut self) {
+        if let Some(t) = self.throttle.take() {
+            self.metrics.throttled(t.apf, t.other);
+            let before = self.planner.write_rate();
+            self.handle(Input::Throttled {
+                retry_after: t.retry_after,
+            });
+            let rate = self.planner.write_rate();
+            if rate < before {
+                tracing::warn!(answers = t.count(), retry_after = ?t.retry_after, rate, "API server throttles writes (429): slowing down");
+            } else {
+                tracing::debug!(answers = t.count(), retry_after = ?t.retry_after, rate, "429 answers");
+            }
+        }
     }
 
     /// Polls the planner (drift answers are fed back at once) and returns
@@ -260,6 +309,8 @@ impl<S: Sink> Writer<S> {
     }
 
     fn finish(&mut self, done: Done) {
+        // Before the outcome: a throttled write is due again after the pause.
+        self.drain_throttles();
         match done {
             Done::Load { epoch, result } => match result {
                 Ok(known) => {
@@ -291,6 +342,11 @@ impl<S: Sink> Writer<S> {
                             .get_or_create(&Metrics::cluster(&cluster))
                             .observe(self.now().saturating_sub(since).as_secs_f64());
                         outcome
+                    }
+                    Err(e) if e.is_throttled() => {
+                        self.metrics.write(&cluster, "throttled");
+                        tracing::debug!(service = %key, "write throttled (429): again when the limiter allows");
+                        Outcome::Throttled
                     }
                     Err(e) if e.is_fenced() => {
                         // Not a failure: this replica lost the lease while the
@@ -369,6 +425,10 @@ impl<S: Sink> Writer<S> {
         let mut open = true;
         loop {
             let wake = self.poll();
+            let rate = self.planner.write_rate();
+            self.metrics
+                .write_rate_limit
+                .set(if rate.is_finite() { rate } else { 0.0 });
             if !open && self.tasks.is_empty() && self.planner.idle() {
                 break;
             }

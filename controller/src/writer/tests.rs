@@ -39,6 +39,10 @@ struct FakeSink {
     apply_shards: Arc<Mutex<Option<u32>>>,
     /// `key reason` of every `Sink::failing` report (an Event in `KubeSink`).
     failing: Arc<Mutex<Vec<String>>>,
+    /// Number of upcoming apply calls the "API server" answers with 429 and
+    /// `Retry-After: 2`, recorded in `throttle` as the writer's client does.
+    throttle_next: Arc<Mutex<u32>>,
+    throttle: ThrottleSignal,
 }
 
 impl FakeSink {
@@ -102,6 +106,22 @@ impl Sink for FakeSink {
                 return Err(crate::InputError::Injected.into());
             }
         }
+        {
+            let mut t = self.throttle_next.lock().unwrap();
+            if *t > 0 {
+                *t -= 1;
+                let answer = http::Response::builder()
+                    .status(429)
+                    .header("Retry-After", "2")
+                    .body(())
+                    .unwrap();
+                self.throttle.record(&answer);
+                return Err(Error::Kube(kube::Error::Api(Box::new(
+                    kube::core::Status::failure("Too many requests", "TooManyRequests")
+                        .with_code(429),
+                ))));
+            }
+        }
         self.check(token)?;
         self.calls
             .lock()
@@ -150,6 +170,8 @@ fn opts() -> WriterOptions {
         coalesce_window: Duration::from_millis(100),
         concurrency: 2,
         qps: 0.0,
+        start_qps: 0.0,
+        max_pause: Duration::from_secs(10),
         retry_min: Duration::from_millis(200),
         retry_max: Duration::from_secs(2),
         drift_delay: Duration::from_millis(250),
@@ -395,6 +417,7 @@ async fn deletes_only_what_exists_and_rate_limit_spaces_writes() {
     let shared = Arc::new(ControllerState::new([""]));
     let o = WriterOptions {
         qps: 2.0,
+        start_qps: 2.0,
         concurrency: 8,
         ..opts()
     };
@@ -417,8 +440,8 @@ async fn deletes_only_what_exists_and_rate_limit_spaces_writes() {
     h.changed(vec![ServiceKey::new("", "ns", "never")], start);
     settle().await;
     assert_eq!(sink.calls().len(), 6);
-    // 6 writes at 2/s with a one-second burst allowance take >= 1.5 s.
-    assert!(Instant::now() - start >= Duration::from_millis(1500));
+    // 6 writes at 2/s, strictly spaced (no burst): 2.5 s.
+    assert!(Instant::now() - start >= Duration::from_millis(2500));
     shared.set_desired(&keys[0], None);
     h.changed(vec![keys[0].clone()], Instant::now());
     settle().await;
@@ -692,4 +715,72 @@ async fn the_shard_count_of_a_write_is_handed_to_the_next_write_of_the_key() {
         repair: false,
     };
     assert_eq!(sink.priors(), vec![Prior::default(), three]);
+}
+
+/// A 429 reaches the limiter through the client's signal: the rate halves,
+/// no write starts during the `Retry-After` (2 s), the throttled key is
+/// written afterwards and never reported failing; the metrics show the 429
+/// and the rate.
+#[tokio::test(start_paused = true)]
+async fn a_throttled_write_pauses_writes_for_the_retry_after_and_is_written_later() {
+    let sink = FakeSink {
+        throttle_next: Arc::new(Mutex::new(1)),
+        ..FakeSink::default()
+    };
+    let shared = Arc::new(ControllerState::new([""]));
+    let m = Metrics::default();
+    let o = WriterOptions {
+        qps: 100.0,
+        start_qps: 100.0,
+        concurrency: 1,
+        ..opts()
+    };
+    let (h, _t) = spawn_with(
+        sink.clone(),
+        shared.clone(),
+        m.clone(),
+        o,
+        CancellationToken::new(),
+        None,
+        sink.throttle.clone(),
+    );
+    let keys: Vec<ServiceKey> = (0..3)
+        .map(|i| ServiceKey::new("", "ns", format!("s{i}")))
+        .collect();
+    for k in &keys {
+        shared.set_desired(k, Some(nodes(k, &["10.0.0.1"])));
+    }
+    let start = Instant::now();
+    h.changed(keys.clone(), start);
+    // The window (100 ms) and the 429 of the first write, then the pause.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(sink.calls(), vec![], "nothing during the Retry-After");
+    assert_eq!(m.write_rate_limit.get(), 50.0, "halved");
+    settle().await;
+    let mut written: Vec<String> = sink
+        .calls()
+        .into_iter()
+        .map(|c| match c {
+            Call::Apply(k, _) => k,
+            Call::Delete(k) => k,
+        })
+        .collect();
+    written.sort();
+    assert_eq!(written, vec!["ns/s0", "ns/s1", "ns/s2"]);
+    assert!(Instant::now() - start >= Duration::from_secs(2));
+    assert!(sink.failing.lock().unwrap().is_empty(), "not a failure");
+    assert_eq!(
+        m.writes_throttled
+            .get_or_create(&crate::metrics::ThrottleLabel { by: "other".into() })
+            .get(),
+        1
+    );
+    let throttled_writes = m
+        .writes
+        .get_or_create(&crate::metrics::WriteLabels {
+            cluster: String::new(),
+            result: "throttled".into(),
+        })
+        .get();
+    assert_eq!(throttled_writes, 1);
 }

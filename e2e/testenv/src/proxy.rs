@@ -20,6 +20,8 @@
 //! * `hangSeconds` (proxy only): requests accepted in that window are never
 //!   answered (nothing is closed either), the network partition of a dead
 //!   peer.
+//! * `recordArrivals`: the arrival time of every matching request is kept
+//!   ([`FaultProxy::arrivals`]), failed ones included;
 //! * `expireContinueTokens`: the next lists carrying a `continue` token are
 //!   answered kube-sim's `410 Expired` (an etcd compaction between pages,
 //!   [`crate::real::ControlPlane::compact`], is the real one);
@@ -158,6 +160,8 @@ impl FaultProxy {
             f.latency.clear();
             f.stall_until = None;
             f.expire_continue = 0;
+            f.record = None;
+            f.arrivals.clear();
             drop(f);
             *sh.hang_until.lock().unwrap_or_else(|p| p.into_inner()) = None;
             sh.freezer.clear();
@@ -167,6 +171,11 @@ impl FaultProxy {
         }
         if let Some(n) = req.expire_continue_tokens {
             sh.faults().expire_continue = n;
+        }
+        if let Some(r) = &req.record_arrivals {
+            let mut f = sh.faults();
+            f.record = Some(r.clone());
+            f.arrivals.clear();
         }
         if let Some(r) = &req.fail {
             sh.faults().fail.push(r.clone());
@@ -211,6 +220,12 @@ impl FaultProxy {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// When each request a `recordArrivals` rule matches reached the proxy
+    /// (injected failures included: the API server never sees those).
+    pub fn arrivals(&self) -> Vec<std::time::Instant> {
+        self.shared.faults().arrivals.clone()
     }
 
     /// `(verb, resource)` -> how many requests a `latency` fault began to

@@ -206,6 +206,8 @@ fn chart_settings_reach_the_controller_config() {
         "controller.writeConcurrency=3",
         "--set-json",
         "controller.writeQps=7.5",
+        "--set-json",
+        "controller.writeQpsStart=2.5",
         "--set",
         "controller.indexPortNumbers=true",
         "--set",
@@ -255,6 +257,7 @@ fn chart_settings_reach_the_controller_config() {
     assert_eq!(s.watch_timeout, Duration::from_secs(60));
     assert_eq!(s.write_concurrency, 3);
     assert!((s.write_qps - 7.5).abs() < f64::EPSILON);
+    assert!((s.write_qps_start - 2.5).abs() < f64::EPSILON);
     assert!(s.index_port_numbers && s.topology && s.service_port_aliases);
     assert!(s.export_opt_in);
     let allow = s.external_name.as_ref().expect("external_name enabled");

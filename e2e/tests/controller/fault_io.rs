@@ -11,6 +11,8 @@
 //! | SIGTERM while a write hangs on the server | `p04_shutdown_deadline` |
 //! | every paged list's `continue` token expires (410) | `p05_expired_continue_token` |
 //! | real only: etcd compacted between two pages of the first list | `p06_compaction_between_pages_real` |
+//! | 429 (`Retry-After: 1`) on every second write, ten times, with a ceiling of 20 writes/s (issue 19, item 4) | `p07_throttled_server_never_sees_more_than_the_ceiling` |
+//! | real only: API Priority and Fairness itself rejects the controller's writes (a priority level of one share that rejects instead of queueing) | `p08_apf_rejections_real` |
 
 use crate::controller_support;
 use crate::fault_support;
@@ -239,8 +241,9 @@ async fn p04_shutdown_deadline(backend: Backend) {
     let mut ctl = Controller::start(&env, "term-hung", &cfg, &[]).await;
     ctl.wait_ready().await;
     wait_converged(&env, &cfg, Duration::from_secs(30)).await;
-    let home = r#"client="home""#;
-    let idle = metric_sum(&ctl, "kube_discovery_api_requests_in_flight", &[home]).await;
+    // The writer's own client (DiscoveredService writes).
+    let writer = r#"client="writer""#;
+    let idle = metric_sum(&ctl, "kube_discovery_api_requests_in_flight", &[writer]).await;
     fault(
         &env,
         json!({"latency": {"verb": "patch", "resource": "discoveredservices",
@@ -250,7 +253,7 @@ async fn p04_shutdown_deadline(backend: Backend) {
     churn.run(&env, 2, Duration::ZERO).await;
     // The write of the change is in flight (and hangs).
     eventually("a write in flight", Duration::from_secs(30), || async {
-        (metric_sum(&ctl, "kube_discovery_api_requests_in_flight", &[home]).await > idle)
+        (metric_sum(&ctl, "kube_discovery_api_requests_in_flight", &[writer]).await > idle)
             .then_some(())
     })
     .await;
@@ -368,6 +371,176 @@ async fn p06_compaction_between_pages_real() {
     assert!(
         logs.contains("the continue token of a paged list expired; listing again in one request"),
         "no expired continue token after the compaction:\n{logs}"
+    );
+    ctl.stop().await;
+}
+
+/// The arrival times of the requests a `recordArrivals` fault matches, at
+/// kube-sim or at the fault proxy in front of the real API server (where
+/// injected 429s are answered: the API server never sees those).
+fn arrival_times(env: &Env) -> Vec<std::time::Instant> {
+    match env.api.real() {
+        Some(real) => real.proxy().arrivals(),
+        None => env.api.sim().expect("kube-sim").arrivals(),
+    }
+}
+
+/// Issue 19, item 4: the server answers every second DiscoveredService write
+/// with 429 and `Retry-After: 1` (ten times, then it recovers) while 60
+/// services are first written with `write_qps: 20` (the ceiling) and
+/// `write_qps_start: 20`. What reaches the server (kube-sim, or the fault
+/// proxy in front of the real API server, where the 429s are injected) is
+/// measured in sliding 1 s windows:
+/// * never more than the ceiling: 20, + 1 at a window's edge, + 1 for
+///   arrival jitter (requests spaced 50 ms apart by the limiter can arrive
+///   bunched on a loaded machine; the limiter's own catch-up is at most
+///   20 ms = 0.4 of a write); the writer's client does not retry 429s itself,
+///   so every request reaching the server was admitted by the limiter: the
+///   server sees exactly one request per write attempt (60 + 10);
+/// * a 429 pauses the writer for its `Retry-After`: after each, at most one
+///   request (one already under way) arrives within 0.9 s;
+/// * everything is written in the end, and the 429s are counted.
+#[both_backends]
+#[tokio::test]
+async fn p07_throttled_server_never_sees_more_than_the_ceiling(backend: Backend) {
+    let env = Env::start(backend).await;
+    let cfg = config(
+        &env,
+        &env.admin_token(),
+        Kind::Slices,
+        "  write_qps: 20\n  write_qps_start: 20\n",
+    );
+    let services = 60;
+    let mut churn = Churn::new("throttled", services, Kind::Slices, 37, 37);
+    churn.seed(&env).await;
+    fault(
+        &env,
+        json!({"recordArrivals": {"verb": "patch", "resource": "discoveredservices"},
+               "fail": {"verb": "patch", "resource": "discoveredservices", "count": 10,
+                        "fraction": 0.5, "code": 429, "retryAfterSeconds": 1}}),
+    )
+    .await;
+    let ctl = Controller::start(&env, "throttled", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    wait_converged(&env, &cfg, Duration::from_secs(90)).await;
+    let times = arrival_times(&env);
+    let took = times
+        .last()
+        .copied()
+        .zip(times.first().copied())
+        .map(|(l, f)| l - f);
+    let since_first: Vec<Duration> = times.iter().map(|t| *t - times[0]).collect();
+    let most = kube_discovery_core::write_plan::limiter::busiest_second(&since_first);
+    eprintln!(
+        "{} writes reached the server over {took:?}, at most {most} in one second",
+        times.len()
+    );
+    assert!(most <= 22, "{most} writes in one second (ceiling 20)");
+    assert_eq!(
+        times.len(),
+        services + 10,
+        "one request per write attempt (no client-side 429 retries); log:\n{}",
+        ctl.logs()
+    );
+    // The 429s were the 2nd, 4th, ..., 20th arrival.
+    for i in (1..20).step_by(2) {
+        let t = times[i];
+        let soon = times[i + 1..]
+            .iter()
+            .filter(|a| **a - t < Duration::from_millis(900))
+            .count();
+        assert!(
+            soon <= 1,
+            "{soon} writes within 0.9 s after the 429 #{i} (Retry-After: 1)"
+        );
+    }
+    let throttled = metric_sum(&ctl, "kube_discovery_writes_throttled_total", &[]).await;
+    assert_eq!(throttled, 10.0);
+    let rate = metric_sum(&ctl, "kube_discovery_write_rate_limit", &[]).await;
+    assert!((1.0..=20.0).contains(&rate), "rate {rate}");
+    ctl.stop().await;
+}
+
+/// Issue 19, item 4 on the real API server: API Priority and Fairness itself
+/// rejects the controller's writes. The controller's user `kd` is put in a
+/// flow schema of its own whose priority level has one nominal share (about
+/// 2 of the server's 600 seats) and rejects instead of queueing, so the 32
+/// writes in flight of a first sync of 250 services meet real APF 429s (with
+/// the server's own `Retry-After` and `X-Kubernetes-PF-*` headers). Every one
+/// is seen and counted as `apf`, the limiter slows down, and everything is
+/// still written. Real only: kube-sim has no APF (its 429s are `p07`'s).
+#[tokio::test]
+async fn p08_apf_rejections_real() {
+    use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
+    let env = Env::start_with(
+        Backend::Real,
+        Options {
+            users: vec![("kd".to_string(), Vec::new())],
+            ..Options::default()
+        },
+    )
+    .await;
+    grant(&env).await;
+    let plc: PriorityLevelConfiguration = serde_json::from_value(json!({
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+        "metadata": {"name": "kd-tight"},
+        "spec": {"type": "Limited", "limited": {
+            "nominalConcurrencyShares": 1, "lendablePercent": 0, "borrowingLimitPercent": 0,
+            "limitResponse": {"type": "Reject"}}}
+    }))
+    .expect("priority level");
+    Api::<PriorityLevelConfiguration>::all(env.admin.clone())
+        .create(&PostParams::default(), &plc)
+        .await
+        .expect("create the priority level");
+    let fs: FlowSchema = serde_json::from_value(json!({
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+        "metadata": {"name": "kd-tight"},
+        "spec": {"priorityLevelConfiguration": {"name": "kd-tight"}, "matchingPrecedence": 500,
+                 "distinguisherMethod": {"type": "ByUser"},
+                 "rules": [{"subjects": [{"kind": "User", "user": {"name": "kd"}}],
+                            "resourceRules": [{"verbs": ["patch"], "apiGroups": ["kubediscovery.io"],
+                                               "resources": ["discoveredservices"], "namespaces": ["*"]}]}]}
+    }))
+    .expect("flow schema");
+    Api::<FlowSchema>::all(env.admin.clone())
+        .create(&PostParams::default(), &fs)
+        .await
+        .expect("create the flow schema");
+    // The API server's APF configuration controller picks the objects up
+    // within a few seconds.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let cfg = config(&env, &user_token(&env, "kd"), Kind::Slices, "");
+    let mut churn = Churn::new("apf", 250, Kind::Slices, 38, 38);
+    churn.seed(&env).await;
+    let ctl = Controller::start(&env, "apf", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    wait_converged(&env, &cfg, Duration::from_secs(120)).await;
+    let apf = metric_sum(
+        &ctl,
+        "kube_discovery_writes_throttled_total",
+        &[r#"by="apf""#],
+    )
+    .await;
+    let other = metric_sum(
+        &ctl,
+        "kube_discovery_writes_throttled_total",
+        &[r#"by="other""#],
+    )
+    .await;
+    let rate = metric_sum(&ctl, "kube_discovery_write_rate_limit", &[]).await;
+    eprintln!("APF rejected {apf} writes ({other} other 429s); limiter at {rate} writes/s");
+    assert!(apf > 0.0, "no APF rejection seen; log:\n{}", ctl.logs());
+    // No storm: a rejection pauses every start for its Retry-After, so one
+    // round of rejections is at most the 32 writes already in flight; more
+    // than two rounds in this sync would be a storm.
+    assert!(apf < 64.0, "{apf} APF rejections; log:\n{}", ctl.logs());
+    assert_eq!(other, 0.0, "every 429 came from APF");
+    assert!(
+        ctl.logs()
+            .contains("API server throttles writes (429): slowing down"),
+        "{}",
+        ctl.logs()
     );
     ctl.stop().await;
 }

@@ -185,8 +185,11 @@ pub struct Writes {
     pub coalesce_window: Duration,
     /// Concurrent writes.
     pub concurrency: usize,
-    /// Client-side rate limit (writes per second).
+    /// The adaptive rate limit's ceiling (writes per second).
     pub qps: f64,
+    /// Where the adaptive rate limit starts (writes per second, at most
+    /// `qps`).
+    pub start_qps: f64,
 }
 
 /// An enabled leader election.
@@ -307,6 +310,7 @@ impl Config {
                 coalesce_window: s.coalesce_window,
                 concurrency: s.write_concurrency,
                 qps: s.write_qps,
+                start_qps: s.write_qps_start.min(s.write_qps),
             },
             http: HttpSettings {
                 addr: overrides.http_addr.unwrap_or(s.http.addr),

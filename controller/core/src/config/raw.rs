@@ -357,6 +357,8 @@ pub(super) struct RawSettings {
     pub(super) write_concurrency: Option<u64>,
     #[garde(custom(check_qps))]
     pub(super) write_qps: Option<f64>,
+    #[garde(custom(check_qps))]
+    pub(super) write_qps_start: Option<f64>,
     #[garde(dive)]
     pub(super) http: Option<RawHttp>,
     #[garde(dive)]

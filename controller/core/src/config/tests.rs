@@ -795,6 +795,7 @@ kube_discovery:
   shutdown_timeout: 25s
   write_concurrency: 4
   write_qps: 12.5
+  write_qps_start: 5
   http: {addr: "127.0.0.1:9090", auth_token_file: /etc/kd/token}
   sinks:
     discoveredservices: {enabled: true, namespace_mode: fixed, namespace: kube-discovery}
@@ -817,7 +818,10 @@ kube_discovery:
             Duration::from_secs(25)
         )
     );
-    assert_eq!((s.write_concurrency, s.write_qps), (4, 12.5));
+    assert_eq!(
+        (s.write_concurrency, s.write_qps, s.write_qps_start),
+        (4, 12.5, 5.0)
+    );
     assert_eq!(s.http.addr, "127.0.0.1:9090".parse().unwrap());
     assert_eq!(
         s.http.auth_token_file.as_deref(),
@@ -898,6 +902,7 @@ kube_discovery:
   request_timeout: 1s
   write_concurrency: 0
   write_qps: 0
+  write_qps_start: 20000
   http: {addr: "localhost"}
   sinks:
     discoveredservices: {namespace_mode: fixed}
@@ -938,7 +943,12 @@ kube_discovery:
     has(
         &lines,
         "kube_discovery.write_qps",
-        "must be between 0.1 and 10000",
+        "0 must be between 0.1 and 10000",
+    );
+    has(
+        &lines,
+        "kube_discovery.write_qps_start",
+        "20000 must be between 0.1 and 10000",
     );
     has(&lines, "kube_discovery.http.addr", "must be ip:port");
     has(

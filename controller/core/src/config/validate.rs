@@ -486,6 +486,7 @@ fn validate_settings(
             .and_then(|n| usize::try_from(n).ok())
             .unwrap_or(d.write_concurrency),
         write_qps: raw.write_qps.unwrap_or(d.write_qps),
+        write_qps_start: raw.write_qps_start.unwrap_or(d.write_qps_start),
         http: HttpSettings {
             addr: http
                 .addr

@@ -285,8 +285,11 @@ pub struct Settings {
     pub shutdown_timeout: Duration,
     /// Concurrent writes.
     pub write_concurrency: usize,
-    /// Client-side write rate limit.
+    /// The ceiling of the adaptive write rate limit (writes per second).
     pub write_qps: f64,
+    /// Where the adaptive write rate limit starts (writes per second;
+    /// at most `write_qps`).
+    pub write_qps_start: f64,
     /// HTTP server.
     pub http: HttpSettings,
     /// Sinks.
@@ -313,10 +316,16 @@ impl Default for Settings {
             // Below the chart's terminationGracePeriodSeconds (30).
             shutdown_timeout: Duration::from_secs(20),
             // 8 in flight could not keep up with 500 changes/s (churn p99
-            // 3.1 s vs 0.14 s with 32, BENCHMARKS.md); `write_qps` stays the
-            // throttle on the API server.
+            // 3.1 s vs 0.14 s with 32, BENCHMARKS.md); the adaptive limiter
+            // is the throttle on the API server.
             write_concurrency: 32,
-            write_qps: 50.0,
+            // The limiter starts at the old fixed limit (known safe) and grows
+            // while writes succeed; it halves on a 429. The ceiling allows a
+            // 10,000-service first sync in seconds where the server takes it
+            // (BENCHMARKS.md, issue 19 item 4); a server that cannot take it
+            // says so with 429s.
+            write_qps: crate::write_plan::limiter::RateOptions::default().ceiling,
+            write_qps_start: crate::write_plan::limiter::RateOptions::default().start,
             http: HttpSettings {
                 addr: SocketAddr::from(([0, 0, 0, 0], 8080)),
                 auth_token_file: None,
@@ -370,6 +379,7 @@ impl Settings {
             "shutdown_timeout": format_duration(self.shutdown_timeout),
             "write_concurrency": self.write_concurrency,
             "write_qps": self.write_qps,
+            "write_qps_start": self.write_qps_start,
             "http": {"addr": self.http.addr.to_string(),
                      "auth_token_file": self.http.auth_token_file.as_ref().map(|p| p.display().to_string())},
             "sinks": {

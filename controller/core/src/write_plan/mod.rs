@@ -5,12 +5,14 @@
 //!
 //! ```text
 //!  Changed(keys, at) ─▶ pending{key: due = now + coalesce_window, first event}
-//!  poll(now):  due, not in flight, < concurrency, rate token
+//!  poll(now):  due, not in flight, < concurrency, limiter token
 //!              desired == known ─▶ skip        desired ─▶ Apply     none, known ─▶ Delete
 //!  Finished:   Applied(v, n) ─▶ known[key] = v, shards[key] = n, repair done
 //!              Deleted ─▶ known, shards, repair of key forgotten
 //!              Failed(reason) ─▶ again after backoff, reported failing until written
 //!              Fenced ─▶ again at once (the lease was lost; nothing was sent)
+//!              Throttled (429) ─▶ again when the limiter allows (not a failure)
+//!  Throttled(retry_after) ─▶ limiter: rate halved, paused (see [`limiter`])
 //!  Drifted(keys) ─▶ CheckDrift later (not while a write of the key is pending or settling)
 //!  DriftChecked: Drift ─▶ forget known[key], mark a repair, queue it    Stale ─▶ check again later
 //!  Synced(cluster) ─▶ stale objects of the cluster queued for deletion; ClusterSynced once
@@ -30,6 +32,7 @@
 
 mod compact;
 mod drift;
+pub mod limiter;
 mod objects;
 mod queue;
 #[cfg(test)]
@@ -41,6 +44,7 @@ use std::time::Duration;
 use self::compact::{PackedKey, Version};
 use self::compact::{trim_map, trim_set};
 use self::drift::DriftChecks;
+use self::limiter::{Limiter, RateOptions};
 pub use self::objects::{
     DeleteWhy, NameTaken, ObjName, ObjectOp, ObjectPlan, ServerView, object_ops,
 };
@@ -57,8 +61,14 @@ pub struct Options {
     pub coalesce_window: Duration,
     /// Maximum writes in flight.
     pub concurrency: usize,
-    /// Maximum writes per second (0 = unlimited).
+    /// The ceiling of the adaptive rate limit ([`limiter`]), writes per
+    /// second (0 = unlimited: no limiter at all).
     pub qps: f64,
+    /// Where the adaptive rate limit starts, writes per second (at most
+    /// `qps`).
+    pub start_qps: f64,
+    /// The longest pause a 429's `Retry-After` causes.
+    pub max_pause: Duration,
     /// First retry delay after a failed write (also of a failed start-up list).
     pub retry_min: Duration,
     /// Maximum retry delay.
@@ -74,7 +84,9 @@ impl Default for Options {
         Self {
             coalesce_window: Duration::from_millis(100),
             concurrency: 8,
-            qps: 50.0,
+            qps: RateOptions::default().ceiling,
+            start_qps: RateOptions::default().start,
+            max_pause: RateOptions::default().max_pause,
             retry_min: Duration::from_millis(500),
             retry_max: Duration::from_secs(30),
             drift_delay: Duration::from_millis(200),
@@ -144,6 +156,10 @@ pub enum Outcome {
     Failed(String),
     /// Dropped by the leadership fence: nothing was sent after the loss.
     Fenced,
+    /// The API server answered 429 (too many requests): written again when
+    /// the limiter allows, not a failure (the 429 itself reaches the
+    /// limiter as [`Input::Throttled`]).
+    Throttled,
 }
 
 /// What a drift check found.
@@ -193,6 +209,13 @@ pub enum Input {
         key: ServiceKey,
         /// How.
         outcome: Outcome,
+    },
+    /// The API server answered a write request with 429 (seen on the
+    /// writer's client, also when the client retried it): the limiter halves
+    /// the rate and pauses for `retry_after` (capped).
+    Throttled {
+        /// The answer's `Retry-After`.
+        retry_after: Option<Duration>,
     },
     /// The answer to [`Action::CheckDrift`].
     DriftChecked {
@@ -293,7 +316,7 @@ pub struct Planner {
     pending: Queue,
     barriers: Vec<(String, u64)>,
     seq: u64,
-    next_token: At,
+    limiter: Limiter,
     drift: DriftChecks,
     failing: HashMap<PackedKey, String>,
     /// The current epoch, whether it leads, and whether `known` is for it.
@@ -314,6 +337,11 @@ impl Planner {
     /// A planner that leads in epoch 0 (no leader election) with nothing
     /// known yet: its first poll asks for [`Action::Load`].
     pub fn new(opts: Options) -> Self {
+        let limiter = Limiter::new(RateOptions {
+            start: opts.start_qps,
+            ceiling: opts.qps,
+            max_pause: opts.max_pause,
+        });
         Planner {
             opts,
             known: HashMap::new(),
@@ -322,7 +350,7 @@ impl Planner {
             pending: Queue::default(),
             barriers: Vec::new(),
             seq: 0,
-            next_token: At::ZERO,
+            limiter,
             drift: DriftChecks::default(),
             failing: HashMap::new(),
             epoch: 0,
@@ -410,6 +438,7 @@ impl Planner {
                 }
             }
             Input::Finished { key, outcome } => self.finish(PackedKey::new(&key), outcome, now),
+            Input::Throttled { retry_after } => self.limiter.throttled(now, retry_after),
             Input::DriftChecked { key, result } => {
                 let key = PackedKey::new(&key);
                 match result {
@@ -461,6 +490,12 @@ impl Planner {
     /// Writes in flight.
     pub fn in_flight(&self) -> usize {
         self.pending.inflight.len()
+    }
+
+    /// The limiter's rate now, writes per second (infinite without a
+    /// ceiling).
+    pub fn write_rate(&self) -> f64 {
+        self.limiter.rate()
     }
 
     /// Nothing pending and nothing in flight.
@@ -529,20 +564,6 @@ impl Planner {
         }
     }
 
-    fn take_token(&mut self, now: At) -> bool {
-        if self.opts.qps <= 0.0 {
-            return true;
-        }
-        if now < self.next_token {
-            return false;
-        }
-        let step = Duration::from_secs_f64(1.0 / self.opts.qps);
-        // Allow a small burst of one second's worth after idle time.
-        let floor = now.saturating_sub(Duration::from_secs(1));
-        self.next_token = self.next_token.max(floor) + step;
-        true
-    }
-
     fn dispatch(&mut self, now: At, desired: &dyn Desired) {
         while self.pending.inflight.len() < self.opts.concurrency.max(1) {
             let Some(key) = self.pending.first_due_key(now) else {
@@ -566,7 +587,7 @@ impl Planner {
                 }
                 _ => {}
             }
-            if !self.take_token(now) {
+            if !self.limiter.try_take(now) {
                 break;
             }
             let Some(since) = self.pending.start(&key).map(|p| p.first_event) else {
@@ -610,9 +631,11 @@ impl Planner {
                 self.repairs.remove(&key);
                 self.clear_failing(&key);
                 self.unpark(&key, now);
+                self.limiter.succeeded();
                 return;
             }
             Outcome::Deleted => {
+                self.limiter.succeeded();
                 self.known.remove(&key);
                 self.shards.remove(&key);
                 self.repairs.remove(&key);
@@ -621,6 +644,13 @@ impl Planner {
                 return;
             }
             Outcome::Fenced => (started.attempts, now),
+            // Again once the limiter allows (it is paused now if the 429 was
+            // reported first, as the writer does), and not before
+            // `retry_min` (without a limiter: not in a tight loop).
+            Outcome::Throttled => (
+                started.attempts,
+                self.limiter.ready_at().max(now + self.opts.retry_min),
+            ),
             Outcome::Failed(reason) => {
                 let attempts = started.attempts + 1;
                 let delay = self.backoff(attempts);
@@ -730,7 +760,9 @@ impl Planner {
         let write = if full {
             None
         } else {
-            self.pending.first_due().map(|due| due.max(self.next_token))
+            self.pending
+                .first_due()
+                .map(|due| due.max(self.limiter.ready_at()))
         };
         match (write, self.drift.first_due()) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -295,6 +295,8 @@ fn opts() -> Options {
         coalesce_window: Duration::from_millis(100),
         concurrency: 2,
         qps: 0.0,
+        start_qps: 0.0,
+        max_pause: Duration::from_secs(10),
         retry_min: Duration::from_millis(500),
         retry_max: Duration::from_secs(4),
         drift_delay: Duration::from_millis(200),
@@ -635,4 +637,67 @@ fn a_drift_repair_of_one_shard_writes_only_that_shard_until_it_succeeds() {
     s.at(7000).changed(&["web"]);
     s.at(7100).poll();
     s.golden("shard_drift_repair");
+}
+
+impl Script {
+    fn throttled(&mut self, retry_after_ms: Option<u64>) {
+        let retry_after = retry_after_ms.map(Duration::from_millis);
+        self.input(
+            &format!("Throttled(retry after {retry_after:?})"),
+            Input::Throttled { retry_after },
+        );
+    }
+
+    /// Polls and shows the limiter's rate after it.
+    fn poll_rate(&mut self) -> Vec<Action> {
+        let actions = self.poll();
+        let _ = writeln!(
+            self.out,
+            "{:>10}rate: {:.2} writes/s",
+            "",
+            self.planner.write_rate()
+        );
+        actions
+    }
+}
+
+/// The adaptive limiter in the planner: writes start at `start_qps`, one
+/// success is one more write per second (slow start), a 429 halves the rate
+/// and pauses every start for its `Retry-After` (capped at `max_pause`); the
+/// throttled write is due again after the pause, not failed.
+#[test]
+fn throttled_writes_halve_the_rate_and_pause_for_the_capped_retry_after() {
+    let mut s = Script::new(Options {
+        concurrency: 4,
+        qps: 20.0,
+        start_qps: 10.0,
+        max_pause: Duration::from_secs(2),
+        ..opts()
+    });
+    s.poll();
+    s.at(5).loaded(0, &[]);
+    for n in ["a", "b", "c", "d", "e"] {
+        s.desire(n, Some("v1"));
+    }
+    s.at(10).changed(&["a", "b", "c", "d", "e"]);
+    // Due at 110 ms: one start per 100 ms at 10 writes/s.
+    s.at(110).poll_rate();
+    s.at(150).finished("a", applied("v1", 1));
+    s.at(210).poll_rate();
+    s.at(260).finished("b", applied("v1", 1));
+    // Two successes: 12 writes/s, a start every 83 ms.
+    s.at(293).poll_rate();
+    s.at(300).throttled(Some(5000));
+    s.at(301).finished("c", Outcome::Throttled);
+    // Paused until 2,300 ms (Retry-After 5 s capped at 2 s), at 6 writes/s.
+    s.at(400).poll_rate();
+    s.at(2300).poll_rate();
+    s.at(2310).finished("d", applied("v1", 1));
+    s.at(2467).poll_rate();
+    s.at(2500).finished("e", applied("v1", 1));
+    // The throttled write, again, behind the others: 6 + 10/6 + 10/7.7.
+    s.at(2634).poll_rate();
+    s.at(2640).finished("c", applied("v1", 1));
+    s.poll_rate();
+    s.golden("throttled");
 }
