@@ -1,0 +1,287 @@
+use super::*;
+use crate::convert::{ConvertOptions, SliceContribution, from_endpoints, merge_slices};
+use serde_json::{Value, json};
+
+/// `v` decoded both ways: the lean decode, and k8s-openapi then `From`
+/// with the topology dropped (serde never decodes it).
+fn both_endpoints(v: &Value) -> (LeanEndpoints, LeanEndpoints) {
+    let lean: LeanEndpoints = serde_json::from_value(v.clone()).unwrap();
+    let full: Endpoints = serde_json::from_value(v.clone()).unwrap();
+    let mut via = LeanEndpoints::from(&full);
+    for s in &mut via.subsets {
+        for a in &mut s.addresses {
+            a.topology = None;
+        }
+    }
+    (lean, via)
+}
+
+fn both_slices(v: &Value) -> (LeanEndpointSlice, LeanEndpointSlice) {
+    let lean: LeanEndpointSlice = serde_json::from_value(v.clone()).unwrap();
+    let full: EndpointSlice = serde_json::from_value(v.clone()).unwrap();
+    let mut via = LeanEndpointSlice::from(&full);
+    for e in &mut via.endpoints {
+        e.topology = None;
+    }
+    (lean, via)
+}
+
+fn managed_fields() -> Value {
+    json!([{"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
+            "time": "2026-12-05T10:00:00Z", "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}}, "f:subsets": {}}}])
+}
+
+fn full_endpoints() -> Value {
+    json!({"apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": "web", "namespace": "shop", "uid": "u-1", "resourceVersion": "17",
+                     "generation": 2, "creationTimestamp": "2026-12-05T10:00:00Z",
+                     "labels": {"app": "web"},
+                     "annotations": {"endpoints.kubernetes.io/last-change-trigger-time": "2026-12-05T10:00:00Z"},
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": "web", "uid": "svc-1",
+                                          "controller": true, "blockOwnerDeletion": true}],
+                     "managedFields": managed_fields()},
+        "subsets": [{"addresses": [{"ip": "10.0.0.2", "nodeName": "n1", "hostname": "h",
+                                    "targetRef": {"kind": "Pod", "namespace": "shop", "name": "web-1", "uid": "p1"}},
+                                   {"ip": "fd00::1"}, {"ip": "bad ip"}],
+                     "notReadyAddresses": [{"ip": "10.0.0.9"}],
+                     "ports": [{"name": "http", "port": 8080, "protocol": "TCP", "appProtocol": "http"},
+                               {"port": 9090}, {"name": "x"}, {"name": "http", "port": 81}]},
+                    {"addresses": null, "ports": null}, {}]})
+}
+
+fn full_slice() -> Value {
+    json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "web-abc", "namespace": "shop", "resourceVersion": "18",
+                     "labels": {"kubernetes.io/service-name": "web"},
+                     "annotations": {"a": "b"}, "managedFields": managed_fields(),
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": "web", "uid": "svc-1"}]},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": true, "serving": true, "terminating": false},
+                       "nodeName": "n1", "zone": "z1", "hints": {"forZones": [{"name": "z1"}]},
+                       "targetRef": {"kind": "Pod", "name": "web-1"}},
+                      {"addresses": ["nope", "10.0.0.2"], "conditions": {"ready": false, "serving": true, "terminating": true}},
+                      {"addresses": ["10.0.0.3"], "conditions": null},
+                      {"addresses": ["10.0.0.4"], "conditions": {"ready": null}},
+                      {"addresses": []}, {}],
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}, {"name": "none"}, {"port": 0}, {"port": null}]})
+}
+
+#[test]
+fn lean_endpoints_decode_equals_the_k8s_openapi_decode_reduced() {
+    let (lean, via) = both_endpoints(&full_endpoints());
+    assert_eq!(lean, via);
+    assert_eq!(lean.subsets.len(), 3);
+    assert_eq!(lean.subsets[0].addresses[0].ip, "10.0.0.2");
+    assert_eq!(lean.subsets[0].ports[2].port, 0, "absent required port = 0");
+    let m = &lean.metadata;
+    assert_eq!(m.resource_version.as_deref(), Some("17"));
+    assert_eq!(m.labels.as_ref().unwrap()["app"], "web");
+    assert_eq!(
+        crate::convert::owner_service_uid(m).as_deref(),
+        Some("svc-1")
+    );
+    // Never decoded: what would be allocated and dropped.
+    assert_eq!(m.managed_fields, None);
+    assert_eq!(m.annotations, None);
+    assert_eq!(m.creation_timestamp, None);
+    assert_eq!(m.generation, None);
+}
+
+#[test]
+fn lean_endpoints_convert_exactly_like_k8s_openapi_with_the_same_warnings() {
+    let v = full_endpoints();
+    let full: Endpoints = serde_json::from_value(v.clone()).unwrap();
+    let lean: LeanEndpoints = serde_json::from_value(v).unwrap();
+    for opts in [
+        ConvertOptions::default(),
+        ConvertOptions {
+            index_port_numbers: true,
+            default_weight: 3,
+            ..Default::default()
+        },
+    ] {
+        let a = from_endpoints(&lean, &opts);
+        assert_eq!(a, from_endpoints(&full, &opts));
+        assert!(!a.ports["http"].is_empty());
+    }
+    let c = from_endpoints(&lean, &ConvertOptions::default());
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.contains("Endpoints shop/web") && w.contains("addresses[2].ip \"bad ip\"")),
+        "{:#?}",
+        c.warnings
+    );
+    assert!(c.warnings.iter().any(|w| w.contains("port 0 outside")));
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.contains("duplicates port name"))
+    );
+}
+
+#[test]
+fn lean_slice_decode_and_conversion_equal_k8s_openapi() {
+    let v = full_slice();
+    let (lean, via) = both_slices(&v);
+    assert_eq!(lean, via);
+    assert_eq!(lean.endpoints.len(), 6);
+    assert_eq!(lean.endpoints[2].conditions, LeanConditions::default());
+    assert_eq!(lean.metadata.managed_fields, None);
+    assert_eq!(lean.metadata.annotations, None);
+    let full: EndpointSlice = serde_json::from_value(v).unwrap();
+    for drain in [
+        crate::Drain::Off,
+        crate::Drain::Fallback,
+        crate::Drain::Always,
+    ] {
+        let opts = ConvertOptions {
+            drain_terminating: drain,
+            ..Default::default()
+        };
+        let a = merge_slices([&SliceContribution::new(&lean, &opts)], &opts);
+        let b = merge_slices([&SliceContribution::new(&full, &opts)], &opts);
+        assert_eq!(a, b);
+        assert!(
+            a.warnings
+                .iter()
+                .any(|w| w.contains("EndpointSlice shop/web-abc")
+                    && w.contains("endpoints[1].addresses[0] \"nope\""))
+        );
+        assert!(a.warnings.iter().any(|w| w.contains("has no port number")));
+        assert!(
+            a.warnings
+                .iter()
+                .any(|w| w.contains("endpoints[4] has no address"))
+        );
+    }
+}
+
+#[test]
+fn topology_comes_only_from_k8s_openapi_objects() {
+    let opts = ConvertOptions {
+        topology: true,
+        ..Default::default()
+    };
+    let full: EndpointSlice = serde_json::from_value(full_slice()).unwrap();
+    let c = crate::convert::from_slices([&full], &opts);
+    let n = &c.ports["http"][0];
+    assert_eq!(n.node_name(), Some("n1"));
+    assert_eq!(n.zone(), Some("z1"));
+    assert_eq!(n.target_ref().unwrap().name, "web-1");
+    // The lean decode skips it (the controller watches the full type then).
+    let lean: LeanEndpointSlice = serde_json::from_value(full_slice()).unwrap();
+    let c = crate::convert::from_slices([&lean], &opts);
+    assert_eq!(c.ports["http"][0].topology(), None);
+    let ep: Endpoints = serde_json::from_value(full_endpoints()).unwrap();
+    let c = from_endpoints(&ep, &opts);
+    let n = c.ports["http"]
+        .iter()
+        .find(|n| n.host == "10.0.0.2")
+        .unwrap();
+    assert_eq!(n.node_name(), Some("n1"));
+    assert_eq!(n.target_ref().unwrap().uid.as_deref(), Some("p1"));
+}
+
+#[test]
+fn nulls_and_absent_fields_are_defaults_like_k8s_openapi() {
+    for v in [
+        json!({}),
+        json!({"metadata": null, "subsets": null}),
+        json!({"metadata": {"name": null, "labels": null, "ownerReferences": null}}),
+        json!({"metadata": {"ownerReferences": [{"kind": "Service", "uid": null}]}}),
+        json!({"subsets": [{"addresses": [{"ip": null}], "ports": [{"name": null, "port": null}]}]}),
+    ] {
+        let (lean, via) = both_endpoints(&v);
+        assert_eq!(lean, via, "{v}");
+        let full: Endpoints = serde_json::from_value(v.clone()).unwrap();
+        let opts = ConvertOptions::default();
+        assert_eq!(from_endpoints(&lean, &opts), from_endpoints(&full, &opts));
+    }
+    for v in [
+        json!({}),
+        json!({"metadata": null, "addressType": null, "endpoints": null, "ports": null}),
+        json!({"addressType": "IPv4", "endpoints": [{"addresses": null, "conditions": {}}]}),
+    ] {
+        let (lean, via) = both_slices(&v);
+        assert_eq!(lean, via, "{v}");
+    }
+}
+
+#[test]
+fn wrong_types_are_errors_as_in_k8s_openapi() {
+    for v in [
+        json!({"subsets": [{"ports": [{"port": "80"}]}]}),
+        json!({"subsets": {"a": 1}}),
+        json!({"metadata": {"labels": {"a": 1}}}),
+    ] {
+        assert!(
+            serde_json::from_value::<Endpoints>(v.clone()).is_err(),
+            "{v}"
+        );
+        assert!(
+            serde_json::from_value::<LeanEndpoints>(v.clone()).is_err(),
+            "{v}"
+        );
+    }
+    let v = json!({"endpoints": [{"conditions": {"ready": "yes"}}]});
+    assert!(serde_json::from_value::<EndpointSlice>(v.clone()).is_err());
+    assert!(serde_json::from_value::<LeanEndpointSlice>(v).is_err());
+}
+
+/// The one documented difference: a duplicate key (no API server sends one).
+#[test]
+fn a_duplicate_key_is_an_error_where_k8s_openapi_keeps_the_last() {
+    let line = r#"{"metadata": {"name": "a", "name": "b"}}"#;
+    assert_eq!(
+        serde_json::from_str::<Endpoints>(line)
+            .unwrap()
+            .metadata
+            .name
+            .as_deref(),
+        Some("b")
+    );
+    let err = serde_json::from_str::<LeanEndpoints>(line).unwrap_err();
+    assert!(err.to_string().contains("duplicate field"), "{err}");
+}
+
+#[test]
+fn same_kind_api_version_and_plural_as_the_k8s_openapi_types() {
+    fn id<K: kube::Resource<DynamicType = ()>>() -> [String; 4] {
+        [
+            K::kind(&()).into(),
+            K::group(&()).into(),
+            K::api_version(&()).into(),
+            K::plural(&()).into(),
+        ]
+    }
+    assert_eq!(id::<LeanEndpoints>(), id::<Endpoints>());
+    assert_eq!(id::<LeanEndpointSlice>(), id::<EndpointSlice>());
+    assert_eq!(
+        id::<LeanEndpointSlice>(),
+        [
+            "EndpointSlice",
+            "discovery.k8s.io",
+            "discovery.k8s.io/v1",
+            "endpointslices"
+        ]
+    );
+    assert_eq!(
+        <LeanEndpoints as kube::Resource>::url_path(&(), Some("ns")),
+        "/api/v1/namespaces/ns/endpoints"
+    );
+}
+
+/// A watch line, as kube-runtime's watcher decodes it.
+#[test]
+fn a_watch_event_line_decodes_into_the_lean_type() {
+    let line = serde_json::to_string(&json!({"type": "MODIFIED", "object": full_slice()})).unwrap();
+    match serde_json::from_str::<kube::core::WatchEvent<LeanEndpointSlice>>(&line).unwrap() {
+        kube::core::WatchEvent::Modified(s) => {
+            assert_eq!(s.metadata.name.as_deref(), Some("web-abc"));
+            assert_eq!(s.endpoints.len(), 6);
+        }
+        other => panic!("{other:?}"),
+    }
+}
