@@ -3,7 +3,7 @@
 //! ([`crate::watch`]) into the pure core [`Index`].
 //!
 //! ```text
-//!  watch::run(watcher(Endpoints | EndpointSlice).modify(strip managedFields, annotations))
+//!  watch::run(watcher(LeanEndpoints | LeanEndpointSlice))   (topology on: the k8s-openapi types)
 //!    │
 //!    ├─ init .. init_apply* .. init_done   (first list, and every relist: restart / 410 Gone)
 //!    │     └─ Index::begin_reset, reset_add_*(obj) each, finish_reset_*
@@ -16,6 +16,13 @@
 //!          ▼
 //!    ControllerState::set_desired_arc(key, index.get_arc(key)) ; WriterHandle::changed(keys)
 //! ```
+//!
+//! The watch decodes [`LeanEndpoints`] / [`LeanEndpointSlice`]: only what the
+//! conversion reads (no managedFields, annotations, targetRefs ... are ever
+//! allocated; see [`kube_discovery_core::lean`]). With topology output on
+//! (`nodeName`, `zone`, `targetRef` of every node) it watches the k8s-openapi
+//! types instead, stripped of managedFields and annotations, and the index
+//! reduces each object to the same lean form.
 //!
 //! A (re)list is not buffered: each listed object goes straight into the
 //! index's pending relist, which the index swaps in at `InitDone` and which
@@ -60,6 +67,7 @@ use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use kube_discovery_core::convert::SkipReason;
 use kube_discovery_core::crd::ObjectNaming;
+use kube_discovery_core::lean::{LeanEndpointSlice, LeanEndpoints};
 use kube_discovery_core::service::ServiceInfo;
 use kube_discovery_core::{Index, ServiceKey, SourceKind};
 use serde::de::DeserializeOwned;
@@ -129,6 +137,9 @@ pub trait SourceObject:
     + Sync
     + 'static
 {
+    /// Whether the watcher should drop managedFields and annotations as
+    /// they arrive (the full k8s-openapi types; a lean type never has them).
+    const STRIP: bool = false;
     /// Index an added/modified object.
     fn apply(index: &mut Index, o: &Self) -> Vec<ServiceKey>;
     /// Index a deleted object.
@@ -139,35 +150,61 @@ pub trait SourceObject:
     fn reset_finish(index: &mut Index) -> Vec<ServiceKey>;
 }
 
-impl SourceObject for Endpoints {
-    fn apply(index: &mut Index, o: &Self) -> Vec<ServiceKey> {
-        index.apply_endpoints(o)
-    }
-    fn delete(index: &mut Index, o: &Self) -> Vec<ServiceKey> {
-        index.delete_endpoints(o)
-    }
-    fn reset_add(index: &mut Index, o: &Self) {
-        index.reset_add_endpoints(o);
-    }
-    fn reset_finish(index: &mut Index) -> Vec<ServiceKey> {
-        index.finish_reset_endpoints()
-    }
+/// The lean types are what the watch decodes; the k8s-openapi ones only
+/// with topology output on (see the module docs). Both go through the same
+/// index calls.
+macro_rules! source_object {
+    ($ty:ty, $strip:expr, $apply:ident, $delete:ident, $reset_add:ident, $finish:ident) => {
+        impl SourceObject for $ty {
+            const STRIP: bool = $strip;
+            fn apply(index: &mut Index, o: &Self) -> Vec<ServiceKey> {
+                index.$apply(o)
+            }
+            fn delete(index: &mut Index, o: &Self) -> Vec<ServiceKey> {
+                index.$delete(o)
+            }
+            fn reset_add(index: &mut Index, o: &Self) {
+                index.$reset_add(o);
+            }
+            fn reset_finish(index: &mut Index) -> Vec<ServiceKey> {
+                index.$finish()
+            }
+        }
+    };
 }
 
-impl SourceObject for EndpointSlice {
-    fn apply(index: &mut Index, o: &Self) -> Vec<ServiceKey> {
-        index.apply_slice(o)
-    }
-    fn delete(index: &mut Index, o: &Self) -> Vec<ServiceKey> {
-        index.delete_slice(o)
-    }
-    fn reset_add(index: &mut Index, o: &Self) {
-        index.reset_add_slice(o);
-    }
-    fn reset_finish(index: &mut Index) -> Vec<ServiceKey> {
-        index.finish_reset_slices()
-    }
-}
+source_object!(
+    LeanEndpoints,
+    false,
+    apply_endpoints,
+    delete_endpoints,
+    reset_add_endpoints,
+    finish_reset_endpoints
+);
+source_object!(
+    Endpoints,
+    true,
+    apply_endpoints,
+    delete_endpoints,
+    reset_add_endpoints,
+    finish_reset_endpoints
+);
+source_object!(
+    LeanEndpointSlice,
+    false,
+    apply_slice,
+    delete_slice,
+    reset_add_slice,
+    finish_reset_slices
+);
+source_object!(
+    EndpointSlice,
+    true,
+    apply_slice,
+    delete_slice,
+    reset_add_slice,
+    finish_reset_slices
+);
 
 /// Everything a source task needs.
 pub struct Source {
@@ -203,9 +240,16 @@ impl Source {
                     "watching core/v1 Endpoints (deprecated since Kubernetes 1.33); set \
                      `watch_endpoint_slices: true` to use discovery.k8s.io/v1 EndpointSlices"
                 );
-                self.run_typed::<Endpoints>(shutdown).await;
+                if self.index.options().topology {
+                    self.run_typed::<Endpoints>(shutdown).await;
+                } else {
+                    self.run_typed::<LeanEndpoints>(shutdown).await;
+                }
             }
-            SourceKind::EndpointSlice => self.run_typed::<EndpointSlice>(shutdown).await,
+            SourceKind::EndpointSlice if self.index.options().topology => {
+                self.run_typed::<EndpointSlice>(shutdown).await;
+            }
+            SourceKind::EndpointSlice => self.run_typed::<LeanEndpointSlice>(shutdown).await,
         }
     }
 
@@ -213,8 +257,10 @@ impl Source {
         let api: Api<K> = scoped_api(&self.client, self.params.namespace.as_deref());
         let mut objects = Watch::from_config(self.params.watcher_config(), move |cfg| {
             watcher(api.clone(), cfg).modify(|o: &mut K| {
-                o.managed_fields_mut().clear();
-                o.annotations_mut().clear();
+                if K::STRIP {
+                    o.managed_fields_mut().clear();
+                    o.annotations_mut().clear();
+                }
             })
         });
         let mut index = SourceIndex::new(self);

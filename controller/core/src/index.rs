@@ -284,6 +284,11 @@ impl Index {
         self.source
     }
 
+    /// The conversion options.
+    pub fn options(&self) -> &ConvertOptions {
+        &self.opts
+    }
+
     fn selected(&self, meta: &ObjectMeta) -> bool {
         let ns = meta.namespace.as_deref().unwrap_or("");
         let empty = BTreeMap::new();
