@@ -60,14 +60,14 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Endpoints, Service};
+use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use kube_discovery_core::convert::SkipReason;
 use kube_discovery_core::crd::ObjectNaming;
-use kube_discovery_core::lean::{LeanEndpointSlice, LeanEndpoints};
+use kube_discovery_core::lean::{LeanEndpointSlice, LeanEndpoints, LeanService};
 use kube_discovery_core::service::ServiceInfo;
 use kube_discovery_core::{Index, ServiceKey, SourceKind};
 use serde::de::DeserializeOwned;
@@ -286,20 +286,14 @@ where
     }
 }
 
-/// The Service watch (see the module docs). Objects are reduced to a
-/// [`ServiceInfo`] as they arrive and never stored, so the fields dropped
-/// here only shorten each event's life.
-fn service_watch(client: &Client, params: &SourceParams) -> Watch<Service> {
-    let api: Api<Service> = scoped_api(client, params.namespace.as_deref());
+/// The Service watch (see the module docs). Objects are decoded as
+/// [`LeanService`]s (ports, type, externalName, the `kubediscovery.io/`
+/// annotations: nothing else is allocated), reduced to a [`ServiceInfo`] as
+/// they arrive, and never stored.
+fn service_watch(client: &Client, params: &SourceParams) -> Watch<LeanService> {
+    let api: Api<LeanService> = scoped_api(client, params.namespace.as_deref());
     let watch = Watch::from_config(params.service_watcher_config(), move |cfg| {
-        watcher(api.clone(), cfg).modify(|o: &mut Service| {
-            let m = &mut o.metadata;
-            m.managed_fields = None;
-            m.labels = None;
-            m.owner_references = None;
-            m.finalizers = None;
-            o.status = None;
-        })
+        watcher(api.clone(), cfg)
     });
     watch.backoff(WatchBackoff::with_bounds(
         Duration::from_millis(500),
@@ -308,7 +302,7 @@ fn service_watch(client: &Client, params: &SourceParams) -> Watch<Service> {
 }
 
 /// `(namespace, name, uid)` of a Service (`uid` empty when unset).
-fn service_id(o: &Service) -> Option<(String, String, String)> {
+fn service_id(o: &LeanService) -> Option<(String, String, String)> {
     let m = &o.metadata;
     Some((
         m.namespace.clone()?,
@@ -319,7 +313,7 @@ fn service_id(o: &Service) -> Option<(String, String, String)> {
 
 /// The index of one cluster as the watch loop feeds it: the source objects
 /// ([`WatchIndex<K>`] for every [`SourceObject`]) and the Services
-/// ([`WatchIndex<Service>`], stepped as the background of
+/// ([`WatchIndex<LeanService>`], stepped as the background of
 /// the source watch). Everything that changed is published at once.
 struct SourceIndex {
     params: SourceParams,
@@ -334,7 +328,7 @@ struct SourceIndex {
     listed_objects: usize,
     list_started: Option<Instant>,
     first_list_done: bool,
-    services: Option<Watch<Service>>,
+    services: Option<Watch<LeanService>>,
     /// The Service (re)list being received: `(namespace, name, uid)` and
     /// what is kept of each.
     service_list: Vec<((String, String, String), ServiceInfo)>,
@@ -388,7 +382,7 @@ impl SourceIndex {
                 ev = services.next() => match ev {
                     Some(ev) => {
                         let done = matches!(ev, Ok(Event::InitDone) | Err(_));
-                        watch::dispatch::<Service, _>(self, ev);
+                        watch::dispatch::<LeanService, _>(self, ev);
                         if done {
                             return true;
                         }
@@ -551,19 +545,19 @@ impl<K: SourceObject> WatchIndex<K> for SourceIndex {
             return std::future::pending().await;
         };
         match services.next().await {
-            Some(ev) => watch::dispatch::<Service, _>(self, ev),
+            Some(ev) => watch::dispatch::<LeanService, _>(self, ev),
             None => self.services = None,
         }
     }
 }
 
 /// The Services: a (re)list replaces them all, events set one.
-impl WatchIndex<Service> for SourceIndex {
+impl WatchIndex<LeanService> for SourceIndex {
     fn init(&mut self) {
         self.service_list.clear();
     }
 
-    fn init_apply(&mut self, obj: Service) {
+    fn init_apply(&mut self, obj: LeanService) {
         if let Some(id) = service_id(&obj) {
             self.service_list
                 .push((id, ServiceInfo::from_service(&obj)));
@@ -601,7 +595,7 @@ impl WatchIndex<Service> for SourceIndex {
         self.publish(changed, now);
     }
 
-    fn apply(&mut self, obj: Service) {
+    fn apply(&mut self, obj: LeanService) {
         let now = Instant::now();
         let Some((ns, name, uid)) = service_id(&obj) else {
             return;
@@ -620,7 +614,7 @@ impl WatchIndex<Service> for SourceIndex {
         self.publish(changed, now);
     }
 
-    fn delete(&mut self, obj: Service) {
+    fn delete(&mut self, obj: LeanService) {
         let now = Instant::now();
         let m = &obj.metadata;
         let (Some(ns), Some(name)) = (m.namespace.as_deref(), m.name.as_deref()) else {

@@ -1,6 +1,6 @@
-//! The source objects as the watch decodes them: `v1/Endpoints` and
-//! `discovery.k8s.io/v1/EndpointSlice` reduced, AT DECODE TIME, to what the
-//! conversion reads (issue 19, item 5).
+//! The source objects as the watch decodes them: `v1/Endpoints`,
+//! `discovery.k8s.io/v1/EndpointSlice` and `v1/Service` reduced, AT DECODE
+//! TIME, to what the conversion reads (issue 19, item 5).
 //!
 //! ```text
 //!  watch line ──serde_json──▶ LeanEndpoints | LeanEndpointSlice ──▶ from_endpoints / SliceContribution
@@ -17,7 +17,10 @@
 //! cost"). Here serde skips every field the conversion does not read, hosts
 //! and port names are [`CompactString`]s (inline up to 24 bytes: every IPv4
 //! and most IPv6 addresses, so no allocation), and metadata keeps only name,
-//! namespace, uid, resourceVersion, labels and ownerReferences.
+//! namespace, uid, resourceVersion, labels and ownerReferences. A
+//! [`LeanService`] keeps its ports, `type`, `externalName` and only the
+//! `kubediscovery.io/` annotations (never, e.g., the whole object that
+//! `kubectl.kubernetes.io/last-applied-configuration` repeats).
 //!
 //! Topology (`nodeName`, `zone`, `targetRef`) is NOT decoded by serde: a
 //! decoded lean object never has it. It is opt-in output (`topology: true`),
@@ -37,9 +40,11 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use compact_str::CompactString;
-use k8s_openapi::api::core::v1::Endpoints;
+use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use crate::model::{NodeTargetRef, NodeTopology};
@@ -131,6 +136,86 @@ fn reduce_meta(m: &ObjectMeta) -> ObjectMeta {
         }),
         ..ObjectMeta::default()
     }
+}
+
+/// The prefix of the Service annotations kube-discovery reads
+/// (`kubediscovery.io/export`, `kubediscovery.io/weight`); a
+/// [`LeanService`] keeps no other annotation.
+pub const ANNOTATION_PREFIX: &str = "kubediscovery.io/";
+
+/// A Service's metadata: name, namespace, uid, resourceVersion and the
+/// [`ANNOTATION_PREFIX`] annotations; every other annotation's value is
+/// skipped, not allocated.
+fn service_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    struct Meta {
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        namespace: Option<String>,
+        #[serde(default)]
+        uid: Option<String>,
+        #[serde(default)]
+        resource_version: Option<String>,
+        #[serde(default)]
+        annotations: Option<Ours>,
+    }
+    /// The annotations map, reduced to ours while it is read.
+    #[derive(Default)]
+    struct Ours(BTreeMap<String, String>);
+    impl<'de> Deserialize<'de> for Ours {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Ours;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a map of annotations")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Ours, A::Error> {
+                    let mut out = BTreeMap::new();
+                    while let Some(Key(key)) = map.next_key::<Key>()? {
+                        match key {
+                            Some(k) => {
+                                out.insert(k, map.next_value::<String>()?);
+                            }
+                            None => {
+                                map.next_value::<IgnoredAny>()?;
+                            }
+                        }
+                    }
+                    Ok(Ours(out))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+    /// An annotation key: `Some` (owned) only for ours.
+    struct Key(Option<String>);
+    impl<'de> Deserialize<'de> for Key {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl Visitor<'_> for V {
+                type Value = Key;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("an annotation key")
+                }
+                fn visit_str<E: serde::de::Error>(self, k: &str) -> Result<Key, E> {
+                    Ok(Key(k.starts_with(ANNOTATION_PREFIX).then(|| k.to_string())))
+                }
+            }
+            d.deserialize_str(V)
+        }
+    }
+    let m = Option::<Meta>::deserialize(d)?.unwrap_or_default();
+    Ok(ObjectMeta {
+        name: m.name,
+        namespace: m.namespace,
+        uid: m.uid,
+        resource_version: m.resource_version,
+        annotations: m.annotations.map(|a| a.0),
+        ..ObjectMeta::default()
+    })
 }
 
 /// The topology of one address/endpoint: never decoded by serde (see the
@@ -336,6 +421,112 @@ impl From<&EndpointSlice> for LeanEndpointSlice {
     }
 }
 
+/// `v1/Service` as [`crate::service::ServiceInfo`] reads it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct LeanService {
+    /// Name, namespace, uid, resourceVersion, `kubediscovery.io/`
+    /// annotations only.
+    #[serde(default, deserialize_with = "service_meta")]
+    pub metadata: ObjectMeta,
+    /// `spec`.
+    #[serde(default)]
+    pub spec: Option<LeanServiceSpec>,
+}
+
+/// The `spec` of a [`LeanService`].
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeanServiceSpec {
+    /// `type` (ClusterIP, ExternalName ...).
+    #[serde(default, rename = "type")]
+    pub type_: Option<CompactString>,
+    /// `externalName`.
+    #[serde(default)]
+    pub external_name: Option<String>,
+    /// `ports`.
+    #[serde(default, deserialize_with = "null_default")]
+    pub ports: Vec<LeanServicePort>,
+}
+
+/// A port of a [`LeanServiceSpec`] (`port` is required: absent = 0).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeanServicePort {
+    /// `name`.
+    #[serde(default)]
+    pub name: Option<CompactString>,
+    /// `port`.
+    #[serde(default, deserialize_with = "null_default")]
+    pub port: i32,
+    /// `targetPort`.
+    #[serde(default)]
+    pub target_port: Option<IntOrString>,
+    /// `appProtocol`.
+    #[serde(default)]
+    pub app_protocol: Option<CompactString>,
+}
+
+impl From<&Service> for LeanService {
+    fn from(svc: &Service) -> Self {
+        let m = &svc.metadata;
+        LeanService {
+            metadata: ObjectMeta {
+                name: m.name.clone(),
+                namespace: m.namespace.clone(),
+                uid: m.uid.clone(),
+                resource_version: m.resource_version.clone(),
+                annotations: m.annotations.as_ref().map(|a| {
+                    a.iter()
+                        .filter(|(k, _)| k.starts_with(ANNOTATION_PREFIX))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                }),
+                ..ObjectMeta::default()
+            },
+            spec: svc.spec.as_ref().map(|s| LeanServiceSpec {
+                type_: s.type_.as_deref().map(CompactString::from),
+                external_name: s.external_name.clone(),
+                ports: s
+                    .ports
+                    .iter()
+                    .flatten()
+                    .map(|p| LeanServicePort {
+                        name: p.name.as_deref().map(CompactString::from),
+                        port: p.port,
+                        target_port: p.target_port.clone(),
+                        app_protocol: p.app_protocol.as_deref().map(CompactString::from),
+                    })
+                    .collect(),
+            }),
+        }
+    }
+}
+
+/// Anything [`crate::service::ServiceInfo`] can read as a [`LeanService`]
+/// (see [`AsLeanEndpoints`]).
+pub trait AsLeanService {
+    /// The object as `ServiceInfo` reads it.
+    fn lean(&self) -> Cow<'_, LeanService>;
+}
+
+impl AsLeanService for LeanService {
+    fn lean(&self) -> Cow<'_, LeanService> {
+        Cow::Borrowed(self)
+    }
+}
+
+impl<T: AsLeanService + ?Sized> AsLeanService for &T {
+    fn lean(&self) -> Cow<'_, LeanService> {
+        (**self).lean()
+    }
+}
+
+impl AsLeanService for Service {
+    fn lean(&self) -> Cow<'_, LeanService> {
+        Cow::Owned(self.into())
+    }
+}
+
 /// Anything the conversion can read as a [`LeanEndpoints`]: the lean type
 /// itself (borrowed, no copy) or a k8s-openapi [`Endpoints`] (converted).
 pub trait AsLeanEndpoints {
@@ -416,6 +607,7 @@ macro_rules! lean_resource {
 
 lean_resource!(LeanEndpoints, Endpoints);
 lean_resource!(LeanEndpointSlice, EndpointSlice);
+lean_resource!(LeanService, Service);
 
 #[cfg(test)]
 mod tests;

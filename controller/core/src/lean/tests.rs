@@ -258,6 +258,7 @@ fn same_kind_api_version_and_plural_as_the_k8s_openapi_types() {
     }
     assert_eq!(id::<LeanEndpoints>(), id::<Endpoints>());
     assert_eq!(id::<LeanEndpointSlice>(), id::<EndpointSlice>());
+    assert_eq!(id::<LeanService>(), id::<Service>());
     assert_eq!(
         id::<LeanEndpointSlice>(),
         [
@@ -284,4 +285,75 @@ fn a_watch_event_line_decodes_into_the_lean_type() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+fn full_service() -> Value {
+    json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "namespace": "shop", "uid": "svc-1", "resourceVersion": "5",
+                     "labels": {"app": "web"}, "managedFields": managed_fields(),
+                     "annotations": {
+                         "kubectl.kubernetes.io/last-applied-configuration": "{\"apiVersion\":\"v1\",\"kind\":\"Service\"}",
+                         "kubediscovery.io/export": "true",
+                         "kubediscovery.io/weight": " nine ",
+                         "kubediscovery.io.other/x": "y"}},
+        "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.7", "selector": {"app": "web"},
+                 "ports": [{"name": "http", "port": 80, "targetPort": "web", "protocol": "TCP", "appProtocol": "h2c"},
+                           {"name": "grpc", "port": 81, "targetPort": 9090},
+                           {"name": "n", "port": 82, "targetPort": "8082", "appProtocol": ""},
+                           {"name": null, "port": null, "targetPort": null}]},
+        "status": {"loadBalancer": {}}})
+}
+
+#[test]
+fn lean_service_keeps_ports_type_and_only_our_annotations() {
+    use crate::service::ServiceInfo;
+    let v = full_service();
+    let lean: LeanService = serde_json::from_value(v.clone()).unwrap();
+    let full: Service = serde_json::from_value(v).unwrap();
+    assert_eq!(lean, LeanService::from(&full));
+    let a = lean.metadata.annotations.as_ref().unwrap();
+    assert_eq!(
+        a.keys().collect::<Vec<_>>(),
+        ["kubediscovery.io/export", "kubediscovery.io/weight"]
+    );
+    assert_eq!(lean.metadata.managed_fields, None);
+    assert_eq!(lean.metadata.labels, None);
+    let info = ServiceInfo::from_service(&lean);
+    assert_eq!(info, ServiceInfo::from_service(&full));
+    assert_eq!(info.export, Some(true));
+    assert_eq!(info.ports.len(), 4);
+    assert!(
+        info.invalid[0].contains("Service shop/web: annotation kubediscovery.io/weight=\"nine\""),
+        "{:?}",
+        info.invalid
+    );
+    // ExternalName, and the null cases k8s-openapi takes as defaults.
+    for v in [
+        json!({"metadata": {"name": "x", "namespace": "n"},
+               "spec": {"type": "ExternalName", "externalName": " db.example.com "}}),
+        json!({"metadata": {"annotations": null}, "spec": null}),
+        json!({"metadata": {"annotations": {"kubediscovery.io/export": "maybe"}}, "spec": {"ports": null}}),
+        json!({}),
+    ] {
+        let lean: LeanService = serde_json::from_value(v.clone()).unwrap();
+        let full: Service = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(lean, LeanService::from(&full), "{v}");
+        assert_eq!(
+            ServiceInfo::from_service(&lean),
+            ServiceInfo::from_service(&full),
+            "{v}"
+        );
+    }
+    assert!(
+        serde_json::from_value::<LeanService>(
+            json!({"metadata": {"annotations": {"kubediscovery.io/export": 1}}})
+        )
+        .is_err()
+    );
+    assert!(
+        serde_json::from_value::<Service>(
+            json!({"metadata": {"annotations": {"kubediscovery.io/export": 1}}})
+        )
+        .is_err()
+    );
 }
