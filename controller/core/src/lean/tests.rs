@@ -357,3 +357,124 @@ fn lean_service_keeps_ports_type_and_only_our_annotations() {
         .is_err()
     );
 }
+
+/// A small deterministic generator (no dependency): xorshift64*.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+}
+
+/// `v` with a few random edits: a value nulled, removed, replaced by
+/// another JSON type, or an array emptied.
+fn mutate(v: &mut Value, rng: &mut Rng) {
+    let edits = 1 + rng.below(3);
+    for _ in 0..edits {
+        let mut at = &mut *v;
+        loop {
+            let children = match at {
+                Value::Object(m) => m.len(),
+                Value::Array(a) => a.len(),
+                _ => 0,
+            };
+            if children == 0 || rng.below(4) == 0 {
+                break;
+            }
+            let i = usize::try_from(rng.below(children as u64)).unwrap();
+            at = match at {
+                Value::Object(m) => m.values_mut().nth(i).unwrap(),
+                Value::Array(a) => &mut a[i],
+                _ => unreachable!(),
+            };
+        }
+        *at = match rng.below(7) {
+            0 => Value::Null,
+            1 => json!(rng.below(70_000)),
+            2 => json!("x"),
+            3 => json!(true),
+            4 => json!([]),
+            5 => json!({}),
+            _ => {
+                if let Value::Object(m) = at {
+                    let n = m.len() as u64;
+                    if n > 0 {
+                        let i = usize::try_from(rng.below(n)).unwrap();
+                        let k = m.keys().nth(i).unwrap().clone();
+                        m.remove(&k);
+                    }
+                }
+                continue;
+            }
+        };
+    }
+}
+
+/// The `lean_decode` fuzz target's property on every test run: randomly
+/// edited objects decode into the lean types whenever k8s-openapi decodes
+/// them, and convert to the same result. Also checks that the edits reach
+/// both outcomes (the test could not pass by never decoding).
+#[test]
+fn random_edits_decode_and_convert_like_k8s_openapi() {
+    use crate::service::ServiceInfo;
+    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let opts = ConvertOptions {
+        index_port_numbers: true,
+        ..Default::default()
+    };
+    let (mut ok, mut refused) = (0, 0);
+    for round in 0..3000 {
+        let mut v = match round % 3 {
+            0 => full_endpoints(),
+            1 => full_slice(),
+            _ => full_service(),
+        };
+        mutate(&mut v, &mut rng);
+        match round % 3 {
+            0 => match serde_json::from_value::<Endpoints>(v.clone()) {
+                Ok(full) => {
+                    let lean: LeanEndpoints =
+                        serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}: {v}"));
+                    assert_eq!(
+                        from_endpoints(&lean, &opts),
+                        from_endpoints(&full, &opts),
+                        "{v}"
+                    );
+                    ok += 1;
+                }
+                Err(_) => refused += 1,
+            },
+            1 => match serde_json::from_value::<EndpointSlice>(v.clone()) {
+                Ok(full) => {
+                    let lean: LeanEndpointSlice =
+                        serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}: {v}"));
+                    assert_eq!(
+                        merge_slices([&SliceContribution::new(&lean, &opts)], &opts),
+                        merge_slices([&SliceContribution::new(&full, &opts)], &opts),
+                        "{v}"
+                    );
+                    ok += 1;
+                }
+                Err(_) => refused += 1,
+            },
+            _ => match serde_json::from_value::<Service>(v.clone()) {
+                Ok(full) => {
+                    let lean: LeanService =
+                        serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}: {v}"));
+                    assert_eq!(
+                        ServiceInfo::from_service(&lean),
+                        ServiceInfo::from_service(&full),
+                        "{v}"
+                    );
+                    ok += 1;
+                }
+                Err(_) => refused += 1,
+            },
+        }
+    }
+    assert!(ok > 500 && refused > 500, "decoded {ok}, refused {refused}");
+}
