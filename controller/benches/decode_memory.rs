@@ -60,8 +60,31 @@ fn strip<K: kube::Resource>(o: &mut K) {
     o.annotations_mut().clear();
 }
 
-fn row(object: &str, decoder: &str, (allocs, kept): (f64, f64)) {
-    println!("| {object} | {decoder} | {allocs:.0} | {kept:.0} |");
+/// The three rows of one object: k8s-openapi as decoded, stripped, lean;
+/// `n` objects held at once.
+fn rows<Full, Lean>(object: &str, line: &str, n: usize)
+where
+    Full: DeserializeOwned + kube::Resource + Clone,
+    Lean: DeserializeOwned + kube::Resource + Clone,
+{
+    let full = std::any::type_name::<Full>().rsplit("::").next().unwrap();
+    let lean = std::any::type_name::<Lean>().rsplit("::").next().unwrap();
+    for (decoder, (allocs, kept)) in [
+        (
+            format!("k8s-openapi `{full}`"),
+            measure::<Full>(line, n, |_| {}),
+        ),
+        (
+            "k8s-openapi, stripped (managedFields, annotations)".to_string(),
+            measure::<Full>(line, n, strip),
+        ),
+        (
+            format!("`{lean}` (the watch now)"),
+            measure::<Lean>(line, n, |_| {}),
+        ),
+    ] {
+        println!("| {object} | {decoder} | {allocs:.0} | {kept:.0} |");
+    }
 }
 
 fn main() {
@@ -69,38 +92,8 @@ fn main() {
     let sl = slice_line(3, false);
     println!("| object | decoded as | allocations per decode | heap bytes kept per object |");
     println!("|---|---|---|---|");
-    let ep_obj = "`v1/Endpoints`, 1,000 addresses";
-    row(
-        ep_obj,
-        "k8s-openapi `Endpoints`",
-        measure::<Endpoints>(&ep, 200, |_| {}),
-    );
-    row(
-        ep_obj,
-        "k8s-openapi, stripped (managedFields, annotations)",
-        measure::<Endpoints>(&ep, 200, strip),
-    );
-    row(
-        ep_obj,
-        "`LeanEndpoints` (the watch now)",
-        measure::<LeanEndpoints>(&ep, 200, |_| {}),
-    );
-    let sl_obj = "EndpointSlice, 100 endpoints";
-    row(
-        sl_obj,
-        "k8s-openapi `EndpointSlice`",
-        measure::<EndpointSlice>(&sl, 2000, |_| {}),
-    );
-    row(
-        sl_obj,
-        "k8s-openapi, stripped (managedFields, annotations)",
-        measure::<EndpointSlice>(&sl, 2000, strip),
-    );
-    row(
-        sl_obj,
-        "`LeanEndpointSlice` (the watch now)",
-        measure::<LeanEndpointSlice>(&sl, 2000, |_| {}),
-    );
+    rows::<Endpoints, LeanEndpoints>("`v1/Endpoints`, 1,000 addresses", &ep, 200);
+    rows::<EndpointSlice, LeanEndpointSlice>("EndpointSlice, 100 endpoints", &sl, 2000);
     println!(
         "\nline bytes: endpoints_1000 {}, slice_100 {}",
         ep.len(),

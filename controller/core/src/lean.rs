@@ -17,10 +17,10 @@
 //! cost"). Here serde skips every field the conversion does not read, hosts
 //! and port names are [`CompactString`]s (inline up to 24 bytes: every IPv4
 //! and most IPv6 addresses, so no allocation), and metadata keeps only name,
-//! namespace, uid, resourceVersion, labels and ownerReferences. A
-//! [`LeanService`] keeps its ports, `type`, `externalName` and only the
+//! namespace, uid, resourceVersion, labels, ownerReferences and the
 //! `kubediscovery.io/` annotations (never, e.g., the whole object that
-//! `kubectl.kubernetes.io/last-applied-configuration` repeats).
+//! `kubectl.kubernetes.io/last-applied-configuration` repeats). A
+//! [`LeanService`] keeps its ports, `type` and `externalName`.
 //!
 //! Topology (`nodeName`, `zone`, `targetRef`) is NOT decoded by serde: a
 //! decoded lean object never has it. It is opt-in output (`topology: true`),
@@ -58,9 +58,17 @@ where
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
-/// The metadata the index reads, decoded into k8s-openapi's [`ObjectMeta`]
-/// (kube's `Resource` trait hands that type out) with every other field
-/// left unset: managedFields and annotations are skipped, not allocated.
+/// The prefix of the Service annotations kube-discovery reads
+/// (`kubediscovery.io/export`, `kubediscovery.io/weight`); a
+/// [`LeanService`] keeps no other annotation.
+pub const ANNOTATION_PREFIX: &str = "kubediscovery.io/";
+
+/// The metadata kube-discovery reads, decoded into k8s-openapi's
+/// [`ObjectMeta`] (kube's `Resource` trait hands that type out): name,
+/// namespace, uid, resourceVersion, labels, ownerReferences and the
+/// [`ANNOTATION_PREFIX`] annotations. Every other field (managedFields,
+/// other annotations such as `last-applied-configuration` ...) is skipped,
+/// not allocated.
 fn lean_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
     #[derive(Deserialize, Default)]
     #[serde(rename_all = "camelCase")]
@@ -77,87 +85,6 @@ fn lean_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
         labels: Option<BTreeMap<String, String>>,
         #[serde(default)]
         owner_references: Option<Vec<Owner>>,
-    }
-    /// What `convert::owner_service_uid` reads of an ownerReference (the
-    /// name too: cheap, one per object, and an `OwnerReference` has one).
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Owner {
-        #[serde(default, deserialize_with = "null_default")]
-        api_version: String,
-        #[serde(default, deserialize_with = "null_default")]
-        kind: String,
-        #[serde(default, deserialize_with = "null_default")]
-        name: String,
-        #[serde(default, deserialize_with = "null_default")]
-        uid: String,
-    }
-    let m = Option::<Meta>::deserialize(d)?.unwrap_or_default();
-    Ok(ObjectMeta {
-        name: m.name,
-        namespace: m.namespace,
-        uid: m.uid,
-        resource_version: m.resource_version,
-        labels: m.labels,
-        owner_references: m.owner_references.map(|refs| {
-            refs.into_iter()
-                .map(|o| OwnerReference {
-                    api_version: o.api_version,
-                    kind: o.kind,
-                    name: o.name,
-                    uid: o.uid,
-                    ..OwnerReference::default()
-                })
-                .collect()
-        }),
-        ..ObjectMeta::default()
-    })
-}
-
-/// The lean decode's metadata of a full object: the same fields, so both
-/// paths give the index the same input.
-fn reduce_meta(m: &ObjectMeta) -> ObjectMeta {
-    ObjectMeta {
-        name: m.name.clone(),
-        namespace: m.namespace.clone(),
-        uid: m.uid.clone(),
-        resource_version: m.resource_version.clone(),
-        labels: m.labels.clone(),
-        owner_references: m.owner_references.as_ref().map(|refs| {
-            refs.iter()
-                .map(|o| OwnerReference {
-                    api_version: o.api_version.clone(),
-                    kind: o.kind.clone(),
-                    name: o.name.clone(),
-                    uid: o.uid.clone(),
-                    ..OwnerReference::default()
-                })
-                .collect()
-        }),
-        ..ObjectMeta::default()
-    }
-}
-
-/// The prefix of the Service annotations kube-discovery reads
-/// (`kubediscovery.io/export`, `kubediscovery.io/weight`); a
-/// [`LeanService`] keeps no other annotation.
-pub const ANNOTATION_PREFIX: &str = "kubediscovery.io/";
-
-/// A Service's metadata: name, namespace, uid, resourceVersion and the
-/// [`ANNOTATION_PREFIX`] annotations; every other annotation's value is
-/// skipped, not allocated.
-fn service_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
-    #[derive(Deserialize, Default)]
-    #[serde(rename_all = "camelCase")]
-    struct Meta {
-        #[serde(default)]
-        name: Option<String>,
-        #[serde(default)]
-        namespace: Option<String>,
-        #[serde(default)]
-        uid: Option<String>,
-        #[serde(default)]
-        resource_version: Option<String>,
         #[serde(default)]
         annotations: Option<Ours>,
     }
@@ -207,15 +134,75 @@ fn service_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error>
             d.deserialize_str(V)
         }
     }
+    /// What `convert::owner_service_uid` reads of an ownerReference (the
+    /// name too: cheap, one per object, and an `OwnerReference` has one).
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Owner {
+        #[serde(default, deserialize_with = "null_default")]
+        api_version: String,
+        #[serde(default, deserialize_with = "null_default")]
+        kind: String,
+        #[serde(default, deserialize_with = "null_default")]
+        name: String,
+        #[serde(default, deserialize_with = "null_default")]
+        uid: String,
+    }
     let m = Option::<Meta>::deserialize(d)?.unwrap_or_default();
     Ok(ObjectMeta {
         name: m.name,
         namespace: m.namespace,
         uid: m.uid,
         resource_version: m.resource_version,
-        annotations: m.annotations.map(|a| a.0),
+        labels: m.labels,
+        annotations: m.annotations.map(|a| a.0).filter(|a| !a.is_empty()),
+        owner_references: m.owner_references.map(|refs| {
+            refs.into_iter()
+                .map(|o| OwnerReference {
+                    api_version: o.api_version,
+                    kind: o.kind,
+                    name: o.name,
+                    uid: o.uid,
+                    ..OwnerReference::default()
+                })
+                .collect()
+        }),
         ..ObjectMeta::default()
     })
+}
+
+/// The lean decode's metadata of a full object: the same fields, so both
+/// paths give the index the same input.
+fn reduce_meta(m: &ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        name: m.name.clone(),
+        namespace: m.namespace.clone(),
+        uid: m.uid.clone(),
+        resource_version: m.resource_version.clone(),
+        labels: m.labels.clone(),
+        annotations: m
+            .annotations
+            .as_ref()
+            .map(|a| {
+                a.iter()
+                    .filter(|(k, _)| k.starts_with(ANNOTATION_PREFIX))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect::<BTreeMap<_, _>>()
+            })
+            .filter(|a| !a.is_empty()),
+        owner_references: m.owner_references.as_ref().map(|refs| {
+            refs.iter()
+                .map(|o| OwnerReference {
+                    api_version: o.api_version.clone(),
+                    kind: o.kind.clone(),
+                    name: o.name.clone(),
+                    uid: o.uid.clone(),
+                    ..OwnerReference::default()
+                })
+                .collect()
+        }),
+        ..ObjectMeta::default()
+    }
 }
 
 /// The topology of one address/endpoint: never decoded by serde (see the
@@ -245,7 +232,8 @@ fn topology(
 /// skipped like every other unread field).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct LeanEndpoints {
-    /// Name, namespace, uid, resourceVersion, labels, ownerReferences only.
+    /// Name, namespace, uid, resourceVersion, labels, ownerReferences and
+    /// the `kubediscovery.io/` annotations only.
     #[serde(default, deserialize_with = "lean_meta")]
     pub metadata: ObjectMeta,
     /// `subsets`.
@@ -291,7 +279,7 @@ pub struct LeanEndpointPort {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LeanEndpointSlice {
-    /// Name, namespace, uid, resourceVersion, labels, ownerReferences only.
+    /// See [`LeanEndpoints::metadata`].
     #[serde(default, deserialize_with = "lean_meta")]
     pub metadata: ObjectMeta,
     /// `addressType` (IPv4, IPv6, FQDN).
@@ -424,9 +412,8 @@ impl From<&EndpointSlice> for LeanEndpointSlice {
 /// `v1/Service` as [`crate::service::ServiceInfo`] reads it.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct LeanService {
-    /// Name, namespace, uid, resourceVersion, `kubediscovery.io/`
-    /// annotations only.
-    #[serde(default, deserialize_with = "service_meta")]
+    /// See [`LeanEndpoints::metadata`].
+    #[serde(default, deserialize_with = "lean_meta")]
     pub metadata: ObjectMeta,
     /// `spec`.
     #[serde(default)]
@@ -468,21 +455,8 @@ pub struct LeanServicePort {
 
 impl From<&Service> for LeanService {
     fn from(svc: &Service) -> Self {
-        let m = &svc.metadata;
         LeanService {
-            metadata: ObjectMeta {
-                name: m.name.clone(),
-                namespace: m.namespace.clone(),
-                uid: m.uid.clone(),
-                resource_version: m.resource_version.clone(),
-                annotations: m.annotations.as_ref().map(|a| {
-                    a.iter()
-                        .filter(|(k, _)| k.starts_with(ANNOTATION_PREFIX))
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect()
-                }),
-                ..ObjectMeta::default()
-            },
+            metadata: reduce_meta(&svc.metadata),
             spec: svc.spec.as_ref().map(|s| LeanServiceSpec {
                 type_: s.type_.as_deref().map(CompactString::from),
                 external_name: s.external_name.clone(),
@@ -502,80 +476,53 @@ impl From<&Service> for LeanService {
     }
 }
 
-/// Anything [`crate::service::ServiceInfo`] can read as a [`LeanService`]
-/// (see [`AsLeanEndpoints`]).
-pub trait AsLeanService {
-    /// The object as `ServiceInfo` reads it.
-    fn lean(&self) -> Cow<'_, LeanService>;
+/// A trait for "anything that can be read as this lean type": the lean type
+/// itself (borrowed, no copy), a k8s-openapi object (converted), or a
+/// reference to either.
+macro_rules! as_lean {
+    ($(#[$doc:meta])* $trait:ident: $lean:ty, $full:ty) => {
+        $(#[$doc])*
+        pub trait $trait {
+            /// The object in its lean form.
+            fn lean(&self) -> Cow<'_, $lean>;
+        }
+
+        impl $trait for $lean {
+            fn lean(&self) -> Cow<'_, $lean> {
+                Cow::Borrowed(self)
+            }
+        }
+
+        impl<T: $trait + ?Sized> $trait for &T {
+            fn lean(&self) -> Cow<'_, $lean> {
+                (**self).lean()
+            }
+        }
+
+        impl $trait for $full {
+            fn lean(&self) -> Cow<'_, $lean> {
+                Cow::Owned(self.into())
+            }
+        }
+    };
 }
 
-impl AsLeanService for LeanService {
-    fn lean(&self) -> Cow<'_, LeanService> {
-        Cow::Borrowed(self)
-    }
-}
-
-impl<T: AsLeanService + ?Sized> AsLeanService for &T {
-    fn lean(&self) -> Cow<'_, LeanService> {
-        (**self).lean()
-    }
-}
-
-impl AsLeanService for Service {
-    fn lean(&self) -> Cow<'_, LeanService> {
-        Cow::Owned(self.into())
-    }
-}
-
-/// Anything the conversion can read as a [`LeanEndpoints`]: the lean type
-/// itself (borrowed, no copy) or a k8s-openapi [`Endpoints`] (converted).
-pub trait AsLeanEndpoints {
-    /// The object as the conversion reads it.
-    fn lean(&self) -> Cow<'_, LeanEndpoints>;
-}
-
-impl AsLeanEndpoints for LeanEndpoints {
-    fn lean(&self) -> Cow<'_, LeanEndpoints> {
-        Cow::Borrowed(self)
-    }
-}
-
-impl<T: AsLeanEndpoints + ?Sized> AsLeanEndpoints for &T {
-    fn lean(&self) -> Cow<'_, LeanEndpoints> {
-        (**self).lean()
-    }
-}
-
-impl AsLeanEndpoints for Endpoints {
-    fn lean(&self) -> Cow<'_, LeanEndpoints> {
-        Cow::Owned(self.into())
-    }
-}
-
-/// Anything the conversion can read as a [`LeanEndpointSlice`] (see
-/// [`AsLeanEndpoints`]).
-pub trait AsLeanSlice {
-    /// The object as the conversion reads it.
-    fn lean(&self) -> Cow<'_, LeanEndpointSlice>;
-}
-
-impl AsLeanSlice for LeanEndpointSlice {
-    fn lean(&self) -> Cow<'_, LeanEndpointSlice> {
-        Cow::Borrowed(self)
-    }
-}
-
-impl<T: AsLeanSlice + ?Sized> AsLeanSlice for &T {
-    fn lean(&self) -> Cow<'_, LeanEndpointSlice> {
-        (**self).lean()
-    }
-}
-
-impl AsLeanSlice for EndpointSlice {
-    fn lean(&self) -> Cow<'_, LeanEndpointSlice> {
-        Cow::Owned(self.into())
-    }
-}
+as_lean!(
+    /// Anything the conversion can read as a [`LeanEndpoints`]: the lean
+    /// type (what the watch decodes) or a k8s-openapi [`Endpoints`].
+    AsLeanEndpoints: LeanEndpoints, Endpoints
+);
+as_lean!(
+    /// Anything the conversion can read as a [`LeanEndpointSlice`]: the lean
+    /// type (what the watch decodes) or a k8s-openapi [`EndpointSlice`].
+    AsLeanSlice: LeanEndpointSlice, EndpointSlice
+);
+as_lean!(
+    /// Anything [`crate::service::ServiceInfo`] can read as a
+    /// [`LeanService`]: the lean type (what the watch decodes) or a
+    /// k8s-openapi [`Service`].
+    AsLeanService: LeanService, Service
+);
 
 // kube's `Resource` comes from these through its blanket impl for
 // k8s-openapi resources: the same kind, apiVersion and URL path segment as

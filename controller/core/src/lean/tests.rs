@@ -317,7 +317,6 @@ fn lean_service_keeps_ports_type_and_only_our_annotations() {
         ["kubediscovery.io/export", "kubediscovery.io/weight"]
     );
     assert_eq!(lean.metadata.managed_fields, None);
-    assert_eq!(lean.metadata.labels, None);
     let info = ServiceInfo::from_service(&lean);
     assert_eq!(info, ServiceInfo::from_service(&full));
     assert_eq!(info.export, Some(true));
