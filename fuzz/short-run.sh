@@ -16,7 +16,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install --locked cargo-fuzz
 fi
 export RUSTC_BOOTSTRAP=1
-targets=(parse_config convert_endpoints convert_slices index_events)
+targets=(parse_config convert_endpoints convert_slices index_events lean_decode)
 echo "fuzz/short-run.sh: building the fuzz targets (own target dir fuzz/target)"
 cargo fuzz build --dev -s none
 mkdir -p logs

@@ -3,7 +3,7 @@
 //! ([`crate::watch`]) into the pure core [`Index`].
 //!
 //! ```text
-//!  watch::run(watcher(Endpoints | EndpointSlice).modify(strip managedFields, annotations))
+//!  watch::run(watcher(LeanEndpoints | LeanEndpointSlice))   (topology on: the k8s-openapi types)
 //!    │
 //!    ├─ init .. init_apply* .. init_done   (first list, and every relist: restart / 410 Gone)
 //!    │     └─ Index::begin_reset, reset_add_*(obj) each, finish_reset_*
@@ -16,6 +16,13 @@
 //!          ▼
 //!    ControllerState::set_desired_arc(key, index.get_arc(key)) ; WriterHandle::changed(keys)
 //! ```
+//!
+//! The watch decodes [`LeanEndpoints`] / [`LeanEndpointSlice`]: only what the
+//! conversion reads (no managedFields, annotations, targetRefs ... are ever
+//! allocated; see [`kube_discovery_core::lean`]). With topology output on
+//! (`nodeName`, `zone`, `targetRef` of every node) it watches the k8s-openapi
+//! types instead, stripped of managedFields and annotations, and the index
+//! reduces each object to the same lean form.
 //!
 //! A (re)list is not buffered: each listed object goes straight into the
 //! index's pending relist, which the index swaps in at `InitDone` and which
@@ -53,12 +60,13 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Endpoints, Service};
+use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use kube_discovery_core::crd::ObjectNaming;
+use kube_discovery_core::lean::{LeanEndpointSlice, LeanEndpoints, LeanService};
 use kube_discovery_core::service::ServiceInfo;
 use kube_discovery_core::{Index, ServiceKey, SourceKind};
 use serde::de::DeserializeOwned;
@@ -128,6 +136,9 @@ pub trait SourceObject:
     + Sync
     + 'static
 {
+    /// Whether the watcher should drop managedFields and annotations as
+    /// they arrive (the full k8s-openapi types; a lean type never has them).
+    const STRIP: bool = false;
     /// Index an added/modified object.
     fn apply(index: &mut Index, o: &Self) -> Vec<ServiceKey>;
     /// Index a deleted object.
@@ -138,35 +149,61 @@ pub trait SourceObject:
     fn reset_finish(index: &mut Index) -> Vec<ServiceKey>;
 }
 
-impl SourceObject for Endpoints {
-    fn apply(index: &mut Index, o: &Self) -> Vec<ServiceKey> {
-        index.apply_endpoints(o)
-    }
-    fn delete(index: &mut Index, o: &Self) -> Vec<ServiceKey> {
-        index.delete_endpoints(o)
-    }
-    fn reset_add(index: &mut Index, o: &Self) {
-        index.reset_add_endpoints(o);
-    }
-    fn reset_finish(index: &mut Index) -> Vec<ServiceKey> {
-        index.finish_reset_endpoints()
-    }
+/// The lean types are what the watch decodes; the k8s-openapi ones only
+/// with topology output on (see the module docs). Both go through the same
+/// index calls.
+macro_rules! source_object {
+    ($ty:ty, $strip:expr, $apply:ident, $delete:ident, $reset_add:ident, $finish:ident) => {
+        impl SourceObject for $ty {
+            const STRIP: bool = $strip;
+            fn apply(index: &mut Index, o: &Self) -> Vec<ServiceKey> {
+                index.$apply(o)
+            }
+            fn delete(index: &mut Index, o: &Self) -> Vec<ServiceKey> {
+                index.$delete(o)
+            }
+            fn reset_add(index: &mut Index, o: &Self) {
+                index.$reset_add(o);
+            }
+            fn reset_finish(index: &mut Index) -> Vec<ServiceKey> {
+                index.$finish()
+            }
+        }
+    };
 }
 
-impl SourceObject for EndpointSlice {
-    fn apply(index: &mut Index, o: &Self) -> Vec<ServiceKey> {
-        index.apply_slice(o)
-    }
-    fn delete(index: &mut Index, o: &Self) -> Vec<ServiceKey> {
-        index.delete_slice(o)
-    }
-    fn reset_add(index: &mut Index, o: &Self) {
-        index.reset_add_slice(o);
-    }
-    fn reset_finish(index: &mut Index) -> Vec<ServiceKey> {
-        index.finish_reset_slices()
-    }
-}
+source_object!(
+    LeanEndpoints,
+    false,
+    apply_endpoints,
+    delete_endpoints,
+    reset_add_endpoints,
+    finish_reset_endpoints
+);
+source_object!(
+    Endpoints,
+    true,
+    apply_endpoints,
+    delete_endpoints,
+    reset_add_endpoints,
+    finish_reset_endpoints
+);
+source_object!(
+    LeanEndpointSlice,
+    false,
+    apply_slice,
+    delete_slice,
+    reset_add_slice,
+    finish_reset_slices
+);
+source_object!(
+    EndpointSlice,
+    true,
+    apply_slice,
+    delete_slice,
+    reset_add_slice,
+    finish_reset_slices
+);
 
 /// Everything a source task needs.
 pub struct Source {
@@ -202,9 +239,16 @@ impl Source {
                     "watching core/v1 Endpoints (deprecated since Kubernetes 1.33); set \
                      `watch_endpoint_slices: true` to use discovery.k8s.io/v1 EndpointSlices"
                 );
-                self.run_typed::<Endpoints>(shutdown).await;
+                if self.index.options().topology {
+                    self.run_typed::<Endpoints>(shutdown).await;
+                } else {
+                    self.run_typed::<LeanEndpoints>(shutdown).await;
+                }
             }
-            SourceKind::EndpointSlice => self.run_typed::<EndpointSlice>(shutdown).await,
+            SourceKind::EndpointSlice if self.index.options().topology => {
+                self.run_typed::<EndpointSlice>(shutdown).await;
+            }
+            SourceKind::EndpointSlice => self.run_typed::<LeanEndpointSlice>(shutdown).await,
         }
     }
 
@@ -212,8 +256,10 @@ impl Source {
         let api: Api<K> = scoped_api(&self.client, self.params.namespace.as_deref());
         let mut objects = Watch::from_config(self.params.watcher_config(), move |cfg| {
             watcher(api.clone(), cfg).modify(|o: &mut K| {
-                o.managed_fields_mut().clear();
-                o.annotations_mut().clear();
+                if K::STRIP {
+                    o.managed_fields_mut().clear();
+                    o.annotations_mut().clear();
+                }
             })
         });
         let mut index = SourceIndex::new(self);
@@ -239,20 +285,14 @@ where
     }
 }
 
-/// The Service watch (see the module docs). Objects are reduced to a
-/// [`ServiceInfo`] as they arrive and never stored, so the fields dropped
-/// here only shorten each event's life.
-fn service_watch(client: &Client, params: &SourceParams) -> Watch<Service> {
-    let api: Api<Service> = scoped_api(client, params.namespace.as_deref());
+/// The Service watch (see the module docs). Objects are decoded as
+/// [`LeanService`]s (ports, type, externalName, the `kubediscovery.io/`
+/// annotations: nothing else is allocated), reduced to a [`ServiceInfo`] as
+/// they arrive, and never stored.
+fn service_watch(client: &Client, params: &SourceParams) -> Watch<LeanService> {
+    let api: Api<LeanService> = scoped_api(client, params.namespace.as_deref());
     let watch = Watch::from_config(params.service_watcher_config(), move |cfg| {
-        watcher(api.clone(), cfg).modify(|o: &mut Service| {
-            let m = &mut o.metadata;
-            m.managed_fields = None;
-            m.labels = None;
-            m.owner_references = None;
-            m.finalizers = None;
-            o.status = None;
-        })
+        watcher(api.clone(), cfg)
     });
     watch.backoff(WatchBackoff::with_bounds(
         Duration::from_millis(500),
@@ -261,7 +301,7 @@ fn service_watch(client: &Client, params: &SourceParams) -> Watch<Service> {
 }
 
 /// `(namespace, name, uid)` of a Service (`uid` empty when unset).
-fn service_id(o: &Service) -> Option<(String, String, String)> {
+fn service_id(o: &LeanService) -> Option<(String, String, String)> {
     let m = &o.metadata;
     Some((
         m.namespace.clone()?,
@@ -272,7 +312,7 @@ fn service_id(o: &Service) -> Option<(String, String, String)> {
 
 /// The index of one cluster as the watch loop feeds it: the source objects
 /// ([`WatchIndex<K>`] for every [`SourceObject`]) and the Services
-/// ([`WatchIndex<Service>`], stepped as the background of
+/// ([`WatchIndex<LeanService>`], stepped as the background of
 /// the source watch). Everything that changed is published at once.
 struct SourceIndex {
     params: SourceParams,
@@ -287,7 +327,7 @@ struct SourceIndex {
     listed_objects: usize,
     list_started: Option<Instant>,
     first_list_done: bool,
-    services: Option<Watch<Service>>,
+    services: Option<Watch<LeanService>>,
     /// The Service (re)list being received: `(namespace, name, uid)` and
     /// what is kept of each.
     service_list: Vec<((String, String, String), ServiceInfo)>,
@@ -341,7 +381,7 @@ impl SourceIndex {
                 ev = services.next() => match ev {
                     Some(ev) => {
                         let done = matches!(ev, Ok(Event::InitDone) | Err(_));
-                        watch::dispatch::<Service, _>(self, ev);
+                        watch::dispatch::<LeanService, _>(self, ev);
                         if done {
                             return true;
                         }
@@ -501,19 +541,19 @@ impl<K: SourceObject> WatchIndex<K> for SourceIndex {
             return std::future::pending().await;
         };
         match services.next().await {
-            Some(ev) => watch::dispatch::<Service, _>(self, ev),
+            Some(ev) => watch::dispatch::<LeanService, _>(self, ev),
             None => self.services = None,
         }
     }
 }
 
 /// The Services: a (re)list replaces them all, events set one.
-impl WatchIndex<Service> for SourceIndex {
+impl WatchIndex<LeanService> for SourceIndex {
     fn init(&mut self) {
         self.service_list.clear();
     }
 
-    fn init_apply(&mut self, obj: Service) {
+    fn init_apply(&mut self, obj: LeanService) {
         if let Some(id) = service_id(&obj) {
             self.service_list
                 .push((id, ServiceInfo::from_service(&obj)));
@@ -551,7 +591,7 @@ impl WatchIndex<Service> for SourceIndex {
         self.publish(changed, now);
     }
 
-    fn apply(&mut self, obj: Service) {
+    fn apply(&mut self, obj: LeanService) {
         let now = Instant::now();
         let Some((ns, name, uid)) = service_id(&obj) else {
             return;
@@ -570,7 +610,7 @@ impl WatchIndex<Service> for SourceIndex {
         self.publish(changed, now);
     }
 
-    fn delete(&mut self, obj: Service) {
+    fn delete(&mut self, obj: LeanService) {
         let now = Instant::now();
         let m = &obj.metadata;
         let (Some(ns), Some(name)) = (m.namespace.as_deref(), m.name.as_deref()) else {

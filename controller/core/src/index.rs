@@ -71,15 +71,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Endpoints;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
 use litemap::LiteMap;
 
 use crate::convert::{
     ConvertOptions, SkipReason, SliceContribution, from_endpoints, merge_slices, owner_service_uid,
 };
 use crate::filter::{LabelSelector, NamespaceFilter};
+use crate::lean::{AsLeanEndpoints, AsLeanSlice, LeanEndpointSlice, LeanEndpoints};
 use crate::model::{PortMap, ServiceKey, ServiceNodes, SourceKind};
 use crate::service::{ServiceInfo, port_extras};
 
@@ -282,6 +282,11 @@ impl Index {
     /// The configured source kind.
     pub fn source(&self) -> SourceKind {
         self.source
+    }
+
+    /// The conversion options.
+    pub fn options(&self) -> &ConvertOptions {
+        &self.opts
     }
 
     fn selected(&self, meta: &ObjectMeta) -> bool {
@@ -492,7 +497,7 @@ impl Index {
     /// relist's).
     fn endpoints_desired(
         &mut self,
-        ep: &Endpoints,
+        ep: &LeanEndpoints,
         owners: &mut BTreeMap<ServiceKey, EndpointsMeta>,
     ) -> Option<(ServiceKey, Option<ServiceNodes>)> {
         let ns = ep.metadata.namespace.as_deref().unwrap_or("");
@@ -542,9 +547,10 @@ impl Index {
     }
 
     /// An Endpoints object was added or modified.
-    pub fn apply_endpoints(&mut self, ep: &Endpoints) -> Vec<ServiceKey> {
+    pub fn apply_endpoints(&mut self, ep: &(impl AsLeanEndpoints + ?Sized)) -> Vec<ServiceKey> {
+        let ep = ep.lean();
         let mut owners = std::mem::take(&mut self.endpoints_owner);
-        let desired = self.endpoints_desired(ep, &mut owners);
+        let desired = self.endpoints_desired(&ep, &mut owners);
         self.endpoints_owner = owners;
         match desired {
             Some((key, _)) if self.external.contains(&key) => Vec::new(),
@@ -560,9 +566,9 @@ impl Index {
     }
 
     /// An Endpoints object was deleted.
-    pub fn delete_endpoints(&mut self, ep: &Endpoints) -> Vec<ServiceKey> {
-        let ns = ep.metadata.namespace.as_deref().unwrap_or("");
-        let Some(name) = ep.metadata.name.as_deref() else {
+    pub fn delete_endpoints(&mut self, ep: &(impl Resource + ?Sized)) -> Vec<ServiceKey> {
+        let ns = ep.meta().namespace.as_deref().unwrap_or("");
+        let Some(name) = ep.meta().name.as_deref() else {
             return Vec::new();
         };
         self.warnings.remove(&format!("Endpoints {ns}/{name}"));
@@ -585,7 +591,7 @@ impl Index {
 
     /// A relist of all Endpoints: afterwards the index holds exactly `all`.
     /// Returns the keys that changed or vanished (unchanged ones are not reported).
-    pub fn reset_endpoints(&mut self, all: &[Endpoints]) -> Vec<ServiceKey> {
+    pub fn reset_endpoints<E: AsLeanEndpoints>(&mut self, all: &[E]) -> Vec<ServiceKey> {
         self.begin_reset();
         for ep in all {
             self.reset_add_endpoints(ep);
@@ -601,7 +607,8 @@ impl Index {
 
     /// One Endpoints object of the relist started by [`Index::begin_reset`]
     /// (started implicitly if it was not).
-    pub fn reset_add_endpoints(&mut self, ep: &Endpoints) {
+    pub fn reset_add_endpoints(&mut self, ep: &(impl AsLeanEndpoints + ?Sized)) {
+        let ep = ep.lean();
         let mut p = self.reset.take().unwrap_or_default();
         if let Some(name) = ep.metadata.name.as_deref() {
             let ns = ep.metadata.namespace.as_deref().unwrap_or("");
@@ -619,7 +626,7 @@ impl Index {
                 return;
             }
         }
-        if let Some((key, Some(nodes))) = self.endpoints_desired(ep, &mut p.endpoints_owner) {
+        if let Some((key, Some(nodes))) = self.endpoints_desired(&ep, &mut p.endpoints_owner) {
             // An unchanged service keeps sharing its current allocation.
             let value = match self.current(&key) {
                 Some(old) if **old == nodes => Arc::clone(old),
@@ -696,7 +703,7 @@ impl Index {
     // ----- EndpointSlices -----
 
     /// What the index keeps of a slice of service `service`.
-    fn stored_slice(&self, service: ServiceKey, s: &EndpointSlice) -> Arc<StoredSlice> {
+    fn stored_slice(&self, service: ServiceKey, s: &LeanEndpointSlice) -> Arc<StoredSlice> {
         #[cfg(test)]
         self.note(|w| w.converted += 1);
         Arc::new(StoredSlice {
@@ -711,7 +718,7 @@ impl Index {
     /// is not selected or has no service-name label (warned).
     fn slice_target(
         &mut self,
-        s: &EndpointSlice,
+        s: &LeanEndpointSlice,
     ) -> Result<(String, String, Option<ServiceKey>), ()> {
         let ns = s.metadata.namespace.clone().unwrap_or_default();
         let Some(name) = s.metadata.name.clone() else {
@@ -799,7 +806,8 @@ impl Index {
     }
 
     /// An EndpointSlice was added or modified.
-    pub fn apply_slice(&mut self, s: &EndpointSlice) -> Vec<ServiceKey> {
+    pub fn apply_slice(&mut self, s: &(impl AsLeanSlice + ?Sized)) -> Vec<ServiceKey> {
+        let s = &*s.lean();
         let Ok((ns, name, key)) = self.slice_target(s) else {
             return Vec::new();
         };
@@ -824,9 +832,9 @@ impl Index {
     }
 
     /// An EndpointSlice was deleted.
-    pub fn delete_slice(&mut self, s: &EndpointSlice) -> Vec<ServiceKey> {
-        let ns = s.metadata.namespace.clone().unwrap_or_default();
-        let Some(name) = s.metadata.name.clone() else {
+    pub fn delete_slice(&mut self, s: &(impl Resource + ?Sized)) -> Vec<ServiceKey> {
+        let ns = s.meta().namespace.clone().unwrap_or_default();
+        let Some(name) = s.meta().name.clone() else {
             return Vec::new();
         };
         self.warnings.remove(&format!("EndpointSlice {ns}/{name}"));
@@ -838,7 +846,7 @@ impl Index {
 
     /// A relist of all EndpointSlices: afterwards the index holds exactly `all`.
     /// Returns the keys that changed or vanished (unchanged ones are not reported).
-    pub fn reset_slices(&mut self, all: &[EndpointSlice]) -> Vec<ServiceKey> {
+    pub fn reset_slices<S: AsLeanSlice>(&mut self, all: &[S]) -> Vec<ServiceKey> {
         self.begin_reset();
         for s in all {
             self.reset_add_slice(s);
@@ -848,7 +856,8 @@ impl Index {
 
     /// One EndpointSlice of the relist started by [`Index::begin_reset`]
     /// (started implicitly if it was not). Only its contribution is kept.
-    pub fn reset_add_slice(&mut self, s: &EndpointSlice) {
+    pub fn reset_add_slice(&mut self, s: &(impl AsLeanSlice + ?Sized)) {
+        let s = &*s.lean();
         let mut p = self.reset.take().unwrap_or_default();
         if let Some(name) = s.metadata.name.as_deref() {
             let ns = s.metadata.namespace.as_deref().unwrap_or("");
@@ -1176,6 +1185,8 @@ impl Index {
 mod tests {
     use super::*;
     use crate::filter::AnchoredRegex;
+    use k8s_openapi::api::core::v1::Endpoints;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
     use serde_json::{Value, json};
 
     /// A fresh resourceVersion, as the API server assigns one on every write
@@ -1482,7 +1493,7 @@ mod tests {
         i.reset_endpoints(std::slice::from_ref(&bad));
         assert!(i.take_skipped().is_empty());
         // A relist without it drops its warnings; when it comes back it counts again.
-        i.reset_endpoints(&[]);
+        i.reset_endpoints::<Endpoints>(&[]);
         assert_eq!(i.warnings().count(), 0);
         i.apply_endpoints(&bad);
         assert_eq!(i.take_skipped(), want);
@@ -2662,8 +2673,10 @@ mod tests {
             assert_eq!(s.extras.aliases["443"], "https");
             // An endpoints relist does not drop it.
             match source {
-                SourceKind::Endpoints => assert!(i.reset_endpoints(&[]).is_empty()),
-                SourceKind::EndpointSlice => assert!(i.reset_slices(&[]).is_empty()),
+                SourceKind::Endpoints => assert!(i.reset_endpoints::<Endpoints>(&[]).is_empty()),
+                SourceKind::EndpointSlice => {
+                    assert!(i.reset_slices::<EndpointSlice>(&[]).is_empty())
+                }
             }
             assert!(i.get(&ext).is_some());
             // Outside the allowlist ("evil.example.com.attacker.io" does not

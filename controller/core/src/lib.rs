@@ -5,6 +5,7 @@
 //! ```text
 //!  config/     YAML text ──parse_config (serde, garde)──▶ Config ──resolve(+ CLI overrides)──▶ Plan
 //!  filter.rs   namespace_selector / label_selector, compiled and matchable
+//!  lean.rs     watch line ──▶ LeanEndpoints | LeanEndpointSlice (only what convert/ reads)
 //!  convert/    Endpoints | EndpointSlices ──▶ PortMap (+ warnings)
 //!  index.rs    apply/delete/reset events ──▶ changed ServiceKeys, desired ServiceNodes
 //!  conditions.rs ServiceNodes (+ skipped data, previous conditions) ──▶ Ready, Degraded
@@ -31,6 +32,7 @@ pub mod filter;
 #[cfg(test)]
 mod golden;
 pub mod index;
+pub mod lean;
 pub mod model;
 pub mod render;
 pub mod service;

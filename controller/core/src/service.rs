@@ -27,8 +27,9 @@
 //!   warning: the port simply has no nodes, and status conditions can say why.
 
 use compact_str::CompactString;
-use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::lean::AsLeanService;
 
 pub use crate::model::PortExtras;
 use crate::model::PortMap;
@@ -83,8 +84,10 @@ impl ServiceInfo {
     /// The parts of `svc` kube-discovery uses. An annotation with an invalid
     /// value is skipped (as if absent) and described in `invalid`, naming
     /// the Service, the annotation and the value: the caller warns and
-    /// counts it, nothing guesses a value.
-    pub fn from_service(svc: &Service) -> Self {
+    /// counts it, nothing guesses a value. `svc` is what the watch decodes
+    /// ([`crate::lean::LeanService`]) or a k8s-openapi `Service`.
+    pub fn from_service(svc: &(impl AsLeanService + ?Sized)) -> Self {
+        let svc = svc.lean();
         let annotations = svc.metadata.annotations.as_ref();
         let get = |k: &str| annotations.and_then(|a| a.get(k)).map(|v| v.trim());
         let object = format!(
@@ -119,9 +122,9 @@ impl ServiceInfo {
         let ports = svc
             .spec
             .iter()
-            .flat_map(|s| s.ports.iter().flatten())
+            .flat_map(|s| s.ports.iter())
             .map(|p| ServicePort {
-                name: p.name.as_deref().unwrap_or("").into(),
+                name: p.name.clone().unwrap_or_default(),
                 port: p.port,
                 target_port: match &p.target_port {
                     Some(IntOrString::Int(n)) if *n != 0 => TargetPort::Number(*n),
@@ -135,11 +138,7 @@ impl ServiceInfo {
                     }
                     _ => TargetPort::Number(p.port),
                 },
-                app_protocol: p
-                    .app_protocol
-                    .as_deref()
-                    .filter(|a| !a.is_empty())
-                    .map(CompactString::from),
+                app_protocol: p.app_protocol.clone().filter(|a| !a.is_empty()),
             })
             .collect();
         let external_name = svc
@@ -230,6 +229,7 @@ pub fn port_extras(info: &ServiceInfo, ports: &PortMap, aliases: bool) -> PortEx
 mod tests {
     use super::*;
     use crate::model::Node;
+    use k8s_openapi::api::core::v1::Service;
     use serde_json::json;
     use std::collections::BTreeMap;
 

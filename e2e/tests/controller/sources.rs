@@ -821,3 +821,73 @@ async fn draining_always_publishes_terminating_endpoints_with_weight_zero(backen
     env.wait_nodes("shop", "web", "http", &["10.0.7.1"]).await;
     ctl.stop().await;
 }
+
+/// `topology: true`: the watch decodes the full k8s-openapi objects (the
+/// lean ones it uses otherwise never decode `nodeName`, `zone`, `targetRef`)
+/// and every node carries them, in both modes.
+#[both_backends]
+#[tokio::test]
+async fn topology_output_carries_zone_node_name_and_target_ref(backend: Backend) {
+    use k8s_openapi::api::core::v1::Endpoints;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::api::{Api, Patch, PatchParams};
+    let env = Env::start(backend).await;
+    env.namespace("shop").await;
+    let target = |pod: &str| {
+        json!({"kind": "Pod", "namespace": "shop", "name": pod,
+               "uid": "0a1b2c3d-0000-4000-8000-000000000001"})
+    };
+    let slice = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "web-a", "namespace": "shop", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.0.8.1"], "conditions": {"ready": true},
+                       "nodeName": "node-1", "zone": "zone-a", "targetRef": target("web-1")}],
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]});
+    let apply = PatchParams::apply("e2e").force();
+    Api::<EndpointSlice>::namespaced(env.admin.clone(), "shop")
+        .patch("web-a", &apply, &Patch::Apply(&slice))
+        .await
+        .expect("apply EndpointSlice");
+    let endpoints = json!({"apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": "api", "namespace": "shop"},
+        "subsets": [{"addresses": [{"ip": "10.0.8.2", "nodeName": "node-2", "targetRef": target("api-1")}],
+                     "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]}]});
+    Api::<Endpoints>::namespaced(env.admin.clone(), "shop")
+        .patch("api", &apply, &Patch::Apply(&endpoints))
+        .await
+        .expect("apply Endpoints");
+    // One controller at a time (the same instance): the second one's
+    // Endpoints mode takes over the DiscoveredServices.
+    for (name, mode, service, want) in [
+        (
+            "topology-slices",
+            "    watch_endpoint_slices: true\n",
+            "web",
+            json!({"host": "10.0.8.1", "port": 8080, "weight": 50, "zone": "zone-a",
+                   "nodeName": "node-1", "targetRef": target("web-1")}),
+        ),
+        (
+            "topology-endpoints",
+            "",
+            "api",
+            json!({"host": "10.0.8.2", "port": 8080, "weight": 50,
+                   "nodeName": "node-2", "targetRef": target("api-1")}),
+        ),
+    ] {
+        let ctl = Controller::start(
+            &env,
+            name,
+            &format!(
+                "discovery:\n  kubernetes:\n{}{mode}kube_discovery:\n  coalesce_window: 20ms\n  topology: true\n",
+                env.service_block(&env.admin_token())
+            ),
+            &[],
+        )
+        .await;
+        ctl.wait_ready().await;
+        let host = want["host"].as_str().unwrap().to_string();
+        let ds = env.wait_nodes("shop", service, "http", &[&host]).await;
+        assert_eq!(ds["spec"]["ports"]["http"][0], want, "{name}");
+        ctl.stop().await;
+    }
+}

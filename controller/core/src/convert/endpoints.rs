@@ -2,28 +2,33 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(test)]
 use k8s_openapi::api::core::v1::Endpoints;
 
 use super::{
-    AddressType, ConvertOptions, Converted, SkipReason, Warnings, finish, object_name, target_ref,
+    AddressType, ConvertOptions, Converted, SkipReason, Warnings, finish, object_name,
     valid_address, validate_ports,
 };
-use crate::model::{Node, NodeTopology};
+use crate::lean::AsLeanEndpoints;
+use crate::model::Node;
 
 /// Converts one Endpoints object. Only `addresses` count, never
 /// `notReadyAddresses`. A port key whose subset has no ready address is still
 /// present, with an empty node list (as in APISIX).
-pub fn from_endpoints(ep: &Endpoints, opts: &ConvertOptions) -> Converted {
+///
+/// `ep` is what the watch decodes ([`crate::lean::LeanEndpoints`]) or a
+/// k8s-openapi `Endpoints`.
+pub fn from_endpoints(ep: &(impl AsLeanEndpoints + ?Sized), opts: &ConvertOptions) -> Converted {
+    let ep = ep.lean();
     let obj = object_name("Endpoints", &ep.metadata);
     let mut warnings = Warnings::default();
     let mut ports: BTreeMap<String, Vec<Node>> = BTreeMap::new();
-    for (si, subset) in ep.subsets.iter().flatten().enumerate() {
+    for (si, subset) in ep.subsets.iter().enumerate() {
         let what = format!("{obj}: subsets[{si}]");
         let specs = validate_ports(
             subset
                 .ports
                 .iter()
-                .flatten()
                 .map(|p| (p.name.as_deref(), Some(p.port))),
             opts,
             &what,
@@ -34,7 +39,7 @@ pub fn from_endpoints(ep: &Endpoints, opts: &ConvertOptions) -> Converted {
                 ports.entry(key.clone()).or_default();
             }
         }
-        for (ai, addr) in subset.addresses.iter().flatten().enumerate() {
+        for (ai, addr) in subset.addresses.iter().enumerate() {
             if !valid_address(&addr.ip, AddressType::AnyIp) {
                 warnings.push(
                     SkipReason::InvalidAddress,
@@ -46,13 +51,9 @@ pub fn from_endpoints(ep: &Endpoints, opts: &ConvertOptions) -> Converted {
                 continue;
             }
             for spec in &specs {
-                let mut node = Node::new(addr.ip.as_str(), spec.number, opts.default_weight);
+                let mut node = Node::new(addr.ip.clone(), spec.number, opts.default_weight);
                 if opts.topology {
-                    node = node.with_topology(NodeTopology {
-                        zone: None,
-                        node_name: addr.node_name.clone(),
-                        target_ref: addr.target_ref.as_ref().map(target_ref),
-                    });
+                    node = node.with_boxed_topology(addr.topology.clone());
                 }
                 for key in spec.keys() {
                     ports.entry(key.clone()).or_default().push(node.clone());

@@ -27,13 +27,12 @@ mod slices;
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub use endpoints::from_endpoints;
 pub use slices::{SliceContribution, from_slices, merge_slices};
 
-use crate::model::{Node, NodeTargetRef, PortMap};
+use crate::model::{Node, PortMap};
 
 /// What becomes of endpoints that are serving but terminating (a pod being
 /// shut down that still answers): `kube_discovery.drain_terminating`.
@@ -305,15 +304,6 @@ pub(crate) fn valid_address(addr: &str, t: AddressType) -> bool {
         AddressType::V6 => addr.parse::<Ipv6Addr>().is_ok(),
         AddressType::AnyIp => addr.parse::<Ipv4Addr>().is_ok() || addr.parse::<Ipv6Addr>().is_ok(),
         AddressType::Fqdn => k8s_syntax::is_dns_name(addr.strip_suffix('.').unwrap_or(addr)),
-    }
-}
-
-pub(crate) fn target_ref(r: &ObjectReference) -> NodeTargetRef {
-    NodeTargetRef {
-        kind: r.kind.clone().unwrap_or_default(),
-        namespace: r.namespace.clone(),
-        name: r.name.clone().unwrap_or_default(),
-        uid: r.uid.clone(),
     }
 }
 

@@ -18,12 +18,14 @@
 use std::collections::BTreeMap;
 
 use compact_str::CompactString;
+#[cfg(test)]
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::{
     AddressType, ConvertOptions, Converted, Drain, PortSpec, SkipReason, Warnings, finish,
-    object_name, target_ref, valid_address, validate_ports,
+    object_name, valid_address, validate_ports,
 };
+use crate::lean::AsLeanSlice;
 use crate::model::{Node, NodeTopology};
 
 #[derive(Debug)]
@@ -73,8 +75,10 @@ pub struct SliceContribution {
 
 impl SliceContribution {
     /// Validates and reduces `slice` (`opts` must be the options later
-    /// passed to [`merge_slices`]).
-    pub fn new(slice: &EndpointSlice, opts: &ConvertOptions) -> Self {
+    /// passed to [`merge_slices`]): what the watch decodes
+    /// ([`crate::lean::LeanEndpointSlice`]) or a k8s-openapi `EndpointSlice`.
+    pub fn new(slice: &(impl AsLeanSlice + ?Sized), opts: &ConvertOptions) -> Self {
+        let slice = slice.lean();
         let mut warnings = Warnings::default();
         let obj = object_name("EndpointSlice", &slice.metadata);
         let address_type = match slice.address_type.as_str() {
@@ -94,11 +98,7 @@ impl SliceContribution {
             }
         };
         let mut specs = validate_ports(
-            slice
-                .ports
-                .iter()
-                .flatten()
-                .map(|p| (p.name.as_deref(), p.port)),
+            slice.ports.iter().map(|p| (p.name.as_deref(), p.port)),
             opts,
             &obj,
             &mut warnings,
@@ -131,24 +131,13 @@ impl SliceContribution {
                 }
                 continue;
             };
-            let cond = ep.conditions.as_ref();
-            let topology = opts
-                .topology
-                .then(|| {
-                    NodeTopology {
-                        zone: ep.zone.clone(),
-                        node_name: ep.node_name.clone(),
-                        target_ref: ep.target_ref.as_ref().map(target_ref),
-                    }
-                    .boxed()
-                })
-                .flatten();
+            let cond = ep.conditions;
             endpoints.push(SliceEndpoint {
-                host: CompactString::from(host.as_str()),
-                ready: cond.and_then(|c| c.ready).unwrap_or(true),
-                serving: cond.and_then(|c| c.serving).unwrap_or(true),
-                terminating: cond.and_then(|c| c.terminating).unwrap_or(false),
-                topology,
+                host: host.clone(),
+                ready: cond.ready.unwrap_or(true),
+                serving: cond.serving.unwrap_or(true),
+                terminating: cond.terminating.unwrap_or(false),
+                topology: opts.topology.then(|| ep.topology.clone()).flatten(),
             });
         }
         Self {
@@ -161,8 +150,8 @@ impl SliceContribution {
 
 /// Merges the slices of ONE Service (the caller groups them by the
 /// `kubernetes.io/service-name` label).
-pub fn from_slices<'a>(
-    slices: impl IntoIterator<Item = &'a EndpointSlice>,
+pub fn from_slices<'a, S: AsLeanSlice + 'a>(
+    slices: impl IntoIterator<Item = &'a S>,
     opts: &ConvertOptions,
 ) -> Converted {
     let contributions: Vec<SliceContribution> = slices
