@@ -81,7 +81,7 @@
 //! `ports` exceeds [`MAX_OBJECT_PORTS_BYTES`] (512 KiB, about 10,000 nodes),
 //! [`desired_objects`] splits it into `count` objects (a power of two): shard
 //! 0 keeps the name above, shard `i` is named `<name>.<i>`; each node goes to
-//! the shard the hash of its `host`/`port` gives ([`crate::shards`]), so one
+//! the shard the hash of its `host` gives ([`crate::shards`]), so one
 //! endpoint added or removed changes ONE shard. Every shard has
 //! `spec.shard: {index, count}` and the label `kubediscovery.io/shard: "<i>"`;
 //! shard `i > 0` carries the version of its own content as `spec.version`,
@@ -656,7 +656,7 @@ pub fn desired_objects(svc: &ServiceNodes, naming: &ObjectNaming) -> Vec<Discove
 /// shard label), so small services look the same as before sharding existed.
 /// A bigger one becomes `count` objects named by [`shard_name`]
 /// ([`crate::shards`]: `count` a power of two, each node in the shard its
-/// `host`/`port` hash gives, node order per port kept, shard 0 carrying
+/// `host` hash gives, node order per port kept, shard 0 carrying
 /// every port key). Every shard has `spec.shard = {index, count}` and the
 /// label [`LABEL_SHARD`]; shard `i > 0` has the version of its OWN content
 /// ([`crate::shards::shard_version`]) as `spec.version`, so it is only
@@ -1509,15 +1509,19 @@ mod tests {
         }
         assert_eq!(assembled(&all(&before)).unwrap(), s.ports);
         for host in ["0.0.0.1", "10.0.0.0", "99.9.9.9", "10.0.0.1"] {
+            // The endpoint on all three ports.
             let mut ports = s.ports.clone();
-            let http = ports.get_mut("http").unwrap();
-            if host == "10.0.0.1" {
-                // A removal.
-                http.retain(|n| n.host != host);
-            } else {
-                http.push(Node::new(host, 8080, 100));
+            for (port, nodes) in ports.iter_mut() {
+                if host == "10.0.0.1" {
+                    // A removal.
+                    nodes.retain(|n| n.host != host);
+                } else {
+                    let number = nodes[0].port;
+                    nodes.push(Node::new(host, number, 100));
+                }
+                crate::model::sort_nodes(nodes);
+                assert!(!port.is_empty());
             }
-            crate::model::sort_nodes(http);
             let t = ServiceNodes::new(s.key.clone(), s.source, ports, s.owner_uid.clone());
             let after = desired_objects(&t, &ObjectNaming::source());
             assert_eq!(after.len(), before.len());

@@ -2,7 +2,7 @@
 //! its nodes, and the per-shard content versions (issue 19 item 2).
 //!
 //! ```text
-//!  node (host, port) ──fnv1a64──▶ h ──h mod count──▶ shard index
+//!  node's host ──fnv1a64──▶ h ──h mod count──▶ shard index
 //!  count = smallest power of two (>= 2) at which every shard fits max_bytes
 //!  shard i ──shard_version(i, count, ...)──▶ spec.version of shard i (i > 0),
 //!                                            entry i of shard 0's manifest
@@ -10,7 +10,7 @@
 //!
 //! Why this shape:
 //! * **One endpoint touches one shard.** A node's shard depends only on its
-//!   identity (`host`, `port`) and the count, never on where it sorts among
+//!   host and the count (every port of an endpoint moves together), never on where it sorts among
 //!   the others (the old scheme cut the sorted list into consecutive ranges,
 //!   so one node inserted at the front moved every boundary and rewrote every
 //!   shard). A weight or topology change keeps the node where it is.
@@ -40,18 +40,16 @@ use crate::model::{Node, PortExtras, PortMap, SourceKind, version_with_extras};
 /// if a shard still does not fit (e.g. one giant node).
 pub const MAX_SHARDS: u32 = 4096;
 
-/// FNV-1a 64 of a node's identity: `host`, a 0 byte, the port (little
-/// endian). Stable forever (see the module docs).
-pub fn node_hash(host: &str, port: i32) -> u64 {
+/// FNV-1a 64 of a node's host, the identity that decides its shard. Not
+/// the port: an endpoint is one node per port key (`http`, `grpc`, ...),
+/// and all of them must move together, so that one endpoint added or
+/// removed is one shard, not one per port. Stable forever (see the module
+/// docs).
+pub fn node_hash(host: &str) -> u64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     let mut h = OFFSET;
-    for b in host
-        .as_bytes()
-        .iter()
-        .chain(&[0u8])
-        .chain(&port.to_le_bytes())
-    {
+    for b in host.as_bytes() {
         h ^= u64::from(*b);
         h = h.wrapping_mul(PRIME);
     }
@@ -62,7 +60,7 @@ pub fn node_hash(host: &str, port: i32) -> u64 {
 pub fn shard_index(node: &Node, count: u32) -> u32 {
     let count = u64::from(count.max(1));
     // The remainder is < count <= u32::MAX.
-    u32::try_from(node_hash(&node.host, node.port) % count).unwrap_or(0)
+    u32::try_from(node_hash(&node.host) % count).unwrap_or(0)
 }
 
 /// The JSON size estimate of one port key in an object's `ports`:
@@ -85,7 +83,7 @@ pub fn shard_count(ports: &PortMap, max_bytes: usize, node_len: impl Fn(&Node) -
     for (port, nodes) in ports {
         keys_cost = keys_cost.saturating_add(key_cost(port));
         for n in nodes {
-            items.push((node_hash(&n.host, n.port), node_len(n) + 1));
+            items.push((node_hash(&n.host), node_len(n) + 1));
         }
     }
     let total: usize = items
@@ -171,19 +169,19 @@ mod tests {
         40
     }
 
-    const PINNED: u64 = 0xea44_445b_8f63_78b7;
+    const PINNED: u64 = 0x87f7_ef5d_e06f_f78d;
 
     #[test]
     fn the_hash_is_fnv1a_and_never_changes() {
-        // Published FNV-1a 64 test vector: "a" -> 0xaf63dc4c8601ec8c.
-        let mut h = 0xcbf2_9ce4_8422_2325u64;
-        h ^= u64::from(b'a');
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        assert_eq!(h, 0xaf63_dc4c_8601_ec8c);
-        // Pinned: objects on API servers depend on these.
-        assert_eq!(node_hash("10.0.0.1", 80), PINNED);
-        assert_ne!(node_hash("10.0.0.1", 80), node_hash("10.0.0.1", 81));
-        assert_ne!(node_hash("10.0.0.1", 80), node_hash("10.0.0.10", 80));
+        // The published FNV-1a 64 test vector: "a" -> 0xaf63dc4c8601ec8c.
+        assert_eq!(node_hash("a"), 0xaf63_dc4c_8601_ec8c);
+        // Pinned: objects on API servers depend on it.
+        assert_eq!(node_hash("10.0.0.1"), PINNED);
+        assert_ne!(node_hash("10.0.0.1"), node_hash("10.0.0.10"));
+        // Every port of one endpoint is in one shard.
+        let a = Node::new("10.0.0.1", 80, 1);
+        let b = Node::new("10.0.0.1", 9090, 1);
+        assert!((1..64).all(|c| shard_index(&a, c) == shard_index(&b, c)));
     }
 
     #[test]

@@ -58,8 +58,8 @@ struct SpecView<'a> {
     aliases: &'a BTreeMap<String, String>,
     app_protocols: &'a BTreeMap<String, String>,
     version: &'a str,
-    /// `(index, count)`.
-    shard: Option<(u32, u32)>,
+    /// `(index, count, manifest)`.
+    shard: Option<(u32, u32, &'a [String])>,
 }
 
 impl<'a> SpecView<'a> {
@@ -88,7 +88,11 @@ impl<'a> SpecView<'a> {
             version,
             shard: shard
                 .as_ref()
-                .map(|Shard { index, count }| (*index, *count)),
+                .map(|Shard {
+                          index,
+                          count,
+                          versions,
+                      }| (*index, *count, versions.as_slice())),
         }
     }
 
@@ -396,7 +400,11 @@ mod tests {
             ("source", |s| s.source = SourceKind::Endpoints),
             ("version", |s| s.version = "0000000000000000".into()),
             ("shard added", |s| {
-                s.shard = Some(Shard { index: 0, count: 1 })
+                s.shard = Some(Shard {
+                    index: 0,
+                    count: 1,
+                    versions: Vec::new(),
+                })
             }),
             ("node host", |s| {
                 s.ports
@@ -435,7 +443,11 @@ mod tests {
         }
         // A shard's index and count count too.
         let mut shard = want.clone();
-        shard.spec.shard = Some(Shard { index: 1, count: 3 });
+        shard.spec.shard = Some(Shard {
+            index: 1,
+            count: 3,
+            versions: Vec::new(),
+        });
         shard
             .metadata
             .labels
@@ -443,7 +455,12 @@ mod tests {
             .unwrap()
             .insert(LABEL_SHARD.into(), "1".into());
         assert!(matches(&shard, &shard));
-        for s in [Shard { index: 2, count: 3 }, Shard { index: 1, count: 4 }] {
+        for (index, count) in [(2, 3), (1, 4)] {
+            let s = Shard {
+                index,
+                count,
+                versions: Vec::new(),
+            };
             let mut o = shard.clone();
             o.spec.shard = Some(s);
             assert!(!matches(&o, &shard));
