@@ -71,7 +71,10 @@ pub fn lookup<'a>(
     // only those they hold nodes of), else a Service-port alias
     // (`spec.aliases`, the same map on every shard): the rule of
     // `PortExtras::resolve`.
-    let key = if shards.iter().any(|d| d.spec.ports.contains_key(&query.port)) {
+    let key = if shards
+        .iter()
+        .any(|d| d.spec.ports.contains_key(&query.port))
+    {
         Some(query.port.as_str())
     } else {
         shards[0].spec.aliases.get(&query.port).map(String::as_str)
@@ -325,7 +328,10 @@ mod tests {
         );
         // Another service being rewritten does not matter.
         let other = parse_service_name("default/other:port").unwrap();
-        assert_eq!(super::lookup(&rewritten, &other, &ReaderRule::default()), Ok(None));
+        assert_eq!(
+            super::lookup(&rewritten, &other, &ReaderRule::default()),
+            Ok(None)
+        );
     }
 
     /// Readers get the whole, sorted list of a service the controller splits

@@ -702,10 +702,16 @@ mod tests {
     #[test]
     fn half_written_mixed_or_old_scheme_shards_force_a_rewrite() {
         // A shard missing.
-        let v = versions_of(&[zero("v2", 3, &["s0", "s1", "s2"]), obj("web.1", "s1", Some((1, 3)))]);
+        let v = versions_of(&[
+            zero("v2", 3, &["s0", "s1", "s2"]),
+            obj("web.1", "s1", Some((1, 3))),
+        ]);
         assert_eq!(v[&key()].0, "");
         // Shard 1 not the version shard 0 lists (crash between shards of a rewrite).
-        let v = versions_of(&[zero("v2", 2, &["s0", "s1"]), obj("web.1", "old", Some((1, 2)))]);
+        let v = versions_of(&[
+            zero("v2", 2, &["s0", "s1"]),
+            obj("web.1", "old", Some((1, 2))),
+        ]);
         assert_eq!(v[&key()].0, "");
         // Shard 0 missing.
         let v = versions_of(&[obj("web.1", "v1", Some((1, 2)))]);

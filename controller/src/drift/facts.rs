@@ -86,13 +86,13 @@ impl<'a> SpecView<'a> {
             aliases,
             app_protocols,
             version,
-            shard: shard
-                .as_ref()
-                .map(|Shard {
-                          index,
-                          count,
-                          versions,
-                      }| (*index, *count, versions.as_slice())),
+            shard: shard.as_ref().map(
+                |Shard {
+                     index,
+                     count,
+                     versions,
+                 }| (*index, *count, versions.as_slice()),
+            ),
         }
     }
 

@@ -8,6 +8,11 @@
 //! * growth (5,000 -> 20,000) adds shards, a shrink (-> 50) removes the
 //!   surplus objects;
 //! * `kube-discovery nodes` returns the WHOLE list of a sharded service;
+//! * one endpoint added or removed is two writes: its shard, then shard 0
+//!   (issue 19 item 2: stable hash partition, per-shard versions);
+//! * a reader racing the writer (listing in a loop while every shard is
+//!   rewritten, three times) takes only states the service went through,
+//!   never a mix of two versions (the client's `lookup`, shard 0's manifest);
 //! * an irrelevant change writes nothing, and a restart writes nothing (the
 //!   write log: kube-sim's, or the real server's audit log, where even a
 //!   no-op request would show).
