@@ -99,12 +99,9 @@ pub fn shard_count(ports: &PortMap, max_bytes: usize, node_len: impl Fn(&Node) -
         .clamp(2, MAX_SHARDS);
     let mut count = 2u32;
     loop {
-        let mut sizes = vec![0usize; count as usize];
         // Shard 0 carries every key; other shards at most each key once,
         // which this over-estimates as "every key" too (a few bytes).
-        for s in &mut sizes {
-            *s = keys_cost;
-        }
+        let mut sizes = vec![keys_cost; count as usize];
         for (h, c) in &items {
             let i = usize::try_from(h % u64::from(count)).unwrap_or(0);
             sizes[i] = sizes[i].saturating_add(*c);
