@@ -57,6 +57,18 @@ fn slices(n: usize) -> Vec<EndpointSlice> {
         .collect()
 }
 
+/// An index (slices mode, default options) holding `sl`.
+fn index_of(sl: &[EndpointSlice]) -> Index {
+    let mut idx = Index::new(
+        String::new(),
+        SourceKind::EndpointSlice,
+        ConvertOptions::default(),
+        NamespaceFilter::default(),
+    );
+    idx.reset_slices(sl);
+    idx
+}
+
 fn portmap(n: usize) -> PortMap {
     from_endpoints(&endpoints(n), &ConvertOptions::default()).ports
 }
@@ -97,13 +109,7 @@ fn bench(c: &mut Criterion) {
     // Incremental path: one slice of a 1,000-endpoint service changes (one
     // endpoint's ready flag flips back and forth), the service is recomputed
     // and re-hashed.
-    let mut idx = Index::new(
-        String::new(),
-        SourceKind::EndpointSlice,
-        opts.clone(),
-        NamespaceFilter::default(),
-    );
-    idx.reset_slices(&sl);
+    let mut idx = index_of(&sl);
     let (a, b2) = (slice(3, 300, 400, true), slice(3, 300, 400, false));
     let mut flip = false;
     c.bench_function("index/apply_slice_of_1000_endpoint_service", |b| {
@@ -122,15 +128,7 @@ fn bench(c: &mut Criterion) {
 /// changed shard and shard 0).
 fn big_service(c: &mut Criterion) {
     const BIG: usize = 100_000;
-    let opts = ConvertOptions::default();
-    let sl = slices(BIG);
-    let mut idx = Index::new(
-        String::new(),
-        SourceKind::EndpointSlice,
-        opts.clone(),
-        NamespaceFilter::default(),
-    );
-    idx.reset_slices(&sl);
+    let mut idx = index_of(&slices(BIG));
     let key = kube_discovery_core::ServiceKey::new("", "ns", "svc");
     assert_eq!(idx.get(&key).unwrap().ports["http"].len(), BIG);
     let (a, b2) = (
