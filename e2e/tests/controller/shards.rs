@@ -13,6 +13,8 @@
 //! * a reader racing the writer (listing in a loop while every shard is
 //!   rewritten, three times) takes only states the service went through,
 //!   never a mix of two versions (the client's `lookup`, shard 0's manifest);
+//! * objects of the old scheme (one version on every shard, no manifest) are
+//!   read meanwhile and rewritten once by a restart, then left alone;
 //! * an irrelevant change writes nothing, and a restart writes nothing (the
 //!   write log: kube-sim's, or the real server's audit log, where even a
 //!   no-op request would show).
@@ -467,6 +469,75 @@ async fn a_20000_endpoint_service_is_sharded_grows_shrinks_and_reads_back_whole(
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let w = env.dsvc_writes_since(mark).await;
     assert!(w.is_empty(), "a restart wrote: {:?}", names(&w));
+
+    // Objects of the old scheme (every shard with the service's version, no
+    // manifest), as a version before per-shard versions wrote them: readers
+    // take them meanwhile, and a restart rewrites every shard ONCE into the
+    // new scheme; the restart after that writes nothing.
+    ctl.stop().await;
+    let before = objects(&env).await;
+    let service_version = before
+        .iter()
+        .find(|o| o["metadata"]["name"] == "huge")
+        .map(|o| o["spec"]["version"].clone())
+        .expect("shard 0");
+    let typed_api: Api<DiscoveredService> = Api::namespaced(env.admin.clone(), NS);
+    for o in &before {
+        let name = o["metadata"]["name"].as_str().expect("name");
+        typed_api
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"spec": {"version": service_version, "shard": {"versions": null}}}),
+                ),
+            )
+            .await
+            .expect("write the old scheme");
+    }
+    let old = objects(&env).await;
+    assert!(
+        old.iter()
+            .all(|o| o["spec"]["shard"].get("versions").is_none()),
+        "the old scheme has no manifest"
+    );
+    assert_eq!(
+        merged(&old),
+        merged(&before),
+        "readers take the old scheme's objects"
+    );
+    let mark = env.mark().await;
+    let ctl = Controller::start(&env, "shards3", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    let start = tokio::time::Instant::now();
+    loop {
+        let now = objects(&env).await;
+        let converted = now
+            .iter()
+            .all(|o| o["spec"]["version"] != service_version || o["metadata"]["name"] == "huge")
+            && now
+                .iter()
+                .any(|o| o["spec"]["shard"]["versions"].as_array().is_some());
+        if converted && merged(&now) == merged(&before) {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "not converted after {WAIT:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let w = names(&env.dsvc_writes_since(mark).await);
+    assert_eq!(w.len(), before.len(), "every shard once: {w:?}");
+    ctl.stop().await;
+    let mark = env.mark().await;
+    let ctl = Controller::start(&env, "shards4", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let w = env.dsvc_writes_since(mark).await;
+    assert!(
+        w.is_empty(),
+        "a restart after the conversion wrote: {:?}",
+        names(&w)
+    );
 
     // Shrink: the surplus shards are deleted, one unsharded object remains.
     let mark = env.mark().await;
