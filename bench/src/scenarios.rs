@@ -27,7 +27,7 @@
 //! (`final_state_mismatches`: every DiscoveredService's hosts against the
 //! harness's own model, after settling).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -157,37 +157,34 @@ async fn wait_ds_written(
 
 /// Nodes of service `name` over all of its DiscoveredService objects (a big
 /// service is sharded over `<name>`, `<name>.1`, ...; each carries the
-/// service-name label). Shards that disagree on `spec.version` or whose
-/// number differs from `spec.shard.count` count as 0 nodes (a broken result).
+/// service-name label), taken as every reader takes them
+/// (`kube_discovery_core::crd::consistent_shards`: shard 0 and the shards
+/// its manifest lists). Shards that do not form one version, or objects
+/// beyond shard 0's count, count as 0 nodes (a broken result).
 async fn ds_node_count(env: &Env, name: &str) -> Result<usize> {
+    use kube_discovery_core::crd::{DiscoveredService, ShardHead, consistent_shards};
     let api: Api<DynamicObject> =
         Api::namespaced_with(env.client.clone(), load::NAMESPACE, &dsvc_resource());
     let lp = ListParams::default().labels(&format!("kubediscovery.io/service-name={name}"));
-    let objs = api
+    let objs: Vec<DiscoveredService> = api
         .list(&lp)
         .await
         .with_context(|| format!("listing the DiscoveredServices of {name}"))?
-        .items;
-    let count = objs
-        .iter()
-        .map(|o| o.data["spec"]["shard"]["count"].as_u64().unwrap_or(1))
-        .max()
-        .unwrap_or(0);
-    let versions: BTreeSet<&str> = objs
-        .iter()
-        .filter_map(|o| o.data["spec"]["version"].as_str())
-        .collect();
-    if objs.len() as u64 != count || versions.len() != 1 {
+        .items
+        .into_iter()
+        .map(|o| serde_json::to_value(o).and_then(serde_json::from_value))
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("decoding the DiscoveredServices of {name}"))?;
+    let heads: Vec<ShardHead<'_>> = objs.iter().map(ShardHead::of).collect();
+    let Ok((take, _)) = consistent_shards(&heads) else {
+        return Ok(0);
+    };
+    if take.len() != objs.len() {
         return Ok(0);
     }
     Ok(objs
         .iter()
-        .map(|o| {
-            o.data["spec"]["ports"]["http"]
-                .as_array()
-                .map(Vec::len)
-                .unwrap_or(0)
-        })
+        .map(|o| o.spec.ports.get("http").map_or(0, Vec::len))
         .sum())
 }
 

@@ -125,6 +125,16 @@ pub enum Error {
     /// A blocking reader task panicked or was cancelled.
     #[error("reader task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    /// The objects of a big service do not form one version yet (a shard
+    /// is being rewritten): read again.
+    #[error("the DiscoveredServices of {service} are being rewritten ({why}); read again")]
+    Incomplete {
+        /// The service (`[id/]ns/name`).
+        service: String,
+        /// What does not fit together.
+        #[source]
+        why: kube_discovery_core::crd::Incomplete,
+    },
     /// The reflector's task ended.
     #[error("DiscoveredService watch stopped")]
     WatchStopped,

@@ -3,10 +3,13 @@
 //! `kube-discovery render --nodes`, the syncs). Only objects that pass the
 //! [`ReaderRule`] count ([`accept`]): a DiscoveredService whose namespace,
 //! name or labels disagree with its spec (a hand-made one in another
-//! namespace claiming `default/web`) adds no node.
+//! namespace claiming `default/web`) adds no node; of a big service only the
+//! shards that form one version count (`crd::consistent_shards`).
 
 use kube::ResourceExt;
-use kube_discovery_core::crd::{DiscoveredService, ObjectNaming, ReaderRule};
+use kube_discovery_core::crd::{
+    DiscoveredService, Incomplete, ObjectNaming, ReaderRule, ShardHead, consistent_shards,
+};
 use kube_discovery_core::model::sort_nodes;
 use kube_discovery_core::{Node, NodeQuery};
 
@@ -34,40 +37,62 @@ pub fn accept(ds: &DiscoveredService, rule: &ReaderRule) -> bool {
 }
 
 /// Resolves `query` against DiscoveredServices: the nodes of the port, merged
-/// over all shards of the service and sorted; `None` when the service or the
-/// port is unknown (`Some(vec![])`: known port with no ready node). Objects
-/// claiming the service that `rule` refuses are skipped ([`accept`]).
+/// over the shards of the service and sorted; `Ok(None)` when the service or
+/// the port is unknown (`Ok(Some(vec![]))`: known port with no ready node).
+/// Objects claiming the service that `rule` refuses are skipped
+/// ([`accept`]).
+///
+/// Of a big service only shard 0 and the shards whose version shard 0's
+/// manifest lists are taken ([`consistent_shards`], the reader rule): while
+/// the controller rewrites a shard, this is [`Incomplete`] (read again, or
+/// keep the previous answer, as [`crate::NodesResolver`] does), never a mix
+/// of two versions.
 pub fn lookup<'a>(
     objects: impl IntoIterator<Item = &'a DiscoveredService>,
     query: &NodeQuery,
     rule: &ReaderRule,
-) -> Option<Vec<Node>> {
+) -> Result<Option<Vec<Node>>, Incomplete> {
+    let mine: Vec<&DiscoveredService> = objects
+        .into_iter()
+        .filter(|d| {
+            d.spec.cluster == query.cluster
+                && d.spec.source_namespace == query.namespace
+                && d.spec.source_name == query.name
+                && accept(d, rule)
+        })
+        .collect();
+    if mine.is_empty() {
+        return Ok(None);
+    }
+    let heads: Vec<ShardHead<'_>> = mine.iter().map(|d| ShardHead::of(d)).collect();
+    let (take, _legacy) = consistent_shards(&heads)?;
+    let shards: Vec<&DiscoveredService> = take.iter().map(|i| mine[*i]).collect();
+    // A port key of any shard (shard 0 carries them all, older objects
+    // only those they hold nodes of), else a Service-port alias
+    // (`spec.aliases`, the same map on every shard): the rule of
+    // `PortExtras::resolve`.
+    let key = if shards
+        .iter()
+        .any(|d| d.spec.ports.contains_key(&query.port))
+    {
+        Some(query.port.as_str())
+    } else {
+        shards[0].spec.aliases.get(&query.port).map(String::as_str)
+    };
     let mut found = false;
     let mut nodes = Vec::new();
-    for ds in objects.into_iter().filter(|d| {
-        d.spec.cluster == query.cluster
-            && d.spec.source_namespace == query.namespace
-            && d.spec.source_name == query.name
-            && accept(d, rule)
-    }) {
-        // A port key, else a Service-port alias (`spec.aliases`, the same
-        // map on every shard): the rule of `PortExtras::resolve`.
-        let key = if ds.spec.ports.contains_key(&query.port) {
-            Some(query.port.as_str())
-        } else {
-            ds.spec.aliases.get(&query.port).map(String::as_str)
-        };
+    for ds in &shards {
         if let Some(n) = key.and_then(|k| ds.spec.ports.get(k)) {
             found = true;
             nodes.extend(n.iter().cloned());
         }
     }
     if !found {
-        return None;
+        return Ok(None);
     }
     sort_nodes(&mut nodes);
     nodes.dedup_by(|b, a| a.host == b.host && a.port == b.port);
-    Some(nodes)
+    Ok(Some(nodes))
 }
 
 #[cfg(test)]
@@ -80,6 +105,45 @@ mod tests {
     use kube_discovery_core::render::{RenderOptions, render};
     use kube_discovery_core::{PortMap, ServiceKey, ServiceNodes, SourceKind, parse_service_name};
     use serde_json::{Value, json};
+
+    /// [`super::lookup`] of objects that form one version.
+    fn lookup<'a>(
+        objects: impl IntoIterator<Item = &'a DiscoveredService>,
+        query: &NodeQuery,
+        rule: &ReaderRule,
+    ) -> Option<Vec<Node>> {
+        super::lookup(objects, query, rule).expect("one consistent version")
+    }
+
+    /// `obj` (unsharded) as two shards the way the controller writes them:
+    /// the first node of every port in shard 1, the rest in shard 0.
+    fn in_two_shards(obj: &DiscoveredService) -> Vec<DiscoveredService> {
+        use kube_discovery_core::crd::{LABEL_SHARD, Shard, shard_name};
+        let mut zero = obj.clone();
+        let mut one = obj.clone();
+        for (port, nodes) in zero.spec.ports.iter_mut() {
+            let first: Vec<Node> = nodes.drain(..1.min(nodes.len())).collect();
+            one.spec.ports.insert(port.clone(), first);
+        }
+        one.spec.version = "one".into();
+        for (o, index) in [(&mut zero, 0u32), (&mut one, 1)] {
+            o.metadata.name = Some(shard_name(&obj.name_any(), index));
+            o.metadata
+                .labels
+                .get_or_insert_default()
+                .insert(LABEL_SHARD.into(), index.to_string());
+            o.spec.shard = Some(Shard {
+                index,
+                count: 2,
+                versions: if index == 0 {
+                    vec!["zero".into(), "one".into()]
+                } else {
+                    Vec::new()
+                },
+            });
+        }
+        vec![zero, one]
+    }
 
     fn plat_dev() -> Value {
         json!({
@@ -202,9 +266,8 @@ mod tests {
         assert_eq!(get(&out, "80"), Some(by_name.clone()));
         assert_eq!(get(&out, "81"), None);
         // Split over two shards (each carries the alias map): still merged.
-        let mut shards = vec![out[0].clone(), out[0].clone()];
-        shards[0].spec.ports.get_mut("http").unwrap().truncate(1);
-        shards[1].spec.ports.get_mut("http").unwrap().remove(0);
+        let shards = in_two_shards(&out[0]);
+        assert_eq!(shards[1].spec.ports["http"].len(), 1);
         assert_eq!(get(&shards, "80"), Some(by_name));
         // A real key "80" wins over the alias.
         let mut real = out[0].clone();
@@ -231,23 +294,43 @@ mod tests {
         assert!(lookup(&out, &q, &ReaderRule::default()).is_none());
     }
 
+    /// The reader rule of big services: shard 0's manifest decides which
+    /// shards count; a shard of another version (being rewritten) or a
+    /// missing one is `Incomplete`, never merged.
     #[test]
-    fn lookup_merges_shards() {
-        let mut out = render(&[plat_dev()], &RenderOptions::default()).unwrap();
-        let mut second = out[0].clone();
-        second.spec.ports.insert(
-            "port".into(),
-            vec![
-                Node::new("10.5.10.100", 3306, 50),
-                Node::new("10.5.10.109", 3306, 50),
-            ],
-        );
-        out.push(second);
+    fn lookup_takes_the_shards_shard_zero_lists_and_never_a_mix() {
+        let out = render(&[plat_dev()], &RenderOptions::default()).unwrap();
+        let shards = in_two_shards(&out[0]);
         let q = parse_service_name("default/plat-dev:port").unwrap();
-        let nodes = lookup(&out, &q, &ReaderRule::default()).unwrap();
+        let all = lookup(&shards, &q, &ReaderRule::default()).unwrap();
         assert_eq!(
-            nodes.iter().map(|n| n.host.as_str()).collect::<Vec<_>>(),
-            vec!["10.5.10.100", "10.5.10.109", "10.5.10.110"]
+            all.iter().map(|n| n.host.as_str()).collect::<Vec<_>>(),
+            vec!["10.5.10.109", "10.5.10.110"]
+        );
+        let mut rewritten = shards.clone();
+        rewritten[1].spec.version = "newer".into();
+        rewritten[1].spec.ports.get_mut("port").unwrap()[0].host = "10.9.9.9".into();
+        assert_eq!(
+            super::lookup(&rewritten, &q, &ReaderRule::default()),
+            Err(Incomplete::Mismatch {
+                index: 1,
+                expected: "one".into(),
+                actual: "newer".into()
+            })
+        );
+        assert_eq!(
+            super::lookup(&shards[..1], &q, &ReaderRule::default()),
+            Err(Incomplete::Missing { index: 1, count: 2 })
+        );
+        assert_eq!(
+            super::lookup(&shards[1..], &q, &ReaderRule::default()),
+            Err(Incomplete::NoShardZero)
+        );
+        // Another service being rewritten does not matter.
+        let other = parse_service_name("default/other:port").unwrap();
+        assert_eq!(
+            super::lookup(&rewritten, &other, &ReaderRule::default()),
+            Ok(None)
         );
     }
 

@@ -9,6 +9,10 @@ use kube_discovery_core::{Node, NodeQuery};
 
 use crate::{Error, Result};
 
+/// How often a list that falls between the shard writes of a big service
+/// is read again before giving up.
+const READ_ATTEMPTS: u32 = 10;
+
 /// Where to read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodesFrom {
@@ -54,8 +58,26 @@ impl NodesFrom {
         let client = || client.ok_or(Error::NoClient);
         Ok(match self {
             Self::DiscoveredServices(rule) => {
-                let objs = crate::list::list_managed(client()?).await?;
-                crate::lookup(&objs, query, rule)
+                // A list is one consistent snapshot of the API server, but
+                // it can fall between the writes of a big service's shards:
+                // then it is read again, a few times, ~0.2 s apart.
+                let mut attempt = 0;
+                loop {
+                    let objs = crate::list::list_managed(client()?).await?;
+                    match crate::lookup(&objs, query, rule) {
+                        Ok(found) => break found,
+                        Err(why) if attempt >= READ_ATTEMPTS => {
+                            return Err(Error::Incomplete {
+                                service: query.key().to_string(),
+                                why,
+                            });
+                        }
+                        Err(_) => {
+                            attempt += 1;
+                            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                        }
+                    }
+                }
             }
             Self::Snapshot { namespace, name } => crate::snapshot::read(client()?, namespace, name)
                 .await?

@@ -30,6 +30,10 @@ use crate::{Error, Result};
 pub struct NodesResolver {
     store: Store<DiscoveredService>,
     rule: ReaderRule,
+    /// The last consistent answer per service name asked
+    /// ([`NodesResolver::nodes`]): what a read during a shard rewrite
+    /// returns. Bounded by the names a consumer asks for.
+    last_good: std::sync::Mutex<std::collections::HashMap<String, Option<Vec<Node>>>>,
     changed: tokio::sync::watch::Receiver<u64>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -108,6 +112,7 @@ impl NodesResolver {
         Self {
             store,
             rule,
+            last_good: Default::default(),
             changed,
             task,
         }
@@ -145,14 +150,30 @@ impl NodesResolver {
     /// Nodes of `service_name` (`[id/]ns/name:port`) in the current cache,
     /// merged over the shards of a big service: `Ok(None)` when the service
     /// or port is unknown, [`Error::ServiceName`] when the name is malformed.
+    ///
+    /// While the controller rewrites a big service's shards, the cache
+    /// holds shards of two versions for a moment: then the last answer this
+    /// resolver gave for `service_name` is returned again (never a mix of
+    /// both versions), or [`Error::Incomplete`] when it has none; the
+    /// change signal fires again when shard 0 arrives.
     pub fn nodes(&self, service_name: &str) -> Result<Option<Vec<Node>>> {
         let q = parse_service_name(service_name)?;
         let state = self.store.state();
-        Ok(crate::lookup(
-            state.iter().map(AsRef::as_ref),
-            &q,
-            &self.rule,
-        ))
+        let found = crate::lookup(state.iter().map(AsRef::as_ref), &q, &self.rule);
+        let mut last = self
+            .last_good
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match found {
+            Ok(nodes) => {
+                last.insert(service_name.to_string(), nodes.clone());
+                Ok(nodes)
+            }
+            Err(why) => last.get(service_name).cloned().ok_or(Error::Incomplete {
+                service: q.key().to_string(),
+                why,
+            }),
+        }
     }
 }
 

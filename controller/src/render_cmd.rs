@@ -95,7 +95,8 @@ pub fn render_command(
         // The rendered objects are named by the same options (they agree).
         let rule =
             ReaderRule::new(opts.naming.clone()).for_instance(Some(opts.naming.instance.clone()));
-        return match lookup(&rendered.objects, &q, &rule) {
+        // Rendered at once, a big service's shards always form one version.
+        return match lookup(&rendered.objects, &q, &rule).ok().flatten() {
             Some(n) => Ok(format!("{}\n", serde_json::to_string_pretty(&n)?)),
             None => Err(Error::NoNodes {
                 query: q.to_string(),

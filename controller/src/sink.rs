@@ -60,8 +60,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use kube_discovery_core::crd::{
-    DiscoveredService, LABEL_INSTANCE, ObjectNaming, Owner, desired_objects_at, generation_fix,
-    key_of, shard_of, stamp_generation, stamped_generation,
+    DiscoveredService, LABEL_INSTANCE, ObjectNaming, Owner, ShardHead, consistent_shards,
+    desired_objects_at, generation_fix, key_of, shard_of, stamp_generation, stamped_generation,
 };
 use kube_discovery_core::write_plan::{
     DeleteWhy, Held, NameTaken, ObjectOp, ObjectPlan, Prior, ServerView, object_ops,
@@ -534,49 +534,69 @@ const PAGE: u32 = crate::client::LIST_PAGE_SIZE;
 pub use kube_discovery_client::list::list_managed;
 use kube_discovery_client::list::{Listed, for_each_in};
 
-/// What the start-up list keeps of our objects: per service, the
-/// `(shard index, shard count, spec.version)` of each of its objects.
+/// What the start-up list keeps of our objects: per service, the shard
+/// position and versions of each of its objects (never its nodes).
 #[derive(Debug, Default)]
-pub struct Found(HashMap<ServiceKey, Vec<(u32, u32, String)>>);
+pub struct Found(HashMap<ServiceKey, Vec<FoundShard>>);
+
+/// One listed object of a service: `(index, count)`, `spec.version` and, on
+/// shard 0 of a sharded service, the manifest `spec.shard.versions`.
+#[derive(Debug)]
+pub struct FoundShard {
+    index: u32,
+    count: u32,
+    version: String,
+    manifest: Vec<String>,
+}
 
 impl Found {
     /// Notes one object.
     pub fn add(&mut self, ds: &DiscoveredService) {
         let (index, count) = shard_of(ds);
-        self.0
-            .entry(key_of(ds))
-            .or_default()
-            .push((index, count, ds.spec.version.clone()));
+        self.0.entry(key_of(ds)).or_default().push(FoundShard {
+            index,
+            count,
+            version: ds.spec.version.clone(),
+            manifest: ds
+                .spec
+                .shard
+                .as_ref()
+                .map(|s| s.versions.clone())
+                .unwrap_or_default(),
+        });
     }
 
-    /// Per service: the version when shards `0..count` are all present with
-    /// the same version (else `""`, which forces a rewrite), and the number
-    /// of shard slots to clean up on the next write (highest index seen + 1).
+    /// Per service: shard 0's version when its objects form one version
+    /// under the readers' rule (`kube_discovery_core::crd::consistent_shards`),
+    /// else `""`, which forces a rewrite (a crash between shards; also a
+    /// sharded service written by the old scheme without a manifest, so a
+    /// restart of this version converts it once); and the number of shard
+    /// slots to clean up on the next write (highest index seen + 1).
     pub fn versions(self) -> impl Iterator<Item = (ServiceKey, (String, u32))> {
         self.0.into_iter().map(|(key, mut objs)| {
             let slots = objs
                 .iter()
-                .map(|(i, _, _)| i.saturating_add(1))
+                .map(|o| o.index.saturating_add(1))
                 .max()
                 .unwrap_or(1);
-            let complete = objs
+            let heads: Vec<ShardHead<'_>> = objs
                 .iter()
-                .find(|(i, _, _)| *i == 0)
-                .is_some_and(|(_, count, v)| {
-                    slots == *count
-                        && (0..*count).all(|want| {
-                            objs.iter()
-                                .any(|(i, c, ver)| *i == want && c == count && ver == v)
-                        })
-                });
-            let version = if complete {
-                objs.iter_mut()
-                    .find(|(i, _, _)| *i == 0)
-                    .map(|(_, _, v)| std::mem::take(v))
-                    .unwrap_or_default()
-            } else {
-                String::new()
+                .map(|o| ShardHead {
+                    index: o.index,
+                    count: o.count,
+                    version: &o.version,
+                    manifest: &o.manifest,
+                })
+                .collect();
+            let zero = match consistent_shards(&heads) {
+                // Surplus slots beyond the count also force a write (it
+                // deletes them).
+                Ok((take, false)) if take.len() as u32 == slots => Some(take[0]),
+                _ => None,
             };
+            let version = zero
+                .map(|i| std::mem::take(&mut objs[i].version))
+                .unwrap_or_default();
             (key, (version, slots))
         })
     }
@@ -763,7 +783,20 @@ mod tests {
         let mut o = desired_object(&svc, &ObjectNaming::source());
         o.metadata.name = Some(name.into());
         o.spec.version = version.into();
-        o.spec.shard = shard.map(|(index, count)| Shard { index, count });
+        o.spec.shard = shard.map(|(index, count)| Shard {
+            index,
+            count,
+            versions: Vec::new(),
+        });
+        o
+    }
+
+    /// Shard 0 of `count` with version `version` and the manifest `manifest`.
+    fn zero(version: &str, count: u32, manifest: &[&str]) -> DiscoveredService {
+        let mut o = obj("web", version, Some((0, count)));
+        if let Some(s) = o.spec.shard.as_mut() {
+            s.versions = manifest.iter().map(|v| v.to_string()).collect();
+        }
         o
     }
 
@@ -774,9 +807,9 @@ mod tests {
     #[test]
     fn complete_shards_report_their_version() {
         let v = versions_of(&[
-            obj("web.1", "v1", Some((1, 3))),
-            obj("web", "v1", Some((0, 3))),
-            obj("web.2", "v1", Some((2, 3))),
+            obj("web.1", "s1", Some((1, 3))),
+            zero("v1", 3, &["s0", "s1", "s2"]),
+            obj("web.2", "s2", Some((2, 3))),
         ]);
         assert_eq!(v[&key()], ("v1".to_string(), 3));
         let single = versions_of(&[obj("web", "v1", None)]);
@@ -784,17 +817,17 @@ mod tests {
     }
 
     #[test]
-    fn half_written_or_mixed_shards_force_a_rewrite() {
+    fn half_written_mixed_or_old_scheme_shards_force_a_rewrite() {
         // A shard missing.
         let v = versions_of(&[
-            obj("web", "v2", Some((0, 3))),
-            obj("web.1", "v2", Some((1, 3))),
+            zero("v2", 3, &["s0", "s1", "s2"]),
+            obj("web.1", "s1", Some((1, 3))),
         ]);
         assert_eq!(v[&key()].0, "");
-        // Two versions mixed (crash between shards of a rewrite).
+        // Shard 1 not the version shard 0 lists (crash between shards of a rewrite).
         let v = versions_of(&[
-            obj("web", "v1", Some((0, 2))),
-            obj("web.1", "v2", Some((1, 2))),
+            zero("v2", 2, &["s0", "s1"]),
+            obj("web.1", "old", Some((1, 2))),
         ]);
         assert_eq!(v[&key()].0, "");
         // Shard 0 missing.
@@ -807,6 +840,13 @@ mod tests {
             obj("web.3", "v1", Some((3, 4))),
         ]);
         assert_eq!(v[&key()], (String::new(), 4));
+        // Complete, but written by the old scheme (no manifest, one version
+        // on every shard): rewritten once into the new one.
+        let v = versions_of(&[
+            obj("web", "v1", Some((0, 2))),
+            obj("web.1", "v1", Some((1, 2))),
+        ]);
+        assert_eq!(v[&key()], (String::new(), 2));
     }
 
     /// `n` endpoints on 3 ports: over one object's size bound from ~4,000.
@@ -1006,9 +1046,22 @@ mod tests {
         let objs = list_managed(&client).await.unwrap();
         assert!(objs.len() >= 2, "{} objects", objs.len());
         assert_eq!(count, u32::try_from(objs.len()).unwrap());
+        let manifest = objs
+            .iter()
+            .find(|o| shard_of(o).0 == 0)
+            .and_then(|o| o.spec.shard.as_ref())
+            .map(|s| s.versions.clone())
+            .unwrap_or_default();
+        assert_eq!(manifest.len(), objs.len());
         for o in &objs {
             assert!(serde_json::to_vec(o).unwrap().len() < 3 * 1024 * 1024 / 2);
-            assert_eq!(o.spec.version, svc.version);
+            // Shard 0: the service's version; the others their own, as listed.
+            let (index, _) = shard_of(o);
+            if index == 0 {
+                assert_eq!(o.spec.version, svc.version);
+            } else {
+                assert_eq!(o.spec.version, manifest[index as usize]);
+            }
             // The status came with the spec: it counts this shard's nodes.
             let st = o.status.as_ref().expect("status written with the spec");
             let nodes: usize = o.spec.ports.values().map(Vec::len).sum();

@@ -588,13 +588,22 @@ pub async fn run_haproxy(args: HaproxyArgs) -> Result<()> {
     let mut decider = Decider::default();
     tracing::info!(services = args.services.len(), output = %args.output.display(), policy = %args.empty_policy, "sync haproxy started");
     let mut first = true;
-    loop {
+    'changes: loop {
         watch
             .changed_within(args.once.then_some(std::time::Duration::from_secs(30)))
             .await?;
         let mut backends = Vec::with_capacity(args.services.len());
         for svc in &args.services {
-            let nodes = watch.nodes(&svc.service)?;
+            let nodes = match watch.nodes(&svc.service) {
+                // A big service's shards mid-rewrite and no earlier answer:
+                // nothing is written this round; shard 0's write signals
+                // the next change.
+                Err(e @ crate::Error::Incomplete { .. }) => {
+                    tracing::info!(error = %e, "waiting for the next change");
+                    continue 'changes;
+                }
+                other => other?,
+            };
             let want = match decider.target(svc, nodes, HostRule::IpOnly, args.empty_policy) {
                 Target::Nodes(n) => wants(&n),
                 Target::Unavailable => Vec::new(),

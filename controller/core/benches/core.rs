@@ -2,7 +2,9 @@
 //! 1,000-endpoint service from `v1/Endpoints` and from 10 merged
 //! EndpointSlices of 100, the content hash, the dump JSON (per service, as the
 //! dump API encodes it, and a whole 1,000-service document), and the index's
-//! incremental path (one slice of a 1,000-endpoint service changes).
+//! incremental path (one slice of a 1,000-endpoint service changes), and
+//! one slice change in a 100,000-endpoint service (issue 19 item 2:
+//! `big_service/...`).
 //!
 //! Run: `cargo bench -p kube-discovery-core --bench core` (results in
 //! `target/criterion/`). Inputs are built once, outside the timed loops.
@@ -55,6 +57,18 @@ fn slices(n: usize) -> Vec<EndpointSlice> {
         .collect()
 }
 
+/// An index (slices mode, default options) holding `sl`.
+fn index_of(sl: &[EndpointSlice]) -> Index {
+    let mut idx = Index::new(
+        String::new(),
+        SourceKind::EndpointSlice,
+        ConvertOptions::default(),
+        NamespaceFilter::default(),
+    );
+    idx.reset_slices(sl);
+    idx
+}
+
 fn portmap(n: usize) -> PortMap {
     from_endpoints(&endpoints(n), &ConvertOptions::default()).ports
 }
@@ -95,13 +109,7 @@ fn bench(c: &mut Criterion) {
     // Incremental path: one slice of a 1,000-endpoint service changes (one
     // endpoint's ready flag flips back and forth), the service is recomputed
     // and re-hashed.
-    let mut idx = Index::new(
-        String::new(),
-        SourceKind::EndpointSlice,
-        opts.clone(),
-        NamespaceFilter::default(),
-    );
-    idx.reset_slices(&sl);
+    let mut idx = index_of(&sl);
     let (a, b2) = (slice(3, 300, 400, true), slice(3, 300, 400, false));
     let mut flip = false;
     c.bench_function("index/apply_slice_of_1000_endpoint_service", |b| {
@@ -112,5 +120,40 @@ fn bench(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench);
+/// Issue 19 item 2: one slice change in a 100,000-endpoint service (1,000
+/// slices of 100), the controller's CPU per change: the index's merge and
+/// hash of the service (`index/...`), and the objects one write of it
+/// builds (`write/...`: `crd::desired_objects_at`, the shard count, the
+/// partition and every shard's version; `object_ops` then sends the
+/// changed shard and shard 0).
+fn big_service(c: &mut Criterion) {
+    const BIG: usize = 100_000;
+    let mut idx = index_of(&slices(BIG));
+    let key = kube_discovery_core::ServiceKey::new("", "ns", "svc");
+    assert_eq!(idx.get(&key).unwrap().ports["http"].len(), BIG);
+    let (a, b2) = (
+        slice(503, 50_300, 50_400, true),
+        slice(503, 50_300, 50_400, false),
+    );
+    let mut flip = false;
+    let mut group = c.benchmark_group("big_service");
+    group.sample_size(20);
+    group.bench_function("index/apply_slice_of_100000_endpoint_service", |b| {
+        b.iter(|| {
+            flip = !flip;
+            idx.apply_slice(black_box(if flip { &a } else { &b2 }))
+        })
+    });
+    let svc = idx.get(&key).unwrap().clone();
+    let naming = kube_discovery_core::crd::ObjectNaming::source();
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH);
+    let objs = kube_discovery_core::crd::desired_objects_at(&svc, &naming, &[], &now);
+    assert!(objs.len() >= 8, "{} shards", objs.len());
+    group.bench_function("write/desired_objects_of_100000_endpoint_service", |b| {
+        b.iter(|| kube_discovery_core::crd::desired_objects_at(black_box(&svc), &naming, &[], &now))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench, big_service);
 criterion_main!(benches);

@@ -79,19 +79,27 @@
 //!
 //! The API server refuses objects over ~1.5 MiB. When the JSON of a service's
 //! `ports` exceeds [`MAX_OBJECT_PORTS_BYTES`] (512 KiB, about 10,000 nodes),
-//! [`desired_objects`] splits it into `count` objects: shard 0 keeps the name
-//! above, shard `i` is named `<name>.<i>`, each holds a consecutive range of
-//! the node list, `spec.shard: {index, count}`, the label
-//! `kubediscovery.io/shard: "<i>"` and the `spec.version` of the WHOLE
-//! service. Readers merge every object of a service (labels or spec give the
-//! service); `kube_discovery_client::lookup` does.
+//! [`desired_objects`] splits it into `count` objects (a power of two): shard
+//! 0 keeps the name above, shard `i` is named `<name>.<i>`; each node goes to
+//! the shard the hash of its `host` gives ([`crate::shards`]), so one
+//! endpoint added or removed changes ONE shard. Every shard has
+//! `spec.shard: {index, count}` and the label `kubediscovery.io/shard: "<i>"`;
+//! shard `i > 0` carries the version of its own content as `spec.version`,
+//! shard 0 the whole service's plus the manifest `spec.shard.versions` (the
+//! version of every shard). A change outside shard 0 is therefore two
+//! writes: the changed shard, then shard 0 (its manifest changed).
 //!
 //! # What readers accept
 //!
 //! [`ReaderRule::check`]: an object counts only when its namespace, name and
 //! the labels above are what this module gives its spec's service, so a
-//! labelled object elsewhere cannot add nodes to another namespace's service. The controller writes shards
-//! `1..count` first and shard 0 last, then deletes shards beyond `count`.
+//! labelled object elsewhere cannot add nodes to another namespace's service.
+//! [`consistent_shards`]: of a sharded service a reader takes shard 0 and the
+//! shards whose `spec.version` is the one shard 0's manifest lists; a missing
+//! or different one means "not complete yet" (read again, or keep the previous
+//! state), never a mix of two versions. The controller writes the changed
+//! shards `1..count` first and shard 0 last, then deletes shards beyond
+//! `count`.
 
 use std::collections::BTreeMap;
 
@@ -193,6 +201,15 @@ pub struct Shard {
     pub index: u32,
     /// Total number of shards.
     pub count: u32,
+    /// Shard 0 only: the manifest, the content version of every shard
+    /// `0..count` (entry `i` = `spec.version` of shard `i` for `i > 0`; entry
+    /// 0 is shard 0's own nodes, whose `spec.version` is the whole
+    /// service's). A reader takes shard `i` only when its `spec.version`
+    /// equals entry `i` ([`consistent_shards`]). Absent on objects written
+    /// before per-shard versions (then every shard carried the service's
+    /// version).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub versions: Vec<String>,
 }
 
 /// Status of a `DiscoveredService`.
@@ -215,9 +232,9 @@ pub struct DiscoveredServiceStatus {
     pub conditions: Vec<Condition>,
     /// The `metadata.generation` this status was written with: equal to it
     /// when the object is exactly as the controller last wrote it (the
-    /// controller checks every write's answer and corrects it, see
-    /// [`generation_fix`]); lower after someone else changed the object,
-    /// until the controller repairs it.
+    /// controller checks every write's answer and corrects the value);
+    /// lower after someone else changed the object, until the controller
+    /// repairs it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
@@ -636,44 +653,9 @@ pub fn shard_of(ds: &DiscoveredService) -> (u32, u32) {
         .map_or((0, 1), |s| (s.index, s.count.max(1)))
 }
 
-/// Splits `ports` into consecutive groups whose estimated JSON size stays under
-/// `max_bytes` each (at least one node per group). Node order is kept, so
-/// concatenating the groups' node lists per port gives back `ports`.
-pub fn split_ports(ports: &PortMap, max_bytes: usize) -> Vec<PortMap> {
-    let mut out: Vec<PortMap> = Vec::new();
-    let mut current = PortMap::new();
-    let mut size = 2; // `{}`
-    for (port, nodes) in ports {
-        let key_cost = port.len() + 6; // `"port":[],`
-        if nodes.is_empty() {
-            if size + key_cost > max_bytes && !current.is_empty() {
-                out.push(std::mem::take(&mut current));
-                size = 2;
-            }
-            current.insert(port.clone(), Vec::new());
-            size += key_cost;
-            continue;
-        }
-        for node in nodes {
-            let node_cost = node_json_len(node) + 1;
-            let opened = current.contains_key(port);
-            let mut cost = node_cost + if opened { 0 } else { key_cost };
-            if size + cost > max_bytes && !current.is_empty() {
-                out.push(std::mem::take(&mut current));
-                size = 2;
-                cost = node_cost + key_cost;
-            }
-            current.entry(port.clone()).or_default().push(node.clone());
-            size += cost;
-        }
-    }
-    if !current.is_empty() || out.is_empty() {
-        out.push(current);
-    }
-    out
-}
-
-fn node_json_len(node: &Node) -> usize {
+/// The exact JSON length of `node` (the size estimate of [`ports_fit`] and
+/// of the shard count, [`crate::shards::shard_count`]).
+pub fn node_json_len(node: &Node) -> usize {
     /// Counts the bytes instead of storing them.
     struct Count(usize);
     impl std::io::Write for Count {
@@ -691,7 +673,7 @@ fn node_json_len(node: &Node) -> usize {
     serde_json::to_writer(&mut count, node).map_or(1024, |()| count.0)
 }
 
-/// Whether `ports` stays ONE object under [`split_ports`]'s size estimate
+/// Whether `ports` stays ONE object under the shard size estimate
 /// (`{}`, per port key `"key":[],`, per node its JSON and a comma) with
 /// `max_bytes`. Exact for that estimate, and cheap: nothing is cloned, and
 /// it stops at the first byte over.
@@ -723,11 +705,17 @@ pub fn desired_objects(svc: &ServiceNodes, naming: &ObjectNaming) -> Vec<Discove
 ///
 /// A service that fits is exactly [`desired_object`] (no `shard` field, no
 /// shard label), so small services look the same as before sharding existed.
-/// A bigger one becomes `count` objects named by [`shard_name`]; each holds a
-/// consecutive range of the node list (port by port, in sorted order), has
-/// `spec.shard = {index, count}`, the label [`LABEL_SHARD`], and the SAME
-/// `spec.version` (the version of the whole service). Readers merge the node
-/// lists of all shards of a service (`kube_discovery_client::lookup`).
+/// A bigger one becomes `count` objects named by [`shard_name`]
+/// ([`crate::shards`]: `count` a power of two, each node in the shard its
+/// `host` hash gives, node order per port kept, shard 0 carrying
+/// every port key). Every shard has `spec.shard = {index, count}` and the
+/// label [`LABEL_SHARD`]; shard `i > 0` has the version of its OWN content
+/// ([`crate::shards::shard_version`]) as `spec.version`, so it is only
+/// rewritten when its nodes change; shard 0 keeps the version of the whole
+/// service and carries the manifest `spec.shard.versions` (every shard's
+/// content version), which makes its content change with any shard's.
+/// Readers take the shards the manifest names ([`consistent_shards`]) and
+/// merge their node lists per port (sorting them).
 pub fn desired_objects_with_limit(
     svc: &ServiceNodes,
     naming: &ObjectNaming,
@@ -736,11 +724,25 @@ pub fn desired_objects_with_limit(
     if ports_fit(&svc.ports, max_ports_bytes) {
         return vec![desired_object(svc, naming)];
     }
-    let groups = split_ports(&svc.ports, max_ports_bytes);
-    if groups.len() <= 1 {
-        // Over the estimate but not splittable (a single huge node).
+    let count = crate::shards::shard_count(&svc.ports, max_ports_bytes, node_json_len);
+    if count <= 1 {
         return vec![desired_object(svc, naming)];
     }
+    let groups = crate::shards::partition(&svc.ports, count);
+    let versions: Vec<String> = groups
+        .iter()
+        .zip(0u32..)
+        .map(|(ports, index)| {
+            crate::shards::shard_version(
+                index,
+                count,
+                svc.source,
+                ports,
+                svc.owner_uid.as_deref(),
+                &svc.extras,
+            )
+        })
+        .collect();
     // The shards share everything but the nodes: the template has none, so
     // no shard clones the whole node list only to replace it.
     let base = desired_object(
@@ -755,22 +757,139 @@ pub fn desired_objects_with_limit(
         },
         naming,
     );
-    let count = u32::try_from(groups.len()).unwrap_or(u32::MAX);
     let base_name = base.metadata.name.clone().unwrap_or_default();
+    let mut manifest = Some(versions.clone());
     groups
         .into_iter()
+        .zip(versions)
         .zip(0u32..)
-        .map(|(ports, index)| {
+        .map(|((ports, version), index)| {
             let mut obj = base.clone();
             obj.metadata.name = Some(shard_name(&base_name, index));
             if let Some(labels) = obj.metadata.labels.as_mut() {
                 labels.insert(LABEL_SHARD.to_string(), index.to_string());
             }
             obj.spec.ports = ports;
-            obj.spec.shard = Some(Shard { index, count });
+            if index > 0 {
+                obj.spec.version = version;
+            }
+            obj.spec.shard = Some(Shard {
+                index,
+                count,
+                versions: manifest.take().unwrap_or_default(),
+            });
             obj
         })
         .collect()
+}
+
+/// Why the objects of a sharded service do not form one version yet
+/// ([`consistent_shards`]): a reader reads again (or keeps what it had).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Incomplete {
+    /// No shard 0 (it is written last and carries the manifest).
+    #[error("shard 0 is missing")]
+    NoShardZero,
+    /// Shard `index` of shard 0's count is not there.
+    #[error("shard {index} of {count} is missing")]
+    Missing {
+        /// The missing shard.
+        index: u32,
+        /// Shard 0's count.
+        count: u32,
+    },
+    /// Shard `index` holds another version than shard 0's manifest names
+    /// (it is being rewritten, or shard 0 is not written yet).
+    #[error("shard {index} has version {actual:?}, shard 0 lists {expected:?}")]
+    Mismatch {
+        /// The shard.
+        index: u32,
+        /// What shard 0's manifest (or, for objects of the old scheme,
+        /// shard 0's `spec.version`) says.
+        expected: String,
+        /// Its `spec.version`.
+        actual: String,
+    },
+}
+
+/// The shard position and version facts [`consistent_shards`] needs of one
+/// object (the start-up list keeps only these, not the objects).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardHead<'a> {
+    /// `spec.shard.index` (0 when unsharded).
+    pub index: u32,
+    /// `spec.shard.count` (1 when unsharded).
+    pub count: u32,
+    /// `spec.version`.
+    pub version: &'a str,
+    /// `spec.shard.versions` (shard 0's manifest; empty elsewhere and on
+    /// objects of the old scheme).
+    pub manifest: &'a [String],
+}
+
+impl<'a> ShardHead<'a> {
+    /// The facts of `ds`.
+    pub fn of(ds: &'a DiscoveredService) -> Self {
+        let (index, count) = shard_of(ds);
+        ShardHead {
+            index,
+            count,
+            version: &ds.spec.version,
+            manifest: ds
+                .spec
+                .shard
+                .as_ref()
+                .map_or(&[], |s| s.versions.as_slice()),
+        }
+    }
+}
+
+/// Which objects of ONE service (already accepted by [`ReaderRule::check`])
+/// a reader takes so it never mixes two versions: THE reader rule of big
+/// services, used by every reader (client lookup, resolver, `nodes`) and by
+/// the controller's start-up list. Returns the positions in `heads` of
+/// shards `0..count` (shard 0 first), and whether shard 0 is of the old
+/// scheme (no manifest: then every shard must carry shard 0's
+/// `spec.version`, the rule before per-shard versions; the controller
+/// rewrites such a service once).
+///
+/// Shard 0 decides: its `count`, and per shard `i > 0` the version its
+/// manifest lists; an object whose version differs (being rewritten) or a
+/// missing one makes the set [`Incomplete`], never silently mixed. Objects
+/// beyond shard 0's count (surplus of a shrink, deleted after shard 0 is
+/// written) are ignored.
+pub fn consistent_shards(heads: &[ShardHead<'_>]) -> Result<(Vec<usize>, bool), Incomplete> {
+    let zero = heads
+        .iter()
+        .position(|h| h.index == 0)
+        .ok_or(Incomplete::NoShardZero)?;
+    let head = &heads[zero];
+    let count = head.count.max(1);
+    let legacy = count > 1 && head.manifest.is_empty();
+    let mut out = vec![zero];
+    for index in 1..count {
+        let expected = if legacy {
+            head.version
+        } else {
+            head.manifest.get(index as usize).map_or("", String::as_str)
+        };
+        let mut candidates = heads
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.index == index && h.count == count);
+        let Some((pos, h)) = candidates.next() else {
+            return Err(Incomplete::Missing { index, count });
+        };
+        if h.version != expected {
+            return Err(Incomplete::Mismatch {
+                index,
+                expected: expected.to_string(),
+                actual: h.version.to_string(),
+            });
+        }
+        out.push(pos);
+    }
+    Ok((out, legacy))
 }
 
 /// The objects the controller WRITES for `svc` at `now`: [`desired_objects`],
@@ -1304,12 +1423,16 @@ mod tests {
         )
     }
 
+    /// What a reader assembles: the node lists of every shard per port, sorted.
     fn merged(objs: &[DiscoveredService]) -> PortMap {
         let mut out = PortMap::new();
         for o in objs {
             for (p, n) in &o.spec.ports {
                 out.entry(p.clone()).or_default().extend(n.iter().cloned());
             }
+        }
+        for nodes in out.values_mut() {
+            crate::model::sort_nodes(nodes);
         }
         out
     }
@@ -1361,12 +1484,23 @@ mod tests {
                 o.metadata.labels.as_ref().unwrap()[LABEL_SHARD],
                 i.to_string()
             );
-            assert_eq!(o.spec.version, s.version);
+            // Shard 0: the service's version and the manifest; others their own.
+            let manifest = &objs[0].spec.shard.as_ref().unwrap().versions;
+            assert_eq!(manifest.len(), count);
+            if i == 0 {
+                assert_eq!(o.spec.version, s.version);
+            } else {
+                assert_eq!(o.spec.version, manifest[i as usize]);
+                assert!(o.spec.shard.as_ref().unwrap().versions.is_empty());
+            }
             assert_eq!(
                 o.metadata.owner_references.as_ref().unwrap()[0].uid,
                 "uid-1"
             );
             assert!(o.spec.ports.values().all(|n| !n.is_empty()));
+            for nodes in o.spec.ports.values() {
+                assert!(nodes.is_sorted_by(|a, b| (&a.host, a.port) <= (&b.host, b.port)));
+            }
             assert_eq!(key_of(o), s.key);
         }
         assert_eq!(merged(&objs), s.ports);
@@ -1391,30 +1525,131 @@ mod tests {
     }
 
     #[test]
-    fn tiny_limit_gives_one_node_per_shard_and_keeps_empty_ports() {
+    fn tiny_limit_splits_by_node_and_shard_zero_keeps_every_port_key() {
         let mut s = svc("", "default", "plat-dev", None);
         s.ports.insert("admin".into(), Vec::new());
         let s = ServiceNodes::new(s.key.clone(), s.source, s.ports.clone(), None);
         let objs = desired_objects_with_limit(&s, &ObjectNaming::source(), 1);
-        assert_eq!(objs.len(), 3, "{objs:#?}");
+        // Two nodes: the count stops at 2 (a node cannot be split).
+        assert_eq!(objs.len(), 2, "{objs:#?}");
         assert_eq!(merged(&objs), s.ports);
-        assert!(objs.iter().all(|o| !o.spec.ports.is_empty()));
+        assert_eq!(
+            objs[0].spec.ports.keys().collect::<Vec<_>>(),
+            ["admin", "port"]
+        );
+    }
+
+    /// What a reader assembles of `objs` under [`consistent_shards`].
+    fn assembled(objs: &[&DiscoveredService]) -> Result<PortMap, Incomplete> {
+        let hs: Vec<ShardHead<'_>> = objs.iter().map(|o| ShardHead::of(o)).collect();
+        let (take, legacy) = consistent_shards(&hs)?;
+        assert!(!legacy);
+        Ok(merged(
+            &take.iter().map(|i| objs[*i].clone()).collect::<Vec<_>>(),
+        ))
+    }
+
+    /// The shard count and the manifest: one endpoint more changes exactly
+    /// one shard `i > 0` (and shard 0, whose manifest lists it), wherever
+    /// it sorts; a reader takes a consistent set only.
+    #[test]
+    fn one_endpoint_more_changes_one_shard_and_shard_zero() {
+        let s = big(20_000);
+        let before = desired_objects(&s, &ObjectNaming::source());
+        assert!(before.len() >= 4 && before.len().is_power_of_two());
+        fn all(objs: &[DiscoveredService]) -> Vec<&DiscoveredService> {
+            objs.iter().collect()
+        }
+        assert_eq!(assembled(&all(&before)).unwrap(), s.ports);
+        for host in ["0.0.0.1", "10.0.0.0", "99.9.9.9", "10.0.0.1"] {
+            // The endpoint on all three ports.
+            let mut ports = s.ports.clone();
+            for (port, nodes) in ports.iter_mut() {
+                if host == "10.0.0.1" {
+                    // A removal.
+                    nodes.retain(|n| n.host != host);
+                } else {
+                    let number = nodes[0].port;
+                    nodes.push(Node::new(host, number, 100));
+                }
+                crate::model::sort_nodes(nodes);
+                assert!(!port.is_empty());
+            }
+            let t = ServiceNodes::new(s.key.clone(), s.source, ports, s.owner_uid.clone());
+            let after = desired_objects(&t, &ObjectNaming::source());
+            assert_eq!(after.len(), before.len());
+            let changed: Vec<usize> = (0..after.len())
+                .filter(|i| after[*i].spec != before[*i].spec)
+                .collect();
+            assert!(changed[0] == 0 && changed.len() <= 2, "{host}: {changed:?}");
+            // Readers: the new set, the old set, and never the mixes.
+            assert_eq!(assembled(&all(&after)).unwrap(), t.ports);
+            if let [_, i] = changed[..] {
+                // The changed shard written, shard 0 not yet.
+                let mut mid = all(&before);
+                mid[i] = &after[i];
+                assert!(matches!(assembled(&mid), Err(Incomplete::Mismatch { .. })));
+                // Shard 0 written, the changed shard not (or deleted).
+                let mut mid = all(&after);
+                mid[i] = &before[i];
+                assert!(matches!(assembled(&mid), Err(Incomplete::Mismatch { .. })));
+                mid.remove(i);
+                assert_eq!(
+                    assembled(&mid),
+                    Err(Incomplete::Missing {
+                        index: u32::try_from(i).unwrap(),
+                        count: u32::try_from(after.len()).unwrap()
+                    })
+                );
+            }
+        }
     }
 
     #[test]
-    fn ports_fit_is_exactly_split_ports_giving_one_group() {
+    fn objects_of_the_old_scheme_are_taken_when_their_versions_agree() {
+        let s = big(20_000);
+        let mut old = desired_objects(&s, &ObjectNaming::source());
+        for o in &mut old {
+            o.spec.version = s.version.clone();
+            o.spec.shard.as_mut().unwrap().versions.clear();
+        }
+        let hs: Vec<ShardHead<'_>> = old.iter().map(ShardHead::of).collect();
+        let (take, legacy) = consistent_shards(&hs).unwrap();
+        assert!(legacy);
+        assert_eq!(take, (0..old.len()).collect::<Vec<_>>());
+        old[1].spec.version = "other".into();
+        let hs: Vec<ShardHead<'_>> = old.iter().map(ShardHead::of).collect();
+        assert!(matches!(
+            consistent_shards(&hs),
+            Err(Incomplete::Mismatch { index: 1, .. })
+        ));
+        // No shard 0 is incomplete; surplus shards of another count are ignored.
+        let hs: Vec<ShardHead<'_>> = old.iter().skip(1).map(ShardHead::of).collect();
+        assert_eq!(consistent_shards(&hs), Err(Incomplete::NoShardZero));
+        let one = desired_objects(
+            &svc("", "default", "plat-dev", None),
+            &ObjectNaming::source(),
+        );
+        let mut with_surplus: Vec<ShardHead<'_>> = one.iter().map(ShardHead::of).collect();
+        with_surplus.push(ShardHead::of(&old[1]));
+        assert_eq!(consistent_shards(&with_surplus), Ok((vec![0], false)));
+    }
+
+    #[test]
+    fn ports_fit_is_exactly_a_shard_count_of_one() {
         let s = big(30);
         let empty_lists = PortMap::from([("p".to_string(), vec![]), ("q".to_string(), vec![])]);
-        for ports in [&s.ports, &empty_lists] {
-            // From the largest single item up (below it split_ports keeps an
-            // oversized first item alone).
-            for max in 64..4000 {
-                assert_eq!(
-                    ports_fit(ports, max),
-                    split_ports(ports, max).len() == 1,
-                    "max {max}"
-                );
-            }
+        for max in 0..4000 {
+            assert_eq!(
+                ports_fit(&s.ports, max),
+                crate::shards::shard_count(&s.ports, max, node_json_len) == 1,
+                "max {max}"
+            );
+            // Nothing to split: one object, fitting or not.
+            assert_eq!(
+                crate::shards::shard_count(&empty_lists, max, node_json_len),
+                1
+            );
         }
         assert!(ports_fit(&s.ports, MAX_OBJECT_PORTS_BYTES));
         assert!(ports_fit(&PortMap::new(), 0));
@@ -1853,7 +2088,11 @@ mod reader_rule_tests {
         o.spec.service = "default/api".into();
         assert!(matches!(rule.check(&o), Err(Disagreement::Service { .. })));
         let mut o = desired_objects_with_limit(&web(""), &rule.naming, 1)[1].clone();
-        o.spec.shard = Some(Shard { index: 2, count: 2 });
+        o.spec.shard = Some(Shard {
+            index: 2,
+            count: 2,
+            versions: Vec::new(),
+        });
         assert_eq!(
             rule.check(&o),
             Err(Disagreement::Shard { index: 2, count: 2 })

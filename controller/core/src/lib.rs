@@ -10,6 +10,7 @@
 //!  index.rs    apply/delete/reset events ──▶ changed ServiceKeys, desired ServiceNodes
 //!  conditions.rs ServiceNodes (+ skipped data, previous conditions) ──▶ Ready, Degraded
 //!  crd.rs      ServiceNodes ──▶ DiscoveredService (name, labels, ownerReference); crd_yaml()
+//!  shards.rs   a big service's nodes ──stable hash──▶ shards; per-shard versions
 //!  service.rs  Service ──▶ ServiceInfo (ports only) ──▶ PortExtras (aliases, appProtocols)
 //!  model.rs    ServiceKey, Node, PortMap, parse_service_name, content_version
 //!  render.rs   objects (JSON values) + config ──▶ DiscoveredServices
@@ -36,6 +37,7 @@ pub mod lean;
 pub mod model;
 pub mod render;
 pub mod service;
+pub mod shards;
 pub mod snapshot_plan;
 pub mod write_plan;
 pub mod yaml;

@@ -58,8 +58,8 @@ struct SpecView<'a> {
     aliases: &'a BTreeMap<String, String>,
     app_protocols: &'a BTreeMap<String, String>,
     version: &'a str,
-    /// `(index, count)`.
-    shard: Option<(u32, u32)>,
+    /// `(index, count, manifest)`.
+    shard: Option<(u32, u32, &'a [String])>,
 }
 
 impl<'a> SpecView<'a> {
@@ -86,9 +86,13 @@ impl<'a> SpecView<'a> {
             aliases,
             app_protocols,
             version,
-            shard: shard
-                .as_ref()
-                .map(|Shard { index, count }| (*index, *count)),
+            shard: shard.as_ref().map(
+                |Shard {
+                     index,
+                     count,
+                     versions,
+                 }| (*index, *count, versions.as_slice()),
+            ),
         }
     }
 
@@ -416,7 +420,11 @@ mod tests {
             ("source", |s| s.source = SourceKind::Endpoints),
             ("version", |s| s.version = "0000000000000000".into()),
             ("shard added", |s| {
-                s.shard = Some(Shard { index: 0, count: 1 })
+                s.shard = Some(Shard {
+                    index: 0,
+                    count: 1,
+                    versions: Vec::new(),
+                })
             }),
             ("node host", |s| {
                 s.ports
@@ -455,7 +463,11 @@ mod tests {
         }
         // A shard's index and count count too.
         let mut shard = want.clone();
-        shard.spec.shard = Some(Shard { index: 1, count: 3 });
+        shard.spec.shard = Some(Shard {
+            index: 1,
+            count: 3,
+            versions: Vec::new(),
+        });
         shard
             .metadata
             .labels
@@ -463,7 +475,12 @@ mod tests {
             .unwrap()
             .insert(LABEL_SHARD.into(), "1".into());
         assert!(matches(&shard, &shard));
-        for s in [Shard { index: 2, count: 3 }, Shard { index: 1, count: 4 }] {
+        for (index, count) in [(2, 3), (1, 4)] {
+            let s = Shard {
+                index,
+                count,
+                versions: Vec::new(),
+            };
             let mut o = shard.clone();
             o.spec.shard = Some(s);
             assert!(!matches(&o, &shard));

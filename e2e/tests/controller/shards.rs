@@ -8,6 +8,13 @@
 //! * growth (5,000 -> 20,000) adds shards, a shrink (-> 50) removes the
 //!   surplus objects;
 //! * `kube-discovery nodes` returns the WHOLE list of a sharded service;
+//! * one endpoint added or removed is two writes: its shard, then shard 0
+//!   (issue 19 item 2: stable hash partition, per-shard versions);
+//! * a reader racing the writer (listing in a loop while every shard is
+//!   rewritten, three times) takes only states the service went through,
+//!   never a mix of two versions (the client's `lookup`, shard 0's manifest);
+//! * objects of the old scheme (one version on every shard, no manifest) are
+//!   read meanwhile and rewritten once by a restart, then left alone;
 //! * an irrelevant change writes nothing, and a restart writes nothing (the
 //!   write log: kube-sim's, or the real server's audit log, where even a
 //!   no-op request would show).
@@ -22,7 +29,6 @@
 
 use crate::controller_support;
 
-use std::collections::BTreeSet;
 use std::process::Stdio;
 
 use controller_support::{Backend, Controller, Env, bin};
@@ -89,6 +95,10 @@ async fn set_endpoints(env: &Env, n: usize, previous: usize) {
     futures::future::join_all(dels).await;
 }
 
+fn slices_api(env: &Env) -> Api<EndpointSlice> {
+    Api::namespaced(env.admin.clone(), NS)
+}
+
 /// Every DiscoveredService of Service `huge`, as JSON, by name.
 async fn objects(env: &Env) -> Vec<Value> {
     let mut v: Vec<Value> = env
@@ -104,41 +114,60 @@ async fn objects(env: &Env) -> Vec<Value> {
     v
 }
 
-/// The merged hosts of every port, when all objects agree on one version and
-/// the shard count matches the objects present (else `None`: mid-update).
-fn merged(objs: &[Value]) -> Option<Vec<(String, Vec<String>)>> {
-    let typed: Vec<DiscoveredService> = objs
-        .iter()
+/// The objects as typed DiscoveredServices.
+fn typed(objs: &[Value]) -> Vec<DiscoveredService> {
+    objs.iter()
         .map(|o| serde_json::from_value(o.clone()).expect("DiscoveredService"))
-        .collect();
-    let versions: BTreeSet<&str> = typed.iter().map(|o| o.spec.version.as_str()).collect();
+        .collect()
+}
+
+/// The hosts of every port as a reader takes them (the client's `lookup`:
+/// shard 0 and the shards its manifest lists), when they form one version
+/// and no surplus object is left (else `None`: mid-update).
+fn merged(objs: &[Value]) -> Option<Vec<(String, Vec<String>)>> {
+    let typed = typed(objs);
     let count = typed
         .iter()
-        .map(|o| o.spec.shard.as_ref().map_or(1, |s| s.count as usize))
-        .max()?;
-    if versions.len() != 1 || count != typed.len() {
+        .find(|o| o.spec.shard.as_ref().is_none_or(|s| s.index == 0))
+        .map(|o| o.spec.shard.as_ref().map_or(1, |s| s.count as usize))?;
+    if count != typed.len() {
         return None;
     }
+    read_as_reader(&typed).ok()
+}
+
+/// What a reader assembles of `typed` (every port's hosts, sorted), or why
+/// it cannot (the shards do not form one version yet).
+fn read_as_reader(typed: &[DiscoveredService]) -> Result<Vec<(String, Vec<String>)>, String> {
     let mut out = Vec::new();
     for (port, number) in PORTS {
         let q = parse_service_name(&format!("{NS}/huge:{port}")).expect("name");
-        let nodes = lookup(&typed, &q, &ReaderRule::default())?;
-        if nodes.iter().any(|n| n.port != number) {
-            return None;
-        }
+        let nodes = lookup(typed, &q, &ReaderRule::default())
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no port {port}"))?;
+        assert!(
+            nodes.iter().all(|n| n.port == number),
+            "{port}: a node of another port"
+        );
         let mut h: Vec<String> = nodes.into_iter().map(|n| n.host.to_string()).collect();
         h.sort();
         out.push((port.to_string(), h));
     }
-    Some(out)
+    Ok(out)
 }
 
 /// Waits until the merged objects equal `n` endpoints on every port; returns
 /// the objects. On timeout: what is there, and the controller's log tail.
 async fn wait_truth(env: &Env, ctl: &Controller, n: usize) -> Vec<Value> {
+    wait_hosts(env, ctl, &hosts(n)).await
+}
+
+/// [`wait_truth`] for the endpoints `want` (sorted hosts) on every port.
+async fn wait_hosts(env: &Env, ctl: &Controller, want: &[String]) -> Vec<Value> {
+    let n = want.len();
     let want: Vec<(String, Vec<String>)> = PORTS
         .iter()
-        .map(|(p, _)| (p.to_string(), hosts(n)))
+        .map(|(p, _)| (p.to_string(), want.to_vec()))
         .collect();
     let start = tokio::time::Instant::now();
     loop {
@@ -319,11 +348,98 @@ async fn a_20000_endpoint_service_is_sharded_grows_shrinks_and_reads_back_whole(
     assert_eq!(got, hosts(20_000));
     assert!(nodes.iter().all(|n| n["port"] == 9090));
 
+    // One endpoint more, then one less: each is ONE shard and shard 0 (its
+    // manifest), wherever the endpoint sorts (issue 19 item 2).
+    let mut plus_one = hosts(20_000);
+    plus_one.push("10.250.0.1".to_string());
+    plus_one.sort();
+    for (step, want) in [("added", &plus_one), ("removed", &hosts(20_000))] {
+        let mark = env.mark().await;
+        if step == "added" {
+            env.slice(NS, "huge", "huge-extra", &[("10.250.0.1", true)], &PORTS)
+                .await;
+        } else {
+            slices_api(&env)
+                .delete("huge-extra", &DeleteParams::default())
+                .await
+                .expect("delete slice");
+        }
+        wait_hosts(&env, &ctl, want).await;
+        // Past the coalescing window: nothing else follows.
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let w = names(&env.dsvc_writes_since(mark).await);
+        assert_eq!(w.len(), 2, "one endpoint {step}: {w:?}");
+        assert!(w[0].contains(" huge."), "one endpoint {step}: {w:?}");
+        assert!(w[1].ends_with(" huge"), "shard 0 last: {w:?}");
+    }
+
+    // A reader racing the writer: it lists the objects in a loop while the
+    // controller rewrites shards (100 endpoints of one slice replaced, three
+    // times: every shard changes), and every read it takes must be one of
+    // the states the service went through, never a mix of two.
+    let mut states = vec![hosts(20_000)];
+    for step in 1..=3u8 {
+        let mut h: Vec<String> = hosts(20_000)
+            .into_iter()
+            .filter(|h| !h.starts_with("10.64.7."))
+            .collect();
+        h.extend((1..=100).map(|i| format!("10.251.{step}.{i}")));
+        h.sort();
+        states.push(h);
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = tokio::spawn({
+        let env_objects: Api<DiscoveredService> = Api::namespaced(env.admin.clone(), NS);
+        let stop = stop.clone();
+        async move {
+            let (mut taken, mut incomplete) = (Vec::new(), 0usize);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let objs: Vec<DiscoveredService> = env_objects
+                    .list(&ListParams::default().labels("kubediscovery.io/service-name=huge"))
+                    .await
+                    .expect("list")
+                    .items;
+                match read_as_reader(&objs) {
+                    Ok(read) => taken.push(read),
+                    Err(_) => incomplete += 1,
+                }
+            }
+            (taken, incomplete)
+        }
+    });
+    for (step, want) in states.iter().enumerate().skip(1) {
+        let eps: Vec<String> = (1..=100).map(|i| format!("10.251.{step}.{i}")).collect();
+        let eps: Vec<(&str, bool)> = eps.iter().map(|ip| (ip.as_str(), true)).collect();
+        env.slice(NS, "huge", "huge-7", &eps, &PORTS).await;
+        wait_hosts(&env, &ctl, want).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (taken, incomplete) = reader.await.expect("reader");
+    eprintln!(
+        "racing reader: {} consistent reads, {incomplete} reads between shard writes",
+        taken.len()
+    );
+    assert!(!taken.is_empty());
+    for (i, read) in taken.iter().enumerate() {
+        let state = read
+            .iter()
+            .map(|(_, h)| states.iter().position(|s| s == h))
+            .collect::<Vec<_>>();
+        assert!(
+            state.iter().all(|s| s.is_some() && *s == state[0]),
+            "read {i} is a mix: per port the state it equals: {state:?}"
+        );
+    }
+    // Back to the state of 20,000 for what follows.
+    let eps: Vec<String> = (0..100).map(|i| ip(7, i)).collect();
+    let eps: Vec<(&str, bool)> = eps.iter().map(|ip| (ip.as_str(), true)).collect();
+    env.slice(NS, "huge", "huge-7", &eps, &PORTS).await;
+    wait_truth(&env, &ctl, 20_000).await;
+
     // An irrelevant change (an annotation on a slice) writes nothing; a
     // later relevant change of another service marks the end.
     let mark = env.mark().await;
-    let slices: Api<EndpointSlice> = Api::namespaced(env.admin.clone(), NS);
-    slices
+    slices_api(&env)
         .patch(
             "huge-7",
             &PatchParams::default(),
@@ -353,6 +469,75 @@ async fn a_20000_endpoint_service_is_sharded_grows_shrinks_and_reads_back_whole(
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let w = env.dsvc_writes_since(mark).await;
     assert!(w.is_empty(), "a restart wrote: {:?}", names(&w));
+
+    // Objects of the old scheme (every shard with the service's version, no
+    // manifest), as a version before per-shard versions wrote them: readers
+    // take them meanwhile, and a restart rewrites every shard ONCE into the
+    // new scheme; the restart after that writes nothing.
+    ctl.stop().await;
+    let before = objects(&env).await;
+    let service_version = before
+        .iter()
+        .find(|o| o["metadata"]["name"] == "huge")
+        .map(|o| o["spec"]["version"].clone())
+        .expect("shard 0");
+    let typed_api: Api<DiscoveredService> = Api::namespaced(env.admin.clone(), NS);
+    for o in &before {
+        let name = o["metadata"]["name"].as_str().expect("name");
+        typed_api
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"spec": {"version": service_version, "shard": {"versions": null}}}),
+                ),
+            )
+            .await
+            .expect("write the old scheme");
+    }
+    let old = objects(&env).await;
+    assert!(
+        old.iter()
+            .all(|o| o["spec"]["shard"].get("versions").is_none()),
+        "the old scheme has no manifest"
+    );
+    assert_eq!(
+        merged(&old),
+        merged(&before),
+        "readers take the old scheme's objects"
+    );
+    let mark = env.mark().await;
+    let ctl = Controller::start(&env, "shards3", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    let start = tokio::time::Instant::now();
+    loop {
+        let now = objects(&env).await;
+        let converted = now
+            .iter()
+            .all(|o| o["spec"]["version"] != service_version || o["metadata"]["name"] == "huge")
+            && now
+                .iter()
+                .any(|o| o["spec"]["shard"]["versions"].as_array().is_some());
+        if converted && merged(&now) == merged(&before) {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "not converted after {WAIT:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let w = names(&env.dsvc_writes_since(mark).await);
+    assert_eq!(w.len(), before.len(), "every shard once: {w:?}");
+    ctl.stop().await;
+    let mark = env.mark().await;
+    let ctl = Controller::start(&env, "shards4", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let w = env.dsvc_writes_since(mark).await;
+    assert!(
+        w.is_empty(),
+        "a restart after the conversion wrote: {:?}",
+        names(&w)
+    );
 
     // Shrink: the surplus shards are deleted, one unsharded object remains.
     let mark = env.mark().await;

@@ -15,8 +15,17 @@
 //! ```
 //!
 //! * Shards `1..` are applied first and shard 0 LAST: shard 0 carries the
-//!   count a reader trusts, so a reader never sees a count whose shards are
-//!   not written yet.
+//!   count and the manifest of shard versions a reader trusts
+//!   (`crd::consistent_shards`), so a reader never takes a shard 0 whose
+//!   shards are not written yet.
+//! * A shard `1..` the cache shows intact is not sent, in every write: its
+//!   `spec.version` is the version of its own content
+//!   (`crate::shards`), so "intact" means this write would not change it.
+//!   One endpoint changed in a big service is two applies: its shard, then
+//!   shard 0. (Only when the drift watch lags behind our own last write of
+//!   a shard is it sent again, unchanged.) Shard 0 and an unsharded object
+//!   are always sent outside a repair: the planner only writes when the
+//!   service's version changed, which changes them.
 //! * A service that fits one object again after being sharded first loses
 //!   `spec.shard` by a merge patch ([`ObjectOp::Unshard`]): server-side
 //!   apply prunes fields it no longer sends, but an API server may keep the
@@ -126,7 +135,13 @@ pub fn object_ops<'a>(
         }
     }
     let mut plan = ObjectPlan::default();
-    let wanted = |obj: &DiscoveredService| !(prior.repair && view.intact(obj));
+    // A shard `i > 0` carries the version of its own content, so the cache
+    // showing it intact means this write does not change it: only the
+    // changed shards and shard 0 (whose manifest changed) are sent.
+    let wanted = |obj: &DiscoveredService| {
+        let later_shard = obj.spec.shard.as_ref().is_some_and(|s| s.index > 0);
+        !((prior.repair || later_shard) && view.intact(obj))
+    };
     if let [only] = desired
         && prior.shards > 1
         && wanted(only)
@@ -254,63 +269,162 @@ pub(super) mod tests {
         assert_eq!(objects(4).len(), 1);
         assert_eq!(objects(5).len(), 2);
         assert_eq!(objects(8).len(), 2);
-        assert_eq!(objects(12).len(), 3);
+        assert_eq!(objects(12).len(), 4);
     }
 
     #[test]
-    fn a_shrink_from_three_shards_unshards_writes_one_object_and_deletes_the_surplus() {
+    fn a_shrink_from_four_shards_unshards_writes_one_object_and_deletes_the_surplus() {
         let one = objects(1);
         assert_eq!(
-            ops(&one, 3, false, &View::default()),
+            ops(&one, 4, false, &View::default()),
             [
                 "unshard web",
                 "apply web",
                 "delete web.1 (Surplus)",
-                "delete web.2 (Surplus)"
+                "delete web.2 (Surplus)",
+                "delete web.3 (Surplus)"
             ]
         );
-        // 3 -> 2: no unshard (still sharded), one surplus slot.
+        // 4 -> 2: no unshard (still sharded), two surplus slots.
         let two = objects(8);
         assert_eq!(two.len(), 2);
         assert_eq!(
-            ops(&two, 3, false, &View::default()),
-            ["apply web.1", "apply web", "delete web.2 (Surplus)"]
+            ops(&two, 4, false, &View::default()),
+            [
+                "apply web.1",
+                "apply web",
+                "delete web.2 (Surplus)",
+                "delete web.3 (Surplus)"
+            ]
         );
     }
 
     #[test]
-    fn a_grow_to_three_shards_writes_shards_one_and_two_before_shard_zero() {
+    fn a_grow_to_four_shards_writes_shards_one_to_three_before_shard_zero() {
         assert_eq!(
             ops(&objects(12), 1, false, &View::default()),
-            ["apply web.1", "apply web.2", "apply web"]
+            ["apply web.1", "apply web.2", "apply web.3", "apply web"]
         );
         // An unchanged count deletes nothing.
         assert_eq!(
-            ops(&objects(12), 3, false, &View::default()),
-            ["apply web.1", "apply web.2", "apply web"]
+            ops(&objects(12), 4, false, &View::default()),
+            ["apply web.1", "apply web.2", "apply web.3", "apply web"]
         );
     }
 
     #[test]
-    fn a_repair_writes_only_the_objects_the_cache_does_not_show_intact() {
-        let three = objects(12);
+    fn intact_shards_beyond_zero_are_never_sent_and_a_repair_skips_every_intact_object() {
+        let four = objects(12);
         let view = View {
             intact: ["web".into(), "web.2".into()].into(),
             cached: vec!["web".into(), "web.2".into()],
             ..View::default()
         };
-        assert_eq!(ops(&three, 3, true, &view), ["apply web.1"]);
-        // Not a repair: everything is written, whatever the cache says.
+        assert_eq!(ops(&four, 4, true, &view), ["apply web.1", "apply web.3"]);
+        // Not a repair: shard 0 always (its manifest is what changed), the
+        // other shards only when the cache does not show them intact.
         assert_eq!(
-            ops(&three, 3, false, &view),
-            ["apply web.1", "apply web.2", "apply web"]
+            ops(&four, 4, false, &view),
+            ["apply web.1", "apply web.3", "apply web"]
         );
         // Everything intact: a repair that finds nothing to do sends nothing.
         let all = View {
-            intact: ["web".into(), "web.1".into(), "web.2".into()].into(),
+            intact: ["web".into(), "web.1".into(), "web.2".into(), "web.3".into()].into(),
             ..View::default()
         };
-        assert_eq!(ops(&three, 3, true, &all), Vec::<String>::new());
+        assert_eq!(ops(&four, 4, true, &all), Vec::<String>::new());
+        assert_eq!(ops(&four, 4, false, &all), ["apply web"]);
+        // An unsharded object is always sent outside a repair.
+        let one = View {
+            intact: ["web".into()].into(),
+            ..View::default()
+        };
+        assert_eq!(ops(&objects(1), 1, false, &one), ["apply web"]);
+    }
+
+    /// The API server after a write of `written`: "intact" is "the same
+    /// spec as written" (what the drift cache answers once its watch saw
+    /// the write), by content, not by name.
+    struct Holds(Vec<DiscoveredService>);
+
+    impl ServerView for Holds {
+        fn intact(&self, obj: &DiscoveredService) -> bool {
+            self.0
+                .iter()
+                .any(|o| o.metadata.name == obj.metadata.name && o.spec == obj.spec)
+        }
+        fn taken(&self, _ns: &str, _name: &str) -> Option<Owner> {
+            None
+        }
+        fn objects_of(&self, _key: &ServiceKey) -> Vec<ObjName> {
+            self.0.iter().map(obj_name).collect()
+        }
+    }
+
+    /// Issue 19 item 2: one endpoint added to or removed from a sharded
+    /// service (here 8 shards of 300 nodes) is written as exactly two applies, its
+    /// shard and then shard 0, wherever the endpoint sorts.
+    #[test]
+    fn one_endpoint_change_writes_its_shard_then_shard_zero() {
+        let svc = |hosts: &[String]| {
+            let mut list: Vec<Node> = hosts
+                .iter()
+                .map(|h| Node::new(h.as_str(), 80, 50))
+                .collect();
+            crate::model::sort_nodes(&mut list);
+            ServiceNodes::new(
+                key(),
+                SourceKind::EndpointSlice,
+                PortMap::from([("http".to_string(), list)]),
+                None,
+            )
+        };
+        let hosts: Vec<String> = (0..300)
+            .map(|i| format!("10.0.{}.{}", i / 256, i % 256))
+            .collect();
+        let limit = 2_000;
+        let before = desired_objects_with_limit(&svc(&hosts), &ObjectNaming::source(), limit);
+        assert_eq!(before.len(), 8);
+        let server = Holds(before.clone());
+        let mut seen = BTreeSet::new();
+        for change in ["0.0.0.1", "10.0.0.77", "99.0.0.1", "10.0.1.2", "10.0.0.0"] {
+            let mut now = hosts.clone();
+            if let Some(at) = now.iter().position(|h| h == change) {
+                now.remove(at);
+            } else {
+                now.push(change.to_string());
+            }
+            let after = desired_objects_with_limit(&svc(&now), &ObjectNaming::source(), limit);
+            assert_eq!(after.len(), 8);
+            let plan = object_ops(
+                &key(),
+                &ObjectNaming::source(),
+                &after,
+                Prior {
+                    shards: 8,
+                    repair: false,
+                },
+                &server,
+            )
+            .unwrap();
+            let got = show(&plan);
+            assert_eq!(got.len(), 2, "{change}: {got:?}");
+            assert_eq!(got[1], "apply web", "{change}: {got:?}");
+            // The one applied shard is the one whose spec changed.
+            let changed: Vec<String> = after
+                .iter()
+                .zip(&before)
+                .skip(1)
+                .filter(|(a, b)| a.spec != b.spec)
+                .map(|(a, _)| format!("apply {}", obj_name(a).1))
+                .collect();
+            assert_eq!(changed, [got[0].clone()], "{change}");
+            seen.insert(got[0].clone());
+        }
+        assert!(
+            seen.len() > 1,
+            "the changes all landed in one shard: {seen:?}"
+        );
     }
 
     #[test]
@@ -353,6 +467,7 @@ pub(super) mod tests {
     #[test]
     fn names_held_by_others_are_never_written_or_deleted() {
         let three = objects(12);
+        assert_eq!(three.len(), 4);
         let other = Owner::Instance("b".into());
         let view = View {
             taken: [("web.2".to_string(), other.clone())].into(),

@@ -556,14 +556,14 @@ fn a_first_list_barrier_before_the_start_up_list_waits_for_it() {
     s.golden("synced_before_loaded");
 }
 
-/// A sharded service shrinks to one object: the write starts from the 3
+/// A sharded service shrinks to one object: the write starts from the 4
 /// shard slots the start-up list found, so it drops `spec.shard` and deletes
-/// the two surplus shards; the next write starts from one object.
+/// the three surplus shards; the next write starts from one object.
 #[test]
 fn a_shrink_deletes_the_surplus_shards_the_planner_remembers() {
     let mut s = Script::new(opts());
     s.poll();
-    s.at(5).loaded_shards(0, &[("web", "v1", 3)]);
+    s.at(5).loaded_shards(0, &[("web", "v1", 4)]);
     s.desire("web", Some("v2")).size("web", 1);
     s.at(10).changed(&["web"]);
     s.synced();
@@ -577,7 +577,7 @@ fn a_shrink_deletes_the_surplus_shards_the_planner_remembers() {
     s.golden("shard_shrink");
 }
 
-/// One object grows to three shards (1 and 2 first, shard 0 last); the
+/// One object grows to four shards (1 to 3 first, shard 0 last); the
 /// planner learns the count from the write, so deleting the service later
 /// deletes every shard.
 #[test]
@@ -589,7 +589,7 @@ fn a_grow_is_remembered_and_a_later_delete_removes_every_shard() {
     s.at(10).changed(&["web"]);
     s.synced();
     s.at(110).poll();
-    s.at(120).finished("web", applied("v2", 3));
+    s.at(120).finished("web", applied("v2", 4));
     s.poll();
     s.desire("web", None);
     s.at(200).changed(&["web"]);
@@ -599,22 +599,23 @@ fn a_grow_is_remembered_and_a_later_delete_removes_every_shard() {
     s.golden("shard_grow");
 }
 
-/// Shard 1 of 3 is deleted by hand: the repair writes only that shard. The
+/// Shard 1 of 4 is deleted by hand: the repair writes only that shard. The
 /// repair flag survives a write dropped by a lost lease, the reload of a new
 /// epoch and a failed attempt, and is cleared by the write that succeeds;
-/// the next ordinary write rewrites every shard.
+/// the next ordinary write sends the shard whose content it changes (the
+/// one the cache no longer shows intact) and shard 0.
 #[test]
 fn a_drift_repair_of_one_shard_writes_only_that_shard_until_it_succeeds() {
     let mut s = Script::new(opts());
     s.poll();
-    s.at(5).loaded_shards(0, &[("web", "v1", 3)]);
+    s.at(5).loaded_shards(0, &[("web", "v1", 4)]);
     s.desire("web", Some("v1")).size("web", 12);
     s.at(10).changed(&["web"]);
     s.synced();
     s.at(110).poll();
-    // Someone deletes web.1; the cache shows web and web.2 as wanted.
-    s.server.intact = ["web".to_string(), "web.2".to_string()].into();
-    s.server.cached = vec!["web".to_string(), "web.2".to_string()];
+    // Someone deletes web.1; the cache shows the others as wanted.
+    s.server.intact = ["web", "web.2", "web.3"].map(String::from).into();
+    s.server.cached = vec!["web".into(), "web.2".into(), "web.3".into()];
     s.at(5000)
         .input("Drifted [web]", Input::Drifted(vec![key("web")]));
     s.at(5200).poll();
@@ -625,15 +626,17 @@ fn a_drift_repair_of_one_shard_writes_only_that_shard_until_it_succeeds() {
     s.at(5310).finished("web", Outcome::Fenced);
     s.at(6000).leadership(2, true);
     s.poll();
-    s.at(6010).loaded_shards(2, &[("web", "v1", 3)]);
+    s.at(6010).loaded_shards(2, &[("web", "v1", 4)]);
     s.at(6110).poll();
     s.at(6120)
         .finished("web", Outcome::Failed("timeout".into()));
     s.at(6620).poll();
-    s.at(6630).finished("web", applied("v1", 3));
+    s.at(6630).finished("web", applied("v1", 4));
     s.server.intact.insert("web.1".to_string());
     s.poll();
+    // v2 changes the content of shard 2 only.
     s.desire("web", Some("v2"));
+    s.server.intact.remove("web.2");
     s.at(7000).changed(&["web"]);
     s.at(7100).poll();
     s.golden("shard_drift_repair");
