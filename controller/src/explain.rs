@@ -7,20 +7,27 @@
 //! (`Sink::list_versions`, on every leadership gain) fills them, each write
 //! replaces them, a delete forgets them. A restart therefore keeps the
 //! times (the list reads them back), and a new leader starts from what the
-//! API server holds, not from a memory of its own. Only `type`, `status`,
-//! `reason` and the time are kept, plus the message of a `Degraded=True`
-//! condition (compared for Events): a few dozen bytes per service.
+//! API server holds, not from a memory of its own. Only what the decisions
+//! read is kept: for `Ready` and `Degraded`, the status and the time
+//! (`conditions::conditions` keeps a time while the status stays), plus the
+//! message of a `Degraded=True` condition (`degraded_news` compares it).
+//! Other condition types are never read back. Per service that is 64 bytes
+//! under a 64-bit hash of its key (a collision could only carry a time or
+//! an Event decision over to another service, at odds of about 1 in 10^9
+//! for 100,000 services), where whole `Condition`s under a `ServiceKey`
+//! took about 560 bytes: 56 MB for 100,000 services (issue 19, item 1).
 //!
 //! Kept apart from `sink.rs` (which only calls [`Explain`] at its write,
 //! delete and list points) so the write mechanics and the explanations
 //! change independently.
 
 use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube_discovery_core::ServiceKey;
-use kube_discovery_core::conditions::{DEGRADED, degraded_news};
+use kube_discovery_core::conditions::{DEGRADED, READY, degraded_news};
 use kube_discovery_core::crd::DiscoveredService;
 
 use crate::events::{Events, Report, discovered_service};
@@ -28,23 +35,103 @@ use crate::events::{Events, Report, discovered_service};
 /// Previous conditions per service, and the Events handle.
 #[derive(Clone, Debug, Default)]
 pub struct Explain {
-    previous: Arc<Mutex<HashMap<ServiceKey, Vec<Condition>>>>,
+    previous: Arc<Mutex<HashMap<u64, Kept>>>,
     /// Where Events go ([`Events::disabled`] by default).
     pub events: Events,
 }
 
-/// The part of a condition worth keeping (see the module docs).
-fn lean(mut c: Condition) -> Condition {
-    if !(c.type_ == DEGRADED && c.status == "True") {
-        c.message = String::new();
+/// What is kept of one service's conditions (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Kept {
+    /// `Ready`, `Degraded`: status and `lastTransitionTime`.
+    conds: [Option<(Status, jiff::Timestamp)>; 2],
+    /// The message of `Degraded=True`.
+    degraded_message: Option<Box<str>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Status {
+    True,
+    False,
+    Unknown,
+}
+
+impl Status {
+    fn of(s: &str) -> Option<Status> {
+        match s {
+            "True" => Some(Status::True),
+            "False" => Some(Status::False),
+            "Unknown" => Some(Status::Unknown),
+            _ => None,
+        }
     }
-    c
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+}
+
+const TYPES: [&str; 2] = [READY, DEGRADED];
+
+impl Kept {
+    fn of(conditions: &[Condition]) -> Kept {
+        let mut k = Kept::default();
+        for c in conditions {
+            let (Some(i), Some(status)) = (
+                TYPES.iter().position(|t| *t == c.type_),
+                Status::of(&c.status),
+            ) else {
+                continue;
+            };
+            k.conds[i] = Some((status, c.last_transition_time.0));
+            if i == 1 && status == Status::True {
+                k.degraded_message = Some(c.message.as_str().into());
+            }
+        }
+        k
+    }
+
+    /// The kept conditions as `Condition`s (reason empty: never read back).
+    fn conditions(&self) -> Vec<Condition> {
+        TYPES
+            .iter()
+            .zip(&self.conds)
+            .filter_map(|(type_, c)| {
+                let (status, time) = (*c)?;
+                let message = match (*type_ == DEGRADED, status, &self.degraded_message) {
+                    (true, Status::True, Some(m)) => m.to_string(),
+                    _ => String::new(),
+                };
+                Some(Condition {
+                    type_: (*type_).to_string(),
+                    status: status.as_str().to_string(),
+                    reason: String::new(),
+                    message,
+                    last_transition_time: Time(time),
+                    observed_generation: None,
+                })
+            })
+            .collect()
+    }
+}
+
+fn slot(key: &ServiceKey) -> u64 {
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish()
 }
 
 impl Explain {
     /// The conditions `key`'s object holds, as last listed or written.
     pub fn previous(&self, key: &ServiceKey) -> Vec<Condition> {
-        self.lock().get(key).cloned().unwrap_or_default()
+        self.lock()
+            .get(&slot(key))
+            .map(Kept::conditions)
+            .unwrap_or_default()
     }
 
     /// Replaces everything with what the start-up list found (conditions of
@@ -52,13 +139,13 @@ impl Explain {
     pub fn listed(&self, found: HashMap<ServiceKey, Vec<Condition>>) {
         *self.lock() = found
             .into_iter()
-            .map(|(k, c)| (k, c.into_iter().map(lean).collect()))
+            .map(|(k, c)| (slot(&k), Kept::of(&c)))
             .collect();
     }
 
     /// `key`'s objects were deleted.
     pub fn forget(&self, key: &ServiceKey) {
-        self.lock().remove(key);
+        self.lock().remove(&slot(key));
     }
 
     /// `obj` (shard 0, with status) was written for `key` with the
@@ -109,8 +196,7 @@ impl Explain {
                 },
             );
         }
-        self.lock()
-            .insert(key.clone(), conditions.into_iter().map(lean).collect());
+        self.lock().insert(slot(key), Kept::of(&conditions));
     }
 
     /// A drift repair deleted `ns/name`, an object of ours describing `key`
@@ -135,7 +221,77 @@ impl Explain {
         );
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ServiceKey, Vec<Condition>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Kept>> {
         self.previous.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube_discovery_core::conditions::{conditions, degraded_news};
+    use kube_discovery_core::{Node, PortMap, ServiceNodes, SourceKind};
+
+    fn at(secs: i64) -> Time {
+        Time(jiff::Timestamp::from_second(secs).unwrap())
+    }
+
+    fn svc(nodes: usize) -> ServiceNodes {
+        let mut ports = PortMap::new();
+        ports.insert(
+            "http".into(),
+            (0..nodes)
+                .map(|i| Node::new(format!("10.0.0.{}", i + 1), 80, 50))
+                .collect(),
+        );
+        ServiceNodes::new(
+            ServiceKey::new("", "ns", "web"),
+            SourceKind::EndpointSlice,
+            ports,
+            None,
+        )
+    }
+
+    /// What is kept gives the same decisions as the whole conditions: the
+    /// times of conditions whose status stays, and Degraded news.
+    #[test]
+    fn kept_conditions_decide_like_the_whole_ones() {
+        let s = svc(2);
+        let key = s.key.clone();
+        let mut first = conditions(&s, &[], &at(100));
+        let degraded = first.iter_mut().find(|c| c.type_ == DEGRADED).unwrap();
+        degraded.status = "True".into();
+        degraded.message = "1 item(s) skipped: slice ns/web-a ports[1]".into();
+        first.push(Condition {
+            type_: "SomethingElse".into(),
+            status: "True".into(),
+            reason: "Hand".into(),
+            message: "ignored".into(),
+            last_transition_time: at(5),
+            observed_generation: Some(3),
+        });
+        let e = Explain::default();
+        e.listed(HashMap::from([(key.clone(), first.clone())]));
+        let back = e.previous(&key);
+        assert_eq!(back.len(), 2, "{back:?}");
+        // The same times for an unchanged status, the same news verdict.
+        let later = at(200);
+        assert_eq!(
+            conditions(&s, &back, &later),
+            conditions(&s, &first, &later)
+        );
+        for new in [conditions(&s, &first, &later), first.clone()] {
+            assert_eq!(
+                degraded_news(&back, &new).is_some(),
+                degraded_news(&first, &new).is_some()
+            );
+        }
+        e.forget(&key);
+        assert!(e.previous(&key).is_empty());
+        assert!(
+            std::mem::size_of::<Kept>() <= 64,
+            "{}",
+            std::mem::size_of::<Kept>()
+        );
     }
 }
