@@ -704,12 +704,14 @@ impl Sink for KubeSink {
         let previous = self.explain.previous(&svc.key);
         let mut objs =
             desired_objects_at(&svc, &self.naming, &previous, &Time(jiff::Timestamp::now()));
-        for o in objs.iter_mut().filter(|_| self.generations.stamping()) {
-            let want = self.generations.next(
-                o.metadata.namespace.as_deref().unwrap_or_default(),
-                o.metadata.name.as_deref().unwrap_or_default(),
-            );
-            stamp_generation(o, Some(want));
+        if self.generations.stamping() {
+            for o in &mut objs {
+                let want = self.generations.next(
+                    o.metadata.namespace.as_deref().unwrap_or_default(),
+                    o.metadata.name.as_deref().unwrap_or_default(),
+                );
+                stamp_generation(o, Some(want));
+            }
         }
         let plan = object_ops(&svc.key, &self.naming, &objs, prior, self)?;
         let uid = self.execute(token, &svc.key, plan, prior.repair).await?;
