@@ -238,6 +238,12 @@ fn sha256_hex(s: &str) -> String {
     hex::encode(Sha256::digest(s.as_bytes()))
 }
 
+/// The sha256 (hex) an index lists for a shard's text (what a reader
+/// compares; public for tests that write a layout by hand).
+pub fn shard_sha256(text: &str) -> String {
+    sha256_hex(text)
+}
+
 /// One shard as written to the API server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardData {
