@@ -508,7 +508,7 @@ impl Real {
         let shards = layout.shards.len();
         self.generation += 1;
         let generation = self.generation;
-        self.now = self.now + Duration::from_secs(10);
+        self.now += Duration::from_secs(10);
         // Answers come at once, so a round may start inside any call.
         let mut actions: std::collections::VecDeque<Action> = self
             .planner
@@ -526,7 +526,7 @@ impl Real {
                 )
                 .actions,
         );
-        self.now = self.now + Duration::from_secs(1);
+        self.now += Duration::from_secs(1);
         actions.extend(self.planner.poll(self.now).actions);
         let mut requests = Vec::new();
         while let Some(a) = actions.pop_front() {
@@ -608,19 +608,19 @@ fn one_endpoint_change_in_a_100000_endpoint_service_is_two_writes() {
     let mut r = Real::new();
     let first = r.change("first publish", &d);
     assert!(first.len() > 4, "{first:?}");
-    let mut edits: Vec<(&str, Box<dyn Fn(&mut Vec<Node>)>)> = vec![
-        (
-            "one endpoint added, sorting first",
-            Box::new(|l| l.insert(0, Node::new("1.0.0.1", 8080, 100))),
-        ),
-        (
-            "one endpoint added, sorting last",
-            Box::new(|l| l.push(Node::new("99.0.0.1", 8080, 100))),
-        ),
-        ("one endpoint removed", Box::new(|l| drop(l.remove(50_000)))),
-        ("one weight changed", Box::new(|l| l[777].weight = 7)),
+    /// An edit of the big service's node list.
+    type Edit = fn(&mut Vec<Node>);
+    let edits: [(&str, Edit); 4] = [
+        ("one endpoint added, sorting first", |l| {
+            l.insert(0, Node::new("1.0.0.1", 8080, 100))
+        }),
+        ("one endpoint added, sorting last", |l| {
+            l.push(Node::new("99.0.0.1", 8080, 100))
+        }),
+        ("one endpoint removed", |l| drop(l.remove(50_000))),
+        ("one weight changed", |l| l[777].weight = 7),
     ];
-    for (what, edit) in edits.drain(..) {
+    for (what, edit) in edits {
         edit(big(&mut d));
         let w = r.change(what, &d);
         assert_eq!(w.len(), 2, "{what}: {w:?}");
