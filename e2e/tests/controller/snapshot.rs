@@ -325,6 +325,15 @@ async fn put(env: &Env, want: &mut Expected, name: &str, hosts: Vec<String>) {
     );
 }
 
+/// Services `small-00` .. of `nodes` hosts each (service `i` from
+/// `10.64.0.16*i` on).
+async fn put_small(env: &Env, want: &mut Expected, count: u32, nodes: u32) {
+    for i in 0..count {
+        let hosts = ips(0x40_0000 + 16 * i, nodes);
+        put(env, want, &format!("small-{i:02}"), hosts).await;
+    }
+}
+
 /// The endpoints part of the controller's `/dump`.
 async fn http_dump(ctl: &Controller) -> Value {
     let (code, body) = ctl.get("/v1/discovery/kubernetes/dump").await;
@@ -710,15 +719,7 @@ async fn snapshot_of_a_big_state_respects_the_real_1_mib_bound(backend: Backend)
     // Two services of 14,000 nodes (each bigger than one 900 KiB shard) and a few small ones.
     put(&env, &mut want, "big-a", ips(0x01_0000, 14_000)).await;
     put(&env, &mut want, "big-b", ips(0x20_0000, 14_000)).await;
-    for i in 0..5u32 {
-        put(
-            &env,
-            &mut want,
-            &format!("small-{i}"),
-            ips(0x40_0000 + 16 * i, 3),
-        )
-        .await;
-    }
+    put_small(&env, &mut want, 5, 3).await;
     let ctl = start(&env, "big", &config(&env, 100), &[]).await;
     let d = wait_snapshot(&env, &want).await;
     assert_eq!(d.nodes(), 28_015);
@@ -806,15 +807,7 @@ async fn snapshot_one_change_is_two_writes_and_a_racing_reader_never_mixes(backe
     let mut want = Expected::new();
     let mut big = ips(0x01_0000, 3_000);
     put(&env, &mut want, "big", big.clone()).await;
-    for i in 0..30u32 {
-        put(
-            &env,
-            &mut want,
-            &format!("small-{i:02}"),
-            ips(0x40_0000 + 16 * i, 2),
-        )
-        .await;
-    }
+    put_small(&env, &mut want, 30, 2).await;
     legit.push(want.clone());
     let vars = [("KUBE_DISCOVERY_SNAPSHOT_MAX_SHARD_BYTES", "16384")];
     let ctl = start(&env, "snapcm", &config(&env, 100), &vars).await;
