@@ -409,6 +409,13 @@ impl Reader {
         let legit: BTreeSet<u64> = legit.iter().map(digest).collect();
         let seen = states.lock().unwrap().clone();
         let mixed: Vec<&u64> = seen.difference(&legit).collect();
+        eprintln!(
+            "reader: {} consistent reads, {} read-again, {} distinct states (of {} created)",
+            counts.0,
+            counts.1,
+            seen.len(),
+            legit.len()
+        );
         assert!(
             mixed.is_empty(),
             "the reader assembled {} state(s) the test never created (of {} distinct seen)",
@@ -844,6 +851,7 @@ async fn snapshot_one_change_is_two_writes_and_a_racing_reader_never_mixes(backe
         ("small-07", "one endpoint added to a small service"),
         ("small-21", "one endpoint removed from a small service"),
     ];
+    let mut per_change = Vec::new();
     for (service, what) in steps {
         let hosts = match what {
             "one endpoint added, sorting last" => {
@@ -866,6 +874,7 @@ async fn snapshot_one_change_is_two_writes_and_a_racing_reader_never_mixes(backe
         legit.push(want.clone());
         wait_snapshot(&env, &want).await;
         let w = cm_writes(&env, from.mark).await;
+        per_change.push(format!("{what}: {w:?}"));
         assert_eq!(w.len(), 2, "{what}: the changed shard and the index: {w:?}");
         assert_eq!(applies(&w, SNAP), 1, "{what}: {w:?}");
         assert!(
@@ -874,6 +883,11 @@ async fn snapshot_one_change_is_two_writes_and_a_racing_reader_never_mixes(backe
         );
         reqs = assert_no_noop_requests(&ctl, reqs, &env, from).await;
     }
+    eprintln!(
+        "{} shards; ConfigMap writes per change:\n{}",
+        idx.shards.len(),
+        per_change.join("\n")
+    );
     let (ok, retry) = reader.finish_only(&legit).await;
     assert!(ok > 5, "the reader read {ok} snapshots ({retry} retries)");
     ctl.stop().await;
