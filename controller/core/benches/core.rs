@@ -4,7 +4,8 @@
 //! dump API encodes it, and a whole 1,000-service document), and the index's
 //! incremental path (one slice of a 1,000-endpoint service changes), and
 //! one slice change in a 100,000-endpoint service (issue 19 item 2:
-//! `big_service/...`).
+//! `big_service/...`), and the ConfigMap snapshot's build after a change
+//! (`snapshot/...`).
 //!
 //! Run: `cargo bench -p kube-discovery-core --bench core` (results in
 //! `target/criterion/`). Inputs are built once, outside the timed loops.
@@ -155,5 +156,38 @@ fn big_service(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench, big_service);
+/// Issue 19 item 2, the ConfigMap snapshot: the snapshot sink's `Build`
+/// after one change, `dump::build` of the whole state at the default
+/// 900 KiB budget (every shard's text, the index, the version), for a
+/// 100,000-endpoint service and for 10,000 services of 10. The planner then
+/// sends the one changed shard and the index.
+fn snapshot_build(c: &mut Criterion) {
+    use kube_discovery_core::dump::{DEFAULT_MAX_SHARD_BYTES, Dump, build};
+    use kube_discovery_core::model::sort_nodes;
+    let mut big = portmap(100_000);
+    big.values_mut().for_each(|l| sort_nodes(l));
+    let mut one = Dump::with_clusters([""]);
+    one.insert(&kube_discovery_core::ServiceKey::new("", "ns", "svc"), big);
+    let mut many = Dump::with_clusters([""]);
+    let small = portmap(10);
+    for i in 0..10_000 {
+        let key = kube_discovery_core::ServiceKey::new("", "ns", format!("svc-{i:05}"));
+        many.insert(&key, small.clone());
+    }
+    let mut group = c.benchmark_group("snapshot");
+    group.sample_size(10);
+    for (name, d) in [
+        ("build_100000_endpoint_service", &one),
+        ("build_10000_services_x_10", &many),
+    ] {
+        let l = build(d, "snap", DEFAULT_MAX_SHARD_BYTES).unwrap();
+        assert!(l.shards.len() >= 2, "{name}: {} shards", l.shards.len());
+        group.bench_function(name, |b| {
+            b.iter(|| build(black_box(d), "snap", DEFAULT_MAX_SHARD_BYTES).unwrap())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, big_service, snapshot_build);
 criterion_main!(benches);

@@ -8,10 +8,13 @@
 //!    │ version()               sha256 of that JSON (16 hex)
 //!    ▼
 //!  build(dump, name, max)  ──▶ Layout { index.json, shards [<name>-0 .. <name>-k] }
+//!    shards 0..B: small services in hash buckets  (FNV-1a 64 of "id/ns/name" mod B)
+//!    then, per big service in order: its own shard, or one per part
+//!                                    (FNV-1a 64 of each node's host mod P)
 //!    shard <name>-i, data key "<name>-i.json":
-//!      {"format":1,"index":i,"endpoints":[{"id":"","endpoints":[{"name":"ns/a","value":"{..}"}, ..]}]}
+//!      {"format":2,"index":i,"endpoints":[{"id":"","endpoints":[{"name":"ns/a","value":"{..}"}, ..]}]}
 //!    index <name>, data key "index.json":
-//!      {"format":1,"version":V,"clusters":[..],"services":S,"nodes":N,
+//!      {"format":2,"version":V,"clusters":[..],"services":S,"nodes":N,
 //!       "shards":[{"name":"<name>-0","key":"<name>-0.json","sha256":H0,"bytes":B0}, ..]}
 //!  assemble(index.json, |shard| text) ──▶ Dump   (or an error naming the shard and version)
 //! ```
@@ -23,10 +26,31 @@
 //! * **Size.** Every shard's data, measured as its JSON-escaped length (what a
 //!   request body carries; never less than the stored bytes), stays within
 //!   `max_bytes` ([`DEFAULT_MAX_SHARD_BYTES`] = 900 KiB, under the 1 MiB
-//!   ConfigMap limit). Shards are cut on service boundaries; a single service
-//!   bigger than a shard is split by node ranges into parts
-//!   (`"part":{"index":k,"count":n}`, in consecutive positions), which the
-//!   reader concatenates per port in order.
+//!   ConfigMap limit).
+//! * **One change, one shard (issue 19 item 2).** A service whose entry is at
+//!   most a quarter of a shard lives in the bucket given by the hash of its
+//!   name; the bucket count `B` is the smallest power of two at which every
+//!   bucket fits. A bigger service has shards of its own after the buckets:
+//!   one if it fits, else `P` parts (the smallest fitting power of two) by
+//!   the hash of each node's host, the partition of the DiscoveredService
+//!   shards ([`crate::shards::partition`]; every port of an endpoint in one
+//!   part, part 0 carrying every port key), as entries with
+//!   `"part":{"index":k,"count":P}`. Where a service or node goes depends on
+//!   its name or host and the count only, never on what sorts before it, and
+//!   a shard's text only on what it holds: one endpoint or one small service
+//!   changed rewrites one shard, byte-identical otherwise, and the index. The
+//!   counts are pure functions of the content (no memory of earlier layouts
+//!   needed after a restart); the price is that a count doubling or halving
+//!   (a bucket or part crossing the limit), or a service becoming big or small,
+//!   renumbers or rewrites the shards after it, once. The earlier layout
+//!   (format 1) packed services in order and cut big ones by node ranges, so
+//!   one endpoint rewrote every shard from the change on.
+//! * **Reading parts.** The reader merges a service's parts per port, in any
+//!   position, each part exactly once, and sorts each port's nodes
+//!   (`model::sort_nodes`, the order of the state's lists; [`build`] refuses
+//!   a split service whose lists are not in it). Format 1's consecutive ranges
+//!   of sorted lists come out the same, so [`assemble`] reads both formats:
+//!   readers can be upgraded before the controller.
 //! * **Consistency.** Shard names are fixed (`<name>-<i>`, so a pod can mount
 //!   them) and carry no version; the index lists, for the version it
 //!   describes, the sha256 of every shard's text. The writer writes changed
@@ -36,11 +60,8 @@
 //!   [`AssembleError::is_retryable`] ("read again"), never a silently mixed
 //!   result. On top of the per-shard hashes the assembled state is re-hashed and
 //!   must equal the index's `version`, and the service/node counts must match.
-//! * **Cheap updates.** An unchanged shard keeps its text, so a change in one
-//!   service rewrites its shard and the index only (a service added early in
-//!   the order may shift later boundaries; those shards are rewritten too).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -49,8 +70,17 @@ use sha2::{Digest, Sha256};
 use crate::model::{Node, NodeQuery, PortMap, ServiceKey};
 use crate::service::PortExtras;
 
-/// Format number written into the index and every shard.
-pub const FORMAT: u32 = 1;
+/// Format number written into the index and every shard. Format 2 cuts a
+/// big service by node host hash (its parts in any position, each port's
+/// nodes sorted after merging); format 1 cut it by node ranges (parts in
+/// order, concatenated). [`assemble`] reads both: the format-2 rule (merge,
+/// then sort) gives format 1's lists too, since its ranges were cut from
+/// sorted lists.
+pub const FORMAT: u32 = 2;
+
+/// The oldest format [`assemble`] still reads (what a controller before
+/// format 2 wrote; read until the new one has rewritten it).
+pub const OLDEST_FORMAT: u32 = 1;
 
 /// Data key of the index ConfigMap.
 pub const INDEX_KEY: &str = "index.json";
@@ -194,18 +224,28 @@ fn port_json(ports: &PortMap) -> String {
 }
 
 /// Length of `s` once written as a JSON string (without the quotes).
+///
+/// Byte by byte: every byte of a multi-byte UTF-8 character is >= 0x80 and
+/// stays as it is, so only ASCII needs a look (this runs over every shard's
+/// text, megabytes per build: a per-`char` loop was a fifth of the build).
 pub fn escaped_len(s: &str) -> usize {
-    s.chars()
-        .map(|c| match c {
-            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
-            c if (c as u32) < 0x20 => 6,
-            c => c.len_utf8(),
+    s.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..=0x1f => 6,
+            _ => 1,
         })
         .sum()
 }
 
 fn sha256_hex(s: &str) -> String {
     hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+/// The sha256 (hex) an index lists for a shard's text (what a reader
+/// compares; public for tests that write a layout by hand).
+pub fn shard_sha256(text: &str) -> String {
+    sha256_hex(text)
 }
 
 /// One shard as written to the API server.
@@ -320,6 +360,22 @@ pub enum BuildError {
     /// More shards or endpoints than a shard document can number.
     #[error("snapshot: cannot serialize: {0}")]
     TooMany(#[source] std::num::TryFromIntError),
+    /// A service too big for one shard has a port whose nodes are not in
+    /// the state's order (`model::sort_nodes`): its parts, merged and
+    /// sorted by a reader, would not give back its lists (not expected:
+    /// conversion sorts them).
+    #[error("snapshot: service {service} has a node list out of order; it cannot be split")]
+    Unsorted {
+        /// `[id/]ns/name`.
+        service: String,
+    },
+    /// The small services cannot be spread over buckets that fit (not
+    /// expected: every one is at most a quarter of a shard).
+    #[error("snapshot: the services cannot be spread over shards of at most {max} bytes")]
+    Crowded {
+        /// The budget.
+        max: usize,
+    },
     /// A shard came out over the budget the split allowed for (a bug).
     #[error("snapshot: cannot serialize: shard {shard} is {len} bytes, over the {max} budget")]
     ShardOverBudget {
@@ -350,7 +406,9 @@ fn json<T: Serialize + ?Sized>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_default()
 }
 
-/// `s` as it appears inside a JSON string (escaped, without quotes).
+/// `s` as it appears inside a JSON string (escaped, without quotes): what
+/// [`escaped_twice_len`] measures without building it.
+#[cfg(test)]
 fn inner(s: &str) -> String {
     let q = serde_json::to_string(s).unwrap_or_default();
     q.get(1..q.len().saturating_sub(1))
@@ -358,69 +416,60 @@ fn inner(s: &str) -> String {
         .to_string()
 }
 
-/// Fills each part as far as an upper bound of its size allows, so big
-/// services use whole shards. `None` when a part misses the bound after all
-/// (the caller then splits evenly).
-fn split_greedy(
-    name: &str,
-    flat: &[(&String, &Node)],
-    empty: &[&String],
-    avail: usize,
-) -> Result<Option<Vec<Entry>>, BuildError> {
-    let fixed = entry_size(&Entry {
-        name: name.to_string(),
-        value: "{}".to_string(),
-        part: Some(Part {
-            index: u32::MAX,
-            count: u32::MAX,
-        }),
-    })? + 16;
-    // In the measured text a value character costs its escaped length twice over.
-    let cost = |fragment: &str| escaped_len(&inner(fragment)) + 2;
-    let port_cost = |p: &String| cost(&format!("{}:[],", json(p)));
-    let mut parts: Vec<PortMap> = Vec::new();
-    let mut cur = PortMap::new();
-    let mut size = fixed;
-    for p in empty {
-        cur.insert((*p).clone(), Vec::new());
-        size += port_cost(p);
-    }
-    for (p, n) in flat {
-        let mut add = cost(&json(*n));
-        if !cur.contains_key(*p) {
-            add += port_cost(p);
-        }
-        if !cur.is_empty() && size + add > avail {
-            parts.push(std::mem::take(&mut cur));
-            size = fixed + port_cost(p);
-            add = cost(&json(*n));
-        }
-        size += add;
-        cur.entry((*p).clone()).or_default().push((*n).clone());
-    }
-    if !cur.is_empty() {
-        parts.push(cur);
-    }
-    let count = u32::try_from(parts.len()).map_err(BuildError::TooMany)?;
-    let mut out = Vec::with_capacity(parts.len());
-    for (i, pm) in parts.iter().enumerate() {
-        let e = Entry {
-            name: name.to_string(),
-            value: port_json(pm),
-            part: Some(Part {
-                index: u32::try_from(i).map_err(BuildError::TooMany)?,
-                count,
-            }),
-        };
-        if entry_size(&e)? > avail {
-            return Ok(None);
-        }
-        out.push(e);
-    }
-    Ok((out.len() >= 2).then_some(out))
+/// A service whose whole entry is bigger than this share (a quarter) of a
+/// shard's room gets shard(s) of its own; smaller ones share the hash
+/// buckets. Buckets are filled by hash, not packed, so an entry close to a
+/// shard's size would force many more (mostly empty) buckets before it
+/// lands alone; a quarter keeps the buckets reasonably full.
+const OWN_SHARD_DIVISOR: usize = 4;
+
+/// The most buckets (and the most parts of one service) the doublings go
+/// to: far beyond any state a watch can carry.
+const MAX_COUNT: usize = 1 << 16;
+
+/// What one node adds to a measured shard text: its JSON inside the value
+/// string (escaped once), measured escaped (twice), plus its comma.
+fn node_cost(n: &Node) -> usize {
+    escaped_twice_len(&json(n)) + 1
 }
 
-/// Splits one service into parts of at most `avail` escaped bytes each.
+/// What one port key adds (`"key":[],`), measured like [`node_cost`].
+fn key_cost(port: &str) -> usize {
+    escaped_twice_len(&format!("{}:[],", json(port)))
+}
+
+/// `escaped_len(inner(s))` without building the escaped text: a value's
+/// JSON is escaped once into the shard text, and measured escaped again.
+fn escaped_twice_len(s: &str) -> usize {
+    s.bytes()
+        .map(|b| match b {
+            // `\"` / `\\` -> 4 characters once escaped again
+            b'"' | b'\\' => 4,
+            // `\n` -> `\\n`
+            b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 3,
+            // `\u00XX` -> `\\u00XX`
+            0..=0x1f => 7,
+            _ => 1,
+        })
+        .sum()
+}
+
+/// The stable bucket hash of a small service: FNV-1a 64 of
+/// `<id>/<ns>/<name>` ([`crate::shards::node_hash`], the hash the
+/// DiscoveredService shards use, pinned forever), so a service's bucket
+/// depends on its name and the bucket count only, never on the services
+/// sorting before it.
+fn service_hash(id: &str, ns: &str, name: &str) -> u64 {
+    crate::shards::node_hash(&format!("{id}/{ns}/{name}"))
+}
+
+/// Splits one service too big for a shard into parts by the hash of each
+/// node's host ([`crate::shards::partition`], the partition of the
+/// DiscoveredService shards): the smallest power-of-two count `>= 2` at
+/// which every part fits `avail`. A node's part depends on its host and the
+/// count only, so one endpoint added or removed changes one part, wherever
+/// it sorts; all ports of an endpoint are in the same part; part 0 carries
+/// every port key.
 fn split_service(
     key: &ServiceKey,
     name: &str,
@@ -428,87 +477,117 @@ fn split_service(
     avail: usize,
     max: usize,
 ) -> Result<Vec<Entry>, BuildError> {
-    let flat: Vec<(&String, &Node)> = ports
-        .iter()
-        .flat_map(|(p, nodes)| nodes.iter().map(move |n| (p, n)))
-        .collect();
-    let empty: Vec<&String> = ports
-        .iter()
-        .filter(|(_, n)| n.is_empty())
-        .map(|(p, _)| p)
-        .collect();
     let too_large = || BuildError::ServiceTooLarge {
         service: key.to_string(),
         max,
     };
-    if let Some(parts) = split_greedy(name, &flat, &empty, avail)? {
-        return Ok(parts);
-    }
-    let whole = entry_size(&Entry {
+    // Upper bound of a part: the entry around an empty value with the
+    // longest part numbers, every port key, and its nodes with commas.
+    let fixed = entry_size(&Entry {
         name: name.to_string(),
-        value: port_json(ports),
-        part: None,
-    })?;
-    let mut k = whole.div_ceil(avail.max(1)).max(2);
+        value: "{}".to_string(),
+        part: Some(Part {
+            index: u32::MAX,
+            count: u32::MAX,
+        }),
+    })? + ports.keys().map(|p| key_cost(p)).sum::<usize>();
+    let items: Vec<(u64, usize)> = ports
+        .values()
+        .flatten()
+        .map(|n| (crate::shards::node_hash(&n.host), node_cost(n)))
+        .collect();
+    let cap = items.len().next_power_of_two().clamp(2, MAX_COUNT);
+    let mut count = 2usize;
     loop {
-        if k > flat.len().max(1) {
+        let mut sizes = vec![fixed; count];
+        for (h, c) in &items {
+            sizes[bucket(*h, count)] += c;
+        }
+        if sizes.iter().all(|s| *s <= avail) {
+            break;
+        }
+        if count >= cap {
             return Err(too_large());
         }
-        let count = u32::try_from(k).map_err(|_| too_large())?;
-        let per = flat.len().div_ceil(k);
-        let mut parts = Vec::with_capacity(k);
-        let mut fits = true;
-        for (i, chunk) in flat.chunks(per.max(1)).enumerate() {
-            let mut pm = PortMap::new();
-            if i == 0 {
-                for p in &empty {
-                    pm.insert((*p).clone(), Vec::new());
-                }
+        count *= 2;
+    }
+    let total = u32::try_from(count).map_err(BuildError::TooMany)?;
+    let mut out = Vec::with_capacity(count);
+    for (i, pm) in crate::shards::partition(ports, total).iter().enumerate() {
+        out.push(Entry {
+            name: name.to_string(),
+            value: port_json(pm),
+            part: Some(Part {
+                index: u32::try_from(i).map_err(BuildError::TooMany)?,
+                count: total,
+            }),
+        });
+    }
+    Ok(out)
+}
+
+/// `h mod count` as an index (`count` >= 1).
+fn bucket(h: u64, count: usize) -> usize {
+    let count = u64::try_from(count.max(1)).unwrap_or(u64::MAX);
+    // The remainder is below `count`, itself a usize.
+    usize::try_from(h % count).unwrap_or(0)
+}
+
+/// A small service on its way into a bucket.
+struct Small<'a> {
+    cluster: &'a str,
+    entry: Entry,
+    /// Its measured size with its comma.
+    cost: usize,
+    hash: u64,
+}
+
+/// The smallest power of two at which every bucket of `small` (by
+/// [`service_hash`]) fits `max_bytes` (with the shard's and each cluster
+/// group's overhead). A pure function of the content, like the
+/// DiscoveredService shard count: the planner needs no memory of earlier
+/// layouts, at the price that a bucket crossing the limit doubles the count
+/// (every bucket is rewritten once).
+fn bucket_count(small: &[Small<'_>], max_bytes: usize) -> Result<usize, BuildError> {
+    let room = max_bytes.saturating_sub(SHARD_OVERHEAD);
+    let mut count = 1usize;
+    loop {
+        let mut sizes = vec![0usize; count];
+        let mut last: Vec<Option<&str>> = vec![None; count];
+        for s in small {
+            let i = bucket(s.hash, count);
+            if last[i] != Some(s.cluster) {
+                last[i] = Some(s.cluster);
+                sizes[i] += group_overhead(s.cluster);
             }
-            for (p, n) in chunk {
-                pm.entry((*p).clone()).or_default().push((*n).clone());
-            }
-            let e = Entry {
-                name: name.to_string(),
-                value: port_json(&pm),
-                part: Some(Part {
-                    index: u32::try_from(i).map_err(|_| too_large())?,
-                    count,
-                }),
-            };
-            if entry_size(&e)? > avail {
-                fits = false;
-                break;
-            }
-            parts.push(e);
+            sizes[i] += s.cost;
         }
-        // chunks() may give fewer than k pieces; the count must be exact.
-        if fits && parts.len() == k {
-            return Ok(parts);
+        if sizes.iter().all(|s| *s <= room) {
+            return Ok(count);
         }
-        if fits {
-            // Fewer chunks than k: renumber with the real count.
-            let real = u32::try_from(parts.len()).map_err(|_| too_large())?;
-            for p in &mut parts {
-                if let Some(part) = &mut p.part {
-                    part.count = real;
-                }
-            }
-            return Ok(parts);
+        if count >= MAX_COUNT {
+            return Err(BuildError::Crowded { max: max_bytes });
         }
-        k += (k / 4).max(1);
+        count *= 2;
     }
 }
 
 /// Cuts `dump` into shards of at most `max_bytes` (escaped) each, named
 /// `<base>-<i>`, and writes the index. Always at least one shard.
+///
+/// Shards `0..B` are the buckets of the small services (by
+/// [`service_hash`], `B` the smallest fitting power of two); after them
+/// come the services with shards of their own, in (cluster, namespace,
+/// name) order: one shard holding the whole service, or one shard per part
+/// ([`split_service`]). So one change in one service changes one shard's
+/// text (its bucket or its part), and the planner writes that shard and the
+/// index only.
 pub fn build(dump: &Dump, base: &str, max_bytes: usize) -> Result<Layout, BuildError> {
     if max_bytes < MIN_SHARD_BYTES {
         return Err(BuildError::BudgetTooSmall(max_bytes));
     }
-    let mut shards: Vec<Vec<Group>> = Vec::new();
-    let mut cur: Vec<Group> = Vec::new();
-    let mut size = SHARD_OVERHEAD;
+    let mut small: Vec<Small<'_>> = Vec::new();
+    let mut own: Vec<Vec<Group>> = Vec::new();
     for (id, services) in &dump.clusters {
         let g_over = group_overhead(id);
         let avail = max_bytes.saturating_sub(SHARD_OVERHEAD + g_over + 1);
@@ -519,37 +598,57 @@ pub fn build(dump: &Dump, base: &str, max_bytes: usize) -> Result<Layout, BuildE
                 value: port_json(ports),
                 part: None,
             };
-            let entries = if entry_size(&whole)? <= avail {
-                vec![whole]
+            // Escaping only grows a text: a value longer than the room
+            // needs parts, without measuring (escaping) it all first.
+            let size = if whole.value.len() > avail {
+                usize::MAX
+            } else {
+                entry_size(&whole)?
+            };
+            let alone = |endpoints| {
+                vec![Group {
+                    id: id.clone(),
+                    endpoints,
+                }]
+            };
+            if size <= avail / OWN_SHARD_DIVISOR {
+                small.push(Small {
+                    cluster: id,
+                    entry: whole,
+                    cost: size + 1,
+                    hash: service_hash(id, ns, name),
+                });
+            } else if size <= avail {
+                own.push(alone(vec![whole]));
             } else {
                 let key = ServiceKey::new(id.as_str(), ns.as_str(), name.as_str());
-                split_service(&key, &ename, ports, avail, max_bytes)?
-            };
-            for e in entries {
-                let cost = entry_size(&e)? + 1;
-                let new_group = cur.last().is_none_or(|g| &g.id != id);
-                let add = cost + if new_group { g_over } else { 0 };
-                if !cur.is_empty() && size + add > max_bytes {
-                    shards.push(std::mem::take(&mut cur));
-                    size = SHARD_OVERHEAD;
-                }
-                if cur.last().is_none_or(|g| &g.id != id) {
-                    cur.push(Group {
-                        id: id.clone(),
-                        endpoints: Vec::new(),
+                // `sort_nodes` is `Node`'s own order (host, port, then the rest).
+                if !ports.values().all(|n| n.is_sorted()) {
+                    return Err(BuildError::Unsorted {
+                        service: key.to_string(),
                     });
-                    size += g_over;
                 }
-                size += cost;
-                if let Some(g) = cur.last_mut() {
-                    g.endpoints.push(e);
+                for e in split_service(&key, &ename, ports, avail, max_bytes)? {
+                    own.push(alone(vec![e]));
                 }
             }
         }
     }
-    if !cur.is_empty() || shards.is_empty() {
-        shards.push(cur);
+    let buckets = bucket_count(&small, max_bytes)?;
+    let mut shards: Vec<Vec<Group>> = (0..buckets).map(|_| Vec::new()).collect();
+    for s in small {
+        let b = &mut shards[bucket(s.hash, buckets)];
+        if b.last().is_none_or(|g| g.id != s.cluster) {
+            b.push(Group {
+                id: s.cluster.to_string(),
+                endpoints: Vec::new(),
+            });
+        }
+        if let Some(g) = b.last_mut() {
+            g.endpoints.push(s.entry);
+        }
     }
+    shards.extend(own);
     let mut out = Vec::with_capacity(shards.len());
     for (i, groups) in shards.into_iter().enumerate() {
         let doc = ShardDoc {
@@ -668,9 +767,9 @@ impl AssembleError {
 pub fn parse_index(text: &str) -> Result<IndexDoc, AssembleError> {
     let idx: IndexDoc = serde_json::from_str(text)
         .map_err(|e| AssembleError::Index(format!("{INDEX_KEY}: {e}")))?;
-    if idx.format != FORMAT {
+    if !(OLDEST_FORMAT..=FORMAT).contains(&idx.format) {
         return Err(AssembleError::Index(format!(
-            "{INDEX_KEY}: format {} is not supported (this reader knows {FORMAT})",
+            "{INDEX_KEY}: format {} is not supported (this reader knows {OLDEST_FORMAT} to {FORMAT})",
             idx.format
         )));
     }
@@ -688,8 +787,8 @@ pub fn assemble(
     let idx = parse_index(index_text)?;
     let version = idx.version.clone();
     let mut dump = Dump::with_clusters(idx.clusters.iter().map(String::as_str));
-    // Services split into parts: (cluster, ns, name) -> (next part, count).
-    let mut open: HashMap<(String, String, String), (u32, u32)> = HashMap::new();
+    // Services split into parts: (cluster, ns, name) -> (count, parts seen).
+    let mut split: HashMap<(String, String, String), (u32, BTreeSet<u32>)> = HashMap::new();
     for (i, r) in idx.shards.iter().enumerate() {
         let text = shard(r).ok_or_else(|| AssembleError::ShardMissing {
             version: version.clone(),
@@ -707,10 +806,10 @@ pub fn assemble(
             reason,
         };
         let doc: ShardDoc = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
-        if doc.format != FORMAT || doc.index != i {
+        if doc.format != idx.format || doc.index != i {
             return Err(bad(format!(
-                "format {} index {} (want format {FORMAT} index {i})",
-                doc.format, doc.index
+                "format {} index {} (want format {} index {i})",
+                doc.format, doc.index, idx.format
             )));
         }
         for g in doc.endpoints {
@@ -725,50 +824,55 @@ pub fn assemble(
                     .map_err(|x| bad(format!("value of {}: {x}", e.name)))?;
                 let skey = (ns.to_string(), name.to_string());
                 let okey = (g.id.clone(), ns.to_string(), name.to_string());
-                match e.part {
-                    None | Some(Part { index: 0, .. }) => {
-                        if services.contains_key(&skey) {
-                            return Err(bad(format!("{} appears twice", e.name)));
-                        }
-                        if let Some(p) = e.part {
-                            if p.count < 2 {
-                                return Err(bad(format!("{}: part count {}", e.name, p.count)));
-                            }
-                            open.insert(okey, (1, p.count));
-                        }
-                        services.insert(skey, ports);
+                let Some(p) = e.part else {
+                    if services.contains_key(&skey) {
+                        return Err(bad(format!("{} appears twice", e.name)));
                     }
-                    Some(p) => {
-                        let Some(next) = open.get_mut(&okey) else {
-                            return Err(bad(format!(
-                                "{}: part {} without part 0",
-                                e.name, p.index
-                            )));
-                        };
-                        if next.0 != p.index || next.1 != p.count {
-                            return Err(bad(format!(
-                                "{}: part {}/{} where {}/{} was expected",
-                                e.name, p.index, p.count, next.0, next.1
-                            )));
-                        }
-                        next.0 += 1;
-                        if next.0 == next.1 {
-                            open.remove(&okey);
-                        }
-                        let target = services.entry(skey).or_default();
-                        for (port, nodes) in ports {
-                            target.entry(port).or_default().extend(nodes);
-                        }
-                    }
+                    services.insert(skey, ports);
+                    continue;
+                };
+                if p.count < 2 || p.index >= p.count {
+                    return Err(bad(format!("{}: part {}/{}", e.name, p.index, p.count)));
+                }
+                if services.contains_key(&skey) && !split.contains_key(&okey) {
+                    return Err(bad(format!("{} appears twice", e.name)));
+                }
+                let (count, seen) = split.entry(okey).or_insert((p.count, BTreeSet::new()));
+                if *count != p.count || !seen.insert(p.index) {
+                    return Err(bad(format!(
+                        "{}: part {}/{} again or of another count ({count})",
+                        e.name, p.index, p.count
+                    )));
+                }
+                let target = services.entry(skey).or_default();
+                for (port, nodes) in ports {
+                    target.entry(port).or_default().extend(nodes);
                 }
             }
         }
     }
-    if let Some(((id, ns, name), (next, count))) = open.into_iter().next() {
-        return Err(AssembleError::Inconsistent {
-            version,
-            reason: format!("service {id:?} {ns}/{name} has {next} of {count} parts"),
-        });
+    for ((id, ns, name), (count, seen)) in split {
+        if seen.len() != count as usize {
+            return Err(AssembleError::Inconsistent {
+                version,
+                reason: format!(
+                    "service {id:?} {ns}/{name} has {} of {count} parts",
+                    seen.len()
+                ),
+            });
+        }
+        // Parts hold each port's nodes by host hash (format 2): the merged
+        // lists are sorted like the state's (`model::sort_nodes`). Format 1's
+        // consecutive ranges of a sorted list come out the same.
+        if let Some(ports) = dump
+            .clusters
+            .get_mut(&id)
+            .and_then(|s| s.get_mut(&(ns, name)))
+        {
+            for nodes in ports.values_mut() {
+                crate::model::sort_nodes(nodes);
+            }
+        }
     }
     if dump.services() != idx.services || dump.nodes() != idx.nodes {
         return Err(AssembleError::Inconsistent {
@@ -811,12 +915,10 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
 
+    /// Node `i`; its host sorts like `i` (the state's node lists are sorted,
+    /// and the lists of a split service are sorted again when assembled).
     fn node(i: u32) -> Node {
-        Node::new(
-            format!("10.{}.{}.{}", i >> 16, (i >> 8) & 0xff, i & 0xff),
-            8080,
-            100,
-        )
+        Node::new(format!("h{i:07}.example"), 8080, 100)
     }
 
     /// `(cluster, namespace, name, [(port, node count)])`.
@@ -909,39 +1011,275 @@ mod tests {
         assert_eq!(names[2], "snap-2");
     }
 
-    #[test]
-    fn one_service_bigger_than_a_shard_is_split_by_node_ranges() {
-        let d = dump_of(&[
-            ("", "a", "small", &[("http", 1)]),
-            (
-                "",
-                "big",
-                "svc",
-                &[("http", 300), ("grpc", 200), ("none", 0)],
-            ),
-            ("", "z", "after", &[("http", 3)]),
-        ]);
-        let l = roundtrip(&d, 4096);
-        assert!(l.shards.len() >= 8, "{} shards", l.shards.len());
-        assert!(
-            l.shards
-                .iter()
-                .filter(|s| s.text.contains("\"part\""))
-                .count()
-                >= 8
-        );
+    /// Names of the shards whose text differs between `a` and `b` (or that
+    /// only one of them has).
+    fn changed(a: &Layout, b: &Layout) -> Vec<String> {
+        let (fa, fb) = (files(a), files(b));
+        let mut names: BTreeSet<&String> = fa.keys().collect();
+        names.extend(fb.keys());
+        names
+            .into_iter()
+            .filter(|n| fa.get(*n) != fb.get(*n))
+            .cloned()
+            .collect()
+    }
+
+    /// A service of `n` endpoints (nodes `from..from + n`) on ports `http`
+    /// and `metrics` (the same hosts), plus a port without nodes.
+    fn two_port_service(from: u32, n: u32) -> PortMap {
+        let http: Vec<Node> = (from..from + n).map(node).collect();
+        let metrics = http
+            .iter()
+            .map(|x| Node::new(x.host.as_str(), 9090, 1))
+            .collect();
+        PortMap::from([
+            ("http".to_string(), http),
+            ("metrics".to_string(), metrics),
+            ("none".to_string(), Vec::new()),
+        ])
     }
 
     #[test]
-    fn a_split_service_fills_its_first_shard() {
-        // A bit more than one shard: an even split would give two half-empty parts.
-        let d = dump_of(&[("", "big", "svc", &[("http", 62)])]);
-        let whole = escaped_len(&serde_json::to_string(&d.to_apisix_endpoints()).unwrap());
-        assert!(whole > 4096 && whole < 4096 * 3 / 2, "{whole}");
+    fn one_service_bigger_than_a_shard_is_split_by_node_host_hash() {
+        let mut d = dump_of(&[
+            ("", "a", "small", &[("http", 1)]),
+            ("", "z", "after", &[("http", 3)]),
+        ]);
+        d.insert(
+            &ServiceKey::new("", "big", "svc"),
+            two_port_service(100, 500),
+        );
         let l = roundtrip(&d, 4096);
-        assert_eq!(l.shards.len(), 2);
-        let first = escaped_len(&l.shards[0].text);
-        assert!(first > 4096 * 85 / 100, "first shard only {first} of 4096");
+        // The small services share bucket 0; the big one's parts follow, a
+        // power of two of them, all in order.
+        let parts: Vec<&ShardData> = l
+            .shards
+            .iter()
+            .filter(|s| s.text.contains("\"part\""))
+            .collect();
+        assert!(
+            parts.len() >= 8 && parts.len().is_power_of_two(),
+            "{} parts",
+            parts.len()
+        );
+        assert_eq!(l.shards.len(), parts.len() + 1);
+        assert!(!l.shards[0].text.contains("\"part\""));
+        // Every endpoint's ports are in one part: the part holding a host's
+        // http node holds its metrics node.
+        for p in &parts {
+            let doc: ShardDoc = serde_json::from_str(&p.text).unwrap();
+            let pm: PortMap = serde_json::from_str(&doc.endpoints[0].endpoints[0].value).unwrap();
+            let hosts = |k: &str| -> Vec<String> {
+                pm.get(k)
+                    .into_iter()
+                    .flatten()
+                    .map(|n| n.host.to_string())
+                    .collect()
+            };
+            assert_eq!(hosts("http"), hosts("metrics"), "{}", p.name);
+            assert!(!hosts("http").is_empty(), "{} is empty", p.name);
+        }
+        // Part 0 carries every port key, the empty one too.
+        assert!(parts[0].text.contains("none"));
+    }
+
+    fn big(d: &mut Dump) -> &mut PortMap {
+        d.clusters
+            .get_mut("")
+            .unwrap()
+            .get_mut(&("big".into(), "svc".into()))
+            .unwrap()
+    }
+
+    #[test]
+    fn one_endpoint_change_in_a_big_service_changes_one_shard() {
+        // 5,000 endpoints x 2 ports in 16 KiB shards, among small services
+        // (the 100,000-endpoint case is in the planner's tests).
+        let mut d = dump_of(&[
+            ("", "a", "small", &[("http", 2)]),
+            ("", "z", "after", &[("http", 3)]),
+        ]);
+        let key = ServiceKey::new("", "big", "svc");
+        d.insert(&key, two_port_service(1000, 5_000));
+        let max = 16 * 1024;
+        let base = roundtrip(&d, max);
+
+        let add = |d: &mut Dump, i: u32| {
+            let p = big(d);
+            let n = node(i);
+            let m = Node::new(n.host.as_str(), 9090, 1);
+            for (k, x) in [("http", n), ("metrics", m)] {
+                let list = p.get_mut(k).unwrap();
+                let at = list.binary_search(&x).unwrap_err();
+                list.insert(at, x);
+            }
+        };
+        let mut cases: Vec<(&str, Dump)> = Vec::new();
+        let mut first = d.clone();
+        add(&mut first, 0);
+        cases.push(("added, sorting first", first));
+        let mut last = d.clone();
+        add(&mut last, 900_000);
+        cases.push(("added, sorting last", last));
+        let mut removed = d.clone();
+        for k in ["http", "metrics"] {
+            big(&mut removed).get_mut(k).unwrap().remove(2_000);
+        }
+        cases.push(("removed", removed));
+        let mut weight = d.clone();
+        big(&mut weight).get_mut("http").unwrap()[4_321].weight = 5;
+        cases.push(("weight changed", weight));
+        for (what, changed_dump) in cases {
+            let l = build(&changed_dump, "snap", max).unwrap();
+            assert_eq!(l.shards.len(), base.shards.len(), "{what}");
+            assert_eq!(
+                changed(&base, &l).len(),
+                1,
+                "{what}: {:?}",
+                changed(&base, &l)
+            );
+            assert_ne!(l.index, base.index, "{what}");
+        }
+    }
+
+    #[test]
+    fn one_change_among_many_small_services_changes_one_shard() {
+        // 2,000 services in two clusters over 64 KiB shards (the planner's
+        // tests count the writes among 10,000 at the default budget).
+        let mut d = Dump::with_clusters(["", "east"]);
+        for i in 0..2_000u32 {
+            let c = if i % 4 == 0 { "east" } else { "" };
+            let nodes = (0..2).map(|k| node(i * 2 + k)).collect();
+            d.insert(
+                &ServiceKey::new(c, format!("ns{}", i % 7), format!("svc-{i:05}")),
+                PortMap::from([("http".to_string(), nodes)]),
+            );
+        }
+        let base = roundtrip(&d, 64 * 1024);
+        assert!(base.shards.len() >= 8, "{} shards", base.shards.len());
+        assert!(base.shards.len().is_power_of_two());
+        // One node more in a service, a service added, one removed.
+        let mut grown = d.clone();
+        let k = ("ns3".to_string(), "svc-00003".to_string());
+        grown
+            .clusters
+            .get_mut("")
+            .unwrap()
+            .get_mut(&k)
+            .unwrap()
+            .get_mut("http")
+            .unwrap()
+            .push(node(999_999));
+        let mut added = d.clone();
+        added.insert(
+            &ServiceKey::new("", "aaa", "first"),
+            PortMap::from([("http".to_string(), vec![node(1)])]),
+        );
+        let mut removed = d.clone();
+        removed
+            .clusters
+            .get_mut("east")
+            .unwrap()
+            .remove(&("ns0".to_string(), "svc-00000".to_string()));
+        for (what, x) in [("grown", grown), ("added", added), ("removed", removed)] {
+            let l = build(&x, "snap", 64 * 1024).unwrap();
+            assert_eq!(
+                changed(&base, &l).len(),
+                1,
+                "{what}: {:?}",
+                changed(&base, &l)
+            );
+        }
+    }
+
+    #[test]
+    fn a_split_service_out_of_order_is_an_error_naming_it() {
+        let mut d = Dump::with_clusters(["c1"]);
+        let mut p = two_port_service(0, 200);
+        p.get_mut("http").unwrap().reverse();
+        d.insert(&ServiceKey::new("c1", "ns", "big"), p);
+        let e = build(&d, "snap", 4096).unwrap_err();
+        assert!(matches!(e, BuildError::Unsorted { .. }), "{e}");
+        assert!(e.to_string().contains("c1/ns/big"), "{e}");
+    }
+
+    #[test]
+    fn format_1_layouts_are_still_read() {
+        // What a controller before format 2 wrote: a service split by node
+        // ranges into consecutive parts, concatenated by the reader.
+        let d = dump_of(&[
+            ("", "a", "small", &[("http", 2)]),
+            ("", "big", "svc", &[("http", 40), ("grpc", 5)]),
+        ]);
+        let all = &d.clusters[""];
+        let big = &all[&("big".to_string(), "svc".to_string())];
+        let flat: Vec<(&String, &Node)> = big
+            .iter()
+            .flat_map(|(p, ns)| ns.iter().map(move |n| (p, n)))
+            .collect();
+        let entry = |name: &str, pm: &PortMap, part: Option<Part>| Entry {
+            name: name.to_string(),
+            value: port_json(pm),
+            part,
+        };
+        let mut entries = vec![entry(
+            "a/small",
+            &all[&("a".to_string(), "small".to_string())],
+            None,
+        )];
+        for (i, chunk) in flat.chunks(16).enumerate() {
+            let mut pm = PortMap::new();
+            for (p, n) in chunk {
+                pm.entry((*p).clone()).or_default().push((*n).clone());
+            }
+            entries.push(entry(
+                "big/svc",
+                &pm,
+                Some(Part {
+                    index: i as u32,
+                    count: 3,
+                }),
+            ));
+        }
+        let texts: Vec<String> = entries
+            .chunks(2)
+            .enumerate()
+            .map(|(i, es)| {
+                json(&ShardDoc {
+                    format: 1,
+                    index: i,
+                    endpoints: vec![Group {
+                        id: String::new(),
+                        endpoints: es.to_vec(),
+                    }],
+                })
+            })
+            .collect();
+        let index = json(&IndexDoc {
+            format: 1,
+            version: d.version(),
+            clusters: vec![String::new()],
+            services: d.services(),
+            nodes: d.nodes(),
+            shards: texts
+                .iter()
+                .enumerate()
+                .map(|(i, t)| ShardRef {
+                    name: shard_name("snap", i),
+                    key: format!("snap-{i}.json"),
+                    sha256: sha256_hex(t),
+                    bytes: t.len(),
+                })
+                .collect(),
+        });
+        let back = assemble(&index, |r| {
+            texts.get(r.name[5..].parse::<usize>().unwrap()).cloned()
+        })
+        .unwrap();
+        assert_eq!(back, d);
+        // A format this reader does not know is refused, naming both.
+        let e = assemble(&index.replace("\"format\":1", "\"format\":3"), |_| None).unwrap_err();
+        assert!(e.to_string().contains("format 3"), "{e}");
     }
 
     #[test]
@@ -989,7 +1327,14 @@ mod tests {
             .filter(|(x, y)| x.text != y.text)
             .map(|(x, _)| x.name.clone())
             .collect();
-        assert_eq!(changed, vec![a.shards.last().unwrap().name.clone()]);
+        // Only the shard holding svc-099 (its hash bucket), wherever it is.
+        let holder: Vec<_> = a
+            .shards
+            .iter()
+            .filter(|s| s.text.contains("ns/svc-099"))
+            .map(|s| s.name.clone())
+            .collect();
+        assert_eq!(changed, holder);
     }
 
     #[test]
@@ -1088,12 +1433,18 @@ mod tests {
 
     #[test]
     fn escaped_len_matches_serde_json() {
-        for s in ["plain", "q\"uo\\te", "ctl\u{1}\n", "ünï"] {
+        for s in [
+            "plain",
+            "q\"uo\\te",
+            "ctl\u{1}\n\u{8}\u{c}\u{1f}\u{7f}\r\t",
+            "ünï€𝄞",
+        ] {
             assert_eq!(
                 escaped_len(s) + 2,
                 serde_json::to_string(s).unwrap().len(),
                 "{s:?}"
             );
+            assert_eq!(escaped_twice_len(s), escaped_len(&inner(s)), "{s:?}");
         }
     }
 }

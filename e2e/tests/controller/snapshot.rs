@@ -13,7 +13,13 @@
 //!   repaired within a couple of seconds, with exactly one write each, and the
 //!   events of those writes cause none.
 //! * `snapshot_of_a_big_state_respects_the_real_1_mib_bound`: the default
-//!   budget with services too big for one shard (split by node ranges).
+//!   budget with services too big for one shard (split by node host hash).
+//! * `snapshot_one_change_is_two_writes_and_a_racing_reader_never_mixes`
+//!   (issue 19 item 2): one endpoint changed in a service split over many
+//!   shards, or one small service changed, is 2 ConfigMap writes (the shard,
+//!   then the index), wherever the endpoint sorts; a reader looping over the
+//!   snapshot meanwhile only assembles states the test created; a snapshot
+//!   left in the old layout (format 1) is read and converged from.
 //!
 //! Writes are counted in the write log: kube-sim's (`/_sim/writes`) lists the
 //! writes that changed an object, the real server's (its audit log) every
@@ -26,8 +32,9 @@
 use crate::controller_support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use controller_support::{Backend, Controller, Env, LIMIT, Options, eventually};
@@ -270,6 +277,21 @@ async fn assert_no_noop_requests(
     now
 }
 
+/// The shard holding service `name` of [`NS`] in the current snapshot.
+async fn holder(env: &Env, name: &str) -> String {
+    let api = cms(env);
+    let idx =
+        snapshot::parse_index(&api.get(SNAP).await.unwrap().data.unwrap()[INDEX_KEY]).unwrap();
+    let needle = format!("\"{NS}/{name}\"");
+    for r in &idx.shards {
+        let cm = api.get(&r.name).await.unwrap();
+        if cm.data.unwrap()[&r.key].contains(&needle) {
+            return r.name.clone();
+        }
+    }
+    panic!("no shard holds {needle}");
+}
+
 /// Names of the snapshot ConfigMaps (label-selected).
 async fn labelled(env: &Env) -> BTreeSet<String> {
     cms(env)
@@ -303,6 +325,15 @@ async fn put(env: &Env, want: &mut Expected, name: &str, hosts: Vec<String>) {
     );
 }
 
+/// Services `small-00` .. of `nodes` hosts each (service `i` from
+/// `10.64.0.16*i` on).
+async fn put_small(env: &Env, want: &mut Expected, count: u32, nodes: u32) {
+    for i in 0..count {
+        let hosts = ips(0x40_0000 + 16 * i, nodes);
+        put(env, want, &format!("small-{i:02}"), hosts).await;
+    }
+}
+
 /// The endpoints part of the controller's `/dump`.
 async fn http_dump(ctl: &Controller) -> Value {
     let (code, body) = ctl.get("/v1/discovery/kubernetes/dump").await;
@@ -321,7 +352,17 @@ struct Reader {
     stop: Arc<AtomicBool>,
     ok: Arc<AtomicU64>,
     retry: Arc<AtomicU64>,
+    /// [`digest`] of every state it assembled.
+    states: Arc<Mutex<BTreeSet<u64>>>,
     task: tokio::task::JoinHandle<Vec<String>>,
+}
+
+/// A digest of a state as the test describes it (`hosts_of` of a read, or
+/// what the test created).
+fn digest(e: &Expected) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    e.hash(&mut h);
+    h.finish()
 }
 
 impl Reader {
@@ -330,13 +371,15 @@ impl Reader {
         let stop = Arc::new(AtomicBool::new(false));
         let ok = Arc::new(AtomicU64::new(0));
         let retry = Arc::new(AtomicU64::new(0));
-        let (s, o, r) = (stop.clone(), ok.clone(), retry.clone());
+        let states = Arc::new(Mutex::new(BTreeSet::new()));
+        let (s, o, r, st) = (stop.clone(), ok.clone(), retry.clone(), states.clone());
         let task = tokio::spawn(async move {
             let mut bad = Vec::new();
             while !s.load(Ordering::Relaxed) {
                 match read(&api).await {
-                    Ok(Some(_)) => {
+                    Ok(Some(d)) => {
                         o.fetch_add(1, Ordering::Relaxed);
+                        st.lock().unwrap().insert(digest(&hosts_of(&d)));
                     }
                     Ok(None) => {}
                     Err(e) if e.is_retryable() => {
@@ -352,8 +395,34 @@ impl Reader {
             stop,
             ok,
             retry,
+            states,
             task,
         }
+    }
+
+    /// Stops the reader (see [`Reader::finish`]) and checks that every state
+    /// it assembled is one of `legit` (states the test created, each
+    /// published whole): never a mix of two.
+    async fn finish_only(self, legit: &[Expected]) -> (u64, u64) {
+        let states = self.states.clone();
+        let counts = self.finish().await;
+        let legit: BTreeSet<u64> = legit.iter().map(digest).collect();
+        let seen = states.lock().unwrap().clone();
+        let mixed: Vec<&u64> = seen.difference(&legit).collect();
+        eprintln!(
+            "reader: {} consistent reads, {} read-again, {} distinct states (of {} created)",
+            counts.0,
+            counts.1,
+            seen.len(),
+            legit.len()
+        );
+        assert!(
+            mixed.is_empty(),
+            "the reader assembled {} state(s) the test never created (of {} distinct seen)",
+            mixed.len(),
+            seen.len()
+        );
+        counts
     }
 
     async fn finish(self) -> (u64, u64) {
@@ -475,14 +544,19 @@ async fn snapshot_follows_the_state_in_shards_without_needless_writes(backend: B
         vec!["10.0.3.232", "10.0.3.233"],
         "ips() of service a"
     );
-    put(&env, &mut want, "zz-marker", vec!["10.9.9.9".into()]).await;
+    // The marker replaces service b's hosts by others of the same length:
+    // its bucket keeps its size, so the bucket count cannot double (which
+    // would rightly rewrite every bucket; a new service could do that).
+    assert_eq!(want[&format!("{NS}/b")]["http"], ips(2000, 2), "ips() of b");
+    put(&env, &mut want, "b", ips(2002, 2)).await;
     wait_snapshot(&env, &want).await;
     let w = cm_writes(&env, from.mark).await;
     assert_eq!(applies(&w, SNAP), 1, "{w:?}");
+    let marker = holder(&env, "b").await;
     assert_eq!(
-        w.len(),
-        2,
-        "the marker round writes its (last) shard and the index only: {w:?}"
+        w,
+        [format!("patch {marker}"), format!("patch {SNAP}")],
+        "the marker round writes b's shard and the index only"
     );
     reqs = assert_no_noop_requests(&ctl, reqs, &env, from).await;
 
@@ -622,7 +696,19 @@ async fn snapshot_drift_is_restored_and_echoes_write_nothing(backend: Backend) {
     put(&env, &mut want, "zz-marker", vec!["10.9.9.9".into()]).await;
     wait_snapshot(&env, &want).await;
     let w = cm_writes(&env, from.mark).await;
-    assert_eq!(applies(&w, "snap-0"), 1, "{w:?}");
+    // The edit's repair, and the marker round's write of the shard holding
+    // the marker (its hash bucket), which may be snap-0 too.
+    let marker = holder(&env, "zz-marker").await;
+    assert_eq!(
+        applies(&w, "snap-0"),
+        1 + usize::from(marker == "snap-0"),
+        "{w:?}"
+    );
+    assert_eq!(
+        applies(&w, &marker),
+        1 + usize::from(marker == "snap-0"),
+        "{w:?}"
+    );
     assert_eq!(count(&w, "delete snap-99"), 1, "{w:?}");
     // Index: restored once, rewritten once by the marker round.
     assert_eq!(applies(&w, SNAP), 2, "{w:?}");
@@ -640,15 +726,7 @@ async fn snapshot_of_a_big_state_respects_the_real_1_mib_bound(backend: Backend)
     // Two services of 14,000 nodes (each bigger than one 900 KiB shard) and a few small ones.
     put(&env, &mut want, "big-a", ips(0x01_0000, 14_000)).await;
     put(&env, &mut want, "big-b", ips(0x20_0000, 14_000)).await;
-    for i in 0..5u32 {
-        put(
-            &env,
-            &mut want,
-            &format!("small-{i}"),
-            ips(0x40_0000 + 16 * i, 3),
-        )
-        .await;
-    }
+    put_small(&env, &mut want, 5, 3).await;
     let ctl = start(&env, "big", &config(&env, 100), &[]).await;
     let d = wait_snapshot(&env, &want).await;
     assert_eq!(d.nodes(), 28_015);
@@ -670,6 +748,148 @@ async fn snapshot_of_a_big_state_respects_the_real_1_mib_bound(backend: Backend)
         parts += usize::from(data[&r.key].contains("\"part\""));
     }
     assert!(parts >= 2, "the big services were split into parts");
+    ctl.stop().await;
+}
+
+/// A snapshot in the layout of a controller before format 2 (one service
+/// cut by node ranges into 3 consecutive parts, one per shard), as
+/// ConfigMaps carrying the snapshot label; returns the state it holds.
+async fn write_format_1_layout(env: &Env) -> Expected {
+    use kube_discovery_core::model::{Node, PortMap, ServiceKey};
+    let hosts = ["10.200.0.1", "10.200.0.2", "10.200.0.3"];
+    let nodes: Vec<Node> = hosts.iter().map(|h| Node::new(*h, 80, 100)).collect();
+    let mut d = Dump::with_clusters([""]);
+    d.insert(
+        &ServiceKey::new("", NS, "old"),
+        PortMap::from([("http".to_string(), nodes.clone())]),
+    );
+    let mut refs = Vec::new();
+    let api = cms(env);
+    for (i, n) in nodes.iter().enumerate() {
+        let value =
+            serde_json::to_string(&PortMap::from([("http".to_string(), vec![n.clone()])])).unwrap();
+        let text = json!({"format": 1, "index": i, "endpoints": [{"id": "", "endpoints": [
+            {"name": format!("{NS}/old"), "value": value, "part": {"index": i, "count": 3}}]}]})
+        .to_string();
+        let name = format!("{SNAP}-{i}");
+        let key = format!("{name}.json");
+        refs.push(json!({"name": name, "key": key, "sha256": snapshot::shard_sha256(&text), "bytes": text.len()}));
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": SNAP_NS, "labels": {LABEL: SNAP}},
+            "data": {key: text}
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let index = json!({"format": 1, "version": d.version(), "clusters": [""], "services": 1,
+        "nodes": 3, "shards": refs})
+    .to_string();
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": SNAP, "namespace": SNAP_NS, "labels": {LABEL: SNAP}},
+        "data": {INDEX_KEY: index}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &cm).await.unwrap();
+    hosts_of(&d)
+}
+
+/// Issue 19 item 2: one endpoint changed in a big service (split over many
+/// shards) or one small service changed is 2 ConfigMap writes, the shard
+/// holding it and the index last, wherever the endpoint sorts; a reader
+/// racing the writer only ever assembles states the test created. It
+/// starts over a snapshot in the old layout (format 1), which the new
+/// reader reads and the controller converges from.
+#[both_backends]
+#[tokio::test]
+async fn snapshot_one_change_is_two_writes_and_a_racing_reader_never_mixes(backend: Backend) {
+    let env = Env::start_with(backend, options_with_revisions()).await;
+    setup(&env).await;
+    let old = write_format_1_layout(&env).await;
+    let mut legit = vec![old.clone()];
+    assert_eq!(hosts_of(&read(&cms(&env)).await.unwrap().unwrap()), old);
+    let reader = Reader::start(&env);
+
+    // A service of 3,000 endpoints over 16 KiB shards (many parts) and 30
+    // small services.
+    let mut want = Expected::new();
+    let mut big = ips(0x01_0000, 3_000);
+    put(&env, &mut want, "big", big.clone()).await;
+    put_small(&env, &mut want, 30, 2).await;
+    legit.push(want.clone());
+    let vars = [("KUBE_DISCOVERY_SNAPSHOT_MAX_SHARD_BYTES", "16384")];
+    let ctl = start(&env, "snapcm", &config(&env, 100), &vars).await;
+    wait_snapshot(&env, &want).await;
+    ctl.wait_ready().await;
+    // Converged from the old layout: format 2, nothing unlisted left.
+    let api = cms(&env);
+    let idx =
+        snapshot::parse_index(&api.get(SNAP).await.unwrap().data.unwrap()[INDEX_KEY]).unwrap();
+    assert_eq!(idx.format, snapshot::FORMAT);
+    assert!(idx.shards.len() >= 8, "{} shards", idx.shards.len());
+    let mut names: BTreeSet<String> = idx.shards.iter().map(|r| r.name.clone()).collect();
+    names.insert(SNAP.into());
+    let left = eventually("old shards deleted", LIMIT, || async {
+        let l = labelled(&env).await;
+        (l == names).then_some(l)
+    })
+    .await;
+    assert_eq!(left, names);
+    assert_eq!(
+        wait_snapshot(&env, &want).await.to_apisix_endpoints(),
+        http_dump(&ctl).await,
+        "snapshot != /dump"
+    );
+
+    let mut reqs = (
+        requests(&ctl, "applied").await,
+        requests(&ctl, "deleted").await,
+    );
+    let steps: Vec<(&str, &str)> = vec![
+        ("big", "one endpoint added, sorting last"),
+        ("big", "one endpoint added, sorting first"),
+        ("big", "one endpoint removed from the middle"),
+        ("small-07", "one endpoint added to a small service"),
+        ("small-21", "one endpoint removed from a small service"),
+    ];
+    let mut per_change = Vec::new();
+    for (service, what) in steps {
+        let hosts = match what {
+            "one endpoint added, sorting last" => {
+                big.push("10.9.255.254".into());
+                big.clone()
+            }
+            "one endpoint added, sorting first" => {
+                big.push("10.0.0.1".into());
+                big.clone()
+            }
+            "one endpoint removed from the middle" => {
+                big.remove(1_500);
+                big.clone()
+            }
+            "one endpoint added to a small service" => ips(0x40_0000 + 16 * 7, 3),
+            _ => ips(0x40_0000 + 16 * 21, 1),
+        };
+        let from = since(&env).await;
+        put(&env, &mut want, service, hosts).await;
+        legit.push(want.clone());
+        wait_snapshot(&env, &want).await;
+        let w = cm_writes(&env, from.mark).await;
+        per_change.push(format!("{what}: {w:?}"));
+        assert_eq!(w.len(), 2, "{what}: the changed shard and the index: {w:?}");
+        assert_eq!(applies(&w, SNAP), 1, "{what}: {w:?}");
+        assert!(
+            w[1].ends_with(&format!(" {SNAP}")),
+            "{what}: the index last: {w:?}"
+        );
+        reqs = assert_no_noop_requests(&ctl, reqs, &env, from).await;
+    }
+    eprintln!(
+        "{} shards; ConfigMap writes per change:\n{}",
+        idx.shards.len(),
+        per_change.join("\n")
+    );
+    let (ok, retry) = reader.finish_only(&legit).await;
+    assert!(ok > 5, "the reader read {ok} snapshots ({retry} retries)");
     ctl.stop().await;
 }
 

@@ -464,3 +464,203 @@ fn a_lost_lease_mid_round_sends_nothing_more() {
     assert_eq!(s.count("Apply"), 2, "{}", s.out);
     assert_eq!(s.count("Retry"), 0);
 }
+
+// ------------------------------------------- real layouts: writes per change
+
+/// Drives the planner over REAL layouts ([`crate::dump::build`] at the
+/// default 900 KiB budget) and records each round's requests by name (the
+/// texts are up to 900 KiB): what issue 19 item 2 counts, ConfigMap writes
+/// per change.
+struct Real {
+    planner: Planner,
+    now: At,
+    rv: u64,
+    generation: u64,
+    out: String,
+}
+
+impl Real {
+    fn new() -> Self {
+        let mut planner = Planner::new(opts());
+        planner.handle(At::ZERO, Input::AllClustersListed(true));
+        planner.handle(At::ZERO, Input::WatchListed(Vec::new()));
+        Real {
+            planner,
+            now: At::ZERO,
+            rv: 0,
+            generation: 0,
+            out: String::new(),
+        }
+    }
+
+    /// The state becomes `dump`; runs the round, answering like a healthy
+    /// API server; returns the requests (`Apply NAME` / `Delete NAME`).
+    fn change(&mut self, what: &str, dump: &crate::dump::Dump) -> Vec<String> {
+        let layout =
+            crate::dump::build(dump, NAME, crate::dump::DEFAULT_MAX_SHARD_BYTES).expect("layout");
+        for s in &layout.shards {
+            assert!(
+                crate::dump::escaped_len(&s.text) <= crate::dump::DEFAULT_MAX_SHARD_BYTES,
+                "{} over the budget",
+                s.name
+            );
+        }
+        let shards = layout.shards.len();
+        self.generation += 1;
+        let generation = self.generation;
+        self.now += Duration::from_secs(10);
+        // Answers come at once, so a round may start inside any call.
+        let mut actions: std::collections::VecDeque<Action> = self
+            .planner
+            .handle(self.now, Input::StateChanged { generation })
+            .actions
+            .into();
+        actions.extend(
+            self.planner
+                .handle(
+                    self.now,
+                    Input::Built {
+                        generation,
+                        layout: Arc::new(layout),
+                    },
+                )
+                .actions,
+        );
+        self.now += Duration::from_secs(1);
+        actions.extend(self.planner.poll(self.now).actions);
+        let mut requests = Vec::new();
+        while let Some(a) = actions.pop_front() {
+            let answer = match a {
+                Action::Apply {
+                    name, key, text, ..
+                } => {
+                    self.rv += 1;
+                    requests.push(format!("Apply {name}"));
+                    Input::Written(Observed::new(
+                        name,
+                        Some(self.rv),
+                        [(key.as_str(), text.as_str())],
+                        true,
+                    ))
+                }
+                Action::Delete { name, .. } => {
+                    requests.push(format!("Delete {name}"));
+                    Input::Deleted { name }
+                }
+                Action::Build => continue,
+                Action::Done(_) => break,
+                other => panic!("unexpected {other:?}"),
+            };
+            actions.extend(self.planner.handle(self.now, answer).actions);
+        }
+        let _ = writeln!(
+            self.out,
+            "{what} ({shards} shards): {} requests: {}",
+            requests.len(),
+            if requests.is_empty() {
+                "-".to_string()
+            } else {
+                requests.join(", ")
+            }
+        );
+        requests
+    }
+}
+
+/// `n` hosts from `10.<base>.0.0` on, sorted like the state's lists.
+fn hosts(base: u32, n: u32) -> Vec<crate::model::Node> {
+    let mut v: Vec<crate::model::Node> = (0..n)
+        .map(|i| {
+            crate::model::Node::new(
+                format!("10.{}.{}.{}", base + (i >> 16), (i >> 8) & 0xff, i & 0xff),
+                8080,
+                100,
+            )
+        })
+        .collect();
+    crate::model::sort_nodes(&mut v);
+    v
+}
+
+/// The node list of port `http` of `shop/big`.
+fn big(d: &mut crate::dump::Dump) -> &mut Vec<crate::model::Node> {
+    d.clusters
+        .get_mut("")
+        .and_then(|s| s.get_mut(&("shop".into(), "big".into())))
+        .and_then(|p| p.get_mut("http"))
+        .expect("big service")
+}
+
+#[test]
+fn one_endpoint_change_in_a_100000_endpoint_service_is_two_writes() {
+    use crate::dump::Dump;
+    use crate::model::{Node, PortMap, ServiceKey};
+    let key = ServiceKey::new("", "shop", "big");
+    let mut d = Dump::with_clusters([""]);
+    d.insert(
+        &key,
+        PortMap::from([("http".to_string(), hosts(1, 100_000))]),
+    );
+    d.insert(
+        &ServiceKey::new("", "shop", "small"),
+        PortMap::from([("http".to_string(), hosts(100, 3))]),
+    );
+    let mut r = Real::new();
+    let first = r.change("first publish", &d);
+    assert!(first.len() > 4, "{first:?}");
+    /// An edit of the big service's node list.
+    type Edit = fn(&mut Vec<Node>);
+    let edits: [(&str, Edit); 4] = [
+        ("one endpoint added, sorting first", |l| {
+            l.insert(0, Node::new("1.0.0.1", 8080, 100))
+        }),
+        ("one endpoint added, sorting last", |l| {
+            l.push(Node::new("99.0.0.1", 8080, 100))
+        }),
+        ("one endpoint removed", |l| drop(l.remove(50_000))),
+        ("one weight changed", |l| l[777].weight = 7),
+    ];
+    for (what, edit) in edits {
+        edit(big(&mut d));
+        let w = r.change(what, &d);
+        assert_eq!(w.len(), 2, "{what}: {w:?}");
+        assert_eq!(w[1], format!("Apply {NAME}"), "{what}: the index last");
+    }
+    // Nothing changed: nothing written.
+    assert!(r.change("unchanged", &d).is_empty());
+    crate::golden::check("snapshot_plan", "big_service_writes", &r.out);
+}
+
+#[test]
+fn one_change_among_10000_small_services_is_two_writes() {
+    use crate::dump::Dump;
+    use crate::model::{PortMap, ServiceKey};
+    let mut d = Dump::with_clusters([""]);
+    for i in 0..10_000u32 {
+        d.insert(
+            &ServiceKey::new("", format!("ns{}", i % 10), format!("svc-{i:05}")),
+            PortMap::from([("http".to_string(), hosts(i % 200, 2))]),
+        );
+    }
+    let mut r = Real::new();
+    let first = r.change("first publish", &d);
+    assert!(first.len() > 2, "{first:?}");
+    d.insert(
+        &ServiceKey::new("", "ns3", "svc-00003"),
+        PortMap::from([("http".to_string(), hosts(7, 3))]),
+    );
+    let w = r.change("one service gets an endpoint", &d);
+    assert_eq!(w.len(), 2, "{w:?}");
+    d.insert(
+        &ServiceKey::new("", "aaa", "new"),
+        PortMap::from([("http".to_string(), hosts(8, 1))]),
+    );
+    let w = r.change("one service added, sorting first", &d);
+    assert_eq!(w.len(), 2, "{w:?}");
+    d.clusters
+        .get_mut("")
+        .map(|s| s.remove(&("ns9".to_string(), "svc-09999".to_string())));
+    let w = r.change("one service removed", &d);
+    assert_eq!(w.len(), 2, "{w:?}");
+    crate::golden::check("snapshot_plan", "small_services_writes", &r.out);
+}
