@@ -326,9 +326,14 @@ impl<S: Sink> Writer<S> {
                 let cluster = key.cluster.to_string();
                 let outcome = match result {
                     Ok(outcome) => {
+                        // An applied write is logged at DEBUG, not INFO: under
+                        // churn (hundreds a second) formatting and writing the
+                        // line cost ~5 % of the controller's CPU (BENCHMARKS.md,
+                        // issue 19, item 3); `kube_discovery_writes_total`
+                        // counts them. Deletes (a service gone) stay at INFO.
                         let label = match &outcome {
                             Outcome::Applied { version, shards } => {
-                                tracing::info!(service = %key, %version, shards, "applied");
+                                tracing::debug!(service = %key, %version, shards, "applied");
                                 "applied"
                             }
                             _ => {
