@@ -8,6 +8,7 @@
 //!    │ version()               sha256 of that JSON (16 hex)
 //!    ▼
 //!  build(dump, name, max)  ──▶ Layout { index.json, shards [<name>-0 .. <name>-k] }
+//!  Builder::build(clusters, state's Arcs)  the same bytes, incrementally (the sink's)
 //!    shards 0..B: small services in hash buckets  (FNV-1a 64 of "id/ns/name" mod B)
 //!    then, per big service in order: its own shard, or one per part
 //!                                    (FNV-1a 64 of each node's host mod P)
@@ -16,6 +17,7 @@
 //!    index <name>, data key "index.json":
 //!      {"format":2,"version":V,"clusters":[..],"services":S,"nodes":N,
 //!       "shards":[{"name":"<name>-0","key":"<name>-0.json","sha256":H0,"bytes":B0}, ..]}
+//!      V = layout_version: sha256 (16 hex) of {"clusters":[..],"shards":[H0,..]}
 //!  assemble(index.json, |shard| text) ──▶ Dump   (or an error naming the shard and version)
 //! ```
 //!
@@ -58,8 +60,16 @@
 //!   lists. A reader that meets a shard being rewritten sees a hash mismatch,
 //!   one that meets a deleted shard sees it missing: both are
 //!   [`AssembleError::is_retryable`] ("read again"), never a silently mixed
-//!   result. On top of the per-shard hashes the assembled state is re-hashed and
-//!   must equal the index's `version`, and the service/node counts must match.
+//!   result. On top of the per-shard hashes the index's `version` must be
+//!   the hash of its listed shard hashes and clusters ([`layout_version`];
+//!   format 1: of the whole assembled state, [`Dump::version`]), and the
+//!   service/node counts must match.
+//! * **CPU per change (issue 19 item 2).** [`Builder`] keeps every
+//!   service's entries and every shard's text and hash across rounds and
+//!   rebuilds only what changed; the version is computed from the shard
+//!   hashes for the same reason (hashing the whole state per round was a
+//!   third of a round's cost). [`build`] builds from scratch and is the
+//!   reference the builder is tested against.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Weak};
@@ -486,54 +496,83 @@ fn split_service(
     ports: &PortMap,
     avail: usize,
     max: usize,
-) -> Result<Vec<Entry>, BuildError> {
+) -> Result<(Vec<Entry>, Split), BuildError> {
     let too_large = || BuildError::ServiceTooLarge {
         service: key.to_string(),
         max,
     };
-    // Upper bound of a part: the entry around an empty value with the
-    // longest part numbers, every port key, and its nodes with commas.
-    let fixed = entry_size(&Entry {
+    let fixed = part_fixed(name, ports)?;
+    let items: Vec<(u64, usize)> = ports
+        .values()
+        .flatten()
+        .map(|n| (crate::shards::node_hash(&n.host), node_cost(n)))
+        .collect();
+    let cap = split_cap(items.len());
+    let mut count = 2usize;
+    let sizes = loop {
+        let mut sizes = vec![fixed; count];
+        for (h, c) in &items {
+            sizes[bucket(*h, count)] += c;
+        }
+        if sizes.iter().all(|s| *s <= avail) {
+            break sizes;
+        }
+        if count >= cap {
+            return Err(too_large());
+        }
+        count *= 2;
+    };
+    let total = u32::try_from(count).map_err(BuildError::TooMany)?;
+    let parts = crate::shards::partition(ports, total);
+    let mut out = Vec::with_capacity(count);
+    for (i, pm) in parts.iter().enumerate() {
+        out.push(part_entry(name, pm, i, total)?);
+    }
+    let split = Split {
+        fixed,
+        parts: parts.into_iter().zip(sizes).collect(),
+    };
+    Ok((out, split))
+}
+
+/// The largest part count [`split_service`] tries for `nodes` nodes.
+fn split_cap(nodes: usize) -> usize {
+    nodes.next_power_of_two().clamp(2, MAX_COUNT)
+}
+
+/// Upper bound of a part's size but its nodes: the entry around an empty
+/// value with the longest part numbers, and every port key.
+fn part_fixed(name: &str, ports: &PortMap) -> Result<usize, BuildError> {
+    Ok(entry_size(&Entry {
         name: name.to_string(),
         value: "{}".to_string(),
         part: Some(Part {
             index: u32::MAX,
             count: u32::MAX,
         }),
-    })? + ports.keys().map(|p| key_cost(p)).sum::<usize>();
-    let items: Vec<(u64, usize)> = ports
-        .values()
-        .flatten()
-        .map(|n| (crate::shards::node_hash(&n.host), node_cost(n)))
-        .collect();
-    let cap = items.len().next_power_of_two().clamp(2, MAX_COUNT);
-    let mut count = 2usize;
-    loop {
-        let mut sizes = vec![fixed; count];
-        for (h, c) in &items {
-            sizes[bucket(*h, count)] += c;
-        }
-        if sizes.iter().all(|s| *s <= avail) {
-            break;
-        }
-        if count >= cap {
-            return Err(too_large());
-        }
-        count *= 2;
-    }
-    let total = u32::try_from(count).map_err(BuildError::TooMany)?;
-    let mut out = Vec::with_capacity(count);
-    for (i, pm) in crate::shards::partition(ports, total).iter().enumerate() {
-        out.push(Entry {
-            name: name.to_string(),
-            value: port_json(pm),
-            part: Some(Part {
-                index: u32::try_from(i).map_err(BuildError::TooMany)?,
-                count: total,
-            }),
-        });
-    }
-    Ok(out)
+    })? + ports.keys().map(|p| key_cost(p)).sum::<usize>())
+}
+
+/// Part `i` of `count` of service entry `name`.
+fn part_entry(name: &str, pm: &PortMap, i: usize, count: u32) -> Result<Entry, BuildError> {
+    Ok(Entry {
+        name: name.to_string(),
+        value: port_json(pm),
+        part: Some(Part {
+            index: u32::try_from(i).map_err(BuildError::TooMany)?,
+            count,
+        }),
+    })
+}
+
+/// How [`split_service`] cut a service: per part its nodes and measured
+/// size (`fixed` plus its nodes' costs). A [`Builder`] keeps it, so that
+/// one endpoint changed in a split service re-serializes and re-measures
+/// only the part(s) whose nodes changed ([`Builder::resplit`]).
+#[derive(Debug)]
+struct Split {
+    fixed: usize,
+    parts: Vec<(PortMap, usize)>,
 }
 
 /// `h mod count` as an index (`count` >= 1).
@@ -591,8 +630,9 @@ enum Placement {
         cost: usize,
         hash: u64,
     },
-    /// Shard(s) of its own: the whole entry, or one entry per part.
-    Own(Vec<Entry>),
+    /// Shard(s) of its own: the whole entry, or one entry per part and
+    /// how it was split.
+    Own(Vec<Entry>, Option<Split>),
 }
 
 /// Places service `id/ns/name` (see [`build`]).
@@ -625,7 +665,7 @@ fn place(
         });
     }
     if size <= avail {
-        return Ok(Placement::Own(vec![whole]));
+        return Ok(Placement::Own(vec![whole], None));
     }
     let key = ServiceKey::new(id, ns, name);
     // `sort_nodes` is `Node`'s own order (host, port, then the rest).
@@ -634,7 +674,7 @@ fn place(
             service: key.to_string(),
         });
     }
-    split_service(&key, &ename, ports, avail, max_bytes).map(Placement::Own)
+    split_service(&key, &ename, ports, avail, max_bytes).map(|(e, s)| Placement::Own(e, Some(s)))
 }
 
 /// Checks a shard text against the budget and names it: the last step of
@@ -755,7 +795,7 @@ pub fn build(dump: &Dump, base: &str, max_bytes: usize) -> Result<Layout, BuildE
                     },
                     entry,
                 )),
-                Placement::Own(entries) => own.extend(entries.into_iter().map(|e| {
+                Placement::Own(entries, _) => own.extend(entries.into_iter().map(|e| {
                     vec![Group {
                         id: id.clone(),
                         endpoints: vec![e],
@@ -821,7 +861,7 @@ enum Cached {
         cost: usize,
         hash: u64,
     },
-    Own(Vec<(u64, String)>),
+    Own(Vec<(u64, String)>, Option<Split>),
 }
 
 /// A built shard and the ids of the entries it holds, in order.
@@ -855,6 +895,10 @@ pub struct Builder {
     /// By shard index.
     shards: Vec<CachedShard>,
     next_id: u64,
+    /// How many changed split services [`Builder::resplit`] re-cut (tests
+    /// check that the incremental path ran).
+    #[cfg(test)]
+    resplits: usize,
 }
 
 impl Builder {
@@ -869,6 +913,8 @@ impl Builder {
             services: Vec::new(),
             shards: Vec::new(),
             next_id: 0,
+            #[cfg(test)]
+            resplits: 0,
         })
     }
 
@@ -912,7 +958,19 @@ impl Builder {
                 }
                 other => other.map(|(_, c)| c.placed),
             };
+            let mut prev = prev;
             let k = &s.key;
+            if let Some(placed) = self.resplit(k, &s.ports, &mut prev)? {
+                new.push((
+                    k.clone(),
+                    CachedService {
+                        of: Arc::downgrade(s),
+                        nodes: s.node_count(),
+                        placed,
+                    },
+                ));
+                continue;
+            }
             let placed = match place(&k.cluster, &k.namespace, &k.name, &s.ports, self.max_bytes)? {
                 Placement::Small { entry, cost, hash } => {
                     let text = json(&entry);
@@ -927,9 +985,9 @@ impl Builder {
                         hash,
                     }
                 }
-                Placement::Own(entries) => {
+                Placement::Own(entries, split) => {
                     let before = match &prev {
-                        Some(Cached::Own(v)) => v.as_slice(),
+                        Some(Cached::Own(v, _)) => v.as_slice(),
                         _ => &[],
                     };
                     let mut texts = Vec::with_capacity(entries.len());
@@ -944,7 +1002,7 @@ impl Builder {
                         };
                         texts.push((id, text));
                     }
-                    Cached::Own(texts)
+                    Cached::Own(texts, split)
                 }
             };
             new.push((
@@ -958,6 +1016,111 @@ impl Builder {
         }
         self.services = new;
         Ok(())
+    }
+
+    /// A service split into parts whose value changed, re-cut at its
+    /// cached part count: the nodes are partitioned by reference and
+    /// compared with the cached parts, and only the parts that differ are
+    /// copied, measured and serialized (one endpoint changed among 100,000:
+    /// one part). `Ok(None)` (and `prev` untouched) when that may not be
+    /// what [`split_service`] would do, which [`place`] then does from
+    /// scratch: the port keys changed, a list is out of order, a part no
+    /// longer fits (the count doubles), half the count would fit (it
+    /// halves), or the service may have become small enough not to split.
+    fn resplit(
+        &mut self,
+        key: &ServiceKey,
+        ports: &PortMap,
+        prev: &mut Option<Cached>,
+    ) -> Result<Option<Cached>, BuildError> {
+        let Some(Cached::Own(entries, Some(split))) = prev.as_mut() else {
+            return Ok(None);
+        };
+        let count = split.parts.len();
+        if count < 2 || entries.len() != count || !ports.values().all(|l| l.is_sorted()) {
+            return Ok(None);
+        }
+        let name = format!("{}/{}", key.namespace, key.name);
+        let fixed = part_fixed(&name, ports)?;
+        let keys_same = split.parts[0].0.keys().eq(ports.keys());
+        if fixed != split.fixed || !keys_same {
+            return Ok(None);
+        }
+        // The partition of `crate::shards::partition`, by reference.
+        let mut cut: Vec<Vec<(&String, Vec<&Node>)>> = vec![Vec::new(); count];
+        let mut nodes = 0;
+        for (port, list) in ports {
+            cut[0].push((port, Vec::new()));
+            for n in list {
+                let part = &mut cut[bucket(crate::shards::node_hash(&n.host), count)];
+                if part.last().is_none_or(|(p, _)| *p != port) {
+                    part.push((port, Vec::new()));
+                }
+                if let Some((_, l)) = part.last_mut() {
+                    l.push(n);
+                }
+            }
+            nodes += list.len();
+        }
+        let same = |k: usize| {
+            let old = &split.parts[k].0;
+            old.len() == cut[k].len()
+                && old.iter().zip(&cut[k]).all(|((p, l), (q, m))| {
+                    p == *q && l.len() == m.len() && l.iter().zip(m).all(|(a, b)| a == *b)
+                })
+        };
+        let changed: Vec<bool> = (0..count).map(|k| !same(k)).collect();
+        let sizes: Vec<usize> = (0..count)
+            .map(|k| match changed[k] {
+                false => split.parts[k].1,
+                true => {
+                    fixed
+                        + cut[k]
+                            .iter()
+                            .flat_map(|(_, l)| l)
+                            .map(|n| node_cost(n))
+                            .sum::<usize>()
+                }
+            })
+            .collect();
+        let avail = self
+            .max_bytes
+            .saturating_sub(SHARD_OVERHEAD + group_overhead(&key.cluster) + 1);
+        let half = count / 2;
+        let halves_fit =
+            half >= 2 && (0..half).all(|k| sizes[k] + sizes[k + half] - fixed <= avail);
+        // A lower bound of the whole entry's measured size (every node's
+        // cost but one comma per port): above the room, it is split.
+        let content: usize = sizes.iter().map(|x| x - fixed).sum();
+        let still_split = content.saturating_sub(ports.len()) > avail;
+        if sizes.iter().any(|x| *x > avail)
+            || halves_fit
+            || count > split_cap(nodes)
+            || !still_split
+        {
+            return Ok(None);
+        }
+        let total = u32::try_from(count).map_err(BuildError::TooMany)?;
+        let mut texts = Vec::with_capacity(count);
+        let mut parts = Vec::with_capacity(count);
+        for (k, size) in sizes.into_iter().enumerate() {
+            if changed[k] {
+                let mut pm = PortMap::new();
+                for (p, l) in &cut[k] {
+                    pm.insert((*p).clone(), l.iter().map(|n| (*n).clone()).collect());
+                }
+                texts.push((self.fresh_id(), json(&part_entry(&name, &pm, k, total)?)));
+                parts.push((pm, size));
+            } else {
+                texts.push(std::mem::take(&mut entries[k]));
+                parts.push((std::mem::take(&mut split.parts[k].0), size));
+            }
+        }
+        #[cfg(test)]
+        {
+            self.resplits += 1;
+        }
+        Ok(Some(Cached::Own(texts, Some(Split { fixed, parts }))))
     }
 
     fn fresh_id(&mut self) -> u64 {
@@ -993,7 +1156,7 @@ impl Builder {
                     });
                     small.push((&k.cluster, *id, text));
                 }
-                Cached::Own(entries) => {
+                Cached::Own(entries, _) => {
                     own.extend(
                         entries
                             .iter()
@@ -1859,6 +2022,7 @@ mod tests {
             seed % m.max(1)
         };
         let mut kinds = [0usize; 9];
+        let mut resplits = 0;
         for case in 0..16 {
             let max = [MIN_SHARD_BYTES, 1500, 4096, 16 * 1024][case % 4];
             let mut b = Builder::new("snap", max).unwrap();
@@ -1960,7 +2124,9 @@ mod tests {
                     .unwrap();
                 assert_eq!(got, want, "case {case} step {step} (change kind {kind})");
             }
+            resplits += b.resplits;
         }
+        assert!(resplits > 10, "the incremental split ran {resplits} times");
         assert!(
             kinds.iter().all(|k| *k > 20),
             "every kind of change ran: {kinds:?}"
@@ -2008,6 +2174,11 @@ mod tests {
         }
         state.insert(big.clone(), value(&big, p));
         let one = b.build(clusters, state.values()).unwrap();
+        assert_eq!(b.resplits, 1, "re-cut at its part count, not from scratch");
+        assert_eq!(
+            one,
+            build(&dump_from(&[String::new()].into(), &state), "snap", max).unwrap()
+        );
         assert_eq!(one.shards.len(), first.shards.len());
         assert_eq!(
             rebuilt(&again, &one).len(),
