@@ -1919,17 +1919,22 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn property_round_trip_over_generated_states() {
-        // A small deterministic generator (no external crate): many shapes,
-        // several budgets, including services split into parts.
-        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = move |m: u64| {
+    /// A small deterministic generator (no external crate): `next(m)` is
+    /// in `0..m`.
+    fn xorshift(mut seed: u64) -> impl FnMut(u64) -> u64 {
+        move |m: u64| {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
             seed % m.max(1)
-        };
+        }
+    }
+
+    #[test]
+    fn property_round_trip_over_generated_states() {
+        // A small deterministic generator (no external crate): many shapes,
+        // several budgets, including services split into parts.
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         for case in 0..60 {
             let clusters: Vec<String> = (0..=next(3)).map(|i| format!("c{i}")).collect();
             let mut d = Dump::with_clusters(clusters.iter().map(String::as_str));
@@ -2014,13 +2019,7 @@ mod tests {
     /// (with services of their own and without), at several budgets.
     #[test]
     fn builder_equals_build_over_random_sequences_of_changes() {
-        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut next = move |m: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % m.max(1)
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         let mut kinds = [0usize; 9];
         let mut resplits = 0;
         for case in 0..16 {
