@@ -3,8 +3,8 @@
 //! try again. Pure: it takes what happened ([`Input`]) and the time, and
 //! answers with what to do ([`Action`]) and when to ask again; the
 //! controller's snapshot sink only runs the ConfigMap watch, builds the
-//! [`Layout`] when asked ([`crate::dump::build`]), sends the requests (fenced,
-//! with timeouts) and feeds the results back.
+//! [`Layout`] when asked ([`crate::dump::Builder`], incremental), sends the
+//! requests (fenced, with timeouts) and feeds the results back.
 //!
 //! ```text
 //!  StateChanged(gen) ─▶ due = now + coalesce_window (unless a round is due already)
