@@ -553,11 +553,36 @@ fn part_fixed(name: &str, ports: &PortMap) -> Result<usize, BuildError> {
     })? + ports.keys().map(|p| key_cost(p)).sum::<usize>())
 }
 
+/// What `pm`'s nodes cost ([`node_cost`] summed), from `value_twice`, the
+/// [`escaped_twice_len`] of its text ([`port_json`]), instead of
+/// serializing every node again: `escaped_twice_len` adds up byte by byte,
+/// and `value` is `{`, per port `"key":[` + the nodes joined by `,` + `]`,
+/// joined by `,`, then `}`; the punctuation costs 1 each.
+fn nodes_cost(pm: &PortMap, value_twice: usize) -> usize {
+    let keys = pm.len();
+    let punctuation = 2
+        + pm.keys()
+            .map(|k| escaped_twice_len(&json(k)) + 3)
+            .sum::<usize>()
+        + keys.saturating_sub(1)
+        + pm.values()
+            .map(|l| l.len().saturating_sub(1))
+            .sum::<usize>();
+    let nodes: usize = pm.values().map(Vec::len).sum();
+    // Every node's text plus one comma each.
+    value_twice.saturating_sub(punctuation) + nodes
+}
+
 /// Part `i` of `count` of service entry `name`.
 fn part_entry(name: &str, pm: &PortMap, i: usize, count: u32) -> Result<Entry, BuildError> {
+    part_entry_of(name, port_json(pm), i, count)
+}
+
+/// Part `i` of `count` of service entry `name`, its value serialized.
+fn part_entry_of(name: &str, value: String, i: usize, count: u32) -> Result<Entry, BuildError> {
     Ok(Entry {
         name: name.to_string(),
-        value: port_json(pm),
+        value,
         part: Some(Part {
             index: u32::try_from(i).map_err(BuildError::TooMany)?,
             count,
@@ -677,15 +702,18 @@ fn place(
     split_service(&key, &ename, ports, avail, max_bytes).map(|(e, s)| Placement::Own(e, Some(s)))
 }
 
-/// Checks a shard text against the budget and names it: the last step of
-/// every shard, built from scratch or by a [`Builder`].
+/// Checks a shard text, whose [`escaped_len`] is `len`, against the budget
+/// and names it: the last step of every shard, built from scratch or by a
+/// [`Builder`] (which adds up the lengths of its pieces instead of reading
+/// the whole text once more).
 fn finish_shard(
     base: &str,
     i: usize,
     text: String,
+    len: usize,
     max_bytes: usize,
 ) -> Result<ShardData, BuildError> {
-    let len = escaped_len(&text);
+    debug_assert_eq!(len, escaped_len(&text), "shard {i}");
     if len > max_bytes {
         // The accounting is an upper bound; reaching this is a bug.
         return Err(BuildError::ShardOverBudget {
@@ -828,7 +856,8 @@ pub fn build(dump: &Dump, base: &str, max_bytes: usize) -> Result<Layout, BuildE
             endpoints: groups,
         };
         let text = serde_json::to_string(&doc).map_err(|e| BuildError::Json(e.into()))?;
-        out.push(Arc::new(finish_shard(base, i, text, max_bytes)?));
+        let len = escaped_len(&text);
+        out.push(Arc::new(finish_shard(base, i, text, len, max_bytes)?));
     }
     layout_of(
         dump.clusters.keys().cloned().collect(),
@@ -861,7 +890,8 @@ enum Cached {
         cost: usize,
         hash: u64,
     },
-    Own(Vec<(u64, String)>, Option<Split>),
+    /// Per entry: its id, text and [`escaped_len`].
+    Own(Vec<(u64, String, usize)>, Option<Split>),
 }
 
 /// A built shard and the ids of the entries it holds, in order.
@@ -871,8 +901,9 @@ struct CachedShard {
     data: Arc<ShardData>,
 }
 
-/// One entry on its way into a shard: its cluster, id and text.
-type Member<'a> = (&'a str, u64, &'a str);
+/// One entry on its way into a shard: its cluster, id, text and the
+/// text's [`escaped_len`].
+type Member<'a> = (&'a str, u64, &'a str, usize);
 
 /// The incremental [`build`] (issue 19 item 2), what the snapshot sink
 /// runs: it keeps, across rounds, every service's entry texts and sizes
@@ -997,10 +1028,11 @@ impl Builder {
                         // its shard is not rebuilt (one endpoint changed in
                         // a split service: one part differs).
                         let id = match before.get(i) {
-                            Some((id, t)) if *t == text => *id,
+                            Some((id, t, _)) if *t == text => *id,
                             _ => self.fresh_id(),
                         };
-                        texts.push((id, text));
+                        let len = escaped_len(&text);
+                        texts.push((id, text, len));
                     }
                     Cached::Own(texts, split)
                 }
@@ -1070,19 +1102,25 @@ impl Builder {
                 })
         };
         let changed: Vec<bool> = (0..count).map(|k| !same(k)).collect();
-        let sizes: Vec<usize> = (0..count)
-            .map(|k| match changed[k] {
-                false => split.parts[k].1,
-                true => {
-                    fixed
-                        + cut[k]
-                            .iter()
-                            .flat_map(|(_, l)| l)
-                            .map(|n| node_cost(n))
-                            .sum::<usize>()
+        // The changed parts, copied and serialized once: their size is
+        // measured on that text.
+        let mut fresh: Vec<Option<(PortMap, String, usize)>> = Vec::with_capacity(count);
+        let mut sizes = Vec::with_capacity(count);
+        for (k, is_changed) in changed.iter().enumerate() {
+            if *is_changed {
+                let mut pm = PortMap::new();
+                for (p, l) in &cut[k] {
+                    pm.insert((*p).clone(), l.iter().map(|n| (*n).clone()).collect());
                 }
-            })
-            .collect();
+                let value = port_json(&pm);
+                let twice = escaped_twice_len(&value);
+                sizes.push(fixed + nodes_cost(&pm, twice));
+                fresh.push(Some((pm, value, twice)));
+            } else {
+                sizes.push(split.parts[k].1);
+                fresh.push(None);
+            }
+        }
         let avail = self
             .max_bytes
             .saturating_sub(SHARD_OVERHEAD + group_overhead(&key.cluster) + 1);
@@ -1103,13 +1141,14 @@ impl Builder {
         let total = u32::try_from(count).map_err(BuildError::TooMany)?;
         let mut texts = Vec::with_capacity(count);
         let mut parts = Vec::with_capacity(count);
-        for (k, size) in sizes.into_iter().enumerate() {
-            if changed[k] {
-                let mut pm = PortMap::new();
-                for (p, l) in &cut[k] {
-                    pm.insert((*p).clone(), l.iter().map(|n| (*n).clone()).collect());
-                }
-                texts.push((self.fresh_id(), json(&part_entry(&name, &pm, k, total)?)));
+        for (k, (size, fresh)) in sizes.into_iter().zip(fresh).enumerate() {
+            if let Some((pm, value, twice)) = fresh {
+                // The entry's escaped length: its text around an empty
+                // value, plus the value as it appears in it (escaped once,
+                // measured escaped again).
+                let around = entry_size(&part_entry_of(&name, String::new(), k, total)?)?;
+                let text = json(&part_entry_of(&name, value, k, total)?);
+                texts.push((self.fresh_id(), text, around + twice));
                 parts.push((pm, size));
             } else {
                 texts.push(std::mem::take(&mut entries[k]));
@@ -1154,13 +1193,14 @@ impl Builder {
                         cost: *cost,
                         hash: *hash,
                     });
-                    small.push((&k.cluster, *id, text));
+                    // A small entry's cost is its escaped length and a comma.
+                    small.push((&k.cluster, *id, text, cost - 1));
                 }
                 Cached::Own(entries, _) => {
                     own.extend(
                         entries
                             .iter()
-                            .map(|(id, t)| (k.cluster.as_str(), *id, t.as_str())),
+                            .map(|(id, t, len)| (k.cluster.as_str(), *id, t.as_str(), *len)),
                     );
                 }
             }
@@ -1174,15 +1214,13 @@ impl Builder {
         let mut cache = Vec::with_capacity(members.len());
         let mut out = Vec::with_capacity(members.len());
         for (i, m) in members.iter().enumerate() {
-            let ids: Vec<u64> = m.iter().map(|(_, id, _)| *id).collect();
+            let ids: Vec<u64> = m.iter().map(|(_, id, _, _)| *id).collect();
             let data = match self.shards.get(i) {
                 Some(c) if c.members == ids => c.data.clone(),
-                _ => Arc::new(finish_shard(
-                    &self.base,
-                    i,
-                    shard_text(i, m),
-                    self.max_bytes,
-                )?),
+                _ => {
+                    let (text, len) = shard_text(i, m);
+                    Arc::new(finish_shard(&self.base, i, text, len, self.max_bytes)?)
+                }
             };
             out.push(data.clone());
             cache.push(CachedShard { members: ids, data });
@@ -1196,33 +1234,42 @@ impl Builder {
 
 /// Shard `i`'s text from its entries' compact JSON: the bytes `serde_json`
 /// writes for the [`ShardDoc`] of those entries (entries of one cluster
-/// in a row form one group), without serializing them again.
-fn shard_text(i: usize, members: &[Member<'_>]) -> String {
-    let len: usize = members.iter().map(|(_, _, t)| t.len() + 1).sum();
+/// in a row form one group), without serializing them again; and its
+/// [`escaped_len`], added up from the pieces (the entries' are known).
+fn shard_text(i: usize, members: &[Member<'_>]) -> (String, usize) {
+    let len: usize = members.iter().map(|(_, _, t, _)| t.len() + 1).sum();
     let mut t = String::with_capacity(len + 64);
-    t.push_str(&format!(
-        "{{\"format\":{FORMAT},\"index\":{i},\"endpoints\":["
-    ));
+    let mut esc = 0;
+    let mut put = |t: &mut String, piece: &str| {
+        esc += escaped_len(piece);
+        t.push_str(piece);
+    };
+    put(
+        &mut t,
+        &format!("{{\"format\":{FORMAT},\"index\":{i},\"endpoints\":["),
+    );
     let mut last: Option<&str> = None;
-    for (cluster, _, text) in members {
+    let mut entries = 0;
+    for (cluster, _, text, len) in members {
         if last == Some(*cluster) {
-            t.push(',');
+            put(&mut t, ",");
         } else {
             if last.is_some() {
-                t.push_str("]},");
+                put(&mut t, "]},");
             }
-            t.push_str("{\"id\":");
-            t.push_str(&json(*cluster));
-            t.push_str(",\"endpoints\":[");
+            put(&mut t, "{\"id\":");
+            put(&mut t, &json(*cluster));
+            put(&mut t, ",\"endpoints\":[");
             last = Some(cluster);
         }
         t.push_str(text);
+        entries += len;
     }
     if last.is_some() {
-        t.push_str("]}");
+        put(&mut t, "]}");
     }
-    t.push_str("]}");
-    t
+    put(&mut t, "]}");
+    (t, esc + entries)
 }
 
 /// Name of shard `i` of snapshot `base`.
@@ -1973,6 +2020,27 @@ mod tests {
         let v = label_value(&long);
         assert!(v.len() <= 63, "{v}");
         assert_ne!(v, label_value(&format!("{}.y", "a".repeat(70))));
+    }
+
+    #[test]
+    fn nodes_cost_from_the_text_is_the_sum_of_node_costs() {
+        let mut odd = Node::new("h\"q\\u\u{1}ü.example", 80, 3);
+        odd.set_zone(Some("z\n".into()));
+        for pm in [
+            PortMap::new(),
+            PortMap::from([("http".to_string(), Vec::new())]),
+            PortMap::from([("a\"b".to_string(), vec![odd.clone()])]),
+            two_port_service(0, 7),
+            PortMap::from([
+                ("".to_string(), vec![node(1), odd.clone(), node(2)]),
+                ("x".to_string(), Vec::new()),
+                ("y".to_string(), vec![odd]),
+            ]),
+        ] {
+            let want: usize = pm.values().flatten().map(node_cost).sum();
+            let twice = escaped_twice_len(&port_json(&pm));
+            assert_eq!(nodes_cost(&pm, twice), want, "{pm:?}");
+        }
     }
 
     #[test]
