@@ -981,6 +981,14 @@ impl Builder {
                     service: s.key.to_string(),
                 });
             }
+            // The same value as cached (an unchanged service, the common
+            // case): its key is the cached one, no key compared.
+            let unchanged =
+                |(_, c): &(ServiceKey, CachedService)| std::ptr::eq(c.of.as_ptr(), Arc::as_ptr(s));
+            if let Some(kept) = old.next_if(unchanged) {
+                new.push(kept);
+                continue;
+            }
             while old.next_if(|(k, _)| *k < s.key).is_some() {}
             let prev = match old.next_if(|(k, _)| *k == s.key) {
                 Some(kept) if std::ptr::eq(kept.1.of.as_ptr(), Arc::as_ptr(s)) => {
