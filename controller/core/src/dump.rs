@@ -990,14 +990,15 @@ impl Builder {
                 continue;
             }
             while old.next_if(|(k, _)| *k < s.key).is_some() {}
-            let prev = match old.next_if(|(k, _)| *k == s.key) {
+            // Behind removed services, or a changed value (`prev`: what
+            // was built of the old one, reused where the text is the same).
+            let mut prev = match old.next_if(|(k, _)| *k == s.key) {
                 Some(kept) if std::ptr::eq(kept.1.of.as_ptr(), Arc::as_ptr(s)) => {
                     new.push(kept);
                     continue;
                 }
                 other => other.map(|(_, c)| c.placed),
             };
-            let mut prev = prev;
             let k = &s.key;
             if let Some(placed) = self.resplit(k, &s.ports, &mut prev)? {
                 new.push((
