@@ -18,7 +18,7 @@
 //!  the answer of the request in flight ────────────────┤
 //!  the wake-up the planner asked for ──────────────────┘
 //!
-//!  actions: Build ─▶ dump::build(dump of ControllerState) ─▶ Built (fed back at once)
+//!  actions: Build ─▶ dump::Builder::build(ControllerState's Arcs) ─▶ Built (fed back at once)
 //!           Apply / Delete {name, epoch} ─▶ one request at a time: fence check, SSA / DELETE
 //!                                        ─▶ Written / Deleted / Failed / Fenced
 //!           Done / Retry / Dropped ─▶ gauges, snapshot_writes_total, log
@@ -244,6 +244,9 @@ struct Task {
     opts: SnapshotOptions,
     label: String,
     planner: Planner,
+    /// Keeps the entries and shards of earlier rounds (an error: the
+    /// budget is invalid, every build fails with it).
+    builder: std::result::Result<dump::Builder, dump::BuildError>,
     origin: Instant,
     /// The round's request in flight (at most one, the planner's rule).
     request: Option<Request>,
@@ -264,6 +267,7 @@ impl Task {
             retry_max: opts.retry_max,
         });
         Task {
+            builder: dump::Builder::new(&opts.name, opts.max_shard_bytes),
             fence,
             api,
             generation: shared.subscribe(),
@@ -354,11 +358,22 @@ impl Task {
     }
 
     /// The layout of the current state, and the generation it holds (at
-    /// least: a change after the read is reported again).
+    /// least: a change after the read is reported again). Incremental
+    /// ([`dump::Builder`]): a round after one change costs the changed
+    /// services and shards, not the whole state (issue 19 item 2).
     fn build(&mut self) -> Input {
         let generation = *self.generation.borrow_and_update();
-        let dump = dump_of(&self.shared);
-        match dump::build(&dump, &self.opts.name, self.opts.max_shard_bytes) {
+        // The `Arc`s only, under the lock (no node list is copied); the
+        // builder reuses what it built of every value it has seen before.
+        let clusters = self.shared.clusters();
+        let services = self
+            .shared
+            .with_desired(|all| all.values().cloned().collect::<Vec<_>>());
+        let built = match self.builder.as_mut() {
+            Ok(b) => b.build(clusters.keys().map(String::as_str), &services),
+            Err(e) => Err(e.clone()),
+        };
+        match built {
             Ok(layout) => Input::Built {
                 generation,
                 layout: Arc::new(layout),

@@ -157,13 +157,16 @@ fn big_service(c: &mut Criterion) {
 }
 
 /// Issue 19 item 2, the ConfigMap snapshot: the snapshot sink's `Build`
-/// after one change, `dump::build` of the whole state at the default
+/// after one change, incremental (`dump::Builder`, what the sink runs),
+/// and from scratch, `dump::build` of the whole state at the default
 /// 900 KiB budget (every shard's text, the index, the version), for a
 /// 100,000-endpoint service and for 10,000 services of 10. The planner then
 /// sends the one changed shard and the index.
 fn snapshot_build(c: &mut Criterion) {
-    use kube_discovery_core::dump::{DEFAULT_MAX_SHARD_BYTES, Dump, build};
+    use kube_discovery_core::dump::{Builder, DEFAULT_MAX_SHARD_BYTES, Dump, build};
     use kube_discovery_core::model::sort_nodes;
+    use kube_discovery_core::{ServiceKey, ServiceNodes};
+    use std::sync::Arc;
     let mut big = portmap(100_000);
     big.values_mut().for_each(|l| sort_nodes(l));
     let mut one = Dump::with_clusters([""]);
@@ -184,6 +187,41 @@ fn snapshot_build(c: &mut Criterion) {
         assert!(l.shards.len() >= 2, "{name}: {} shards", l.shards.len());
         group.bench_function(name, |b| {
             b.iter(|| build(black_box(d), "snap", DEFAULT_MAX_SHARD_BYTES).unwrap())
+        });
+    }
+    // What the sink runs: `dump::Builder` after one change. Two values of
+    // the changed service (one endpoint's weight apart) alternate, so every
+    // build meets a changed service and rebuilds what that costs; the
+    // others are the same `Arc`s, as in the controller's state.
+    for (name, d, at) in [
+        ("one_change_incremental_100000_endpoint_service", &one, 0),
+        ("one_change_incremental_10000_services_x_10", &many, 5_000),
+    ] {
+        let mut state: Vec<Arc<ServiceNodes>> = Vec::new();
+        for (id, services) in &d.clusters {
+            for ((ns, n), ports) in services {
+                let key = ServiceKey::new(id.as_str(), ns.as_str(), n.as_str());
+                let v = ServiceNodes::new(key, SourceKind::EndpointSlice, ports.clone(), None);
+                state.push(Arc::new(v));
+            }
+        }
+        let a = state[at].clone();
+        let mut ports = a.ports.clone();
+        if let Some(list) = ports.values_mut().find(|l| !l.is_empty()) {
+            let mid = list.len() / 2;
+            list[mid].weight += 1;
+        }
+        let b2 = Arc::new(ServiceNodes::new(a.key.clone(), a.source, ports, None));
+        let mut builder = Builder::new("snap", DEFAULT_MAX_SHARD_BYTES).unwrap();
+        let first = builder.build([""], &state).unwrap();
+        assert_eq!(first, build(d, "snap", DEFAULT_MAX_SHARD_BYTES).unwrap());
+        let mut flip = false;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                flip = !flip;
+                state[at] = if flip { b2.clone() } else { a.clone() };
+                builder.build([""], black_box(&state)).unwrap()
+            })
         });
     }
     group.finish();

@@ -8,6 +8,7 @@
 //!    │ version()               sha256 of that JSON (16 hex)
 //!    ▼
 //!  build(dump, name, max)  ──▶ Layout { index.json, shards [<name>-0 .. <name>-k] }
+//!  Builder::build(clusters, state's Arcs)  the same bytes, incrementally (the sink's)
 //!    shards 0..B: small services in hash buckets  (FNV-1a 64 of "id/ns/name" mod B)
 //!    then, per big service in order: its own shard, or one per part
 //!                                    (FNV-1a 64 of each node's host mod P)
@@ -16,6 +17,7 @@
 //!    index <name>, data key "index.json":
 //!      {"format":2,"version":V,"clusters":[..],"services":S,"nodes":N,
 //!       "shards":[{"name":"<name>-0","key":"<name>-0.json","sha256":H0,"bytes":B0}, ..]}
+//!      V = layout_version: sha256 (16 hex) of {"clusters":[..],"shards":[H0,..]}
 //!  assemble(index.json, |shard| text) ──▶ Dump   (or an error naming the shard and version)
 //! ```
 //!
@@ -58,16 +60,25 @@
 //!   lists. A reader that meets a shard being rewritten sees a hash mismatch,
 //!   one that meets a deleted shard sees it missing: both are
 //!   [`AssembleError::is_retryable`] ("read again"), never a silently mixed
-//!   result. On top of the per-shard hashes the assembled state is re-hashed and
-//!   must equal the index's `version`, and the service/node counts must match.
+//!   result. On top of the per-shard hashes the index's `version` must be
+//!   the hash of its listed shard hashes and clusters ([`layout_version`];
+//!   format 1: of the whole assembled state, [`Dump::version`]), and the
+//!   service/node counts must match.
+//! * **CPU per change (issue 19 item 2).** [`Builder`] keeps every
+//!   service's entries and every shard's text and hash across rounds and
+//!   rebuilds only what changed; the version is computed from the shard
+//!   hashes for the same reason (hashing the whole state per round was a
+//!   third of a round's cost). [`build`] builds from scratch and is the
+//!   reference the builder is tested against.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Weak};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::model::{Node, NodeQuery, PortMap, ServiceKey};
+use crate::model::{Node, NodeQuery, PortMap, ServiceKey, ServiceNodes};
 use crate::service::PortExtras;
 
 /// Format number written into the index and every shard. Format 2 cuts a
@@ -264,12 +275,13 @@ pub struct ShardData {
 /// Everything the writer publishes for one version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
-    /// [`Dump::version`].
+    /// [`layout_version`] of the shards.
     pub version: String,
     /// Text of the index document (data key [`INDEX_KEY`]).
     pub index: String,
-    /// The shards, in order.
-    pub shards: Vec<ShardData>,
+    /// The shards, in order; shared, so that a [`Builder`] hands out the
+    /// unchanged shards of the previous round without copying their texts.
+    pub shards: Vec<Arc<ShardData>>,
     /// Services in the dump.
     pub services: usize,
     /// Nodes in the dump.
@@ -288,7 +300,8 @@ impl Layout {
 pub struct IndexDoc {
     /// [`FORMAT`].
     pub format: u32,
-    /// [`Dump::version`] of the state the shards hold.
+    /// Format 2: [`layout_version`] of the listed shards and clusters;
+    /// format 1: [`Dump::version`] of the state the shards hold.
     pub version: String,
     /// Every cluster id (also those without services).
     pub clusters: Vec<String>,
@@ -375,6 +388,13 @@ pub enum BuildError {
     Crowded {
         /// The budget.
         max: usize,
+    },
+    /// A [`Builder`] was handed services out of key order (a bug of the
+    /// caller: the state lists them in order).
+    #[error("snapshot: service {service} is out of key order")]
+    Unordered {
+        /// `[id/]ns/name`.
+        service: String,
     },
     /// A shard came out over the budget the split allowed for (a bug).
     #[error("snapshot: cannot serialize: shard {shard} is {len} bytes, over the {max} budget")]
@@ -476,54 +496,108 @@ fn split_service(
     ports: &PortMap,
     avail: usize,
     max: usize,
-) -> Result<Vec<Entry>, BuildError> {
+) -> Result<(Vec<Entry>, Split), BuildError> {
     let too_large = || BuildError::ServiceTooLarge {
         service: key.to_string(),
         max,
     };
-    // Upper bound of a part: the entry around an empty value with the
-    // longest part numbers, every port key, and its nodes with commas.
-    let fixed = entry_size(&Entry {
+    let fixed = part_fixed(name, ports)?;
+    let items: Vec<(u64, usize)> = ports
+        .values()
+        .flatten()
+        .map(|n| (crate::shards::node_hash(&n.host), node_cost(n)))
+        .collect();
+    let cap = split_cap(items.len());
+    let mut count = 2usize;
+    let sizes = loop {
+        let mut sizes = vec![fixed; count];
+        for (h, c) in &items {
+            sizes[bucket(*h, count)] += c;
+        }
+        if sizes.iter().all(|s| *s <= avail) {
+            break sizes;
+        }
+        if count >= cap {
+            return Err(too_large());
+        }
+        count *= 2;
+    };
+    let total = u32::try_from(count).map_err(BuildError::TooMany)?;
+    let parts = crate::shards::partition(ports, total);
+    let mut out = Vec::with_capacity(count);
+    for (i, pm) in parts.iter().enumerate() {
+        out.push(part_entry(name, pm, i, total)?);
+    }
+    let split = Split {
+        fixed,
+        parts: parts.into_iter().zip(sizes).collect(),
+    };
+    Ok((out, split))
+}
+
+/// The largest part count [`split_service`] tries for `nodes` nodes.
+fn split_cap(nodes: usize) -> usize {
+    nodes.next_power_of_two().clamp(2, MAX_COUNT)
+}
+
+/// Upper bound of a part's size but its nodes: the entry around an empty
+/// value with the longest part numbers, and every port key.
+fn part_fixed(name: &str, ports: &PortMap) -> Result<usize, BuildError> {
+    Ok(entry_size(&Entry {
         name: name.to_string(),
         value: "{}".to_string(),
         part: Some(Part {
             index: u32::MAX,
             count: u32::MAX,
         }),
-    })? + ports.keys().map(|p| key_cost(p)).sum::<usize>();
-    let items: Vec<(u64, usize)> = ports
-        .values()
-        .flatten()
-        .map(|n| (crate::shards::node_hash(&n.host), node_cost(n)))
-        .collect();
-    let cap = items.len().next_power_of_two().clamp(2, MAX_COUNT);
-    let mut count = 2usize;
-    loop {
-        let mut sizes = vec![fixed; count];
-        for (h, c) in &items {
-            sizes[bucket(*h, count)] += c;
-        }
-        if sizes.iter().all(|s| *s <= avail) {
-            break;
-        }
-        if count >= cap {
-            return Err(too_large());
-        }
-        count *= 2;
-    }
-    let total = u32::try_from(count).map_err(BuildError::TooMany)?;
-    let mut out = Vec::with_capacity(count);
-    for (i, pm) in crate::shards::partition(ports, total).iter().enumerate() {
-        out.push(Entry {
-            name: name.to_string(),
-            value: port_json(pm),
-            part: Some(Part {
-                index: u32::try_from(i).map_err(BuildError::TooMany)?,
-                count: total,
-            }),
-        });
-    }
-    Ok(out)
+    })? + ports.keys().map(|p| key_cost(p)).sum::<usize>())
+}
+
+/// What `pm`'s nodes cost ([`node_cost`] summed), from `value_twice`, the
+/// [`escaped_twice_len`] of its text ([`port_json`]), instead of
+/// serializing every node again: `escaped_twice_len` adds up byte by byte,
+/// and `value` is `{`, per port `"key":[` + the nodes joined by `,` + `]`,
+/// joined by `,`, then `}`; the punctuation costs 1 each.
+fn nodes_cost(pm: &PortMap, value_twice: usize) -> usize {
+    let keys = pm.len();
+    let punctuation = 2
+        + pm.keys()
+            .map(|k| escaped_twice_len(&json(k)) + 3)
+            .sum::<usize>()
+        + keys.saturating_sub(1)
+        + pm.values()
+            .map(|l| l.len().saturating_sub(1))
+            .sum::<usize>();
+    let nodes: usize = pm.values().map(Vec::len).sum();
+    // Every node's text plus one comma each.
+    value_twice.saturating_sub(punctuation) + nodes
+}
+
+/// Part `i` of `count` of service entry `name`.
+fn part_entry(name: &str, pm: &PortMap, i: usize, count: u32) -> Result<Entry, BuildError> {
+    part_entry_of(name, port_json(pm), i, count)
+}
+
+/// Part `i` of `count` of service entry `name`, its value serialized.
+fn part_entry_of(name: &str, value: String, i: usize, count: u32) -> Result<Entry, BuildError> {
+    Ok(Entry {
+        name: name.to_string(),
+        value,
+        part: Some(Part {
+            index: u32::try_from(i).map_err(BuildError::TooMany)?,
+            count,
+        }),
+    })
+}
+
+/// How [`split_service`] cut a service: per part its nodes and measured
+/// size (`fixed` plus its nodes' costs). A [`Builder`] keeps it, so that
+/// one endpoint changed in a split service re-serializes and re-measures
+/// only the part(s) whose nodes changed ([`Builder::resplit`]).
+#[derive(Debug)]
+struct Split {
+    fixed: usize,
+    parts: Vec<(PortMap, usize)>,
 }
 
 /// `h mod count` as an index (`count` >= 1).
@@ -533,22 +607,22 @@ fn bucket(h: u64, count: usize) -> usize {
     usize::try_from(h % count).unwrap_or(0)
 }
 
-/// A small service on its way into a bucket.
-struct Small<'a> {
+/// A small service on its way into a bucket: what [`bucket_count`] needs.
+#[derive(Debug, Clone, Copy)]
+struct Fit<'a> {
     cluster: &'a str,
-    entry: Entry,
     /// Its measured size with its comma.
     cost: usize,
     hash: u64,
 }
 
 /// The smallest power of two at which every bucket of `small` (by
-/// [`service_hash`]) fits `max_bytes` (with the shard's and each cluster
-/// group's overhead). A pure function of the content, like the
-/// DiscoveredService shard count: the planner needs no memory of earlier
-/// layouts, at the price that a bucket crossing the limit doubles the count
-/// (every bucket is rewritten once).
-fn bucket_count(small: &[Small<'_>], max_bytes: usize) -> Result<usize, BuildError> {
+/// [`service_hash`], in state order) fits `max_bytes` (with the shard's
+/// and each cluster group's overhead). A pure function of the content, like
+/// the DiscoveredService shard count: the planner needs no memory of
+/// earlier layouts, at the price that a bucket crossing the limit doubles
+/// the count (every bucket is rewritten once).
+fn bucket_count(small: &[Fit<'_>], max_bytes: usize) -> Result<usize, BuildError> {
     let room = max_bytes.saturating_sub(SHARD_OVERHEAD);
     let mut count = 1usize;
     loop {
@@ -572,115 +646,133 @@ fn bucket_count(small: &[Small<'_>], max_bytes: usize) -> Result<usize, BuildErr
     }
 }
 
-/// Cuts `dump` into shards of at most `max_bytes` (escaped) each, named
-/// `<base>-<i>`, and writes the index. Always at least one shard.
-///
-/// Shards `0..B` are the buckets of the small services (by
-/// [`service_hash`], `B` the smallest fitting power of two); after them
-/// come the services with shards of their own, in (cluster, namespace,
-/// name) order: one shard holding the whole service, or one shard per part
-/// ([`split_service`]). So one change in one service changes one shard's
-/// text (its bucket or its part), and the planner writes that shard and the
-/// index only.
-pub fn build(dump: &Dump, base: &str, max_bytes: usize) -> Result<Layout, BuildError> {
-    if max_bytes < MIN_SHARD_BYTES {
-        return Err(BuildError::BudgetTooSmall(max_bytes));
-    }
-    let mut small: Vec<Small<'_>> = Vec::new();
-    let mut own: Vec<Vec<Group>> = Vec::new();
-    for (id, services) in &dump.clusters {
-        let g_over = group_overhead(id);
-        let avail = max_bytes.saturating_sub(SHARD_OVERHEAD + g_over + 1);
-        for ((ns, name), ports) in services {
-            let ename = format!("{ns}/{name}");
-            let whole = Entry {
-                name: ename.clone(),
-                value: port_json(ports),
-                part: None,
-            };
-            // Escaping only grows a text: a value longer than the room
-            // needs parts, without measuring (escaping) it all first.
-            let size = if whole.value.len() > avail {
-                usize::MAX
-            } else {
-                entry_size(&whole)?
-            };
-            let alone = |endpoints| {
-                vec![Group {
-                    id: id.clone(),
-                    endpoints,
-                }]
-            };
-            if size <= avail / OWN_SHARD_DIVISOR {
-                small.push(Small {
-                    cluster: id,
-                    entry: whole,
-                    cost: size + 1,
-                    hash: service_hash(id, ns, name),
-                });
-            } else if size <= avail {
-                own.push(alone(vec![whole]));
-            } else {
-                let key = ServiceKey::new(id.as_str(), ns.as_str(), name.as_str());
-                // `sort_nodes` is `Node`'s own order (host, port, then the rest).
-                if !ports.values().all(|n| n.is_sorted()) {
-                    return Err(BuildError::Unsorted {
-                        service: key.to_string(),
-                    });
-                }
-                for e in split_service(&key, &ename, ports, avail, max_bytes)? {
-                    own.push(alone(vec![e]));
-                }
-            }
-        }
-    }
-    let buckets = bucket_count(&small, max_bytes)?;
-    let mut shards: Vec<Vec<Group>> = (0..buckets).map(|_| Vec::new()).collect();
-    for s in small {
-        let b = &mut shards[bucket(s.hash, buckets)];
-        if b.last().is_none_or(|g| g.id != s.cluster) {
-            b.push(Group {
-                id: s.cluster.to_string(),
-                endpoints: Vec::new(),
-            });
-        }
-        if let Some(g) = b.last_mut() {
-            g.endpoints.push(s.entry);
-        }
-    }
-    shards.extend(own);
-    let mut out = Vec::with_capacity(shards.len());
-    for (i, groups) in shards.into_iter().enumerate() {
-        let doc = ShardDoc {
-            format: FORMAT,
-            index: i,
-            endpoints: groups,
-        };
-        let text = serde_json::to_string(&doc).map_err(|e| BuildError::Json(e.into()))?;
-        if escaped_len(&text) > max_bytes {
-            // The accounting above is an upper bound; reaching this is a bug.
-            return Err(BuildError::ShardOverBudget {
-                shard: i,
-                len: escaped_len(&text),
-                max: max_bytes,
-            });
-        }
-        let name = shard_name(base, i);
-        out.push(ShardData {
-            key: format!("{name}.json"),
-            name,
-            sha256: sha256_hex(&text),
-            text,
+/// Where one service goes, with its entries: the one decision [`build`]
+/// and [`Builder`] share.
+enum Placement {
+    /// Into the bucket of `hash`, costing `cost` (with its comma).
+    Small {
+        entry: Entry,
+        cost: usize,
+        hash: u64,
+    },
+    /// Shard(s) of its own: the whole entry, or one entry per part and
+    /// how it was split.
+    Own(Vec<Entry>, Option<Split>),
+}
+
+/// Places service `id/ns/name` (see [`build`]).
+fn place(
+    id: &str,
+    ns: &str,
+    name: &str,
+    ports: &PortMap,
+    max_bytes: usize,
+) -> Result<Placement, BuildError> {
+    let avail = max_bytes.saturating_sub(SHARD_OVERHEAD + group_overhead(id) + 1);
+    let ename = format!("{ns}/{name}");
+    let whole = Entry {
+        name: ename.clone(),
+        value: port_json(ports),
+        part: None,
+    };
+    // Escaping only grows a text: a value longer than the room
+    // needs parts, without measuring (escaping) it all first.
+    let size = if whole.value.len() > avail {
+        usize::MAX
+    } else {
+        entry_size(&whole)?
+    };
+    if size <= avail / OWN_SHARD_DIVISOR {
+        return Ok(Placement::Small {
+            entry: whole,
+            cost: size + 1,
+            hash: service_hash(id, ns, name),
         });
     }
-    let version = dump.version();
+    if size <= avail {
+        return Ok(Placement::Own(vec![whole], None));
+    }
+    let key = ServiceKey::new(id, ns, name);
+    // `sort_nodes` is `Node`'s own order (host, port, then the rest).
+    if !ports.values().all(|n| n.is_sorted()) {
+        return Err(BuildError::Unsorted {
+            service: key.to_string(),
+        });
+    }
+    split_service(&key, &ename, ports, avail, max_bytes).map(|(e, s)| Placement::Own(e, Some(s)))
+}
+
+/// Checks a shard text, whose [`escaped_len`] is `len`, against the budget
+/// and names it: the last step of every shard, built from scratch or by a
+/// [`Builder`] (which adds up the lengths of its pieces instead of reading
+/// the whole text once more).
+fn finish_shard(
+    base: &str,
+    i: usize,
+    text: String,
+    len: usize,
+    max_bytes: usize,
+) -> Result<ShardData, BuildError> {
+    debug_assert_eq!(len, escaped_len(&text), "shard {i}");
+    if len > max_bytes {
+        // The accounting is an upper bound; reaching this is a bug.
+        return Err(BuildError::ShardOverBudget {
+            shard: i,
+            len,
+            max: max_bytes,
+        });
+    }
+    let name = shard_name(base, i);
+    Ok(ShardData {
+        key: format!("{name}.json"),
+        name,
+        sha256: sha256_hex(&text),
+        text,
+    })
+}
+
+/// Format 2's `version` of a layout: the first 16 hex digits of the sha256
+/// of `{"clusters":[ids],"shards":[sha256 of each shard, in order]}`
+/// (compact JSON). The shard hashes pin every byte of the content and the
+/// cluster list the clusters without services, so it names the state as
+/// well as a hash of the whole document would, but costs a few hundred
+/// bytes of hashing per round instead of the whole state (issue 19 item 2:
+/// an incremental [`Builder`] must not re-read everything for it), and a
+/// reader that has checked each shard against the index checks it from the
+/// index alone. Format 1's version was [`Dump::version`].
+pub fn layout_version<'a>(
+    clusters: &[String],
+    shard_sha256s: impl IntoIterator<Item = &'a str>,
+) -> String {
+    #[derive(Serialize)]
+    struct Of<'a> {
+        clusters: &'a [String],
+        shards: Vec<&'a str>,
+    }
+    let text = json(&Of {
+        clusters,
+        shards: shard_sha256s.into_iter().collect(),
+    });
+    let mut h = sha256_hex(&text);
+    h.truncate(16);
+    h
+}
+
+/// The index text and the [`Layout`] around finished shards.
+fn layout_of(
+    clusters: Vec<String>,
+    shards: Vec<Arc<ShardData>>,
+    services: usize,
+    nodes: usize,
+) -> Result<Layout, BuildError> {
+    let version = layout_version(&clusters, shards.iter().map(|s| s.sha256.as_str()));
     let index = IndexDoc {
         format: FORMAT,
         version: version.clone(),
-        clusters: dump.clusters.keys().cloned().collect(),
-        services: dump.services(),
-        nodes: dump.nodes(),
-        shards: out
+        clusters,
+        services,
+        nodes,
+        shards: shards
             .iter()
             .map(|s| ShardRef {
                 name: s.name.clone(),
@@ -694,10 +786,499 @@ pub fn build(dump: &Dump, base: &str, max_bytes: usize) -> Result<Layout, BuildE
     Ok(Layout {
         version,
         index,
-        shards: out,
-        services: dump.services(),
-        nodes: dump.nodes(),
+        shards,
+        services,
+        nodes,
     })
+}
+
+/// Cuts `dump` into shards of at most `max_bytes` (escaped) each, named
+/// `<base>-<i>`, and writes the index. Always at least one shard.
+///
+/// Shards `0..B` are the buckets of the small services (by
+/// [`service_hash`], `B` the smallest fitting power of two); after them
+/// come the services with shards of their own, in (cluster, namespace,
+/// name) order: one shard holding the whole service, or one shard per part
+/// ([`split_service`]). So one change in one service changes one shard's
+/// text (its bucket or its part), and the planner writes that shard and the
+/// index only.
+///
+/// This builds everything from scratch, through `serde` documents: it is
+/// the reference the incremental [`Builder`] (what the snapshot sink runs)
+/// is tested against, byte for byte.
+pub fn build(dump: &Dump, base: &str, max_bytes: usize) -> Result<Layout, BuildError> {
+    if max_bytes < MIN_SHARD_BYTES {
+        return Err(BuildError::BudgetTooSmall(max_bytes));
+    }
+    let mut small: Vec<(Fit<'_>, Entry)> = Vec::new();
+    let mut own: Vec<Vec<Group>> = Vec::new();
+    for (id, services) in &dump.clusters {
+        for ((ns, name), ports) in services {
+            match place(id, ns, name, ports, max_bytes)? {
+                Placement::Small { entry, cost, hash } => small.push((
+                    Fit {
+                        cluster: id,
+                        cost,
+                        hash,
+                    },
+                    entry,
+                )),
+                Placement::Own(entries, _) => own.extend(entries.into_iter().map(|e| {
+                    vec![Group {
+                        id: id.clone(),
+                        endpoints: vec![e],
+                    }]
+                })),
+            }
+        }
+    }
+    let fits: Vec<Fit<'_>> = small.iter().map(|(f, _)| *f).collect();
+    let buckets = bucket_count(&fits, max_bytes)?;
+    let mut shards: Vec<Vec<Group>> = (0..buckets).map(|_| Vec::new()).collect();
+    for (s, entry) in small {
+        let b = &mut shards[bucket(s.hash, buckets)];
+        if b.last().is_none_or(|g| g.id != s.cluster) {
+            b.push(Group {
+                id: s.cluster.to_string(),
+                endpoints: Vec::new(),
+            });
+        }
+        if let Some(g) = b.last_mut() {
+            g.endpoints.push(entry);
+        }
+    }
+    shards.extend(own);
+    let mut out = Vec::with_capacity(shards.len());
+    for (i, groups) in shards.into_iter().enumerate() {
+        let doc = ShardDoc {
+            format: FORMAT,
+            index: i,
+            endpoints: groups,
+        };
+        let text = serde_json::to_string(&doc).map_err(|e| BuildError::Json(e.into()))?;
+        let len = escaped_len(&text);
+        out.push(Arc::new(finish_shard(base, i, text, len, max_bytes)?));
+    }
+    layout_of(
+        dump.clusters.keys().cloned().collect(),
+        out,
+        dump.services(),
+        dump.nodes(),
+    )
+}
+
+/// What a [`Builder`] keeps of one service between rounds.
+#[derive(Debug)]
+struct CachedService {
+    /// The state's value it was built from. A `Weak` keeps the allocation
+    /// (not the nodes) alive, so its address cannot be reused by another
+    /// value while cached, and a live `Arc<ServiceNodes>` is never changed
+    /// in place while a `Weak` to it exists (`Arc::get_mut` refuses,
+    /// `Arc::make_mut` moves it): the same address is the same content.
+    of: Weak<ServiceNodes>,
+    nodes: usize,
+    placed: Cached,
+}
+
+/// A service's entries as compact JSON texts, each with an id that is new
+/// whenever its text is (a shard's members are a list of ids).
+#[derive(Debug)]
+enum Cached {
+    Small {
+        id: u64,
+        text: String,
+        cost: usize,
+        hash: u64,
+    },
+    /// Per entry: its id, text and [`escaped_len`].
+    Own(Vec<(u64, String, usize)>, Option<Split>),
+}
+
+/// A built shard and the ids of the entries it holds, in order.
+#[derive(Debug)]
+struct CachedShard {
+    members: Vec<u64>,
+    data: Arc<ShardData>,
+}
+
+/// One entry on its way into a shard: its cluster, id, text and the
+/// text's [`escaped_len`].
+type Member<'a> = (&'a str, u64, &'a str, usize);
+
+/// The incremental [`build`] (issue 19 item 2), what the snapshot sink
+/// runs: it keeps, across rounds, every service's entry texts and sizes
+/// (keyed by the identity of the state's `Arc<ServiceNodes>`, which the
+/// index replaces on every change of a service and keeps otherwise) and
+/// every shard's text and sha256 (keyed by its index and the ids of the
+/// entries it holds). A round after one change serializes only the changed
+/// services and re-concatenates and hashes only the shards whose members
+/// changed; what stays proportional to the state is walking the list of
+/// services (a pointer compare each) and the bucket count's arithmetic over
+/// the small ones. The layout is byte-identical to [`build`] of the same
+/// state (tested over random sequences of changes). A failed round drops
+/// the cache (the next one builds everything).
+#[derive(Debug)]
+pub struct Builder {
+    base: String,
+    max_bytes: usize,
+    /// In key order, like the state.
+    services: Vec<(ServiceKey, CachedService)>,
+    /// By shard index.
+    shards: Vec<CachedShard>,
+    next_id: u64,
+    /// How many changed split services [`Builder::resplit`] re-cut (tests
+    /// check that the incremental path ran).
+    #[cfg(test)]
+    resplits: usize,
+}
+
+impl Builder {
+    /// A builder of snapshot `base` with shards of at most `max_bytes`.
+    pub fn new(base: &str, max_bytes: usize) -> Result<Self, BuildError> {
+        if max_bytes < MIN_SHARD_BYTES {
+            return Err(BuildError::BudgetTooSmall(max_bytes));
+        }
+        Ok(Self {
+            base: base.to_string(),
+            max_bytes,
+            services: Vec::new(),
+            shards: Vec::new(),
+            next_id: 0,
+            #[cfg(test)]
+            resplits: 0,
+        })
+    }
+
+    /// The layout of `services` (the state's values in key order, as
+    /// `ControllerState::with_desired` lists them) over `clusters` (every
+    /// registered cluster; a service's own cluster is added if missing, as
+    /// [`Dump::insert`] does).
+    pub fn build<'a>(
+        &mut self,
+        clusters: impl IntoIterator<Item = &'a str>,
+        services: impl IntoIterator<Item = &'a Arc<ServiceNodes>>,
+    ) -> Result<Layout, BuildError> {
+        let result = self.update(services).and_then(|()| self.assemble(clusters));
+        if result.is_err() {
+            self.services.clear();
+            self.shards.clear();
+        }
+        result
+    }
+
+    /// Replaces the cached services by those of `services`, placing only
+    /// the ones whose value is not the cached one (a merge of two lists in
+    /// key order).
+    fn update<'a>(
+        &mut self,
+        services: impl IntoIterator<Item = &'a Arc<ServiceNodes>>,
+    ) -> Result<(), BuildError> {
+        let mut old = std::mem::take(&mut self.services).into_iter().peekable();
+        let mut new: Vec<(ServiceKey, CachedService)> = Vec::with_capacity(old.len());
+        for s in services {
+            if new.last().is_some_and(|(prev, _)| *prev >= s.key) {
+                return Err(BuildError::Unordered {
+                    service: s.key.to_string(),
+                });
+            }
+            // The same value as cached (an unchanged service, the common
+            // case): its key is the cached one, no key compared.
+            let unchanged =
+                |(_, c): &(ServiceKey, CachedService)| std::ptr::eq(c.of.as_ptr(), Arc::as_ptr(s));
+            if let Some(kept) = old.next_if(unchanged) {
+                new.push(kept);
+                continue;
+            }
+            while old.next_if(|(k, _)| *k < s.key).is_some() {}
+            // Behind removed services, or a changed value (`prev`: what
+            // was built of the old one, reused where the text is the same).
+            let mut prev = match old.next_if(|(k, _)| *k == s.key) {
+                Some(kept) if std::ptr::eq(kept.1.of.as_ptr(), Arc::as_ptr(s)) => {
+                    new.push(kept);
+                    continue;
+                }
+                other => other.map(|(_, c)| c.placed),
+            };
+            let k = &s.key;
+            if let Some(placed) = self.resplit(k, &s.ports, &mut prev)? {
+                new.push((
+                    k.clone(),
+                    CachedService {
+                        of: Arc::downgrade(s),
+                        nodes: s.node_count(),
+                        placed,
+                    },
+                ));
+                continue;
+            }
+            let placed = match place(&k.cluster, &k.namespace, &k.name, &s.ports, self.max_bytes)? {
+                Placement::Small { entry, cost, hash } => {
+                    let text = json(&entry);
+                    let id = match &prev {
+                        Some(Cached::Small { id, text: t, .. }) if *t == text => *id,
+                        _ => self.fresh_id(),
+                    };
+                    Cached::Small {
+                        id,
+                        text,
+                        cost,
+                        hash,
+                    }
+                }
+                Placement::Own(entries, split) => {
+                    let before = match &prev {
+                        Some(Cached::Own(v, _)) => v.as_slice(),
+                        _ => &[],
+                    };
+                    let mut texts = Vec::with_capacity(entries.len());
+                    for (i, e) in entries.iter().enumerate() {
+                        let text = json(e);
+                        // A part whose text is unchanged keeps its id, so
+                        // its shard is not rebuilt (one endpoint changed in
+                        // a split service: one part differs).
+                        let id = match before.get(i) {
+                            Some((id, t, _)) if *t == text => *id,
+                            _ => self.fresh_id(),
+                        };
+                        let len = escaped_len(&text);
+                        texts.push((id, text, len));
+                    }
+                    Cached::Own(texts, split)
+                }
+            };
+            new.push((
+                s.key.clone(),
+                CachedService {
+                    of: Arc::downgrade(s),
+                    nodes: s.node_count(),
+                    placed,
+                },
+            ));
+        }
+        self.services = new;
+        Ok(())
+    }
+
+    /// A service split into parts whose value changed, re-cut at its
+    /// cached part count: the nodes are partitioned by reference and
+    /// compared with the cached parts, and only the parts that differ are
+    /// copied, measured and serialized (one endpoint changed among 100,000:
+    /// one part). `Ok(None)` (and `prev` untouched) when that may not be
+    /// what [`split_service`] would do, which [`place`] then does from
+    /// scratch: the port keys changed, a list is out of order, a part no
+    /// longer fits (the count doubles), half the count would fit (it
+    /// halves), or the service may have become small enough not to split.
+    fn resplit(
+        &mut self,
+        key: &ServiceKey,
+        ports: &PortMap,
+        prev: &mut Option<Cached>,
+    ) -> Result<Option<Cached>, BuildError> {
+        let Some(Cached::Own(entries, Some(split))) = prev.as_mut() else {
+            return Ok(None);
+        };
+        let count = split.parts.len();
+        if count < 2 || entries.len() != count || !ports.values().all(|l| l.is_sorted()) {
+            return Ok(None);
+        }
+        let name = format!("{}/{}", key.namespace, key.name);
+        let fixed = part_fixed(&name, ports)?;
+        let keys_same = split.parts[0].0.keys().eq(ports.keys());
+        if fixed != split.fixed || !keys_same {
+            return Ok(None);
+        }
+        // The partition of `crate::shards::partition`, by reference.
+        let mut cut: Vec<Vec<(&String, Vec<&Node>)>> = vec![Vec::new(); count];
+        let mut nodes = 0;
+        for (port, list) in ports {
+            cut[0].push((port, Vec::new()));
+            for n in list {
+                let part = &mut cut[bucket(crate::shards::node_hash(&n.host), count)];
+                if part.last().is_none_or(|(p, _)| *p != port) {
+                    part.push((port, Vec::new()));
+                }
+                if let Some((_, l)) = part.last_mut() {
+                    l.push(n);
+                }
+            }
+            nodes += list.len();
+        }
+        let same = |k: usize| {
+            let old = &split.parts[k].0;
+            old.len() == cut[k].len()
+                && old.iter().zip(&cut[k]).all(|((p, l), (q, m))| {
+                    p == *q && l.len() == m.len() && l.iter().zip(m).all(|(a, b)| a == *b)
+                })
+        };
+        let changed: Vec<bool> = (0..count).map(|k| !same(k)).collect();
+        // The changed parts, copied and serialized once: their size is
+        // measured on that text.
+        let mut fresh: Vec<Option<(PortMap, String, usize)>> = Vec::with_capacity(count);
+        let mut sizes = Vec::with_capacity(count);
+        for (k, is_changed) in changed.iter().enumerate() {
+            if *is_changed {
+                let mut pm = PortMap::new();
+                for (p, l) in &cut[k] {
+                    pm.insert((*p).clone(), l.iter().map(|n| (*n).clone()).collect());
+                }
+                let value = port_json(&pm);
+                let twice = escaped_twice_len(&value);
+                sizes.push(fixed + nodes_cost(&pm, twice));
+                fresh.push(Some((pm, value, twice)));
+            } else {
+                sizes.push(split.parts[k].1);
+                fresh.push(None);
+            }
+        }
+        let avail = self
+            .max_bytes
+            .saturating_sub(SHARD_OVERHEAD + group_overhead(&key.cluster) + 1);
+        let half = count / 2;
+        let halves_fit =
+            half >= 2 && (0..half).all(|k| sizes[k] + sizes[k + half] - fixed <= avail);
+        // A lower bound of the whole entry's measured size (every node's
+        // cost but one comma per port): above the room, it is split.
+        let content: usize = sizes.iter().map(|x| x - fixed).sum();
+        let still_split = content.saturating_sub(ports.len()) > avail;
+        if sizes.iter().any(|x| *x > avail)
+            || halves_fit
+            || count > split_cap(nodes)
+            || !still_split
+        {
+            return Ok(None);
+        }
+        let total = u32::try_from(count).map_err(BuildError::TooMany)?;
+        let mut texts = Vec::with_capacity(count);
+        let mut parts = Vec::with_capacity(count);
+        for (k, (size, fresh)) in sizes.into_iter().zip(fresh).enumerate() {
+            if let Some((pm, value, twice)) = fresh {
+                // The entry's escaped length: its text around an empty
+                // value, plus the value as it appears in it (escaped once,
+                // measured escaped again).
+                let around = entry_size(&part_entry_of(&name, String::new(), k, total)?)?;
+                let text = json(&part_entry_of(&name, value, k, total)?);
+                texts.push((self.fresh_id(), text, around + twice));
+                parts.push((pm, size));
+            } else {
+                texts.push(std::mem::take(&mut entries[k]));
+                parts.push((std::mem::take(&mut split.parts[k].0), size));
+            }
+        }
+        #[cfg(test)]
+        {
+            self.resplits += 1;
+        }
+        Ok(Some(Cached::Own(texts, Some(Split { fixed, parts }))))
+    }
+
+    fn fresh_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// The shards of the cached services: the cached text of every shard
+    /// whose members are unchanged, a new one for the others.
+    fn assemble<'a>(
+        &mut self,
+        clusters: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Layout, BuildError> {
+        let mut ids: BTreeSet<&str> = clusters.into_iter().collect();
+        let mut fits: Vec<Fit<'_>> = Vec::new();
+        let mut small: Vec<Member<'_>> = Vec::new();
+        let mut own: Vec<Member<'_>> = Vec::new();
+        let mut nodes = 0;
+        for (k, s) in &self.services {
+            ids.insert(&k.cluster);
+            nodes += s.nodes;
+            match &s.placed {
+                Cached::Small {
+                    id,
+                    text,
+                    cost,
+                    hash,
+                } => {
+                    fits.push(Fit {
+                        cluster: &k.cluster,
+                        cost: *cost,
+                        hash: *hash,
+                    });
+                    // A small entry's cost is its escaped length and a comma.
+                    small.push((&k.cluster, *id, text, cost - 1));
+                }
+                Cached::Own(entries, _) => {
+                    own.extend(
+                        entries
+                            .iter()
+                            .map(|(id, t, len)| (k.cluster.as_str(), *id, t.as_str(), *len)),
+                    );
+                }
+            }
+        }
+        let buckets = bucket_count(&fits, self.max_bytes)?;
+        let mut members: Vec<Vec<Member<'_>>> = vec![Vec::new(); buckets];
+        for (f, m) in fits.iter().zip(small) {
+            members[bucket(f.hash, buckets)].push(m);
+        }
+        members.extend(own.into_iter().map(|m| vec![m]));
+        let mut cache = Vec::with_capacity(members.len());
+        let mut out = Vec::with_capacity(members.len());
+        for (i, m) in members.iter().enumerate() {
+            let ids: Vec<u64> = m.iter().map(|(_, id, _, _)| *id).collect();
+            let data = match self.shards.get(i) {
+                Some(c) if c.members == ids => c.data.clone(),
+                _ => {
+                    let (text, len) = shard_text(i, m);
+                    Arc::new(finish_shard(&self.base, i, text, len, self.max_bytes)?)
+                }
+            };
+            out.push(data.clone());
+            cache.push(CachedShard { members: ids, data });
+        }
+        let clusters = ids.into_iter().map(str::to_string).collect();
+        let services = self.services.len();
+        self.shards = cache;
+        layout_of(clusters, out, services, nodes)
+    }
+}
+
+/// Shard `i`'s text from its entries' compact JSON: the bytes `serde_json`
+/// writes for the [`ShardDoc`] of those entries (entries of one cluster
+/// in a row form one group), without serializing them again; and its
+/// [`escaped_len`], added up from the pieces (the entries' are known).
+fn shard_text(i: usize, members: &[Member<'_>]) -> (String, usize) {
+    let len: usize = members.iter().map(|(_, _, t, _)| t.len() + 1).sum();
+    let mut t = String::with_capacity(len + 64);
+    let mut esc = 0;
+    let mut put = |t: &mut String, piece: &str| {
+        esc += escaped_len(piece);
+        t.push_str(piece);
+    };
+    put(
+        &mut t,
+        &format!("{{\"format\":{FORMAT},\"index\":{i},\"endpoints\":["),
+    );
+    let mut last: Option<&str> = None;
+    let mut entries = 0;
+    for (cluster, _, text, len) in members {
+        if last == Some(*cluster) {
+            put(&mut t, ",");
+        } else {
+            if last.is_some() {
+                put(&mut t, "]},");
+            }
+            put(&mut t, "{\"id\":");
+            put(&mut t, &json(*cluster));
+            put(&mut t, ",\"endpoints\":[");
+            last = Some(cluster);
+        }
+        t.push_str(text);
+        entries += len;
+    }
+    if last.is_some() {
+        put(&mut t, "]}");
+    }
+    put(&mut t, "]}");
+    (t, esc + entries)
 }
 
 /// Name of shard `i` of snapshot `base`.
@@ -886,7 +1467,14 @@ pub fn assemble(
             ),
         });
     }
-    let got = dump.version();
+    // Format 2: the version names the listed shard hashes and clusters
+    // (each shard was checked against its hash above); format 1: the hash
+    // of the whole assembled state.
+    let got = if idx.format >= 2 {
+        layout_version(&idx.clusters, idx.shards.iter().map(|s| s.sha256.as_str()))
+    } else {
+        dump.version()
+    };
     if got != version {
         return Err(AssembleError::Inconsistent {
             reason: format!("the assembled state has version {got}"),
@@ -978,7 +1566,13 @@ mod tests {
         assert_eq!(l.shards[0].key, "snap-0.json");
         let idx = parse_index(&l.index).unwrap();
         assert_eq!((idx.services, idx.nodes), (1, 2));
-        assert_eq!(idx.version, d.version());
+        // Format 2's version names the shard hashes and the clusters.
+        let shas = [shard_sha256(&l.shards[0].text)];
+        assert_eq!(
+            idx.version,
+            layout_version(&[String::new()], shas.iter().map(String::as_str))
+        );
+        assert_eq!(l.version, idx.version);
     }
 
     #[test]
@@ -1055,6 +1649,7 @@ mod tests {
         let parts: Vec<&ShardData> = l
             .shards
             .iter()
+            .map(|s| &**s)
             .filter(|s| s.text.contains("\"part\""))
             .collect();
         assert!(
@@ -1380,17 +1975,22 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn property_round_trip_over_generated_states() {
-        // A small deterministic generator (no external crate): many shapes,
-        // several budgets, including services split into parts.
-        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = move |m: u64| {
+    /// A small deterministic generator (no external crate): `next(m)` is
+    /// in `0..m`.
+    fn xorshift(mut seed: u64) -> impl FnMut(u64) -> u64 {
+        move |m: u64| {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
             seed % m.max(1)
-        };
+        }
+    }
+
+    #[test]
+    fn property_round_trip_over_generated_states() {
+        // A small deterministic generator (no external crate): many shapes,
+        // several budgets, including services split into parts.
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         for case in 0..60 {
             let clusters: Vec<String> = (0..=next(3)).map(|i| format!("c{i}")).collect();
             let mut d = Dump::with_clusters(clusters.iter().map(String::as_str));
@@ -1432,6 +2032,27 @@ mod tests {
     }
 
     #[test]
+    fn nodes_cost_from_the_text_is_the_sum_of_node_costs() {
+        let mut odd = Node::new("h\"q\\u\u{1}ü.example", 80, 3);
+        odd.set_zone(Some("z\n".into()));
+        for pm in [
+            PortMap::new(),
+            PortMap::from([("http".to_string(), Vec::new())]),
+            PortMap::from([("a\"b".to_string(), vec![odd.clone()])]),
+            two_port_service(0, 7),
+            PortMap::from([
+                ("".to_string(), vec![node(1), odd.clone(), node(2)]),
+                ("x".to_string(), Vec::new()),
+                ("y".to_string(), vec![odd]),
+            ]),
+        ] {
+            let want: usize = pm.values().flatten().map(node_cost).sum();
+            let twice = escaped_twice_len(&port_json(&pm));
+            assert_eq!(nodes_cost(&pm, twice), want, "{pm:?}");
+        }
+    }
+
+    #[test]
     fn escaped_len_matches_serde_json() {
         for s in [
             "plain",
@@ -1446,5 +2067,248 @@ mod tests {
             );
             assert_eq!(escaped_twice_len(s), escaped_len(&inner(s)), "{s:?}");
         }
+    }
+
+    /// The state a [`Builder`] reads: values behind `Arc`s, in key order.
+    type State = BTreeMap<ServiceKey, Arc<ServiceNodes>>;
+
+    fn dump_from(clusters: &BTreeSet<String>, state: &State) -> Dump {
+        let mut d = Dump::with_clusters(clusters.iter().map(String::as_str));
+        for s in state.values() {
+            d.insert(&s.key, s.ports.clone());
+        }
+        d
+    }
+
+    fn value(key: &ServiceKey, ports: PortMap) -> Arc<ServiceNodes> {
+        Arc::new(ServiceNodes::new(
+            key.clone(),
+            crate::model::SourceKind::EndpointSlice,
+            ports,
+            None,
+        ))
+    }
+
+    /// Issue 19 item 2: the incremental builder gives exactly what `build`
+    /// gives, over random sequences of changes that move services between
+    /// buckets and shards of their own (growing big, shrinking small),
+    /// double and halve the bucket count, and add and remove clusters
+    /// (with services of their own and without), at several budgets.
+    #[test]
+    fn builder_equals_build_over_random_sequences_of_changes() {
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
+        let mut kinds = [0usize; 9];
+        let mut resplits = 0;
+        for case in 0..16 {
+            let max = [MIN_SHARD_BYTES, 1500, 4096, 16 * 1024][case % 4];
+            let mut b = Builder::new("snap", max).unwrap();
+            let mut clusters: BTreeSet<String> = ["".to_string(), "c1".to_string()].into();
+            let mut state = State::new();
+            let mut n = 0u32;
+            let mut nodes = |count: u64| -> Vec<Node> {
+                (0..count)
+                    .map(|_| {
+                        n += 1;
+                        node(n)
+                    })
+                    .collect()
+            };
+            for step in 0..40 {
+                let pick = |state: &State, r: u64| state.keys().nth(r as usize).cloned();
+                let r = next(1 << 20);
+                let kind = next(9) as usize;
+                kinds[kind] += 1;
+                match kind {
+                    // A service added, small.
+                    0 | 1 => {
+                        let c = clusters
+                            .iter()
+                            .nth(next(clusters.len() as u64) as usize)
+                            .unwrap();
+                        let k =
+                            ServiceKey::new(c.as_str(), format!("ns{}", next(4)), format!("s{r}"));
+                        let ports = PortMap::from([("http".to_string(), nodes(next(4)))]);
+                        state.insert(k.clone(), value(&k, ports));
+                    }
+                    // One removed.
+                    2 => {
+                        if let Some(k) = pick(&state, r % (state.len() as u64).max(1)) {
+                            state.remove(&k);
+                        }
+                    }
+                    // One growing big (a shard of its own, or parts).
+                    3 => {
+                        if let Some(k) = pick(&state, r % (state.len() as u64).max(1)) {
+                            let mut p = state[&k].ports.clone();
+                            let grow = nodes(20 + next(300));
+                            p.entry("http".to_string()).or_default().extend(grow);
+                            p.insert("grpc".to_string(), nodes(next(3)));
+                            state.insert(k.clone(), value(&k, p));
+                        }
+                    }
+                    // One shrinking back to small.
+                    4 => {
+                        if let Some(k) = pick(&state, r % (state.len() as u64).max(1)) {
+                            let p = PortMap::from([("http".to_string(), nodes(1))]);
+                            state.insert(k.clone(), value(&k, p));
+                        }
+                    }
+                    // Many small services at once (the bucket count doubles).
+                    5 => {
+                        for i in 0..(10 + next(40)) {
+                            let k = ServiceKey::new("", "bulk", format!("b{r}-{i}"));
+                            let p = PortMap::from([("http".to_string(), nodes(2))]);
+                            state.insert(k.clone(), value(&k, p));
+                        }
+                    }
+                    // A cluster added (empty) or removed with its services.
+                    6 => {
+                        if next(2) == 0 {
+                            clusters.insert(format!("c{}", next(4)));
+                        } else if clusters.len() > 1
+                            && let Some(c) = clusters
+                                .iter()
+                                .nth(next(clusters.len() as u64) as usize)
+                                .cloned()
+                        {
+                            clusters.remove(&c);
+                            state.retain(|k, _| k.cluster != c);
+                        }
+                    }
+                    // One node changed in place (a weight), in a random service.
+                    7 => {
+                        if let Some(k) = pick(&state, r % (state.len() as u64).max(1)) {
+                            let mut p = state[&k].ports.clone();
+                            if let Some(list) = p.values_mut().find(|l| !l.is_empty()) {
+                                let i = next(list.len() as u64) as usize;
+                                list[i].weight = list[i].weight.wrapping_add(1);
+                            }
+                            state.insert(k.clone(), value(&k, p));
+                        }
+                    }
+                    // Same content, new value (the builder must not care).
+                    _ => {
+                        if let Some(k) = pick(&state, r % (state.len() as u64).max(1)) {
+                            let v = value(&k, state[&k].ports.clone());
+                            state.insert(k, v);
+                        }
+                    }
+                }
+                let want = build(&dump_from(&clusters, &state), "snap", max).unwrap();
+                let got = b
+                    .build(clusters.iter().map(String::as_str), state.values())
+                    .unwrap();
+                assert_eq!(got, want, "case {case} step {step} (change kind {kind})");
+            }
+            resplits += b.resplits;
+        }
+        assert!(resplits > 10, "the incremental split ran {resplits} times");
+        assert!(
+            kinds.iter().all(|k| *k > 20),
+            "every kind of change ran: {kinds:?}"
+        );
+    }
+
+    /// The builder is incremental: after one change it hands out the very
+    /// shards (the same allocations) of the previous round but the changed
+    /// one, for a service split into parts and among many small services.
+    #[test]
+    fn builder_rebuilds_only_the_shards_that_changed() {
+        let max = 16 * 1024;
+        let mut state = State::new();
+        let big = ServiceKey::new("", "big", "svc");
+        state.insert(big.clone(), value(&big, two_port_service(1000, 2_000)));
+        for i in 0..300u32 {
+            let k = ServiceKey::new("", "ns", format!("s{i:03}"));
+            state.insert(
+                k.clone(),
+                value(&k, PortMap::from([("http".to_string(), vec![node(i)])])),
+            );
+        }
+        let clusters = [""];
+        let mut b = Builder::new("snap", max).unwrap();
+        let first = b.build(clusters, state.values()).unwrap();
+        assert!(first.shards.len() >= 8, "{} shards", first.shards.len());
+        let rebuilt = |a: &Layout, b: &Layout| -> Vec<String> {
+            a.shards
+                .iter()
+                .zip(&b.shards)
+                .filter(|(x, y)| !Arc::ptr_eq(x, y))
+                .map(|(x, _)| x.name.clone())
+                .collect()
+        };
+        // Unchanged: nothing rebuilt.
+        let again = b.build(clusters, state.values()).unwrap();
+        assert_eq!(rebuilt(&first, &again), Vec::<String>::new());
+        // One endpoint added to the big service: its part only.
+        let mut p = state[&big].ports.clone();
+        for (k, n) in [
+            ("http", node(900_000)),
+            ("metrics", Node::new(node(900_000).host.as_str(), 9090, 1)),
+        ] {
+            p.get_mut(k).unwrap().push(n);
+        }
+        state.insert(big.clone(), value(&big, p));
+        let one = b.build(clusters, state.values()).unwrap();
+        assert_eq!(b.resplits, 1, "re-cut at its part count, not from scratch");
+        assert_eq!(
+            one,
+            build(&dump_from(&[String::new()].into(), &state), "snap", max).unwrap()
+        );
+        assert_eq!(one.shards.len(), first.shards.len());
+        assert_eq!(
+            rebuilt(&again, &one).len(),
+            1,
+            "{:?}",
+            rebuilt(&again, &one)
+        );
+        // One small service changed: its bucket only.
+        let k = ServiceKey::new("", "ns", "s123");
+        state.insert(
+            k.clone(),
+            value(&k, PortMap::from([("http".to_string(), vec![node(77)])])),
+        );
+        let two = b.build(clusters, state.values()).unwrap();
+        assert_eq!(rebuilt(&one, &two).len(), 1, "{:?}", rebuilt(&one, &two));
+        assert_eq!(
+            two,
+            build(&dump_from(&[String::new()].into(), &state), "snap", max).unwrap()
+        );
+    }
+
+    #[test]
+    fn builder_names_a_service_out_of_order() {
+        let (a, z) = (
+            ServiceKey::new("", "ns", "a"),
+            ServiceKey::new("", "ns", "z"),
+        );
+        let (va, vz) = (value(&a, PortMap::new()), value(&z, PortMap::new()));
+        let mut b = Builder::new("snap", MIN_SHARD_BYTES).unwrap();
+        let e = b.build([""], [&vz, &va]).unwrap_err();
+        assert!(e.to_string().contains("ns/a"), "{e}");
+        assert!(b.build([""], [&va, &vz]).is_ok());
+        assert!(
+            Builder::new("snap", 10)
+                .unwrap_err()
+                .to_string()
+                .contains("minimum")
+        );
+    }
+
+    /// Format 2's version is checked from the index: an index listing
+    /// another cluster set than its version names is refused.
+    #[test]
+    fn a_format_2_version_that_does_not_name_its_shards_is_refused() {
+        let d = dump_of(&[("", "ns", "a", &[("http", 3)])]);
+        let l = build(&d, "snap", 4096).unwrap();
+        let f = files(&l);
+        let mut idx = parse_index(&l.index).unwrap();
+        idx.clusters.push("east".into());
+        let e = assemble(&serde_json::to_string(&idx).unwrap(), |r| {
+            f.get(&r.name).cloned()
+        })
+        .unwrap_err();
+        assert!(!e.is_retryable(), "{e}");
+        assert!(e.to_string().contains(&l.version), "{e}");
     }
 }

@@ -3,8 +3,8 @@
 //! try again. Pure: it takes what happened ([`Input`]) and the time, and
 //! answers with what to do ([`Action`]) and when to ask again; the
 //! controller's snapshot sink only runs the ConfigMap watch, builds the
-//! [`Layout`] when asked ([`crate::dump::build`]), sends the requests (fenced,
-//! with timeouts) and feeds the results back.
+//! [`Layout`] when asked ([`crate::dump::Builder`], incremental), sends the
+//! requests (fenced, with timeouts) and feeds the results back.
 //!
 //! ```text
 //!  StateChanged(gen) ─▶ due = now + coalesce_window (unless a round is due already)
@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use crate::dump::{INDEX_KEY, Layout};
+use crate::dump::{INDEX_KEY, Layout, ShardData};
 pub use crate::write_plan::At;
 
 /// sha256 of a data value: `seen` keeps hashes, not the (up to 1 MiB) texts.
@@ -46,6 +46,17 @@ pub type Hash = [u8; 32];
 /// The sha256 of `text`.
 pub fn hash(text: &str) -> Hash {
     Sha256::digest(text.as_bytes()).into()
+}
+
+/// The sha256 of a shard's text as its layout lists it (hex), or hashed
+/// again if that is not 32 bytes of hex (layouts come from `dump`, whose
+/// hashes always are).
+fn listed_hash(s: &ShardData) -> Hash {
+    let mut h = [0u8; 32];
+    match hex::decode_to_slice(&s.sha256, &mut h) {
+        Ok(()) => h,
+        Err(_) => hash(&s.text),
+    }
 }
 
 /// Tuning of the planner.
@@ -445,14 +456,22 @@ impl Planner {
         while round.next < wanted {
             let i = round.next;
             round.next += 1;
-            let (name, key, text) = match layout.shards.get(i) {
-                Some(s) => (&s.name, s.key.as_str(), &s.text),
-                None => (&self.opts.name, INDEX_KEY, &layout.index),
+            // A shard's hash is the one the layout lists (hashing every
+            // shard's text again per round would cost what the builder
+            // saves); the index is small.
+            let (name, key, text, want) = match layout.shards.get(i) {
+                Some(s) => (&s.name, s.key.as_str(), &s.text, listed_hash(s)),
+                None => (
+                    &self.opts.name,
+                    INDEX_KEY,
+                    &layout.index,
+                    hash(&layout.index),
+                ),
             };
             let in_sync = self
                 .seen
                 .get(name.as_str())
-                .is_some_and(|s| s.labelled && s.data.get(key).is_some_and(|h| *h == hash(text)));
+                .is_some_and(|s| s.labelled && s.data.get(key).is_some_and(|h| *h == want));
             if !in_sync {
                 self.in_flight = true;
                 self.actions.push(Action::Apply {

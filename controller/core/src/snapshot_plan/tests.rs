@@ -7,7 +7,6 @@
 use std::fmt::Write as _;
 
 use super::*;
-use crate::dump::ShardData;
 
 const NAME: &str = "snap";
 
@@ -22,14 +21,16 @@ fn opts() -> Options {
 
 /// A layout of `version` with one shard per text, named like the real ones.
 fn layout(version: &str, shards: &[&str]) -> Arc<Layout> {
-    let shards: Vec<ShardData> = shards
+    let shards: Vec<Arc<ShardData>> = shards
         .iter()
         .enumerate()
-        .map(|(i, t)| ShardData {
-            name: format!("{NAME}-{i}"),
-            key: format!("{NAME}-{i}.json"),
-            text: (*t).to_string(),
-            sha256: String::new(),
+        .map(|(i, t)| {
+            Arc::new(ShardData {
+                name: format!("{NAME}-{i}"),
+                key: format!("{NAME}-{i}.json"),
+                text: (*t).to_string(),
+                sha256: crate::dump::shard_sha256(t),
+            })
         })
         .collect();
     let names: Vec<&str> = shards.iter().map(|s| s.name.as_str()).collect();
