@@ -81,8 +81,9 @@ use crate::convert::{
 };
 use crate::filter::{LabelSelector, NamespaceFilter};
 use crate::lean::{AsLeanEndpoints, AsLeanSlice, LeanEndpointSlice, LeanEndpoints};
-use crate::model::{PortExtras, PortMap, PortsDigest, ServiceKey, ServiceNodes, SourceKind};
+use crate::model::{PortExtras, PortMap, ServiceKey, ServiceNodes, SourceKind};
 use crate::service::{ServiceInfo, port_extras};
+use crate::shards::Buckets;
 
 /// A Service whose annotations or ExternalName were skipped, as news
 /// ([`Index::take_service_news`]).
@@ -112,8 +113,6 @@ pub const INCREMENTAL_MIN_SLICES: usize = 16;
 #[derive(Debug, Clone)]
 struct BigService {
     merge: MergeState,
-    /// [`PortsDigest`] of the Service's current `ports`.
-    digest: PortsDigest,
     /// The owner UID its slices carry (the first in name order that has one).
     obj_owner: Option<String>,
 }
@@ -830,17 +829,19 @@ impl Index {
                 self.weight(key),
                 slices.iter().map(|(n, s)| (n.as_str(), &s.contribution)),
             ),
-            digest: PortsDigest::of(&ports),
             obj_owner,
         });
-        let nodes = ServiceNodes::with_digest(
+        // Kept next to the nodes of a big Service (its version, the writer's
+        // shard count and versions), updated per changed node below.
+        let buckets = big.as_ref().map(|_| Buckets::of(&ports));
+        let nodes = ServiceNodes::with_buckets(
             key.clone(),
             SourceKind::EndpointSlice,
             ports,
             owner,
             extras,
             conv.warnings.clone(),
-            big.as_ref().map(|b| &b.digest),
+            buckets,
         );
         if let Some(big) = big {
             self.big.insert(key.clone(), big);
@@ -959,7 +960,11 @@ impl Index {
         // runtime's `ControllerState` shares it until it takes the new one).
         let svc = Arc::make_mut(arc);
         let before = svc.node_count();
-        let mut changed = patch.apply(&mut svc.ports, &mut big.digest);
+        let Some(buckets) = svc.buckets.0.as_mut() else {
+            // Built without buckets (not by `recompute_service`): merge in full.
+            return None;
+        };
+        let mut changed = patch.apply(&mut svc.ports, Arc::make_mut(buckets));
         let after = svc.node_count();
         if svc.owner_uid != owner {
             svc.owner_uid = owner;
@@ -979,7 +984,7 @@ impl Index {
             changed = true;
         }
         if changed {
-            svc.refresh_version(Some(&big.digest));
+            svc.refresh_version();
         }
         if published {
             self.node_total = self.node_total.saturating_add(after).saturating_sub(before);

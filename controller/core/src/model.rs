@@ -652,7 +652,36 @@ pub struct ServiceNodes {
     /// (empty when it is unknown); see [`crate::service`].
     #[serde(default, skip_serializing_if = "PortExtras::is_empty")]
     pub extras: PortExtras,
+    /// What the index keeps up to date of a big service's nodes, per node
+    /// bucket ([`crate::shards::Buckets`]): its digest (the version) and
+    /// what the shard count, the shard versions and the one-object check
+    /// need, so that writing one change does not hash or measure every node
+    /// again. Derived from `ports` (never serialized, never compared: equal
+    /// ports give equal buckets); absent, the writer derives it itself.
+    #[serde(skip)]
+    pub buckets: SharedBuckets,
 }
+
+/// [`ServiceNodes::buckets`]: shared between the index and the values it
+/// hands out, copied only when a change meets a value still held.
+#[derive(Clone, Default)]
+pub struct SharedBuckets(pub Option<std::sync::Arc<crate::shards::Buckets>>);
+
+impl fmt::Debug for SharedBuckets {
+    /// Not the 4,096 buckets: derived data, like equality (below).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SharedBuckets")
+    }
+}
+
+impl PartialEq for SharedBuckets {
+    /// Always: the buckets are a function of the ports they sit next to.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for SharedBuckets {}
 
 impl ServiceNodes {
     /// Builds the value and computes its version.
@@ -671,6 +700,7 @@ impl ServiceNodes {
             version,
             skipped: Vec::new(),
             extras: PortExtras::default(),
+            buckets: SharedBuckets::default(),
         }
     }
 
@@ -731,17 +761,18 @@ impl ServiceNodes {
 
     /// The value [`ServiceNodes::new`], [`ServiceNodes::with_extras`] and
     /// [`ServiceNodes::with_skipped`] give, with ONE hash of the service
-    /// instead of three; a big service's ([`BIG_SERVICE_NODES`]) version
-    /// comes from `digest` when given ([`PortsDigest::of`] `ports`, kept up
-    /// to date by the caller), so none of its nodes is hashed again.
-    pub fn with_digest(
+    /// instead of three; with `buckets` ([`crate::shards::Buckets::of`]
+    /// `ports`, kept up to date by the caller) a big service's
+    /// ([`BIG_SERVICE_NODES`]) version comes from their digest, so none of
+    /// its nodes is hashed again.
+    pub fn with_buckets(
         key: ServiceKey,
         source: SourceKind,
         ports: PortMap,
         owner_uid: Option<String>,
         extras: PortExtras,
         skipped: Vec<String>,
-        digest: Option<&PortsDigest>,
+        buckets: Option<crate::shards::Buckets>,
     ) -> Self {
         let mut s = Self {
             key,
@@ -751,23 +782,29 @@ impl ServiceNodes {
             version: String::new(),
             skipped,
             extras,
+            buckets: SharedBuckets(buckets.map(std::sync::Arc::new)),
         };
-        s.refresh_version(digest);
+        s.refresh_version();
         s
     }
 
-    /// Recomputes `version` after `ports`, owner, extras or skipped changed
-    /// in place; `digest`, when given, is that of the new `ports` (see
-    /// [`ServiceNodes::with_digest`]).
-    pub fn refresh_version(&mut self, digest: Option<&PortsDigest>) {
-        let Some(digest) = digest.filter(|d| d.nodes() >= BIG_SERVICE_NODES) else {
+    /// Recomputes `version` after `ports` (and `buckets` with them), owner,
+    /// extras or skipped changed in place.
+    pub fn refresh_version(&mut self) {
+        let Some(digest) = self
+            .buckets
+            .0
+            .as_ref()
+            .map(|b| *b.digest())
+            .filter(|d| d.nodes() >= BIG_SERVICE_NODES)
+        else {
             self.recompute_version();
             return;
         };
         self.version = version_of_digest(
             self.source,
             &self.ports,
-            digest,
+            &digest,
             self.owner_uid.as_deref(),
             &self.extras,
         );
@@ -1369,14 +1406,32 @@ impl PortsDigest {
 
     /// `node` of port `key` joined the set.
     pub fn add(&mut self, key: &str, node: &Node) {
-        self.sum = self.sum.wrapping_add(element_hash(key, node));
-        self.nodes = self.nodes.saturating_add(1);
+        let json = node_json(node);
+        self.add_element(element_hash(key, &json));
     }
 
     /// `node` of port `key` left the set (it was added before).
     pub fn remove(&mut self, key: &str, node: &Node) {
-        self.sum = self.sum.wrapping_sub(element_hash(key, node));
+        let json = node_json(node);
+        self.remove_element(element_hash(key, &json));
+    }
+
+    /// An element of [`element_hash`] joined the set.
+    pub(crate) fn add_element(&mut self, h: u128) {
+        self.sum = self.sum.wrapping_add(h);
+        self.nodes = self.nodes.saturating_add(1);
+    }
+
+    /// An element of [`element_hash`] left the set.
+    pub(crate) fn remove_element(&mut self, h: u128) {
+        self.sum = self.sum.wrapping_sub(h);
         self.nodes = self.nodes.saturating_sub(1);
+    }
+
+    /// The union of two disjoint sets.
+    pub(crate) fn merge(&mut self, other: &PortsDigest) {
+        self.sum = self.sum.wrapping_add(other.sum);
+        self.nodes = self.nodes.saturating_add(other.nodes);
     }
 
     /// How many nodes the set holds.
@@ -1385,14 +1440,19 @@ impl PortsDigest {
     }
 }
 
-/// 128 bits of SHA-256 over the port key and the node's JSON (the JSON is
+/// The JSON of `node` as written into objects (its `Debug` form if that
+/// ever failed: still a function of the node, so digests stay consistent).
+pub(crate) fn node_json(node: &Node) -> Vec<u8> {
+    serde_json::to_vec(node).unwrap_or_else(|_| format!("{node:?}").into_bytes())
+}
+
+/// 128 bits of SHA-256 over the port key and the node's JSON ([`node_json`]:
 /// what the object carries, so any change a reader can see changes it).
-fn element_hash(key: &str, node: &Node) -> u128 {
-    let json = serde_json::to_vec(node).unwrap_or_else(|_| format!("{node:?}").into_bytes());
+pub(crate) fn element_hash(key: &str, json: &[u8]) -> u128 {
     let mut h = Sha256::new();
     h.update(key.as_bytes());
     h.update([0u8]);
-    h.update(&json);
+    h.update(json);
     let d = h.finalize();
     let mut first = [0u8; 16];
     first.copy_from_slice(&d[..16]);

@@ -18,7 +18,7 @@
 //! ones (O(slice)), recomputes the winner of each `(host, port)` it touched,
 //! and returns a [`Patch`]: the output nodes that changed. [`Patch::apply`]
 //! patches the Service's sorted node lists in place and keeps its
-//! [`PortsDigest`] (its version) up to date, so nothing of the other 99,900
+//! [`Buckets`] (its version, the writer's shard sizes and versions) up to date, so nothing of the other 99,900
 //! endpoints is copied or hashed again. The rules are exactly those of
 //! [`super::merge_slices`] (unit-tested against it over random slice
 //! histories): the non-terminating contribution wins, then the ready one,
@@ -37,7 +37,8 @@ use std::sync::Arc;
 use compact_str::CompactString;
 
 use super::{ConvertOptions, Drain, SliceContribution};
-use crate::model::{Node, NodeTopology, PortMap, PortsDigest};
+use crate::model::{Node, NodeTopology, PortMap};
+use crate::shards::Buckets;
 
 /// A node's identity within one port key.
 type HostPort = (CompactString, i32);
@@ -115,9 +116,9 @@ impl Patch {
     }
 
     /// Applies the patch to `ports` (the merged lists the state was built
-    /// for) and updates their `digest`; O(changed nodes x log n) plus the
+    /// for) and updates their buckets (`digest`: their version, sizes); O(changed nodes x log n) plus the
     /// moves of a `Vec` insert or remove. Returns whether anything changed.
-    pub fn apply(self, ports: &mut PortMap, digest: &mut PortsDigest) -> bool {
+    pub fn apply(self, ports: &mut PortMap, digest: &mut Buckets) -> bool {
         let mut changed = false;
         for (key, patch) in self.ports {
             match patch {

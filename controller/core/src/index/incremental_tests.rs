@@ -173,6 +173,14 @@ fn history(
             "seed {seed}, step {step}, opts {opts:?}"
         );
         fewest = fewest.min(i.get(&keys[0]).map_or(0, ServiceNodes::node_count));
+        // The buckets kept per node are those of the nodes.
+        for k in &keys {
+            if let Some(svc) = i.get(k)
+                && let Some(b) = &svc.buckets.0
+            {
+                assert_eq!(**b, Buckets::of(&svc.ports), "seed {seed}, step {step}");
+            }
+        }
     }
     (i.take_work().merged, fewest)
 }
