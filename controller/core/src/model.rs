@@ -1393,27 +1393,10 @@ pub struct PortsDigest {
 }
 
 impl PortsDigest {
-    /// The digest of every node of `ports` (O(nodes)).
+    /// The digest of every node of `ports` (O(nodes); kept per node by
+    /// [`crate::shards::Buckets`]).
     pub fn of(ports: &PortMap) -> Self {
-        let mut d = Self::default();
-        for (key, nodes) in ports {
-            for n in nodes {
-                d.add(key, n);
-            }
-        }
-        d
-    }
-
-    /// `node` of port `key` joined the set.
-    pub fn add(&mut self, key: &str, node: &Node) {
-        let json = node_json(node);
-        self.add_element(element_hash(key, &json));
-    }
-
-    /// `node` of port `key` left the set (it was added before).
-    pub fn remove(&mut self, key: &str, node: &Node) {
-        let json = node_json(node);
-        self.remove_element(element_hash(key, &json));
+        *crate::shards::Buckets::of(ports).digest()
     }
 
     /// An element of [`element_hash`] joined the set.

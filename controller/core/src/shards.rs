@@ -124,22 +124,28 @@ impl Buckets {
 
     /// `node` of port `key` joined the nodes.
     pub fn add(&mut self, key: &str, node: &Node) {
-        let json = node_json(node);
-        let (i, h) = (bucket(&node.host), element_hash(key, &json));
-        self.sizes[i] = self.sizes[i].saturating_add(json.len() + 1);
-        self.size = self.size.saturating_add(json.len() + 1);
-        self.digests[i].add_element(h);
-        self.total.add_element(h);
+        self.change(key, node, true);
     }
 
     /// `node` of port `key` left the nodes (it was added before).
     pub fn remove(&mut self, key: &str, node: &Node) {
+        self.change(key, node, false);
+    }
+
+    fn change(&mut self, key: &str, node: &Node, added: bool) {
         let json = node_json(node);
-        let (i, h) = (bucket(&node.host), element_hash(key, &json));
-        self.sizes[i] = self.sizes[i].saturating_sub(json.len() + 1);
-        self.size = self.size.saturating_sub(json.len() + 1);
-        self.digests[i].remove_element(h);
-        self.total.remove_element(h);
+        let (i, h, len) = (bucket(&node.host), element_hash(key, &json), json.len() + 1);
+        if added {
+            self.sizes[i] = self.sizes[i].saturating_add(len);
+            self.size = self.size.saturating_add(len);
+            self.digests[i].add_element(h);
+            self.total.add_element(h);
+        } else {
+            self.sizes[i] = self.sizes[i].saturating_sub(len);
+            self.size = self.size.saturating_sub(len);
+            self.digests[i].remove_element(h);
+            self.total.remove_element(h);
+        }
     }
 
     /// The digest of all nodes (what the service's version covers).

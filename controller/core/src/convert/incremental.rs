@@ -82,6 +82,17 @@ struct PortState {
     ready: usize,
 }
 
+/// A port key a slice change touches, as it was before the change.
+#[derive(Debug, Default)]
+struct Touched {
+    /// Whether the key existed.
+    existed: bool,
+    /// Whether it had a ready winner.
+    had_ready: bool,
+    /// The output of each touched `(host, port)`.
+    before: BTreeMap<HostPort, Option<Node>>,
+}
+
 /// See the module docs.
 #[derive(Debug, Clone)]
 pub struct MergeState {
@@ -344,8 +355,7 @@ impl MergeState {
         let slice: Arc<str> = Arc::from(slice);
         // Every (key, host:port) the change can touch, and each touched
         // key's state before: did it exist, did it have a ready winner.
-        let mut touched: BTreeMap<String, (bool, bool, BTreeMap<HostPort, Option<Node>>)> =
-            BTreeMap::new();
+        let mut touched: BTreeMap<String, Touched> = BTreeMap::new();
         for c in old.iter().chain(new.iter()) {
             for spec in c.specs() {
                 for key in spec.keys() {
@@ -354,8 +364,8 @@ impl MergeState {
             }
             for (key, hp, _) in emissions(&slice, c) {
                 self.touch(&mut touched, key);
-                if let Some((_, _, hps)) = touched.get_mut(key)
-                    && !hps.contains_key(&hp)
+                if let Some(t) = touched.get_mut(key)
+                    && !t.before.contains_key(&hp)
                 {
                     let before = self.output_of(key, &hp);
                     // The winner's readiness leaves the count; the new
@@ -369,7 +379,7 @@ impl MergeState {
                     {
                         ps.ready -= 1;
                     }
-                    hps.insert(hp, before);
+                    t.before.insert(hp, before);
                 }
             }
         }
@@ -379,9 +389,10 @@ impl MergeState {
         if let Some(c) = new {
             self.add(&slice, c);
         }
-        for (key, (_, _, hps)) in &touched {
+        for (key, t) in &touched {
             if let Some(ps) = self.ports.get_mut(key) {
-                let now_ready = hps
+                let now_ready = t
+                    .before
                     .keys()
                     .filter(|hp| {
                         ps.cands
@@ -394,7 +405,12 @@ impl MergeState {
             }
         }
         let mut patch = Patch::default();
-        for (key, (existed, had_ready, hps)) in touched {
+        for (key, t) in touched {
+            let Touched {
+                existed,
+                had_ready,
+                before: hps,
+            } = t;
             let exists = self.ports.get(&key).is_some_and(|ps| ps.refs > 0);
             if !exists {
                 self.ports.remove(&key);
@@ -428,20 +444,16 @@ impl MergeState {
     }
 
     /// Records `key` as touched with its state before the change.
-    fn touch(
-        &self,
-        touched: &mut BTreeMap<String, (bool, bool, BTreeMap<HostPort, Option<Node>>)>,
-        key: &String,
-    ) {
+    fn touch(&self, touched: &mut BTreeMap<String, Touched>, key: &String) {
         if !touched.contains_key(key) {
             let ps = self.ports.get(key);
             touched.insert(
                 key.clone(),
-                (
-                    ps.is_some_and(|p| p.refs > 0),
-                    ps.is_some_and(|p| p.ready > 0),
-                    BTreeMap::new(),
-                ),
+                Touched {
+                    existed: ps.is_some_and(|p| p.refs > 0),
+                    had_ready: ps.is_some_and(|p| p.ready > 0),
+                    before: BTreeMap::new(),
+                },
             );
         }
     }

@@ -132,7 +132,7 @@ fn history(
     let mut rng = Rng(seed);
     let mut live: BTreeMap<String, EndpointSlice> = BTreeMap::new();
     let mut i = index(opts);
-    let weight = rng.one_in(2).then(|| 7);
+    let weight = rng.one_in(2).then_some(7);
     i.set_service("ns", "web", Some(weighted(weight)));
     let keys = [
         ServiceKey::new("", "ns", "web"),
