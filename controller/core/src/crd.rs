@@ -721,13 +721,31 @@ pub fn desired_objects_with_limit(
     naming: &ObjectNaming,
     max_ports_bytes: usize,
 ) -> Vec<DiscoveredService> {
-    if ports_fit(&svc.ports, max_ports_bytes) {
+    // The index keeps the buckets of a big service; any other value (a
+    // small one, or one built elsewhere) is measured node by node here.
+    let kept = svc.buckets.0.as_deref();
+    let fits = match kept {
+        Some(b) => b.fits(&svc.ports, max_ports_bytes),
+        None => ports_fit(&svc.ports, max_ports_bytes),
+    };
+    if fits {
         return vec![desired_object(svc, naming)];
     }
-    let count = crate::shards::shard_count(&svc.ports, max_ports_bytes, node_json_len);
+    let count = match kept {
+        Some(b) => b.shard_count(&svc.ports, max_ports_bytes),
+        None => crate::shards::shard_count(&svc.ports, max_ports_bytes, node_json_len),
+    };
     if count <= 1 {
         return vec![desired_object(svc, naming)];
     }
+    let computed;
+    let buckets = match kept {
+        Some(b) => b,
+        None => {
+            computed = crate::shards::Buckets::of(&svc.ports);
+            &computed
+        }
+    };
     let groups = crate::shards::partition(&svc.ports, count);
     let versions: Vec<String> = groups
         .iter()
@@ -738,6 +756,7 @@ pub fn desired_objects_with_limit(
                 count,
                 svc.source,
                 ports,
+                &buckets.shard_digest(index, count),
                 svc.owner_uid.as_deref(),
                 &svc.extras,
             )
@@ -754,6 +773,7 @@ pub fn desired_objects_with_limit(
             version: svc.version.clone(),
             skipped: Vec::new(),
             extras: svc.extras.clone(),
+            buckets: crate::model::SharedBuckets::default(),
         },
         naming,
     );

@@ -76,12 +76,14 @@ use kube::Resource;
 use litemap::LiteMap;
 
 use crate::convert::{
-    ConvertOptions, SkipReason, SliceContribution, from_endpoints, merge_slices, owner_service_uid,
+    ConvertOptions, MergeState, SkipReason, SliceContribution, from_endpoints, merge_slices,
+    owner_service_uid,
 };
 use crate::filter::{LabelSelector, NamespaceFilter};
 use crate::lean::{AsLeanEndpoints, AsLeanSlice, LeanEndpointSlice, LeanEndpoints};
-use crate::model::{PortMap, ServiceKey, ServiceNodes, SourceKind};
+use crate::model::{PortExtras, PortMap, ServiceKey, ServiceNodes, SourceKind};
 use crate::service::{ServiceInfo, port_extras};
+use crate::shards::Buckets;
 
 /// A Service whose annotations or ExternalName were skipped, as news
 /// ([`Index::take_service_news`]).
@@ -99,6 +101,21 @@ pub struct ServiceNews {
 /// vector instead of a `BTreeSet`, whose first insert allocated a ~270-byte
 /// B-tree leaf per service for what is usually one name.
 type SliceNames = LiteMap<String, ()>;
+
+/// From this many slices on, a Service's merge is kept as a [`MergeState`]
+/// and a slice change updates it (O(slice)) instead of merging every slice
+/// again (O(Service)); below half of it the state is dropped again. A
+/// Service of a few slices merges in microseconds and is the usual case:
+/// it keeps no second copy of its hosts (issue 19, items 1 and 2).
+pub const INCREMENTAL_MIN_SLICES: usize = 16;
+
+/// The incremental merge of one big Service (see [`INCREMENTAL_MIN_SLICES`]).
+#[derive(Debug, Clone)]
+struct BigService {
+    merge: MergeState,
+    /// The owner UID its slices carry (the first in name order that has one).
+    obj_owner: Option<String>,
+}
 
 /// Label linking an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -130,6 +147,10 @@ pub struct Index {
     slices: BTreeMap<(String, String), Arc<StoredSlice>>,
     /// Slices mode: service -> its slice names.
     by_service: BTreeMap<ServiceKey, SliceNames>,
+    /// Slices mode: the incremental merge of each Service with many slices
+    /// ([`INCREMENTAL_MIN_SLICES`]); always the merge of exactly its slices
+    /// in `slices` (every path that changes them updates or drops it).
+    big: BTreeMap<ServiceKey, BigService>,
     /// UIDs of Services learned via `set_service_uid`.
     service_uids: BTreeMap<(String, String), String>,
     /// What is kept of each Service (its ports), learned via `set_service`.
@@ -257,6 +278,7 @@ impl Index {
             endpoints_owner: BTreeMap::new(),
             slices: BTreeMap::new(),
             by_service: BTreeMap::new(),
+            big: BTreeMap::new(),
             service_uids: BTreeMap::new(),
             service_info: BTreeMap::new(),
             warnings: BTreeMap::new(),
@@ -465,16 +487,34 @@ impl Index {
         ports: PortMap,
         owner: Option<String>,
     ) -> ServiceNodes {
+        let (ports, extras) = self.build_parts(&key, ports);
+        ServiceNodes::new(key, source, ports, owner).with_extras(extras)
+    }
+
+    /// The weight every node of `key` gets: its Service's annotation, else
+    /// `default_weight`.
+    fn weight(&self, key: &ServiceKey) -> u32 {
+        self.service_info
+            .get(&(key.namespace.to_string(), key.name.to_string()))
+            .and_then(|i| i.weight)
+            .unwrap_or(self.opts.default_weight)
+    }
+
+    /// The extras of `key` for `ports` (empty when its Service is unknown).
+    fn extras(&self, key: &ServiceKey, ports: &PortMap) -> PortExtras {
+        self.service_info
+            .get(&(key.namespace.to_string(), key.name.to_string()))
+            .map(|i| port_extras(i, ports, self.opts.service_port_aliases))
+            .unwrap_or_default()
+    }
+
+    /// `ports` with [`Index::weight`] set, and the extras of `key`.
+    fn build_parts(&self, key: &ServiceKey, ports: PortMap) -> (PortMap, PortExtras) {
         let mut ports = ports;
-        let info = self
-            .service_info
-            .get(&(key.namespace.to_string(), key.name.to_string()));
         // Every node has the weight of the Service's annotation, else
         // `default_weight` (what the converters give; so rebuilding from a
         // kept value after the annotation went away restores it).
-        let weight = info
-            .and_then(|i| i.weight)
-            .unwrap_or(self.opts.default_weight);
+        let weight = self.weight(key);
         for node in ports.values_mut().flatten() {
             // `drain_terminating: always` publishes draining nodes with
             // weight 0 (no new traffic); the annotation does not lift that.
@@ -484,10 +524,8 @@ impl Index {
                 node.weight = weight;
             }
         }
-        let extras = info
-            .map(|i| port_extras(i, &ports, self.opts.service_port_aliases))
-            .unwrap_or_default();
-        ServiceNodes::new(key, source, ports, owner).with_extras(extras)
+        let extras = self.extras(key, &ports);
+        (ports, extras)
     }
 
     // ----- Endpoints -----
@@ -763,6 +801,8 @@ impl Index {
     }
 
     fn recompute_service(&mut self, key: &ServiceKey) -> bool {
+        // Rebuilt below when still big.
+        self.big.remove(key);
         if self.external.contains(key) {
             return false;
         }
@@ -773,18 +813,39 @@ impl Index {
                 .remove(&format!("EndpointSlices of {}/{}", key.namespace, key.name));
             return self.store(key, None);
         }
-        let slices: Vec<&Arc<StoredSlice>> = names
+        let slices: Vec<(&String, &Arc<StoredSlice>)> = names
             .keys()
-            .filter_map(|n| self.slices.get(&(key.namespace.to_string(), n.clone())))
+            .filter_map(|n| Some((n, self.slices.get(&(key.namespace.to_string(), n.clone()))?)))
             .collect();
         #[cfg(test)]
         self.note(|w| w.merged += 1);
-        let conv = merge_slices(slices.iter().map(|s| &s.contribution), &self.opts);
-        let obj_owner = slices.iter().find_map(|s| s.owner_uid.clone());
-        let owner = self.owner(key, obj_owner);
-        let nodes = self
-            .build(key.clone(), SourceKind::EndpointSlice, conv.ports, owner)
-            .with_skipped(conv.warnings.clone());
+        let conv = merge_slices(slices.iter().map(|(_, s)| &s.contribution), &self.opts);
+        let obj_owner = slices.iter().find_map(|(_, s)| s.owner_uid.clone());
+        let owner = self.owner(key, obj_owner.clone());
+        let (ports, extras) = self.build_parts(key, conv.ports);
+        let big = (slices.len() >= INCREMENTAL_MIN_SLICES).then(|| BigService {
+            merge: MergeState::new(
+                &self.opts,
+                self.weight(key),
+                slices.iter().map(|(n, s)| (n.as_str(), &s.contribution)),
+            ),
+            obj_owner,
+        });
+        // Kept next to the nodes of a big Service (its version, the writer's
+        // shard count and versions), updated per changed node below.
+        let buckets = big.as_ref().map(|_| Buckets::of(&ports));
+        let nodes = ServiceNodes::with_buckets(
+            key.clone(),
+            SourceKind::EndpointSlice,
+            ports,
+            owner,
+            extras,
+            conv.warnings.clone(),
+            buckets,
+        );
+        if let Some(big) = big {
+            self.big.insert(key.clone(), big);
+        }
         self.set_warnings(
             format!("EndpointSlices of {}/{}", key.namespace, key.name),
             conv.warnings,
@@ -793,16 +854,143 @@ impl Index {
         self.store(key, Some(nodes))
     }
 
-    fn untrack_slice(&mut self, ns: &str, name: &str) -> Option<ServiceKey> {
-        let old_key = self
-            .slices
-            .remove(&(ns.to_string(), name.to_string()))?
-            .service
-            .clone();
-        if let Some(set) = self.by_service.get_mut(&old_key) {
+    fn untrack_slice(&mut self, ns: &str, name: &str) -> Option<Arc<StoredSlice>> {
+        let old = self.slices.remove(&(ns.to_string(), name.to_string()))?;
+        if let Some(set) = self.by_service.get_mut(&old.service) {
             set.remove(name);
         }
-        Some(old_key)
+        Some(old)
+    }
+
+    /// Service `key` after its slice `name` changed from `old` to `new`
+    /// (each `Some` only when it belongs to `key`): the incremental update
+    /// when `key` keeps a [`MergeState`], else the full merge. Whether the
+    /// published state changed.
+    fn slice_changed(
+        &mut self,
+        key: &ServiceKey,
+        name: &str,
+        old: Option<&Arc<StoredSlice>>,
+        new: Option<&Arc<StoredSlice>>,
+    ) -> bool {
+        match self.update_incrementally(key, name, old, new) {
+            Some(changed) => changed,
+            None => self.recompute_service(key),
+        }
+    }
+
+    /// The incremental path of [`Index::slice_changed`]: `None` when `key`
+    /// has no [`MergeState`] (or no longer qualifies), so the caller merges
+    /// in full. Gives what [`Index::recompute_service`] would (unit-tested
+    /// against it): nodes, owner, extras, skipped data, warnings, version.
+    fn update_incrementally(
+        &mut self,
+        key: &ServiceKey,
+        name: &str,
+        old: Option<&Arc<StoredSlice>>,
+        new: Option<&Arc<StoredSlice>>,
+    ) -> Option<bool> {
+        let slices = self.by_service.get(key).map_or(0, LiteMap::len);
+        if self.external.contains(key) || slices < INCREMENTAL_MIN_SLICES / 2 {
+            self.big.remove(key);
+            return None;
+        }
+        let mut big = self.big.remove(key)?;
+        let current = self.current(key)?;
+        let patch = big.merge.replace_slice(
+            name,
+            old.map(|s| &s.contribution),
+            new.map(|s| &s.contribution),
+        );
+        // The owner and the warnings come from all slices in name order;
+        // a slice change that does not touch its own can only keep them.
+        let slice_list = |me: &Self| -> Vec<Arc<StoredSlice>> {
+            me.by_service
+                .get(key)
+                .into_iter()
+                .flat_map(LiteMap::keys)
+                .filter_map(|n| me.slices.get(&(key.namespace.to_string(), n.clone())))
+                .cloned()
+                .collect()
+        };
+        if old.and_then(|s| s.owner_uid.as_deref()) != new.and_then(|s| s.owner_uid.as_deref()) {
+            big.obj_owner = slice_list(self).iter().find_map(|s| s.owner_uid.clone());
+        }
+        let has_warnings =
+            |s: Option<&Arc<StoredSlice>>| s.is_some_and(|s| !s.contribution.warnings().is_empty());
+        let warnings = (has_warnings(old) || has_warnings(new)).then(|| {
+            let mut messages = Vec::new();
+            let mut skipped: BTreeMap<SkipReason, u64> = BTreeMap::new();
+            for s in slice_list(self) {
+                for (reason, message) in s.contribution.warnings() {
+                    messages.push(message.clone());
+                    *skipped.entry(*reason).or_insert(0) += 1;
+                }
+            }
+            (messages, skipped)
+        });
+        let owner = self.owner(key, big.obj_owner.clone());
+        if patch.is_empty()
+            && owner == current.owner_uid
+            && warnings.as_ref().is_none_or(|(w, _)| *w == current.skipped)
+        {
+            self.big.insert(key.clone(), big);
+            return Some(false);
+        }
+        if let Some((messages, skipped)) = &warnings {
+            self.set_warnings(
+                format!("EndpointSlices of {}/{}", key.namespace, key.name),
+                messages.clone(),
+                skipped,
+            );
+        }
+        let info = self
+            .service_info
+            .get(&(key.namespace.to_string(), key.name.to_string()))
+            .cloned();
+        let aliases = self.opts.service_port_aliases;
+        let published = self.services.contains_key(key);
+        let map = if published {
+            &mut self.services
+        } else {
+            &mut self.withheld
+        };
+        let arc = map.get_mut(key)?;
+        // In place when no reader holds the value; else one copy (the
+        // runtime's `ControllerState` shares it until it takes the new one).
+        let svc = Arc::make_mut(arc);
+        let before = svc.node_count();
+        let Some(buckets) = svc.buckets.0.as_mut() else {
+            // Built without buckets (not by `recompute_service`): merge in full.
+            return None;
+        };
+        let mut changed = patch.apply(&mut svc.ports, Arc::make_mut(buckets));
+        let after = svc.node_count();
+        if svc.owner_uid != owner {
+            svc.owner_uid = owner;
+            changed = true;
+        }
+        if let Some((messages, _)) = warnings
+            && svc.skipped != messages
+        {
+            svc.skipped = messages;
+            changed = true;
+        }
+        let extras = info
+            .map(|i| port_extras(&i, &svc.ports, aliases))
+            .unwrap_or_default();
+        if svc.extras != extras {
+            svc.extras = extras;
+            changed = true;
+        }
+        if changed {
+            svc.refresh_version();
+        }
+        if published {
+            self.node_total = self.node_total.saturating_add(after).saturating_sub(before);
+        }
+        self.big.insert(key.clone(), big);
+        Some(changed && published)
     }
 
     /// An EndpointSlice was added or modified.
@@ -811,23 +999,27 @@ impl Index {
         let Ok((ns, name, key)) = self.slice_target(s) else {
             return Vec::new();
         };
-        let old_key = self.untrack_slice(&ns, &name);
-        let mut affected = BTreeSet::new();
-        if let Some(k) = old_key {
-            affected.insert(k);
-        }
-        if let Some(k) = key {
+        let old = self.untrack_slice(&ns, &name);
+        let new = key.map(|k| {
             let stored = self.stored_slice(k.clone(), s);
-            self.slices.insert((ns, name.clone()), stored);
+            self.slices.insert((ns, name.clone()), Arc::clone(&stored));
             self.by_service
-                .entry(k.clone())
+                .entry(k)
                 .or_insert_with(|| SliceNames::with_capacity(1))
-                .insert(name, ());
-            affected.insert(k);
-        }
+                .insert(name.clone(), ());
+            stored
+        });
+        let affected: BTreeSet<ServiceKey> = old
+            .iter()
+            .chain(new.iter())
+            .map(|s| s.service.clone())
+            .collect();
         affected
             .into_iter()
-            .filter(|k| self.recompute_service(k))
+            .filter(|k| {
+                let mine = |s: &Option<Arc<StoredSlice>>| s.clone().filter(|s| s.service == *k);
+                self.slice_changed(k, &name, mine(&old).as_ref(), mine(&new).as_ref())
+            })
             .collect()
     }
 
@@ -839,7 +1031,9 @@ impl Index {
         };
         self.warnings.remove(&format!("EndpointSlice {ns}/{name}"));
         match self.untrack_slice(&ns, &name) {
-            Some(k) if self.recompute_service(&k) => vec![k],
+            Some(old) if self.slice_changed(&old.service.clone(), &name, Some(&old), None) => {
+                vec![old.service.clone()]
+            }
             _ => Vec::new(),
         }
     }
@@ -1180,6 +1374,9 @@ impl Index {
         std::mem::take(&mut self.skipped)
     }
 }
+
+#[cfg(test)]
+mod incremental_tests;
 
 #[cfg(test)]
 mod tests {

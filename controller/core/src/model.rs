@@ -652,7 +652,36 @@ pub struct ServiceNodes {
     /// (empty when it is unknown); see [`crate::service`].
     #[serde(default, skip_serializing_if = "PortExtras::is_empty")]
     pub extras: PortExtras,
+    /// What the index keeps up to date of a big service's nodes, per node
+    /// bucket ([`crate::shards::Buckets`]): its digest (the version) and
+    /// what the shard count, the shard versions and the one-object check
+    /// need, so that writing one change does not hash or measure every node
+    /// again. Derived from `ports` (never serialized, never compared: equal
+    /// ports give equal buckets); absent, the writer derives it itself.
+    #[serde(skip)]
+    pub buckets: SharedBuckets,
 }
+
+/// [`ServiceNodes::buckets`]: shared between the index and the values it
+/// hands out, copied only when a change meets a value still held.
+#[derive(Clone, Default)]
+pub struct SharedBuckets(pub Option<std::sync::Arc<crate::shards::Buckets>>);
+
+impl fmt::Debug for SharedBuckets {
+    /// Not the 4,096 buckets: derived data, like equality (below).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SharedBuckets")
+    }
+}
+
+impl PartialEq for SharedBuckets {
+    /// Always: the buckets are a function of the ports they sit next to.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for SharedBuckets {}
 
 impl ServiceNodes {
     /// Builds the value and computes its version.
@@ -671,6 +700,7 @@ impl ServiceNodes {
             version,
             skipped: Vec::new(),
             extras: PortExtras::default(),
+            buckets: SharedBuckets::default(),
         }
     }
 
@@ -707,6 +737,11 @@ impl ServiceNodes {
             self.owner_uid.as_deref(),
             &self.extras,
         );
+        self.mix_skipped();
+    }
+
+    /// Mixes the skipped data and unresolved Service ports into `version`.
+    fn mix_skipped(&mut self) {
         // Not written to the object's spec, but to its conditions: a change
         // of either must change the version, or the object is not rewritten.
         if !self.skipped.is_empty() || !self.extras.unresolved.is_empty() {
@@ -722,6 +757,58 @@ impl ServiceNodes {
             }
             self.version = hex::encode(&h.finalize()[..8]);
         }
+    }
+
+    /// The value [`ServiceNodes::new`], [`ServiceNodes::with_extras`] and
+    /// [`ServiceNodes::with_skipped`] give, with ONE hash of the service
+    /// instead of three; with `buckets` ([`crate::shards::Buckets::of`]
+    /// `ports`, kept up to date by the caller) a big service's
+    /// ([`BIG_SERVICE_NODES`]) version comes from their digest, so none of
+    /// its nodes is hashed again.
+    pub fn with_buckets(
+        key: ServiceKey,
+        source: SourceKind,
+        ports: PortMap,
+        owner_uid: Option<String>,
+        extras: PortExtras,
+        skipped: Vec<String>,
+        buckets: Option<crate::shards::Buckets>,
+    ) -> Self {
+        let mut s = Self {
+            key,
+            source,
+            ports,
+            owner_uid,
+            version: String::new(),
+            skipped,
+            extras,
+            buckets: SharedBuckets(buckets.map(std::sync::Arc::new)),
+        };
+        s.refresh_version();
+        s
+    }
+
+    /// Recomputes `version` after `ports` (and `buckets` with them), owner,
+    /// extras or skipped changed in place.
+    pub fn refresh_version(&mut self) {
+        let Some(digest) = self
+            .buckets
+            .0
+            .as_ref()
+            .map(|b| *b.digest())
+            .filter(|d| d.nodes() >= BIG_SERVICE_NODES)
+        else {
+            self.recompute_version();
+            return;
+        };
+        self.version = version_of_digest(
+            self.source,
+            &self.ports,
+            &digest,
+            self.owner_uid.as_deref(),
+            &self.extras,
+        );
+        self.mix_skipped();
     }
 
     /// The nodes of `port`: a port key, else a Service-port alias
@@ -892,6 +979,9 @@ pub fn version_with_extras(
     owner_uid: Option<&str>,
     extras: &PortExtras,
 ) -> String {
+    if ports.values().map(Vec::len).sum::<usize>() >= BIG_SERVICE_NODES {
+        return version_of_digest(source, ports, &PortsDigest::of(ports), owner_uid, extras);
+    }
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
     struct Canonical<'a> {
@@ -1267,4 +1357,126 @@ mod tests {
             vec![("10.0.0.1", 80), ("10.0.0.1", 90), ("10.0.0.2", 80)]
         );
     }
+}
+
+/// From this many nodes on (all port keys together) a service's version is
+/// [`version_of_digest`] over its [`PortsDigest`] instead of the hash of its
+/// whole JSON: the index keeps the digest of a big service up to date per
+/// changed node (`convert::MergeState`), so one endpoint change in a
+/// 100,000-endpoint service costs no re-serialization of 100,000 nodes
+/// (issue 19, item 2). Below it nothing changes: every small service keeps
+/// the version it always had (and the golden files theirs).
+pub const BIG_SERVICE_NODES: usize = 4096;
+
+/// An order-independent hash of the nodes of a [`PortMap`] that can be
+/// updated per node: the sum modulo 2^128 of one SHA-256-derived 128-bit
+/// value per `(port key, node)` (AdHash), plus the node count.
+///
+/// Why this is as collision-safe as the version needs: a version only
+/// decides whether content differs from what was written (equal versions
+/// skip a write). For content that is not built to collide, two different
+/// node sets give the same sum with probability 2^-128, far below the 2^-64
+/// at which the 16 hex characters of any version collide. A set CHOSEN to
+/// collide is cheaper to find for an additive hash than for SHA-256
+/// (generalized birthday), but choosing nodes means writing EndpointSlices
+/// of the service (pod IPs are assigned by the cluster), and whoever can do
+/// that already decides the service's nodes: a collision would only keep
+/// the previous content that they wrote, too. The shard versions readers
+/// compare (`shards::shard_version`) stay plain SHA-256 of the content.
+///
+/// A node set never holds one `(port key, host, port)` twice (the merge
+/// de-duplicates), so a sum of distinct elements is all there is to it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortsDigest {
+    sum: u128,
+    nodes: usize,
+}
+
+impl PortsDigest {
+    /// The digest of every node of `ports` (O(nodes); kept per node by
+    /// [`crate::shards::Buckets`]).
+    pub fn of(ports: &PortMap) -> Self {
+        *crate::shards::Buckets::of(ports).digest()
+    }
+
+    /// An element of [`element_hash`] joined the set.
+    pub(crate) fn add_element(&mut self, h: u128) {
+        self.sum = self.sum.wrapping_add(h);
+        self.nodes = self.nodes.saturating_add(1);
+    }
+
+    /// An element of [`element_hash`] left the set.
+    pub(crate) fn remove_element(&mut self, h: u128) {
+        self.sum = self.sum.wrapping_sub(h);
+        self.nodes = self.nodes.saturating_sub(1);
+    }
+
+    /// The union of two disjoint sets.
+    pub(crate) fn merge(&mut self, other: &PortsDigest) {
+        self.sum = self.sum.wrapping_add(other.sum);
+        self.nodes = self.nodes.saturating_add(other.nodes);
+    }
+
+    /// How many nodes the set holds.
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+}
+
+/// The JSON of `node` as written into objects (its `Debug` form if that
+/// ever failed: still a function of the node, so digests stay consistent).
+pub(crate) fn node_json(node: &Node) -> Vec<u8> {
+    serde_json::to_vec(node).unwrap_or_else(|_| format!("{node:?}").into_bytes())
+}
+
+/// 128 bits of SHA-256 over the port key and the node's JSON ([`node_json`]:
+/// what the object carries, so any change a reader can see changes it).
+pub(crate) fn element_hash(key: &str, json: &[u8]) -> u128 {
+    let mut h = Sha256::new();
+    h.update(key.as_bytes());
+    h.update([0u8]);
+    h.update(json);
+    let d = h.finalize();
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&d[..16]);
+    u128::from_le_bytes(first)
+}
+
+/// The version of a big service (see [`BIG_SERVICE_NODES`]): 16 hex of
+/// SHA-256 over a marker, the source, the port keys (a port without nodes
+/// is content too), the node digest, the owner UID and the extras.
+/// `digest` must be [`PortsDigest::of`] `ports` (the index passes the one it
+/// keeps up to date instead of recomputing it).
+pub fn version_of_digest(
+    source: SourceKind,
+    ports: &PortMap,
+    digest: &PortsDigest,
+    owner_uid: Option<&str>,
+    extras: &PortExtras,
+) -> String {
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Canonical<'a> {
+        scheme: &'static str,
+        source: SourceKind,
+        port_keys: Vec<&'a String>,
+        node_digest: String,
+        node_count: usize,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        owner_uid: Option<&'a str>,
+        #[serde(skip_serializing_if = "PortExtras::is_empty")]
+        extras: &'a PortExtras,
+    }
+    let canonical = Canonical {
+        scheme: "adhash128",
+        source,
+        port_keys: ports.keys().collect(),
+        node_digest: format!("{:032x}", digest.sum),
+        node_count: digest.nodes,
+        owner_uid,
+        extras,
+    };
+    let bytes = serde_json::to_vec(&canonical)
+        .unwrap_or_else(|_| format!("{source:?}{ports:?}{owner_uid:?}{extras:?}").into_bytes());
+    hex::encode(&Sha256::digest(&bytes)[..8])
 }

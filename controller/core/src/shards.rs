@@ -32,8 +32,17 @@
 //! `i > 0` carries that can change (its nodes, the source kind, the owner,
 //! the Service-derived extras) plus its index and the count, so a shard left
 //! over from another count can never match a manifest entry of this one.
+//!
+//! **Buckets.** Because every count divides [`MAX_SHARDS`], a node's shard
+//! under any count follows from its bucket `node_hash % MAX_SHARDS`. The
+//! index keeps, per bucket, the JSON size and the [`PortsDigest`] of the
+//! nodes in it ([`Buckets`], updated per changed node), so the count (sums
+//! of bucket sizes), the one-object check and every shard's version (sums
+//! of bucket digests, [`shard_version`]) cost O(buckets), not O(nodes):
+//! writing one change of a 100,000-endpoint service measures and hashes no
+//! node again (issue 19, item 2).
 
-use crate::model::{Node, PortExtras, PortMap, SourceKind, version_with_extras};
+use crate::model::{Node, PortExtras, PortMap, PortsDigest, SourceKind, element_hash, node_json};
 
 /// The most shards a service is split into (4096 x 512 KiB = 2 GiB of
 /// nodes, far beyond what a watch can carry): the doubling stops here even
@@ -69,6 +78,148 @@ fn key_cost(port: &str) -> usize {
     port.len() + 6
 }
 
+/// The bucket of a host: its shard among [`MAX_SHARDS`] (see the module docs).
+fn bucket(host: &str) -> usize {
+    // The remainder is < MAX_SHARDS.
+    usize::try_from(node_hash(host) % u64::from(MAX_SHARDS)).unwrap_or(0)
+}
+
+/// Per-bucket facts of a service's nodes (see the module docs): kept by the
+/// index next to a big service's nodes ([`crate::model::ServiceNodes::buckets`]),
+/// updated per node with [`Buckets::add`] / [`Buckets::remove`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Buckets {
+    /// Per bucket: the sum of `JSON length + 1` (the comma) of its nodes.
+    sizes: Vec<usize>,
+    /// Per bucket: the digest of its `(port key, node)`s.
+    digests: Vec<PortsDigest>,
+    /// The digest of all nodes (the sum of `digests`).
+    total: PortsDigest,
+    /// The sum of `sizes`.
+    size: usize,
+}
+
+impl Default for Buckets {
+    fn default() -> Self {
+        Self {
+            sizes: vec![0; MAX_SHARDS as usize],
+            digests: vec![PortsDigest::default(); MAX_SHARDS as usize],
+            total: PortsDigest::default(),
+            size: 0,
+        }
+    }
+}
+
+impl Buckets {
+    /// The buckets of every node of `ports` (O(nodes)).
+    pub fn of(ports: &PortMap) -> Self {
+        let mut b = Self::default();
+        for (key, nodes) in ports {
+            for n in nodes {
+                b.add(key, n);
+            }
+        }
+        b
+    }
+
+    /// `node` of port `key` joined the nodes.
+    pub fn add(&mut self, key: &str, node: &Node) {
+        self.change(key, node, true);
+    }
+
+    /// `node` of port `key` left the nodes (it was added before).
+    pub fn remove(&mut self, key: &str, node: &Node) {
+        self.change(key, node, false);
+    }
+
+    fn change(&mut self, key: &str, node: &Node, added: bool) {
+        let json = node_json(node);
+        let (i, h, len) = (bucket(&node.host), element_hash(key, &json), json.len() + 1);
+        if added {
+            self.sizes[i] = self.sizes[i].saturating_add(len);
+            self.size = self.size.saturating_add(len);
+            self.digests[i].add_element(h);
+            self.total.add_element(h);
+        } else {
+            self.sizes[i] = self.sizes[i].saturating_sub(len);
+            self.size = self.size.saturating_sub(len);
+            self.digests[i].remove_element(h);
+            self.total.remove_element(h);
+        }
+    }
+
+    /// The digest of all nodes (what the service's version covers).
+    pub fn digest(&self) -> &PortsDigest {
+        &self.total
+    }
+
+    /// The digest of the nodes of shard `index` of `count` (a power of two).
+    pub fn shard_digest(&self, index: u32, count: u32) -> PortsDigest {
+        let mut d = PortsDigest::default();
+        for b in (index as usize..self.digests.len()).step_by(count.max(1) as usize) {
+            d.merge(&self.digests[b]);
+        }
+        d
+    }
+
+    /// [`shard_count`] of the `ports` these buckets describe: the same
+    /// result from the bucket sums, without measuring a node.
+    pub fn shard_count(&self, ports: &PortMap, max_bytes: usize) -> u32 {
+        let keys_cost = keys_cost(ports);
+        count_from(
+            keys_cost.saturating_add(self.size),
+            self.total.nodes(),
+            max_bytes,
+            |count| {
+                let mut sizes = vec![keys_cost; count as usize];
+                for (b, size) in self.sizes.iter().enumerate() {
+                    let i = b % count as usize;
+                    sizes[i] = sizes[i].saturating_add(*size);
+                }
+                sizes
+            },
+        )
+    }
+
+    /// Whether `ports` (which these buckets describe) fits one object:
+    /// `crd::ports_fit` from the sums.
+    pub fn fits(&self, ports: &PortMap, max_bytes: usize) -> bool {
+        keys_cost(ports).saturating_add(self.size) <= max_bytes
+    }
+}
+
+/// `{}` and every port key's `"key":[],`.
+fn keys_cost(ports: &PortMap) -> usize {
+    ports
+        .keys()
+        .fold(2usize, |a, k| a.saturating_add(key_cost(k)))
+}
+
+/// The shard count rule of [`shard_count`] over `total` bytes of `nodes`
+/// nodes, `sizes(count)` giving every shard's bytes at `count`.
+fn count_from(
+    total: usize,
+    nodes: usize,
+    max_bytes: usize,
+    sizes: impl Fn(u32) -> Vec<usize>,
+) -> u32 {
+    if total <= max_bytes || nodes <= 1 {
+        return 1;
+    }
+    let cap = u32::try_from(nodes)
+        .unwrap_or(u32::MAX)
+        .checked_next_power_of_two()
+        .unwrap_or(MAX_SHARDS)
+        .clamp(2, MAX_SHARDS);
+    let mut count = 2u32;
+    loop {
+        if count >= cap || sizes(count).iter().all(|s| *s <= max_bytes) {
+            return count;
+        }
+        count *= 2;
+    }
+}
+
 /// How many shards `ports` needs under `max_bytes` per shard (same size
 /// estimate as `crd::ports_fit`: `{}`, per port key `"key":[],`, per node
 /// its JSON and a comma): 1 when it fits one object, else the smallest power
@@ -76,29 +227,18 @@ fn key_cost(port: &str) -> usize {
 /// [`MAX_SHARDS`], and never more than the number of nodes rounded up to a
 /// power of two, and 1 for a single node: a node cannot be split). Every port
 /// key is counted in shard 0 (it carries them all, see [`partition`]).
+/// [`Buckets::shard_count`] gives the same from kept sums.
 pub fn shard_count(ports: &PortMap, max_bytes: usize, node_len: impl Fn(&Node) -> usize) -> u32 {
     // One pass: the per-node sizes and hashes, then bucket sums per count.
     let mut items: Vec<(u64, usize)> = Vec::new();
-    let mut keys_cost = 2usize; // `{}`
-    for (port, nodes) in ports {
-        keys_cost = keys_cost.saturating_add(key_cost(port));
-        for n in nodes {
-            items.push((node_hash(&n.host), node_len(n) + 1));
-        }
+    let keys_cost = keys_cost(ports);
+    for n in ports.values().flatten() {
+        items.push((node_hash(&n.host), node_len(n) + 1));
     }
     let total: usize = items
         .iter()
         .fold(keys_cost, |a, (_, c)| a.saturating_add(*c));
-    if total <= max_bytes || items.len() <= 1 {
-        return 1;
-    }
-    let cap = u32::try_from(items.len())
-        .unwrap_or(u32::MAX)
-        .checked_next_power_of_two()
-        .unwrap_or(MAX_SHARDS)
-        .clamp(2, MAX_SHARDS);
-    let mut count = 2u32;
-    loop {
+    count_from(total, items.len(), max_bytes, |count| {
         // Shard 0 carries every key; other shards at most each key once,
         // which this over-estimates as "every key" too (a few bytes).
         let mut sizes = vec![keys_cost; count as usize];
@@ -106,11 +246,8 @@ pub fn shard_count(ports: &PortMap, max_bytes: usize, node_len: impl Fn(&Node) -
             let i = usize::try_from(h % u64::from(count)).unwrap_or(0);
             sizes[i] = sizes[i].saturating_add(*c);
         }
-        if count >= cap || sizes.iter().all(|s| *s <= max_bytes) {
-            return count;
-        }
-        count *= 2;
-    }
+        sizes
+    })
 }
 
 /// `ports` split over `count` (>= 2) shards by [`shard_index`]: node order
@@ -122,27 +259,37 @@ pub fn partition(ports: &PortMap, count: u32) -> Vec<PortMap> {
     let count = count.max(1);
     let mut out: Vec<PortMap> = (0..count).map(|_| PortMap::new()).collect();
     for (port, nodes) in ports {
-        out[0].insert(port.clone(), Vec::new());
+        // Per port, then one insert per shard: the key is cloned once per
+        // shard, not once per node.
+        let expected = nodes.len() / count as usize + nodes.len() / (4 * count as usize) + 4;
+        let mut lists: Vec<Vec<Node>> = (0..count).map(|_| Vec::with_capacity(expected)).collect();
         for n in nodes {
-            let i = shard_index(n, count) as usize;
-            out[i].entry(port.clone()).or_default().push(n.clone());
+            lists[shard_index(n, count) as usize].push(n.clone());
+        }
+        for (i, list) in lists.into_iter().enumerate() {
+            if i == 0 || !list.is_empty() {
+                out[i].insert(port.clone(), list);
+            }
         }
     }
     out
 }
 
-/// The content version of shard `index` of `count` holding `ports`: 16 hex
-/// of sha256 over the index, the count and what `model::version_with_extras`
-/// hashes of a service (see the module docs).
+/// The content version of shard `index` of `count` holding `ports`, whose
+/// nodes have `digest` ([`Buckets::shard_digest`]): 16 hex of sha256 over
+/// the index, the count and what `model::version_of_digest` hashes of a
+/// big service (the port keys, the node digest, source, owner, extras; see
+/// the module docs and `model::PortsDigest` for why a digest is enough).
 pub fn shard_version(
     index: u32,
     count: u32,
     source: SourceKind,
     ports: &PortMap,
+    digest: &PortsDigest,
     owner_uid: Option<&str>,
     extras: &PortExtras,
 ) -> String {
-    let content = version_with_extras(source, ports, owner_uid, extras);
+    let content = crate::model::version_of_digest(source, ports, digest, owner_uid, extras);
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     h.update(index.to_le_bytes());
@@ -229,10 +376,43 @@ mod tests {
     }
 
     #[test]
+    fn buckets_give_what_the_nodes_give() {
+        let mut p = ports(3000);
+        p.insert("grpc".to_string(), vec![Node::new("10.0.0.7", 9090, 1)]);
+        let mut b = Buckets::of(&p);
+        for max in [1_000_000, 20_000, 5_000, 100] {
+            assert_eq!(
+                b.shard_count(&p, max),
+                shard_count(&p, max, crate::crd::node_json_len),
+                "{max}"
+            );
+            assert_eq!(b.fits(&p, max), crate::crd::ports_fit(&p, max), "{max}");
+        }
+        assert_eq!(*b.digest(), PortsDigest::of(&p));
+        for count in [2, 8, 64] {
+            for (i, part) in partition(&p, count).iter().enumerate() {
+                let i = u32::try_from(i).unwrap();
+                assert_eq!(b.shard_digest(i, count), PortsDigest::of(part));
+            }
+        }
+        // Kept per node: the same as computed afresh.
+        let n = Node::new("10.9.9.9", 8080, 1);
+        b.add("http", &n);
+        p.get_mut("http").unwrap().push(n.clone());
+        assert_eq!(b, Buckets::of(&p));
+        b.remove("grpc", &Node::new("10.0.0.7", 9090, 1));
+        p.remove("grpc");
+        assert_eq!(b.digest(), &PortsDigest::of(&p));
+    }
+
+    #[test]
     fn shard_versions_depend_on_content_index_and_count() {
         let p = ports(10);
         let e = PortExtras::default();
-        let v = |i, c, p: &PortMap| shard_version(i, c, SourceKind::EndpointSlice, p, None, &e);
+        let v = |i, c, p: &PortMap| {
+            let d = PortsDigest::of(p);
+            shard_version(i, c, SourceKind::EndpointSlice, p, &d, None, &e)
+        };
         assert_eq!(v(1, 4, &p), v(1, 4, &p));
         assert_ne!(v(1, 4, &p), v(2, 4, &p));
         assert_ne!(v(1, 4, &p), v(1, 8, &p));

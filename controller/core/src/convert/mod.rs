@@ -22,6 +22,7 @@
 //! into the `kube_discovery_source_skipped_total` metric).
 
 mod endpoints;
+mod incremental;
 mod slices;
 
 use std::collections::BTreeMap;
@@ -30,6 +31,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub use endpoints::from_endpoints;
+pub use incremental::{MergeState, Patch};
 pub use slices::{SliceContribution, from_slices, merge_slices};
 
 use crate::model::{Node, PortMap};

@@ -47,15 +47,15 @@ impl Candidate {
 /// One endpoint of a slice, reduced to what the merge reads: its first valid
 /// address and its conditions (defaults applied).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct SliceEndpoint {
+pub(super) struct SliceEndpoint {
     /// Inline for IPv4/IPv6 addresses (no heap allocation).
-    host: CompactString,
-    ready: bool,
-    serving: bool,
-    terminating: bool,
+    pub(super) host: CompactString,
+    pub(super) ready: bool,
+    pub(super) serving: bool,
+    pub(super) terminating: bool,
     /// Kept only when topology output is on, and only when set; the merge
     /// clones this box into the endpoint's nodes.
-    topology: Option<Box<NodeTopology>>,
+    pub(super) topology: Option<Box<NodeTopology>>,
 }
 
 /// What ONE EndpointSlice contributes to its Service's merge: validated ports,
@@ -74,6 +74,21 @@ pub struct SliceContribution {
 }
 
 impl SliceContribution {
+    /// The warnings the slice raises, with their reasons, in order.
+    pub fn warnings(&self) -> &[(SkipReason, String)] {
+        &self.warnings
+    }
+
+    /// The validated ports.
+    pub(super) fn specs(&self) -> &[PortSpec] {
+        &self.specs
+    }
+
+    /// The usable endpoints, in the slice's order.
+    pub(super) fn endpoints(&self) -> &[SliceEndpoint] {
+        &self.endpoints
+    }
+
     /// Validates and reduces `slice` (`opts` must be the options later
     /// passed to [`merge_slices`]): what the watch decodes
     /// ([`crate::lean::LeanEndpointSlice`]) or a k8s-openapi `EndpointSlice`.
