@@ -653,7 +653,7 @@ pub struct ServiceNodes {
     #[serde(default, skip_serializing_if = "PortExtras::is_empty")]
     pub extras: PortExtras,
     /// What the index keeps up to date of a big service's nodes, per node
-    /// bucket ([`crate::shards::Buckets`]): its digest (the version) and
+    /// bucket ([`Buckets`]): its digest (the version) and
     /// what the shard count, the shard versions and the one-object check
     /// need, so that writing one change does not hash or measure every node
     /// again. Derived from `ports` (never serialized, never compared: equal
@@ -665,7 +665,7 @@ pub struct ServiceNodes {
 /// [`ServiceNodes::buckets`]: shared between the index and the values it
 /// hands out, copied only when a change meets a value still held.
 #[derive(Clone, Default)]
-pub struct SharedBuckets(pub Option<std::sync::Arc<crate::shards::Buckets>>);
+pub struct SharedBuckets(pub Option<std::sync::Arc<Buckets>>);
 
 impl fmt::Debug for SharedBuckets {
     /// Not the 4,096 buckets: derived data, like equality (below).
@@ -761,7 +761,7 @@ impl ServiceNodes {
 
     /// The value [`ServiceNodes::new`], [`ServiceNodes::with_extras`] and
     /// [`ServiceNodes::with_skipped`] give, with ONE hash of the service
-    /// instead of three; with `buckets` ([`crate::shards::Buckets::of`]
+    /// instead of three; with `buckets` ([`Buckets::of`]
     /// `ports`, kept up to date by the caller) a big service's
     /// ([`BIG_SERVICE_NODES`]) version comes from their digest, so none of
     /// its nodes is hashed again.
@@ -772,7 +772,7 @@ impl ServiceNodes {
         owner_uid: Option<String>,
         extras: PortExtras,
         skipped: Vec<String>,
-        buckets: Option<crate::shards::Buckets>,
+        buckets: Option<Buckets>,
     ) -> Self {
         let mut s = Self {
             key,
@@ -1394,9 +1394,9 @@ pub struct PortsDigest {
 
 impl PortsDigest {
     /// The digest of every node of `ports` (O(nodes); kept per node by
-    /// [`crate::shards::Buckets`]).
+    /// [`Buckets`]).
     pub fn of(ports: &PortMap) -> Self {
-        *crate::shards::Buckets::of(ports).digest()
+        *Buckets::of(ports).digest()
     }
 
     /// An element of [`element_hash`] joined the set.
@@ -1479,4 +1479,114 @@ pub fn version_of_digest(
     let bytes = serde_json::to_vec(&canonical)
         .unwrap_or_else(|_| format!("{source:?}{ports:?}{owner_uid:?}{extras:?}").into_bytes());
     hex::encode(&Sha256::digest(&bytes)[..8])
+}
+
+// The node buckets of a big service (issue 19, item 2). They live here, not
+// in `shards` (which reads them for the shard count and versions), because a
+// `ServiceNodes` carries them: `shards` depends on `model`, never the reverse.
+
+/// The most shards a service is split into (4096 x 512 KiB = 2 GiB of
+/// nodes, far beyond what a watch can carry): the doubling stops here even
+/// if a shard still does not fit (e.g. one giant node).
+pub const MAX_SHARDS: u32 = 4096;
+
+/// FNV-1a 64 of a node's host, the identity that decides its shard. Not
+/// the port: an endpoint is one node per port key (`http`, `grpc`, ...),
+/// and all of them must move together, so that one endpoint added or
+/// removed is one shard, not one per port. Stable forever (see the module
+/// docs).
+pub fn node_hash(host: &str) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = OFFSET;
+    for b in host.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(PRIME);
+    }
+    h
+}
+
+/// The bucket of a host: its shard among [`MAX_SHARDS`] (see the module docs).
+fn bucket(host: &str) -> usize {
+    // The remainder is < MAX_SHARDS.
+    usize::try_from(node_hash(host) % u64::from(MAX_SHARDS)).unwrap_or(0)
+}
+
+/// Per-bucket facts of a service's nodes (see the module docs): kept by the
+/// index next to a big service's nodes ([`crate::model::ServiceNodes::buckets`]),
+/// updated per node with [`Buckets::add`] / [`Buckets::remove`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Buckets {
+    /// Per bucket: the sum of `JSON length + 1` (the comma) of its nodes.
+    pub(crate) sizes: Vec<usize>,
+    /// Per bucket: the digest of its `(port key, node)`s.
+    digests: Vec<PortsDigest>,
+    /// The digest of all nodes (the sum of `digests`).
+    pub(crate) total: PortsDigest,
+    /// The sum of `sizes`.
+    pub(crate) size: usize,
+}
+
+impl Default for Buckets {
+    fn default() -> Self {
+        Self {
+            sizes: vec![0; MAX_SHARDS as usize],
+            digests: vec![PortsDigest::default(); MAX_SHARDS as usize],
+            total: PortsDigest::default(),
+            size: 0,
+        }
+    }
+}
+
+impl Buckets {
+    /// The buckets of every node of `ports` (O(nodes)).
+    pub fn of(ports: &PortMap) -> Self {
+        let mut b = Self::default();
+        for (key, nodes) in ports {
+            for n in nodes {
+                b.add(key, n);
+            }
+        }
+        b
+    }
+
+    /// `node` of port `key` joined the nodes.
+    pub fn add(&mut self, key: &str, node: &Node) {
+        self.change(key, node, true);
+    }
+
+    /// `node` of port `key` left the nodes (it was added before).
+    pub fn remove(&mut self, key: &str, node: &Node) {
+        self.change(key, node, false);
+    }
+
+    fn change(&mut self, key: &str, node: &Node, added: bool) {
+        let json = node_json(node);
+        let (i, h, len) = (bucket(&node.host), element_hash(key, &json), json.len() + 1);
+        if added {
+            self.sizes[i] = self.sizes[i].saturating_add(len);
+            self.size = self.size.saturating_add(len);
+            self.digests[i].add_element(h);
+            self.total.add_element(h);
+        } else {
+            self.sizes[i] = self.sizes[i].saturating_sub(len);
+            self.size = self.size.saturating_sub(len);
+            self.digests[i].remove_element(h);
+            self.total.remove_element(h);
+        }
+    }
+
+    /// The digest of all nodes (what the service's version covers).
+    pub fn digest(&self) -> &PortsDigest {
+        &self.total
+    }
+
+    /// The digest of the nodes of shard `index` of `count` (a power of two).
+    pub fn shard_digest(&self, index: u32, count: u32) -> PortsDigest {
+        let mut d = PortsDigest::default();
+        for b in (index as usize..self.digests.len()).step_by(count.max(1) as usize) {
+            d.merge(&self.digests[b]);
+        }
+        d
+    }
 }
