@@ -32,7 +32,7 @@
 //! campaigns again like any other.
 //!
 //! All replicas watch and index (standbys are warm and serve the HTTP API);
-//! only the leader's writer writes (see [`crate::writer::spawn_gated`]), and
+//! only the leader's writer writes (see [`crate::writer::Spawn::leader`]), and
 //! every write request is fenced by the epoch it started in ([`Fence`]): a
 //! write started before a loss of the lease sends nothing after it.
 

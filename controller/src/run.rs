@@ -432,18 +432,20 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
     writer_limits.throttle = Some(throttle.clone());
     metrics.track_client("writer", "", writer_limits.in_flight.clone());
     let writer_client = crate::client::client(&opts.home, &writer_limits).await?;
-    let (writer, writer_task) = crate::writer::spawn_with(
+    let (writer, writer_task) = crate::writer::spawn(
         KubeSink::new(writer_client, opts.naming.clone())
             .with_events(events.clone())
             .with_drift(drift_view)
             .with_fence(fence)
             .in_namespace(opts.home_namespace.clone()),
         shared.clone(),
-        metrics.clone(),
-        opts.writer.clone(),
-        shutdown.clone(),
-        leader,
-        throttle,
+        crate::writer::Spawn {
+            opts: opts.writer.clone(),
+            metrics: metrics.clone(),
+            shutdown: shutdown.clone(),
+            leader,
+            throttle,
+        },
     );
     let writer_task = sup.watch("writer", writer_task);
 

@@ -966,9 +966,12 @@ mod tests {
         let (h, task) = crate::writer::spawn(
             sink,
             shared.clone(),
-            metrics.clone(),
-            opts,
-            shutdown.clone(),
+            crate::writer::Spawn {
+                opts,
+                metrics: metrics.clone(),
+                shutdown: shutdown.clone(),
+                ..crate::writer::Spawn::default()
+            },
         );
         let k = ServiceKey::new("", "shop", "web");
         let mut ports = PortMap::new();

@@ -53,59 +53,41 @@ use crate::{Error, Result, panic_message};
 /// Tuning of the writer (the planner's [`Options`]).
 pub type WriterOptions = Options;
 
+/// What a writer runs with besides its sink and the shared state. Only
+/// `opts` usually differs from the default; the rest is for the runtime
+/// (leader election, the client's 429s) and tests that read the metrics.
+#[derive(Clone, Default)]
+pub struct Spawn {
+    /// The planner's tuning.
+    pub opts: WriterOptions,
+    /// Where the writer counts.
+    pub metrics: Metrics,
+    /// Stops the writer: no new write starts, in-flight writes finish.
+    pub shutdown: CancellationToken,
+    /// Write only while this says so (leader election); `None`: always. A
+    /// standby keeps its queue; on becoming leader (in any new epoch, also
+    /// after a loss and a gain it did not see in between) it re-reads what
+    /// the API server holds and re-checks every service. The writes
+    /// themselves are fenced by the sink (a [`crate::leader::Fence`] given
+    /// to it at construction): a write this loop starts after a loss it
+    /// has not processed yet sends nothing.
+    pub leader: Option<watch::Receiver<Leadership>>,
+    /// The 429s the sink's client saw
+    /// ([`crate::client::ClientLimits::throttle`]), fed to the limiter.
+    pub throttle: ThrottleSignal,
+}
+
 /// Starts the writer task. It first reads what the sink already holds
-/// (retrying with backoff), then processes messages until `shutdown`.
+/// (retrying with backoff), then processes messages until `with.shutdown`.
 pub fn spawn<S: Sink>(
     sink: S,
     shared: Arc<ControllerState>,
-    metrics: Metrics,
-    opts: WriterOptions,
-    shutdown: CancellationToken,
-) -> (WriterHandle, tokio::task::JoinHandle<()>) {
-    spawn_gated(sink, shared, metrics, opts, shutdown, None)
-}
-
-/// Like [`spawn`], but writes only while `leader` says so (leader
-/// election). A standby keeps its queue; on becoming leader (in any new
-/// epoch, also after a loss and a gain it did not see in between) it
-/// re-reads what the API server holds and re-checks every service. The
-/// writes themselves are fenced by the sink (a [`crate::leader::Fence`]
-/// given to it at construction): a write this loop starts after a loss it
-/// has not processed yet sends nothing.
-pub fn spawn_gated<S: Sink>(
-    sink: S,
-    shared: Arc<ControllerState>,
-    metrics: Metrics,
-    opts: WriterOptions,
-    shutdown: CancellationToken,
-    leader: Option<watch::Receiver<Leadership>>,
-) -> (WriterHandle, tokio::task::JoinHandle<()>) {
-    spawn_with(
-        sink,
-        shared,
-        metrics,
-        opts,
-        shutdown,
-        leader,
-        ThrottleSignal::default(),
-    )
-}
-
-/// Like [`spawn_gated`], with the 429s the sink's client saw
-/// ([`crate::client::ClientLimits::throttle`]) fed to the limiter.
-pub fn spawn_with<S: Sink>(
-    sink: S,
-    shared: Arc<ControllerState>,
-    metrics: Metrics,
-    opts: WriterOptions,
-    shutdown: CancellationToken,
-    leader: Option<watch::Receiver<Leadership>>,
-    throttle: ThrottleSignal,
+    with: Spawn,
 ) -> (WriterHandle, tokio::task::JoinHandle<()>) {
     let (handle, inbox) = crate::inbox::channel();
-    let mut w = Writer::new(sink, shared, metrics, opts);
-    w.throttle = throttle;
-    let task = tokio::spawn(w.run(inbox, shutdown, leader));
+    let mut w = Writer::new(sink, shared, with.metrics, with.opts);
+    w.throttle = with.throttle;
+    let task = tokio::spawn(w.run(inbox, with.shutdown, with.leader));
     (handle, task)
 }
 

@@ -184,13 +184,17 @@ fn start(
     sink: &FakeSink,
     shared: &Arc<ControllerState>,
 ) -> (WriterHandle, tokio::task::JoinHandle<()>) {
-    spawn(
-        sink.clone(),
-        shared.clone(),
-        Metrics::default(),
-        opts(),
-        CancellationToken::new(),
-    )
+    start_with(sink, shared, opts(), Spawn::default())
+}
+
+/// A writer over `sink` and `shared` with `opts` and the rest of `with`.
+fn start_with(
+    sink: &FakeSink,
+    shared: &Arc<ControllerState>,
+    opts: WriterOptions,
+    with: Spawn,
+) -> (WriterHandle, tokio::task::JoinHandle<()>) {
+    spawn(sink.clone(), shared.clone(), Spawn { opts, ..with })
 }
 
 /// Runs the paused clock forward so every due write happens.
@@ -235,12 +239,14 @@ async fn existing_equal_versions_are_not_rewritten_and_changed_ones_are() {
         ..FakeSink::default()
     };
     let m = Metrics::default();
-    let (h, _t) = spawn(
-        sink.clone(),
-        shared.clone(),
-        m.clone(),
+    let (h, _t) = start_with(
+        &sink,
+        &shared,
         opts(),
-        CancellationToken::new(),
+        Spawn {
+            metrics: m.clone(),
+            ..Spawn::default()
+        },
     );
     h.changed(vec![k1.clone(), k2.clone()], Instant::now());
     h.synced("");
@@ -292,12 +298,14 @@ async fn failed_writes_are_retried_reported_and_never_lose_the_latest_state() {
     };
     let shared = Arc::new(ControllerState::new([""]));
     let m = Metrics::default();
-    let (h, _t) = spawn(
-        sink.clone(),
-        shared.clone(),
-        m.clone(),
+    let (h, _t) = start_with(
+        &sink,
+        &shared,
         opts(),
-        CancellationToken::new(),
+        Spawn {
+            metrics: m.clone(),
+            ..Spawn::default()
+        },
     );
     let k = ServiceKey::new("", "ns", "web");
     shared.set_desired(&k, Some(nodes(&k, &["10.0.0.1"])));
@@ -345,13 +353,14 @@ async fn a_standby_does_not_write_until_it_becomes_leader() {
     shared.set_desired(&k, Some(nodes(&k, &["10.0.0.1"])));
     let sink = FakeSink::default();
     let (tx, rx) = watch::channel(crate::leader::Leadership::default());
-    let (h, _t) = spawn_gated(
-        sink.clone(),
-        shared.clone(),
-        Metrics::default(),
+    let (h, _t) = start_with(
+        &sink,
+        &shared,
         opts(),
-        CancellationToken::new(),
-        Some(rx),
+        Spawn {
+            leader: Some(rx),
+            ..Spawn::default()
+        },
     );
     h.changed(vec![k.clone()], Instant::now());
     shared.update_cluster("", |c| c.listed = true);
@@ -421,13 +430,7 @@ async fn deletes_only_what_exists_and_rate_limit_spaces_writes() {
         concurrency: 8,
         ..opts()
     };
-    let (h, _t) = spawn(
-        sink.clone(),
-        shared.clone(),
-        Metrics::default(),
-        o,
-        CancellationToken::new(),
-    );
+    let (h, _t) = start_with(&sink, &shared, o, Spawn::default());
     let keys: Vec<ServiceKey> = (0..6)
         .map(|i| ServiceKey::new("", "ns", format!("s{i}")))
         .collect();
@@ -453,12 +456,14 @@ async fn drift_reports_rewrite_only_real_differences_after_writes_settle() {
     let sink = FakeSink::default();
     let shared = Arc::new(ControllerState::new([""]));
     let m = Metrics::default();
-    let (h, _t) = spawn(
-        sink.clone(),
-        shared.clone(),
-        m.clone(),
+    let (h, _t) = start_with(
+        &sink,
+        &shared,
         opts(),
-        CancellationToken::new(),
+        Spawn {
+            metrics: m.clone(),
+            ..Spawn::default()
+        },
     );
     let k = ServiceKey::new("", "ns", "web");
     let v1 = nodes(&k, &["10.0.0.1"]);
@@ -610,13 +615,15 @@ async fn a_write_started_after_the_lease_was_lost_sends_nothing() {
         ..FakeSink::default()
     };
     let m = Metrics::default();
-    let (h, _t) = spawn_gated(
-        sink.clone(),
-        shared.clone(),
-        m.clone(),
+    let (h, _t) = start_with(
+        &sink,
+        &shared,
         opts(),
-        CancellationToken::new(),
-        Some(rx),
+        Spawn {
+            metrics: m.clone(),
+            leader: Some(rx),
+            ..Spawn::default()
+        },
     );
     // A standby: the changes wait, due.
     h.changed(keys.clone(), Instant::now());
@@ -661,12 +668,14 @@ async fn a_panicking_write_is_retried() {
     };
     let shared = Arc::new(ControllerState::new([""]));
     let m = Metrics::default();
-    let (h, _t) = spawn(
-        sink.clone(),
-        shared.clone(),
-        m.clone(),
+    let (h, _t) = start_with(
+        &sink,
+        &shared,
         opts(),
-        CancellationToken::new(),
+        Spawn {
+            metrics: m.clone(),
+            ..Spawn::default()
+        },
     );
     let k = ServiceKey::new("", "ns", "web");
     shared.set_desired(&k, Some(nodes(&k, &["10.0.0.1"])));
@@ -735,14 +744,15 @@ async fn a_throttled_write_pauses_writes_for_the_retry_after_and_is_written_late
         concurrency: 1,
         ..opts()
     };
-    let (h, _t) = spawn_with(
-        sink.clone(),
-        shared.clone(),
-        m.clone(),
+    let (h, _t) = start_with(
+        &sink,
+        &shared,
         o,
-        CancellationToken::new(),
-        None,
-        sink.throttle.clone(),
+        Spawn {
+            metrics: m.clone(),
+            throttle: sink.throttle.clone(),
+            ..Spawn::default()
+        },
     );
     let keys: Vec<ServiceKey> = (0..3)
         .map(|i| ServiceKey::new("", "ns", format!("s{i}")))
