@@ -969,12 +969,14 @@ impl Index {
             &mut self.withheld
         };
         let arc = map.get_mut(key)?;
-        // In place when no reader holds the value. Else on the previous
-        // value when nobody holds that any more (see `BigService::spare`),
-        // and only when that fails one copy, keeping the held value as the
-        // next change's spare.
+        // In place when no reader holds the value (moved, not copied, when
+        // only `Weak`s do). Else on the previous value when nobody holds
+        // that any more, not even a `Weak` (see `BigService::spare`; the
+        // snapshot builder's cache trusts a `Weak`'s pointer to mean its
+        // content), and only when that fails one copy, keeping the held
+        // value as the next change's spare.
         let spare = big.spare.take();
-        if Arc::get_mut(arc).is_none() {
+        if Arc::strong_count(arc) > 1 {
             let mut reused = false;
             if let Some((mut old, replay)) = spare
                 && let Some(value) = Arc::get_mut(&mut old)

@@ -308,5 +308,18 @@ fn one_endpoint_change_touches_no_other_node() {
     assert_ne!(ptr(&i), std::sync::Arc::as_ptr(older.as_ref().unwrap()));
     assert_eq!(kept.unwrap().node_count(), 199);
     assert_eq!(i.get(&web).unwrap().node_count(), 200);
+    // A `Weak` of the previous value (the snapshot builder's cache, which
+    // takes an unchanged pointer for unchanged content) keeps it from
+    // taking a change: a copy, at another address.
+    let weak = std::sync::Arc::downgrade(&i.get_arc(&web).unwrap());
+    let held = i.get_arc(&web);
+    i.apply_slice(&s(5, false));
+    drop(held);
+    let held = i.get_arc(&web);
+    i.apply_slice(&s(5, true));
+    assert_ne!(ptr(&i), weak.as_ptr());
+    assert_eq!(weak.upgrade(), None);
+    assert_eq!(held.unwrap().node_count(), 199);
+    assert_eq!(i.get(&web).unwrap().node_count(), 200);
     assert_eq!(i.take_work().merged, 0);
 }
