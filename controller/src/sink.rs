@@ -11,17 +11,21 @@
 //! The CRD has no status subresource (`kube_discovery_core::crd::definition`):
 //! the status is derived from the object's own spec, so it is an ordinary
 //! field written in the same request
-//! (`kube_discovery_core::crd::desired_objects_at`), one API write per object
+//! (`kube_discovery_core::crd::DesiredObjects::at`), one API write per object
 //! and change instead of two.
 //!
 //! # Big services (shards)
 //!
 //! A service whose nodes do not fit one object is written as several
-//! (`kube_discovery_core::crd::desired_objects`): shard 0 keeps the usual
-//! name, shard `i` is `<name>.<i>`, all carry the same `spec.version` and
-//! `spec.shard = {index, count}`. [`KubeSink::apply`] writes shards `1..`
-//! first and shard 0 LAST (shard 0 carries the count a reader trusts), each
-//! with its own status, then deletes the surplus shards of a shrink.
+//! (`kube_discovery_core::crd::DesiredObjects`): shard 0 keeps the usual
+//! name, shard `i` is `<name>.<i>` and carries the version of its own
+//! content, shard 0 the service's version and the manifest of every shard's
+//! version, all `spec.shard = {index, count}`. [`KubeSink::apply`] writes
+//! the changed shards `1..` first and shard 0 LAST (shard 0 carries the
+//! count and manifest a reader trusts), each with its own status, then
+//! deletes the surplus shards of a shrink. Which objects a write sends is
+//! decided from names and versions (`object_ops`); only those are built
+//! (one change in a big service copies the nodes of two shards, not all).
 //! The shard count per service is the planner's (from
 //! [`Sink::list_versions`], then from every apply's answer, handed back in
 //! [`Prior::shards`]), so a shrink needs no extra LIST.
@@ -37,7 +41,7 @@
 //! writer's "is what the API server holds still what we want?" (a question
 //! only: it changes nothing). A key found drifted is a repair for the
 //! planner ([`Prior::repair`]): `object_ops` then writes only the objects the
-//! cache does NOT show intact ([`DriftView::intact`]: cached, not older than
+//! cache does NOT show intact ([`DriftView::intact_of`]: cached, not older than
 //! our last write, content as wanted) and deletes stray objects the cache
 //! holds for the service. Port keys someone else added survive server-side
 //! apply (not ours) and are removed by a merge patch after the apply.

@@ -37,6 +37,11 @@
 //!   (`lastSyncTime` in every apply would turn a rewrite of an intact shard
 //!   into a real write) and also deletes stray objects the cache holds for the
 //!   service (only then: no cache scan per ordinary write).
+//! * Decided from names and versions alone ([`DesiredObjects`]): no object
+//!   is built here; the sink builds the ones [`ObjectPlan::applied`] lists,
+//!   so one change in a big service copies the nodes of two shards, not of
+//!   all (issue 19 item 2). [`ServerView::intact`] gets the lazy objects, to
+//!   answer from versions where it can.
 //! * A desired name held by someone else (another instance, a hand-made
 //!   object) fails the whole write before any request ([`NameTaken`]): a
 //!   sharded service is written whole or not at all. A name to delete that
