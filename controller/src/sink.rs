@@ -11,17 +11,21 @@
 //! The CRD has no status subresource (`kube_discovery_core::crd::definition`):
 //! the status is derived from the object's own spec, so it is an ordinary
 //! field written in the same request
-//! (`kube_discovery_core::crd::desired_objects_at`), one API write per object
+//! (`kube_discovery_core::crd::DesiredObjects::at`), one API write per object
 //! and change instead of two.
 //!
 //! # Big services (shards)
 //!
 //! A service whose nodes do not fit one object is written as several
-//! (`kube_discovery_core::crd::desired_objects`): shard 0 keeps the usual
-//! name, shard `i` is `<name>.<i>`, all carry the same `spec.version` and
-//! `spec.shard = {index, count}`. [`KubeSink::apply`] writes shards `1..`
-//! first and shard 0 LAST (shard 0 carries the count a reader trusts), each
-//! with its own status, then deletes the surplus shards of a shrink.
+//! (`kube_discovery_core::crd::DesiredObjects`): shard 0 keeps the usual
+//! name, shard `i` is `<name>.<i>` and carries the version of its own
+//! content, shard 0 the service's version and the manifest of every shard's
+//! version, all `spec.shard = {index, count}`. [`KubeSink::apply`] writes
+//! the changed shards `1..` first and shard 0 LAST (shard 0 carries the
+//! count and manifest a reader trusts), each with its own status, then
+//! deletes the surplus shards of a shrink. Which objects a write sends is
+//! decided from names and versions (`object_ops`); only those are built
+//! (one change in a big service copies the nodes of two shards, not all).
 //! The shard count per service is the planner's (from
 //! [`Sink::list_versions`], then from every apply's answer, handed back in
 //! [`Prior::shards`]), so a shrink needs no extra LIST.
@@ -37,7 +41,7 @@
 //! writer's "is what the API server holds still what we want?" (a question
 //! only: it changes nothing). A key found drifted is a repair for the
 //! planner ([`Prior::repair`]): `object_ops` then writes only the objects the
-//! cache does NOT show intact ([`DriftView::intact`]: cached, not older than
+//! cache does NOT show intact ([`DriftView::intact_of`]: cached, not older than
 //! our last write, content as wanted) and deletes stray objects the cache
 //! holds for the service. Port keys someone else added survive server-side
 //! apply (not ours) and are removed by a merge patch after the apply.
@@ -60,8 +64,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use kube_discovery_core::crd::{
-    DiscoveredService, LABEL_INSTANCE, ObjectNaming, Owner, ShardHead, consistent_shards,
-    desired_objects_at, generation_fix, key_of, shard_of, stamp_generation, stamped_generation,
+    DesiredObjects, DiscoveredService, LABEL_INSTANCE, ObjectNaming, Owner, ShardHead,
+    consistent_shards, generation_fix, key_of, shard_of, stamp_generation, stamped_generation,
 };
 use kube_discovery_core::write_plan::{
     DeleteWhy, Held, NameTaken, ObjectOp, ObjectPlan, Prior, ServerView, object_ops,
@@ -236,7 +240,9 @@ impl KubeSink {
         &self,
         token: FenceToken,
         key: &ServiceKey,
-        plan: ObjectPlan<'_>,
+        plan: ObjectPlan,
+        desired: Option<&DesiredObjects<'_>>,
+        built: &[DiscoveredService],
         repair: bool,
     ) -> Result<Option<String>> {
         // The uid of the last object applied: shard 0 comes last, and its uid
@@ -248,7 +254,19 @@ impl KubeSink {
         for op in plan.ops {
             match op {
                 ObjectOp::Unshard((ns, name)) => self.unshard(token, key, &ns, &name).await?,
-                ObjectOp::Apply(obj) => uid = self.write_one(token, key, obj).await?,
+                ObjectOp::Apply { index, .. } => {
+                    // `built` holds every object the plan applies (built
+                    // again here if not: an `Apply` comes with `desired`).
+                    let obj = match built.iter().find(|o| shard_of(o).0 == index) {
+                        Some(o) => Some(std::borrow::Cow::Borrowed(o)),
+                        None => desired
+                            .and_then(|d| d.object(index))
+                            .map(std::borrow::Cow::Owned),
+                    };
+                    if let Some(obj) = obj {
+                        uid = self.write_one(token, key, &obj).await?;
+                    }
+                }
                 ObjectOp::Delete((ns, name), why) => {
                     let object = format!("{ns}/{name}");
                     match why {
@@ -504,8 +522,10 @@ impl KubeSink {
 /// views of it: the drift cache (intact objects, a service's objects, names
 /// held by others) and, until the drift watch has listed, the start-up list.
 impl ServerView for KubeSink {
-    fn intact(&self, obj: &DiscoveredService) -> bool {
-        self.drift.as_ref().is_some_and(|v| v.intact(obj))
+    fn intact(&self, desired: &DesiredObjects<'_>, index: u32) -> bool {
+        self.drift
+            .as_ref()
+            .is_some_and(|v| v.intact_of(desired, index))
     }
     fn taken(&self, ns: &str, name: &str) -> Option<Owner> {
         KubeSink::taken(self, ns, name)
@@ -702,8 +722,12 @@ impl Sink for KubeSink {
     async fn apply(&self, svc: Arc<ServiceNodes>, prior: Prior) -> Result<u32> {
         let token = self.fence.begin()?;
         let previous = self.explain.previous(&svc.key);
-        let mut objs =
-            desired_objects_at(&svc, &self.naming, &previous, &Time(jiff::Timestamp::now()));
+        let desired =
+            DesiredObjects::new(&svc, &self.naming).at(&previous, &Time(jiff::Timestamp::now()));
+        // Decided from names and versions; then only the objects sent are
+        // built (one change in a big service: its shard and shard 0).
+        let plan = object_ops(&svc.key, &self.naming, Some(&desired), prior, self)?;
+        let mut objs = desired.build(&plan.applied());
         if self.generations.stamping() {
             for o in &mut objs {
                 let want = self.generations.next(
@@ -713,19 +737,27 @@ impl Sink for KubeSink {
                 stamp_generation(o, Some(want));
             }
         }
-        let plan = object_ops(&svc.key, &self.naming, &objs, prior, self)?;
-        let uid = self.execute(token, &svc.key, plan, prior.repair).await?;
-        if let Some(first) = objs.first() {
+        let uid = self
+            .execute(token, &svc.key, plan, Some(&desired), &objs, prior.repair)
+            .await?;
+        // Shard 0 (or the one object) says what the service's conditions
+        // are; a repair that found it intact did not build it.
+        let first = match objs.iter().find(|o| shard_of(o).0 == 0) {
+            Some(o) => Some(std::borrow::Cow::Borrowed(o)),
+            None => desired.object(0).map(std::borrow::Cow::Owned),
+        };
+        if let Some(first) = first {
             self.explain
-                .written(&svc.key, first, &previous, uid, prior.repair);
+                .written(&svc.key, &first, &previous, uid, prior.repair);
         }
-        Ok(u32::try_from(objs.len()).unwrap_or(u32::MAX))
+        Ok(desired.len())
     }
 
     async fn delete(&self, key: ServiceKey, prior: Prior) -> Result<()> {
         let token = self.fence.begin()?;
-        let plan = object_ops(&key, &self.naming, &[], prior, self)?;
-        self.execute(token, &key, plan, prior.repair).await?;
+        let plan = object_ops(&key, &self.naming, None, prior, self)?;
+        self.execute(token, &key, plan, None, &[], prior.repair)
+            .await?;
         self.explain.forget(&key);
         Ok(())
     }

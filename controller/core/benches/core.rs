@@ -18,8 +18,12 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_discovery_core::convert::{from_endpoints, from_slices};
+use kube_discovery_core::crd::DesiredObjects;
 use kube_discovery_core::filter::NamespaceFilter;
-use kube_discovery_core::{ConvertOptions, Index, PortMap, SourceKind, content_version};
+use kube_discovery_core::write_plan::{ObjName, Prior, ServerView, object_ops};
+use kube_discovery_core::{
+    ConvertOptions, Index, PortMap, ServiceNodes, SourceKind, content_version,
+};
 use serde_json::{Value, json};
 
 const N: usize = 1000;
@@ -123,10 +127,11 @@ fn bench(c: &mut Criterion) {
 
 /// Issue 19 item 2: one slice change in a 100,000-endpoint service (1,000
 /// slices of 100), the controller's CPU per change: the index's merge and
-/// hash of the service (`index/...`), and the objects one write of it
-/// builds (`write/...`: `crd::desired_objects_at`, the shard count, the
-/// partition and every shard's version; `object_ops` then sends the
-/// changed shard and shard 0).
+/// hash of the service (`index/...`), and what one write of it builds
+/// (`write/objects_sent_...`: the lazy `crd::DesiredObjects`, `object_ops`
+/// and the two objects it sends, the changed shard and shard 0;
+/// `write/desired_objects_...`: every shard object, the eager build that
+/// `render` and the drift check still use).
 fn big_service(c: &mut Criterion) {
     const BIG: usize = 100_000;
     let mut idx = index_of(&slices(BIG));
@@ -170,7 +175,61 @@ fn big_service(c: &mut Criterion) {
     group.bench_function("write/desired_objects_of_100000_endpoint_service", |b| {
         b.iter(|| kube_discovery_core::crd::desired_objects_at(black_box(&svc), &naming, &[], &now))
     });
+    // What the sink does per write since the objects are lazy: the shard
+    // count and versions (`DesiredObjects`), which objects to send
+    // (`object_ops` against a server holding the previous state's objects,
+    // intact by name and version as the drift view answers for a shard it
+    // remembers) and the objects sent, built (its shard and shard 0).
+    let states = [&a, &b2].map(|s| {
+        idx.apply_slice(s);
+        idx.get(&key).unwrap().clone()
+    });
+    let held = states.each_ref().map(|s| {
+        let d = DesiredObjects::new(s, &naming);
+        Held(
+            (0..d.len())
+                .map(|i| (d.name(i).1, d.version(i).to_string()))
+                .collect(),
+        )
+    });
+    let prior = Prior {
+        shards: DesiredObjects::new(&states[0], &naming).len(),
+        repair: false,
+    };
+    let write = |svc: &ServiceNodes, server: &Held| {
+        let desired = DesiredObjects::new(svc, &naming).at(&[], &now);
+        let plan = object_ops(&key, &naming, Some(&desired), prior, server).unwrap();
+        desired.build(&plan.applied())
+    };
+    let sent = write(&states[0], &held[1]);
+    assert_eq!(sent.len(), 2, "one change sends its shard and shard 0");
+    assert_eq!(kube_discovery_core::crd::shard_of(&sent[1]).0, 0);
+    group.bench_function(
+        "write/objects_sent_for_one_change_of_100000_endpoint_service",
+        |b| {
+            b.iter(|| {
+                flip = !flip;
+                let (now, before) = if flip { (0, 1) } else { (1, 0) };
+                write(black_box(&states[now]), &held[before])
+            })
+        },
+    );
     group.finish();
+}
+
+/// The API server after a write: `name -> spec.version` of every object.
+struct Held(std::collections::HashMap<String, String>);
+
+impl ServerView for Held {
+    fn intact(&self, desired: &DesiredObjects<'_>, index: u32) -> bool {
+        self.0.get(&desired.name(index).1).map(String::as_str) == Some(desired.version(index))
+    }
+    fn taken(&self, _ns: &str, _name: &str) -> Option<kube_discovery_core::crd::Owner> {
+        None
+    }
+    fn objects_of(&self, _key: &kube_discovery_core::ServiceKey) -> Vec<ObjName> {
+        Vec::new()
+    }
 }
 
 /// Issue 19 item 2, the ConfigMap snapshot: the snapshot sink's `Build`

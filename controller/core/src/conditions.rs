@@ -108,13 +108,14 @@ fn readiness(svc: &ServiceNodes) -> (bool, &'static str, String) {
         };
         return (false, NO_ENDPOINTS, message);
     }
-    let draining = svc
+    // Stops at the first serving node instead of counting the draining
+    // ones: this runs per write, and a 100,000-node service has few.
+    let all_draining = svc
         .ports
         .values()
         .flatten()
-        .filter(|n| n.draining == Some(true))
-        .count();
-    if draining == total {
+        .all(|n| n.draining == Some(true));
+    if all_draining {
         return (
             false,
             ALL_TERMINATING,

@@ -721,86 +721,239 @@ pub fn desired_objects_with_limit(
     naming: &ObjectNaming,
     max_ports_bytes: usize,
 ) -> Vec<DiscoveredService> {
-    // The index keeps the buckets of a big service; any other value (a
-    // small one, or one built elsewhere) is measured node by node here.
-    let kept = svc.buckets.0.as_deref();
-    let fits = match kept {
-        Some(b) => b.fits(&svc.ports, max_ports_bytes),
-        None => ports_fit(&svc.ports, max_ports_bytes),
-    };
-    if fits {
-        return vec![desired_object(svc, naming)];
+    DesiredObjects::with_limit(svc, naming, max_ports_bytes).all()
+}
+
+/// The objects of [`desired_objects_with_limit`], each built only when asked
+/// for ([`DesiredObjects::build`]); what a write of `svc` needs to decide
+/// WHICH objects it sends (their names, count and versions) costs no node.
+///
+/// Why lazy: one endpoint change in a 100,000-endpoint service (16 shards)
+/// sends two objects, its shard and shard 0 (`write_plan::object_ops`), but
+/// building all 16 copied every node into its shard object per change
+/// (1.8 ms of the 2 ms a change may cost, issue 19 item 2). The shard
+/// count and every shard's version come from the index's kept
+/// [`crate::model::Buckets`] (O(buckets)); [`DesiredObjects::build`] then
+/// copies the nodes of the requested shards only, in one pass that hashes
+/// each host once. [`DesiredObjects::all`] is exactly the eager build (every
+/// reader of "all objects": `render`, the drift check, the client).
+pub struct DesiredObjects<'a> {
+    svc: &'a ServiceNodes,
+    /// 1: one object, [`desired_object`]; else the shard count.
+    count: u32,
+    /// Shard `i`'s content version ([`crate::shards::shard_version`]);
+    /// empty when `count` is 1.
+    versions: Vec<String>,
+    /// The object without nodes (shard 0's name and version, no shard
+    /// field): every object is this plus its nodes and shard facts.
+    template: DiscoveredService,
+    /// The service's conditions and the write's time ([`DesiredObjects::at`]):
+    /// each built object then carries its [`object_status`].
+    status: Option<(Vec<Condition>, Time)>,
+}
+
+impl<'a> DesiredObjects<'a> {
+    /// The objects of `svc` under [`MAX_OBJECT_PORTS_BYTES`].
+    pub fn new(svc: &'a ServiceNodes, naming: &ObjectNaming) -> Self {
+        Self::with_limit(svc, naming, MAX_OBJECT_PORTS_BYTES)
     }
-    let count = match kept {
-        Some(b) => b.shard_count(&svc.ports, max_ports_bytes),
-        None => crate::shards::shard_count(&svc.ports, max_ports_bytes, node_json_len),
-    };
-    if count <= 1 {
-        return vec![desired_object(svc, naming)];
-    }
-    let computed;
-    let buckets = match kept {
-        Some(b) => b,
-        None => {
-            computed = crate::shards::Buckets::of(&svc.ports);
-            &computed
+
+    /// The objects of `svc` with an explicit size bound (tests use small
+    /// ones): the shard count and versions, no node copied.
+    pub fn with_limit(
+        svc: &'a ServiceNodes,
+        naming: &ObjectNaming,
+        max_ports_bytes: usize,
+    ) -> Self {
+        // The index keeps the buckets of a big service; any other value (a
+        // small one, or one built elsewhere) is measured node by node here.
+        let kept = svc.buckets.0.as_deref();
+        let fits = match kept {
+            Some(b) => b.fits(&svc.ports, max_ports_bytes),
+            None => ports_fit(&svc.ports, max_ports_bytes),
+        };
+        let count = if fits {
+            1
+        } else {
+            match kept {
+                Some(b) => b.shard_count(&svc.ports, max_ports_bytes),
+                None => crate::shards::shard_count(&svc.ports, max_ports_bytes, node_json_len),
+            }
+        };
+        let versions = if count <= 1 {
+            Vec::new()
+        } else {
+            let computed;
+            let buckets = match kept {
+                Some(b) => b,
+                None => {
+                    computed = crate::shards::Buckets::of(&svc.ports);
+                    &computed
+                }
+            };
+            (0..count)
+                .map(|index| {
+                    // Shard 0 carries every port key; shard `i > 0` only
+                    // those it has nodes of (`shards::partition`), which its
+                    // digest covers: the keys are what the version hashes.
+                    crate::shards::shard_version(
+                        index,
+                        count,
+                        svc.source,
+                        &crate::shards::shard_keys(&svc.ports, index, count),
+                        &buckets.shard_digest(index, count),
+                        svc.owner_uid.as_deref(),
+                        &svc.extras,
+                    )
+                })
+                .collect()
+        };
+        // Everything but the nodes: no object clones the whole node list
+        // only to replace it.
+        let template = desired_object(
+            &ServiceNodes {
+                key: svc.key.clone(),
+                source: svc.source,
+                ports: PortMap::new(),
+                owner_uid: svc.owner_uid.clone(),
+                version: svc.version.clone(),
+                skipped: Vec::new(),
+                extras: svc.extras.clone(),
+                buckets: crate::model::SharedBuckets::default(),
+            },
+            naming,
+        );
+        DesiredObjects {
+            svc,
+            count: count.max(1),
+            versions,
+            template,
+            status: None,
         }
-    };
-    let groups = crate::shards::partition(&svc.ports, count);
-    let versions: Vec<String> = groups
-        .iter()
-        .zip(0u32..)
-        .map(|(ports, index)| {
-            crate::shards::shard_version(
-                index,
-                count,
-                svc.source,
-                ports,
-                &buckets.shard_digest(index, count),
-                svc.owner_uid.as_deref(),
-                &svc.extras,
-            )
-        })
-        .collect();
-    // The shards share everything but the nodes: the template has none, so
-    // no shard clones the whole node list only to replace it.
-    let base = desired_object(
-        &ServiceNodes {
-            key: svc.key.clone(),
-            source: svc.source,
-            ports: PortMap::new(),
-            owner_uid: svc.owner_uid.clone(),
-            version: svc.version.clone(),
-            skipped: Vec::new(),
-            extras: svc.extras.clone(),
-            buckets: crate::model::SharedBuckets::default(),
-        },
-        naming,
-    );
-    let base_name = base.metadata.name.clone().unwrap_or_default();
-    let mut manifest = Some(versions.clone());
-    groups
-        .into_iter()
-        .zip(versions)
-        .zip(0u32..)
-        .map(|((ports, version), index)| {
-            let mut obj = base.clone();
-            obj.metadata.name = Some(shard_name(&base_name, index));
+    }
+
+    /// These objects as WRITTEN at `now` ([`desired_objects_at`]): each
+    /// with its [`object_status`], the conditions computed once from
+    /// `previous`.
+    #[must_use]
+    pub fn at(mut self, previous: &[Condition], now: &Time) -> Self {
+        let conditions = crate::conditions::conditions(self.svc, previous, now);
+        self.status = Some((conditions, now.clone()));
+        self
+    }
+
+    /// The service they describe.
+    pub fn service(&self) -> &'a ServiceNodes {
+        self.svc
+    }
+
+    /// How many objects (1 when unsharded, else the shard count).
+    pub fn len(&self) -> u32 {
+        self.count
+    }
+
+    /// Never: a service is at least one object.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Whether object `index` is a shard `i > 0` (its version is that of
+    /// its own content).
+    pub fn is_later_shard(&self, index: u32) -> bool {
+        self.count > 1 && index > 0
+    }
+
+    /// `(namespace, name)` of object `index`.
+    pub fn name(&self, index: u32) -> (String, String) {
+        let m = &self.template.metadata;
+        (
+            m.namespace.clone().unwrap_or_default(),
+            shard_name(m.name.as_deref().unwrap_or_default(), index),
+        )
+    }
+
+    /// `spec.version` of object `index`: the service's version for shard 0
+    /// and an unsharded object, the shard's content version otherwise.
+    pub fn version(&self, index: u32) -> &str {
+        if self.is_later_shard(index) {
+            self.versions.get(index as usize).map_or("", String::as_str)
+        } else {
+            &self.template.spec.version
+        }
+    }
+
+    /// Objects `indices` (each `< len()`; others are skipped), in that
+    /// order, nodes and status included: one pass over the nodes, copying
+    /// only those of the requested shards.
+    pub fn build(&self, indices: &[u32]) -> Vec<DiscoveredService> {
+        let asked: Vec<u32> = indices
+            .iter()
+            .copied()
+            .filter(|i| *i < self.count)
+            .collect();
+        let mut unique: Vec<u32> = Vec::with_capacity(asked.len());
+        for i in &asked {
+            if !unique.contains(i) {
+                unique.push(*i);
+            }
+        }
+        let parts = if self.count == 1 {
+            unique.iter().map(|_| self.svc.ports.clone()).collect()
+        } else {
+            crate::shards::partition_some(&self.svc.ports, self.count, &unique)
+        };
+        let built: Vec<DiscoveredService> = unique
+            .iter()
+            .zip(parts)
+            .map(|(index, ports)| self.object_with(*index, ports))
+            .collect();
+        if unique.len() == asked.len() {
+            return built;
+        }
+        // An index asked twice: the same object twice.
+        asked
+            .iter()
+            .filter_map(|i| unique.iter().position(|u| u == i))
+            .filter_map(|pos| built.get(pos).cloned())
+            .collect()
+    }
+
+    /// Object `index` (see [`DesiredObjects::build`]).
+    pub fn object(&self, index: u32) -> Option<DiscoveredService> {
+        self.build(&[index]).pop()
+    }
+
+    /// Every object, shard 0 first: the eager build.
+    pub fn all(&self) -> Vec<DiscoveredService> {
+        self.build(&(0..self.count).collect::<Vec<_>>())
+    }
+
+    fn object_with(&self, index: u32, ports: PortMap) -> DiscoveredService {
+        let mut obj = self.template.clone();
+        obj.spec.ports = ports;
+        if self.count > 1 {
+            obj.metadata.name = Some(self.name(index).1);
             if let Some(labels) = obj.metadata.labels.as_mut() {
                 labels.insert(LABEL_SHARD.to_string(), index.to_string());
             }
-            obj.spec.ports = ports;
             if index > 0 {
-                obj.spec.version = version;
+                obj.spec.version = self.version(index).to_string();
             }
             obj.spec.shard = Some(Shard {
                 index,
-                count,
-                versions: manifest.take().unwrap_or_default(),
+                count: self.count,
+                versions: if index == 0 {
+                    self.versions.clone()
+                } else {
+                    Vec::new()
+                },
             });
-            obj
-        })
-        .collect()
+        }
+        if let Some((conditions, now)) = &self.status {
+            obj.status = Some(object_status(&obj, conditions.clone(), now.clone()));
+        }
+        obj
+    }
 }
 
 /// Why the objects of a sharded service do not form one version yet
@@ -925,14 +1078,7 @@ pub fn desired_objects_at(
     previous: &[Condition],
     now: &Time,
 ) -> Vec<DiscoveredService> {
-    let conditions = crate::conditions::conditions(svc, previous, now);
-    desired_objects(svc, naming)
-        .into_iter()
-        .map(|mut obj| {
-            obj.status = Some(object_status(&obj, conditions.clone(), now.clone()));
-            obj
-        })
-        .collect()
+    DesiredObjects::new(svc, naming).at(previous, now).all()
 }
 
 /// The status of one written object (`obj` from [`desired_objects`]): node
@@ -1542,6 +1688,124 @@ mod tests {
             total += st.node_count;
         }
         assert_eq!(total, 60_000);
+    }
+
+    /// The lazy objects ([`DesiredObjects`]) against an eager build written
+    /// out here from the shard rules (partition every node, version every
+    /// part from its own nodes): every shard built alone, in any order and
+    /// in pairs, is that object, status included; names and versions come
+    /// without building one. With and without the index's kept buckets, with
+    /// a port of few nodes (absent from most shards) and unsharded.
+    #[test]
+    fn lazy_objects_are_the_eager_build_one_shard_at_a_time() {
+        use crate::model::{Buckets, PortsDigest, SharedBuckets};
+        let now = Time(jiff::Timestamp::UNIX_EPOCH);
+        let naming = ObjectNaming::source();
+        let mut sparse = big(20_000);
+        sparse.ports.insert(
+            "admin".into(),
+            vec![Node::new("10.0.0.3", 1, 1), Node::new("10.0.0.9", 1, 1)],
+        );
+        let sparse = ServiceNodes::new(sparse.key, sparse.source, sparse.ports, sparse.owner_uid);
+        let mut kept = sparse.clone();
+        kept.buckets = SharedBuckets(Some(std::sync::Arc::new(Buckets::of(&kept.ports))));
+        let small = svc("", "default", "plat-dev", Some("u"));
+        for (what, s, limit) in [
+            ("sharded", &sparse, MAX_OBJECT_PORTS_BYTES),
+            ("kept buckets", &kept, MAX_OBJECT_PORTS_BYTES),
+            ("tiny limit", &small, 1),
+            ("unsharded", &small, MAX_OBJECT_PORTS_BYTES),
+        ] {
+            let lazy = DesiredObjects::with_limit(s, &naming, limit).at(&[], &now);
+            let count = lazy.len();
+            // The eager build, from the rules.
+            let want: Vec<DiscoveredService> = if count == 1 {
+                let mut o = desired_object(s, &naming);
+                let conditions = crate::conditions::conditions(s, &[], &now);
+                o.status = Some(object_status(&o, conditions, now.clone()));
+                vec![o]
+            } else {
+                let parts = crate::shards::partition(&s.ports, count);
+                let versions: Vec<String> = parts
+                    .iter()
+                    .zip(0u32..)
+                    .map(|(p, i)| {
+                        crate::shards::shard_version(
+                            i,
+                            count,
+                            s.source,
+                            p,
+                            &PortsDigest::of(p),
+                            s.owner_uid.as_deref(),
+                            &s.extras,
+                        )
+                    })
+                    .collect();
+                parts
+                    .into_iter()
+                    .zip(0u32..)
+                    .map(|(p, i)| {
+                        let mut o = desired_object(s, &naming);
+                        o.metadata.name = Some(shard_name("plat-dev", i))
+                            .filter(|_| s.key.name == "plat-dev")
+                            .or_else(|| Some(shard_name("big", i)));
+                        o.metadata
+                            .labels
+                            .as_mut()
+                            .unwrap()
+                            .insert(LABEL_SHARD.into(), i.to_string());
+                        o.spec.ports = p;
+                        if i > 0 {
+                            o.spec.version = versions[i as usize].clone();
+                        }
+                        o.spec.shard = Some(Shard {
+                            index: i,
+                            count,
+                            versions: if i == 0 { versions.clone() } else { Vec::new() },
+                        });
+                        let conditions = crate::conditions::conditions(s, &[], &now);
+                        o.status = Some(object_status(&o, conditions, now.clone()));
+                        o
+                    })
+                    .collect()
+            };
+            assert!(lazy.all() == want, "{what}");
+            assert!(
+                limit != MAX_OBJECT_PORTS_BYTES
+                    || desired_objects_at(s, &naming, &[], &now) == want,
+                "{what}"
+            );
+            for (i, w) in (0u32..).zip(&want) {
+                assert!(lazy.object(i).as_ref() == Some(w), "{what} {i}");
+                assert_eq!(lazy.version(i), w.spec.version, "{what} {i}");
+                assert_eq!(
+                    lazy.name(i),
+                    (
+                        w.metadata.namespace.clone().unwrap(),
+                        w.metadata.name.clone().unwrap()
+                    )
+                );
+                assert_eq!(lazy.is_later_shard(i), i > 0);
+                // In pairs, shard 0 last (how a write sends them).
+                let pair = lazy.build(&[i, 0]);
+                assert!(pair == [w.clone(), want[0].clone()], "{what} {i}");
+            }
+            assert!(lazy.object(count).is_none());
+            match what {
+                "unsharded" => assert_eq!(count, 1),
+                "tiny limit" => assert_eq!(count, 2),
+                _ => {
+                    assert!(count >= 4, "{what}: {count}");
+                    // The sparse port sits in shard 0 (every key) and in
+                    // the shards of its nodes only.
+                    let with_admin = want
+                        .iter()
+                        .filter(|o| o.spec.ports.contains_key("admin"))
+                        .count();
+                    assert!(with_admin <= 3, "{with_admin}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -9,11 +9,13 @@
 //!    any older than our write ─▶ Stale       any extra (stray shard, no source) ─▶ Drift(Orphan)
 //! ```
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use kube_discovery_core::crd::{DiscoveredService, MAX_OBJECT_PORTS_BYTES, ObjectNaming, Owner};
+use kube_discovery_core::crd::{
+    DesiredObjects, DiscoveredService, MAX_OBJECT_PORTS_BYTES, ObjectNaming, Owner,
+};
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
 use super::cache::{Caches, pack_rv, parse_rv};
@@ -34,7 +36,19 @@ pub struct DriftView {
     /// The generations the watch shows, shared with the sink
     /// ([`crate::generation`]).
     pub(super) generations: Generations,
+    /// The wanted form of shards `i > 0` by `(namespace, name)`, with the
+    /// service and `spec.version` it was built for ([`DriftView::intact_of`]).
+    shard_wants: Arc<Mutex<ShardWants>>,
 }
+
+/// [`DriftView::shard_wants`]: `(namespace, name)` -> (service, shard
+/// version, wanted form).
+type ShardWants = HashMap<ObjName, (ServiceKey, String, WantedObject)>;
+
+/// [`DriftView::shard_wants`] is emptied when it grows beyond this many
+/// shards (a memo: entries of deleted services are never looked up again,
+/// and any entry is rebuilt on demand).
+const SHARD_WANTS_MAX: usize = 65_536;
 
 impl DriftView {
     /// An empty, unlisted view (`DriftView::new` pairs it with its feed).
@@ -46,6 +60,7 @@ impl DriftView {
             caches,
             max_ports_bytes: MAX_OBJECT_PORTS_BYTES,
             generations: Generations::default(),
+            shard_wants: Arc::default(),
         }
     }
 
@@ -104,6 +119,72 @@ impl DriftView {
             .live
             .cached(&w.ns, &w.name)
             .is_some_and(|s| !s.older_than_our_write() && s.satisfies(&w))
+    }
+
+    /// [`DriftView::intact`] of object `index` of `desired`, building it
+    /// only when the answer needs it: not for an object the cache does not
+    /// hold (or holds older than our write), and not for a shard `i > 0`
+    /// whose wanted form is remembered for its `spec.version`.
+    ///
+    /// Why remembering is exact: a shard `i > 0` carries the version of its
+    /// own content (`kube_discovery_core::shards::shard_version`: its nodes,
+    /// index, count, source, owner and extras), and everything else of it
+    /// follows from its service and the naming, so the same service and
+    /// version mean the same wanted object, which is compared with the
+    /// cached copy as before (a hand edit of its nodes is still seen). Why
+    /// it matters: a write of one change in a 100,000-endpoint service asks
+    /// this of 15 shards; building them copied every node (issue 19 item 2).
+    pub fn intact_of(&self, desired: &DesiredObjects<'_>, index: u32) -> bool {
+        let (ns, name) = desired.name(index);
+        let current = |caches: &Caches| {
+            caches
+                .live
+                .cached(&ns, &name)
+                .is_some_and(|s| !s.older_than_our_write())
+        };
+        if !current(&self.lock()) {
+            return false;
+        }
+        let want = if desired.is_later_shard(index) {
+            self.shard_want(desired, index, (ns.clone(), name.clone()))
+        } else {
+            desired.object(index).map(|o| WantedObject::of(&o))
+        };
+        let Some(want) = want else { return false };
+        self.lock()
+            .live
+            .cached(&ns, &name)
+            .is_some_and(|s| !s.older_than_our_write() && s.satisfies(&want))
+    }
+
+    /// The wanted form of shard `index > 0` of `desired` named `at`,
+    /// remembered per service and version ([`DriftView::intact_of`]).
+    fn shard_want(
+        &self,
+        desired: &DesiredObjects<'_>,
+        index: u32,
+        at: ObjName,
+    ) -> Option<WantedObject> {
+        let key = &desired.service().key;
+        let version = desired.version(index);
+        let lock = || {
+            self.shard_wants
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        };
+        if let Some((k, v, w)) = lock().get(&at)
+            && k == key
+            && v == version
+        {
+            return Some(w.clone());
+        }
+        let want = WantedObject::of(&desired.object(index)?);
+        let mut wants = lock();
+        if wants.len() >= SHARD_WANTS_MAX {
+            wants.clear();
+        }
+        wants.insert(at, (key.clone(), version.to_string(), want.clone()));
+        Some(want)
     }
 
     /// Who holds `ns/name` when that is not this instance (another
@@ -332,6 +413,56 @@ mod tests {
         );
         w.apply(&Event::Apply(at(7, 4, None)));
         assert_eq!(view.check(&s.key, Some(&s)), DriftCheck::Ok);
+    }
+
+    /// `intact_of` (lazy objects, a shard `i > 0` remembered by version)
+    /// answers what `intact` answers of the built object, in every state:
+    /// not cached, cached as wanted, a shard's nodes edited under the same
+    /// version (remembered or not), the service changed, our write newer.
+    #[test]
+    fn intact_of_the_lazy_objects_is_intact_of_the_built_ones() {
+        use kube_discovery_core::crd::DesiredObjects;
+        let (view, mut w) = listed(ObjectNaming::source());
+        let naming = ObjectNaming::source();
+        let s = big(40);
+        let t = big(41);
+        let lazy = DesiredObjects::with_limit(&s, &naming, 600);
+        let objs = lazy.all();
+        let n = u32::try_from(objs.len()).unwrap();
+        assert!(n > 2);
+        let agree = |d: &DesiredObjects<'_>, what: &str| {
+            let built = d.all();
+            for i in 0..d.len() {
+                assert_eq!(
+                    view.intact_of(d, i),
+                    view.intact(&built[i as usize]),
+                    "{what}: object {i}"
+                );
+            }
+        };
+        agree(&lazy, "not cached");
+        assert!((0..n).all(|i| !view.intact_of(&lazy, i)));
+        for (i, o) in objs.iter().enumerate() {
+            w.apply(&apply(&with_rv(o.clone(), 10 + i as u64)));
+        }
+        agree(&lazy, "cached");
+        assert!((0..n).all(|i| view.intact_of(&lazy, i)));
+        // Remembered now; a shard's nodes edited, its version kept.
+        let mut edited = with_rv(objs[1].clone(), 100);
+        edited.spec.ports.values_mut().for_each(|v| v.truncate(0));
+        w.apply(&apply(&edited));
+        agree(&lazy, "edited");
+        assert!(!view.intact_of(&lazy, 1) && view.intact_of(&lazy, 2));
+        w.apply(&apply(&with_rv(objs[1].clone(), 101)));
+        agree(&lazy, "restored");
+        // Another state of the service: its changed shards are not intact.
+        let other = DesiredObjects::with_limit(&t, &naming, 600);
+        agree(&other, "changed");
+        assert!(!view.intact_of(&other, 0));
+        // Our write is newer than the cache.
+        view.note_written("ns", &lazy.name(2).1, Some(1_000));
+        agree(&lazy, "stale");
+        assert!(!view.intact_of(&lazy, 2));
     }
 
     #[test]

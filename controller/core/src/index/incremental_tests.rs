@@ -151,7 +151,17 @@ fn history(
     );
     i.take_work();
     let mut fewest = usize::MAX;
+    // What the runtime's `ControllerState` holds (`Index::get_arc`), taken
+    // after most events and sometimes kept over two: the index then patches
+    // its spare value, or copies (`BigService::spare`).
+    let mut held: Vec<Option<std::sync::Arc<ServiceNodes>>> = Vec::new();
     for step in 0..steps {
+        if !rng.one_in(4) {
+            held = keys.iter().map(|k| i.get_arc(k)).collect();
+        }
+        if rng.one_in(5) {
+            held.clear();
+        }
         let name = &names[rng.below(names.len() as u64) as usize];
         if rng.one_in(6) {
             if let Some(s) = live.remove(name) {
@@ -182,6 +192,7 @@ fn history(
             }
         }
     }
+    drop(held);
     (i.take_work().merged, fewest)
 }
 
@@ -261,4 +272,54 @@ fn one_endpoint_change_touches_no_other_node() {
     assert_eq!(i.take_work().merged, 0);
     assert_eq!(*i.get_arc(&web).unwrap(), *before);
     assert_eq!(i.node_count(), 200);
+
+    // Held the way the runtime holds it: the first change meets a shared
+    // value and copies it; once the runtime took the new value, the next
+    // change patches the previous allocation (no copy) and publishes the
+    // same content a fresh merge gives.
+    let ptr = |i: &Index| std::sync::Arc::as_ptr(&i.get_arc(&web).unwrap());
+    let mut held = i.get_arc(&web);
+    let first = ptr(&i);
+    i.apply_slice(&s(3, false));
+    let second = ptr(&i);
+    assert_ne!(first, second, "a held value is never changed");
+    assert_eq!(
+        *held.as_ref().unwrap(),
+        before,
+        "the held value kept its content"
+    );
+    held = i.get_arc(&web);
+    i.apply_slice(&s(4, false));
+    assert_eq!(ptr(&i), first, "the previous value took the change");
+    assert_eq!(held.as_ref().map(std::sync::Arc::as_ptr), Some(second));
+    held = i.get_arc(&web);
+    i.apply_slice(&s(3, true));
+    assert_eq!(ptr(&i), second);
+    let mut fresh = index(&ConvertOptions::default());
+    let all: Vec<EndpointSlice> = (0..20).map(|n| s(n, n != 4)).collect();
+    fresh.reset_slices(&all);
+    assert_eq!(i.get(&web), fresh.get(&web));
+    assert_eq!(i.get(&web).unwrap().node_count(), 199);
+    // Held over two changes: a copy again, never a held value changed.
+    let older = held.take();
+    let kept = i.get_arc(&web);
+    i.apply_slice(&s(4, true));
+    assert_ne!(ptr(&i), std::sync::Arc::as_ptr(kept.as_ref().unwrap()));
+    assert_ne!(ptr(&i), std::sync::Arc::as_ptr(older.as_ref().unwrap()));
+    assert_eq!(kept.unwrap().node_count(), 199);
+    assert_eq!(i.get(&web).unwrap().node_count(), 200);
+    // A `Weak` of the previous value (the snapshot builder's cache, which
+    // takes an unchanged pointer for unchanged content) keeps it from
+    // taking a change: a copy, at another address.
+    let weak = std::sync::Arc::downgrade(&i.get_arc(&web).unwrap());
+    let held = i.get_arc(&web);
+    i.apply_slice(&s(5, false));
+    drop(held);
+    let held = i.get_arc(&web);
+    i.apply_slice(&s(5, true));
+    assert_ne!(ptr(&i), weak.as_ptr());
+    assert_eq!(weak.upgrade(), None);
+    assert_eq!(held.unwrap().node_count(), 199);
+    assert_eq!(i.get(&web).unwrap().node_count(), 200);
+    assert_eq!(i.take_work().merged, 0);
 }

@@ -7,7 +7,7 @@
 //! objects that write touches; the sink only sends the requests.
 //!
 //! ```text
-//!  desired objects (crd::desired_objects_at)  ─┐
+//!  desired objects (crd::DesiredObjects)      ─┐
 //!  Prior { shards, repair }                     ├─▶ object_ops ─▶ [Unshard(name)]            count 1, was sharded
 //!  ServerView: intact? taken? cached of key?   ─┘                 Apply(shard 1..), Apply(shard 0)
 //!                                                                  Delete(surplus shard / stray / gone)
@@ -37,6 +37,11 @@
 //!   (`lastSyncTime` in every apply would turn a rewrite of an intact shard
 //!   into a real write) and also deletes stray objects the cache holds for the
 //!   service (only then: no cache scan per ordinary write).
+//! * Decided from names and versions alone ([`DesiredObjects`]): no object
+//!   is built here; the sink builds the ones [`ObjectPlan::applied`] lists,
+//!   so one change in a big service copies the nodes of two shards, not of
+//!   all (issue 19 item 2). [`ServerView::intact`] gets the lazy objects, to
+//!   answer from versions where it can.
 //! * A desired name held by someone else (another instance, a hand-made
 //!   object) fails the whole write before any request ([`NameTaken`]): a
 //!   sharded service is written whole or not at all. A name to delete that
@@ -47,7 +52,7 @@ use std::collections::BTreeSet;
 
 use super::Prior;
 use crate::ServiceKey;
-use crate::crd::{DiscoveredService, ObjectNaming, Owner, shard_name};
+use crate::crd::{DesiredObjects, ObjectNaming, Owner, shard_name};
 
 /// `(namespace, name)` of an object.
 pub type ObjName = (String, String);
@@ -56,10 +61,12 @@ pub type ObjName = (String, String);
 /// question is asked only when the answer matters (the cache of a service's
 /// objects only on a repair).
 pub trait ServerView {
-    /// Whether the cache shows `obj` as wanted (cached, not older than our
-    /// last write of it, same content; status not compared). Unknown is
-    /// `false`.
-    fn intact(&self, obj: &DiscoveredService) -> bool;
+    /// Whether the cache shows object `index` of `desired` as wanted
+    /// (cached, not older than our last write of it, same content; status
+    /// not compared). Unknown is `false`. Asked with the lazy objects so
+    /// that an answer from versions needs no node copied
+    /// ([`DesiredObjects::build`] gives the object when one is needed).
+    fn intact(&self, desired: &DesiredObjects<'_>, index: u32) -> bool;
     /// Who holds `ns/name` when that is not this instance.
     fn taken(&self, ns: &str, name: &str) -> Option<Owner>;
     /// Every object the cache holds that describes `key` (by its spec).
@@ -80,22 +87,43 @@ pub enum DeleteWhy {
 
 /// One request of a write, in the order they are sent.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ObjectOp<'a> {
+pub enum ObjectOp {
     /// Remove `spec.shard` from this object (merge patch; absent is success).
     Unshard(ObjName),
-    /// Server-side apply of this object (spec and status).
-    Apply(&'a DiscoveredService),
+    /// Server-side apply (spec and status) of object `index` of the desired
+    /// objects, named `name` ([`DesiredObjects::build`] makes it: only the
+    /// objects a write sends are ever built).
+    Apply {
+        /// Its position in the desired objects (its shard index).
+        index: u32,
+        /// Its `(namespace, name)`.
+        name: ObjName,
+    },
     /// Delete this object (absent is success).
     Delete(ObjName, DeleteWhy),
 }
 
 /// The requests of one write, and the names it leaves to their owners.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct ObjectPlan<'a> {
+pub struct ObjectPlan {
     /// In the order they are sent; the write stops at the first failure.
-    pub ops: Vec<ObjectOp<'a>>,
+    pub ops: Vec<ObjectOp>,
     /// Objects that would have been deleted but are held by someone else.
     pub left_alone: Vec<(ObjName, Owner)>,
+}
+
+impl ObjectPlan {
+    /// The indices of the objects this write applies, in the order sent
+    /// (what the sink builds, [`DesiredObjects::build`]).
+    pub fn applied(&self) -> Vec<u32> {
+        self.ops
+            .iter()
+            .filter_map(|op| match op {
+                ObjectOp::Apply { index, .. } => Some(*index),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 /// A desired object's name is held by someone else: nothing is written.
@@ -107,26 +135,21 @@ pub struct NameTaken {
     pub owner: Owner,
 }
 
-fn obj_name(o: &DiscoveredService) -> ObjName {
-    (
-        o.metadata.namespace.clone().unwrap_or_default(),
-        o.metadata.name.clone().unwrap_or_default(),
-    )
-}
-
-/// The requests that write `desired` (the objects of
-/// `crd::desired_objects_at`, shard 0 first; empty: the service is deleted)
-/// for `key` over what the API server holds as far as `prior` and `view`
-/// say (see the module docs).
-pub fn object_ops<'a>(
+/// The requests that write `desired` (`None`: the service is deleted) for
+/// `key` over what the API server holds as far as `prior` and `view` say
+/// (see the module docs). Decided from names and versions alone: no object
+/// is built here.
+pub fn object_ops(
     key: &ServiceKey,
     naming: &ObjectNaming,
-    desired: &'a [DiscoveredService],
+    desired: Option<&DesiredObjects<'_>>,
     prior: Prior,
     view: &dyn ServerView,
-) -> Result<ObjectPlan<'a>, NameTaken> {
-    for obj in desired {
-        let (ns, name) = obj_name(obj);
+) -> Result<ObjectPlan, NameTaken> {
+    let count = desired.map_or(0, DesiredObjects::len);
+    for index in 0..count {
+        let Some(d) = desired else { break };
+        let (ns, name) = d.name(index);
         if let Some(owner) = view.taken(&ns, &name) {
             return Err(NameTaken {
                 object: (ns, name),
@@ -135,27 +158,29 @@ pub fn object_ops<'a>(
         }
     }
     let mut plan = ObjectPlan::default();
-    // A shard `i > 0` carries the version of its own content, so the cache
-    // showing it intact means this write does not change it: only the
-    // changed shards and shard 0 (whose manifest changed) are sent.
-    let wanted = |obj: &DiscoveredService| {
-        let later_shard = obj.spec.shard.as_ref().is_some_and(|s| s.index > 0);
-        !((prior.repair || later_shard) && view.intact(obj))
-    };
-    if let [only] = desired
-        && prior.shards > 1
-        && wanted(only)
-    {
-        plan.ops.push(ObjectOp::Unshard(obj_name(only)));
-    }
-    for obj in desired.iter().skip(1).chain(desired.first()) {
-        if wanted(obj) {
-            plan.ops.push(ObjectOp::Apply(obj));
+    if let Some(d) = desired {
+        // A shard `i > 0` carries the version of its own content, so the
+        // cache showing it intact means this write does not change it: only
+        // the changed shards and shard 0 (whose manifest changed) are sent.
+        let wanted =
+            |index: u32| !((prior.repair || d.is_later_shard(index)) && view.intact(d, index));
+        if count == 1 && prior.shards > 1 && wanted(0) {
+            plan.ops.push(ObjectOp::Unshard(d.name(0)));
+        }
+        for index in (1..count).chain([0]) {
+            if wanted(index) {
+                plan.ops.push(ObjectOp::Apply {
+                    index,
+                    name: d.name(index),
+                });
+            }
         }
     }
-    let keep: BTreeSet<ObjName> = desired.iter().map(obj_name).collect();
-    let count = u32::try_from(desired.len()).unwrap_or(u32::MAX);
-    let why = if desired.is_empty() {
+    let keep: BTreeSet<ObjName> = desired
+        .into_iter()
+        .flat_map(|d| (0..count).map(|i| d.name(i)))
+        .collect();
+    let why = if desired.is_none() {
         DeleteWhy::Gone
     } else {
         DeleteWhy::Surplus
@@ -188,7 +213,7 @@ pub(super) mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
     use super::*;
-    use crate::crd::desired_objects_with_limit;
+    use crate::crd::{DiscoveredService, desired_objects_with_limit};
     use crate::{Node, PortMap, ServiceNodes, SourceKind};
 
     /// The API server as the sink's caches show it (object names in
@@ -201,8 +226,8 @@ pub(super) mod tests {
     }
 
     impl ServerView for View {
-        fn intact(&self, obj: &DiscoveredService) -> bool {
-            self.intact.contains(&obj_name(obj).1)
+        fn intact(&self, desired: &DesiredObjects<'_>, index: u32) -> bool {
+            self.intact.contains(&desired.name(index).1)
         }
         fn taken(&self, _ns: &str, name: &str) -> Option<Owner> {
             self.taken.get(name).cloned()
@@ -219,42 +244,57 @@ pub(super) mod tests {
         ServiceKey::new("", "ns", "web")
     }
 
-    /// The objects of `web` with `nodes` nodes, at most 4 nodes per object.
-    fn objects(nodes: usize) -> Vec<DiscoveredService> {
-        objects_of(&key(), nodes)
+    fn obj_name(o: &DiscoveredService) -> ObjName {
+        (
+            o.metadata.namespace.clone().unwrap_or_default(),
+            o.metadata.name.clone().unwrap_or_default(),
+        )
     }
 
-    /// The objects of `key` with `nodes` nodes, at most 4 nodes per object.
-    pub(crate) fn objects_of(key: &ServiceKey, nodes: usize) -> Vec<DiscoveredService> {
+    /// The size bound of the test objects: at most 4 nodes per object.
+    pub(crate) const LIMIT: usize = 200;
+
+    /// `web` with `nodes` nodes.
+    fn objects(nodes: usize) -> ServiceNodes {
+        service_of(&key(), nodes)
+    }
+
+    /// `key` with `nodes` nodes (at most 4 per object under [`LIMIT`]).
+    pub(crate) fn service_of(key: &ServiceKey, nodes: usize) -> ServiceNodes {
         let list = (0..nodes)
             .map(|i| Node::new(format!("10.0.0.{i}"), 80, 50))
             .collect();
-        let svc = ServiceNodes::new(
+        ServiceNodes::new(
             key.clone(),
             SourceKind::EndpointSlice,
             PortMap::from([("http".to_string(), list)]),
             None,
-        );
-        desired_objects_with_limit(&svc, &ObjectNaming::source(), 200)
+        )
+    }
+
+    /// The lazy objects of `svc` under [`LIMIT`].
+    pub(crate) fn lazy(svc: &ServiceNodes) -> DesiredObjects<'_> {
+        DesiredObjects::with_limit(svc, &ObjectNaming::source(), LIMIT)
     }
 
     /// The ops as short text: `unshard web`, `apply web.1`, `delete web.2 (Surplus)`.
-    pub(crate) fn show(plan: &ObjectPlan<'_>) -> Vec<String> {
+    pub(crate) fn show(plan: &ObjectPlan) -> Vec<String> {
         plan.ops
             .iter()
             .map(|op| match op {
                 ObjectOp::Unshard((_, n)) => format!("unshard {n}"),
-                ObjectOp::Apply(o) => format!("apply {}", obj_name(o).1),
+                ObjectOp::Apply { name, .. } => format!("apply {}", name.1),
                 ObjectOp::Delete((_, n), why) => format!("delete {n} ({why:?})"),
             })
             .collect()
     }
 
-    fn ops(desired: &[DiscoveredService], shards: u32, repair: bool, view: &View) -> Vec<String> {
+    fn ops(svc: Option<&ServiceNodes>, shards: u32, repair: bool, view: &View) -> Vec<String> {
+        let desired = svc.map(lazy);
         let plan = object_ops(
             &key(),
             &ObjectNaming::source(),
-            desired,
+            desired.as_ref(),
             Prior { shards, repair },
             view,
         )
@@ -265,18 +305,16 @@ pub(super) mod tests {
 
     #[test]
     fn the_test_service_has_the_sizes_the_tests_assume() {
-        assert_eq!(objects(1).len(), 1);
-        assert_eq!(objects(4).len(), 1);
-        assert_eq!(objects(5).len(), 2);
-        assert_eq!(objects(8).len(), 2);
-        assert_eq!(objects(12).len(), 4);
+        for (nodes, count) in [(1, 1), (4, 1), (5, 2), (8, 2), (12, 4)] {
+            assert_eq!(lazy(&objects(nodes)).len(), count, "{nodes}");
+        }
     }
 
     #[test]
     fn a_shrink_from_four_shards_unshards_writes_one_object_and_deletes_the_surplus() {
         let one = objects(1);
         assert_eq!(
-            ops(&one, 4, false, &View::default()),
+            ops(Some(&one), 4, false, &View::default()),
             [
                 "unshard web",
                 "apply web",
@@ -287,9 +325,9 @@ pub(super) mod tests {
         );
         // 4 -> 2: no unshard (still sharded), two surplus slots.
         let two = objects(8);
-        assert_eq!(two.len(), 2);
+        assert_eq!(lazy(&two).len(), 2);
         assert_eq!(
-            ops(&two, 4, false, &View::default()),
+            ops(Some(&two), 4, false, &View::default()),
             [
                 "apply web.1",
                 "apply web",
@@ -302,12 +340,12 @@ pub(super) mod tests {
     #[test]
     fn a_grow_to_four_shards_writes_shards_one_to_three_before_shard_zero() {
         assert_eq!(
-            ops(&objects(12), 1, false, &View::default()),
+            ops(Some(&objects(12)), 1, false, &View::default()),
             ["apply web.1", "apply web.2", "apply web.3", "apply web"]
         );
         // An unchanged count deletes nothing.
         assert_eq!(
-            ops(&objects(12), 4, false, &View::default()),
+            ops(Some(&objects(12)), 4, false, &View::default()),
             ["apply web.1", "apply web.2", "apply web.3", "apply web"]
         );
     }
@@ -320,11 +358,14 @@ pub(super) mod tests {
             cached: vec!["web".into(), "web.2".into()],
             ..View::default()
         };
-        assert_eq!(ops(&four, 4, true, &view), ["apply web.1", "apply web.3"]);
+        assert_eq!(
+            ops(Some(&four), 4, true, &view),
+            ["apply web.1", "apply web.3"]
+        );
         // Not a repair: shard 0 always (its manifest is what changed), the
         // other shards only when the cache does not show them intact.
         assert_eq!(
-            ops(&four, 4, false, &view),
+            ops(Some(&four), 4, false, &view),
             ["apply web.1", "apply web.3", "apply web"]
         );
         // Everything intact: a repair that finds nothing to do sends nothing.
@@ -332,14 +373,14 @@ pub(super) mod tests {
             intact: ["web".into(), "web.1".into(), "web.2".into(), "web.3".into()].into(),
             ..View::default()
         };
-        assert_eq!(ops(&four, 4, true, &all), Vec::<String>::new());
-        assert_eq!(ops(&four, 4, false, &all), ["apply web"]);
+        assert_eq!(ops(Some(&four), 4, true, &all), Vec::<String>::new());
+        assert_eq!(ops(Some(&four), 4, false, &all), ["apply web"]);
         // An unsharded object is always sent outside a repair.
         let one = View {
             intact: ["web".into()].into(),
             ..View::default()
         };
-        assert_eq!(ops(&objects(1), 1, false, &one), ["apply web"]);
+        assert_eq!(ops(Some(&objects(1)), 1, false, &one), ["apply web"]);
     }
 
     /// The API server after a write of `written`: "intact" is "the same
@@ -348,7 +389,10 @@ pub(super) mod tests {
     struct Holds(Vec<DiscoveredService>);
 
     impl ServerView for Holds {
-        fn intact(&self, obj: &DiscoveredService) -> bool {
+        fn intact(&self, desired: &DesiredObjects<'_>, index: u32) -> bool {
+            let Some(obj) = desired.object(index) else {
+                return false;
+            };
             self.0
                 .iter()
                 .any(|o| o.metadata.name == obj.metadata.name && o.spec == obj.spec)
@@ -394,12 +438,14 @@ pub(super) mod tests {
             } else {
                 now.push(change.to_string());
             }
-            let after = desired_objects_with_limit(&svc(&now), &ObjectNaming::source(), limit);
+            let now = svc(&now);
+            let after = desired_objects_with_limit(&now, &ObjectNaming::source(), limit);
             assert_eq!(after.len(), 8);
+            let lazy = DesiredObjects::with_limit(&now, &ObjectNaming::source(), limit);
             let plan = object_ops(
                 &key(),
                 &ObjectNaming::source(),
-                &after,
+                Some(&lazy),
                 Prior {
                     shards: 8,
                     repair: false,
@@ -419,6 +465,13 @@ pub(super) mod tests {
                 .map(|(a, _)| format!("apply {}", obj_name(a).1))
                 .collect();
             assert_eq!(changed, [got[0].clone()], "{change}");
+            // What the sink builds for the plan is the eager build's objects.
+            let applied = plan.applied();
+            let built = lazy.build(&applied);
+            assert_eq!(applied.len(), 2);
+            for (index, obj) in applied.iter().zip(&built) {
+                assert_eq!(*obj, after[*index as usize], "{change}: shard {index}");
+            }
             seen.insert(got[0].clone());
         }
         assert!(
@@ -435,9 +488,9 @@ pub(super) mod tests {
             cached: vec!["web.9".into(), "web".into(), "web.7".into()],
             ..View::default()
         };
-        assert_eq!(ops(&one, 1, false, &view), ["apply web"]);
+        assert_eq!(ops(Some(&one), 1, false, &view), ["apply web"]);
         assert_eq!(
-            ops(&one, 1, true, &view),
+            ops(Some(&one), 1, true, &view),
             ["delete web.7 (Stray)", "delete web.9 (Stray)"]
         );
         // A stray that is also a surplus slot is deleted once.
@@ -446,12 +499,12 @@ pub(super) mod tests {
             ..View::default()
         };
         assert_eq!(
-            ops(&one, 2, true, &view),
+            ops(Some(&one), 2, true, &view),
             ["unshard web", "apply web", "delete web.1 (Surplus)"]
         );
         // A deleted service: every slot, and on a repair the strays too.
         assert_eq!(
-            ops(&[], 2, false, &view),
+            ops(None, 2, false, &view),
             ["delete web (Gone)", "delete web.1 (Gone)"]
         );
         let view = View {
@@ -459,7 +512,7 @@ pub(super) mod tests {
             ..View::default()
         };
         assert_eq!(
-            ops(&[], 1, true, &view),
+            ops(None, 1, true, &view),
             ["delete web (Gone)", "delete web.5 (Stray)"]
         );
     }
@@ -467,6 +520,7 @@ pub(super) mod tests {
     #[test]
     fn names_held_by_others_are_never_written_or_deleted() {
         let three = objects(12);
+        let three = lazy(&three);
         assert_eq!(three.len(), 4);
         let other = Owner::Instance("b".into());
         let view = View {
@@ -476,7 +530,7 @@ pub(super) mod tests {
         let err = object_ops(
             &key(),
             &ObjectNaming::source(),
-            &three,
+            Some(&three),
             Prior::default(),
             &view,
         )
@@ -502,7 +556,7 @@ pub(super) mod tests {
         let plan = object_ops(
             &key(),
             &ObjectNaming::source(),
-            &one,
+            Some(&lazy(&one)),
             Prior {
                 shards: 3,
                 repair: true,

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::objects::tests::{View, objects_of, show as show_ops};
+use super::objects::tests::{View, lazy, service_of, show as show_ops};
 use super::*;
 
 /// The desired state the planner reads.
@@ -160,13 +160,10 @@ impl Script {
         let Some(&nodes) = self.world.sizes.get(key) else {
             return;
         };
-        let desired = if apply {
-            objects_of(key, nodes)
-        } else {
-            Vec::new()
-        };
+        let svc = apply.then(|| service_of(key, nodes));
+        let desired = svc.as_ref().map(lazy);
         let naming = crate::crd::ObjectNaming::source();
-        let text = match object_ops(key, &naming, &desired, prior, &self.server) {
+        let text = match object_ops(key, &naming, desired.as_ref(), prior, &self.server) {
             Ok(plan) => {
                 let mut ops = show_ops(&plan);
                 for ((_, name), owner) in &plan.left_alone {
