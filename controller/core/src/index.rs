@@ -71,6 +71,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use compact_str::CompactString;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use litemap::LiteMap;
@@ -84,6 +85,9 @@ use crate::lean::{AsLeanEndpoints, AsLeanSlice, LeanEndpointSlice, LeanEndpoints
 use crate::model::{PortExtras, PortMap, ServiceKey, ServiceNodes, SourceKind};
 use crate::service::{ServiceInfo, port_extras};
 use crate::shards::Buckets;
+
+mod kept;
+use kept::KeptText;
 
 /// A Service whose annotations or ExternalName were skipped, as news
 /// ([`Index::take_service_news`]).
@@ -99,8 +103,15 @@ pub struct ServiceNews {
 
 /// The slice names of one service, in name order (the merge order): a sorted
 /// vector instead of a `BTreeSet`, whose first insert allocated a ~270-byte
-/// B-tree leaf per service for what is usually one name.
-type SliceNames = LiteMap<String, ()>;
+/// B-tree leaf per service for what is usually one name. Names are
+/// [`CompactString`]s, like [`SliceId`]'s parts.
+type SliceNames = LiteMap<CompactString, ()>;
+
+/// An EndpointSlice's `(namespace, name)`: [`CompactString`]s, so the index's
+/// two copies of a slice name of up to 24 bytes (here and in [`SliceNames`])
+/// need no heap block each (issue 19, item 1: two blocks per slice, ~6 MB at
+/// 100,000 slices).
+type SliceId = (CompactString, CompactString);
 
 /// From this many slices on, a Service's merge is kept as a [`MergeState`]
 /// and a slice change updates it (O(slice)) instead of merging every slice
@@ -144,7 +155,7 @@ pub struct Index {
     endpoints_owner: BTreeMap<ServiceKey, EndpointsMeta>,
     /// Slices mode: (namespace, slice name) -> what the slice contributes
     /// (shared with a pending relist that finds the slice unchanged).
-    slices: BTreeMap<(String, String), Arc<StoredSlice>>,
+    slices: BTreeMap<SliceId, Arc<StoredSlice>>,
     /// Slices mode: service -> its slice names.
     by_service: BTreeMap<ServiceKey, SliceNames>,
     /// Slices mode: the incremental merge of each Service with many slices
@@ -178,14 +189,22 @@ struct Work {
     merged: usize,
 }
 
-/// One EndpointSlice as the index keeps it.
+/// One EndpointSlice as the index keeps it (one per slice for as long as
+/// it lives: the owner UID and resourceVersion are [`KeptText`]s).
 #[derive(Debug, Clone)]
 struct StoredSlice {
     service: ServiceKey,
-    owner_uid: Option<String>,
+    owner_uid: Option<KeptText>,
     /// `metadata.resourceVersion` of the object this was built from.
-    resource_version: Option<Box<str>>,
+    resource_version: Option<KeptText>,
     contribution: SliceContribution,
+}
+
+impl StoredSlice {
+    /// The owner UID the slice carries.
+    fn owner(&self) -> Option<String> {
+        self.owner_uid.as_ref().map(KeptText::as_string)
+    }
 }
 
 /// What the index remembers of one selected Endpoints object.
@@ -251,7 +270,7 @@ struct PendingReset {
     /// Endpoints mode: what is remembered of the listed objects.
     endpoints_owner: BTreeMap<ServiceKey, EndpointsMeta>,
     /// Slices mode (an unchanged slice shares the current state's value).
-    slices: BTreeMap<(String, String), Arc<StoredSlice>>,
+    slices: BTreeMap<SliceId, Arc<StoredSlice>>,
     by_service: BTreeMap<ServiceKey, SliceNames>,
     /// Services whose known UID or ports changed while the relist was arriving.
     uid_touched: BTreeSet<(String, String)>,
@@ -746,8 +765,8 @@ impl Index {
         self.note(|w| w.converted += 1);
         Arc::new(StoredSlice {
             service,
-            owner_uid: owner_service_uid(&s.metadata),
-            resource_version: resource_version(&s.metadata).map(Box::from),
+            owner_uid: owner_service_uid(&s.metadata).map(|u| KeptText::new(&u)),
+            resource_version: resource_version(&s.metadata).map(KeptText::new),
             contribution: SliceContribution::new(s, &self.opts),
         })
     }
@@ -757,9 +776,9 @@ impl Index {
     fn slice_target(
         &mut self,
         s: &LeanEndpointSlice,
-    ) -> Result<(String, String, Option<ServiceKey>), ()> {
-        let ns = s.metadata.namespace.clone().unwrap_or_default();
-        let Some(name) = s.metadata.name.clone() else {
+    ) -> Result<(CompactString, CompactString, Option<ServiceKey>), ()> {
+        let ns = CompactString::from(s.metadata.namespace.as_deref().unwrap_or_default());
+        let Some(name) = s.metadata.name.as_deref().map(CompactString::from) else {
             self.skipped_nameless("EndpointSlice", &ns);
             return Err(());
         };
@@ -813,14 +832,14 @@ impl Index {
                 .remove(&format!("EndpointSlices of {}/{}", key.namespace, key.name));
             return self.store(key, None);
         }
-        let slices: Vec<(&String, &Arc<StoredSlice>)> = names
+        let slices: Vec<(&CompactString, &Arc<StoredSlice>)> = names
             .keys()
-            .filter_map(|n| Some((n, self.slices.get(&(key.namespace.to_string(), n.clone()))?)))
+            .filter_map(|n| Some((n, self.slices.get(&(key.namespace.clone(), n.clone()))?)))
             .collect();
         #[cfg(test)]
         self.note(|w| w.merged += 1);
         let conv = merge_slices(slices.iter().map(|(_, s)| &s.contribution), &self.opts);
-        let obj_owner = slices.iter().find_map(|(_, s)| s.owner_uid.clone());
+        let obj_owner = slices.iter().find_map(|(_, s)| s.owner());
         let owner = self.owner(key, obj_owner.clone());
         let (ports, extras) = self.build_parts(key, conv.ports);
         let big = (slices.len() >= INCREMENTAL_MIN_SLICES).then(|| BigService {
@@ -855,7 +874,7 @@ impl Index {
     }
 
     fn untrack_slice(&mut self, ns: &str, name: &str) -> Option<Arc<StoredSlice>> {
-        let old = self.slices.remove(&(ns.to_string(), name.to_string()))?;
+        let old = self.slices.remove(&(ns.into(), name.into()))?;
         if let Some(set) = self.by_service.get_mut(&old.service) {
             set.remove(name);
         }
@@ -909,12 +928,12 @@ impl Index {
                 .get(key)
                 .into_iter()
                 .flat_map(LiteMap::keys)
-                .filter_map(|n| me.slices.get(&(key.namespace.to_string(), n.clone())))
+                .filter_map(|n| me.slices.get(&(key.namespace.clone(), n.clone())))
                 .cloned()
                 .collect()
         };
-        if old.and_then(|s| s.owner_uid.as_deref()) != new.and_then(|s| s.owner_uid.as_deref()) {
-            big.obj_owner = slice_list(self).iter().find_map(|s| s.owner_uid.clone());
+        if old.and_then(|s| s.owner_uid.as_ref()) != new.and_then(|s| s.owner_uid.as_ref()) {
+            big.obj_owner = slice_list(self).iter().find_map(|s| s.owner());
         }
         let has_warnings =
             |s: Option<&Arc<StoredSlice>>| s.is_some_and(|s| !s.contribution.warnings().is_empty());
@@ -1064,7 +1083,11 @@ impl Index {
             let stored = match self.slices.get(&id) {
                 Some(old)
                     if old.service == k
-                        && same_version(old.resource_version.as_deref(), &s.metadata) =>
+                        && old
+                            .resource_version
+                            .as_ref()
+                            .zip(resource_version(&s.metadata))
+                            .is_some_and(|(old, new)| old.is(new)) =>
                 {
                     Arc::clone(old)
                 }
