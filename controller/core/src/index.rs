@@ -49,11 +49,13 @@
 //!   owner UID and no extras; it holds a service back only in opt-in mode.
 //!
 //! Memory: a slice is kept as its [`SliceContribution`] (validated ports,
-//! the first valid address and conditions of each endpoint, its warnings, the
-//! owner UID), not as the object; every desired [`ServiceNodes`] is held in an
-//! [`Arc`] so the runtime's `ControllerState` can hold the same allocation
-//! ([`Index::get_arc`]) instead of a second copy; the node total is kept
-//! as a running sum ([`Index::node_count`] is O(1)).
+//! the first valid address and conditions of each endpoint packed into one
+//! text block, its warnings, the owner UID), not as the object; the maps a
+//! relist builds get full B-tree leaves (`compacted`); every desired
+//! [`ServiceNodes`] is held in an [`Arc`] so the runtime's `ControllerState`
+//! can hold the same allocation ([`Index::get_arc`]) instead of a second
+//! copy; the node total is kept as a running sum ([`Index::node_count`] is
+//! O(1)).
 //!
 //! A relist can be fed one object at a time ([`Index::begin_reset`],
 //! [`Index::reset_add_endpoints`] / [`Index::reset_add_slice`], then

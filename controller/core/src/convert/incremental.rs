@@ -212,7 +212,7 @@ fn emissions<'a>(
                 ready: ep.ready,
                 serving: ep.serving,
                 terminating: ep.terminating,
-                topology: ep.topology.cloned(),
+                topology: ep.boxed_topology(),
             };
             seq = seq.saturating_add(1);
             (key, (ep.host.into(), number), entry)

@@ -54,9 +54,19 @@ pub(super) struct SliceEndpoint<'a> {
     pub(super) serving: bool,
     pub(super) terminating: bool,
     /// Set only when topology output is on and the endpoint has some; the
-    /// merge clones this box into the endpoint's nodes.
-    pub(super) topology: Option<&'a Box<NodeTopology>>,
+    /// merge copies it into the endpoint's nodes ([`SliceEndpoint::boxed_topology`]).
+    pub(super) topology: Option<&'a NodeTopology>,
 }
+
+impl SliceEndpoint<'_> {
+    /// The topology as a node carries it.
+    pub(super) fn boxed_topology(&self) -> Option<Box<NodeTopology>> {
+        self.topology.map(|t| Box::new(t.clone()))
+    }
+}
+
+/// One endpoint before packing: host, ready, serving, terminating, topology.
+type Unpacked<'a> = (&'a str, bool, bool, bool, Option<Box<NodeTopology>>);
 
 /// Terminates each endpoint's record in [`SliceEndpoints::text`]: never part
 /// of a host, which is a valid IPv4 or IPv6 address or DNS name by then.
@@ -87,7 +97,7 @@ pub(super) struct SliceEndpoints {
 
 impl SliceEndpoints {
     /// Packs `endpoints` (`(host, ready, serving, terminating, topology)`).
-    fn pack(endpoints: Vec<(&str, bool, bool, bool, Option<Box<NodeTopology>>)>) -> Self {
+    fn pack(endpoints: Vec<Unpacked<'_>>) -> Self {
         // At its exact size: no spare room to give back.
         let mut text = String::with_capacity(endpoints.iter().map(|e| e.0.len() + 2).sum());
         let mut topology = Vec::with_capacity(endpoints.len());
@@ -128,7 +138,7 @@ impl SliceEndpoints {
                         .topology
                         .as_ref()
                         .and_then(|t| t.get(i))
-                        .and_then(Option::as_ref),
+                        .and_then(Option::as_deref),
                 }
             })
     }
@@ -275,7 +285,7 @@ pub fn merge_slices<'a>(
             let host = CompactString::from(ep.host);
             for spec in &c.specs {
                 let node = Node::new(host.clone(), spec.number, opts.default_weight)
-                    .with_boxed_topology(ep.topology.cloned());
+                    .with_boxed_topology(ep.boxed_topology());
                 for key in spec.keys() {
                     let cand = Candidate {
                         node: node.clone(),

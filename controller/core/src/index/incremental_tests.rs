@@ -125,6 +125,20 @@ pub(super) fn seen(i: &Index, keys: &[ServiceKey]) -> String {
     out
 }
 
+/// A fresh index ("web" with `weight`) that merged the slices of `live`
+/// from scratch.
+pub(super) fn fresh_merge(
+    opts: &ConvertOptions,
+    weight: Option<u32>,
+    live: &BTreeMap<String, EndpointSlice>,
+) -> Index {
+    let mut fresh = index(opts);
+    fresh.set_service("ns", "web", Some(weighted(weight)));
+    let all: Vec<EndpointSlice> = live.values().cloned().collect();
+    fresh.reset_slices(&all);
+    fresh
+}
+
 /// Runs `steps` random events on one index and checks it against a full
 /// merge after each. Returns how many full merges the index did, and the
 /// fewest nodes "web" had.
@@ -169,13 +183,9 @@ fn history(
             i.apply_slice(&s);
             live.insert(name.clone(), s);
         }
-        let mut fresh = index(opts);
-        fresh.set_service("ns", "web", Some(weighted(weight)));
-        let all: Vec<EndpointSlice> = live.values().cloned().collect();
-        fresh.reset_slices(&all);
         assert_eq!(
             seen(&i, &keys),
-            seen(&fresh, &keys),
+            seen(&fresh_merge(opts, weight, &live), &keys),
             "seed {seed}, step {step}, opts {opts:?}"
         );
         fewest = fewest.min(i.get(&keys[0]).map_or(0, ServiceNodes::node_count));

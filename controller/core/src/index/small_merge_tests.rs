@@ -18,7 +18,9 @@ use std::net::Ipv4Addr;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::incremental_tests::{Rng, all_options, index, random_slice, seen, weighted};
+use super::incremental_tests::{
+    Rng, all_options, fresh_merge, index, random_slice, seen, weighted,
+};
 use super::*;
 use crate::convert::Drain;
 
@@ -39,8 +41,9 @@ fn oracle(
     weight: u32,
 ) -> Option<BTreeMap<String, Vec<String>>> {
     type Cond = (bool, bool, bool);
-    let mut cands: BTreeMap<String, BTreeMap<(String, i32), (Cond, Option<String>)>> =
-        BTreeMap::new();
+    /// Per `(host, port)`: the winner's conditions and zone.
+    type PerPort = BTreeMap<(String, i32), (Cond, Option<String>)>;
+    let mut cands: BTreeMap<String, PerPort> = BTreeMap::new();
     let mut present = false;
     for s in live.values() {
         let label = s
@@ -197,13 +200,9 @@ fn small_history(seed: u64, opts: &ConvertOptions, steps: usize) -> usize {
         };
         changed += reported.len();
         assert!(i.big.is_empty(), "seed {seed}, step {step}: a big Service");
-        let mut fresh = index(opts);
-        fresh.set_service("ns", "web", Some(weighted(web_weight)));
-        let all: Vec<EndpointSlice> = live.values().cloned().collect();
-        fresh.reset_slices(&all);
         assert_eq!(
             seen(&i, &keys),
-            seen(&fresh, &keys),
+            seen(&fresh_merge(opts, web_weight, &live), &keys),
             "seed {seed}, step {step}, opts {opts:?}"
         );
         for (svc, key) in svcs.iter().zip(&keys) {
