@@ -212,10 +212,10 @@ fn emissions<'a>(
                 ready: ep.ready,
                 serving: ep.serving,
                 terminating: ep.terminating,
-                topology: ep.topology.clone(),
+                topology: ep.boxed_topology(),
             };
             seq = seq.saturating_add(1);
-            (key, (ep.host.clone(), number), entry)
+            (key, (ep.host.into(), number), entry)
         })
 }
 

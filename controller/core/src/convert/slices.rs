@@ -45,32 +45,118 @@ impl Candidate {
 }
 
 /// One endpoint of a slice, reduced to what the merge reads: its first valid
-/// address and its conditions (defaults applied).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct SliceEndpoint {
-    /// Inline for IPv4/IPv6 addresses (no heap allocation).
-    pub(super) host: CompactString,
+/// address and its conditions (defaults applied). A view into the packed
+/// [`SliceEndpoints`] of a [`SliceContribution`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct SliceEndpoint<'a> {
+    pub(super) host: &'a str,
     pub(super) ready: bool,
     pub(super) serving: bool,
     pub(super) terminating: bool,
-    /// Kept only when topology output is on, and only when set; the merge
-    /// clones this box into the endpoint's nodes.
-    pub(super) topology: Option<Box<NodeTopology>>,
+    /// Set only when topology output is on and the endpoint has some; the
+    /// merge copies it into the endpoint's nodes ([`SliceEndpoint::boxed_topology`]).
+    pub(super) topology: Option<&'a NodeTopology>,
+}
+
+impl SliceEndpoint<'_> {
+    /// The topology as a node carries it.
+    pub(super) fn boxed_topology(&self) -> Option<Box<NodeTopology>> {
+        self.topology.map(|t| Box::new(t.clone()))
+    }
+}
+
+/// One endpoint before packing: host, ready, serving, terminating, topology.
+type Unpacked<'a> = (&'a str, bool, bool, bool, Option<Box<NodeTopology>>);
+
+/// Terminates each endpoint's record in [`SliceEndpoints::text`]: never part
+/// of a host, which is a valid IPv4 or IPv6 address or DNS name by then.
+const END: char = '\n';
+
+/// The usable endpoints of one slice, packed for the index, which keeps one
+/// of these per EndpointSlice for as long as the slice lives.
+///
+/// Why packed (issue 19, item 1): as a `Vec` of 40-byte endpoints (a
+/// 24-byte inline host, three flags, a topology box) a 10-endpoint slice
+/// took 400 bytes next to the 480 of its Service's merged nodes, i.e. every
+/// host was held twice at full size. Here an endpoint is its host text and
+/// two bytes, in ONE block per slice: about 120 bytes for 10 IPv4
+/// endpoints. Reading it back costs a scan of that text per merge, which
+/// only the (small) Services of fewer than
+/// [`crate::index::INCREMENTAL_MIN_SLICES`] slices do per change.
+///
+/// Each record is `<flags><host>\n`: `flags` one ASCII digit `'0'..='7'`
+/// (bit 0 ready, bit 1 serving, bit 2 terminating). A `str`, not bytes, so
+/// reading needs neither a UTF-8 check nor `unsafe`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct SliceEndpoints {
+    text: Box<str>,
+    /// Per endpoint in order, its topology; `None` (no allocation) unless
+    /// topology output is on and some endpoint has one.
+    topology: Option<Box<[Option<Box<NodeTopology>>]>>,
+}
+
+impl SliceEndpoints {
+    /// Packs `endpoints` (`(host, ready, serving, terminating, topology)`).
+    fn pack(endpoints: Vec<Unpacked<'_>>) -> Self {
+        // At its exact size: no spare room to give back.
+        let mut text = String::with_capacity(endpoints.iter().map(|e| e.0.len() + 2).sum());
+        let mut topology = Vec::with_capacity(endpoints.len());
+        for (host, ready, serving, terminating, topo) in endpoints {
+            let flags = u8::from(ready) | (u8::from(serving) << 1) | (u8::from(terminating) << 2);
+            text.push(char::from(b'0' + flags));
+            text.push_str(host);
+            text.push(END);
+            topology.push(topo);
+        }
+        let topology = topology
+            .iter()
+            .any(Option::is_some)
+            .then(|| topology.into_boxed_slice());
+        Self {
+            text: text.into_boxed_str(),
+            topology,
+        }
+    }
+
+    /// The endpoints in the slice's order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = SliceEndpoint<'_>> + Clone + '_ {
+        self.text
+            .split_terminator(END)
+            .enumerate()
+            .map(|(i, record)| {
+                // Every record starts with its ASCII flag digit (see `pack`).
+                let flags = record
+                    .as_bytes()
+                    .first()
+                    .map_or(0, |b| b.wrapping_sub(b'0'));
+                SliceEndpoint {
+                    host: record.get(1..).unwrap_or_default(),
+                    ready: flags & 1 != 0,
+                    serving: flags & 2 != 0,
+                    terminating: flags & 4 != 0,
+                    topology: self
+                        .topology
+                        .as_ref()
+                        .and_then(|t| t.get(i))
+                        .and_then(Option::as_deref),
+                }
+            })
+    }
 }
 
 /// What ONE EndpointSlice contributes to its Service's merge: validated ports,
 /// the usable endpoints, and the warnings the slice raises, in the order
 /// [`from_slices`] reports them. The index keeps this instead of the slice
-/// (a fraction of the memory: no unused addresses, hints, or object fields),
-/// and merging contributions gives exactly what [`from_slices`] gives for the
-/// slices themselves.
+/// (a fraction of the memory: no unused addresses, hints, or object fields;
+/// the endpoints packed, [`SliceEndpoints`]), and merging contributions
+/// gives exactly what [`from_slices`] gives for the slices themselves.
 #[derive(Debug, Clone)]
 pub struct SliceContribution {
     warnings: Vec<(SkipReason, String)>,
     /// Validated ports (empty when the address type is unknown: the slice is
     /// skipped as a whole, its ports too).
     specs: Vec<PortSpec>,
-    endpoints: Vec<SliceEndpoint>,
+    endpoints: SliceEndpoints,
 }
 
 impl SliceContribution {
@@ -85,7 +171,7 @@ impl SliceContribution {
     }
 
     /// The usable endpoints, in the slice's order.
-    pub(super) fn endpoints(&self) -> &[SliceEndpoint] {
+    pub(super) fn endpoints(&self) -> &SliceEndpoints {
         &self.endpoints
     }
 
@@ -108,7 +194,7 @@ impl SliceContribution {
                 return Self {
                     warnings: warnings.into_pairs(),
                     specs: Vec::new(),
-                    endpoints: Vec::new(),
+                    endpoints: SliceEndpoints::default(),
                 };
             }
         };
@@ -147,18 +233,18 @@ impl SliceContribution {
                 continue;
             };
             let cond = ep.conditions;
-            endpoints.push(SliceEndpoint {
-                host: host.clone(),
-                ready: cond.ready.unwrap_or(true),
-                serving: cond.serving.unwrap_or(true),
-                terminating: cond.terminating.unwrap_or(false),
-                topology: opts.topology.then(|| ep.topology.clone()).flatten(),
-            });
+            endpoints.push((
+                host.as_str(),
+                cond.ready.unwrap_or(true),
+                cond.serving.unwrap_or(true),
+                cond.terminating.unwrap_or(false),
+                opts.topology.then(|| ep.topology.clone()).flatten(),
+            ));
         }
         Self {
             warnings: warnings.into_pairs(),
             specs,
-            endpoints,
+            endpoints: SliceEndpoints::pack(endpoints),
         }
     }
 }
@@ -195,10 +281,11 @@ pub fn merge_slices<'a>(
                 candidates.entry(key.clone()).or_default();
             }
         }
-        for ep in &c.endpoints {
+        for ep in c.endpoints.iter() {
+            let host = CompactString::from(ep.host);
             for spec in &c.specs {
-                let node = Node::new(ep.host.clone(), spec.number, opts.default_weight)
-                    .with_boxed_topology(ep.topology.clone());
+                let node = Node::new(host.clone(), spec.number, opts.default_weight)
+                    .with_boxed_topology(ep.boxed_topology());
                 for key in spec.keys() {
                     let cand = Candidate {
                         node: node.clone(),
@@ -207,7 +294,7 @@ pub fn merge_slices<'a>(
                         terminating: ep.terminating,
                     };
                     let per_port = candidates.entry(key.clone()).or_default();
-                    let hp = (ep.host.clone(), spec.number);
+                    let hp = (host.clone(), spec.number);
                     match per_port.get(&hp) {
                         Some(old) if !cand.beats(old) => {}
                         _ => {

@@ -16,21 +16,21 @@ use crate::convert::Drain;
 use crate::model::BIG_SERVICE_NODES;
 
 /// xorshift64*: enough randomness for test data, no dependency.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 
-    fn one_in(&mut self, n: u64) -> bool {
+    pub(super) fn one_in(&mut self, n: u64) -> bool {
         self.below(n) == 0
     }
 
@@ -45,7 +45,13 @@ impl Rng {
 
 /// A random slice `name` of Service `svc`: `endpoints` endpoints over a
 /// pool of `hosts` addresses (so slices share endpoints).
-fn random_slice(rng: &mut Rng, name: &str, svc: &str, endpoints: u64, hosts: u64) -> EndpointSlice {
+pub(super) fn random_slice(
+    rng: &mut Rng,
+    name: &str,
+    svc: &str,
+    endpoints: u64,
+    hosts: u64,
+) -> EndpointSlice {
     let ports = match rng.below(8) {
         0 => json!([{"name": "http", "port": 81}]),
         1 => json!([{"name": "web", "port": 80}]),
@@ -86,7 +92,7 @@ fn random_slice(rng: &mut Rng, name: &str, svc: &str, endpoints: u64, hosts: u64
     .unwrap()
 }
 
-fn index(opts: &ConvertOptions) -> Index {
+pub(super) fn index(opts: &ConvertOptions) -> Index {
     Index::new(
         String::new(),
         SourceKind::EndpointSlice,
@@ -95,7 +101,7 @@ fn index(opts: &ConvertOptions) -> Index {
     )
 }
 
-fn weighted(weight: Option<u32>) -> ServiceInfo {
+pub(super) fn weighted(weight: Option<u32>) -> ServiceInfo {
     ServiceInfo {
         ports: Vec::new(),
         export: None,
@@ -106,7 +112,7 @@ fn weighted(weight: Option<u32>) -> ServiceInfo {
 }
 
 /// Everything a reader of the index sees of `keys`.
-fn seen(i: &Index, keys: &[ServiceKey]) -> String {
+pub(super) fn seen(i: &Index, keys: &[ServiceKey]) -> String {
     let mut out = String::new();
     for k in keys {
         out.push_str(&format!("{k:?}: {:?}\n", i.get(k)));
@@ -117,6 +123,20 @@ fn seen(i: &Index, keys: &[ServiceKey]) -> String {
         i.node_count()
     ));
     out
+}
+
+/// A fresh index ("web" with `weight`) that merged the slices of `live`
+/// from scratch.
+pub(super) fn fresh_merge(
+    opts: &ConvertOptions,
+    weight: Option<u32>,
+    live: &BTreeMap<String, EndpointSlice>,
+) -> Index {
+    let mut fresh = index(opts);
+    fresh.set_service("ns", "web", Some(weighted(weight)));
+    let all: Vec<EndpointSlice> = live.values().cloned().collect();
+    fresh.reset_slices(&all);
+    fresh
 }
 
 /// Runs `steps` random events on one index and checks it against a full
@@ -173,13 +193,9 @@ fn history(
             i.apply_slice(&s);
             live.insert(name.clone(), s);
         }
-        let mut fresh = index(opts);
-        fresh.set_service("ns", "web", Some(weighted(weight)));
-        let all: Vec<EndpointSlice> = live.values().cloned().collect();
-        fresh.reset_slices(&all);
         assert_eq!(
             seen(&i, &keys),
-            seen(&fresh, &keys),
+            seen(&fresh_merge(opts, weight, &live), &keys),
             "seed {seed}, step {step}, opts {opts:?}"
         );
         fewest = fewest.min(i.get(&keys[0]).map_or(0, ServiceNodes::node_count));
@@ -196,7 +212,7 @@ fn history(
     (i.take_work().merged, fewest)
 }
 
-fn all_options() -> Vec<ConvertOptions> {
+pub(super) fn all_options() -> Vec<ConvertOptions> {
     let mut out = Vec::new();
     for drain in [Drain::Off, Drain::Fallback, Drain::Always] {
         for (topology, index_port_numbers) in [(false, false), (true, true), (false, true)] {
