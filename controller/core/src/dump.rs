@@ -33,7 +33,9 @@
 //!   most a quarter of a shard lives in the bucket given by the hash of its
 //!   name; the bucket count `B` is the smallest power of two at which every
 //!   bucket fits. A bigger service has shards of its own after the buckets:
-//!   one if it fits, else `P` parts (the smallest fitting power of two) by
+//!   one if it fits a part ([`DEFAULT_MAX_PART_BYTES`], 128 KiB, smaller
+//!   than a shard so that a change rebuilds and hashes little), else `P`
+//!   parts (the smallest power of two at which each fits) by
 //!   the hash of each node's host, the partition of the DiscoveredService
 //!   shards ([`crate::shards::partition`]; every port of an endpoint in one
 //!   part, part 0 carrying every port key), as entries with
@@ -68,7 +70,10 @@
 //!   service's entries and every shard's text and hash across rounds and
 //!   rebuilds only what changed; the version is computed from the shard
 //!   hashes for the same reason (hashing the whole state per round was a
-//!   third of a round's cost). [`build`] builds from scratch and is the
+//!   third of a round's cost). A changed service split into parts is
+//!   re-cut by the kept per-bucket digests of the index
+//!   ([`crate::model::Buckets`]): only parts whose digest changed are
+//!   copied, serialized and hashed, about 128 KiB per change. [`build`] builds from scratch and is the
 //!   reference the builder is tested against.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -1206,7 +1211,12 @@ impl Builder {
                 for k in &wanted {
                     out[*k as usize] = fresh.next();
                 }
-                if out.iter().flatten().flat_map(PortMap::values).any(|l| !l.is_sorted()) {
+                if out
+                    .iter()
+                    .flatten()
+                    .flat_map(PortMap::values)
+                    .any(|l| !l.is_sorted())
+                {
                     return Ok(None);
                 }
                 out
@@ -1239,14 +1249,12 @@ impl Builder {
             .saturating_sub(SHARD_OVERHEAD + group_overhead(&key.cluster) + 1);
         let room = part_room(&key.cluster, self.max_bytes, self.part_bytes);
         let half = count / 2;
-        let halves_fit =
-            half >= 2 && (0..half).all(|k| sizes[k] + sizes[k + half] - fixed <= room);
+        let halves_fit = half >= 2 && (0..half).all(|k| sizes[k] + sizes[k + half] - fixed <= room);
         // A lower bound of the whole entry's measured size (every node's
         // cost but one comma per port): above the room of a whole entry
         // and of a small one, it is split.
         let content: usize = sizes.iter().map(|x| x - fixed).sum();
-        let still_split =
-            content.saturating_sub(ports.len()) > room.max(avail / OWN_SHARD_DIVISOR);
+        let still_split = content.saturating_sub(ports.len()) > room.max(avail / OWN_SHARD_DIVISOR);
         if sizes.iter().any(|x| *x > room) || halves_fit || count > split_cap(nodes) || !still_split
         {
             return Ok(None);
@@ -2492,6 +2500,64 @@ mod tests {
                 .to_string()
                 .contains("minimum")
         );
+    }
+
+    /// Upgrading from a release whose parts filled whole shards (before
+    /// [`DEFAULT_MAX_PART_BYTES`]; the same format): this reader reads that
+    /// layout, and while the new layout replaces it the way the planner
+    /// writes (changed shards in order, the index last, then stale shards
+    /// deleted), every read gives the old state, the new one or "read
+    /// again", never a mix; and back (a downgrade, fewer shards).
+    #[test]
+    fn an_old_layout_is_read_and_replaced_without_a_mixed_read() {
+        let max = 16 * 1024;
+        let mut d0 = dump_of(&[("", "a", "small", &[("http", 2)])]);
+        d0.insert(
+            &ServiceKey::new("", "big", "svc"),
+            two_port_service(1000, 2_000),
+        );
+        let mut d1 = d0.clone();
+        big(&mut d1).get_mut("http").unwrap().push(node(900_000));
+        let old = build_with(&d0, "snap", max, max).unwrap();
+        let new = build_with(&d1, "snap", max, 4096).unwrap();
+        assert!(
+            new.shards.len() > 2 * old.shards.len(),
+            "{} -> {} shards",
+            old.shards.len(),
+            new.shards.len()
+        );
+        for (from, to, a, b) in [(&old, &new, &d0, &d1), (&new, &old, &d1, &d0)] {
+            let mut server = files(from);
+            let read = |index: &str, server: &HashMap<String, String>| {
+                assemble(index, |r| server.get(&r.name).cloned())
+            };
+            assert_eq!(&read(&from.index, &server).unwrap(), a);
+            let mut again = 0;
+            for s in &to.shards {
+                if server.get(&s.name) != Some(&s.text) {
+                    server.insert(s.name.clone(), s.text.clone());
+                    match read(&from.index, &server) {
+                        Ok(d) => assert_eq!(&d, a, "after writing {}", s.name),
+                        Err(e) => {
+                            assert!(e.is_retryable(), "after writing {}: {e}", s.name);
+                            again += 1;
+                        }
+                    }
+                }
+            }
+            assert!(again > 0, "the old index met rewritten shards");
+            assert_eq!(&read(&to.index, &server).unwrap(), b);
+            let listed: BTreeSet<&String> = to.shards.iter().map(|s| &s.name).collect();
+            let stale: Vec<String> = server
+                .keys()
+                .filter(|n| !listed.contains(n))
+                .cloned()
+                .collect();
+            for n in stale {
+                server.remove(&n);
+                assert_eq!(&read(&to.index, &server).unwrap(), b, "after deleting {n}");
+            }
+        }
     }
 
     /// Format 2's version is checked from the index: an index listing
