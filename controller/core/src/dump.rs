@@ -861,6 +861,17 @@ pub fn build(dump: &Dump, base: &str, max_bytes: usize) -> Result<Layout, BuildE
     build_with(dump, base, max_bytes, DEFAULT_MAX_PART_BYTES)
 }
 
+/// Both budgets must be at least [`MIN_SHARD_BYTES`].
+fn check_budgets(max_bytes: usize, part_bytes: usize) -> Result<(), BuildError> {
+    match [max_bytes, part_bytes]
+        .into_iter()
+        .find(|b| *b < MIN_SHARD_BYTES)
+    {
+        Some(b) => Err(BuildError::BudgetTooSmall(b)),
+        None => Ok(()),
+    }
+}
+
 /// [`build`] with parts of at most `part_bytes` (the part budget is capped
 /// by `max_bytes`; with `part_bytes >= max_bytes` parts fill whole shards,
 /// the layout of releases before [`DEFAULT_MAX_PART_BYTES`], which readers
@@ -871,11 +882,7 @@ pub fn build_with(
     max_bytes: usize,
     part_bytes: usize,
 ) -> Result<Layout, BuildError> {
-    for b in [max_bytes, part_bytes] {
-        if b < MIN_SHARD_BYTES {
-            return Err(BuildError::BudgetTooSmall(b));
-        }
-    }
+    check_budgets(max_bytes, part_bytes)?;
     let mut small: Vec<(Fit<'_>, Entry)> = Vec::new();
     let mut own: Vec<Vec<Group>> = Vec::new();
     for (id, services) in &dump.clusters {
@@ -1015,11 +1022,7 @@ impl Builder {
         max_bytes: usize,
         part_bytes: usize,
     ) -> Result<Self, BuildError> {
-        for b in [max_bytes, part_bytes] {
-            if b < MIN_SHARD_BYTES {
-                return Err(BuildError::BudgetTooSmall(b));
-            }
-        }
+        check_budgets(max_bytes, part_bytes)?;
         Ok(Self {
             base: base.to_string(),
             max_bytes,
@@ -2500,6 +2503,11 @@ mod tests {
                 .to_string()
                 .contains("minimum")
         );
+        // A part budget too small is refused the same way, naming it.
+        let e = Builder::with_part_bytes("snap", 4096, 10).unwrap_err();
+        assert!(e.to_string().contains("size 10 is below"), "{e}");
+        let e = build_with(&Dump::default(), "snap", 4096, 20).unwrap_err();
+        assert!(e.to_string().contains("size 20 is below"), "{e}");
     }
 
     /// Upgrading from a release whose parts filled whole shards (before
