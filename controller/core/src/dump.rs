@@ -1205,7 +1205,13 @@ impl Builder {
                     .map(|k| u32::try_from(k).map_err(BuildError::TooMany))
                     .collect::<Result<_, _>>()?;
                 let total = u32::try_from(count).map_err(BuildError::TooMany)?;
-                let mut fresh = crate::shards::partition_some(ports, total, &wanted).into_iter();
+                // No part changed (the owner or extras did): no pass at all.
+                let fresh = if wanted.is_empty() {
+                    Vec::new()
+                } else {
+                    crate::shards::partition_some(ports, total, &wanted)
+                };
+                let mut fresh = fresh.into_iter();
                 #[cfg(test)]
                 {
                     self.by_digest += 1;
