@@ -241,6 +241,7 @@ impl ServerView for Held {
 fn snapshot_build(c: &mut Criterion) {
     use kube_discovery_core::dump::{Builder, DEFAULT_MAX_SHARD_BYTES, Dump, build};
     use kube_discovery_core::model::sort_nodes;
+    use kube_discovery_core::shards::Buckets;
     use kube_discovery_core::{ServiceKey, ServiceNodes};
     use std::sync::Arc;
     let mut big = portmap(100_000);
@@ -273,21 +274,42 @@ fn snapshot_build(c: &mut Criterion) {
         ("one_change_incremental_100000_endpoint_service", &one, 0),
         ("one_change_incremental_10000_services_x_10", &many, 5_000),
     ] {
+        // A big service carries the buckets the index keeps for it (a
+        // service of 16+ slices), updated per changed node as the index
+        // does; small services carry none, as in the index.
+        let with = |key: ServiceKey, ports: PortMap, b: Option<Buckets>| {
+            Arc::new(ServiceNodes::with_buckets(
+                key,
+                SourceKind::EndpointSlice,
+                ports,
+                None,
+                Default::default(),
+                Vec::new(),
+                b,
+            ))
+        };
         let mut state: Vec<Arc<ServiceNodes>> = Vec::new();
         for (id, services) in &d.clusters {
             for ((ns, n), ports) in services {
                 let key = ServiceKey::new(id.as_str(), ns.as_str(), n.as_str());
-                let v = ServiceNodes::new(key, SourceKind::EndpointSlice, ports.clone(), None);
-                state.push(Arc::new(v));
+                let b = (ports.values().map(Vec::len).sum::<usize>() >= 4096)
+                    .then(|| Buckets::of(ports));
+                state.push(with(key, ports.clone(), b));
             }
         }
         let a = state[at].clone();
         let mut ports = a.ports.clone();
-        if let Some(list) = ports.values_mut().find(|l| !l.is_empty()) {
+        let mut buckets = a.buckets.0.as_deref().cloned();
+        if let Some((port, list)) = ports.iter_mut().find(|(_, l)| !l.is_empty()) {
             let mid = list.len() / 2;
+            let old = list[mid].clone();
             list[mid].weight += 1;
+            if let Some(b) = buckets.as_mut() {
+                b.remove(port, &old);
+                b.add(port, &list[mid]);
+            }
         }
-        let b2 = Arc::new(ServiceNodes::new(a.key.clone(), a.source, ports, None));
+        let b2 = with(a.key.clone(), ports, buckets);
         let mut builder = Builder::new("snap", DEFAULT_MAX_SHARD_BYTES).unwrap();
         let first = builder.build([""], &state).unwrap();
         assert_eq!(first, build(d, "snap", DEFAULT_MAX_SHARD_BYTES).unwrap());

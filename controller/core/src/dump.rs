@@ -33,7 +33,9 @@
 //!   most a quarter of a shard lives in the bucket given by the hash of its
 //!   name; the bucket count `B` is the smallest power of two at which every
 //!   bucket fits. A bigger service has shards of its own after the buckets:
-//!   one if it fits, else `P` parts (the smallest fitting power of two) by
+//!   one if it fits a part ([`DEFAULT_MAX_PART_BYTES`], 128 KiB, smaller
+//!   than a shard so that a change rebuilds and hashes little), else `P`
+//!   parts (the smallest power of two at which each fits) by
 //!   the hash of each node's host, the partition of the DiscoveredService
 //!   shards ([`crate::shards::partition`]; every port of an endpoint in one
 //!   part, part 0 carrying every port key), as entries with
@@ -68,7 +70,10 @@
 //!   service's entries and every shard's text and hash across rounds and
 //!   rebuilds only what changed; the version is computed from the shard
 //!   hashes for the same reason (hashing the whole state per round was a
-//!   third of a round's cost). [`build`] builds from scratch and is the
+//!   third of a round's cost). A changed service split into parts is
+//!   re-cut by the kept per-bucket digests of the index
+//!   ([`crate::model::Buckets`]): only parts whose digest changed are
+//!   copied, serialized and hashed, about 128 KiB per change. [`build`] builds from scratch and is the
 //!   reference the builder is tested against.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -78,7 +83,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::model::{Node, NodeQuery, PortMap, ServiceKey, ServiceNodes};
+use crate::model::{MAX_SHARDS, Node, NodeQuery, PortMap, PortsDigest, ServiceKey, ServiceNodes};
 use crate::service::PortExtras;
 
 /// Format number written into the index and every shard. Format 2 cuts a
@@ -102,6 +107,21 @@ pub const DEFAULT_MAX_SHARD_BYTES: usize = 900 * 1024;
 
 /// Smallest accepted shard budget (tests use small budgets to get many shards).
 pub const MIN_SHARD_BYTES: usize = 1024;
+
+/// Default budget of one part of a service with shards of its own (escaped
+/// JSON bytes, like the shard budget, and never above it): such a service is
+/// cut into the smallest power-of-two number of parts of at most this size,
+/// each in a shard of its own.
+///
+/// Why smaller than a shard (issue 19 item 2): one endpoint changed in a
+/// split service rewrites exactly one part, and what that costs is
+/// re-serializing, measuring and sha256-hashing that part's text (about
+/// 1.7 ms per 900 KiB here, most of a change's snapshot cost when parts
+/// filled whole shards). At 128 KiB a 100,000-endpoint service is 64 parts
+/// instead of 8. The price is objects: a reader reads one ConfigMap per part
+/// (their total bytes stay the same) and a mounting pod lists one projected
+/// source per shard. Small services still share full-size bucket shards.
+pub const DEFAULT_MAX_PART_BYTES: usize = 128 * 1024;
 
 /// Services of one cluster: `(namespace, name)` -> ports.
 pub type ClusterServices = BTreeMap<(String, String), PortMap>;
@@ -531,6 +551,7 @@ fn split_service(
     let split = Split {
         fixed,
         parts: parts.into_iter().zip(sizes).collect(),
+        digests: None,
     };
     Ok((out, split))
 }
@@ -598,6 +619,24 @@ fn part_entry_of(name: &str, value: String, i: usize, count: u32) -> Result<Entr
 struct Split {
     fixed: usize,
     parts: Vec<(PortMap, usize)>,
+    /// Per part, the digest of its nodes from the value's kept
+    /// [`crate::model::Buckets`] (`None`: the value had none, or the count does not
+    /// divide [`MAX_SHARDS`]): a part whose digest did not change holds the
+    /// same nodes, so [`Builder::resplit`] looks at the changed parts only.
+    digests: Option<Vec<PortsDigest>>,
+}
+
+/// The digest of every part of `count` of `s`'s nodes, from its kept
+/// buckets (O(buckets), no node touched): `None` without buckets, or when
+/// `count` does not divide [`MAX_SHARDS`] (a node's part then does not
+/// follow from its bucket).
+fn part_digests(s: &ServiceNodes, count: usize) -> Option<Vec<PortsDigest>> {
+    let b = s.buckets.0.as_ref()?;
+    let count = u32::try_from(count).ok()?;
+    if count == 0 || !count.is_power_of_two() || count > MAX_SHARDS {
+        return None;
+    }
+    Some((0..count).map(|k| b.shard_digest(k, count)).collect())
 }
 
 /// `h mod count` as an index (`count` >= 1).
@@ -667,8 +706,10 @@ fn place(
     name: &str,
     ports: &PortMap,
     max_bytes: usize,
+    part_bytes: usize,
 ) -> Result<Placement, BuildError> {
     let avail = max_bytes.saturating_sub(SHARD_OVERHEAD + group_overhead(id) + 1);
+    let room = part_room(id, max_bytes, part_bytes);
     let ename = format!("{ns}/{name}");
     let whole = Entry {
         name: ename.clone(),
@@ -689,7 +730,7 @@ fn place(
             hash: service_hash(id, ns, name),
         });
     }
-    if size <= avail {
+    if size <= room {
         return Ok(Placement::Own(vec![whole], None));
     }
     let key = ServiceKey::new(id, ns, name);
@@ -699,7 +740,17 @@ fn place(
             service: key.to_string(),
         });
     }
-    split_service(&key, &ename, ports, avail, max_bytes).map(|(e, s)| Placement::Own(e, Some(s)))
+    split_service(&key, &ename, ports, room, max_bytes).map(|(e, s)| Placement::Own(e, Some(s)))
+}
+
+/// The room for the entry of a service with shard(s) of its own, in a
+/// shard of cluster `id`: the shard budget and the part budget
+/// ([`DEFAULT_MAX_PART_BYTES`]), whichever is smaller, less the shard's and
+/// the cluster group's overhead.
+fn part_room(id: &str, max_bytes: usize, part_bytes: usize) -> usize {
+    max_bytes
+        .min(part_bytes)
+        .saturating_sub(SHARD_OVERHEAD + group_overhead(id) + 1)
 }
 
 /// Checks a shard text, whose [`escaped_len`] is `len`, against the budget
@@ -807,14 +858,36 @@ fn layout_of(
 /// the reference the incremental [`Builder`] (what the snapshot sink runs)
 /// is tested against, byte for byte.
 pub fn build(dump: &Dump, base: &str, max_bytes: usize) -> Result<Layout, BuildError> {
-    if max_bytes < MIN_SHARD_BYTES {
-        return Err(BuildError::BudgetTooSmall(max_bytes));
+    build_with(dump, base, max_bytes, DEFAULT_MAX_PART_BYTES)
+}
+
+/// Both budgets must be at least [`MIN_SHARD_BYTES`].
+fn check_budgets(max_bytes: usize, part_bytes: usize) -> Result<(), BuildError> {
+    match [max_bytes, part_bytes]
+        .into_iter()
+        .find(|b| *b < MIN_SHARD_BYTES)
+    {
+        Some(b) => Err(BuildError::BudgetTooSmall(b)),
+        None => Ok(()),
     }
+}
+
+/// [`build`] with parts of at most `part_bytes` (the part budget is capped
+/// by `max_bytes`; with `part_bytes >= max_bytes` parts fill whole shards,
+/// the layout of releases before [`DEFAULT_MAX_PART_BYTES`], which readers
+/// read the same way).
+pub fn build_with(
+    dump: &Dump,
+    base: &str,
+    max_bytes: usize,
+    part_bytes: usize,
+) -> Result<Layout, BuildError> {
+    check_budgets(max_bytes, part_bytes)?;
     let mut small: Vec<(Fit<'_>, Entry)> = Vec::new();
     let mut own: Vec<Vec<Group>> = Vec::new();
     for (id, services) in &dump.clusters {
         for ((ns, name), ports) in services {
-            match place(id, ns, name, ports, max_bytes)? {
+            match place(id, ns, name, ports, max_bytes, part_bytes)? {
                 Placement::Small { entry, cost, hash } => small.push((
                     Fit {
                         cluster: id,
@@ -921,6 +994,7 @@ type Member<'a> = (&'a str, u64, &'a str, usize);
 pub struct Builder {
     base: String,
     max_bytes: usize,
+    part_bytes: usize,
     /// In key order, like the state.
     services: Vec<(ServiceKey, CachedService)>,
     /// By shard index.
@@ -930,22 +1004,36 @@ pub struct Builder {
     /// check that the incremental path ran).
     #[cfg(test)]
     resplits: usize,
+    /// How many of those found the changed parts by their digests alone.
+    #[cfg(test)]
+    by_digest: usize,
 }
 
 impl Builder {
-    /// A builder of snapshot `base` with shards of at most `max_bytes`.
+    /// A builder of snapshot `base` with shards of at most `max_bytes` and
+    /// parts of at most [`DEFAULT_MAX_PART_BYTES`].
     pub fn new(base: &str, max_bytes: usize) -> Result<Self, BuildError> {
-        if max_bytes < MIN_SHARD_BYTES {
-            return Err(BuildError::BudgetTooSmall(max_bytes));
-        }
+        Self::with_part_bytes(base, max_bytes, DEFAULT_MAX_PART_BYTES)
+    }
+
+    /// [`Builder::new`] with parts of at most `part_bytes` ([`build_with`]).
+    pub fn with_part_bytes(
+        base: &str,
+        max_bytes: usize,
+        part_bytes: usize,
+    ) -> Result<Self, BuildError> {
+        check_budgets(max_bytes, part_bytes)?;
         Ok(Self {
             base: base.to_string(),
             max_bytes,
+            part_bytes,
             services: Vec::new(),
             shards: Vec::new(),
             next_id: 0,
             #[cfg(test)]
             resplits: 0,
+            #[cfg(test)]
+            by_digest: 0,
         })
     }
 
@@ -1000,7 +1088,7 @@ impl Builder {
                 other => other.map(|(_, c)| c.placed),
             };
             let k = &s.key;
-            if let Some(placed) = self.resplit(k, &s.ports, &mut prev)? {
+            if let Some(placed) = self.resplit(s, &mut prev)? {
                 new.push((
                     k.clone(),
                     CachedService {
@@ -1011,7 +1099,14 @@ impl Builder {
                 ));
                 continue;
             }
-            let placed = match place(&k.cluster, &k.namespace, &k.name, &s.ports, self.max_bytes)? {
+            let placed = match place(
+                &k.cluster,
+                &k.namespace,
+                &k.name,
+                &s.ports,
+                self.max_bytes,
+                self.part_bytes,
+            )? {
                 Placement::Small { entry, cost, hash } => {
                     let text = json(&entry);
                     let id = match &prev {
@@ -1025,7 +1120,10 @@ impl Builder {
                         hash,
                     }
                 }
-                Placement::Own(entries, split) => {
+                Placement::Own(entries, mut split) => {
+                    if let Some(split) = split.as_mut() {
+                        split.digests = part_digests(s, split.parts.len());
+                    }
                     let before = match &prev {
                         Some(Cached::Own(v, _)) => v.as_slice(),
                         _ => &[],
@@ -1060,25 +1158,36 @@ impl Builder {
     }
 
     /// A service split into parts whose value changed, re-cut at its
-    /// cached part count: the nodes are partitioned by reference and
-    /// compared with the cached parts, and only the parts that differ are
-    /// copied, measured and serialized (one endpoint changed among 100,000:
-    /// one part). `Ok(None)` (and `prev` untouched) when that may not be
-    /// what [`split_service`] would do, which [`place`] then does from
-    /// scratch: the port keys changed, a list is out of order, a part no
-    /// longer fits (the count doubles), half the count would fit (it
-    /// halves), or the service may have become small enough not to split.
+    /// cached part count; only the parts that differ are copied, measured
+    /// and serialized (one endpoint changed among 100,000: one part).
+    ///
+    /// Which parts differ: with the value's kept [`crate::model::Buckets`] (the index
+    /// keeps them for a big service) and the parts' digests cached, the
+    /// parts whose digest changed, found without touching a node, and their
+    /// nodes copied in one pass ([`crate::shards::partition_some`]). Else
+    /// the nodes are partitioned by reference and compared with the cached
+    /// parts. The digest path trusts the state's lists to be sorted (the
+    /// index sorts them; checking it is a pass over every node, what this
+    /// path avoids) and checks the changed parts' lists only: should an
+    /// unchanged part's list be out of order, the cached sorted text stays,
+    /// which is what a reader assembles anyway, where [`build`] would refuse.
+    ///
+    /// `Ok(None)` (and `prev`'s entries untouched) when that may not be what
+    /// [`split_service`] would do, which [`place`] then does from scratch:
+    /// the port keys changed, a list is out of order, a part no longer fits
+    /// (the count doubles), half the count would fit (it halves), or the
+    /// service may have become small enough not to split.
     fn resplit(
         &mut self,
-        key: &ServiceKey,
-        ports: &PortMap,
+        s: &ServiceNodes,
         prev: &mut Option<Cached>,
     ) -> Result<Option<Cached>, BuildError> {
+        let (key, ports) = (&s.key, &s.ports);
         let Some(Cached::Own(entries, Some(split))) = prev.as_mut() else {
             return Ok(None);
         };
         let count = split.parts.len();
-        if count < 2 || entries.len() != count || !ports.values().all(|l| l.is_sorted()) {
+        if count < 2 || entries.len() != count {
             return Ok(None);
         }
         let name = format!("{}/{}", key.namespace, key.name);
@@ -1087,40 +1196,54 @@ impl Builder {
         if fixed != split.fixed || !keys_same {
             return Ok(None);
         }
-        // The partition of `crate::shards::partition`, by reference.
-        let mut cut: Vec<Vec<(&String, Vec<&Node>)>> = vec![Vec::new(); count];
-        let mut nodes = 0;
-        for (port, list) in ports {
-            cut[0].push((port, Vec::new()));
-            for n in list {
-                let part = &mut cut[bucket(crate::shards::node_hash(&n.host), count)];
-                if part.last().is_none_or(|(p, _)| *p != port) {
-                    part.push((port, Vec::new()));
+        let digests = part_digests(s, count);
+        // Per part: `Some(its new nodes)` where it changed.
+        let changed: Vec<Option<PortMap>> = match (&split.digests, &digests) {
+            (Some(old), Some(new)) if old.len() == count => {
+                let wanted: Vec<u32> = (0..count)
+                    .filter(|k| old[*k] != new[*k])
+                    .map(|k| u32::try_from(k).map_err(BuildError::TooMany))
+                    .collect::<Result<_, _>>()?;
+                let total = u32::try_from(count).map_err(BuildError::TooMany)?;
+                // No part changed (the owner or extras did): no pass at all.
+                let fresh = if wanted.is_empty() {
+                    Vec::new()
+                } else {
+                    crate::shards::partition_some(ports, total, &wanted)
+                };
+                let mut fresh = fresh.into_iter();
+                #[cfg(test)]
+                {
+                    self.by_digest += 1;
                 }
-                if let Some((_, l)) = part.last_mut() {
-                    l.push(n);
+                let mut out: Vec<Option<PortMap>> = (0..count).map(|_| None).collect();
+                for k in &wanted {
+                    out[*k as usize] = fresh.next();
                 }
+                if out
+                    .iter()
+                    .flatten()
+                    .flat_map(PortMap::values)
+                    .any(|l| !l.is_sorted())
+                {
+                    return Ok(None);
+                }
+                out
             }
-            nodes += list.len();
-        }
-        let same = |k: usize| {
-            let old = &split.parts[k].0;
-            old.len() == cut[k].len()
-                && old.iter().zip(&cut[k]).all(|((p, l), (q, m))| {
-                    p == *q && l.len() == m.len() && l.iter().zip(m).all(|(a, b)| a == *b)
-                })
+            _ => {
+                if !ports.values().all(|l| l.is_sorted()) {
+                    return Ok(None);
+                }
+                Self::changed_by_compare(ports, split)
+            }
         };
-        let changed: Vec<bool> = (0..count).map(|k| !same(k)).collect();
-        // The changed parts, copied and serialized once: their size is
-        // measured on that text.
+        let nodes = s.node_count();
+        // The changed parts, serialized once: their size is measured on
+        // that text.
         let mut fresh: Vec<Option<(PortMap, String, usize)>> = Vec::with_capacity(count);
         let mut sizes = Vec::with_capacity(count);
-        for (k, is_changed) in changed.iter().enumerate() {
-            if *is_changed {
-                let mut pm = PortMap::new();
-                for (p, l) in &cut[k] {
-                    pm.insert((*p).clone(), l.iter().map(|n| (*n).clone()).collect());
-                }
+        for (k, part) in changed.into_iter().enumerate() {
+            if let Some(pm) = part {
                 let value = port_json(&pm);
                 let twice = escaped_twice_len(&value);
                 sizes.push(fixed + nodes_cost(&pm, twice));
@@ -1133,17 +1256,15 @@ impl Builder {
         let avail = self
             .max_bytes
             .saturating_sub(SHARD_OVERHEAD + group_overhead(&key.cluster) + 1);
+        let room = part_room(&key.cluster, self.max_bytes, self.part_bytes);
         let half = count / 2;
-        let halves_fit =
-            half >= 2 && (0..half).all(|k| sizes[k] + sizes[k + half] - fixed <= avail);
+        let halves_fit = half >= 2 && (0..half).all(|k| sizes[k] + sizes[k + half] - fixed <= room);
         // A lower bound of the whole entry's measured size (every node's
-        // cost but one comma per port): above the room, it is split.
+        // cost but one comma per port): above the room of a whole entry
+        // and of a small one, it is split.
         let content: usize = sizes.iter().map(|x| x - fixed).sum();
-        let still_split = content.saturating_sub(ports.len()) > avail;
-        if sizes.iter().any(|x| *x > avail)
-            || halves_fit
-            || count > split_cap(nodes)
-            || !still_split
+        let still_split = content.saturating_sub(ports.len()) > room.max(avail / OWN_SHARD_DIVISOR);
+        if sizes.iter().any(|x| *x > room) || halves_fit || count > split_cap(nodes) || !still_split
         {
             return Ok(None);
         }
@@ -1157,7 +1278,14 @@ impl Builder {
                 // measured escaped again).
                 let around = entry_size(&part_entry_of(&name, String::new(), k, total)?)?;
                 let text = json(&part_entry_of(&name, value, k, total)?);
-                texts.push((self.fresh_id(), text, around + twice));
+                // Changed back to the cached text (a node removed and
+                // added again): the same id, the shard is not rebuilt.
+                let id = if text == entries[k].1 {
+                    entries[k].0
+                } else {
+                    self.fresh_id()
+                };
+                texts.push((id, text, around + twice));
                 parts.push((pm, size));
             } else {
                 texts.push(std::mem::take(&mut entries[k]));
@@ -1168,7 +1296,48 @@ impl Builder {
         {
             self.resplits += 1;
         }
-        Ok(Some(Cached::Own(texts, Some(Split { fixed, parts }))))
+        Ok(Some(Cached::Own(
+            texts,
+            Some(Split {
+                fixed,
+                parts,
+                digests,
+            }),
+        )))
+    }
+
+    /// The parts of `split`'s count whose nodes in `ports` differ from the
+    /// cached ones, with their new nodes: every node partitioned by
+    /// reference ([`crate::shards::partition`]'s rule) and compared.
+    fn changed_by_compare(ports: &PortMap, split: &Split) -> Vec<Option<PortMap>> {
+        let count = split.parts.len();
+        let mut cut: Vec<Vec<(&String, Vec<&Node>)>> = vec![Vec::new(); count];
+        for (port, list) in ports {
+            cut[0].push((port, Vec::new()));
+            for n in list {
+                let part = &mut cut[bucket(crate::shards::node_hash(&n.host), count)];
+                if part.last().is_none_or(|(p, _)| *p != port) {
+                    part.push((port, Vec::new()));
+                }
+                if let Some((_, l)) = part.last_mut() {
+                    l.push(n);
+                }
+            }
+        }
+        cut.into_iter()
+            .zip(&split.parts)
+            .map(|(new, (old, _))| {
+                let same = old.len() == new.len()
+                    && old.iter().zip(&new).all(|((p, l), (q, m))| {
+                        p == *q && l.len() == m.len() && l.iter().zip(m).all(|(a, b)| a == *b)
+                    });
+                (!same).then(|| {
+                    new.into_iter()
+                        .map(|(p, l)| (p.clone(), l.into_iter().cloned().collect()))
+                        .collect()
+                })
+            })
+            .collect()
     }
 
     fn fresh_id(&mut self) -> u64 {
@@ -2089,6 +2258,29 @@ mod tests {
         ))
     }
 
+    /// [`value`], with the kept buckets when `buckets`.
+    fn value_any(key: &ServiceKey, ports: PortMap, buckets: bool) -> Arc<ServiceNodes> {
+        if buckets {
+            value_with_buckets(key, ports)
+        } else {
+            value(key, ports)
+        }
+    }
+
+    /// [`value`] with the kept buckets the index gives a big service.
+    fn value_with_buckets(key: &ServiceKey, ports: PortMap) -> Arc<ServiceNodes> {
+        let b = crate::model::Buckets::of(&ports);
+        Arc::new(ServiceNodes::with_buckets(
+            key.clone(),
+            crate::model::SourceKind::EndpointSlice,
+            ports,
+            None,
+            crate::model::PortExtras::default(),
+            Vec::new(),
+            Some(b),
+        ))
+    }
+
     /// Issue 19 item 2: the incremental builder gives exactly what `build`
     /// gives, over random sequences of changes that move services between
     /// buckets and shards of their own (growing big, shrinking small),
@@ -2099,6 +2291,7 @@ mod tests {
         let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         let mut kinds = [0usize; 9];
         let mut resplits = 0;
+        let mut by_digest = 0;
         for case in 0..16 {
             let max = [MIN_SHARD_BYTES, 1500, 4096, 16 * 1024][case % 4];
             let mut b = Builder::new("snap", max).unwrap();
@@ -2128,7 +2321,7 @@ mod tests {
                         let k =
                             ServiceKey::new(c.as_str(), format!("ns{}", next(4)), format!("s{r}"));
                         let ports = PortMap::from([("http".to_string(), nodes(next(4)))]);
-                        state.insert(k.clone(), value(&k, ports));
+                        state.insert(k.clone(), value_any(&k, ports, next(3) > 0));
                     }
                     // One removed.
                     2 => {
@@ -2143,14 +2336,14 @@ mod tests {
                             let grow = nodes(20 + next(300));
                             p.entry("http".to_string()).or_default().extend(grow);
                             p.insert("grpc".to_string(), nodes(next(3)));
-                            state.insert(k.clone(), value(&k, p));
+                            state.insert(k.clone(), value_any(&k, p, next(3) > 0));
                         }
                     }
                     // One shrinking back to small.
                     4 => {
                         if let Some(k) = pick(&state, r % (state.len() as u64).max(1)) {
                             let p = PortMap::from([("http".to_string(), nodes(1))]);
-                            state.insert(k.clone(), value(&k, p));
+                            state.insert(k.clone(), value_any(&k, p, next(3) > 0));
                         }
                     }
                     // Many small services at once (the bucket count doubles).
@@ -2158,7 +2351,7 @@ mod tests {
                         for i in 0..(10 + next(40)) {
                             let k = ServiceKey::new("", "bulk", format!("b{r}-{i}"));
                             let p = PortMap::from([("http".to_string(), nodes(2))]);
-                            state.insert(k.clone(), value(&k, p));
+                            state.insert(k.clone(), value_any(&k, p, next(3) > 0));
                         }
                     }
                     // A cluster added (empty) or removed with its services.
@@ -2175,21 +2368,39 @@ mod tests {
                             state.retain(|k, _| k.cluster != c);
                         }
                     }
-                    // One node changed in place (a weight), in a random service.
+                    // One node changed in place (a weight), removed, or
+                    // added (sorting last), in a random service: in a split
+                    // one, one part changes.
                     7 => {
-                        if let Some(k) = pick(&state, r % (state.len() as u64).max(1)) {
+                        // Half of the time in the biggest service.
+                        let biggest = state
+                            .iter()
+                            .max_by_key(|(_, v)| v.node_count())
+                            .map(|(k, _)| k.clone());
+                        let k = if next(2) == 0 {
+                            biggest
+                        } else {
+                            pick(&state, r % (state.len() as u64).max(1))
+                        };
+                        if let Some(k) = k {
                             let mut p = state[&k].ports.clone();
+                            let how = next(3);
+                            let added = nodes(1);
                             if let Some(list) = p.values_mut().find(|l| !l.is_empty()) {
                                 let i = next(list.len() as u64) as usize;
-                                list[i].weight = list[i].weight.wrapping_add(1);
+                                match how {
+                                    0 => list[i].weight = list[i].weight.wrapping_add(1),
+                                    1 => drop(list.remove(i)),
+                                    _ => list.extend(added),
+                                }
                             }
-                            state.insert(k.clone(), value(&k, p));
+                            state.insert(k.clone(), value_any(&k, p, next(3) > 0));
                         }
                     }
                     // Same content, new value (the builder must not care).
                     _ => {
                         if let Some(k) = pick(&state, r % (state.len() as u64).max(1)) {
-                            let v = value(&k, state[&k].ports.clone());
+                            let v = value_any(&k, state[&k].ports.clone(), next(3) > 0);
                             state.insert(k, v);
                         }
                     }
@@ -2201,8 +2412,13 @@ mod tests {
                 assert_eq!(got, want, "case {case} step {step} (change kind {kind})");
             }
             resplits += b.resplits;
+            by_digest += b.by_digest;
         }
         assert!(resplits > 10, "the incremental split ran {resplits} times");
+        assert!(
+            by_digest > 10,
+            "the changed parts were found by their digests {by_digest} times"
+        );
         assert!(
             kinds.iter().all(|k| *k > 20),
             "every kind of change ran: {kinds:?}"
@@ -2293,6 +2509,69 @@ mod tests {
                 .to_string()
                 .contains("minimum")
         );
+        // A part budget too small is refused the same way, naming it.
+        let e = Builder::with_part_bytes("snap", 4096, 10).unwrap_err();
+        assert!(e.to_string().contains("size 10 is below"), "{e}");
+        let e = build_with(&Dump::default(), "snap", 4096, 20).unwrap_err();
+        assert!(e.to_string().contains("size 20 is below"), "{e}");
+    }
+
+    /// Upgrading from a release whose parts filled whole shards (before
+    /// [`DEFAULT_MAX_PART_BYTES`]; the same format): this reader reads that
+    /// layout, and while the new layout replaces it the way the planner
+    /// writes (changed shards in order, the index last, then stale shards
+    /// deleted), every read gives the old state, the new one or "read
+    /// again", never a mix; and back (a downgrade, fewer shards).
+    #[test]
+    fn an_old_layout_is_read_and_replaced_without_a_mixed_read() {
+        let max = 16 * 1024;
+        let mut d0 = dump_of(&[("", "a", "small", &[("http", 2)])]);
+        d0.insert(
+            &ServiceKey::new("", "big", "svc"),
+            two_port_service(1000, 2_000),
+        );
+        let mut d1 = d0.clone();
+        big(&mut d1).get_mut("http").unwrap().push(node(900_000));
+        let old = build_with(&d0, "snap", max, max).unwrap();
+        let new = build_with(&d1, "snap", max, 4096).unwrap();
+        assert!(
+            new.shards.len() > 2 * old.shards.len(),
+            "{} -> {} shards",
+            old.shards.len(),
+            new.shards.len()
+        );
+        for (from, to, a, b) in [(&old, &new, &d0, &d1), (&new, &old, &d1, &d0)] {
+            let mut server = files(from);
+            let read = |index: &str, server: &HashMap<String, String>| {
+                assemble(index, |r| server.get(&r.name).cloned())
+            };
+            assert_eq!(&read(&from.index, &server).unwrap(), a);
+            let mut again = 0;
+            for s in &to.shards {
+                if server.get(&s.name) != Some(&s.text) {
+                    server.insert(s.name.clone(), s.text.clone());
+                    match read(&from.index, &server) {
+                        Ok(d) => assert_eq!(&d, a, "after writing {}", s.name),
+                        Err(e) => {
+                            assert!(e.is_retryable(), "after writing {}: {e}", s.name);
+                            again += 1;
+                        }
+                    }
+                }
+            }
+            assert!(again > 0, "the old index met rewritten shards");
+            assert_eq!(&read(&to.index, &server).unwrap(), b);
+            let listed: BTreeSet<&String> = to.shards.iter().map(|s| &s.name).collect();
+            let stale: Vec<String> = server
+                .keys()
+                .filter(|n| !listed.contains(n))
+                .cloned()
+                .collect();
+            for n in stale {
+                server.remove(&n);
+                assert_eq!(&read(&to.index, &server).unwrap(), b, "after deleting {n}");
+            }
+        }
     }
 
     /// Format 2's version is checked from the index: an index listing

@@ -13,7 +13,11 @@
 //!   repaired within a couple of seconds, with exactly one write each, and the
 //!   events of those writes cause none.
 //! * `snapshot_of_a_big_state_respects_the_real_1_mib_bound`: the default
-//!   budget with services too big for one shard (split by node host hash).
+//!   budget with services too big for one shard (split by node host hash
+//!   into parts of at most 128 KiB); it starts over a snapshot in the
+//!   layout of earlier releases (parts filling whole shards, same format),
+//!   which the reader reads and the controller replaces, a racing reader
+//!   never assembling a mix.
 //! * `snapshot_one_change_is_two_writes_and_a_racing_reader_never_mixes`
 //!   (issue 19 item 2): one endpoint changed in a service split over many
 //!   shards, or one small service changed, is 2 ConfigMap writes (the shard,
@@ -727,6 +731,12 @@ async fn snapshot_of_a_big_state_respects_the_real_1_mib_bound(backend: Backend)
     put(&env, &mut want, "big-a", ips(0x01_0000, 14_000)).await;
     put(&env, &mut want, "big-b", ips(0x20_0000, 14_000)).await;
     put_small(&env, &mut want, 5, 3).await;
+    // A snapshot left by a release whose parts filled whole 900 KiB shards
+    // (same format 2), of another state: read by this reader, replaced by
+    // the controller, and a reader racing it never assembles a mix.
+    let (old, old_shards) = write_old_part_layout(&env).await;
+    assert_eq!(hosts_of(&read(&cms(&env)).await.unwrap().unwrap()), old);
+    let reader = Reader::start(&env);
     let ctl = start(&env, "big", &config(&env, 100), &[]).await;
     let d = wait_snapshot(&env, &want).await;
     assert_eq!(d.nodes(), 28_015);
@@ -748,7 +758,53 @@ async fn snapshot_of_a_big_state_respects_the_real_1_mib_bound(backend: Backend)
         parts += usize::from(data[&r.key].contains("\"part\""));
     }
     assert!(parts >= 2, "the big services were split into parts");
+    // Parts of at most 128 KiB: more shards than the old layout had.
+    assert!(
+        idx.shards.len() > 2 * old_shards,
+        "{} shards, the old layout {old_shards}",
+        idx.shards.len()
+    );
+    let mut names: BTreeSet<String> = idx.shards.iter().map(|r| r.name.clone()).collect();
+    names.insert(SNAP.into());
+    assert_eq!(labelled(&env).await, names, "nothing unlisted left");
+    let (ok, _) = reader.finish_only(&[old, want.clone()]).await;
+    assert!(ok > 0, "the reader read {ok} snapshots");
     ctl.stop().await;
+}
+
+/// A format-2 snapshot in the layout of releases before
+/// `dump::DEFAULT_MAX_PART_BYTES` (parts filling whole 900 KiB shards) of a
+/// state other than the test's: service `big-a` with 13,000 of its 14,000
+/// endpoints. Returns that state and its shard count.
+async fn write_old_part_layout(env: &Env) -> (Expected, usize) {
+    use kube_discovery_core::model::{Node, PortMap, ServiceKey, sort_nodes};
+    let mut nodes: Vec<Node> = ips(0x01_0000, 13_000)
+        .into_iter()
+        .map(|h| Node::new(h, 80, 100))
+        .collect();
+    sort_nodes(&mut nodes);
+    let mut d = Dump::with_clusters([""]);
+    d.insert(
+        &ServiceKey::new("", NS, "big-a"),
+        PortMap::from([("http".to_string(), nodes)]),
+    );
+    let max = snapshot::DEFAULT_MAX_SHARD_BYTES;
+    let l = snapshot::build_with(&d, SNAP, max, max).unwrap();
+    let api = cms(env);
+    let objects = l
+        .shards
+        .iter()
+        .map(|s| (s.name.clone(), s.key.clone(), s.text.clone()))
+        .chain([(SNAP.to_string(), INDEX_KEY.to_string(), l.index.clone())]);
+    for (name, key, text) in objects {
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": SNAP_NS, "labels": {LABEL: SNAP}},
+            "data": {key: text}
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    (hosts_of(&d), l.shards.len())
 }
 
 /// A snapshot in the layout of a controller before format 2 (one service
