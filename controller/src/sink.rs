@@ -241,7 +241,6 @@ impl KubeSink {
         token: FenceToken,
         key: &ServiceKey,
         plan: ObjectPlan,
-        desired: Option<&DesiredObjects<'_>>,
         built: &[DiscoveredService],
         repair: bool,
     ) -> Result<Option<String>> {
@@ -255,16 +254,10 @@ impl KubeSink {
             match op {
                 ObjectOp::Unshard((ns, name)) => self.unshard(token, key, &ns, &name).await?,
                 ObjectOp::Apply { index, .. } => {
-                    // `built` holds every object the plan applies (built
-                    // again here if not: an `Apply` comes with `desired`).
-                    let obj = match built.iter().find(|o| shard_of(o).0 == index) {
-                        Some(o) => Some(std::borrow::Cow::Borrowed(o)),
-                        None => desired
-                            .and_then(|d| d.object(index))
-                            .map(std::borrow::Cow::Owned),
-                    };
-                    if let Some(obj) = obj {
-                        uid = self.write_one(token, key, &obj).await?;
+                    // `built` is `DesiredObjects::build` of the plan's
+                    // `applied()`: every index it can build is there.
+                    if let Some(obj) = built.iter().find(|o| shard_of(o).0 == index) {
+                        uid = self.write_one(token, key, obj).await?;
                     }
                 }
                 ObjectOp::Delete((ns, name), why) => {
@@ -738,7 +731,7 @@ impl Sink for KubeSink {
             }
         }
         let uid = self
-            .execute(token, &svc.key, plan, Some(&desired), &objs, prior.repair)
+            .execute(token, &svc.key, plan, &objs, prior.repair)
             .await?;
         // Shard 0 (or the one object) says what the service's conditions
         // are; a repair that found it intact did not build it.
@@ -756,8 +749,7 @@ impl Sink for KubeSink {
     async fn delete(&self, key: ServiceKey, prior: Prior) -> Result<()> {
         let token = self.fence.begin()?;
         let plan = object_ops(&key, &self.naming, None, prior, self)?;
-        self.execute(token, &key, plan, None, &[], prior.repair)
-            .await?;
+        self.execute(token, &key, plan, &[], prior.repair).await?;
         self.explain.forget(&key);
         Ok(())
     }
