@@ -522,20 +522,23 @@ impl Index {
                 (key, vec![crate::model::Node::new(host.clone(), p.port, 0)])
             })
             .collect();
-        Some(self.build(key.clone(), self.source, ports, None))
+        Some(self.build(key.clone(), self.source, ports, None, Vec::new()))
     }
 
-    /// The desired state of `key` from its endpoints' `ports`: with the
-    /// Service-derived extras (aliases, appProtocols) when the Service is known.
+    /// The desired state of `key` from its endpoints' `ports` and the
+    /// warnings of what was `skipped` converting them: with the
+    /// Service-derived extras (aliases, appProtocols) when the Service is
+    /// known. One hash of the service for its version.
     fn build(
         &self,
         key: ServiceKey,
         source: SourceKind,
         ports: PortMap,
         owner: Option<String>,
+        skipped: Vec<String>,
     ) -> ServiceNodes {
         let (ports, extras) = self.build_parts(&key, ports);
-        ServiceNodes::new(key, source, ports, owner).with_extras(extras)
+        ServiceNodes::with_buckets(key, source, ports, owner, extras, skipped, None)
     }
 
     /// The weight every node of `key` gets: its Service's annotation, else
@@ -624,10 +627,7 @@ impl Index {
         let owner = self.owner(&key, obj_owner);
         Some((
             key.clone(),
-            Some(
-                self.build(key, SourceKind::Endpoints, conv.ports, owner)
-                    .with_skipped(skipped),
-            ),
+            Some(self.build(key, SourceKind::Endpoints, conv.ports, owner, skipped)),
         ))
     }
 
@@ -737,7 +737,13 @@ impl Index {
             };
             let obj_owner = p.endpoints_owner.get(&key).and_then(|m| m.owner.clone());
             let owner = self.owner(&key, obj_owner);
-            let next = self.build(key, desired.source, desired.ports.clone(), owner);
+            let next = self.build(
+                key,
+                desired.source,
+                desired.ports.clone(),
+                owner,
+                desired.skipped.clone(),
+            );
             if **desired != next {
                 *desired = Arc::new(next);
             }
@@ -1388,7 +1394,13 @@ impl Index {
         let changed = if current.source == SourceKind::Endpoints {
             let obj_owner = self.endpoints_owner.get(&key).and_then(|m| m.owner.clone());
             let owner = self.owner(&key, obj_owner);
-            let next = self.build(key.clone(), current.source, current.ports.clone(), owner);
+            let next = self.build(
+                key.clone(),
+                current.source,
+                current.ports.clone(),
+                owner,
+                current.skipped.clone(),
+            );
             self.store(&key, Some(next))
         } else {
             self.recompute_service(&key)

@@ -13,10 +13,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use k8s_openapi::api::core::v1::Endpoints;
+use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_discovery_core::config::parse_config;
 use kube_discovery_core::convert::{from_endpoints, from_slices};
+use kube_discovery_core::service::ServiceInfo;
 use kube_discovery_core::{ConvertOptions, Index, NamespaceFilter, ServiceKey, SourceKind};
 use serde_json::{Value, json};
 
@@ -929,5 +930,68 @@ fn random_objects_never_panic_and_incremental_equals_relist() {
             fresh_s.iter().collect::<Vec<_>>(),
             "run {run}: slices incremental != relist"
         );
+    }
+}
+
+/// A Service event (its UID or ports becoming known or changing) rebuilds a
+/// service's desired state; the warnings of what was skipped converting its
+/// endpoints (the Degraded condition) must survive it, whichever order the
+/// Service and its endpoints arrive in. Endpoints-sourced services once lost
+/// them (and their version flipped back on the next relist).
+#[test]
+fn a_service_event_keeps_the_skipped_data_of_its_endpoints() {
+    let http = json!([{"name": "http", "port": 80}]);
+    let key = ServiceKey::new("", "ns", "mixed");
+    let svc: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "mixed", "namespace": "ns", "uid": "u1",
+                     "annotations": {"kubediscovery.io/weight": "7"}},
+        "spec": {"ports": [{"name": "web", "port": 8080, "targetPort": 80, "appProtocol": "http"}]}
+    }))
+    .expect("Service JSON");
+    let info = ServiceInfo::from_service(&svc);
+    assert_eq!(info.weight, Some(7), "the weight annotation is read");
+    for kind in [SourceKind::Endpoints, SourceKind::EndpointSlice] {
+        let apply = |idx: &mut Index| match kind {
+            SourceKind::Endpoints => {
+                idx.apply_endpoints(&endpoints(ep(
+                    "ns",
+                    "mixed",
+                    &["10.1.0.1", "300.0.0.1"],
+                    http.clone(),
+                )));
+            }
+            SourceKind::EndpointSlice => {
+                idx.apply_slice(&slice(sl(
+                    "ns",
+                    "mixed",
+                    "mixed-1",
+                    &["10.1.0.1", "300.0.0.1"],
+                    http.clone(),
+                )));
+            }
+        };
+        // The Service last: UID, then ports.
+        let mut late = index(kind);
+        apply(&mut late);
+        let alone = late.get(&key).expect("service").skipped.clone();
+        assert_eq!(
+            alone.len(),
+            1,
+            "{kind:?}: the bad address is named: {alone:?}"
+        );
+        assert!(alone[0].contains("300.0.0.1"), "{kind:?}: {alone:?}");
+        late.set_service_uid("ns", "mixed", Some("u1".into()));
+        late.set_service("ns", "mixed", Some(info.clone()));
+        // The Service first.
+        let mut early = index(kind);
+        early.set_service_uid("ns", "mixed", Some("u1".into()));
+        early.set_service("ns", "mixed", Some(info.clone()));
+        apply(&mut early);
+        let (late, early) = (late.get(&key).unwrap(), early.get(&key).unwrap());
+        assert_eq!(late.skipped, alone, "{kind:?}: skipped data kept");
+        assert_eq!(late.owner_uid.as_deref(), Some("u1"), "{kind:?}");
+        assert_eq!(late, early, "{kind:?}: the order does not matter");
+        assert_eq!(late.version, early.version, "{kind:?}");
     }
 }
