@@ -35,11 +35,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use kube_discovery_core::index::INCREMENTAL_MIN_SLICES;
+use kube_discovery_core::index::{INCREMENTAL_MIN_SLICES, SERVICE_NAME_LABEL};
 use kube_discovery_core::lean::{LeanEndpointSlice, LeanEndpoints, LeanService};
 use kube_discovery_core::service::ServiceInfo;
 use kube_discovery_core::{
-    ConvertOptions, Drain, Index, NamespaceFilter, ServiceKey, ServiceNodes, SourceKind,
+    ConvertOptions, Drain, Index, LabelSelector, NamespaceFilter, ServiceKey, ServiceNodes,
+    SourceKind,
 };
 use serde_json::{Value, json};
 
@@ -102,6 +103,8 @@ impl fmt::Display for Step {
                 write!(f, "relist (finished: {finished})")?;
                 for i in 0..=listed.len() {
                     for (_, s) in during.iter().filter(|(at, _)| *at == i) {
+                        // Nested lines (a Service relist) indented under it.
+                        let s = s.to_string().replace('\n', "\n        ");
                         write!(f, "\n      meanwhile: {s}")?;
                     }
                     if let Some(o) = listed.get(i) {
@@ -318,9 +321,14 @@ impl Gen {
     fn object(&mut self, ns: &str, svc: &str, slice: Option<usize>) -> Value {
         let mut meta = json!({"namespace": ns, "resourceVersion": self.resource_version()});
         self.owner(&mut meta);
+        let mut labels = json!({});
+        if self.rng.below(6) == 0 {
+            labels["env"] = json!("test");
+        }
         match self.kind {
             SourceKind::Endpoints => {
                 meta["name"] = json!(svc);
+                meta["labels"] = labels;
                 let subsets: Vec<Value> = (0..self.rng.below(3))
                     .map(|_| {
                         let ready: Vec<Value> =
@@ -343,12 +351,12 @@ impl Gen {
                     usize::try_from(self.rng.below(names as u64)).unwrap_or(0)
                 });
                 meta["name"] = json!(format!("{svc}-{n}"));
-                let label = match self.rng.below(20) {
-                    0 => json!({}),
-                    1 => json!({"kubernetes.io/service-name": self.rng.pick(&SERVICES)}),
-                    _ => json!({"kubernetes.io/service-name": svc}),
-                };
-                meta["labels"] = label;
+                match self.rng.below(20) {
+                    0 => {}
+                    1 => labels[SERVICE_NAME_LABEL] = json!(self.rng.pick(&SERVICES)),
+                    _ => labels[SERVICE_NAME_LABEL] = json!(svc),
+                }
+                meta["labels"] = labels;
                 let endpoints: Vec<Value> = self
                     .ips()
                     .into_iter()
@@ -575,15 +583,9 @@ fn observe(idx: &Index) -> Observed {
 }
 
 /// The fresh indexes fed only the final objects of `world`, by name.
-fn fresh(world: &World, kind: SourceKind, opts: &ConvertOptions) -> Vec<(&'static str, Index)> {
-    let new = || {
-        Index::new(
-            String::new(),
-            kind,
-            opts.clone(),
-            NamespaceFilter::default(),
-        )
-    };
+fn fresh(world: &World, setup: &Setup) -> Vec<(&'static str, Index)> {
+    let kind = setup.kind;
+    let new = || setup.index();
     let services: Vec<Step> = world
         .services
         .iter()
@@ -632,6 +634,47 @@ fn fresh(world: &World, kind: SourceKind, opts: &ConvertOptions) -> Vec<(&'stati
         .collect()
 }
 
+/// How a history's indexes are made.
+#[derive(Debug)]
+struct Setup {
+    kind: SourceKind,
+    opts: ConvertOptions,
+    filter: NamespaceFilter,
+    labels: LabelSelector,
+}
+
+impl Setup {
+    /// Random options (the ones that change what a Service event rebuilds),
+    /// sometimes a namespace filter and a label selector (an object or
+    /// Service they leave out is treated as deleted).
+    fn random(kind: SourceKind, rng: &mut Rng) -> Self {
+        let filter = match rng.below(6) {
+            0 => NamespaceFilter::NotEqual("n2".into()),
+            _ => NamespaceFilter::All,
+        };
+        let labels = match rng.below(6) {
+            0 => LabelSelector::parse("env!=test").expect("selector"),
+            _ => LabelSelector::default(),
+        };
+        Setup {
+            kind,
+            opts: options(rng),
+            filter,
+            labels,
+        }
+    }
+
+    fn index(&self) -> Index {
+        Index::new(
+            String::new(),
+            self.kind,
+            self.opts.clone(),
+            self.filter.clone(),
+        )
+        .with_label_selector(self.labels.clone())
+    }
+}
+
 /// Random options: the ones that change what a Service event rebuilds.
 fn options(rng: &mut Rng) -> ConvertOptions {
     ConvertOptions {
@@ -652,7 +695,7 @@ fn options(rng: &mut Rng) -> ConvertOptions {
 /// difference, with everything needed to reproduce it.
 fn check(seed: u64, kind: SourceKind) -> Result<(), String> {
     let mut rng = Rng(seed);
-    let opts = options(&mut rng);
+    let setup = Setup::random(kind, &mut rng);
     let big = kind == SourceKind::EndpointSlice && rng.below(3) == 0;
     let owner_refs = [0, 1, 3][usize::try_from(rng.below(3)).unwrap_or(0)];
     let mut g = Gen {
@@ -664,12 +707,7 @@ fn check(seed: u64, kind: SourceKind) -> Result<(), String> {
         version: 0,
     };
     let steps = g.history();
-    let mut idx = Index::new(
-        String::new(),
-        kind,
-        opts.clone(),
-        NamespaceFilter::default(),
-    );
+    let mut idx = setup.index();
     // What the runtime holds (`ControllerState`): the index's own value of
     // every key it reported changed. Holding them also makes the index take
     // its copy-on-write paths, as in production.
@@ -693,7 +731,7 @@ fn check(seed: u64, kind: SourceKind) -> Result<(), String> {
             .map(|(i, s)| format!("  {i:>2}. {s}"))
             .collect();
         format!(
-            "{kind:?}, seed {seed:#x} (ORDER_SEED={seed:#x}): {what}\n{diff}\noptions: {opts:?}\nhistory:\n{}",
+            "{kind:?}, seed {seed:#x} (ORDER_SEED={seed:#x}): {what}\n{diff}\n{setup:?}\nhistory:\n{}",
             history.join("\n")
         )
     };
@@ -704,51 +742,45 @@ fn check(seed: u64, kind: SourceKind) -> Result<(), String> {
         };
         return Err(failure(
             "a change was not reported (what the runtime holds differs from the index)".into(),
-            diff(&runtime, &got),
+            diff(&runtime, &got, ["runtime", "index"]),
         ));
     }
-    for (order, f) in fresh(&g.world, kind, &opts) {
+    for (order, f) in fresh(&g.world, &setup) {
         let want = observe(&f);
         if got != want {
             return Err(failure(
                 format!("the history differs from a fresh index fed {order}"),
-                diff(&got, &want),
+                diff(&got, &want, ["history", "fresh"]),
             ));
         }
     }
     Ok(())
 }
 
-/// What differs between the history's state (`got`) and a fresh one.
-fn diff(got: &Observed, want: &Observed) -> String {
+/// What differs between `a` and `b`, named by `names` (e.g. the history's
+/// state and a fresh one's).
+fn diff(a: &Observed, b: &Observed, names: [&str; 2]) -> String {
+    let [x, y] = names;
     let mut out = Vec::new();
+    let mut field = |what: String, l: &dyn fmt::Debug, r: &dyn fmt::Debug| {
+        out.push(format!("{what}:\n  {x}: {l:?}\n  {y}: {r:?}"));
+    };
     let keys: std::collections::BTreeSet<&ServiceKey> =
-        got.services.keys().chain(want.services.keys()).collect();
+        a.services.keys().chain(b.services.keys()).collect();
     for k in keys {
-        let (g, w) = (got.services.get(k), want.services.get(k));
-        if g != w {
-            out.push(format!(
-                "service {k:?}:\n  history: {g:?}\n  fresh:   {w:?}"
-            ));
+        let (l, r) = (a.services.get(k), b.services.get(k));
+        if l != r {
+            field(format!("service {k:?}"), &l, &r);
         }
     }
-    if got.warnings != want.warnings {
-        out.push(format!(
-            "warnings:\n  history: {:?}\n  fresh:   {:?}",
-            got.warnings, want.warnings
-        ));
+    if a.warnings != b.warnings {
+        field("warnings".into(), &a.warnings, &b.warnings);
     }
-    if got.node_count != want.node_count {
-        out.push(format!(
-            "node_count: history {} fresh {}",
-            got.node_count, want.node_count
-        ));
+    if a.node_count != b.node_count {
+        field("node_count".into(), &a.node_count, &b.node_count);
     }
-    if got.unresolved != want.unresolved {
-        out.push(format!(
-            "unresolved:\n  history: {:?}\n  fresh:   {:?}",
-            got.unresolved, want.unresolved
-        ));
+    if a.unresolved != b.unresolved {
+        field("unresolved ports".into(), &a.unresolved, &b.unresolved);
     }
     out.join("\n")
 }
