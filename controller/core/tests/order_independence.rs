@@ -35,6 +35,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use kube_discovery_core::filter::AnchoredRegex;
 use kube_discovery_core::index::{INCREMENTAL_MIN_SLICES, SERVICE_NAME_LABEL};
 use kube_discovery_core::lean::{LeanEndpointSlice, LeanEndpoints, LeanService};
 use kube_discovery_core::service::ServiceInfo;
@@ -409,8 +410,17 @@ impl Gen {
                 p
             })
             .collect();
+        let mut spec = json!({"ports": ports});
+        if self.rng.below(6) == 0 {
+            spec["type"] = json!("ExternalName");
+            spec["externalName"] =
+                json!(
+                    self.rng
+                        .pick(&["db.example.com", "db.other.org", "not a host!"])
+                );
+        }
         json!({"metadata": {"namespace": ns, "name": name, "annotations": annotations},
-               "spec": {"ports": ports}})
+               "spec": spec})
     }
 
     fn some_id(&mut self) -> Id {
@@ -647,6 +657,12 @@ impl Setup {
     /// Random options (the ones that change what a Service event rebuilds),
     /// sometimes a namespace filter and a label selector (an object or
     /// Service they leave out is treated as deleted).
+    ///
+    /// ExternalName Services are allowed (`*.example.com`) in slices mode
+    /// only: in Endpoints mode a Service that stops being an allowed
+    /// ExternalName leaves its endpoints unpublished until their next event
+    /// or relist (the index keeps no Endpoints object; documented in
+    /// `Index::refresh_owner`), a difference by design.
     fn random(kind: SourceKind, rng: &mut Rng) -> Self {
         let filter = match rng.below(6) {
             0 => NamespaceFilter::NotEqual("n2".into()),
@@ -656,9 +672,14 @@ impl Setup {
             0 => LabelSelector::parse("env!=test").expect("selector"),
             _ => LabelSelector::default(),
         };
+        let mut opts = options(rng);
+        if kind == SourceKind::EndpointSlice && rng.below(3) == 0 {
+            let allow = AnchoredRegex::new(r".*\.example\.com\.?").expect("regex");
+            opts.external_name = Some(vec![allow]);
+        }
         Setup {
             kind,
-            opts: options(rng),
+            opts,
             filter,
             labels,
         }
