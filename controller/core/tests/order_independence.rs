@@ -470,8 +470,14 @@ impl Gen {
     }
 
     /// A relist of the endpoint objects, Service events arriving meanwhile.
+    /// The objects are listed in a random order: the API server lists by
+    /// key, but nothing in the index may depend on that.
     fn relist(&mut self, finished: bool) -> Step {
-        let listed = self.world.listed_objects();
+        let mut listed = self.world.listed_objects();
+        for i in (1..listed.len()).rev() {
+            let j = usize::try_from(self.rng.below(i as u64 + 1)).unwrap_or(0);
+            listed.swap(i, j);
+        }
         // Where the Service events come, in the order they are fed (and
         // so applied to the world).
         let mut at: Vec<usize> = (0..self.rng.below(3))
