@@ -16,7 +16,9 @@
 //! (`ServiceNodes`, version included), the set of keys, the warnings, the
 //! node count and the unresolved Service ports must equal those of FRESH
 //! indexes fed only the final objects: Services first, endpoints first, or
-//! both through their relist functions.
+//! both through their relist functions. And the index's value of every key
+//! it reported changed (what the runtime holds, and so writes) must be its
+//! current state: a change it did not report would never be written.
 //!
 //! Not compared, by design history-dependent: `take_skipped` and
 //! `take_service_news` (a bad object is logged and counted once, when it
