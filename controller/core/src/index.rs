@@ -1371,6 +1371,13 @@ impl Index {
         let key = self.key(namespace, name);
         if let Some(ext) = self.external_desired(&key) {
             self.external.insert(key.clone());
+            // Its slices are ignored from now on, so what their merge
+            // skipped is no current warning: drop it, as an index that
+            // learned the Service before the slices never records it
+            // (`recompute_service` stops at an external key). Merged again,
+            // with their warnings, when it stops being ExternalName.
+            self.warnings
+                .remove(&format!("EndpointSlices of {}/{}", key.namespace, key.name));
             return if self.store(&key, Some(ext)) {
                 vec![key]
             } else {
@@ -3037,6 +3044,50 @@ mod tests {
             );
             assert!(i.get(&ext).is_none());
         }
+    }
+
+    /// An allowed ExternalName Service ignores its EndpointSlices, so the
+    /// warnings of what its slices skipped are not current: they must not
+    /// stay in `Index::warnings` when the Service becomes ExternalName after
+    /// its slices arrived (the other order never records them). Found by
+    /// `tests/order_independence.rs`.
+    #[test]
+    fn an_external_name_service_drops_the_warnings_of_its_slices_in_either_order() {
+        let new = || {
+            Index::new(
+                String::new(),
+                SourceKind::EndpointSlice,
+                ConvertOptions {
+                    external_name: Some(vec![AnchoredRegex::new(r"db\.example\.com").unwrap()]),
+                    ..ConvertOptions::default()
+                },
+                NamespaceFilter::All,
+            )
+        };
+        let bad = slice(
+            "ns",
+            "ext-1",
+            Some("ext"),
+            json!([{"addresses": ["999.0.0.1"]}]),
+        );
+        let info = external("ext", "db.example.com");
+        let objects = |i: &Index| -> Vec<String> { i.warnings().map(|(o, _)| o.clone()).collect() };
+        // Its slice while a plain Service: the skipped address is warned.
+        let mut late = new();
+        late.apply_slice(&bad);
+        assert_eq!(objects(&late), ["EndpointSlices of ns/ext"]);
+        let _ = late.set_service("ns", "ext", Some(info.clone()));
+        // The Service first.
+        let mut early = new();
+        let _ = early.set_service("ns", "ext", Some(info));
+        early.apply_slice(&bad);
+        let ext = k("ns", "ext");
+        assert!(late.get(&ext).is_some() && late.get(&ext) == early.get(&ext));
+        assert!(objects(&early).is_empty(), "{:?}", objects(&early));
+        assert_eq!(objects(&late), objects(&early), "the order does not matter");
+        // No longer ExternalName: its slices count again, with their warnings.
+        let _ = late.set_service("ns", "ext", None);
+        assert_eq!(objects(&late), ["EndpointSlices of ns/ext"]);
     }
 
     /// A Service port whose targetPort no endpoint has: no port key, no

@@ -21,6 +21,9 @@ use kube_discovery_core::service::ServiceInfo;
 use kube_discovery_core::{ConvertOptions, Index, NamespaceFilter, ServiceKey, SourceKind};
 use serde_json::{Value, json};
 
+mod common;
+use common::Rng;
+
 const TOKEN: &str = "TopSecretToken123";
 
 fn no_env(_: &str) -> Option<String> {
@@ -709,26 +712,6 @@ fn a_bad_update_of_a_good_object_keeps_its_valid_part() {
 }
 
 // ---------------------------------------------------------------- random inputs
-
-/// xorshift64*: deterministic, so a failure names a replayable seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn pick<'a>(&mut self, v: &[&'a str]) -> &'a str {
-        v[usize::try_from(self.below(v.len() as u64)).unwrap_or(0)]
-    }
-}
 
 /// Random mutations of a valid config (delete/duplicate/replace characters,
 /// splice in fragments): `parse_config` returns Ok or one line per error with
