@@ -862,8 +862,7 @@ impl Index {
         let names = self.by_service.get(key).cloned().unwrap_or_default();
         if names.is_empty() {
             self.by_service.remove(key);
-            self.warnings
-                .remove(&format!("EndpointSlices of {}/{}", key.namespace, key.name));
+            self.warnings.remove(&merge_warnings_key(key));
             return self.store(key, None);
         }
         let slices: Vec<(&CompactString, &Arc<StoredSlice>)> = names
@@ -900,11 +899,7 @@ impl Index {
         if let Some(big) = big {
             self.big.insert(key.clone(), big);
         }
-        self.set_warnings(
-            format!("EndpointSlices of {}/{}", key.namespace, key.name),
-            conv.warnings,
-            &conv.skipped,
-        );
+        self.set_warnings(merge_warnings_key(key), conv.warnings, &conv.skipped);
         self.store(key, Some(nodes))
     }
 
@@ -992,11 +987,7 @@ impl Index {
             return Some(false);
         }
         if let Some((messages, skipped)) = &warnings {
-            self.set_warnings(
-                format!("EndpointSlices of {}/{}", key.namespace, key.name),
-                messages.clone(),
-                skipped,
-            );
+            self.set_warnings(merge_warnings_key(key), messages.clone(), skipped);
         }
         let info = self
             .service_info
@@ -1376,8 +1367,7 @@ impl Index {
             // learned the Service before the slices never records it
             // (`recompute_service` stops at an external key). Merged again,
             // with their warnings, when it stops being ExternalName.
-            self.warnings
-                .remove(&format!("EndpointSlices of {}/{}", key.namespace, key.name));
+            self.warnings.remove(&merge_warnings_key(&key));
             return if self.store(&key, Some(ext)) {
                 vec![key]
             } else {
@@ -1505,6 +1495,12 @@ fn catch_up(spare: &mut ServiceNodes, replay: Patch, current: &ServiceNodes) -> 
 mod incremental_tests;
 #[cfg(test)]
 mod small_merge_tests;
+
+/// The [`Index::warnings`] entry of what the merge of `key`'s EndpointSlices
+/// skipped (one per service, not per slice: the merge decides).
+fn merge_warnings_key(key: &ServiceKey) -> String {
+    format!("EndpointSlices of {}/{}", key.namespace, key.name)
+}
 
 #[cfg(test)]
 mod tests {
