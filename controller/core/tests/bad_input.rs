@@ -752,7 +752,7 @@ fn random_configs_never_panic_and_errors_name_a_path() {
         "  watch_timeout: 60s\n  leader_election: {enabled: true}\n",
     );
     let env = |k: &str| (k == "X").then(|| "10.0.0.1".to_string());
-    let mut rng = Rng(0x5EED_CAFE);
+    let mut rng = Rng::new(0x5EED_CAFE);
     let mut known_leaks = 0;
     for round in 0..3000 {
         let mut s: Vec<char> = base.chars().collect();
@@ -858,7 +858,7 @@ fn random_ports(rng: &mut Rng) -> Value {
 /// always equals a fresh relist of the same live objects.
 #[test]
 fn random_objects_never_panic_and_incremental_equals_relist() {
-    let mut rng = Rng(0xB0D_1E5);
+    let mut rng = Rng::new(0xB0D_1E5);
     let opts = ConvertOptions::default();
     for run in 0..40 {
         let mut idx_e = index(SourceKind::Endpoints);

@@ -717,7 +717,7 @@ fn options(rng: &mut Rng) -> ConvertOptions {
 /// Runs the history of `seed` for `kind`; `Err` describes the first
 /// difference, with everything needed to reproduce it.
 fn check(seed: u64, kind: SourceKind) -> Result<(), String> {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let setup = Setup::random(kind, &mut rng);
     let big = kind == SourceKind::EndpointSlice && rng.below(2) == 0;
     let owner_refs = [0, 1, 3][usize::try_from(rng.below(3)).unwrap_or(0)];

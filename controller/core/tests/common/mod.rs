@@ -1,24 +1,20 @@
 //! Helpers shared by the integration tests of the core.
 
-/// xorshift64*: deterministic, so a failure names a replayable seed. Hand
-/// written (a dozen lines) rather than a dev-dependency on `rand` or
-/// `proptest`: the tests only need reproducible choices, no distributions
-/// and no shrinking.
-pub struct Rng(pub u64);
+/// Seeded choices, so a failure names a replayable seed: `fastrand`'s
+/// generator (already in the tree through `tempfile`) with the two
+/// choices the tests make. No distributions and no shrinking are needed, so
+/// no `rand` or `proptest`.
+pub struct Rng(fastrand::Rng);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    pub fn new(seed: u64) -> Self {
+        Rng(fastrand::Rng::with_seed(seed))
     }
+    /// Uniform in `0..n` (0 when `n` is 0).
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        if n == 0 { 0 } else { self.0.u64(..n) }
     }
     pub fn pick<'a>(&mut self, v: &[&'a str]) -> &'a str {
-        v[usize::try_from(self.below(v.len() as u64)).unwrap_or(0)]
+        v[self.0.usize(..v.len())]
     }
 }
