@@ -32,6 +32,11 @@ pub enum NamespaceFilter {
 }
 
 /// A regex compiled as `^(?:pattern)$`, remembering the user's pattern.
+///
+/// The pattern must be a valid regex on its own: one that closes the
+/// wrapping group early (`a)|(.*`) would otherwise compile to a regex that
+/// matches every input, and defeat `external_name.allow` or a namespace
+/// selector.
 #[derive(Debug, Clone)]
 pub struct AnchoredRegex {
     pattern: String,
@@ -39,8 +44,10 @@ pub struct AnchoredRegex {
 }
 
 impl AnchoredRegex {
-    /// Compiles `pattern` anchored to the whole input.
+    /// Compiles `pattern` anchored to the whole input; an error when the
+    /// pattern alone is not a valid regex.
     pub fn new(pattern: &str) -> Result<Self, regex::Error> {
+        Regex::new(pattern)?;
         Ok(Self {
             pattern: pattern.to_string(),
             regex: Regex::new(&format!("^(?:{pattern})$"))?,
@@ -195,6 +202,15 @@ mod tests {
         assert!(!n.matches("kube-system"));
         assert!(n.matches("default"));
         assert!(n.matches("my-kube-x"));
+    }
+
+    #[test]
+    fn a_pattern_that_escapes_the_anchors_is_refused() {
+        // Wrapped as `^(?:…)$`, these would compile and match anything.
+        for p in [r"a\.example\.com)|(.*", "x)|(?:.*", ")|("] {
+            assert!(AnchoredRegex::new(p).is_err(), "{p:?} must be refused");
+        }
+        assert!(AnchoredRegex::new("(a)|(b)").is_ok());
     }
 
     #[test]

@@ -430,6 +430,16 @@ fn regexes_must_compile_and_lists_be_non_empty() {
         "discovery.kubernetes.namespace_selector.match[1]",
         "is not a valid regex",
     );
+    for field in ["match", "not_match"] {
+        let lines = errs(&format!(
+            "discovery: {{kubernetes: {{namespace_selector: {{{field}: [\"dev)|(.*\"]}}}}}}"
+        ));
+        has(
+            &lines,
+            &format!("discovery.kubernetes.namespace_selector.{field}[0]"),
+            "is not a valid regex",
+        );
+    }
     has(
         &errs("discovery: {kubernetes: {namespace_selector: {not_match: []}}}"),
         "discovery.kubernetes.namespace_selector.not_match",
@@ -1109,6 +1119,20 @@ kube_discovery: {external_name: {allow: [x]}}
         r#"
 discovery: {kubernetes: {}}
 kube_discovery: {external_name: {enabled: true, allow: ["("]}}
+"#,
+    );
+    has(
+        &lines,
+        "kube_discovery.external_name.allow[0]",
+        "is not a valid regex",
+    );
+    // A pattern that closes the anchoring group early would match every
+    // host (`^(?:a)|(.*)$`): refused, as is any pattern that does not
+    // compile on its own (the guard of CVE-2021-32783 must hold).
+    let lines = errs(
+        r#"
+discovery: {kubernetes: {}}
+kube_discovery: {external_name: {enabled: true, allow: ['a\.example\.com)|(.*']}}
 "#,
     );
     has(
