@@ -67,6 +67,9 @@ impl Default for ServerLimits {
     }
 }
 
+/// How long a connection may finish its answer once the server stops.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
 /// [`Conn::phase`] of a connection whose request is being handled (never
 /// closed to make room: handlers are in memory and bounded by the request
 /// timeout).
@@ -279,8 +282,8 @@ impl AsyncWrite for ConnIo {
 }
 
 /// Accepts on `listener` and serves `router` under `limits` until
-/// `shutdown`; then stops accepting, lets open requests finish (bounded by
-/// the same limits) and returns.
+/// `shutdown`; then stops accepting, lets open requests finish (at most
+/// [`SHUTDOWN_GRACE`]) and returns.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
@@ -346,8 +349,13 @@ pub async fn serve(
                 res = served.as_mut() => res,
                 () = conn.close.cancelled() => Ok(()),
                 () = shutdown.cancelled() => {
+                    // Idle connections close at once, an answer in progress
+                    // gets a moment (a half-sent header would get its whole
+                    // header timeout otherwise).
                     served.as_mut().graceful_shutdown();
-                    served.await
+                    tokio::time::timeout(SHUTDOWN_GRACE, served)
+                        .await
+                        .unwrap_or(Ok(()))
                 }
             };
             if let Err(e) = res {
@@ -526,6 +534,53 @@ mod tests {
         let mut last = waiting.pop().unwrap();
         assert_eq!(request(&mut last, "/healthz").await, 200);
         stop.cancel();
+    }
+
+    /// Stopping the server does not wait for a half-sent header's whole
+    /// header timeout: open connections get [`SHUTDOWN_GRACE`] at most.
+    #[tokio::test]
+    async fn shutdown_waits_for_stalled_clients_at_most_the_grace() {
+        let state = AppState::new(
+            Arc::new(ControllerState::new([""])),
+            Arc::new(crate::metrics::Metrics::default().registry()),
+            serde_json::Value::Null,
+            None,
+        );
+        let stop = CancellationToken::new();
+        let limits = ServerLimits {
+            header_read_timeout: Duration::from_secs(60),
+            ..limits()
+        };
+        let (addr, task) = serve_with_limits(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            state,
+            limits,
+            stop.clone(),
+        )
+        .await
+        .unwrap();
+        let mut half = TcpStream::connect(addr).await.unwrap();
+        half.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: ")
+            .await
+            .unwrap();
+        let mut idle = TcpStream::connect(addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let t = Instant::now();
+        stop.cancel();
+        assert!(
+            closed_within(&mut idle, Duration::from_secs(1)).await,
+            "idle connection kept open"
+        );
+        tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(2), task)
+            .await
+            .expect("the server did not stop within the grace")
+            .unwrap();
+        assert!(
+            t.elapsed() >= SHUTDOWN_GRACE - Duration::from_millis(100),
+            "{:?}",
+            t.elapsed()
+        );
+        assert!(closed_within(&mut half, Duration::from_secs(1)).await);
     }
 
     /// A client that does not read its dump is disconnected after the write
