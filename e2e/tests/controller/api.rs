@@ -257,8 +257,9 @@ fn rss_kib(pid: u32) -> u64 {
 /// clients fetch `/dump` back to back: `/healthz` (a fresh connection every
 /// 100 ms, as a kubelet probes) answers within 1 s throughout, every
 /// half-sent connection is closed by the controller within 35 s, the dumps
-/// are answered `200` (or `503` when the dump slots are taken), and the
-/// controller's memory stays bounded. Loopback only; about 20 s.
+/// are answered `200` (or `503` when the dump slots are taken), a change is
+/// written meanwhile, and the controller's memory stays bounded. Loopback
+/// only; about 20 s.
 #[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn slow_and_greedy_clients_do_not_starve_the_probes(backend: Backend) {
@@ -401,6 +402,19 @@ async fn slow_and_greedy_clients_do_not_starve_the_probes(backend: Backend) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+    // Meanwhile the controller keeps writing: a change reaches its object.
+    let changed = Instant::now();
+    env.endpoints(
+        "default",
+        "svc-0",
+        &["10.9.0.1"],
+        &[("http", 80)],
+        json!({}),
+    )
+    .await;
+    env.wait_nodes("default", "svc-0", "http", &["10.9.0.1"])
+        .await;
+    let written_after = changed.elapsed();
     let mut closed_after = Vec::new();
     let mut never_closed = 0;
     for t in slow {
@@ -423,7 +437,8 @@ async fn slow_and_greedy_clients_do_not_starve_the_probes(backend: Backend) {
     let rss_growth_mib = rss_max.load(Ordering::Relaxed).saturating_sub(rss_before) / 1024;
     eprintln!(
         "half-sent: {} closed (the last after {latest:?}), {never_closed} still open; \
-         probes: {probes}, slowest {slowest:?}; dumps: {ok} ok, {busy} busy; RSS +{rss_growth_mib} MiB",
+         probes: {probes}, slowest {slowest:?}; dumps: {ok} ok, {busy} busy; RSS +{rss_growth_mib} MiB; \
+         a change written after {written_after:?}",
         closed_after.len()
     );
     assert_eq!(
@@ -452,6 +467,10 @@ async fn slow_and_greedy_clients_do_not_starve_the_probes(backend: Backend) {
         "dumps answered other than 200/503: {other:?}"
     );
     assert!(ok > 0, "no dump answered 200 ({busy} busy)");
+    assert!(
+        written_after < Duration::from_secs(5),
+        "a change was written after {written_after:?}"
+    );
     assert!(
         rss_growth_mib < 64,
         "the controller's RSS grew by {rss_growth_mib} MiB (from {} MiB)",
