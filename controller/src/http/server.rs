@@ -11,13 +11,14 @@
 //! Why probes never starve: at the cap, the connection that has waited
 //! longest for a request (a half-sent header, an idle keep-alive) is closed
 //! to make room, else the one writing an answer longest (a client that does
-//! not read), and a new connection is refused only when every one is in a
-//! handler (in memory, and bounded by the request timeout). A prober sends its request at
-//! once, so thousands of trickling or idle connections cannot keep it out,
-//! while a reserved share would need to know a connection's path before it
-//! has sent one. Handlers are in-memory and the dump is built off the async
-//! workers and capped (`MAX_CONCURRENT_DUMPS` in the parent module), so
-//! `/healthz` answers while they run.
+//! not read); a new connection is refused only when every one is in a
+//! handler (in memory, bounded by the request timeout). A prober sends its
+//! request at once, so thousands of trickling or idle connections cannot
+//! keep it out, while a reserved share of the cap would need to know a
+//! connection's path before it has sent one. The dump is built off the
+//! async workers and capped (`MAX_CONCURRENT_DUMPS` in the parent module),
+//! so `/healthz` answers while dumps are built, and the listen backlog is
+//! deep enough that a burst of connections does not drop a prober's SYN.
 
 use std::collections::HashMap;
 use std::io;
