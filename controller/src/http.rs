@@ -9,24 +9,41 @@
 //! | `GET /v1/discovery/kubernetes/nodes?service=[id/]ns/name:port` | nodes JSON; `404` unknown service/port; `400` malformed name |
 //!
 //! The dump and nodes routes require `Authorization: Bearer <token>` when an
-//! auth token is configured; probes and metrics never do.
+//! auth token is configured; probes and metrics never do. The token file is
+//! re-read while running ([`ApiToken`]).
+//!
+//! Every connection is bounded in time and number ([`server`]). A dump is
+//! built from the shared state's `Arc`s (no node list is copied) on the
+//! blocking pool, at most [`MAX_CONCURRENT_DUMPS`] at once, each holding its
+//! slot until its answer is written: more are answered `503` with
+//! `Retry-After: 1` at once, so a loop of dumps costs bounded memory and
+//! CPU and never delays the probes.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::extract::{Extension, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use kube_discovery_core::parse_service_name;
+use kube_discovery_core::{ServiceNodes, parse_service_name};
 use prometheus_client::registry::Registry;
-use serde::Deserialize;
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::state::ControllerState;
 use crate::{HttpError, Result};
+
+pub mod server;
+pub mod token;
+
+pub use server::{Conn, ServerLimits};
+pub use token::ApiToken;
 
 /// What the handlers read.
 #[derive(Clone)]
@@ -35,10 +52,40 @@ pub struct AppState {
     pub shared: Arc<ControllerState>,
     /// Metrics registry.
     pub registry: Arc<Registry>,
-    /// The effective configuration with secrets redacted (dump `config`).
-    pub config: Value,
+    /// The effective configuration with secrets redacted (dump `config`;
+    /// shared: the state is cloned for every request).
+    pub config: Arc<Value>,
     /// Bearer token required by dump/nodes, if any.
-    pub auth_token: Option<String>,
+    pub auth_token: Option<Arc<ApiToken>>,
+    /// Slots of the dumps being built or sent ([`MAX_CONCURRENT_DUMPS`]).
+    pub dumps: Arc<Semaphore>,
+}
+
+/// Dumps built or being sent at once; more are answered `503` at once.
+pub const MAX_CONCURRENT_DUMPS: usize = 2;
+
+/// Connections the kernel queues before they are accepted (capped by
+/// `net.core.somaxconn`, 4096 by default). Under a burst of connections a
+/// full queue drops a prober's SYN, and its retry comes a second later;
+/// tokio's default is 1024.
+const LISTEN_BACKLOG: u32 = 4096;
+
+impl AppState {
+    /// The state with a fresh set of dump slots.
+    pub fn new(
+        shared: Arc<ControllerState>,
+        registry: Arc<Registry>,
+        config: Value,
+        auth_token: Option<Arc<ApiToken>>,
+    ) -> Self {
+        Self {
+            shared,
+            registry,
+            config: Arc::new(config),
+            auth_token,
+            dumps: Arc::new(Semaphore::new(MAX_CONCURRENT_DUMPS)),
+        }
+    }
 }
 
 /// The router (exposed for in-process tests).
@@ -59,19 +106,30 @@ pub async fn serve(
     state: AppState,
     shutdown: CancellationToken,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| HttpError::Bind { addr, source })?;
+    serve_with_limits(addr, state, ServerLimits::default(), shutdown).await
+}
+
+/// [`serve`] with other [`ServerLimits`] than the defaults.
+pub async fn serve_with_limits(
+    addr: SocketAddr,
+    state: AppState,
+    limits: ServerLimits,
+    shutdown: CancellationToken,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let bind = || {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(LISTEN_BACKLOG)
+    };
+    let listener = bind().map_err(|source| HttpError::Bind { addr, source })?;
     let local = listener.local_addr().map_err(HttpError::LocalAddr)?;
     let app = router(state);
-    let task = tokio::spawn(async move {
-        let res = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
-        if let Err(e) = res {
-            tracing::error!(error = %e, "HTTP server failed");
-        }
-    });
+    let task = tokio::spawn(server::serve(listener, app, limits, shutdown));
     Ok((local, task))
 }
 
@@ -153,13 +211,7 @@ fn authorized(st: &AppState, headers: &HeaderMap) -> bool {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    // Length-independent comparison of equal-length inputs.
-    got.len() == want.len()
-        && got
-            .bytes()
-            .zip(want.bytes())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
+    want.matches(got)
 }
 
 fn unauthorized() -> Response {
@@ -171,34 +223,156 @@ fn unauthorized() -> Response {
         .into_response()
 }
 
-/// The APISIX dump document built from the shared state (the endpoints part
-/// is the same [`kube_discovery_core::dump::Dump`] the ConfigMap snapshot
-/// publishes), each entry extended with its Service-port `aliases` and
-/// `appProtocols` where there are any
-/// ([`kube_discovery_core::dump::with_port_extras`]).
-pub fn dump_value(shared: &ControllerState, config: &Value) -> Value {
-    let endpoints = kube_discovery_core::dump::with_port_extras(
-        crate::snapshot_sink::dump_of(shared).to_apisix_endpoints(),
-        |key| {
-            shared
-                .desired(key)
-                .map(|s| s.extras.clone())
-                .filter(|x| !x.is_empty())
-        },
-    );
-    let config = match config {
-        Value::Array(_) => config.clone(),
-        Value::Null => json!([]),
-        other => json!([other]),
-    };
-    json!({"endpoints": endpoints, "config": config})
+/// The APISIX dump document of the shared state, as JSON bytes (the
+/// endpoints part is what [`kube_discovery_core::dump::Dump`] and the
+/// ConfigMap snapshot publish), each entry extended with its Service-port
+/// `aliases` and `appProtocols` where there are any
+/// ([`kube_discovery_core::dump::with_port_extras`]). The services are taken
+/// under the state's lock as `Arc`s and written out from there: no node list
+/// is copied, and the lock is not held while writing.
+pub fn dump_json(shared: &ControllerState, config: &Value) -> serde_json::Result<Vec<u8>> {
+    let clusters: Vec<String> = shared.clusters().into_keys().collect();
+    let services: Vec<Arc<ServiceNodes>> = shared.with_desired(|d| d.values().cloned().collect());
+    serde_json::to_vec(&DumpDoc {
+        clusters: &clusters,
+        services: &services,
+        config,
+    })
 }
 
-async fn dump(State(st): State<AppState>, headers: HeaderMap) -> Response {
+/// What [`dump_json`] writes: `{"endpoints":[{"id","endpoints":[..]}],"config":[..]}`.
+struct DumpDoc<'a> {
+    /// Every registered cluster (also those without services).
+    clusters: &'a [String],
+    /// The desired services, in key order (cluster first).
+    services: &'a [Arc<ServiceNodes>],
+    config: &'a Value,
+}
+
+impl Serialize for DumpDoc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        // Cluster id -> its run of the key-ordered services.
+        let mut by_cluster: BTreeMap<&str, &[Arc<ServiceNodes>]> = self
+            .clusters
+            .iter()
+            .map(|c| (c.as_str(), &[][..]))
+            .collect();
+        let mut rest = self.services;
+        while let Some(first) = rest.first() {
+            let n = rest
+                .iter()
+                .take_while(|x| x.key.cluster == first.key.cluster)
+                .count();
+            let (run, tail) = rest.split_at(n);
+            by_cluster.insert(first.key.cluster.as_str(), run);
+            rest = tail;
+        }
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry(
+            "endpoints",
+            &SerializeSeqOf(by_cluster.iter().map(|(id, run)| ClusterDoc { id, run })),
+        )?;
+        match self.config {
+            Value::Array(_) => m.serialize_entry("config", self.config)?,
+            Value::Null => m.serialize_entry("config", &[(); 0])?,
+            other => m.serialize_entry("config", &[other])?,
+        }
+        m.end()
+    }
+}
+
+/// One cluster of the dump: `{"id","endpoints":[{"name","value",..}]}`.
+struct ClusterDoc<'a> {
+    id: &'a str,
+    run: &'a [Arc<ServiceNodes>],
+}
+
+impl Serialize for ClusterDoc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("id", self.id)?;
+        m.serialize_entry(
+            "endpoints",
+            &SerializeSeqOf(self.run.iter().map(|x| EntryDoc(x))),
+        )?;
+        m.end()
+    }
+}
+
+/// One service of the dump: APISIX's `name` and `value` (the port map as a
+/// JSON string), and the extension fields where there are any.
+struct EntryDoc<'a>(&'a ServiceNodes);
+
+impl Serialize for EntryDoc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let svc = self.0;
+        let value = serde_json::to_string(&svc.ports).map_err(serde::ser::Error::custom)?;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("name", &format!("{}/{}", svc.key.namespace, svc.key.name))?;
+        m.serialize_entry("value", &value)?;
+        if !svc.extras.aliases.is_empty() {
+            m.serialize_entry("aliases", &svc.extras.aliases)?;
+        }
+        if !svc.extras.app_protocols.is_empty() {
+            m.serialize_entry("appProtocols", &svc.extras.app_protocols)?;
+        }
+        m.end()
+    }
+}
+
+/// A sequence written from an iterator (each element serialized as it comes).
+struct SerializeSeqOf<I>(I);
+
+impl<I> Serialize for SerializeSeqOf<I>
+where
+    I: Iterator + Clone,
+    I::Item: Serialize,
+{
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.clone())
+    }
+}
+
+async fn dump(
+    State(st): State<AppState>,
+    conn: Option<Extension<Arc<Conn>>>,
+    headers: HeaderMap,
+) -> Response {
     if !authorized(&st, &headers) {
         return unauthorized();
     }
-    Json(dump_value(&st.shared, &st.config)).into_response()
+    let Ok(slot) = st.dumps.clone().try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            Json(json!({"error": format!("{MAX_CONCURRENT_DUMPS} dumps are being sent; retry")})),
+        )
+            .into_response();
+    };
+    // Off the async workers: a big dump takes a while to write, and the
+    // probes are answered meanwhile.
+    let built = tokio::task::spawn_blocking(move || dump_json(&st.shared, &st.config)).await;
+    match built {
+        Ok(Ok(body)) => {
+            // The slot is kept until the answer is written (it is memory
+            // until then); without a connection (in-process tests) it ends here.
+            if let Some(Extension(conn)) = conn {
+                conn.hold_until_written(slot);
+            }
+            ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+        }
+        Ok(Err(e)) => internal_error(&e.to_string()),
+        Err(e) => internal_error(&e.to_string()),
+    }
+}
+
+fn internal_error(cause: &str) -> Response {
+    tracing::error!(cause, "building the dump failed");
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        Json(json!({"error": format!("building the dump failed: {cause}")})),
+    )
+        .into_response()
 }
 
 #[derive(Deserialize)]
@@ -279,35 +453,71 @@ mod tests {
                 None,
             )),
         );
-        AppState {
+        AppState::new(
             shared,
-            registry: Arc::new(crate::metrics::Metrics::default().registry()),
-            config: json!({"client": {"token": "<redacted>"}}),
-            auth_token: token.map(str::to_string),
-        }
+            Arc::new(crate::metrics::Metrics::default().registry()),
+            json!({"client": {"token": "<redacted>"}}),
+            token.map(|t| Arc::new(ApiToken::fixed(t))),
+        )
+    }
+
+    /// [`dump_json`], parsed.
+    fn dump_value(shared: &ControllerState, config: &Value) -> Value {
+        serde_json::from_slice(&dump_json(shared, config).unwrap()).unwrap()
     }
 
     /// The dump API serves what the snapshot sink publishes (moved from
-    /// `snapshot_sink`'s tests: `http` uses `snapshot_sink::dump_of`, not the reverse).
+    /// `snapshot_sink`'s tests: `http` uses `snapshot_sink::dump_of`, not the
+    /// reverse), written from the shared `Arc`s: every registered cluster
+    /// (also an empty one, and in id order), the services of each, the
+    /// extension fields as `with_port_extras` adds them, the config as a list.
     #[test]
     fn dump_of_shared_equals_the_http_dump() {
-        let shared = ControllerState::new(["", "west"]);
-        let k = ServiceKey::new("", "default", "web");
-        let ports = PortMap::from([("http".to_string(), vec![Node::new("10.0.0.1", 80, 100)])]);
-        shared.set_desired(
-            &k,
-            Some(ServiceNodes::new(
-                k.clone(),
-                SourceKind::Endpoints,
-                ports,
-                None,
-            )),
-        );
+        use kube_discovery_core::service::PortExtras;
+        use std::collections::BTreeMap;
+        let shared = ControllerState::new(["west", "", "empty"]);
+        for (cluster, ns, name) in [
+            ("west", "b", "y"),
+            ("", "default", "web"),
+            ("west", "a", "z"),
+            ("", "a", "x"),
+        ] {
+            let k = ServiceKey::new(cluster, ns, name);
+            let ports = PortMap::from([(
+                "http".to_string(),
+                vec![Node::new("10.0.0.1", 80, 100), Node::new("10.0.0.2", 80, 1)],
+            )]);
+            let mut svc = ServiceNodes::new(k.clone(), SourceKind::Endpoints, ports, None);
+            if name == "z" {
+                svc = svc.with_extras(PortExtras {
+                    aliases: BTreeMap::from([("80".into(), "http".into())]),
+                    app_protocols: BTreeMap::new(),
+                    unresolved: Vec::new(),
+                });
+            }
+            shared.set_desired(&k, Some(svc));
+        }
         let d = crate::snapshot_sink::dump_of(&shared);
-        assert_eq!(d.services(), 1);
-        assert_eq!(d.clusters.len(), 2);
-        let http = dump_value(&shared, &serde_json::Value::Null);
-        assert_eq!(http["endpoints"], d.to_apisix_endpoints());
+        assert_eq!(d.services(), 4);
+        assert_eq!(d.clusters.len(), 3);
+        let want = kube_discovery_core::dump::with_port_extras(d.to_apisix_endpoints(), |key| {
+            shared
+                .desired(key)
+                .map(|s| s.extras.clone())
+                .filter(|x| !x.is_empty())
+        });
+        let http = dump_value(&shared, &Value::Null);
+        assert_eq!(http["endpoints"], want);
+        assert_eq!(
+            http["endpoints"][2]["endpoints"][0]["aliases"],
+            json!({"80": "http"})
+        );
+        assert_eq!(http["config"], json!([]));
+        assert_eq!(
+            dump_value(&shared, &json!({"a": 1}))["config"],
+            json!([{"a": 1}])
+        );
+        assert_eq!(dump_value(&shared, &json!([1, 2]))["config"], json!([1, 2]));
     }
 
     async fn get(st: AppState, uri: &str, token: Option<&str>) -> (StatusCode, String) {

@@ -64,8 +64,8 @@ pub struct RunOptions {
     pub writer: WriterOptions,
     /// HTTP listen address.
     pub http_addr: SocketAddr,
-    /// Bearer token for dump/nodes.
-    pub auth_token: Option<String>,
+    /// Bearer token for dump/nodes (re-read from its file while running).
+    pub auth_token: Option<Arc<crate::http::ApiToken>>,
     /// Redacted effective configuration (dump API).
     pub redacted_config: Value,
     /// Leader election, when enabled.
@@ -157,23 +157,7 @@ impl RunOptions {
             })
             .collect();
         let auth_token = match &plan.http.auth_token_file {
-            Some(p) => {
-                const SETTING: &str = "kube_discovery.http.auth_token_file";
-                let t = std::fs::read_to_string(p).map_err(|source| SettingError::Unreadable {
-                    setting: SETTING,
-                    path: p.clone(),
-                    source,
-                })?;
-                let t = t.trim().to_string();
-                if t.is_empty() {
-                    return Err(SettingError::EmptyFile {
-                        setting: SETTING,
-                        path: p.clone(),
-                    }
-                    .into());
-                }
-                Some(t)
-            }
+            Some(p) => Some(Arc::new(crate::http::ApiToken::from_file(p)?)),
             None => None,
         };
         Ok(RunOptions {
@@ -486,12 +470,12 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
         tasks.push(sup.spawn(name, source.run(shutdown.clone())));
     }
 
-    let state = AppState {
-        shared: shared.clone(),
-        registry: Arc::new(metrics.registry_with_state(shared.clone())),
-        config: opts.redacted_config,
-        auth_token: opts.auth_token,
-    };
+    let state = AppState::new(
+        shared.clone(),
+        Arc::new(metrics.registry_with_state(shared.clone())),
+        opts.redacted_config,
+        opts.auth_token,
+    );
     // The HTTP server outlives the sources slightly: it is cancelled by the
     // same token and drains open requests.
     let (http_addr, http) = crate::http::serve(opts.http_addr, state, shutdown.clone()).await?;

@@ -299,6 +299,45 @@ fn chart_settings_reach_the_controller_config() {
     );
 }
 
+/// GitOps (issue 29 item 6): Argo CD renders with `helm template`, where
+/// `lookup` finds nothing, so the generated token is a new one on every
+/// render (and sync). With `http.authTokenSecret.name` (a Secret the user
+/// manages) two renders are equal and carry no token at all; the controller
+/// mounts that Secret and re-reads it when it changes.
+#[test]
+fn chart_api_token_is_stable_across_renders_with_an_existing_secret() {
+    let args = ["--set", "http.authTokenSecret.name=gitops-token"];
+    let first = render("kd", "kube-discovery", &args);
+    assert_eq!(
+        first,
+        render("kd", "kube-discovery", &args),
+        "two renders differ"
+    );
+    assert!(
+        !first.iter().any(|d| d["kind"] == "Secret"),
+        "nothing generated: {:?}",
+        kinds(&first)
+    );
+    let pod = &find(&first, "Deployment", None)["spec"]["template"]["spec"];
+    assert!(
+        pod["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .any(|v| v["name"] == "http-auth" && v["secret"]["secretName"] == "gitops-token"),
+        "{pod}"
+    );
+    // The default's generated token is what changes under `helm template`
+    // (the README says so and points GitOps users here).
+    let token = |docs: &[serde_json::Value]| {
+        find(docs, "Secret", Some("kd-kube-discovery-api-token"))["data"]["token"].clone()
+    };
+    assert_ne!(
+        token(&render("kd", "kube-discovery", &[])),
+        token(&render("kd", "kube-discovery", &[]))
+    );
+}
+
 /// Authentication of the dump and nodes APIs: on by default (a generated
 /// Secret), an existing Secret instead, or off; the Secret mounted is the one
 /// the config points at.

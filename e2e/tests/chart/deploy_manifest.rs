@@ -6,7 +6,8 @@
 //!   it, and the controller run as its Deployment says (both replicas, the
 //!   in-cluster connection with the ServiceAccount token the kubelet would
 //!   mount, see `install_support::run_pod`) elects a leader, passes its
-//!   startup and readiness probes and writes the DiscoveredService.
+//!   startup and readiness probes and writes the DiscoveredService; its dump
+//!   and nodes APIs require the token of the Secret the README says to create.
 
 use crate::chart_support;
 use crate::install_support;
@@ -17,6 +18,9 @@ use testenv::{Backend, both_backends};
 
 const NS: &str = "kube-discovery";
 
+/// The Secret holding the API token that `deploy/` requires (the user creates it).
+const API_TOKEN_SECRET: &str = "kube-discovery-api-token";
+
 /// The arguments `deploy/render.sh` gives `helm template` (and the README documents).
 const HELM_ARGS: [&str; 6] = [
     "template",
@@ -24,7 +28,7 @@ const HELM_ARGS: [&str; 6] = [
     "CHART",
     "--namespace",
     NS,
-    "--set=http.authTokenSecret.create=false",
+    "--set=http.authTokenSecret.name=kube-discovery-api-token",
 ];
 
 #[test]
@@ -79,6 +83,26 @@ fn deploy_manifest_is_the_rendered_chart() {
         !kinds.iter().any(|k| k.starts_with("Secret/")),
         "a static manifest carries no secret: {kinds:?}"
     );
+    // ... and is as safe as the chart (issue 29 item 4): the dump and nodes
+    // APIs require the token of a Secret the user creates.
+    let pod = &find(&docs, "Deployment", Some(NS))["spec"]["template"]["spec"];
+    let auth = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "http-auth");
+    assert_eq!(
+        auth.map(|v| &v["secret"]["secretName"]),
+        Some(&serde_json::json!(API_TOKEN_SECRET)),
+        "deploy/ must require an API token (the Secret {API_TOKEN_SECRET}): {auth:?}"
+    );
+    let config = find(&docs, "ConfigMap", Some(NS))["data"]["config.yaml"]
+        .as_str()
+        .expect("config.yaml");
+    assert!(
+        config.contains("auth_token_file: /etc/kube-discovery/http-auth/token"),
+        "{config}"
+    );
     // The script says the same (it is what the README tells to run).
     let out = run({
         let mut c = std::process::Command::new("bash");
@@ -110,6 +134,16 @@ async fn deploy_manifest_installs_a_running_controller(backend: Backend) {
         );
     }
     env.apply_yaml("backend.yaml", &backend_yaml(2));
+    // The API token the README tells to create (the pods start once it exists).
+    env.kubectl_ok(&[
+        "-n",
+        NS,
+        "create",
+        "secret",
+        "generic",
+        API_TOKEN_SECRET,
+        "--from-literal=token=deploy-s3cret-token",
+    ]);
 
     let dep = env.get_json(&["deployment", "kube-discovery", "-n", NS]);
     let replicas = dep["spec"]["replicas"].as_u64().expect("replicas");
@@ -120,8 +154,9 @@ async fn deploy_manifest_installs_a_running_controller(backend: Backend) {
         pods.push(run_pod(&env, NS, "kube-discovery", &format!("kube-discovery-{i}")).await);
     }
     assert!(
-        pods.iter().all(|p| p.api_token.is_none()),
-        "deploy/ has no API token"
+        pods.iter()
+            .all(|p| p.api_token.as_deref() == Some("deploy-s3cret-token")),
+        "every replica requires the created API token"
     );
     {
         let mut refs: Vec<&mut Pod> = pods.iter_mut().collect();
@@ -155,6 +190,13 @@ async fn deploy_manifest_installs_a_running_controller(backend: Backend) {
         serde_json::from_str::<serde_json::Value>(body.trim()).expect("nodes JSON"),
         nodes(2)
     );
+    let (code, body) = http_get(
+        pods[0].http_port,
+        "/v1/discovery/kubernetes/nodes?service=shop/web:http",
+        None,
+    )
+    .expect("HTTP API");
+    assert_eq!(code, 401, "no token, no nodes: {body}");
     let table = env.kubectl_ok(&["get", "dsvc", "-A"]);
     assert!(
         table

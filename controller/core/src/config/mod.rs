@@ -79,7 +79,7 @@
 //! | `write_qps` | 0.1..10000 writes per second: the ceiling of the adaptive write limiter, never exceeded. The limiter starts at `write_qps_start`, adds one write/s per successful write (doubling about every 0.7 s at full use), and on a 429 from the API server (API Priority and Fairness, max-in-flight) halves its rate and pauses all writes for the answer's `Retry-After` (at most 10 s); after a 429 it grows by only `write_qps_start` writes/s per second. The throttled write is retried, not reported failing. Set it to the old fixed limit (e.g. `50`) to never write faster than that | `2000` |
 //! | `write_qps_start` | 0.1..10000 writes per second: where the adaptive write limiter starts (capped at `write_qps`) | `50` |
 //! | `http.addr` | `ip:port` of the HTTP server | `0.0.0.0:8080` |
-//! | `http.auth_token_file` | file with a bearer token required by the dump and nodes APIs | none (no auth) |
+//! | `http.auth_token_file` | file with a bearer token required by the dump and nodes APIs; must be readable and non-empty at start, then re-read when it changes (within a second; a rotated Secret needs no restart, the old token stops working; a file that becomes unreadable or empty keeps the last token) | none (no auth) |
 //! | `sinks.discoveredservices.enabled` | bool; `false` is refused by `run` ([`Config::resolve`]): it is the only sink | `true` |
 //! | `sinks.discoveredservices.namespace_mode` | `source` (next to the Service) or `fixed` | `source` |
 //! | `sinks.discoveredservices.namespace` | namespace (DNS label); required with `fixed`, not allowed with `source` | - |

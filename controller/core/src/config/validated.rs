@@ -196,7 +196,8 @@ impl ClusterConfig {
 pub struct HttpSettings {
     /// Listen address.
     pub addr: SocketAddr,
-    /// Bearer token file protecting the dump and nodes APIs.
+    /// Bearer token file protecting the dump and nodes APIs (re-read while
+    /// running).
     pub auth_token_file: Option<PathBuf>,
 }
 
