@@ -3,7 +3,7 @@
 /// Seeded choices, so a failure names a replayable seed: `fastrand`'s
 /// generator (already in the tree through `tempfile`) with the two
 /// choices the tests make. No distributions and no shrinking are needed, so
-/// no `rand` or `proptest`.
+/// no `rand` or `proptest` (`order_independence` shrinks: it has proptest).
 pub struct Rng(fastrand::Rng);
 
 impl Rng {
