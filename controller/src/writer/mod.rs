@@ -401,6 +401,7 @@ impl<S: Sink> Writer<S> {
             Leadership {
                 epoch: 0,
                 leading: true,
+                until: None,
             },
             |l| *l.borrow_and_update(),
         );

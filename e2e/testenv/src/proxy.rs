@@ -367,8 +367,8 @@ async fn serve_connection(sh: Arc<ProxyState>, tcp: tokio::net::TcpStream) {
 }
 
 enum Upstream {
-    H1(hyper::client::conn::http1::SendRequest<Incoming>),
-    H2(hyper::client::conn::http2::SendRequest<Incoming>),
+    H1(hyper::client::conn::http1::SendRequest<Body>),
+    H2(hyper::client::conn::http2::SendRequest<Body>),
 }
 
 /// A new upstream connection; when it ends (the API server closed it) the
@@ -473,11 +473,21 @@ async fn forward(
     {
         return kube_sim::faults::expired_continue_response();
     }
+    let (mut parts, body) = req.into_parts();
+    let mut body = Body::new(body);
     if let Some((verb, resource)) = &target {
         let latency = sh.faults().take_latency(verb, resource);
         if let Some(d) = latency {
             bump(&sh.delays_started, ((*verb).to_string(), resource.clone()));
-            tokio::time::sleep(d).await;
+            // Held in transit: the whole request is received first, so a
+            // client that gives up during the hold closes its connection
+            // and the request is dropped, never forwarded (as kube-sim,
+            // which reads the body before a delay).
+            let (got, ()) = tokio::join!(body.collect(), tokio::time::sleep(d));
+            let Ok(got) = got else {
+                return bad_gateway("proxy: reading the request body failed".into());
+            };
+            body = Body::from(got.to_bytes());
         }
         let failure = sh.faults().take_failure(verb, resource);
         if let Some((code, retry_after)) = failure {
@@ -488,7 +498,6 @@ async fn forward(
             return kube_sim::faults::injected_failure_response(code, retry_after, verb, resource);
         }
     }
-    let (mut parts, body) = req.into_parts();
     let path_and_query = parts
         .uri
         .path_and_query()
