@@ -775,8 +775,13 @@ impl Sink for KubeSink {
             Error::NameTaken { object, owner } => (
                 "NameTaken",
                 format!(
-                    "{key}: the DiscoveredService {object} belongs to {owner}; left alone, this service is not published by instance {:?}",
-                    self.naming.instance
+                    "{key}: the DiscoveredService {object} belongs to {owner}; left alone, this service is not published by instance {:?}{}",
+                    self.naming.instance,
+                    if matches!(owner, Owner::Instance(_)) {
+                        " (unready until then; if that instance was renamed to this one, list it in kube_discovery.adopt_instances)"
+                    } else {
+                        ""
+                    }
                 ),
             ),
             e => (
