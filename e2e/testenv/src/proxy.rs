@@ -9,7 +9,9 @@
 //!   error (and `Retry-After`), or delayed, instead of / before forwarding;
 //!   the proxy counts both ([`FaultProxy::failures_served`],
 //!   [`FaultProxy::delays_started`]): the API server never sees an injected
-//!   failure, and audits a delayed request only once it is answered;
+//!   failure, and audits a delayed request only once it is answered; a
+//!   delayed request is held with its body received, so one whose client
+//!   gives up during the delay is dropped, never forwarded (as kube-sim);
 //! * `dropWatches`: every watch answer in flight ends now (a clean end, as
 //!   kube-sim's; the client connection stays usable);
 //! * `stallWatchesSeconds`: watch answers keep their connection but forward
