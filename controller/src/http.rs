@@ -148,7 +148,7 @@ async fn readyz(State(st): State<AppState>) -> Response {
     let clusters = st.shared.clusters();
     let ready = st.shared.ready();
     let now = std::time::Instant::now();
-    let failing: Vec<String> = st
+    let mut failing: Vec<String> = st
         .shared
         .failing_too_long(now)
         .into_iter()
@@ -160,6 +160,7 @@ async fn readyz(State(st): State<AppState>) -> Response {
             format!("cluster {id:?}: watch failing for {}s: {err}", d.as_secs())
         })
         .collect();
+    failing.extend(st.shared.held_by_others());
     let detail: serde_json::Map<String, Value> = clusters
         .iter()
         .map(|(id, c)| {

@@ -35,6 +35,18 @@
 //! only the leader's writer writes (see [`crate::writer::Spawn::leader`]), and
 //! every write request is fenced by the epoch it started in ([`Fence`]): a
 //! write started before a loss of the lease sends nothing after it.
+//!
+//! Fencing in flight ([`Fence::send`]): a request is also abandoned (its
+//! future dropped, its connection closed) the moment its epoch ends, at the
+//! latest at [`Leadership::until`] = start of the last successful renewal
+//! `t` + `renew_deadline`, whatever `request_timeout` allows. A standby saw
+//! that renewal land after `t` and takes over no earlier than `t +
+//! lease_duration` on its clock, so a write of the old leader lands after
+//! the new leader's only when the API server has begun to execute it and
+//! spends more than `lease_duration - renew_deadline` (5 s by default) on
+//! it; a request held in transit or queued before its handler is dropped
+//! with its connection. Kubernetes has no precondition tying a write to a
+//! Lease (no transaction across objects), so that margin is the bound.
 
 use std::time::Duration;
 
@@ -149,6 +161,12 @@ pub struct Leadership {
     pub epoch: u64,
     /// Whether this replica holds the lease.
     pub leading: bool,
+    /// When this replica stops leading unless it renews first: the start of
+    /// its last successful renewal plus `renew_deadline` (`None`: not
+    /// leading, or no end, as without leader election). Moved by every
+    /// renewal without waking the receivers; a write request in flight is
+    /// abandoned at this instant ([`Fence::send`]).
+    pub until: Option<Instant>,
 }
 
 impl Leadership {
@@ -161,6 +179,7 @@ impl Leadership {
             Self {
                 epoch: self.epoch + 1,
                 leading,
+                until: None,
             }
         }
     }
@@ -201,11 +220,12 @@ impl Fence {
         Self { rx }
     }
 
-    /// No leader election: always leading, epoch 0.
+    /// No leader election: always leading, epoch 0, no end.
     pub fn always() -> Self {
         let (_tx, rx) = watch::channel(Leadership {
             epoch: 0,
             leading: true,
+            until: None,
         });
         Self { rx }
     }
@@ -233,16 +253,68 @@ impl Fence {
     }
 
     /// Right before a request of the write that `token` started: `Ok` only
-    /// while that epoch is still the current, leading one.
+    /// while that epoch is still the current, leading one, and its end
+    /// ([`Leadership::until`]) has not come.
     pub fn check(&self, token: FenceToken) -> Result<(), Fenced> {
+        self.live(token.epoch).map(|_| ())
+    }
+
+    /// The end of the leading `epoch` when it is the current one and has
+    /// not ended (`Ok(None)`: no end).
+    fn live(&self, epoch: u64) -> Result<Option<Instant>, Fenced> {
         let now = self.current();
-        if now.leading && now.epoch == token.epoch {
-            Ok(())
+        let ended = now.until.is_some_and(|t| t <= Instant::now());
+        if now.leading && now.epoch == epoch && !ended {
+            Ok(now.until)
         } else {
             Err(Fenced {
-                started: Some(token.epoch),
+                started: Some(epoch),
                 now,
             })
+        }
+    }
+
+    /// Sends `request` for a write of leadership `epoch`: not at all when
+    /// the epoch is over ([`Fence::check_epoch`]), and abandoned (the
+    /// future dropped, its connection closed) the moment the epoch ends
+    /// while it is in flight: at [`Leadership::until`], moved on by each
+    /// renewal, or at a loss. The module docs say what that guarantees.
+    pub async fn send<T>(
+        &self,
+        token: FenceToken,
+        request: impl Future<Output = T>,
+    ) -> Result<T, Fenced> {
+        self.send_epoch(token.epoch, request).await
+    }
+
+    /// [`Fence::send`] for a write a planner decided in leadership `epoch`.
+    pub async fn send_epoch<T>(
+        &self,
+        epoch: u64,
+        request: impl Future<Output = T>,
+    ) -> Result<T, Fenced> {
+        let mut request = std::pin::pin!(request);
+        let mut changes = self.rx.clone();
+        loop {
+            let until = self.live(epoch)?;
+            let end = async {
+                match until {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let change = async {
+                if changes.changed().await.is_err() {
+                    // No elector (any more): only the end can come.
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                biased;
+                out = &mut request => return Ok(out),
+                () = end => {}
+                () = change => {}
+            }
         }
     }
 }
@@ -489,16 +561,32 @@ pub fn spawn(
 /// returns whether it changed. (What the elector does; tests drive a
 /// writer or a sink with it as a fake elector.)
 pub fn publish(tx: &watch::Sender<Leadership>, leading: bool) -> bool {
+    publish_until(tx, leading, None)
+}
+
+/// [`publish`], with the end of the leading term (`until`, ignored when not
+/// leading). A new end alone (a renewal) wakes no receiver: the fences read
+/// it when they check.
+fn publish_until(tx: &watch::Sender<Leadership>, leading: bool, until: Option<Instant>) -> bool {
     tx.send_if_modified(|l| {
         let next = l.with_leading(leading);
-        let changed = next != *l;
-        *l = next;
+        let changed = next.leading != l.leading;
+        *l = Leadership {
+            until: if leading { until } else { None },
+            ..next
+        };
         changed
     })
 }
 
-fn set_leading(tx: &watch::Sender<Leadership>, cfg: &LeaseConfig, leading: bool) {
-    if publish(tx, leading) {
+fn set_leading(
+    tx: &watch::Sender<Leadership>,
+    cfg: &LeaseConfig,
+    leading: bool,
+    last_ok: Option<Instant>,
+) {
+    let until = last_ok.map(|t| t + cfg.renew_deadline);
+    if publish_until(tx, leading, until) {
         let epoch = tx.borrow().epoch;
         tracing::info!(identity = %cfg.identity, leading, epoch, "leadership changed");
     }
@@ -523,7 +611,7 @@ async fn campaign(
     let mut observed = Observed::default();
     let step_down = |tx: &watch::Sender<Leadership>| {
         tracing::warn!(lease = %cfg.name, deadline = ?cfg.renew_deadline, "could not renew the leader lease within the renew deadline; stepping down");
-        set_leading(tx, cfg, false);
+        set_leading(tx, cfg, false, None);
     };
     loop {
         let started = Instant::now();
@@ -543,11 +631,12 @@ async fn campaign(
                     tx,
                     cfg,
                     still_leading(last_ok, Instant::now(), cfg.renew_deadline),
+                    last_ok,
                 );
             }
             Ok(Ok(false)) => {
                 last_ok = None;
-                set_leading(tx, cfg, false);
+                set_leading(tx, cfg, false, None);
             }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "leader election round failed");
@@ -731,6 +820,53 @@ mod tests {
         let t3 = fence.begin().unwrap();
         assert_eq!(fence.check(t3), Ok(()));
         assert!(Fence::always().begin().is_ok());
+    }
+
+    /// Issue 29 item 9: a request in flight is abandoned when its term
+    /// ends ([`Leadership::until`]), not when `request_timeout` would end
+    /// it; a renewal that moves the end on lets it finish; a loss ends it
+    /// at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_in_flight_is_abandoned_at_the_end_of_its_term() {
+        let s = Duration::from_secs;
+        let (tx, rx) = watch::channel(Leadership::default());
+        let fence = Fence::new(rx);
+        let t0 = Instant::now();
+        assert!(publish_until(&tx, true, Some(t0 + s(2))));
+        let token = fence.begin().unwrap();
+        let slow = |d| async move {
+            tokio::time::sleep(d).await;
+            "answered"
+        };
+        // A 5 s answer in a term that ends after 2 s: abandoned at 2 s.
+        let e = fence.send(token, slow(s(5))).await.unwrap_err();
+        assert_eq!(e.started, Some(token.epoch));
+        assert_eq!(Instant::now(), t0 + s(2));
+        assert!(fence.check(token).is_err(), "the term is over");
+        // Renewed at 1.5 s (the end moves to 4 s, no receiver is woken): a
+        // 3 s answer arrives.
+        let t1 = Instant::now();
+        assert!(!publish_until(&tx, true, Some(t1 + s(2))));
+        let renew = async {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            assert!(!publish_until(&tx, true, Some(t1 + s(4))));
+        };
+        let (out, ()) = tokio::join!(fence.send(token, slow(s(3))), renew);
+        assert_eq!(out, Ok("answered"));
+        // A loss ends the request at once.
+        let lose = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            publish(&tx, false);
+        };
+        let started = Instant::now();
+        let (out, ()) = tokio::join!(fence.send(token, slow(s(1))), lose);
+        assert!(out.is_err());
+        assert_eq!(Instant::now(), started + Duration::from_millis(100));
+        // Without an end (no election), only the answer ends it.
+        assert_eq!(
+            Fence::always().send_epoch(0, slow(s(60))).await,
+            Ok("answered")
+        );
     }
 
     async fn sim_client() -> (kube_sim::Sim, Client) {

@@ -52,8 +52,10 @@
 //! ([`KubeSink::with_fence`]): an apply or delete notes the leadership epoch
 //! it starts in and checks, right before each request (every shard, the
 //! merge patches, the deletes), that this epoch is still the current leading
-//! one. Otherwise it stops with [`crate::Error::Fenced`], which the writer
-//! counts (`writes_total{result="fenced"}`) and does not treat as a failure.
+//! one, and a request in flight is abandoned when that epoch ends
+//! ([`Fence::send`], at the renew deadline at the latest). Otherwise it stops
+//! with [`crate::Error::Fenced`], which the writer counts
+//! (`writes_total{result="fenced"}`) and does not treat as a failure.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -455,7 +457,10 @@ impl KubeSink {
             .patch(name, pp, patch)
             .map_err(kube::Error::BuildRequest)?;
         req.extensions_mut().insert("patch");
-        Ok(self.client.request::<Written>(req).await?)
+        Ok(self
+            .fence
+            .send(token, self.client.request::<Written>(req))
+            .await??)
     }
 
     /// Records the resourceVersion of our write of `ns/name` for drift, and
@@ -498,7 +503,11 @@ impl KubeSink {
     /// delete). Sends nothing when the write's epoch is over.
     async fn delete_one(&self, token: FenceToken, ns: &str, name: &str) -> Result<bool> {
         self.fence.check(token)?;
-        let res = self.api(ns).delete(name, &DeleteParams::default()).await;
+        let api = self.api(ns);
+        let res = self
+            .fence
+            .send(token, api.delete(name, &DeleteParams::default()))
+            .await?;
         self.generations.note(ns, name, None);
         if let Some(v) = &self.drift {
             v.note_written(ns, name, None);
@@ -766,8 +775,13 @@ impl Sink for KubeSink {
             Error::NameTaken { object, owner } => (
                 "NameTaken",
                 format!(
-                    "{key}: the DiscoveredService {object} belongs to {owner}; left alone, this service is not published by instance {:?}",
-                    self.naming.instance
+                    "{key}: the DiscoveredService {object} belongs to {owner}; left alone, this service is not published by instance {:?}{}",
+                    self.naming.instance,
+                    if matches!(owner, Owner::Instance(_)) {
+                        " (unready until then; if that instance was renamed to this one, list it in kube_discovery.adopt_instances)"
+                    } else {
+                        ""
+                    }
                 ),
             ),
             e => (

@@ -408,7 +408,13 @@ impl Task {
                 "data": { (key): text },
             });
             let pp = PatchParams::apply(FIELD_MANAGER).force();
-            match api.patch(&name, &pp, &Patch::Apply(&cm)).await {
+            let Ok(sent) = fence
+                .send_epoch(epoch, api.patch(&name, &pp, &Patch::Apply(&cm)))
+                .await
+            else {
+                return Input::Fenced;
+            };
+            match sent {
                 Ok(got) => {
                     metrics.snapshot_write("applied");
                     tracing::debug!(configmap = %name, bytes = text.len(), "snapshot: wrote");
@@ -429,7 +435,13 @@ impl Task {
             if fence.check_epoch(epoch).is_err() {
                 return Input::Fenced;
             }
-            match api.delete(&name, &DeleteParams::default()).await {
+            let Ok(sent) = fence
+                .send_epoch(epoch, api.delete(&name, &DeleteParams::default()))
+                .await
+            else {
+                return Input::Fenced;
+            };
+            match sent {
                 Ok(_) => {
                     metrics.snapshot_write("deleted");
                     tracing::info!(configmap = %name, "snapshot: deleted stale ConfigMap");
@@ -461,6 +473,7 @@ impl Task {
             Leadership {
                 epoch: 0,
                 leading: true,
+                until: None,
             },
             |l| *l.borrow_and_update(),
         );

@@ -137,6 +137,9 @@ pub struct ControllerState {
     /// `kube_discovery.unready_after`: a cluster whose watch has failed for
     /// longer makes the process unready (`None`: never).
     unready_after: RwLock<Option<std::time::Duration>>,
+    /// Services whose object name another kube-discovery instance holds
+    /// (the object and that instance, per service): unready while any.
+    held_by_others: RwLock<BTreeMap<String, (String, String)>>,
     /// Bumped on every change of `desired` and when a cluster appears or its
     /// `listed` flag flips: a cheap "something changed" signal for consumers
     /// of the whole state (the snapshot sink).
@@ -295,6 +298,55 @@ impl ControllerState {
     /// Marks this replica as a leader-election standby (it does not write).
     pub fn set_standby(&self, standby: bool) {
         self.standby.store(standby, Ordering::Relaxed);
+        if standby {
+            // A standby writes nothing, so it holds no name up.
+            write(&self.held_by_others).clear();
+        }
+    }
+
+    /// The object of `service` is (`Some((object, instance))`) or is no
+    /// longer (`None`) held by another kube-discovery instance.
+    pub fn set_held_by_other(&self, service: &ServiceKey, held: Option<(String, String)>) {
+        let key = service.to_string();
+        match held {
+            Some(h) => {
+                write(&self.held_by_others).insert(key, h);
+            }
+            None => {
+                if read(&self.held_by_others).contains_key(&key) {
+                    write(&self.held_by_others).remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Why this instance is unready because of names other instances hold:
+    /// one line naming the objects (at most 10) and what to do.
+    pub fn held_by_others(&self) -> Option<String> {
+        let held = read(&self.held_by_others);
+        if held.is_empty() {
+            return None;
+        }
+        let mut instances: Vec<&str> = held.values().map(|(_, i)| i.as_str()).collect();
+        instances.sort_unstable();
+        instances.dedup();
+        let objects: Vec<String> = held
+            .iter()
+            .take(10)
+            .map(|(svc, (obj, i))| format!("{obj} (service {svc}, instance {i:?})"))
+            .collect();
+        let more = held.len().saturating_sub(objects.len());
+        Some(format!(
+            "{} DiscoveredService(s) this instance must write belong to other kube-discovery instances, so readers see their (frozen) content: {}{}; if {} no longer run(s) under that name (renamed: a Helm reinstall under another release name), list it in kube_discovery.adopt_instances to take its objects over, else give the two installations services of their own",
+            held.len(),
+            objects.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            },
+            instances.join(", "),
+        ))
     }
 
     /// Whether this replica is a standby.
@@ -348,7 +400,9 @@ impl ControllerState {
 
     /// Ready when every registered cluster is synced (and there is at least
     /// one) and none has had its watch failing for longer than
-    /// `unready_after` (stale data must not look ready). A standby, which
+    /// `unready_after` (stale data must not look ready), and no name it
+    /// must write is held by another kube-discovery instance (readers would
+    /// trust that instance's frozen objects). A standby, which
     /// does not write, is ready once every cluster is listed: it serves the
     /// HTTP API and is warm for a takeover.
     pub fn ready(&self) -> bool {
@@ -357,7 +411,9 @@ impl ControllerState {
             let c = read(&self.clusters);
             !c.is_empty() && c.values().all(|s| s.synced || (standby && s.listed))
         };
-        synced && self.failing_too_long(std::time::Instant::now()).is_empty()
+        synced
+            && self.failing_too_long(std::time::Instant::now()).is_empty()
+            && read(&self.held_by_others).is_empty()
     }
 }
 
@@ -401,6 +457,38 @@ mod tests {
         assert!(s.failing_too_long(much_later).is_empty());
         assert_eq!(s.clusters()["east"].last_error, None);
         assert!(s.ready());
+    }
+
+    /// Issue 29 item 5: a name another instance holds keeps the leader
+    /// unready, with a message naming the object, until it is free or ours;
+    /// a standby (which writes nothing) forgets it.
+    #[test]
+    fn a_name_held_by_another_instance_makes_it_unready() {
+        let s = ControllerState::new([""]);
+        s.update_cluster("", |st| st.synced = true);
+        let (web, api) = (
+            ServiceKey::new("", "ns", "web"),
+            ServiceKey::new("", "ns", "api"),
+        );
+        s.set_held_by_other(&web, Some(("ns/web".into(), "a".into())));
+        s.set_held_by_other(&api, Some(("ns/api".into(), "a".into())));
+        assert!(!s.ready());
+        let why = s.held_by_others().unwrap();
+        for part in [
+            "2 DiscoveredService(s)",
+            "ns/web (service ns/web, instance \"a\")",
+            "ns/api",
+            "adopt_instances",
+        ] {
+            assert!(why.contains(part), "{part:?} not in {why}");
+        }
+        s.set_held_by_other(&web, None);
+        assert!(!s.ready());
+        s.set_held_by_other(&api, None);
+        assert!(s.ready() && s.held_by_others().is_none());
+        s.set_held_by_other(&api, Some(("ns/api".into(), "a".into())));
+        s.set_standby(true);
+        assert!(s.ready() && s.held_by_others().is_none());
     }
 
     #[test]

@@ -220,6 +220,7 @@ client:
 {{- if include "kube-discovery.authSecretName" . }}{{ $_ := set $http "auth_token_file" "/etc/kube-discovery/http-auth/token" }}{{ end }}
 {{- $_ := set $kd "http" $http }}
 {{- $_ := set $kd "instance" (default (.Release.Name | replace "." "-") $c.instance) }}
+{{- with $c.adoptInstances }}{{ $_ := set $kd "adopt_instances" . }}{{ end }}
 {{- with $c.watchTimeout }}{{ $_ := set $kd "watch_timeout" . }}{{ end }}
 {{- with $c.requestTimeout }}{{ $_ := set $kd "request_timeout" . }}{{ end }}
 {{- with $c.unreadyAfter }}{{ $_ := set $kd "unready_after" . }}{{ end }}

@@ -73,7 +73,12 @@
 //! [`LABEL_INSTANCE`] and used in the field manager
 //! ([`ObjectNaming::field_manager`]). [`owner_of`] decides whose an object is;
 //! an instance writes, repairs and deletes only its own objects and leaves a
-//! name held by another instance or by a hand-made object alone.
+//! name held by another instance or by a hand-made object alone. Renaming
+//! an installation (a Helm reinstall under another release name) is an
+//! explicit handover: the new name lists the old one in
+//! `kube_discovery.adopt_instances` ([`ObjectNaming::adopt`]) and takes its
+//! objects over; without it, the controller reports itself unready while a
+//! name it needs is held by another instance (the runtime's `/readyz`).
 //!
 //! # Big services: shards
 //!
@@ -327,6 +332,10 @@ pub struct ObjectNaming {
     /// The installation writing the objects (`kube_discovery.instance`, a
     /// DNS-1123 label).
     pub instance: String,
+    /// Earlier names of this installation (`kube_discovery.adopt_instances`):
+    /// their objects are this instance's ([`ObjectNaming::owner_of`]), and
+    /// its next write of each relabels it.
+    pub adopt: Vec<String>,
 }
 
 impl Default for ObjectNaming {
@@ -341,6 +350,7 @@ impl ObjectNaming {
         Self {
             namespace_mode: NamespaceMode::Source,
             instance: DEFAULT_INSTANCE.to_string(),
+            adopt: Vec::new(),
         }
     }
 
@@ -349,6 +359,7 @@ impl ObjectNaming {
         Self {
             namespace_mode: NamespaceMode::Fixed(namespace.into()),
             instance: DEFAULT_INSTANCE.to_string(),
+            adopt: Vec::new(),
         }
     }
 
@@ -356,6 +367,14 @@ impl ObjectNaming {
     #[must_use]
     pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
         self.instance = instance.into();
+        self
+    }
+
+    /// The same naming, adopting the objects of the instances `adopt`
+    /// (earlier names of this installation).
+    #[must_use]
+    pub fn with_adopted(mut self, adopt: Vec<String>) -> Self {
+        self.adopt = adopt;
         self
     }
 
@@ -372,13 +391,14 @@ impl ObjectNaming {
     }
 
     /// Whose an object with these `labels`, written by these server-side
-    /// apply field `managers`, is ([`owner_of`] for this instance).
+    /// apply field `managers`, is ([`owner_of`] for this instance; an
+    /// adopted instance's objects are ours: [`adopted`]).
     pub fn owner_of<'a>(
         &self,
         labels: Option<&BTreeMap<String, String>>,
         managers: impl IntoIterator<Item = &'a str>,
     ) -> Owner {
-        owner_of(&self.instance, labels, managers)
+        adopted(owner_of(&self.instance, labels, managers), &self.adopt)
     }
 
     /// Whose the object with this metadata is: [`ObjectNaming::owner_of`]
@@ -486,6 +506,15 @@ impl std::fmt::Display for Owner {
             Owner::Instance(i) => write!(f, "kube-discovery instance {i:?}"),
             Owner::Unmanaged => f.write_str("not kube-discovery (made by hand or another tool)"),
         }
+    }
+}
+
+/// `owner`, except that an object of one of the instances `adopt` (earlier
+/// names of this installation, `kube_discovery.adopt_instances`) is ours.
+pub fn adopted(owner: Owner, adopt: &[String]) -> Owner {
+    match owner {
+        Owner::Instance(i) if adopt.contains(&i) => Owner::Us,
+        o => o,
     }
 }
 
@@ -2040,6 +2069,16 @@ mod tests {
         // The `Update` by instance b does not make it b's.
         let c = ObjectNaming::source().with_instance("c");
         assert_eq!(c.owner_of_meta(&meta), Owner::Instance("a".into()));
+        // Issue 29 item 5: an instance that adopts `a` (its earlier name)
+        // owns `a`'s objects; others' stay others'.
+        let renamed = c.clone().with_adopted(vec!["a".into()]);
+        assert_eq!(renamed.owner_of_meta(&meta), Owner::Us);
+        let labelled = BTreeMap::from([(LABEL_INSTANCE.to_string(), "b".to_string())]);
+        assert_eq!(
+            renamed.owner_of(Some(&labelled), []),
+            Owner::Instance("b".into())
+        );
+        assert_eq!(adopted(Owner::Unmanaged, &["a".into()]), Owner::Unmanaged);
     }
 
     #[test]

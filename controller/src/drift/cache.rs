@@ -41,7 +41,7 @@ use std::num::NonZeroU64;
 use hashbrown::HashTable;
 use kube::runtime::watcher::Event;
 use kube_discovery_core::ServiceKey;
-use kube_discovery_core::crd::Owner;
+use kube_discovery_core::crd::{Owner, adopted};
 
 use super::ObjName;
 #[cfg(doc)]
@@ -290,10 +290,11 @@ impl Cache {
         self.foreign.get(&(ns.to_string(), name.to_string()))
     }
 
-    /// The watch shows `w` (Apply / InitApply); `instance` is ours.
-    fn apply(&mut self, w: &Watched, instance: &str) {
+    /// The watch shows `w` (Apply / InitApply); `instance` is ours, and so
+    /// are the objects of the instances we `adopt`.
+    fn apply(&mut self, w: &Watched, instance: &str, adopt: &[String]) {
         let (ns, name) = (w.ns(), w.name());
-        match w.mark.owner(instance) {
+        match adopted(w.mark.owner(instance), adopt) {
             Owner::Us => {
                 if !self.foreign.is_empty() {
                     self.foreign.remove(&(ns.to_string(), name.to_string()));
@@ -404,14 +405,17 @@ pub(super) struct Caches {
     relist: Option<Cache>,
     /// Our instance name: objects of others are kept apart.
     instance: String,
+    /// Instances whose objects are ours (`kube_discovery.adopt_instances`).
+    adopt: Vec<String>,
 }
 
 impl Caches {
-    pub(super) fn new(instance: &str) -> Self {
+    pub(super) fn new(instance: &str, adopt: &[String]) -> Self {
         Caches {
             live: Cache::new(),
             relist: None,
             instance: instance.to_string(),
+            adopt: adopt.to_vec(),
         }
     }
 
@@ -424,7 +428,7 @@ impl Caches {
     pub(super) fn init_apply(&mut self, o: &Watched) {
         self.relist
             .get_or_insert_with(Cache::new)
-            .apply(o, &self.instance);
+            .apply(o, &self.instance, &self.adopt);
     }
 
     /// `InitDone`: the relist replaces the live cache, keeping our writes.
@@ -436,7 +440,7 @@ impl Caches {
 
     /// `Apply`.
     pub(super) fn apply(&mut self, o: &Watched) {
-        self.live.apply(o, &self.instance);
+        self.live.apply(o, &self.instance, &self.adopt);
     }
 
     /// `Delete`.

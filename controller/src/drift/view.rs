@@ -53,7 +53,7 @@ const SHARD_WANTS_MAX: usize = 65_536;
 impl DriftView {
     /// An empty, unlisted view (`DriftView::new` pairs it with its feed).
     pub(super) fn empty(naming: ObjectNaming) -> DriftView {
-        let caches = Arc::new(Mutex::new(Caches::new(&naming.instance)));
+        let caches = Arc::new(Mutex::new(Caches::new(&naming.instance, &naming.adopt)));
         DriftView {
             naming,
             ready: Arc::new(AtomicBool::new(false)),

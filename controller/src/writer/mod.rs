@@ -33,6 +33,7 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use kube_discovery_core::ServiceKey;
+use kube_discovery_core::crd::Owner;
 use kube_discovery_core::write_plan::{
     Action, At, Desired, DriftResult, Held, Input, Options, Outcome, Planner, Prior,
 };
@@ -308,6 +309,7 @@ impl<S: Sink> Writer<S> {
                 let cluster = key.cluster.to_string();
                 let outcome = match result {
                     Ok(outcome) => {
+                        self.shared.set_held_by_other(&key, None);
                         // An applied write is logged at DEBUG, not INFO: under
                         // churn (hundreds a second) formatting and writing the
                         // line cost ~5 % of the controller's CPU (BENCHMARKS.md,
@@ -345,6 +347,16 @@ impl<S: Sink> Writer<S> {
                     Err(e) => {
                         let reason = e.metric_label();
                         self.metrics.write(&cluster, &format!("error_{reason}"));
+                        // Another instance's object under our name: unready
+                        // (readers trust it) until the name is ours or free.
+                        let held = match &e {
+                            Error::NameTaken {
+                                object,
+                                owner: Owner::Instance(i),
+                            } => Some((object.clone(), i.clone())),
+                            _ => None,
+                        };
+                        self.shared.set_held_by_other(&key, held);
                         let now = self.now();
                         let actions = self.planner.handle(
                             now,
@@ -401,6 +413,7 @@ impl<S: Sink> Writer<S> {
             Leadership {
                 epoch: 0,
                 leading: true,
+                until: None,
             },
             |l| *l.borrow_and_update(),
         );

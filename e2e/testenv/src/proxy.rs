@@ -9,7 +9,9 @@
 //!   error (and `Retry-After`), or delayed, instead of / before forwarding;
 //!   the proxy counts both ([`FaultProxy::failures_served`],
 //!   [`FaultProxy::delays_started`]): the API server never sees an injected
-//!   failure, and audits a delayed request only once it is answered;
+//!   failure, and audits a delayed request only once it is answered; a
+//!   delayed request is held with its body received, so one whose client
+//!   gives up during the delay is dropped, never forwarded (as kube-sim);
 //! * `dropWatches`: every watch answer in flight ends now (a clean end, as
 //!   kube-sim's; the client connection stays usable);
 //! * `stallWatchesSeconds`: watch answers keep their connection but forward
@@ -367,8 +369,8 @@ async fn serve_connection(sh: Arc<ProxyState>, tcp: tokio::net::TcpStream) {
 }
 
 enum Upstream {
-    H1(hyper::client::conn::http1::SendRequest<Incoming>),
-    H2(hyper::client::conn::http2::SendRequest<Incoming>),
+    H1(hyper::client::conn::http1::SendRequest<Body>),
+    H2(hyper::client::conn::http2::SendRequest<Body>),
 }
 
 /// A new upstream connection; when it ends (the API server closed it) the
@@ -473,11 +475,21 @@ async fn forward(
     {
         return kube_sim::faults::expired_continue_response();
     }
+    let (mut parts, body) = req.into_parts();
+    let mut body = Body::new(body);
     if let Some((verb, resource)) = &target {
         let latency = sh.faults().take_latency(verb, resource);
         if let Some(d) = latency {
             bump(&sh.delays_started, ((*verb).to_string(), resource.clone()));
-            tokio::time::sleep(d).await;
+            // Held in transit: the whole request is received first, so a
+            // client that gives up during the hold closes its connection
+            // and the request is dropped, never forwarded (as kube-sim,
+            // which reads the body before a delay).
+            let (got, ()) = tokio::join!(body.collect(), tokio::time::sleep(d));
+            let Ok(got) = got else {
+                return bad_gateway("proxy: reading the request body failed".into());
+            };
+            body = Body::from(got.to_bytes());
         }
         let failure = sh.faults().take_failure(verb, resource);
         if let Some((code, retry_after)) = failure {
@@ -488,7 +500,6 @@ async fn forward(
             return kube_sim::faults::injected_failure_response(code, retry_after, verb, resource);
         }
     }
-    let (mut parts, body) = req.into_parts();
     let path_and_query = parts
         .uri
         .path_and_query()

@@ -396,3 +396,15 @@ fn chart_api_token_is_required_by_default_and_can_be_turned_off() {
         }
     }
 }
+
+/// Issue 29 item 5: the instance is the release name unless set, and
+/// `controller.adoptInstances` (earlier names) reaches `adopt_instances`.
+#[test]
+fn chart_instance_and_adopted_instances_reach_the_config() {
+    let naming = |args: &[&str]| parsed(args).settings.sinks.discoveredservices.naming;
+    let n = naming(&[]);
+    assert_eq!((n.instance.as_str(), n.adopt.len()), ("kd", 0));
+    let n = naming(&["--set", "controller.adoptInstances={old,kube-discovery}"]);
+    assert_eq!(n.instance, "kd");
+    assert_eq!(n.adopt, ["old", "kube-discovery"]);
+}

@@ -11,6 +11,7 @@
 //! | 8 | the leader cannot renew: it stops writing at the renew deadline, before the lease expires | `s08_leader_steps_down_at_the_renew_deadline` |
 //! | 8 | a leader whose clock is 20 s behind keeps renewing: no takeover; it stops: takeover (issue 16 item 6) | `s08_no_takeover_from_a_renewing_leader_with_a_skewed_clock` |
 //! | 8 | the lease is lost while the new leader reads its objects: it writes nothing after the loss (issue 16 item 3) | `s08_a_leader_that_lost_the_lease_while_reading_writes_nothing` |
+//! | 8 | the leader's write is held by the server past the takeover: nothing of it lands after the new leader's first write (issue 29 item 9) | `s08_a_write_held_past_the_takeover_never_lands_after_the_new_leader` |
 //! | 8 | SIGTERM while every Lease request hangs: the release is bounded, the process exits 0 (issue 16 item 7) | `s08_the_release_at_shutdown_is_bounded` |
 //! | 9 | `token_file` rotated on disk | `s09_token_file_rotation` |
 //! | 9 | invalid token | `s09_invalid_token` |
@@ -770,4 +771,129 @@ async fn s08_a_leader_that_lost_the_lease_while_reading_writes_nothing(backend: 
             .await;
     }
     b.stop().await;
+}
+
+/// Issue 29 item 9: a write of the old leader never lands after the new
+/// leader's first write. The leader (lease 3 s, renew deadline 2 s) cannot
+/// renew from now on, and its next DiscoveredService write is held 8 s by
+/// the API server (less than `request_timeout`, 10 s). The test plays the
+/// standby: it takes the lease over once the record has not changed for the
+/// lease duration, and writes the object (the new leader's first write).
+/// The write log after that shows nothing of the old leader: its held
+/// write was abandoned at its renew deadline, before the takeover.
+#[both_backends]
+#[tokio::test]
+async fn s08_a_write_held_past_the_takeover_never_lands_after_the_new_leader(backend: Backend) {
+    let env = Env::start_with(backend, masters(&["replica-a"])).await;
+    let token = user_token(&env, "replica-a");
+    let cfg = leader_config(&env, &token);
+    env.namespace("held").await;
+    env.slice(
+        "held",
+        "web",
+        "web-a",
+        &[("10.8.2.1", true)],
+        &[("http", 80)],
+    )
+    .await;
+    let a = Controller::start(&env, "replica-a", &cfg, &[]).await;
+    eventually("replica-a leads", LIMIT, || async {
+        (standby(&a).await == Some(false)).then_some(())
+    })
+    .await;
+    env.wait_nodes("held", "web", "http", &["10.8.2.1"]).await;
+
+    // From now on its renewals fail, and its next write is held 8 s.
+    fault(
+        &env,
+        json!({
+            "fail": {"verb": "update", "resource": "leases", "count": 1_000_000, "code": 500},
+            "latency": {"verb": "patch", "resource": "discoveredservices", "millis": 8000, "count": 1}
+        }),
+    )
+    .await;
+    let held = tokio::time::Instant::now();
+    env.slice(
+        "held",
+        "web",
+        "web-a",
+        &[("10.8.2.2", true)],
+        &[("http", 80)],
+    )
+    .await;
+    // The standby's view: the time the record last changed, on its own clock.
+    let api: kube::Api<Lease> = kube::Api::namespaced(env.admin.clone(), "default");
+    let mut seen = api.get("kube-discovery").await.expect("Lease").spec;
+    let mut changed = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = api.get("kube-discovery").await.expect("Lease").spec;
+        if now != seen {
+            seen = now;
+            changed = tokio::time::Instant::now();
+        }
+        if changed.elapsed() >= Duration::from_secs(3) {
+            break;
+        }
+        assert!(
+            held.elapsed() < Duration::from_secs(6),
+            "the leader kept renewing"
+        );
+    }
+    // Take over (delete and create: the updates of leases fail on kube-sim
+    // for everyone), then write as the new leader.
+    api.delete("kube-discovery", &Default::default())
+        .await
+        .expect("delete the Lease");
+    assert!(write_skewed_lease(&env.admin, "new-leader", Duration::ZERO).await);
+    let renewer = renew_as(&env.admin, "new-leader");
+    let mark = env.mark().await;
+    let dsvcs: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        env.admin.clone(),
+        "held",
+        &controller_support::dsvc_resource(),
+    );
+    // The new leader writes as the controller does: a server-side apply by
+    // the installation's field manager (so the held apply meets no conflict).
+    let mut first = env.dsvc("held", "web").await.expect("held/web");
+    first["metadata"] = json!({"name": "web", "namespace": "held",
+        "labels": first["metadata"]["labels"].clone()});
+    first["spec"]["ports"] = json!({"http": [{"host": "10.8.2.9", "port": 80, "weight": 1}]});
+    dsvcs
+        .patch(
+            "web",
+            &kube::api::PatchParams::apply("kube-discovery/default").force(),
+            &kube::api::Patch::Apply(&first),
+        )
+        .await
+        .expect("the new leader's first write");
+    assert!(
+        held.elapsed() < Duration::from_secs(8),
+        "the takeover came after the held write's 8 s: the test proves nothing"
+    );
+    // The held write would have been answered 8 s after it was sent.
+    tokio::time::sleep(Duration::from_secs(9).saturating_sub(held.elapsed())).await;
+    let after: Vec<String> = writes_since(&env, mark)
+        .await
+        .iter()
+        .filter(|w| w["user"] == "replica-a")
+        .map(|w| {
+            let f = |k: &str| w[k].as_str().unwrap_or_default().to_string();
+            format!("{} {}/{}", f("verb"), f("resource"), f("name"))
+        })
+        .collect();
+    assert_eq!(
+        after,
+        Vec::<String>::new(),
+        "the old leader's writes landed after the new leader's first write"
+    );
+    let ds = env.dsvc("held", "web").await.expect("held/web");
+    assert_eq!(
+        ds["spec"]["ports"]["http"][0]["host"], "10.8.2.9",
+        "the new leader's write was overwritten: {ds}"
+    );
+    renewer.abort();
+    let _ = renewer.await;
+    fault(&env, json!({"clear": true})).await;
+    a.stop().await;
 }

@@ -13,7 +13,10 @@
 //!   alone (not one write to it), reported (metric, a log line naming the
 //!   service, the object and its owner, one `NameTaken` Event on the
 //!   Service), the controller still ready; once its
-//!   owner deletes it, the controller's object takes its place.
+//!   owner deletes it, the controller's object takes its place;
+//! * an installation renamed (a Helm reinstall under another release name)
+//!   is unready, naming the objects its old name holds, until it lists the
+//!   old name in `adopt_instances`; then it takes them over (issue 29 item 5).
 
 use crate::controller_support;
 use crate::fault_support;
@@ -132,7 +135,13 @@ async fn two_instances_never_touch_each_others_objects(backend: Backend) {
     let a = Controller::start(&env, "inst-a", &cfg_a, &[]).await;
     a.wait_ready().await;
     let b = Controller::start(&env, "inst-b", &cfg_b, &[]).await;
-    b.wait_ready().await;
+    // The `shared` names B needs are A's: B says so and is not ready
+    // (readers would trust A's objects for them).
+    eventually("B unready, naming A's objects", LIMIT, || async {
+        let (code, body) = b.get("/readyz").await;
+        (code == 503 && body.contains("shared/svc-")).then_some(())
+    })
+    .await;
     // 30 s of churn, round robin over the three namespaces.
     for i in 0..100 {
         churns[i % 3].step(&env).await;
@@ -326,4 +335,126 @@ async fn a_name_held_by_a_hand_made_object_is_left_alone_and_reported(backend: B
     .await;
     assert_eq!(n, 0.0);
     ctl.stop().await;
+}
+
+/// `kube-discovery nodes <query>` without `--instance` (a reader that trusts
+/// any installation's objects): (success, stdout, stderr).
+async fn nodes_any(env: &Env, query: &str) -> (bool, String, String) {
+    let out = tokio::process::Command::new(bin())
+        .args(["nodes", query, "--kubeconfig"])
+        .arg(env.kubeconfig(&env.admin_token()))
+        .env_remove("KUBECONFIG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("run kube-discovery nodes");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const RENAMED: &str = "renamed";
+
+/// Issue 29 item 5: an installation renamed (a Helm reinstall under another
+/// release name) must not leave its old objects frozen while it reports
+/// ready. Converged as instance `a`, stopped, started as `b`: after an
+/// endpoint changes, readers without `--instance` see the change or `b` is
+/// unready naming the objects `a` holds (here: unready, `a`'s objects left
+/// alone). Started again as `b` with `adopt_instances: [a]`: it takes them
+/// over (relabelled, the stale one of a Service gone deleted), readers see
+/// the change, and it is ready.
+#[both_backends]
+#[tokio::test]
+async fn a_renamed_instance_is_unready_until_it_adopts_the_old_objects(backend: Backend) {
+    let env = Env::start(backend).await;
+    env.namespace(RENAMED).await;
+    env.slice(
+        RENAMED,
+        "web",
+        "web-1",
+        &[("10.66.0.1", true)],
+        &[("http", 80)],
+    )
+    .await;
+    env.slice(
+        RENAMED,
+        "gone",
+        "gone-1",
+        &[("10.66.0.7", true)],
+        &[("http", 80)],
+    )
+    .await;
+    let cfg_a = config(&env, &env.admin_token(), Kind::Slices, "  instance: a\n");
+    let a = Controller::start(&env, "kd-a", &cfg_a, &[]).await;
+    env.wait_nodes(RENAMED, "web", "http", &["10.66.0.1"]).await;
+    env.wait_nodes(RENAMED, "gone", "http", &["10.66.0.7"])
+        .await;
+    a.stop().await;
+
+    // Renamed: `b` starts, an endpoint changes, a Service goes away.
+    let cfg_b = config(&env, &env.admin_token(), Kind::Slices, "  instance: b\n");
+    let b = Controller::start(&env, "kd-b", &cfg_b, &[]).await;
+    env.slice(
+        RENAMED,
+        "web",
+        "web-1",
+        &[("10.66.0.2", true)],
+        &[("http", 80)],
+    )
+    .await;
+    env.delete_slice(RENAMED, "gone-1").await;
+    let query = format!("{RENAMED}/web:http");
+    let unready = eventually(
+        "readers see the change, or b is unready naming a's objects",
+        LIMIT,
+        || async {
+            let (ok, stdout, _) = nodes_any(&env, &query).await;
+            assert!(
+                !(ok && stdout.contains("10.66.0.2")),
+                "converged without adoption: b wrote a's object"
+            );
+            let (code, body) = b.get("/readyz").await;
+            (code == 503 && body.contains(&format!("{RENAMED}/web")) && body.contains("\"a\\\""))
+                .then_some(body)
+        },
+    )
+    .await;
+    assert!(
+        unready.contains("adopt_instances"),
+        "the message does not say what to do: {unready}"
+    );
+    // Left alone meanwhile: still `a`'s, with `a`'s content.
+    let ds = env.dsvc(RENAMED, "web").await.expect("web");
+    assert_eq!(ds["metadata"]["labels"]["kubediscovery.io/instance"], "a");
+    assert!(
+        env.dsvc(RENAMED, "gone").await.is_some(),
+        "a's object was deleted"
+    );
+    b.stop().await;
+
+    // The handover: `b` adopts `a`'s objects.
+    let cfg_b = config(
+        &env,
+        &env.admin_token(),
+        Kind::Slices,
+        "  instance: b\n  adopt_instances: [a]\n",
+    );
+    let b = Controller::start(&env, "kd-b", &cfg_b, &[]).await;
+    b.wait_ready().await;
+    env.wait_gone(RENAMED, "gone").await;
+    eventually("readers see the change", LIMIT, || async {
+        let (ok, stdout, _) = nodes_any(&env, &query).await;
+        (ok && stdout.contains("10.66.0.2")).then_some(())
+    })
+    .await;
+    let ds = env.dsvc(RENAMED, "web").await.expect("web");
+    assert_eq!(ds["metadata"]["labels"]["kubediscovery.io/instance"], "b");
+    let (ok, stdout, stderr) = nodes(&env, &query, "b").await;
+    assert!(
+        ok && stdout.contains("10.66.0.2"),
+        "--instance b: {stdout}{stderr}"
+    );
+    b.stop().await;
 }

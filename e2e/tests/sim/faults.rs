@@ -203,6 +203,39 @@ async fn injected_failures_and_latency() {
     sim.shutdown().await;
 }
 
+/// A delayed write is held in transit: a client that gives up during the
+/// delay (its connection closed) has the write dropped, never applied; one
+/// that waits gets it applied after the delay (issue 29 item 9's test holds
+/// an old leader's write this way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_write_whose_client_gives_up_is_never_applied() {
+    let sim = start(false).await;
+    let c = client(&sim, ADMIN).await;
+    let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    fault(
+        &c,
+        json!({"latency": {"verb": "create", "resource": "configmaps", "millis": 1500, "count": 2}}),
+    )
+    .await;
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        api.create(&PostParams::default(), &cm("abandoned")),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the create was not held");
+    let t = Instant::now();
+    api.create(&PostParams::default(), &cm("waited"))
+        .await
+        .expect("a held create is applied after the delay");
+    assert!(t.elapsed() >= Duration::from_millis(1500));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        api.get_opt("abandoned").await.expect("get").is_none(),
+        "the abandoned create was applied"
+    );
+    sim.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_dropped_and_compacted_watches() {
     let sim = start(false).await;

@@ -64,6 +64,7 @@
 //! | key | rule | default |
 //! |---|---|---|
 //! | `instance` | DNS label naming this installation: stamped on every object as the label `kubediscovery.io/instance` and in the field manager `kube-discovery/<instance>`; an instance never writes, repairs or deletes another instance's objects (or hand-made ones) | `default` |
+//! | `adopt_instances` | list of DNS labels: earlier names of this installation (a Helm reinstall under another release name, `deploy/` to Helm): their objects are this instance's, relabelled at its next write of each. Never list an instance that still runs | `[]` |
 //! | `coalesce_window` | duration 0s..60s: per-service quiet time before a write, so a rolling update's burst becomes few writes | `100ms` |
 //! | `drain_terminating` | `false`, `true` (= `fallback`) or `always` (EndpointSlices only). `true`: a port with no ready endpoint uses its serving+terminating ones, flagged `draining: true`, at their usual weight. `always`: serving+terminating endpoints are always published next to the ready ones, flagged `draining: true` with weight 0, so gateways send them no new traffic but can finish sticky sessions and open connections | `false` |
 //! | `index_port_numbers` | bool: also index named ports under their number | `false` |

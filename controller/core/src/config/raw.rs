@@ -14,12 +14,12 @@ use serde_json::Value;
 
 use super::error::Errors;
 use super::rules::{
-    Ctx, check_allow_regex, check_cm_namespace, check_concurrency, check_context, check_drain,
-    check_duration, check_export, check_fixed_namespace, check_host, check_id, check_instance,
-    check_kubeconfig, check_label_selector, check_namespace_mode, check_namespace_name,
-    check_object_name, check_path_len, check_plain_context, check_plain_namespace,
-    check_plain_path, check_port, check_qps, check_regex, check_regex_list, check_schema,
-    check_shared_size, check_socket_addr, check_token, check_weight, err, strip_ws,
+    Ctx, check_adopt_instances, check_allow_regex, check_cm_namespace, check_concurrency,
+    check_context, check_drain, check_duration, check_export, check_fixed_namespace, check_host,
+    check_id, check_instance, check_kubeconfig, check_label_selector, check_namespace_mode,
+    check_namespace_name, check_object_name, check_path_len, check_plain_context,
+    check_plain_namespace, check_plain_path, check_port, check_qps, check_regex, check_regex_list,
+    check_schema, check_shared_size, check_socket_addr, check_token, check_weight, err, strip_ws,
 };
 use super::secret::Secret;
 
@@ -331,6 +331,8 @@ impl RawNsSelector {
 pub(super) struct RawSettings {
     #[garde(custom(check_instance))]
     pub(super) instance: Option<String>,
+    #[garde(custom(check_adopt_instances))]
+    pub(super) adopt_instances: Option<Vec<String>>,
     #[garde(custom(check_duration(Duration::ZERO, Duration::from_secs(60))))]
     pub(super) coalesce_window: Option<String>,
     #[garde(custom(check_drain))]

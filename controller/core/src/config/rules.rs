@@ -283,6 +283,13 @@ pub(super) fn check_instance(v: &Option<String>, _: &()) -> garde::Result {
     }
 }
 
+pub(super) fn check_adopt_instances(v: &Option<Vec<String>>, _: &()) -> garde::Result {
+    for n in v.iter().flatten() {
+        check_instance(&Some(n.clone()), &())?;
+    }
+    Ok(())
+}
+
 /// `kube_discovery.drain_terminating`: `false`, `true` (= `"fallback"`) or
 /// `"always"`; `None` for anything else.
 pub(super) fn drain_of(v: &Value) -> Option<Drain> {

@@ -793,6 +793,7 @@ fn kube_discovery_settings_defaults_and_values() {
 discovery: {kubernetes: {}}
 kube_discovery:
   instance: edge-a
+  adopt_instances: [kd, edge-old]
   coalesce_window: 250ms
   drain_terminating: true
   index_port_numbers: true
@@ -839,7 +840,9 @@ kube_discovery:
     );
     assert_eq!(
         s.sinks.discoveredservices.naming,
-        ObjectNaming::fixed("kube-discovery").with_instance("edge-a")
+        ObjectNaming::fixed("kube-discovery")
+            .with_instance("edge-a")
+            .with_adopted(vec!["kd".into(), "edge-old".into()])
     );
     assert_eq!(
         s.sinks.discoveredservices.naming.field_manager(),
@@ -906,6 +909,7 @@ fn kube_discovery_settings_rules() {
 discovery: {kubernetes: {}}
 kube_discovery:
   instance: Edge_A
+  adopt_instances: [ok, Old.Name]
   export: opt_in
   coalesce_window: soon
   watch_timeout: 10m
@@ -934,6 +938,11 @@ kube_discovery:
         &lines,
         "kube_discovery.instance",
         "\"Edge_A\" is not a valid instance name (a DNS label",
+    );
+    has(
+        &lines,
+        "kube_discovery.adopt_instances",
+        "\"Old.Name\" is not a valid instance name (a DNS label",
     );
     has(
         &lines,

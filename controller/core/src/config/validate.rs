@@ -505,7 +505,8 @@ fn validate_settings(
                     raw.instance
                         .clone()
                         .unwrap_or_else(|| DEFAULT_INSTANCE.to_string()),
-                ),
+                )
+                .with_adopted(raw.adopt_instances.clone().unwrap_or_default()),
             },
             // Enabled without a namespace is reported by `check_cm_namespace`.
             configmap: match (cm.enabled.unwrap_or(false), cm.namespace) {

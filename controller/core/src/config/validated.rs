@@ -364,6 +364,7 @@ impl Settings {
         };
         json!({
             "instance": naming.instance,
+            "adopt_instances": naming.adopt,
             "coalesce_window": format_duration(self.coalesce_window),
             "drain_terminating": self.drain_terminating.to_json(),
             "index_port_numbers": self.index_port_numbers,
