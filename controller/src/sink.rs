@@ -66,8 +66,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use kube_discovery_core::crd::{
-    DesiredObjects, DiscoveredService, LABEL_INSTANCE, ObjectNaming, Owner, ShardHead,
-    consistent_shards, generation_fix, key_of, shard_of, stamp_generation, stamped_generation,
+    DesiredObjects, DiscoveredService, LABEL_INSTANCE, LABEL_SHARD, ObjectNaming, Owner, Shard,
+    ShardHead, consistent_shards, generation_fix, key_of, shard_of, stamp_generation,
+    stamped_generation,
 };
 use kube_discovery_core::write_plan::{
     DeleteWhy, Held, NameTaken, ObjectOp, ObjectPlan, Prior, ServerView, object_ops,
@@ -111,13 +112,14 @@ pub trait Sink: Clone + Send + Sync + 'static {
 
 // Field managers: every write of an object (metadata, spec and status in one
 // server-side apply) is `ObjectNaming::field_manager` (`kube-discovery/<instance>`);
-// the merge patches that remove port keys someone else added (server-side
-// apply never removes fields it does not own) and the `shard` field of a
-// service that fits one object again are `ObjectNaming::drift_field_manager`.
+// the merge patches that remove what server-side apply leaves because someone
+// else co-owns it (port keys someone else added, the `shard` field of a
+// service that fits one object again) are `ObjectNaming::drift_field_manager`.
 
 /// What a write needs from the API server's answer: the object's new
-/// resourceVersion (for drift) and its port keys (to spot keys someone else
-/// added). Everything else in the answer is skipped while parsing.
+/// resourceVersion (for drift), its port keys (to spot keys someone else
+/// added) and whether it has a `shard` field. Everything else in the answer
+/// is skipped while parsing.
 #[derive(Debug, serde::Deserialize)]
 struct Written {
     metadata: WrittenMeta,
@@ -143,6 +145,8 @@ struct WrittenMeta {
 struct WrittenSpec {
     #[serde(default)]
     ports: BTreeMap<String, serde::de::IgnoredAny>,
+    #[serde(default)]
+    shard: Option<serde::de::IgnoredAny>,
 }
 
 impl Written {
@@ -254,7 +258,6 @@ impl KubeSink {
         }
         for op in plan.ops {
             match op {
-                ObjectOp::Unshard((ns, name)) => self.unshard(token, key, &ns, &name).await?,
                 ObjectOp::Apply { index, .. } => {
                     // `built` is `DesiredObjects::build` of the plan's
                     // `applied()`: every index it can build is there.
@@ -303,9 +306,8 @@ impl KubeSink {
         // looked is never overwritten; our own object edited by hand is
         // then applied again with force (the repair).
         let mut pp = PatchParams::apply(&self.naming.field_manager());
-        // The stamp `apply` put on the object may be stale when an earlier
-        // request of this write changed the object (an unshard), or must go
-        // (an older CRD refused it: `crate::generation`).
+        // The stamp `apply` put on the object may be stale, or must go (an
+        // older CRD refused it: `crate::generation`).
         let mut restamped;
         let want = self
             .generations
@@ -318,6 +320,7 @@ impl KubeSink {
             stamp_generation(&mut restamped, want);
             &restamped
         };
+        let mut one_of_one;
         let first = match self
             .patch_answer(token, &ns, &name, &pp, &Patch::Apply(obj))
             .await
@@ -332,6 +335,31 @@ impl KubeSink {
                 stamp_generation(&mut restamped, None);
                 obj = &restamped;
                 self.patch_answer(token, &ns, &name, &pp, &Patch::Apply(obj))
+                    .await
+            }
+            Err(Error::Kube(kube::Error::Api(s)))
+                if s.code == 422
+                    && obj.spec.shard.is_none()
+                    && s.message.contains("spec.shard") =>
+            {
+                // The service fits one object again, but someone else
+                // co-owns part of `spec.shard` (an apply by a version before
+                // instances): without our fields the rest is invalid. Every
+                // node as the one shard of one first (readers take shard 0
+                // alone, whole); the merge patch below removes the field.
+                tracing::info!(service = %key, object = %name, "service fits one object again and someone else co-owns its shard field: written as one shard of one first");
+                one_of_one = obj.clone();
+                one_of_one.spec.shard = Some(Shard {
+                    index: 0,
+                    count: 1,
+                    versions: Vec::new(),
+                });
+                one_of_one
+                    .metadata
+                    .labels
+                    .get_or_insert_default()
+                    .insert(LABEL_SHARD.to_string(), "0".to_string());
+                self.patch_answer(token, &ns, &name, &pp, &Patch::Apply(&one_of_one))
                     .await
             }
             other => other,
@@ -360,15 +388,27 @@ impl KubeSink {
             .keys()
             .filter(|k| !obj.spec.ports.contains_key(*k))
             .collect();
-        let got = if extra.is_empty() {
+        // So does the `shard` field of a service that fits one object again
+        // where someone else co-owns part of it (an apply by a version
+        // before instances, `crd::LEGACY_FIELD_MANAGER`): removed after the
+        // apply, which already wrote every node (issue 29 item 2).
+        let shard = obj.spec.shard.is_none() && got.spec.shard.is_some();
+        let got = if extra.is_empty() && !shard {
             got
         } else {
             let nulls: serde_json::Map<String, serde_json::Value> = extra
                 .iter()
                 .map(|k| ((*k).clone(), serde_json::Value::Null))
                 .collect();
-            tracing::info!(service = %key, object = %name, ports = ?extra, "removing port keys added by someone else");
-            let body = serde_json::json!({"spec": {"ports": nulls}});
+            let mut body = serde_json::json!({"spec": {}});
+            if !extra.is_empty() {
+                tracing::info!(service = %key, object = %name, ports = ?extra, "removing port keys added by someone else");
+                body["spec"]["ports"] = nulls.into();
+            }
+            if shard {
+                tracing::info!(service = %key, object = %name, "service fits one object again: removing the shard field someone else co-owns");
+                body["spec"]["shard"] = serde_json::Value::Null;
+            }
             let mpp = PatchParams {
                 field_manager: Some(self.naming.drift_field_manager()),
                 ..PatchParams::default()
@@ -386,7 +426,7 @@ impl KubeSink {
     /// with the corrected stamp ([`generation_fix`] says why two are
     /// enough). Only needed when the remembered generation was wrong:
     /// someone else wrote the object, it was recreated, or a merge patch of
-    /// this write (foreign port keys) bumped it.
+    /// this write (foreign port keys, a co-owned shard field) bumped it.
     async fn settle_generation(
         &self,
         token: FenceToken,
@@ -469,33 +509,6 @@ impl KubeSink {
         self.generations.note(ns, name, got.metadata.generation);
         if let Some(v) = &self.drift {
             v.note_written(ns, name, got.resource_version());
-        }
-    }
-
-    /// Removes `spec.shard` from `ns/name` (absent is success).
-    async fn unshard(
-        &self,
-        token: FenceToken,
-        key: &ServiceKey,
-        ns: &str,
-        name: &str,
-    ) -> Result<()> {
-        let pp = PatchParams {
-            field_manager: Some(self.naming.drift_field_manager()),
-            ..PatchParams::default()
-        };
-        let body = serde_json::json!({"spec": {"shard": null}});
-        tracing::info!(service = %key, object = %name, "service fits one object again: removing its shard field");
-        match self
-            .patch_answer(token, ns, name, &pp, &Patch::Merge(&body))
-            .await
-        {
-            Ok(got) => {
-                self.note_written(ns, name, &got);
-                Ok(())
-            }
-            Err(crate::Error::Kube(kube::Error::Api(s))) if s.code == 404 => Ok(()),
-            Err(e) => Err(e),
         }
     }
 
@@ -1147,15 +1160,83 @@ mod tests {
         assert_eq!(objs[0].metadata.name.as_deref(), Some("big"));
         assert!(objs[0].spec.shard.is_none());
         assert_eq!(objs[0].spec.ports, small.ports);
-        // The unshard patch, the apply, one delete per surplus shard.
+        // One apply (it drops `spec.shard`), then one delete per surplus
+        // shard (issue 29 item 2: no separate request that unshards first).
         let w = dsvc_writes(&client).await;
-        assert_eq!(w.len() - before, 2 + (count as usize - 1), "{w:?}");
+        assert_eq!(w.len() - before, 1 + (count as usize - 1), "{w:?}");
         // Grow again, then delete: every shard goes.
         let now = fresh.apply(Arc::new(svc.clone()), prior(1)).await.unwrap();
         assert_eq!(now, count);
         assert_eq!(list_managed(&client).await.unwrap().len(), count as usize);
         fresh.delete(svc.key.clone(), prior(count)).await.unwrap();
         assert!(list_managed(&client).await.unwrap().is_empty());
+    }
+
+    /// Issue 29 item 2, the sink's side: the apply that unshards a service
+    /// removes `spec.shard` only where our field manager alone owns it. On
+    /// an object adopted from a version before instances, the legacy
+    /// manager (`kube-discovery`) co-owns part of it: what it owns stays
+    /// after the apply and is removed by a merge patch (every node is
+    /// written by then); when only `index` stays (invalid without `count`:
+    /// 422), every node is first written as the one shard of one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_shard_field_someone_else_co_owns_goes_after_the_apply_that_unshards() {
+        let (_sim, client) = sim_client().await;
+        let sink = KubeSink::new(client.clone(), ObjectNaming::source());
+        let api: Api<DiscoveredService> = Api::namespaced(client.clone(), "shop");
+        let legacy = PatchParams::apply(kube_discovery_core::crd::LEGACY_FIELD_MANAGER);
+        let svc = big(6_000);
+        let small = big(10);
+        for index_only in [false, true] {
+            let count = sink
+                .apply(Arc::new(svc.clone()), Prior::default())
+                .await
+                .unwrap();
+            assert!(count > 1);
+            let apply = |shard: serde_json::Value| {
+                serde_json::json!({
+                    "apiVersion": "kubediscovery.io/v1alpha1", "kind": "DiscoveredService",
+                    "metadata": {"name": "big", "namespace": "shop"},
+                    "spec": {"shard": shard}})
+            };
+            api.patch(
+                "big",
+                &legacy,
+                &Patch::Apply(apply(serde_json::json!({"index": 0, "count": count}))),
+            )
+            .await
+            .unwrap();
+            if index_only {
+                api.patch(
+                    "big",
+                    &legacy,
+                    &Patch::Apply(apply(serde_json::json!({"index": 0}))),
+                )
+                .await
+                .unwrap();
+            }
+            let shrunk = sink
+                .apply(
+                    Arc::new(small.clone()),
+                    Prior {
+                        shards: count,
+                        repair: false,
+                    },
+                )
+                .await
+                .unwrap();
+            assert_eq!(shrunk, 1);
+            let objs = list_managed(&client).await.unwrap();
+            assert_eq!(objs.len(), 1, "index only: {index_only}");
+            let o = &objs[0];
+            assert!(o.spec.shard.is_none(), "index only: {index_only}");
+            assert_eq!(o.spec.ports, small.ports);
+            assert_eq!(
+                stamped_generation(o),
+                o.metadata.generation,
+                "index only: {index_only}"
+            );
+        }
     }
 
     /// Issue 16 item 3, the sink's side: with a fence, an apply or delete

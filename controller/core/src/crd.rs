@@ -1256,8 +1256,9 @@ impl ReaderRule {
     /// `metadata.namespace` and `metadata.name` are what the naming scheme
     /// gives that service (shard `i > 0`: [`shard_name`]), and the labels the
     /// writer sets ([`labels_for`], [`LABEL_SHARD`]) match the spec (an
-    /// unsharded object may keep `kubediscovery.io/shard: "0"` for a moment
-    /// while the writer unshards it). Other labels are ignored. Pure; the caller reports a refusal (naming the
+    /// unsharded object may keep `kubediscovery.io/shard: "0"`: someone else
+    /// co-owns the label, or a writer before issue 29 item 2 is between its
+    /// two requests). Other labels are ignored. Pure; the caller reports a refusal (naming the
     /// object) and skips it.
     pub fn check(&self, ds: &DiscoveredService) -> Result<ServiceKey, Disagreement> {
         let key = key_of(ds);
@@ -1326,9 +1327,10 @@ impl ReaderRule {
                 });
             }
         }
-        // Sharded: the index. Unsharded: none, or "0" for the moment between
-        // the writer's removal of `spec.shard` and its next apply (which
-        // drops the label); refusing that would hide the service meanwhile.
+        // Sharded: the index. Unsharded: none, or "0": the apply that unshards
+        // drops the label unless someone else co-owns it (and writers before
+        // issue 29 item 2 removed `spec.shard` one request earlier); refusing
+        // that would hide the service.
         let shard_label = label(LABEL_SHARD);
         let agrees = match shard {
             Some(i) => shard_label == Some(i.to_string()),

@@ -17,7 +17,11 @@
 //!   read meanwhile and rewritten once by a restart, then left alone;
 //! * an irrelevant change writes nothing, and a restart writes nothing (the
 //!   write log: kube-sim's, or the real server's audit log, where even a
-//!   no-op request would show).
+//!   no-op request would show);
+//! * a reader resolving after EVERY watch event while a sharded service
+//!   shrinks to one object and grows back, also with the write's second
+//!   request failing, only ever answers the whole old or the whole new set
+//!   (issue 29 item 2; its own test, one Endpoints object as the source).
 //!
 //! Slices are applied concurrently (200 requests, not 20,000). Growth and
 //! shrink reach the controller in ONE relist (watches stalled while the
@@ -29,7 +33,9 @@
 
 use crate::controller_support;
 
+use std::collections::BTreeMap;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 
 use controller_support::{Backend, Controller, Env, bin};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -558,5 +564,185 @@ async fn a_20000_endpoint_service_is_sharded_grows_shrinks_and_reads_back_whole(
     for i in 1..big.len() {
         assert!(w.contains(&format!("delete huge.{i}")), "{w:?}");
     }
+    ctl.stop().await;
+}
+
+/// What [`event_reader`] answered after one watch event: the nodes of every
+/// port, or why it could not (and the objects it held, for the message).
+type Answer = (Result<Vec<(String, Vec<String>)>, String>, String);
+
+/// A reader that resolves Service `huge` after EVERY watch event of its
+/// DiscoveredServices (the initial list once, then each added, modified and
+/// deleted object), as a resolver answering between events does; every
+/// answer lands in `answers`.
+async fn event_reader(api: Api<DiscoveredService>, answers: Arc<Mutex<Vec<Answer>>>) {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let cfg = watcher::Config::default().labels("kubediscovery.io/service-name=huge");
+    let mut events = std::pin::pin!(watcher::watcher(api, cfg).default_backoff());
+    let mut held: BTreeMap<String, DiscoveredService> = BTreeMap::new();
+    let mut listing: BTreeMap<String, DiscoveredService> = BTreeMap::new();
+    while let Some(ev) = events.next().await {
+        let name = |o: &DiscoveredService| o.metadata.name.clone().unwrap_or_default();
+        match ev {
+            Ok(watcher::Event::Init) => {
+                listing.clear();
+                continue;
+            }
+            Ok(watcher::Event::InitApply(o)) => {
+                listing.insert(name(&o), o);
+                continue;
+            }
+            Ok(watcher::Event::InitDone) => held = std::mem::take(&mut listing),
+            Ok(watcher::Event::Apply(o)) => {
+                held.insert(name(&o), o);
+            }
+            Ok(watcher::Event::Delete(o)) => {
+                held.remove(&name(&o));
+            }
+            Err(_) => continue,
+        }
+        let objs: Vec<DiscoveredService> = held.values().cloned().collect();
+        let shown: Vec<String> = objs
+            .iter()
+            .map(|o| {
+                format!(
+                    "{} shard={:?} nodes={}",
+                    name(o),
+                    o.spec.shard.as_ref().map(|s| (s.index, s.count)),
+                    o.spec.ports.values().map(Vec::len).sum::<usize>()
+                )
+            })
+            .collect();
+        let answer = read_as_reader(&objs);
+        answers.lock().unwrap().push((answer, format!("{shown:?}")));
+    }
+}
+
+/// Issue 29 item 2: a sharded service that shrinks to one object, and grows
+/// back, while a reader resolves it after every watch event: every answer is
+/// the whole old or the whole new node set, also when the write's second
+/// request fails (500) and is retried. One Endpoints object is the source,
+/// so each change is ONE event and one write: the service has exactly two
+/// states per step.
+#[both_backends]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_take_the_whole_old_or_new_set_while_a_sharded_service_shrinks_to_one_object(
+    backend: Backend,
+) {
+    const BIG: usize = 6_000;
+    const SMALL: usize = 50;
+    let env = Env::start(backend).await;
+    env.namespace(NS).await;
+    let set = |n: usize| {
+        let env = &env;
+        async move {
+            let h = hosts(n);
+            let ips: Vec<&str> = h.iter().map(String::as_str).collect();
+            env.endpoints(NS, "huge", &ips, &PORTS, json!({})).await;
+        }
+    };
+    set(BIG).await;
+    let cfg = format!(
+        "discovery:\n  kubernetes:\n{}kube_discovery:\n  coalesce_window: 200ms\n",
+        env.service_block(&env.admin_token())
+    );
+    let ctl = Controller::start(&env, "unshard", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    let sharded = wait_truth(&env, &ctl, BIG).await.len();
+    assert!(sharded >= 2, "{BIG} endpoints x 3 ports fit one object?");
+
+    let answers: Arc<Mutex<Vec<Answer>>> = Arc::default();
+    let reader = tokio::spawn(event_reader(
+        Api::namespaced(env.admin.clone(), NS),
+        answers.clone(),
+    ));
+    let last_is = |n: usize| {
+        let answers = answers.clone();
+        let want: Vec<(String, Vec<String>)> = PORTS
+            .iter()
+            .map(|(p, _)| (p.to_string(), hosts(n)))
+            .collect();
+        async move {
+            controller_support::eventually("the reader's last answer", WAIT, || {
+                let got = answers
+                    .lock()
+                    .unwrap()
+                    .last()
+                    .is_some_and(|(a, _)| a.as_ref().ok() == Some(&want));
+                async move { got.then_some(()) }
+            })
+            .await;
+        }
+    };
+    last_is(BIG).await;
+
+    // Shrink, grow back, then shrink with the write's second request
+    // failing: the first PATCH of a DiscoveredService passes, the second
+    // fails, and so does the first DELETE.
+    for (step, n) in [("shrink", SMALL), ("grow", BIG), ("shrink, failing", SMALL)] {
+        if step == "shrink, failing" {
+            for fail in [
+                json!({"verb": "patch", "resource": "discoveredservices", "code": 500, "count": 1, "fraction": 0.5}),
+                json!({"verb": "delete", "resource": "discoveredservices", "code": 500, "count": 1}),
+            ] {
+                env.api
+                    .fault(&json!({ "fail": fail }))
+                    .await
+                    .expect("fault");
+            }
+        }
+        set(n).await;
+        let objs = wait_truth(&env, &ctl, n).await;
+        assert_eq!(
+            objs.len() == 1,
+            n == SMALL,
+            "{step}: {} objects",
+            objs.len()
+        );
+        last_is(n).await;
+        eprintln!("{step}: done");
+    }
+    assert!(
+        ctl.logs().contains("write failed"),
+        "the injected failure hit no request of the write"
+    );
+    env.api
+        .fault(&json!({"clear": true}))
+        .await
+        .expect("clear faults");
+    reader.abort();
+
+    let answers = std::mem::take(&mut *answers.lock().unwrap());
+    let (mut big, mut small) = (0, 0);
+    for (i, (answer, objects)) in answers.iter().enumerate() {
+        let whole = |n: usize| {
+            answer
+                .as_ref()
+                .is_ok_and(|a| a.iter().all(|(_, h)| *h == hosts(n)))
+        };
+        if whole(BIG) {
+            big += 1;
+        } else if whole(SMALL) {
+            small += 1;
+        } else {
+            let what = match answer {
+                Ok(a) => format!(
+                    "{} hosts per port ({:?})",
+                    a[0].1.len(),
+                    a.iter().map(|(_, h)| h.len()).collect::<Vec<_>>()
+                ),
+                Err(e) => format!("no answer: {e}"),
+            };
+            panic!(
+                "answer {i} of {} is not a whole set ({BIG} or {SMALL} hosts): {what}; objects: {objects}",
+                answers.len()
+            );
+        }
+    }
+    eprintln!(
+        "{} answers: {big} of {BIG} hosts, {small} of {SMALL}",
+        answers.len()
+    );
     ctl.stop().await;
 }

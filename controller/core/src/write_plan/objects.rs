@@ -8,16 +8,18 @@
 //!
 //! ```text
 //!  desired objects (crd::DesiredObjects)      ─┐
-//!  Prior { shards, repair }                     ├─▶ object_ops ─▶ [Unshard(name)]            count 1, was sharded
-//!  ServerView: intact? taken? cached of key?   ─┘                 Apply(shard 1..), Apply(shard 0)
-//!                                                                  Delete(surplus shard / stray / gone)
+//!  Prior { shards, repair }                     ├─▶ object_ops ─▶ Apply(shard 1..), Apply(shard 0)
+//!  ServerView: intact? taken? cached of key?   ─┘                 Delete(surplus shard / stray / gone)
 //!                                                                  left alone: names held by others
 //! ```
 //!
 //! * Shards `1..` are applied first and shard 0 LAST: shard 0 carries the
 //!   count and the manifest of shard versions a reader trusts
 //!   (`crd::consistent_shards`), so a reader never takes a shard 0 whose
-//!   shards are not written yet.
+//!   shards are not written yet. Surplus shards go after shard 0 (a reader
+//!   ignores shards beyond shard 0's count), so a write that stops after any
+//!   request leaves the old or the new set for readers (a changed shard
+//!   rewritten in place reads "not complete" until shard 0 follows).
 //! * A shard `1..` the cache shows intact is not sent, in every write: its
 //!   `spec.version` is the version of its own content
 //!   (`crate::shards`), so "intact" means this write would not change it.
@@ -26,11 +28,14 @@
 //!   a shard is it sent again, unchanged.) Shard 0 and an unsharded object
 //!   are always sent outside a repair: the planner only writes when the
 //!   service's version changed, which changes them.
-//! * A service that fits one object again after being sharded first loses
-//!   `spec.shard` by a merge patch ([`ObjectOp::Unshard`]): server-side
-//!   apply prunes fields it no longer sends, but an API server may keep the
-//!   emptied `shard: {}` and then reject the object (kube-sim does:
-//!   "spec.shard.count: Required value").
+//! * A service that fits one object again after being sharded is ONE apply
+//!   of shard 0 with every node and no `spec.shard` (server-side apply
+//!   removes the fields its manager no longer sends, the emptied `shard`
+//!   map with them), then the surplus deletes. It used to remove
+//!   `spec.shard` by a merge patch first: between the two requests every
+//!   reader took the old shard 0 alone, a fraction of the old nodes, as the
+//!   whole service (issue 29 item 2). Where someone else co-owns part of
+//!   `spec.shard`, the sink removes what the apply left (`sink.rs`).
 //! * Shard slots the last write used beyond the new count are deleted
 //!   (a shrink), and so is every object of a deleted service.
 //! * A repair writes only the objects the cache does NOT show intact
@@ -88,8 +93,6 @@ pub enum DeleteWhy {
 /// One request of a write, in the order they are sent.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ObjectOp {
-    /// Remove `spec.shard` from this object (merge patch; absent is success).
-    Unshard(ObjName),
     /// Server-side apply (spec and status) of object `index` of the desired
     /// objects, named `name` ([`DesiredObjects::build`] makes it: only the
     /// objects a write sends are ever built).
@@ -164,9 +167,6 @@ pub fn object_ops(
         // the changed shards and shard 0 (whose manifest changed) are sent.
         let wanted =
             |index: u32| !((prior.repair || d.is_later_shard(index)) && view.intact(d, index));
-        if count == 1 && prior.shards > 1 && wanted(0) {
-            plan.ops.push(ObjectOp::Unshard(d.name(0)));
-        }
         for index in (1..count).chain([0]) {
             if wanted(index) {
                 plan.ops.push(ObjectOp::Apply {
@@ -277,12 +277,11 @@ pub(super) mod tests {
         DesiredObjects::with_limit(svc, &ObjectNaming::source(), LIMIT)
     }
 
-    /// The ops as short text: `unshard web`, `apply web.1`, `delete web.2 (Surplus)`.
+    /// The ops as short text: `apply web.1`, `delete web.2 (Surplus)`.
     pub(crate) fn show(plan: &ObjectPlan) -> Vec<String> {
         plan.ops
             .iter()
             .map(|op| match op {
-                ObjectOp::Unshard((_, n)) => format!("unshard {n}"),
                 ObjectOp::Apply { name, .. } => format!("apply {}", name.1),
                 ObjectOp::Delete((_, n), why) => format!("delete {n} ({why:?})"),
             })
@@ -311,19 +310,18 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn a_shrink_from_four_shards_unshards_writes_one_object_and_deletes_the_surplus() {
+    fn a_shrink_from_four_shards_writes_one_object_then_deletes_the_surplus() {
         let one = objects(1);
         assert_eq!(
             ops(Some(&one), 4, false, &View::default()),
             [
-                "unshard web",
                 "apply web",
                 "delete web.1 (Surplus)",
                 "delete web.2 (Surplus)",
                 "delete web.3 (Surplus)"
             ]
         );
-        // 4 -> 2: no unshard (still sharded), two surplus slots.
+        // 4 -> 2: two surplus slots.
         let two = objects(8);
         assert_eq!(lazy(&two).len(), 2);
         assert_eq!(
@@ -500,7 +498,7 @@ pub(super) mod tests {
         };
         assert_eq!(
             ops(Some(&one), 2, true, &view),
-            ["unshard web", "apply web", "delete web.1 (Surplus)"]
+            ["apply web", "delete web.1 (Surplus)"]
         );
         // A deleted service: every slot, and on a repair the strays too.
         assert_eq!(
@@ -564,10 +562,7 @@ pub(super) mod tests {
             &view,
         )
         .unwrap();
-        assert_eq!(
-            show(&plan),
-            ["unshard web", "apply web", "delete web.1 (Surplus)"]
-        );
+        assert_eq!(show(&plan), ["apply web", "delete web.1 (Surplus)"]);
         assert_eq!(
             plan.left_alone,
             [
@@ -575,5 +570,234 @@ pub(super) mod tests {
                 (("ns".into(), "web.4".into()), Owner::Unmanaged)
             ]
         );
+    }
+}
+
+/// Issue 29 item 2: what readers see at every point of a write that changes
+/// a service's shard count. The API server is scripted: a prefix of the
+/// plan's requests is applied (an apply replaces the object, as a
+/// server-side apply by its only manager does; a delete removes it; before
+/// the fix a merge patch first removed `spec.shard` from the old shard 0,
+/// which readers then took alone as the whole service), the write stops
+/// there (a failed request, a lost lease, a crash), and THE reader rule
+/// (`ReaderRule::check`, then `crd::consistent_shards`) reads the objects.
+/// Then the write is done again from that state, as a retry (the planner's
+/// shard slots) and as a restart (the slots the start-up list finds), and
+/// every prefix of that is read too.
+#[cfg(test)]
+mod reader_tests {
+    use std::collections::BTreeMap;
+
+    use super::tests::{LIMIT, lazy, show};
+    use super::*;
+    use crate::crd::{
+        DiscoveredService, Incomplete, ReaderRule, ShardHead, consistent_shards,
+        desired_objects_with_limit,
+    };
+    use crate::{Node, PortMap, ServiceNodes, SourceKind};
+
+    fn key() -> ServiceKey {
+        ServiceKey::new("", "ns", "web")
+    }
+
+    /// `web` with the `n` nodes `10.0.0.<from>..`.
+    fn service(from: usize, n: usize) -> ServiceNodes {
+        let mut list: Vec<Node> = (from..from + n)
+            .map(|i| Node::new(format!("10.0.{}.{}", i / 256, i % 256), 80, 50))
+            .collect();
+        crate::model::sort_nodes(&mut list);
+        ServiceNodes::new(
+            key(),
+            SourceKind::EndpointSlice,
+            PortMap::from([("http".to_string(), list)]),
+            None,
+        )
+    }
+
+    /// The API server: the service's objects by name.
+    type Server = BTreeMap<String, DiscoveredService>;
+
+    /// The server as a [`ServerView`]: "intact" is "holds the same spec".
+    struct Holds<'a>(&'a Server);
+
+    impl ServerView for Holds<'_> {
+        fn intact(&self, desired: &DesiredObjects<'_>, index: u32) -> bool {
+            let Some(obj) = desired.object(index) else {
+                return false;
+            };
+            self.0
+                .get(obj.metadata.name.as_deref().unwrap_or_default())
+                .is_some_and(|o| o.spec == obj.spec)
+        }
+        fn taken(&self, _ns: &str, _name: &str) -> Option<crate::crd::Owner> {
+            None
+        }
+        fn objects_of(&self, _key: &ServiceKey) -> Vec<ObjName> {
+            self.0
+                .keys()
+                .map(|n| ("ns".to_string(), n.clone()))
+                .collect()
+        }
+    }
+
+    /// Sends `ops` of the write of `desired` to `server`.
+    fn send(server: &mut Server, desired: &DesiredObjects<'_>, ops: &[ObjectOp]) {
+        for op in ops {
+            match op {
+                ObjectOp::Apply { index, name } => {
+                    let obj = desired.build(&[*index]).remove(0);
+                    server.insert(name.1.clone(), obj);
+                }
+                ObjectOp::Delete((_, name), _) => {
+                    server.remove(name);
+                }
+            }
+        }
+    }
+
+    /// What a reader takes of `server`: the nodes of every port, merged over
+    /// the shards the reader rule takes.
+    fn read(server: &Server) -> Result<PortMap, Incomplete> {
+        let rule = ReaderRule::new(ObjectNaming::source());
+        let mine: Vec<&DiscoveredService> =
+            server.values().filter(|o| rule.check(o).is_ok()).collect();
+        let heads: Vec<ShardHead<'_>> = mine.iter().map(|o| ShardHead::of(o)).collect();
+        let (take, _) = consistent_shards(&heads)?;
+        let mut out = PortMap::new();
+        for i in take {
+            for (port, nodes) in &mine[i].spec.ports {
+                out.entry(port.clone())
+                    .or_default()
+                    .extend(nodes.iter().cloned());
+            }
+        }
+        for nodes in out.values_mut() {
+            crate::model::sort_nodes(nodes);
+        }
+        Ok(out)
+    }
+
+    /// `read(server)` is the whole old or the whole new node set; "not
+    /// complete" (the reader keeps its last answer) only where `incomplete`
+    /// allows it. Returns which.
+    fn check(
+        server: &Server,
+        old: &ServiceNodes,
+        new: &ServiceNodes,
+        incomplete: bool,
+        at: &str,
+    ) -> &'static str {
+        match read(server) {
+            Ok(p) if p == new.ports => "new",
+            Ok(p) if p == old.ports => "old",
+            Err(_) if incomplete => "incomplete",
+            Ok(p) => panic!(
+                "{at}: a reader takes {} nodes as the whole service (old {}, new {}); objects: {:?}",
+                p.values().map(Vec::len).sum::<usize>(),
+                old.ports.values().map(Vec::len).sum::<usize>(),
+                new.ports.values().map(Vec::len).sum::<usize>(),
+                server
+                    .values()
+                    .map(|o| format!(
+                        "{} shard={:?} nodes={}",
+                        o.metadata.name.as_deref().unwrap_or_default(),
+                        o.spec.shard.as_ref().map(|s| (s.index, s.count)),
+                        o.spec.ports.values().map(Vec::len).sum::<usize>()
+                    ))
+                    .collect::<Vec<_>>()
+            ),
+            Err(e) => panic!("{at}: incomplete ({e}) where a whole set must be read"),
+        }
+    }
+
+    /// The write of `new` over `server` (shard slots `slots`) and its ops.
+    fn plan(server: &Server, new: &DesiredObjects<'_>, slots: u32) -> Vec<ObjectOp> {
+        object_ops(
+            &key(),
+            &ObjectNaming::source(),
+            Some(new),
+            Prior {
+                shards: slots,
+                repair: false,
+            },
+            &Holds(server),
+        )
+        .unwrap()
+        .ops
+    }
+
+    /// The slots the start-up list finds: the highest index + 1.
+    fn listed_slots(server: &Server) -> u32 {
+        server
+            .values()
+            .map(|o| o.spec.shard.as_ref().map_or(0, |s| s.index) + 1)
+            .max()
+            .unwrap_or(1)
+    }
+
+    #[test]
+    fn readers_take_the_whole_old_or_the_whole_new_set_at_every_point_of_a_count_change() {
+        // (old first node, old nodes, new first node, new nodes): with at
+        // most 4 nodes per object, 1 object, 2 shards or 4.
+        let cases = [
+            ((0, 12), (0, 1)),  // 4 shards -> 1 object
+            ((0, 6), (3, 2)),   // 2 -> 1
+            ((0, 12), (20, 4)), // 4 -> 1, no node in common
+            ((0, 1), (0, 12)),  // 1 -> 4
+            ((0, 3), (5, 6)),   // 1 -> 2
+            ((0, 12), (0, 6)),  // 4 -> 2
+            ((0, 6), (0, 12)),  // 2 -> 4
+            ((0, 12), (1, 12)), // 4 -> 4, other nodes
+        ];
+        for ((of, on), (nf, nn)) in cases {
+            let old = service(of, on);
+            let new = service(nf, nn);
+            let before = desired_objects_with_limit(&old, &ObjectNaming::source(), LIMIT);
+            let desired = lazy(&new);
+            let (from, to) = (before.len() as u32, desired.len());
+            let case = format!("{from} -> {to} objects");
+            // Only a rewrite of shards in place (both sides sharded) has
+            // moments that read "not complete yet".
+            let incomplete = from > 1 && to > 1;
+            let start: Server = before
+                .iter()
+                .map(|o| (o.metadata.name.clone().unwrap(), o.clone()))
+                .collect();
+            assert_eq!(check(&start, &old, &new, false, &case), "old");
+            let ops = plan(&start, &desired, from);
+            let mut seen = Vec::new();
+            for k in 0..=ops.len() {
+                let mut mid = start.clone();
+                send(&mut mid, &desired, &ops[..k]);
+                let at = format!("{case}, after {:?}", &show_ops(&ops[..k]));
+                seen.push(check(&mid, &old, &new, incomplete, &at));
+                // The write again from here: retried (the planner still
+                // holds the old slots) or after a restart (the list's).
+                for (how, slots) in [("retry", from), ("restart", listed_slots(&mid))] {
+                    let again = plan(&mid, &desired, slots);
+                    for j in 0..=again.len() {
+                        let mut then = mid.clone();
+                        send(&mut then, &desired, &again[..j]);
+                        let at = format!("{at}, {how}: {:?}", show_ops(&again[..j]));
+                        check(&then, &old, &new, incomplete, &at);
+                        if j == again.len() {
+                            assert_eq!(check(&then, &old, &new, false, &at), "new");
+                            let names: Vec<&String> = then.keys().collect();
+                            let want: Vec<String> = (0..to).map(|i| desired.name(i).1).collect();
+                            assert_eq!(names, want.iter().collect::<Vec<_>>(), "{at}");
+                        }
+                    }
+                }
+            }
+            assert_eq!(seen.last(), Some(&"new"), "{case}");
+            eprintln!("{case}: {:?} -> {seen:?}", show_ops(&ops));
+        }
+    }
+
+    fn show_ops(ops: &[ObjectOp]) -> Vec<String> {
+        show(&ObjectPlan {
+            ops: ops.to_vec(),
+            left_alone: Vec::new(),
+        })
     }
 }
