@@ -12,9 +12,9 @@
 //! Every request is bounded ([`client`], [`ClientLimits`]):
 //!
 //! ```text
-//!  in-flight counter ─▶ on_success ─▶ CappedRetry (429/503/504: ≤3 retries,
-//!  (whole request)      (2xx seen)     each wait ≤ MAX_RETRY_AFTER; the
-//!                                      writer's client: no 429 retries)
+//!  in-flight counter ─▶ auth errors ─▶ on_watch_served ─▶ CappedRetry (429/503/504: ≤3 retries,
+//!  (whole request)      reduced         (a watch request    each wait ≤ MAX_RETRY_AFTER; the
+//!                       (redact)         answered 2xx)      writer's client: no 429 retries)
 //!    ─▶ 429 observer (the writer's client: every answer, retries included,
 //!       ─▶ ThrottleSignal ─▶ the writer's limiter)
 //!    ─▶ buffer ─▶ kube's stack (auth, ...) ─▶ hyper, HTTP/1.1: connect, write
@@ -39,7 +39,7 @@ use kube::{Client, Config};
 use tower::BoxError;
 use tower::buffer::BufferLayer;
 use tower::retry::{Policy, RetryLayer};
-use tower::util::MapResponseLayer;
+use tower::util::{MapErrLayer, MapResponseLayer};
 use tower_http::metrics::in_flight_requests::{InFlightRequestsCounter, InFlightRequestsLayer};
 
 use crate::{Result, SettingError};
@@ -144,9 +144,12 @@ pub struct ClientLimits {
     /// answer's body is consumed (an open watch counts while it streams):
     /// `kube_discovery_api_requests_in_flight`.
     pub in_flight: InFlightRequestsCounter,
-    /// Called on every successful (2xx) answer: the cluster's API server
-    /// serves this client again (see [`crate::state::ControllerState::api_ok`]).
-    pub on_success: Option<OnSuccess>,
+    /// Called with the resource (plural, `endpointslices`) of every WATCH
+    /// request the API server answered 2xx: that watch is served again (a
+    /// renewed watch that sees no change produces no event to tell; see
+    /// [`crate::state::ControllerState::watch_ok`]). Other requests of the
+    /// client (another resource's watch, a list page) say nothing about it.
+    pub on_watch_served: Option<OnWatchServed>,
     /// The writer's client: every 429 answer (each attempt) is reported
     /// here, and the client does not retry 429s itself (a retry would be a
     /// request the writer's limiter did not admit; the writer writes the key
@@ -219,8 +222,75 @@ fn observe_throttles<B>(signal: ThrottleSignal) -> impl Fn(Response<B>) -> Respo
     }
 }
 
-/// A callback of [`ClientLimits::on_success`].
-pub type OnSuccess = Arc<dyn Fn() + Send + Sync>;
+/// A callback of [`ClientLimits::on_watch_served`]: the watched resource.
+pub type OnWatchServed = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The resource (plural) of a watch request (`?watch=true`) to `uri`.
+fn watched_resource(uri: &http::Uri) -> Option<&str> {
+    let watch = uri
+        .query()?
+        .split('&')
+        .any(|kv| kv == "watch=true" || kv == "watch=1");
+    if !watch {
+        return None;
+    }
+    uri.path().rsplit('/').find(|s| !s.is_empty())
+}
+
+/// The layer of [`ClientLimits::on_watch_served`].
+#[derive(Clone)]
+struct WatchServedLayer(OnWatchServed);
+
+impl<S> tower::Layer<S> for WatchServedLayer {
+    type Service = WatchServed<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        WatchServed {
+            inner,
+            on_served: self.0.clone(),
+        }
+    }
+}
+
+/// See [`WatchServedLayer`].
+#[derive(Clone)]
+struct WatchServed<S> {
+    inner: S,
+    on_served: OnWatchServed,
+}
+
+/// What [`WatchServed`] runs on a watch request's answer.
+type OnAnswer<B> = Box<dyn FnOnce(&Response<B>) + Send>;
+
+impl<S, B> tower::Service<Request<Body>> for WatchServed<S>
+where
+    S: tower::Service<Request<Body>, Response = Response<B>>,
+{
+    type Response = Response<B>;
+    type Error = S::Error;
+    type Future = futures::future::InspectOk<S::Future, OnAnswer<B>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::result::Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        use futures::TryFutureExt as _;
+        let resource = watched_resource(req.uri()).map(str::to_string);
+        let on_served = self.on_served.clone();
+        let on_answer: OnAnswer<B> = Box::new(move |resp: &Response<B>| {
+            if let Some(r) = resource
+                && resp.status().is_success()
+            {
+                on_served(&r);
+            }
+        });
+        self.inner.call(req).inspect_ok(on_answer)
+    }
+}
 
 impl std::fmt::Debug for ClientLimits {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -228,16 +298,6 @@ impl std::fmt::Debug for ClientLimits {
             .field("request_timeout", &self.request_timeout)
             .field("in_flight", &self.in_flight.get())
             .finish_non_exhaustive()
-    }
-}
-
-/// The `map_response` function of [`ClientLimits::on_success`].
-fn report_success<B>(on_success: OnSuccess) -> impl Fn(Response<B>) -> Response<B> + Clone {
-    move |resp| {
-        if resp.status().is_success() {
-            on_success();
-        }
-        resp
     }
 }
 
@@ -255,7 +315,7 @@ impl ClientLimits {
         Self {
             request_timeout,
             in_flight: InFlightRequestsCounter::new(),
-            on_success: None,
+            on_watch_served: None,
             throttle: None,
         }
     }
@@ -352,7 +412,10 @@ pub async fn client(conn: &Connection, limits: &ClientLimits) -> Result<Client> 
         None => CappedRetry::new(MAX_RETRY_AFTER),
     };
     let throttle = limits.throttle.clone().unwrap_or_default();
-    let builder = ClientBuilder::try_from(cfg)?
+    // Building the client runs an exec credential plugin once: its error
+    // (the plugin's output) is reduced like every later one.
+    let builder = ClientBuilder::try_from(cfg)
+        .map_err(crate::redact::kube_credentials)?
         // A retry needs a clonable service, kube's stack is a `BoxService`:
         // a buffer in front of it (as `Client` itself puts one in front of
         // the whole stack, with the same capacity).
@@ -360,9 +423,15 @@ pub async fn client(conn: &Connection, limits: &ClientLimits) -> Result<Client> 
         // Inside the retry layer: it sees every attempt's answer.
         .with_layer(&MapResponseLayer::new(observe_throttles(throttle)))
         .with_layer(&RetryLayer::new(retry))
-        .with_layer(&MapResponseLayer::new(report_success(
-            limits.on_success.clone().unwrap_or_else(|| Arc::new(|| {})),
-        )))
+        .with_layer(&WatchServedLayer(
+            limits
+                .on_watch_served
+                .clone()
+                .unwrap_or_else(|| Arc::new(|_: &str| {})),
+        ))
+        // An authentication error (an exec plugin's output) never reaches
+        // a caller: it could end in a log line, `/readyz` or an Event.
+        .with_layer(&MapErrLayer::new(crate::redact::credentials))
         // Outermost: a request counts once, retries included.
         .with_layer(&InFlightRequestsLayer::new(limits.in_flight.clone()));
     Ok(builder.build())
@@ -528,5 +597,51 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains("secret-token"));
+    }
+
+    #[test]
+    fn only_watch_requests_name_their_resource() {
+        let uri = |s: &str| s.parse::<http::Uri>().unwrap();
+        assert_eq!(
+            watched_resource(&uri(
+                "/apis/discovery.k8s.io/v1/endpointslices?allowWatchBookmarks=true&watch=true&timeoutSeconds=1"
+            )),
+            Some("endpointslices")
+        );
+        assert_eq!(
+            watched_resource(&uri("/api/v1/namespaces/shop/services?watch=1")),
+            Some("services")
+        );
+        assert_eq!(watched_resource(&uri("/api/v1/services?limit=100")), None);
+        assert_eq!(watched_resource(&uri("/api/v1/services")), None);
+    }
+
+    /// Issue 29, item 3: only a watch request answered 2xx reports its
+    /// resource; a list page, another answer, an error report nothing.
+    #[tokio::test]
+    async fn the_watch_served_layer_reports_2xx_watch_answers_only() {
+        use tower::{Layer as _, ServiceExt as _};
+        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+        let record = seen.clone();
+        let layer = WatchServedLayer(Arc::new(move |r: &str| {
+            record.lock().unwrap().push(r.to_string());
+        }));
+        let svc = layer.layer(tower::service_fn(|req: Request<Body>| async move {
+            let code = if req.uri().path().ends_with("endpointslices") {
+                403
+            } else {
+                200
+            };
+            Ok::<_, BoxError>(Response::builder().status(code).body(()).unwrap())
+        }));
+        for path in [
+            "/api/v1/services?watch=true",
+            "/apis/discovery.k8s.io/v1/endpointslices?watch=true",
+            "/api/v1/endpoints?limit=100",
+        ] {
+            let req = Request::get(path).body(Body::empty()).unwrap();
+            svc.clone().oneshot(req).await.unwrap();
+        }
+        assert_eq!(*seen.lock().unwrap(), ["services"]);
     }
 }

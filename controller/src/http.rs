@@ -3,7 +3,7 @@
 //! | route | answer |
 //! |---|---|
 //! | `GET /healthz` | `200 ok` while every long-running task runs; `503` with `{"healthy":false,"task","cause"}` once one died (the process then exits non-zero) |
-//! | `GET /readyz` | `200` once the first complete list of EVERY cluster is written, else `503`; JSON detail per cluster |
+//! | `GET /readyz` | `200` once the first complete list of EVERY cluster is written, else `503`; also `503` while a watch of a cluster (endpoints or Services), or leader election's Lease, has failed for longer than `unready_after`, naming it in `unready` with a safe summary of its error; JSON detail per cluster |
 //! | `GET /metrics` | Prometheus text (see [`crate::metrics`]) |
 //! | `GET /v1/discovery/kubernetes/dump` | APISIX dump shape: `{"endpoints":[{"id","endpoints":[{"name":"ns/name","value":"<json>"}]}],"config":[..]}` (secrets redacted) |
 //! | `GET /v1/discovery/kubernetes/nodes?service=[id/]ns/name:port` | nodes JSON; `404` unknown service/port; `400` malformed name |
@@ -148,24 +148,22 @@ async fn readyz(State(st): State<AppState>) -> Response {
     let clusters = st.shared.clusters();
     let ready = st.shared.ready();
     let now = std::time::Instant::now();
+    // Each entry names the cluster and the watch (or the Lease), with a safe
+    // summary of its last error (`crate::redact`: never raw error text, this
+    // route needs no token).
     let mut failing: Vec<String> = st
         .shared
         .failing_too_long(now)
-        .into_iter()
-        .map(|(id, d)| {
-            let err = clusters
-                .get(&id)
-                .and_then(|c| c.last_error.as_deref())
-                .unwrap_or("no answer");
-            format!("cluster {id:?}: watch failing for {}s: {err}", d.as_secs())
-        })
+        .iter()
+        .map(ToString::to_string)
         .collect();
     failing.extend(st.shared.held_by_others());
     let detail: serde_json::Map<String, Value> = clusters
         .iter()
         .map(|(id, c)| {
             let state = if let Some(d) = c.failing_for(now) {
-                format!("watch failing for {}s", d.as_secs())
+                let kinds: Vec<&str> = c.failing_watches.keys().map(String::as_str).collect();
+                format!("{} watch failing for {}s", kinds.join(", "), d.as_secs())
             } else if c.synced {
                 "synced".to_string()
             } else if c.listed {
@@ -183,9 +181,13 @@ async fn readyz(State(st): State<AppState>) -> Response {
     };
     (
         code,
-        Json(
-            json!({"ready": ready, "standby": st.shared.standby(), "clusters": detail, "unready": failing}),
-        ),
+        Json(json!({
+            "ready": ready,
+            "standby": st.shared.standby(),
+            "lease_failing": st.shared.lease_failing(),
+            "clusters": detail,
+            "unready": failing,
+        })),
     )
         .into_response()
 }

@@ -31,6 +31,15 @@
 //! standby's read, not for wall-clock offsets. A replica that stepped down
 //! campaigns again like any other.
 //!
+//! Health: a round that fails (the Lease cannot be read or written: an API
+//! error, a timeout; not another replica holding it) is reported to the
+//! [`ControllerState`] ([`spawn_reporting`]): a replica whose rounds have
+//! failed for longer than `unready_after` is unready, whatever it could do
+//! before (with `leases` not granted, every replica would otherwise be a
+//! ready standby and nothing would be written). The change to failing is
+//! logged once as a warning (each retry at debug), the recovery once;
+//! `kube_discovery_leader_election_failing` shows it.
+//!
 //! All replicas watch and index (standbys are warm and serve the HTTP API);
 //! only the leader's writer writes (see [`crate::writer::Spawn::leader`]), and
 //! every write request is fenced by the epoch it started in ([`Fence`]): a
@@ -58,6 +67,8 @@ use kube_discovery_core::config::LeaseTimings;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use crate::state::ControllerState;
 
 /// What to do with the lease as seen now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -530,7 +541,7 @@ async fn release_now(api: &Api<Lease>, cfg: &LeaseConfig) {
             spec.holder_identity = Some(String::new());
         }
         if let Err(e) = api.replace(&cfg.name, &PostParams::default(), &lease).await {
-            tracing::warn!(error = %e, "cannot release the leader lease");
+            tracing::warn!(error = %crate::redact::kube_detail(&e), "cannot release the leader lease");
         } else {
             tracing::info!(lease = %cfg.name, "released the leader lease");
         }
@@ -546,10 +557,25 @@ pub fn spawn(
     cfg: LeaseConfig,
     shutdown: CancellationToken,
 ) -> (watch::Receiver<Leadership>, tokio::task::JoinHandle<()>) {
+    spawn_reporting(client, cfg, shutdown, None)
+}
+
+/// [`spawn`], reporting whether the rounds fail to `health` (see the
+/// module docs).
+pub fn spawn_reporting(
+    client: Client,
+    cfg: LeaseConfig,
+    shutdown: CancellationToken,
+    health: Option<std::sync::Arc<ControllerState>>,
+) -> (watch::Receiver<Leadership>, tokio::task::JoinHandle<()>) {
     let (tx, rx) = watch::channel(Leadership::default());
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let task = tokio::spawn(async move {
-        campaign(&api, &cfg, &tx, &shutdown).await;
+        let mut health = RoundHealth {
+            shared: health,
+            failing: false,
+        };
+        campaign(&api, &cfg, &tx, &shutdown, &mut health).await;
         // Not leading from here on: fenced writes send nothing after the release.
         publish(&tx, false);
         release(&api, &cfg).await;
@@ -601,11 +627,47 @@ async fn deadline(tx: &watch::Sender<Leadership>, last_ok: Option<Instant>, cfg:
     }
 }
 
+/// Whether the rounds fail: logged once per change, reported to the state.
+struct RoundHealth {
+    shared: Option<std::sync::Arc<ControllerState>>,
+    failing: bool,
+}
+
+impl RoundHealth {
+    /// A round read the Lease (and wrote it where it decided to).
+    fn ok(&mut self, cfg: &LeaseConfig) {
+        if let Some(s) = &self.shared {
+            s.lease_ok();
+        }
+        if std::mem::take(&mut self.failing) {
+            tracing::info!(lease = %cfg.name, "leader election works again: the Lease can be read and written");
+        }
+    }
+
+    /// A round failed with `error` (a safe summary) / `detail` (for the log).
+    fn failed(&mut self, cfg: &LeaseConfig, error: String, detail: &str) {
+        if let Some(s) = &self.shared {
+            s.lease_failed(error);
+        }
+        if std::mem::replace(&mut self.failing, true) {
+            tracing::debug!(lease = %cfg.name, error = %detail, "leader election round failed");
+        } else {
+            tracing::warn!(
+                lease = %cfg.name,
+                namespace = %cfg.namespace,
+                error = %detail,
+                "leader election failing: the Lease cannot be read or written, so this replica cannot lead (retrying every retry period; /readyz turns 503 once this lasts unready_after)"
+            );
+        }
+    }
+}
+
 async fn campaign(
     api: &Api<Lease>,
     cfg: &LeaseConfig,
     tx: &watch::Sender<Leadership>,
     shutdown: &CancellationToken,
+    health: &mut RoundHealth,
 ) {
     let mut last_ok: Option<Instant> = None;
     let mut observed = Observed::default();
@@ -626,6 +688,7 @@ async fn campaign(
         };
         match outcome {
             Ok(Ok(true)) => {
+                health.ok(cfg);
                 last_ok = Some(started);
                 set_leading(
                     tx,
@@ -635,14 +698,21 @@ async fn campaign(
                 );
             }
             Ok(Ok(false)) => {
+                health.ok(cfg);
                 last_ok = None;
                 set_leading(tx, cfg, false, None);
             }
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "leader election round failed");
+                health.failed(
+                    cfg,
+                    crate::redact::kube(&e),
+                    &crate::redact::kube_detail(&e),
+                );
             }
             Err(_) => {
-                tracing::warn!(timeout = ?cfg.round_timeout(), "leader election round timed out");
+                let timeout = cfg.round_timeout();
+                let error = format!("timed out after {timeout:?}");
+                health.failed(cfg, error.clone(), &error);
             }
         }
         if tx.borrow().leading && !still_leading(last_ok, Instant::now(), cfg.renew_deadline) {

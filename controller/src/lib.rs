@@ -22,6 +22,7 @@
 //!  snapshot_sink  the state ──▶ APISIX dump in sharded ConfigMaps (optional, drift-corrected)
 //!  http        /healthz /readyz /metrics /v1/discovery/kubernetes/{dump,nodes}  (reads the state)
 //!  leader      Lease election: gates the writer and the snapshot sink, fences each write request
+//!  redact      safe summaries of API errors (kind, status; never a credential plugin's output)
 //!  run         wires all of the above (`RunOptions`, from the configuration)
 //!  nodes_cmd   `kube-discovery nodes` (reads through kube-discovery-client)
 //!  render_cmd  `kube-discovery render` (the core's pure render on files)
@@ -40,11 +41,11 @@
 //!  run ─▶ source, drift, writer, sink, snapshot_sink, http, leader, state, metrics, client
 //!  writer ─▶ sink, drift, inbox, state, metrics, leader nodes_cmd ─▶ client
 //!  sink ─▶ drift, client, leader                        http ─▶ snapshot_sink, state, metrics
-//!  source ─▶ watch, inbox, state, metrics    drift ─▶ watch, inbox, state
+//!  source ─▶ watch, inbox, state, metrics, redact   drift ─▶ watch, inbox, state
 //!  snapshot_sink ─▶ state, metrics, client, leader
-//!  watch ─▶ client                           metrics ─▶ state       render_cmd ─▶ cli
-//!  shell ─▶ cli
-//!  state   inbox   client   leader   cli             (nothing of the crate)
+//!  watch ─▶ client, redact                   metrics ─▶ state       render_cmd ─▶ cli
+//!  shell ─▶ cli                              leader ─▶ state, redact    client ─▶ redact
+//!  state   inbox   redact   cli                        (nothing of the crate)
 //!  (readers of what it writes are the kube-discovery-client crate)
 //! ```
 //!
@@ -68,6 +69,7 @@ pub mod inbox;
 pub mod leader;
 pub mod metrics;
 pub mod nodes_cmd;
+pub mod redact;
 pub mod render_cmd;
 pub mod run;
 pub mod shell;

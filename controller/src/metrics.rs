@@ -25,6 +25,7 @@
 //! | `kube_discovery_build_info` | gauge | version, os, arch (always 1) |
 //! | `kube_discovery_ready` | gauge | - (1 while `/readyz` answers 200; with [`Metrics::registry_with_state`]) |
 //! | `kube_discovery_leader` | gauge | - (1 while this replica writes: it holds the Lease, or leader election is off; with [`Metrics::registry_with_state`]) |
+//! | `kube_discovery_leader_election_failing` | gauge | - (1 while this replica's leader election rounds fail: the Lease cannot be read or written, an error or a timeout, not another holder; past `unready_after` `/readyz` is 503; with [`Metrics::registry_with_state`]) |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_threads`, `process_start_time_seconds` | counter / gauges | - (read from `/proc/self` at scrape time, Linux only; [`ProcessCollector`]) |
 //!
 //! Per-cluster counters that alerts take `increase()`/`rate()` of
@@ -531,6 +532,12 @@ impl Collector for StateCollector {
             "leader",
             "1 while this replica writes (it holds the leader Lease, or leader election is off), else 0",
             u8::from(!self.shared.standby()),
+        )?;
+        const_gauge(
+            &mut encoder,
+            "leader_election_failing",
+            "1 while this replica's leader election rounds fail (the Lease cannot be read or written), else 0",
+            u8::from(self.shared.lease_failing()),
         )
     }
 }
@@ -981,5 +988,17 @@ mod tests {
             "a listed standby is ready"
         );
         assert_eq!(text.matches("# TYPE kube_discovery_ready gauge").count(), 1);
+        assert_eq!(
+            sample(&text, "kube_discovery_leader_election_failing"),
+            Some(0.0),
+            "{text}"
+        );
+        shared.lease_failed("403 Forbidden".into());
+        let text = encode(&r);
+        assert_eq!(
+            sample(&text, "kube_discovery_leader_election_failing"),
+            Some(1.0),
+            "{text}"
+        );
     }
 }

@@ -377,7 +377,12 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
     let (leader, elector) = match opts.leader {
         Some(cfg) => {
             tracing::info!(namespace = %cfg.namespace, lease = %cfg.name, identity = %cfg.identity, "leader election enabled");
-            let (rx, task) = crate::leader::spawn(home.clone(), cfg, elector_stop.clone());
+            let (rx, task) = crate::leader::spawn_reporting(
+                home.clone(),
+                cfg,
+                elector_stop.clone(),
+                Some(shared.clone()),
+            );
             (Some(rx), Some(sup.watch("leader election", task)))
         }
         None => (None, None),
@@ -446,10 +451,15 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
     for c in opts.clusters {
         let mut limits = crate::client::ClientLimits::new(opts.request_timeout);
         metrics.track_client("source", &c.params.cluster, limits.in_flight.clone());
-        // Any answer from the cluster's API server means its watch is served
-        // again (a renewed watch produces no event to tell).
+        // A watch request answered 2xx: THAT watch is served again (a
+        // renewed watch that sees no change produces no event to tell);
+        // another watch or a list page of the same client is not.
         let (served, id) = (shared.clone(), c.params.cluster.clone());
-        limits.on_success = Some(Arc::new(move || served.api_ok(&id)));
+        limits.on_watch_served = Some(Arc::new(move |resource: &str| {
+            if let Some(kind) = crate::source::watch_kind(resource) {
+                served.watch_ok(&id, kind);
+            }
+        }));
         let client = crate::client::client(&c.conn, &limits).await?;
         let name = if c.params.cluster.is_empty() {
             "source".to_string()

@@ -786,7 +786,13 @@ mod tests {
         shared.update_cluster("", |c| {
             c.synced = true;
             c.lists += 1;
-            c.last_error = Some("x".into());
+            c.failing_watches.insert(
+                "Service".into(),
+                crate::state::WatchStatus {
+                    last_error: "x".into(),
+                    failing_since: std::time::Instant::now(),
+                },
+            );
         });
         assert!(!rx.has_changed().unwrap());
         shared.set_desired(&ServiceKey::new("", "a", "b"), None);

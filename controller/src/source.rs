@@ -48,8 +48,15 @@
 //! (`Index::reset_service_uids` / `Index::set_service_uid`). The first
 //! Service list is awaited for at most [`SERVICE_LIST_WAIT`] before the
 //! endpoint watch starts, so the first writes already carry owner and
-//! aliases; a Service watch that fails (e.g. `services` not granted) only
-//! logs and retries: objects are then published without them.
+//! aliases; a Service watch that fails (e.g. `services` not granted) logs
+//! and retries: objects are then published without them.
+//!
+//! Health is per watch: the endpoint watch and the Service watch of a cluster
+//! each report their own failures ([`ControllerState::watch_failed`], under
+//! their kind) and their own successes (a complete list, an event, a watch
+//! request answered 2xx: [`ControllerState::watch_ok`]); one that has failed
+//! for longer than `unready_after` makes `/readyz` 503. Errors are reported
+//! as safe summaries ([`crate::redact`]), never as their raw text.
 //!
 //! Gauges and counters: `kube_discovery_services` / `kube_discovery_nodes`
 //! read the index's running totals (O(1)); parts of source objects the index
@@ -122,6 +129,21 @@ impl SourceParams {
         cfg
     }
 }
+
+/// The watch kind of a watched resource (plural), as
+/// [`ControllerState::watch_failed`] names it: `endpointslices` ->
+/// `EndpointSlice`, `endpoints` -> `Endpoints`, `services` -> `Service`.
+pub fn watch_kind(resource: &str) -> Option<&'static str> {
+    match resource {
+        "endpointslices" => Some(SourceKind::EndpointSlice.as_str()),
+        "endpoints" => Some(SourceKind::Endpoints.as_str()),
+        "services" => Some(SERVICE_WATCH),
+        _ => None,
+    }
+}
+
+/// The kind the Service watch is reported under.
+pub const SERVICE_WATCH: &str = "Service";
 
 /// How long the first Service list may delay the Endpoints watch.
 pub const SERVICE_LIST_WAIT: Duration = Duration::from_secs(5);
@@ -395,6 +417,13 @@ impl SourceIndex {
         }
     }
 
+    /// The endpoint watch delivered an event: it is served (a read lock
+    /// when it was not failing).
+    fn endpoint_watch_delivered(&self) {
+        self.shared
+            .watch_ok(&self.params.cluster, self.params.kind.as_str());
+    }
+
     /// Feeds the skip counts of the last index operations to the metric.
     fn count_skipped(&mut self) {
         self.count_skipped_as(self.params.kind.as_str());
@@ -502,9 +531,8 @@ impl<K: SourceObject> WatchIndex<K> for SourceIndex {
         self.shared.update_cluster(&cluster, |c| {
             c.listed = true;
             c.lists += 1;
-            c.last_error = None;
-            c.failing_since = None;
         });
+        self.shared.watch_ok(&cluster, self.params.kind.as_str());
         if !self.first_list_done {
             self.first_list_done = true;
             self.writer.synced(&cluster);
@@ -513,6 +541,7 @@ impl<K: SourceObject> WatchIndex<K> for SourceIndex {
 
     fn apply(&mut self, obj: K) {
         let now = Instant::now();
+        self.endpoint_watch_delivered();
         self.metrics.event(&self.params.cluster, "apply");
         let changed = K::apply(&mut self.index, &obj);
         self.publish(changed, now);
@@ -520,6 +549,7 @@ impl<K: SourceObject> WatchIndex<K> for SourceIndex {
 
     fn delete(&mut self, obj: K) {
         let now = Instant::now();
+        self.endpoint_watch_delivered();
         self.metrics.event(&self.params.cluster, "delete");
         let changed = K::delete(&mut self.index, &obj);
         self.publish(changed, now);
@@ -531,8 +561,10 @@ impl<K: SourceObject> WatchIndex<K> for SourceIndex {
             .watch_restarts
             .get_or_create(&Metrics::cluster(cluster))
             .inc();
-        tracing::warn!(cluster = %cluster, error = %err, "watch failed; retrying with backoff");
-        self.shared.api_failed(cluster, err.to_string());
+        let kind = self.params.kind.as_str();
+        tracing::warn!(cluster = %cluster, kind, error = %crate::redact::watch_detail(err), "watch failed; retrying with backoff");
+        self.shared
+            .watch_failed(cluster, kind, crate::redact::watch(err));
     }
 
     /// The Service watch, if any: one event of it.
@@ -564,6 +596,7 @@ impl WatchIndex<LeanService> for SourceIndex {
         let now = Instant::now();
         let all = std::mem::take(&mut self.service_list);
         tracing::info!(cluster = %self.params.cluster, services = all.len(), "Services listed");
+        self.shared.watch_ok(&self.params.cluster, SERVICE_WATCH);
         let mut uids = Vec::with_capacity(all.len());
         let mut infos = Vec::with_capacity(all.len());
         for ((ns, name, uid), info) in all {
@@ -593,6 +626,7 @@ impl WatchIndex<LeanService> for SourceIndex {
 
     fn apply(&mut self, obj: LeanService) {
         let now = Instant::now();
+        self.shared.watch_ok(&self.params.cluster, SERVICE_WATCH);
         let Some((ns, name, uid)) = service_id(&obj) else {
             return;
         };
@@ -612,6 +646,7 @@ impl WatchIndex<LeanService> for SourceIndex {
 
     fn delete(&mut self, obj: LeanService) {
         let now = Instant::now();
+        self.shared.watch_ok(&self.params.cluster, SERVICE_WATCH);
         let m = &obj.metadata;
         let (Some(ns), Some(name)) = (m.namespace.as_deref(), m.name.as_deref()) else {
             return;
@@ -627,7 +662,12 @@ impl WatchIndex<LeanService> for SourceIndex {
     }
 
     fn failed(&mut self, err: &watcher::Error) {
-        tracing::warn!(cluster = %self.params.cluster, error = %err, "Service watch failed (Service-port aliases, appProtocols and owner references of DiscoveredServices may be missing); retrying with backoff");
+        tracing::warn!(cluster = %self.params.cluster, error = %crate::redact::watch_detail(err), "Service watch failed (Service-port aliases, appProtocols and owner references of DiscoveredServices may be missing); retrying with backoff");
+        self.shared.watch_failed(
+            &self.params.cluster,
+            SERVICE_WATCH,
+            crate::redact::watch(err),
+        );
     }
 }
 

@@ -1,7 +1,8 @@
 //! The process-wide state, [`ControllerState`]: the desired nodes of every service
 //! (written by the sources from the pure core `Index`, read by the writer at
 //! write time, by the drift checks and by the HTTP API) and the status of
-//! every cluster (listed? written?).
+//! every cluster (listed? written? which of its watches fail?) and of leader
+//! election's Lease: what `/readyz` answers.
 //!
 //! ```text
 //!  source ── set_desired_arc(key, Arc) ─▶ ControllerState ◀── desired(key) ── writer, drift, http
@@ -46,21 +47,73 @@ pub struct ClusterStatus {
     pub synced: bool,
     /// Number of complete lists so far (1 + relists).
     pub lists: u64,
-    /// The last watch error, if the watch is currently failing.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
-    /// Since when the cluster's watch has been failing (its first error
-    /// after the last successful request to the cluster's API server):
-    /// [`ControllerState::api_failed`] sets it, [`ControllerState::api_ok`]
-    /// clears it.
+    /// The watches of the cluster that are failing now, by kind
+    /// (`EndpointSlice`, `Endpoints`, `Service`): each one's health is its
+    /// own ([`ControllerState::watch_failed`] / [`ControllerState::watch_ok`]),
+    /// so a Service watch that works does not hide an endpoint watch that
+    /// does not.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub failing_watches: BTreeMap<String, WatchStatus>,
+}
+
+/// A failing watch (or the Lease of leader election).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct WatchStatus {
+    /// The last error, as a safe summary ([`crate::redact`]): never the raw
+    /// error text, which may carry credentials or a credential plugin's output.
+    pub last_error: String,
+    /// The first error after the watch last succeeded.
     #[serde(skip)]
-    pub failing_since: Option<std::time::Instant>,
+    pub failing_since: std::time::Instant,
+}
+
+impl WatchStatus {
+    fn failing_for(&self, now: std::time::Instant) -> std::time::Duration {
+        now.saturating_duration_since(self.failing_since)
+    }
 }
 
 impl ClusterStatus {
-    /// How long the watch has been failing at `now` (`None`: it is not).
+    /// How long the longest failing watch of the cluster has been failing at
+    /// `now` (`None`: none is).
     pub fn failing_for(&self, now: std::time::Instant) -> Option<std::time::Duration> {
-        self.failing_since.map(|t| now.saturating_duration_since(t))
+        self.failing_watches
+            .values()
+            .map(|w| w.failing_for(now))
+            .max()
+    }
+}
+
+/// Why the process is unready although its clusters are synced: a watch, or
+/// the Lease, failing for longer than `unready_after`
+/// ([`ControllerState::failing_too_long`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unready {
+    /// The cluster of the watch (`None`: the leader election Lease).
+    pub cluster: Option<String>,
+    /// The kind watched (`EndpointSlice`, `Endpoints`, `Service`; `Lease`).
+    pub watch: String,
+    /// How long it has been failing.
+    pub failing_for: std::time::Duration,
+    /// Its last error (a safe summary).
+    pub last_error: String,
+}
+
+impl std::fmt::Display for Unready {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secs = self.failing_for.as_secs();
+        match &self.cluster {
+            Some(id) => write!(
+                f,
+                "cluster {id:?}: watch failing for {secs}s: {} watch: {}",
+                self.watch, self.last_error
+            ),
+            None => write!(
+                f,
+                "leader election: the Lease cannot be read or written for {secs}s (this replica cannot lead): {}",
+                self.last_error
+            ),
+        }
     }
 }
 
@@ -134,12 +187,15 @@ pub struct ControllerState {
     standby: AtomicBool,
     /// The first long-running task that died (`/healthz` fails with it).
     died: Mutex<Option<TaskDeath>>,
-    /// `kube_discovery.unready_after`: a cluster whose watch has failed for
+    /// `kube_discovery.unready_after`: a watch, or the Lease, failing for
     /// longer makes the process unready (`None`: never).
     unready_after: RwLock<Option<std::time::Duration>>,
     /// Services whose object name another kube-discovery instance holds
     /// (the object and that instance, per service): unready while any.
     held_by_others: RwLock<BTreeMap<String, (String, String)>>,
+    /// Leader election's Lease requests are failing (errors or timeouts,
+    /// not another replica holding it): since when, and the last error.
+    lease: Mutex<Option<WatchStatus>>,
     /// Bumped on every change of `desired` and when a cluster appears or its
     /// `listed` flag flips: a cheap "something changed" signal for consumers
     /// of the whole state (the snapshot sink).
@@ -359,52 +415,113 @@ impl ControllerState {
         *write(&self.unready_after) = Some(after);
     }
 
-    /// The watch of `cluster` failed with `error`: remembered as its last
-    /// error; it is failing from now on unless it already was.
-    pub fn api_failed(&self, cluster: &str, error: String) {
+    /// The watch of `kind` (`EndpointSlice`, `Endpoints`, `Service`) of
+    /// `cluster` failed with `error` (a safe summary, see
+    /// [`crate::redact`]): remembered as its last error; it is failing from
+    /// now on unless it already was.
+    pub fn watch_failed(&self, cluster: &str, kind: &str, error: String) {
         self.update_cluster(cluster, |c| {
-            c.last_error = Some(error);
-            c.failing_since.get_or_insert_with(std::time::Instant::now);
+            let now = std::time::Instant::now();
+            c.failing_watches
+                .entry(kind.to_string())
+                .and_modify(|w| w.last_error.clone_from(&error))
+                .or_insert_with(|| WatchStatus {
+                    last_error: error.clone(),
+                    failing_since: now,
+                });
         });
     }
 
-    /// A request to `cluster`'s API server succeeded (its watch is served
-    /// again): it is no longer failing. Cheap when it was not (a read lock).
-    pub fn api_ok(&self, cluster: &str) {
+    /// The watch of `kind` of `cluster` itself succeeded (its list completed,
+    /// it delivered an event, or the API server answered its watch request):
+    /// it is no longer failing. Another watch or request of the same client
+    /// does not count. Cheap when it was not failing (a read lock).
+    pub fn watch_ok(&self, cluster: &str, kind: &str) {
         let failing = read(&self.clusters)
             .get(cluster)
-            .is_some_and(|c| c.failing_since.is_some() || c.last_error.is_some());
+            .is_some_and(|c| c.failing_watches.contains_key(kind));
         if failing {
             self.update_cluster(cluster, |c| {
-                c.failing_since = None;
-                c.last_error = None;
+                c.failing_watches.remove(kind);
             });
         }
     }
 
-    /// The clusters whose watch has been failing for longer than
-    /// `unready_after` at `now`, with how long.
-    pub fn failing_too_long(&self, now: std::time::Instant) -> Vec<(String, std::time::Duration)> {
+    fn lease_state(&self) -> std::sync::MutexGuard<'_, Option<WatchStatus>> {
+        self.lease.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A leader election round failed (the Lease could not be read or
+    /// written, or the round timed out) with `error` (a safe summary).
+    /// Returns whether it was working until now (the caller logs a change
+    /// once, not every retry).
+    pub fn lease_failed(&self, error: String) -> bool {
+        let mut l = self.lease_state();
+        match l.as_mut() {
+            Some(w) => {
+                w.last_error = error;
+                false
+            }
+            None => {
+                *l = Some(WatchStatus {
+                    last_error: error,
+                    failing_since: std::time::Instant::now(),
+                });
+                true
+            }
+        }
+    }
+
+    /// A leader election round succeeded (whoever holds the Lease). Returns
+    /// whether it was failing until now.
+    pub fn lease_ok(&self) -> bool {
+        self.lease_state().take().is_some()
+    }
+
+    /// Whether leader election's Lease requests are failing now.
+    pub fn lease_failing(&self) -> bool {
+        self.lease_state().is_some()
+    }
+
+    /// What has been failing for longer than `unready_after` at `now`:
+    /// every watch of every cluster, then the Lease.
+    pub fn failing_too_long(&self, now: std::time::Instant) -> Vec<Unready> {
         let Some(after) = *read(&self.unready_after) else {
             return Vec::new();
         };
-        read(&self.clusters)
+        let mut out: Vec<Unready> = read(&self.clusters)
             .iter()
-            .filter_map(|(id, c)| {
-                c.failing_for(now)
-                    .filter(|d| *d > after)
-                    .map(|d| (id.clone(), d))
+            .flat_map(|(id, c)| {
+                c.failing_watches.iter().map(move |(kind, w)| Unready {
+                    cluster: Some(id.clone()),
+                    watch: kind.clone(),
+                    failing_for: w.failing_for(now),
+                    last_error: w.last_error.clone(),
+                })
             })
-            .collect()
+            .filter(|u| u.failing_for > after)
+            .collect();
+        if let Some(w) = self.lease_state().as_ref()
+            && w.failing_for(now) > after
+        {
+            out.push(Unready {
+                cluster: None,
+                watch: "Lease".to_string(),
+                failing_for: w.failing_for(now),
+                last_error: w.last_error.clone(),
+            });
+        }
+        out
     }
 
     /// Ready when every registered cluster is synced (and there is at least
-    /// one) and none has had its watch failing for longer than
-    /// `unready_after` (stale data must not look ready), and no name it
-    /// must write is held by another kube-discovery instance (readers would
-    /// trust that instance's frozen objects). A standby, which
-    /// does not write, is ready once every cluster is listed: it serves the
-    /// HTTP API and is warm for a takeover.
+    /// one), no watch and no leader election round has been failing for
+    /// longer than `unready_after` (stale data, or a replica that can never
+    /// lead, must not look ready), and no name it must write is held by
+    /// another kube-discovery instance (readers would trust that instance's
+    /// frozen objects). A standby, which does not write, is ready once every
+    /// cluster is listed: it serves the HTTP API and is warm for a takeover
+    /// (while it can read the Lease).
     pub fn ready(&self) -> bool {
         let standby = self.standby();
         let synced = {
@@ -439,7 +556,7 @@ mod tests {
         }
         assert!(s.ready());
         let t0 = std::time::Instant::now();
-        s.api_failed("east", "403 Forbidden".into());
+        s.watch_failed("east", "EndpointSlice", "list failed: 403 Forbidden".into());
         // Without unready_after: ready whatever the failure.
         let much_later = t0 + std::time::Duration::from_secs(3600);
         assert!(s.failing_too_long(much_later).is_empty());
@@ -447,15 +564,103 @@ mod tests {
         assert!(s.failing_too_long(t0).is_empty(), "not yet");
         let late = s.failing_too_long(much_later);
         assert_eq!(late.len(), 1);
-        assert_eq!(late[0].0, "east");
+        assert_eq!(late[0].cluster.as_deref(), Some("east"));
+        assert_eq!(late[0].watch, "EndpointSlice");
+        assert_eq!(
+            late[0].to_string(),
+            format!(
+                "cluster \"east\": watch failing for {}s: EndpointSlice watch: list failed: 403 Forbidden",
+                late[0].failing_for.as_secs()
+            )
+        );
         // A second error keeps the first one's start.
-        let since = s.clusters()["east"].failing_since;
-        s.api_failed("east", "still 403".into());
-        assert_eq!(s.clusters()["east"].failing_since, since);
+        let since = s.clusters()["east"].failing_watches["EndpointSlice"].failing_since;
+        s.watch_failed("east", "EndpointSlice", "still 403".into());
+        let w = &s.clusters()["east"].failing_watches["EndpointSlice"];
+        assert_eq!(
+            (w.failing_since, w.last_error.as_str()),
+            (since, "still 403")
+        );
         // Served again: recovered.
-        s.api_ok("east");
+        s.watch_ok("east", "EndpointSlice");
         assert!(s.failing_too_long(much_later).is_empty());
-        assert_eq!(s.clusters()["east"].last_error, None);
+        assert!(s.clusters()["east"].failing_watches.is_empty());
+        assert!(s.ready());
+    }
+
+    /// Issue 29, item 3: health is per watch. The Service watch of a cluster
+    /// working (and any other request of its client) does not clear the
+    /// failure of its endpoint watch, nor one cluster's another's.
+    #[test]
+    fn another_watch_succeeding_does_not_clear_a_failing_one() {
+        let s = ControllerState::new(["", "east"]);
+        for c in ["", "east"] {
+            s.update_cluster(c, |st| st.synced = true);
+        }
+        s.set_unready_after(std::time::Duration::from_secs(60));
+        let t0 = std::time::Instant::now();
+        s.watch_failed("", "EndpointSlice", "list failed: 403 Forbidden".into());
+        s.watch_failed("", "Service", "watch start failed: 500".into());
+        s.watch_ok("", "Service");
+        s.watch_ok("east", "EndpointSlice");
+        let late = s.failing_too_long(t0 + std::time::Duration::from_secs(61));
+        assert_eq!(late.len(), 1, "{late:?}");
+        assert_eq!(
+            (late[0].cluster.as_deref(), late[0].watch.as_str()),
+            (Some(""), "EndpointSlice")
+        );
+        assert_eq!(
+            s.clusters()[""].failing_for(t0 + std::time::Duration::from_secs(61)),
+            Some(late[0].failing_for)
+        );
+        // Two failing watches of one cluster are each reported.
+        s.watch_failed("", "Service", "watch start failed: 500".into());
+        let late =
+            s.failing_too_long(std::time::Instant::now() + std::time::Duration::from_secs(61));
+        let kinds: Vec<&str> = late.iter().map(|u| u.watch.as_str()).collect();
+        assert_eq!(kinds, ["EndpointSlice", "Service"]);
+        // The cluster's state is serialized with its failing watches.
+        let json = serde_json::to_value(&s.clusters()[""]).unwrap();
+        assert_eq!(
+            json["failing_watches"]["EndpointSlice"]["last_error"],
+            "list failed: 403 Forbidden"
+        );
+        assert!(serde_json::to_value(&s.clusters()["east"]).unwrap()["failing_watches"].is_null());
+    }
+
+    /// Issue 29, item 3: a replica whose leader election rounds fail (the
+    /// Lease cannot be read or written) for longer than `unready_after` is
+    /// unready, standby or not; a healthy standby stays ready.
+    #[test]
+    fn a_lease_failing_longer_than_unready_after_makes_it_unready() {
+        let s = ControllerState::new([""]);
+        s.update_cluster("", |c| c.listed = true);
+        s.set_standby(true);
+        s.set_unready_after(std::time::Duration::from_secs(60));
+        assert!(s.ready(), "a listed standby is ready");
+        let t0 = std::time::Instant::now();
+        assert!(s.lease_failed("403 Forbidden".into()), "a change");
+        assert!(!s.lease_failed("403 Forbidden".into()), "no change");
+        assert!(s.lease_failing());
+        assert!(s.ready(), "not for longer than unready_after yet");
+        let late = s.failing_too_long(t0 + std::time::Duration::from_secs(61));
+        assert_eq!(late.len(), 1);
+        assert_eq!(
+            (late[0].cluster.as_deref(), late[0].watch.as_str()),
+            (None, "Lease")
+        );
+        assert!(
+            late[0].to_string().starts_with("leader election: "),
+            "{}",
+            late[0]
+        );
+        assert!(s.lease_ok(), "a change");
+        assert!(!s.lease_ok(), "no change");
+        assert!(!s.lease_failing());
+        assert!(
+            s.failing_too_long(t0 + std::time::Duration::from_secs(61))
+                .is_empty()
+        );
         assert!(s.ready());
     }
 

@@ -200,7 +200,7 @@ impl<K: Send + 'static> Watch<K> {
         };
         if is_expired_continue(e) && !self.unpaged && config.page_size.is_some() {
             tracing::warn!(
-                error = %e,
+                error = %crate::redact::watch_detail(e),
                 "the continue token of a paged list expired; listing again in one request"
             );
             let mut full = config.clone();

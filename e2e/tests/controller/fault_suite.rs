@@ -96,6 +96,7 @@ async fn s00_removed_port_key(backend: Backend) {
         .await;
     let ctl = start(&env, "ports", &cfg).await;
     churn.wait_converged(&env, &cfg, CONVERGE).await;
+    assert_eq!(port_keys(&env, "ports", "web").await, ["http", "metrics"]);
     churn
         .sources
         .slice(
@@ -108,7 +109,26 @@ async fn s00_removed_port_key(backend: Backend) {
         )
         .await;
     churn.wait_converged(&env, &cfg, CONVERGE).await;
+    assert_eq!(
+        port_keys(&env, "ports", "web").await,
+        ["http"],
+        "the removed port key is still in the DiscoveredService"
+    );
     ctl.stop().await;
+}
+
+/// The port keys of the DiscoveredService `ns/name` (its `spec.ports`).
+async fn port_keys(env: &Env, ns: &str, name: &str) -> Vec<String> {
+    let ds = env
+        .dsvc(ns, name)
+        .await
+        .unwrap_or_else(|| panic!("DiscoveredService {ns}/{name}"));
+    ds["spec"]["ports"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no spec.ports: {ds}"))
+        .keys()
+        .cloned()
+        .collect()
 }
 
 #[both_backends]

@@ -26,6 +26,7 @@ mod fault_suite;
 mod gateway_haproxy;
 mod gateway_nginx;
 mod gateway_rust_proxy;
+mod health;
 mod instances;
 mod kubectl_dsvc;
 mod leader;
