@@ -966,8 +966,9 @@ mod tests {
     /// their annotations apply); and the first Services LIST fails once
     /// (500): what reaches the writer before its barrier is exactly the
     /// exported, selected services, never `off` (annotated `export:
-    /// "false"`), which today's head start of at most 5 s published with
-    /// the default export of an unknown Service.
+    /// "false"`), which the former head start of at most 5 s (a failed
+    /// list counted as done) published with the default export of an
+    /// unknown Service.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_source_publishes_selected_exported_services_once_both_lists_are_complete() {
         use k8s_openapi::api::core::v1::{Namespace, Service};
