@@ -10,9 +10,10 @@
 //!    │                                   vanished services reported, unchanged ones NOT
 //!    ├─ apply(obj)  ─ Index::apply_*
 //!    ├─ delete(obj) ─ Index::delete_*
-//!    └─ background: the Service watch (ports for aliases/appProtocols; owner
-//!       UIDs in Endpoints mode)
-//!          │ changed keys
+//!    └─ background: the Service watch (ports for aliases/appProtocols, the
+//!       export annotations, ExternalNames; owner UIDs in Endpoints mode)
+//!          │ changed keys (held back until BOTH first lists are complete;
+//!          │ then every key of the index, `listed`, and the `Synced` barrier)
 //!          ▼
 //!    ControllerState::set_desired_arc(key, index.get_arc(key)) ; WriterHandle::changed(keys)
 //! ```
@@ -32,8 +33,21 @@
 //!
 //! `label_selector` and `namespace_selector.equal/not_equal` go to the server
 //! (label and `metadata.namespace` field selectors); `match/not_match` (and,
-//! again, the others) are applied by the index. After the first complete list
-//! the writer receives a `Synced` barrier, which drives readiness.
+//! again, the others) are applied by the index.
+//!
+//! The first-list barrier: nothing of a cluster is published (desired
+//! state, changed keys) until both its first endpoint list and its first
+//! Service list are complete. Before that the index cannot tell what is
+//! desired: an unknown Service would count as exported under `export: all`
+//! (publishing one annotated `"false"`) and as not exported under
+//! `export: opt-in`, and an ExternalName Service not yet listed has no
+//! object; the writer's `Synced` barrier deletes every object of the
+//! cluster without desired state. So once both are in, the whole index is
+//! published, the cluster is `listed`, and the writer gets the `Synced`
+//! barrier (readiness); a Service list that fails keeps being retried with
+//! backoff, logged, and keeps the cluster unready. A relist later (410 Gone,
+//! a list error) replaces the index only at its end, each watch its own
+//! part, so a relist that fails half-way changes nothing.
 //!
 //! Services: a second watch on `v1/Services` (same namespace field selector,
 //! NO label selector: a Service's labels need not match its endpoints'), in
@@ -45,11 +59,10 @@
 //! an ownerReference but the endpoint objects do not name their Service
 //! (single cluster, `namespace_mode: source`, Endpoints mode:
 //! [`SourceParams::watch_services`]) it also feeds the owner UIDs
-//! (`Index::reset_service_uids` / `Index::set_service_uid`). The first
-//! Service list is awaited for at most [`SERVICE_LIST_WAIT`] before the
-//! endpoint watch starts, so the first writes already carry owner and
-//! aliases; a Service watch that fails (e.g. `services` not granted) logs
-//! and retries: objects are then published without them.
+//! (`Index::reset_service_uids` / `Index::set_service_uid`). Both watches
+//! start at once; a Service watch that fails (e.g. `services` not granted)
+//! logs and retries, and until its first list is complete the cluster
+//! publishes nothing (see the barrier above).
 //!
 //! Health is per watch: the endpoint watch and the Service watch of a cluster
 //! each report their own failures ([`ControllerState::watch_failed`], under
@@ -70,7 +83,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event, watcher};
+use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use kube_discovery_core::crd::ObjectNaming;
 use kube_discovery_core::lean::{LeanEndpointSlice, LeanEndpoints, LeanService};
@@ -144,9 +157,6 @@ pub fn watch_kind(resource: &str) -> Option<&'static str> {
 
 /// The kind the Service watch is reported under.
 pub const SERVICE_WATCH: &str = "Service";
-
-/// How long the first Service list may delay the Endpoints watch.
-pub const SERVICE_LIST_WAIT: Duration = Duration::from_secs(5);
 
 /// A source object type the index understands.
 pub trait SourceObject:
@@ -285,9 +295,6 @@ impl Source {
             })
         });
         let mut index = SourceIndex::new(self);
-        if !index.await_service_list(&shutdown).await {
-            return;
-        }
         let cluster = index.params.cluster.clone();
         tracing::info!(cluster = %cluster, kind = %index.params.kind, "watching");
         watch::run::<K, _>(&mut index, &mut objects, &shutdown).await;
@@ -348,7 +355,14 @@ struct SourceIndex {
     /// Objects of the (re)list being received.
     listed_objects: usize,
     list_started: Option<Instant>,
+    /// The first endpoint (or slice) list is complete.
     first_list_done: bool,
+    /// The first Service list is complete.
+    services_listed: bool,
+    /// Both first lists are complete and the index was published: changes
+    /// reach the desired state and the writer from now on (see the module
+    /// docs).
+    published: bool,
     services: Option<Watch<LeanService>>,
     /// The Service (re)list being received: `(namespace, name, uid)` and
     /// what is kept of each.
@@ -381,39 +395,9 @@ impl SourceIndex {
             listed_objects: 0,
             list_started: None,
             first_list_done: false,
+            services_listed: false,
+            published: false,
             service_list: Vec::new(),
-        }
-    }
-
-    /// Gives the first Service list a head start (bounded), so the first
-    /// writes already carry the owner; never blocks on it. `false`: shutdown.
-    async fn await_service_list(&mut self, shutdown: &CancellationToken) -> bool {
-        let deadline = tokio::time::sleep(SERVICE_LIST_WAIT);
-        tokio::pin!(deadline);
-        loop {
-            let Some(services) = self.services.as_mut() else {
-                return true;
-            };
-            tokio::select! {
-                () = shutdown.cancelled() => return false,
-                () = &mut deadline => {
-                    tracing::warn!(cluster = %self.params.cluster, "Service list not complete after {SERVICE_LIST_WAIT:?}; watching endpoints anyway");
-                    return true;
-                }
-                ev = services.next() => match ev {
-                    Some(ev) => {
-                        let done = matches!(ev, Ok(Event::InitDone) | Err(_));
-                        watch::dispatch::<LeanService, _>(self, ev);
-                        if done {
-                            return true;
-                        }
-                    }
-                    None => {
-                        self.services = None;
-                        return true;
-                    }
-                },
-            }
         }
     }
 
@@ -472,9 +456,12 @@ impl SourceIndex {
         }
     }
 
+    /// Hands `changed` to the desired state and the writer; nothing before
+    /// both first lists are complete ([`Self::publish_first`] then
+    /// publishes everything at once).
     fn publish(&mut self, changed: Vec<ServiceKey>, at: Instant) {
         self.count_skipped();
-        if changed.is_empty() {
+        if changed.is_empty() || !self.published {
             return;
         }
         for key in &changed {
@@ -490,6 +477,31 @@ impl SourceIndex {
             .get_or_create(&label)
             .set(i64::try_from(self.index.node_count()).unwrap_or(i64::MAX));
         self.writer.changed(changed, at);
+    }
+
+    /// Once both first lists are complete: publishes every service of the
+    /// index (nothing of this cluster was published before), marks the
+    /// cluster listed and sends the writer its first-list barrier. Runs once.
+    fn publish_first(&mut self, at: Instant) {
+        if self.published {
+            return;
+        }
+        let cluster = &self.params.cluster;
+        match (self.first_list_done, self.services_listed) {
+            (true, true) => {}
+            (true, false) => {
+                tracing::info!(cluster = %cluster, "endpoints listed; waiting for the Service list before publishing");
+                return;
+            }
+            (false, _) => return,
+        }
+        self.published = true;
+        let all: Vec<ServiceKey> = self.index.iter().map(|s| s.key.clone()).collect();
+        tracing::info!(cluster = %cluster, services = all.len(), "endpoints and Services listed; publishing");
+        self.publish(all, at);
+        let cluster = self.params.cluster.clone();
+        self.shared.update_cluster(&cluster, |c| c.listed = true);
+        self.writer.synced(&cluster);
     }
 }
 
@@ -529,14 +541,11 @@ impl<K: SourceObject> WatchIndex<K> for SourceIndex {
         tracing::info!(cluster = %cluster, objects = std::mem::take(&mut self.listed_objects), services = self.index.len(), changed = changed.len(), "list complete");
         self.publish(changed, now);
         self.shared.update_cluster(&cluster, |c| {
-            c.listed = true;
             c.lists += 1;
         });
         self.shared.watch_ok(&cluster, self.params.kind.as_str());
-        if !self.first_list_done {
-            self.first_list_done = true;
-            self.writer.synced(&cluster);
-        }
+        self.first_list_done = true;
+        self.publish_first(now);
     }
 
     fn apply(&mut self, obj: K) {
@@ -574,7 +583,14 @@ impl<K: SourceObject> WatchIndex<K> for SourceIndex {
         };
         match services.next().await {
             Some(ev) => watch::dispatch::<LeanService, _>(self, ev),
-            None => self.services = None,
+            None => {
+                // A watcher never ends; if it did before its first list,
+                // the cluster would never be published: say so.
+                if !self.services_listed {
+                    tracing::error!(cluster = %self.params.cluster, "the Service watch ended before its first list; the cluster is not published");
+                }
+                self.services = None;
+            }
         }
     }
 }
@@ -622,6 +638,8 @@ impl WatchIndex<LeanService> for SourceIndex {
         changed.dedup();
         self.count_skipped_as("Service");
         self.publish(changed, now);
+        self.services_listed = true;
+        self.publish_first(now);
     }
 
     fn apply(&mut self, obj: LeanService) {
@@ -662,51 +680,427 @@ impl WatchIndex<LeanService> for SourceIndex {
     }
 
     fn failed(&mut self, err: &watcher::Error) {
-        tracing::warn!(cluster = %self.params.cluster, error = %crate::redact::watch_detail(err), "Service watch failed (Service-port aliases, appProtocols and owner references of DiscoveredServices may be missing); retrying with backoff");
-        self.shared.watch_failed(
-            &self.params.cluster,
-            SERVICE_WATCH,
-            crate::redact::watch(err),
-        );
+        let cluster = &self.params.cluster;
+        let detail = crate::redact::watch_detail(err);
+        if self.services_listed {
+            tracing::warn!(cluster = %cluster, error = %detail, "Service watch failed; retrying with backoff (the Services last listed stay in use)");
+        } else {
+            tracing::warn!(cluster = %cluster, error = %detail, "Service watch failed before its first list; the cluster is not published (nothing written, not ready) until it succeeds; retrying with backoff");
+        }
+        self.shared
+            .watch_failed(cluster, SERVICE_WATCH, crate::redact::watch(err));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inbox::{Inbox, WriterMsg};
+    use kube_discovery_core::convert::ConvertOptions;
+    use kube_discovery_core::filter::{AnchoredRegex, NamespaceFilter};
+    use serde_json::{Value, json};
 
-    #[test]
-    fn watcher_config_carries_selectors_timeout_and_bookmarks() {
-        let p = SourceParams {
+    fn endpoints(name: &str) -> LeanEndpoints {
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "shop", "name": name, "resourceVersion": "1"},
+            "subsets": [{"addresses": [{"ip": "10.0.0.1"}],
+                         "ports": [{"name": "http", "port": 8080}]}]
+        }))
+        .unwrap()
+    }
+
+    /// A Service with `kubediscovery.io/export: export` (`None`: unannotated).
+    fn service(name: &str, export: Option<&str>) -> LeanService {
+        let annotations = export.map_or(json!({}), |e| json!({"kubediscovery.io/export": e}));
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "shop", "name": name, "uid": format!("uid-{name}"),
+                         "annotations": annotations},
+            "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}
+        }))
+        .unwrap()
+    }
+
+    fn external(name: &str) -> LeanService {
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "shop", "name": name, "uid": format!("uid-{name}"),
+                         "annotations": {"kubediscovery.io/export": "true"}},
+            "spec": {"type": "ExternalName", "externalName": "db.example.com",
+                     "ports": [{"name": "https", "port": 443}]}
+        }))
+        .unwrap()
+    }
+
+    /// The source index of cluster `""` in Endpoints mode (`opt_in`:
+    /// `export: opt-in`; ExternalNames of `*.example.com` allowed), without
+    /// a Service watch of its own: the tests feed both watches' events.
+    fn source_index(opt_in: bool) -> (SourceIndex, Arc<ControllerState>, Inbox) {
+        let opts = ConvertOptions {
+            export_opt_in: opt_in,
+            external_name: Some(vec![AnchoredRegex::new("[a-z]+\\.example\\.com").unwrap()]),
+            ..ConvertOptions::default()
+        };
+        let index = Index::new(
+            String::new(),
+            SourceKind::Endpoints,
+            opts,
+            NamespaceFilter::All,
+        );
+        let shared = Arc::new(ControllerState::new([""]));
+        let (writer, inbox) = crate::inbox::channel();
+        let index = SourceIndex {
+            params: SourceParams {
+                cluster: String::new(),
+                kind: SourceKind::Endpoints,
+                label_selector: None,
+                field_selector: None,
+                namespace: None,
+                watch_timeout: Duration::from_secs(60),
+                watch_services: true,
+            },
+            index,
+            shared: shared.clone(),
+            writer,
+            metrics: Metrics::default(),
+            events: Events::disabled(),
+            leader: None,
+            naming: ObjectNaming::source(),
+            listed_objects: 0,
+            list_started: None,
+            first_list_done: false,
+            services_listed: false,
+            published: false,
+            services: None,
+            service_list: Vec::new(),
+        };
+        (index, shared, inbox)
+    }
+
+    fn list_endpoints(ix: &mut SourceIndex, names: &[&str]) {
+        WatchIndex::<LeanEndpoints>::init(ix);
+        for n in names {
+            ix.init_apply(endpoints(n));
+        }
+        WatchIndex::<LeanEndpoints>::init_done(ix);
+    }
+
+    fn list_services(ix: &mut SourceIndex, services: Vec<LeanService>) {
+        WatchIndex::<LeanService>::init(ix);
+        for s in services {
+            ix.init_apply(s);
+        }
+        WatchIndex::<LeanService>::init_done(ix);
+    }
+
+    fn list_failed() -> watcher::Error {
+        watcher::Error::InitialListFailed(kube::Error::Api(Box::new(
+            kube::core::Status::failure("the server is down", "InternalError").with_code(500),
+        )))
+    }
+
+    /// The names of the desired services of cluster `""`.
+    fn desired(shared: &ControllerState) -> Vec<String> {
+        shared
+            .desired_of("")
+            .iter()
+            .map(|s| s.key.name.to_string())
+            .collect()
+    }
+
+    /// Everything the inbox holds, in delivery order: `changed a b` (names
+    /// sorted), `synced <cluster>`.
+    async fn received(inbox: &mut Inbox) -> Vec<String> {
+        let mut out = Vec::new();
+        // `recv` answers at once while anything is waiting (the timeout
+        // polls it first).
+        while let Ok(m) = tokio::time::timeout(Duration::ZERO, inbox.recv()).await {
+            match m.unwrap() {
+                WriterMsg::Changed { keys } => {
+                    let mut names: Vec<String> =
+                        keys.iter().map(|(k, _)| k.name.to_string()).collect();
+                    names.sort();
+                    out.push(format!("changed {}", names.join(" ")));
+                }
+                WriterMsg::Synced { cluster } => out.push(format!("synced {cluster}")),
+                WriterMsg::Drifted { .. } => out.push("drifted".into()),
+            }
+        }
+        out
+    }
+
+    /// Issue 29, item 1: with `export: opt-in`, the endpoints listed before
+    /// the Services publish nothing (no empty desired state, no barrier that
+    /// would delete every object of the cluster); the Service list then
+    /// publishes the exported ones, marks the cluster listed and sends the
+    /// barrier after them.
+    #[tokio::test]
+    async fn nothing_is_published_before_the_first_service_list() {
+        let (mut ix, shared, mut inbox) = source_index(true);
+        list_endpoints(&mut ix, &["in", "out"]);
+        assert!(!shared.listed(""));
+        assert_eq!(desired(&shared), Vec::<String>::new());
+        assert_eq!(received(&mut inbox).await, Vec::<String>::new());
+        // A change meanwhile is held back too.
+        ix.apply(endpoints("late"));
+        assert_eq!(received(&mut inbox).await, Vec::<String>::new());
+        list_services(
+            &mut ix,
+            vec![
+                service("in", Some("true")),
+                service("out", None),
+                service("late", Some("true")),
+                external("db"),
+            ],
+        );
+        assert!(shared.listed(""));
+        assert_eq!(desired(&shared), ["db", "in", "late"]);
+        assert_eq!(
+            received(&mut inbox).await,
+            ["changed db in late", "synced "]
+        );
+        // From now on, changes flow at once.
+        ix.apply(service("out", Some("true")));
+        assert_eq!(received(&mut inbox).await, ["changed out"]);
+    }
+
+    /// `export: all`: a Service annotated `"false"` is never published, not
+    /// even while its Service is unknown; an allowed ExternalName (which has
+    /// no endpoints) is published with the rest. Services first, endpoints
+    /// second: the barrier waits for the endpoints just the same.
+    #[tokio::test]
+    async fn an_opted_out_service_is_never_published_whichever_list_comes_first() {
+        for services_first in [false, true] {
+            let (mut ix, shared, mut inbox) = source_index(false);
+            let svcs = || {
+                vec![
+                    service("in", None),
+                    service("off", Some("false")),
+                    external("db"),
+                ]
+            };
+            if services_first {
+                list_services(&mut ix, svcs());
+                assert_eq!(received(&mut inbox).await, Vec::<String>::new());
+                list_endpoints(&mut ix, &["in", "off"]);
+            } else {
+                list_endpoints(&mut ix, &["in", "off"]);
+                assert_eq!(received(&mut inbox).await, Vec::<String>::new());
+                list_services(&mut ix, svcs());
+            }
+            assert_eq!(
+                desired(&shared),
+                ["db", "in"],
+                "services first: {services_first}"
+            );
+            assert_eq!(
+                received(&mut inbox).await,
+                ["changed db in", "synced "],
+                "services first: {services_first}"
+            );
+        }
+    }
+
+    /// A failing Service list is not a complete one: nothing is published,
+    /// the cluster is not listed and shows the error, until a list succeeds.
+    #[tokio::test]
+    async fn a_failed_service_list_keeps_the_cluster_unpublished() {
+        let (mut ix, shared, mut inbox) = source_index(true);
+        WatchIndex::<LeanService>::init(&mut ix);
+        ix.init_apply(service("in", Some("true")));
+        WatchIndex::<LeanService>::failed(&mut ix, &list_failed());
+        list_endpoints(&mut ix, &["in"]);
+        WatchIndex::<LeanService>::failed(&mut ix, &list_failed());
+        assert!(!shared.listed(""));
+        let status = &shared.clusters()[""];
+        assert!(
+            status.failing_watches.contains_key(SERVICE_WATCH),
+            "{status:?}"
+        );
+        assert_eq!(received(&mut inbox).await, Vec::<String>::new());
+        list_services(&mut ix, vec![service("in", Some("true"))]);
+        assert!(shared.listed(""));
+        assert_eq!(received(&mut inbox).await, ["changed in", "synced "]);
+    }
+
+    /// A Service relist after the first one (410 Gone, a list error)
+    /// changes the index only at its end: one that fails half-way removes
+    /// nothing (not the opted-in services, not the ExternalName); the next
+    /// complete one publishes only what changed, and no second barrier.
+    #[tokio::test]
+    async fn a_service_relist_that_fails_half_way_changes_nothing() {
+        let (mut ix, shared, mut inbox) = source_index(true);
+        list_endpoints(&mut ix, &["in", "other"]);
+        list_services(
+            &mut ix,
+            vec![
+                service("in", Some("true")),
+                service("other", Some("true")),
+                external("db"),
+            ],
+        );
+        assert_eq!(
+            received(&mut inbox).await,
+            ["changed db in other", "synced "]
+        );
+        WatchIndex::<LeanService>::init(&mut ix);
+        ix.init_apply(service("in", Some("true")));
+        WatchIndex::<LeanService>::failed(&mut ix, &list_failed());
+        assert_eq!(received(&mut inbox).await, Vec::<String>::new());
+        assert_eq!(desired(&shared), ["db", "in", "other"]);
+        // The complete relist: `other` opted out meanwhile.
+        list_services(
+            &mut ix,
+            vec![
+                service("in", Some("true")),
+                service("other", None),
+                external("db"),
+            ],
+        );
+        assert_eq!(received(&mut inbox).await, ["changed other"]);
+        assert_eq!(desired(&shared), ["db", "in"]);
+        // An endpoint relist neither: no second barrier.
+        list_endpoints(&mut ix, &["in", "other"]);
+        assert_eq!(received(&mut inbox).await, Vec::<String>::new());
+    }
+
+    /// A fresh kube-sim for the source tests, with the admin's client.
+    async fn sim() -> (kube_sim::Sim, Client) {
+        let sim = kube_sim::Sim::start(kube_sim::SimConfig::default())
+            .await
+            .unwrap();
+        let kc =
+            kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(&sim.admin_token())).unwrap();
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        (sim, Client::try_from(cfg).unwrap())
+    }
+
+    /// Creates `obj` in its namespace.
+    async fn create<K>(client: &Client, obj: Value)
+    where
+        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + serde::Serialize
+            + Debug,
+    {
+        let ns = obj["metadata"]["namespace"].as_str().unwrap().to_string();
+        let o: K = serde_json::from_value(obj).unwrap();
+        Api::<K>::namespaced(client.clone(), &ns)
+            .create(&Default::default(), &o)
+            .await
+            .unwrap();
+    }
+
+    /// The sources of one cluster against a real API server (kube-sim): the
+    /// endpoint watch carries the label and namespace selectors to the
+    /// server (the index here filters by neither), the Service watch no
+    /// label selector (the Services carry none of the endpoints' labels, yet
+    /// their annotations apply); and the first Services LIST fails once
+    /// (500): what reaches the writer before its barrier is exactly the
+    /// exported, selected services, never `off` (annotated `export:
+    /// "false"`), which the former head start of at most 5 s (a failed
+    /// list counted as done) published with the default export of an
+    /// unknown Service.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_source_publishes_selected_exported_services_once_both_lists_are_complete() {
+        use k8s_openapi::api::core::v1::{Namespace, Service};
+        let (_sim, client) = sim().await;
+        for ns in ["shop", "other"] {
+            let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+            Api::all(client.clone())
+                .create(&Default::default(), &ns)
+                .await
+                .unwrap();
+        }
+        let ep = |ns: &str, name: &str, labels: Value| {
+            json!({"metadata": {"namespace": ns, "name": name, "labels": labels},
+                   "subsets": [{"addresses": [{"ip": "10.0.0.1"}],
+                                "ports": [{"name": "http", "port": 8080}]}]})
+        };
+        let web = json!({"app": "web"});
+        create::<Endpoints>(&client, ep("shop", "in", web.clone())).await;
+        create::<Endpoints>(&client, ep("shop", "off", web.clone())).await;
+        create::<Endpoints>(&client, ep("shop", "unlabelled", json!({}))).await;
+        create::<Endpoints>(&client, ep("other", "in", web.clone())).await;
+        let svc = |name: &str, annotations: Value| {
+            json!({"metadata": {"namespace": "shop", "name": name, "annotations": annotations},
+                   "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}})
+        };
+        create::<Service>(&client, svc("in", json!({}))).await;
+        create::<Service>(
+            &client,
+            svc("off", json!({"kubediscovery.io/export": "false"})),
+        )
+        .await;
+        let fail =
+            json!({"fail": {"verb": "list", "resource": "services", "count": 1, "code": 500}});
+        let req = http::Request::post("/_sim/faults")
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&fail).unwrap())
+            .unwrap();
+        client.request_text(req).await.unwrap();
+
+        let params = SourceParams {
             cluster: String::new(),
-            kind: SourceKind::EndpointSlice,
+            kind: SourceKind::Endpoints,
             label_selector: Some("app=web".into()),
-            field_selector: Some("metadata.namespace!=kube-system".into()),
+            field_selector: Some("metadata.namespace!=other".into()),
             namespace: None,
-            watch_timeout: Duration::from_secs(120),
+            watch_timeout: Duration::from_secs(60),
             watch_services: true,
         };
-        let c = p.watcher_config();
-        assert_eq!(c.label_selector.as_deref(), Some("app=web"));
-        assert_eq!(
-            c.field_selector.as_deref(),
-            Some("metadata.namespace!=kube-system")
+        let index = Index::new(
+            String::new(),
+            SourceKind::Endpoints,
+            ConvertOptions::default(),
+            NamespaceFilter::All,
         );
-        assert_eq!(c.timeout, Some(120));
-        assert!(c.bookmarks);
-        let empty = SourceParams {
-            label_selector: Some(String::new()),
-            field_selector: None,
-            ..p.clone()
+        let shared = Arc::new(ControllerState::new([""]));
+        let (writer, mut inbox) = crate::inbox::channel();
+        let source = Source {
+            params,
+            client: client.clone(),
+            index,
+            shared: shared.clone(),
+            writer,
+            metrics: Metrics::default(),
+            events: Events::disabled(),
+            leader: None,
+            naming: ObjectNaming::source(),
         };
-        assert_eq!(empty.watcher_config().label_selector, None);
-        // Services: the namespace selector, never the label selector.
-        let svc = p.service_watcher_config();
-        assert_eq!(svc.label_selector, None);
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(source.run(shutdown.clone()));
+        let mut before_barrier = Vec::new();
+        let barrier = tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                match inbox.recv().await.unwrap() {
+                    WriterMsg::Changed { keys } => {
+                        before_barrier.extend(keys.into_iter().map(|(k, _)| k.to_string()));
+                    }
+                    WriterMsg::Synced { cluster } => return cluster,
+                    WriterMsg::Drifted { .. } => {}
+                }
+            }
+        })
+        .await;
+        before_barrier.sort();
         assert_eq!(
-            svc.field_selector.as_deref(),
-            Some("metadata.namespace!=kube-system")
+            barrier.as_deref(),
+            Ok(""),
+            "no barrier; before it: {before_barrier:?}"
         );
-        assert_eq!(svc.timeout, Some(120));
+        assert_eq!(before_barrier, ["shop/in"]);
+        assert!(shared.listed(""));
+        assert_eq!(desired(&shared), ["in"]);
+        // The fault was served: the Services were listed twice.
+        let req = http::Request::get("/_sim/stats").body(Vec::new()).unwrap();
+        let stats: Value = client.request(req).await.unwrap();
+        assert!(
+            stats["requests"]["list"]["services"].as_u64() >= Some(2),
+            "{stats}"
+        );
+        shutdown.cancel();
+        task.await.unwrap();
     }
 }

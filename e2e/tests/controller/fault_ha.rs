@@ -17,6 +17,7 @@
 //! | 9 | invalid token | `s09_invalid_token` |
 //! | 10 | multi-cluster: one cluster down | `s10_one_cluster_down` |
 //! | 10 | multi-cluster: one cluster forbidden | `s10_one_cluster_forbidden` |
+//! | 10 | multi-cluster: one cluster's Services LIST keeps failing (issue 29, item 1) | `s10_one_clusters_service_list_failing` |
 
 use crate::controller_support;
 use crate::fault_support;
@@ -339,6 +340,76 @@ async fn s10_one_cluster_forbidden(backend: Backend) {
     let (code, body) = ctl.get("/readyz").await;
     assert_eq!(code, 503, "not every cluster is synced: {body}");
     assert!(!body.contains(&b_token) && !logs.contains(&b_token));
+    ctl.stop().await;
+}
+
+/// Issue 29, item 1, with several clusters: the Services LIST of cluster b
+/// keeps failing (500) while its endpoints list fine. b publishes nothing
+/// (an unknown Service is not taken for exported), `/readyz` stays 503 and
+/// the log names b; cluster a is followed meanwhile. Once b's Services list,
+/// b converges and the controller is ready.
+#[both_backends]
+#[tokio::test]
+async fn s10_one_clusters_service_list_failing(backend: Backend) {
+    let a = Env::start(backend).await;
+    let b = Env::start(backend).await;
+    let cfg = multi_config(
+        &a.kubeconfig(&a.admin_token()),
+        &b.kubeconfig(&b.admin_token()),
+    );
+    let mut ca = Churn::new("multi", 4, Kind::Slices, 105, 35);
+    let mut cb = Churn::new("multi", 4, Kind::Slices, 106, 36);
+    ca.seed(&a).await;
+    cb.seed(&b).await;
+    fault(
+        &b,
+        json!({"fail": {"verb": "list", "resource": "services", "count": 1_000_000, "code": 500}}),
+    )
+    .await;
+    let ctl = Controller::start(&a, "services-failing", &cfg, &[]).await;
+    ca.run(&a, 10, Duration::from_millis(50)).await;
+    let got = wait_multi(
+        &a,
+        async || truth_of(&a.admin, &cfg, "a").await,
+        &ca.sources.expected_in("a"),
+    )
+    .await;
+    assert!(of_cluster(&got, "b").is_empty());
+    // b's endpoints are listed and its Services list has failed (and been
+    // retried) three times: still nothing of b, not ready.
+    let failed_before_list =
+        |l: &&str| l.contains("Service watch failed") && l.contains("\"cluster\":\"b\"");
+    let logs = eventually("b's Services list failed three times", LIMIT, || async {
+        let logs = ctl.logs();
+        let listed = logs
+            .lines()
+            .any(|l| l.contains("list complete") && l.contains("\"cluster\":\"b\""));
+        (listed && logs.lines().filter(failed_before_list).count() >= 3).then_some(logs)
+    })
+    .await;
+    let got = actual(&a).await;
+    assert!(
+        of_cluster(&got, "b").is_empty(),
+        "cluster b published without its Services: {:?}",
+        of_cluster(&got, "b").keys().collect::<Vec<_>>()
+    );
+    let (code, body) = ctl.get("/readyz").await;
+    assert_eq!(code, 503, "cluster b is not synced: {body}");
+    assert!(
+        logs.lines()
+            .filter(failed_before_list)
+            .all(|l| l.contains("before its first list")),
+        "the log says what a failing first Services list means"
+    );
+    // The Services list again: b converges, ready.
+    fault(&b, json!({"clear": true})).await;
+    wait_multi(&a, async || multi_truth(&a, &b, &cfg).await, &{
+        let mut m = ca.sources.expected_in("a");
+        m.extend(cb.sources.expected_in("b"));
+        m
+    })
+    .await;
+    ctl.wait_ready().await;
     ctl.stop().await;
 }
 

@@ -4,6 +4,10 @@
 //! mode, following Service changes. The Services here have no selector (as
 //! in `sources.rs`), so on the real API server no endpoint controller
 //! rewrites the endpoints the test writes.
+//!
+//! Also a restart whose first Services list fails once or is slow (issue 29,
+//! item 1): nothing is written until the list is complete, and `/readyz`
+//! stays 503 until then.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -499,4 +503,119 @@ async fn external_name_allowed_and_refused(backend: Backend) {
     external_service(&env, "shop", "db", "db.example.org").await;
     env.wait_gone("shop", "db").await;
     ctl.stop().await;
+}
+
+/// Issue 29, item 1: a restart whose first Services list fails once (500)
+/// or is slow (6 s, past the 5 s the list once had before the endpoints
+/// were published without it). Until the list is complete, an unknown
+/// Service must not count as exported (`export: all` would publish `off`)
+/// nor as not exported (`export: opt-in` would delete `in`), and a missing
+/// ExternalName Service must not delete `db`: the write log of each restart
+/// shows no write at all (nothing changed), and `/readyz` is 200 only once
+/// the Services were listed.
+#[both_backends]
+#[tokio::test]
+async fn a_restart_without_the_service_list_deletes_and_creates_nothing(backend: Backend) {
+    let env = Env::start(backend).await;
+    env.namespace("shop").await;
+    for name in ["in", "off"] {
+        env.endpoints("shop", name, &["10.0.0.1"], &[("http", 8080)], json!({}))
+            .await;
+    }
+    annotated_service(
+        &env,
+        "shop",
+        "in",
+        json!({"kubediscovery.io/export": "true"}),
+    )
+    .await;
+    annotated_service(
+        &env,
+        "shop",
+        "off",
+        json!({"kubediscovery.io/export": "false"}),
+    )
+    .await;
+    let spec = json!({"type": "ExternalName", "externalName": "db.example.com",
+                      "ports": [{"name": "https", "port": 443}]});
+    apply_service(
+        &env,
+        "shop",
+        "db",
+        json!({"kubediscovery.io/export": "true"}),
+        spec,
+    )
+    .await;
+    // `in` and `db` are published under both export modes, `off` under none.
+    let cfg = |export: &str| {
+        config(&env, "").replace(
+            "kube_discovery:\n",
+            &format!(
+                "kube_discovery:\n  export: {export}\n  external_name: {{enabled: true, allow: ['[a-z0-9-]+\\.example\\.com']}}\n"
+            ),
+        )
+    };
+    let ctl = Controller::start(&env, "svc-list-first", &cfg("opt-in"), &[]).await;
+    ctl.wait_ready().await;
+    env.wait_nodes("shop", "in", "http", &["10.0.0.1"]).await;
+    env.wait_nodes("shop", "db", "https", &["db.example.com"])
+        .await;
+    assert!(env.dsvc("shop", "off").await.is_none());
+    ctl.stop().await;
+
+    let fail = json!({"fail": {"verb": "list", "resource": "services", "count": 1, "code": 500}});
+    let slow =
+        json!({"latency": {"verb": "list", "resource": "services", "millis": 6000, "count": 1}});
+    let mut wrong = Vec::new();
+    for (name, export, fault) in [
+        ("svc-list-fails-opt-in", "opt-in", &fail),
+        ("svc-list-fails-all", "all", &fail),
+        ("svc-list-slow-opt-in", "opt-in", &slow),
+    ] {
+        env.api.fault(fault).await.expect("fault");
+        let before = env.mark().await;
+        let started = std::time::Instant::now();
+        let ctl = Controller::start(&env, name, &cfg(export), &[]).await;
+        let listed = || ctl.logs().contains("Services listed");
+        let body = eventually(&format!("{name}: /readyz = 200"), LIMIT, || async {
+            let (code, body) = ctl.get("/readyz").await;
+            (code == 200).then_some(body)
+        })
+        .await;
+        if !listed() {
+            wrong.push(format!(
+                "{name}: /readyz 200 before the Services were listed: {body}"
+            ));
+        }
+        if fault == &fail && !ctl.logs().contains("Service watch failed") {
+            wrong.push(format!("{name}: the fault did not fail the list"));
+        }
+        if fault == &slow && started.elapsed() < std::time::Duration::from_secs(6) {
+            wrong.push(format!("{name}: ready before the slow list could answer"));
+        }
+        // The published state once the Services are in (also what the next
+        // restart starts from).
+        env.wait_nodes("shop", "in", "http", &["10.0.0.1"]).await;
+        env.wait_nodes("shop", "db", "https", &["db.example.com"])
+            .await;
+        env.wait_gone("shop", "off").await;
+        let writes = env.dsvc_writes_since(before).await;
+        let mut names: Vec<String> = writes
+            .iter()
+            .map(|w| {
+                let field = |f: &str| w[f].as_str().unwrap_or("").to_string();
+                format!("{} {}", field("verb"), field("name"))
+            })
+            .collect();
+        names.sort();
+        if !names.is_empty() {
+            wrong.push(format!("{name}: the restart wrote {names:?}"));
+        }
+        ctl.stop().await;
+        env.api.fault(&json!({"clear": true})).await.expect("clear");
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert!(env.dsvc("shop", "in").await.is_some());
+    assert!(env.dsvc("shop", "db").await.is_some());
+    assert!(env.dsvc("shop", "off").await.is_none());
 }
