@@ -261,7 +261,9 @@ async fn run(
             if batch.is_empty() {
                 break;
             }
-            if !stall(&sh, &mut drop_rx).await {
+            // A watch dropped by a fault sends nothing after the fault
+            // request has returned, even when an event woke it first.
+            if drop_rx.has_changed().unwrap_or(true) || !stall(&sh, &mut drop_rx).await {
                 return;
             }
             for e in batch {
@@ -291,6 +293,7 @@ async fn run(
             }
         }
         tokio::select! {
+            biased;
             _ = sh.shutdown.cancelled() => return,
             _ = drop_rx.changed() => return,
             // A stalled watch does not even end on time: nothing passes the
