@@ -733,6 +733,7 @@ async fn campaign(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::sim_client;
 
     fn spec(holder: &str, renew_secs_ago: i64, duration: i32) -> LeaseSpec {
         let now = jiff::Timestamp::now();
@@ -937,18 +938,6 @@ mod tests {
             Fence::always().send_epoch(0, slow(s(60))).await,
             Ok("answered")
         );
-    }
-
-    async fn sim_client() -> (kube_sim::Sim, Client) {
-        let sim = kube_sim::Sim::start(kube_sim::SimConfig::default())
-            .await
-            .unwrap();
-        let kc =
-            kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(&sim.admin_token())).unwrap();
-        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
-        (sim, Client::try_from(cfg).unwrap())
     }
 
     fn lease_cfg(identity: &str, clock: WallClock) -> LeaseConfig {

@@ -368,6 +368,25 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// Result with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// What the unit tests of several modules share.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use kube::Client;
+
+    /// A fresh kube-sim and a client of its admin.
+    pub(crate) async fn sim_client() -> (kube_sim::Sim, Client) {
+        let sim = kube_sim::Sim::start(kube_sim::SimConfig::default())
+            .await
+            .expect("kube-sim starts");
+        let kc = kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(&sim.admin_token()))
+            .expect("kube-sim's kubeconfig");
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .expect("kube-sim's client config");
+        (sim, Client::try_from(cfg).expect("a client of kube-sim"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

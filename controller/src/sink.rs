@@ -928,15 +928,7 @@ mod tests {
 
     async fn sim_client() -> (kube_sim::Sim, Client) {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        let sim = kube_sim::Sim::start(kube_sim::SimConfig::default())
-            .await
-            .unwrap();
-        let kc =
-            kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(&sim.admin_token())).unwrap();
-        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
-        let client = Client::try_from(cfg).unwrap();
+        let (sim, client) = crate::test_support::sim_client().await;
         Api::<CustomResourceDefinition>::all(client.clone())
             .create(&Default::default(), &kube_discovery_core::crd::definition())
             .await

@@ -696,6 +696,7 @@ impl WatchIndex<LeanService> for SourceIndex {
 mod tests {
     use super::*;
     use crate::inbox::{Inbox, WriterMsg};
+    use crate::test_support::sim_client as sim;
     use kube_discovery_core::convert::ConvertOptions;
     use kube_discovery_core::filter::{AnchoredRegex, NamespaceFilter};
     use serde_json::{Value, json};
@@ -960,19 +961,6 @@ mod tests {
         // An endpoint relist neither: no second barrier.
         list_endpoints(&mut ix, &["in", "other"]);
         assert_eq!(received(&mut inbox).await, Vec::<String>::new());
-    }
-
-    /// A fresh kube-sim for the source tests, with the admin's client.
-    async fn sim() -> (kube_sim::Sim, Client) {
-        let sim = kube_sim::Sim::start(kube_sim::SimConfig::default())
-            .await
-            .unwrap();
-        let kc =
-            kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(&sim.admin_token())).unwrap();
-        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
-        (sim, Client::try_from(cfg).unwrap())
     }
 
     /// Creates `obj` in its namespace.
