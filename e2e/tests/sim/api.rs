@@ -1891,7 +1891,9 @@ async fn events_core_v1_and_events_k8s_io_v1(backend: Backend) {
         tokio::spawn(async move {
             sim_support::watch_lines(
                 &c,
-                &format!("{path}?watch=true&resourceVersion={rv}"),
+                // Only this test's Events: the real API server may record
+                // its own in `default` meanwhile (the ClusterIP repair).
+                &format!("{path}?watch=true&resourceVersion={rv}&labelSelector=test%3Devents-api"),
                 6,
                 10,
             )
@@ -1906,7 +1908,7 @@ async fn events_core_v1_and_events_k8s_io_v1(backend: Backend) {
         "POST",
         CORE,
         Some(json!({"apiVersion": "v1", "kind": "Event",
-               "metadata": {"name": "web.core", "namespace": "default"},
+               "metadata": {"name": "web.core", "namespace": "default", "labels": {"test": "events-api"}},
                "involvedObject": {"apiVersion": "v1", "kind": "Service", "name": "web", "namespace": "default"},
                "reason": "Synced", "message": "synced 3 endpoints", "type": "Normal",
                "source": {"component": "kube-discovery"}, "count": 1,
@@ -1922,7 +1924,7 @@ async fn events_core_v1_and_events_k8s_io_v1(backend: Backend) {
         "POST",
         NEW,
         Some(json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
-               "metadata": {"name": "web.new", "namespace": "default"},
+               "metadata": {"name": "web.new", "namespace": "default", "labels": {"test": "events-api"}},
                "eventTime": "2026-01-01T00:00:00.000000Z",
                "reportingController": "kube-discovery", "reportingInstance": "kd-0",
                "action": "Sync", "reason": "Synced", "note": "synced 5 endpoints", "type": "Normal",
