@@ -3,23 +3,17 @@
 //! `lastTransitionTime` of every condition that did not change, and an
 //! Event is emitted only for news) and the [`Events`] handle.
 //!
-//! The conditions come from the objects themselves: the start-up list
-//! (`Sink::list_versions`, on every leadership gain) fills them, each write
-//! replaces them, a delete forgets them. A restart therefore keeps the
-//! times (the list reads them back), and a new leader starts from what the
-//! API server holds, not from a memory of its own. Only what the decisions
-//! read is kept: for `Ready` and `Degraded`, the status and the time
-//! (`conditions::conditions` keeps a time while the status stays), plus the
-//! message of a `Degraded=True` condition (`degraded_news` compares it).
-//! Other condition types are never read back. Per service that is 64 bytes
-//! under a 64-bit hash of its key (a collision could only carry a time or
-//! an Event decision over to another service, at odds of about 1 in 10^9
-//! for 100,000 services), where whole `Condition`s under a `ServiceKey`
-//! took about 560 bytes: 56 MB for 100,000 services (issue 19, item 1).
+//! The conditions come from the objects themselves: the start-up list fills
+//! them on every leadership gain, each write replaces them, a delete forgets
+//! them; so a restart or a new leader keeps the times. Only what the
+//! decisions read is kept (status and time of `Ready` and `Degraded`, the
+//! message of `Degraded=True`), under a 64-bit hash of the service key: a
+//! collision could only carry a time or an Event decision over to another
+//! service. What both save is in BENCHMARKS.md ("what each piece buys").
 //!
-//! Kept apart from `sink.rs` (which only calls [`Explain`] at its write,
-//! delete and list points) so the write mechanics and the explanations
-//! change independently.
+//! Apart from `sink.rs`, which only calls [`Explain`] at its write, delete
+//! and list points, so the write mechanics and the explanations change
+//! independently.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};

@@ -88,9 +88,6 @@ use crate::model::{PortExtras, PortMap, ServiceKey, ServiceNodes, SourceKind};
 use crate::service::{ServiceInfo, port_extras};
 use crate::shards::Buckets;
 
-mod kept;
-use kept::KeptText;
-
 /// A Service whose annotations or ExternalName were skipped, as news
 /// ([`Index::take_service_news`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,20 +201,20 @@ struct Work {
 }
 
 /// One EndpointSlice as the index keeps it (one per slice for as long as
-/// it lives: the owner UID and resourceVersion are [`KeptText`]s).
+/// it lives; its texts are `CompactString`s, inline up to 24 bytes).
 #[derive(Debug, Clone)]
 struct StoredSlice {
     service: ServiceKey,
-    owner_uid: Option<KeptText>,
+    owner_uid: Option<CompactString>,
     /// `metadata.resourceVersion` of the object this was built from.
-    resource_version: Option<KeptText>,
+    resource_version: Option<CompactString>,
     contribution: SliceContribution,
 }
 
 impl StoredSlice {
     /// The owner UID the slice carries.
     fn owner(&self) -> Option<String> {
-        self.owner_uid.as_ref().map(KeptText::as_string)
+        self.owner_uid.as_ref().map(CompactString::to_string)
     }
 }
 
@@ -799,8 +796,8 @@ impl Index {
         self.note(|w| w.converted += 1);
         Arc::new(StoredSlice {
             service,
-            owner_uid: owner_service_uid(&s.metadata).map(|u| KeptText::new(&u)),
-            resource_version: resource_version(&s.metadata).map(KeptText::new),
+            owner_uid: owner_service_uid(&s.metadata).map(CompactString::from),
+            resource_version: resource_version(&s.metadata).map(CompactString::from),
             contribution: SliceContribution::new(s, &self.opts),
         })
     }
@@ -1132,7 +1129,7 @@ impl Index {
                             .resource_version
                             .as_ref()
                             .zip(resource_version(&s.metadata))
-                            .is_some_and(|(old, new)| old.is(new)) =>
+                            .is_some_and(|(old, new)| old == new) =>
                 {
                     Arc::clone(old)
                 }

@@ -324,3 +324,107 @@ async fn skipped_source_data_is_degraded_with_one_event(backend: Backend) {
     assert_eq!(skipped_events(&env).await.len(), 1);
     ctl.stop().await;
 }
+
+/// What the `observedGeneration` stamp costs and what a simpler scheme
+/// would (issue 30; the figures this prints are in BENCHMARKS.md): each
+/// change of a service is ONE write request, and the version it writes is
+/// already current by kstatus's rule (`status.observedGeneration` =
+/// `metadata.generation`), so the object is current as soon as it is
+/// written. The simpler scheme, stamping in a second write the generation
+/// the first write's answer reported, never gets there on this CRD (no
+/// status subresource): each such write moves the generation again.
+#[both_backends]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_change_is_one_write_that_is_current_when_written(backend: Backend) {
+    let env = Env::start(backend).await;
+    env.namespace(NS).await;
+    web_endpoints(&env, &[("10.0.0.1", true)]).await;
+    let ctl = Controller::start(&env, "gen", &config(&env), &[]).await;
+    ctl.wait_ready().await;
+    let mut ds = wait_stamped(&env, "web").await;
+    let hosts = [
+        "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6",
+    ];
+    let mut latencies_ms = Vec::new();
+    for n in 2..=hosts.len() {
+        let mark = env.mark().await;
+        let eps: Vec<(&str, bool)> = hosts[..n].iter().map(|h| (*h, true)).collect();
+        web_endpoints(&env, &eps).await;
+        ds = env.wait_nodes(NS, "web", "http", &hosts[..n]).await;
+        // Room for a corrective write, had the first one been stamped wrong.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let writes = env.api.writes_since(mark).await.expect("write log");
+        let of = |resource: &str, name: &str| -> Vec<&Value> {
+            writes
+                .iter()
+                .filter(|w| {
+                    w["resource"]
+                        .as_str()
+                        .is_some_and(|r| r.starts_with(resource))
+                        && w["namespace"] == NS
+                        && w["name"] == name
+                })
+                .collect()
+        };
+        let (source, ours) = (
+            of("endpointslices", "web-a"),
+            of("discoveredservices", "web"),
+        );
+        assert_eq!(ours.len(), 1, "one write per change: {writes:?}");
+        assert_eq!(source.len(), 1, "{writes:?}");
+        let now = env.dsvc(NS, "web").await.expect("web");
+        assert!(stamped(&now), "current when written: {now}");
+        assert_eq!(
+            now["metadata"]["resourceVersion"],
+            ds["metadata"]["resourceVersion"]
+        );
+        let at = |w: &Value| w["timeNanos"].as_u64().expect("timeNanos");
+        latencies_ms.push(at(ours[0]).saturating_sub(at(source[0])) as f64 / 1e6);
+    }
+    ctl.stop().await;
+    println!(
+        "{}: {} changes, 1 write each, current when written; slice write -> current object: {latencies_ms:.1?} ms",
+        backend.name(),
+        latencies_ms.len()
+    );
+
+    // The second-write scheme, on a copy of `web` that no controller owns:
+    // written without the stamp, then stamped with the generation each
+    // answer reported.
+    let api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(env.admin.clone(), NS, &controller_support::dsvc_resource());
+    let mut status = ds["status"].clone();
+    status.as_object_mut().unwrap().remove("observedGeneration");
+    for c in status["conditions"].as_array_mut().unwrap() {
+        c.as_object_mut().unwrap().remove("observedGeneration");
+    }
+    let alt = |status: &Value| {
+        json!({"apiVersion": "kubediscovery.io/v1alpha1", "kind": "DiscoveredService",
+            "metadata": {"name": "alt", "namespace": NS}, "spec": ds["spec"], "status": status})
+    };
+    let pp = PatchParams::apply("issue-30-alt").force();
+    let mut got = api
+        .patch("alt", &pp, &Patch::Apply(alt(&status)))
+        .await
+        .expect("apply alt");
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        let stamp = got.metadata.generation.expect("generation");
+        status["observedGeneration"] = json!(stamp);
+        got = api
+            .patch("alt", &pp, &Patch::Apply(alt(&status)))
+            .await
+            .expect("stamp alt");
+        rounds.push((stamp, got.metadata.generation.expect("generation")));
+    }
+    println!(
+        "{}: second-write scheme, (observedGeneration written, generation after): {rounds:?}",
+        backend.name()
+    );
+    assert!(
+        rounds
+            .iter()
+            .all(|(stamp, generation)| *generation == stamp + 1),
+        "each stamping write moves the generation past its stamp: {rounds:?}"
+    );
+}
