@@ -5,7 +5,8 @@
 //! an admin kube client, a scratch directory, and typed access to the write
 //! log and request counts (kube-sim's `/_sim/stats` and `/_sim/writes`, which
 //! it does not count as API requests; on the real server its audit log, with
-//! write answers of the source resources logged for their revisions).
+//! write answers of the source resources and ConfigMaps logged for their
+//! revisions).
 //!
 //! The controller and the echo client talk to the API server directly (on the
 //! real backend: not through the test harness's fault proxy).
@@ -32,7 +33,7 @@ pub struct Write {
     /// Object name.
     pub name: String,
     /// Revision of the write (0 where the real server's audit log has no
-    /// answer body: every resource but the sources).
+    /// answer body: every resource but the sources and ConfigMaps).
     #[serde(deserialize_with = "rv_number")]
     pub resource_version: u64,
 }
@@ -80,10 +81,12 @@ impl Env {
                     .unwrap_or_default(),
                 history_size: history,
                 crds: vec![kube_discovery_core::crd::crd_yaml()],
-                // The churn scenario maps each source change to its revision.
+                // The churn scenario maps each source change to its revision,
+                // and the echo client's ConfigMap writes to theirs.
                 audit_write_bodies: vec![
                     ("discovery.k8s.io".into(), "endpointslices".into()),
                     (String::new(), "endpoints".into()),
+                    (String::new(), "configmaps".into()),
                 ],
                 ..Options::default()
             },

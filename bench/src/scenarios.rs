@@ -15,9 +15,10 @@
 //!
 //! Latency of a change = time of the first DiscoveredService write of that
 //! service committed at or after the source write (the echo client: the first
-//! write of its ConfigMap). A write already in flight when the change lands is
-//! counted as reflecting it, so values can be slightly optimistic; changes are
-//! spread over many services to keep that rare. The changes of a service
+//! write of its ConfigMap, by revision: see `echo_write`). A write already in
+//! flight when the change lands is counted as reflecting it, so values can be
+//! slightly optimistic; changes are spread over many services to keep that
+//! rare. The changes of a service
 //! between two of its DiscoveredService writes that end where they started
 //! (the ready addresses back where they were: a ready flip and back, an add
 //! and its removal inside the coalescing window) have nothing to write: they
@@ -432,6 +433,23 @@ fn first_at_or_after(sorted: &[u64], t: u64) -> Option<u64> {
     sorted.get(i).copied()
 }
 
+/// The time of the echo client's first ConfigMap write that reflects a source
+/// write at time `t` with revision `rv`; `writes` are `(time, revision)`,
+/// sorted by time. By revision where the log has them: the real API server's
+/// log times a write by its answer, and the echo of a write can be answered
+/// before the write itself (then it counts at `t`, latency 0).
+fn echo_write(writes: &[(u64, u64)], t: u64, rv: u64) -> Option<u64> {
+    if rv != 0 && writes.iter().all(|&(_, r)| r != 0) {
+        return writes
+            .iter()
+            .filter(|&&(_, r)| r > rv)
+            .min_by_key(|&&(_, r)| r)
+            .map(|&(x, _)| x.max(t));
+    }
+    let i = writes.partition_point(|&(x, _)| x < t);
+    writes.get(i).map(|&(x, _)| x)
+}
+
 /// Scenarios 2 and 3: churn with the controller and the echo client running
 /// side by side on the same load.
 pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
@@ -486,7 +504,7 @@ pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
         .map(|w| (w.resource_version, w.time_nanos))
         .collect();
     let mut ds_times: HashMap<&str, Vec<u64>> = HashMap::new();
-    let mut cm_times: HashMap<&str, Vec<u64>> = HashMap::new();
+    let mut cm_times: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
     for w in &ws {
         match w.resource.as_str() {
             "discoveredservices" => ds_times
@@ -496,11 +514,14 @@ pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
             "configmaps" => cm_times
                 .entry(w.name.as_str())
                 .or_default()
-                .push(w.time_nanos),
+                .push((w.time_nanos, w.resource_version)),
             _ => {}
         }
     }
-    for v in ds_times.values_mut().chain(cm_times.values_mut()) {
+    for v in ds_times.values_mut() {
+        v.sort_unstable();
+    }
+    for v in cm_times.values_mut() {
         v.sort_unstable();
     }
     let relevant: Vec<&Change> = changes.iter().filter(|c| c.relevant).collect();
@@ -558,7 +579,7 @@ pub async fn churn(opts: &Opts, mode: Mode, p: &ChurnParams) -> Result<Value> {
         let cm_name = format!("echo-{}", load::first_object_name(mode, ch.svc));
         match cm_times
             .get(cm_name.as_str())
-            .and_then(|v| first_at_or_after(v, t))
+            .and_then(|v| echo_write(v, t, ch.rv))
         {
             Some(d) => echo_lat.push((d - t) as f64 / 1e6),
             None => echo_missing += 1,
@@ -843,4 +864,29 @@ pub async fn recovery(
                         "reconverge_410_le_2s": secs(last as i128 - t_f as i128) <= 2.0,
                         "reconverge_outage_le_2s": secs(last_b as i128 - t_back as i128) <= 2.0},
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seen on the real API server under load: the echo client's write of
+    /// revision 479, caused by the source write of revision 478, answered
+    /// 1.7 ms before that source write's own answer.
+    #[test]
+    fn an_echo_answered_before_its_source_write_still_reflects_it() {
+        let t = 1_796_626_717_947_154_000;
+        let writes = [
+            (t - 1_646_658_816, 306),
+            (t - 248_939_008, 443),
+            (t - 1_691_904, 479),
+        ];
+        assert_eq!(echo_write(&writes, t, 478), Some(t));
+        // An older write answered later does not reflect it.
+        let writes = [(t - 1_691_904, 443), (t + 2_000_000, 479)];
+        assert_eq!(echo_write(&writes, t, 478), Some(t + 2_000_000));
+        assert_eq!(echo_write(&[(t + 5, 443)], t, 478), None);
+        // Without revisions (a log that has none): by time.
+        assert_eq!(echo_write(&[(t - 1, 0), (t + 7, 0)], t, 478), Some(t + 7));
+    }
 }

@@ -1,12 +1,15 @@
-//! The reconnect policy of every watcher kube-discovery runs (source
-//! watchers, its own DiscoveredService/ConfigMap watches, the gateways'
-//! reflector): `250 ms` doubling to a `1 s` cap, jittered, never giving up.
+//! The backoffs of kube-discovery's watchers and planners, built with
+//! [`backon`]'s [`ExponentialBuilder`]: the watchers' reconnect delays
+//! ([`WatchBackoff`]) and the write and snapshot planners' retry delays
+//! ([`RetryDelays`]).
 //!
-//! Not kube-runtime's `DefaultBackoff` (800 ms doubling to 30 s): after an
-//! outage the first retry once the API server answers again must come within
-//! about a second, not tens of seconds. Pure policy (a clock read, no I/O),
-//! plugged into kube-runtime with `WatchStreamExt::backoff`, or driven by
-//! hand where the caller can tell errors apart ([`WatchBackoff::next_after_gone`]).
+//! The watchers (source watchers, the drift watch of our DiscoveredServices,
+//! the gateways' reflector) wait `250 ms` doubling to a `1 s` cap, jittered,
+//! never giving up. Not kube-runtime's `DefaultBackoff` (800 ms doubling to
+//! 30 s): after an outage the first retry once the API server answers again
+//! must come within about a second, not tens of seconds. Plugged into
+//! kube-runtime with `WatchStreamExt::backoff`, or driven by hand where the
+//! caller can tell errors apart ([`WatchBackoff::next_after_gone`]).
 //!
 //! A watch that ends with `410 Gone` (its resourceVersion was compacted away)
 //! is not a failing server: it answered, and the watcher's next request is a
@@ -14,25 +17,29 @@
 //! first such retry after a healthy stretch goes at once; a 410 again within
 //! [`RESET_AFTER`] gets the ordinary delays (a server that keeps answering
 //! 410 is never hammered).
+//!
+//! The planners are pure and scripted by golden files: their delays have no
+//! jitter and depend on the attempt number alone.
 
-use std::hash::{BuildHasher, Hasher, RandomState};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use kube::runtime::utils::Backoff;
 
 /// Reconnect backoff of the watchers: `min`, doubling up to `max`,
 /// each delay jittered down to between half and all of it; never gives up.
-/// [`Backoff::reset`] (called by kube-runtime on every successful event)
-/// starts again from `min`.
-#[derive(Debug, Clone)]
+///
+/// A wrapper around backon's backoff because backon cannot express the two
+/// rules of the module docs: a reset only after a healthy stretch, and a
+/// `410 Gone` retried at once.
+#[derive(Debug)]
 pub struct WatchBackoff {
-    min: Duration,
+    builder: ExponentialBuilder,
+    delays: ExponentialBackoff,
+    /// The longest delay (what `next` falls back to).
     max: Duration,
-    next: Duration,
-    rng: RandomState,
-    draws: u64,
     /// When the last delay was handed out (see [`Backoff::reset`] below).
-    last: Option<std::time::Instant>,
+    last: Option<Instant>,
 }
 
 impl WatchBackoff {
@@ -43,25 +50,20 @@ impl WatchBackoff {
 
     /// A custom policy (`max` is raised to `min` if smaller).
     pub fn with_bounds(min: Duration, max: Duration) -> Self {
+        // backon's jitter adds up to the delay itself: half the bounds,
+        // jittered up, are the bounds jittered down to half.
+        let builder = ExponentialBuilder::new()
+            .with_min_delay(min / 2)
+            .with_max_delay(max.max(min) / 2)
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times();
         Self {
-            min,
+            builder,
+            delays: builder.build(),
             max: max.max(min),
-            next: min,
-            rng: RandomState::new(),
-            draws: 0,
             last: None,
         }
-    }
-
-    /// A uniform-ish fraction in [0.5, 1.0] from a randomly keyed hasher.
-    fn jitter(&mut self) -> f64 {
-        self.draws = self.draws.wrapping_add(1);
-        let mut h = self.rng.build_hasher();
-        h.write_u64(self.draws);
-        let bits = h.finish() >> 11; // 53 bits
-        #[allow(clippy::cast_precision_loss)]
-        let unit = bits as f64 / (1u64 << 53) as f64;
-        0.5 + 0.5 * unit
     }
 }
 
@@ -71,7 +73,7 @@ impl WatchBackoff {
     /// ordinary next delay. See the module docs.
     pub fn next_after_gone(&mut self) -> Duration {
         if self.last.is_none_or(|t| t.elapsed() >= RESET_AFTER) {
-            self.last = Some(std::time::Instant::now());
+            self.last = Some(Instant::now());
             Duration::ZERO
         } else {
             Iterator::next(self).unwrap_or(self.max)
@@ -89,10 +91,8 @@ impl Iterator for WatchBackoff {
     type Item = Duration;
 
     fn next(&mut self) -> Option<Duration> {
-        self.last = Some(std::time::Instant::now());
-        let base = self.next;
-        self.next = self.next.saturating_mul(2).min(self.max);
-        Some(base.mul_f64(self.jitter()))
+        self.last = Some(Instant::now());
+        Some(self.delays.next().unwrap_or(self.max))
     }
 }
 
@@ -105,13 +105,48 @@ impl Backoff for WatchBackoff {
     /// 1 s cap, and a watch that ran fine reconnects after 250 ms again.
     fn reset(&mut self) {
         if self.last.is_none_or(|t| t.elapsed() >= RESET_AFTER) {
-            self.next = self.min;
+            self.delays = self.builder.build();
         }
     }
 }
 
 /// How long a watch must run without a retry before the backoff starts over.
 pub const RESET_AFTER: Duration = Duration::from_secs(5);
+
+/// The planners' retry delays: `min` doubling per failed attempt, at most
+/// `max`, no jitter. A wrapper because the planners keep an attempt number
+/// per key (and report it), not a backoff iterator, and because backon
+/// multiplies in `f32` seconds (200 ms doubles to 400.000006 ms): delays of
+/// a millisecond or more are rounded to whole milliseconds, so they add up
+/// and compare exactly.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryDelays {
+    builder: ExponentialBuilder,
+}
+
+impl RetryDelays {
+    /// `min` doubling to `max` (`max` is raised to `min` if smaller).
+    pub fn new(min: Duration, max: Duration) -> Self {
+        Self {
+            builder: ExponentialBuilder::new()
+                .with_min_delay(min)
+                .with_max_delay(max.max(min))
+                .with_factor(2.0)
+                .without_max_times(),
+        }
+    }
+
+    /// The delay after failed attempt `attempt` (1: the first failure).
+    pub fn delay(&self, attempt: u32) -> Duration {
+        // 63 doublings reach any `max` from any nonzero `min`.
+        let step = attempt.saturating_sub(1).min(63) as usize;
+        let d = self.builder.build().nth(step).unwrap_or_default();
+        if d < Duration::from_millis(1) {
+            return d;
+        }
+        Duration::from_secs_f64((d.as_secs_f64() * 1000.0).round() / 1000.0)
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -173,5 +208,42 @@ mod tests {
         assert_eq!(b.next_after_gone(), Duration::ZERO);
         let d = b.next().unwrap();
         assert!(d <= Duration::from_millis(250), "not reset: {d:?}");
+    }
+
+    #[test]
+    fn custom_bounds_are_jittered_down_to_half() {
+        let mut b = WatchBackoff::with_bounds(Duration::from_millis(500), Duration::from_secs(10));
+        for (i, d) in b.by_ref().take(12).enumerate() {
+            let base = Duration::from_millis(500)
+                .saturating_mul(1 << i.min(5))
+                .min(Duration::from_secs(10));
+            assert!(
+                d >= base / 2 && d <= base,
+                "delay {i} = {d:?}, base {base:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn retry_delays_double_to_the_cap_in_whole_milliseconds() {
+        let ms = |v: &[u64]| {
+            v.iter()
+                .map(|m| Duration::from_millis(*m))
+                .collect::<Vec<_>>()
+        };
+        let r = RetryDelays::new(Duration::from_millis(200), Duration::from_millis(800));
+        let got: Vec<Duration> = (1..=5).map(|a| r.delay(a)).collect();
+        assert_eq!(got, ms(&[200, 400, 800, 800, 800]));
+        // 20 ms is not exact in f32 (backon's arithmetic): still whole milliseconds.
+        let r = RetryDelays::new(Duration::from_millis(20), Duration::from_millis(200));
+        let got: Vec<Duration> = (1..=6).map(|a| r.delay(a)).collect();
+        assert_eq!(got, ms(&[20, 40, 80, 160, 200, 200]));
+        // Attempt 0 is the first delay; a key failing forever stays at the cap.
+        let r = RetryDelays::new(Duration::from_millis(500), Duration::from_secs(30));
+        assert_eq!(r.delay(0), Duration::from_millis(500));
+        assert_eq!(r.delay(u32::MAX), Duration::from_secs(30));
+        // `max` below `min` is raised to it.
+        let r = RetryDelays::new(Duration::from_secs(2), Duration::from_secs(1));
+        assert_eq!(r.delay(3), Duration::from_secs(2));
     }
 }

@@ -37,6 +37,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use crate::backoff::RetryDelays;
 use crate::dump::{INDEX_KEY, Layout, ShardData};
 pub use crate::write_plan::At;
 
@@ -288,11 +289,7 @@ impl Planner {
 
     /// `retry_min` doubling per failed round, at most `retry_max`.
     fn backoff(&self) -> Duration {
-        let exp = self.attempts.saturating_sub(1).min(16);
-        self.opts
-            .retry_min
-            .saturating_mul(1u32 << exp)
-            .min(self.opts.retry_max)
+        RetryDelays::new(self.opts.retry_min, self.opts.retry_max).delay(self.attempts)
     }
 
     /// A round one coalescing window from now, unless one is due already

@@ -50,6 +50,7 @@ pub use self::objects::{
 };
 use self::queue::{Pending, Queue};
 use crate::ServiceKey;
+use crate::backoff::RetryDelays;
 
 /// A point in time: the time since an origin the caller picks.
 pub type At = Duration;
@@ -366,11 +367,7 @@ impl Planner {
 
     /// `retry_min` doubling per attempt, at most `retry_max`.
     fn backoff(&self, attempts: u32) -> Duration {
-        let exp = attempts.saturating_sub(1).min(16);
-        self.opts
-            .retry_min
-            .saturating_mul(1u32 << exp)
-            .min(self.opts.retry_max)
+        RetryDelays::new(self.opts.retry_min, self.opts.retry_max).delay(attempts)
     }
 
     /// Takes in what happened at `now`; returns what to do at once.
