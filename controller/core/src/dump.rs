@@ -37,7 +37,7 @@
 //!   than a shard so that a change rebuilds and hashes little), else `P`
 //!   parts (the smallest power of two at which each fits) by
 //!   the hash of each node's host, the partition of the DiscoveredService
-//!   shards ([`crate::shards::partition`]; every port of an endpoint in one
+//!   shards ([`crate::crd::shards::partition`]; every port of an endpoint in one
 //!   part, part 0 carrying every port key), as entries with
 //!   `"part":{"index":k,"count":P}`. Where a service or node goes depends on
 //!   its name or host and the count only, never on what sorts before it, and
@@ -495,16 +495,16 @@ fn escaped_twice_len(s: &str) -> usize {
 }
 
 /// The stable bucket hash of a small service: FNV-1a 64 of
-/// `<id>/<ns>/<name>` ([`crate::shards::node_hash`], the hash the
+/// `<id>/<ns>/<name>` ([`crate::crd::shards::node_hash`], the hash the
 /// DiscoveredService shards use, pinned forever), so a service's bucket
 /// depends on its name and the bucket count only, never on the services
 /// sorting before it.
 fn service_hash(id: &str, ns: &str, name: &str) -> u64 {
-    crate::shards::node_hash(&format!("{id}/{ns}/{name}"))
+    crate::crd::shards::node_hash(&format!("{id}/{ns}/{name}"))
 }
 
 /// Splits one service too big for a shard into parts by the hash of each
-/// node's host ([`crate::shards::partition`], the partition of the
+/// node's host ([`crate::crd::shards::partition`], the partition of the
 /// DiscoveredService shards): the smallest power-of-two count `>= 2` at
 /// which every part fits `avail`. A node's part depends on its host and the
 /// count only, so one endpoint added or removed changes one part, wherever
@@ -525,7 +525,7 @@ fn split_service(
     let items: Vec<(u64, usize)> = ports
         .values()
         .flatten()
-        .map(|n| (crate::shards::node_hash(&n.host), node_cost(n)))
+        .map(|n| (crate::crd::shards::node_hash(&n.host), node_cost(n)))
         .collect();
     let cap = split_cap(items.len());
     let mut count = 2usize;
@@ -543,7 +543,7 @@ fn split_service(
         count *= 2;
     };
     let total = u32::try_from(count).map_err(BuildError::TooMany)?;
-    let parts = crate::shards::partition(ports, total);
+    let parts = crate::crd::shards::partition(ports, total);
     let mut out = Vec::with_capacity(count);
     for (i, pm) in parts.iter().enumerate() {
         out.push(part_entry(name, pm, i, total)?);
@@ -1164,7 +1164,7 @@ impl Builder {
     /// Which parts differ: with the value's kept [`crate::model::Buckets`] (the index
     /// keeps them for a big service) and the parts' digests cached, the
     /// parts whose digest changed, found without touching a node, and their
-    /// nodes copied in one pass ([`crate::shards::partition_some`]). Else
+    /// nodes copied in one pass ([`crate::crd::shards::partition_some`]). Else
     /// the nodes are partitioned by reference and compared with the cached
     /// parts. The digest path trusts the state's lists to be sorted (the
     /// index sorts them; checking it is a pass over every node, what this
@@ -1209,7 +1209,7 @@ impl Builder {
                 let fresh = if wanted.is_empty() {
                     Vec::new()
                 } else {
-                    crate::shards::partition_some(ports, total, &wanted)
+                    crate::crd::shards::partition_some(ports, total, &wanted)
                 };
                 let mut fresh = fresh.into_iter();
                 #[cfg(test)]
@@ -1308,14 +1308,14 @@ impl Builder {
 
     /// The parts of `split`'s count whose nodes in `ports` differ from the
     /// cached ones, with their new nodes: every node partitioned by
-    /// reference ([`crate::shards::partition`]'s rule) and compared.
+    /// reference ([`crate::crd::shards::partition`]'s rule) and compared.
     fn changed_by_compare(ports: &PortMap, split: &Split) -> Vec<Option<PortMap>> {
         let count = split.parts.len();
         let mut cut: Vec<Vec<(&String, Vec<&Node>)>> = vec![Vec::new(); count];
         for (port, list) in ports {
             cut[0].push((port, Vec::new()));
             for n in list {
-                let part = &mut cut[bucket(crate::shards::node_hash(&n.host), count)];
+                let part = &mut cut[bucket(crate::crd::shards::node_hash(&n.host), count)];
                 if part.last().is_none_or(|(p, _)| *p != port) {
                     part.push((port, Vec::new()));
                 }

@@ -24,7 +24,6 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backoff;
-pub mod conditions;
 pub mod config;
 pub mod convert;
 pub mod crd;
@@ -37,7 +36,6 @@ pub mod lean;
 pub mod model;
 pub mod render;
 pub mod service;
-pub mod shards;
 pub mod snapshot_plan;
 pub mod write_plan;
 pub mod yaml;

@@ -37,8 +37,8 @@ use std::sync::Arc;
 use compact_str::CompactString;
 
 use super::{ConvertOptions, Drain, SliceContribution};
+use crate::crd::shards::Buckets;
 use crate::model::{Node, NodeTopology, PortMap};
-use crate::shards::Buckets;
 
 /// A node's identity within one port key.
 type HostPort = (CompactString, i32);

@@ -208,7 +208,7 @@ impl SkipReason {
             | SkipReason::UnknownAddressType
             | SkipReason::MissingName
             | SkipReason::MissingServiceLabel
-            | SkipReason::InvalidServiceName => crate::conditions::SOURCE_DATA_SKIPPED,
+            | SkipReason::InvalidServiceName => crate::crd::conditions::SOURCE_DATA_SKIPPED,
         }
     }
 }

@@ -59,7 +59,7 @@ use crate::model::{PortExtras, PortMap, ServiceKey, ServiceNodes, SourceKind};
 
 use crate::service::{ServiceInfo, port_extras};
 
-use crate::shards::Buckets;
+use crate::crd::shards::Buckets;
 
 mod desired;
 mod endpoints;

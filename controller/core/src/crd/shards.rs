@@ -1,5 +1,5 @@
 //! How a big service is split over several objects: a STABLE partition of
-//! its nodes, and the per-shard content versions (issue 19 item 2).
+//! its nodes, and the per-shard content versions.
 //!
 //! ```text
 //!  node's host ──fnv1a64──▶ h ──h mod count──▶ shard index
@@ -20,9 +20,7 @@
 //!   function of the content (the drift check and the sink compute the same
 //!   objects without sharing state). The price of no state: a service whose
 //!   biggest shard sits right at the limit flips between `c` and `2c` when
-//!   one endpoint comes and goes (each flip rewrites every shard); with
-//!   512 KiB shards that is a service of ~10,000 x `c` endpoints changing
-//!   exactly at the threshold.
+//!   one endpoint comes and goes (each flip rewrites every shard).
 //! * **FNV-1a, hand-written.** The partition is stored in objects on the API
 //!   server and read back by the next binary, so the hash must never change
 //!   between Rust releases or crates versions (std's `DefaultHasher` makes no
@@ -39,8 +37,7 @@
 //! nodes in it ([`Buckets`], updated per changed node), so the count (sums
 //! of bucket sizes), the one-object check and every shard's version (sums
 //! of bucket digests, [`shard_version`]) cost O(buckets), not O(nodes):
-//! writing one change of a 100,000-endpoint service measures and hashes no
-//! node again (issue 19, item 2).
+//! writing one change of a big service measures and hashes no node again.
 
 pub use crate::model::{Buckets, MAX_SHARDS, node_hash};
 use crate::model::{Node, PortExtras, PortMap, PortsDigest, SourceKind};
