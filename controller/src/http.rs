@@ -227,10 +227,10 @@ fn unauthorized() -> Response {
 }
 
 /// The APISIX dump document of the shared state, as JSON bytes (the
-/// endpoints part is what [`kube_discovery_core::dump::Dump`] and the
+/// endpoints part is what [`kube_discovery_core::snapshot::Dump`] and the
 /// ConfigMap snapshot publish), each entry extended with its Service-port
 /// `aliases` and `appProtocols` where there are any
-/// ([`kube_discovery_core::dump::with_port_extras`]). The services are taken
+/// ([`kube_discovery_core::snapshot::with_port_extras`]). The services are taken
 /// under the state's lock as `Arc`s and written out from there: no node list
 /// is copied, and the lock is not held while writing.
 pub fn dump_json(shared: &ControllerState, config: &Value) -> serde_json::Result<Vec<u8>> {
@@ -503,12 +503,13 @@ mod tests {
         let d = crate::snapshot_sink::dump_of(&shared);
         assert_eq!(d.services(), 4);
         assert_eq!(d.clusters.len(), 3);
-        let want = kube_discovery_core::dump::with_port_extras(d.to_apisix_endpoints(), |key| {
-            shared
-                .desired(key)
-                .map(|s| s.extras.clone())
-                .filter(|x| !x.is_empty())
-        });
+        let want =
+            kube_discovery_core::snapshot::with_port_extras(d.to_apisix_endpoints(), |key| {
+                shared
+                    .desired(key)
+                    .map(|s| s.extras.clone())
+                    .filter(|x| !x.is_empty())
+            });
         let http = dump_value(&shared, &Value::Null);
         assert_eq!(http["endpoints"], want);
         assert_eq!(

@@ -240,8 +240,8 @@ impl ServerView for Held {
 /// sends the one changed shard and the index.
 fn snapshot_build(c: &mut Criterion) {
     use kube_discovery_core::crd::shards::Buckets;
-    use kube_discovery_core::dump::{Builder, DEFAULT_MAX_SHARD_BYTES, Dump, build};
     use kube_discovery_core::model::sort_nodes;
+    use kube_discovery_core::snapshot::{Builder, DEFAULT_MAX_SHARD_BYTES, Dump, build};
     use kube_discovery_core::{ServiceKey, ServiceNodes};
     use std::sync::Arc;
     let mut big = portmap(100_000);

@@ -27,7 +27,6 @@ pub mod backoff;
 pub mod config;
 pub mod convert;
 pub mod crd;
-pub mod dump;
 pub mod filter;
 #[cfg(test)]
 mod golden;
@@ -36,6 +35,7 @@ pub mod lean;
 pub mod model;
 pub mod render;
 pub mod service;
+pub mod snapshot;
 pub mod snapshot_plan;
 pub mod write_plan;
 pub mod yaml;

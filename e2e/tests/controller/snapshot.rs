@@ -44,7 +44,7 @@ use std::time::Duration;
 use controller_support::{Backend, Controller, Env, LIMIT, Options, eventually};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube_discovery_core::dump::{self as snapshot, AssembleError, Dump, INDEX_KEY};
+use kube_discovery_core::snapshot::{self, AssembleError, Dump, INDEX_KEY};
 use serde_json::{Value, json};
 use testenv::both_backends;
 

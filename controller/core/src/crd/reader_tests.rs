@@ -1,4 +1,3 @@
-
 //! [`ReaderRule`]: everything the writer produces is accepted, in every
 //! naming mode; each way of claiming another service is refused.
 
