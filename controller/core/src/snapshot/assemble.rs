@@ -61,13 +61,24 @@ impl AssembleError {
     }
 }
 
-/// Parses an index document.
+/// Parses an index document. Only [`FORMAT`] is read: an index of an
+/// earlier format (written by a controller before it) is refused with an
+/// error saying so, a later one with an error naming both formats.
 pub fn parse_index(text: &str) -> Result<IndexDoc, AssembleError> {
     let idx: IndexDoc = serde_json::from_str(text)
         .map_err(|e| AssembleError::Index(format!("{INDEX_KEY}: {e}")))?;
-    if !(OLDEST_FORMAT..=FORMAT).contains(&idx.format) {
+    if idx.format < FORMAT {
         return Err(AssembleError::Index(format!(
-            "{INDEX_KEY}: format {} is not supported (this reader knows {OLDEST_FORMAT} to {FORMAT})",
+            "{INDEX_KEY}: format {} was written by an older kube-discovery and is no longer \
+             read (this reader knows format {FORMAT}); re-sync the snapshot with the current \
+             controller, which rewrites it in format {FORMAT}",
+            idx.format
+        )));
+    }
+    if idx.format > FORMAT {
+        return Err(AssembleError::Index(format!(
+            "{INDEX_KEY}: format {} is not supported (this reader knows format {FORMAT}); \
+             upgrade the reader",
             idx.format
         )));
     }
@@ -159,9 +170,8 @@ pub fn assemble(
                 ),
             });
         }
-        // Parts hold each port's nodes by host hash (format 2): the merged
-        // lists are sorted like the state's (`model::sort_nodes`). Format 1's
-        // consecutive ranges of a sorted list come out the same.
+        // Parts hold each port's nodes by host hash: the merged lists are
+        // sorted like the state's (`model::sort_nodes`).
         if let Some(ports) = dump
             .clusters
             .get_mut(&id)
@@ -184,14 +194,9 @@ pub fn assemble(
             ),
         });
     }
-    // Format 2: the version names the listed shard hashes and clusters
-    // (each shard was checked against its hash above); format 1: the hash
-    // of the whole assembled state.
-    let got = if idx.format >= 2 {
-        layout_version(&idx.clusters, idx.shards.iter().map(|s| s.sha256.as_str()))
-    } else {
-        dump.version()
-    };
+    // The version names the listed shard hashes and clusters (each shard
+    // was checked against its hash above).
+    let got = layout_version(&idx.clusters, idx.shards.iter().map(|s| s.sha256.as_str()));
     if got != version {
         return Err(AssembleError::Inconsistent {
             reason: format!("the assembled state has version {got}"),

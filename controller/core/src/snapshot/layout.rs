@@ -372,10 +372,9 @@ pub(super) fn finish_shard(
 /// (compact JSON). The shard hashes pin every byte of the content and the
 /// cluster list the clusters without services, so it names the state as
 /// well as a hash of the whole document would, but costs a few hundred
-/// bytes of hashing per round instead of the whole state (issue 19 item 2:
-/// an incremental [`Builder`] must not re-read everything for it), and a
-/// reader that has checked each shard against the index checks it from the
-/// index alone. Format 1's version was [`Dump::version`].
+/// bytes of hashing per round instead of the whole state (an incremental
+/// [`Builder`] must not re-read everything for it), and a reader that has
+/// checked each shard against the index checks it from the index alone.
 pub fn layout_version<'a>(
     clusters: &[String],
     shard_sha256s: impl IntoIterator<Item = &'a str>,

@@ -46,15 +46,14 @@
 //!   counts are pure functions of the content (no memory of earlier layouts
 //!   needed after a restart); the price is that a count doubling or halving
 //!   (a bucket or part crossing the limit), or a service becoming big or small,
-//!   renumbers or rewrites the shards after it, once. The earlier layout
-//!   (format 1) packed services in order and cut big ones by node ranges, so
-//!   one endpoint rewrote every shard from the change on.
+//!   renumbers or rewrites the shards after it, once.
 //! * **Reading parts.** The reader merges a service's parts per port, in any
 //!   position, each part exactly once, and sorts each port's nodes
 //!   (`model::sort_nodes`, the order of the state's lists; [`build`] refuses
-//!   a split service whose lists are not in it). Format 1's consecutive ranges
-//!   of sorted lists come out the same, so [`assemble`] reads both formats:
-//!   readers can be upgraded before the controller.
+//!   a split service whose lists are not in it).
+//! * **Format.** Only [`FORMAT`] is read; an index written by an older
+//!   controller (format 1) is refused with an error that says to re-sync
+//!   with the current controller, which rewrites it.
 //! * **Consistency.** Shard names are fixed (`<name>-<i>`, so a pod can mount
 //!   them) and carry no version; the index lists, for the version it
 //!   describes, the sha256 of every shard's text. The writer writes changed
@@ -63,9 +62,8 @@
 //!   one that meets a deleted shard sees it missing: both are
 //!   [`AssembleError::is_retryable`] ("read again"), never a silently mixed
 //!   result. On top of the per-shard hashes the index's `version` must be
-//!   the hash of its listed shard hashes and clusters ([`layout_version`];
-//!   format 1: of the whole assembled state, [`Dump::version`]), and the
-//!   service/node counts must match.
+//!   the hash of its listed shard hashes and clusters ([`layout_version`]),
+//!   and the service/node counts must match.
 //! * **CPU per change.** [`Builder`] keeps every service's entries and every
 //!   shard's text and hash across rounds and rebuilds only what changed; the
 //!   version is computed from the shard hashes, not the whole state. A
@@ -95,17 +93,11 @@ pub use assemble::{AssembleError, assemble, label_value, parse_index};
 pub use builder::{Builder, shard_name};
 pub use layout::{build, build_with, layout_version};
 
-/// Format number written into the index and every shard. Format 2 cuts a
-/// big service by node host hash (its parts in any position, each port's
-/// nodes sorted after merging); format 1 cut it by node ranges (parts in
-/// order, concatenated). [`assemble`] reads both: the format-2 rule (merge,
-/// then sort) gives format 1's lists too, since its ranges were cut from
-/// sorted lists.
+/// Format number written into the index and every shard, the only one
+/// [`assemble`] reads. Format 2 cuts a big service by node host hash (its
+/// parts in any position, each port's nodes sorted after merging); format 1
+/// (older controllers) cut it by node ranges and is refused.
 pub const FORMAT: u32 = 2;
-
-/// The oldest format [`assemble`] still reads (what a controller before
-/// format 2 wrote; read until the new one has rewritten it).
-pub const OLDEST_FORMAT: u32 = 1;
 
 /// Data key of the index ConfigMap.
 pub const INDEX_KEY: &str = "index.json";
@@ -204,15 +196,6 @@ impl Dump {
                 .collect(),
         )
     }
-
-    /// Content version: the first 16 hex digits of the sha256 of
-    /// [`Dump::to_apisix_endpoints`] (compact JSON, keys sorted).
-    pub fn version(&self) -> String {
-        let text = self.to_apisix_endpoints().to_string();
-        let mut h = hex::encode(Sha256::digest(text.as_bytes()));
-        h.truncate(16);
-        h
-    }
 }
 
 /// Adds kube-discovery's per-service extension fields to the entries of an
@@ -220,7 +203,7 @@ impl Dump {
 /// `appProtocols` (see [`crate::service`]) next to `name` and `value`, only
 /// where `extras_of` gives non-empty ones. APISIX's dump readers read
 /// `name` and `value` only, and `value` is untouched, so the document stays
-/// an APISIX dump (and [`Dump::version`], computed without them, unchanged).
+/// an APISIX dump.
 pub fn with_port_extras(
     mut endpoints: Value,
     extras_of: impl Fn(&ServiceKey) -> Option<PortExtras>,
@@ -329,8 +312,7 @@ impl Layout {
 pub struct IndexDoc {
     /// [`FORMAT`].
     pub format: u32,
-    /// Format 2: [`layout_version`] of the listed shards and clusters;
-    /// format 1: [`Dump::version`] of the state the shards hold.
+    /// [`layout_version`] of the listed shards and clusters.
     pub version: String,
     /// Every cluster id (also those without services).
     pub clusters: Vec<String>,

@@ -1,4 +1,3 @@
-
 use super::builder::*;
 use super::layout::*;
 use super::*;
@@ -300,9 +299,10 @@ fn a_split_service_out_of_order_is_an_error_naming_it() {
 }
 
 #[test]
-fn format_1_layouts_are_still_read() {
+fn format_1_is_refused_naming_the_format_and_what_to_do() {
     // What a controller before format 2 wrote: a service split by node
-    // ranges into consecutive parts, concatenated by the reader.
+    // ranges into consecutive parts. No longer read: a clear error, never a
+    // panic or a wrong set.
     let d = dump_of(&[
         ("", "a", "small", &[("http", 2)]),
         ("", "big", "svc", &[("http", 40), ("grpc", 5)]),
@@ -353,7 +353,7 @@ fn format_1_layouts_are_still_read() {
         .collect();
     let index = json(&IndexDoc {
         format: 1,
-        version: d.version(),
+        version: "0123456789abcdef".to_string(),
         clusters: vec![String::new()],
         services: d.services(),
         nodes: d.nodes(),
@@ -368,11 +368,17 @@ fn format_1_layouts_are_still_read() {
             })
             .collect(),
     });
-    let back = assemble(&index, |r| {
+    let e = assemble(&index, |r| {
         texts.get(r.name[5..].parse::<usize>().unwrap()).cloned()
     })
-    .unwrap();
-    assert_eq!(back, d);
+    .unwrap_err();
+    assert!(matches!(e, AssembleError::Index(_)), "{e:?}");
+    assert!(!e.is_retryable(), "reading again cannot help: {e}");
+    assert!(
+        e.to_string().contains("format 1") && e.to_string().contains("re-sync"),
+        "{e}"
+    );
+    assert_eq!(parse_index(&index).unwrap_err(), e);
     // A format this reader does not know is refused, naming both.
     let e = assemble(&index.replace("\"format\":1", "\"format\":3"), |_| None).unwrap_err();
     assert!(e.to_string().contains("format 3"), "{e}");
