@@ -70,7 +70,7 @@ mod slices;
 mod warnings;
 
 use kept::KeptText;
-use relist::{changed_ids, compacted};
+use relist::{compacted, replace_ids};
 use warnings::merge_warnings_key;
 
 /// A Service whose annotations or ExternalName were skipped, as news

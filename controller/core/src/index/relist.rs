@@ -3,11 +3,13 @@
 
 use super::*;
 
-/// The ids whose value differs between `old` and `new` (changed, added or
-/// removed): what a Service relist touched.
-pub(super) fn changed_ids<V: PartialEq>(
-    old: &BTreeMap<(String, String), V>,
-    new: &BTreeMap<(String, String), V>,
+/// Makes `next` the map of what is known of each Service (UIDs, ports)
+/// after a Service relist; returns the ids whose value changed, was added
+/// or removed (what the relist touched). The one swap both Service relists
+/// use.
+pub(super) fn replace_ids<V: PartialEq>(
+    map: &mut BTreeMap<(String, String), V>,
+    next: BTreeMap<(String, String), V>,
 ) -> BTreeSet<(String, String)> {
     let differs = |a: &BTreeMap<(String, String), V>, b: &BTreeMap<(String, String), V>| {
         a.iter()
@@ -15,10 +17,12 @@ pub(super) fn changed_ids<V: PartialEq>(
             .map(|(id, _)| id.clone())
             .collect::<Vec<_>>()
     };
-    differs(old, new)
+    let touched = differs(map, &next)
         .into_iter()
-        .chain(differs(new, old))
-        .collect()
+        .chain(differs(&next, map))
+        .collect();
+    *map = next;
+    touched
 }
 
 /// `map` with full B-tree leaves, for the maps a relist builds or fills.

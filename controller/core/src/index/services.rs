@@ -23,6 +23,13 @@ impl Index {
         self.service_touched(id)
     }
 
+    /// [`Index::service_touched`] for each of `ids` (a Service relist).
+    fn services_touched(&mut self, ids: BTreeSet<(String, String)>) -> Vec<ServiceKey> {
+        ids.into_iter()
+            .flat_map(|id| self.service_touched(id))
+            .collect()
+    }
+
     /// After the known UID or ports of Service `id` changed: a relist being
     /// received must rebuild it too; the live state is refreshed now.
     pub(super) fn service_touched(&mut self, id: (String, String)) -> Vec<ServiceKey> {
@@ -39,17 +46,13 @@ impl Index {
         &mut self,
         all: impl IntoIterator<Item = (String, String, String)>,
     ) -> Vec<ServiceKey> {
-        let mut next: BTreeMap<(String, String), String> = all
+        let next: BTreeMap<(String, String), String> = all
             .into_iter()
             .filter(|(ns, _, uid)| !uid.is_empty() && self.filter.matches(ns))
             .map(|(ns, name, uid)| ((ns, name), uid))
             .collect();
-        let touched = changed_ids(&self.service_uids, &next);
-        std::mem::swap(&mut self.service_uids, &mut next);
-        touched
-            .into_iter()
-            .flat_map(|id| self.service_touched(id))
-            .collect()
+        let touched = replace_ids(&mut self.service_uids, next);
+        self.services_touched(touched)
     }
 
     /// Tells the index the ports of Service `namespace/name` (`None`:
@@ -85,7 +88,7 @@ impl Index {
         &mut self,
         all: impl IntoIterator<Item = (String, String, ServiceInfo)>,
     ) -> Vec<ServiceKey> {
-        let mut next: BTreeMap<(String, String), ServiceInfo> = all
+        let next: BTreeMap<(String, String), ServiceInfo> = all
             .into_iter()
             .filter(|(ns, _, _)| self.filter.matches(ns))
             .map(|(ns, name, info)| ((ns, name), info))
@@ -101,12 +104,8 @@ impl Index {
             let news = self.service_news_of(ns, name, format!("Service {ns}/{name}"), info);
             self.service_news.extend(news);
         }
-        let touched = changed_ids(&self.service_info, &next);
-        std::mem::swap(&mut self.service_info, &mut next);
-        touched
-            .into_iter()
-            .flat_map(|id| self.service_touched(id))
-            .collect()
+        let touched = replace_ids(&mut self.service_info, next);
+        self.services_touched(touched)
     }
 
     /// Number of Services whose ports are known.
