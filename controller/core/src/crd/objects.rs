@@ -113,7 +113,7 @@ pub fn node_json_len(node: &Node) -> usize {
 pub fn ports_fit(ports: &PortMap, max_bytes: usize) -> bool {
     let mut size: usize = 2;
     for (port, nodes) in ports {
-        size = size.saturating_add(port.len() + 6);
+        size = size.saturating_add(crate::crd::shards::key_cost(port));
         for node in nodes {
             size = size.saturating_add(node_json_len(node) + 1);
             if size > max_bytes {

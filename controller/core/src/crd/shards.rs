@@ -63,8 +63,9 @@ fn fast_index(node: &Node, count: u32) -> u32 {
 }
 
 /// The JSON size estimate of one port key in an object's `ports`:
-/// `"key":[],` (what `crd::ports_fit` counts).
-fn key_cost(port: &str) -> usize {
+/// `"key":[],` (what [`crate::crd::ports_fit`] and the shard count add per
+/// key).
+pub(crate) fn key_cost(port: &str) -> usize {
     port.len() + 6
 }
 

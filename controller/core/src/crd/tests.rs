@@ -868,3 +868,58 @@ fn generation_fix_always_settles_within_two_more_applies() {
         "no generation in the answer: nothing to check"
     );
 }
+
+/// One `label_value` for DiscoveredService labels and the snapshot
+/// ConfigMaps' `kubediscovery.io/snapshot` label. It is the DiscoveredService
+/// scheme (46 sanitized characters + `-` + 16 hex), so no DiscoveredService
+/// label changes; the snapshot's former scheme (40 raw characters + hash)
+/// gave the same value for every name of up to 63 characters (every such
+/// object name is a valid label value, kept as is), and differs only for
+/// snapshot names longer than 63 characters.
+#[test]
+fn one_label_value_keeps_the_values_already_on_the_api_server() {
+    use sha2::{Digest, Sha256};
+    // The snapshot's former `label_value` (dump.rs before this change).
+    fn old_snapshot(name: &str) -> String {
+        if k8s_syntax::is_label_value(name) {
+            return name.to_string();
+        }
+        let mut h = hex::encode(Sha256::digest(name.as_bytes()));
+        h.truncate(16);
+        let head: String = name.chars().take(40).collect();
+        let head = head.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+        format!("{head}-{h}")
+    }
+    // DiscoveredService labels: namespaces and Service names (always valid
+    // label values) and cluster ids up to 64 characters; the values the
+    // former code gave (pinned).
+    let id64 = "c".repeat(64);
+    assert_eq!(
+        label_value(&id64),
+        format!(
+            "{}-{}",
+            "c".repeat(46),
+            &hex::encode(Sha256::digest(&id64))[..16]
+        )
+    );
+    assert_eq!(label_value(&id64).len(), 63);
+    for v in ["", "default", "plat-dev", "a1", &"n".repeat(63)] {
+        assert_eq!(label_value(v), v);
+    }
+    // Snapshot names of up to 63 characters: the same value as before.
+    let names = [
+        "kube-discovery-nodes".to_string(),
+        "snap".to_string(),
+        "a.b-c.d".to_string(),
+        "x".repeat(63),
+        format!("{}.{}", "a".repeat(31), "b".repeat(31)),
+    ];
+    for n in &names {
+        assert_eq!(label_value(n), old_snapshot(n), "{n}");
+    }
+    // Longer names: still a valid label value, distinct per name.
+    let long = format!("{}.x", "a".repeat(70));
+    let v = label_value(&long);
+    assert!(k8s_syntax::is_label_value(&v), "{v}");
+    assert_ne!(v, label_value(&format!("{}.y", "a".repeat(70))));
+}

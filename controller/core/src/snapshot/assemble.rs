@@ -205,17 +205,3 @@ pub fn assemble(
     }
     Ok(dump)
 }
-
-/// Label value identifying the ConfigMaps of snapshot `name` (an object name):
-/// the name itself when it is a valid label value (<= 63 characters), else a
-/// shortened name plus a hash of the full name.
-pub fn label_value(name: &str) -> String {
-    if k8s_syntax::is_label_value(name) {
-        return name.to_string();
-    }
-    let mut h = sha256_hex(name);
-    h.truncate(16);
-    let head: String = name.chars().take(40).collect();
-    let head = head.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
-    format!("{head}-{h}")
-}

@@ -514,8 +514,3 @@ pub(super) fn shard_text(i: usize, members: &[Member<'_>]) -> (String, usize) {
     put(&mut t, "]}");
     (t, esc + entries)
 }
-
-/// Name of shard `i` of snapshot `base`.
-pub fn shard_name(base: &str, i: usize) -> String {
-    format!("{base}-{i}")
-}

@@ -48,8 +48,10 @@ pub(super) fn node_cost(n: &Node) -> usize {
     escaped_twice_len(&json(n)) + 1
 }
 
-/// What one port key adds (`"key":[],`), measured like [`node_cost`].
-pub(super) fn key_cost(port: &str) -> usize {
+/// What one port key adds to a measured shard text (`"key":[],` inside
+/// the value string, measured escaped twice, like [`node_cost`]); an
+/// object's estimate is [`crate::crd::shards::key_cost`].
+pub(super) fn escaped_key_cost(port: &str) -> usize {
     escaped_twice_len(&format!("{}:[],", json(port)))
 }
 
@@ -146,7 +148,7 @@ pub(super) fn part_fixed(name: &str, ports: &PortMap) -> Result<usize, BuildErro
             index: u32::MAX,
             count: u32::MAX,
         }),
-    })? + ports.keys().map(|p| key_cost(p)).sum::<usize>())
+    })? + ports.keys().map(|p| escaped_key_cost(p)).sum::<usize>())
 }
 
 /// What `pm`'s nodes cost ([`node_cost`] summed), from `value_twice`, the
@@ -358,7 +360,7 @@ pub(super) fn finish_shard(
             max: max_bytes,
         });
     }
-    let name = shard_name(base, i);
+    let name = shard_configmap_name(base, i);
     Ok(ShardData {
         key: format!("{name}.json"),
         name,
@@ -522,4 +524,13 @@ pub fn build_with(
         dump.services(),
         dump.nodes(),
     )
+}
+
+/// Name of shard `i` of snapshot `base`: `<base>-<i>`, also shard 0 (the
+/// index is `<base>`). Not [`crate::crd::shard_name`] (`<base>.<i>`, shard 0
+/// keeping `<base>`): both name objects already on API servers, read by
+/// name (gateways mount these ConfigMaps; readers check DiscoveredService
+/// names), so neither can change without a migration.
+pub(super) fn shard_configmap_name(base: &str, i: usize) -> String {
+    format!("{base}-{i}")
 }

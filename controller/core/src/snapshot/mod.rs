@@ -89,8 +89,12 @@ mod assemble;
 mod builder;
 mod layout;
 
-pub use assemble::{AssembleError, assemble, label_value, parse_index};
-pub use builder::{Builder, shard_name};
+/// The value of the snapshot ConfigMaps' label `kubediscovery.io/snapshot`:
+/// the snapshot's name, shortened with a hash beyond 63 characters (the one
+/// scheme of the DiscoveredService labels).
+pub use crate::crd::label_value;
+pub use assemble::{AssembleError, assemble, parse_index};
+pub use builder::Builder;
 pub use layout::{build, build_with, layout_version};
 
 /// Format number written into the index and every shard, the only one

@@ -361,7 +361,7 @@ fn format_1_is_refused_naming_the_format_and_what_to_do() {
             .iter()
             .enumerate()
             .map(|(i, t)| ShardRef {
-                name: shard_name("snap", i),
+                name: shard_configmap_name("snap", i),
                 key: format!("snap-{i}.json"),
                 sha256: sha256_hex(t),
                 bytes: t.len(),
@@ -527,15 +527,6 @@ fn property_round_trip_over_generated_states() {
         let names: BTreeSet<_> = l.shards.iter().map(|s| s.name.clone()).collect();
         assert_eq!(names.len(), l.shards.len());
     }
-}
-
-#[test]
-fn label_value_is_a_valid_label() {
-    assert_eq!(label_value("kube-discovery-nodes"), "kube-discovery-nodes");
-    let long = format!("{}.x", "a".repeat(70));
-    let v = label_value(&long);
-    assert!(v.len() <= 63, "{v}");
-    assert_ne!(v, label_value(&format!("{}.y", "a".repeat(70))));
 }
 
 #[test]
