@@ -37,6 +37,7 @@ pub mod render;
 pub mod service;
 pub mod snapshot;
 pub mod snapshot_plan;
+pub mod version;
 pub mod write_plan;
 pub mod yaml;
 
@@ -49,6 +50,7 @@ pub use filter::{LabelSelector, NamespaceFilter};
 pub use index::Index;
 pub use model::{
     Node, NodeQuery, NodeTargetRef, NodeTopology, ParseError, PortMap, ServiceKey, ServiceNodes,
-    SourceKind, content_version, object_version, parse_service_name,
+    SourceKind, parse_service_name,
 };
 pub use render::{RenderError, RenderOptions, render};
+pub use version::{content_version, object_version};

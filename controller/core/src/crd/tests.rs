@@ -384,7 +384,8 @@ fn big_service_is_split_under_the_limit_and_merges_back() {
 /// a port of few nodes (absent from most shards) and unsharded.
 #[test]
 fn lazy_objects_are_the_eager_build_one_shard_at_a_time() {
-    use crate::model::{Buckets, PortsDigest, SharedBuckets};
+    use crate::model::SharedBuckets;
+    use crate::version::{Buckets, PortsDigest};
     let now = Time(jiff::Timestamp::UNIX_EPOCH);
     let naming = ObjectNaming::source();
     let mut sparse = big(20_000);
