@@ -476,7 +476,7 @@ mod tests {
     /// extension fields as `with_port_extras` adds them, the config as a list.
     #[test]
     fn dump_of_shared_equals_the_http_dump() {
-        use kube_discovery_core::service::PortExtras;
+        use kube_discovery_core::source::service::PortExtras;
         use std::collections::BTreeMap;
         let shared = ControllerState::new(["west", "", "empty"]);
         for (cluster, ns, name) in [
@@ -544,7 +544,7 @@ mod tests {
     /// alias, the dump carries both next to the untouched APISIX `value`.
     #[tokio::test]
     async fn aliases_resolve_in_nodes_and_extend_the_dump() {
-        use kube_discovery_core::service::PortExtras;
+        use kube_discovery_core::source::service::PortExtras;
         use std::collections::BTreeMap;
         let st = state(None);
         let k = ServiceKey::new("", "default", "plat-dev");

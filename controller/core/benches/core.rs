@@ -17,9 +17,9 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube_discovery_core::convert::{from_endpoints, from_slices};
 use kube_discovery_core::crd::DesiredObjects;
-use kube_discovery_core::filter::NamespaceFilter;
+use kube_discovery_core::source::convert::{from_endpoints, from_slices};
+use kube_discovery_core::source::filter::NamespaceFilter;
 use kube_discovery_core::write_plan::{ObjName, Prior, ServerView, object_ops};
 use kube_discovery_core::{
     ConvertOptions, Index, PortMap, ServiceNodes, SourceKind, content_version,

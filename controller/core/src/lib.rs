@@ -25,18 +25,15 @@
 
 pub mod backoff;
 pub mod config;
-pub mod convert;
 pub mod crd;
-pub mod filter;
 #[cfg(test)]
 mod golden;
 pub mod index;
-pub mod lean;
 pub mod model;
 pub mod render;
-pub mod service;
 pub mod snapshot;
 pub mod snapshot_plan;
+pub mod source;
 pub mod version;
 pub mod write_plan;
 pub mod yaml;
@@ -45,12 +42,12 @@ pub mod yaml;
 /// the model need no direct dependency.
 pub use compact_str::CompactString;
 pub use config::{ClusterConfig, Config, ConfigErrors, Connection, Settings, parse_config};
-pub use convert::{ConvertOptions, Converted, Drain};
-pub use filter::{LabelSelector, NamespaceFilter};
 pub use index::Index;
 pub use model::{
     Node, NodeQuery, NodeTargetRef, NodeTopology, ParseError, PortMap, ServiceKey, ServiceNodes,
     SourceKind, parse_service_name,
 };
 pub use render::{RenderError, RenderOptions, render};
+pub use source::convert::{ConvertOptions, Converted, Drain};
+pub use source::filter::{LabelSelector, NamespaceFilter};
 pub use version::{content_version, object_version};

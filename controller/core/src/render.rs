@@ -20,12 +20,12 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::Value;
 
 use crate::config::{ClusterConfig, Config, Settings};
-use crate::convert::ConvertOptions;
 use crate::crd::{DiscoveredService, ObjectNaming, desired_objects};
-use crate::filter::{LabelSelector, NamespaceFilter};
 use crate::index::Index;
 use crate::model::SourceKind;
-use crate::service::ServiceInfo;
+use crate::source::convert::ConvertOptions;
+use crate::source::filter::{LabelSelector, NamespaceFilter};
+use crate::source::service::ServiceInfo;
 
 /// What `render` needs from the configuration.
 #[derive(Debug, Clone, Default)]

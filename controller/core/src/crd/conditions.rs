@@ -255,7 +255,7 @@ mod tests {
 
     #[test]
     fn a_service_port_whose_target_port_no_endpoint_has_is_not_ready() {
-        let mut extras = crate::service::PortExtras::default();
+        let mut extras = crate::source::service::PortExtras::default();
         extras.unresolved.push(
             "Service port 9090 (metrics): no endpoint has targetPort metrics; the port has no nodes"
                 .to_string(),
@@ -273,7 +273,7 @@ mod tests {
         // Part of the version: the object is rewritten when it appears or goes.
         assert_ne!(s.version, plain.version);
         // The endpoints gain the port: the Service resolves, Ready again.
-        let fixed = plain.with_extras(crate::service::PortExtras::default());
+        let fixed = plain.with_extras(crate::source::service::PortExtras::default());
         let c2 = conditions(&fixed, &c, &at(20));
         assert_eq!(ready(&c2).status, "True");
         assert_eq!(ready(&c2).last_transition_time, at(20));

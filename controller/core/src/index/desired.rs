@@ -132,7 +132,7 @@ impl Index {
             .iter()
             .filter(|p| (1..=65535).contains(&p.port))
             .map(|p| {
-                let key = crate::convert::port_key(Some(&p.name), p.port);
+                let key = crate::source::convert::port_key(Some(&p.name), p.port);
                 (key, vec![crate::model::Node::new(host.clone(), p.port, 0)])
             })
             .collect();
@@ -182,7 +182,7 @@ impl Index {
         for node in ports.values_mut().flatten() {
             // `drain_terminating: always` publishes draining nodes with
             // weight 0 (no new traffic); the annotation does not lift that.
-            let drained = self.opts.drain_terminating == crate::convert::Drain::Always
+            let drained = self.opts.drain_terminating == crate::source::convert::Drain::Always
                 && node.draining == Some(true);
             if !drained {
                 node.weight = weight;

@@ -1,5 +1,5 @@
 //! Endpoints mode: one object per Service, converted with
-//! [`crate::convert::from_endpoints`].
+//! [`crate::source::convert::from_endpoints`].
 
 use super::*;
 

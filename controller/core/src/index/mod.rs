@@ -46,18 +46,18 @@ use kube::Resource;
 
 use litemap::LiteMap;
 
-use crate::convert::{
+use crate::source::convert::{
     ConvertOptions, MergeState, Patch, SkipReason, SliceContribution, from_endpoints, merge_slices,
     owner_service_uid,
 };
 
-use crate::filter::{LabelSelector, NamespaceFilter};
+use crate::source::filter::{LabelSelector, NamespaceFilter};
 
-use crate::lean::{AsLeanEndpoints, AsLeanSlice, LeanEndpointSlice, LeanEndpoints};
+use crate::source::lean::{AsLeanEndpoints, AsLeanSlice, LeanEndpointSlice, LeanEndpoints};
 
 use crate::model::{PortExtras, PortMap, ServiceKey, ServiceNodes, SourceKind};
 
-use crate::service::{ServiceInfo, port_extras};
+use crate::source::service::{ServiceInfo, port_extras};
 
 use crate::crd::shards::Buckets;
 

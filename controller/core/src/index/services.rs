@@ -57,7 +57,7 @@ impl Index {
 
     /// Tells the index the ports of Service `namespace/name` (`None`:
     /// unknown or deleted), from which its aliases and appProtocols are
-    /// derived ([`crate::service`]). Returns the keys whose desired state
+    /// derived ([`crate::source::service`]). Returns the keys whose desired state
     /// changed.
     pub fn set_service(
         &mut self,

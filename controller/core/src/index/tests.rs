@@ -1,5 +1,5 @@
 use super::*;
-use crate::filter::AnchoredRegex;
+use crate::source::filter::AnchoredRegex;
 use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::{Value, json};
@@ -628,7 +628,7 @@ fn kept_slices_give_what_the_objects_give() {
     for topology in [false, true] {
         let opts = ConvertOptions {
             topology,
-            drain_terminating: crate::convert::Drain::Fallback,
+            drain_terminating: crate::source::convert::Drain::Fallback,
             ..Default::default()
         };
         let mut i = Index::new(
@@ -638,7 +638,7 @@ fn kept_slices_give_what_the_objects_give() {
             NamespaceFilter::All,
         );
         i.apply_slice(&s);
-        let want = crate::convert::from_slices([&s], &opts);
+        let want = crate::source::convert::from_slices([&s], &opts);
         let got = i.get(&k("ns", "web")).unwrap();
         assert_eq!(got.ports, want.ports);
         assert_eq!(got.owner_uid.as_deref(), Some("svc-uid"));

@@ -141,7 +141,7 @@ pub struct ServiceNodes {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
     /// Service-port aliases and appProtocols derived from the Service
-    /// (empty when it is unknown); see [`crate::service`].
+    /// (empty when it is unknown); see [`crate::source::service`].
     #[serde(default, skip_serializing_if = "PortExtras::is_empty")]
     pub extras: PortExtras,
     /// What the index keeps up to date of a big service's nodes, per node
@@ -315,7 +315,7 @@ impl ServiceNodes {
     }
 }
 
-/// Per-port data derived from the Service (see `crate::service`). Empty when
+/// Per-port data derived from the Service (see `crate::source::service`). Empty when
 /// the Service is unknown or gives nothing beyond the port keys.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -83,7 +83,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::model::{Node, NodeQuery, PortMap, ServiceKey, ServiceNodes};
-use crate::service::PortExtras;
+use crate::source::service::PortExtras;
 use crate::version::{MAX_SHARDS, PortsDigest};
 
 mod assemble;
@@ -205,7 +205,7 @@ impl Dump {
 
 /// Adds kube-discovery's per-service extension fields to the entries of an
 /// APISIX `endpoints` array ([`Dump::to_apisix_endpoints`]): `aliases` and
-/// `appProtocols` (see [`crate::service`]) next to `name` and `value`, only
+/// `appProtocols` (see [`crate::source::service`]) next to `name` and `value`, only
 /// where `extras_of` gives non-empty ones. APISIX's dump readers read
 /// `name` and `value` only, and `value` is untouched, so the document stays
 /// an APISIX dump.

@@ -409,7 +409,7 @@ impl From<&EndpointSlice> for LeanEndpointSlice {
     }
 }
 
-/// `v1/Service` as [`crate::service::ServiceInfo`] reads it.
+/// `v1/Service` as [`crate::source::service::ServiceInfo`] reads it.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct LeanService {
     /// See [`LeanEndpoints::metadata`].
@@ -518,7 +518,7 @@ as_lean!(
     AsLeanSlice: LeanEndpointSlice, EndpointSlice
 );
 as_lean!(
-    /// Anything [`crate::service::ServiceInfo`] can read as a
+    /// Anything [`crate::source::service::ServiceInfo`] can read as a
     /// [`LeanService`]: the lean type (what the watch decodes) or a
     /// k8s-openapi [`Service`].
     AsLeanService: LeanService, Service

@@ -25,8 +25,8 @@ use super::{
     AddressType, ConvertOptions, Converted, Drain, PortSpec, SkipReason, Warnings, finish,
     object_name, valid_address, validate_ports,
 };
-use crate::lean::AsLeanSlice;
 use crate::model::{Node, NodeTopology};
+use crate::source::lean::AsLeanSlice;
 
 #[derive(Debug)]
 struct Candidate {
@@ -177,7 +177,7 @@ impl SliceContribution {
 
     /// Validates and reduces `slice` (`opts` must be the options later
     /// passed to [`merge_slices`]): what the watch decodes
-    /// ([`crate::lean::LeanEndpointSlice`]) or a k8s-openapi `EndpointSlice`.
+    /// ([`crate::source::lean::LeanEndpointSlice`]) or a k8s-openapi `EndpointSlice`.
     pub fn new(slice: &(impl AsLeanSlice + ?Sized), opts: &ConvertOptions) -> Self {
         let slice = slice.lean();
         let mut warnings = Warnings::default();

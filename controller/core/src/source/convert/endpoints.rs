@@ -9,14 +9,14 @@ use super::{
     AddressType, ConvertOptions, Converted, SkipReason, Warnings, finish, object_name,
     valid_address, validate_ports,
 };
-use crate::lean::AsLeanEndpoints;
 use crate::model::Node;
+use crate::source::lean::AsLeanEndpoints;
 
 /// Converts one Endpoints object. Only `addresses` count, never
 /// `notReadyAddresses`. A port key whose subset has no ready address is still
 /// present, with an empty node list (as in APISIX).
 ///
-/// `ep` is what the watch decodes ([`crate::lean::LeanEndpoints`]) or a
+/// `ep` is what the watch decodes ([`crate::source::lean::LeanEndpoints`]) or a
 /// k8s-openapi `Endpoints`.
 pub fn from_endpoints(ep: &(impl AsLeanEndpoints + ?Sized), opts: &ConvertOptions) -> Converted {
     let ep = ep.lean();

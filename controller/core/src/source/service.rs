@@ -29,7 +29,7 @@
 use compact_str::CompactString;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::lean::AsLeanService;
+use crate::source::lean::AsLeanService;
 
 pub use crate::model::PortExtras;
 use crate::model::PortMap;
@@ -85,7 +85,7 @@ impl ServiceInfo {
     /// value is skipped (as if absent) and described in `invalid`, naming
     /// the Service, the annotation and the value: the caller warns and
     /// counts it, nothing guesses a value. `svc` is what the watch decodes
-    /// ([`crate::lean::LeanService`]) or a k8s-openapi `Service`.
+    /// ([`crate::source::lean::LeanService`]) or a k8s-openapi `Service`.
     pub fn from_service(svc: &(impl AsLeanService + ?Sized)) -> Self {
         let svc = svc.lean();
         let annotations = svc.metadata.annotations.as_ref();

@@ -462,7 +462,7 @@ impl MergeState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::convert::merge_slices;
+    use crate::source::convert::merge_slices;
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     use serde_json::json;
 
