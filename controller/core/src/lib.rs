@@ -4,20 +4,23 @@
 //!
 //! ```text
 //!  config/     YAML text ──parse_config (serde, garde)──▶ Config ──resolve(+ CLI overrides)──▶ Plan
-//!  filter.rs   namespace_selector / label_selector, compiled and matchable
-//!  lean.rs     watch line ──▶ LeanEndpoints | LeanEndpointSlice (only what convert/ reads)
-//!  convert/    Endpoints | EndpointSlices ──▶ PortMap (+ warnings)
-//!  index.rs    apply/delete/reset events ──▶ changed ServiceKeys, desired ServiceNodes
-//!  conditions.rs ServiceNodes (+ skipped data, previous conditions) ──▶ Ready, Degraded
-//!  crd.rs      ServiceNodes ──▶ DiscoveredService (name, labels, ownerReference); crd_yaml()
-//!  shards.rs   a big service's nodes ──stable hash──▶ shards; per-shard versions
-//!  service.rs  Service ──▶ ServiceInfo (ports only) ──▶ PortExtras (aliases, appProtocols)
-//!  model.rs    ServiceKey, Node, PortMap, parse_service_name, content_version
+//!  source/     what the watches deliver, reduced to what the index needs:
+//!    lean        watch line ──▶ LeanEndpoints | LeanEndpointSlice | LeanService
+//!    convert/    Endpoints | EndpointSlices ──▶ PortMap (+ warnings); the incremental merge
+//!    service     Service ──▶ ServiceInfo (ports only) ──▶ PortExtras (aliases, appProtocols)
+//!    filter      namespace_selector / label_selector, compiled and matchable
+//!  index/      apply/delete/reset events ──▶ changed ServiceKeys, desired ServiceNodes
+//!              (endpoints, slices, services, relist, desired, warnings)
+//!  model/      ServiceKey, Node, PortMap, ServiceNodes, parse_service_name
+//!  version/    content versions, order-independent digests, node buckets
+//!  crd/        ServiceNodes ──▶ DiscoveredService: types, naming, ownership, objects,
+//!              shards (stable partition, per-shard versions), conditions, the reader rule
 //!  render.rs   objects (JSON values) + config ──▶ DiscoveredServices
-//!  dump.rs     Dump (all services) ──▶ sharded ConfigMap texts + index; assemble (reader)
+//!  snapshot/   the whole state ──▶ sharded ConfigMap texts + index (layout, builder); assemble
 //!  yaml.rs     YAML text ◀──▶ serde values (serde-saphyr, YAML 1.2, stable layout)
 //!  write_plan/ changes, write results, drift answers, leadership, time ──▶ writes to do, when
 //!  snapshot_plan/ state changes, watched ConfigMaps, results, leadership, time ──▶ snapshot writes, when
+//!  backoff.rs  the reconnect policy of every watcher
 //! ```
 
 #![warn(missing_docs)]

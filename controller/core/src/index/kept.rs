@@ -2,10 +2,9 @@
 //! owner Service's UID, the slice's `resourceVersion`) without a heap block
 //! of its own in the usual case.
 //!
-//! Why (issue 19, item 1): at 100,000 slices each of these strings was a
-//! separate allocation (a 36-byte UID in a 48-byte block, a short decimal
-//! `resourceVersion` in a 32-byte one), about 8 MB in all for text that is
-//! a 128-bit or 64-bit number in its canonical spelling. Hand-written rather
+//! Why: each of these strings was a separate allocation per slice, for
+//! text that is a 128-bit or 64-bit number in its canonical spelling
+//! (BENCHMARKS.md, "Peak RSS met"). Hand-written rather
 //! than the `uuid` crate: only the canonical lowercase form is packed, and
 //! checking that is a dozen lines.
 //!

@@ -1,9 +1,9 @@
 //! The merge of a big Service's EndpointSlices, kept up to date per slice
-//! change (issue 19, item 2).
+//! change.
 //!
 //! [`super::merge_slices`] rebuilds a Service from all its slices: right for
-//! a Service of a few slices, but one endpoint change in a 100,000-endpoint
-//! Service (1,000 slices) then re-merges 100,000 endpoints. [`MergeState`]
+//! a Service of a few slices, but one endpoint change in a Service of
+//! thousands of slices then re-merges every endpoint. [`MergeState`]
 //! keeps what the merge needs to be updated instead:
 //!
 //! ```text
@@ -18,8 +18,8 @@
 //! ones (O(slice)), recomputes the winner of each `(host, port)` it touched,
 //! and returns a [`Patch`]: the output nodes that changed. [`Patch::apply`]
 //! patches the Service's sorted node lists in place and keeps its
-//! [`Buckets`] (its version, the writer's shard sizes and versions) up to date, so nothing of the other 99,900
-//! endpoints is copied or hashed again. The rules are exactly those of
+//! [`Buckets`] (its version, the writer's shard sizes and versions) up to
+//! date, so nothing of the other endpoints is copied or hashed again. The rules are exactly those of
 //! [`super::merge_slices`] (unit-tested against it over random slice
 //! histories): the non-terminating contribution wins, then the ready one,
 //! then the first in slice-name order (then endpoint order in the slice);
