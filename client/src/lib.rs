@@ -52,8 +52,8 @@ pub mod snapshot;
 pub mod sync;
 
 pub use kube_discovery_core::crd::{DiscoveredService, MANAGED_BY_SELECTOR};
-use kube_discovery_core::dump::AssembleError;
-pub use kube_discovery_core::dump::Dump;
+use kube_discovery_core::snapshot::AssembleError;
+pub use kube_discovery_core::snapshot::Dump;
 pub use kube_discovery_core::{Node, NodeQuery, ParseError, parse_service_name};
 pub use lookup::lookup;
 pub use nodes::NodesFrom;

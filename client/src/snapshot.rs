@@ -1,9 +1,9 @@
 //! Readers of the ConfigMap snapshot (`kube_discovery.sinks.configmap`): the
 //! whole discovered state in APISIX's dump shape, as an index ConfigMap
 //! `<name>` (`index.json`) plus shards `<name>-<i>`. The format and its
-//! consistency rules are the core's [`kube_discovery_core::dump`]; the
+//! consistency rules are the core's [`kube_discovery_core::snapshot`]; the
 //! controller writes it. Both readers assemble with
-//! [`kube_discovery_core::dump::assemble`], which refuses mixed versions, and
+//! [`kube_discovery_core::snapshot::assemble`], which refuses mixed versions, and
 //! retry while a newer version is being written (a shard being rewritten or
 //! just deleted means "read again").
 
@@ -14,7 +14,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::Api;
-use kube_discovery_core::dump::{self, AssembleError, Dump, INDEX_KEY};
+use kube_discovery_core::snapshot::{self as dump, AssembleError, Dump, INDEX_KEY};
 
 use crate::{Error, Result};
 

@@ -20,7 +20,7 @@ use std::alloc::System;
 use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
-use kube_discovery_core::lean::{LeanEndpointSlice, LeanEndpoints};
+use kube_discovery_core::source::lean::{LeanEndpointSlice, LeanEndpoints};
 use serde::de::DeserializeOwned;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -101,9 +101,9 @@ fn main() {
     );
     println!(
         "element sizes: LeanAddress {} B, EndpointAddress {} B, LeanSliceEndpoint {} B, Endpoint {} B",
-        size_of::<kube_discovery_core::lean::LeanAddress>(),
+        size_of::<kube_discovery_core::source::lean::LeanAddress>(),
         size_of::<k8s_openapi::api::core::v1::EndpointAddress>(),
-        size_of::<kube_discovery_core::lean::LeanSliceEndpoint>(),
+        size_of::<kube_discovery_core::source::lean::LeanSliceEndpoint>(),
         size_of::<k8s_openapi::api::discovery::v1::Endpoint>(),
     );
 }

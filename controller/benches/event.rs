@@ -31,8 +31,8 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
-use kube_discovery_core::filter::NamespaceFilter;
-use kube_discovery_core::lean::{LeanEndpointSlice, LeanEndpoints};
+use kube_discovery_core::source::filter::NamespaceFilter;
+use kube_discovery_core::source::lean::{LeanEndpointSlice, LeanEndpoints};
 use kube_discovery_core::{ConvertOptions, Index, ServiceKey, SourceKind};
 use serde::de::DeserializeOwned;
 

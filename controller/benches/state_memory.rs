@@ -21,7 +21,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube_discovery::explain::Explain;
 use kube_discovery::generation::Generations;
-use kube_discovery_core::filter::NamespaceFilter;
+use kube_discovery_core::source::filter::NamespaceFilter;
 use kube_discovery_core::{ConvertOptions, Index, ServiceKey, SourceKind};
 use serde_json::json;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};

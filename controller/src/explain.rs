@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube_discovery_core::ServiceKey;
-use kube_discovery_core::conditions::{DEGRADED, READY, degraded_news};
 use kube_discovery_core::crd::DiscoveredService;
+use kube_discovery_core::crd::conditions::{DEGRADED, READY, degraded_news};
 
 use crate::events::{Events, Report, discovered_service};
 
@@ -171,7 +171,7 @@ impl Explain {
                 regarding(),
                 Report {
                     warning: true,
-                    reason: kube_discovery_core::conditions::SOURCE_DATA_SKIPPED,
+                    reason: kube_discovery_core::crd::conditions::SOURCE_DATA_SKIPPED,
                     action: "Convert",
                     note: c.message.clone(),
                 },
@@ -223,7 +223,7 @@ impl Explain {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube_discovery_core::conditions::{conditions, degraded_news};
+    use kube_discovery_core::crd::conditions::{conditions, degraded_news};
     use kube_discovery_core::{Node, PortMap, ServiceNodes, SourceKind};
 
     fn at(secs: i64) -> Time {

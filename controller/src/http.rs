@@ -227,10 +227,10 @@ fn unauthorized() -> Response {
 }
 
 /// The APISIX dump document of the shared state, as JSON bytes (the
-/// endpoints part is what [`kube_discovery_core::dump::Dump`] and the
+/// endpoints part is what [`kube_discovery_core::snapshot::Dump`] and the
 /// ConfigMap snapshot publish), each entry extended with its Service-port
 /// `aliases` and `appProtocols` where there are any
-/// ([`kube_discovery_core::dump::with_port_extras`]). The services are taken
+/// ([`kube_discovery_core::snapshot::with_port_extras`]). The services are taken
 /// under the state's lock as `Arc`s and written out from there: no node list
 /// is copied, and the lock is not held while writing.
 pub fn dump_json(shared: &ControllerState, config: &Value) -> serde_json::Result<Vec<u8>> {
@@ -476,7 +476,7 @@ mod tests {
     /// extension fields as `with_port_extras` adds them, the config as a list.
     #[test]
     fn dump_of_shared_equals_the_http_dump() {
-        use kube_discovery_core::service::PortExtras;
+        use kube_discovery_core::source::service::PortExtras;
         use std::collections::BTreeMap;
         let shared = ControllerState::new(["west", "", "empty"]);
         for (cluster, ns, name) in [
@@ -503,12 +503,13 @@ mod tests {
         let d = crate::snapshot_sink::dump_of(&shared);
         assert_eq!(d.services(), 4);
         assert_eq!(d.clusters.len(), 3);
-        let want = kube_discovery_core::dump::with_port_extras(d.to_apisix_endpoints(), |key| {
-            shared
-                .desired(key)
-                .map(|s| s.extras.clone())
-                .filter(|x| !x.is_empty())
-        });
+        let want =
+            kube_discovery_core::snapshot::with_port_extras(d.to_apisix_endpoints(), |key| {
+                shared
+                    .desired(key)
+                    .map(|s| s.extras.clone())
+                    .filter(|x| !x.is_empty())
+            });
         let http = dump_value(&shared, &Value::Null);
         assert_eq!(http["endpoints"], want);
         assert_eq!(
@@ -543,7 +544,7 @@ mod tests {
     /// alias, the dump carries both next to the untouched APISIX `value`.
     #[tokio::test]
     async fn aliases_resolve_in_nodes_and_extend_the_dump() {
-        use kube_discovery_core::service::PortExtras;
+        use kube_discovery_core::source::service::PortExtras;
         use std::collections::BTreeMap;
         let st = state(None);
         let k = ServiceKey::new("", "default", "plat-dev");

@@ -142,7 +142,7 @@ pub enum Error {
     Client(#[from] kube_discovery_client::Error),
     /// The ConfigMap snapshot cannot be built.
     #[error("{0}")]
-    Snapshot(#[from] kube_discovery_core::dump::BuildError),
+    Snapshot(#[from] kube_discovery_core::snapshot::BuildError),
     /// The name of a service's object is held by an object that is not this
     /// instance's (`kube_discovery.instance`); it is left alone.
     #[error("DiscoveredService {object} belongs to {owner}; this instance leaves it alone")]

@@ -113,7 +113,7 @@ pub struct SkipLabels {
     pub cluster: String,
     /// Source kind (`Endpoints` or `EndpointSlice`).
     pub kind: String,
-    /// A `kube_discovery_core::convert::SkipReason` label.
+    /// A `kube_discovery_core::source::convert::SkipReason` label.
     pub reason: String,
 }
 

@@ -2,7 +2,7 @@
 //! discovered state, in APISIX's dump shape, in ConfigMaps of one namespace on
 //! the home cluster, for gateways that mount a file instead of reading
 //! DiscoveredServices. The layout (index + shards, hashes, sizes) is the pure
-//! [`kube_discovery_core::dump`]; every decision (when a round runs, what to
+//! [`kube_discovery_core::snapshot`]; every decision (when a round runs, what to
 //! apply in which order, what to delete, retries, leadership) is the pure
 //! [`kube_discovery_core::snapshot_plan::Planner`], tested there with
 //! scripted inputs and golden files. This module is its executor: it runs
@@ -50,7 +50,7 @@
 //!   ConfigMap of this snapshot that the index does not list is deleted. Keys
 //!   other than ours that someone adds are left alone (readers ignore them).
 //! * **Readers** (`kube_discovery_client::snapshot::{read, read_dir}`)
-//!   assemble the shards with [`kube_discovery_core::dump::assemble`], which
+//!   assemble the shards with [`kube_discovery_core::snapshot::assemble`], which
 //!   refuses mixed versions; a shard being rewritten or just deleted means
 //!   "read again".
 //!
@@ -71,7 +71,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{Event, watcher};
-use kube_discovery_core::dump::{self, Dump};
+use kube_discovery_core::snapshot::{self as dump, Dump};
 use kube_discovery_core::snapshot_plan::{self, Action, At, Input, Observed, Planner};
 use serde_json::json;
 use tokio::sync::watch;
@@ -570,7 +570,7 @@ async fn sleep_until_opt(when: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube_discovery_core::dump::INDEX_KEY;
+    use kube_discovery_core::snapshot::INDEX_KEY;
     use kube_discovery_core::{Node, PortMap, ServiceKey, ServiceNodes, SourceKind};
 
     #[test]

@@ -20,7 +20,7 @@
 //!
 //! The watch decodes [`LeanEndpoints`] / [`LeanEndpointSlice`]: only what the
 //! conversion reads (no managedFields, annotations, targetRefs ... are ever
-//! allocated; see [`kube_discovery_core::lean`]). With topology output on
+//! allocated; see [`kube_discovery_core::source::lean`]). With topology output on
 //! (`nodeName`, `zone`, `targetRef` of every node) it watches the k8s-openapi
 //! types instead, stripped of managedFields and annotations, and the index
 //! reduces each object to the same lean form.
@@ -86,8 +86,8 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use kube_discovery_core::crd::ObjectNaming;
-use kube_discovery_core::lean::{LeanEndpointSlice, LeanEndpoints, LeanService};
-use kube_discovery_core::service::ServiceInfo;
+use kube_discovery_core::source::lean::{LeanEndpointSlice, LeanEndpoints, LeanService};
+use kube_discovery_core::source::service::ServiceInfo;
 use kube_discovery_core::{Index, ServiceKey, SourceKind};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch as tokio_watch;
@@ -697,8 +697,8 @@ mod tests {
     use super::*;
     use crate::inbox::{Inbox, WriterMsg};
     use crate::test_support::sim_client as sim;
-    use kube_discovery_core::convert::ConvertOptions;
-    use kube_discovery_core::filter::{AnchoredRegex, NamespaceFilter};
+    use kube_discovery_core::source::convert::ConvertOptions;
+    use kube_discovery_core::source::filter::{AnchoredRegex, NamespaceFilter};
     use serde_json::{Value, json};
 
     fn endpoints(name: &str) -> LeanEndpoints {

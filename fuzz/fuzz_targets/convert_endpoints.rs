@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::core::v1::Endpoints;
 use kube_discovery_core::ConvertOptions;
-use kube_discovery_core::convert::from_endpoints;
+use kube_discovery_core::source::convert::from_endpoints;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_discovery_core::ConvertOptions;
-use kube_discovery_core::convert::from_slices;
+use kube_discovery_core::source::convert::from_slices;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

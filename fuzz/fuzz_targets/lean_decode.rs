@@ -8,9 +8,9 @@
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_discovery_core::ConvertOptions;
-use kube_discovery_core::convert::{SliceContribution, from_endpoints, merge_slices};
-use kube_discovery_core::lean::{LeanEndpointSlice, LeanEndpoints, LeanService};
-use kube_discovery_core::service::ServiceInfo;
+use kube_discovery_core::source::convert::{SliceContribution, from_endpoints, merge_slices};
+use kube_discovery_core::source::lean::{LeanEndpointSlice, LeanEndpoints, LeanService};
+use kube_discovery_core::source::service::ServiceInfo;
 use libfuzzer_sys::fuzz_target;
 
 /// The lean decode of what k8s-openapi decoded (`full`), or `None` when it

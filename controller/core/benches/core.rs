@@ -17,9 +17,9 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube_discovery_core::convert::{from_endpoints, from_slices};
 use kube_discovery_core::crd::DesiredObjects;
-use kube_discovery_core::filter::NamespaceFilter;
+use kube_discovery_core::source::convert::{from_endpoints, from_slices};
+use kube_discovery_core::source::filter::NamespaceFilter;
 use kube_discovery_core::write_plan::{ObjName, Prior, ServerView, object_ops};
 use kube_discovery_core::{
     ConvertOptions, Index, PortMap, ServiceNodes, SourceKind, content_version,
@@ -239,9 +239,9 @@ impl ServerView for Held {
 /// 100,000-endpoint service and for 10,000 services of 10. The planner then
 /// sends the one changed shard and the index.
 fn snapshot_build(c: &mut Criterion) {
-    use kube_discovery_core::dump::{Builder, DEFAULT_MAX_SHARD_BYTES, Dump, build};
+    use kube_discovery_core::crd::shards::Buckets;
     use kube_discovery_core::model::sort_nodes;
-    use kube_discovery_core::shards::Buckets;
+    use kube_discovery_core::snapshot::{Builder, DEFAULT_MAX_SHARD_BYTES, Dump, build};
     use kube_discovery_core::{ServiceKey, ServiceNodes};
     use std::sync::Arc;
     let mut big = portmap(100_000);

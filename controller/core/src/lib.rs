@@ -4,41 +4,40 @@
 //!
 //! ```text
 //!  config/     YAML text ──parse_config (serde, garde)──▶ Config ──resolve(+ CLI overrides)──▶ Plan
-//!  filter.rs   namespace_selector / label_selector, compiled and matchable
-//!  lean.rs     watch line ──▶ LeanEndpoints | LeanEndpointSlice (only what convert/ reads)
-//!  convert/    Endpoints | EndpointSlices ──▶ PortMap (+ warnings)
-//!  index.rs    apply/delete/reset events ──▶ changed ServiceKeys, desired ServiceNodes
-//!  conditions.rs ServiceNodes (+ skipped data, previous conditions) ──▶ Ready, Degraded
-//!  crd.rs      ServiceNodes ──▶ DiscoveredService (name, labels, ownerReference); crd_yaml()
-//!  shards.rs   a big service's nodes ──stable hash──▶ shards; per-shard versions
-//!  service.rs  Service ──▶ ServiceInfo (ports only) ──▶ PortExtras (aliases, appProtocols)
-//!  model.rs    ServiceKey, Node, PortMap, parse_service_name, content_version
+//!  source/     what the watches deliver, reduced to what the index needs:
+//!    lean        watch line ──▶ LeanEndpoints | LeanEndpointSlice | LeanService
+//!    convert/    Endpoints | EndpointSlices ──▶ PortMap (+ warnings); the incremental merge
+//!    service     Service ──▶ ServiceInfo (ports only) ──▶ PortExtras (aliases, appProtocols)
+//!    filter      namespace_selector / label_selector, compiled and matchable
+//!  index/      apply/delete/reset events ──▶ changed ServiceKeys, desired ServiceNodes
+//!              (endpoints, slices, services, relist, desired, warnings)
+//!  model/      ServiceKey, Node, PortMap, ServiceNodes, parse_service_name
+//!  version/    content versions, order-independent digests, node buckets
+//!  crd/        ServiceNodes ──▶ DiscoveredService: types, naming, ownership, objects,
+//!              shards (stable partition, per-shard versions), conditions, the reader rule
 //!  render.rs   objects (JSON values) + config ──▶ DiscoveredServices
-//!  dump.rs     Dump (all services) ──▶ sharded ConfigMap texts + index; assemble (reader)
+//!  snapshot/   the whole state ──▶ sharded ConfigMap texts + index (layout, builder); assemble
 //!  yaml.rs     YAML text ◀──▶ serde values (serde-saphyr, YAML 1.2, stable layout)
 //!  write_plan/ changes, write results, drift answers, leadership, time ──▶ writes to do, when
 //!  snapshot_plan/ state changes, watched ConfigMaps, results, leadership, time ──▶ snapshot writes, when
+//!  backoff.rs  the reconnect policy of every watcher
 //! ```
 
 #![warn(missing_docs)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backoff;
-pub mod conditions;
 pub mod config;
-pub mod convert;
 pub mod crd;
-pub mod dump;
-pub mod filter;
 #[cfg(test)]
 mod golden;
 pub mod index;
-pub mod lean;
 pub mod model;
 pub mod render;
-pub mod service;
-pub mod shards;
+pub mod snapshot;
 pub mod snapshot_plan;
+pub mod source;
+pub mod version;
 pub mod write_plan;
 pub mod yaml;
 
@@ -46,11 +45,12 @@ pub mod yaml;
 /// the model need no direct dependency.
 pub use compact_str::CompactString;
 pub use config::{ClusterConfig, Config, ConfigErrors, Connection, Settings, parse_config};
-pub use convert::{ConvertOptions, Converted, Drain};
-pub use filter::{LabelSelector, NamespaceFilter};
 pub use index::Index;
 pub use model::{
     Node, NodeQuery, NodeTargetRef, NodeTopology, ParseError, PortMap, ServiceKey, ServiceNodes,
-    SourceKind, content_version, object_version, parse_service_name,
+    SourceKind, parse_service_name,
 };
 pub use render::{RenderError, RenderOptions, render};
+pub use source::convert::{ConvertOptions, Converted, Drain};
+pub use source::filter::{LabelSelector, NamespaceFilter};
+pub use version::{content_version, object_version};

@@ -16,8 +16,8 @@
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_discovery_core::config::parse_config;
-use kube_discovery_core::convert::{from_endpoints, from_slices};
-use kube_discovery_core::service::ServiceInfo;
+use kube_discovery_core::source::convert::{from_endpoints, from_slices};
+use kube_discovery_core::source::service::ServiceInfo;
 use kube_discovery_core::{ConvertOptions, Index, NamespaceFilter, ServiceKey, SourceKind};
 use serde_json::{Value, json};
 
@@ -545,7 +545,7 @@ fn bad_slices_are_skipped_with_a_warning_and_never_hurt_good_state() {
 /// warning to the metric exactly once.
 #[test]
 fn every_warning_is_counted_under_one_fixed_reason() {
-    use kube_discovery_core::convert::SkipReason::{self, *};
+    use kube_discovery_core::source::convert::SkipReason::{self, *};
     use std::collections::BTreeMap;
     type Case = (&'static str, Value, Vec<(SkipReason, u64)>);
     let http = json!([{"name": "http", "port": 80}]);

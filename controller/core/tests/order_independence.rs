@@ -42,10 +42,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use kube_discovery_core::filter::AnchoredRegex;
 use kube_discovery_core::index::{INCREMENTAL_MIN_SLICES, SERVICE_NAME_LABEL};
-use kube_discovery_core::lean::{LeanEndpointSlice, LeanEndpoints, LeanService};
-use kube_discovery_core::service::ServiceInfo;
+use kube_discovery_core::source::filter::AnchoredRegex;
+use kube_discovery_core::source::lean::{LeanEndpointSlice, LeanEndpoints, LeanService};
+use kube_discovery_core::source::service::ServiceInfo;
 use kube_discovery_core::{
     ConvertOptions, Drain, Index, LabelSelector, NamespaceFilter, ServiceKey, ServiceNodes,
     SourceKind,

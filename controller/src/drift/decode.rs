@@ -225,7 +225,7 @@ discovered_service_resource!(Watched, meta);
 pub(crate) struct Lean(DiscoveredService);
 
 /// [`LeanObject`] and the status conditions (the sink keeps their
-/// `lastTransitionTime` across restarts, `kube_discovery_core::conditions`).
+/// `lastTransitionTime` across restarts, `kube_discovery_core::crd::conditions`).
 #[derive(serde::Deserialize)]
 struct LeanListed {
     metadata: LeanMeta,

@@ -127,7 +127,7 @@ impl DriftView {
     /// whose wanted form is remembered for its `spec.version`.
     ///
     /// Why remembering is exact: a shard `i > 0` carries the version of its
-    /// own content (`kube_discovery_core::shards::shard_version`: its nodes,
+    /// own content (`kube_discovery_core::crd::shards::shard_version`: its nodes,
     /// index, count, source, owner and extras), and everything else of it
     /// follows from its service and the naming, so the same service and
     /// version mean the same wanted object, which is compared with the

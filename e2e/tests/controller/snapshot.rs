@@ -23,7 +23,8 @@
 //!   shards, or one small service changed, is 2 ConfigMap writes (the shard,
 //!   then the index), wherever the endpoint sorts; a reader looping over the
 //!   snapshot meanwhile only assembles states the test created; a snapshot
-//!   left in the old layout (format 1) is read and converged from.
+//!   left in the old layout (format 1) is refused by readers (an error saying
+//!   to re-sync) and the controller converges from it.
 //!
 //! Writes are counted in the write log: kube-sim's (`/_sim/writes`) lists the
 //! writes that changed an object, the real server's (its audit log) every
@@ -44,7 +45,7 @@ use std::time::Duration;
 use controller_support::{Backend, Controller, Env, LIMIT, Options, eventually};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube_discovery_core::dump::{self as snapshot, AssembleError, Dump, INDEX_KEY};
+use kube_discovery_core::snapshot::{self, AssembleError, Dump, INDEX_KEY};
 use serde_json::{Value, json};
 use testenv::both_backends;
 
@@ -837,7 +838,7 @@ async fn write_format_1_layout(env: &Env) -> Expected {
         .unwrap();
         api.create(&PostParams::default(), &cm).await.unwrap();
     }
-    let index = json!({"format": 1, "version": d.version(), "clusters": [""], "services": 1,
+    let index = json!({"format": 1, "version": "0123456789abcdef", "clusters": [""], "services": 1,
         "nodes": 3, "shards": refs})
     .to_string();
     let cm: ConfigMap = serde_json::from_value(json!({
@@ -853,17 +854,22 @@ async fn write_format_1_layout(env: &Env) -> Expected {
 /// shards) or one small service changed is 2 ConfigMap writes, the shard
 /// holding it and the index last, wherever the endpoint sorts; a reader
 /// racing the writer only ever assembles states the test created. It
-/// starts over a snapshot in the old layout (format 1), which the new
-/// reader reads and the controller converges from.
+/// starts over a snapshot in the old layout (format 1), which readers refuse
+/// (saying to re-sync) and the controller converges from.
 #[both_backends]
 #[tokio::test]
 async fn snapshot_one_change_is_two_writes_and_a_racing_reader_never_mixes(backend: Backend) {
     let env = Env::start_with(backend, options_with_revisions()).await;
     setup(&env).await;
-    let old = write_format_1_layout(&env).await;
-    let mut legit = vec![old.clone()];
-    assert_eq!(hosts_of(&read(&cms(&env)).await.unwrap().unwrap()), old);
-    let reader = Reader::start(&env);
+    let _old = write_format_1_layout(&env).await;
+    let e = read(&cms(&env)).await.unwrap_err();
+    assert!(
+        e.to_string().contains("format 1")
+            && e.to_string().contains("re-sync")
+            && !e.is_retryable(),
+        "{e}"
+    );
+    let mut legit = Vec::new();
 
     // A service of 3,000 endpoints over 16 KiB shards (many parts) and 30
     // small services.
@@ -874,6 +880,15 @@ async fn snapshot_one_change_is_two_writes_and_a_racing_reader_never_mixes(backe
     legit.push(want.clone());
     let vars = [("KUBE_DISCOVERY_SNAPSHOT_MAX_SHARD_BYTES", "16384")];
     let ctl = start(&env, "snapcm", &config(&env, 100), &vars).await;
+    // Readers refuse the format-1 index until the controller rewrites it.
+    eventually("the index rewritten in format 2", LIMIT, || async {
+        match read(&cms(&env)).await {
+            Err(e) if !e.is_retryable() => None,
+            _ => Some(()),
+        }
+    })
+    .await;
+    let reader = Reader::start(&env);
     wait_snapshot(&env, &want).await;
     ctl.wait_ready().await;
     // Converged from the old layout: format 2, nothing unlisted left.

@@ -60,4 +60,4 @@ pub use validated::{
     HomeCluster, HttpSettings, LeaderElection, Schema, Settings, Sinks,
 };
 
-pub use crate::filter::{AnchoredRegex, LabelSelector, NamespaceFilter};
+pub use crate::source::filter::{AnchoredRegex, LabelSelector, NamespaceFilter};

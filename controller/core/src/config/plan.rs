@@ -25,11 +25,11 @@ use serde_json::Value;
 use super::error::{ConfigErrors, Errors};
 use super::raw::KUBERNETES;
 use super::validated::{ClusterConfig, Config, ConfigMapSink, Connection, HttpSettings};
-use crate::convert::ConvertOptions;
 use crate::crd::{NamespaceMode, ObjectNaming};
-use crate::filter::{LabelSelector, NamespaceFilter};
 use crate::index::Index;
 use crate::model::{ServiceKey, SourceKind};
+use crate::source::convert::ConvertOptions;
+use crate::source::filter::{LabelSelector, NamespaceFilter};
 
 /// Longest `kube_discovery.sinks.configmap.name`: `<name>-<i>.json` must
 /// stay a valid ConfigMap name and data key.

@@ -16,8 +16,8 @@ use serde_json::Value;
 
 use super::duration::{format_duration, parse_duration};
 use super::secret::Secret;
-use crate::convert::Drain;
-use crate::filter::{AnchoredRegex, LabelSelector};
+use crate::source::convert::Drain;
+use crate::source::filter::{AnchoredRegex, LabelSelector};
 
 /// Validation context of a cluster entry.
 pub(super) struct Ctx {

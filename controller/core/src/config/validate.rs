@@ -30,7 +30,7 @@ use super::validated::{
     HomeCluster, HttpSettings, LeaderElection, Schema, Settings, Sinks,
 };
 use crate::crd::{DEFAULT_INSTANCE, ObjectNaming};
-use crate::filter::{AnchoredRegex, LabelSelector, NamespaceFilter};
+use crate::source::filter::{AnchoredRegex, LabelSelector, NamespaceFilter};
 
 /// Parses and validates the configuration text. `env` looks up environment
 /// variables for `${VAR}` expansion (pass `&|k| std::env::var(k).ok()`).

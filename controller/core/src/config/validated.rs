@@ -12,11 +12,11 @@ use serde_json::{Value, json};
 
 use super::duration::format_duration;
 use super::secret::{REDACTED, Secret};
-use crate::convert::{ConvertOptions, Drain};
 use crate::crd::{NamespaceMode, ObjectNaming};
-use crate::filter::{LabelSelector, NamespaceFilter};
 use crate::index::Index;
 use crate::model::SourceKind;
+use crate::source::convert::{ConvertOptions, Drain};
+use crate::source::filter::{LabelSelector, NamespaceFilter};
 
 /// Default `client.token_file` (single cluster).
 pub const DEFAULT_TOKEN_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
@@ -273,7 +273,7 @@ pub struct Settings {
     /// `export: opt-in`: only Services annotated `kubediscovery.io/export: "true"`.
     pub export_opt_in: bool,
     /// `external_name`: `Some(allow)` when enabled.
-    pub external_name: Option<Vec<crate::filter::AnchoredRegex>>,
+    pub external_name: Option<Vec<crate::source::filter::AnchoredRegex>>,
     /// Server-side watch timeout.
     pub watch_timeout: Duration,
     /// The longest an API request waits for the server to send anything

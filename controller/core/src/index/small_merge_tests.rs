@@ -22,7 +22,7 @@ use super::incremental_tests::{
     Rng, all_options, fresh_merge, index, random_slice, seen, weighted,
 };
 use super::*;
-use crate::convert::Drain;
+use crate::source::convert::Drain;
 
 /// kube-proxy's preference for one `host:port` seen twice: the
 /// non-terminating one, then the ready one, then the first seen.

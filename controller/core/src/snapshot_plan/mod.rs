@@ -3,7 +3,7 @@
 //! try again. Pure: it takes what happened ([`Input`]) and the time, and
 //! answers with what to do ([`Action`]) and when to ask again; the
 //! controller's snapshot sink only runs the ConfigMap watch, builds the
-//! [`Layout`] when asked ([`crate::dump::Builder`], incremental), sends the
+//! [`Layout`] when asked ([`crate::snapshot::Builder`], incremental), sends the
 //! requests (fenced, with timeouts) and feeds the results back.
 //!
 //! ```text
@@ -38,7 +38,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use crate::backoff::RetryDelays;
-use crate::dump::{INDEX_KEY, Layout, ShardData};
+use crate::snapshot::{INDEX_KEY, Layout, ShardData};
 pub use crate::write_plan::At;
 
 /// sha256 of a data value: `seen` keeps hashes, not the (up to 1 MiB) texts.

@@ -29,7 +29,7 @@ fn layout(version: &str, shards: &[&str]) -> Arc<Layout> {
                 name: format!("{NAME}-{i}"),
                 key: format!("{NAME}-{i}.json"),
                 text: (*t).to_string(),
-                sha256: crate::dump::shard_sha256(t),
+                sha256: crate::snapshot::shard_sha256(t),
             })
         })
         .collect();
@@ -468,7 +468,7 @@ fn a_lost_lease_mid_round_sends_nothing_more() {
 
 // ------------------------------------------- real layouts: writes per change
 
-/// Drives the planner over REAL layouts ([`crate::dump::build`] at the
+/// Drives the planner over REAL layouts ([`crate::snapshot::build`] at the
 /// default 900 KiB budget) and records each round's requests by name (the
 /// texts are up to 900 KiB): what issue 19 item 2 counts, ConfigMap writes
 /// per change.
@@ -496,12 +496,12 @@ impl Real {
 
     /// The state becomes `dump`; runs the round, answering like a healthy
     /// API server; returns the requests (`Apply NAME` / `Delete NAME`).
-    fn change(&mut self, what: &str, dump: &crate::dump::Dump) -> Vec<String> {
-        let layout =
-            crate::dump::build(dump, NAME, crate::dump::DEFAULT_MAX_SHARD_BYTES).expect("layout");
+    fn change(&mut self, what: &str, dump: &crate::snapshot::Dump) -> Vec<String> {
+        let layout = crate::snapshot::build(dump, NAME, crate::snapshot::DEFAULT_MAX_SHARD_BYTES)
+            .expect("layout");
         for s in &layout.shards {
             assert!(
-                crate::dump::escaped_len(&s.text) <= crate::dump::DEFAULT_MAX_SHARD_BYTES,
+                crate::snapshot::escaped_len(&s.text) <= crate::snapshot::DEFAULT_MAX_SHARD_BYTES,
                 "{} over the budget",
                 s.name
             );
@@ -584,7 +584,7 @@ fn hosts(base: u32, n: u32) -> Vec<crate::model::Node> {
 }
 
 /// The node list of port `http` of `shop/big`.
-fn big(d: &mut crate::dump::Dump) -> &mut Vec<crate::model::Node> {
+fn big(d: &mut crate::snapshot::Dump) -> &mut Vec<crate::model::Node> {
     d.clusters
         .get_mut("")
         .and_then(|s| s.get_mut(&("shop".into(), "big".into())))
@@ -594,8 +594,8 @@ fn big(d: &mut crate::dump::Dump) -> &mut Vec<crate::model::Node> {
 
 #[test]
 fn one_endpoint_change_in_a_100000_endpoint_service_is_two_writes() {
-    use crate::dump::Dump;
     use crate::model::{Node, PortMap, ServiceKey};
+    use crate::snapshot::Dump;
     let key = ServiceKey::new("", "shop", "big");
     let mut d = Dump::with_clusters([""]);
     d.insert(
@@ -634,8 +634,8 @@ fn one_endpoint_change_in_a_100000_endpoint_service_is_two_writes() {
 
 #[test]
 fn one_change_among_10000_small_services_is_two_writes() {
-    use crate::dump::Dump;
     use crate::model::{PortMap, ServiceKey};
+    use crate::snapshot::Dump;
     let mut d = Dump::with_clusters([""]);
     for i in 0..10_000u32 {
         d.insert(

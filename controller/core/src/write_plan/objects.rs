@@ -22,7 +22,7 @@
 //!   rewritten in place reads "not complete" until shard 0 follows).
 //! * A shard `1..` the cache shows intact is not sent, in every write: its
 //!   `spec.version` is the version of its own content
-//!   (`crate::shards`), so "intact" means this write would not change it.
+//!   (`crate::crd::shards`), so "intact" means this write would not change it.
 //!   One endpoint changed in a big service is two applies: its shard, then
 //!   shard 0. (Only when the drift watch lags behind our own last write of
 //!   a shard is it sent again, unchanged.) Shard 0 and an unsharded object

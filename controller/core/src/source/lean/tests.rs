@@ -1,5 +1,5 @@
 use super::*;
-use crate::convert::{ConvertOptions, SliceContribution, from_endpoints, merge_slices};
+use crate::source::convert::{ConvertOptions, SliceContribution, from_endpoints, merge_slices};
 use serde_json::{Value, json};
 
 /// `v` decoded both ways: the lean decode, and k8s-openapi then `From`
@@ -78,7 +78,7 @@ fn lean_endpoints_decode_equals_the_k8s_openapi_decode_reduced() {
     assert_eq!(m.resource_version.as_deref(), Some("17"));
     assert_eq!(m.labels.as_ref().unwrap()["app"], "web");
     assert_eq!(
-        crate::convert::owner_service_uid(m).as_deref(),
+        crate::source::convert::owner_service_uid(m).as_deref(),
         Some("svc-1")
     );
     // Never decoded: what would be allocated and dropped.
@@ -165,14 +165,14 @@ fn topology_comes_only_from_k8s_openapi_objects() {
         ..Default::default()
     };
     let full: EndpointSlice = serde_json::from_value(full_slice()).unwrap();
-    let c = crate::convert::from_slices([&full], &opts);
+    let c = crate::source::convert::from_slices([&full], &opts);
     let n = &c.ports["http"][0];
     assert_eq!(n.node_name(), Some("n1"));
     assert_eq!(n.zone(), Some("z1"));
     assert_eq!(n.target_ref().unwrap().name, "web-1");
     // The lean decode skips it (the controller watches the full type then).
     let lean: LeanEndpointSlice = serde_json::from_value(full_slice()).unwrap();
-    let c = crate::convert::from_slices([&lean], &opts);
+    let c = crate::source::convert::from_slices([&lean], &opts);
     assert_eq!(c.ports["http"][0].topology(), None);
     let ep: Endpoints = serde_json::from_value(full_endpoints()).unwrap();
     let c = from_endpoints(&ep, &opts);
@@ -306,7 +306,7 @@ fn full_service() -> Value {
 
 #[test]
 fn lean_service_keeps_ports_type_and_only_our_annotations() {
-    use crate::service::ServiceInfo;
+    use crate::source::service::ServiceInfo;
     let v = full_service();
     let lean: LeanService = serde_json::from_value(v.clone()).unwrap();
     let full: Service = serde_json::from_value(v).unwrap();
@@ -419,7 +419,7 @@ fn mutate(v: &mut Value, rng: &mut Rng) {
 /// both outcomes (the test could not pass by never decoding).
 #[test]
 fn random_edits_decode_and_convert_like_k8s_openapi() {
-    use crate::service::ServiceInfo;
+    use crate::source::service::ServiceInfo;
     let mut rng = Rng(0x5eed_1234_abcd_0001);
     let opts = ConvertOptions {
         index_port_numbers: true,

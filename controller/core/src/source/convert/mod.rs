@@ -81,7 +81,7 @@ pub struct ConvertOptions {
     /// Fill `zone`, `nodeName` and `targetRef` of every node.
     pub topology: bool,
     /// Derive Service-port aliases from known Services
-    /// ([`crate::service::port_extras`]); appProtocols are derived either way.
+    /// ([`crate::source::service::port_extras`]); appProtocols are derived either way.
     pub service_port_aliases: bool,
     /// `kube_discovery.export: opt-in`: only Services annotated
     /// `kubediscovery.io/export: "true"` are published (default: all but
@@ -91,7 +91,7 @@ pub struct ConvertOptions {
     /// ignored (the default, see Contour's CVE-2021-32783); `Some(allow)` =
     /// an ExternalName Service whose host fully matches one of `allow` is
     /// published, one node per port with the host as `host`.
-    pub external_name: Option<Vec<crate::filter::AnchoredRegex>>,
+    pub external_name: Option<Vec<crate::source::filter::AnchoredRegex>>,
 }
 
 impl Default for ConvertOptions {
@@ -208,7 +208,7 @@ impl SkipReason {
             | SkipReason::UnknownAddressType
             | SkipReason::MissingName
             | SkipReason::MissingServiceLabel
-            | SkipReason::InvalidServiceName => crate::conditions::SOURCE_DATA_SKIPPED,
+            | SkipReason::InvalidServiceName => crate::crd::conditions::SOURCE_DATA_SKIPPED,
         }
     }
 }

@@ -1,9 +1,9 @@
 //! The merge of a big Service's EndpointSlices, kept up to date per slice
-//! change (issue 19, item 2).
+//! change.
 //!
 //! [`super::merge_slices`] rebuilds a Service from all its slices: right for
-//! a Service of a few slices, but one endpoint change in a 100,000-endpoint
-//! Service (1,000 slices) then re-merges 100,000 endpoints. [`MergeState`]
+//! a Service of a few slices, but one endpoint change in a Service of
+//! thousands of slices then re-merges every endpoint. [`MergeState`]
 //! keeps what the merge needs to be updated instead:
 //!
 //! ```text
@@ -18,8 +18,8 @@
 //! ones (O(slice)), recomputes the winner of each `(host, port)` it touched,
 //! and returns a [`Patch`]: the output nodes that changed. [`Patch::apply`]
 //! patches the Service's sorted node lists in place and keeps its
-//! [`Buckets`] (its version, the writer's shard sizes and versions) up to date, so nothing of the other 99,900
-//! endpoints is copied or hashed again. The rules are exactly those of
+//! [`Buckets`] (its version, the writer's shard sizes and versions) up to
+//! date, so nothing of the other endpoints is copied or hashed again. The rules are exactly those of
 //! [`super::merge_slices`] (unit-tested against it over random slice
 //! histories): the non-terminating contribution wins, then the ready one,
 //! then the first in slice-name order (then endpoint order in the slice);
@@ -37,8 +37,8 @@ use std::sync::Arc;
 use compact_str::CompactString;
 
 use super::{ConvertOptions, Drain, SliceContribution};
+use crate::crd::shards::Buckets;
 use crate::model::{Node, NodeTopology, PortMap};
-use crate::shards::Buckets;
 
 /// A node's identity within one port key.
 type HostPort = (CompactString, i32);
@@ -460,61 +460,4 @@ impl MergeState {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::convert::merge_slices;
-    use k8s_openapi::api::discovery::v1::EndpointSlice;
-    use serde_json::json;
-
-    fn slice(name: &str, eps: serde_json::Value) -> EndpointSlice {
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "ns"},
-            "addressType": "IPv4",
-            "ports": [{"name": "http", "port": 80}],
-            "endpoints": eps,
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn the_state_gives_the_full_merge_and_patches_one_node() {
-        let opts = ConvertOptions {
-            drain_terminating: Drain::Fallback,
-            ..ConvertOptions::default()
-        };
-        let a = SliceContribution::new(
-            &slice(
-                "a",
-                json!([{"addresses": ["10.0.0.1"], "conditions": {"ready": false, "serving": true, "terminating": true}},
-                       {"addresses": ["10.0.0.2"], "conditions": {"ready": false, "serving": true, "terminating": true}}]),
-            ),
-            &opts,
-        );
-        let b = SliceContribution::new(
-            &slice(
-                "b",
-                json!([{"addresses": ["10.0.0.1"], "conditions": {"ready": true}}]),
-            ),
-            &opts,
-        );
-        let mut state = MergeState::new(&opts, 50, [("a", &a), ("b", &b)]);
-        let mut ports = state.ports();
-        assert_eq!(ports, merge_slices([&a, &b], &opts).ports);
-        let mut buckets = Buckets::of(&ports);
-        // Slice b goes: no ready endpoint is left, the port falls back to
-        // the draining ones as a whole.
-        let patch = state.replace_slice("b", Some(&b), None);
-        assert!(matches!(patch.ports.as_slice(), [(k, PortPatch::Set(_))] if k == "http"));
-        assert!(patch.apply(&mut ports, &mut buckets));
-        assert_eq!(ports, merge_slices([&a], &opts).ports);
-        assert_eq!(ports["http"].len(), 2);
-        assert_eq!(buckets, Buckets::of(&ports));
-        // And back: one patch, the draining nodes leave for the ready one.
-        let patch = state.replace_slice("b", None, Some(&b));
-        assert!(patch.apply(&mut ports, &mut buckets));
-        assert_eq!(ports, merge_slices([&a, &b], &opts).ports);
-        assert_eq!(buckets, Buckets::of(&ports));
-        // The same slice again changes nothing.
-        assert!(state.replace_slice("b", Some(&b), Some(&b)).is_empty());
-    }
-}
+mod tests;

@@ -1,6 +1,6 @@
 //! The source objects as the watch decodes them: `v1/Endpoints`,
 //! `discovery.k8s.io/v1/EndpointSlice` and `v1/Service` reduced, AT DECODE
-//! TIME, to what the conversion reads (issue 19, item 5).
+//! TIME, to what the conversion reads.
 //!
 //! ```text
 //!  watch line ──serde_json──▶ LeanEndpoints | LeanEndpointSlice ──▶ from_endpoints / SliceContribution
@@ -12,9 +12,8 @@
 //! Why hand-written types instead of k8s-openapi's: those allocate every field
 //! of every object (each `managedFields` entry with its `fieldsV1` tree as a
 //! `serde_json::Value`, annotations, and per address an `ip`, a `nodeName` and
-//! a four-string `targetRef`), which the index then drops. Decoding was three
-//! quarters of a 1,000-address Endpoints event (BENCHMARKS.md, "Per-event
-//! cost"). Here serde skips every field the conversion does not read, hosts
+//! a four-string `targetRef`), which the index then drops: decoding was most
+//! of an event's cost (BENCHMARKS.md, "Per-event cost"). Here serde skips every field the conversion does not read, hosts
 //! and port names are [`CompactString`]s (inline up to 24 bytes: every IPv4
 //! and most IPv6 addresses, so no allocation), and metadata keeps only name,
 //! namespace, uid, resourceVersion, labels, ownerReferences and the
@@ -409,7 +408,7 @@ impl From<&EndpointSlice> for LeanEndpointSlice {
     }
 }
 
-/// `v1/Service` as [`crate::service::ServiceInfo`] reads it.
+/// `v1/Service` as [`crate::source::service::ServiceInfo`] reads it.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct LeanService {
     /// See [`LeanEndpoints::metadata`].
@@ -518,7 +517,7 @@ as_lean!(
     AsLeanSlice: LeanEndpointSlice, EndpointSlice
 );
 as_lean!(
-    /// Anything [`crate::service::ServiceInfo`] can read as a
+    /// Anything [`crate::source::service::ServiceInfo`] can read as a
     /// [`LeanService`]: the lean type (what the watch decodes) or a
     /// k8s-openapi [`Service`].
     AsLeanService: LeanService, Service
