@@ -97,7 +97,7 @@ impl Default for Options {
 
 /// What the planner reads of the desired state when it decides (always the
 /// latest: a write carries whatever is desired when it starts).
-pub trait Desired {
+pub trait DesiredView {
     /// The desired `spec.version` of `key` (`None`: no source, delete).
     fn version(&self, key: &ServiceKey) -> Option<String>;
     /// Whether `cluster` finished its first complete list.
@@ -374,7 +374,7 @@ impl Planner {
     }
 
     /// Takes in what happened at `now`; returns what to do at once.
-    pub fn handle(&mut self, now: At, input: Input, desired: &dyn Desired) -> Vec<Action> {
+    pub fn handle(&mut self, now: At, input: Input, desired: &dyn DesiredView) -> Vec<Action> {
         match input {
             Input::Changed(keys) => {
                 for (key, at) in &keys {
@@ -465,7 +465,7 @@ impl Planner {
 
     /// What is due at `now`, and when to poll again (`None`: only after
     /// the next input).
-    pub fn poll(&mut self, now: At, desired: &dyn Desired) -> (Vec<Action>, Option<At>) {
+    pub fn poll(&mut self, now: At, desired: &dyn DesiredView) -> (Vec<Action>, Option<At>) {
         let mut wake = None;
         if self.leading && !self.loaded {
             if !self.loading && self.load_due <= now {
@@ -529,7 +529,7 @@ impl Planner {
         }
     }
 
-    fn synced(&mut self, cluster: String, now: At, desired: &dyn Desired) {
+    fn synced(&mut self, cluster: String, now: At, desired: &dyn DesiredView) {
         // Objects the API server holds for this cluster that the first
         // complete list did not produce: their source vanished while we were
         // not watching.
@@ -548,7 +548,7 @@ impl Planner {
 
     /// After loading: everything desired is due again (no-ops are skipped
     /// against the fresh `known`), and listed clusters get a new barrier.
-    fn resync(&mut self, now: At, desired: &dyn Desired) {
+    fn resync(&mut self, now: At, desired: &dyn DesiredView) {
         let mut deferred = std::mem::take(&mut self.deferred_synced);
         for (cluster, listed) in desired.clusters() {
             for key in desired.keys_of(&cluster) {
@@ -564,7 +564,7 @@ impl Planner {
         }
     }
 
-    fn dispatch(&mut self, now: At, desired: &dyn Desired) {
+    fn dispatch(&mut self, now: At, desired: &dyn DesiredView) {
         while self.pending.inflight.len() < self.opts.concurrency.max(1) {
             let Some(key) = self.pending.first_due_key(now) else {
                 break;
@@ -717,7 +717,7 @@ impl Planner {
         });
     }
 
-    fn check_drift(&mut self, now: At, desired: &dyn Desired) {
+    fn check_drift(&mut self, now: At, desired: &dyn DesiredView) {
         let mut later = Vec::new();
         while let Some(key) = self.drift.pop_due(now) {
             if self.pending.busy(&key) {

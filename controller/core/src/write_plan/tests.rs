@@ -19,7 +19,7 @@ struct World {
     sizes: BTreeMap<ServiceKey, usize>,
 }
 
-impl Desired for World {
+impl DesiredView for World {
     fn version(&self, key: &ServiceKey) -> Option<String> {
         self.versions.get(key).cloned()
     }
