@@ -46,7 +46,7 @@ use self::compact::{trim_map, trim_set};
 use self::drift::DriftChecks;
 use self::limiter::{Limiter, RateOptions};
 pub use self::objects::{
-    DeleteWhy, NameTaken, ObjName, ObjectOp, ObjectPlan, ServerView, object_ops,
+    DeleteWhy, NameTaken, ObjName, ObjectOp, ObjectPlan, ServerFacts, ServerView, object_ops,
 };
 use self::queue::{Pending, Queue};
 use crate::ServiceKey;

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::objects::tests::{View, lazy, service_of, show as show_ops};
+use super::objects::tests::{View, lazy, ops_over, service_of, show as show_ops};
 use super::*;
 
 /// The desired state the planner reads.
@@ -163,7 +163,7 @@ impl Script {
         let svc = apply.then(|| service_of(key, nodes));
         let desired = svc.as_ref().map(lazy);
         let naming = crate::crd::ObjectNaming::source();
-        let text = match object_ops(key, &naming, desired.as_ref(), prior, &self.server) {
+        let text = match ops_over(key, &naming, desired.as_ref(), prior, &self.server) {
             Ok(plan) => {
                 let mut ops = show_ops(&plan);
                 for ((_, name), owner) in &plan.left_alone {
