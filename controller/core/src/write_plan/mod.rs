@@ -6,19 +6,22 @@
 //! ```text
 //!  Changed(keys, at) ─▶ pending{key: due = now + coalesce_window, first event}
 //!  poll(now):  due, not in flight, < concurrency, limiter token
-//!              desired == known ─▶ skip        desired ─▶ Apply     none, known ─▶ Delete
-//!  Finished:   Applied(v, n) ─▶ known[key] = v, shards[key] = n, repair done
-//!              Deleted ─▶ known, shards, repair of key forgotten
+//!              desired == held ─▶ skip         desired ─▶ Apply     none, held ─▶ Delete
+//!  Finished:   Applied(v, n) ─▶ held[key] = {v, n shards}, repair done
+//!              Deleted ─▶ held[key] forgotten
 //!              Failed(reason) ─▶ again after backoff, reported failing until written
 //!              Fenced ─▶ again at once (the lease was lost; nothing was sent)
 //!              Throttled (429) ─▶ again when the limiter allows (not a failure)
 //!  Throttled(retry_after) ─▶ limiter: rate halved, paused (see [`limiter`])
 //!  Drifted(keys) ─▶ CheckDrift later (not while a write of the key is pending or settling)
-//!  DriftChecked: Drift ─▶ forget known[key], mark a repair, queue it    Stale ─▶ check again later
+//!  DriftChecked: Drift ─▶ held[key]: version unknown, repair owed; queued    Stale ─▶ check again later
 //!  Synced(cluster) ─▶ stale objects of the cluster queued for deletion; ClusterSynced once
 //!                     everything queued before it was attempted
-//!  Leadership{epoch, leading}: a new leading epoch ─▶ Load{epoch}; Loaded ─▶ known, resync
+//!  Leadership{epoch, leading}: a new leading epoch ─▶ Load{epoch}; Loaded ─▶ held, resync
 //! ```
+//!
+//! `held` is the planner's one record of what the API server holds of our
+//! objects, by service (`held.rs`).
 //!
 //! Every [`Action::Apply`] / [`Action::Delete`] carries a [`Prior`]: the
 //! shard slots the service's last write left on the API server (from the
@@ -32,18 +35,20 @@
 
 mod compact;
 mod drift;
+mod held;
 pub mod limiter;
 mod objects;
 mod queue;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
-use self::compact::{PackedKey, Version};
-use self::compact::{trim_map, trim_set};
+use self::compact::PackedKey;
+use self::compact::trim_map;
 use self::drift::DriftChecks;
+use self::held::Record;
 use self::limiter::{Limiter, RateOptions};
 pub use self::objects::{
     DeleteWhy, NameTaken, ObjName, ObjectOp, ObjectPlan, ServerFacts, ServerView, object_ops,
@@ -305,21 +310,15 @@ pub enum Action {
 /// The planner's state (see the module docs).
 pub struct Planner {
     opts: Options,
-    /// The version of every object the API server holds, by service.
-    known: HashMap<PackedKey, Version>,
-    /// Shard slots of the services that use more than one (sharded services
-    /// are rare: one slot is the default and not stored).
-    shards: HashMap<PackedKey, u32>,
-    /// Keys whose next write is a repair ([`Prior::repair`]): set by a drift
-    /// check that found drift, cleared when a write of the key succeeds.
-    repairs: HashSet<PackedKey>,
+    /// What the API server holds of our objects, by service.
+    held: Record,
     pending: Queue,
     barriers: Vec<(String, u64)>,
     seq: u64,
     limiter: Limiter,
     drift: DriftChecks,
     failing: HashMap<PackedKey, String>,
-    /// The current epoch, whether it leads, and whether `known` is for it.
+    /// The current epoch, whether it leads, and whether `held` is for it.
     epoch: u64,
     leading: bool,
     loaded: bool,
@@ -327,7 +326,7 @@ pub struct Planner {
     loading: bool,
     load_due: At,
     load_attempts: u32,
-    /// First-list barriers that arrived before `known` was loaded: they
+    /// First-list barriers that arrived before `held` was loaded: they
     /// need it (stale objects), so they wait for it.
     deferred_synced: Vec<String>,
     actions: Vec<Action>,
@@ -344,9 +343,7 @@ impl Planner {
         });
         Planner {
             opts,
-            known: HashMap::new(),
-            shards: HashMap::new(),
-            repairs: HashSet::new(),
+            held: Record::default(),
             pending: Queue::default(),
             barriers: Vec::new(),
             seq: 0,
@@ -410,21 +407,7 @@ impl Planner {
             }
             Input::Loaded { epoch, known } => {
                 if epoch == self.epoch && self.leading && !self.loaded {
-                    self.known = HashMap::with_capacity(known.len());
-                    self.shards.clear();
-                    for (k, held) in &known {
-                        let k = PackedKey::new(k);
-                        if held.shards > 1 {
-                            self.shards.insert(k.clone(), held.shards);
-                        }
-                        self.known.insert(k, Version::new(&held.version));
-                    }
-                    // A repair found before the reload is still owed (the
-                    // list compares versions only, not content): a version
-                    // nothing has forces the write.
-                    for k in &self.repairs {
-                        self.known.insert(k.clone(), Version::new(""));
-                    }
+                    self.held.loaded(&known);
                     self.loaded = true;
                     self.loading = false;
                     self.resync(now, desired);
@@ -452,9 +435,8 @@ impl Planner {
                             key: key.service_key(),
                             kind,
                         });
-                        // A version nothing has: the key is rewritten (or deleted).
-                        self.known.insert(key.clone(), Version::new(""));
-                        self.repairs.insert(key.clone());
+                        // Rewritten (or deleted), as a repair.
+                        self.held.drifted(key.clone());
                         self.enqueue(key, now, now);
                     }
                 }
@@ -534,7 +516,7 @@ impl Planner {
         // complete list did not produce: their source vanished while we were
         // not watching.
         let stale: Vec<PackedKey> = self
-            .known
+            .held
             .keys()
             .filter(|k| k.cluster() == cluster && desired.version(&k.service_key()).is_none())
             .cloned()
@@ -547,7 +529,7 @@ impl Planner {
     }
 
     /// After loading: everything desired is due again (no-ops are skipped
-    /// against the fresh `known`), and listed clusters get a new barrier.
+    /// against the fresh `held`), and listed clusters get a new barrier.
     fn resync(&mut self, now: At, desired: &dyn DesiredView) {
         let mut deferred = std::mem::take(&mut self.deferred_synced);
         for (cluster, listed) in desired.clusters() {
@@ -571,7 +553,7 @@ impl Planner {
             };
             let skey = key.service_key();
             let version = desired.version(&skey);
-            match (&version, self.known.get(&key)) {
+            match (&version, self.held.version(&key)) {
                 (Some(d), Some(v)) if v.is(d) => {
                     self.pending.remove(&key);
                     self.clear_failing(&key);
@@ -594,10 +576,7 @@ impl Planner {
                 continue;
             };
             let epoch = self.epoch;
-            let prior = Prior {
-                shards: self.shards.get(&key).copied().unwrap_or(1),
-                repair: self.repairs.contains(&key),
-            };
+            let prior = self.held.prior(&key);
             self.actions.push(match version {
                 Some(_) => Action::Apply {
                     key: skey,
@@ -622,13 +601,7 @@ impl Planner {
         self.drift.done(&key, now, self.opts.drift_settle);
         let (attempts, due) = match outcome {
             Outcome::Applied { version, shards } => {
-                self.known.insert(key.clone(), Version::new(&version));
-                if shards > 1 {
-                    self.shards.insert(key.clone(), shards);
-                } else {
-                    self.shards.remove(&key);
-                }
-                self.repairs.remove(&key);
+                self.held.applied(key.clone(), &version, shards);
                 self.clear_failing(&key);
                 self.unpark(&key, now);
                 self.limiter.succeeded();
@@ -636,9 +609,7 @@ impl Planner {
             }
             Outcome::Deleted => {
                 self.limiter.succeeded();
-                self.known.remove(&key);
-                self.shards.remove(&key);
-                self.repairs.remove(&key);
+                self.held.deleted(&key);
                 self.clear_failing(&key);
                 self.unpark(&key, now);
                 return;
@@ -773,9 +744,7 @@ impl Planner {
     fn trim(&mut self, now: At) {
         self.pending.trim();
         self.drift.prune(now, self.opts.drift_settle);
-        trim_map(&mut self.known);
-        trim_map(&mut self.shards);
-        trim_set(&mut self.repairs);
+        self.held.trim();
         trim_map(&mut self.failing);
     }
 }

@@ -518,16 +518,19 @@ fn tables_shrink_after_a_large_first_sync() {
     assert_eq!(writes, n, "one write per service");
     assert_eq!(checks, n, "every parked check ran once");
     assert_eq!(synced, 1);
-    assert_eq!(p.known.len(), n);
-    assert!(p.known.values().all(|v| matches!(v, Version::Hex(_))));
+    assert_eq!(p.held.services.len(), n);
+    assert!(
+        p.held
+            .services
+            .values()
+            .all(|o| matches!(o.version, compact::Version::Hex(_)) && o.shards == 1 && !o.repair)
+    );
     for (name, cap) in [
         ("pending", p.pending.entries.capacity()),
         ("inflight", p.pending.inflight.capacity()),
         ("drift keys", p.drift.keys.capacity()),
         ("parked", p.drift.parked.capacity()),
         ("last_done", p.drift.last_done.capacity()),
-        ("shards", p.shards.capacity()),
-        ("repairs", p.repairs.capacity()),
     ] {
         assert!(
             cap <= 64,
