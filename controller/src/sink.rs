@@ -71,7 +71,7 @@ use kube_discovery_core::crd::{
     stamped_generation,
 };
 use kube_discovery_core::write_plan::{
-    DeleteWhy, Held, NameTaken, ObjectOp, ObjectPlan, Prior, ServerView, object_ops,
+    DeleteWhy, Held, NameTaken, ObjectOp, ObjectPlan, Prior, ServerFacts, ServerView, object_ops,
 };
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
@@ -533,7 +533,8 @@ impl KubeSink {
     }
 }
 
-/// What [`object_ops`] asks of the API server, answered from the sink's
+/// What a write reads of the API server before it is planned
+/// ([`ServerFacts::gather`], then [`object_ops`]), answered from the sink's
 /// views of it: the drift cache (intact objects, a service's objects, names
 /// held by others) and, until the drift watch has listed, the start-up list.
 impl ServerView for KubeSink {
@@ -741,7 +742,8 @@ impl Sink for KubeSink {
             DesiredObjects::new(&svc, &self.naming).at(&previous, &Time(jiff::Timestamp::now()));
         // Decided from names and versions; then only the objects sent are
         // built (one change in a big service: its shard and shard 0).
-        let plan = object_ops(&svc.key, &self.naming, Some(&desired), prior, self)?;
+        let facts = ServerFacts::gather(&svc.key, &self.naming, Some(&desired), prior, self);
+        let plan = object_ops(&svc.key, &self.naming, Some(&desired), prior, &facts)?;
         let mut objs = desired.build(&plan.applied());
         if self.generations.stamping() {
             for o in &mut objs {
@@ -770,7 +772,8 @@ impl Sink for KubeSink {
 
     async fn delete(&self, key: ServiceKey, prior: Prior) -> Result<()> {
         let token = self.fence.begin()?;
-        let plan = object_ops(&key, &self.naming, None, prior, self)?;
+        let facts = ServerFacts::gather(&key, &self.naming, None, prior, self);
+        let plan = object_ops(&key, &self.naming, None, prior, &facts)?;
         self.execute(token, &key, plan, &[], prior.repair).await?;
         self.explain.forget(&key);
         Ok(())

@@ -20,7 +20,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_discovery_core::crd::DesiredObjects;
 use kube_discovery_core::source::convert::{from_endpoints, from_slices};
 use kube_discovery_core::source::filter::NamespaceFilter;
-use kube_discovery_core::write_plan::{ObjName, Prior, ServerView, object_ops};
+use kube_discovery_core::write_plan::{ObjName, Prior, ServerFacts, ServerView, object_ops};
 use kube_discovery_core::{
     ConvertOptions, Index, PortMap, ServiceNodes, SourceKind, content_version,
 };
@@ -198,7 +198,8 @@ fn big_service(c: &mut Criterion) {
     };
     let write = |svc: &ServiceNodes, server: &Held| {
         let desired = DesiredObjects::new(svc, &naming).at(&[], &now);
-        let plan = object_ops(&key, &naming, Some(&desired), prior, server).unwrap();
+        let facts = ServerFacts::gather(&key, &naming, Some(&desired), prior, server);
+        let plan = object_ops(&key, &naming, Some(&desired), prior, &facts).unwrap();
         desired.build(&plan.applied())
     };
     let sent = write(&states[0], &held[1]);

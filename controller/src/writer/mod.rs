@@ -1,18 +1,24 @@
 //! The writer: carries out what the pure planner
 //! ([`kube_discovery_core::write_plan::Planner`]) decides, and feeds the
 //! results back. Every decision (coalescing, skipping no-ops, the rate limit,
-//! retries with backoff, drift checks, first-list barriers, leadership
-//! epochs) is the planner's, tested there with scripted inputs and golden
-//! files; this loop only turns its actions into sink calls, metrics and
-//! logs.
+//! retries and when a key is failing, drift checks, first-list barriers,
+//! leadership epochs) is the planner's, tested there with scripted inputs and
+//! golden files; this loop turns each action into sink calls, metrics and
+//! logs, one action at a time, and never asks the planner mid-action.
 //!
 //! ```text
 //!  inbox (Changed / Drifted / Synced) ─┐
 //!  leadership (epoch, leading) ────────┼─▶ Planner::handle ─┐
-//!  finished writes / loads ────────────┘                    ├─▶ actions ─▶ Sink::apply / delete (tasks),
-//!  the wake-up the planner asked for ──▶ Planner::poll ─────┘            Sink::list_versions (a task),
-//!                                                                       Sink::drift (at once), state, metrics
+//!  finished writes / loads ────────────┤                    ├─▶ actions ─▶ Sink::apply / delete (tasks),
+//!  drift answers (queued, not nested) ─┘                    │            Sink::list_versions (a task),
+//!  the wake-up the planner asked for ──▶ Planner::poll ─────┘            Sink::drift, Events, state, metrics
 //! ```
+//!
+//! The answer to an action carried out at once (a drift check) is queued and
+//! fed to the planner after the current batch of actions, never from inside
+//! it. A failed write is logged and reported (an Event) when the planner's
+//! `Retry` and `Failing` actions say so; the writer only keeps the error
+//! until then.
 //!
 //! 429s reach the planner's adaptive limiter two ways: the writer's client
 //! records every 429 answer with its `Retry-After` ([`ThrottleSignal`]),
@@ -28,6 +34,7 @@
 #[cfg(test)]
 mod tests;
 
+use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -35,7 +42,7 @@ use futures::FutureExt;
 use kube_discovery_core::ServiceKey;
 use kube_discovery_core::crd::Owner;
 use kube_discovery_core::write_plan::{
-    Action, At, Desired, DriftResult, Held, Input, Options, Outcome, Planner, Prior,
+    Action, At, DesiredView, DriftResult, Held, Input, Options, Outcome, Planner, Prior,
 };
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -108,7 +115,7 @@ enum Done {
 /// The desired state as the planner reads it.
 struct State<'a>(&'a ControllerState);
 
-impl Desired for State<'_> {
+impl DesiredView for State<'_> {
     fn version(&self, key: &ServiceKey) -> Option<String> {
         self.0.desired(key).map(|d| d.version.clone())
     }
@@ -139,6 +146,9 @@ struct Writer<S> {
     origin: Instant,
     tasks: JoinSet<Done>,
     throttle: ThrottleSignal,
+    /// The error of the failed write being handed to the planner, for its
+    /// `Retry` (the log line) and `Failing` (the Event) actions.
+    failure: Option<(ServiceKey, Error)>,
 }
 
 impl<S: Sink> Writer<S> {
@@ -151,6 +161,7 @@ impl<S: Sink> Writer<S> {
             origin: Instant::now(),
             tasks: JoinSet::new(),
             throttle: ThrottleSignal::default(),
+            failure: None,
         }
     }
 
@@ -162,10 +173,15 @@ impl<S: Sink> Writer<S> {
         self.at(Instant::now())
     }
 
+    /// Feeds `input` to the planner and carries out its actions; the
+    /// answers of actions carried out at once go to the planner after them.
     fn handle(&mut self, input: Input) {
-        let now = self.now();
-        let actions = self.planner.handle(now, input, &State(&self.shared));
-        self.execute(actions);
+        let mut inputs = VecDeque::from([input]);
+        while let Some(input) = inputs.pop_front() {
+            let now = self.now();
+            let actions = self.planner.handle(now, input, &State(&self.shared));
+            inputs.extend(actions.into_iter().filter_map(|a| self.execute(a)));
+        }
     }
 
     /// Feeds the 429s the client saw since the last call to the limiter.
@@ -185,8 +201,8 @@ impl<S: Sink> Writer<S> {
         }
     }
 
-    /// Polls the planner (drift answers are fed back at once) and returns
-    /// when it wants to be polled again.
+    /// Polls the planner until it has nothing due (drift answers are fed
+    /// back after each batch) and returns when it wants to be polled again.
     fn poll(&mut self) -> Option<Instant> {
         loop {
             let now = self.now();
@@ -194,70 +210,104 @@ impl<S: Sink> Writer<S> {
             if actions.is_empty() {
                 return wake.map(|w| self.origin + w);
             }
-            self.execute(actions);
+            let answers: Vec<Input> = actions
+                .into_iter()
+                .filter_map(|a| self.execute(a))
+                .collect();
+            for input in answers {
+                self.handle(input);
+            }
         }
     }
 
-    fn execute(&mut self, actions: Vec<Action>) {
-        for action in actions {
-            match action {
-                Action::Load { epoch } => {
-                    let sink = self.sink.clone();
-                    self.tasks.spawn(async move {
-                        Done::Load {
-                            epoch,
-                            result: sink.list_versions().await,
+    /// Carries out one action; returns the answer of an action carried out
+    /// at once (a drift check), for the planner.
+    fn execute(&mut self, action: Action) -> Option<Input> {
+        match action {
+            Action::Load { epoch } => {
+                let sink = self.sink.clone();
+                self.tasks.spawn(async move {
+                    Done::Load {
+                        epoch,
+                        result: sink.list_versions().await,
+                    }
+                });
+            }
+            Action::Apply {
+                key, since, prior, ..
+            } => {
+                let desired = self.shared.desired(&key);
+                self.spawn_write(key, since, prior, desired);
+            }
+            Action::Delete {
+                key, since, prior, ..
+            } => self.spawn_write(key, since, prior, None),
+            Action::CheckDrift { key } => {
+                let desired = self.shared.desired(&key);
+                let result = match self.sink.drift(&key, desired.as_deref()) {
+                    DriftCheck::Ok => DriftResult::Intact,
+                    DriftCheck::Stale => DriftResult::Stale,
+                    DriftCheck::Drift(kind) => DriftResult::Drift(kind.as_str()),
+                };
+                return Some(Input::DriftChecked { key, result });
+            }
+            Action::Skipped { key } => {
+                self.metrics
+                    .writes_skipped
+                    .get_or_create(&Metrics::cluster(&key.cluster))
+                    .inc();
+                tracing::debug!(service = %key, "up to date, no write");
+            }
+            Action::Repair { key, kind } => {
+                self.metrics.drift(&key.cluster, kind);
+                tracing::info!(service = %key, kind, "drift: restoring the desired state");
+            }
+            Action::Retry {
+                key,
+                attempt,
+                delay: retry_in,
+                ..
+            } => {
+                if let Some((_, e)) = self.failure.as_ref().filter(|(k, _)| *k == key) {
+                    match e {
+                        Error::NameTaken { object, owner } => {
+                            tracing::warn!(service = %key, object = %object, owner = %owner, attempt, retry_in = ?retry_in, "name taken: the object of this service belongs to someone else; not written");
                         }
-                    });
-                }
-                Action::Apply {
-                    key, since, prior, ..
-                } => {
-                    let desired = self.shared.desired(&key);
-                    self.spawn_write(key, since, prior, desired);
-                }
-                Action::Delete {
-                    key, since, prior, ..
-                } => self.spawn_write(key, since, prior, None),
-                Action::CheckDrift { key } => {
-                    let desired = self.shared.desired(&key);
-                    let result = match self.sink.drift(&key, desired.as_deref()) {
-                        DriftCheck::Ok => DriftResult::Intact,
-                        DriftCheck::Stale => DriftResult::Stale,
-                        DriftCheck::Drift(kind) => DriftResult::Drift(kind.as_str()),
-                    };
-                    self.handle(Input::DriftChecked { key, result });
-                }
-                Action::Skipped { key } => {
-                    self.metrics
-                        .writes_skipped
-                        .get_or_create(&Metrics::cluster(&key.cluster))
-                        .inc();
-                    tracing::debug!(service = %key, "up to date, no write");
-                }
-                Action::Repair { key, kind } => {
-                    self.metrics.drift(&key.cluster, kind);
-                    tracing::info!(service = %key, kind, "drift: restoring the desired state");
-                }
-                Action::Retry { .. } => {}
-                Action::Failing { key, from, to } => {
-                    self.metrics
-                        .failing(&key.cluster, from.as_deref(), to.as_deref());
-                }
-                Action::ClusterSynced(cluster) => {
-                    self.shared.update_cluster(&cluster, |c| c.synced = true);
-                    tracing::info!(cluster = %cluster, "first complete list written");
-                }
-                Action::Standby(standby) => {
-                    self.shared.set_standby(standby);
-                    if standby {
-                        tracing::info!("standby: not writing");
-                    } else {
-                        tracing::info!("leader: writing");
+                        Error::WritePanicked(_) => {
+                            tracing::error!(service = %key, error = %e, attempt, retry_in = ?retry_in, "write task panicked; retrying");
+                        }
+                        _ => {
+                            tracing::warn!(service = %key, error = %e, attempt, retry_in = ?retry_in, "write failed");
+                        }
                     }
                 }
             }
+            Action::Failing { key, from, to } => {
+                self.metrics
+                    .failing(&key.cluster, from.as_deref(), to.as_deref());
+                // An Event only when the key starts failing or fails for
+                // another reason (not on every retry).
+                if to.is_some()
+                    && let Some((_, e)) = self.failure.as_ref().filter(|(k, _)| *k == key)
+                {
+                    let desired = self.shared.desired(&key);
+                    self.sink.failing(&key, desired.as_deref(), e);
+                }
+            }
+            Action::ClusterSynced(cluster) => {
+                self.shared.update_cluster(&cluster, |c| c.synced = true);
+                tracing::info!(cluster = %cluster, "first complete list written");
+            }
+            Action::Standby(standby) => {
+                self.shared.set_standby(standby);
+                if standby {
+                    tracing::info!("standby: not writing");
+                } else {
+                    tracing::info!("leader: writing");
+                }
+            }
         }
+        None
     }
 
     fn spawn_write(
@@ -357,48 +407,14 @@ impl<S: Sink> Writer<S> {
                             _ => None,
                         };
                         self.shared.set_held_by_other(&key, held);
-                        let now = self.now();
-                        let actions = self.planner.handle(
-                            now,
-                            Input::Finished {
-                                key: key.clone(),
-                                outcome: Outcome::Failed(reason.to_string()),
-                            },
-                            &State(&self.shared),
-                        );
-                        // The planner's retry decision, logged with the error.
-                        let (attempt, retry_in) = actions
-                            .iter()
-                            .find_map(|a| match a {
-                                Action::Retry { attempt, delay, .. } => Some((*attempt, *delay)),
-                                _ => None,
-                            })
-                            .unwrap_or_default();
-                        // An Event only when the key starts failing or fails
-                        // for another reason (not on every retry).
-                        if actions
-                            .iter()
-                            .any(|a| matches!(a, Action::Failing { to: Some(_), .. }))
-                        {
-                            let desired = self.shared.desired(&key);
-                            self.sink.failing(&key, desired.as_deref(), &e);
-                        }
-                        match &e {
-                            Error::NameTaken { object, owner } => {
-                                tracing::warn!(service = %key, object = %object, owner = %owner, attempt, retry_in = ?retry_in, "name taken: the object of this service belongs to someone else; not written");
-                            }
-                            Error::WritePanicked(_) => {
-                                tracing::error!(service = %key, error = %e, attempt, retry_in = ?retry_in, "write task panicked; retrying");
-                            }
-                            _ => {
-                                tracing::warn!(service = %key, error = %e, attempt, retry_in = ?retry_in, "write failed");
-                            }
-                        }
-                        self.execute(actions);
-                        return;
+                        // Logged and reported by the planner's answer
+                        // (`Retry`, `Failing`), which needs the error.
+                        self.failure = Some((key.clone(), e));
+                        Outcome::Failed(reason.to_string())
                     }
                 };
                 self.handle(Input::Finished { key, outcome });
+                self.failure = None;
             }
         }
     }

@@ -5,7 +5,8 @@
 //! * [`Version`]: a `spec.version`, as a `u64` when it is one of ours.
 //! * [`trim_map`] / [`trim_set`]: a drained table gives its buckets back.
 //!
-//! BENCHMARKS.md (issue 6) has what they saved, measured.
+//! BENCHMARKS.md has what they save, measured (`benches/planner_memory.rs`
+//! for the keys).
 
 use std::collections::{HashMap, HashSet};
 

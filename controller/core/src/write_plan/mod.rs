@@ -6,19 +6,22 @@
 //! ```text
 //!  Changed(keys, at) ─▶ pending{key: due = now + coalesce_window, first event}
 //!  poll(now):  due, not in flight, < concurrency, limiter token
-//!              desired == known ─▶ skip        desired ─▶ Apply     none, known ─▶ Delete
-//!  Finished:   Applied(v, n) ─▶ known[key] = v, shards[key] = n, repair done
-//!              Deleted ─▶ known, shards, repair of key forgotten
+//!              desired == held ─▶ skip         desired ─▶ Apply     none, held ─▶ Delete
+//!  Finished:   Applied(v, n) ─▶ held[key] = {v, n shards}, repair done
+//!              Deleted ─▶ held[key] forgotten
 //!              Failed(reason) ─▶ again after backoff, reported failing until written
 //!              Fenced ─▶ again at once (the lease was lost; nothing was sent)
 //!              Throttled (429) ─▶ again when the limiter allows (not a failure)
 //!  Throttled(retry_after) ─▶ limiter: rate halved, paused (see [`limiter`])
 //!  Drifted(keys) ─▶ CheckDrift later (not while a write of the key is pending or settling)
-//!  DriftChecked: Drift ─▶ forget known[key], mark a repair, queue it    Stale ─▶ check again later
+//!  DriftChecked: Drift ─▶ held[key]: version unknown, repair owed; queued    Stale ─▶ check again later
 //!  Synced(cluster) ─▶ stale objects of the cluster queued for deletion; ClusterSynced once
 //!                     everything queued before it was attempted
-//!  Leadership{epoch, leading}: a new leading epoch ─▶ Load{epoch}; Loaded ─▶ known, resync
+//!  Leadership{epoch, leading}: a new leading epoch ─▶ Load{epoch}; Loaded ─▶ held, resync
 //! ```
+//!
+//! `held` is the planner's one record of what the API server holds of our
+//! objects, by service (`held.rs`).
 //!
 //! Every [`Action::Apply`] / [`Action::Delete`] carries a [`Prior`]: the
 //! shard slots the service's last write left on the API server (from the
@@ -32,21 +35,23 @@
 
 mod compact;
 mod drift;
+mod held;
 pub mod limiter;
 mod objects;
 mod queue;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
-use self::compact::{PackedKey, Version};
-use self::compact::{trim_map, trim_set};
+use self::compact::PackedKey;
+use self::compact::trim_map;
 use self::drift::DriftChecks;
+use self::held::Record;
 use self::limiter::{Limiter, RateOptions};
 pub use self::objects::{
-    DeleteWhy, NameTaken, ObjName, ObjectOp, ObjectPlan, ServerView, object_ops,
+    DeleteWhy, NameTaken, ObjName, ObjectOp, ObjectPlan, ServerFacts, ServerView, object_ops,
 };
 use self::queue::{Pending, Queue};
 use crate::ServiceKey;
@@ -98,7 +103,7 @@ impl Default for Options {
 
 /// What the planner reads of the desired state when it decides (always the
 /// latest: a write carries whatever is desired when it starts).
-pub trait Desired {
+pub trait DesiredView {
     /// The desired `spec.version` of `key` (`None`: no source, delete).
     fn version(&self, key: &ServiceKey) -> Option<String>;
     /// Whether `cluster` finished its first complete list.
@@ -306,21 +311,15 @@ pub enum Action {
 /// The planner's state (see the module docs).
 pub struct Planner {
     opts: Options,
-    /// The version of every object the API server holds, by service.
-    known: HashMap<PackedKey, Version>,
-    /// Shard slots of the services that use more than one (sharded services
-    /// are rare: one slot is the default and not stored).
-    shards: HashMap<PackedKey, u32>,
-    /// Keys whose next write is a repair ([`Prior::repair`]): set by a drift
-    /// check that found drift, cleared when a write of the key succeeds.
-    repairs: HashSet<PackedKey>,
+    /// What the API server holds of our objects, by service.
+    held: Record,
     pending: Queue,
     barriers: Vec<(String, u64)>,
     seq: u64,
     limiter: Limiter,
     drift: DriftChecks,
     failing: HashMap<PackedKey, String>,
-    /// The current epoch, whether it leads, and whether `known` is for it.
+    /// The current epoch, whether it leads, and whether `held` is for it.
     epoch: u64,
     leading: bool,
     loaded: bool,
@@ -328,7 +327,7 @@ pub struct Planner {
     loading: bool,
     load_due: At,
     load_attempts: u32,
-    /// First-list barriers that arrived before `known` was loaded: they
+    /// First-list barriers that arrived before `held` was loaded: they
     /// need it (stale objects), so they wait for it.
     deferred_synced: Vec<String>,
     actions: Vec<Action>,
@@ -345,9 +344,7 @@ impl Planner {
         });
         Planner {
             opts,
-            known: HashMap::new(),
-            shards: HashMap::new(),
-            repairs: HashSet::new(),
+            held: Record::default(),
             pending: Queue::default(),
             barriers: Vec::new(),
             seq: 0,
@@ -371,7 +368,7 @@ impl Planner {
     }
 
     /// Takes in what happened at `now`; returns what to do at once.
-    pub fn handle(&mut self, now: At, input: Input, desired: &dyn Desired) -> Vec<Action> {
+    pub fn handle(&mut self, now: At, input: Input, desired: &dyn DesiredView) -> Vec<Action> {
         match input {
             Input::Changed(keys) => {
                 for (key, at) in &keys {
@@ -407,21 +404,7 @@ impl Planner {
             }
             Input::Loaded { epoch, known } => {
                 if epoch == self.epoch && self.leading && !self.loaded {
-                    self.known = HashMap::with_capacity(known.len());
-                    self.shards.clear();
-                    for (k, held) in &known {
-                        let k = PackedKey::new(k);
-                        if held.shards > 1 {
-                            self.shards.insert(k.clone(), held.shards);
-                        }
-                        self.known.insert(k, Version::new(&held.version));
-                    }
-                    // A repair found before the reload is still owed (the
-                    // list compares versions only, not content): a version
-                    // nothing has forces the write.
-                    for k in &self.repairs {
-                        self.known.insert(k.clone(), Version::new(""));
-                    }
+                    self.held.loaded(&known);
                     self.loaded = true;
                     self.loading = false;
                     self.resync(now, desired);
@@ -449,9 +432,8 @@ impl Planner {
                             key: key.service_key(),
                             kind,
                         });
-                        // A version nothing has: the key is rewritten (or deleted).
-                        self.known.insert(key.clone(), Version::new(""));
-                        self.repairs.insert(key.clone());
+                        // Rewritten (or deleted), as a repair.
+                        self.held.drifted(key.clone());
                         self.enqueue(key, now, now);
                     }
                 }
@@ -462,7 +444,7 @@ impl Planner {
 
     /// What is due at `now`, and when to poll again (`None`: only after
     /// the next input).
-    pub fn poll(&mut self, now: At, desired: &dyn Desired) -> (Vec<Action>, Option<At>) {
+    pub fn poll(&mut self, now: At, desired: &dyn DesiredView) -> (Vec<Action>, Option<At>) {
         let mut wake = None;
         if self.leading && !self.loaded {
             if !self.loading && self.load_due <= now {
@@ -526,12 +508,12 @@ impl Planner {
         }
     }
 
-    fn synced(&mut self, cluster: String, now: At, desired: &dyn Desired) {
+    fn synced(&mut self, cluster: String, now: At, desired: &dyn DesiredView) {
         // Objects the API server holds for this cluster that the first
         // complete list did not produce: their source vanished while we were
         // not watching.
         let stale: Vec<PackedKey> = self
-            .known
+            .held
             .keys()
             .filter(|k| k.cluster() == cluster && desired.version(&k.service_key()).is_none())
             .cloned()
@@ -544,8 +526,8 @@ impl Planner {
     }
 
     /// After loading: everything desired is due again (no-ops are skipped
-    /// against the fresh `known`), and listed clusters get a new barrier.
-    fn resync(&mut self, now: At, desired: &dyn Desired) {
+    /// against the fresh `held`), and listed clusters get a new barrier.
+    fn resync(&mut self, now: At, desired: &dyn DesiredView) {
         let mut deferred = std::mem::take(&mut self.deferred_synced);
         for (cluster, listed) in desired.clusters() {
             for key in desired.keys_of(&cluster) {
@@ -561,14 +543,14 @@ impl Planner {
         }
     }
 
-    fn dispatch(&mut self, now: At, desired: &dyn Desired) {
+    fn dispatch(&mut self, now: At, desired: &dyn DesiredView) {
         while self.pending.inflight.len() < self.opts.concurrency.max(1) {
             let Some(key) = self.pending.first_due_key(now) else {
                 break;
             };
             let skey = key.service_key();
             let version = desired.version(&skey);
-            match (&version, self.known.get(&key)) {
+            match (&version, self.held.version(&key)) {
                 (Some(d), Some(v)) if v.is(d) => {
                     self.pending.remove(&key);
                     self.clear_failing(&key);
@@ -591,10 +573,7 @@ impl Planner {
                 continue;
             };
             let epoch = self.epoch;
-            let prior = Prior {
-                shards: self.shards.get(&key).copied().unwrap_or(1),
-                repair: self.repairs.contains(&key),
-            };
+            let prior = self.held.prior(&key);
             self.actions.push(match version {
                 Some(_) => Action::Apply {
                     key: skey,
@@ -619,13 +598,7 @@ impl Planner {
         self.drift.done(&key, now, self.opts.drift_settle);
         let (attempts, due) = match outcome {
             Outcome::Applied { version, shards } => {
-                self.known.insert(key.clone(), Version::new(&version));
-                if shards > 1 {
-                    self.shards.insert(key.clone(), shards);
-                } else {
-                    self.shards.remove(&key);
-                }
-                self.repairs.remove(&key);
+                self.held.applied(key.clone(), &version, shards);
                 self.clear_failing(&key);
                 self.unpark(&key, now);
                 self.limiter.succeeded();
@@ -633,9 +606,7 @@ impl Planner {
             }
             Outcome::Deleted => {
                 self.limiter.succeeded();
-                self.known.remove(&key);
-                self.shards.remove(&key);
-                self.repairs.remove(&key);
+                self.held.deleted(&key);
                 self.clear_failing(&key);
                 self.unpark(&key, now);
                 return;
@@ -714,7 +685,7 @@ impl Planner {
         });
     }
 
-    fn check_drift(&mut self, now: At, desired: &dyn Desired) {
+    fn check_drift(&mut self, now: At, desired: &dyn DesiredView) {
         let mut later = Vec::new();
         while let Some(key) = self.drift.pop_due(now) {
             if self.pending.busy(&key) {
@@ -770,9 +741,7 @@ impl Planner {
     fn trim(&mut self, now: At) {
         self.pending.trim();
         self.drift.prune(now, self.opts.drift_settle);
-        trim_map(&mut self.known);
-        trim_map(&mut self.shards);
-        trim_set(&mut self.repairs);
+        self.held.trim();
         trim_map(&mut self.failing);
     }
 }

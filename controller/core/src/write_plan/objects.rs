@@ -4,12 +4,15 @@
 //! [`super::Action::Delete`]) and carries what it knows of the service's
 //! objects on the API server along ([`Prior`]: how many shard slots the last
 //! write left, whether the write repairs drift). This function decides WHICH
-//! objects that write touches; the sink only sends the requests.
+//! objects that write touches, from data only: what the sink's caches show
+//! of the objects the write may touch is read once, before
+//! ([`ServerFacts::gather`]), and never asked while deciding. The sink only
+//! sends the requests.
 //!
 //! ```text
 //!  desired objects (crd::DesiredObjects)      ─┐
 //!  Prior { shards, repair }                     ├─▶ object_ops ─▶ Apply(shard 1..), Apply(shard 0)
-//!  ServerView: intact? taken? cached of key?   ─┘                 Delete(surplus shard / stray / gone)
+//!  ServerFacts: intact, taken, cached of key   ─┘                 Delete(surplus shard / stray / gone)
 //!                                                                  left alone: names held by others
 //! ```
 //!
@@ -34,7 +37,7 @@
 //!   map with them), then the surplus deletes. It used to remove
 //!   `spec.shard` by a merge patch first: between the two requests every
 //!   reader took the old shard 0 alone, a fraction of the old nodes, as the
-//!   whole service (issue 29 item 2). Where someone else co-owns part of
+//!   whole service. Where someone else co-owns part of
 //!   `spec.shard`, the sink removes what the apply left (`sink.rs`).
 //! * Shard slots the last write used beyond the new count are deleted
 //!   (a shrink), and so is every object of a deleted service.
@@ -45,15 +48,16 @@
 //! * Decided from names and versions alone ([`DesiredObjects`]): no object
 //!   is built here; the sink builds the ones [`ObjectPlan::applied`] lists,
 //!   so one change in a big service copies the nodes of two shards, not of
-//!   all (issue 19 item 2). [`ServerView::intact`] gets the lazy objects, to
-//!   answer from versions where it can.
+//!   all. [`ServerView::intact`] gets the lazy objects, to answer from
+//!   versions where it can, and is asked only of the objects whose answer
+//!   matters.
 //! * A desired name held by someone else (another instance, a hand-made
 //!   object) fails the whole write before any request ([`NameTaken`]): a
 //!   sharded service is written whole or not at all. A name to delete that
 //!   someone else holds is never deleted; it is reported
 //!   ([`ObjectPlan::left_alone`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::Prior;
 use crate::ServiceKey;
@@ -62,9 +66,9 @@ use crate::crd::{DesiredObjects, ObjectNaming, Owner, shard_name};
 /// `(namespace, name)` of an object.
 pub type ObjName = (String, String);
 
-/// What the sink knows of the API server, asked by [`object_ops`]. Each
-/// question is asked only when the answer matters (the cache of a service's
-/// objects only on a repair).
+/// What the sink knows of the API server, read by [`ServerFacts::gather`]
+/// before a write is planned. Each question is asked only when the answer
+/// matters (the cache of a service's objects only on a repair).
 pub trait ServerView {
     /// Whether the cache shows object `index` of `desired` as wanted
     /// (cached, not older than our last write of it, same content; status
@@ -76,6 +80,67 @@ pub trait ServerView {
     fn taken(&self, ns: &str, name: &str) -> Option<Owner>;
     /// Every object the cache holds that describes `key` (by its spec).
     fn objects_of(&self, key: &ServiceKey) -> Vec<ObjName>;
+}
+
+/// What the API server holds of the objects one write may touch, as the
+/// sink's caches show it: what [`object_ops`] decides from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerFacts {
+    /// The desired objects (by index) shown intact, among those whose
+    /// answer matters: every shard `i > 0`, and on a repair shard 0 too.
+    pub intact: BTreeSet<u32>,
+    /// The names the write may touch that someone else holds.
+    pub taken: BTreeMap<ObjName, Owner>,
+    /// On a repair: every object the cache holds of the service (else empty).
+    pub cached: Vec<ObjName>,
+}
+
+impl ServerFacts {
+    /// Reads from `view` what a write of `desired` (`None`: a delete) for
+    /// `key` over `prior` needs: who holds the desired names (none else is
+    /// asked when one is taken: the write fails), which desired objects are
+    /// intact, and on a repair the service's cached objects and who holds
+    /// the ones the write would delete.
+    pub fn gather(
+        key: &ServiceKey,
+        naming: &ObjectNaming,
+        desired: Option<&DesiredObjects<'_>>,
+        prior: Prior,
+        view: &dyn ServerView,
+    ) -> ServerFacts {
+        let mut facts = ServerFacts::default();
+        let count = desired.map_or(0, DesiredObjects::len);
+        let note_taken = |facts: &mut ServerFacts, name: ObjName| {
+            if let Some(owner) = view.taken(&name.0, &name.1) {
+                facts.taken.insert(name, owner);
+            }
+        };
+        if let Some(d) = desired {
+            for index in 0..count {
+                note_taken(&mut facts, d.name(index));
+            }
+            if !facts.taken.is_empty() {
+                return facts;
+            }
+            for index in 0..count {
+                if (prior.repair || d.is_later_shard(index)) && view.intact(d, index) {
+                    facts.intact.insert(index);
+                }
+            }
+        }
+        if prior.repair {
+            facts.cached = view.objects_of(key);
+        }
+        let ns = naming.namespace(key);
+        let base = naming.name(key);
+        for index in count..prior.shards.max(1) {
+            note_taken(&mut facts, (ns.clone(), shard_name(&base, index)));
+        }
+        for name in facts.cached.clone() {
+            note_taken(&mut facts, name);
+        }
+        facts
+    }
 }
 
 /// Why an object is deleted (for the log line).
@@ -139,7 +204,7 @@ pub struct NameTaken {
 }
 
 /// The requests that write `desired` (`None`: the service is deleted) for
-/// `key` over what the API server holds as far as `prior` and `view` say
+/// `key` over what the API server holds as far as `prior` and `facts` say
 /// (see the module docs). Decided from names and versions alone: no object
 /// is built here.
 pub fn object_ops(
@@ -147,16 +212,16 @@ pub fn object_ops(
     naming: &ObjectNaming,
     desired: Option<&DesiredObjects<'_>>,
     prior: Prior,
-    view: &dyn ServerView,
+    facts: &ServerFacts,
 ) -> Result<ObjectPlan, NameTaken> {
     let count = desired.map_or(0, DesiredObjects::len);
     for index in 0..count {
         let Some(d) = desired else { break };
-        let (ns, name) = d.name(index);
-        if let Some(owner) = view.taken(&ns, &name) {
+        let object = d.name(index);
+        if let Some(owner) = facts.taken.get(&object) {
             return Err(NameTaken {
-                object: (ns, name),
-                owner,
+                object,
+                owner: owner.clone(),
             });
         }
     }
@@ -165,8 +230,9 @@ pub fn object_ops(
         // A shard `i > 0` carries the version of its own content, so the
         // cache showing it intact means this write does not change it: only
         // the changed shards and shard 0 (whose manifest changed) are sent.
-        let wanted =
-            |index: u32| !((prior.repair || d.is_later_shard(index)) && view.intact(d, index));
+        let wanted = |index: u32| {
+            !((prior.repair || d.is_later_shard(index)) && facts.intact.contains(&index))
+        };
         for index in (1..count).chain([0]) {
             if wanted(index) {
                 plan.ops.push(ObjectOp::Apply {
@@ -191,7 +257,7 @@ pub fn object_ops(
         .map(|i| ((ns.clone(), shard_name(&base, i)), why))
         .collect();
     if prior.repair {
-        let mut strays = view.objects_of(key);
+        let mut strays = facts.cached.clone();
         strays.sort();
         for stray in strays {
             if !keep.contains(&stray) && !deletes.iter().any(|(n, _)| *n == stray) {
@@ -200,8 +266,8 @@ pub fn object_ops(
         }
     }
     for (name, why) in deletes {
-        match view.taken(&name.0, &name.1) {
-            Some(owner) => plan.left_alone.push((name, owner)),
+        match facts.taken.get(&name) {
+            Some(owner) => plan.left_alone.push((name, owner.clone())),
             None => plan.ops.push(ObjectOp::Delete(name, why)),
         }
     }
@@ -242,6 +308,19 @@ pub(super) mod tests {
 
     fn key() -> ServiceKey {
         ServiceKey::new("", "ns", "web")
+    }
+
+    /// [`object_ops`] over the facts `view` gives ([`ServerFacts::gather`]),
+    /// as the sink plans a write.
+    pub(crate) fn ops_over(
+        key: &ServiceKey,
+        naming: &ObjectNaming,
+        desired: Option<&DesiredObjects<'_>>,
+        prior: Prior,
+        view: &dyn ServerView,
+    ) -> Result<ObjectPlan, NameTaken> {
+        let facts = ServerFacts::gather(key, naming, desired, prior, view);
+        object_ops(key, naming, desired, prior, &facts)
     }
 
     fn obj_name(o: &DiscoveredService) -> ObjName {
@@ -290,7 +369,7 @@ pub(super) mod tests {
 
     fn ops(svc: Option<&ServiceNodes>, shards: u32, repair: bool, view: &View) -> Vec<String> {
         let desired = svc.map(lazy);
-        let plan = object_ops(
+        let plan = ops_over(
             &key(),
             &ObjectNaming::source(),
             desired.as_ref(),
@@ -440,7 +519,7 @@ pub(super) mod tests {
             let after = desired_objects_with_limit(&now, &ObjectNaming::source(), limit);
             assert_eq!(after.len(), 8);
             let lazy = DesiredObjects::with_limit(&now, &ObjectNaming::source(), limit);
-            let plan = object_ops(
+            let plan = ops_over(
                 &key(),
                 &ObjectNaming::source(),
                 Some(&lazy),
@@ -475,6 +554,121 @@ pub(super) mod tests {
         assert!(
             seen.len() > 1,
             "the changes all landed in one shard: {seen:?}"
+        );
+    }
+
+    /// A [`View`] that records the questions it is asked.
+    struct Asked<'a>(&'a View, std::cell::RefCell<Vec<String>>);
+
+    impl ServerView for Asked<'_> {
+        fn intact(&self, desired: &DesiredObjects<'_>, index: u32) -> bool {
+            self.1
+                .borrow_mut()
+                .push(format!("intact {}", desired.name(index).1));
+            self.0.intact(desired, index)
+        }
+        fn taken(&self, ns: &str, name: &str) -> Option<Owner> {
+            self.1.borrow_mut().push(format!("taken {name}"));
+            self.0.taken(ns, name)
+        }
+        fn objects_of(&self, key: &ServiceKey) -> Vec<ObjName> {
+            self.1.borrow_mut().push("objects_of".to_string());
+            self.0.objects_of(key)
+        }
+    }
+
+    #[test]
+    fn the_facts_of_a_write_are_read_once_and_only_where_they_matter() {
+        let four = objects(12);
+        let four = lazy(&four);
+        let view = View {
+            intact: ["web.2".into()].into(),
+            cached: vec!["web.7".into()],
+            ..View::default()
+        };
+        let gather = |prior: Prior, view: &View| {
+            let asked = Asked(view, Default::default());
+            let facts =
+                ServerFacts::gather(&key(), &ObjectNaming::source(), Some(&four), prior, &asked);
+            (facts, asked.1.into_inner())
+        };
+        // Not a repair: shard 0 is always sent (not asked), the cache of the
+        // service is not read.
+        let (facts, asked) = gather(
+            Prior {
+                shards: 5,
+                repair: false,
+            },
+            &view,
+        );
+        assert_eq!(
+            asked,
+            [
+                "taken web",
+                "taken web.1",
+                "taken web.2",
+                "taken web.3",
+                "intact web.1",
+                "intact web.2",
+                "intact web.3",
+                "taken web.4"
+            ]
+        );
+        assert_eq!(facts.intact, [2].into());
+        assert!(facts.cached.is_empty());
+        // A repair: shard 0 too, and the service's cached objects.
+        let (facts, asked) = gather(
+            Prior {
+                shards: 4,
+                repair: true,
+            },
+            &view,
+        );
+        assert_eq!(
+            asked,
+            [
+                "taken web",
+                "taken web.1",
+                "taken web.2",
+                "taken web.3",
+                "intact web",
+                "intact web.1",
+                "intact web.2",
+                "intact web.3",
+                "objects_of",
+                "taken web.7"
+            ]
+        );
+        assert_eq!(facts.cached, [("ns".to_string(), "web.7".to_string())]);
+        // A desired name held by someone else: the write fails, nothing else
+        // is asked.
+        let taken = View {
+            taken: [("web.1".to_string(), Owner::Unmanaged)].into(),
+            ..View::default()
+        };
+        let (facts, asked) = gather(
+            Prior {
+                shards: 4,
+                repair: true,
+            },
+            &taken,
+        );
+        assert_eq!(
+            asked,
+            ["taken web", "taken web.1", "taken web.2", "taken web.3"]
+        );
+        assert_eq!(
+            object_ops(
+                &key(),
+                &ObjectNaming::source(),
+                Some(&four),
+                Prior::default(),
+                &facts
+            ),
+            Err(NameTaken {
+                object: ("ns".into(), "web.1".into()),
+                owner: Owner::Unmanaged
+            })
         );
     }
 
@@ -525,7 +719,7 @@ pub(super) mod tests {
             taken: [("web.2".to_string(), other.clone())].into(),
             ..View::default()
         };
-        let err = object_ops(
+        let err = ops_over(
             &key(),
             &ObjectNaming::source(),
             Some(&three),
@@ -551,7 +745,7 @@ pub(super) mod tests {
             ..View::default()
         };
         let one = objects(1);
-        let plan = object_ops(
+        let plan = ops_over(
             &key(),
             &ObjectNaming::source(),
             Some(&lazy(&one)),
@@ -588,7 +782,7 @@ pub(super) mod tests {
 mod reader_tests {
     use std::collections::BTreeMap;
 
-    use super::tests::{LIMIT, lazy, show};
+    use super::tests::{LIMIT, lazy, ops_over, show};
     use super::*;
     use crate::crd::{
         DiscoveredService, Incomplete, ReaderRule, ShardHead, consistent_shards,
@@ -712,7 +906,7 @@ mod reader_tests {
 
     /// The write of `new` over `server` (shard slots `slots`) and its ops.
     fn plan(server: &Server, new: &DesiredObjects<'_>, slots: u32) -> Vec<ObjectOp> {
-        object_ops(
+        ops_over(
             &key(),
             &ObjectNaming::source(),
             Some(new),

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::objects::tests::{View, lazy, service_of, show as show_ops};
+use super::objects::tests::{View, lazy, ops_over, service_of, show as show_ops};
 use super::*;
 
 /// The desired state the planner reads.
@@ -19,7 +19,7 @@ struct World {
     sizes: BTreeMap<ServiceKey, usize>,
 }
 
-impl Desired for World {
+impl DesiredView for World {
     fn version(&self, key: &ServiceKey) -> Option<String> {
         self.versions.get(key).cloned()
     }
@@ -163,7 +163,7 @@ impl Script {
         let svc = apply.then(|| service_of(key, nodes));
         let desired = svc.as_ref().map(lazy);
         let naming = crate::crd::ObjectNaming::source();
-        let text = match object_ops(key, &naming, desired.as_ref(), prior, &self.server) {
+        let text = match ops_over(key, &naming, desired.as_ref(), prior, &self.server) {
             Ok(plan) => {
                 let mut ops = show_ops(&plan);
                 for ((_, name), owner) in &plan.left_alone {
@@ -518,16 +518,19 @@ fn tables_shrink_after_a_large_first_sync() {
     assert_eq!(writes, n, "one write per service");
     assert_eq!(checks, n, "every parked check ran once");
     assert_eq!(synced, 1);
-    assert_eq!(p.known.len(), n);
-    assert!(p.known.values().all(|v| matches!(v, Version::Hex(_))));
+    assert_eq!(p.held.services.len(), n);
+    assert!(
+        p.held
+            .services
+            .values()
+            .all(|o| matches!(o.version, compact::Version::Hex(_)) && o.shards == 1 && !o.repair)
+    );
     for (name, cap) in [
         ("pending", p.pending.entries.capacity()),
         ("inflight", p.pending.inflight.capacity()),
         ("drift keys", p.drift.keys.capacity()),
         ("parked", p.drift.parked.capacity()),
         ("last_done", p.drift.last_done.capacity()),
-        ("shards", p.shards.capacity()),
-        ("repairs", p.repairs.capacity()),
     ] {
         assert!(
             cap <= 64,
