@@ -19,8 +19,8 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube_discovery::explain::Explain;
-use kube_discovery::generation::Generations;
+use kube_discovery::write::explain::Explain;
+use kube_discovery::write::generation::Generations;
 use kube_discovery_core::source::filter::NamespaceFilter;
 use kube_discovery_core::{ConvertOptions, Index, ServiceKey, SourceKind};
 use serde_json::json;

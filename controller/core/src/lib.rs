@@ -12,7 +12,7 @@
 //!  index/      apply/delete/reset events ──▶ changed ServiceKeys, desired ServiceNodes
 //!              (endpoints, slices, services, relist, desired, warnings)
 //!  model/      ServiceKey, Node, PortMap, ServiceNodes, parse_service_name
-//!  version/    content versions, order-independent digests, node buckets
+//!  model/version/ content versions, order-independent digests, node buckets
 //!  crd/        ServiceNodes ──▶ DiscoveredService: types, naming, ownership, objects,
 //!              shards (stable partition, per-shard versions), conditions, the reader rule
 //!  render.rs   objects (JSON values) + config ──▶ DiscoveredServices
@@ -37,7 +37,6 @@ pub mod render;
 pub mod snapshot;
 pub mod snapshot_plan;
 pub mod source;
-pub mod version;
 pub mod write_plan;
 pub mod yaml;
 
@@ -46,6 +45,7 @@ pub mod yaml;
 pub use compact_str::CompactString;
 pub use config::{ClusterConfig, Config, ConfigErrors, Connection, Settings, parse_config};
 pub use index::Index;
+pub use model::version::{content_version, object_version};
 pub use model::{
     Node, NodeQuery, NodeTargetRef, NodeTopology, ParseError, PortMap, ServiceKey, ServiceNodes,
     SourceKind, parse_service_name,
@@ -53,4 +53,3 @@ pub use model::{
 pub use render::{RenderError, RenderOptions, render};
 pub use source::convert::{ConvertOptions, Converted, Drain};
 pub use source::filter::{LabelSelector, NamespaceFilter};
-pub use version::{content_version, object_version};

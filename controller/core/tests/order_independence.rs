@@ -9,7 +9,7 @@
 //! appProtocols, valid and invalid `kubediscovery.io/weight` and
 //! `kubediscovery.io/export` annotations, or `None`), relists fed object by
 //! object with Service events arriving in between (the runtime's Service
-//! watch shares the endpoint watch's task, see `controller/src/source.rs`),
+//! watch shares the endpoint watch's task, see `controller/src/k8s/source.rs`),
 //! relists abandoned half-way (a watch error restarts the list), Service
 //! relists, and events the index never sees (a watch that was down; a relist
 //! later brings them). After the history, every service's desired state

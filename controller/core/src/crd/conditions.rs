@@ -22,7 +22,7 @@
 //!
 //! `lastTransitionTime` moves only when a condition's `status` changes: the
 //! time of the previous condition of the same type is kept otherwise (the
-//! writer passes what the object held: see `controller/src/sink.rs`).
+//! writer passes what the object held: see `controller/src/write/sink.rs`).
 //!
 //! `observedGeneration` is not decided here: it is the generation of the
 //! object, which only the writer knows (it stamps it on the status and

@@ -166,7 +166,7 @@ pub fn desired_objects_with_limit(
 /// building all 16 copied every node into its shard object per change
 /// (1.8 ms of the 2 ms a change may cost, issue 19 item 2). The shard
 /// count and every shard's version come from the index's kept
-/// [`crate::version::Buckets`] (O(buckets)); [`DesiredObjects::build`] then
+/// [`crate::model::version::Buckets`] (O(buckets)); [`DesiredObjects::build`] then
 /// copies the nodes of the requested shards only, in one pass that hashes
 /// each host once. [`DesiredObjects::all`] is exactly the eager build (every
 /// reader of "all objects": `render`, the drift check, the client).

@@ -39,9 +39,9 @@
 //! of bucket digests, [`shard_version`]) cost O(buckets), not O(nodes):
 //! writing one change of a big service measures and hashes no node again.
 
+use crate::model::version::PortsDigest;
+pub use crate::model::version::{Buckets, MAX_SHARDS, node_hash};
 use crate::model::{Node, PortExtras, PortMap, SourceKind};
-use crate::version::PortsDigest;
-pub use crate::version::{Buckets, MAX_SHARDS, node_hash};
 
 /// The shard of `node` among `count` (>= 1) shards.
 pub fn shard_index(node: &Node, count: u32) -> u32 {
@@ -232,7 +232,8 @@ pub fn shard_version(
     owner_uid: Option<&str>,
     extras: &PortExtras,
 ) -> String {
-    let content = crate::version::version_of_digest(source, ports, digest, owner_uid, extras);
+    let content =
+        crate::model::version::version_of_digest(source, ports, digest, owner_uid, extras);
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     h.update(index.to_le_bytes());

@@ -385,7 +385,7 @@ fn big_service_is_split_under_the_limit_and_merges_back() {
 #[test]
 fn lazy_objects_are_the_eager_build_one_shard_at_a_time() {
     use crate::model::SharedBuckets;
-    use crate::version::{Buckets, PortsDigest};
+    use crate::model::version::{Buckets, PortsDigest};
     let now = Time(jiff::Timestamp::UNIX_EPOCH);
     let naming = ObjectNaming::source();
     let mut sparse = big(20_000);

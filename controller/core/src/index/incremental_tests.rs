@@ -12,8 +12,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::model::version::BIG_SERVICE_NODES;
 use crate::source::convert::Drain;
-use crate::version::BIG_SERVICE_NODES;
 
 /// xorshift64*: enough randomness for test data, no dependency.
 pub(super) struct Rng(pub(super) u64);

@@ -1180,7 +1180,7 @@ fn service_ports_give_aliases_and_app_protocols_in_both_modes() {
         assert!(plain.extras.is_empty());
         assert_eq!(
             plain.version,
-            crate::version::object_version(source, &plain.ports, plain.owner_uid.as_deref())
+            crate::model::version::object_version(source, &plain.ports, plain.owner_uid.as_deref())
         );
         // The Service arrives: same nodes, aliases and appProtocol added.
         assert_eq!(

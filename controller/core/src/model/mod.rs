@@ -26,11 +26,12 @@ use sha2::{Digest, Sha256};
 
 mod node;
 mod ports;
+pub mod version;
 
 pub use node::{Node, NodeTargetRef, NodeTopology};
 pub use ports::{PortMap, PortMapEntry, PortMapIter, sort_nodes};
 
-use crate::version::{
+use self::version::{
     BIG_SERVICE_NODES, Buckets, object_version, version_of_digest, version_with_extras,
 };
 

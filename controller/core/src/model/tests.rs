@@ -1,5 +1,5 @@
 use super::*;
-use crate::version::*;
+use crate::model::version::*;
 
 #[test]
 fn service_key_display_single_and_multi() {

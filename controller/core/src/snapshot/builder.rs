@@ -226,7 +226,7 @@ impl Builder {
     /// cached part count; only the parts that differ are copied, measured
     /// and serialized (one endpoint changed among 100,000: one part).
     ///
-    /// Which parts differ: with the value's kept [`crate::version::Buckets`] (the index
+    /// Which parts differ: with the value's kept [`crate::model::version::Buckets`] (the index
     /// keeps them for a big service) and the parts' digests cached, the
     /// parts whose digest changed, found without touching a node, and their
     /// nodes copied in one pass ([`crate::crd::shards::partition_some`]). Else

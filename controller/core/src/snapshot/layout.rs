@@ -207,7 +207,7 @@ pub(super) struct Split {
     pub(super) fixed: usize,
     pub(super) parts: Vec<(PortMap, usize)>,
     /// Per part, the digest of its nodes from the value's kept
-    /// [`crate::version::Buckets`] (`None`: the value had none, or the count does not
+    /// [`crate::model::version::Buckets`] (`None`: the value had none, or the count does not
     /// divide [`MAX_SHARDS`]): a part whose digest did not change holds the
     /// same nodes, so [`Builder::resplit`] looks at the changed parts only.
     pub(super) digests: Option<Vec<PortsDigest>>,

@@ -68,7 +68,7 @@
 //!   shard's text and hash across rounds and rebuilds only what changed; the
 //!   version is computed from the shard hashes, not the whole state. A
 //!   changed service split into parts is re-cut by the index's per-bucket
-//!   digests ([`crate::version::Buckets`]): only parts whose digest changed are
+//!   digests ([`crate::model::version::Buckets`]): only parts whose digest changed are
 //!   copied, serialized and hashed. [`build`] builds from scratch and is the
 //!   reference the builder is tested against.
 //!
@@ -82,9 +82,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::model::version::{MAX_SHARDS, PortsDigest};
 use crate::model::{Node, NodeQuery, PortMap, ServiceKey, ServiceNodes};
 use crate::source::service::PortExtras;
-use crate::version::{MAX_SHARDS, PortsDigest};
 
 mod assemble;
 mod builder;

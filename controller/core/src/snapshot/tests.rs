@@ -598,7 +598,7 @@ fn value_any(key: &ServiceKey, ports: PortMap, buckets: bool) -> Arc<ServiceNode
 
 /// [`value`] with the kept buckets the index gives a big service.
 fn value_with_buckets(key: &ServiceKey, ports: PortMap) -> Arc<ServiceNodes> {
-    let b = crate::version::Buckets::of(&ports);
+    let b = crate::model::version::Buckets::of(&ports);
     Arc::new(ServiceNodes::with_buckets(
         key.clone(),
         crate::model::SourceKind::EndpointSlice,
