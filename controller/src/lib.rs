@@ -12,42 +12,38 @@
 //!    │                                    (desired nodes, cluster status)
 //!    │ changed keys, first-list barrier               │
 //!    ▼                                                ▼
-//!  inbox::WriterHandle ═══ coalescing inbox ═══▶ writer: coalesce ▶ skip no-ops ▶ rate
-//!                                                      │ limit ▶ retry (reads the state; leader only)
+//!  inbox::WriterHandle ═══ coalescing inbox ═══▶ writer: carries out what the core's
+//!                                                      │ write_plan decides (coalesce, skip, rate
+//!                                                      │ limit, retry; leader only)
 //!                                                      ▼
 //!                                                    sink: server-side apply / delete, a big
 //!                                                      service as several objects (shard 0 last);
-//!                                                      asks the DriftView if a key really differs
+//!                                                      reads the drift view's facts before a write
 //!
 //!  snapshot_sink  the state ──▶ APISIX dump in sharded ConfigMaps (optional, drift-corrected)
 //!  http        /healthz /readyz /metrics /v1/discovery/kubernetes/{dump,nodes}  (reads the state)
 //!  leader      Lease election: gates the writer and the snapshot sink, fences each write request
-//!  redact      safe summaries of API errors (kind, status; never a credential plugin's output)
-//!  run         wires all of the above (`RunOptions`, from the configuration)
-//!  nodes_cmd   `kube-discovery nodes` (reads through kube-discovery-client)
-//!  render_cmd  `kube-discovery render` (the core's pure render on files)
-//!  shell       the `kubectl-discovery` plugin name, `completion` and `man` (from the clap definition)
+//! ```
+//!
+//! The modules, by concern:
+//!
+//! ```text
+//!  k8s/    client (the tower stack), watch (the one watch loop), source (endpoint watches
+//!          into the core index), leader, events, redact (safe summaries of API errors)
+//!  write/  inbox, writer (carries out the planner's actions), sink (DiscoveredServices),
+//!          drift (our objects as the API server holds them), generation, explain,
+//!          snapshot_sink (ConfigMaps)
+//!  serve/  http (the API, its server limits and token), metrics
+//!  cmd/    cli (clap), run (wires everything from the configuration), demo, nodes_cmd,
+//!          render_cmd, shell (plugin name, completion, man)
+//!  state   ControllerState: desired nodes and health, shared by all of the above
 //! ```
 //!
 //! `watch` is the one watch loop (backoff, 410 relist, bookmarks, idle
 //! timeout): sources and the drift watch only implement its `WatchIndex`.
 //!
-//! Module dependencies (`use crate::..`) have no cycle: a module uses only
-//! modules on lines below its own (kube-sim's `module_graph` unit test checks
-//! this crate's sources too).
-//!
-//! ```text
-//!  demo ─▶ run, client                 (feature `demo`: kube-sim in process)
-//!  run ─▶ source, drift, writer, sink, snapshot_sink, http, leader, state, metrics, client
-//!  writer ─▶ sink, drift, inbox, state, metrics, leader nodes_cmd ─▶ client
-//!  sink ─▶ drift, client, leader                        http ─▶ snapshot_sink, state, metrics
-//!  source ─▶ watch, inbox, state, metrics, redact   drift ─▶ watch, inbox, state
-//!  snapshot_sink ─▶ state, metrics, client, leader
-//!  watch ─▶ client, redact                   metrics ─▶ state       render_cmd ─▶ cli
-//!  shell ─▶ cli                              leader ─▶ state, redact    client ─▶ redact
-//!  state   inbox   redact   cli                        (nothing of the crate)
-//!  (readers of what it writes are the kube-discovery-client crate)
-//! ```
+//! Module dependencies (`use crate::..`) have no cycle (kube-sim's
+//! `module_graph` unit test checks this crate's sources too).
 //!
 //! `anyhow` is used only in `main.rs`; everything here returns [`Result`].
 
@@ -56,29 +52,11 @@
 
 use kube_discovery_core::ConfigErrors;
 
-pub mod cli;
-pub mod client;
-#[cfg(feature = "demo")]
-pub mod demo;
-pub mod drift;
-pub mod events;
-pub mod explain;
-pub mod generation;
-pub mod http;
-pub mod inbox;
-pub mod leader;
-pub mod metrics;
-pub mod nodes_cmd;
-pub mod redact;
-pub mod render_cmd;
-pub mod run;
-pub mod shell;
-pub mod sink;
-pub mod snapshot_sink;
-pub mod source;
+pub mod cmd;
+pub mod k8s;
+pub mod serve;
 pub mod state;
-pub mod watch;
-pub mod writer;
+pub mod write;
 
 /// Every error of the runtime. Display strings never contain credentials and
 /// carry their cause's text (`main` prints only the top error).
@@ -155,7 +133,7 @@ pub enum Error {
     /// A write was dropped because this replica does not lead (any more):
     /// not a failure, nothing was sent after the loss.
     #[error(transparent)]
-    Fenced(#[from] leader::Fenced),
+    Fenced(#[from] k8s::leader::Fenced),
     /// A write task panicked (its key is retried like a failed write).
     #[error("the write panicked: {0}")]
     WritePanicked(String),
@@ -338,7 +316,7 @@ impl Error {
         }
     }
 
-    /// A write dropped by the leadership fence ([`leader::Fence`]).
+    /// A write dropped by the leadership fence ([`k8s::leader::Fence`]).
     pub fn is_fenced(&self) -> bool {
         matches!(self, Error::Fenced(_))
     }
@@ -388,45 +366,4 @@ pub(crate) mod test_support {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn labels_exit_codes_and_texts_by_kind() {
-        let setting: Error = SettingError::EmptyFile {
-            setting: "kube_discovery.http.auth_token_file",
-            path: "/run/token".into(),
-        }
-        .into();
-        assert_eq!(
-            setting.to_string(),
-            "kube_discovery.http.auth_token_file: /run/token is empty"
-        );
-        assert_eq!(setting.metric_label(), "config");
-        assert!(setting.is_usage());
-        let input: Error = InputError::UnknownCluster("eu1".into()).into();
-        assert_eq!(
-            input.to_string(),
-            "--nodes: cluster id \"eu1\" is not in the configuration"
-        );
-        assert_eq!(input.metric_label(), "input");
-        assert!(input.is_usage());
-        let http: Error = HttpError::CrdNotServed.into();
-        assert_eq!(
-            http.to_string(),
-            "HTTP server: the DiscoveredService CRD was not served in time"
-        );
-        assert_eq!(http.metric_label(), "http");
-        assert!(!http.is_usage());
-        let none = Error::NoNodes {
-            query: "default/web:http".into(),
-            reason: "no such service and port",
-        };
-        assert_eq!(
-            none.to_string(),
-            "no nodes for default/web:http: no such service and port"
-        );
-        assert_eq!(none.metric_label(), "not_found");
-        assert!(!none.is_usage());
-    }
-}
+mod tests;

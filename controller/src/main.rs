@@ -4,8 +4,8 @@
 use std::process::ExitCode;
 
 use kube_discovery::Error;
-use kube_discovery::cli::{Cli, Command, LogFormat, SyncGateway};
-use kube_discovery::shell::{self, Invocation};
+use kube_discovery::cmd::cli::{Cli, Command, LogFormat, SyncGateway};
+use kube_discovery::cmd::shell::{self, Invocation};
 use tracing_subscriber::EnvFilter;
 
 fn init_tracing(format: LogFormat) {
@@ -27,7 +27,7 @@ async fn dispatch(cli: Cli, invocation: Invocation) -> Result<(), Error> {
             config,
             http_addr,
             kubeconfig,
-        } => kube_discovery::run::run_from_file(&config, http_addr, kubeconfig).await,
+        } => kube_discovery::cmd::run::run_from_file(&config, http_addr, kubeconfig).await,
         Command::Crd => {
             print!("{}", kube_discovery_core::crd::crd_yaml());
             Ok(())
@@ -38,7 +38,7 @@ async fn dispatch(cli: Cli, invocation: Invocation) -> Result<(), Error> {
             output,
             nodes,
         } => {
-            let out = kube_discovery::render_cmd::render_command(
+            let out = kube_discovery::cmd::render_cmd::render_command(
                 &file,
                 config.as_deref(),
                 output,
@@ -67,8 +67,9 @@ async fn dispatch(cli: Cli, invocation: Invocation) -> Result<(), Error> {
                     ))
                 }
             };
-            let out = kube_discovery::nodes_cmd::nodes_command(&service, kubeconfig, context, from)
-                .await?;
+            let out =
+                kube_discovery::cmd::nodes_cmd::nodes_command(&service, kubeconfig, context, from)
+                    .await?;
             println!("{out}");
             Ok(())
         }
@@ -79,7 +80,7 @@ async fn dispatch(cli: Cli, invocation: Invocation) -> Result<(), Error> {
             dir,
             interval,
         } => {
-            kube_discovery::demo::run(kube_discovery::demo::DemoOptions {
+            kube_discovery::cmd::demo::run(kube_discovery::cmd::demo::DemoOptions {
                 duration,
                 http_addr,
                 dir,

@@ -159,7 +159,7 @@ async fn s09_invalid_token(backend: Backend) {
         .logs()
         .matches(r#""message":"watch failed; retrying with backoff""#)
         .count();
-    // The policy (controller/src/watch.rs, `WatchBackoff`): 250 ms doubling to a 1 s cap, each
+    // The policy (controller/src/k8s/watch.rs, `WatchBackoff`): 250 ms doubling to a 1 s cap, each
     // delay jittered to 50-100 %, so at most ~3 + 10 s / 0.5 s attempts in the
     // ~10 s observed; a hot loop (every Init resetting the backoff) made ~46.
     assert!(

@@ -217,7 +217,7 @@ async fn s02_compaction_410(backend: Backend) {
     let source_410s = logs
         .lines()
         .filter(|l| {
-            l.contains("kube_discovery::source")
+            l.contains("kube_discovery::k8s::source")
                 && l.contains("too old resource version")
                 && !l.contains("Service watch failed")
         })

@@ -339,7 +339,8 @@ async fn an_exec_plugins_output_leaks_nowhere(backend: Backend) {
     eventually("the failures are logged", LIMIT, || async {
         let logs = ctl.logs();
         let lease_warned = logs.lines().any(|l| {
-            l.contains(r#""level":"WARN""#) && l.contains(r#""target":"kube_discovery::leader""#)
+            l.contains(r#""level":"WARN""#)
+                && l.contains(r#""target":"kube_discovery::k8s::leader""#)
         });
         (logs.contains("watch failed") && lease_warned).then_some(())
     })

@@ -1,0 +1,564 @@
+//! What drift compares: an object reduced to its [`Facts`] (a 64-bit digest
+//! of the WHOLE spec, whether our labels are present, digests of its owner
+//! references) and a wanted object reduced to the same form
+//! ([`WantedObject`]).
+//!
+//! ```text
+//!  cached object ──Facts::of──▶ { spec digest, our labels present?, owner digests }
+//!                                         │ satisfies
+//!  ControllerState::desired(key) ──wanted_objects──▶ [WantedObject { ns, name, spec digest, our owners }]
+//! ```
+//!
+//! The spec digest ([`SpecView`]) covers every field including the nodes; it
+//! is built by exhaustive destructuring, so a new spec field does not compile
+//! until it is hashed. "Our labels" are a function of the spec
+//! ([`labels_for`] the service it describes, plus [`LABEL_SHARD`] with the
+//! shard index when sharded): two objects with equal spec digests want the
+//! same labels, so one bit answers "our labels present" for any wanted object
+//! the spec digest matches. Labels others add are never looked at.
+//!
+//! No copies of the nodes: for a service that fits one object
+//! (`kube_discovery_core::crd::ports_fit`, the size estimate `split_ports`
+//! uses), the wanted spec digest is computed straight from `ServiceNodes`
+//! (borrowed); only a service that needs shards is expanded with
+//! `desired_objects` and each shard reduced. A sweep over every service
+//! therefore clones no node.
+
+use std::collections::BTreeMap;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube_discovery_core::crd::{
+    DiscoveredService, DiscoveredServiceSpec, LABEL_INSTANCE, LABEL_SHARD, ObjectNaming, Shard,
+    desired_objects_with_limit, labels_for, ports_fit,
+};
+use kube_discovery_core::{PortMap, ServiceKey, ServiceNodes, SourceKind};
+
+/// A 64-bit fingerprint of a port map (every port key and every field of
+/// every node). Process-local: only ever compared with another digest of the
+/// same process (std's `DefaultHasher::new()` has fixed keys).
+pub fn ports_digest(ports: &PortMap) -> u64 {
+    let mut h = DefaultHasher::new();
+    ports.hash(&mut h);
+    h.finish()
+}
+
+/// A spec by reference: what [`SpecView::digest`] hashes. Built from an
+/// object's spec ([`SpecView::of`], exhaustive destructuring) or straight
+/// from a `ServiceNodes` ([`wanted_objects`], a struct literal): a new
+/// spec field fails to compile in both until it is added here.
+struct SpecView<'a> {
+    cluster: &'a str,
+    service: &'a str,
+    source_namespace: &'a str,
+    source_name: &'a str,
+    source: SourceKind,
+    ports: &'a PortMap,
+    aliases: &'a BTreeMap<String, String>,
+    app_protocols: &'a BTreeMap<String, String>,
+    version: &'a str,
+    /// `(index, count, manifest)`.
+    shard: Option<(u32, u32, &'a [String])>,
+}
+
+impl<'a> SpecView<'a> {
+    fn of(spec: &'a DiscoveredServiceSpec) -> Self {
+        let DiscoveredServiceSpec {
+            cluster,
+            service,
+            source_namespace,
+            source_name,
+            source,
+            ports,
+            aliases,
+            app_protocols,
+            version,
+            shard,
+        } = spec;
+        SpecView {
+            cluster,
+            service,
+            source_namespace,
+            source_name,
+            source: *source,
+            ports,
+            aliases,
+            app_protocols,
+            version,
+            shard: shard.as_ref().map(
+                |Shard {
+                     index,
+                     count,
+                     versions,
+                 }| (*index, *count, versions.as_slice()),
+            ),
+        }
+    }
+
+    /// 64-bit digest of every field.
+    fn digest(&self) -> u64 {
+        let SpecView {
+            cluster,
+            service,
+            source_namespace,
+            source_name,
+            source,
+            ports,
+            aliases,
+            app_protocols,
+            version,
+            shard,
+        } = self;
+        let mut h = DefaultHasher::new();
+        cluster.hash(&mut h);
+        service.hash(&mut h);
+        source_namespace.hash(&mut h);
+        source_name.hash(&mut h);
+        source.hash(&mut h);
+        ports.hash(&mut h);
+        aliases.hash(&mut h);
+        app_protocols.hash(&mut h);
+        version.hash(&mut h);
+        shard.hash(&mut h);
+        h.finish()
+    }
+}
+
+/// Digest of one ownerReference as [`matches()`] compares it.
+fn owner_digest(api_version: &str, kind: &str, name: &str, uid: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    api_version.hash(&mut h);
+    kind.hash(&mut h);
+    name.hash(&mut h);
+    uid.hash(&mut h);
+    h.finish()
+}
+
+/// Owner-reference digests of an object; one inline (the usual case).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Owners {
+    None,
+    One(u64),
+    // A thin pointer keeps the slot small; more than one owner is rare.
+    #[allow(clippy::box_collection)]
+    Many(Box<Vec<u64>>),
+}
+
+impl Owners {
+    fn of(refs: &[OwnerReference]) -> Self {
+        let mut digests: Vec<u64> = refs
+            .iter()
+            .map(|o| owner_digest(&o.api_version, &o.kind, &o.name, &o.uid))
+            .collect();
+        match digests.len() {
+            0 => Owners::None,
+            1 => Owners::One(digests[0]),
+            _ => {
+                digests.sort_unstable();
+                digests.dedup();
+                Owners::Many(Box::new(digests))
+            }
+        }
+    }
+
+    fn contains(&self, d: u64) -> bool {
+        match self {
+            Owners::None => false,
+            Owners::One(o) => *o == d,
+            Owners::Many(v) => v.binary_search(&d).is_ok(),
+        }
+    }
+}
+
+/// Whether `labels` carry our labels for `spec` with our values: the
+/// labels of [`labels_for`] the service the spec describes, plus
+/// [`LABEL_SHARD`] = index when the spec is a shard (what
+/// `desired_objects` sets).
+fn our_labels_present(
+    labels: Option<&BTreeMap<String, String>>,
+    spec: &DiscoveredServiceSpec,
+) -> bool {
+    let key = ServiceKey::new(&spec.cluster, &spec.source_namespace, &spec.source_name);
+    let get = |k: &str| labels.and_then(|l| l.get(k));
+    // The instance label only has to be there: an object with another
+    // instance's value is not ours and never reaches the cache
+    // (`OwnerMark::owner`).
+    labels_for(&key, "").iter().all(|(k, v)| {
+        if k == LABEL_INSTANCE {
+            get(k).is_some()
+        } else {
+            get(k) == Some(v)
+        }
+    }) && spec
+        .shard
+        .as_ref()
+        .is_none_or(|s| get(LABEL_SHARD).is_some_and(|v| *v == s.index.to_string()))
+}
+
+/// What drift compares of an object (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    pub(super) spec: u64,
+    pub(super) owners: Owners,
+    pub(super) labels_ok: bool,
+    /// `status.observedGeneration` is absent (an object written before the
+    /// stamp existed: the start-up list has it rewritten, without a repair)
+    /// or equals `metadata.generation`. A different value means someone
+    /// changed the object after our last write (also only its status,
+    /// which the spec digest does not see).
+    pub(super) stamp_ok: bool,
+}
+
+/// Whether an object's `observedGeneration` agrees with its generation
+/// ([`Facts::stamp_ok`]).
+pub(super) fn stamp_ok(generation: Option<i64>, observed: Option<i64>) -> bool {
+    observed.is_none() || observed == generation
+}
+
+impl Facts {
+    pub(super) fn of(
+        labels: Option<&BTreeMap<String, String>>,
+        owners: Option<&[OwnerReference]>,
+        spec: &DiscoveredServiceSpec,
+    ) -> Self {
+        Facts {
+            spec: SpecView::of(spec).digest(),
+            owners: Owners::of(owners.unwrap_or(&[])),
+            labels_ok: our_labels_present(labels, spec),
+            stamp_ok: true,
+        }
+    }
+
+    pub(super) fn of_object(o: &DiscoveredService) -> Self {
+        Facts {
+            stamp_ok: stamp_ok(
+                o.metadata.generation,
+                kube_discovery_core::crd::stamped_generation(o),
+            ),
+            ..Facts::of(
+                o.metadata.labels.as_ref(),
+                o.metadata.owner_references.as_deref(),
+                &o.spec,
+            )
+        }
+    }
+
+    pub(super) fn satisfies(&self, w: &WantedObject) -> bool {
+        satisfies(self.spec, &self.owners, self.labels_ok && self.stamp_ok, w)
+    }
+}
+
+/// `marks_ok`: our labels are present and the generation stamp agrees.
+pub(super) fn satisfies(spec: u64, owners: &Owners, marks_ok: bool, w: &WantedObject) -> bool {
+    spec == w.spec && marks_ok && w.owners.iter().all(|o| owners.contains(*o))
+}
+
+/// One object we want, reduced like a cached one: its name, the digest of
+/// its spec and its owner references (its labels are ours for that spec).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct WantedObject {
+    pub(super) ns: String,
+    pub(super) name: String,
+    spec: u64,
+    owners: Vec<u64>,
+}
+
+impl WantedObject {
+    pub(super) fn of(o: &DiscoveredService) -> Self {
+        WantedObject {
+            ns: o.metadata.namespace.clone().unwrap_or_default(),
+            name: o.metadata.name.clone().unwrap_or_default(),
+            spec: SpecView::of(&o.spec).digest(),
+            owners: o
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .map(|r| owner_digest(&r.api_version, &r.kind, &r.name, &r.uid))
+                .collect(),
+        }
+    }
+}
+
+/// Whether `actual` is what `want` (an object of `desired_objects`) says:
+/// equal spec (by digest, nodes included), our labels and owner references
+/// present (others' additions tolerated).
+pub fn matches(actual: &DiscoveredService, want: &DiscoveredService) -> bool {
+    Facts::of_object(actual).satisfies(&WantedObject::of(want))
+}
+
+/// The objects wanted for `d`, reduced ([`WantedObject`]), in `desired_objects` order.
+pub(super) fn wanted_objects(
+    d: &ServiceNodes,
+    naming: &ObjectNaming,
+    max_ports_bytes: usize,
+) -> Vec<WantedObject> {
+    if !ports_fit(&d.ports, max_ports_bytes) {
+        return desired_objects_with_limit(d, naming, max_ports_bytes)
+            .iter()
+            .map(WantedObject::of)
+            .collect();
+    }
+    // One object: `desired_object` without building it (no node cloned).
+    let key = &d.key;
+    let service = key.to_string();
+    let spec = SpecView {
+        cluster: &key.cluster,
+        service: &service,
+        source_namespace: &key.namespace,
+        source_name: &key.name,
+        source: d.source,
+        ports: &d.ports,
+        aliases: &d.extras.aliases,
+        app_protocols: &d.extras.app_protocols,
+        version: &d.version,
+        shard: None,
+    };
+    let owners = match &d.owner_uid {
+        Some(uid) if naming.owner_references_allowed(key) => {
+            vec![owner_digest("v1", "Service", &key.name, uid)]
+        }
+        _ => Vec::new(),
+    };
+    vec![WantedObject {
+        ns: naming.namespace(key),
+        name: naming.name(key),
+        spec: spec.digest(),
+        owners,
+    }]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::write::drift::Watched;
+    use crate::write::drift::test_support::*;
+    use kube::ResourceExt;
+    use kube_discovery_core::Node;
+    use kube_discovery_core::crd::{
+        LABEL_SERVICE_NAME, MAX_OBJECT_PORTS_BYTES, desired_object, desired_objects,
+    };
+
+    #[test]
+    fn matches_tolerates_additions_but_not_spec_label_or_owner_changes() {
+        let want = desired_object(&svc(&["10.0.0.1"]), &ObjectNaming::source());
+        assert!(matches(&want, &want));
+        let mut extra = want.clone();
+        extra
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("team".into(), "blue".into());
+        extra
+            .metadata
+            .owner_references
+            .as_mut()
+            .unwrap()
+            .push(OwnerReference {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                name: "other".into(),
+                uid: "uid-9".into(),
+                ..OwnerReference::default()
+            });
+        extra
+            .annotations_mut()
+            .insert("someone/else".into(), "x".into());
+        assert!(
+            matches(&extra, &want),
+            "added labels, owners, annotations are tolerated"
+        );
+        let mut edited = want.clone();
+        edited.spec.ports.insert("bogus".into(), vec![]);
+        assert!(!matches(&edited, &want));
+        let mut unlabeled = want.clone();
+        unlabeled
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .remove(LABEL_SERVICE_NAME);
+        assert!(!matches(&unlabeled, &want));
+        let mut relabeled = want.clone();
+        relabeled
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(LABEL_SERVICE_NAME.into(), "other".into());
+        assert!(!matches(&relabeled, &want));
+        let mut orphaned = want.clone();
+        orphaned.metadata.owner_references = None;
+        assert!(!matches(&orphaned, &want));
+        // Each field of our owner reference counts.
+        let owner_edits: [fn(&mut OwnerReference); 4] = [
+            |o| o.uid = "uid-2".into(),
+            |o| o.kind = "Pod".into(),
+            |o| o.name = "api".into(),
+            |o| o.api_version = "v2".into(),
+        ];
+        for (i, edit) in owner_edits.iter().enumerate() {
+            let mut o = want.clone();
+            edit(&mut o.metadata.owner_references.as_mut().unwrap()[0]);
+            assert!(!matches(&o, &want), "owner edit {i} went unnoticed");
+        }
+    }
+
+    #[test]
+    fn the_spec_digest_finds_an_edit_of_every_spec_field() {
+        let want = desired_object(&svc(&["10.0.0.1", "10.0.0.2"]), &ObjectNaming::source());
+        let reduced = Watched::of(&want);
+        assert!(reduced.facts.satisfies(&WantedObject::of(&want)));
+        type Edit = (&'static str, fn(&mut DiscoveredServiceSpec));
+        let edits: [Edit; 14] = [
+            ("cluster", |s| s.cluster = "c9".into()),
+            ("service", |s| s.service = "ns/other".into()),
+            ("sourceNamespace", |s| s.source_namespace = "other".into()),
+            ("sourceName", |s| s.source_name = "other".into()),
+            ("source", |s| s.source = SourceKind::Endpoints),
+            ("version", |s| s.version = "0000000000000000".into()),
+            ("shard added", |s| {
+                s.shard = Some(Shard {
+                    index: 0,
+                    count: 1,
+                    versions: Vec::new(),
+                })
+            }),
+            ("node host", |s| {
+                s.ports
+                    .values_mut()
+                    .for_each(|v| v[0].host = "10.9.9.9".into())
+            }),
+            ("node port", |s| {
+                s.ports.values_mut().for_each(|v| v[0].port += 1)
+            }),
+            ("node weight", |s| {
+                s.ports.values_mut().for_each(|v| v[1].weight += 1)
+            }),
+            ("node draining", |s| {
+                s.ports
+                    .values_mut()
+                    .for_each(|v| v[1].draining = Some(true))
+            }),
+            ("node removed", |s| {
+                s.ports.values_mut().for_each(|v| v.truncate(1))
+            }),
+            ("port added", |s| {
+                s.ports.insert("extra".into(), vec![]);
+            }),
+            ("port renamed", |s| {
+                let nodes = s.ports.remove("http").unwrap();
+                s.ports.insert("web".into(), nodes);
+            }),
+        ];
+        for (field, edit) in edits {
+            let mut edited = want.clone();
+            edit(&mut edited.spec);
+            assert!(
+                !matches(&edited, &want),
+                "an edit of {field} went unnoticed"
+            );
+        }
+        // A shard's index and count count too.
+        let mut shard = want.clone();
+        shard.spec.shard = Some(Shard {
+            index: 1,
+            count: 3,
+            versions: Vec::new(),
+        });
+        shard
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(LABEL_SHARD.into(), "1".into());
+        assert!(matches(&shard, &shard));
+        for (index, count) in [(2, 3), (1, 4)] {
+            let s = Shard {
+                index,
+                count,
+                versions: Vec::new(),
+            };
+            let mut o = shard.clone();
+            o.spec.shard = Some(s);
+            assert!(!matches(&o, &shard));
+        }
+        // Nodes moved between ports are not the same spec.
+        let mut a = PortMap::new();
+        a.insert("a".into(), vec![Node::new("10.0.0.1", 80, 1)]);
+        a.insert("b".into(), vec![]);
+        let mut b = PortMap::new();
+        b.insert("a".into(), vec![]);
+        b.insert("b".into(), vec![Node::new("10.0.0.1", 80, 1)]);
+        assert_ne!(ports_digest(&a), ports_digest(&b));
+    }
+
+    #[test]
+    fn the_shard_label_is_ours_only_on_shards() {
+        let want = desired_object(&svc(&["10.0.0.1"]), &ObjectNaming::source());
+        let mut o = want.clone();
+        o.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(LABEL_SHARD.into(), "7".into());
+        assert!(
+            matches(&o, &want),
+            "someone's shard label on an unsharded object is tolerated"
+        );
+        let s = big(40);
+        let shards = desired_objects_with_limit(&s, &ObjectNaming::source(), 600);
+        assert!(shards.len() > 2);
+        let mut relabeled = shards[1].clone();
+        relabeled
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(LABEL_SHARD.into(), "0".into());
+        assert!(
+            !matches(&relabeled, &shards[1]),
+            "a shard's label value is ours"
+        );
+    }
+
+    #[test]
+    fn the_wanted_form_equals_the_reduced_desired_objects() {
+        let namings = [ObjectNaming::source(), ObjectNaming::fixed("discovery")];
+        let keys = [
+            ServiceKey::new("", "ns", "web"),
+            ServiceKey::new("c1", "ns", "web"),
+            ServiceKey::new("", "Bad_NS", "x".repeat(300)),
+        ];
+        for naming in &namings {
+            for key in &keys {
+                for uid in [Some("uid-1"), None] {
+                    let s = svc_at(key.clone(), &["10.0.0.1", "10.0.0.2"], uid);
+                    let reduced: Vec<WantedObject> = desired_objects(&s, naming)
+                        .iter()
+                        .map(WantedObject::of)
+                        .collect();
+                    assert_eq!(wanted_objects(&s, naming, MAX_OBJECT_PORTS_BYTES), reduced);
+                    for o in desired_objects(&s, naming) {
+                        assert!(Watched::of(&o).facts.labels_ok, "{key} {naming:?}");
+                    }
+                }
+            }
+            // Sharded: the same, and every shard carries exactly our labels.
+            let s = big(40);
+            let objs = desired_objects_with_limit(&s, naming, 600);
+            assert!(objs.len() > 2, "sharded");
+            let reduced: Vec<WantedObject> = objs.iter().map(WantedObject::of).collect();
+            assert_eq!(wanted_objects(&s, naming, 600), reduced);
+            for o in &objs {
+                assert!(Watched::of(o).facts.labels_ok);
+                let shard = o.spec.shard.as_ref().unwrap();
+                let mut ours = labels_for(&s.key, &naming.instance);
+                ours.insert(LABEL_SHARD.into(), shard.index.to_string());
+                assert_eq!(o.metadata.labels.as_ref(), Some(&ours));
+            }
+        }
+    }
+}

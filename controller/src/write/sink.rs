@@ -1,0 +1,1340 @@
+//! The DiscoveredService sink: ONE server-side apply per object (field
+//! manager `kube-discovery/<instance>`) carrying spec AND status, delete when
+//! the source is gone. It decides nothing and remembers nothing about a
+//! service: WHEN and whether to write is the planner's
+//! ([`kube_discovery_core::write_plan::Planner`], run by [`crate::write::writer`]),
+//! WHICH objects one write touches is
+//! [`kube_discovery_core::write_plan::object_ops`] (pure, from the desired
+//! objects, the [`Prior`] the planner hands along and what the caches show);
+//! this file only sends those requests, in order, each fenced.
+//!
+//! The CRD has no status subresource (`kube_discovery_core::crd::definition`):
+//! the status is derived from the object's own spec, so it is an ordinary
+//! field written in the same request
+//! (`kube_discovery_core::crd::DesiredObjects::at`), one API write per object
+//! and change instead of two.
+//!
+//! # Big services (shards)
+//!
+//! A service whose nodes do not fit one object is written as several
+//! (`kube_discovery_core::crd::DesiredObjects`): shard 0 keeps the usual
+//! name, shard `i` is `<name>.<i>` and carries the version of its own
+//! content, shard 0 the service's version and the manifest of every shard's
+//! version, all `spec.shard = {index, count}`. [`KubeSink::apply`] writes
+//! the changed shards `1..` first and shard 0 LAST (shard 0 carries the
+//! count and manifest a reader trusts), each with its own status, then
+//! deletes the surplus shards of a shrink. Which objects a write sends is
+//! decided from names and versions (`object_ops`); only those are built
+//! (one change in a big service copies the nodes of two shards, not all).
+//! The shard count per service is the planner's (from
+//! [`Sink::list_versions`], then from every apply's answer, handed back in
+//! [`Prior::shards`]), so a shrink needs no extra LIST.
+//! [`Sink::list_versions`] reports a service's version only when shards
+//! `0..count` are all present with that version; a half-written service
+//! (crash between shards) gets the version `""`, which forces a rewrite.
+//!
+//! # Drift
+//!
+//! With a [`DriftView`] attached ([`KubeSink::with_drift`]), every write
+//! records the resourceVersion the API server returned (so late watch events
+//! of our own writes are recognised), and [`Sink::drift`] answers the
+//! writer's "is what the API server holds still what we want?" (a question
+//! only: it changes nothing). A key found drifted is a repair for the
+//! planner ([`Prior::repair`]): `object_ops` then writes only the objects the
+//! cache does NOT show intact ([`DriftView::intact_of`]: cached, not older than
+//! our last write, content as wanted) and deletes stray objects the cache
+//! holds for the service. Port keys someone else added survive server-side
+//! apply (not ours) and are removed by a merge patch after the apply.
+//!
+//! # Fencing
+//!
+//! With leader election, the sink is given the election's [`Fence`]
+//! ([`KubeSink::with_fence`]): an apply or delete notes the leadership epoch
+//! it starts in and checks, right before each request (every shard, the
+//! merge patches, the deletes), that this epoch is still the current leading
+//! one, and a request in flight is abandoned when that epoch ends
+//! ([`Fence::send`], at the renew deadline at the latest). Otherwise it stops
+//! with [`crate::Error::Fenced`], which the writer counts
+//! (`writes_total{result="fenced"}`) and does not treat as a failure.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::{Error, Result};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Client, Resource};
+use kube_discovery_core::crd::{
+    DesiredObjects, DiscoveredService, LABEL_INSTANCE, LABEL_SHARD, ObjectNaming, Owner, Shard,
+    ShardHead, consistent_shards, generation_fix, key_of, shard_of, stamp_generation,
+    stamped_generation,
+};
+use kube_discovery_core::write_plan::{
+    DeleteWhy, Held, NameTaken, ObjectOp, ObjectPlan, Prior, ServerFacts, ServerView, object_ops,
+};
+use kube_discovery_core::{ServiceKey, ServiceNodes};
+
+use crate::k8s::events::Events;
+use crate::k8s::leader::{Fence, FenceToken};
+use crate::write::drift::{DriftCheck, DriftView, Lean, ObjName};
+use crate::write::explain::Explain;
+use crate::write::generation::{Generations, stamp_undeclared};
+
+/// Where the writer puts DiscoveredServices (the API server in production,
+/// [`KubeSink`]; a fake in tests). The writer decides what and when; a sink
+/// only carries it out.
+pub trait Sink: Clone + Send + Sync + 'static {
+    /// Version (`spec.version`) and shard slots of the objects that already
+    /// exist, one entry per service.
+    fn list_versions(&self) -> impl Future<Output = Result<Vec<(ServiceKey, Held)>>> + Send;
+    /// Creates or updates the objects for `svc` (and their status), starting
+    /// from what `prior` says the API server holds; returns how many objects
+    /// (shards) the service has now.
+    fn apply(
+        &self,
+        svc: Arc<ServiceNodes>,
+        prior: Prior,
+    ) -> impl Future<Output = Result<u32>> + Send;
+    /// Deletes the objects for `key` (absent is success).
+    fn delete(&self, key: ServiceKey, prior: Prior) -> impl Future<Output = Result<()>> + Send;
+    /// Whether what the API server holds for `key` (as last seen) is what
+    /// `desired` wants: a question, it changes nothing. Sinks without a
+    /// cache of their objects say `Ok`.
+    fn drift(&self, _key: &ServiceKey, _desired: Option<&ServiceNodes>) -> DriftCheck {
+        DriftCheck::Ok
+    }
+    /// The writer's report that writes of `key` started failing (or fail
+    /// for another reason now) with `error`; `desired` is what was to be
+    /// written. Sinks that emit Events say so ([`crate::k8s::events`]).
+    fn failing(&self, _key: &ServiceKey, _desired: Option<&ServiceNodes>, _error: &Error) {}
+}
+
+// Field managers: every write of an object (metadata, spec and status in one
+// server-side apply) is `ObjectNaming::field_manager` (`kube-discovery/<instance>`);
+// the merge patches that remove what server-side apply leaves because someone
+// else co-owns it (port keys someone else added, the `shard` field of a
+// service that fits one object again) are `ObjectNaming::drift_field_manager`.
+
+/// What a write needs from the API server's answer: the object's new
+/// resourceVersion (for drift), its port keys (to spot keys someone else
+/// added) and whether it has a `shard` field. Everything else in the answer
+/// is skipped while parsing.
+#[derive(Debug, serde::Deserialize)]
+struct Written {
+    metadata: WrittenMeta,
+    #[serde(default)]
+    spec: WrittenSpec,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WrittenMeta {
+    #[serde(default)]
+    resource_version: Option<String>,
+    /// For Events about the object (`kubectl describe` matches the uid).
+    #[serde(default)]
+    uid: Option<String>,
+    /// To check the `observedGeneration` the write stamped
+    /// ([`kube_discovery_core::crd::generation_fix`]).
+    #[serde(default)]
+    generation: Option<i64>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct WrittenSpec {
+    #[serde(default)]
+    ports: BTreeMap<String, serde::de::IgnoredAny>,
+    #[serde(default)]
+    shard: Option<serde::de::IgnoredAny>,
+}
+
+impl Written {
+    fn resource_version(&self) -> Option<u64> {
+        self.metadata.resource_version.as_deref()?.parse().ok()
+    }
+}
+
+/// Writes DiscoveredServices to one API server.
+#[derive(Clone)]
+pub struct KubeSink {
+    client: Client,
+    naming: ObjectNaming,
+    drift: Option<DriftView>,
+    /// The one namespace holding all our objects, if there is one
+    /// (`Plan::home_namespace`): the start-up list is then namespaced.
+    namespace: Option<String>,
+    /// Objects the start-up list found that are not ours (another
+    /// instance's, hand-made): their names are taken until the drift watch
+    /// has listed (then it knows better).
+    listed_foreign: Arc<Mutex<HashMap<ObjName, Owner>>>,
+    /// Checked before every write request ([`Fence::always`] without leader election).
+    fence: Fence,
+    /// Conditions the objects hold (for `lastTransitionTime`) and Events.
+    explain: Explain,
+    /// Each object's `metadata.generation` (for `observedGeneration`).
+    generations: Generations,
+}
+
+impl KubeSink {
+    /// A sink writing through `client`, naming objects with `naming`.
+    pub fn new(client: Client, naming: ObjectNaming) -> Self {
+        Self {
+            client,
+            naming,
+            drift: None,
+            namespace: None,
+            listed_foreign: Arc::new(Mutex::new(HashMap::new())),
+            fence: Fence::always(),
+            explain: Explain::default(),
+            generations: Generations::default(),
+        }
+    }
+
+    /// Emits Events through `events` ([`crate::k8s::events`]).
+    #[must_use]
+    pub fn with_events(mut self, events: Events) -> Self {
+        self.explain.events = events;
+        self
+    }
+
+    /// Writes only while the election behind `fence` says this replica
+    /// leads in the epoch the write started in (see the module docs).
+    #[must_use]
+    pub fn with_fence(mut self, fence: Fence) -> Self {
+        self.fence = fence;
+        self
+    }
+
+    /// Lists our objects in `namespace` only (`None`: in all namespaces).
+    #[must_use]
+    pub fn in_namespace(mut self, namespace: Option<String>) -> Self {
+        self.namespace = namespace;
+        self
+    }
+
+    /// Attaches the cache of our own objects (drift correction).
+    #[must_use]
+    pub fn with_drift(mut self, view: DriftView) -> Self {
+        self.generations = view.generations().clone();
+        self.drift = Some(view);
+        self
+    }
+
+    fn api(&self, namespace: &str) -> Api<DiscoveredService> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// Who holds `ns/name` when that is not this instance: the drift
+    /// watch's live view once it has listed, else the start-up list.
+    fn taken(&self, ns: &str, name: &str) -> Option<Owner> {
+        match &self.drift {
+            Some(v) if v.ready() => v.taken(ns, name),
+            _ => self
+                .listed_foreign
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&(ns.to_string(), name.to_string()))
+                .cloned(),
+        }
+    }
+
+    /// Sends the requests of one write of `key` in order (each fenced by
+    /// `token`); stops at the first failure. `repair`: the write repairs
+    /// drift (an object of a service without source is then an orphan).
+    async fn execute(
+        &self,
+        token: FenceToken,
+        key: &ServiceKey,
+        plan: ObjectPlan,
+        built: &[DiscoveredService],
+        repair: bool,
+    ) -> Result<Option<String>> {
+        // The uid of the last object applied: shard 0 comes last, and its uid
+        // is the one Events about the service point at.
+        let mut uid = None;
+        for ((ns, name), owner) in &plan.left_alone {
+            tracing::info!(service = %key, object = %format!("{ns}/{name}"), %owner, "not ours: not deleted");
+        }
+        for op in plan.ops {
+            match op {
+                ObjectOp::Apply { index, .. } => {
+                    // `built` is `DesiredObjects::build` of the plan's
+                    // `applied()`: every index it can build is there.
+                    if let Some(obj) = built.iter().find(|o| shard_of(o).0 == index) {
+                        uid = self.write_one(token, key, obj).await?;
+                    }
+                }
+                ObjectOp::Delete((ns, name), why) => {
+                    let object = format!("{ns}/{name}");
+                    match why {
+                        DeleteWhy::Surplus => {
+                            tracing::info!(service = %key, %object, "deleting surplus shard");
+                        }
+                        DeleteWhy::Stray => {
+                            tracing::info!(service = %key, %object, "deleting stray object");
+                        }
+                        DeleteWhy::Gone => {}
+                    }
+                    let removed = self.delete_one(token, &ns, &name).await?;
+                    let orphan = match why {
+                        DeleteWhy::Stray => Some(false),
+                        DeleteWhy::Gone if repair => Some(true),
+                        _ => None,
+                    };
+                    if let (true, Some(no_source)) = (removed, orphan) {
+                        self.explain.orphan_deleted(key, &ns, &name, no_source);
+                    }
+                }
+            }
+        }
+        Ok(uid)
+    }
+
+    /// Applies one object (spec and status in one request).
+    async fn write_one(
+        &self,
+        token: FenceToken,
+        key: &ServiceKey,
+        obj: &DiscoveredService,
+    ) -> Result<Option<String>> {
+        let ns = obj.metadata.namespace.clone().unwrap_or_default();
+        let name = obj.metadata.name.clone().unwrap_or_default();
+        // Without force first: an apply over fields someone else set to other
+        // values is refused (409) instead of taking them over. That is how an
+        // object created by another instance or by hand since our cache last
+        // looked is never overwritten; our own object edited by hand is
+        // then applied again with force (the repair).
+        let mut pp = PatchParams::apply(&self.naming.field_manager());
+        // The stamp `apply` put on the object may be stale, or must go (an
+        // older CRD refused it: `crate::write::generation`).
+        let mut restamped;
+        let want = self
+            .generations
+            .stamping()
+            .then(|| self.generations.next(&ns, &name));
+        let mut obj = if stamped_generation(obj) == want {
+            obj
+        } else {
+            restamped = obj.clone();
+            stamp_generation(&mut restamped, want);
+            &restamped
+        };
+        let mut one_of_one;
+        let first = match self
+            .patch_answer(token, &ns, &name, &pp, &Patch::Apply(obj))
+            .await
+        {
+            Err(Error::Kube(kube::Error::Api(s)))
+                if stamped_generation(obj).is_some() && stamp_undeclared(s.code, &s.message) =>
+            {
+                if self.generations.refused() {
+                    tracing::warn!(object = %format!("{ns}/{name}"), "the installed DiscoveredService CRD does not declare status.observedGeneration (older than this controller): writing without it; update the CRD (crds/discoveredservices.yaml; helm upgrade does it)");
+                }
+                restamped = obj.clone();
+                stamp_generation(&mut restamped, None);
+                obj = &restamped;
+                self.patch_answer(token, &ns, &name, &pp, &Patch::Apply(obj))
+                    .await
+            }
+            Err(Error::Kube(kube::Error::Api(s)))
+                if s.code == 422
+                    && obj.spec.shard.is_none()
+                    && s.message.contains("spec.shard") =>
+            {
+                // The service fits one object again, but someone else
+                // co-owns part of `spec.shard` (an apply by a version before
+                // instances): without our fields the rest is invalid. Every
+                // node as the one shard of one first (readers take shard 0
+                // alone, whole); the merge patch below removes the field.
+                tracing::info!(service = %key, object = %name, "service fits one object again and someone else co-owns its shard field: written as one shard of one first");
+                one_of_one = obj.clone();
+                one_of_one.spec.shard = Some(Shard {
+                    index: 0,
+                    count: 1,
+                    versions: Vec::new(),
+                });
+                one_of_one
+                    .metadata
+                    .labels
+                    .get_or_insert_default()
+                    .insert(LABEL_SHARD.to_string(), "0".to_string());
+                self.patch_answer(token, &ns, &name, &pp, &Patch::Apply(&one_of_one))
+                    .await
+            }
+            other => other,
+        };
+        let got = match first {
+            Ok(got) => got,
+            Err(Error::Kube(kube::Error::Api(s))) if s.code == 409 => {
+                let owner = self.owner_on_server(&ns, &name).await?;
+                if owner != Owner::Us {
+                    return Err(Error::NameTaken {
+                        object: format!("{ns}/{name}"),
+                        owner,
+                    });
+                }
+                pp = pp.force();
+                self.patch_answer(token, &ns, &name, &pp, &Patch::Apply(obj))
+                    .await?
+            }
+            Err(e) => return Err(e),
+        };
+        // Port keys someone else added survive a server-side apply (we do not
+        // own them): remove them explicitly. Never happens without a hand edit.
+        let extra: Vec<&String> = got
+            .spec
+            .ports
+            .keys()
+            .filter(|k| !obj.spec.ports.contains_key(*k))
+            .collect();
+        // So does the `shard` field of a service that fits one object again
+        // where someone else co-owns part of it (an apply by a version
+        // before instances, `crd::LEGACY_FIELD_MANAGER`): removed after the
+        // apply, which already wrote every node (issue 29 item 2).
+        let shard = obj.spec.shard.is_none() && got.spec.shard.is_some();
+        let got = if extra.is_empty() && !shard {
+            got
+        } else {
+            let nulls: serde_json::Map<String, serde_json::Value> = extra
+                .iter()
+                .map(|k| ((*k).clone(), serde_json::Value::Null))
+                .collect();
+            let mut body = serde_json::json!({"spec": {}});
+            if !extra.is_empty() {
+                tracing::info!(service = %key, object = %name, ports = ?extra, "removing port keys added by someone else");
+                body["spec"]["ports"] = nulls.into();
+            }
+            if shard {
+                tracing::info!(service = %key, object = %name, "service fits one object again: removing the shard field someone else co-owns");
+                body["spec"]["shard"] = serde_json::Value::Null;
+            }
+            let mpp = PatchParams {
+                field_manager: Some(self.naming.drift_field_manager()),
+                ..PatchParams::default()
+            };
+            self.patch_answer(token, &ns, &name, &mpp, &Patch::Merge(&body))
+                .await?
+        };
+        let got = self.settle_generation(token, key, obj, &pp, got).await?;
+        self.note_written(&ns, &name, &got);
+        Ok(got.metadata.uid)
+    }
+
+    /// Makes `obj`'s `observedGeneration` equal the generation the API
+    /// server answered (`got`): at most two more applies of the same object
+    /// with the corrected stamp ([`generation_fix`] says why two are
+    /// enough). Only needed when the remembered generation was wrong:
+    /// someone else wrote the object, it was recreated, or a merge patch of
+    /// this write (foreign port keys, a co-owned shard field) bumped it.
+    async fn settle_generation(
+        &self,
+        token: FenceToken,
+        key: &ServiceKey,
+        obj: &DiscoveredService,
+        pp: &PatchParams,
+        mut got: Written,
+    ) -> Result<Written> {
+        let ns = obj.metadata.namespace.as_deref().unwrap_or_default();
+        let name = obj.metadata.name.as_deref().unwrap_or_default();
+        let mut sent = stamped_generation(obj);
+        if sent.is_none() {
+            // Written without the stamp (an older CRD): nothing to settle.
+            return Ok(got);
+        }
+        for _ in 0..2 {
+            let Some(stamp) = generation_fix(sent, got.metadata.generation) else {
+                return Ok(got);
+            };
+            tracing::debug!(service = %key, object = %name, ?sent, generation = ?got.metadata.generation, ?stamp, "correcting observedGeneration");
+            let mut again = obj.clone();
+            stamp_generation(&mut again, stamp);
+            got = self
+                .patch_answer(token, ns, name, pp, &Patch::Apply(&again))
+                .await?;
+            sent = stamp;
+        }
+        if generation_fix(sent, got.metadata.generation).is_some() {
+            // Someone keeps writing the object: drift correction takes over.
+            tracing::warn!(service = %key, object = %format!("{ns}/{name}"), ?sent, generation = ?got.metadata.generation, "observedGeneration could not be settled: the object changed between our writes");
+        }
+        Ok(got)
+    }
+
+    /// Whose the object `ns/name` on the API server is. A LIST by name (the
+    /// `list` the role already grants; a GET would need one more verb),
+    /// decoded lean; gone meanwhile is an error (the write is retried).
+    async fn owner_on_server(&self, ns: &str, name: &str) -> Result<Owner> {
+        let api: Api<Lean> = Api::namespaced(self.client.clone(), ns);
+        let lp = ListParams::default().fields(&format!("metadata.name={name}"));
+        let Some(obj) = api.list(&lp).await?.items.into_iter().next() else {
+            return Err(Error::Kube(kube::Error::Api(Box::new(
+                kube::core::Status::failure(
+                    &format!("{ns}/{name} was deleted while being written"),
+                    "NotFound",
+                )
+                .with_code(404),
+            ))));
+        };
+        Ok(self.naming.owner_of_meta(&obj.into_inner().metadata))
+    }
+
+    /// PATCHes `ns/name` and decodes only what a write needs from the answer
+    /// ([`Written`]), not the whole object: decoding the returned object
+    /// (nodes, managedFields) was the biggest CPU cost of a write after the
+    /// request itself. Sends nothing when the write's epoch is over.
+    async fn patch_answer<P: serde::Serialize + std::fmt::Debug>(
+        &self,
+        token: FenceToken,
+        ns: &str,
+        name: &str,
+        pp: &PatchParams,
+        patch: &Patch<P>,
+    ) -> Result<Written> {
+        self.fence.check(token)?;
+        let url = DiscoveredService::url_path(&(), Some(ns));
+        let mut req = kube::core::Request::new(url)
+            .patch(name, pp, patch)
+            .map_err(kube::Error::BuildRequest)?;
+        req.extensions_mut().insert("patch");
+        Ok(self
+            .fence
+            .send(token, self.client.request::<Written>(req))
+            .await??)
+    }
+
+    /// Records the resourceVersion of our write of `ns/name` for drift, and
+    /// its generation.
+    fn note_written(&self, ns: &str, name: &str, got: &Written) {
+        self.generations.note(ns, name, got.metadata.generation);
+        if let Some(v) = &self.drift {
+            v.note_written(ns, name, got.resource_version());
+        }
+    }
+
+    /// Deletes `ns/name`; absent is success (`false`: there was nothing to
+    /// delete). Sends nothing when the write's epoch is over.
+    async fn delete_one(&self, token: FenceToken, ns: &str, name: &str) -> Result<bool> {
+        self.fence.check(token)?;
+        let api = self.api(ns);
+        let res = self
+            .fence
+            .send(token, api.delete(name, &DeleteParams::default()))
+            .await?;
+        self.generations.note(ns, name, None);
+        if let Some(v) = &self.drift {
+            v.note_written(ns, name, None);
+        }
+        match res {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// What a write reads of the API server before it is planned
+/// ([`ServerFacts::gather`], then [`object_ops`]), answered from the sink's
+/// views of it: the drift cache (intact objects, a service's objects, names
+/// held by others) and, until the drift watch has listed, the start-up list.
+impl ServerView for KubeSink {
+    fn intact(&self, desired: &DesiredObjects<'_>, index: u32) -> bool {
+        self.drift
+            .as_ref()
+            .is_some_and(|v| v.intact_of(desired, index))
+    }
+    fn taken(&self, ns: &str, name: &str) -> Option<Owner> {
+        KubeSink::taken(self, ns, name)
+    }
+    fn objects_of(&self, key: &ServiceKey) -> Vec<ObjName> {
+        self.drift
+            .as_ref()
+            .map(|v| v.objects_of(key))
+            .unwrap_or_default()
+    }
+}
+
+impl From<NameTaken> for Error {
+    fn from(t: NameTaken) -> Self {
+        let (ns, name) = t.object;
+        Error::NameTaken {
+            object: format!("{ns}/{name}"),
+            owner: t.owner,
+        }
+    }
+}
+
+/// Objects per page of our lists.
+const PAGE: u32 = crate::k8s::client::LIST_PAGE_SIZE;
+
+pub use kube_discovery_client::list::list_managed;
+use kube_discovery_client::list::{Listed, for_each_in};
+
+/// What the start-up list keeps of our objects: per service, the shard
+/// position and versions of each of its objects (never its nodes).
+#[derive(Debug, Default)]
+pub struct Found(HashMap<ServiceKey, Vec<FoundShard>>);
+
+/// One listed object of a service: `(index, count)`, `spec.version` and, on
+/// shard 0 of a sharded service, the manifest `spec.shard.versions`.
+#[derive(Debug)]
+pub struct FoundShard {
+    index: u32,
+    count: u32,
+    version: String,
+    manifest: Vec<String>,
+}
+
+impl Found {
+    /// Notes one object.
+    pub fn add(&mut self, ds: &DiscoveredService) {
+        let (index, count) = shard_of(ds);
+        self.0.entry(key_of(ds)).or_default().push(FoundShard {
+            index,
+            count,
+            version: ds.spec.version.clone(),
+            manifest: ds
+                .spec
+                .shard
+                .as_ref()
+                .map(|s| s.versions.clone())
+                .unwrap_or_default(),
+        });
+    }
+
+    /// Per service: shard 0's version when its objects form one version
+    /// under the readers' rule (`kube_discovery_core::crd::consistent_shards`),
+    /// else `""`, which forces a rewrite (a crash between shards; also a
+    /// sharded service written by the old scheme without a manifest, so a
+    /// restart of this version converts it once); and the number of shard
+    /// slots to clean up on the next write (highest index seen + 1).
+    pub fn versions(self) -> impl Iterator<Item = (ServiceKey, (String, u32))> {
+        self.0.into_iter().map(|(key, mut objs)| {
+            let slots = objs
+                .iter()
+                .map(|o| o.index.saturating_add(1))
+                .max()
+                .unwrap_or(1);
+            let heads: Vec<ShardHead<'_>> = objs
+                .iter()
+                .map(|o| ShardHead {
+                    index: o.index,
+                    count: o.count,
+                    version: &o.version,
+                    manifest: &o.manifest,
+                })
+                .collect();
+            let zero = match consistent_shards(&heads) {
+                // Surplus slots beyond the count also force a write (it
+                // deletes them).
+                Ok((take, false)) if take.len() as u32 == slots => Some(take[0]),
+                _ => None,
+            };
+            let version = zero
+                .map(|i| std::mem::take(&mut objs[i].version))
+                .unwrap_or_default();
+            (key, (version, slots))
+        })
+    }
+}
+
+/// [`Found::versions`] of `items`.
+pub fn versions_of(items: &[DiscoveredService]) -> HashMap<ServiceKey, (String, u32)> {
+    let mut found = Found::default();
+    for ds in items {
+        found.add(ds);
+    }
+    found.versions().collect()
+}
+
+impl Sink for KubeSink {
+    /// Reads our objects page by page, decoded lean (`drift::Lean`: no
+    /// nodes, managedFields, annotations or status), and keeps only
+    /// [`Found`] of each, never the whole list (BENCHMARKS.md, issue 6: the
+    /// start-up list folded page by page).
+    async fn list_versions(&self) -> Result<Vec<(ServiceKey, Held)>> {
+        let mut found = Found::default();
+        let mut foreign = HashMap::new();
+        let mut conditions = HashMap::new();
+        let mut generations = Vec::new();
+        // Every DiscoveredService, not only labelled ones: a hand-made object
+        // holding a name we need must be seen before the first write.
+        for_each_in(
+            &self.client,
+            self.namespace.as_deref(),
+            None,
+            PAGE,
+            |listed: Listed<Lean>| {
+                let lean = match listed {
+                    Listed::Object(lean) => lean,
+                    Listed::Restart => {
+                        found = Found::default();
+                        foreign.clear();
+                        conditions.clear();
+                        generations.clear();
+                        return;
+                    }
+                };
+                let ds = lean.into_inner();
+                match self.naming.owner_of_meta(&ds.metadata) {
+                    Owner::Us => {
+                        let mut ds = ds;
+                        let labelled = ds
+                            .metadata
+                            .labels
+                            .as_ref()
+                            .is_some_and(|l| l.contains_key(LABEL_INSTANCE));
+                        if !labelled {
+                            // Written before instances existed (or the label
+                            // was removed): rewritten once, which stamps it.
+                            ds.spec.version.clear();
+                        }
+                        if let Some(g) = ds.metadata.generation {
+                            if stamped_generation(&ds) != Some(g) {
+                                // Written by a version without the stamp,
+                                // or changed since our last write: rewritten
+                                // once, which stamps it.
+                                ds.spec.version.clear();
+                            }
+                            let ns = ds.metadata.namespace.clone().unwrap_or_default();
+                            let name = ds.metadata.name.clone().unwrap_or_default();
+                            generations.push(((ns, name), g));
+                        }
+                        found.add(&ds);
+                        if shard_of(&ds).0 == 0
+                            && let Some(st) = ds.status.take()
+                        {
+                            conditions.insert(key_of(&ds), st.conditions);
+                        }
+                    }
+                    other => {
+                        let ns = ds.metadata.namespace.clone().unwrap_or_default();
+                        let name = ds.metadata.name.clone().unwrap_or_default();
+                        foreign.insert((ns, name), other);
+                    }
+                }
+            },
+        )
+        .await?;
+        if !foreign.is_empty() {
+            tracing::info!(
+                objects = foreign.len(),
+                instance = %self.naming.instance,
+                "DiscoveredServices of other instances or made by hand: left alone"
+            );
+        }
+        *self
+            .listed_foreign
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = foreign;
+        self.explain.listed(conditions);
+        self.generations.listed(generations);
+        Ok(found
+            .versions()
+            .map(|(key, (version, shards))| (key, Held { version, shards }))
+            .collect())
+    }
+
+    async fn apply(&self, svc: Arc<ServiceNodes>, prior: Prior) -> Result<u32> {
+        let token = self.fence.begin()?;
+        let previous = self.explain.previous(&svc.key);
+        let desired =
+            DesiredObjects::new(&svc, &self.naming).at(&previous, &Time(jiff::Timestamp::now()));
+        // Decided from names and versions; then only the objects sent are
+        // built (one change in a big service: its shard and shard 0).
+        let facts = ServerFacts::gather(&svc.key, &self.naming, Some(&desired), prior, self);
+        let plan = object_ops(&svc.key, &self.naming, Some(&desired), prior, &facts)?;
+        let mut objs = desired.build(&plan.applied());
+        if self.generations.stamping() {
+            for o in &mut objs {
+                let want = self.generations.next(
+                    o.metadata.namespace.as_deref().unwrap_or_default(),
+                    o.metadata.name.as_deref().unwrap_or_default(),
+                );
+                stamp_generation(o, Some(want));
+            }
+        }
+        let uid = self
+            .execute(token, &svc.key, plan, &objs, prior.repair)
+            .await?;
+        // Shard 0 (or the one object) says what the service's conditions
+        // are; a repair that found it intact did not build it.
+        let first = match objs.iter().find(|o| shard_of(o).0 == 0) {
+            Some(o) => Some(std::borrow::Cow::Borrowed(o)),
+            None => desired.object(0).map(std::borrow::Cow::Owned),
+        };
+        if let Some(first) = first {
+            self.explain
+                .written(&svc.key, &first, &previous, uid, prior.repair);
+        }
+        Ok(desired.len())
+    }
+
+    async fn delete(&self, key: ServiceKey, prior: Prior) -> Result<()> {
+        let token = self.fence.begin()?;
+        let facts = ServerFacts::gather(&key, &self.naming, None, prior, self);
+        let plan = object_ops(&key, &self.naming, None, prior, &facts)?;
+        self.execute(token, &key, plan, &[], prior.repair).await?;
+        self.explain.forget(&key);
+        Ok(())
+    }
+
+    fn drift(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftCheck {
+        match &self.drift {
+            Some(v) => v.check(key, desired),
+            None => DriftCheck::Ok,
+        }
+    }
+
+    fn failing(&self, key: &ServiceKey, desired: Option<&ServiceNodes>, error: &Error) {
+        let (reason, note) = match error {
+            Error::NameTaken { object, owner } => (
+                "NameTaken",
+                format!(
+                    "{key}: the DiscoveredService {object} belongs to {owner}; left alone, this service is not published by instance {:?}{}",
+                    self.naming.instance,
+                    if matches!(owner, Owner::Instance(_)) {
+                        " (unready until then; if that instance was renamed to this one, list it in kube_discovery.adopt_instances)"
+                    } else {
+                        ""
+                    }
+                ),
+            ),
+            e => (
+                "WriteFailed",
+                format!(
+                    "{key}: writing its DiscoveredService failed ({}): {e}; retried with backoff",
+                    e.metric_label()
+                ),
+            ),
+        };
+        let owner_uid = desired.and_then(|d| d.owner_uid.clone());
+        self.explain.events.emit(
+            crate::k8s::events::service_target(key, owner_uid, &self.naming),
+            crate::k8s::events::Report {
+                warning: true,
+                reason,
+                action: "Write",
+                note,
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube_discovery_core::crd::{Shard, desired_object};
+    use kube_discovery_core::{Node, PortMap, SourceKind};
+
+    fn obj(name: &str, version: &str, shard: Option<(u32, u32)>) -> DiscoveredService {
+        let mut ports = PortMap::new();
+        ports.insert("http".into(), vec![Node::new("10.0.0.1", 80, 50)]);
+        let svc = ServiceNodes::new(
+            ServiceKey::new("", "ns", "web"),
+            SourceKind::EndpointSlice,
+            ports,
+            None,
+        );
+        let mut o = desired_object(&svc, &ObjectNaming::source());
+        o.metadata.name = Some(name.into());
+        o.spec.version = version.into();
+        o.spec.shard = shard.map(|(index, count)| Shard {
+            index,
+            count,
+            versions: Vec::new(),
+        });
+        o
+    }
+
+    /// Shard 0 of `count` with version `version` and the manifest `manifest`.
+    fn zero(version: &str, count: u32, manifest: &[&str]) -> DiscoveredService {
+        let mut o = obj("web", version, Some((0, count)));
+        if let Some(s) = o.spec.shard.as_mut() {
+            s.versions = manifest.iter().map(|v| v.to_string()).collect();
+        }
+        o
+    }
+
+    fn key() -> ServiceKey {
+        ServiceKey::new("", "ns", "web")
+    }
+
+    #[test]
+    fn complete_shards_report_their_version() {
+        let v = versions_of(&[
+            obj("web.1", "s1", Some((1, 3))),
+            zero("v1", 3, &["s0", "s1", "s2"]),
+            obj("web.2", "s2", Some((2, 3))),
+        ]);
+        assert_eq!(v[&key()], ("v1".to_string(), 3));
+        let single = versions_of(&[obj("web", "v1", None)]);
+        assert_eq!(single[&key()], ("v1".to_string(), 1));
+    }
+
+    #[test]
+    fn half_written_mixed_or_old_scheme_shards_force_a_rewrite() {
+        // A shard missing.
+        let v = versions_of(&[
+            zero("v2", 3, &["s0", "s1", "s2"]),
+            obj("web.1", "s1", Some((1, 3))),
+        ]);
+        assert_eq!(v[&key()].0, "");
+        // Shard 1 not the version shard 0 lists (crash between shards of a rewrite).
+        let v = versions_of(&[
+            zero("v2", 2, &["s0", "s1"]),
+            obj("web.1", "old", Some((1, 2))),
+        ]);
+        assert_eq!(v[&key()].0, "");
+        // Shard 0 missing.
+        let v = versions_of(&[obj("web.1", "v1", Some((1, 2)))]);
+        assert_eq!(v[&key()], (String::new(), 2));
+        // Leftovers of a shrink beyond the count: rewrite, and remember the slots.
+        let v = versions_of(&[
+            obj("web", "v3", None),
+            obj("web.1", "v1", Some((1, 4))),
+            obj("web.3", "v1", Some((3, 4))),
+        ]);
+        assert_eq!(v[&key()], (String::new(), 4));
+        // Complete, but written by the old scheme (no manifest, one version
+        // on every shard): rewritten once into the new one.
+        let v = versions_of(&[
+            obj("web", "v1", Some((0, 2))),
+            obj("web.1", "v1", Some((1, 2))),
+        ]);
+        assert_eq!(v[&key()], (String::new(), 2));
+    }
+
+    /// `n` endpoints on 3 ports: over one object's size bound from ~4,000.
+    fn big(n: usize) -> ServiceNodes {
+        let mut ports = PortMap::new();
+        for (name, port) in [("http", 8080), ("grpc", 9090), ("metrics", 9100)] {
+            let mut nodes: Vec<Node> = (0..n)
+                .map(|i| {
+                    Node::new(
+                        format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256),
+                        port,
+                        50,
+                    )
+                })
+                .collect();
+            kube_discovery_core::model::sort_nodes(&mut nodes);
+            ports.insert(name.to_string(), nodes);
+        }
+        ServiceNodes::new(
+            ServiceKey::new("", "shop", "big"),
+            SourceKind::EndpointSlice,
+            ports,
+            None,
+        )
+    }
+
+    async fn sim_client() -> (kube_sim::Sim, Client) {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let (sim, client) = crate::test_support::sim_client().await;
+        Api::<CustomResourceDefinition>::all(client.clone())
+            .create(&Default::default(), &kube_discovery_core::crd::definition())
+            .await
+            .unwrap();
+        let ns: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "shop"}})).unwrap();
+        Api::all(client.clone())
+            .create(&Default::default(), &ns)
+            .await
+            .unwrap();
+        for _ in 0..100 {
+            if Api::<DiscoveredService>::all(client.clone())
+                .list(&kube::api::ListParams::default())
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        (sim, client)
+    }
+
+    /// A client for `sim` WITHOUT kube's retry layer: every 429 reaches the
+    /// caller at once, as it does in production once kube's own retries (15
+    /// per request, exponential from 5 ms: minutes of consecutive 429s) are
+    /// used up.
+    async fn client_without_kube_retries(sim: &kube_sim::Sim) -> Client {
+        let kc =
+            kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml(&sim.admin_token())).unwrap();
+        let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        cfg.default_retry = false;
+        Client::try_from(cfg).unwrap()
+    }
+
+    /// kube-sim's request count of `verb` on DiscoveredServices.
+    async fn dsvc_requests(client: &Client, verb: &str) -> u64 {
+        let req = http::Request::get("/_sim/stats").body(Vec::new()).unwrap();
+        let v: serde_json::Value = client.request(req).await.unwrap();
+        v["requests"][verb]["discoveredservices"]
+            .as_u64()
+            .unwrap_or(0)
+    }
+
+    /// The controller's own 429 handling, which kube's retries hide from
+    /// every e2e test: 429s past kube's retry budget reach the writer, which
+    /// counts each as `writes_total{result="error_throttled"}`, retries it
+    /// (once per failure: no tight loop, no give-up) and converges to the
+    /// desired object.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn throttled_writes_past_kubes_retries_are_counted_retried_and_converge() {
+        let (sim, admin) = sim_client().await;
+        let fail = serde_json::json!({"fail": {"verb": "patch", "resource": "discoveredservices",
+            "count": 4, "code": 429, "retryAfterSeconds": 1}});
+        let req = http::Request::post("/_sim/faults")
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&fail).unwrap())
+            .unwrap();
+        admin.request_text(req).await.unwrap();
+        let patches_before = dsvc_requests(&admin, "patch").await;
+        let client = client_without_kube_retries(&sim).await;
+        let sink = KubeSink::new(client, ObjectNaming::source());
+        let shared = Arc::new(crate::state::ControllerState::new([""]));
+        let metrics = crate::serve::metrics::Metrics::default();
+        let opts = crate::write::writer::WriterOptions {
+            coalesce_window: std::time::Duration::from_millis(10),
+            concurrency: 2,
+            qps: 0.0,
+            retry_min: std::time::Duration::from_millis(20),
+            retry_max: std::time::Duration::from_millis(200),
+            drift_delay: std::time::Duration::from_secs(60),
+            drift_settle: std::time::Duration::from_secs(60),
+            ..crate::write::writer::WriterOptions::default()
+        };
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let (h, task) = crate::write::writer::spawn(
+            sink,
+            shared.clone(),
+            crate::write::writer::Spawn {
+                opts,
+                metrics: metrics.clone(),
+                shutdown: shutdown.clone(),
+                ..crate::write::writer::Spawn::default()
+            },
+        );
+        let k = ServiceKey::new("", "shop", "web");
+        let mut ports = PortMap::new();
+        ports.insert("http".into(), vec![Node::new("10.0.0.1", 80, 50)]);
+        let want = ServiceNodes::new(k.clone(), SourceKind::EndpointSlice, ports, None);
+        shared.set_desired(&k, Some(want.clone()));
+        h.changed(vec![k.clone()], tokio::time::Instant::now());
+        h.synced("");
+        let mut written = None;
+        for _ in 0..200 {
+            let objs = list_managed(&admin).await.unwrap();
+            if let Some(o) = objs.into_iter().find(|o| o.spec.version == want.version) {
+                written = Some(o);
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let written = written.expect("the throttled write converged");
+        assert_eq!(written.spec.ports, want.ports);
+        // The object is visible as soon as the API server answered; the
+        // writer counts the write a moment later, when its task has ended.
+        let applied = r#"kube_discovery_writes_total{cluster="",result="applied"} 1"#;
+        for _ in 0..40 {
+            if crate::serve::metrics::encode(&metrics.registry()).contains(applied) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        let text = crate::serve::metrics::encode(&metrics.registry());
+        assert!(
+            text.contains(r#"kube_discovery_writes_total{cluster="",result="throttled"} 4"#),
+            "{text}"
+        );
+        assert!(text.contains(applied), "{text}");
+        // The four 429s and the one write that got through.
+        assert_eq!(dsvc_requests(&admin, "patch").await - patches_before, 5);
+        shutdown.cancel();
+        task.await.unwrap();
+    }
+
+    /// kube-sim's write log: `verb name` of every DiscoveredService write.
+    async fn dsvc_writes(client: &Client) -> Vec<String> {
+        let req = http::Request::get("/_sim/writes?since=0")
+            .body(Vec::new())
+            .unwrap();
+        let v: serde_json::Value = client.request(req).await.unwrap();
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|w| w["resource"] == "discoveredservices")
+            .map(|w| {
+                format!(
+                    "{} {}",
+                    w["verb"].as_str().unwrap(),
+                    w["name"].as_str().unwrap()
+                )
+            })
+            .collect()
+    }
+
+    /// KubeSink against an in-process kube-sim: a big service becomes shards,
+    /// `NodesResolver` and `nodes_command`'s lookup read the WHOLE list back,
+    /// `list_versions` reports it, a shrink deletes the surplus, `delete`
+    /// removes every shard. The shard count travels as the planner carries
+    /// it: from the apply's answer or the start-up list into the next
+    /// write's [`Prior`].
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sharded_service_round_trips_through_the_api_server() {
+        let (_sim, client) = sim_client().await;
+        let sink = KubeSink::new(client.clone(), ObjectNaming::source());
+        let svc = big(6_000);
+        let count = sink
+            .apply(Arc::new(svc.clone()), Prior::default())
+            .await
+            .unwrap();
+        let objs = list_managed(&client).await.unwrap();
+        assert!(objs.len() >= 2, "{} objects", objs.len());
+        assert_eq!(count, u32::try_from(objs.len()).unwrap());
+        let manifest = objs
+            .iter()
+            .find(|o| shard_of(o).0 == 0)
+            .and_then(|o| o.spec.shard.as_ref())
+            .map(|s| s.versions.clone())
+            .unwrap_or_default();
+        assert_eq!(manifest.len(), objs.len());
+        for o in &objs {
+            assert!(serde_json::to_vec(o).unwrap().len() < 3 * 1024 * 1024 / 2);
+            // Shard 0: the service's version; the others their own, as listed.
+            let (index, _) = shard_of(o);
+            if index == 0 {
+                assert_eq!(o.spec.version, svc.version);
+            } else {
+                assert_eq!(o.spec.version, manifest[index as usize]);
+            }
+            // The status came with the spec: it counts this shard's nodes.
+            let st = o.status.as_ref().expect("status written with the spec");
+            let nodes: usize = o.spec.ports.values().map(Vec::len).sum();
+            assert_eq!(st.node_count, i64::try_from(nodes).unwrap());
+            assert_eq!(st.conditions[0].type_, "Ready");
+            assert_eq!(st.conditions[0].status, "True");
+        }
+        // One request per object (spec + status), shard 0 last.
+        let w = dsvc_writes(&client).await;
+        assert_eq!(w.len(), objs.len(), "{w:?}");
+        assert_eq!(w.last().map(String::as_str), Some("create big"), "{w:?}");
+        let resolver = kube_discovery_client::NodesResolver::start(client.clone(), None);
+        resolver.wait_ready().await;
+        for (port, nodes) in &svc.ports {
+            let got = resolver.nodes(&format!("shop/big:{port}")).unwrap();
+            assert_eq!(got.as_ref(), Some(nodes), "{port}");
+        }
+        // A fresh sink (a restart) reads the version and the shard count.
+        let fresh = KubeSink::new(client.clone(), ObjectNaming::source());
+        let versions = fresh.list_versions().await.unwrap();
+        let held = Held {
+            version: svc.version.clone(),
+            shards: count,
+        };
+        assert_eq!(versions, vec![(svc.key.clone(), held)]);
+        let prior = |shards| Prior {
+            shards,
+            repair: false,
+        };
+        // Shrink through the fresh sink: one unsharded object remains.
+        let small = big(10);
+        let before = dsvc_writes(&client).await.len();
+        let now = fresh
+            .apply(Arc::new(small.clone()), prior(count))
+            .await
+            .unwrap();
+        assert_eq!(now, 1);
+        let objs = list_managed(&client).await.unwrap();
+        assert_eq!(objs.len(), 1);
+        assert_eq!(objs[0].metadata.name.as_deref(), Some("big"));
+        assert!(objs[0].spec.shard.is_none());
+        assert_eq!(objs[0].spec.ports, small.ports);
+        // One apply (it drops `spec.shard`), then one delete per surplus
+        // shard (issue 29 item 2: no separate request that unshards first).
+        let w = dsvc_writes(&client).await;
+        assert_eq!(w.len() - before, 1 + (count as usize - 1), "{w:?}");
+        // Grow again, then delete: every shard goes.
+        let now = fresh.apply(Arc::new(svc.clone()), prior(1)).await.unwrap();
+        assert_eq!(now, count);
+        assert_eq!(list_managed(&client).await.unwrap().len(), count as usize);
+        fresh.delete(svc.key.clone(), prior(count)).await.unwrap();
+        assert!(list_managed(&client).await.unwrap().is_empty());
+    }
+
+    /// Issue 29 item 2, the sink's side: the apply that unshards a service
+    /// removes `spec.shard` only where our field manager alone owns it. On
+    /// an object adopted from a version before instances, the legacy
+    /// manager (`kube-discovery`) co-owns part of it: what it owns stays
+    /// after the apply and is removed by a merge patch (every node is
+    /// written by then); when only `index` stays (invalid without `count`:
+    /// 422), every node is first written as the one shard of one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_shard_field_someone_else_co_owns_goes_after_the_apply_that_unshards() {
+        let (_sim, client) = sim_client().await;
+        let sink = KubeSink::new(client.clone(), ObjectNaming::source());
+        let api: Api<DiscoveredService> = Api::namespaced(client.clone(), "shop");
+        let legacy = PatchParams::apply(kube_discovery_core::crd::LEGACY_FIELD_MANAGER);
+        let svc = big(6_000);
+        let small = big(10);
+        for index_only in [false, true] {
+            let count = sink
+                .apply(Arc::new(svc.clone()), Prior::default())
+                .await
+                .unwrap();
+            assert!(count > 1);
+            let apply = |shard: serde_json::Value| {
+                serde_json::json!({
+                    "apiVersion": "kubediscovery.io/v1alpha1", "kind": "DiscoveredService",
+                    "metadata": {"name": "big", "namespace": "shop"},
+                    "spec": {"shard": shard}})
+            };
+            api.patch(
+                "big",
+                &legacy,
+                &Patch::Apply(apply(serde_json::json!({"index": 0, "count": count}))),
+            )
+            .await
+            .unwrap();
+            if index_only {
+                api.patch(
+                    "big",
+                    &legacy,
+                    &Patch::Apply(apply(serde_json::json!({"index": 0}))),
+                )
+                .await
+                .unwrap();
+            }
+            let shrunk = sink
+                .apply(
+                    Arc::new(small.clone()),
+                    Prior {
+                        shards: count,
+                        repair: false,
+                    },
+                )
+                .await
+                .unwrap();
+            assert_eq!(shrunk, 1);
+            let objs = list_managed(&client).await.unwrap();
+            assert_eq!(objs.len(), 1, "index only: {index_only}");
+            let o = &objs[0];
+            assert!(o.spec.shard.is_none(), "index only: {index_only}");
+            assert_eq!(o.spec.ports, small.ports);
+            assert_eq!(
+                stamped_generation(o),
+                o.metadata.generation,
+                "index only: {index_only}"
+            );
+        }
+    }
+
+    /// Issue 16 item 3, the sink's side: with a fence, an apply or delete
+    /// while this replica does not lead sends nothing (the API server's
+    /// write log stays empty) and fails as `Fenced`; leading, it writes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fenced_sink_sends_nothing_while_not_leading() {
+        use crate::k8s::leader::{Fence, Leadership, publish};
+        let (_sim, client) = sim_client().await;
+        let (tx, rx) = tokio::sync::watch::channel(Leadership::default());
+        let sink = KubeSink::new(client.clone(), ObjectNaming::source()).with_fence(Fence::new(rx));
+        let svc = big(10);
+        let e = sink
+            .apply(Arc::new(svc.clone()), Prior::default())
+            .await
+            .unwrap_err();
+        assert!(e.is_fenced(), "{e}");
+        assert_eq!(e.metric_label(), "fenced");
+        let e = sink
+            .delete(svc.key.clone(), Prior::default())
+            .await
+            .unwrap_err();
+        assert!(e.is_fenced(), "{e}");
+        assert_eq!(dsvc_writes(&client).await, Vec::<String>::new());
+        publish(&tx, true);
+        sink.apply(Arc::new(svc.clone()), Prior::default())
+            .await
+            .unwrap();
+        assert_eq!(dsvc_writes(&client).await, vec!["create big".to_string()]);
+        publish(&tx, false);
+        assert!(
+            sink.delete(svc.key.clone(), Prior::default())
+                .await
+                .unwrap_err()
+                .is_fenced()
+        );
+        assert_eq!(list_managed(&client).await.unwrap().len(), 1);
+    }
+
+    /// The start-up list folds page by page: with one object per page, a
+    /// sharded service whose objects span pages is still complete, a
+    /// half-written one is not, and every service is found once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn start_up_list_folds_pages_into_versions() {
+        let (_sim, client) = sim_client().await;
+        let sink = KubeSink::new(client.clone(), ObjectNaming::source());
+        let sharded = big(6_000);
+        sink.apply(Arc::new(sharded.clone()), Prior::default())
+            .await
+            .unwrap();
+        let mut small = Vec::new();
+        for name in ["a", "b", "c"] {
+            let mut ports = PortMap::new();
+            ports.insert("http".into(), vec![Node::new("10.0.0.1", 80, 50)]);
+            let s = ServiceNodes::new(
+                ServiceKey::new("", "shop", name),
+                SourceKind::EndpointSlice,
+                ports,
+                None,
+            );
+            sink.apply(Arc::new(s.clone()), Prior::default())
+                .await
+                .unwrap();
+            small.push(s);
+        }
+        let objects = list_managed(&client).await.unwrap().len();
+        let shards = objects - small.len();
+        assert!(shards >= 2, "{objects} objects");
+        let mut pages = 0;
+        let mut found = Found::default();
+        kube_discovery_client::list::for_each_managed(&client, 1, |listed: Listed<Lean>| {
+            if let Listed::Object(lean) = listed {
+                pages += 1;
+                found.add(&lean.into_inner());
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(pages, objects);
+        let got: HashMap<ServiceKey, (String, u32)> = found.versions().collect();
+        let mut want = HashMap::from([(
+            sharded.key.clone(),
+            (sharded.version.clone(), u32::try_from(shards).unwrap()),
+        )]);
+        for s in &small {
+            want.insert(s.key.clone(), (s.version.clone(), 1));
+        }
+        assert_eq!(got, want);
+        // Shard 1 gone (a crash between shards): the service is rewritten.
+        Api::<DiscoveredService>::namespaced(client.clone(), "shop")
+            .delete("big.1", &DeleteParams::default())
+            .await
+            .unwrap();
+        let fresh = KubeSink::new(client.clone(), ObjectNaming::source());
+        let versions: HashMap<ServiceKey, Held> =
+            fresh.list_versions().await.unwrap().into_iter().collect();
+        assert_eq!(versions.len(), 4);
+        assert_eq!(versions[&sharded.key].version, "");
+        assert_eq!(
+            versions[&sharded.key].shards,
+            u32::try_from(shards - 1).unwrap(),
+            "slots in use: the highest shard index found + 1"
+        );
+        assert_eq!(versions[&small[0].key].version, small[0].version);
+    }
+}
