@@ -65,11 +65,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{Event, watcher};
 use kube_discovery_core::snapshot::{self as dump, Dump};
 use kube_discovery_core::snapshot_plan::{self, Action, At, Input, Observed, Planner};
@@ -79,6 +77,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::k8s::leader::{Fence, Leadership};
+use crate::k8s::watch::Watch;
 use crate::serve::metrics::Metrics;
 use crate::state::ControllerState;
 use crate::{Error, Result, SettingError};
@@ -462,12 +461,10 @@ impl Task {
         shutdown: CancellationToken,
         mut leader: Option<watch::Receiver<Leadership>>,
     ) {
-        let stream = watcher(
+        let mut stream = Watch::new(watcher(
             self.api.clone(),
             crate::k8s::watch::config(self.opts.watch_timeout).labels(&self.opts.selector()),
-        )
-        .default_backoff();
-        let mut stream = std::pin::pin!(stream);
+        ));
         let mut listing: Option<Vec<Observed>> = None;
         let first = leader.as_mut().map_or(
             Leadership {
