@@ -27,7 +27,10 @@
 //! again when the limiter allows, not a failure).
 //!
 //! Only keys travel: an apply writes the desired state of its key as
-//! [`ControllerState`] has it when the write starts (always the latest). A
+//! [`ControllerState`] has it when the write starts (always the latest);
+//! gone by then, nothing is sent ([`Outcome::Superseded`]) and the planner
+//! decides again (a delete). Every write is fenced by the epoch of its
+//! action, the one the planner decided it in. A
 //! write task that panics is a failed write of its key (retried). On shutdown
 //! no new write starts; in-flight writes finish.
 
@@ -110,6 +113,14 @@ enum Done {
         epoch: u64,
         result: Result<Vec<(ServiceKey, Held)>>,
     },
+}
+
+/// What a write task sends: the desired state of an [`Action::Apply`] as
+/// it is when the write starts (`None`: gone since the planner decided, so
+/// nothing is sent), or an [`Action::Delete`].
+enum Write {
+    Apply(Option<Arc<kube_discovery_core::ServiceNodes>>),
+    Delete,
 }
 
 /// The desired state as the planner reads it.
@@ -234,14 +245,20 @@ impl<S: Sink> Writer<S> {
                 });
             }
             Action::Apply {
-                key, since, prior, ..
+                key,
+                since,
+                prior,
+                epoch,
             } => {
                 let desired = self.shared.desired(&key);
-                self.spawn_write(key, since, prior, desired);
+                self.spawn_write(key, since, prior, epoch, Write::Apply(desired));
             }
             Action::Delete {
-                key, since, prior, ..
-            } => self.spawn_write(key, since, prior, None),
+                key,
+                since,
+                prior,
+                epoch,
+            } => self.spawn_write(key, since, prior, epoch, Write::Delete),
             Action::CheckDrift { key } => {
                 let desired = self.shared.desired(&key);
                 let result = match self.sink.drift(&key, desired.as_deref()) {
@@ -310,25 +327,25 @@ impl<S: Sink> Writer<S> {
         None
     }
 
-    fn spawn_write(
-        &mut self,
-        key: ServiceKey,
-        since: At,
-        prior: Prior,
-        desired: Option<Arc<kube_discovery_core::ServiceNodes>>,
-    ) {
+    fn spawn_write(&mut self, key: ServiceKey, since: At, prior: Prior, epoch: u64, write: Write) {
         let sink = self.sink.clone();
         self.tasks.spawn(async move {
             let k = key.clone();
             let write = async move {
-                match desired {
-                    Some(d) => {
+                match write {
+                    Write::Apply(Some(d)) => {
                         let version = d.version.clone();
-                        sink.apply(d, prior)
+                        sink.apply(d, prior, epoch)
                             .await
                             .map(|shards| Outcome::Applied { version, shards })
                     }
-                    None => sink.delete(k, prior).await.map(|()| Outcome::Deleted),
+                    // Gone since the planner decided: nothing is sent; the
+                    // planner decides again (its input has the change).
+                    Write::Apply(None) => Ok(Outcome::Superseded),
+                    Write::Delete => sink
+                        .delete(k, prior, epoch)
+                        .await
+                        .map(|()| Outcome::Deleted),
                 }
             };
             // A panicking write is a failed write of its key (retried with
@@ -358,6 +375,10 @@ impl<S: Sink> Writer<S> {
             Done::Write { key, since, result } => {
                 let cluster = key.cluster.to_string();
                 let outcome = match result {
+                    Ok(Outcome::Superseded) => {
+                        tracing::debug!(service = %key, "desired state gone before the write started: not written");
+                        Outcome::Superseded
+                    }
                     Ok(outcome) => {
                         self.shared.set_held_by_other(&key, None);
                         // An applied write is logged at DEBUG, not INFO: under

@@ -11,6 +11,7 @@
 //!              Deleted ─▶ held[key] forgotten
 //!              Failed(reason) ─▶ again after backoff, reported failing until written
 //!              Fenced ─▶ again at once (the lease was lost; nothing was sent)
+//!              Superseded ─▶ again at once (the desired state went away; nothing was sent)
 //!              Throttled (429) ─▶ again when the limiter allows (not a failure)
 //!  Throttled(retry_after) ─▶ limiter: rate halved, paused (see [`limiter`])
 //!  Drifted(keys) ─▶ CheckDrift later (not while a write of the key is pending or settling)
@@ -162,6 +163,10 @@ pub enum Outcome {
     Failed(String),
     /// Dropped by the leadership fence: nothing was sent after the loss.
     Fenced,
+    /// An [`Action::Apply`] found no desired state when the write started
+    /// (it went away after the planner decided): nothing was sent; planned
+    /// again at once (a delete, when the API server holds objects of it).
+    Superseded,
     /// The API server answered 429 (too many requests): written again when
     /// the limiter allows, not a failure (the 429 itself reaches the
     /// limiter as [`Input::Throttled`]).
@@ -611,7 +616,7 @@ impl Planner {
                 self.unpark(&key, now);
                 return;
             }
-            Outcome::Fenced => (started.attempts, now),
+            Outcome::Fenced | Outcome::Superseded => (started.attempts, now),
             // Again once the limiter allows (it is paused now if the 429 was
             // reported first, as the writer does), and not before
             // `retry_min` (without a limiter: not in a tight loop).

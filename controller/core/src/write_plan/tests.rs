@@ -379,6 +379,30 @@ fn a_lost_lease_stops_dispatch_and_a_new_epoch_reloads_before_writing() {
     s.golden("lost_lease");
 }
 
+/// The desired state of a key goes away after the planner decided to apply
+/// it: the write sends nothing (`Superseded`) and the planner itself plans
+/// the delete of what the API server holds, at once.
+#[test]
+fn an_apply_superseded_by_a_removal_is_planned_again_as_a_delete() {
+    let mut s = Script::new(opts());
+    s.poll();
+    s.at(1).loaded(0, &[("a", "v0"), ("b", "v0")]);
+    s.desire("a", Some("v1")).desire("b", Some("v1"));
+    s.at(10).changed(&["a", "b"]);
+    s.at(110).poll();
+    s.desire("a", None).desire("b", None);
+    s.at(120).finished("a", Outcome::Superseded);
+    s.at(121).poll();
+    s.at(130).changed(&["b"]);
+    s.at(140).finished("b", Outcome::Superseded);
+    s.at(141).poll();
+    s.at(150).finished("a", Outcome::Deleted);
+    s.at(230).poll();
+    s.at(240).finished("b", Outcome::Deleted);
+    s.poll();
+    s.golden("superseded_apply");
+}
+
 #[test]
 fn drift_is_checked_after_the_write_settled_and_repaired_once() {
     let mut s = Script::new(opts());
