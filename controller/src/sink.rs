@@ -37,10 +37,11 @@
 //!
 //! With a [`DriftView`] attached ([`KubeSink::with_drift`]), every write
 //! records the resourceVersion the API server returned (so late watch events
-//! of our own writes are recognised), and [`Sink::drift`] answers the
-//! writer's "is what the API server holds still what we want?" (a question
-//! only: it changes nothing). A key found drifted is a repair for the
-//! planner ([`Prior::repair`]): `object_ops` then writes only the objects the
+//! of our own writes are recognised), and [`Sink::drift_facts`] gathers
+//! what the planner compares to answer "is what the API server holds still
+//! what we want?" (the watch's copies next to the wanted objects; it
+//! changes and decides nothing). A key the planner judges drifted is a
+//! repair ([`Prior::repair`]): `object_ops` then writes only the objects the
 //! cache does NOT show intact ([`DriftView::intact_of`]: cached, not older than
 //! our last write, content as wanted) and deletes stray objects the cache
 //! holds for the service. Port keys someone else added survive server-side
@@ -71,11 +72,12 @@ use kube_discovery_core::crd::{
     stamped_generation,
 };
 use kube_discovery_core::write_plan::{
-    DeleteWhy, Held, NameTaken, ObjectOp, ObjectPlan, Prior, ServerFacts, ServerView, object_ops,
+    DeleteWhy, DriftFacts, Held, NameTaken, ObjectOp, ObjectPlan, Prior, ServerFacts, ServerView,
+    object_ops,
 };
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
-use crate::drift::{DriftCheck, DriftView, Lean, ObjName};
+use crate::drift::{DriftView, Lean, ObjName};
 use crate::events::Events;
 use crate::explain::Explain;
 use crate::generation::{Generations, stamp_undeclared};
@@ -106,11 +108,13 @@ pub trait Sink: Clone + Send + Sync + 'static {
         prior: Prior,
         epoch: u64,
     ) -> impl Future<Output = Result<()>> + Send;
-    /// Whether what the API server holds for `key` (as last seen) is what
-    /// `desired` wants: a question, it changes nothing. Sinks without a
-    /// cache of their objects say `Ok`.
-    fn drift(&self, _key: &ServiceKey, _desired: Option<&ServiceNodes>) -> DriftCheck {
-        DriftCheck::Ok
+    /// What the API server holds of `key`'s objects (as last seen) next to
+    /// what `desired` wants, for the planner to judge
+    /// ([`kube_discovery_core::write_plan::judge_drift`]): a question, it
+    /// changes and decides nothing. Sinks without a cache of their objects
+    /// have nothing to compare.
+    fn drift_facts(&self, _key: &ServiceKey, _desired: Option<&ServiceNodes>) -> DriftFacts {
+        DriftFacts::unwatched()
     }
     /// The writer's report that writes of `key` started failing (or fail
     /// for another reason now) with `error`; `desired` is what was to be
@@ -787,10 +791,10 @@ impl Sink for KubeSink {
         Ok(())
     }
 
-    fn drift(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftCheck {
+    fn drift_facts(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftFacts {
         match &self.drift {
-            Some(v) => v.check(key, desired),
-            None => DriftCheck::Ok,
+            Some(v) => v.facts(key, desired),
+            None => DriftFacts::unwatched(),
         }
     }
 

@@ -11,12 +11,13 @@
 //!  leadership (epoch, leading) ────────┼─▶ Planner::handle ─┐
 //!  finished writes / loads ────────────┤                    ├─▶ actions ─▶ Sink::apply / delete (tasks),
 //!  drift answers (queued, not nested) ─┘                    │            Sink::list_versions (a task),
-//!  the wake-up the planner asked for ──▶ Planner::poll ─────┘            Sink::drift, Events, state, metrics
+//!  the wake-up the planner asked for ──▶ Planner::poll ─────┘            Sink::drift_facts, Events, state, metrics
 //! ```
 //!
-//! The answer to an action carried out at once (a drift check) is queued and
-//! fed to the planner after the current batch of actions, never from inside
-//! it. A failed write is logged and reported (an Event) when the planner's
+//! The answer to an action carried out at once (a drift check: what the
+//! drift watch shows of the key's objects, which the planner judges) is
+//! queued and fed to the planner after the current batch of actions, never
+//! from inside it. A failed write is logged and reported (an Event) when the planner's
 //! `Retry` and `Failing` actions say so; the writer only keeps the error
 //! until then.
 //!
@@ -45,7 +46,7 @@ use futures::FutureExt;
 use kube_discovery_core::ServiceKey;
 use kube_discovery_core::crd::Owner;
 use kube_discovery_core::write_plan::{
-    Action, At, DesiredView, DriftResult, Held, Input, Options, Outcome, Planner, Prior,
+    Action, At, DesiredView, Held, Input, Options, Outcome, Planner, Prior,
 };
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -53,7 +54,6 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::ThrottleSignal;
-use crate::drift::DriftCheck;
 use crate::inbox::{Inbox, WriterHandle, WriterMsg};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
@@ -261,12 +261,8 @@ impl<S: Sink> Writer<S> {
             } => self.spawn_write(key, since, prior, epoch, Write::Delete),
             Action::CheckDrift { key } => {
                 let desired = self.shared.desired(&key);
-                let result = match self.sink.drift(&key, desired.as_deref()) {
-                    DriftCheck::Ok => DriftResult::Intact,
-                    DriftCheck::Stale => DriftResult::Stale,
-                    DriftCheck::Drift(kind) => DriftResult::Drift(kind.as_str()),
-                };
-                return Some(Input::DriftChecked { key, result });
+                let facts = self.sink.drift_facts(&key, desired.as_deref());
+                return Some(Input::DriftSeen { key, facts });
             }
             Action::Skipped { key } => {
                 self.metrics

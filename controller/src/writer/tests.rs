@@ -10,6 +10,7 @@ use super::*;
 use crate::Result;
 use crate::drift::{DriftCheck, DriftKind};
 use crate::leader::{Fence, publish};
+use kube_discovery_core::write_plan::{DriftFacts, SeenObject, WantedObjectFacts, judge_drift};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Call {
@@ -146,15 +147,52 @@ impl Sink for FakeSink {
             .unwrap()
             .push(format!("{key} {}", error.metric_label()));
     }
-    fn drift(&self, key: &ServiceKey, _desired: Option<&ServiceNodes>) -> DriftCheck {
+    fn drift_facts(&self, key: &ServiceKey, _desired: Option<&ServiceNodes>) -> DriftFacts {
         *self.drift_asked.lock().unwrap() += 1;
-        self.drift
+        let check = self
+            .drift
             .lock()
             .unwrap()
             .get(key)
             .copied()
-            .unwrap_or(DriftCheck::Ok)
+            .unwrap_or(DriftCheck::Ok);
+        facts_judged(key, check)
     }
+}
+
+/// What a drift watch would show of `key` for the planner to judge `check`.
+fn facts_judged(key: &ServiceKey, check: DriftCheck) -> DriftFacts {
+    let name = (key.namespace.to_string(), key.name.to_string());
+    let want = |seen| WantedObjectFacts {
+        name: name.clone(),
+        spec: 1,
+        owners: Vec::new(),
+        seen,
+    };
+    let edited = SeenObject {
+        resource_version: Some(2),
+        written: Some(1),
+        spec: 2,
+        owners: Vec::new(),
+        labels_ok: true,
+        stamp_ok: true,
+    };
+    let (listed, wanted, present) = match check {
+        DriftCheck::Ok => return DriftFacts::unwatched(),
+        DriftCheck::Stale => (false, Vec::new(), Vec::new()),
+        DriftCheck::Drift(DriftKind::Deleted) => (true, vec![want(None)], Vec::new()),
+        DriftCheck::Drift(DriftKind::Edited) => {
+            (true, vec![want(Some(edited))], vec![name.clone()])
+        }
+        DriftCheck::Drift(DriftKind::Orphan) => (true, Vec::new(), vec![name.clone()]),
+    };
+    let facts = DriftFacts {
+        listed,
+        wanted,
+        present,
+    };
+    assert_eq!(DriftCheck::from(judge_drift(&facts)), check);
+    facts
 }
 
 pub(super) fn nodes(key: &ServiceKey, hosts: &[&str]) -> ServiceNodes {

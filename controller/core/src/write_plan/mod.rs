@@ -15,7 +15,8 @@
 //!              Throttled (429) ─▶ again when the limiter allows (not a failure)
 //!  Throttled(retry_after) ─▶ limiter: rate halved, paused (see [`limiter`])
 //!  Drifted(keys) ─▶ CheckDrift later (not while a write of the key is pending or settling)
-//!  DriftChecked: Drift ─▶ held[key]: version unknown, repair owed; queued    Stale ─▶ check again later
+//!  DriftSeen(facts) ─▶ judge_drift (`seen.rs`): Drift ─▶ held[key]: version unknown, repair owed;
+//!                     queued    Stale ─▶ check again later    Intact ─▶ nothing
 //!  Synced(cluster) ─▶ stale objects of the cluster queued for deletion; ClusterSynced once
 //!                     everything queued before it was attempted
 //!  Leadership{epoch, leading}: a new leading epoch ─▶ Load{epoch}; Loaded ─▶ held, resync
@@ -40,6 +41,7 @@ mod held;
 pub mod limiter;
 mod objects;
 mod queue;
+mod seen;
 #[cfg(test)]
 mod tests;
 
@@ -55,6 +57,7 @@ pub use self::objects::{
     DeleteWhy, NameTaken, ObjName, ObjectOp, ObjectPlan, ServerFacts, ServerView, object_ops,
 };
 use self::queue::{Pending, Queue};
+pub use self::seen::{DriftFacts, SeenObject, WantedObjectFacts, judge_drift};
 use crate::ServiceKey;
 use crate::backoff::RetryDelays;
 
@@ -173,7 +176,7 @@ pub enum Outcome {
     Throttled,
 }
 
-/// What a drift check found.
+/// What a drift check found ([`judge_drift`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DriftResult {
     /// What the API server holds is what we want (or not ours to judge).
@@ -228,12 +231,14 @@ pub enum Input {
         /// The answer's `Retry-After`.
         retry_after: Option<Duration>,
     },
-    /// The answer to [`Action::CheckDrift`].
-    DriftChecked {
+    /// The answer to [`Action::CheckDrift`]: what the drift watch shows of
+    /// the key's objects and what its desired state wants; the planner
+    /// judges it ([`judge_drift`]).
+    DriftSeen {
         /// The key.
         key: ServiceKey,
-        /// The answer.
-        result: DriftResult,
+        /// What is compared.
+        facts: DriftFacts,
     },
 }
 
@@ -269,8 +274,8 @@ pub enum Action {
         /// What the write starts from.
         prior: Prior,
     },
-    /// Compare what the API server holds for `key` with the desired state;
-    /// answer with [`Input::DriftChecked`].
+    /// Gather what the drift watch shows of `key`'s objects and what its
+    /// desired state wants; answer with [`Input::DriftSeen`].
     CheckDrift {
         /// The key.
         key: ServiceKey,
@@ -424,9 +429,9 @@ impl Planner {
             }
             Input::Finished { key, outcome } => self.finish(PackedKey::new(&key), outcome, now),
             Input::Throttled { retry_after } => self.limiter.throttled(now, retry_after),
-            Input::DriftChecked { key, result } => {
+            Input::DriftSeen { key, facts } => {
                 let key = PackedKey::new(&key);
-                match result {
+                match judge_drift(&facts) {
                     DriftResult::Intact => {}
                     DriftResult::Stale => {
                         let at = now + self.opts.drift_delay.max(self.opts.coalesce_window);

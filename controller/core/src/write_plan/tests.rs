@@ -188,16 +188,19 @@ impl Script {
         );
     }
 
+    /// What the drift watch shows of `name` such that the planner judges it
+    /// `result`; the line shows the planner's verdict.
     fn drift_checked(&mut self, name: &str, result: DriftResult) {
-        let shown = match result {
+        let facts = drift_facts(name, result);
+        let shown = match judge_drift(&facts) {
             DriftResult::Drift(kind) => format!("Drift({kind})"),
             other => format!("{other:?}"),
         };
         self.input(
             &format!("DriftChecked {name} {shown}"),
-            Input::DriftChecked {
+            Input::DriftSeen {
                 key: key(name),
-                result,
+                facts,
             },
         );
     }
@@ -277,6 +280,36 @@ impl Script {
 
     fn golden(&self, scenario: &str) {
         crate::golden::check("write_plan", scenario, &self.out);
+    }
+}
+
+/// Drift facts of one wanted object `name` that judge as `result`.
+fn drift_facts(name: &str, result: DriftResult) -> DriftFacts {
+    let obj = ("ns".to_string(), name.to_string());
+    let seen = |spec, rv| SeenObject {
+        resource_version: Some(rv),
+        written: Some(5),
+        spec,
+        owners: Vec::new(),
+        labels_ok: true,
+        stamp_ok: true,
+    };
+    let (seen, present) = match result {
+        DriftResult::Intact => (Some(seen(1, 5)), vec![obj.clone()]),
+        DriftResult::Stale => (Some(seen(1, 4)), vec![obj.clone()]),
+        DriftResult::Drift("deleted") => (None, Vec::new()),
+        DriftResult::Drift("edited") => (Some(seen(2, 6)), vec![obj.clone()]),
+        DriftResult::Drift(other) => panic!("no facts for {other}"),
+    };
+    DriftFacts {
+        listed: true,
+        wanted: vec![WantedObjectFacts {
+            name: obj,
+            spec: 1,
+            owners: Vec::new(),
+            seen,
+        }],
+        present,
     }
 }
 
@@ -522,9 +555,9 @@ fn tables_shrink_after_a_large_first_sync() {
                     checks += 1;
                     p.handle(
                         now,
-                        Input::DriftChecked {
+                        Input::DriftSeen {
                             key,
-                            result: DriftResult::Intact,
+                            facts: DriftFacts::unwatched(),
                         },
                         &world,
                     );
