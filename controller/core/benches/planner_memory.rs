@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use kube_discovery_core::ServiceKey;
 use kube_discovery_core::write_plan::{
-    Action, DesiredView, DriftResult, Held, Input, Options, Planner,
+    Action, DesiredView, DriftFacts, Held, Input, Options, Planner,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -112,9 +112,9 @@ fn measure(n: usize, name: Naming) -> (f64, f64) {
                 Action::CheckDrift { key } => {
                     planner.handle(
                         now,
-                        Input::DriftChecked {
+                        Input::DriftSeen {
                             key,
-                            result: DriftResult::Intact,
+                            facts: DriftFacts::unwatched(),
                         },
                         &world,
                     );

@@ -256,6 +256,15 @@ impl Fence {
         }
     }
 
+    /// Starts a write the planner decided in leadership `epoch` (its
+    /// actions carry it): `Ok` only while that epoch is still the current,
+    /// leading one, and every request of the write is fenced by it.
+    pub fn begin_in(&self, epoch: u64) -> Result<FenceToken, Fenced> {
+        let token = FenceToken { epoch };
+        self.check(token)?;
+        Ok(token)
+    }
+
     /// Right before a request a planner decided in leadership `epoch` (its
     /// actions carry the epoch, not a token): `Ok` only while that epoch is
     /// still the current, leading one.

@@ -37,10 +37,11 @@
 //!
 //! With a [`DriftView`] attached ([`KubeSink::with_drift`]), every write
 //! records the resourceVersion the API server returned (so late watch events
-//! of our own writes are recognised), and [`Sink::drift`] answers the
-//! writer's "is what the API server holds still what we want?" (a question
-//! only: it changes nothing). A key found drifted is a repair for the
-//! planner ([`Prior::repair`]): `object_ops` then writes only the objects the
+//! of our own writes are recognised), and [`Sink::drift_facts`] gathers
+//! what the planner compares to answer "is what the API server holds still
+//! what we want?" (the watch's copies next to the wanted objects; it
+//! changes and decides nothing). A key the planner judges drifted is a
+//! repair ([`Prior::repair`]): `object_ops` then writes only the objects the
 //! cache does NOT show intact ([`DriftView::intact_of`]: cached, not older than
 //! our last write, content as wanted) and deletes stray objects the cache
 //! holds for the service. Port keys someone else added survive server-side
@@ -49,8 +50,8 @@
 //! # Fencing
 //!
 //! With leader election, the sink is given the election's [`Fence`]
-//! ([`KubeSink::with_fence`]): an apply or delete notes the leadership epoch
-//! it starts in and checks, right before each request (every shard, the
+//! ([`KubeSink::with_fence`]): an apply or delete carries the leadership
+//! epoch the planner decided it in and checks, right before each request (every shard, the
 //! merge patches, the deletes), that this epoch is still the current leading
 //! one, and a request in flight is abandoned when that epoch ends
 //! ([`Fence::send`], at the renew deadline at the latest). Otherwise it stops
@@ -71,13 +72,14 @@ use kube_discovery_core::crd::{
     stamped_generation,
 };
 use kube_discovery_core::write_plan::{
-    DeleteWhy, Held, NameTaken, ObjectOp, ObjectPlan, Prior, ServerFacts, ServerView, object_ops,
+    DeleteWhy, DriftFacts, Held, NameTaken, ObjectOp, ObjectPlan, Prior, ServerFacts, ServerView,
+    object_ops,
 };
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
 use crate::k8s::events::Events;
 use crate::k8s::leader::{Fence, FenceToken};
-use crate::write::drift::{DriftCheck, DriftView, Lean, ObjName};
+use crate::write::drift::{DriftView, Lean, ObjName};
 use crate::write::explain::Explain;
 use crate::write::generation::{Generations, stamp_undeclared};
 
@@ -90,19 +92,29 @@ pub trait Sink: Clone + Send + Sync + 'static {
     fn list_versions(&self) -> impl Future<Output = Result<Vec<(ServiceKey, Held)>>> + Send;
     /// Creates or updates the objects for `svc` (and their status), starting
     /// from what `prior` says the API server holds; returns how many objects
-    /// (shards) the service has now.
+    /// (shards) the service has now. Every request is fenced by `epoch`, the
+    /// leadership epoch the planner decided the write in.
     fn apply(
         &self,
         svc: Arc<ServiceNodes>,
         prior: Prior,
+        epoch: u64,
     ) -> impl Future<Output = Result<u32>> + Send;
-    /// Deletes the objects for `key` (absent is success).
-    fn delete(&self, key: ServiceKey, prior: Prior) -> impl Future<Output = Result<()>> + Send;
-    /// Whether what the API server holds for `key` (as last seen) is what
-    /// `desired` wants: a question, it changes nothing. Sinks without a
-    /// cache of their objects say `Ok`.
-    fn drift(&self, _key: &ServiceKey, _desired: Option<&ServiceNodes>) -> DriftCheck {
-        DriftCheck::Ok
+    /// Deletes the objects for `key` (absent is success), fenced by `epoch`
+    /// like [`Sink::apply`].
+    fn delete(
+        &self,
+        key: ServiceKey,
+        prior: Prior,
+        epoch: u64,
+    ) -> impl Future<Output = Result<()>> + Send;
+    /// What the API server holds of `key`'s objects (as last seen) next to
+    /// what `desired` wants, for the planner to judge
+    /// ([`kube_discovery_core::write_plan::judge_drift`]): a question, it
+    /// changes and decides nothing. Sinks without a cache of their objects
+    /// have nothing to compare.
+    fn drift_facts(&self, _key: &ServiceKey, _desired: Option<&ServiceNodes>) -> DriftFacts {
+        DriftFacts::unwatched()
     }
     /// The writer's report that writes of `key` started failing (or fail
     /// for another reason now) with `error`; `desired` is what was to be
@@ -735,8 +747,8 @@ impl Sink for KubeSink {
             .collect())
     }
 
-    async fn apply(&self, svc: Arc<ServiceNodes>, prior: Prior) -> Result<u32> {
-        let token = self.fence.begin()?;
+    async fn apply(&self, svc: Arc<ServiceNodes>, prior: Prior, epoch: u64) -> Result<u32> {
+        let token = self.fence.begin_in(epoch)?;
         let previous = self.explain.previous(&svc.key);
         let desired =
             DesiredObjects::new(&svc, &self.naming).at(&previous, &Time(jiff::Timestamp::now()));
@@ -770,8 +782,8 @@ impl Sink for KubeSink {
         Ok(desired.len())
     }
 
-    async fn delete(&self, key: ServiceKey, prior: Prior) -> Result<()> {
-        let token = self.fence.begin()?;
+    async fn delete(&self, key: ServiceKey, prior: Prior, epoch: u64) -> Result<()> {
+        let token = self.fence.begin_in(epoch)?;
         let facts = ServerFacts::gather(&key, &self.naming, None, prior, self);
         let plan = object_ops(&key, &self.naming, None, prior, &facts)?;
         self.execute(token, &key, plan, &[], prior.repair).await?;
@@ -779,10 +791,10 @@ impl Sink for KubeSink {
         Ok(())
     }
 
-    fn drift(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftCheck {
+    fn drift_facts(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftFacts {
         match &self.drift {
-            Some(v) => v.check(key, desired),
-            None => DriftCheck::Ok,
+            Some(v) => v.facts(key, desired),
+            None => DriftFacts::unwatched(),
         }
     }
 
@@ -1091,7 +1103,7 @@ mod tests {
         let sink = KubeSink::new(client.clone(), ObjectNaming::source());
         let svc = big(6_000);
         let count = sink
-            .apply(Arc::new(svc.clone()), Prior::default())
+            .apply(Arc::new(svc.clone()), Prior::default(), 0)
             .await
             .unwrap();
         let objs = list_managed(&client).await.unwrap();
@@ -1146,7 +1158,7 @@ mod tests {
         let small = big(10);
         let before = dsvc_writes(&client).await.len();
         let now = fresh
-            .apply(Arc::new(small.clone()), prior(count))
+            .apply(Arc::new(small.clone()), prior(count), 0)
             .await
             .unwrap();
         assert_eq!(now, 1);
@@ -1160,10 +1172,16 @@ mod tests {
         let w = dsvc_writes(&client).await;
         assert_eq!(w.len() - before, 1 + (count as usize - 1), "{w:?}");
         // Grow again, then delete: every shard goes.
-        let now = fresh.apply(Arc::new(svc.clone()), prior(1)).await.unwrap();
+        let now = fresh
+            .apply(Arc::new(svc.clone()), prior(1), 0)
+            .await
+            .unwrap();
         assert_eq!(now, count);
         assert_eq!(list_managed(&client).await.unwrap().len(), count as usize);
-        fresh.delete(svc.key.clone(), prior(count)).await.unwrap();
+        fresh
+            .delete(svc.key.clone(), prior(count), 0)
+            .await
+            .unwrap();
         assert!(list_managed(&client).await.unwrap().is_empty());
     }
 
@@ -1184,7 +1202,7 @@ mod tests {
         let small = big(10);
         for index_only in [false, true] {
             let count = sink
-                .apply(Arc::new(svc.clone()), Prior::default())
+                .apply(Arc::new(svc.clone()), Prior::default(), 0)
                 .await
                 .unwrap();
             assert!(count > 1);
@@ -1217,6 +1235,7 @@ mod tests {
                         shards: count,
                         repair: false,
                     },
+                    0,
                 )
                 .await
                 .unwrap();
@@ -1245,30 +1264,71 @@ mod tests {
         let sink = KubeSink::new(client.clone(), ObjectNaming::source()).with_fence(Fence::new(rx));
         let svc = big(10);
         let e = sink
-            .apply(Arc::new(svc.clone()), Prior::default())
+            .apply(Arc::new(svc.clone()), Prior::default(), 0)
             .await
             .unwrap_err();
         assert!(e.is_fenced(), "{e}");
         assert_eq!(e.metric_label(), "fenced");
         let e = sink
-            .delete(svc.key.clone(), Prior::default())
+            .delete(svc.key.clone(), Prior::default(), 0)
             .await
             .unwrap_err();
         assert!(e.is_fenced(), "{e}");
         assert_eq!(dsvc_writes(&client).await, Vec::<String>::new());
         publish(&tx, true);
-        sink.apply(Arc::new(svc.clone()), Prior::default())
+        let epoch = tx.borrow().epoch;
+        sink.apply(Arc::new(svc.clone()), Prior::default(), epoch)
             .await
             .unwrap();
         assert_eq!(dsvc_writes(&client).await, vec!["create big".to_string()]);
         publish(&tx, false);
         assert!(
-            sink.delete(svc.key.clone(), Prior::default())
+            sink.delete(svc.key.clone(), Prior::default(), epoch)
                 .await
                 .unwrap_err()
                 .is_fenced()
         );
         assert_eq!(list_managed(&client).await.unwrap().len(), 1);
+    }
+
+    /// A write is fenced by the epoch the planner decided it in (the
+    /// action's), not the epoch current when the sink starts it: a write
+    /// decided in epoch 1 sends nothing once epoch 2 leads (the planner of
+    /// epoch 2 has not read what the server holds yet).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_decided_in_an_earlier_epoch_sends_nothing() {
+        use crate::k8s::leader::{Fence, Leadership};
+        let (_sim, client) = sim_client().await;
+        let (tx, rx) = tokio::sync::watch::channel(Leadership {
+            epoch: 1,
+            leading: true,
+            until: None,
+        });
+        let sink = KubeSink::new(client.clone(), ObjectNaming::source()).with_fence(Fence::new(rx));
+        let svc = big(10);
+        sink.apply(Arc::new(svc.clone()), Prior::default(), 1)
+            .await
+            .unwrap();
+        tx.send_replace(Leadership {
+            epoch: 2,
+            leading: true,
+            until: None,
+        });
+        let e = sink
+            .apply(Arc::new(big(11)), Prior::default(), 1)
+            .await
+            .unwrap_err();
+        assert!(e.is_fenced(), "{e}");
+        let e = sink
+            .delete(svc.key.clone(), Prior::default(), 1)
+            .await
+            .unwrap_err();
+        assert!(e.is_fenced(), "{e}");
+        assert_eq!(dsvc_writes(&client).await, vec!["create big".to_string()]);
+        sink.delete(svc.key.clone(), Prior::default(), 2)
+            .await
+            .unwrap();
+        assert!(list_managed(&client).await.unwrap().is_empty());
     }
 
     /// The start-up list folds page by page: with one object per page, a
@@ -1279,7 +1339,7 @@ mod tests {
         let (_sim, client) = sim_client().await;
         let sink = KubeSink::new(client.clone(), ObjectNaming::source());
         let sharded = big(6_000);
-        sink.apply(Arc::new(sharded.clone()), Prior::default())
+        sink.apply(Arc::new(sharded.clone()), Prior::default(), 0)
             .await
             .unwrap();
         let mut small = Vec::new();
@@ -1292,7 +1352,7 @@ mod tests {
                 ports,
                 None,
             );
-            sink.apply(Arc::new(s.clone()), Prior::default())
+            sink.apply(Arc::new(s.clone()), Prior::default(), 0)
                 .await
                 .unwrap();
             small.push(s);

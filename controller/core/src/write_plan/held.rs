@@ -3,7 +3,7 @@
 //! whether its next write repairs drift), fed by the start-up list
 //! ([`super::Input::Loaded`]), the answers to our writes
 //! ([`super::Input::Finished`]) and the drift checks that found a
-//! difference ([`super::Input::DriftChecked`]). The planner reads it to
+//! difference ([`super::Input::DriftSeen`]). The planner reads it to
 //! skip no-ops and hands the part a write needs along ([`Prior`]).
 
 use std::collections::HashMap;

@@ -11,10 +11,12 @@
 //!              Deleted ─▶ held[key] forgotten
 //!              Failed(reason) ─▶ again after backoff, reported failing until written
 //!              Fenced ─▶ again at once (the lease was lost; nothing was sent)
+//!              Superseded ─▶ again at once (the desired state went away; nothing was sent)
 //!              Throttled (429) ─▶ again when the limiter allows (not a failure)
 //!  Throttled(retry_after) ─▶ limiter: rate halved, paused (see [`limiter`])
 //!  Drifted(keys) ─▶ CheckDrift later (not while a write of the key is pending or settling)
-//!  DriftChecked: Drift ─▶ held[key]: version unknown, repair owed; queued    Stale ─▶ check again later
+//!  DriftSeen(facts) ─▶ judge_drift (`seen.rs`): Drift ─▶ held[key]: version unknown, repair owed;
+//!                     queued    Stale ─▶ check again later    Intact ─▶ nothing
 //!  Synced(cluster) ─▶ stale objects of the cluster queued for deletion; ClusterSynced once
 //!                     everything queued before it was attempted
 //!  Leadership{epoch, leading}: a new leading epoch ─▶ Load{epoch}; Loaded ─▶ held, resync
@@ -39,6 +41,7 @@ mod held;
 pub mod limiter;
 mod objects;
 mod queue;
+mod seen;
 #[cfg(test)]
 mod tests;
 
@@ -54,6 +57,7 @@ pub use self::objects::{
     DeleteWhy, NameTaken, ObjName, ObjectOp, ObjectPlan, ServerFacts, ServerView, object_ops,
 };
 use self::queue::{Pending, Queue};
+pub use self::seen::{DriftFacts, SeenObject, WantedObjectFacts, judge_drift};
 use crate::ServiceKey;
 use crate::backoff::RetryDelays;
 
@@ -162,13 +166,17 @@ pub enum Outcome {
     Failed(String),
     /// Dropped by the leadership fence: nothing was sent after the loss.
     Fenced,
+    /// An [`Action::Apply`] found no desired state when the write started
+    /// (it went away after the planner decided): nothing was sent; planned
+    /// again at once (a delete, when the API server holds objects of it).
+    Superseded,
     /// The API server answered 429 (too many requests): written again when
     /// the limiter allows, not a failure (the 429 itself reaches the
     /// limiter as [`Input::Throttled`]).
     Throttled,
 }
 
-/// What a drift check found.
+/// What a drift check found ([`judge_drift`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DriftResult {
     /// What the API server holds is what we want (or not ours to judge).
@@ -223,12 +231,14 @@ pub enum Input {
         /// The answer's `Retry-After`.
         retry_after: Option<Duration>,
     },
-    /// The answer to [`Action::CheckDrift`].
-    DriftChecked {
+    /// The answer to [`Action::CheckDrift`]: what the drift watch shows of
+    /// the key's objects and what its desired state wants; the planner
+    /// judges it ([`judge_drift`]).
+    DriftSeen {
         /// The key.
         key: ServiceKey,
-        /// The answer.
-        result: DriftResult,
+        /// What is compared.
+        facts: DriftFacts,
     },
 }
 
@@ -264,8 +274,8 @@ pub enum Action {
         /// What the write starts from.
         prior: Prior,
     },
-    /// Compare what the API server holds for `key` with the desired state;
-    /// answer with [`Input::DriftChecked`].
+    /// Gather what the drift watch shows of `key`'s objects and what its
+    /// desired state wants; answer with [`Input::DriftSeen`].
     CheckDrift {
         /// The key.
         key: ServiceKey,
@@ -419,9 +429,9 @@ impl Planner {
             }
             Input::Finished { key, outcome } => self.finish(PackedKey::new(&key), outcome, now),
             Input::Throttled { retry_after } => self.limiter.throttled(now, retry_after),
-            Input::DriftChecked { key, result } => {
+            Input::DriftSeen { key, facts } => {
                 let key = PackedKey::new(&key);
-                match result {
+                match judge_drift(&facts) {
                     DriftResult::Intact => {}
                     DriftResult::Stale => {
                         let at = now + self.opts.drift_delay.max(self.opts.coalesce_window);
@@ -611,7 +621,7 @@ impl Planner {
                 self.unpark(&key, now);
                 return;
             }
-            Outcome::Fenced => (started.attempts, now),
+            Outcome::Fenced | Outcome::Superseded => (started.attempts, now),
             // Again once the limiter allows (it is paused now if the 429 was
             // reported first, as the writer does), and not before
             // `retry_min` (without a limiter: not in a tight loop).

@@ -188,16 +188,19 @@ impl Script {
         );
     }
 
+    /// What the drift watch shows of `name` such that the planner judges it
+    /// `result`; the line shows the planner's verdict.
     fn drift_checked(&mut self, name: &str, result: DriftResult) {
-        let shown = match result {
+        let facts = drift_facts(name, result);
+        let shown = match judge_drift(&facts) {
             DriftResult::Drift(kind) => format!("Drift({kind})"),
             other => format!("{other:?}"),
         };
         self.input(
             &format!("DriftChecked {name} {shown}"),
-            Input::DriftChecked {
+            Input::DriftSeen {
                 key: key(name),
-                result,
+                facts,
             },
         );
     }
@@ -277,6 +280,36 @@ impl Script {
 
     fn golden(&self, scenario: &str) {
         crate::golden::check("write_plan", scenario, &self.out);
+    }
+}
+
+/// Drift facts of one wanted object `name` that judge as `result`.
+fn drift_facts(name: &str, result: DriftResult) -> DriftFacts {
+    let obj = ("ns".to_string(), name.to_string());
+    let seen = |spec, rv| SeenObject {
+        resource_version: Some(rv),
+        written: Some(5),
+        spec,
+        owners: Vec::new(),
+        labels_ok: true,
+        stamp_ok: true,
+    };
+    let (seen, present) = match result {
+        DriftResult::Intact => (Some(seen(1, 5)), vec![obj.clone()]),
+        DriftResult::Stale => (Some(seen(1, 4)), vec![obj.clone()]),
+        DriftResult::Drift("deleted") => (None, Vec::new()),
+        DriftResult::Drift("edited") => (Some(seen(2, 6)), vec![obj.clone()]),
+        DriftResult::Drift(other) => panic!("no facts for {other}"),
+    };
+    DriftFacts {
+        listed: true,
+        wanted: vec![WantedObjectFacts {
+            name: obj,
+            spec: 1,
+            owners: Vec::new(),
+            seen,
+        }],
+        present,
     }
 }
 
@@ -377,6 +410,30 @@ fn a_lost_lease_stops_dispatch_and_a_new_epoch_reloads_before_writing() {
     s.at(1020).loaded(2, &[("b", "v1")]);
     s.at(1120).poll();
     s.golden("lost_lease");
+}
+
+/// The desired state of a key goes away after the planner decided to apply
+/// it: the write sends nothing (`Superseded`) and the planner itself plans
+/// the delete of what the API server holds, at once.
+#[test]
+fn an_apply_superseded_by_a_removal_is_planned_again_as_a_delete() {
+    let mut s = Script::new(opts());
+    s.poll();
+    s.at(1).loaded(0, &[("a", "v0"), ("b", "v0")]);
+    s.desire("a", Some("v1")).desire("b", Some("v1"));
+    s.at(10).changed(&["a", "b"]);
+    s.at(110).poll();
+    s.desire("a", None).desire("b", None);
+    s.at(120).finished("a", Outcome::Superseded);
+    s.at(121).poll();
+    s.at(130).changed(&["b"]);
+    s.at(140).finished("b", Outcome::Superseded);
+    s.at(141).poll();
+    s.at(150).finished("a", Outcome::Deleted);
+    s.at(230).poll();
+    s.at(240).finished("b", Outcome::Deleted);
+    s.poll();
+    s.golden("superseded_apply");
 }
 
 #[test]
@@ -498,9 +555,9 @@ fn tables_shrink_after_a_large_first_sync() {
                     checks += 1;
                     p.handle(
                         now,
-                        Input::DriftChecked {
+                        Input::DriftSeen {
                             key,
-                            result: DriftResult::Intact,
+                            facts: DriftFacts::unwatched(),
                         },
                         &world,
                     );

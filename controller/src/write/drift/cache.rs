@@ -42,6 +42,7 @@ use hashbrown::HashTable;
 use kube::runtime::watcher::Event;
 use kube_discovery_core::ServiceKey;
 use kube_discovery_core::crd::{Owner, adopted};
+use kube_discovery_core::write_plan::SeenObject;
 
 use super::ObjName;
 #[cfg(doc)]
@@ -139,6 +140,19 @@ impl Slot {
 
     pub(super) fn satisfies(&self, w: &WantedObject) -> bool {
         satisfies(self.spec, &self.owners, self.labels_ok && self.stamp_ok, w)
+    }
+
+    /// What the planner's drift check compares of the cached copy.
+    pub(super) fn seen(&self) -> SeenObject {
+        let unpack = |rv: Rv| rv.map(|v| v.get() - 1);
+        SeenObject {
+            resource_version: unpack(self.rv),
+            written: unpack(self.written),
+            spec: self.spec,
+            owners: self.owners.to_vec(),
+            labels_ok: self.labels_ok,
+            stamp_ok: self.stamp_ok,
+        }
     }
 }
 

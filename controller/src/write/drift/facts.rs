@@ -33,6 +33,7 @@ use kube_discovery_core::crd::{
     DiscoveredService, DiscoveredServiceSpec, LABEL_INSTANCE, LABEL_SHARD, ObjectNaming, Shard,
     desired_objects_with_limit, labels_for, ports_fit,
 };
+use kube_discovery_core::write_plan::{SeenObject, WantedObjectFacts};
 use kube_discovery_core::{PortMap, ServiceKey, ServiceNodes, SourceKind};
 
 /// A 64-bit fingerprint of a port map (every port key and every field of
@@ -169,6 +170,15 @@ impl Owners {
             Owners::Many(v) => v.binary_search(&d).is_ok(),
         }
     }
+
+    /// The digests, for the planner's drift check.
+    pub(super) fn to_vec(&self) -> Vec<u64> {
+        match self {
+            Owners::None => Vec::new(),
+            Owners::One(o) => vec![*o],
+            Owners::Many(v) => v.to_vec(),
+        }
+    }
 }
 
 /// Whether `labels` carry our labels for `spec` with our values: the
@@ -265,6 +275,17 @@ pub(super) struct WantedObject {
 }
 
 impl WantedObject {
+    /// What the planner's drift check compares of it, with what the watch
+    /// shows under its name.
+    pub(super) fn facts(&self, seen: Option<SeenObject>) -> WantedObjectFacts {
+        WantedObjectFacts {
+            name: (self.ns.clone(), self.name.clone()),
+            spec: self.spec,
+            owners: self.owners.clone(),
+            seen,
+        }
+    }
+
     pub(super) fn of(o: &DiscoveredService) -> Self {
         WantedObject {
             ns: o.metadata.namespace.clone().unwrap_or_default(),

@@ -9,9 +9,11 @@
 //!    └─ init_done    sweep: every desired key and every cached object (after a relist,
 //!                    and once every cluster is listed)
 //!
-//!  writer (leader only), `drift_delay` later, key not pending / in flight,
-//!  no write of it finished within `drift_settle`:
-//!    Sink::drift(key, desired) ─ DriftView::check (view.rs) against the cache's latest entries
+//!  planner (leader only), `drift_delay` later, key not pending / in flight,
+//!  no write of it finished within `drift_settle`: Action::CheckDrift
+//!    writer: Sink::drift_facts(key, desired) ─ DriftView::facts (view.rs), the cache's
+//!    latest entries next to the wanted objects ─▶ Input::DriftSeen
+//!    planner: write_plan::judge_drift
 //!      Ok     ─▶ nothing (it was the late watch event of our own write)
 //!      Stale  ─▶ look again later (the cache has not seen our last write yet)
 //!      Drift  ─▶ a repair (planner): rewrite what the cache does not show intact,
@@ -72,6 +74,8 @@ pub use facts::{Facts, matches, ports_digest};
 pub use feed::DriftFeed;
 pub use view::DriftView;
 
+use kube_discovery_core::write_plan::DriftResult;
+
 /// What was wrong with a service's objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DriftKind {
@@ -103,6 +107,18 @@ pub enum DriftCheck {
     Stale,
     /// Something must be rewritten or deleted.
     Drift(DriftKind),
+}
+
+impl From<DriftResult> for DriftCheck {
+    fn from(r: DriftResult) -> Self {
+        match r {
+            DriftResult::Intact => DriftCheck::Ok,
+            DriftResult::Stale => DriftCheck::Stale,
+            DriftResult::Drift("deleted") => DriftCheck::Drift(DriftKind::Deleted),
+            DriftResult::Drift("orphan") => DriftCheck::Drift(DriftKind::Orphan),
+            DriftResult::Drift(_) => DriftCheck::Drift(DriftKind::Edited),
+        }
+    }
 }
 
 /// `(namespace, name)` of an object.

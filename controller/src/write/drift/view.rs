@@ -4,9 +4,9 @@
 //! (`sweep`).
 //!
 //! ```text
-//!  check(key, desired)   wanted_objects(desired) vs the cached objects of key (key index)
-//!    any wanted missing ─▶ Drift(Deleted)    any differs ─▶ Drift(Edited)
-//!    any older than our write ─▶ Stale       any extra (stray shard, no source) ─▶ Drift(Orphan)
+//!  facts(key, desired)   wanted_objects(desired) next to the cached objects of key (key index):
+//!                        names, resourceVersions (cached, our last write), digests
+//!    ─▶ judged by the planner (write_plan::judge_drift): Deleted / Edited / Stale / Orphan / Ok
 //! ```
 
 use std::collections::{BTreeSet, HashMap};
@@ -16,12 +16,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use kube_discovery_core::crd::{
     DesiredObjects, DiscoveredService, MAX_OBJECT_PORTS_BYTES, ObjectNaming, Owner,
 };
+use kube_discovery_core::write_plan::{DriftFacts, DriftResult, judge_drift};
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
 use super::cache::{Caches, pack_rv, parse_rv};
 use super::decode::Watched;
 use super::facts::{WantedObject, wanted_objects};
-use super::{DriftCheck, DriftKind, ObjName};
+use super::{DriftCheck, ObjName};
 use crate::state::ControllerState;
 use crate::write::generation::Generations;
 
@@ -199,44 +200,42 @@ impl DriftView {
         self.lock().live.objects_of(key)
     }
 
-    /// Compares the cache with the desired state of `key` (`None`: no source).
-    pub fn check(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftCheck {
+    /// What the cache shows of `key`'s objects next to what the desired
+    /// state (`None`: no source) wants, for the planner to judge
+    /// ([`kube_discovery_core::write_plan::judge_drift`]): gathered, not
+    /// decided.
+    pub fn facts(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftFacts {
         if !self.ready() {
-            return DriftCheck::Stale;
+            return DriftFacts {
+                listed: false,
+                wanted: Vec::new(),
+                present: Vec::new(),
+            };
         }
-        self.check_among(desired, &self.objects_of(key))
+        self.facts_among(desired, self.objects_of(key))
     }
 
-    /// [`DriftView::check`] with the cached objects of `key` given.
-    fn check_among(&self, desired: Option<&ServiceNodes>, present: &[ObjName]) -> DriftCheck {
+    /// [`DriftView::facts`] with the cached objects of the key given.
+    fn facts_among(&self, desired: Option<&ServiceNodes>, present: Vec<ObjName>) -> DriftFacts {
         let wanted = desired
             .map(|d| wanted_objects(d, &self.naming, self.max_ports_bytes))
             .unwrap_or_default();
         let caches = self.lock();
-        let mut verdict = DriftCheck::Ok;
-        for w in &wanted {
-            match caches.live.cached(&w.ns, &w.name) {
-                None => return DriftCheck::Drift(DriftKind::Deleted),
-                Some(have) if have.older_than_our_write() => verdict = DriftCheck::Stale,
-                Some(have) if !have.satisfies(w) => return DriftCheck::Drift(DriftKind::Edited),
-                Some(_) => {}
-            }
-        }
-        drop(caches);
-        if verdict == DriftCheck::Stale {
-            return verdict;
-        }
-        let names: BTreeSet<(&str, &str)> = wanted
+        let wanted = wanted
             .iter()
-            .map(|w| (w.ns.as_str(), w.name.as_str()))
+            .map(|w| w.facts(caches.live.cached(&w.ns, &w.name).map(|s| s.seen())))
             .collect();
-        if present
-            .iter()
-            .any(|(ns, name)| !names.contains(&(ns.as_str(), name.as_str())))
-        {
-            return DriftCheck::Drift(DriftKind::Orphan);
+        DriftFacts {
+            listed: true,
+            wanted,
+            present,
         }
-        DriftCheck::Ok
+    }
+
+    /// The planner's verdict on the cache and the desired state of `key`
+    /// (`None`: no source), as the drift watch's sweep and tests ask it.
+    pub fn check(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftCheck {
+        DriftCheck::from(judge_drift(&self.facts(key, desired)))
     }
 
     /// Whether a watch event about `obj` needs a closer look by the writer:
@@ -295,7 +294,7 @@ impl DriftView {
             }
             for svc in shared.desired_of(id) {
                 let here = self.objects_of(&svc.key);
-                if self.check_among(Some(&svc), &here) != DriftCheck::Ok {
+                if judge_drift(&self.facts_among(Some(&svc), here)) != DriftResult::Intact {
                     out.insert(svc.key.clone());
                 }
             }
@@ -320,6 +319,7 @@ impl DriftView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::write::drift::DriftKind;
     use crate::write::drift::test_support::*;
     use kube::runtime::watcher::Event;
     use kube_discovery_core::crd::{desired_object, desired_objects_with_limit, shard_name};

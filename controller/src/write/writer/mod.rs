@@ -11,12 +11,13 @@
 //!  leadership (epoch, leading) ────────┼─▶ Planner::handle ─┐
 //!  finished writes / loads ────────────┤                    ├─▶ actions ─▶ Sink::apply / delete (tasks),
 //!  drift answers (queued, not nested) ─┘                    │            Sink::list_versions (a task),
-//!  the wake-up the planner asked for ──▶ Planner::poll ─────┘            Sink::drift, Events, state, metrics
+//!  the wake-up the planner asked for ──▶ Planner::poll ─────┘            Sink::drift_facts, Events, state, metrics
 //! ```
 //!
-//! The answer to an action carried out at once (a drift check) is queued and
-//! fed to the planner after the current batch of actions, never from inside
-//! it. A failed write is logged and reported (an Event) when the planner's
+//! The answer to an action carried out at once (a drift check: what the
+//! drift watch shows of the key's objects, which the planner judges) is
+//! queued and fed to the planner after the current batch of actions, never
+//! from inside it. A failed write is logged and reported (an Event) when the planner's
 //! `Retry` and `Failing` actions say so; the writer only keeps the error
 //! until then.
 //!
@@ -27,7 +28,10 @@
 //! again when the limiter allows, not a failure).
 //!
 //! Only keys travel: an apply writes the desired state of its key as
-//! [`ControllerState`] has it when the write starts (always the latest). A
+//! [`ControllerState`] has it when the write starts (always the latest);
+//! gone by then, nothing is sent ([`Outcome::Superseded`]) and the planner
+//! decides again (a delete). Every write is fenced by the epoch of its
+//! action, the one the planner decided it in. A
 //! write task that panics is a failed write of its key (retried). On shutdown
 //! no new write starts; in-flight writes finish.
 
@@ -42,7 +46,7 @@ use futures::FutureExt;
 use kube_discovery_core::ServiceKey;
 use kube_discovery_core::crd::Owner;
 use kube_discovery_core::write_plan::{
-    Action, At, DesiredView, DriftResult, Held, Input, Options, Outcome, Planner, Prior,
+    Action, At, DesiredView, Held, Input, Options, Outcome, Planner, Prior,
 };
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -53,7 +57,6 @@ use crate::k8s::client::ThrottleSignal;
 use crate::k8s::leader::Leadership;
 use crate::serve::metrics::Metrics;
 use crate::state::ControllerState;
-use crate::write::drift::DriftCheck;
 use crate::write::inbox::{Inbox, WriterHandle, WriterMsg};
 use crate::write::sink::Sink;
 use crate::{Error, Result, panic_message};
@@ -110,6 +113,14 @@ enum Done {
         epoch: u64,
         result: Result<Vec<(ServiceKey, Held)>>,
     },
+}
+
+/// What a write task sends: the desired state of an [`Action::Apply`] as
+/// it is when the write starts (`None`: gone since the planner decided, so
+/// nothing is sent), or an [`Action::Delete`].
+enum Write {
+    Apply(Option<Arc<kube_discovery_core::ServiceNodes>>),
+    Delete,
 }
 
 /// The desired state as the planner reads it.
@@ -234,22 +245,24 @@ impl<S: Sink> Writer<S> {
                 });
             }
             Action::Apply {
-                key, since, prior, ..
+                key,
+                since,
+                prior,
+                epoch,
             } => {
                 let desired = self.shared.desired(&key);
-                self.spawn_write(key, since, prior, desired);
+                self.spawn_write(key, since, prior, epoch, Write::Apply(desired));
             }
             Action::Delete {
-                key, since, prior, ..
-            } => self.spawn_write(key, since, prior, None),
+                key,
+                since,
+                prior,
+                epoch,
+            } => self.spawn_write(key, since, prior, epoch, Write::Delete),
             Action::CheckDrift { key } => {
                 let desired = self.shared.desired(&key);
-                let result = match self.sink.drift(&key, desired.as_deref()) {
-                    DriftCheck::Ok => DriftResult::Intact,
-                    DriftCheck::Stale => DriftResult::Stale,
-                    DriftCheck::Drift(kind) => DriftResult::Drift(kind.as_str()),
-                };
-                return Some(Input::DriftChecked { key, result });
+                let facts = self.sink.drift_facts(&key, desired.as_deref());
+                return Some(Input::DriftSeen { key, facts });
             }
             Action::Skipped { key } => {
                 self.metrics
@@ -310,25 +323,25 @@ impl<S: Sink> Writer<S> {
         None
     }
 
-    fn spawn_write(
-        &mut self,
-        key: ServiceKey,
-        since: At,
-        prior: Prior,
-        desired: Option<Arc<kube_discovery_core::ServiceNodes>>,
-    ) {
+    fn spawn_write(&mut self, key: ServiceKey, since: At, prior: Prior, epoch: u64, write: Write) {
         let sink = self.sink.clone();
         self.tasks.spawn(async move {
             let k = key.clone();
             let write = async move {
-                match desired {
-                    Some(d) => {
+                match write {
+                    Write::Apply(Some(d)) => {
                         let version = d.version.clone();
-                        sink.apply(d, prior)
+                        sink.apply(d, prior, epoch)
                             .await
                             .map(|shards| Outcome::Applied { version, shards })
                     }
-                    None => sink.delete(k, prior).await.map(|()| Outcome::Deleted),
+                    // Gone since the planner decided: nothing is sent; the
+                    // planner decides again (its input has the change).
+                    Write::Apply(None) => Ok(Outcome::Superseded),
+                    Write::Delete => sink
+                        .delete(k, prior, epoch)
+                        .await
+                        .map(|()| Outcome::Deleted),
                 }
             };
             // A panicking write is a failed write of its key (retried with
@@ -358,6 +371,10 @@ impl<S: Sink> Writer<S> {
             Done::Write { key, since, result } => {
                 let cluster = key.cluster.to_string();
                 let outcome = match result {
+                    Ok(Outcome::Superseded) => {
+                        tracing::debug!(service = %key, "desired state gone before the write started: not written");
+                        Outcome::Superseded
+                    }
                     Ok(outcome) => {
                         self.shared.set_held_by_other(&key, None);
                         // An applied write is logged at DEBUG, not INFO: under

@@ -10,6 +10,7 @@ use super::*;
 use crate::Result;
 use crate::k8s::leader::{Fence, publish};
 use crate::write::drift::{DriftCheck, DriftKind};
+use kube_discovery_core::write_plan::{DriftFacts, SeenObject, WantedObjectFacts, judge_drift};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Call {
@@ -54,10 +55,11 @@ impl FakeSink {
         self.priors.lock().unwrap().clone()
     }
 
-    /// Starts a write: the fence's token (`KubeSink::apply` and `delete` do the same).
-    fn begin(&self) -> Result<Option<crate::k8s::leader::FenceToken>> {
+    /// Starts a write decided in `epoch`: the fence's token (`KubeSink::apply`
+    /// and `delete` do the same).
+    fn begin(&self, epoch: u64) -> Result<Option<crate::k8s::leader::FenceToken>> {
         Ok(match &self.fence {
-            Some(f) => Some(f.begin()?),
+            Some(f) => Some(f.begin_in(epoch)?),
             None => None,
         })
     }
@@ -89,9 +91,9 @@ impl Sink for FakeSink {
             })
             .collect())
     }
-    async fn apply(&self, svc: Arc<ServiceNodes>, prior: Prior) -> Result<u32> {
+    async fn apply(&self, svc: Arc<ServiceNodes>, prior: Prior, epoch: u64) -> Result<u32> {
         self.priors.lock().unwrap().push(prior);
-        let token = self.begin()?;
+        let token = self.begin(epoch)?;
         let panic = {
             let mut p = self.panic_next.lock().unwrap();
             let now = *p > 0;
@@ -129,9 +131,9 @@ impl Sink for FakeSink {
             .push(Call::Apply(svc.key.to_string(), svc.version.clone()));
         Ok(self.apply_shards.lock().unwrap().unwrap_or(1))
     }
-    async fn delete(&self, key: ServiceKey, prior: Prior) -> Result<()> {
+    async fn delete(&self, key: ServiceKey, prior: Prior, epoch: u64) -> Result<()> {
         self.priors.lock().unwrap().push(prior);
-        let token = self.begin()?;
+        let token = self.begin(epoch)?;
         self.check(token)?;
         self.calls
             .lock()
@@ -145,15 +147,52 @@ impl Sink for FakeSink {
             .unwrap()
             .push(format!("{key} {}", error.metric_label()));
     }
-    fn drift(&self, key: &ServiceKey, _desired: Option<&ServiceNodes>) -> DriftCheck {
+    fn drift_facts(&self, key: &ServiceKey, _desired: Option<&ServiceNodes>) -> DriftFacts {
         *self.drift_asked.lock().unwrap() += 1;
-        self.drift
+        let check = self
+            .drift
             .lock()
             .unwrap()
             .get(key)
             .copied()
-            .unwrap_or(DriftCheck::Ok)
+            .unwrap_or(DriftCheck::Ok);
+        facts_judged(key, check)
     }
+}
+
+/// What a drift watch would show of `key` for the planner to judge `check`.
+fn facts_judged(key: &ServiceKey, check: DriftCheck) -> DriftFacts {
+    let name = (key.namespace.to_string(), key.name.to_string());
+    let want = |seen| WantedObjectFacts {
+        name: name.clone(),
+        spec: 1,
+        owners: Vec::new(),
+        seen,
+    };
+    let edited = SeenObject {
+        resource_version: Some(2),
+        written: Some(1),
+        spec: 2,
+        owners: Vec::new(),
+        labels_ok: true,
+        stamp_ok: true,
+    };
+    let (listed, wanted, present) = match check {
+        DriftCheck::Ok => return DriftFacts::unwatched(),
+        DriftCheck::Stale => (false, Vec::new(), Vec::new()),
+        DriftCheck::Drift(DriftKind::Deleted) => (true, vec![want(None)], Vec::new()),
+        DriftCheck::Drift(DriftKind::Edited) => {
+            (true, vec![want(Some(edited))], vec![name.clone()])
+        }
+        DriftCheck::Drift(DriftKind::Orphan) => (true, Vec::new(), vec![name.clone()]),
+    };
+    let facts = DriftFacts {
+        listed,
+        wanted,
+        present,
+    };
+    assert_eq!(DriftCheck::from(judge_drift(&facts)), check);
+    facts
 }
 
 pub(super) fn nodes(key: &ServiceKey, hosts: &[&str]) -> ServiceNodes {
@@ -793,4 +832,72 @@ async fn a_throttled_write_pauses_writes_for_the_retry_after_and_is_written_late
         })
         .get();
     assert_eq!(throttled_writes, 1);
+}
+
+/// The writer carries out what the planner decided, nothing else: an apply
+/// whose desired state is gone by the time the write starts sends nothing
+/// (no delete of its own); the planner, told so, plans the delete itself.
+#[tokio::test(start_paused = true)]
+async fn an_apply_whose_desired_state_is_gone_sends_nothing() {
+    let sink = FakeSink::default();
+    let shared = Arc::new(ControllerState::new([""]));
+    let key = ServiceKey::new("", "ns", "gone");
+    let mut w = Writer::new(sink.clone(), shared, Metrics::default(), opts());
+    let answer = w.execute(Action::Apply {
+        key: key.clone(),
+        epoch: 0,
+        since: At::ZERO,
+        prior: Prior::default(),
+    });
+    assert_eq!(answer, None);
+    let done = w.tasks.join_next().await.unwrap().unwrap();
+    assert_eq!(sink.calls(), vec![], "the writer decided a delete");
+    let Done::Write { result, .. } = done else {
+        panic!("not a write");
+    };
+    assert_eq!(result.unwrap(), Outcome::Superseded);
+}
+
+/// A write is fenced by the epoch of its action (the one the planner
+/// decided it in), not by the epoch current when it starts.
+#[tokio::test(start_paused = true)]
+async fn a_write_is_fenced_by_the_epoch_the_planner_decided_it_in() {
+    let (_tx, rx) = watch::channel(Leadership {
+        epoch: 2,
+        leading: true,
+        until: None,
+    });
+    let sink = FakeSink {
+        fence: Some(Fence::new(rx)),
+        ..FakeSink::default()
+    };
+    let shared = Arc::new(ControllerState::new([""]));
+    let key = ServiceKey::new("", "ns", "s");
+    shared.set_desired(&key, Some(nodes(&key, &["10.0.0.1"])));
+    let mut w = Writer::new(sink.clone(), shared, Metrics::default(), opts());
+    for epoch in [1, 2] {
+        w.execute(Action::Apply {
+            key: key.clone(),
+            epoch,
+            since: At::ZERO,
+            prior: Prior::default(),
+        });
+        let Some(Ok(Done::Write { result, .. })) = w.tasks.join_next().await else {
+            panic!("not a write");
+        };
+        match epoch {
+            1 => assert!(result.unwrap_err().is_fenced()),
+            _ => assert!(matches!(
+                result.unwrap(),
+                Outcome::Applied { shards: 1, .. }
+            )),
+        }
+    }
+    assert_eq!(
+        sink.calls(),
+        vec![Call::Apply(
+            key.to_string(),
+            nodes(&key, &["10.0.0.1"]).version
+        )]
+    );
 }
