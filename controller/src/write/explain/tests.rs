@@ -1,4 +1,3 @@
-
 use super::*;
 use kube_discovery_core::crd::conditions::{conditions, degraded_news};
 use kube_discovery_core::{Node, PortMap, ServiceNodes, SourceKind};

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn key(i: usize) -> ServiceKey {

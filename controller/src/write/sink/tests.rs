@@ -1,4 +1,3 @@
-
 use super::*;
 use kube_discovery_core::crd::{Shard, desired_object};
 use kube_discovery_core::{Node, PortMap, SourceKind};

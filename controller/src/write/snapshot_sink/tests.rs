@@ -1,4 +1,3 @@
-
 use super::*;
 use kube_discovery_core::snapshot::INDEX_KEY;
 use kube_discovery_core::{Node, PortMap, ServiceKey, ServiceNodes, SourceKind};

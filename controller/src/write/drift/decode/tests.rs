@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::write::drift::facts::WantedObject;
 use crate::write::drift::test_support::*;

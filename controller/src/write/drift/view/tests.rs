@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::write::drift::DriftKind;
 use crate::write::drift::test_support::*;
