@@ -74,9 +74,12 @@ pub use facts::{Facts, matches, ports_digest};
 pub use feed::DriftFeed;
 pub use view::DriftView;
 
+#[cfg(test)]
 use kube_discovery_core::write_plan::DriftResult;
 
-/// What was wrong with a service's objects.
+/// What was wrong with a service's objects (tests only: production code
+/// reads the planner's [`kube_discovery_core::write_plan::DriftResult`]).
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DriftKind {
     /// An object exists but differs from what we want.
@@ -87,6 +90,7 @@ pub enum DriftKind {
     Orphan,
 }
 
+#[cfg(test)]
 impl DriftKind {
     /// Metric label value.
     pub fn as_str(self) -> &'static str {
@@ -98,7 +102,8 @@ impl DriftKind {
     }
 }
 
-/// Result of comparing the cache with the desired state of one service.
+/// The planner's verdict on one service, in the words the tests use.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DriftCheck {
     /// The objects are what we want.
@@ -109,6 +114,7 @@ pub enum DriftCheck {
     Drift(DriftKind),
 }
 
+#[cfg(test)]
 impl From<DriftResult> for DriftCheck {
     fn from(r: DriftResult) -> Self {
         match r {

@@ -19,10 +19,12 @@ use kube_discovery_core::crd::{
 use kube_discovery_core::write_plan::{DriftFacts, DriftResult, judge_drift};
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
+#[cfg(test)]
+use super::DriftCheck;
+use super::ObjName;
 use super::cache::{Caches, pack_rv, parse_rv};
 use super::decode::Watched;
 use super::facts::{WantedObject, wanted_objects};
-use super::{DriftCheck, ObjName};
 use crate::state::ControllerState;
 use crate::write::generation::Generations;
 
@@ -233,7 +235,8 @@ impl DriftView {
     }
 
     /// The planner's verdict on the cache and the desired state of `key`
-    /// (`None`: no source), as the drift watch's sweep and tests ask it.
+    /// (`None`: no source), as the tests ask it.
+    #[cfg(test)]
     pub fn check(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftCheck {
         DriftCheck::from(judge_drift(&self.facts(key, desired)))
     }
