@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test of the workspace: unit tests, the end-to-end tests on both API
+# Runs every test of the workspace: rustfmt check, unit tests, the end-to-end tests on both API
 # servers (kube-sim, and a real kube-apiserver + kube-controller-manager + etcd
 # built from their Go modules), real kubectl v1.32/v1.34 and helm v4, controller
 # e2e, fault suite, chart tests, gateway e2e (real nginx + HAProxy), benchmark
@@ -46,6 +46,9 @@ fi
 # kube-sim, real or both: builds the real control plane when wanted (fails
 # under CI without Go or the module proxy; warns and runs kube-sim only outside).
 backends="$(bash e2e/controlplane/select-backends.sh)"
+
+# Formatting first: seconds, and a misformatted tree fails before the long build.
+cargo fmt --all --check
 
 # The e2e tests run the real binaries as separate processes.
 cargo build --workspace --bins --examples --locked
