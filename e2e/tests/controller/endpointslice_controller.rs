@@ -29,7 +29,7 @@ use serde_json::json;
 const NS: &str = "shop";
 const SVC: &str = "web";
 /// The Pods' `terminationGracePeriodSeconds`: kwok removes a deleted Pod then.
-const GRACE_SECONDS: u64 = 5;
+const GRACE_SECONDS: u64 = 3;
 
 /// Which source the controller reads.
 #[derive(Clone, Copy, PartialEq)]
