@@ -281,12 +281,17 @@ async fn scale_with_the_real_endpoint_controllers(mode: Mode) {
     ctl.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn slices_follow_the_real_endpointslice_controller() {
-    scale_with_the_real_endpoint_controllers(Mode::Slices).await;
+// Real API server only (kube-sim runs no Pods): test names `::real`.
+mod slices_follow_the_real_endpointslice_controller {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn real() {
+        super::scale_with_the_real_endpoint_controllers(super::Mode::Slices).await;
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn endpoints_follow_the_real_endpoints_controller() {
-    scale_with_the_real_endpoint_controllers(Mode::Endpoints).await;
+mod endpoints_follow_the_real_endpoints_controller {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn real() {
+        super::scale_with_the_real_endpoint_controllers(super::Mode::Endpoints).await;
+    }
 }
