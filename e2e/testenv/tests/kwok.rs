@@ -277,6 +277,11 @@ async fn a_deployment_runs_on_kwok_nodes_and_its_pods_answer() {
     })
     .await;
     let gone_after = t.elapsed();
+    let hits = kwok.hits(&format!("{NS}/{victim}"));
+    assert!(
+        hits.iter().any(|h| h.elapsed() < gone_after),
+        "the Pod server recorded no request to {victim} after its deletion: {hits:?}"
+    );
     eprintln!("deleted Pod (grace {GRACE_SECONDS} s) removed by kwok after {gone_after:?}");
     // deletionTimestamp has whole seconds: kwok may act up to 1 s early.
     assert!(
