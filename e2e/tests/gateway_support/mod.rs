@@ -1021,8 +1021,10 @@ impl RolloutReport {
     /// Zero failed requests, every new Pod served, the old ones drained.
     pub fn assert_no_failures(&self, gateway: &str) {
         eprintln!("{}", self.line(gateway));
+        // One request at a time for the ~8 s of the rollout: at least one
+        // every 40 ms on average even on a loaded machine (700-1,300 seen).
         assert!(
-            self.requests >= 500,
+            self.requests >= 200,
             "{gateway}: only {} requests",
             self.requests
         );
