@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace: rustfmt check, unit tests, the end-to-end tests on both API
-# servers (kube-sim, and a real kube-apiserver + kube-controller-manager + etcd
-# built from their Go modules), real kubectl v1.32/v1.34 and helm v4, controller
+# servers (kube-sim, and a real kube-apiserver + kube-controller-manager +
+# kube-scheduler + etcd, with kwok's fake Nodes and Pods, built from their Go
+# modules), real kubectl v1.32/v1.34 and helm v4, controller
 # e2e, fault suite, chart tests, gateway e2e (real nginx + HAProxy), benchmark
 # smoke test, and a short cargo-fuzz run of the fuzz targets (fuzz/short-run.sh).
 #
@@ -10,7 +11,7 @@
 #
 # Installs what it needs: cargo-nextest, cargo-fuzz, helm + kubectl (project-local
 # .tools/), actionlint (built from its Go module) + shellcheck (PyPI) into
-# .tools/bin, cargo-deny (.tools/cargo), the real control plane
+# .tools/bin, cargo-deny (.tools/cargo), the real control plane and kwok
 # (.tools/controlplane/, built once with Go), nginx + HAProxy + promtool + groff
 # (Debian packages).
 set -euo pipefail

@@ -53,6 +53,8 @@ rules:
 /// log: garbage collection deletes are part of what a test observes).
 fn is_control_plane(user: &str) -> bool {
     user == "system:kube-controller-manager"
+        || user == "system:kube-scheduler"
+        || user == "kwok"
         || user.starts_with("system:serviceaccount:kube-system:")
         || user.starts_with("system:node:")
 }

@@ -186,6 +186,25 @@ pub enum Error {
     /// `ip addr show` failed.
     #[error("`ip -o -4 addr show dev lo` failed: {0}")]
     ListAddresses(String),
+    /// `ip addr del` failed.
+    #[error(
+        "cannot remove {ip}/32 from the loopback interface (`ip addr del {ip}/32 dev lo`: {stderr})"
+    )]
+    RemoveAddress {
+        /// The address.
+        ip: Ipv4Addr,
+        /// What `ip` printed.
+        stderr: String,
+    },
+    /// Every Pod address range of [`crate::kwok`] is held by another running control plane.
+    #[error(
+        "all {0} Pod address ranges of the kwok clusters are in use by other running tests \
+         (lock files {1}/kd-testenv-podnet-<n>.lock)"
+    )]
+    NoPodRange(usize, String),
+    /// The harness's Pod network (addresses on `lo`, the Pods' server) failed.
+    #[error("the kwok Pod network: {0}")]
+    PodNet(String),
 }
 
 /// Result with the harness's [`Error`] as the default error.

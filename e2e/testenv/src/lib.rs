@@ -25,7 +25,7 @@
 
 pub mod audit;
 mod error;
-pub mod kubelet;
+pub mod kwok;
 pub mod net;
 pub mod pki;
 pub mod process;
@@ -83,6 +83,9 @@ pub struct Options {
     pub crds: Vec<String>,
     /// Real only: extra kube-apiserver flags (e.g. `--feature-gates=...`).
     pub apiserver_args: Vec<String>,
+    /// Real only: fake Nodes and Pods run by kwok, kube-scheduler, the
+    /// Deployment and ReplicaSet controllers ([`kwok`]).
+    pub kwok: Option<kwok::Options>,
 }
 
 impl Default for Options {
@@ -98,6 +101,7 @@ impl Default for Options {
             audit_write_bodies: Vec::new(),
             crds: Vec::new(),
             apiserver_args: Vec::new(),
+            kwok: None,
         }
     }
 }
@@ -149,6 +153,7 @@ impl Cluster {
                     crds: opts.crds.clone(),
                     audit_write_bodies: opts.audit_write_bodies.clone(),
                     apiserver_args: opts.apiserver_args.clone(),
+                    kwok: opts.kwok.clone(),
                 })
                 .await?;
                 let admin = cp.admin_client().await?;

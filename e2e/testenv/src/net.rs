@@ -11,7 +11,10 @@
 //! Adding an address needs root (or CAP_NET_ADMIN); the tests run as root
 //! here and in CI. Addresses are added once and left in place: adding is
 //! idempotent, and removing one could pull it from under a concurrent test
-//! process that uses it too.
+//! process that uses it too. The one exception are the Pod addresses of a
+//! kwok cluster ([`crate::kwok`]): each cluster holds a range of its own
+//! (a lock file), adds a Pod's address while the Pod exists and removes it
+//! ([`remove_local`]) when the Pod is gone.
 //!
 //! [`backend_ip`] gives each [`Backend`] its own half of the block (kube-sim
 //! 198.18.x.y, real 198.19.x.y), so the two runs of a `#[both_backends]` test,
@@ -80,6 +83,67 @@ pub fn ensure_local(ip: Ipv4Addr) -> Result<Ipv4Addr> {
     }
     known.insert(ip);
     Ok(ip)
+}
+
+/// Removes `ip` (in [`BLOCK`]) from `lo`; an address that is not there is fine.
+pub fn remove_local(ip: Ipv4Addr) -> Result<()> {
+    if !in_block(ip) {
+        return Err(Error::NotInTestBlock { ip });
+    }
+    let mut guard = ASSIGNED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(known) = guard.as_mut() {
+        known.remove(&ip);
+    }
+    let out = Command::new("ip")
+        .args(["addr", "del", &format!("{ip}/32"), "dev", "lo"])
+        .output()
+        .map_err(|e| Error::io("running `ip addr del`", e))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // "Cannot assign requested address": it was not there.
+    if !out.status.success() && !stderr.contains("Cannot assign requested address") {
+        return Err(Error::RemoveAddress {
+            ip,
+            stderr: stderr.trim().to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Makes `cidr` (in [`BLOCK`]) unreachable from this machine except for the
+/// addresses on `lo` (`ip route add unreachable <cidr>`; local addresses win):
+/// a request to a Pod address that is gone fails here ("No route to host")
+/// instead of leaving through the default route. Added once, left in place.
+pub fn unreachable_route(cidr: &str) -> Result<()> {
+    let out = Command::new("ip")
+        .args(["route", "add", "unreachable", cidr])
+        .output()
+        .map_err(|e| Error::io("running `ip route add`", e))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && !stderr.contains("File exists") {
+        return Err(Error::PodNet(format!(
+            "`ip route add unreachable {cidr}` failed: {}",
+            stderr.trim()
+        )));
+    }
+    Ok(())
+}
+
+/// The addresses of [`BLOCK`] that `lo` lists now.
+pub fn listed_in_block() -> Result<Vec<Ipv4Addr>> {
+    let out = Command::new("ip")
+        .args(["-o", "-4", "addr", "show", "dev", "lo"])
+        .output()
+        .map_err(|e| Error::io("running `ip addr show`", e))?;
+    if !out.status.success() {
+        return Err(Error::ListAddresses(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|w| w.split_once('/').and_then(|(a, _)| a.parse().ok()))
+        .filter(|ip| in_block(*ip))
+        .collect())
 }
 
 /// Whether `ip` is an address [`ensure_local`] has made sure of in this process.

@@ -19,6 +19,7 @@ pub struct Proc {
     name: String,
     bin: PathBuf,
     args: Vec<String>,
+    env: Vec<(String, std::ffi::OsString)>,
     log: PathBuf,
     child: Option<Child>,
 }
@@ -26,10 +27,25 @@ pub struct Proc {
 impl Proc {
     /// Starts `bin args`, appending stdout and stderr to `log`.
     pub fn spawn(name: &str, bin: &Path, args: Vec<String>, log: &Path) -> Result<Proc> {
+        Self::spawn_with_env(name, bin, args, &[], log)
+    }
+
+    /// [`Proc::spawn`] with extra environment variables.
+    pub fn spawn_with_env(
+        name: &str,
+        bin: &Path,
+        args: Vec<String>,
+        env: &[(&str, &std::ffi::OsStr)],
+        log: &Path,
+    ) -> Result<Proc> {
         let mut p = Proc {
             name: name.to_string(),
             bin: bin.to_path_buf(),
             args,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_os_string()))
+                .collect(),
             log: log.to_path_buf(),
             child: None,
         };
@@ -66,6 +82,7 @@ impl Proc {
             Command::new(&self.bin)
         };
         cmd.args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);

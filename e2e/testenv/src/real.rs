@@ -15,7 +15,10 @@
 //! * kube-controller-manager with the controllers a test relies on: garbage
 //!   collection, namespace deletion, ServiceAccounts and their tokens,
 //!   EndpointSlices and Endpoints from Services and Pods, ClusterRole
-//!   aggregation.
+//!   aggregation;
+//! * on request ([`Options::kwok`]), Nodes and Pods ([`crate::kwok`]):
+//!   kube-scheduler, kwok playing kubelet for fake Nodes, Pods that answer on
+//!   their own addresses, and the Deployment and ReplicaSet controllers.
 //!
 //! Every process is stopped when the [`ControlPlane`] is dropped, and dies
 //! with the test thread otherwise ([`crate::process`]).
@@ -88,6 +91,10 @@ pub struct Options {
     /// kube-controller-manager starts: its garbage collector picks up new
     /// resource types only on its periodic (30 s) resync otherwise.
     pub crds: Vec<String>,
+    /// Fake Nodes run by kwok, kube-scheduler, and the Deployment and
+    /// ReplicaSet controllers in kube-controller-manager ([`crate::kwok`]).
+    /// Needs [`Options::controller_manager`].
+    pub kwok: Option<crate::kwok::Options>,
 }
 
 impl Default for Options {
@@ -101,6 +108,7 @@ impl Default for Options {
             apiserver_args: Vec::new(),
             audit_write_bodies: Vec::new(),
             crds: Vec::new(),
+            kwok: None,
         }
     }
 }
@@ -115,7 +123,8 @@ pub struct ControlPlane {
     apiserver_addr: SocketAddr,
     proxy: FaultProxy,
     audit: AuditLog,
-    // Drop order: the controller manager first, etcd last.
+    // Drop order (see Drop): kwok and kube-scheduler, the controller manager, etcd last.
+    kwok: Option<crate::kwok::Kwok>,
     kcm: Mutex<Option<Proc>>,
     apiserver: Mutex<Proc>,
     etcd: Mutex<Proc>,
@@ -176,6 +185,7 @@ impl ControlPlane {
 
         let admin_token = token();
         let kcm_token = token();
+        let (kwok_token, scheduler_token) = (token(), token());
         let users: Vec<User> = opts
             .users
             .iter()
@@ -191,6 +201,12 @@ impl ControlPlane {
             tokens,
             "{kcm_token},system:kube-controller-manager,system:kube-controller-manager"
         );
+        let _ = writeln!(
+            tokens,
+            "{scheduler_token},system:kube-scheduler,system:kube-scheduler"
+        );
+        // kwok writes Node and Pod status and deletes Pods, as kubelets do.
+        let _ = writeln!(tokens, "{kwok_token},kwok,kwok,\"system:masters\"");
         for u in &users {
             let _ = writeln!(
                 tokens,
@@ -275,7 +291,7 @@ impl ControlPlane {
         )
         .await?;
 
-        let cp = ControlPlane {
+        let mut cp = ControlPlane {
             audit: AuditLog::new(&audit_path),
             dir,
             pki,
@@ -284,6 +300,7 @@ impl ControlPlane {
             etcd_addr,
             apiserver_addr,
             proxy,
+            kwok: None,
             kcm: Mutex::new(None),
             apiserver: Mutex::new(apiserver),
             etcd: Mutex::new(etcd),
@@ -292,8 +309,19 @@ impl ControlPlane {
             cp.install_crd(crd).await?;
         }
         if opts.controller_manager {
-            cp.start_controller_manager(&kcm_token, &ca, &sa_key)
+            cp.start_controller_manager(&kcm_token, &ca, &sa_key, opts.kwok.is_some())
                 .await?;
+        }
+        if let Some(k) = &opts.kwok {
+            let start = crate::kwok::Start {
+                dir: cp.dir.path(),
+                controlplane_bin: &bins,
+                url: &cp.direct_url(),
+                ca_pem: &cp.pki.ca_pem,
+                kwok_token: &kwok_token,
+                scheduler_token: &scheduler_token,
+            };
+            cp.kwok = Some(crate::kwok::Kwok::start(start, k).await?);
         }
         Ok(cp)
     }
@@ -303,6 +331,7 @@ impl ControlPlane {
         kcm_token: &str,
         ca: &Path,
         sa_key: &Path,
+        workloads: bool,
     ) -> Result<()> {
         let d = self.dir.path();
         let kubeconfig = d.join("kube-controller-manager.kubeconfig");
@@ -311,6 +340,16 @@ impl ControlPlane {
             &kube_sim::kubeconfig(&self.direct_url(), Some(&self.pki.ca_pem), kcm_token),
         )?;
         let kc = kubeconfig.display().to_string();
+        let mut controllers = concat!(
+            "garbage-collector-controller,namespace-controller,",
+            "serviceaccount-controller,serviceaccount-token-controller,",
+            "endpointslice-controller,endpoints-controller,",
+            "clusterrole-aggregation-controller,root-ca-certificate-publisher-controller"
+        )
+        .to_string();
+        if workloads {
+            controllers.push_str(",deployment-controller,replicaset-controller");
+        }
         let kcm = Proc::spawn(
             "kube-controller-manager",
             &bin_dir().join("kube-controller-manager"),
@@ -324,14 +363,8 @@ impl ControlPlane {
                 "--use-service-account-credentials=true".into(),
                 format!("--service-account-private-key-file={}", sa_key.display()),
                 format!("--root-ca-file={}", ca.display()),
-                concat!(
-                    "--controllers=garbage-collector-controller,namespace-controller,",
-                    "serviceaccount-controller,serviceaccount-token-controller,",
-                    "endpointslice-controller,endpoints-controller,",
-                    "clusterrole-aggregation-controller,root-ca-certificate-publisher-controller"
-                )
-                .into(),
-                // Pods the harness plays kubelet for change fast; batch nothing.
+                format!("--controllers={controllers}"),
+                // Pods change fast here; batch nothing.
                 "--endpointslice-updates-batch-period=0s".into(),
                 "--v=1".into(),
             ],
@@ -435,6 +468,11 @@ impl ControlPlane {
         self.admin_token.clone()
     }
 
+    /// kwok's Nodes and Pods, when [`Options::kwok`] asked for them.
+    pub fn kwok(&self) -> Option<&crate::kwok::Kwok> {
+        self.kwok.as_ref()
+    }
+
     /// The temporary directory of the certificates, configuration, logs and data.
     pub fn dir(&self) -> &Path {
         self.dir.path()
@@ -491,10 +529,14 @@ impl ControlPlane {
         if let Some(k) = self.kcm.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
             k.check_alive()?;
         }
+        if let Some(k) = &self.kwok {
+            k.check_alive()?;
+        }
         Ok(())
     }
 
-    /// Pids of the running processes (etcd, kube-apiserver, kube-controller-manager).
+    /// Pids of the running processes (etcd, kube-apiserver,
+    /// kube-controller-manager, kwok and kube-scheduler).
     pub fn pids(&self) -> Vec<u32> {
         let mut v = Vec::new();
         v.extend(self.etcd.lock().unwrap_or_else(|p| p.into_inner()).pid());
@@ -506,6 +548,9 @@ impl ControlPlane {
         );
         if let Some(k) = self.kcm.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             v.extend(k.pid());
+        }
+        if let Some(k) = &self.kwok {
+            v.extend(k.pids());
         }
         v
     }
@@ -634,6 +679,7 @@ impl ControlPlane {
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
+        drop(self.kwok.take());
         if let Some(mut k) = self.kcm.lock().unwrap_or_else(|p| p.into_inner()).take() {
             k.stop(Duration::ZERO);
         }

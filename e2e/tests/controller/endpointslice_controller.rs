@@ -2,13 +2,15 @@
 //! controller in the loop, on the real API server only: kube-sim runs no
 //! Pods and no endpoint controllers.
 //!
-//! The harness plays kubelet for three fake Nodes ([`testenv::kubelet`]):
-//! Pods of a Deployment-like set are created bound to them and their status
-//! (podIP, Ready) is written through `pods/status`, so kube-controller-manager
-//! builds the Service's EndpointSlices and Endpoints from real Pods. The set
-//! is scaled 3 -> 5 -> 0 -> 2, with readiness flips and a terminating Pod, and
-//! after every step the DiscoveredService must equal the ready Pod IPs, which
-//! must equal what the real EndpointSlices (or Endpoints) carry: the check
+//! kwok plays kubelet for three fake Nodes in three zones ([`testenv::kwok`]):
+//! Pods of a Deployment-like set are created, kube-scheduler binds them, kwok
+//! makes them Running with an address of their Node's Pod CIDR and Ready once
+//! that address answers, so kube-controller-manager builds the Service's
+//! EndpointSlices and Endpoints from real Pods. The set is scaled 3 -> 5 -> 0
+//! -> 2, with a readiness flip (a failing probe) and Pods deleted with their
+//! grace period (terminating until kwok removes them at its end), and after
+//! every step the DiscoveredService must equal the ready Pod IPs, which must
+//! equal what the real EndpointSlices (or Endpoints) carry: the check
 //! `e2e/kind/run.sh` makes on kind.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -16,16 +18,18 @@
 use crate::controller_support;
 
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
-use controller_support::{Backend, Controller, Env, LIMIT, eventually};
-use k8s_openapi::api::core::v1::{Endpoints, Service};
+use controller_support::{Backend, Controller, Env, LIMIT, Options, eventually};
+use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use testenv::kubelet::FakeKubelet;
 
 const NS: &str = "shop";
 const SVC: &str = "web";
+/// The Pods' `terminationGracePeriodSeconds`: kwok removes a deleted Pod then.
+const GRACE_SECONDS: u64 = 3;
 
 /// Which source the controller reads.
 #[derive(Clone, Copy, PartialEq)]
@@ -96,21 +100,65 @@ async fn converge(env: &Env, mode: Mode, step: &str, ready: &BTreeSet<String>) {
     .await;
 }
 
-/// One Pod of the set: `web-<i>` on node `n<i % 3>` with IP `10.20.0.<i>`.
-fn pod(i: u8) -> (String, String, String) {
-    (
-        format!("web-{i}"),
-        format!("n{}", i % 3),
-        format!("10.20.0.{i}"),
-    )
+/// The name of Pod `i` of the set.
+fn pod(i: u8) -> String {
+    format!("web-{i}")
+}
+
+fn is_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Waits until Pod `name` is Ready (`true`) or not; returns its IP.
+async fn wait_ready(env: &Env, name: &str, ready: bool) -> String {
+    let pods: Api<Pod> = Api::namespaced(env.admin.clone(), NS);
+    eventually(&format!("Pod {name} Ready={ready}"), LIMIT, || async {
+        env.assert_alive();
+        let p = pods.get(name).await.ok()?;
+        let ip = p.status.as_ref()?.pod_ip.clone()?;
+        (is_ready(&p) == ready).then_some(ip)
+    })
+    .await
+}
+
+/// Deletes Pod `name` with its grace period: it stays, terminating, until kwok removes it.
+async fn terminate(env: &Env, name: &str) -> Instant {
+    let pods: Api<Pod> = Api::namespaced(env.admin.clone(), NS);
+    pods.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete Pod");
+    Instant::now()
+}
+
+/// Waits until kwok removed Pod `name`, which must not be before its grace
+/// period (`deletionTimestamp` has whole seconds: up to 1 s early).
+async fn wait_gone(env: &Env, name: &str, deleted: Instant) {
+    let pods: Api<Pod> = Api::namespaced(env.admin.clone(), NS);
+    eventually(&format!("kwok removes Pod {name}"), LIMIT, || async {
+        env.assert_alive();
+        pods.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let after = deleted.elapsed();
+    assert!(
+        after >= Duration::from_secs(GRACE_SECONDS - 1),
+        "Pod {name} removed {after:?} after its deletion, before its grace period of {GRACE_SECONDS} s"
+    );
 }
 
 async fn scale_with_the_real_endpoint_controllers(mode: Mode) {
-    let env = Env::start(Backend::Real).await;
+    let env = Env::start_with(
+        Backend::Real,
+        Options {
+            kwok: Some(testenv::kwok::Options::default()),
+            ..Options::default()
+        },
+    )
+    .await;
     env.namespace(NS).await;
-    let kubelet = FakeKubelet::register(env.admin.clone(), &["n0", "n1", "n2"])
-        .await
-        .expect("fake nodes");
     let svc: Service = serde_json::from_value(json!({
         "metadata": {"name": SVC, "namespace": NS},
         "spec": {"selector": {"app": SVC},
@@ -133,21 +181,24 @@ async fn scale_with_the_real_endpoint_controllers(mode: Mode) {
     let ctl = Controller::start(&env, "real-slices", &cfg, &[]).await;
     ctl.wait_ready().await;
 
-    let labels = json!({"app": SVC});
+    let pods: Api<Pod> = Api::namespaced(env.admin.clone(), NS);
     let mut ready = BTreeSet::new();
     let start = |i: u8| {
-        let (name, node, ip) = pod(i);
-        let (kubelet, labels) = (&kubelet, labels.clone());
+        let (env, pods) = (&env, pods.clone());
         async move {
-            kubelet
-                .create_pod(NS, &name, &node, &labels, ("http", 8080))
+            let p: Pod = serde_json::from_value(json!({
+                "metadata": {"name": pod(i), "namespace": NS, "labels": {"app": SVC}},
+                "spec": {
+                    "terminationGracePeriodSeconds": GRACE_SECONDS,
+                    "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                                    "ports": [{"name": "http", "containerPort": 8080}]}],
+                },
+            }))
+            .unwrap();
+            pods.create(&PostParams::default(), &p)
                 .await
                 .expect("create Pod");
-            kubelet
-                .set_status(NS, &name, &ip, true)
-                .await
-                .expect("Pod status");
-            ip
+            wait_ready(env, &pod(i), true).await
         }
     };
 
@@ -166,19 +217,29 @@ async fn scale_with_the_real_endpoint_controllers(mode: Mode) {
     }
     converge(&env, mode, "5 Pods", &ready).await;
 
-    // A readiness flip: web-2 not ready, then ready again.
-    let (name, _, ip) = pod(2);
-    kubelet.set_status(NS, &name, &ip, false).await.unwrap();
+    // A readiness flip: web-2's probe fails (kwok sets Ready=False), then passes.
+    let name = pod(2);
+    let probe = |v: Option<&str>| {
+        Patch::Merge(json!({"metadata": {"annotations": {testenv::kwok::READY: v}}}))
+    };
+    pods.patch(&name, &PatchParams::default(), &probe(Some("false")))
+        .await
+        .unwrap();
+    let ip = wait_ready(&env, &name, false).await;
     ready.remove(&ip);
     converge(&env, mode, "web-2 not ready", &ready).await;
-    kubelet.set_status(NS, &name, &ip, true).await.unwrap();
+    pods.patch(&name, &PatchParams::default(), &probe(None))
+        .await
+        .unwrap();
+    let ip = wait_ready(&env, &name, true).await;
     ready.insert(ip);
     converge(&env, mode, "web-2 ready again", &ready).await;
 
     // A terminating Pod (deleted with its grace period, still running): the
     // EndpointSlice controller marks it ready=false/terminating, so it leaves.
-    let (name, _, ip) = pod(1);
-    kubelet.terminate(NS, &name).await.unwrap();
+    let name = pod(1);
+    let ip = wait_ready(&env, &name, true).await;
+    let deleted = terminate(&env, &name).await;
     ready.remove(&ip);
     converge(&env, mode, "web-1 terminating", &ready).await;
     if mode == Mode::Slices {
@@ -197,18 +258,18 @@ async fn scale_with_the_real_endpoint_controllers(mode: Mode) {
             "the real EndpointSlice controller's view of a terminating, still-ready Pod"
         );
     }
-    kubelet.finish(NS, &name).await.unwrap();
+    wait_gone(&env, &name, deleted).await;
     converge(&env, mode, "web-1 gone", &ready).await;
 
     // 5 -> 0: every Pod terminates, then goes.
+    let mut deleted = Vec::new();
     for i in 2..=5 {
-        let (name, _, _) = pod(i);
-        kubelet.terminate(NS, &name).await.unwrap();
+        deleted.push((pod(i), terminate(&env, &pod(i)).await));
     }
     ready.clear();
     converge(&env, mode, "0 ready Pods (terminating)", &ready).await;
-    for i in 2..=5 {
-        kubelet.finish(NS, &pod(i).0).await.unwrap();
+    for (name, at) in &deleted {
+        wait_gone(&env, name, *at).await;
     }
     converge(&env, mode, "0 Pods", &ready).await;
 
@@ -220,12 +281,17 @@ async fn scale_with_the_real_endpoint_controllers(mode: Mode) {
     ctl.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn slices_follow_the_real_endpointslice_controller() {
-    scale_with_the_real_endpoint_controllers(Mode::Slices).await;
+// Real API server only (kube-sim runs no Pods): test names `::real`.
+mod slices_follow_the_real_endpointslice_controller {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn real() {
+        super::scale_with_the_real_endpoint_controllers(super::Mode::Slices).await;
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn endpoints_follow_the_real_endpoints_controller() {
-    scale_with_the_real_endpoint_controllers(Mode::Endpoints).await;
+mod endpoints_follow_the_real_endpoints_controller {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn real() {
+        super::scale_with_the_real_endpoint_controllers(super::Mode::Endpoints).await;
+    }
 }

@@ -148,3 +148,23 @@ async fn rust_proxy_spreads_by_weight_and_applies_the_empty_policy(backend: ApiB
     keep.assert_running();
     drop((light, heavy));
 }
+
+mod rust_proxy_rollout_restart_under_traffic_fails_no_request {
+    use super::*;
+
+    /// `kubectl rollout restart` of a Deployment of kwok Pods (maxSurge 1,
+    /// maxUnavailable 0, a grace period longer than the follow time, the
+    /// controller with `drain_terminating: true`) under continuous traffic
+    /// through the gateway: no request fails (issue 31). Real API server only
+    /// (kube-sim runs no Pods): test name `::real`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn real() {
+        let (env, ctl) = start_rollout_world().await;
+        let (mut proxy, addr) =
+            start_proxy(&env, "proxy", SERVICE, &["--empty-policy", "503"]).await;
+        let report = rollout_restart_with_traffic(&env, addr).await;
+        proxy.assert_running();
+        report.assert_no_failures("rust-proxy");
+        ctl.stop().await;
+    }
+}
