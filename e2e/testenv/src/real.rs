@@ -251,9 +251,9 @@ impl ControlPlane {
             format!("--etcd-servers={client_url}"),
             "--bind-address=127.0.0.1".into(),
             format!("--secure-port={secure_port}"),
-            // This machine has no default route; without these a loopback
-            // advertise address is refused and the kubernetes Service's
-            // endpoints reconciler fails.
+            // The harness must not depend on a default route (CI machines
+            // may have none); without these a loopback advertise address is
+            // refused and the kubernetes Service's endpoints reconciler fails.
             "--advertise-address=127.0.0.1".into(),
             "--endpoint-reconciler-type=none".into(),
             format!("--cert-dir={}", d.join("certs").display()),
