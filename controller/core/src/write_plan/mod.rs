@@ -41,6 +41,7 @@ mod held;
 pub mod limiter;
 mod objects;
 mod queue;
+pub mod record;
 mod seen;
 #[cfg(test)]
 mod tests;

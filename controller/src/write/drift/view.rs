@@ -1,5 +1,5 @@
-//! The view of the cache that the writer and the sink ask ([`DriftView`]):
-//! is what the API server holds for a service what we want? Also the checks
+//! The drift checks over the record ([`DriftView`]): is what the API
+//! server holds for a service what we want? Also the checks
 //! the drift watch makes per event (`suspicious`) and after a relist
 //! (`sweep`).
 //!
@@ -10,35 +10,30 @@
 //! ```
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kube_discovery_core::crd::{
     DesiredObjects, DiscoveredService, MAX_OBJECT_PORTS_BYTES, ObjectNaming, Owner,
 };
+use kube_discovery_core::write_plan::record::{Record, WantedObject, wanted_objects};
 use kube_discovery_core::write_plan::{DriftFacts, DriftResult, judge_drift};
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
 #[cfg(test)]
 use super::DriftCheck;
 use super::ObjName;
-use super::cache::{Caches, pack_rv, parse_rv};
 use super::decode::Watched;
-use super::facts::{WantedObject, wanted_objects};
 use crate::state::ControllerState;
-use crate::write::generation::Generations;
+use crate::write::record::SharedRecord;
 
-/// The cache of our own objects plus the resourceVersions of our last writes.
+/// The drift checks over the record of our own objects
+/// ([`crate::write::record`]).
 #[derive(Clone)]
 pub struct DriftView {
     pub(super) naming: ObjectNaming,
-    pub(super) ready: Arc<AtomicBool>,
-    caches: Arc<Mutex<Caches>>,
+    record: SharedRecord,
     /// The object size bound of `desired_objects` (tests use small ones).
     pub(super) max_ports_bytes: usize,
-    /// The generations the watch shows, shared with the sink
-    /// ([`crate::write::generation`]).
-    pub(super) generations: Generations,
     /// The wanted form of shards `i > 0` by `(namespace, name)`, with the
     /// service and `spec.version` it was built for ([`DriftView::intact_of`]).
     shard_wants: Arc<Mutex<ShardWants>>,
@@ -56,25 +51,21 @@ const SHARD_WANTS_MAX: usize = 65_536;
 impl DriftView {
     /// An empty, unlisted view (`DriftView::new` pairs it with its feed).
     pub(super) fn empty(naming: ObjectNaming) -> DriftView {
-        let caches = Arc::new(Mutex::new(Caches::new(&naming.instance, &naming.adopt)));
         DriftView {
             naming,
-            ready: Arc::new(AtomicBool::new(false)),
-            caches,
+            record: SharedRecord::default(),
             max_ports_bytes: MAX_OBJECT_PORTS_BYTES,
-            generations: Generations::default(),
             shard_wants: Arc::default(),
         }
     }
 
-    /// The generations of our objects as the watch shows them (the sink
-    /// stamps `observedGeneration` from them).
-    pub fn generations(&self) -> &Generations {
-        &self.generations
+    /// The record the drift watch feeds (the sink shares it).
+    pub fn record(&self) -> &SharedRecord {
+        &self.record
     }
 
-    pub(super) fn lock(&self) -> MutexGuard<'_, Caches> {
-        self.caches.lock().unwrap_or_else(PoisonError::into_inner)
+    pub(super) fn lock(&self) -> MutexGuard<'_, Record> {
+        self.record.lock()
     }
 
     /// The object naming.
@@ -82,14 +73,14 @@ impl DriftView {
         &self.naming
     }
 
-    /// Whether the first list is in the cache.
+    /// Whether the first list of the drift watch is in the record.
     pub fn ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+        self.lock().watched()
     }
 
-    /// Number of objects in the (live) cache.
+    /// Number of watched objects in the record.
     pub fn len(&self) -> usize {
-        self.lock().live.len()
+        self.lock().len()
     }
 
     /// Whether the (live) cache holds no object.
@@ -97,19 +88,22 @@ impl DriftView {
         self.len() == 0
     }
 
-    /// Records the resourceVersion the API server returned for our write of
-    /// `ns/name` (or forgets it after a delete).
+    /// Our write of `ns/name` was answered with `rv` (`None`: deleted), as
+    /// the sink records it (tests).
+    #[cfg(test)]
     pub fn note_written(&self, ns: &str, name: &str, rv: Option<u64>) {
-        self.lock().live.note_written(ns, name, pack_rv(rv));
+        match rv {
+            Some(_) => self.lock().written(ns, name, rv, None),
+            None => self.lock().removed(ns, name),
+        }
     }
 
     /// Whether the watch event `w` is our own last write of it or older:
     /// it needs no comparison (a change of the desired state since then is
     /// queued as a write anyway).
     pub(super) fn ours_or_older(&self, w: &Watched) -> bool {
-        let ours = self.lock().live.written(w.ns(), w.name());
-        let have = parse_rv(w.meta.resource_version.as_deref());
-        matches!((have, ours), (Some(have), Some(ours)) if have <= ours)
+        self.lock()
+            .ours_or_older(w.ns(), w.name(), w.resource_version())
     }
 
     /// Whether the object `want` names is intact in the cache: cached, not
@@ -119,7 +113,6 @@ impl DriftView {
     pub fn intact(&self, want: &DiscoveredService) -> bool {
         let w = WantedObject::of(want);
         self.lock()
-            .live
             .cached(&w.ns, &w.name)
             .is_some_and(|s| !s.older_than_our_write() && s.satisfies(&w))
     }
@@ -139,9 +132,8 @@ impl DriftView {
     /// this of 15 shards; building them copied every node (issue 19 item 2).
     pub fn intact_of(&self, desired: &DesiredObjects<'_>, index: u32) -> bool {
         let (ns, name) = desired.name(index);
-        let current = |caches: &Caches| {
-            caches
-                .live
+        let current = |record: &Record| {
+            record
                 .cached(&ns, &name)
                 .is_some_and(|s| !s.older_than_our_write())
         };
@@ -155,7 +147,6 @@ impl DriftView {
         };
         let Some(want) = want else { return false };
         self.lock()
-            .live
             .cached(&ns, &name)
             .is_some_and(|s| !s.older_than_our_write() && s.satisfies(&want))
     }
@@ -193,13 +184,13 @@ impl DriftView {
     /// Who holds `ns/name` when that is not this instance (another
     /// instance, or a hand-made object), as the watch last showed it.
     pub fn taken(&self, ns: &str, name: &str) -> Option<Owner> {
-        self.lock().live.taken(ns, name).cloned()
+        self.lock().taken(ns, name).cloned()
     }
 
     /// Every cached object that describes `key` (by its spec): an index
     /// lookup, O(objects of `key`).
     pub fn objects_of(&self, key: &ServiceKey) -> Vec<ObjName> {
-        self.lock().live.objects_of(key)
+        self.lock().objects_of(key)
     }
 
     /// What the cache shows of `key`'s objects next to what the desired
@@ -222,10 +213,10 @@ impl DriftView {
         let wanted = desired
             .map(|d| wanted_objects(d, &self.naming, self.max_ports_bytes))
             .unwrap_or_default();
-        let caches = self.lock();
+        let record = self.lock();
         let wanted = wanted
             .iter()
-            .map(|w| w.facts(caches.live.cached(&w.ns, &w.name).map(|s| s.seen())))
+            .map(|w| w.facts(record.cached(&w.ns, &w.name).map(|s| s.seen())))
             .collect();
         DriftFacts {
             listed: true,
@@ -305,8 +296,8 @@ impl DriftView {
         // Orphans: one pass over the slots, a key is built only for objects
         // of listed clusters. (ControllerState's locks are only ever taken inside its
         // own methods, so calling it under the cache lock cannot deadlock.)
-        let caches = self.lock();
-        for s in caches.live.cached_slots() {
+        let record = self.lock();
+        for s in record.cached_slots() {
             if !clusters.get(s.cluster()).is_some_and(|c| c.listed) {
                 continue;
             }
