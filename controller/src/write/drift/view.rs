@@ -1,22 +1,19 @@
 //! The drift checks over the record ([`DriftView`]): is what the API
-//! server holds for a service what we want? Also the checks
-//! the drift watch makes per event (`suspicious`) and after a relist
-//! (`sweep`).
-//!
-//! ```text
-//!  facts(key, desired)   wanted_objects(desired) next to the cached objects of key (key index):
-//!                        names, resourceVersions (cached, our last write), digests
-//!    ─▶ judged by the planner (write_plan::judge_drift): Deleted / Edited / Stale / Orphan / Ok
-//! ```
+//! server holds for a service what we want? The checks themselves are pure
+//! core functions over the record (`kube_discovery_core::write_plan::record`:
+//! `drift_facts`, `suspicious` per watch event, `sweep` after a relist);
+//! this view locks the record and hands them the desired state, and answers
+//! the sink which objects are intact (remembering the wanted form of
+//! shards, [`DriftView::intact_of`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kube_discovery_core::crd::{
     DesiredObjects, DiscoveredService, MAX_OBJECT_PORTS_BYTES, ObjectNaming, Owner,
 };
-use kube_discovery_core::write_plan::record::{Record, WantedObject, wanted_objects};
-use kube_discovery_core::write_plan::{DriftFacts, DriftResult, judge_drift};
+use kube_discovery_core::write_plan::DriftFacts;
+use kube_discovery_core::write_plan::record::{self, Record, WantedObject};
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
 #[cfg(test)]
@@ -100,7 +97,8 @@ impl DriftView {
 
     /// Whether the watch event `w` is our own last write of it or older:
     /// it needs no comparison (a change of the desired state since then is
-    /// queued as a write anyway).
+    /// queued as a write anyway). Tests.
+    #[cfg(test)]
     pub(super) fn ours_or_older(&self, w: &Watched) -> bool {
         self.lock()
             .ours_or_older(w.ns(), w.name(), w.resource_version())
@@ -193,120 +191,53 @@ impl DriftView {
         self.lock().objects_of(key)
     }
 
-    /// What the cache shows of `key`'s objects next to what the desired
+    /// What the record shows of `key`'s objects next to what the desired
     /// state (`None`: no source) wants, for the planner to judge
     /// ([`kube_discovery_core::write_plan::judge_drift`]): gathered, not
-    /// decided.
+    /// decided ([`record::drift_facts`]).
     pub fn facts(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftFacts {
-        if !self.ready() {
-            return DriftFacts {
-                listed: false,
-                wanted: Vec::new(),
-                present: Vec::new(),
-            };
-        }
-        self.facts_among(desired, self.objects_of(key))
+        record::drift_facts(
+            &self.lock(),
+            key,
+            desired,
+            &self.naming,
+            self.max_ports_bytes,
+        )
     }
 
-    /// [`DriftView::facts`] with the cached objects of the key given.
-    fn facts_among(&self, desired: Option<&ServiceNodes>, present: Vec<ObjName>) -> DriftFacts {
-        let wanted = desired
-            .map(|d| wanted_objects(d, &self.naming, self.max_ports_bytes))
-            .unwrap_or_default();
-        let record = self.lock();
-        let wanted = wanted
-            .iter()
-            .map(|w| w.facts(record.cached(&w.ns, &w.name).map(|s| s.seen())))
-            .collect();
-        DriftFacts {
-            listed: true,
-            wanted,
-            present,
-        }
-    }
-
-    /// The planner's verdict on the cache and the desired state of `key`
+    /// The planner's verdict on the record and the desired state of `key`
     /// (`None`: no source), as the tests ask it.
     #[cfg(test)]
     pub fn check(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftCheck {
-        DriftCheck::from(judge_drift(&self.facts(key, desired)))
+        DriftCheck::from(kube_discovery_core::write_plan::judge_drift(
+            &self.facts(key, desired),
+        ))
     }
 
-    /// Whether a watch event about `obj` needs a closer look by the writer:
-    /// `Some(true)` yes, `Some(false)` no, `None` not decidable yet (its
-    /// cluster is not listed).
+    /// Whether a watch event about `obj` (already in the record) needs a
+    /// closer look by the writer ([`record::suspicious`]).
     pub(super) fn suspicious(
         &self,
         obj: &Watched,
         deleted: bool,
         shared: &ControllerState,
     ) -> Option<bool> {
-        if !deleted && self.ours_or_older(obj) {
-            // Cheap, and the common case: nothing of the desired state is
-            // looked at per event of our own writes.
-            return Some(false);
-        }
-        let key = &obj.key;
-        let listed = shared
-            .clusters()
-            .get(key.cluster.as_str())
-            .map(|c| c.listed);
-        match shared.desired(key) {
-            None => match listed {
-                // Another cluster's object (not configured here): not ours to judge.
-                None => Some(false),
-                Some(false) => None,
-                // No source: an orphan (a deleted one is simply gone).
-                Some(true) => Some(!deleted),
-            },
-            Some(d) => {
-                let wanted = wanted_objects(&d, &self.naming, self.max_ports_bytes);
-                let w = wanted
-                    .iter()
-                    .find(|w| w.ns == obj.ns() && w.name == obj.name());
-                Some(match (w, deleted) {
-                    // Not a name we want: a stray (a deleted stray is fine).
-                    (None, d) => !d,
-                    (Some(_), true) => true,
-                    (Some(w), false) => !obj.facts.satisfies(w),
-                })
-            }
-        }
+        let owner = obj.owner(&self.naming);
+        record::suspicious(
+            &self.lock(),
+            &obj.seen(&owner),
+            deleted,
+            shared,
+            &self.naming,
+            self.max_ports_bytes,
+        )
     }
 
-    /// Keys to check after a (re)list: every desired key of the listed
-    /// clusters, and the keys of cached objects without a source.
+    /// Keys to check after a (re)list ([`record::sweep`]). The record is
+    /// locked for the whole sweep (a sweep follows a relist only; the sink
+    /// waits for it at its next request).
     pub(super) fn sweep(&self, shared: &ControllerState) -> Vec<ServiceKey> {
-        let clusters = shared.clusters();
-        let mut out = BTreeSet::new();
-        if !self.ready() {
-            return Vec::new();
-        }
-        for (id, status) in &clusters {
-            if !status.listed {
-                continue;
-            }
-            for svc in shared.desired_of(id) {
-                let here = self.objects_of(&svc.key);
-                if judge_drift(&self.facts_among(Some(&svc), here)) != DriftResult::Intact {
-                    out.insert(svc.key.clone());
-                }
-            }
-        }
-        // Orphans: one pass over the slots, a key is built only for objects
-        // of listed clusters. (ControllerState's locks are only ever taken inside its
-        // own methods, so calling it under the cache lock cannot deadlock.)
-        let record = self.lock();
-        for s in record.cached_slots() {
-            if !clusters.get(s.cluster()).is_some_and(|c| c.listed) {
-                continue;
-            }
-            let key = s.service_key();
-            if !out.contains(&key) && !shared.has_desired(&key) {
-                out.insert(key);
-            }
-        }
-        out.into_iter().collect()
+        record::sweep(&self.lock(), shared, &self.naming, self.max_ports_bytes)
     }
 }
 

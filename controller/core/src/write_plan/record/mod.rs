@@ -29,6 +29,7 @@
 //! * Names held by others come from the start-up list until the drift
 //!   watch has listed, then from the watch.
 
+mod check;
 mod facts;
 mod kept;
 mod objects;
@@ -40,6 +41,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
+pub use self::check::{drift_facts, suspicious, sweep};
 pub use self::facts::{
     Facts, Owners, WantedObject, matches, ports_digest, stamp_ok, wanted_objects,
 };
