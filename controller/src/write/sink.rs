@@ -47,8 +47,8 @@
 //! what we want?" (the watch's copies next to the wanted objects; it
 //! changes and decides nothing). A key the planner judges drifted is a
 //! repair ([`Prior::repair`]): `object_ops` then writes only the objects the
-//! cache does NOT show intact ([`DriftView::intact_of`]: cached, not older than
-//! our last write, content as wanted) and deletes stray objects the cache
+//! record does NOT show intact (`Record::intact_of`: watched, not older than
+//! our last write, content as wanted) and deletes stray objects the record
 //! holds for the service. Port keys someone else added survive server-side
 //! apply (not ours) and are removed by a merge patch after the apply.
 //!
@@ -65,7 +65,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::{Error, Result};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -76,16 +76,15 @@ use kube_discovery_core::crd::{
     ShardHead, consistent_shards, generation_fix, key_of, shard_of, stamp_generation,
     stamped_generation,
 };
-use kube_discovery_core::write_plan::record::Listing;
+use kube_discovery_core::write_plan::record::{Listing, RecordView, WantedShards};
 use kube_discovery_core::write_plan::{
-    DeleteWhy, DriftFacts, Held, NameTaken, ObjectOp, ObjectPlan, Prior, ServerFacts, ServerView,
-    object_ops,
+    DeleteWhy, DriftFacts, Held, NameTaken, ObjectOp, ObjectPlan, Prior, ServerFacts, object_ops,
 };
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
 use crate::k8s::events::Events;
 use crate::k8s::leader::{Fence, FenceToken};
-use crate::write::drift::{DriftView, Lean, ObjName};
+use crate::write::drift::{DriftView, Lean};
 use crate::write::explain::Explain;
 use crate::write::generation::{Stamping, stamp_undeclared};
 use crate::write::record::SharedRecord;
@@ -186,6 +185,9 @@ pub struct KubeSink {
     /// What the API server holds of our objects (names held by others,
     /// generations, conditions), shared with the drift watch.
     record: SharedRecord,
+    /// The wanted form of unchanged shards, remembered across writes
+    /// ([`kube_discovery_core::write_plan::record::Record::intact_of`]).
+    wanted_shards: Arc<Mutex<WantedShards>>,
     /// Checked before every write request ([`Fence::always`] without leader election).
     fence: Fence,
     /// Events explaining the writes.
@@ -203,6 +205,7 @@ impl KubeSink {
             drift: None,
             namespace: None,
             record: SharedRecord::default(),
+            wanted_shards: Arc::default(),
             fence: Fence::always(),
             explain: Explain::default(),
             stamping: Stamping::default(),
@@ -243,10 +246,22 @@ impl KubeSink {
         Api::namespaced(self.client.clone(), namespace)
     }
 
-    /// Who holds `ns/name` when that is not this instance, as the record
-    /// says (the drift watch once it has listed, else the start-up list).
-    fn taken(&self, ns: &str, name: &str) -> Option<Owner> {
-        self.record.lock().taken(ns, name).cloned()
+    /// What a write of `key` over `prior` reads of the record before it is
+    /// planned ([`ServerFacts::gather`], then [`object_ops`]): read once,
+    /// under the record's lock, never asked while deciding.
+    fn server_facts(
+        &self,
+        key: &ServiceKey,
+        desired: Option<&DesiredObjects<'_>>,
+        prior: Prior,
+    ) -> ServerFacts {
+        let mut shards = self
+            .wanted_shards
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let record = self.record.lock();
+        let view = RecordView::new(&record, &mut shards);
+        ServerFacts::gather(key, &self.naming, desired, prior, &view)
     }
 
     /// Sends the requests of one write of `key` in order (each fenced by
@@ -539,27 +554,6 @@ impl KubeSink {
     }
 }
 
-/// What a write reads of the API server before it is planned
-/// ([`ServerFacts::gather`], then [`object_ops`]), answered from the record
-/// (names held by others) and the drift checks over it (intact objects, a
-/// service's objects).
-impl ServerView for KubeSink {
-    fn intact(&self, desired: &DesiredObjects<'_>, index: u32) -> bool {
-        self.drift
-            .as_ref()
-            .is_some_and(|v| v.intact_of(desired, index))
-    }
-    fn taken(&self, ns: &str, name: &str) -> Option<Owner> {
-        KubeSink::taken(self, ns, name)
-    }
-    fn objects_of(&self, key: &ServiceKey) -> Vec<ObjName> {
-        self.drift
-            .as_ref()
-            .map(|v| v.objects_of(key))
-            .unwrap_or_default()
-    }
-}
-
 impl From<NameTaken> for Error {
     fn from(t: NameTaken) -> Self {
         let (ns, name) = t.object;
@@ -739,7 +733,7 @@ impl Sink for KubeSink {
             DesiredObjects::new(&svc, &self.naming).at(&previous, &Time(jiff::Timestamp::now()));
         // Decided from names and versions; then only the objects sent are
         // built (one change in a big service: its shard and shard 0).
-        let facts = ServerFacts::gather(&svc.key, &self.naming, Some(&desired), prior, self);
+        let facts = self.server_facts(&svc.key, Some(&desired), prior);
         let plan = object_ops(&svc.key, &self.naming, Some(&desired), prior, &facts)?;
         let mut objs = desired.build(&plan.applied());
         if self.stamping.on() {
@@ -774,7 +768,7 @@ impl Sink for KubeSink {
 
     async fn delete(&self, key: ServiceKey, prior: Prior, epoch: u64) -> Result<()> {
         let token = self.fence.begin_in(epoch)?;
-        let facts = ServerFacts::gather(&key, &self.naming, None, prior, self);
+        let facts = self.server_facts(&key, None, prior);
         let plan = object_ops(&key, &self.naming, None, prior, &facts)?;
         self.execute(token, &key, plan, &[], prior.repair).await?;
         self.record.lock().service_removed(&key);

@@ -2,18 +2,19 @@
 //! server holds for a service what we want? The checks themselves are pure
 //! core functions over the record (`kube_discovery_core::write_plan::record`:
 //! `drift_facts`, `suspicious` per watch event, `sweep` after a relist);
-//! this view locks the record and hands them the desired state, and answers
-//! the sink which objects are intact (remembering the wanted form of
-//! shards, [`DriftView::intact_of`]).
+//! this view locks the record and hands them the desired state.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::MutexGuard;
+#[cfg(test)]
+use std::sync::{Arc, Mutex, PoisonError};
 
-use kube_discovery_core::crd::{
-    DesiredObjects, DiscoveredService, MAX_OBJECT_PORTS_BYTES, ObjectNaming, Owner,
-};
+#[cfg(test)]
+use kube_discovery_core::crd::{DesiredObjects, DiscoveredService};
+use kube_discovery_core::crd::{MAX_OBJECT_PORTS_BYTES, ObjectNaming, Owner};
 use kube_discovery_core::write_plan::DriftFacts;
-use kube_discovery_core::write_plan::record::{self, Record, WantedObject};
+#[cfg(test)]
+use kube_discovery_core::write_plan::record::WantedShards;
+use kube_discovery_core::write_plan::record::{self, Record};
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
 #[cfg(test)]
@@ -31,19 +32,10 @@ pub struct DriftView {
     record: SharedRecord,
     /// The object size bound of `desired_objects` (tests use small ones).
     pub(super) max_ports_bytes: usize,
-    /// The wanted form of shards `i > 0` by `(namespace, name)`, with the
-    /// service and `spec.version` it was built for ([`DriftView::intact_of`]).
-    shard_wants: Arc<Mutex<ShardWants>>,
+    /// The memo of [`DriftView::intact_of`] (tests).
+    #[cfg(test)]
+    wanted_shards: Arc<Mutex<WantedShards>>,
 }
-
-/// [`DriftView::shard_wants`]: `(namespace, name)` -> (service, shard
-/// version, wanted form).
-type ShardWants = HashMap<ObjName, (ServiceKey, String, WantedObject)>;
-
-/// [`DriftView::shard_wants`] is emptied when it grows beyond this many
-/// shards (a memo: entries of deleted services are never looked up again,
-/// and any entry is rebuilt on demand).
-const SHARD_WANTS_MAX: usize = 65_536;
 
 impl DriftView {
     /// An empty, unlisted view (`DriftView::new` pairs it with its feed).
@@ -52,7 +44,8 @@ impl DriftView {
             naming,
             record: SharedRecord::default(),
             max_ports_bytes: MAX_OBJECT_PORTS_BYTES,
-            shard_wants: Arc::default(),
+            #[cfg(test)]
+            wanted_shards: Arc::default(),
         }
     }
 
@@ -104,79 +97,21 @@ impl DriftView {
             .ours_or_older(w.ns(), w.name(), w.resource_version())
     }
 
-    /// Whether the object `want` names is intact in the cache: cached, not
-    /// older than our last write of it, and [`matches()`](super::matches) `want` (status is not
-    /// compared). A repair skips such objects (the sink's apply would only
-    /// move their `lastSyncTime`); unknown or stale counts as not intact.
+    /// [`Record::intact`] (tests).
+    #[cfg(test)]
     pub fn intact(&self, want: &DiscoveredService) -> bool {
-        let w = WantedObject::of(want);
-        self.lock()
-            .cached(&w.ns, &w.name)
-            .is_some_and(|s| !s.older_than_our_write() && s.satisfies(&w))
+        self.lock().intact(want)
     }
 
-    /// [`DriftView::intact`] of object `index` of `desired`, building it
-    /// only when the answer needs it: not for an object the cache does not
-    /// hold (or holds older than our write), and not for a shard `i > 0`
-    /// whose wanted form is remembered for its `spec.version`.
-    ///
-    /// Why remembering is exact: a shard `i > 0` carries the version of its
-    /// own content (`kube_discovery_core::crd::shards::shard_version`: its nodes,
-    /// index, count, source, owner and extras), and everything else of it
-    /// follows from its service and the naming, so the same service and
-    /// version mean the same wanted object, which is compared with the
-    /// cached copy as before (a hand edit of its nodes is still seen). Why
-    /// it matters: a write of one change in a 100,000-endpoint service asks
-    /// this of 15 shards; building them copied every node (issue 19 item 2).
+    /// [`Record::intact_of`] with the view's own memo of wanted shards
+    /// (tests; the sink keeps its own).
+    #[cfg(test)]
     pub fn intact_of(&self, desired: &DesiredObjects<'_>, index: u32) -> bool {
-        let (ns, name) = desired.name(index);
-        let current = |record: &Record| {
-            record
-                .cached(&ns, &name)
-                .is_some_and(|s| !s.older_than_our_write())
-        };
-        if !current(&self.lock()) {
-            return false;
-        }
-        let want = if desired.is_later_shard(index) {
-            self.shard_want(desired, index, (ns.clone(), name.clone()))
-        } else {
-            desired.object(index).map(|o| WantedObject::of(&o))
-        };
-        let Some(want) = want else { return false };
-        self.lock()
-            .cached(&ns, &name)
-            .is_some_and(|s| !s.older_than_our_write() && s.satisfies(&want))
-    }
-
-    /// The wanted form of shard `index > 0` of `desired` named `at`,
-    /// remembered per service and version ([`DriftView::intact_of`]).
-    fn shard_want(
-        &self,
-        desired: &DesiredObjects<'_>,
-        index: u32,
-        at: ObjName,
-    ) -> Option<WantedObject> {
-        let key = &desired.service().key;
-        let version = desired.version(index);
-        let lock = || {
-            self.shard_wants
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-        };
-        if let Some((k, v, w)) = lock().get(&at)
-            && k == key
-            && v == version
-        {
-            return Some(w.clone());
-        }
-        let want = WantedObject::of(&desired.object(index)?);
-        let mut wants = lock();
-        if wants.len() >= SHARD_WANTS_MAX {
-            wants.clear();
-        }
-        wants.insert(at, (key.clone(), version.to_string(), want.clone()));
-        Some(want)
+        let mut shards = self
+            .wanted_shards
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.lock().intact_of(desired, index, &mut shards)
     }
 
     /// Who holds `ns/name` when that is not this instance (another

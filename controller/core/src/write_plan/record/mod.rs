@@ -31,6 +31,7 @@
 
 mod check;
 mod facts;
+mod intact;
 mod kept;
 mod objects;
 #[cfg(test)]
@@ -45,6 +46,7 @@ pub use self::check::{drift_facts, suspicious, sweep};
 pub use self::facts::{
     Facts, Owners, WantedObject, matches, ports_digest, stamp_ok, wanted_objects,
 };
+pub use self::intact::{RecordView, WantedShards};
 use self::kept::Kept;
 pub use self::objects::Slot;
 use self::objects::{Objects, pack_rv};
