@@ -150,3 +150,6 @@ pub fn sweep(
     }
     out.into_iter().collect()
 }
+
+#[cfg(test)]
+mod tests;
