@@ -99,7 +99,7 @@ impl DriftFeed {
             (None, NamespaceMode::Source) => Api::all(client),
         };
         // Every DiscoveredService, not only labelled ones: objects of other
-        // instances and hand-made ones are kept apart by the cache (never
+        // instances and hand-made ones are kept apart by the record (never
         // compared or repaired), and their names are not written.
         let mut ours = Watch::from_config(watch::config(self.watch_timeout), move |cfg| {
             watcher(api.clone(), cfg)

@@ -15,8 +15,8 @@
 //!    latest entries next to the wanted objects ─▶ Input::DriftSeen
 //!    planner: write_plan::judge_drift
 //!      Ok     ─▶ nothing (it was the late watch event of our own write)
-//!      Stale  ─▶ look again later (the cache has not seen our last write yet)
-//!      Drift  ─▶ a repair (planner): rewrite what the cache does not show intact,
+//!      Stale  ─▶ look again later (the record has not seen our last write yet)
+//!      Drift  ─▶ a repair (planner): rewrite what the record does not show intact,
 //!                delete strays (write_plan::object_ops)
 //! ```
 //!

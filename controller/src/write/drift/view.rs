@@ -73,7 +73,7 @@ impl DriftView {
         self.lock().len()
     }
 
-    /// Whether the (live) cache holds no object.
+    /// Whether the record shows no watched object.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
