@@ -19,4 +19,11 @@ impl SharedRecord {
     pub fn lock(&self) -> MutexGuard<'_, Record> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// The lock itself, for the core functions that lock it only around
+    /// their reads (the drift checks, what a write reads before it is
+    /// planned).
+    pub fn mutex(&self) -> &Mutex<Record> {
+        &self.0
+    }
 }

@@ -47,7 +47,7 @@
 //! what we want?" (the watch's copies next to the wanted objects; it
 //! changes and decides nothing). A key the planner judges drifted is a
 //! repair ([`Prior::repair`]): `object_ops` then writes only the objects the
-//! record does NOT show intact (`Record::intact_of`: watched, not older than
+//! record does NOT show intact (`record::intact_of`: watched, not older than
 //! our last write, content as wanted) and deletes stray objects the record
 //! holds for the service. Port keys someone else added survive server-side
 //! apply (not ours) and are removed by a merge patch after the apply.
@@ -186,7 +186,7 @@ pub struct KubeSink {
     /// generations, conditions), shared with the drift watch.
     record: SharedRecord,
     /// The wanted form of unchanged shards, remembered across writes
-    /// ([`kube_discovery_core::write_plan::record::Record::intact_of`]).
+    /// ([`kube_discovery_core::write_plan::record::intact_of`]).
     wanted_shards: Arc<Mutex<WantedShards>>,
     /// Checked before every write request ([`Fence::always`] without leader election).
     fence: Fence,
@@ -248,7 +248,8 @@ impl KubeSink {
 
     /// What a write of `key` over `prior` reads of the record before it is
     /// planned ([`ServerFacts::gather`], then [`object_ops`]): read once,
-    /// under the record's lock, never asked while deciding.
+    /// never asked while deciding (the record is locked around each read,
+    /// not while a wanted object is built).
     fn server_facts(
         &self,
         key: &ServiceKey,
@@ -259,8 +260,7 @@ impl KubeSink {
             .wanted_shards
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let record = self.record.lock();
-        let view = RecordView::new(&record, &mut shards);
+        let view = RecordView::new(self.record.mutex(), &mut shards);
         ServerFacts::gather(key, &self.naming, desired, prior, &view)
     }
 

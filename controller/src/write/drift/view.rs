@@ -103,7 +103,7 @@ impl DriftView {
         self.lock().intact(want)
     }
 
-    /// [`Record::intact_of`] with the view's own memo of wanted shards
+    /// [`record::intact_of`] with the view's own memo of wanted shards
     /// (tests; the sink keeps its own).
     #[cfg(test)]
     pub fn intact_of(&self, desired: &DesiredObjects<'_>, index: u32) -> bool {
@@ -111,7 +111,7 @@ impl DriftView {
             .wanted_shards
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        self.lock().intact_of(desired, index, &mut shards)
+        record::intact_of(self.record.mutex(), desired, index, &mut shards)
     }
 
     /// Who holds `ns/name` when that is not this instance (another
@@ -132,7 +132,7 @@ impl DriftView {
     /// decided ([`record::drift_facts`]).
     pub fn facts(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftFacts {
         record::drift_facts(
-            &self.lock(),
+            self.record.mutex(),
             key,
             desired,
             &self.naming,
@@ -159,7 +159,7 @@ impl DriftView {
     ) -> Option<bool> {
         let owner = obj.owner(&self.naming);
         record::suspicious(
-            &self.lock(),
+            self.record.mutex(),
             &obj.seen(&owner),
             deleted,
             shared,
@@ -168,11 +168,14 @@ impl DriftView {
         )
     }
 
-    /// Keys to check after a (re)list ([`record::sweep`]). The record is
-    /// locked for the whole sweep (a sweep follows a relist only; the sink
-    /// waits for it at its next request).
+    /// Keys to check after a (re)list ([`record::sweep`]).
     pub(super) fn sweep(&self, shared: &ControllerState) -> Vec<ServiceKey> {
-        record::sweep(&self.lock(), shared, &self.naming, self.max_ports_bytes)
+        record::sweep(
+            self.record.mutex(),
+            shared,
+            &self.naming,
+            self.max_ports_bytes,
+        )
     }
 }
 

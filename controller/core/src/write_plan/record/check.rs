@@ -14,8 +14,9 @@
 //! ```
 
 use std::collections::BTreeSet;
+use std::sync::Mutex;
 
-use super::{ObjectSeen, Record, wanted_objects};
+use super::{ObjectSeen, Record, lock, wanted_objects};
 use crate::crd::ObjectNaming;
 use crate::write_plan::{DesiredView, DriftFacts, DriftResult, ObjName, judge_drift};
 use crate::{ServiceKey, ServiceNodes};
@@ -23,31 +24,29 @@ use crate::{ServiceKey, ServiceNodes};
 /// What the record shows of `key`'s objects next to what `desired`
 /// (`None`: no source) wants: gathered, not decided.
 pub fn drift_facts(
-    record: &Record,
+    record: &Mutex<Record>,
     key: &ServiceKey,
     desired: Option<&ServiceNodes>,
     naming: &ObjectNaming,
     max_ports_bytes: usize,
 ) -> DriftFacts {
-    if !record.watched() {
-        return DriftFacts {
-            listed: false,
-            wanted: Vec::new(),
-            present: Vec::new(),
-        };
-    }
-    facts_among(
-        record,
-        desired,
-        record.objects_of(key),
-        naming,
-        max_ports_bytes,
-    )
+    let present = {
+        let r = lock(record);
+        if !r.watched() {
+            return DriftFacts {
+                listed: false,
+                wanted: Vec::new(),
+                present: Vec::new(),
+            };
+        }
+        r.objects_of(key)
+    };
+    facts_among(record, desired, present, naming, max_ports_bytes)
 }
 
 /// [`drift_facts`] with the watched objects of the key given.
 fn facts_among(
-    record: &Record,
+    record: &Mutex<Record>,
     desired: Option<&ServiceNodes>,
     present: Vec<ObjName>,
     naming: &ObjectNaming,
@@ -56,6 +55,7 @@ fn facts_among(
     let wanted = desired
         .map(|d| wanted_objects(d, naming, max_ports_bytes))
         .unwrap_or_default();
+    let record = lock(record);
     let wanted = wanted
         .iter()
         .map(|w| w.facts(record.cached(&w.ns, &w.name).map(|s| s.seen())))
@@ -71,14 +71,14 @@ fn facts_among(
 /// closer look: `Some(true)` yes, `Some(false)` no, `None` not decidable
 /// yet (its cluster is not listed). Feed the event to the record first.
 pub fn suspicious(
-    record: &Record,
+    record: &Mutex<Record>,
     obj: &ObjectSeen<'_>,
     deleted: bool,
     desired: &dyn DesiredView,
     naming: &ObjectNaming,
     max_ports_bytes: usize,
 ) -> Option<bool> {
-    if !deleted && record.ours_or_older(obj.ns, obj.name, obj.resource_version) {
+    if !deleted && lock(record).ours_or_older(obj.ns, obj.name, obj.resource_version) {
         // Cheap, and the common case: nothing of the desired state is
         // looked at per event of our own writes.
         return Some(false);
@@ -114,12 +114,12 @@ pub fn suspicious(
 /// the listed clusters that the record does not show intact, and the keys
 /// of watched objects without a source (of listed clusters).
 pub fn sweep(
-    record: &Record,
+    record: &Mutex<Record>,
     desired: &dyn DesiredView,
     naming: &ObjectNaming,
     max_ports_bytes: usize,
 ) -> Vec<ServiceKey> {
-    if !record.watched() {
+    if !lock(record).watched() {
         return Vec::new();
     }
     let clusters = desired.clusters();
@@ -130,7 +130,7 @@ pub fn sweep(
             let Some(svc) = desired.nodes(&key) else {
                 continue;
             };
-            let here = record.objects_of(&key);
+            let here = lock(record).objects_of(&key);
             let facts = facts_among(record, Some(&svc), here, naming, max_ports_bytes);
             if judge_drift(&facts) != DriftResult::Intact {
                 out.insert(key);
@@ -139,6 +139,7 @@ pub fn sweep(
     }
     // Orphans: one pass over the slots, a key is built only for objects
     // of listed clusters.
+    let record = lock(record);
     for s in record.cached_slots() {
         if !listed(s.cluster()) {
             continue;

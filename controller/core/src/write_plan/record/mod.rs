@@ -28,6 +28,10 @@
 //!   service), reduced to what a write reads back (`kept.rs`).
 //! * Names held by others come from the start-up list until the drift
 //!   watch has listed, then from the watch.
+//! * The functions that read a shared record while they compare it with
+//!   the desired state (`check.rs`, `intact.rs`) take the `Mutex` and lock
+//!   it only around their reads: building wanted objects (a big service's
+//!   shards) never blocks the drift watch or a write's answer.
 
 mod check;
 mod facts;
@@ -39,6 +43,7 @@ mod tests;
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
@@ -46,7 +51,7 @@ pub use self::check::{drift_facts, suspicious, sweep};
 pub use self::facts::{
     Facts, Owners, WantedObject, matches, ports_digest, stamp_ok, wanted_objects,
 };
-pub use self::intact::{RecordView, WantedShards};
+pub use self::intact::{RecordView, WantedShards, intact_of};
 use self::kept::Kept;
 pub use self::objects::Slot;
 use self::objects::{Objects, pack_rv};
@@ -103,6 +108,13 @@ impl Listing {
     pub fn foreign_len(&self) -> usize {
         self.foreign.len()
     }
+}
+
+/// `record` locked (a poisoned lock is taken over: the record is plain
+/// data, consistent after every call). The functions over a shared record
+/// lock it only around their reads, never while they build wanted objects.
+fn lock(record: &Mutex<Record>) -> MutexGuard<'_, Record> {
+    record.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn service_hash(key: &ServiceKey) -> u64 {

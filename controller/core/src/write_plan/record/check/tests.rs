@@ -2,7 +2,7 @@
 //! state in, verdicts out.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::crd::{DiscoveredService, Owner, desired_object};
@@ -55,7 +55,7 @@ fn naming() -> ObjectNaming {
 
 /// Feeds `o` at `rv` to the record as the drift watch does, then asks
 /// `suspicious` about it.
-fn watch(r: &mut Record, o: &DiscoveredService, rv: u64, d: &Desired) -> Option<bool> {
+fn watch(r: &Mutex<Record>, o: &DiscoveredService, rv: u64, d: &Desired) -> Option<bool> {
     let key = ServiceKey::new(
         &o.spec.cluster,
         &o.spec.source_namespace,
@@ -71,7 +71,7 @@ fn watch(r: &mut Record, o: &DiscoveredService, rv: u64, d: &Desired) -> Option<
         resource_version: Some(rv),
         generation: Some(1),
     };
-    r.apply(&seen);
+    r.lock().unwrap().apply(&seen);
     suspicious(r, &seen, false, d, &naming(), usize::MAX)
 }
 
@@ -81,25 +81,25 @@ fn only_events_that_differ_from_the_desired_state_are_suspicious() {
     d.clusters.insert(String::new(), true);
     let want = svc("web", "10.0.0.1");
     d.services.insert(want.key.clone(), Arc::new(want.clone()));
-    let mut r = Record::default();
-    r.init();
-    r.init_done();
+    let r = Mutex::new(Record::default());
+    r.lock().unwrap().init();
+    r.lock().unwrap().init_done();
     // Our own write, echoed: not looked at.
-    r.written("ns", "web", Some(3), Some(1));
+    r.lock().unwrap().written("ns", "web", Some(3), Some(1));
     let old = desired_object(&svc("web", "10.0.0.9"), &naming());
-    assert_eq!(watch(&mut r, &old, 3, &d), Some(false));
+    assert_eq!(watch(&r, &old, 3, &d), Some(false));
     // The same old content later: someone else's, and not what we want.
-    assert_eq!(watch(&mut r, &old, 4, &d), Some(true));
+    assert_eq!(watch(&r, &old, 4, &d), Some(true));
     // Someone else writing exactly what we want is fine.
     assert_eq!(
-        watch(&mut r, &desired_object(&want, &naming()), 5, &d),
+        watch(&r, &desired_object(&want, &naming()), 5, &d),
         Some(false)
     );
     // No source: an orphan once its cluster is listed, undecided before.
     let gone = desired_object(&svc("gone", "10.0.0.1"), &naming());
-    assert_eq!(watch(&mut r, &gone, 6, &d), Some(true));
+    assert_eq!(watch(&r, &gone, 6, &d), Some(true));
     d.clusters.insert(String::new(), false);
-    assert_eq!(watch(&mut r, &gone, 7, &d), None);
+    assert_eq!(watch(&r, &gone, 7, &d), None);
 }
 
 #[test]
@@ -111,17 +111,17 @@ fn a_sweep_finds_what_is_not_intact_and_orphans_and_drift_facts_show_it() {
     for s in [&ok, &missing] {
         d.services.insert(s.key.clone(), Arc::new(s.clone()));
     }
-    let mut r = Record::default();
+    let r = Mutex::new(Record::default());
     assert!(
         sweep(&r, &d, &naming(), usize::MAX).is_empty(),
         "not listed"
     );
     assert!(!drift_facts(&r, &ok.key, Some(&ok), &naming(), usize::MAX).listed);
-    r.init();
-    r.init_done();
-    watch(&mut r, &desired_object(&ok, &naming()), 2, &d);
+    r.lock().unwrap().init();
+    r.lock().unwrap().init_done();
+    watch(&r, &desired_object(&ok, &naming()), 2, &d);
     let orphan = svc("orphan", "10.0.0.3");
-    watch(&mut r, &desired_object(&orphan, &naming()), 3, &d);
+    watch(&r, &desired_object(&orphan, &naming()), 3, &d);
     assert_eq!(
         sweep(&r, &d, &naming(), usize::MAX),
         vec![missing.key.clone(), orphan.key.clone()]
