@@ -1,8 +1,10 @@
 //! What the long-lived per-service and per-slice state holds on the heap at
 //! the scale of BENCHMARKS.md (100,000 services; 100,000 EndpointSlices of
-//! 10 endpoints, i.e. 1,000,000 endpoints): the index, the sink's memory of
-//! conditions (`Explain`) and of generations (`Generations`). Issue 30 asks
-//! what each compact representation buys; this gives the bytes to compare.
+//! 10 endpoints, i.e. 1,000,000 endpoints): the index, and the record of
+//! what the API server holds of our objects (`write::record`: conditions
+//! and generations from the start-up list, then the drift watch's list).
+//! Issue 30 asks what each compact representation buys; this gives the
+//! bytes to compare.
 //!
 //! Counted by `stats_alloc` (a counting wrapper of the system allocator):
 //! requested bytes and blocks still live once the state is built, plus an
@@ -15,14 +17,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::alloc::System;
-use std::collections::HashMap;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube_discovery::write::explain::Explain;
-use kube_discovery::write::generation::Generations;
+use kube::runtime::watcher::Event;
+use kube_discovery::write::drift::{DriftView, Watched};
+use kube_discovery_core::crd::{ObjectNaming, desired_object};
 use kube_discovery_core::source::filter::NamespaceFilter;
-use kube_discovery_core::{ConvertOptions, Index, ServiceKey, SourceKind};
+use kube_discovery_core::write_plan::record::{Listing, Record};
+use kube_discovery_core::{
+    ConvertOptions, Index, Node, PortMap, ServiceKey, ServiceNodes, SourceKind,
+};
 use serde_json::json;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -137,19 +142,52 @@ fn main() {
         SERVICES,
         || index(true),
     );
-    let found: HashMap<ServiceKey, Vec<Condition>> =
-        (0..SERVICES).map(|i| (key(i), conditions())).collect();
-    kept("Explain after the start-up list", SERVICES, || {
-        let e = Explain::default();
-        e.listed(found.clone());
-        e
-    });
-    let found: Vec<((String, String), i64)> = (0..SERVICES)
-        .map(|i| (("default".to_string(), format!("svc-{i}")), 3))
-        .collect();
-    kept("Generations after the start-up list", SERVICES, || {
-        let g = Generations::default();
-        g.listed(found.clone());
-        g
-    });
+    let conds = conditions();
+    let listing = || {
+        let mut l = Listing::default();
+        for i in 0..SERVICES {
+            l.ours(("default".to_string(), format!("svc-{i}")), 3);
+            l.conditions(&key(i), &conds);
+        }
+        l
+    };
+    kept(
+        "record after the start-up list (generations, conditions)",
+        SERVICES,
+        || {
+            let mut r = Record::default();
+            r.listed(listing());
+            r
+        },
+    );
+    let watched = watched_objects();
+    kept(
+        "record after the start-up list and the drift watch's list",
+        SERVICES,
+        || {
+            let (view, mut feed) = DriftView::new(ObjectNaming::source());
+            view.record().lock().listed(listing());
+            feed.apply(&Event::Init);
+            for w in &watched {
+                feed.apply(&Event::InitApply(w.clone()));
+            }
+            feed.apply(&Event::InitDone);
+            (view, feed)
+        },
+    );
+}
+
+/// Our object of each service as the drift watch decodes it.
+fn watched_objects() -> Vec<Watched> {
+    (0..SERVICES)
+        .map(|i| {
+            let mut ports = PortMap::new();
+            ports.insert("http".into(), vec![Node::new("10.0.0.1", 80, 50)]);
+            let svc = ServiceNodes::new(key(i), SourceKind::EndpointSlice, ports, None);
+            let mut o = desired_object(&svc, &ObjectNaming::source());
+            o.metadata.resource_version = Some(format!("{}", 2_000_000 + i));
+            o.metadata.generation = Some(3);
+            Watched::of(&o)
+        })
+        .collect()
 }

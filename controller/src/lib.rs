@@ -5,7 +5,7 @@
 //! ```text
 //!  source, per cluster                              drift
 //!    watch::run(Endpoints | EndpointSlice)            watch::run(our own DiscoveredServices)
-//!    (+ Service owner UIDs, Endpoints mode)           into its cache, the DriftView
+//!    (+ Service owner UIDs, Endpoints mode)           into the record (shared with the sink)
 //!    │                                                │ keys whose objects were edited,
 //!    ▼                                                │ deleted, orphaned
 //!  core Index (pure) ── changed keys ──▶ state::ControllerState
@@ -18,7 +18,8 @@
 //!                                                      ▼
 //!                                                    sink: server-side apply / delete, a big
 //!                                                      service as several objects (shard 0 last);
-//!                                                      reads the drift view's facts before a write
+//!                                                      reads the record before a write,
+//!                                                      feeds it the answers
 //!
 //!  snapshot_sink  the state ──▶ APISIX dump in sharded ConfigMaps (optional, drift-corrected)
 //!  http        /healthz /readyz /metrics /v1/discovery/kubernetes/{dump,nodes}  (reads the state)
@@ -31,7 +32,8 @@
 //!  k8s/    client (the tower stack), watch (the one watch loop), source (endpoint watches
 //!          into the core index), leader, events, redact (safe summaries of API errors)
 //!  write/  inbox, writer (carries out the planner's actions), sink (DiscoveredServices),
-//!          drift (our objects as the API server holds them), generation, explain,
+//!          record (what the API server holds of our objects, one lock), drift (its
+//!          watch and checks), generation, explain,
 //!          snapshot_sink (ConfigMaps)
 //!  serve/  http (the API, its server limits and token), metrics
 //!  cmd/    cli (clap), run (wires everything from the configuration), demo, nodes_cmd,

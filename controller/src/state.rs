@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use kube_discovery_core::write_plan::DesiredView;
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 use serde::Serialize;
 
@@ -531,6 +532,32 @@ impl ControllerState {
         synced
             && self.failing_too_long(std::time::Instant::now()).is_empty()
             && read(&self.held_by_others).is_empty()
+    }
+}
+
+/// The desired state as the core reads it (the planner, the drift checks
+/// over the record): always the latest.
+impl DesiredView for ControllerState {
+    fn version(&self, key: &ServiceKey) -> Option<String> {
+        self.desired(key).map(|d| d.version.clone())
+    }
+    fn listed(&self, cluster: &str) -> bool {
+        ControllerState::listed(self, cluster)
+    }
+    fn clusters(&self) -> Vec<(String, bool)> {
+        ControllerState::clusters(self)
+            .into_iter()
+            .map(|(id, c)| (id, c.listed))
+            .collect()
+    }
+    fn keys_of(&self, cluster: &str) -> Vec<ServiceKey> {
+        self.desired_of(cluster)
+            .iter()
+            .map(|d| d.key.clone())
+            .collect()
+    }
+    fn nodes(&self, key: &ServiceKey) -> Option<Arc<ServiceNodes>> {
+        self.desired(key)
     }
 }
 

@@ -48,6 +48,13 @@ impl DesiredView for World {
     fn keys_of(&self, _cluster: &str) -> Vec<ServiceKey> {
         self.keys.clone()
     }
+    fn nodes(
+        &self,
+        _key: &ServiceKey,
+    ) -> Option<std::sync::Arc<kube_discovery_core::ServiceNodes>> {
+        // The planner itself never reads the nodes.
+        None
+    }
 }
 
 /// Live heap bytes since `region` started (`stats_alloc` counts a growing

@@ -19,6 +19,7 @@
 //!  snapshot/   the whole state ──▶ sharded ConfigMap texts + index (layout, builder); assemble
 //!  yaml.rs     YAML text ◀──▶ serde values (serde-saphyr, YAML 1.2, stable layout)
 //!  write_plan/ changes, write results, drift answers, leadership, time ──▶ writes to do, when
+//!              record/: what the API server holds of our objects, and the drift checks over it
 //!  snapshot_plan/ state changes, watched ConfigMaps, results, leadership, time ──▶ snapshot writes, when
 //!  backoff.rs  the reconnect policy of every watcher
 //! ```

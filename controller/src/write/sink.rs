@@ -1,11 +1,15 @@
 //! The DiscoveredService sink: ONE server-side apply per object (field
 //! manager `kube-discovery/<instance>`) carrying spec AND status, delete when
-//! the source is gone. It decides nothing and remembers nothing about a
-//! service: WHEN and whether to write is the planner's
+//! the source is gone. It decides nothing and keeps no state of its own
+//! about a service: what the API server holds of our objects (the
+//! generations it stamps from, the conditions an object holds, names held
+//! by others) is the shared record ([`crate::write::record`]), which the
+//! sink feeds with the start-up list and the answers to its writes and
+//! reads before each write. WHEN and whether to write is the planner's
 //! ([`kube_discovery_core::write_plan::Planner`], run by [`crate::write::writer`]),
 //! WHICH objects one write touches is
 //! [`kube_discovery_core::write_plan::object_ops`] (pure, from the desired
-//! objects, the [`Prior`] the planner hands along and what the caches show);
+//! objects, the [`Prior`] the planner hands along and what the record shows);
 //! this file only sends those requests, in order, each fenced.
 //!
 //! The CRD has no status subresource (`kube_discovery_core::crd::definition`):
@@ -35,15 +39,16 @@
 //!
 //! # Drift
 //!
-//! With a [`DriftView`] attached ([`KubeSink::with_drift`]), every write
-//! records the resourceVersion the API server returned (so late watch events
-//! of our own writes are recognised), and [`Sink::drift_facts`] gathers
+//! With a [`DriftView`] attached ([`KubeSink::with_drift`]), the sink shares
+//! its record with the drift watch: the resourceVersion every write records
+//! lets late watch events of our own writes be recognised, and
+//! [`Sink::drift_facts`] gathers
 //! what the planner compares to answer "is what the API server holds still
 //! what we want?" (the watch's copies next to the wanted objects; it
 //! changes and decides nothing). A key the planner judges drifted is a
 //! repair ([`Prior::repair`]): `object_ops` then writes only the objects the
-//! cache does NOT show intact ([`DriftView::intact_of`]: cached, not older than
-//! our last write, content as wanted) and deletes stray objects the cache
+//! record does NOT show intact (`record::intact_of`: watched, not older than
+//! our last write, content as wanted) and deletes stray objects the record
 //! holds for the service. Port keys someone else added survive server-side
 //! apply (not ours) and are removed by a merge patch after the apply.
 //!
@@ -71,17 +76,18 @@ use kube_discovery_core::crd::{
     ShardHead, consistent_shards, generation_fix, key_of, shard_of, stamp_generation,
     stamped_generation,
 };
+use kube_discovery_core::write_plan::record::{Listing, RecordView, WantedShards};
 use kube_discovery_core::write_plan::{
-    DeleteWhy, DriftFacts, Held, NameTaken, ObjectOp, ObjectPlan, Prior, ServerFacts, ServerView,
-    object_ops,
+    DeleteWhy, DriftFacts, Held, NameTaken, ObjectOp, ObjectPlan, Prior, ServerFacts, object_ops,
 };
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
 use crate::k8s::events::Events;
 use crate::k8s::leader::{Fence, FenceToken};
-use crate::write::drift::{DriftView, Lean, ObjName};
+use crate::write::drift::{DriftView, Lean};
 use crate::write::explain::Explain;
-use crate::write::generation::{Generations, stamp_undeclared};
+use crate::write::generation::{Stamping, stamp_undeclared};
+use crate::write::record::SharedRecord;
 
 /// Where the writer puts DiscoveredServices (the API server in production,
 /// [`KubeSink`]; a fake in tests). The writer decides what and when; a sink
@@ -176,16 +182,18 @@ pub struct KubeSink {
     /// The one namespace holding all our objects, if there is one
     /// (`Plan::home_namespace`): the start-up list is then namespaced.
     namespace: Option<String>,
-    /// Objects the start-up list found that are not ours (another
-    /// instance's, hand-made): their names are taken until the drift watch
-    /// has listed (then it knows better).
-    listed_foreign: Arc<Mutex<HashMap<ObjName, Owner>>>,
+    /// What the API server holds of our objects (names held by others,
+    /// generations, conditions), shared with the drift watch.
+    record: SharedRecord,
+    /// The wanted form of unchanged shards, remembered across writes
+    /// ([`kube_discovery_core::write_plan::record::intact_of`]).
+    wanted_shards: Arc<Mutex<WantedShards>>,
     /// Checked before every write request ([`Fence::always`] without leader election).
     fence: Fence,
-    /// Conditions the objects hold (for `lastTransitionTime`) and Events.
+    /// Events explaining the writes.
     explain: Explain,
-    /// Each object's `metadata.generation` (for `observedGeneration`).
-    generations: Generations,
+    /// Whether writes carry `observedGeneration` now.
+    stamping: Stamping,
 }
 
 impl KubeSink {
@@ -196,10 +204,11 @@ impl KubeSink {
             naming,
             drift: None,
             namespace: None,
-            listed_foreign: Arc::new(Mutex::new(HashMap::new())),
+            record: SharedRecord::default(),
+            wanted_shards: Arc::default(),
             fence: Fence::always(),
             explain: Explain::default(),
-            generations: Generations::default(),
+            stamping: Stamping::default(),
         }
     }
 
@@ -225,10 +234,10 @@ impl KubeSink {
         self
     }
 
-    /// Attaches the cache of our own objects (drift correction).
+    /// Attaches the drift checks, sharing their record of our objects.
     #[must_use]
     pub fn with_drift(mut self, view: DriftView) -> Self {
-        self.generations = view.generations().clone();
+        self.record = view.record().clone();
         self.drift = Some(view);
         self
     }
@@ -237,18 +246,22 @@ impl KubeSink {
         Api::namespaced(self.client.clone(), namespace)
     }
 
-    /// Who holds `ns/name` when that is not this instance: the drift
-    /// watch's live view once it has listed, else the start-up list.
-    fn taken(&self, ns: &str, name: &str) -> Option<Owner> {
-        match &self.drift {
-            Some(v) if v.ready() => v.taken(ns, name),
-            _ => self
-                .listed_foreign
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(&(ns.to_string(), name.to_string()))
-                .cloned(),
-        }
+    /// What a write of `key` over `prior` reads of the record before it is
+    /// planned ([`ServerFacts::gather`], then [`object_ops`]): read once,
+    /// never asked while deciding (the record is locked around each read,
+    /// not while a wanted object is built).
+    fn server_facts(
+        &self,
+        key: &ServiceKey,
+        desired: Option<&DesiredObjects<'_>>,
+        prior: Prior,
+    ) -> ServerFacts {
+        let mut shards = self
+            .wanted_shards
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let view = RecordView::new(self.record.mutex(), &mut shards);
+        ServerFacts::gather(key, &self.naming, desired, prior, &view)
     }
 
     /// Sends the requests of one write of `key` in order (each fenced by
@@ -322,9 +335,9 @@ impl KubeSink {
         // older CRD refused it: `crate::write::generation`).
         let mut restamped;
         let want = self
-            .generations
-            .stamping()
-            .then(|| self.generations.next(&ns, &name));
+            .stamping
+            .on()
+            .then(|| self.record.lock().next_generation(&ns, &name));
         let mut obj = if stamped_generation(obj) == want {
             obj
         } else {
@@ -340,7 +353,7 @@ impl KubeSink {
             Err(Error::Kube(kube::Error::Api(s)))
                 if stamped_generation(obj).is_some() && stamp_undeclared(s.code, &s.message) =>
             {
-                if self.generations.refused() {
+                if self.stamping.refused() {
                     tracing::warn!(object = %format!("{ns}/{name}"), "the installed DiscoveredService CRD does not declare status.observedGeneration (older than this controller): writing without it; update the CRD (crds/discoveredservices.yaml; helm upgrade does it)");
                 }
                 restamped = obj.clone();
@@ -515,13 +528,12 @@ impl KubeSink {
             .await??)
     }
 
-    /// Records the resourceVersion of our write of `ns/name` for drift, and
-    /// its generation.
+    /// Records the resourceVersion of our write of `ns/name` (for drift)
+    /// and its generation.
     fn note_written(&self, ns: &str, name: &str, got: &Written) {
-        self.generations.note(ns, name, got.metadata.generation);
-        if let Some(v) = &self.drift {
-            v.note_written(ns, name, got.resource_version());
-        }
+        self.record
+            .lock()
+            .written(ns, name, got.resource_version(), got.metadata.generation);
     }
 
     /// Deletes `ns/name`; absent is success (`false`: there was nothing to
@@ -533,36 +545,12 @@ impl KubeSink {
             .fence
             .send(token, api.delete(name, &DeleteParams::default()))
             .await?;
-        self.generations.note(ns, name, None);
-        if let Some(v) = &self.drift {
-            v.note_written(ns, name, None);
-        }
+        self.record.lock().removed(ns, name);
         match res {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
             Err(e) => Err(e.into()),
         }
-    }
-}
-
-/// What a write reads of the API server before it is planned
-/// ([`ServerFacts::gather`], then [`object_ops`]), answered from the sink's
-/// views of it: the drift cache (intact objects, a service's objects, names
-/// held by others) and, until the drift watch has listed, the start-up list.
-impl ServerView for KubeSink {
-    fn intact(&self, desired: &DesiredObjects<'_>, index: u32) -> bool {
-        self.drift
-            .as_ref()
-            .is_some_and(|v| v.intact_of(desired, index))
-    }
-    fn taken(&self, ns: &str, name: &str) -> Option<Owner> {
-        KubeSink::taken(self, ns, name)
-    }
-    fn objects_of(&self, key: &ServiceKey) -> Vec<ObjName> {
-        self.drift
-            .as_ref()
-            .map(|v| v.objects_of(key))
-            .unwrap_or_default()
     }
 }
 
@@ -666,9 +654,7 @@ impl Sink for KubeSink {
     /// start-up list folded page by page).
     async fn list_versions(&self) -> Result<Vec<(ServiceKey, Held)>> {
         let mut found = Found::default();
-        let mut foreign = HashMap::new();
-        let mut conditions = HashMap::new();
-        let mut generations = Vec::new();
+        let mut listing = Listing::default();
         // Every DiscoveredService, not only labelled ones: a hand-made object
         // holding a name we need must be seen before the first write.
         for_each_in(
@@ -681,9 +667,7 @@ impl Sink for KubeSink {
                     Listed::Object(lean) => lean,
                     Listed::Restart => {
                         found = Found::default();
-                        foreign.clear();
-                        conditions.clear();
-                        generations.clear();
+                        listing = Listing::default();
                         return;
                     }
                 };
@@ -710,37 +694,32 @@ impl Sink for KubeSink {
                             }
                             let ns = ds.metadata.namespace.clone().unwrap_or_default();
                             let name = ds.metadata.name.clone().unwrap_or_default();
-                            generations.push(((ns, name), g));
+                            listing.ours((ns, name), g);
                         }
                         found.add(&ds);
                         if shard_of(&ds).0 == 0
                             && let Some(st) = ds.status.take()
                         {
-                            conditions.insert(key_of(&ds), st.conditions);
+                            listing.conditions(&key_of(&ds), &st.conditions);
                         }
                     }
                     other => {
                         let ns = ds.metadata.namespace.clone().unwrap_or_default();
                         let name = ds.metadata.name.clone().unwrap_or_default();
-                        foreign.insert((ns, name), other);
+                        listing.foreign((ns, name), other);
                     }
                 }
             },
         )
         .await?;
-        if !foreign.is_empty() {
+        if listing.foreign_len() > 0 {
             tracing::info!(
-                objects = foreign.len(),
+                objects = listing.foreign_len(),
                 instance = %self.naming.instance,
                 "DiscoveredServices of other instances or made by hand: left alone"
             );
         }
-        *self
-            .listed_foreign
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = foreign;
-        self.explain.listed(conditions);
-        self.generations.listed(generations);
+        self.record.lock().listed(listing);
         Ok(found
             .versions()
             .map(|(key, (version, shards))| (key, Held { version, shards }))
@@ -749,17 +728,18 @@ impl Sink for KubeSink {
 
     async fn apply(&self, svc: Arc<ServiceNodes>, prior: Prior, epoch: u64) -> Result<u32> {
         let token = self.fence.begin_in(epoch)?;
-        let previous = self.explain.previous(&svc.key);
+        let previous = self.record.lock().conditions(&svc.key);
         let desired =
             DesiredObjects::new(&svc, &self.naming).at(&previous, &Time(jiff::Timestamp::now()));
         // Decided from names and versions; then only the objects sent are
         // built (one change in a big service: its shard and shard 0).
-        let facts = ServerFacts::gather(&svc.key, &self.naming, Some(&desired), prior, self);
+        let facts = self.server_facts(&svc.key, Some(&desired), prior);
         let plan = object_ops(&svc.key, &self.naming, Some(&desired), prior, &facts)?;
         let mut objs = desired.build(&plan.applied());
-        if self.generations.stamping() {
+        if self.stamping.on() {
+            let record = self.record.lock();
             for o in &mut objs {
-                let want = self.generations.next(
+                let want = record.next_generation(
                     o.metadata.namespace.as_deref().unwrap_or_default(),
                     o.metadata.name.as_deref().unwrap_or_default(),
                 );
@@ -778,16 +758,20 @@ impl Sink for KubeSink {
         if let Some(first) = first {
             self.explain
                 .written(&svc.key, &first, &previous, uid, prior.repair);
+            let conditions = first.status.as_ref().map(|s| s.conditions.as_slice());
+            self.record
+                .lock()
+                .conditions_written(&svc.key, conditions.unwrap_or_default());
         }
         Ok(desired.len())
     }
 
     async fn delete(&self, key: ServiceKey, prior: Prior, epoch: u64) -> Result<()> {
         let token = self.fence.begin_in(epoch)?;
-        let facts = ServerFacts::gather(&key, &self.naming, None, prior, self);
+        let facts = self.server_facts(&key, None, prior);
         let plan = object_ops(&key, &self.naming, None, prior, &facts)?;
         self.execute(token, &key, plan, &[], prior.repair).await?;
-        self.explain.forget(&key);
+        self.record.lock().service_removed(&key);
         Ok(())
     }
 

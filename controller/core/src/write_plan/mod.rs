@@ -41,11 +41,13 @@ mod held;
 pub mod limiter;
 mod objects;
 mod queue;
+pub mod record;
 mod seen;
 #[cfg(test)]
 mod tests;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use self::compact::PackedKey;
@@ -58,8 +60,8 @@ pub use self::objects::{
 };
 use self::queue::{Pending, Queue};
 pub use self::seen::{DriftFacts, SeenObject, WantedObjectFacts, judge_drift};
-use crate::ServiceKey;
 use crate::backoff::RetryDelays;
+use crate::{ServiceKey, ServiceNodes};
 
 /// A point in time: the time since an origin the caller picks.
 pub type At = Duration;
@@ -116,6 +118,9 @@ pub trait DesiredView {
     fn clusters(&self) -> Vec<(String, bool)>;
     /// The keys with a desired state in `cluster`.
     fn keys_of(&self, cluster: &str) -> Vec<ServiceKey>;
+    /// The desired state of `key` (`None`: no source), for the drift
+    /// checks over the record ([`record::drift_facts`]).
+    fn nodes(&self, key: &ServiceKey) -> Option<Arc<ServiceNodes>>;
 }
 
 /// What the API server holds of one service's objects, as the start-up

@@ -4,10 +4,11 @@
 //! [`super::Action::Delete`]) and carries what it knows of the service's
 //! objects on the API server along ([`Prior`]: how many shard slots the last
 //! write left, whether the write repairs drift). This function decides WHICH
-//! objects that write touches, from data only: what the sink's caches show
-//! of the objects the write may touch is read once, before
-//! ([`ServerFacts::gather`]), and never asked while deciding. The sink only
-//! sends the requests.
+//! objects that write touches, from data only: what the record
+//! ([`super::record`]) shows of the objects the write may touch is read
+//! once, before ([`ServerFacts::gather`] over a
+//! [`super::record::RecordView`]), and never asked while deciding. The sink
+//! only sends the requests.
 //!
 //! ```text
 //!  desired objects (crd::DesiredObjects)      ─┐
@@ -66,9 +67,10 @@ use crate::crd::{DesiredObjects, ObjectNaming, Owner, shard_name};
 /// `(namespace, name)` of an object.
 pub type ObjName = (String, String);
 
-/// What the sink knows of the API server, read by [`ServerFacts::gather`]
-/// before a write is planned. Each question is asked only when the answer
-/// matters (the cache of a service's objects only on a repair).
+/// What the record shows of the API server, read by [`ServerFacts::gather`]
+/// before a write is planned: [`super::record::RecordView`] (tests answer
+/// from fakes). Each question is asked only when the answer matters (the
+/// watched objects of a service only on a repair).
 pub trait ServerView {
     /// Whether the cache shows object `index` of `desired` as wanted
     /// (cached, not older than our last write of it, same content; status
@@ -83,7 +85,7 @@ pub trait ServerView {
 }
 
 /// What the API server holds of the objects one write may touch, as the
-/// sink's caches show it: what [`object_ops`] decides from.
+/// record shows it: what [`object_ops`] decides from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ServerFacts {
     /// The desired objects (by index) shown intact, among those whose

@@ -36,6 +36,10 @@ impl DesiredView for World {
             .cloned()
             .collect()
     }
+    fn nodes(&self, _key: &ServiceKey) -> Option<std::sync::Arc<crate::ServiceNodes>> {
+        // The planner itself never reads the nodes.
+        None
+    }
 }
 
 struct Script {

@@ -22,7 +22,8 @@ use kube_discovery_core::crd::{
     LABEL_MANAGED_BY, LEGACY_FIELD_MANAGER, MANAGED_BY, Owner, apply_managers, owner_from,
 };
 
-use super::facts::Facts;
+use kube_discovery_core::crd::{ObjectNaming, adopted};
+use kube_discovery_core::write_plan::record::{Facts, ObjectSeen, stamp_ok};
 
 /// A DiscoveredService as the drift watch decodes it: name, namespace and
 /// resourceVersion (all the watcher itself needs), the service its spec
@@ -100,6 +101,29 @@ impl Watched {
     pub(super) fn name(&self) -> &str {
         self.meta.name.as_deref().unwrap_or_default()
     }
+
+    pub(super) fn resource_version(&self) -> Option<u64> {
+        self.meta.resource_version.as_deref()?.parse().ok()
+    }
+
+    /// Whose it is for `naming`'s instance (its adopted instances count as
+    /// ours).
+    pub(super) fn owner(&self, naming: &ObjectNaming) -> Owner {
+        adopted(self.mark.owner(&naming.instance), &naming.adopt)
+    }
+
+    /// The plain facts the record takes, with `owner` ([`Watched::owner`]).
+    pub(super) fn seen<'a>(&'a self, owner: &'a Owner) -> ObjectSeen<'a> {
+        ObjectSeen {
+            ns: self.ns(),
+            name: self.name(),
+            key: &self.key,
+            owner,
+            facts: &self.facts,
+            resource_version: self.resource_version(),
+            generation: self.meta.generation,
+        }
+    }
 }
 
 fn spec_key(spec: &DiscoveredServiceSpec) -> ServiceKey {
@@ -169,7 +193,7 @@ impl<'de> serde::Deserialize<'de> for Watched {
         Ok(Watched {
             mark: OwnerMark::of(m.labels.as_ref(), &fields),
             facts: Facts {
-                stamp_ok: super::facts::stamp_ok(m.generation, observed),
+                stamp_ok: stamp_ok(m.generation, observed),
                 ..Facts::of(m.labels.as_ref(), m.owner_references.as_deref(), &spec)
             },
             key: spec_key(&spec),

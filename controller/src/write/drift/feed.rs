@@ -1,18 +1,18 @@
 //! The drift watch: our own DiscoveredServices through the watch loop
-//! ([`crate::k8s::watch`]) into the cache, reporting suspicious keys to the
-//! writer's inbox.
+//! ([`crate::k8s::watch`]), decoded lean ([`Watched`]) and handed to the
+//! record as plain facts ([`Watched::seen`]), reporting suspicious keys to
+//! the writer's inbox.
 //!
 //! ```text
 //!  watch::run ─▶ DriftWatch
-//!    init / init_apply / init_done ─▶ Caches (a relist swapped in at init_done)
-//!                                     init_done: ready; a sweep is due
-//!    apply / delete ─▶ Caches, then DriftView::suspicious ─▶ WriterHandle::drifted([key])
+//!    init / init_apply / init_done ─▶ Record (a relist swapped in at init_done)
+//!                                     init_done: listed; a sweep is due
+//!    apply / delete ─▶ Record, then DriftView::suspicious ─▶ WriterHandle::drifted([key])
 //!                                      (undecidable: cluster not listed ─▶ a sweep is due)
 //!    background: a due sweep, once every cluster is listed ─▶ WriterHandle::drifted(keys)
 //! ```
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use kube::runtime::watcher::{self, Event, watcher};
@@ -72,9 +72,17 @@ impl DriftFeed {
         self
     }
 
-    /// Feeds one watch event to the cache (and nothing else: no reports).
+    /// Feeds one watch event to the record (and nothing else: no reports).
     pub fn apply(&mut self, ev: &Event<Watched>) {
-        self.view.lock().apply_event(ev);
+        let naming = &self.view.naming;
+        let mut record = self.view.lock();
+        match ev {
+            Event::Init => record.init(),
+            Event::InitApply(o) => record.init_apply(&o.seen(&o.owner(naming))),
+            Event::InitDone => record.init_done(),
+            Event::Apply(o) => record.apply(&o.seen(&o.owner(naming))),
+            Event::Delete(o) => record.delete(o.ns(), o.name()),
+        }
     }
 
     /// Watches our DiscoveredServices until `shutdown`, reporting suspicious
@@ -91,7 +99,7 @@ impl DriftFeed {
             (None, NamespaceMode::Source) => Api::all(client),
         };
         // Every DiscoveredService, not only labelled ones: objects of other
-        // instances and hand-made ones are kept apart by the cache (never
+        // instances and hand-made ones are kept apart by the record (never
         // compared or repaired), and their names are not written.
         let mut ours = Watch::from_config(watch::config(self.watch_timeout), move |cfg| {
             watcher(api.clone(), cfg)
@@ -105,12 +113,6 @@ impl DriftFeed {
         };
         watch::run(&mut index, &mut ours, &shutdown).await;
     }
-}
-
-/// Notes the generation the watch shows for `obj` ([`crate::write::generation`]).
-fn seen(view: &DriftView, obj: &Watched) {
-    view.generations
-        .seen(obj.ns(), obj.name(), obj.meta.generation);
 }
 
 /// `ns/name` of `obj` for logs, noting when our labels were changed.
@@ -174,25 +176,23 @@ impl WatchIndex<Watched> for DriftWatch {
     }
 
     fn init_apply(&mut self, obj: Watched) {
-        seen(&self.view, &obj);
-        self.view.lock().init_apply(&obj);
+        let owner = obj.owner(&self.view.naming);
+        self.view.lock().init_apply(&obj.seen(&owner));
     }
 
     fn init_done(&mut self) {
         self.view.lock().init_done();
-        self.view.ready.store(true, Ordering::Release);
         self.sweep_due = true;
     }
 
     fn apply(&mut self, obj: Watched) {
-        seen(&self.view, &obj);
-        self.view.lock().apply(&obj);
+        let owner = obj.owner(&self.view.naming);
+        self.view.lock().apply(&obj.seen(&owner));
         self.report(obj, false);
     }
 
     fn delete(&mut self, obj: Watched) {
-        self.view.generations.note(obj.ns(), obj.name(), None);
-        self.view.lock().delete(&obj);
+        self.view.lock().delete(obj.ns(), obj.name());
         self.report(obj, true);
     }
 

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  watch::run(DiscoveredService as Watched, every one; all namespaces or the fixed one)
-//!    ▼ DriftWatch (feed.rs), into the Cache (cache.rs): a slim Slot per object + a key index
+//!    ▼ DriftWatch (feed.rs), into the record (core write_plan::record): a slim Slot per object + a key index
 //!    ├─ apply(obj)   obj == wanted?  ── no ─▶ WriterHandle::drifted([key])
 //!    ├─ delete(obj)  still wanted?   ── yes ▶ WriterHandle::drifted([key])
 //!    └─ init_done    sweep: every desired key and every cached object (after a relist,
@@ -11,12 +11,12 @@
 //!
 //!  planner (leader only), `drift_delay` later, key not pending / in flight,
 //!  no write of it finished within `drift_settle`: Action::CheckDrift
-//!    writer: Sink::drift_facts(key, desired) ─ DriftView::facts (view.rs), the cache's
+//!    writer: Sink::drift_facts(key, desired) ─ DriftView::facts (view.rs), the record's
 //!    latest entries next to the wanted objects ─▶ Input::DriftSeen
 //!    planner: write_plan::judge_drift
 //!      Ok     ─▶ nothing (it was the late watch event of our own write)
-//!      Stale  ─▶ look again later (the cache has not seen our last write yet)
-//!      Drift  ─▶ a repair (planner): rewrite what the cache does not show intact,
+//!      Stale  ─▶ look again later (the record has not seen our last write yet)
+//!      Drift  ─▶ a repair (planner): rewrite what the record does not show intact,
 //!                delete strays (write_plan::object_ops)
 //! ```
 //!
@@ -29,7 +29,7 @@
 //! field manager among its appliers, says so) and the rewrite puts the label
 //! back.
 //!
-//! Instances: the watch sees every DiscoveredService, and the cache keeps
+//! Instances: the watch sees every DiscoveredService, and the record keeps
 //! apart those that are not ours (`kube_discovery_core::crd::owner_of`:
 //! another instance's, or made by hand). They are never compared, repaired or
 //! deleted; their names are taken ([`DriftView::taken`]), and the sink writes
@@ -39,8 +39,8 @@
 //! may show an older state than `ControllerState` already has (a newer change pending).
 //! Those events never cause writes: the writer re-checks only after the key has
 //! no pending or in-flight write and its last write finished `drift_settle` ago,
-//! against the cache's latest entry; and the sink records the resourceVersion
-//! of every object it wrote ([`DriftView::note_written`]), so a cached entry
+//! against the record's latest entry; and the sink records the resourceVersion
+//! of every object it wrote (`Record::written`), so a cached entry
 //! older than our last write is `Stale`, never `Drift`, and a watch event
 //! carrying our own write (or an older state) is dismissed without comparing
 //! anything (cheap even for a sharded service of megabytes).
@@ -54,15 +54,12 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | `facts` | what is compared: spec / owner digests of an object ([`Facts`]) and of a wanted one |
+//! | core `write_plan::record` | what is compared ([`Facts`], `WantedObject`) and the record it is kept in: one slim slot per object, a key index, relists swapped in at `InitDone` |
 //! | `decode` | how the watch (and the sink's start-up list) decode our objects lean ([`Watched`]) |
-//! | `cache` | the cache: one slim slot per object, a key index, relists swapped in at `InitDone` |
 //! | `view` | [`DriftView`]: the checks the writer and the sink ask, and the sweep |
 //! | `feed` | [`DriftFeed`]: the drift watch, a [`crate::k8s::watch::WatchIndex`] |
 
-mod cache;
 mod decode;
-mod facts;
 mod feed;
 #[cfg(test)]
 mod test_support;
@@ -70,8 +67,8 @@ mod view;
 
 pub(crate) use decode::Lean;
 pub use decode::Watched;
-pub use facts::{Facts, matches, ports_digest};
 pub use feed::DriftFeed;
+pub use kube_discovery_core::write_plan::record::{Facts, matches, ports_digest};
 pub use view::DriftView;
 
 #[cfg(test)]

@@ -1,7 +1,5 @@
 //! Builders shared by the drift tests.
 
-use std::sync::atomic::Ordering;
-
 use kube::runtime::watcher::Event;
 use kube_discovery_core::crd::{DiscoveredService, ObjectNaming};
 use kube_discovery_core::{Node, PortMap, ServiceKey, ServiceNodes, SourceKind};
@@ -63,6 +61,5 @@ pub(super) fn listed(naming: ObjectNaming) -> (DriftView, DriftFeed) {
     let (view, mut w) = DriftView::new(naming);
     w.apply(&Event::Init);
     w.apply(&Event::InitDone);
-    view.ready.store(true, Ordering::Release);
     (view, w)
 }

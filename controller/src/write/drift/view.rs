@@ -1,80 +1,61 @@
-//! The view of the cache that the writer and the sink ask ([`DriftView`]):
-//! is what the API server holds for a service what we want? Also the checks
-//! the drift watch makes per event (`suspicious`) and after a relist
-//! (`sweep`).
-//!
-//! ```text
-//!  facts(key, desired)   wanted_objects(desired) next to the cached objects of key (key index):
-//!                        names, resourceVersions (cached, our last write), digests
-//!    ─▶ judged by the planner (write_plan::judge_drift): Deleted / Edited / Stale / Orphan / Ok
-//! ```
+//! The drift checks over the record ([`DriftView`]): is what the API
+//! server holds for a service what we want? The checks themselves are pure
+//! core functions over the record (`kube_discovery_core::write_plan::record`:
+//! `drift_facts`, `suspicious` per watch event, `sweep` after a relist);
+//! this view locks the record and hands them the desired state.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::MutexGuard;
+#[cfg(test)]
+use std::sync::{Arc, Mutex, PoisonError};
 
-use kube_discovery_core::crd::{
-    DesiredObjects, DiscoveredService, MAX_OBJECT_PORTS_BYTES, ObjectNaming, Owner,
-};
-use kube_discovery_core::write_plan::{DriftFacts, DriftResult, judge_drift};
+#[cfg(test)]
+use kube_discovery_core::crd::{DesiredObjects, DiscoveredService};
+use kube_discovery_core::crd::{MAX_OBJECT_PORTS_BYTES, ObjectNaming, Owner};
+use kube_discovery_core::write_plan::DriftFacts;
+#[cfg(test)]
+use kube_discovery_core::write_plan::record::WantedShards;
+use kube_discovery_core::write_plan::record::{self, Record};
 use kube_discovery_core::{ServiceKey, ServiceNodes};
 
 #[cfg(test)]
 use super::DriftCheck;
 use super::ObjName;
-use super::cache::{Caches, pack_rv, parse_rv};
 use super::decode::Watched;
-use super::facts::{WantedObject, wanted_objects};
 use crate::state::ControllerState;
-use crate::write::generation::Generations;
+use crate::write::record::SharedRecord;
 
-/// The cache of our own objects plus the resourceVersions of our last writes.
+/// The drift checks over the record of our own objects
+/// ([`crate::write::record`]).
 #[derive(Clone)]
 pub struct DriftView {
     pub(super) naming: ObjectNaming,
-    pub(super) ready: Arc<AtomicBool>,
-    caches: Arc<Mutex<Caches>>,
+    record: SharedRecord,
     /// The object size bound of `desired_objects` (tests use small ones).
     pub(super) max_ports_bytes: usize,
-    /// The generations the watch shows, shared with the sink
-    /// ([`crate::write::generation`]).
-    pub(super) generations: Generations,
-    /// The wanted form of shards `i > 0` by `(namespace, name)`, with the
-    /// service and `spec.version` it was built for ([`DriftView::intact_of`]).
-    shard_wants: Arc<Mutex<ShardWants>>,
+    /// The memo of [`DriftView::intact_of`] (tests).
+    #[cfg(test)]
+    wanted_shards: Arc<Mutex<WantedShards>>,
 }
-
-/// [`DriftView::shard_wants`]: `(namespace, name)` -> (service, shard
-/// version, wanted form).
-type ShardWants = HashMap<ObjName, (ServiceKey, String, WantedObject)>;
-
-/// [`DriftView::shard_wants`] is emptied when it grows beyond this many
-/// shards (a memo: entries of deleted services are never looked up again,
-/// and any entry is rebuilt on demand).
-const SHARD_WANTS_MAX: usize = 65_536;
 
 impl DriftView {
     /// An empty, unlisted view (`DriftView::new` pairs it with its feed).
     pub(super) fn empty(naming: ObjectNaming) -> DriftView {
-        let caches = Arc::new(Mutex::new(Caches::new(&naming.instance, &naming.adopt)));
         DriftView {
             naming,
-            ready: Arc::new(AtomicBool::new(false)),
-            caches,
+            record: SharedRecord::default(),
             max_ports_bytes: MAX_OBJECT_PORTS_BYTES,
-            generations: Generations::default(),
-            shard_wants: Arc::default(),
+            #[cfg(test)]
+            wanted_shards: Arc::default(),
         }
     }
 
-    /// The generations of our objects as the watch shows them (the sink
-    /// stamps `observedGeneration` from them).
-    pub fn generations(&self) -> &Generations {
-        &self.generations
+    /// The record the drift watch feeds (the sink shares it).
+    pub fn record(&self) -> &SharedRecord {
+        &self.record
     }
 
-    pub(super) fn lock(&self) -> MutexGuard<'_, Caches> {
-        self.caches.lock().unwrap_or_else(PoisonError::into_inner)
+    pub(super) fn lock(&self) -> MutexGuard<'_, Record> {
+        self.record.lock()
     }
 
     /// The object naming.
@@ -82,240 +63,119 @@ impl DriftView {
         &self.naming
     }
 
-    /// Whether the first list is in the cache.
+    /// Whether the first list of the drift watch is in the record.
     pub fn ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+        self.lock().watched()
     }
 
-    /// Number of objects in the (live) cache.
+    /// Number of watched objects in the record.
     pub fn len(&self) -> usize {
-        self.lock().live.len()
+        self.lock().len()
     }
 
-    /// Whether the (live) cache holds no object.
+    /// Whether the record shows no watched object.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Records the resourceVersion the API server returned for our write of
-    /// `ns/name` (or forgets it after a delete).
+    /// Our write of `ns/name` was answered with `rv` (`None`: deleted), as
+    /// the sink records it (tests).
+    #[cfg(test)]
     pub fn note_written(&self, ns: &str, name: &str, rv: Option<u64>) {
-        self.lock().live.note_written(ns, name, pack_rv(rv));
+        match rv {
+            Some(_) => self.lock().written(ns, name, rv, None),
+            None => self.lock().removed(ns, name),
+        }
     }
 
     /// Whether the watch event `w` is our own last write of it or older:
     /// it needs no comparison (a change of the desired state since then is
-    /// queued as a write anyway).
+    /// queued as a write anyway). Tests.
+    #[cfg(test)]
     pub(super) fn ours_or_older(&self, w: &Watched) -> bool {
-        let ours = self.lock().live.written(w.ns(), w.name());
-        let have = parse_rv(w.meta.resource_version.as_deref());
-        matches!((have, ours), (Some(have), Some(ours)) if have <= ours)
+        self.lock()
+            .ours_or_older(w.ns(), w.name(), w.resource_version())
     }
 
-    /// Whether the object `want` names is intact in the cache: cached, not
-    /// older than our last write of it, and [`matches()`](super::matches) `want` (status is not
-    /// compared). A repair skips such objects (the sink's apply would only
-    /// move their `lastSyncTime`); unknown or stale counts as not intact.
+    /// [`Record::intact`] (tests).
+    #[cfg(test)]
     pub fn intact(&self, want: &DiscoveredService) -> bool {
-        let w = WantedObject::of(want);
-        self.lock()
-            .live
-            .cached(&w.ns, &w.name)
-            .is_some_and(|s| !s.older_than_our_write() && s.satisfies(&w))
+        self.lock().intact(want)
     }
 
-    /// [`DriftView::intact`] of object `index` of `desired`, building it
-    /// only when the answer needs it: not for an object the cache does not
-    /// hold (or holds older than our write), and not for a shard `i > 0`
-    /// whose wanted form is remembered for its `spec.version`.
-    ///
-    /// Why remembering is exact: a shard `i > 0` carries the version of its
-    /// own content (`kube_discovery_core::crd::shards::shard_version`: its nodes,
-    /// index, count, source, owner and extras), and everything else of it
-    /// follows from its service and the naming, so the same service and
-    /// version mean the same wanted object, which is compared with the
-    /// cached copy as before (a hand edit of its nodes is still seen). Why
-    /// it matters: a write of one change in a 100,000-endpoint service asks
-    /// this of 15 shards; building them copied every node (issue 19 item 2).
+    /// [`record::intact_of`] with the view's own memo of wanted shards
+    /// (tests; the sink keeps its own).
+    #[cfg(test)]
     pub fn intact_of(&self, desired: &DesiredObjects<'_>, index: u32) -> bool {
-        let (ns, name) = desired.name(index);
-        let current = |caches: &Caches| {
-            caches
-                .live
-                .cached(&ns, &name)
-                .is_some_and(|s| !s.older_than_our_write())
-        };
-        if !current(&self.lock()) {
-            return false;
-        }
-        let want = if desired.is_later_shard(index) {
-            self.shard_want(desired, index, (ns.clone(), name.clone()))
-        } else {
-            desired.object(index).map(|o| WantedObject::of(&o))
-        };
-        let Some(want) = want else { return false };
-        self.lock()
-            .live
-            .cached(&ns, &name)
-            .is_some_and(|s| !s.older_than_our_write() && s.satisfies(&want))
-    }
-
-    /// The wanted form of shard `index > 0` of `desired` named `at`,
-    /// remembered per service and version ([`DriftView::intact_of`]).
-    fn shard_want(
-        &self,
-        desired: &DesiredObjects<'_>,
-        index: u32,
-        at: ObjName,
-    ) -> Option<WantedObject> {
-        let key = &desired.service().key;
-        let version = desired.version(index);
-        let lock = || {
-            self.shard_wants
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-        };
-        if let Some((k, v, w)) = lock().get(&at)
-            && k == key
-            && v == version
-        {
-            return Some(w.clone());
-        }
-        let want = WantedObject::of(&desired.object(index)?);
-        let mut wants = lock();
-        if wants.len() >= SHARD_WANTS_MAX {
-            wants.clear();
-        }
-        wants.insert(at, (key.clone(), version.to_string(), want.clone()));
-        Some(want)
+        let mut shards = self
+            .wanted_shards
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        record::intact_of(self.record.mutex(), desired, index, &mut shards)
     }
 
     /// Who holds `ns/name` when that is not this instance (another
     /// instance, or a hand-made object), as the watch last showed it.
     pub fn taken(&self, ns: &str, name: &str) -> Option<Owner> {
-        self.lock().live.taken(ns, name).cloned()
+        self.lock().taken(ns, name).cloned()
     }
 
     /// Every cached object that describes `key` (by its spec): an index
     /// lookup, O(objects of `key`).
     pub fn objects_of(&self, key: &ServiceKey) -> Vec<ObjName> {
-        self.lock().live.objects_of(key)
+        self.lock().objects_of(key)
     }
 
-    /// What the cache shows of `key`'s objects next to what the desired
+    /// What the record shows of `key`'s objects next to what the desired
     /// state (`None`: no source) wants, for the planner to judge
     /// ([`kube_discovery_core::write_plan::judge_drift`]): gathered, not
-    /// decided.
+    /// decided ([`record::drift_facts`]).
     pub fn facts(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftFacts {
-        if !self.ready() {
-            return DriftFacts {
-                listed: false,
-                wanted: Vec::new(),
-                present: Vec::new(),
-            };
-        }
-        self.facts_among(desired, self.objects_of(key))
+        record::drift_facts(
+            self.record.mutex(),
+            key,
+            desired,
+            &self.naming,
+            self.max_ports_bytes,
+        )
     }
 
-    /// [`DriftView::facts`] with the cached objects of the key given.
-    fn facts_among(&self, desired: Option<&ServiceNodes>, present: Vec<ObjName>) -> DriftFacts {
-        let wanted = desired
-            .map(|d| wanted_objects(d, &self.naming, self.max_ports_bytes))
-            .unwrap_or_default();
-        let caches = self.lock();
-        let wanted = wanted
-            .iter()
-            .map(|w| w.facts(caches.live.cached(&w.ns, &w.name).map(|s| s.seen())))
-            .collect();
-        DriftFacts {
-            listed: true,
-            wanted,
-            present,
-        }
-    }
-
-    /// The planner's verdict on the cache and the desired state of `key`
+    /// The planner's verdict on the record and the desired state of `key`
     /// (`None`: no source), as the tests ask it.
     #[cfg(test)]
     pub fn check(&self, key: &ServiceKey, desired: Option<&ServiceNodes>) -> DriftCheck {
-        DriftCheck::from(judge_drift(&self.facts(key, desired)))
+        DriftCheck::from(kube_discovery_core::write_plan::judge_drift(
+            &self.facts(key, desired),
+        ))
     }
 
-    /// Whether a watch event about `obj` needs a closer look by the writer:
-    /// `Some(true)` yes, `Some(false)` no, `None` not decidable yet (its
-    /// cluster is not listed).
+    /// Whether a watch event about `obj` (already in the record) needs a
+    /// closer look by the writer ([`record::suspicious`]).
     pub(super) fn suspicious(
         &self,
         obj: &Watched,
         deleted: bool,
         shared: &ControllerState,
     ) -> Option<bool> {
-        if !deleted && self.ours_or_older(obj) {
-            // Cheap, and the common case: nothing of the desired state is
-            // looked at per event of our own writes.
-            return Some(false);
-        }
-        let key = &obj.key;
-        let listed = shared
-            .clusters()
-            .get(key.cluster.as_str())
-            .map(|c| c.listed);
-        match shared.desired(key) {
-            None => match listed {
-                // Another cluster's object (not configured here): not ours to judge.
-                None => Some(false),
-                Some(false) => None,
-                // No source: an orphan (a deleted one is simply gone).
-                Some(true) => Some(!deleted),
-            },
-            Some(d) => {
-                let wanted = wanted_objects(&d, &self.naming, self.max_ports_bytes);
-                let w = wanted
-                    .iter()
-                    .find(|w| w.ns == obj.ns() && w.name == obj.name());
-                Some(match (w, deleted) {
-                    // Not a name we want: a stray (a deleted stray is fine).
-                    (None, d) => !d,
-                    (Some(_), true) => true,
-                    (Some(w), false) => !obj.facts.satisfies(w),
-                })
-            }
-        }
+        let owner = obj.owner(&self.naming);
+        record::suspicious(
+            self.record.mutex(),
+            &obj.seen(&owner),
+            deleted,
+            shared,
+            &self.naming,
+            self.max_ports_bytes,
+        )
     }
 
-    /// Keys to check after a (re)list: every desired key of the listed
-    /// clusters, and the keys of cached objects without a source.
+    /// Keys to check after a (re)list ([`record::sweep`]).
     pub(super) fn sweep(&self, shared: &ControllerState) -> Vec<ServiceKey> {
-        let clusters = shared.clusters();
-        let mut out = BTreeSet::new();
-        if !self.ready() {
-            return Vec::new();
-        }
-        for (id, status) in &clusters {
-            if !status.listed {
-                continue;
-            }
-            for svc in shared.desired_of(id) {
-                let here = self.objects_of(&svc.key);
-                if judge_drift(&self.facts_among(Some(&svc), here)) != DriftResult::Intact {
-                    out.insert(svc.key.clone());
-                }
-            }
-        }
-        // Orphans: one pass over the slots, a key is built only for objects
-        // of listed clusters. (ControllerState's locks are only ever taken inside its
-        // own methods, so calling it under the cache lock cannot deadlock.)
-        let caches = self.lock();
-        for s in caches.live.cached_slots() {
-            if !clusters.get(s.cluster()).is_some_and(|c| c.listed) {
-                continue;
-            }
-            let key = s.service_key();
-            if !out.contains(&key) && !shared.has_desired(&key) {
-                out.insert(key);
-            }
-        }
-        out.into_iter().collect()
+        record::sweep(
+            self.record.mutex(),
+            shared,
+            &self.naming,
+            self.max_ports_bytes,
+        )
     }
 }
 

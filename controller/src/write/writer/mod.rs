@@ -45,9 +45,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 use kube_discovery_core::ServiceKey;
 use kube_discovery_core::crd::Owner;
-use kube_discovery_core::write_plan::{
-    Action, At, DesiredView, Held, Input, Options, Outcome, Planner, Prior,
-};
+use kube_discovery_core::write_plan::{Action, At, Held, Input, Options, Outcome, Planner, Prior};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -123,32 +121,6 @@ enum Write {
     Delete,
 }
 
-/// The desired state as the planner reads it.
-struct State<'a>(&'a ControllerState);
-
-impl DesiredView for State<'_> {
-    fn version(&self, key: &ServiceKey) -> Option<String> {
-        self.0.desired(key).map(|d| d.version.clone())
-    }
-    fn listed(&self, cluster: &str) -> bool {
-        self.0.listed(cluster)
-    }
-    fn clusters(&self) -> Vec<(String, bool)> {
-        self.0
-            .clusters()
-            .into_iter()
-            .map(|(id, c)| (id, c.listed))
-            .collect()
-    }
-    fn keys_of(&self, cluster: &str) -> Vec<ServiceKey> {
-        self.0
-            .desired_of(cluster)
-            .iter()
-            .map(|d| d.key.clone())
-            .collect()
-    }
-}
-
 struct Writer<S> {
     sink: S,
     shared: Arc<ControllerState>,
@@ -190,7 +162,7 @@ impl<S: Sink> Writer<S> {
         let mut inputs = VecDeque::from([input]);
         while let Some(input) = inputs.pop_front() {
             let now = self.now();
-            let actions = self.planner.handle(now, input, &State(&self.shared));
+            let actions = self.planner.handle(now, input, &*self.shared);
             inputs.extend(actions.into_iter().filter_map(|a| self.execute(a)));
         }
     }
@@ -217,7 +189,7 @@ impl<S: Sink> Writer<S> {
     fn poll(&mut self) -> Option<Instant> {
         loop {
             let now = self.now();
-            let (actions, wake) = self.planner.poll(now, &State(&self.shared));
+            let (actions, wake) = self.planner.poll(now, &*self.shared);
             if actions.is_empty() {
                 return wake.map(|w| self.origin + w);
             }

@@ -1,7 +1,7 @@
 use super::*;
-use crate::write::drift::facts::WantedObject;
 use crate::write::drift::test_support::*;
 use kube_discovery_core::crd::{DEFAULT_INSTANCE, ObjectNaming, desired_object};
+use kube_discovery_core::write_plan::record::WantedObject;
 
 #[test]
 fn the_watch_decodes_only_what_drift_compares() {

@@ -18,7 +18,7 @@
 //! the spec digest matches. Labels others add are never looked at.
 //!
 //! No copies of the nodes: for a service that fits one object
-//! (`kube_discovery_core::crd::ports_fit`, the size estimate `split_ports`
+//! (`crate::crd::ports_fit`, the size estimate `split_ports`
 //! uses), the wanted spec digest is computed straight from `ServiceNodes`
 //! (borrowed); only a service that needs shards is expanded with
 //! `desired_objects` and each shard reduced. A sweep over every service
@@ -28,13 +28,13 @@ use std::collections::BTreeMap;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube_discovery_core::crd::{
+use crate::crd::{
     DiscoveredService, DiscoveredServiceSpec, LABEL_INSTANCE, LABEL_SHARD, ObjectNaming, Shard,
     desired_objects_with_limit, labels_for, ports_fit,
 };
-use kube_discovery_core::write_plan::{SeenObject, WantedObjectFacts};
-use kube_discovery_core::{PortMap, ServiceKey, ServiceNodes, SourceKind};
+use crate::write_plan::{SeenObject, WantedObjectFacts};
+use crate::{PortMap, ServiceKey, ServiceNodes, SourceKind};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 /// A 64-bit fingerprint of a port map (every port key and every field of
 /// every node). Process-local: only ever compared with another digest of the
@@ -138,11 +138,14 @@ fn owner_digest(api_version: &str, kind: &str, name: &str, uid: &str) -> u64 {
 
 /// Owner-reference digests of an object; one inline (the usual case).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Owners {
+pub enum Owners {
+    /// No owner reference.
     None,
+    /// One (the usual case).
     One(u64),
     // A thin pointer keeps the slot small; more than one owner is rare.
     #[allow(clippy::box_collection)]
+    /// More than one, sorted.
     Many(Box<Vec<u64>>),
 }
 
@@ -172,7 +175,7 @@ impl Owners {
     }
 
     /// The digests, for the planner's drift check.
-    pub(super) fn to_vec(&self) -> Vec<u64> {
+    pub(crate) fn to_vec(&self) -> Vec<u64> {
         match self {
             Owners::None => Vec::new(),
             Owners::One(o) => vec![*o],
@@ -209,25 +212,30 @@ fn our_labels_present(
 /// What drift compares of an object (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Facts {
-    pub(super) spec: u64,
-    pub(super) owners: Owners,
-    pub(super) labels_ok: bool,
+    /// The digest of the whole spec.
+    pub spec: u64,
+    /// The digests of its owner references.
+    pub owners: Owners,
+    /// Our labels are present with our values.
+    pub labels_ok: bool,
     /// `status.observedGeneration` is absent (an object written before the
     /// stamp existed: the start-up list has it rewritten, without a repair)
     /// or equals `metadata.generation`. A different value means someone
     /// changed the object after our last write (also only its status,
     /// which the spec digest does not see).
-    pub(super) stamp_ok: bool,
+    pub stamp_ok: bool,
 }
 
 /// Whether an object's `observedGeneration` agrees with its generation
 /// ([`Facts::stamp_ok`]).
-pub(super) fn stamp_ok(generation: Option<i64>, observed: Option<i64>) -> bool {
+pub fn stamp_ok(generation: Option<i64>, observed: Option<i64>) -> bool {
     observed.is_none() || observed == generation
 }
 
 impl Facts {
-    pub(super) fn of(
+    /// The facts of an object with these labels, owner references and
+    /// spec (`stamp_ok` true: the caller knows better).
+    pub fn of(
         labels: Option<&BTreeMap<String, String>>,
         owners: Option<&[OwnerReference]>,
         spec: &DiscoveredServiceSpec,
@@ -240,12 +248,10 @@ impl Facts {
         }
     }
 
-    pub(super) fn of_object(o: &DiscoveredService) -> Self {
+    /// The facts of a whole object.
+    pub fn of_object(o: &DiscoveredService) -> Self {
         Facts {
-            stamp_ok: stamp_ok(
-                o.metadata.generation,
-                kube_discovery_core::crd::stamped_generation(o),
-            ),
+            stamp_ok: stamp_ok(o.metadata.generation, crate::crd::stamped_generation(o)),
             ..Facts::of(
                 o.metadata.labels.as_ref(),
                 o.metadata.owner_references.as_deref(),
@@ -254,22 +260,25 @@ impl Facts {
         }
     }
 
-    pub(super) fn satisfies(&self, w: &WantedObject) -> bool {
+    /// Whether an object with these facts is what `w` wants.
+    pub fn satisfies(&self, w: &WantedObject) -> bool {
         satisfies(self.spec, &self.owners, self.labels_ok && self.stamp_ok, w)
     }
 }
 
 /// `marks_ok`: our labels are present and the generation stamp agrees.
-pub(super) fn satisfies(spec: u64, owners: &Owners, marks_ok: bool, w: &WantedObject) -> bool {
+pub(crate) fn satisfies(spec: u64, owners: &Owners, marks_ok: bool, w: &WantedObject) -> bool {
     spec == w.spec && marks_ok && w.owners.iter().all(|o| owners.contains(*o))
 }
 
 /// One object we want, reduced like a cached one: its name, the digest of
 /// its spec and its owner references (its labels are ours for that spec).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct WantedObject {
-    pub(super) ns: String,
-    pub(super) name: String,
+pub struct WantedObject {
+    /// Its namespace.
+    pub ns: String,
+    /// Its name.
+    pub name: String,
     spec: u64,
     owners: Vec<u64>,
 }
@@ -277,7 +286,7 @@ pub(super) struct WantedObject {
 impl WantedObject {
     /// What the planner's drift check compares of it, with what the watch
     /// shows under its name.
-    pub(super) fn facts(&self, seen: Option<SeenObject>) -> WantedObjectFacts {
+    pub fn facts(&self, seen: Option<SeenObject>) -> WantedObjectFacts {
         WantedObjectFacts {
             name: (self.ns.clone(), self.name.clone()),
             spec: self.spec,
@@ -286,7 +295,8 @@ impl WantedObject {
         }
     }
 
-    pub(super) fn of(o: &DiscoveredService) -> Self {
+    /// `o` (an object of `desired_objects`) reduced.
+    pub fn of(o: &DiscoveredService) -> Self {
         WantedObject {
             ns: o.metadata.namespace.clone().unwrap_or_default(),
             name: o.metadata.name.clone().unwrap_or_default(),
@@ -310,7 +320,7 @@ pub fn matches(actual: &DiscoveredService, want: &DiscoveredService) -> bool {
 }
 
 /// The objects wanted for `d`, reduced ([`WantedObject`]), in `desired_objects` order.
-pub(super) fn wanted_objects(
+pub fn wanted_objects(
     d: &ServiceNodes,
     naming: &ObjectNaming,
     max_ports_bytes: usize,

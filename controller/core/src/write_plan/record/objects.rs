@@ -1,15 +1,16 @@
-//! The cache of our own objects: nothing here needs an object's content,
-//! only whether it equals what we want, so the cache keeps, per object, a
-//! slim `Slot` of its `Facts` and versions, plus a key index.
+//! Per object, one slim `Slot`: what the API server holds of it as far as
+//! drift needs (whether it equals what we want: digests, not content), the
+//! resourceVersions of the copy the watch showed and of our last write, and
+//! its `metadata.generation`; plus a key index.
 //!
 //! ```text
-//!  Cache
+//!  Objects
 //!   ├─ slots: HashTable<Slot>, hashed by (namespace, name)   the name stored once
 //!   │    Slot { namespace+name, service (only when not derivable from the name),
-//!   │           spec digest, our labels present?, owner digests,
-//!   │           rv of the cached copy, rv of our last write, cached? }
-//!   └─ by_key: key digest -> name hashes of the objects describing that service
-//!  Caches { live, relist }   Init: new relist; InitApply: fill it; InitDone: swap it in
+//!   │           spec digest, our labels present?, stamp agrees?, owner digests,
+//!   │           rv of the watched copy, rv of our last write, generation, watched? }
+//!   ├─ by_key: key digest -> name hashes of the objects describing that service
+//!   └─ foreign: names held by others (another instance, hand-made), usually empty
 //! ```
 //!
 //! * The service a slot's spec describes is kept only when it cannot be
@@ -19,36 +20,28 @@
 //!   `ServiceKey`.
 //! * Owner references (usually one) are stored inline as digests of
 //!   `apiVersion, kind, name, uid`.
-//! * The resourceVersion of our last write of an object (`note_written`) is
-//!   in the same slot, so there is no second map of names. A slot that only
-//!   carries our write (the watch has not shown the object, or it was
-//!   deleted) is not "cached" and invisible to every check.
+//! * A slot the watch has not shown (only our write's answer or the
+//!   start-up list's generation is known, or it was deleted) is not
+//!   "cached" and invisible to every check.
 //! * The key index never trusts itself: a hit counts only when the slot is
 //!   cached and its own service equals the key asked for (64-bit collisions).
-//!   A lookup (`Cache::objects_of`) is O(objects of that service), never a
+//!   A lookup (`Objects::objects_of`) is O(objects of that service), never a
 //!   scan.
-//! * A relist is swapped in at `InitDone` (what kube-runtime's store does),
-//!   carrying over the versions of our writes; until then checks use the old
-//!   cache.
 //!
-//! A slot is kept at 72 bytes or less (a unit test holds it there);
-//! BENCHMARKS.md (issue 6) has the measured size of the whole cache.
+//! A slot is kept at 80 bytes or less (a unit test holds it there: the 72
+//! of the drift cache's slot plus the generation, which had a map of its
+//! own before).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::num::NonZeroU64;
 
-use hashbrown::HashTable;
-use kube::runtime::watcher::Event;
-use kube_discovery_core::ServiceKey;
-use kube_discovery_core::crd::{Owner, adopted};
-use kube_discovery_core::write_plan::SeenObject;
-
-use super::ObjName;
-#[cfg(doc)]
-use super::decode::OwnerMark;
-use super::decode::Watched;
+use super::ObjectSeen;
 use super::facts::{Owners, WantedObject, satisfies};
+use crate::ServiceKey;
+use crate::crd::Owner;
+use crate::write_plan::{ObjName, SeenObject};
+use hashbrown::HashTable;
 
 /// A resourceVersion as kept: `rv + 1`, so `None` costs no extra word
 /// (`u64::MAX`, never a real version, counts as unknown).
@@ -58,12 +51,16 @@ pub(super) fn pack_rv(rv: Option<u64>) -> Rv {
     rv.and_then(|v| v.checked_add(1)).and_then(NonZeroU64::new)
 }
 
-pub(super) fn parse_rv(s: Option<&str>) -> Rv {
-    pack_rv(s.and_then(|s| s.parse().ok()))
+/// A `metadata.generation` as kept (`None`: unknown; a real one is at least 1).
+pub(super) type Generation = Option<NonZeroU64>;
+
+fn pack_generation(g: Option<i64>) -> Generation {
+    g.and_then(|g| u64::try_from(g).ok())
+        .and_then(NonZeroU64::new)
 }
 
-/// One object (see the module docs).
-pub(super) struct Slot {
+/// One object as the record keeps it (see the module docs).
+pub struct Slot {
     /// `namespace` followed by `name`; split at `ns_len`.
     text: Box<str>,
     /// The service its spec describes; `None`: `("", namespace, name)`.
@@ -74,9 +71,11 @@ pub(super) struct Slot {
     rv: Rv,
     /// resourceVersion of our last write.
     written: Rv,
+    /// `metadata.generation` as last answered, listed or watched.
+    generation: Generation,
     ns_len: u32,
     labels_ok: bool,
-    /// [`super::facts::Facts::stamp_ok`].
+    /// [`super::Facts::stamp_ok`].
     stamp_ok: bool,
     /// Whether the watch shows the object (else only `written` is known).
     cached: bool,
@@ -91,6 +90,7 @@ impl Slot {
             spec: 0,
             rv: None,
             written: None,
+            generation: None,
             ns_len: u32::try_from(ns.len()).unwrap_or(u32::MAX),
             labels_ok: false,
             stamp_ok: false,
@@ -122,28 +122,35 @@ impl Slot {
     }
 
     /// The cluster of the service its spec describes.
-    pub(super) fn cluster(&self) -> &str {
+    pub fn cluster(&self) -> &str {
         self.key.as_ref().map_or("", |k| k.cluster.as_str())
     }
 
-    pub(super) fn service_key(&self) -> ServiceKey {
+    /// The service its spec describes.
+    pub fn service_key(&self) -> ServiceKey {
         match &self.key {
             None => ServiceKey::new("", self.ns(), self.name()),
             Some(k) => (**k).clone(),
         }
     }
 
+    /// Nothing is known of it: the slot can go.
+    fn is_empty(&self) -> bool {
+        !self.cached && self.written.is_none() && self.generation.is_none()
+    }
+
     /// Whether the cached copy is older than our last write of it.
-    pub(super) fn older_than_our_write(&self) -> bool {
+    pub fn older_than_our_write(&self) -> bool {
         matches!((self.rv, self.written), (Some(have), Some(ours)) if have < ours)
     }
 
-    pub(super) fn satisfies(&self, w: &WantedObject) -> bool {
+    /// Whether it is what `w` wants (spec, our labels and owners, the stamp).
+    pub fn satisfies(&self, w: &WantedObject) -> bool {
         satisfies(self.spec, &self.owners, self.labels_ok && self.stamp_ok, w)
     }
 
-    /// What the planner's drift check compares of the cached copy.
-    pub(super) fn seen(&self) -> SeenObject {
+    /// What the planner's drift check compares of the watched copy.
+    pub fn seen(&self) -> SeenObject {
         let unpack = |rv: Rv| rv.map(|v| v.get() - 1);
         SeenObject {
             resource_version: unpack(self.rv),
@@ -174,14 +181,14 @@ impl Names {
 }
 
 /// The slots of every object plus the key index (see the module docs).
-pub(super) struct Cache {
+pub(super) struct Objects {
     hasher: RandomState,
     slots: HashTable<Slot>,
     /// Key digest -> name hashes of the cached objects describing it.
     by_key: HashMap<u64, Names>,
-    /// Objects that are not ours ([`OwnerMark::owner`]): another instance's
+    /// Objects that are not ours ([`ObjectSeen::owner`]): another instance's
     /// or hand-made. Never compared, repaired or deleted; their names are
-    /// taken ([`Cache::taken`]). Usually empty.
+    /// taken ([`Objects::taken`]). Usually empty.
     foreign: HashMap<ObjName, Owner>,
 }
 
@@ -207,9 +214,9 @@ fn slot_key_hash(s: &RandomState, slot: &Slot) -> u64 {
     }
 }
 
-impl Cache {
-    fn new() -> Self {
-        Cache {
+impl Objects {
+    pub(super) fn new() -> Self {
+        Objects {
             hasher: RandomState::new(),
             slots: HashTable::new(),
             by_key: HashMap::new(),
@@ -240,9 +247,13 @@ impl Cache {
         self.slot(ns, name).and_then(|s| s.written)
     }
 
+    pub(super) fn generation(&self, ns: &str, name: &str) -> Generation {
+        self.slot(ns, name).and_then(|s| s.generation)
+    }
+
     /// The slot of `ns/name`, created (not cached) when missing.
     fn slot_mut(&mut self, ns: &str, name: &str) -> &mut Slot {
-        let Cache { hasher, slots, .. } = self;
+        let Objects { hasher, slots, .. } = self;
         let h = name_hash(hasher, ns, name);
         slots
             .entry(
@@ -304,36 +315,40 @@ impl Cache {
         self.foreign.get(&(ns.to_string(), name.to_string()))
     }
 
-    /// The watch shows `w` (Apply / InitApply); `instance` is ours, and so
-    /// are the objects of the instances we `adopt`.
-    fn apply(&mut self, w: &Watched, instance: &str, adopt: &[String]) {
-        let (ns, name) = (w.ns(), w.name());
-        match adopted(w.mark.owner(instance), adopt) {
-            Owner::Us => {
-                if !self.foreign.is_empty() {
-                    self.foreign.remove(&(ns.to_string(), name.to_string()));
-                }
+    /// The watch shows `o` (Apply / InitApply).
+    pub(super) fn apply(&mut self, o: &ObjectSeen<'_>) {
+        let (ns, name) = (o.ns, o.name);
+        // Only a higher generation is taken: the event may be older than
+        // our last write's answer (a recreated object was first seen deleted).
+        let seen_generation = pack_generation(o.generation);
+        if *o.owner != Owner::Us {
+            // Not (or no longer) ours: out of every comparison.
+            self.uncache(ns, name);
+            self.foreign
+                .insert((ns.to_string(), name.to_string()), o.owner.clone());
+            if seen_generation.is_some() {
+                let slot = self.slot_mut(ns, name);
+                slot.generation = slot.generation.max(seen_generation);
             }
-            other => {
-                // Not (or no longer) ours: out of every comparison.
-                self.delete(ns, name);
-                self.foreign
-                    .insert((ns.to_string(), name.to_string()), other);
-                return;
-            }
+            return;
         }
+        if !self.foreign.is_empty() {
+            self.foreign.remove(&(ns.to_string(), name.to_string()));
+        }
+        let key = o.key;
         let h = name_hash(&self.hasher, ns, name);
-        let new_kh = key_hash(&self.hasher, &w.key.cluster, &w.key.namespace, &w.key.name);
+        let new_kh = key_hash(&self.hasher, &key.cluster, &key.namespace, &key.name);
         let hasher = self.hasher.clone();
         let slot = self.slot_mut(ns, name);
         let old_kh = slot.cached.then(|| slot_key_hash(&hasher, slot));
-        slot.key = (!(w.key.cluster.is_empty() && w.key.namespace == ns && w.key.name == name))
-            .then(|| Box::new(w.key.clone()));
-        slot.spec = w.facts.spec;
-        slot.owners = w.facts.owners.clone();
-        slot.labels_ok = w.facts.labels_ok;
-        slot.stamp_ok = w.facts.stamp_ok;
-        slot.rv = parse_rv(w.meta.resource_version.as_deref());
+        slot.key = (!(key.cluster.is_empty() && key.namespace == ns && key.name == name))
+            .then(|| Box::new(key.clone()));
+        slot.spec = o.facts.spec;
+        slot.owners = o.facts.owners.clone();
+        slot.labels_ok = o.facts.labels_ok;
+        slot.stamp_ok = o.facts.stamp_ok;
+        slot.rv = pack_rv(o.resource_version);
+        slot.generation = slot.generation.max(seen_generation);
         slot.cached = true;
         if old_kh != Some(new_kh) {
             self.link(new_kh, h);
@@ -343,12 +358,19 @@ impl Cache {
         }
     }
 
-    /// The watch shows `ns/name` deleted; our last write is remembered.
-    fn delete(&mut self, ns: &str, name: &str) {
+    /// The watch shows `ns/name` deleted: its generation is forgotten, our
+    /// last write is remembered.
+    pub(super) fn delete(&mut self, ns: &str, name: &str) {
+        self.uncache(ns, name);
+        self.update(ns, name, |s| s.generation = None);
+    }
+
+    /// Takes `ns/name` out of every comparison (and off the foreign names).
+    fn uncache(&mut self, ns: &str, name: &str) {
         if !self.foreign.is_empty() {
             self.foreign.remove(&(ns.to_string(), name.to_string()));
         }
-        let Cache { hasher, slots, .. } = self;
+        let Objects { hasher, slots, .. } = self;
         let h = name_hash(hasher, ns, name);
         let Ok(mut entry) = slots.find_entry(h, |s| s.is(ns, name)) else {
             return;
@@ -358,30 +380,59 @@ impl Cache {
             return;
         }
         let kh = slot_key_hash(hasher, slot);
-        if slot.written.is_some() {
-            slot.cached = false;
-            slot.key = None;
-            slot.owners = Owners::None;
-        } else {
+        slot.cached = false;
+        slot.key = None;
+        slot.owners = Owners::None;
+        if slot.is_empty() {
             entry.remove();
         }
         self.unlink(kh, h);
     }
 
-    pub(super) fn note_written(&mut self, ns: &str, name: &str, rv: Rv) {
-        match rv {
-            Some(_) => self.slot_mut(ns, name).written = rv,
-            None => {
-                let h = name_hash(&self.hasher, ns, name);
-                if let Ok(mut entry) = self.slots.find_entry(h, |s| s.is(ns, name)) {
-                    if entry.get().cached {
-                        entry.get_mut().written = None;
-                    } else {
-                        entry.remove();
-                    }
-                }
+    /// Changes the slot of `ns/name` if there is one; drops it when nothing
+    /// is known of it any more.
+    fn update(&mut self, ns: &str, name: &str, f: impl FnOnce(&mut Slot)) {
+        let h = name_hash(&self.hasher, ns, name);
+        if let Ok(mut entry) = self.slots.find_entry(h, |s| s.is(ns, name)) {
+            f(entry.get_mut());
+            if entry.get().is_empty() {
+                entry.remove();
             }
         }
+    }
+
+    /// Our write of `ns/name` was answered with `rv` and `generation`
+    /// (both `None`: deleted).
+    pub(super) fn note_written(&mut self, ns: &str, name: &str, rv: Rv, generation: Option<i64>) {
+        let generation = pack_generation(generation);
+        if rv.is_some() || generation.is_some() {
+            let slot = self.slot_mut(ns, name);
+            slot.written = rv;
+            slot.generation = generation;
+        } else {
+            self.update(ns, name, |s| {
+                s.written = None;
+                s.generation = None;
+            });
+        }
+    }
+
+    /// The start-up list found these generations of our objects: every
+    /// other generation is forgotten.
+    pub(super) fn listed_generations(&mut self, found: &[(ObjName, i64)]) {
+        self.slots.iter_mut().for_each(|s| s.generation = None);
+        self.slots.retain(|s| !s.is_empty());
+        for ((ns, name), g) in found {
+            let g = pack_generation(Some(*g));
+            if g.is_some() {
+                self.slot_mut(ns, name).generation = g;
+            }
+        }
+    }
+
+    /// Replaces the names held by others.
+    pub(super) fn set_foreign(&mut self, foreign: HashMap<ObjName, Owner>) {
+        self.foreign = foreign;
     }
 
     /// Cached objects whose spec describes `key`, in the order they came.
@@ -401,75 +452,18 @@ impl Cache {
         out
     }
 
-    /// Takes over the versions of our writes from `old` (a relist replaces
-    /// what the watch showed, not what we wrote).
-    fn adopt_written(&mut self, old: &Cache) {
+    /// Takes over the versions of our writes and the generations from
+    /// `old` (a relist replaces what the watch showed, not what we wrote;
+    /// a generation is only ever raised by the watch).
+    pub(super) fn adopt_written(&mut self, old: &Objects) {
         for s in old.slots.iter() {
-            if s.written.is_some() {
-                self.slot_mut(s.ns(), s.name()).written = s.written;
+            if s.written.is_some() || s.generation.is_some() {
+                let slot = self.slot_mut(s.ns(), s.name());
+                if s.written.is_some() {
+                    slot.written = s.written;
+                }
+                slot.generation = slot.generation.max(s.generation);
             }
-        }
-    }
-}
-
-/// The live cache and the relist being received.
-pub(super) struct Caches {
-    pub(super) live: Cache,
-    /// `Init` .. `InitDone`, like the store's buffer.
-    relist: Option<Cache>,
-    /// Our instance name: objects of others are kept apart.
-    instance: String,
-    /// Instances whose objects are ours (`kube_discovery.adopt_instances`).
-    adopt: Vec<String>,
-}
-
-impl Caches {
-    pub(super) fn new(instance: &str, adopt: &[String]) -> Self {
-        Caches {
-            live: Cache::new(),
-            relist: None,
-            instance: instance.to_string(),
-            adopt: adopt.to_vec(),
-        }
-    }
-
-    /// `Init`: a relist starts.
-    pub(super) fn init(&mut self) {
-        self.relist = Some(Cache::new());
-    }
-
-    /// `InitApply`: one object of the relist.
-    pub(super) fn init_apply(&mut self, o: &Watched) {
-        self.relist
-            .get_or_insert_with(Cache::new)
-            .apply(o, &self.instance, &self.adopt);
-    }
-
-    /// `InitDone`: the relist replaces the live cache, keeping our writes.
-    pub(super) fn init_done(&mut self) {
-        let mut next = self.relist.take().unwrap_or_else(Cache::new);
-        next.adopt_written(&self.live);
-        self.live = next;
-    }
-
-    /// `Apply`.
-    pub(super) fn apply(&mut self, o: &Watched) {
-        self.live.apply(o, &self.instance, &self.adopt);
-    }
-
-    /// `Delete`.
-    pub(super) fn delete(&mut self, o: &Watched) {
-        self.live.delete(o.ns(), o.name());
-    }
-
-    /// One watch event, whichever it is.
-    pub(super) fn apply_event(&mut self, ev: &Event<Watched>) {
-        match ev {
-            Event::Init => self.init(),
-            Event::InitApply(o) => self.init_apply(o),
-            Event::InitDone => self.init_done(),
-            Event::Apply(o) => self.apply(o),
-            Event::Delete(o) => self.delete(o),
         }
     }
 }

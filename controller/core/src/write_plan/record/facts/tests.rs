@@ -1,11 +1,7 @@
 use super::*;
-use crate::write::drift::Watched;
-use crate::write::drift::test_support::*;
+use crate::Node;
+use crate::crd::{LABEL_SERVICE_NAME, MAX_OBJECT_PORTS_BYTES, desired_object, desired_objects};
 use kube::ResourceExt;
-use kube_discovery_core::Node;
-use kube_discovery_core::crd::{
-    LABEL_SERVICE_NAME, MAX_OBJECT_PORTS_BYTES, desired_object, desired_objects,
-};
 
 #[test]
 fn matches_tolerates_additions_but_not_spec_label_or_owner_changes() {
@@ -76,8 +72,8 @@ fn matches_tolerates_additions_but_not_spec_label_or_owner_changes() {
 #[test]
 fn the_spec_digest_finds_an_edit_of_every_spec_field() {
     let want = desired_object(&svc(&["10.0.0.1", "10.0.0.2"]), &ObjectNaming::source());
-    let reduced = Watched::of(&want);
-    assert!(reduced.facts.satisfies(&WantedObject::of(&want)));
+    let reduced = Facts::of_object(&want);
+    assert!(reduced.satisfies(&WantedObject::of(&want)));
     type Edit = (&'static str, fn(&mut DiscoveredServiceSpec));
     let edits: [Edit; 14] = [
         ("cluster", |s| s.cluster = "c9".into()),
@@ -209,7 +205,7 @@ fn the_wanted_form_equals_the_reduced_desired_objects() {
                     .collect();
                 assert_eq!(wanted_objects(&s, naming, MAX_OBJECT_PORTS_BYTES), reduced);
                 for o in desired_objects(&s, naming) {
-                    assert!(Watched::of(&o).facts.labels_ok, "{key} {naming:?}");
+                    assert!(Facts::of_object(&o).labels_ok, "{key} {naming:?}");
                 }
             }
         }
@@ -220,11 +216,44 @@ fn the_wanted_form_equals_the_reduced_desired_objects() {
         let reduced: Vec<WantedObject> = objs.iter().map(WantedObject::of).collect();
         assert_eq!(wanted_objects(&s, naming, 600), reduced);
         for o in &objs {
-            assert!(Watched::of(o).facts.labels_ok);
+            assert!(Facts::of_object(o).labels_ok);
             let shard = o.spec.shard.as_ref().unwrap();
             let mut ours = labels_for(&s.key, &naming.instance);
             ours.insert(LABEL_SHARD.into(), shard.index.to_string());
             assert_eq!(o.metadata.labels.as_ref(), Some(&ours));
         }
     }
+}
+
+fn svc(hosts: &[&str]) -> ServiceNodes {
+    svc_at(ServiceKey::new("", "ns", "web"), hosts, Some("uid-1"))
+}
+
+fn svc_at(key: ServiceKey, hosts: &[&str], uid: Option<&str>) -> ServiceNodes {
+    let mut ports = PortMap::new();
+    ports.insert(
+        "http".into(),
+        hosts.iter().map(|h| Node::new(*h, 80, 50)).collect(),
+    );
+    ServiceNodes::new(key, SourceKind::EndpointSlice, ports, uid.map(String::from))
+}
+
+/// A service of `n` nodes on two ports (big enough to shard with a
+/// small limit).
+fn big(n: usize) -> ServiceNodes {
+    let mut ports = PortMap::new();
+    for port in ["grpc", "http"] {
+        ports.insert(
+            port.into(),
+            (0..n)
+                .map(|i| Node::new(format!("10.0.{}.{}", i / 250, i % 250 + 1), 80, 50))
+                .collect(),
+        );
+    }
+    ServiceNodes::new(
+        ServiceKey::new("", "ns", "web"),
+        SourceKind::EndpointSlice,
+        ports,
+        Some("uid-1".into()),
+    )
 }
