@@ -141,7 +141,7 @@ impl Kwok {
     /// Creates the Nodes, starts kube-scheduler, kwok and the Pod network, and
     /// waits until kwok made every Node Ready.
     pub(crate) async fn start(s: Start<'_>, opts: &Options) -> Result<Kwok> {
-        let client = crate::real::client_for(s.url, s.ca_pem, s.kwok_token).await?;
+        let client = crate::client_for(s.url, s.ca_pem, s.kwok_token).await?;
         let net = PodNet::start(client.clone()).await?;
         let count = opts.nodes.clamp(1, MAX_NODES);
         let nodes: Vec<FakeNode> = (0..count)

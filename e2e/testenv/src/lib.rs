@@ -403,6 +403,12 @@ async fn sim_client(sim: &Sim, token: &str) -> Result<kube::Client> {
     kube_client(&sim.kubeconfig_yaml(token)).await
 }
 
+/// A kube client for `url` trusting `ca_pem`, authenticating with `token`
+/// (the real control plane's clients and kwok's).
+pub async fn client_for(url: &str, ca_pem: &str, token: &str) -> Result<kube::Client> {
+    kube_client(&kube_sim::kubeconfig(url, Some(ca_pem), token)).await
+}
+
 /// A kube client from a kubeconfig's YAML.
 pub(crate) async fn kube_client(kubeconfig_yaml: &str) -> Result<kube::Client> {
     let kc = kube::config::Kubeconfig::from_yaml(kubeconfig_yaml)?;

@@ -503,12 +503,12 @@ impl ControlPlane {
 
     /// A kube client for `token`, straight to the API server.
     pub async fn direct_client(&self, token: &str) -> Result<kube::Client> {
-        client_for(&self.direct_url(), &self.pki.ca_pem, token).await
+        crate::client_for(&self.direct_url(), &self.pki.ca_pem, token).await
     }
 
     /// A kube client for `token` through the fault proxy.
     pub async fn client_via_proxy(&self, token: &str) -> Result<kube::Client> {
-        client_for(&self.url(), &self.pki.ca_pem, token).await
+        crate::client_for(&self.url(), &self.pki.ca_pem, token).await
     }
 
     /// The admin client, straight to the API server.
@@ -694,11 +694,6 @@ impl Drop for ControlPlane {
     }
 }
 
-/// A kube client for `url` trusting `ca_pem`, authenticating with `token`.
-pub async fn client_for(url: &str, ca_pem: &str, token: &str) -> Result<kube::Client> {
-    crate::kube_client(&kube_sim::kubeconfig(url, Some(ca_pem), token)).await
-}
-
 /// Writes `text` to `path`.
 fn write_file(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).map_err(|source| Error::File {
@@ -748,7 +743,7 @@ async fn wait_ready(
     url: &str,
     token: &str,
 ) -> Result<()> {
-    let client = client_for(url, &pki.ca_pem, token).await?;
+    let client = crate::client_for(url, &pki.ca_pem, token).await?;
     let start = Instant::now();
     loop {
         etcd.check_alive()?;
