@@ -158,7 +158,7 @@ fn main() {
         l
     };
     kept(
-        "record after the start-up list (generations, conditions)",
+        "record after the start-up list (generations, conditions, versions)",
         SERVICES,
         || {
             let mut r = Record::default();

@@ -30,9 +30,10 @@
 //! deletes the surplus shards of a shrink. Which objects a write sends is
 //! decided from names and versions (`object_ops`); only those are built
 //! (one change in a big service copies the nodes of two shards, not all).
-//! The shard count per service is the planner's (from
-//! [`Sink::list_versions`], then from every apply's answer, handed back in
-//! [`Prior::shards`]), so a shrink needs no extra LIST.
+//! The shard count per service is the record's (from
+//! [`Sink::list_versions`], then from every apply's answer, which the
+//! writer puts there), handed to a write by the planner in
+//! [`Prior::shards`], so a shrink needs no extra LIST.
 //! [`Sink::list_versions`] reports a service's version only when shards
 //! `0..count` are all present with that version; a half-written service
 //! (crash between shards) gets the version `""`, which forces a rewrite.

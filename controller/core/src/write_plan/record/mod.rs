@@ -2,17 +2,24 @@
 //! slim slot (spec / owner digests, our labels and stamp present, the
 //! resourceVersions of the watched copy and of our last write, the
 //! generation; or whose the name is when it is not ours), per service the
-//! conditions shard 0 holds. Plain data, no I/O: the runtime keeps one
-//! behind a lock and feeds it, the writes and drift checks read it.
+//! conditions shard 0 holds and the version and shard slots of its objects.
+//! Plain data, no I/O: the runtime keeps one behind a lock and feeds it; the
+//! planner, the writes and the drift checks read it.
 //!
 //! ```text
-//!  start-up list (sink) ──── listed(Listing) ─────────┐  generations, conditions,
-//!  drift watch (feed.rs) ─── init / init_apply /     ├─▶ Record ─▶ next_generation, conditions,
-//!                            init_done / apply /     │            taken, objects_of, cached,
-//!                            delete(ObjectSeen)      │            ready (read by the sink, the
-//!  answers to our writes ─── written / removed /     │            drift view and the planner's
-//!                            conditions_written ─────┘            drift facts)
+//!  start-up list (sink) ──── list_begins,             ┐
+//!                            listed(ticket, Listing) ─┤
+//!  drift watch (feed.rs) ─── init / init_apply /     ├─▶ Record ─▶ held / prior (the planner),
+//!                            init_done / apply /     │            next_generation, conditions,
+//!                            delete(ObjectSeen)      │            taken, objects_of, cached
+//!  answers to our writes ─── written / removed /     │            (the sink, the drift view,
+//!                            conditions_written /    │            the planner's drift facts)
+//!                            service_written / _removed ┘
 //! ```
+//!
+//! * Per service, the version and shard slots (`services.rs`) are what the
+//!   planner skips no-ops against and starts a write from; a start-up list
+//!   landing late never overwrites the answers of writes made while it ran.
 //!
 //! * A relist of the drift watch is built apart and swapped in at
 //!   `init_done` (what kube-runtime's store does), keeping the versions of
