@@ -24,6 +24,7 @@ use kube::runtime::watcher::Event;
 use kube_discovery::write::drift::{DriftView, Watched};
 use kube_discovery_core::crd::{ObjectNaming, desired_object};
 use kube_discovery_core::source::filter::NamespaceFilter;
+use kube_discovery_core::write_plan::Held;
 use kube_discovery_core::write_plan::record::{Listing, Record};
 use kube_discovery_core::{
     ConvertOptions, Index, Node, PortMap, ServiceKey, ServiceNodes, SourceKind,
@@ -148,15 +149,21 @@ fn main() {
         for i in 0..SERVICES {
             l.ours(("default".to_string(), format!("svc-{i}")), 3);
             l.conditions(&key(i), &conds);
+            let held = Held {
+                version: format!("{i:016x}"),
+                shards: 1,
+            };
+            l.service(&key(i), &held);
         }
         l
     };
     kept(
-        "record after the start-up list (generations, conditions)",
+        "record after the start-up list (generations, conditions, versions)",
         SERVICES,
         || {
             let mut r = Record::default();
-            r.listed(listing());
+            let ticket = r.list_begins();
+            r.listed(ticket, listing());
             r
         },
     );
@@ -166,7 +173,10 @@ fn main() {
         SERVICES,
         || {
             let (view, mut feed) = DriftView::new(ObjectNaming::source());
-            view.record().lock().listed(listing());
+            let mut record = view.record().lock();
+            let ticket = record.list_begins();
+            record.listed(ticket, listing());
+            drop(record);
             feed.apply(&Event::Init);
             for w in &watched {
                 feed.apply(&Event::InitApply(w.clone()));

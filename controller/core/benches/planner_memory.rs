@@ -1,4 +1,5 @@
-//! The heap the write planner keeps per service: its key store (`known`,
+//! The heap the write planner and the services part of the record it reads
+//! keep per service: the key store (the record's versions and shard slots,
 //! the pending queue, the drift checks) at the peak of a first sync (every
 //! service loaded, queued and reported by the drift sweep) and once that
 //! sync is done (every service known, nothing pending). It says what the
@@ -18,6 +19,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use kube_discovery_core::ServiceKey;
+use kube_discovery_core::write_plan::record::{Listing, Record};
 use kube_discovery_core::write_plan::{
     Action, DesiredView, DriftFacts, Held, Input, Options, Planner,
 };
@@ -90,30 +92,28 @@ fn measure(n: usize, name: Naming) -> (f64, f64) {
     };
     let region = Region::new(GLOBAL);
     let mut planner = Planner::new(opts);
+    let mut record = Record::default();
     let mut now = Duration::ZERO;
-    let (actions, _) = planner.poll(now, &world);
+    let (actions, _) = planner.poll(now, &world, &record);
     assert!(matches!(actions[..], [Action::Load { epoch: 0 }]));
-    let known: Vec<(ServiceKey, Held)> = keys
-        .iter()
-        .enumerate()
-        .map(|(i, k)| {
-            (
-                k.clone(),
-                Held {
-                    version: version(i),
-                    shards: 1,
-                },
-            )
-        })
-        .collect();
-    planner.handle(now, Input::Loaded { epoch: 0, known }, &world);
-    planner.handle(now, Input::Drifted(keys.clone()), &world);
+    let ticket = record.list_begins();
+    let mut listing = Listing::default();
+    for (i, k) in keys.iter().enumerate() {
+        let held = Held {
+            version: version(i),
+            shards: 1,
+        };
+        listing.service(k, &held);
+    }
+    record.listed(ticket, listing);
+    planner.handle(now, Input::Loaded { epoch: 0 }, &world, &record);
+    planner.handle(now, Input::Drifted(keys.clone()), &world, &record);
     let peak = live(&region);
     // Every write is a no-op (skipped), every drift check finds the objects
     // intact: the first sync drains.
     for _ in 0..100 {
         now += Duration::from_secs(1);
-        let (actions, _) = planner.poll(now, &world);
+        let (actions, _) = planner.poll(now, &world, &record);
         for a in actions {
             match a {
                 Action::CheckDrift { key } => {
@@ -124,19 +124,21 @@ fn measure(n: usize, name: Naming) -> (f64, f64) {
                             facts: DriftFacts::unwatched(),
                         },
                         &world,
+                        &record,
                     );
                 }
                 Action::Skipped { .. } | Action::ClusterSynced(_) => {}
                 other => panic!("unexpected {other:?}"),
             }
         }
-        if planner.idle() && planner.poll(now, &world).1.is_none() {
+        if planner.idle() && planner.poll(now, &world, &record).1.is_none() {
             break;
         }
     }
     assert!(planner.idle());
     let after = live(&region);
     drop(planner);
+    drop(record);
     (peak as f64 / n as f64, after as f64 / n as f64)
 }
 

@@ -30,9 +30,10 @@
 //! deletes the surplus shards of a shrink. Which objects a write sends is
 //! decided from names and versions (`object_ops`); only those are built
 //! (one change in a big service copies the nodes of two shards, not all).
-//! The shard count per service is the planner's (from
-//! [`Sink::list_versions`], then from every apply's answer, handed back in
-//! [`Prior::shards`]), so a shrink needs no extra LIST.
+//! The shard count per service is the record's (from
+//! [`Sink::list_versions`], then from every apply's answer, which the
+//! writer puts there), handed to a write by the planner in
+//! [`Prior::shards`], so a shrink needs no extra LIST.
 //! [`Sink::list_versions`] reports a service's version only when shards
 //! `0..count` are all present with that version; a half-written service
 //! (crash between shards) gets the version `""`, which forces a rewrite.
@@ -63,7 +64,7 @@
 //! with [`crate::Error::Fenced`], which the writer counts
 //! (`writes_total{result="fenced"}`) and does not treat as a failure.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -73,8 +74,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use kube_discovery_core::crd::{
     DesiredObjects, DiscoveredService, LABEL_INSTANCE, LABEL_SHARD, ObjectNaming, Owner, Shard,
-    ShardHead, consistent_shards, generation_fix, key_of, shard_of, stamp_generation,
-    stamped_generation,
+    generation_fix, key_of, shard_of, stamp_generation, stamped_generation,
 };
 use kube_discovery_core::write_plan::record::{Listing, RecordView, WantedShards};
 use kube_discovery_core::write_plan::{
@@ -93,9 +93,13 @@ use crate::write::record::SharedRecord;
 /// [`KubeSink`]; a fake in tests). The writer decides what and when; a sink
 /// only carries it out.
 pub trait Sink: Clone + Send + Sync + 'static {
-    /// Version (`spec.version`) and shard slots of the objects that already
-    /// exist, one entry per service.
+    /// Lists the objects that already exist into the record
+    /// ([`Sink::record`]: version and shard slots per service, and what the
+    /// record keeps of each object); returns the versions it found, one
+    /// entry per service.
     fn list_versions(&self) -> impl Future<Output = Result<Vec<(ServiceKey, Held)>>> + Send;
+    /// The record this sink feeds (the planner reads it).
+    fn record(&self) -> SharedRecord;
     /// Creates or updates the objects for `svc` (and their status), starting
     /// from what `prior` says the API server holds; returns how many objects
     /// (shards) the service has now. Every request is fenced by `epoch`, the
@@ -570,82 +574,7 @@ const PAGE: u32 = crate::k8s::client::LIST_PAGE_SIZE;
 pub use kube_discovery_client::list::list_managed;
 use kube_discovery_client::list::{Listed, for_each_in};
 
-/// What the start-up list keeps of our objects: per service, the shard
-/// position and versions of each of its objects (never its nodes).
-#[derive(Debug, Default)]
-pub struct Found(HashMap<ServiceKey, Vec<FoundShard>>);
-
-/// One listed object of a service: `(index, count)`, `spec.version` and, on
-/// shard 0 of a sharded service, the manifest `spec.shard.versions`.
-#[derive(Debug)]
-pub struct FoundShard {
-    index: u32,
-    count: u32,
-    version: String,
-    manifest: Vec<String>,
-}
-
-impl Found {
-    /// Notes one object.
-    pub fn add(&mut self, ds: &DiscoveredService) {
-        let (index, count) = shard_of(ds);
-        self.0.entry(key_of(ds)).or_default().push(FoundShard {
-            index,
-            count,
-            version: ds.spec.version.clone(),
-            manifest: ds
-                .spec
-                .shard
-                .as_ref()
-                .map(|s| s.versions.clone())
-                .unwrap_or_default(),
-        });
-    }
-
-    /// Per service: shard 0's version when its objects form one version
-    /// under the readers' rule (`kube_discovery_core::crd::consistent_shards`),
-    /// else `""`, which forces a rewrite (a crash between shards; also a
-    /// sharded service written by the old scheme without a manifest, so a
-    /// restart of this version converts it once); and the number of shard
-    /// slots to clean up on the next write (highest index seen + 1).
-    pub fn versions(self) -> impl Iterator<Item = (ServiceKey, (String, u32))> {
-        self.0.into_iter().map(|(key, mut objs)| {
-            let slots = objs
-                .iter()
-                .map(|o| o.index.saturating_add(1))
-                .max()
-                .unwrap_or(1);
-            let heads: Vec<ShardHead<'_>> = objs
-                .iter()
-                .map(|o| ShardHead {
-                    index: o.index,
-                    count: o.count,
-                    version: &o.version,
-                    manifest: &o.manifest,
-                })
-                .collect();
-            let zero = match consistent_shards(&heads) {
-                // Surplus slots beyond the count also force a write (it
-                // deletes them).
-                Ok((take, false)) if take.len() as u32 == slots => Some(take[0]),
-                _ => None,
-            };
-            let version = zero
-                .map(|i| std::mem::take(&mut objs[i].version))
-                .unwrap_or_default();
-            (key, (version, slots))
-        })
-    }
-}
-
-/// [`Found::versions`] of `items`.
-pub fn versions_of(items: &[DiscoveredService]) -> HashMap<ServiceKey, (String, u32)> {
-    let mut found = Found::default();
-    for ds in items {
-        found.add(ds);
-    }
-    found.versions().collect()
-}
+pub use kube_discovery_core::write_plan::record::{Found, FoundShard, versions_of};
 
 impl Sink for KubeSink {
     /// Reads our objects page by page, decoded lean (`drift::Lean`: no
@@ -653,6 +582,7 @@ impl Sink for KubeSink {
     /// [`Found`] of each, never the whole list (BENCHMARKS.md, issue 6: the
     /// start-up list folded page by page).
     async fn list_versions(&self) -> Result<Vec<(ServiceKey, Held)>> {
+        let ticket = self.record.lock().list_begins();
         let mut found = Found::default();
         let mut listing = Listing::default();
         // Every DiscoveredService, not only labelled ones: a hand-made object
@@ -719,11 +649,19 @@ impl Sink for KubeSink {
                 "DiscoveredServices of other instances or made by hand: left alone"
             );
         }
-        self.record.lock().listed(listing);
-        Ok(found
+        let held: Vec<(ServiceKey, Held)> = found
             .versions()
             .map(|(key, (version, shards))| (key, Held { version, shards }))
-            .collect())
+            .collect();
+        for (key, h) in &held {
+            listing.service(key, h);
+        }
+        self.record.lock().listed(ticket, listing);
+        Ok(held)
+    }
+
+    fn record(&self) -> SharedRecord {
+        self.record.clone()
     }
 
     async fn apply(&self, svc: Arc<ServiceNodes>, prior: Prior, epoch: u64) -> Result<u32> {

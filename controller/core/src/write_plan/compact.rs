@@ -97,6 +97,15 @@ impl Version {
     }
 }
 
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Hex(h) => write!(f, "{h:016x}"),
+            Self::Text(t) => f.write_str(t),
+        }
+    }
+}
+
 /// `v` as a number when it is exactly 16 lowercase hex digits.
 fn hex16(v: &str) -> Option<u64> {
     if v.len() == 16 && v.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {

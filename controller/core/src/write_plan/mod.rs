@@ -1,29 +1,37 @@
 //! The write planner: what to write, delete or check, and when. Pure: it
-//! takes what happened ([`Input`]) and the time, and answers with what to do
-//! ([`Action`]) and when to ask again; the controller's writer only carries
-//! the actions out (each request with a timeout) and feeds the results back.
+//! takes what happened ([`Input`]), the time, and reads the desired state
+//! ([`DesiredView`]) and what the API server holds of our objects (the
+//! [`Record`], fed by the runtime with the start-up list and the answers to
+//! our writes BEFORE the input that reports them), and answers with what
+//! to do ([`Action`]) and when to ask again; the controller's writer only
+//! carries the actions out (each request with a timeout) and feeds the
+//! results back.
 //!
 //! ```text
 //!  Changed(keys, at) ─▶ pending{key: due = now + coalesce_window, first event}
 //!  poll(now):  due, not in flight, < concurrency, limiter token
-//!              desired == held ─▶ skip         desired ─▶ Apply     none, held ─▶ Delete
-//!  Finished:   Applied(v, n) ─▶ held[key] = {v, n shards}, repair done
-//!              Deleted ─▶ held[key] forgotten
+//!              desired == record's version, no repair owed ─▶ skip
+//!              desired ─▶ Apply     none, held (or repair owed) ─▶ Delete
+//!  Finished:   Applied / Deleted ─▶ repair done (the record has the answer)
 //!              Failed(reason) ─▶ again after backoff, reported failing until written
 //!              Fenced ─▶ again at once (the lease was lost; nothing was sent)
 //!              Superseded ─▶ again at once (the desired state went away; nothing was sent)
 //!              Throttled (429) ─▶ again when the limiter allows (not a failure)
 //!  Throttled(retry_after) ─▶ limiter: rate halved, paused (see [`limiter`])
 //!  Drifted(keys) ─▶ CheckDrift later (not while a write of the key is pending or settling)
-//!  DriftSeen(facts) ─▶ judge_drift (`seen.rs`): Drift ─▶ held[key]: version unknown, repair owed;
+//!  DriftSeen(facts) ─▶ judge_drift (`seen.rs`): Drift ─▶ repair owed (never skipped);
 //!                     queued    Stale ─▶ check again later    Intact ─▶ nothing
 //!  Synced(cluster) ─▶ stale objects of the cluster queued for deletion; ClusterSynced once
 //!                     everything queued before it was attempted
-//!  Leadership{epoch, leading}: a new leading epoch ─▶ Load{epoch}; Loaded ─▶ held, resync
+//!  Leadership{epoch, leading}: a new leading epoch ─▶ Load{epoch}; Loaded ─▶ resync
 //! ```
 //!
-//! `held` is the planner's one record of what the API server holds of our
-//! objects, by service (`held.rs`).
+//! The planner keeps no copy of what the API server holds: it reads the
+//! one [`Record`] (per service: version and shard slots) as plain input.
+//! Its own decision state is what it decided: pending writes, retries,
+//! failing keys, drift checks, and the repairs owed (a set: a judgement of
+//! the planner, not something the API server holds, so it survives a new
+//! start-up list).
 //!
 //! Every [`Action::Apply`] / [`Action::Delete`] carries a [`Prior`]: the
 //! shard slots the service's last write left on the API server (from the
@@ -37,7 +45,6 @@
 
 mod compact;
 mod drift;
-mod held;
 pub mod limiter;
 mod objects;
 mod queue;
@@ -46,19 +53,19 @@ mod seen;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use self::compact::PackedKey;
-use self::compact::trim_map;
+use self::compact::{trim_map, trim_set};
 use self::drift::DriftChecks;
-use self::held::Record;
 use self::limiter::{Limiter, RateOptions};
 pub use self::objects::{
     DeleteWhy, NameTaken, ObjName, ObjectOp, ObjectPlan, ServerFacts, ServerView, object_ops,
 };
 use self::queue::{Pending, Queue};
+use self::record::Record;
 pub use self::seen::{DriftFacts, SeenObject, WantedObjectFacts, judge_drift};
 use crate::backoff::RetryDelays;
 use crate::{ServiceKey, ServiceNodes};
@@ -123,8 +130,8 @@ pub trait DesiredView {
     fn nodes(&self, key: &ServiceKey) -> Option<Arc<ServiceNodes>>;
 }
 
-/// What the API server holds of one service's objects, as the start-up
-/// list found it ([`Input::Loaded`]).
+/// What the API server holds of one service's objects (the start-up list
+/// found it, [`record::Listing::service`]; [`Record::held`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {
     /// The `spec.version` of the whole service (`""` when its objects are
@@ -209,13 +216,11 @@ pub enum Input {
         /// Whether this replica leads in it.
         leading: bool,
     },
-    /// What the API server holds of our objects (version and shard slots
-    /// per service), read for `epoch` after [`Action::Load`].
+    /// The list of [`Action::Load`] landed in the record (what the API
+    /// server holds of our objects, read by the planner from then on).
     Loaded {
         /// The epoch the list was asked for.
         epoch: u64,
-        /// One entry per service.
-        known: Vec<(ServiceKey, Held)>,
     },
     /// The list of [`Action::Load`] failed; asked again after a backoff.
     LoadFailed {
@@ -250,7 +255,7 @@ pub enum Input {
 /// What to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Read the versions of our objects on the API server; answer with
+    /// List our objects on the API server into the record; answer with
     /// [`Input::Loaded`] or [`Input::LoadFailed`].
     Load {
         /// The leading epoch it is for.
@@ -326,15 +331,17 @@ pub enum Action {
 /// The planner's state (see the module docs).
 pub struct Planner {
     opts: Options,
-    /// What the API server holds of our objects, by service.
-    held: Record,
+    /// Services a drift check found different: their next write repairs
+    /// ([`Prior::repair`]) and is never skipped, until one succeeds.
+    repair: HashSet<PackedKey>,
     pending: Queue,
     barriers: Vec<(String, u64)>,
     seq: u64,
     limiter: Limiter,
     drift: DriftChecks,
     failing: HashMap<PackedKey, String>,
-    /// The current epoch, whether it leads, and whether `held` is for it.
+    /// The current epoch, whether it leads, and whether the record was
+    /// listed for it.
     epoch: u64,
     leading: bool,
     loaded: bool,
@@ -342,7 +349,7 @@ pub struct Planner {
     loading: bool,
     load_due: At,
     load_attempts: u32,
-    /// First-list barriers that arrived before `held` was loaded: they
+    /// First-list barriers that arrived before the record was listed: they
     /// need it (stale objects), so they wait for it.
     deferred_synced: Vec<String>,
     actions: Vec<Action>,
@@ -359,7 +366,7 @@ impl Planner {
         });
         Planner {
             opts,
-            held: Record::default(),
+            repair: HashSet::new(),
             pending: Queue::default(),
             barriers: Vec::new(),
             seq: 0,
@@ -383,7 +390,15 @@ impl Planner {
     }
 
     /// Takes in what happened at `now`; returns what to do at once.
-    pub fn handle(&mut self, now: At, input: Input, desired: &dyn DesiredView) -> Vec<Action> {
+    /// `record` is what the API server holds of our objects, already fed
+    /// with the answer `input` reports (a write's, a list's).
+    pub fn handle(
+        &mut self,
+        now: At,
+        input: Input,
+        desired: &dyn DesiredView,
+        record: &Record,
+    ) -> Vec<Action> {
         match input {
             Input::Changed(keys) => {
                 for (key, at) in &keys {
@@ -398,7 +413,7 @@ impl Planner {
             }
             Input::Synced(cluster) => {
                 if self.loaded {
-                    self.synced(cluster, now, desired);
+                    self.synced(cluster, now, desired, record);
                 } else if !self.deferred_synced.contains(&cluster) {
                     self.deferred_synced.push(cluster);
                 }
@@ -417,12 +432,11 @@ impl Planner {
                     }
                 }
             }
-            Input::Loaded { epoch, known } => {
+            Input::Loaded { epoch } => {
                 if epoch == self.epoch && self.leading && !self.loaded {
-                    self.held.loaded(&known);
                     self.loaded = true;
                     self.loading = false;
-                    self.resync(now, desired);
+                    self.resync(now, desired, record);
                 }
             }
             Input::LoadFailed { epoch } => {
@@ -448,7 +462,7 @@ impl Planner {
                             kind,
                         });
                         // Rewritten (or deleted), as a repair.
-                        self.held.drifted(key.clone());
+                        self.repair.insert(key.clone());
                         self.enqueue(key, now, now);
                     }
                 }
@@ -459,7 +473,12 @@ impl Planner {
 
     /// What is due at `now`, and when to poll again (`None`: only after
     /// the next input).
-    pub fn poll(&mut self, now: At, desired: &dyn DesiredView) -> (Vec<Action>, Option<At>) {
+    pub fn poll(
+        &mut self,
+        now: At,
+        desired: &dyn DesiredView,
+        record: &Record,
+    ) -> (Vec<Action>, Option<At>) {
         let mut wake = None;
         if self.leading && !self.loaded {
             if !self.loading && self.load_due <= now {
@@ -470,7 +489,7 @@ impl Planner {
             }
         } else if self.leading {
             self.check_drift(now, desired);
-            self.dispatch(now, desired);
+            self.dispatch(now, desired, record);
             self.check_barriers();
         }
         // Before the wake-up: pruning moves the drift table's next time.
@@ -523,13 +542,13 @@ impl Planner {
         }
     }
 
-    fn synced(&mut self, cluster: String, now: At, desired: &dyn DesiredView) {
+    fn synced(&mut self, cluster: String, now: At, desired: &dyn DesiredView, record: &Record) {
         // Objects the API server holds for this cluster that the first
         // complete list did not produce: their source vanished while we were
-        // not watching.
-        let stale: Vec<PackedKey> = self
-            .held
-            .keys()
+        // not watching (also those a drift check found, held or not).
+        let stale: Vec<PackedKey> = record
+            .services()
+            .chain(self.repair.iter().filter(|k| record.service(k).is_none()))
             .filter(|k| k.cluster() == cluster && desired.version(&k.service_key()).is_none())
             .cloned()
             .collect();
@@ -541,8 +560,8 @@ impl Planner {
     }
 
     /// After loading: everything desired is due again (no-ops are skipped
-    /// against the fresh `held`), and listed clusters get a new barrier.
-    fn resync(&mut self, now: At, desired: &dyn DesiredView) {
+    /// against the fresh record), and listed clusters get a new barrier.
+    fn resync(&mut self, now: At, desired: &dyn DesiredView, record: &Record) {
         let mut deferred = std::mem::take(&mut self.deferred_synced);
         for (cluster, listed) in desired.clusters() {
             for key in desired.keys_of(&cluster) {
@@ -550,22 +569,26 @@ impl Planner {
             }
             if listed {
                 deferred.retain(|c| *c != cluster);
-                self.synced(cluster, now, desired);
+                self.synced(cluster, now, desired, record);
             }
         }
         for cluster in deferred {
-            self.synced(cluster, now, desired);
+            self.synced(cluster, now, desired, record);
         }
     }
 
-    fn dispatch(&mut self, now: At, desired: &dyn DesiredView) {
+    fn dispatch(&mut self, now: At, desired: &dyn DesiredView, record: &Record) {
         while self.pending.inflight.len() < self.opts.concurrency.max(1) {
             let Some(key) = self.pending.first_due_key(now) else {
                 break;
             };
             let skey = key.service_key();
             let version = desired.version(&skey);
-            match (&version, self.held.version(&key)) {
+            let repair = self.repair.contains(&key);
+            match (&version, record.service(&key).map(|s| &s.version)) {
+                // A repair is owed: written (or deleted) whatever the
+                // versions say.
+                _ if repair => {}
                 (Some(d), Some(v)) if v.is(d) => {
                     self.pending.remove(&key);
                     self.clear_failing(&key);
@@ -588,7 +611,7 @@ impl Planner {
                 continue;
             };
             let epoch = self.epoch;
-            let prior = self.held.prior(&key);
+            let prior = record.prior(&key, repair);
             self.actions.push(match version {
                 Some(_) => Action::Apply {
                     key: skey,
@@ -612,8 +635,9 @@ impl Planner {
         };
         self.drift.done(&key, now, self.opts.drift_settle);
         let (attempts, due) = match outcome {
-            Outcome::Applied { version, shards } => {
-                self.held.applied(key.clone(), &version, shards);
+            // The record has the answer (the runtime fed it first).
+            Outcome::Applied { .. } => {
+                self.repair.remove(&key);
                 self.clear_failing(&key);
                 self.unpark(&key, now);
                 self.limiter.succeeded();
@@ -621,7 +645,7 @@ impl Planner {
             }
             Outcome::Deleted => {
                 self.limiter.succeeded();
-                self.held.deleted(&key);
+                self.repair.remove(&key);
                 self.clear_failing(&key);
                 self.unpark(&key, now);
                 return;
@@ -756,7 +780,7 @@ impl Planner {
     fn trim(&mut self, now: At) {
         self.pending.trim();
         self.drift.prune(now, self.opts.drift_settle);
-        self.held.trim();
+        trim_set(&mut self.repair);
         trim_map(&mut self.failing);
     }
 }

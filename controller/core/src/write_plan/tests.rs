@@ -44,6 +44,12 @@ impl DesiredView for World {
 
 struct Script {
     planner: Planner,
+    /// What the API server holds, fed as the runtime does: a list lands
+    /// with the ticket it took when its `Load` was asked for, a write's
+    /// answer before the planner hears of it.
+    record: Record,
+    /// The ticket of each epoch's last `Load`.
+    tickets: BTreeMap<u64, u64>,
     world: World,
     /// The API server as the sink's caches show it, for [`object_ops`].
     server: View,
@@ -120,6 +126,8 @@ impl Script {
         world.clusters.insert(String::new(), false);
         Script {
             planner: Planner::new(opts),
+            record: Record::default(),
+            tickets: BTreeMap::new(),
             world,
             server: View::default(),
             now: At::ZERO,
@@ -149,6 +157,9 @@ impl Script {
             self.now.as_millis()
         );
         for a in actions {
+            if let Action::Load { epoch } = a {
+                self.tickets.insert(*epoch, self.record.list_begins());
+            }
             self.ops(a);
         }
     }
@@ -216,13 +227,15 @@ impl Script {
     }
 
     fn input(&mut self, what: &str, input: Input) -> Vec<Action> {
-        let actions = self.planner.handle(self.now, input, &self.world);
+        let actions = self
+            .planner
+            .handle(self.now, input, &self.world, &self.record);
         self.line(&format!("<- {what}"), &actions, None);
         actions
     }
 
     fn poll(&mut self) -> Vec<Action> {
-        let (actions, wake) = self.planner.poll(self.now, &self.world);
+        let (actions, wake) = self.planner.poll(self.now, &self.world, &self.record);
         self.line("poll", &actions, Some(wake));
         actions
     }
@@ -259,20 +272,30 @@ impl Script {
                 let _ = write!(what, " {n}={v}/{shards} shards");
             }
         }
-        let known = known
-            .iter()
-            .map(|(n, v, shards)| {
-                let held = Held {
-                    version: v.to_string(),
-                    shards: *shards,
-                };
-                (key(n), held)
-            })
-            .collect();
-        self.input(&what, Input::Loaded { epoch, known });
+        let mut listing = record::Listing::default();
+        for (n, v, shards) in known {
+            let held = Held {
+                version: v.to_string(),
+                shards: *shards,
+            };
+            listing.service(&key(n), &held);
+        }
+        let ticket = match self.tickets.get(&epoch) {
+            Some(t) => *t,
+            None => self.record.list_begins(),
+        };
+        self.record.listed(ticket, listing);
+        self.input(&what, Input::Loaded { epoch });
     }
 
     fn finished(&mut self, name: &str, outcome: Outcome) {
+        match &outcome {
+            Outcome::Applied { version, shards } => {
+                self.record.service_written(&key(name), version, *shards);
+            }
+            Outcome::Deleted => self.record.service_removed(&key(name)),
+            _ => {}
+        }
         self.input(
             &format!("Finished {name} {}", show_outcome(&outcome)),
             Input::Finished {
@@ -490,19 +513,23 @@ fn a_due_write_wakes_the_loop_only_when_a_slot_is_free() {
     s.at(1).loaded(0, &[]);
     s.desire("a", Some("v1")).desire("b", Some("v1"));
     s.at(10).changed(&["a", "b"]);
-    let (actions, wake) = s.planner.poll(At::from_secs(1), &s.world);
+    let (actions, wake) = s.planner.poll(At::from_secs(1), &s.world, &s.record);
     assert_eq!(actions.len(), 1, "{actions:?}");
     assert_eq!(wake, None, "b is due, but the only slot is taken");
     // A drift check still wakes it when its time comes.
-    s.planner
-        .handle(At::from_secs(1), Input::Drifted(vec![key("b")]), &s.world);
-    let (_, wake) = s.planner.poll(At::from_secs(1), &s.world);
+    s.planner.handle(
+        At::from_secs(1),
+        Input::Drifted(vec![key("b")]),
+        &s.world,
+        &s.record,
+    );
+    let (_, wake) = s.planner.poll(At::from_secs(1), &s.world, &s.record);
     assert_eq!(wake, Some(At::from_secs(1) + Duration::from_millis(200)));
 }
 
 /// After a first sync of 5,000 services (each also reported by the first
 /// drift sweep while pending), the tables are empty AND small again, and
-/// `known` holds one compact entry per service.
+/// the record holds one compact entry per service.
 #[test]
 fn tables_shrink_after_a_large_first_sync() {
     let n = 5_000;
@@ -516,33 +543,31 @@ fn tables_shrink_after_a_large_first_sync() {
         concurrency: 64,
         ..opts()
     });
+    let mut record = Record::default();
     let mut now = At::ZERO;
-    let actions = p.poll(now, &world).0;
+    let actions = p.poll(now, &world, &record).0;
     assert_eq!(actions, vec![Action::Load { epoch: 0 }]);
-    p.handle(
-        now,
-        Input::Loaded {
-            epoch: 0,
-            known: vec![],
-        },
-        &world,
-    );
+    let ticket = record.list_begins();
+    record.listed(ticket, record::Listing::default());
+    p.handle(now, Input::Loaded { epoch: 0 }, &world, &record);
     p.handle(
         now,
         Input::Changed(keys.iter().map(|k| (k.clone(), now)).collect()),
         &world,
+        &record,
     );
-    p.handle(now, Input::Drifted(keys.clone()), &world);
+    p.handle(now, Input::Drifted(keys.clone()), &world, &record);
     let peak = p.pending.entries.capacity();
     assert!(peak >= n);
     let (mut writes, mut checks, mut synced) = (0, 0, 0);
     for _ in 0..100_000 {
-        let (actions, wake) = p.poll(now, &world);
+        let (actions, wake) = p.poll(now, &world, &record);
         for a in actions {
             match a {
                 Action::Apply { key, .. } => {
                     writes += 1;
                     let v = world.versions[&key].clone();
+                    record.service_written(&key, &v, 1);
                     p.handle(
                         now,
                         Input::Finished {
@@ -553,6 +578,7 @@ fn tables_shrink_after_a_large_first_sync() {
                             },
                         },
                         &world,
+                        &record,
                     );
                 }
                 Action::CheckDrift { key } => {
@@ -564,6 +590,7 @@ fn tables_shrink_after_a_large_first_sync() {
                             facts: DriftFacts::unwatched(),
                         },
                         &world,
+                        &record,
                     );
                 }
                 Action::ClusterSynced(_) => synced += 1,
@@ -579,13 +606,13 @@ fn tables_shrink_after_a_large_first_sync() {
     assert_eq!(writes, n, "one write per service");
     assert_eq!(checks, n, "every parked check ran once");
     assert_eq!(synced, 1);
-    assert_eq!(p.held.services.len(), n);
-    assert!(
-        p.held
-            .services
-            .values()
-            .all(|o| matches!(o.version, compact::Version::Hex(_)) && o.shards == 1 && !o.repair)
-    );
+    assert_eq!(record.services_len(), n);
+    assert!(keys.iter().all(|k| {
+        record
+            .service(&PackedKey::new(k))
+            .is_some_and(|o| matches!(o.version, compact::Version::Hex(_)) && o.shards == 1)
+    }));
+    assert!(p.repair.is_empty());
     for (name, cap) in [
         ("pending", p.pending.entries.capacity()),
         ("inflight", p.pending.inflight.capacity()),

@@ -1,3 +1,5 @@
+use std::collections::HashMap;
+
 use super::*;
 use kube_discovery_core::crd::{Shard, desired_object};
 use kube_discovery_core::{Node, PortMap, SourceKind};

@@ -9,10 +9,16 @@
 //! ```text
 //!  inbox (Changed / Drifted / Synced) ─┐
 //!  leadership (epoch, leading) ────────┼─▶ Planner::handle ─┐
-//!  finished writes / loads ────────────┤                    ├─▶ actions ─▶ Sink::apply / delete (tasks),
-//!  drift answers (queued, not nested) ─┘                    │            Sink::list_versions (a task),
+//!  finished writes / loads ────────────┤   (reads the       ├─▶ actions ─▶ Sink::apply / delete (tasks),
+//!  drift answers (queued, not nested) ─┘    record)         │            Sink::list_versions (a task),
 //!  the wake-up the planner asked for ──▶ Planner::poll ─────┘            Sink::drift_facts, Events, state, metrics
 //! ```
+//!
+//! The planner reads what the API server holds of our objects from the
+//! sink's record ([`Sink::record`], locked around each planner call, never
+//! across a request). A finished list has landed in it before
+//! [`Input::Loaded`]; an applied or deleted write's answer (version and
+//! shard slots) is put into it here, before the planner hears of it.
 //!
 //! The answer to an action carried out at once (a drift check: what the
 //! drift watch shows of the key's objects, which the planner judges) is
@@ -56,6 +62,7 @@ use crate::k8s::leader::Leadership;
 use crate::serve::metrics::Metrics;
 use crate::state::ControllerState;
 use crate::write::inbox::{Inbox, WriterHandle, WriterMsg};
+use crate::write::record::SharedRecord;
 use crate::write::sink::Sink;
 use crate::{Error, Result, panic_message};
 
@@ -126,6 +133,8 @@ struct Writer<S> {
     shared: Arc<ControllerState>,
     metrics: Metrics,
     planner: Planner,
+    /// What the API server holds of our objects (the sink's).
+    record: SharedRecord,
     origin: Instant,
     tasks: JoinSet<Done>,
     throttle: ThrottleSignal,
@@ -136,11 +145,13 @@ struct Writer<S> {
 
 impl<S: Sink> Writer<S> {
     fn new(sink: S, shared: Arc<ControllerState>, metrics: Metrics, opts: WriterOptions) -> Self {
+        let record = sink.record();
         Writer {
             sink,
             shared,
             metrics,
             planner: Planner::new(opts),
+            record,
             origin: Instant::now(),
             tasks: JoinSet::new(),
             throttle: ThrottleSignal::default(),
@@ -162,7 +173,10 @@ impl<S: Sink> Writer<S> {
         let mut inputs = VecDeque::from([input]);
         while let Some(input) = inputs.pop_front() {
             let now = self.now();
-            let actions = self.planner.handle(now, input, &*self.shared);
+            let actions = {
+                let record = self.record.lock();
+                self.planner.handle(now, input, &*self.shared, &record)
+            };
             inputs.extend(actions.into_iter().filter_map(|a| self.execute(a)));
         }
     }
@@ -189,7 +203,10 @@ impl<S: Sink> Writer<S> {
     fn poll(&mut self) -> Option<Instant> {
         loop {
             let now = self.now();
-            let (actions, wake) = self.planner.poll(now, &*self.shared);
+            let (actions, wake) = {
+                let record = self.record.lock();
+                self.planner.poll(now, &*self.shared, &record)
+            };
             if actions.is_empty() {
                 return wake.map(|w| self.origin + w);
             }
@@ -333,7 +350,7 @@ impl<S: Sink> Writer<S> {
             Done::Load { epoch, result } => match result {
                 Ok(known) => {
                     tracing::info!(objects = known.len(), "read existing DiscoveredServices");
-                    self.handle(Input::Loaded { epoch, known });
+                    self.handle(Input::Loaded { epoch });
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot list existing DiscoveredServices");
@@ -357,10 +374,12 @@ impl<S: Sink> Writer<S> {
                         let label = match &outcome {
                             Outcome::Applied { version, shards } => {
                                 tracing::debug!(service = %key, %version, shards, "applied");
+                                self.record.lock().service_written(&key, version, *shards);
                                 "applied"
                             }
                             _ => {
                                 tracing::info!(service = %key, "deleted");
+                                self.record.lock().service_removed(&key);
                                 "deleted"
                             }
                         };

@@ -44,6 +44,8 @@ struct FakeSink {
     /// `Retry-After: 2`, recorded in `throttle` as the writer's client does.
     throttle_next: Arc<Mutex<u32>>,
     throttle: ThrottleSignal,
+    /// The record the writer's planner reads (`list_versions` feeds it).
+    record: SharedRecord,
 }
 
 impl FakeSink {
@@ -79,7 +81,8 @@ impl Sink for FakeSink {
         if let Some(elector) = lose {
             publish(&elector, false);
         }
-        Ok(self
+        let ticket = self.record.lock().list_begins();
+        let known: Vec<(ServiceKey, Held)> = self
             .existing
             .iter()
             .map(|(k, version)| {
@@ -89,7 +92,16 @@ impl Sink for FakeSink {
                 };
                 (k.clone(), held)
             })
-            .collect())
+            .collect();
+        let mut listing = kube_discovery_core::write_plan::record::Listing::default();
+        for (k, held) in &known {
+            listing.service(k, held);
+        }
+        self.record.lock().listed(ticket, listing);
+        Ok(known)
+    }
+    fn record(&self) -> SharedRecord {
+        self.record.clone()
     }
     async fn apply(&self, svc: Arc<ServiceNodes>, prior: Prior, epoch: u64) -> Result<u32> {
         self.priors.lock().unwrap().push(prior);

@@ -2,17 +2,24 @@
 //! slim slot (spec / owner digests, our labels and stamp present, the
 //! resourceVersions of the watched copy and of our last write, the
 //! generation; or whose the name is when it is not ours), per service the
-//! conditions shard 0 holds. Plain data, no I/O: the runtime keeps one
-//! behind a lock and feeds it, the writes and drift checks read it.
+//! conditions shard 0 holds and the version and shard slots of its objects.
+//! Plain data, no I/O: the runtime keeps one behind a lock and feeds it; the
+//! planner, the writes and the drift checks read it.
 //!
 //! ```text
-//!  start-up list (sink) ──── listed(Listing) ─────────┐  generations, conditions,
-//!  drift watch (feed.rs) ─── init / init_apply /     ├─▶ Record ─▶ next_generation, conditions,
-//!                            init_done / apply /     │            taken, objects_of, cached,
-//!                            delete(ObjectSeen)      │            ready (read by the sink, the
-//!  answers to our writes ─── written / removed /     │            drift view and the planner's
-//!                            conditions_written ─────┘            drift facts)
+//!  start-up list (sink) ──── list_begins,             ┐
+//!                            listed(ticket, Listing) ─┤
+//!  drift watch (feed.rs) ─── init / init_apply /     ├─▶ Record ─▶ held / prior (the planner),
+//!                            init_done / apply /     │            next_generation, conditions,
+//!                            delete(ObjectSeen)      │            taken, objects_of, cached
+//!  answers to our writes ─── written / removed /     │            (the sink, the drift view,
+//!                            conditions_written /    │            the planner's drift facts)
+//!                            service_written / _removed ┘
 //! ```
+//!
+//! * Per service, the version and shard slots (`services.rs`) are what the
+//!   planner skips no-ops against and starts a write from; a start-up list
+//!   landing late never overwrites the answers of writes made while it ran.
 //!
 //! * A relist of the drift watch is built apart and swapped in at
 //!   `init_done` (what kube-runtime's store does), keeping the versions of
@@ -38,6 +45,7 @@ mod facts;
 mod intact;
 mod kept;
 mod objects;
+mod services;
 #[cfg(test)]
 mod tests;
 
@@ -55,7 +63,10 @@ pub use self::intact::{RecordView, WantedShards, intact_of};
 use self::kept::Kept;
 pub use self::objects::Slot;
 use self::objects::{Objects, pack_rv};
-use super::ObjName;
+pub use self::services::{Found, FoundShard, versions_of};
+use self::services::{Service, Services};
+use super::compact::PackedKey;
+use super::{Held, ObjName, Prior};
 use crate::ServiceKey;
 use crate::crd::Owner;
 
@@ -85,9 +96,18 @@ pub struct Listing {
     generations: Vec<(ObjName, i64)>,
     conditions: HashMap<u64, Kept>,
     foreign: HashMap<ObjName, Owner>,
+    services: HashMap<PackedKey, Service>,
 }
 
 impl Listing {
+    /// What the API server holds of `key`'s objects ([`Found::versions`]).
+    pub fn service(&mut self, key: &ServiceKey, held: &Held) {
+        self.services.insert(
+            PackedKey::new(key),
+            Service::new(&held.version, held.shards),
+        );
+    }
+
     /// An object of ours at `generation`.
     pub fn ours(&mut self, name: ObjName, generation: i64) {
         self.generations.push((name, generation));
@@ -132,6 +152,8 @@ pub struct Record {
     watched: bool,
     /// Per service (hashed key): the conditions shard 0 holds.
     conditions: HashMap<u64, Kept>,
+    /// Per service: the version and shard slots its objects hold.
+    services: Services,
 }
 
 impl Default for Record {
@@ -141,6 +163,7 @@ impl Default for Record {
             relist: None,
             watched: false,
             conditions: HashMap::new(),
+            services: Services::default(),
         }
     }
 }
@@ -148,10 +171,21 @@ impl Default for Record {
 impl Record {
     // ---- fed by the start-up list ----
 
-    /// What the start-up list found replaces the generations and
-    /// conditions, and the names held by others until the drift watch has
-    /// listed (then it knows better).
-    pub fn listed(&mut self, found: Listing) {
+    /// A start-up list begins: its ticket for [`Record::listed`].
+    pub fn list_begins(&mut self) -> u64 {
+        self.services.begin()
+    }
+
+    /// What the start-up list `ticket` found replaces the versions and
+    /// shard slots (except of services written since it began), the
+    /// generations and conditions, and the names held by others until the
+    /// drift watch has listed (then it knows better). A list that began
+    /// before the last one landed is dropped: it is older.
+    pub fn listed(&mut self, ticket: u64, found: Listing) {
+        if !self.services.may_land(ticket) {
+            return;
+        }
+        self.services.listed(ticket, found.services);
         self.live.listed_generations(&found.generations);
         self.conditions = found.conditions;
         if !self.watched {
@@ -216,12 +250,50 @@ impl Record {
             .insert(service_hash(key), Kept::of(conditions));
     }
 
+    /// The objects of `key` now hold `version` in `shards` slots (an
+    /// apply's answer).
+    pub fn service_written(&mut self, key: &ServiceKey, version: &str, shards: u32) {
+        self.services.written(PackedKey::new(key), version, shards);
+    }
+
     /// Every object of `key` was deleted.
     pub fn service_removed(&mut self, key: &ServiceKey) {
         self.conditions.remove(&service_hash(key));
+        self.services.removed(&PackedKey::new(key));
     }
 
     // ---- read ----
+
+    /// What the API server holds of `key`'s objects (`None`: nothing).
+    pub fn held(&self, key: &ServiceKey) -> Option<Held> {
+        self.service(&PackedKey::new(key)).map(|s| Held {
+            version: s.version.to_string(),
+            shards: s.shards,
+        })
+    }
+
+    pub(crate) fn service(&self, key: &PackedKey) -> Option<&Service> {
+        self.services.held.get(key)
+    }
+
+    /// What a write of `key` starts from, but for the repair flag (the
+    /// planner's).
+    pub(crate) fn prior(&self, key: &PackedKey, repair: bool) -> Prior {
+        Prior {
+            shards: self.service(key).map_or(1, |s| s.shards),
+            repair,
+        }
+    }
+
+    /// Every service the API server holds objects of.
+    pub(crate) fn services(&self) -> impl Iterator<Item = &PackedKey> {
+        self.services.held.keys()
+    }
+
+    /// Number of services the API server holds objects of.
+    pub fn services_len(&self) -> usize {
+        self.services.held.len()
+    }
 
     /// Whether the drift watch has listed once (before, nothing is cached).
     pub fn watched(&self) -> bool {

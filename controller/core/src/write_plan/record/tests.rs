@@ -82,7 +82,8 @@ fn generations_are_remembered_per_object_and_forgotten() {
     assert_eq!(r.next_generation("ns", "web"), 7, "someone else's write");
     let mut found = Listing::default();
     found.ours(name("other", "web"), 2);
-    r.listed(found);
+    let ticket = r.list_begins();
+    r.listed(ticket, found);
     assert_eq!(
         (
             r.next_generation("other", "web"),
@@ -124,7 +125,8 @@ fn names_held_by_others_come_from_the_list_until_the_watch_has_listed() {
     let mut r = Record::default();
     let mut found = Listing::default();
     found.foreign(name("ns", "web"), Owner::Unmanaged);
-    r.listed(found);
+    let ticket = r.list_begins();
+    r.listed(ticket, found);
     assert_eq!(r.taken("ns", "web"), Some(&Owner::Unmanaged));
     r.init();
     r.init_done();
@@ -136,7 +138,8 @@ fn names_held_by_others_come_from_the_list_until_the_watch_has_listed() {
     assert!(r.cached("ns", "web").is_none(), "never compared");
     let mut found = Listing::default();
     found.foreign(name("ns", "x"), Owner::Unmanaged);
-    r.listed(found);
+    let ticket = r.list_begins();
+    r.listed(ticket, found);
     assert_eq!(
         r.taken("ns", "x"),
         None,
@@ -172,7 +175,8 @@ fn kept_conditions_decide_like_the_whole_ones() {
     let mut r = Record::default();
     let mut found = Listing::default();
     found.conditions(&key, &first);
-    r.listed(found);
+    let ticket = r.list_begins();
+    r.listed(ticket, found);
     let back = r.conditions(&key);
     assert_eq!(back.len(), 2, "{back:?}");
     // The same times for an unchanged status, the same news verdict.
@@ -196,4 +200,74 @@ fn kept_conditions_decide_like_the_whole_ones() {
         "{}",
         std::mem::size_of::<Kept>()
     );
+}
+
+fn held(version: &str, shards: u32) -> Held {
+    Held {
+        version: version.to_string(),
+        shards,
+    }
+}
+
+fn listing(services: &[(&str, &str, u32)]) -> Listing {
+    let mut l = Listing::default();
+    for (n, v, shards) in services {
+        l.service(&ServiceKey::new("", "ns", *n), &held(v, *shards));
+    }
+    l
+}
+
+/// The start-up list replaces the versions and shard slots, the answers to
+/// our writes update them.
+#[test]
+fn services_come_from_the_list_and_the_answers() {
+    let k = |n: &str| ServiceKey::new("", "ns", n);
+    let mut r = Record::default();
+    assert_eq!(r.held(&k("a")), None);
+    let t = r.list_begins();
+    r.listed(t, listing(&[("a", "v1", 1), ("b", "", 3)]));
+    assert_eq!(r.held(&k("a")), Some(held("v1", 1)));
+    assert_eq!(r.held(&k("b")), Some(held("", 3)));
+    r.service_written(&k("b"), "00000000000000ff", 2);
+    assert_eq!(r.held(&k("b")), Some(held("00000000000000ff", 2)));
+    r.service_removed(&k("a"));
+    assert_eq!(r.held(&k("a")), None);
+    assert_eq!(r.services_len(), 1);
+    // A later list replaces everything.
+    let t = r.list_begins();
+    r.listed(t, listing(&[("c", "v3", 1)]));
+    assert_eq!(r.held(&k("b")), None);
+    assert_eq!(r.held(&k("c")), Some(held("v3", 1)));
+}
+
+/// A list reads a while: the answers to writes that land meanwhile are
+/// newer than what it read and stay; a list that began before the last one
+/// landed is dropped whole (an older list never overwrites a newer one).
+#[test]
+fn an_older_list_never_overwrites_newer_answers() {
+    let k = |n: &str| ServiceKey::new("", "ns", n);
+    let mut r = Record::default();
+    let first = r.list_begins();
+    // Answers while the list runs: `a` applied, `b` deleted.
+    r.service_written(&k("a"), "v2", 2);
+    r.service_removed(&k("b"));
+    r.listed(
+        first,
+        listing(&[("a", "v1", 1), ("b", "v1", 1), ("c", "v1", 1)]),
+    );
+    assert_eq!(r.held(&k("a")), Some(held("v2", 2)), "written since");
+    assert_eq!(r.held(&k("b")), None, "deleted since");
+    assert_eq!(r.held(&k("c")), Some(held("v1", 1)));
+    // Two lists overlap (a new leadership epoch); the newer lands first.
+    let older = r.list_begins();
+    let newer = r.list_begins();
+    r.listed(newer, listing(&[("c", "v4", 1)]));
+    r.listed(older, listing(&[("c", "v3", 1), ("d", "v3", 1)]));
+    assert_eq!(r.held(&k("c")), Some(held("v4", 1)));
+    assert_eq!(r.held(&k("d")), None);
+    // A write answered before a list began is what that list read.
+    r.service_written(&k("c"), "v5", 1);
+    let t = r.list_begins();
+    r.listed(t, listing(&[("c", "v6", 1)]));
+    assert_eq!(r.held(&k("c")), Some(held("v6", 1)));
 }
