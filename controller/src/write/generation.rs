@@ -23,12 +23,6 @@ pub struct Stamping {
     refused: Arc<Mutex<Option<Instant>>>,
 }
 
-/// Whether `message` (an API server's error) refuses the stamp because the
-/// installed CRD does not declare it.
-pub fn stamp_undeclared(code: u16, message: &str) -> bool {
-    code == 500 && message.contains("observedGeneration: field not declared in schema")
-}
-
 impl Stamping {
     /// Whether writes carry the stamp now (not within [`RETRY_STAMP_AFTER`]
     /// of a refusal).

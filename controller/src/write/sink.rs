@@ -64,6 +64,7 @@
 //! with [`crate::Error::Fenced`], which the writer counts
 //! (`writes_total{result="fenced"}`) and does not treat as a failure.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -76,6 +77,7 @@ use kube_discovery_core::crd::{
     DesiredObjects, DiscoveredService, LABEL_INSTANCE, LABEL_SHARD, ObjectNaming, Owner, Shard,
     generation_fix, key_of, shard_of, stamp_generation, stamped_generation,
 };
+use kube_discovery_core::write_plan::answer::{self, Answer, Next, Sending, classify};
 use kube_discovery_core::write_plan::record::{Listing, RecordView, WantedShards};
 use kube_discovery_core::write_plan::{
     DeleteWhy, DriftFacts, Held, NameTaken, ObjectOp, ObjectPlan, Prior, ServerFacts, object_ops,
@@ -86,7 +88,7 @@ use crate::k8s::events::Events;
 use crate::k8s::leader::{Fence, FenceToken};
 use crate::write::drift::{DriftView, Lean};
 use crate::write::explain::Explain;
-use crate::write::generation::{Stamping, stamp_undeclared};
+use crate::write::generation::Stamping;
 use crate::write::record::SharedRecord;
 
 /// Where the writer puts DiscoveredServices (the API server in production,
@@ -337,104 +339,105 @@ impl KubeSink {
         let mut pp = PatchParams::apply(&self.naming.field_manager());
         // The stamp `apply` put on the object may be stale, or must go (an
         // older CRD refused it: `crate::write::generation`).
-        let mut restamped;
         let want = self
             .stamping
             .on()
             .then(|| self.record.lock().next_generation(&ns, &name));
-        let mut obj = if stamped_generation(obj) == want {
-            obj
-        } else {
-            restamped = obj.clone();
-            stamp_generation(&mut restamped, want);
-            &restamped
-        };
-        let mut one_of_one;
-        let first = match self
-            .patch_answer(token, &ns, &name, &pp, &Patch::Apply(obj))
-            .await
-        {
-            Err(Error::Kube(kube::Error::Api(s)))
-                if stamped_generation(obj).is_some() && stamp_undeclared(s.code, &s.message) =>
-            {
-                if self.stamping.refused() {
-                    tracing::warn!(object = %format!("{ns}/{name}"), "the installed DiscoveredService CRD does not declare status.observedGeneration (older than this controller): writing without it; update the CRD (crds/discoveredservices.yaml; helm upgrade does it)");
+        let mut obj = Cow::Borrowed(obj);
+        if stamped_generation(&obj) != want {
+            stamp_generation(obj.to_mut(), want);
+        }
+        // Which request follows which answer is `answer::next`'s; this loop
+        // only builds and sends them.
+        let mut sending = Sending::first(want.is_some(), obj.spec.shard.is_none());
+        let mut one_of_one: Option<DiscoveredService> = None;
+        let got = loop {
+            let body = one_of_one.as_ref().unwrap_or(&obj);
+            let answer = self
+                .patch_answer(token, &ns, &name, &pp, &Patch::Apply(body))
+                .await;
+            let class = match &answer {
+                Ok(_) => Answer::Applied,
+                Err(Error::Kube(kube::Error::Api(s))) => classify(s.code, &s.message),
+                Err(_) => Answer::Failed,
+            };
+            match answer::next(sending, class) {
+                Next::Done | Next::Fail => break answer?,
+                Next::Unstamped => {
+                    if self.stamping.refused() {
+                        tracing::warn!(object = %format!("{ns}/{name}"), "the installed DiscoveredService CRD does not declare status.observedGeneration (older than this controller): writing without it; update the CRD (crds/discoveredservices.yaml; helm upgrade does it)");
+                    }
+                    stamp_generation(obj.to_mut(), None);
+                    if let Some(o) = one_of_one.as_mut() {
+                        stamp_generation(o, None);
+                    }
+                    sending.stamped = false;
                 }
-                restamped = obj.clone();
-                stamp_generation(&mut restamped, None);
-                obj = &restamped;
-                self.patch_answer(token, &ns, &name, &pp, &Patch::Apply(obj))
-                    .await
-            }
-            Err(Error::Kube(kube::Error::Api(s)))
-                if s.code == 422
-                    && obj.spec.shard.is_none()
-                    && s.message.contains("spec.shard") =>
-            {
-                // The service fits one object again, but someone else
-                // co-owns part of `spec.shard` (an apply by a version before
-                // instances): without our fields the rest is invalid. Every
-                // node as the one shard of one first (readers take shard 0
-                // alone, whole); the merge patch below removes the field.
-                tracing::info!(service = %key, object = %name, "service fits one object again and someone else co-owns its shard field: written as one shard of one first");
-                one_of_one = obj.clone();
-                one_of_one.spec.shard = Some(Shard {
-                    index: 0,
-                    count: 1,
-                    versions: Vec::new(),
-                });
-                one_of_one
-                    .metadata
-                    .labels
-                    .get_or_insert_default()
-                    .insert(LABEL_SHARD.to_string(), "0".to_string());
-                self.patch_answer(token, &ns, &name, &pp, &Patch::Apply(&one_of_one))
-                    .await
-            }
-            other => other,
-        };
-        let got = match first {
-            Ok(got) => got,
-            Err(Error::Kube(kube::Error::Api(s))) if s.code == 409 => {
-                let owner = self.owner_on_server(&ns, &name).await?;
-                if owner != Owner::Us {
-                    return Err(Error::NameTaken {
-                        object: format!("{ns}/{name}"),
-                        owner,
+                Next::OneOfOne => {
+                    // The service fits one object again, but someone else
+                    // co-owns part of `spec.shard`: without our fields the
+                    // rest is invalid. Every node as the one shard of one
+                    // first (readers take shard 0 alone, whole); the merge
+                    // patch below removes the field.
+                    tracing::info!(service = %key, object = %name, "service fits one object again and someone else co-owns its shard field: written as one shard of one first");
+                    let mut o = obj.clone().into_owned();
+                    o.spec.shard = Some(Shard {
+                        index: 0,
+                        count: 1,
+                        versions: Vec::new(),
                     });
+                    o.metadata
+                        .labels
+                        .get_or_insert_default()
+                        .insert(LABEL_SHARD.to_string(), "0".to_string());
+                    one_of_one = Some(o);
+                    sending.one_of_one = true;
                 }
-                pp = pp.force();
-                self.patch_answer(token, &ns, &name, &pp, &Patch::Apply(obj))
-                    .await?
+                Next::AskOwner => {
+                    // Without force first: an apply over fields someone else
+                    // set to other values is refused (409) instead of taking
+                    // them over, so an object created by another instance or
+                    // by hand since the record last looked is never
+                    // overwritten; our own object edited by hand is applied
+                    // again with force (the repair).
+                    let owner = self.owner_on_server(&ns, &name).await?;
+                    let Some(forced) = answer::after_owner(sending, &owner) else {
+                        return Err(Error::NameTaken {
+                            object: format!("{ns}/{name}"),
+                            owner,
+                        });
+                    };
+                    sending = forced;
+                    pp = pp.force();
+                }
             }
-            Err(e) => return Err(e),
         };
+        let obj = &*obj;
         // Port keys someone else added survive a server-side apply (we do not
-        // own them): remove them explicitly. Never happens without a hand edit.
-        let extra: Vec<&String> = got
-            .spec
-            .ports
-            .keys()
-            .filter(|k| !obj.spec.ports.contains_key(*k))
-            .collect();
-        // So does the `shard` field of a service that fits one object again
-        // where someone else co-owns part of it (an apply by a version
-        // before instances, `crd::LEGACY_FIELD_MANAGER`): removed after the
-        // apply, which already wrote every node (issue 29 item 2).
-        let shard = obj.spec.shard.is_none() && got.spec.shard.is_some();
-        let got = if extra.is_empty() && !shard {
+        // own them), and so does the `shard` field of a service that fits one
+        // object again where someone else co-owns part of it (an apply by a
+        // version before instances, `crd::LEGACY_FIELD_MANAGER`): removed by
+        // a merge patch after the apply, which already wrote every node.
+        let left = answer::leftovers(
+            |k| obj.spec.ports.contains_key(k),
+            got.spec.ports.keys(),
+            sending.unsharded,
+            got.spec.shard.is_some(),
+        );
+        let got = if left.is_empty() {
             got
         } else {
-            let nulls: serde_json::Map<String, serde_json::Value> = extra
-                .iter()
-                .map(|k| ((*k).clone(), serde_json::Value::Null))
-                .collect();
             let mut body = serde_json::json!({"spec": {}});
-            if !extra.is_empty() {
-                tracing::info!(service = %key, object = %name, ports = ?extra, "removing port keys added by someone else");
+            if !left.ports.is_empty() {
+                tracing::info!(service = %key, object = %name, ports = ?left.ports, "removing port keys added by someone else");
+                let nulls: serde_json::Map<String, serde_json::Value> = left
+                    .ports
+                    .iter()
+                    .map(|k| (k.clone(), serde_json::Value::Null))
+                    .collect();
                 body["spec"]["ports"] = nulls.into();
             }
-            if shard {
+            if left.shard {
                 tracing::info!(service = %key, object = %name, "service fits one object again: removing the shard field someone else co-owns");
                 body["spec"]["shard"] = serde_json::Value::Null;
             }

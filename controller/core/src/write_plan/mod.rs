@@ -43,6 +43,7 @@
 //! Time is an [`At`], a [`Duration`] since an origin the caller picks (the
 //! writer uses its start), so tests script time exactly.
 
+pub mod answer;
 mod compact;
 mod drift;
 pub mod limiter;
