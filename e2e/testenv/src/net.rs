@@ -178,6 +178,40 @@ fn on_lo(ip: Ipv4Addr) -> Result<bool> {
     Ok(String::from_utf8_lossy(&out.stdout).contains(&want))
 }
 
+/// One `GET /` on `addr` with `Connection: close`, bounded by 2 s:
+/// `(status, body)` or what went wrong (connect, write, read, no HTTP
+/// answer, timeout).
+pub async fn http_get(addr: std::net::SocketAddr) -> std::result::Result<(u16, String), String> {
+    let fut = async {
+        let mut s = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        tokio::io::AsyncWriteExt::write_all(
+            &mut s,
+            format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .map_err(|e| format!("write: {e}"))?;
+        let mut buf = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut s, &mut buf)
+            .await
+            .map_err(|e| format!("read: {e}"))?;
+        let text = String::from_utf8_lossy(&buf).to_string();
+        let (head, body) = text
+            .split_once("\r\n\r\n")
+            .ok_or_else(|| format!("no HTTP response: {text:?}"))?;
+        let code = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| format!("bad status line: {head:?}"))?;
+        Ok((code, body.trim().to_string()))
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(2), fut)
+        .await
+        .unwrap_or_else(|_| Err("timeout after 2s".into()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,40 +16,12 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use testenv::real::{ControlPlane, Options};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NS: &str = "shop";
 const LIMIT: Duration = Duration::from_secs(60);
 const GRACE_SECONDS: u64 = 4;
 
-/// `GET /` on `addr` (bounded by 2 s): `(status, body)` or the error.
-async fn get(addr: SocketAddr) -> Result<(u16, String), String> {
-    let fut = async {
-        let mut s = tokio::net::TcpStream::connect(addr)
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
-        s.write_all(
-            format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .map_err(|e| format!("write: {e}"))?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf)
-            .await
-            .map_err(|e| format!("read: {e}"))?;
-        let text = String::from_utf8_lossy(&buf).to_string();
-        let (head, body) = text.split_once("\r\n\r\n").ok_or("no HTTP answer")?;
-        let code = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .ok_or("bad status line")?;
-        Ok((code, body.trim().to_string()))
-    };
-    tokio::time::timeout(Duration::from_secs(2), fut)
-        .await
-        .unwrap_or_else(|_| Err("timeout".into()))
-}
+use testenv::net::http_get as get;
 
 fn ready(p: &Pod) -> bool {
     p.status

@@ -26,7 +26,6 @@ use std::time::Duration;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 use crate::controller_support::{Controller, Env, LIMIT, eventually, repo_root};
@@ -159,35 +158,7 @@ pub struct Sample {
 }
 
 /// One `GET /` with `Connection: close` (bounded by 2 s).
-pub async fn get(addr: SocketAddr) -> Result<(u16, String), String> {
-    let fut = async {
-        let mut s = tokio::net::TcpStream::connect(addr)
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
-        s.write_all(
-            format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .map_err(|e| format!("write: {e}"))?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf)
-            .await
-            .map_err(|e| format!("read: {e}"))?;
-        let text = String::from_utf8_lossy(&buf).to_string();
-        let (head, body) = text
-            .split_once("\r\n\r\n")
-            .ok_or_else(|| format!("no HTTP response: {text:?}"))?;
-        let code = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .ok_or_else(|| format!("bad status line: {head:?}"))?;
-        Ok((code, body.trim().to_string()))
-    };
-    tokio::time::timeout(Duration::from_secs(2), fut)
-        .await
-        .unwrap_or_else(|_| Err("timeout after 2s".into()))
-}
+pub use testenv::net::http_get as get;
 
 /// A bounded client loop (at most `max` requests, at most `max_time`, one
 /// request every `every`), only to a local address: loopback or one the
