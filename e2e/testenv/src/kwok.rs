@@ -62,6 +62,12 @@ pub const RANGES: usize = 8;
 pub const POD_BLOCK: &str = "198.19.128.0/17";
 /// Nodes per cluster at most (one `/24` each in the cluster's `/20`).
 pub const MAX_NODES: usize = 16;
+/// Where the Pods of a cluster without a Pod network ([`Options::answer`]
+/// off) take their addresses: one `/24` per Node. Shared by such clusters:
+/// nothing routes or serves these addresses, they are only data.
+pub const SCALE_BLOCK: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 0);
+/// Nodes at most without a Pod network (one `/24` each in [`SCALE_BLOCK`]`/16`).
+pub const MAX_SCALE_NODES: usize = 256;
 
 /// How long kwok may take to make the Nodes Ready.
 const READY_LIMIT: Duration = Duration::from_secs(60);
@@ -75,6 +81,15 @@ pub struct Options {
     pub zones: Vec<String>,
     /// From a Pod's address answering to the Pod being Ready.
     pub ready_delay: Duration,
+    /// Pods answer on their addresses (the default). Off, for scale runs:
+    /// no Pod network; a Pod is Ready the ready delay after it started, its
+    /// address taken from [`SCALE_BLOCK`] (never on this machine), and up to
+    /// [`MAX_SCALE_NODES`] Nodes.
+    pub answer: bool,
+    /// `--kube-api-qps` (burst twice that) of kube-scheduler and
+    /// kube-controller-manager; `None`: their defaults (50 and 20), which
+    /// make 10,000 Pods take minutes to schedule and create.
+    pub api_qps: Option<u32>,
 }
 
 impl Default for Options {
@@ -83,6 +98,8 @@ impl Default for Options {
             nodes: 3,
             zones: ["zone-a", "zone-b", "zone-c"].map(String::from).to_vec(),
             ready_delay: Duration::ZERO,
+            answer: true,
+            api_qps: None,
         }
     }
 }
@@ -113,16 +130,27 @@ pub struct FakeNode {
 /// kwok's stages (`kwok-stages.yaml`), with `@READY_DELAY_MS@` to fill in.
 const STAGES: &str = include_str!("kwok-stages.yaml");
 
+/// The selector line of `kd-pod-ready` that waits for the Pod network.
+const WAIT_LISTENING: &str =
+    "    matchAnnotations:\n      testenv.kubediscovery.io/listening: \"true\"\n";
+
 /// kwok's configuration: the Node and Pod stages described in the module doc,
-/// Pods Ready `ready_delay` after their address answers.
-pub fn stages(ready_delay: Duration) -> String {
-    STAGES.replace("@READY_DELAY_MS@", &ready_delay.as_millis().to_string())
+/// Pods Ready `ready_delay` after their address answers (`answer`), or after
+/// they started (no Pod network).
+pub fn stages(ready_delay: Duration, answer: bool) -> String {
+    let s = STAGES.replace("@READY_DELAY_MS@", &ready_delay.as_millis().to_string());
+    if answer {
+        s
+    } else {
+        s.replace(WAIT_LISTENING, "")
+    }
 }
 
 /// kwok, kube-scheduler, the fake Nodes and the Pod network of one control plane.
 pub struct Kwok {
     nodes: Vec<FakeNode>,
-    net: PodNet,
+    /// `None` without a Pod network ([`Options::answer`] off).
+    net: Option<PodNet>,
     kwok: Mutex<Proc>,
     scheduler: Mutex<Proc>,
 }
@@ -142,8 +170,18 @@ impl Kwok {
     /// waits until kwok made every Node Ready.
     pub(crate) async fn start(s: Start<'_>, opts: &Options) -> Result<Kwok> {
         let client = crate::client_for(s.url, s.ca_pem, s.kwok_token).await?;
-        let net = PodNet::start(client.clone()).await?;
-        let count = opts.nodes.clamp(1, MAX_NODES);
+        let net = match opts.answer {
+            true => Some(PodNet::start(client.clone()).await?),
+            false => None,
+        };
+        let node_cidr = |i: usize| match &net {
+            Some(net) => net.node_cidr(i),
+            None => cidr_24(SCALE_BLOCK, i),
+        };
+        let count = match net {
+            Some(_) => opts.nodes.clamp(1, MAX_NODES),
+            None => opts.nodes.clamp(1, MAX_SCALE_NODES),
+        };
         let nodes: Vec<FakeNode> = (0..count)
             .map(|i| FakeNode {
                 name: format!("kwok-{i}"),
@@ -152,7 +190,7 @@ impl Kwok {
                     .get(i % opts.zones.len().max(1))
                     .cloned()
                     .unwrap_or_else(|| "zone-a".into()),
-                pod_cidr: net.node_cidr(i),
+                pod_cidr: node_cidr(i),
             })
             .collect();
         let api: Api<Node> = Api::all(client.clone());
@@ -187,26 +225,30 @@ impl Kwok {
         let sk = kubeconfig("kube-scheduler", s.scheduler_token)?
             .display()
             .to_string();
+        let mut args = vec![
+            format!("--kubeconfig={sk}"),
+            format!("--authentication-kubeconfig={sk}"),
+            format!("--authorization-kubeconfig={sk}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={}", free_port()?),
+            "--leader-elect=false".into(),
+            "--v=1".into(),
+        ];
+        args.extend(qps_args(opts.api_qps));
         let scheduler = Proc::spawn(
             "kube-scheduler",
             &s.controlplane_bin.join("kube-scheduler"),
-            vec![
-                format!("--kubeconfig={sk}"),
-                format!("--authentication-kubeconfig={sk}"),
-                format!("--authorization-kubeconfig={sk}"),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={}", free_port()?),
-                "--leader-elect=false".into(),
-                "--v=1".into(),
-            ],
+            args,
             &s.dir.join("kube-scheduler.log"),
         )?;
 
         let config = s.dir.join("kwok.yaml");
-        std::fs::write(&config, stages(opts.ready_delay)).map_err(|source| Error::File {
-            what: "writing",
-            path: config.clone(),
-            source,
+        std::fs::write(&config, stages(opts.ready_delay, opts.answer)).map_err(|source| {
+            Error::File {
+                what: "writing",
+                path: config.clone(),
+                source,
+            }
         })?;
         let kk = kubeconfig("kwok", s.kwok_token)?;
         let home = s.dir.join("kwok-home");
@@ -226,7 +268,7 @@ impl Kwok {
                     MANAGED_BY.0, MANAGED_BY.1
                 ),
                 // Unused (every Node has a Pod CIDR), but inside the cluster's range.
-                format!("--cidr={}", net.node_cidr(0)),
+                format!("--cidr={}", node_cidr(0)),
             ],
             // kwok also reads ~/.kwok/kwok.yaml: a home of its own keeps a
             // developer's stages out.
@@ -288,28 +330,29 @@ impl Kwok {
         &self.nodes
     }
 
-    /// The cluster's Pod address range (`198.19.x.0/20`).
+    /// The cluster's Pod address range (`198.19.x.0/20`; without a Pod
+    /// network [`SCALE_BLOCK`]`/16`).
     pub fn pod_range(&self) -> String {
-        format!("{}/20", self.net.base)
+        match &self.net {
+            Some(net) => format!("{}/20", net.base),
+            None => format!("{SCALE_BLOCK}/16"),
+        }
     }
 
     /// The Pods whose address answers now: `ip -> namespace/name`.
     pub fn answering(&self) -> HashMap<Ipv4Addr, String> {
         self.net
-            .shared
-            .owners
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .as_ref()
+            .map(|net| lock(&net.shared.owners).clone())
+            .unwrap_or_default()
     }
 
     /// When the Pod server answered for Pod `namespace/name` (every request).
     pub fn hits(&self, pod: &str) -> Vec<tokio::time::Instant> {
-        self.net
-            .shared
-            .hits
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let Some(net) = &self.net else {
+            return Vec::new();
+        };
+        lock(&net.shared.hits)
             .iter()
             .filter(|(p, _)| p == pod)
             .map(|(_, t)| *t)
@@ -322,11 +365,8 @@ impl Kwok {
         lock(&self.scheduler).check_alive()?;
         if let Some(e) = self
             .net
-            .shared
-            .error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .as_ref()
+            .and_then(|net| lock(&net.shared.error).clone())
         {
             return Err(Error::PodNet(e));
         }
@@ -347,6 +387,23 @@ impl Drop for Kwok {
         lock(&self.kwok).stop(Duration::ZERO);
         lock(&self.scheduler).stop(Duration::ZERO);
     }
+}
+
+/// `--kube-api-qps`/`--kube-api-burst` for a Kubernetes component.
+pub(crate) fn qps_args(qps: Option<u32>) -> Vec<String> {
+    qps.map(|q| {
+        vec![
+            format!("--kube-api-qps={q}"),
+            format!("--kube-api-burst={}", q.saturating_mul(2)),
+        ]
+    })
+    .unwrap_or_default()
+}
+
+/// The `i`-th `/24` after `base`.
+fn cidr_24(base: Ipv4Addr, i: usize) -> String {
+    let o = base.octets();
+    format!("{}.{}.{}.0/24", o[0], o[1], o[2].wrapping_add(i as u8))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -415,8 +472,7 @@ impl PodNet {
     }
 
     fn node_cidr(&self, i: usize) -> String {
-        let o = self.base.octets();
-        format!("{}.{}.{}.0/24", o[0], o[1], o[2] + i as u8)
+        cidr_24(self.base, i)
     }
 }
 
@@ -611,11 +667,35 @@ mod tests {
 
     #[test]
     fn the_stages_use_the_harness_annotations() {
-        let y = stages(Duration::from_millis(1500));
+        let y = stages(Duration::from_millis(1500), true);
         for name in [LISTENING, READY, READY_DELAY, MANAGED_BY.0] {
             assert!(y.contains(name), "{name}");
         }
         assert!(y.contains("durationMilliseconds: 1500") && !y.contains('@'));
+    }
+
+    #[test]
+    fn without_a_pod_network_pods_are_ready_without_listening() {
+        let ready_stage = |y: &str| {
+            y.split("\n---\n")
+                .find(|d| d.contains("name: kd-pod-ready"))
+                .map(str::to_string)
+                .expect("kd-pod-ready")
+        };
+        assert!(ready_stage(&stages(Duration::ZERO, true)).contains(LISTENING));
+        let y = stages(Duration::ZERO, false);
+        assert!(!ready_stage(&y).contains(LISTENING), "{y}");
+        // Only that selector went: every stage is still there.
+        for stage in [
+            "kd-node-ready",
+            "kd-pod-start",
+            "kd-pod-ready",
+            "kd-pod-unready",
+            "kd-pod-delete",
+        ] {
+            assert!(y.contains(stage), "{stage}");
+        }
+        assert_eq!(cidr_24(SCALE_BLOCK, 255), "100.64.255.0/24");
     }
 
     #[test]

@@ -309,7 +309,7 @@ impl ControlPlane {
             cp.install_crd(crd).await?;
         }
         if opts.controller_manager {
-            cp.start_controller_manager(&kcm_token, &ca, &sa_key, opts.kwok.is_some())
+            cp.start_controller_manager(&kcm_token, &ca, &sa_key, opts.kwok.as_ref())
                 .await?;
         }
         if let Some(k) = &opts.kwok {
@@ -331,7 +331,7 @@ impl ControlPlane {
         kcm_token: &str,
         ca: &Path,
         sa_key: &Path,
-        workloads: bool,
+        kwok: Option<&crate::kwok::Options>,
     ) -> Result<()> {
         let d = self.dir.path();
         let kubeconfig = d.join("kube-controller-manager.kubeconfig");
@@ -347,27 +347,29 @@ impl ControlPlane {
             "clusterrole-aggregation-controller,root-ca-certificate-publisher-controller"
         )
         .to_string();
-        if workloads {
+        if kwok.is_some() {
             controllers.push_str(",deployment-controller,replicaset-controller");
         }
+        let mut args: Vec<String> = vec![
+            format!("--kubeconfig={kc}"),
+            format!("--authentication-kubeconfig={kc}"),
+            format!("--authorization-kubeconfig={kc}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={}", free_port()?),
+            "--leader-elect=false".into(),
+            "--use-service-account-credentials=true".into(),
+            format!("--service-account-private-key-file={}", sa_key.display()),
+            format!("--root-ca-file={}", ca.display()),
+            format!("--controllers={controllers}"),
+            // Pods change fast here; batch nothing.
+            "--endpointslice-updates-batch-period=0s".into(),
+            "--v=1".into(),
+        ];
+        args.extend(crate::kwok::qps_args(kwok.and_then(|k| k.api_qps)));
         let kcm = Proc::spawn(
             "kube-controller-manager",
             &bin_dir().join("kube-controller-manager"),
-            vec![
-                format!("--kubeconfig={kc}"),
-                format!("--authentication-kubeconfig={kc}"),
-                format!("--authorization-kubeconfig={kc}"),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={}", free_port()?),
-                "--leader-elect=false".into(),
-                "--use-service-account-credentials=true".into(),
-                format!("--service-account-private-key-file={}", sa_key.display()),
-                format!("--root-ca-file={}", ca.display()),
-                format!("--controllers={controllers}"),
-                // Pods change fast here; batch nothing.
-                "--endpointslice-updates-batch-period=0s".into(),
-                "--v=1".into(),
-            ],
+            args,
             &d.join("kube-controller-manager.log"),
         )?;
         *self.kcm.lock().unwrap_or_else(|p| p.into_inner()) = Some(kcm);
