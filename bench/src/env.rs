@@ -73,9 +73,24 @@ impl Env {
     /// is then subject to API Priority and Fairness (flow schema
     /// `global-default`), where the admin (`system:masters`) is exempt.
     pub async fn start(backend: Backend, user: Option<&str>, history: usize) -> Result<Env> {
+        Env::start_opts(backend, user, history, None).await
+    }
+
+    /// The real control plane with kwok's Nodes and Pods ([`testenv::kwok`]).
+    pub async fn start_with_kwok(user: Option<&str>, kwok: testenv::kwok::Options) -> Result<Env> {
+        Env::start_opts(Backend::Real, user, 0, Some(kwok)).await
+    }
+
+    async fn start_opts(
+        backend: Backend,
+        user: Option<&str>,
+        history: usize,
+        kwok: Option<testenv::kwok::Options>,
+    ) -> Result<Env> {
         let api = Cluster::start(
             backend,
             Options {
+                kwok,
                 users: user
                     .map(|u| vec![(u.to_string(), Vec::new())])
                     .unwrap_or_default(),

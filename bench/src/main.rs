@@ -17,6 +17,7 @@
 mod child;
 mod echo;
 mod env;
+mod kwok_scale;
 mod load;
 mod multi;
 mod procfs;
@@ -44,7 +45,9 @@ struct Cli {
     /// Workload size.
     #[arg(long, value_enum, default_value_t = Size::Full)]
     size: Size,
-    /// Scenarios to run (comma separated).
+    /// Scenarios to run (comma separated). Also, not run by default:
+    /// `kwok-scale` (the real control plane with kwok and the Deployment
+    /// controllers; needs `--apiserver real`).
     #[arg(long, value_delimiter = ',', default_values = ["sync", "churn", "recovery", "multi", "sweep"])]
     only: Vec<String>,
     /// Result JSON; the Markdown table goes next to it with `.md`.
@@ -140,6 +143,7 @@ struct RunSizes {
     multi: (usize, usize, usize, usize, f64),
     /// The churn of each sweep step, and the rates.
     sweep: (ChurnParams, Vec<f64>),
+    scale: kwok_scale::ScaleParams,
     timeout: Duration,
 }
 
@@ -168,6 +172,13 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
                 },
                 vec![20.0, 40.0],
             ),
+            scale: kwok_scale::ScaleParams {
+                deployments: 20,
+                replicas: 3,
+                rolling: 5,
+                nodes: 3,
+                api_qps: 100,
+            },
             timeout: Duration::from_secs(60),
         },
         Size::Full => RunSizes {
@@ -193,7 +204,16 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
                 },
                 vec![250.0, 500.0, 1000.0, 2000.0, 4000.0, 8000.0],
             ),
-            timeout: Duration::from_secs(600),
+            // Issue 31: 10,000 Pods in 1,000 Deployments over 3 zones (16
+            // Nodes each, 250 Pods per Node at most), 100 rolling at once.
+            scale: kwok_scale::ScaleParams {
+                deployments: 1000,
+                replicas: 10,
+                rolling: 100,
+                nodes: 48,
+                api_qps: 500,
+            },
+            timeout: Duration::from_secs(900),
         },
     };
     if !cli.sync_sizes.is_empty() {
@@ -321,8 +341,15 @@ async fn bench(cli: Cli) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     for s in &cli.only {
-        if !["sync", "churn", "recovery", "multi", "sweep"].contains(&s.as_str()) {
-            bail!("--only: unknown scenario {s:?} (sync, churn, recovery, multi, sweep)");
+        if !["sync", "churn", "recovery", "multi", "sweep", "kwok-scale"].contains(&s.as_str()) {
+            bail!(
+                "--only: unknown scenario {s:?} (sync, churn, recovery, multi, sweep, kwok-scale)"
+            );
+        }
+        if s == "kwok-scale" && cli.apiserver != ApiServer::Real {
+            bail!(
+                "--only kwok-scale: needs --apiserver real (kwok, kube-scheduler and the Deployment controllers run against the real control plane)"
+            );
         }
         if (s == "recovery" || s == "multi") && cli.apiserver == ApiServer::Real {
             bail!(
@@ -403,6 +430,19 @@ async fn bench(cli: Cli) -> Result<()> {
         let (base, rates) = &p.sweep;
         let r = sweep::sweep(&opts, mode, base, rates).await;
         record(&mut doc, format!("sweep {}", mode.as_str()), r)?;
+    }
+    if wants("kwok-scale") {
+        let sp = &p.scale;
+        eprintln!(
+            "kd-bench: kwok-scale {} Deployments x {} Pods ...",
+            sp.deployments, sp.replicas
+        );
+        let r = kwok_scale::kwok_scale(&opts, sp).await;
+        record(
+            &mut doc,
+            format!("kwok-scale {}x{}", sp.deployments, sp.replicas),
+            r,
+        )?;
     }
     let errors = doc["errors"].as_array().map(Vec::len).unwrap_or(0);
     eprintln!(
