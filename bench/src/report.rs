@@ -162,6 +162,70 @@ pub fn markdown(results: &Value) -> String {
         ));
         out.push_str(&targets(&r["targets_met"]));
     }
+    for r in of("kwok-scale") {
+        out.push_str(&kwok_scale(&r));
+    }
+    out
+}
+
+/// The `kwok-scale` run: each step's time, and CPU seconds / RSS of every process in it.
+fn kwok_scale(r: &Value) -> String {
+    const PROCS: [&str; 6] = [
+        "kube-discovery",
+        "kube-apiserver",
+        "etcd",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+    ];
+    let mut out = format!(
+        "### kwok scale: {} Deployments x {} Pods ({} Pods) on {} Nodes in 3 zones\n\nEach cell: CPU s in the step / RSS MiB at its end.\n\n| step | s |",
+        r["deployments"], r["replicas"], r["pods"], r["nodes"]
+    );
+    for p in PROCS {
+        out.push_str(&format!(" {p} |"));
+    }
+    out.push_str("\n|---|---|");
+    out.push_str(&"---|".repeat(PROCS.len()));
+    out.push('\n');
+    let rolling = format!(
+        "{} Deployments rolling: every DiscoveredService equal again",
+        r["rolling"]["deployments"]
+    );
+    for (step, key, time) in [
+        ("create, every Pod Ready", "cluster", "all_pods_ready_s"),
+        (
+            "first sync: every DiscoveredService equal",
+            "first_sync",
+            "all_equal_s",
+        ),
+        (rolling.as_str(), "rolling", "all_equal_s"),
+    ] {
+        let s = &r[key];
+        out.push_str(&format!("| {step} | {} |", f(&s[time], 1)));
+        for p in PROCS {
+            let u = &s["usage"][p];
+            if u.is_null() {
+                out.push_str(" - |");
+            } else {
+                out.push_str(&format!(
+                    " {} / {} |",
+                    f(&u["cpu_s"], 1),
+                    f(&u["rss_mib"], 0)
+                ));
+            }
+        }
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "\nDiscoveredService writes: {} in the first sync, {} in the rolling step ({} Pods replaced; rollouts done at {} s, old Pods gone at {} s); kube-discovery peak RSS {} MiB.\n\n",
+        r["first_sync"]["ds_writes"],
+        r["rolling"]["ds_writes"],
+        r["rolling"]["pods_replaced"],
+        f(&r["rolling"]["rollouts_done_s"], 1),
+        f(&r["rolling"]["old_pods_gone_s"], 1),
+        f(&r["controller_peak_rss_mib"], 1),
+    ));
     out
 }
 

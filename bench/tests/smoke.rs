@@ -124,6 +124,39 @@ fn tiny_run_on_the_real_api_server() {
     check_sync_and_churn(&doc, 2);
 }
 
+/// The kwok-scale scenario at its tiny size (20 Deployments x 3 Pods, 5
+/// rolling) on the real control plane with kwok: the run fails by itself when
+/// a DiscoveredService does not equal its ready Pod IPs after a step.
+#[test]
+fn tiny_kwok_scale_on_the_real_control_plane() {
+    let (doc, md) = tiny_run(&["--apiserver", "real", "--only", "kwok-scale"]);
+    let r = runs(&doc, "kwok-scale");
+    assert_eq!(r.len(), 1, "{doc:#}");
+    let r = r[0];
+    assert_eq!(r["pods"], 60, "{r:#}");
+    assert_eq!(r["rolling"]["pods_replaced"], 15, "{r:#}");
+    assert!(
+        r["first_sync"]["ds_writes"]
+            .as_f64()
+            .is_some_and(|n| n >= 20.0),
+        "{r:#}"
+    );
+    for p in [
+        "kube-discovery",
+        "kube-apiserver",
+        "etcd",
+        "kube-controller-manager",
+    ] {
+        assert!(
+            r["first_sync"]["usage"][p]["rss_mib"]
+                .as_f64()
+                .is_some_and(|m| m > 0.0),
+            "{p}: {r:#}"
+        );
+    }
+    assert!(md.contains("### kwok scale"), "{md}");
+}
+
 /// Correctness figures of the sync and churn runs (`modes` of each).
 fn check_sync_and_churn(doc: &Value, modes: usize) {
     let sync = runs(doc, "sync");
