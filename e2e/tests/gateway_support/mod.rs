@@ -1411,6 +1411,8 @@ pub struct StepReport {
     pub requests: usize,
     pub ok: usize,
     pub empty_503: usize,
+    /// The empty-policy 503s with their explanation: `(why, request)`.
+    pub empty_503_why: Vec<(String, String)>,
     /// Each with its explanation: `(why, request)`.
     pub explained: Vec<(String, String)>,
     pub unexplained: Vec<String>,
@@ -1439,28 +1441,8 @@ impl StepReport {
     /// explanations.
     pub fn assert_explained(&self, gateway: &str) {
         eprintln!("{}", self.line(gateway));
-        // One line per explanation: the removal, how many failed, the first and last.
-        let mut why: Vec<&str> = Vec::new();
-        for (w, _) in &self.explained {
-            if !why.contains(&w.as_str()) {
-                why.push(w);
-            }
-        }
-        for w in why {
-            let reqs: Vec<&str> = self
-                .explained
-                .iter()
-                .filter(|(x, _)| x == w)
-                .map(|(_, r)| r.as_str())
-                .collect();
-            eprintln!(
-                "  {gateway} / {}: {} failed request(s) explained by {w} (reaction time {REACTION:?}): first {}, last {}",
-                self.step,
-                reqs.len(),
-                reqs[0],
-                reqs[reqs.len() - 1]
-            );
-        }
+        print_grouped(gateway, &self.step, "expected 503(s)", &self.empty_503_why);
+        print_grouped(gateway, &self.step, "failed request(s)", &self.explained);
         // One request at a time, every 4 ms plus its answer: at least one
         // per 40 ms on average even on a loaded machine.
         assert!(
@@ -1488,6 +1470,30 @@ impl StepReport {
             self.step,
             self.empty_503,
             self.explained
+        );
+    }
+}
+
+/// One line per explanation in `v` (`(why, request)`): how many, the first
+/// and the last request.
+fn print_grouped(gateway: &str, step: &str, what: &str, v: &[(String, String)]) {
+    let mut why: Vec<&str> = Vec::new();
+    for (w, _) in v {
+        if !why.contains(&w.as_str()) {
+            why.push(w);
+        }
+    }
+    for w in why {
+        let reqs: Vec<&str> = v
+            .iter()
+            .filter(|(x, _)| x == w)
+            .map(|(_, r)| r.as_str())
+            .collect();
+        eprintln!(
+            "  {gateway} / {step}: {} {what} explained by {w} (reaction time {REACTION:?}): first {}, last {}",
+            reqs.len(),
+            reqs[0],
+            reqs[reqs.len() - 1]
         );
     }
 }
@@ -1522,7 +1528,11 @@ impl StepTraffic {
         tokio::time::sleep(REACTION).await;
         let samples = self.load.stop().await;
         let (empty, removals) = (timeline.empty(), timeline.removals());
-        let at = |t: Instant| format!("{:?}", t.saturating_duration_since(self.action));
+        // Relative to the step's action: "+1.2s", or "-300ms" before it.
+        let at = |t: Instant| match t.checked_duration_since(self.action) {
+            Some(d) => format!("+{d:?}"),
+            None => format!("-{:?}", self.action.saturating_duration_since(t)),
+        };
         let mut r = StepReport {
             step: self.step,
             requests: samples.len(),
@@ -1540,22 +1550,34 @@ impl StepTraffic {
                 }
                 Err(e) => e.clone(),
             };
-            let what = format!("request at +{} -> {outcome}", at(s.start));
+            let what = format!("request at {} -> {outcome}", at(s.start));
             let from = s.start.checked_sub(REACTION).unwrap_or(s.start);
             let in_empty = empty
                 .iter()
-                .any(|(a, b)| *a <= s.done + WATCH_SKEW && b.is_none_or(|b| b > from));
-            if matches!(s.outcome, Ok((503, _))) && in_empty {
+                .find(|(a, b)| *a <= s.done + WATCH_SKEW && b.is_none_or(|b| b > from));
+            if let (Ok((503, _)), Some((a, b))) = (&s.outcome, in_empty) {
                 r.empty_503 += 1;
+                let why = format!(
+                    "no serving endpoint in the EndpointSlices from {} to {}",
+                    at(*a),
+                    b.map_or("the end".into(), &at)
+                );
+                r.empty_503_why.push((why, what));
                 continue;
             }
-            let why = removals.iter().find(|d| {
-                s.done + WATCH_SKEW >= d.at && d.unlisted.is_some_and(|u| s.start <= u + REACTION)
-            });
+            // Of the removals that explain it, the one listed longest (the
+            // gateway was still following that one).
+            let why = removals
+                .iter()
+                .filter(|d| {
+                    s.done + WATCH_SKEW >= d.at
+                        && d.unlisted.is_some_and(|u| s.start <= u + REACTION)
+                })
+                .max_by_key(|d| d.unlisted);
             match why {
                 Some(d) => r.explained.push((
                     format!(
-                        "Pod {} ({}) removed at +{}, dropped from the EndpointSlices at +{}",
+                        "Pod {} ({}) removed at {}, dropped from the EndpointSlices at {}",
                         d.pod,
                         d.ip,
                         at(d.at),
@@ -1753,6 +1775,11 @@ pub async fn rollout_variants_scale_and_flap(env: &Env, gw: SocketAddr, gateway:
     .await;
     kubectl(env, &["scale", "deployment/web", "--replicas=3"]).await;
     let old = wait_settled(env, &timeline, &[], 3).await;
+    // The gateway followed out of its empty-policy 503.
+    eventually(&format!("{gateway} answers from a Pod"), LIMIT, || async {
+        matches!(get(gw).await, Ok((200, _))).then_some(())
+    })
+    .await;
     let t = StepTraffic::start(
         gw,
         "restart grace=0s maxSurge=25% maxUnavailable=25% replicas=3",
