@@ -168,3 +168,29 @@ mod rust_proxy_rollout_restart_under_traffic_fails_no_request {
         ctl.stop().await;
     }
 }
+
+mod rust_proxy_rollout_variants_scale_and_flap_under_traffic {
+    use super::*;
+
+    /// Issue 31's other rollouts under continuous traffic through the Rust
+    /// proxy, in one kwok world ([`rollout_variants_scale_and_flap`]):
+    /// restarts with maxSurge 0 / maxUnavailable 1 and 25% / 25% (8 replicas)
+    /// and a readiness flap fail no request (grace 5 s, `drain_terminating`);
+    /// scale 8 -> 0 -> 3 -> 0 answers 503 only while no Pod serves; a restart
+    /// with grace 0 s fails only right after a Pod's removal. Real API server
+    /// only (kube-sim runs no Pods): test name `::real`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn real() {
+        let (env, ctl) = start_rollout_world_with(&RolloutDeployment {
+            max_surge: serde_json::json!(0),
+            max_unavailable: serde_json::json!(1),
+            ..Default::default()
+        })
+        .await;
+        let (mut proxy, addr) =
+            start_proxy(&env, "proxy", SERVICE, &["--empty-policy", "503"]).await;
+        rollout_variants_scale_and_flap(&env, addr, "rust-proxy").await;
+        proxy.assert_running();
+        ctl.stop().await;
+    }
+}

@@ -809,6 +809,33 @@ pub const ROLLOUT_GRACE_SECONDS: u64 = 5;
 /// Service `shop/web`, and the controller (EndpointSlices, `drain_terminating:
 /// true`) listing its 3 Pods.
 pub async fn start_rollout_world() -> (Env, Controller) {
+    start_rollout_world_with(&RolloutDeployment::default()).await
+}
+
+/// The Deployment `shop/web` of [`start_rollout_world_with`].
+#[derive(Debug, Clone)]
+pub struct RolloutDeployment {
+    pub replicas: usize,
+    /// `maxSurge` and `maxUnavailable`: a count or a percentage (`"25%"`).
+    pub max_surge: serde_json::Value,
+    pub max_unavailable: serde_json::Value,
+    pub grace_seconds: u64,
+}
+
+impl Default for RolloutDeployment {
+    fn default() -> Self {
+        RolloutDeployment {
+            replicas: 3,
+            max_surge: json!(1),
+            max_unavailable: json!(0),
+            grace_seconds: ROLLOUT_GRACE_SECONDS,
+        }
+    }
+}
+
+/// [`start_rollout_world`] with the Deployment `d`: the controller lists its
+/// `d.replicas` Pods on return.
+pub async fn start_rollout_world_with(d: &RolloutDeployment) -> (Env, Controller) {
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::Service;
     use kube::api::PostParams;
@@ -836,13 +863,13 @@ pub async fn start_rollout_world() -> (Env, Controller) {
     let deploy: Deployment = serde_json::from_value(json!({
         "metadata": {"name": SVC, "namespace": NS},
         "spec": {
-            "replicas": 3,
+            "replicas": d.replicas,
             "selector": {"matchLabels": {"app": SVC}},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": d.max_surge, "maxUnavailable": d.max_unavailable}},
             "template": {
                 "metadata": {"labels": {"app": SVC}},
                 "spec": {
-                    "terminationGracePeriodSeconds": ROLLOUT_GRACE_SECONDS,
+                    "terminationGracePeriodSeconds": d.grace_seconds,
                     "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
                                     "ports": [{"name": "http", "containerPort": 8080}]}],
                 },
@@ -860,10 +887,11 @@ pub async fn start_rollout_world() -> (Env, Controller) {
     );
     let ctl = Controller::start(&env, "ctl", &cfg, &[]).await;
     ctl.wait_ready().await;
-    eventually("the controller lists the 3 Pods", LIMIT, || async {
+    let what = format!("the controller lists the {} Pods", d.replicas);
+    eventually(&what, LIMIT, || async {
         env.assert_alive();
         let ds = env.dsvc(NS, SVC).await?;
-        (ds["spec"]["ports"]["http"].as_array()?.len() == 3).then_some(())
+        (ds["spec"]["ports"]["http"].as_array()?.len() == d.replicas).then_some(())
     })
     .await;
     (env, ctl)
@@ -1011,4 +1039,763 @@ impl RolloutReport {
             "{gateway}: not every new Pod got traffic"
         );
     }
+}
+
+// Rollout variants, scale 0 -> N -> 0 and a readiness flap under traffic (issue 31).
+
+/// The gateways' published reaction time: p99 from an EndpointSlice change
+/// to the traffic following it is at most 1 s
+/// ([`Report::assert_issue_targets`], BENCHMARKS.md). A failed request is
+/// explained only when it started within this window after the
+/// EndpointSlices stopped listing a removed Pod, and a 503 only when they
+/// listed no serving endpoint at some time in this window before it
+/// ([`StepReport`]).
+pub const REACTION: Duration = Duration::from_secs(1);
+
+/// Two watches of the same objects in the test process (e.g. the kwok Pod
+/// network's, which takes a removed Pod's address off `lo`, and
+/// [`PodTimeline`]'s) see an event at slightly different times: a failure may
+/// end at most this long before the removal [`PodTimeline`] recorded.
+pub const WATCH_SKEW: Duration = Duration::from_millis(250);
+
+/// One Pod of `shop/web` as the API server has it: `(ready, terminating)`;
+/// `None` once it is gone.
+type PodState = Option<(bool, bool)>;
+
+/// What the test saw of `shop/web`, from watches started before the steps:
+/// every change of its Pods (Ready condition, deletion, removal) and of the
+/// endpoints its EndpointSlices list (what the controller, and so the
+/// gateways, follow), each with when it was seen.
+pub struct PodTimeline {
+    pods: Arc<Mutex<Vec<(Instant, String, PodState)>>>,
+    /// Pod name -> its address.
+    ips: Arc<Mutex<std::collections::HashMap<String, String>>>,
+    /// The endpoints of the Service's EndpointSlices: address -> serving.
+    slices: Arc<Mutex<Vec<(Instant, SliceEndpoints)>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Address -> serving, over every EndpointSlice of `shop/web`.
+type SliceEndpoints = std::collections::BTreeMap<String, bool>;
+
+impl PodTimeline {
+    /// Starts the watches and waits for their first lists.
+    pub async fn start(env: &Env) -> PodTimeline {
+        use futures::StreamExt;
+        use k8s_openapi::api::core::v1::Pod;
+        use kube::runtime::watcher;
+        use std::collections::{HashMap, HashSet};
+        let pods: Arc<Mutex<Vec<(Instant, String, PodState)>>> = Arc::default();
+        let ips: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+        let slices: Arc<Mutex<Vec<(Instant, SliceEndpoints)>>> = Arc::default();
+        let pods_synced = Arc::new(AtomicBool::new(false));
+        let slices_synced = Arc::new(AtomicBool::new(false));
+
+        let api: Api<Pod> = Api::namespaced(env.admin.clone(), NS);
+        let cfg = watcher::Config::default().labels(&format!("app={SVC}"));
+        let (ev, ip, sy) = (pods.clone(), ips.clone(), pods_synced.clone());
+        let pod_task = tokio::spawn(async move {
+            let mut now: HashMap<String, (bool, bool)> = HashMap::new();
+            let mut seen = HashSet::new();
+            let record =
+                |now: &mut HashMap<String, (bool, bool)>, name: String, state: PodState| {
+                    let old = match state {
+                        Some(s) => now.insert(name.clone(), s),
+                        None => now.remove(&name),
+                    };
+                    if old != state {
+                        ev.lock()
+                            .expect("events")
+                            .push((Instant::now(), name, state));
+                    }
+                };
+            let state = |p: &Pod| {
+                let ready = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                (ready, p.metadata.deletion_timestamp.is_some())
+            };
+            let mut stream = watcher(api, cfg).boxed();
+            while let Some(e) = stream.next().await {
+                match e {
+                    Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => {
+                        let name = p.metadata.name.clone().unwrap_or_default();
+                        if let Some(a) = p.status.as_ref().and_then(|s| s.pod_ip.clone()) {
+                            ip.lock().expect("ips").insert(name.clone(), a);
+                        }
+                        seen.insert(name.clone());
+                        record(&mut now, name, Some(state(&p)));
+                    }
+                    Ok(watcher::Event::Delete(p)) => {
+                        record(&mut now, p.metadata.name.clone().unwrap_or_default(), None)
+                    }
+                    Ok(watcher::Event::Init) => seen.clear(),
+                    Ok(watcher::Event::InitDone) => {
+                        let gone: Vec<String> =
+                            now.keys().filter(|n| !seen.contains(*n)).cloned().collect();
+                        for n in gone {
+                            record(&mut now, n, None);
+                        }
+                        sy.store(true, Ordering::Relaxed);
+                    }
+                    // The watcher retries by itself.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        });
+
+        let api: Api<EndpointSlice> = Api::namespaced(env.admin.clone(), NS);
+        let cfg = watcher::Config::default().labels(&format!("kubernetes.io/service-name={SVC}"));
+        let (ev, sy) = (slices.clone(), slices_synced.clone());
+        let slice_task = tokio::spawn(async move {
+            let mut by_slice: HashMap<String, Vec<(String, bool)>> = HashMap::new();
+            let mut seen = HashSet::new();
+            let endpoints = |s: &EndpointSlice| -> Vec<(String, bool)> {
+                s.endpoints
+                    .iter()
+                    .flat_map(|e| {
+                        let c = e.conditions.as_ref();
+                        // `serving` unset means `ready`; `ready` unset means ready.
+                        let serving = c.and_then(|c| c.serving.or(c.ready)).unwrap_or(true);
+                        e.addresses.iter().map(move |a| (a.clone(), serving))
+                    })
+                    .collect()
+            };
+            let mut stream = watcher(api, cfg).boxed();
+            while let Some(e) = stream.next().await {
+                match e {
+                    Ok(watcher::Event::Apply(s)) | Ok(watcher::Event::InitApply(s)) => {
+                        let name = s.metadata.name.clone().unwrap_or_default();
+                        seen.insert(name.clone());
+                        by_slice.insert(name, endpoints(&s));
+                    }
+                    Ok(watcher::Event::Delete(s)) => {
+                        by_slice.remove(&s.metadata.name.clone().unwrap_or_default());
+                    }
+                    Ok(watcher::Event::Init) => {
+                        seen.clear();
+                        continue;
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        by_slice.retain(|n, _| seen.contains(n));
+                        sy.store(true, Ordering::Relaxed);
+                    }
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                }
+                let all: SliceEndpoints = by_slice.values().flatten().cloned().collect();
+                let mut ev = ev.lock().expect("slices");
+                if ev.last().is_none_or(|(_, last)| *last != all) {
+                    ev.push((Instant::now(), all));
+                }
+            }
+        });
+        eventually(
+            "the timeline listed the Pods and EndpointSlices",
+            LIMIT,
+            || async {
+                (pods_synced.load(Ordering::Relaxed) && slices_synced.load(Ordering::Relaxed))
+                    .then_some(())
+            },
+        )
+        .await;
+        PodTimeline {
+            pods,
+            ips,
+            slices,
+            tasks: vec![pod_task, slice_task],
+        }
+    }
+
+    fn events(&self) -> Vec<(Instant, String, PodState)> {
+        self.pods.lock().expect("events").clone()
+    }
+
+    fn slices(&self) -> Vec<(Instant, SliceEndpoints)> {
+        self.slices.lock().expect("slices").clone()
+    }
+
+    /// Pod `name`'s address.
+    pub fn ip(&self, name: &str) -> Option<String> {
+        self.ips.lock().expect("ips").get(name).cloned()
+    }
+
+    /// When Pod `name` was first seen in `state` after `since`.
+    pub async fn wait_for(&self, name: &str, state: PodState, since: Instant) -> Instant {
+        eventually(
+            &format!("Pod {name} in state (ready, terminating) = {state:?}"),
+            LIMIT,
+            || async {
+                self.events()
+                    .iter()
+                    .find(|(t, n, s)| *t >= since && n == name && *s == state)
+                    .map(|(t, _, _)| *t)
+            },
+        )
+        .await
+    }
+
+    /// When the EndpointSlices were first seen listing address `ip` as
+    /// `serving` after `since`.
+    pub async fn wait_slice(&self, ip: &str, serving: bool, since: Instant) -> Instant {
+        eventually(
+            &format!("the EndpointSlices list {ip} with serving={serving}"),
+            LIMIT,
+            || async {
+                self.slices()
+                    .iter()
+                    .find(|(t, e)| *t >= since && e.get(ip) == Some(&serving))
+                    .map(|(t, _)| *t)
+            },
+        )
+        .await
+    }
+
+    /// The Pods now, as the timeline has them.
+    pub fn pods(&self) -> std::collections::HashMap<String, (bool, bool)> {
+        let mut now = std::collections::HashMap::new();
+        for (_, n, s) in self.events() {
+            match s {
+                Some(s) => now.insert(n, s),
+                None => now.remove(&n),
+            };
+        }
+        now
+    }
+
+    /// The intervals in which the EndpointSlices listed no serving endpoint
+    /// (`drain_terminating` keeps a terminating one that still serves); the
+    /// last one may be open.
+    fn empty(&self) -> Vec<(Instant, Option<Instant>)> {
+        let mut out: Vec<(Instant, Option<Instant>)> = Vec::new();
+        let mut since: Option<Instant> = None;
+        for (t, e) in self.slices() {
+            let serving = e.values().any(|s| *s);
+            match (serving, since) {
+                (false, None) => since = Some(t),
+                (true, Some(a)) => {
+                    out.push((a, Some(t)));
+                    since = None;
+                }
+                _ => {}
+            }
+        }
+        out.extend(since.map(|a| (a, None)));
+        out
+    }
+
+    /// Pod removals: when, which, and when the EndpointSlices stopped
+    /// listing its address (the last listing seen up to the removal, then
+    /// the first without it; the removal itself when never listed; `None`
+    /// when still listed).
+    fn removals(&self) -> Vec<Removal> {
+        let slices = self.slices();
+        self.events()
+            .into_iter()
+            .filter(|(_, _, s)| s.is_none())
+            .map(|(at, pod, _)| {
+                let ip = self.ip(&pod).unwrap_or_default();
+                let last = slices
+                    .iter()
+                    .rposition(|(t, e)| *t <= at + WATCH_SKEW && e.contains_key(&ip));
+                let unlisted = match last {
+                    None => Some(at),
+                    Some(i) => slices[i..]
+                        .iter()
+                        .find(|(_, e)| !e.contains_key(&ip))
+                        .map(|(t, _)| *t),
+                };
+                Removal {
+                    at,
+                    pod,
+                    ip,
+                    unlisted,
+                }
+            })
+            .collect()
+    }
+}
+
+/// A Pod removed (its address gone from `lo`), and when the EndpointSlices
+/// stopped listing it.
+struct Removal {
+    at: Instant,
+    pod: String,
+    ip: String,
+    unlisted: Option<Instant>,
+}
+
+impl Drop for PodTimeline {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// `kubectl <args> -n shop` as the admin.
+pub async fn kubectl(env: &Env, args: &[&str]) -> String {
+    let kubeconfig = env.kubeconfig(&env.admin_token());
+    let home = env.path("kubectl-home");
+    std::fs::create_dir_all(&home).expect("kubectl home");
+    run_ok(
+        &format!("kubectl {}", args.join(" ")),
+        tokio::process::Command::new(repo_root().join(".tools/bin/kubectl"))
+            .args(args)
+            .args(["-n", NS, "--kubeconfig"])
+            .arg(&kubeconfig)
+            .env("HOME", &home),
+    )
+    .await
+}
+
+/// Merge-patches Deployment `shop/web`.
+pub async fn patch_web(env: &Env, patch: serde_json::Value) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    Api::<Deployment>::namespaced(env.admin.clone(), NS)
+        .patch(SVC, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .expect("patch Deployment shop/web");
+}
+
+/// Waits until `shop/web` has exactly `replicas` Pods, all Ready, none
+/// terminating and none of `old`, and the controller lists exactly those;
+/// returns their names.
+pub async fn wait_settled(
+    env: &Env,
+    timeline: &PodTimeline,
+    old: &[String],
+    replicas: usize,
+) -> Vec<String> {
+    eventually(
+        &format!("{replicas} Ready Pods of shop/web, none of {old:?}, listed by the controller"),
+        Duration::from_secs(90),
+        || async {
+            env.assert_alive();
+            let pods = timeline.pods();
+            let settled = pods.len() == replicas
+                && pods
+                    .iter()
+                    .all(|(n, s)| *s == (true, false) && !old.contains(n));
+            if !settled {
+                return None;
+            }
+            let listed = match env.dsvc(NS, SVC).await {
+                Some(ds) => ds["spec"]["ports"]["http"]
+                    .as_array()
+                    .map_or(0, |a| a.len()),
+                None => 0,
+            };
+            (listed == replicas).then(|| pods.into_keys().collect())
+        },
+    )
+    .await
+}
+
+/// What one step under traffic measured. Every request is one of: answered
+/// 200 by a Pod (`ok`); a 503 when the EndpointSlices listed no serving
+/// endpoint ([`PodTimeline`]) at some time from [`REACTION`] before it
+/// started to its end (the gateways' `--empty-policy 503`: `empty_503`);
+/// another failure that ended after a Pod's removal (less [`WATCH_SKEW`])
+/// and started at most [`REACTION`] after the EndpointSlices stopped listing
+/// that Pod (`explained`: its address went before the gateway could follow;
+/// the gateway follows the EndpointSlices, which follow the Pods with the
+/// EndpointSlice controller's own delay); anything else (`unexplained`).
+#[derive(Debug, Default)]
+pub struct StepReport {
+    pub step: String,
+    pub requests: usize,
+    pub ok: usize,
+    pub empty_503: usize,
+    /// The empty-policy 503s with their explanation: `(why, request)`.
+    pub empty_503_why: Vec<(String, String)>,
+    /// Each with its explanation: `(why, request)`.
+    pub explained: Vec<(String, String)>,
+    pub unexplained: Vec<String>,
+    /// From the step's action (`kubectl ...`) to the world settled.
+    pub duration: Duration,
+    /// Step-specific numbers for the BENCH line.
+    pub extra: String,
+}
+
+impl StepReport {
+    pub fn line(&self, gateway: &str) -> String {
+        format!(
+            "BENCH rollout-step gateway={gateway} step={:?} requests={} ok={} empty_503={} explained_failures={} unexplained_failures={} duration_ms={}{}",
+            self.step,
+            self.requests,
+            self.ok,
+            self.empty_503,
+            self.explained.len(),
+            self.unexplained.len(),
+            self.duration.as_millis(),
+            self.extra
+        )
+    }
+
+    /// Enough traffic and nothing unexplained; prints the BENCH line and the
+    /// explanations.
+    pub fn assert_explained(&self, gateway: &str) {
+        eprintln!("{}", self.line(gateway));
+        print_grouped(gateway, &self.step, "expected 503(s)", &self.empty_503_why);
+        print_grouped(gateway, &self.step, "failed request(s)", &self.explained);
+        // One request at a time, every 4 ms plus its answer: at least one
+        // per 40 ms on average even on a loaded machine.
+        assert!(
+            self.requests >= 50,
+            "{gateway} / {}: only {} requests",
+            self.step,
+            self.requests
+        );
+        assert!(
+            self.unexplained.is_empty(),
+            "{gateway} / {}: {} of {} requests failed with no Pod removed within {REACTION:?} before them and no empty-policy 503 (REACTION {REACTION:?}, WATCH_SKEW {WATCH_SKEW:?}): {:?}",
+            self.step,
+            self.unexplained.len(),
+            self.requests,
+            self.unexplained
+        );
+    }
+
+    /// [`Self::assert_explained`] and every request answered 200 by a Pod.
+    pub fn assert_no_failures(&self, gateway: &str) {
+        self.assert_explained(gateway);
+        assert!(
+            self.explained.is_empty() && self.empty_503 == 0,
+            "{gateway} / {}: requests failed (grace {ROLLOUT_GRACE_SECONDS} s > reaction time {REACTION:?}, drain_terminating): {} empty-policy 503s, explained failures {:?}",
+            self.step,
+            self.empty_503,
+            self.explained
+        );
+    }
+}
+
+/// One line per explanation in `v` (`(why, request)`): how many, the first
+/// and the last request.
+fn print_grouped(gateway: &str, step: &str, what: &str, v: &[(String, String)]) {
+    let mut why: Vec<&str> = Vec::new();
+    for (w, _) in v {
+        if !why.contains(&w.as_str()) {
+            why.push(w);
+        }
+    }
+    for w in why {
+        let reqs: Vec<&str> = v
+            .iter()
+            .filter(|(x, _)| x == w)
+            .map(|(_, r)| r.as_str())
+            .collect();
+        eprintln!(
+            "  {gateway} / {step}: {} {what} explained by {w} (reaction time {REACTION:?}): first {}, last {}",
+            reqs.len(),
+            reqs[0],
+            reqs[reqs.len() - 1]
+        );
+    }
+}
+
+/// The traffic of one step: a request every 4 ms through the gateway from
+/// 300 ms before the step's action to [`REACTION`] after it settled.
+struct StepTraffic {
+    load: Load,
+    step: String,
+    action: Instant,
+}
+
+impl StepTraffic {
+    async fn start(gw: SocketAddr, step: &str) -> StepTraffic {
+        let load = Load::start(
+            gw,
+            Duration::from_millis(4),
+            40_000,
+            Duration::from_secs(120),
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        StepTraffic {
+            load,
+            step: step.to_string(),
+            action: Instant::now(),
+        }
+    }
+
+    /// Stops the traffic [`REACTION`] after now and sorts every request.
+    async fn finish(self, timeline: &PodTimeline) -> StepReport {
+        let duration = self.action.elapsed();
+        tokio::time::sleep(REACTION).await;
+        let samples = self.load.stop().await;
+        let (empty, removals) = (timeline.empty(), timeline.removals());
+        // Relative to the step's action: "+1.2s", or "-300ms" before it.
+        let at = |t: Instant| match t.checked_duration_since(self.action) {
+            Some(d) => format!("+{d:?}"),
+            None => format!("-{:?}", self.action.saturating_duration_since(t)),
+        };
+        let mut r = StepReport {
+            step: self.step,
+            requests: samples.len(),
+            duration,
+            ..Default::default()
+        };
+        for s in &samples {
+            if matches!(s.outcome, Ok((200, _))) {
+                r.ok += 1;
+                continue;
+            }
+            let outcome = match &s.outcome {
+                Ok((code, body)) => {
+                    format!("{code} {:?}", body.chars().take(40).collect::<String>())
+                }
+                Err(e) => e.clone(),
+            };
+            let what = format!("request at {} -> {outcome}", at(s.start));
+            let from = s.start.checked_sub(REACTION).unwrap_or(s.start);
+            let in_empty = empty
+                .iter()
+                .find(|(a, b)| *a <= s.done + WATCH_SKEW && b.is_none_or(|b| b > from));
+            if let (Ok((503, _)), Some((a, b))) = (&s.outcome, in_empty) {
+                r.empty_503 += 1;
+                let why = format!(
+                    "no serving endpoint in the EndpointSlices from {} to {}",
+                    at(*a),
+                    b.map_or("the end".into(), &at)
+                );
+                r.empty_503_why.push((why, what));
+                continue;
+            }
+            // Of the removals that explain it, the one listed longest (the
+            // gateway was still following that one).
+            let why = removals
+                .iter()
+                .filter(|d| {
+                    s.done + WATCH_SKEW >= d.at
+                        && d.unlisted.is_some_and(|u| s.start <= u + REACTION)
+                })
+                .max_by_key(|d| d.unlisted);
+            match why {
+                Some(d) => r.explained.push((
+                    format!(
+                        "Pod {} ({}) removed at {}, dropped from the EndpointSlices at {}",
+                        d.pod,
+                        d.ip,
+                        at(d.at),
+                        d.unlisted.map(at).unwrap_or_default()
+                    ),
+                    what,
+                )),
+                None => r.unexplained.push(what),
+            }
+        }
+        r
+    }
+}
+
+/// The names of the Pods in `timeline` now.
+fn pod_names(timeline: &PodTimeline) -> Vec<String> {
+    timeline.pods().into_keys().collect()
+}
+
+/// Requests Pod `shop/<name>` answered in `(from, to)`.
+fn pod_hits(env: &Env, name: &str, from: Instant, to: Option<Instant>) -> usize {
+    let kwok = env
+        .api
+        .real()
+        .and_then(|r| r.kwok())
+        .expect("a kwok cluster");
+    kwok.hits(&format!("{NS}/{name}"))
+        .iter()
+        .filter(|t| **t > from && to.is_none_or(|to| **t < to))
+        .count()
+}
+
+/// The steps of issue 31's "rollouts with traffic" after the world of
+/// [`start_rollout_world_with`] (3 replicas, `maxSurge: 0`,
+/// `maxUnavailable: 1`, grace [`ROLLOUT_GRACE_SECONDS`]), each under a
+/// request every 4 ms through the gateway at `gw` (run with
+/// `--empty-policy 503`), each asserted and printed as a BENCH line:
+///
+/// 1. `kubectl rollout restart` with maxSurge 0 / maxUnavailable 1: every request 200.
+/// 2. Scaled to 8 and patched to 25% / 25% (2 / 2), restart: every request 200.
+/// 3. A readiness flap of one Pod (kwok's failing-probe annotation, which
+///    kwok's stages honour; a patched Ready=False status is undone by kwok's
+///    ready stage after the ready delay): every request 200, the Pod gets none
+///    from [`REACTION`] after the EndpointSlices list it not serving until it
+///    is Ready again, and traffic again after.
+/// 4. `kubectl scale` 8 -> 0, 0 -> 3, 3 -> 0: 503s only while no endpoint
+///    serves (and some of them), other failures only right after a Pod's
+///    removal (the last draining Pods stop with nowhere else to go); each new
+///    Pod served.
+/// 5. Grace 0 s (patched while at 0 replicas, then scaled to 3), restart:
+///    failures counted, each explained by a Pod removed just before.
+///
+/// What counts as a failure: [`StepReport`].
+pub async fn rollout_variants_scale_and_flap(env: &Env, gw: SocketAddr, gateway: &str) {
+    eventually("the gateway answers from a Pod", LIMIT, || async {
+        matches!(get(gw).await, Ok((200, _))).then_some(())
+    })
+    .await;
+    let timeline = PodTimeline::start(env).await;
+    let mut reports = Vec::new();
+
+    // 1. maxSurge 0 / maxUnavailable 1.
+    let old = pod_names(&timeline);
+    assert_eq!(old.len(), 3, "{gateway}: {old:?}");
+    let t = StepTraffic::start(gw, "restart maxSurge=0 maxUnavailable=1 replicas=3").await;
+    kubectl(env, &["rollout", "restart", "deployment/web"]).await;
+    wait_settled(env, &timeline, &old, 3).await;
+    let r = t.finish(&timeline).await;
+    r.assert_no_failures(gateway);
+    reports.push(r);
+
+    // 2. 25% / 25% with 8 replicas.
+    patch_web(
+        env,
+        json!({"spec": {"replicas": 8, "strategy": {"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}}}),
+    )
+    .await;
+    let old = wait_settled(env, &timeline, &[], 8).await;
+    let t = StepTraffic::start(gw, "restart maxSurge=25% maxUnavailable=25% replicas=8").await;
+    kubectl(env, &["rollout", "restart", "deployment/web"]).await;
+    wait_settled(env, &timeline, &old, 8).await;
+    let r = t.finish(&timeline).await;
+    r.assert_no_failures(gateway);
+    reports.push(r);
+
+    // 3. A readiness flap: the probe of one Pod fails, then passes.
+    let mut pods = pod_names(&timeline);
+    pods.sort();
+    let flap = pods[0].clone();
+    let pod_api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.admin.clone(), NS);
+    let probe = |v: Option<&str>| {
+        Patch::Merge(json!({"metadata": {"annotations": {testenv::kwok::READY: v}}}))
+    };
+    let t = StepTraffic::start(gw, "readiness flap of 1 of 8 Pods").await;
+    pod_api
+        .patch(&flap, &PatchParams::default(), &probe(Some("false")))
+        .await
+        .expect("annotate the Pod's probe failing");
+    let unready = timeline
+        .wait_for(&flap, Some((false, false)), t.action)
+        .await;
+    let flap_ip = timeline.ip(&flap).expect("the flapping Pod's address");
+    let unlisted = timeline.wait_slice(&flap_ip, false, unready).await;
+    // Not serving in the EndpointSlices for the reaction time and 1 s more.
+    tokio::time::sleep(
+        (unlisted + REACTION + Duration::from_secs(1)).saturating_duration_since(Instant::now()),
+    )
+    .await;
+    let passing = Instant::now();
+    pod_api
+        .patch(&flap, &PatchParams::default(), &probe(None))
+        .await
+        .expect("annotate the Pod's probe passing");
+    let ready = timeline.wait_for(&flap, Some((true, false)), passing).await;
+    let back = eventually(
+        &format!("{gateway}: traffic reaches Pod {flap} again once Ready"),
+        LIMIT,
+        || async {
+            let hits = env
+                .api
+                .real()
+                .and_then(|r| r.kwok())
+                .expect("a kwok cluster")
+                .hits(&format!("{NS}/{flap}"));
+            hits.into_iter().find(|h| *h > ready)
+        },
+    )
+    .await;
+    let mut r = t.finish(&timeline).await;
+    let while_unready = pod_hits(env, &flap, unlisted + REACTION, Some(passing));
+    let last_before = env
+        .api
+        .real()
+        .and_then(|r| r.kwok())
+        .expect("a kwok cluster")
+        .hits(&format!("{NS}/{flap}"))
+        .into_iter()
+        .filter(|h| *h > unready && *h < passing)
+        .max()
+        .map_or(Duration::ZERO, |h| h.saturating_duration_since(unready));
+    r.extra = format!(
+        " not_ready_to_unserving_in_slices_ms={} not_ready_to_last_request_ms={} hits_while_not_ready_after_reaction={while_unready} ready_to_first_request_ms={}",
+        unlisted.saturating_duration_since(unready).as_millis(),
+        last_before.as_millis(),
+        back.saturating_duration_since(ready).as_millis()
+    );
+    r.assert_no_failures(gateway);
+    assert_eq!(
+        while_unready, 0,
+        "{gateway} / {}: Pod {flap} got requests more than {REACTION:?} after the EndpointSlices listed it not serving (not Ready)",
+        r.step
+    );
+    reports.push(r);
+
+    // 4. Scale 8 -> 0 -> 3 -> 0.
+    for (replicas, step) in [
+        (0, "scale 8 -> 0"),
+        (3, "scale 0 -> 3"),
+        (0, "scale 3 -> 0"),
+    ] {
+        let old = pod_names(&timeline);
+        let t = StepTraffic::start(gw, step).await;
+        kubectl(
+            env,
+            &["scale", "deployment/web", &format!("--replicas={replicas}")],
+        )
+        .await;
+        let new = wait_settled(env, &timeline, &old, replicas).await;
+        // The settled state for twice the reaction time.
+        tokio::time::sleep(2 * REACTION).await;
+        let action = t.action;
+        let mut r = t.finish(&timeline).await;
+        r.assert_explained(gateway);
+        if replicas == 0 {
+            assert!(
+                r.empty_503 > 0,
+                "{gateway} / {step}: no 503 from the gateway with no Pod serving (--empty-policy 503)"
+            );
+        } else {
+            let served: Vec<usize> = new.iter().map(|n| pod_hits(env, n, action, None)).collect();
+            r.extra = format!(" requests_per_new_pod={served:?}");
+            assert!(
+                served.iter().all(|h| *h > 0),
+                "{gateway} / {step}: not every new Pod got traffic: {new:?} {served:?}"
+            );
+        }
+        reports.push(r);
+    }
+
+    // 5. Grace 0 s: the Pods' addresses go at their deletion.
+    patch_web(
+        env,
+        json!({"spec": {"template": {"spec": {"terminationGracePeriodSeconds": 0}}}}),
+    )
+    .await;
+    kubectl(env, &["scale", "deployment/web", "--replicas=3"]).await;
+    let old = wait_settled(env, &timeline, &[], 3).await;
+    // The gateway followed out of its empty-policy 503.
+    eventually(&format!("{gateway} answers from a Pod"), LIMIT, || async {
+        matches!(get(gw).await, Ok((200, _))).then_some(())
+    })
+    .await;
+    let t = StepTraffic::start(
+        gw,
+        "restart grace=0s maxSurge=25% maxUnavailable=25% replicas=3",
+    )
+    .await;
+    kubectl(env, &["rollout", "restart", "deployment/web"]).await;
+    wait_settled(env, &timeline, &old, 3).await;
+    let r = t.finish(&timeline).await;
+    r.assert_explained(gateway);
+    reports.push(r);
+
+    eprintln!(
+        "BENCH rollout-steps gateway={gateway} steps={} requests={} explained_failures={} empty_503={}",
+        reports.len(),
+        reports.iter().map(|r| r.requests).sum::<usize>(),
+        reports.iter().map(|r| r.explained.len()).sum::<usize>(),
+        reports.iter().map(|r| r.empty_503).sum::<usize>()
+    );
 }
