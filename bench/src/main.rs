@@ -15,6 +15,7 @@
 //! `kd-bench echo` is the echo client itself (spawned by the harness).
 
 mod child;
+mod coalesce;
 mod echo;
 mod env;
 mod load;
@@ -32,6 +33,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
+use crate::coalesce::CoalesceParams;
 use crate::load::Mode;
 use crate::scenarios::{ChurnParams, Opts};
 
@@ -44,7 +46,8 @@ struct Cli {
     /// Workload size.
     #[arg(long, value_enum, default_value_t = Size::Full)]
     size: Size,
-    /// Scenarios to run (comma separated).
+    /// Scenarios to run (comma separated; also `lone` and `rollout`, the
+    /// coalescing scenarios, not run by default).
     #[arg(long, value_delimiter = ',', default_values = ["sync", "churn", "recovery", "multi", "sweep"])]
     only: Vec<String>,
     /// Result JSON; the Markdown table goes next to it with `.md`.
@@ -140,6 +143,8 @@ struct RunSizes {
     multi: (usize, usize, usize, usize, f64),
     /// The churn of each sweep step, and the rates.
     sweep: (ChurnParams, Vec<f64>),
+    /// `lone` and `rollout`.
+    coalesce: CoalesceParams,
     timeout: Duration,
 }
 
@@ -168,6 +173,13 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
                 },
                 vec![20.0, 40.0],
             ),
+            coalesce: CoalesceParams {
+                lone_services: 10,
+                lone_changes: 8,
+                rollout_services: 3,
+                replicas: 3,
+                grace_ms: 1000,
+            },
             timeout: Duration::from_secs(60),
         },
         Size::Full => RunSizes {
@@ -193,6 +205,13 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
                 },
                 vec![250.0, 500.0, 1000.0, 2000.0, 4000.0, 8000.0],
             ),
+            coalesce: CoalesceParams {
+                lone_services: 1000,
+                lone_changes: 200,
+                rollout_services: 100,
+                replicas: 10,
+                grace_ms: 5000,
+            },
             timeout: Duration::from_secs(600),
         },
     };
@@ -321,8 +340,14 @@ async fn bench(cli: Cli) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     for s in &cli.only {
-        if !["sync", "churn", "recovery", "multi", "sweep"].contains(&s.as_str()) {
-            bail!("--only: unknown scenario {s:?} (sync, churn, recovery, multi, sweep)");
+        if ![
+            "sync", "churn", "recovery", "multi", "sweep", "lone", "rollout",
+        ]
+        .contains(&s.as_str())
+        {
+            bail!(
+                "--only: unknown scenario {s:?} (sync, churn, recovery, multi, sweep, lone, rollout)"
+            );
         }
         if (s == "recovery" || s == "multi") && cli.apiserver == ApiServer::Real {
             bail!(
@@ -403,6 +428,25 @@ async fn bench(cli: Cli) -> Result<()> {
         let (base, rates) = &p.sweep;
         let r = sweep::sweep(&opts, mode, base, rates).await;
         record(&mut doc, format!("sweep {}", mode.as_str()), r)?;
+    }
+    if wants("lone") {
+        for &mode in &modes {
+            eprintln!("kd-bench: lone {} ...", mode.as_str());
+            let r = coalesce::lone(&opts, mode, &p.coalesce).await;
+            record(&mut doc, format!("lone {}", mode.as_str()), r)?;
+        }
+    }
+    if wants("rollout") {
+        let mode = modes.first().copied().unwrap_or(Mode::Slices);
+        // Pods ready after 5 windows and the Deployment controller's 20 ms
+        // reaction (each step a small burst of its own), and Pods ready at
+        // once (the whole rollout one burst).
+        let paced = (cli.window_ms * 5).max(500);
+        for (variant, startup, react) in [("paced", paced, 20), ("burst", 0, 5)] {
+            eprintln!("kd-bench: rollout {variant} {} ...", mode.as_str());
+            let r = coalesce::rollout(&opts, mode, &p.coalesce, variant, startup, react).await;
+            record(&mut doc, format!("rollout {variant} {}", mode.as_str()), r)?;
+        }
     }
     let errors = doc["errors"].as_array().map(Vec::len).unwrap_or(0);
     eprintln!(
