@@ -8,9 +8,9 @@
 //! results back.
 //!
 //! ```text
-//!  Changed(keys, at) ─▶ pending{key: due, first event}; a pending key's due stays
+//!  Changed(keys, at) ─▶ pending{key: due, first event} (a pending key keeps its due)
 //!                      due = now, or the key's last write start + coalesce_window
-//!                            when that is later (leading and trailing edge)
+//!                      if that is later (leading and trailing edge)
 //!  poll(now):  due, not in flight, < concurrency, limiter token
 //!              desired == record's version, no repair owed ─▶ skip
 //!              desired ─▶ Apply     none, held (or repair owed) ─▶ Delete

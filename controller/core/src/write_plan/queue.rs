@@ -267,4 +267,25 @@ mod tests {
         assert!(q.remove(&c).is_some());
         assert!(q.is_empty() && q.first_due().is_none() && q.due.is_empty());
     }
+
+    #[test]
+    fn a_write_start_delays_changes_for_one_window_and_is_then_forgotten() {
+        let ms = Duration::from_millis;
+        let a = PackedKey::new(&ServiceKey::new("", "ns", "a"));
+        let mut q = Queue::new(ms(100));
+        let t0 = Instant::from_secs(5);
+        assert_eq!(q.due_of_change(&a, t0), t0, "never written: at once");
+        q.insert(a.clone(), pending(t0, 1));
+        q.start(&a, t0 + ms(10));
+        // In flight, and after the answer: the window of the start.
+        assert_eq!(q.due_of_change(&a, t0 + ms(20)), t0 + ms(110));
+        q.finished_started(&a);
+        assert_eq!(q.due_of_change(&a, t0 + ms(50)), t0 + ms(110));
+        assert_eq!(q.due_of_change(&a, t0 + ms(110)), t0 + ms(110));
+        q.prune_recent(t0 + ms(109));
+        assert_eq!(q.recent.len(), 1, "not a window old yet");
+        q.prune_recent(t0 + ms(110));
+        assert!(q.recent.is_empty() && q.recent_prune_at.is_none());
+        assert_eq!(q.due_of_change(&a, t0 + ms(120)), t0 + ms(120));
+    }
 }
