@@ -15,6 +15,7 @@
 //! `kd-bench echo` is the echo client itself (spawned by the harness).
 
 mod child;
+mod coalesce;
 mod echo;
 mod env;
 mod kwok_scale;
@@ -33,6 +34,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
+use crate::coalesce::CoalesceParams;
 use crate::load::Mode;
 use crate::scenarios::{ChurnParams, Opts};
 
@@ -45,9 +47,10 @@ struct Cli {
     /// Workload size.
     #[arg(long, value_enum, default_value_t = Size::Full)]
     size: Size,
-    /// Scenarios to run (comma separated). Also, not run by default:
-    /// `kwok-scale` (the real control plane with kwok and the Deployment
-    /// controllers; needs `--apiserver real`).
+    /// Scenarios to run (comma separated). Also, not run by default: `lone`
+    /// and `rollout` (the coalescing scenarios), and `kwok-scale` (the real
+    /// control plane with kwok and the Deployment controllers; needs
+    /// `--apiserver real`).
     #[arg(long, value_delimiter = ',', default_values = ["sync", "churn", "recovery", "multi", "sweep"])]
     only: Vec<String>,
     /// Result JSON; the Markdown table goes next to it with `.md`.
@@ -144,6 +147,8 @@ struct RunSizes {
     /// The churn of each sweep step, and the rates.
     sweep: (ChurnParams, Vec<f64>),
     scale: kwok_scale::ScaleParams,
+    /// `lone` and `rollout`.
+    coalesce: CoalesceParams,
     timeout: Duration,
 }
 
@@ -179,6 +184,13 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
                 nodes: 3,
                 api_qps: 100,
             },
+            coalesce: CoalesceParams {
+                lone_services: 10,
+                lone_changes: 8,
+                rollout_services: 3,
+                replicas: 3,
+                grace_ms: 1000,
+            },
             timeout: Duration::from_secs(60),
         },
         Size::Full => RunSizes {
@@ -212,6 +224,13 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
                 rolling: 100,
                 nodes: 48,
                 api_qps: 500,
+            },
+            coalesce: CoalesceParams {
+                lone_services: 1000,
+                lone_changes: 200,
+                rollout_services: 100,
+                replicas: 10,
+                grace_ms: 5000,
             },
             timeout: Duration::from_secs(900),
         },
@@ -341,9 +360,20 @@ async fn bench(cli: Cli) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     for s in &cli.only {
-        if !["sync", "churn", "recovery", "multi", "sweep", "kwok-scale"].contains(&s.as_str()) {
+        if ![
+            "sync",
+            "churn",
+            "recovery",
+            "multi",
+            "sweep",
+            "lone",
+            "rollout",
+            "kwok-scale",
+        ]
+        .contains(&s.as_str())
+        {
             bail!(
-                "--only: unknown scenario {s:?} (sync, churn, recovery, multi, sweep, kwok-scale)"
+                "--only: unknown scenario {s:?} (sync, churn, recovery, multi, sweep, lone, rollout, kwok-scale)"
             );
         }
         if s == "kwok-scale" && cli.apiserver != ApiServer::Real {
@@ -430,6 +460,25 @@ async fn bench(cli: Cli) -> Result<()> {
         let (base, rates) = &p.sweep;
         let r = sweep::sweep(&opts, mode, base, rates).await;
         record(&mut doc, format!("sweep {}", mode.as_str()), r)?;
+    }
+    if wants("lone") {
+        for &mode in &modes {
+            eprintln!("kd-bench: lone {} ...", mode.as_str());
+            let r = coalesce::lone(&opts, mode, &p.coalesce).await;
+            record(&mut doc, format!("lone {}", mode.as_str()), r)?;
+        }
+    }
+    if wants("rollout") {
+        let mode = modes.first().copied().unwrap_or(Mode::Slices);
+        // Pods ready after 5 windows and the Deployment controller's 20 ms
+        // reaction (each step a small burst of its own), and Pods ready at
+        // once (the whole rollout one burst).
+        let paced = (cli.window_ms * 5).max(500);
+        for (variant, startup, react) in [("paced", paced, 20), ("burst", 0, 5)] {
+            eprintln!("kd-bench: rollout {variant} {} ...", mode.as_str());
+            let r = coalesce::rollout(&opts, mode, &p.coalesce, variant, startup, react).await;
+            record(&mut doc, format!("rollout {variant} {}", mode.as_str()), r)?;
+        }
     }
     if wants("kwok-scale") {
         let sp = &p.scale;

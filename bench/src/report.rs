@@ -162,6 +162,49 @@ pub fn markdown(results: &Value) -> String {
         ));
         out.push_str(&targets(&r["targets_met"]));
     }
+    let lone = of("lone");
+    if !lone.is_empty() {
+        out.push_str("### Lone changes (a quiet service)\n\n| mode | changes | gap ms | p50 ms | p99 ms | max ms | unreflected | DS writes / change |\n|---|---|---|---|---|---|---|---|\n");
+        for r in &lone {
+            let l = &r["latency_ms"];
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                r["mode"].as_str().unwrap_or(""),
+                r["changes"],
+                r["gap_ms"],
+                f(&l["p50"], 1),
+                f(&l["p99"], 1),
+                f(&l["max"], 1),
+                r["unreflected"],
+                f(&r["ds_writes_per_change"], 2),
+            ));
+        }
+        out.push('\n');
+    }
+    let rollout = of("rollout");
+    if !rollout.is_empty() {
+        out.push_str("### Rollouts (maxSurge 1, maxUnavailable 0)\n\n| variant | mode | services x replicas | startup ms | relevant changes | DS writes | DS writes / rollout | DS writes / relevant change | p50 ms | p99 ms | unreflected | end state wrong |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for r in &rollout {
+            let l = &r["latency_ms"];
+            out.push_str(&format!(
+                "| {} | {} | {} x {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                r["variant"].as_str().unwrap_or(""),
+                r["mode"].as_str().unwrap_or(""),
+                r["services"],
+                r["replicas"],
+                r["startup_ms"],
+                r["relevant_changes"],
+                r["ds_api_writes"],
+                f(&r["ds_writes_per_rollout"], 2),
+                f(&r["ds_writes_per_relevant_change"], 2),
+                f(&l["p50"], 1),
+                f(&l["p99"], 1),
+                r["unreflected"],
+                r["final_state_mismatches"],
+            ));
+        }
+        out.push('\n');
+    }
     for r in of("kwok-scale") {
         out.push_str(&kwok_scale(&r));
     }

@@ -90,7 +90,12 @@ pub(crate) fn kib_to_mib(k: u64) -> f64 {
     k as f64 / 1024.0
 }
 
-async fn start_controller(env: &Env, opts: &Opts, mode: Mode, tag: &str) -> Result<Child> {
+pub(crate) async fn start_controller(
+    env: &Env,
+    opts: &Opts,
+    mode: Mode,
+    tag: &str,
+) -> Result<Child> {
     let cfg = env.path(&format!("{tag}.yaml"));
     std::fs::write(
         &cfg,
@@ -114,13 +119,13 @@ pub(crate) async fn wait_ready(c: &mut Child, timeout: Duration) -> Result<Durat
     }
 }
 
-fn ds_writes(ws: &[Write]) -> impl Iterator<Item = &Write> {
+pub(crate) fn ds_writes(ws: &[Write]) -> impl Iterator<Item = &Write> {
     ws.iter().filter(|w| w.resource == "discoveredservices")
 }
 
 /// Waits until every name in `names` has a DiscoveredService write after `since`
 /// (and at or after the given time, if any); returns the writes seen.
-async fn wait_ds_written(
+pub(crate) async fn wait_ds_written(
     env: &Env,
     since: u64,
     names: &[(String, u64)],
@@ -162,7 +167,7 @@ async fn wait_ds_written(
 /// (`kube_discovery_core::crd::consistent_shards`: shard 0 and the shards
 /// its manifest lists). Shards that do not form one version, or objects
 /// beyond shard 0's count, count as 0 nodes (a broken result).
-async fn ds_node_count(env: &Env, name: &str) -> Result<usize> {
+pub(crate) async fn ds_node_count(env: &Env, name: &str) -> Result<usize> {
     use kube_discovery_core::crd::{DiscoveredService, ShardHead, consistent_shards};
     let api: Api<DynamicObject> =
         Api::namespaced_with(env.client.clone(), load::NAMESPACE, &dsvc_resource());

@@ -50,6 +50,31 @@ fn runs<'a>(doc: &'a Value, scenario: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// The coalescing scenarios (not in the default set): every change reaches
+/// its service, every rollout ends with exactly the new Pods.
+#[test]
+fn tiny_run_of_the_coalescing_scenarios() {
+    let (doc, md) = tiny_run(&["--only", "lone,rollout", "--modes", "slices"]);
+    assert!(
+        md.contains("### Lone changes") && md.contains("### Rollouts"),
+        "{md}"
+    );
+    let lone = runs(&doc, "lone");
+    assert_eq!(lone.len(), 1, "{doc:#}");
+    assert_eq!(lone[0]["unreflected"], 0, "{doc:#}");
+    assert_eq!(
+        lone[0]["latency_ms"]["count"], lone[0]["changes"],
+        "{doc:#}"
+    );
+    let rollouts = runs(&doc, "rollout");
+    assert_eq!(rollouts.len(), 2, "paced and burst: {doc:#}");
+    for r in rollouts {
+        assert_eq!(r["unreflected"], 0, "{r:#}");
+        assert_eq!(r["final_state_mismatches"], 0, "{r:#}");
+        assert!(r["ds_api_writes"].as_u64().is_some_and(|n| n > 0), "{r:#}");
+    }
+}
+
 #[test]
 fn tiny_run_produces_every_figure() {
     let (doc, md) = tiny_run(&[]);

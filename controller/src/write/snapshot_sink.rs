@@ -35,8 +35,8 @@
 //!   writes nothing. A watch event older than our last write of that object
 //!   (smaller resourceVersion) is ignored so a lagging event does not undo a
 //!   newer write.
-//! * **At most one round per coalescing window** after a state change; a burst
-//!   of changes is one round.
+//! * **At most one round per coalescing window**: a state change after a
+//!   quiet window starts one at once, a burst is one round per window.
 //! * **Never a partial state.** Nothing is written before every cluster has
 //!   completed its first list, and only by the leader.
 //! * **Fenced.** A round belongs to the leadership epoch it starts in; a

@@ -181,7 +181,8 @@ impl ClusterPlan {
 /// The writer's pace.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Writes {
-    /// Per-service quiet time before a write (also the snapshot's).
+    /// Writes of a service start at least this far apart; a change after a
+    /// quiet window is written at once (also the snapshot's rounds).
     pub coalesce_window: Duration,
     /// Concurrent writes.
     pub concurrency: usize,

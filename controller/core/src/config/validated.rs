@@ -260,7 +260,7 @@ pub struct LeaderElection {
 /// The `kube_discovery:` block, defaults applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
-    /// Per-key coalescing window.
+    /// Per-key coalescing window (leading and trailing edge).
     pub coalesce_window: Duration,
     /// Serving+terminating endpoints: off, fallback or always.
     pub drain_terminating: Drain,

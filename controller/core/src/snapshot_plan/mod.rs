@@ -7,8 +7,10 @@
 //! requests (fenced, with timeouts) and feeds the results back.
 //!
 //! ```text
-//!  StateChanged(gen) ─▶ due = now + coalesce_window (unless a round is due already)
-//!  WatchListed(all) / Observed / Gone ─▶ seen (an echo older than our write: ignored), due
+//!  StateChanged(gen) ─▶ due = now, or the last round's start + coalesce_window when
+//!                      that is later (unless a round is due already)
+//!  WatchListed(all) / Observed / Gone ─▶ seen (an echo older than our write: ignored),
+//!                      due = now + coalesce_window (unless a round is due already)
 //!  Leadership{epoch, leading}: gained ─▶ due = now      lost ─▶ the round is dropped
 //!  poll(now): due, leading, watch listed, every cluster listed ─▶ a round:
 //!     layout older than the state ─▶ Build; Built(gen, layout)
@@ -19,6 +21,12 @@
 //!     Fenced (or the lease lost) ─▶ the round is dropped, nothing more is sent
 //!     the end ─▶ Done (published if the index was written, repaired, or nothing)
 //! ```
+//!
+//! Coalescing of new states has a leading and a trailing edge: after a
+//! quiet window a new state starts a round at once; what changes within the
+//! window of a writing round's start waits for the window's end and becomes
+//! one round. What the watch shows of our ConfigMaps (repairs, and the
+//! echoes of our writes, which change nothing) waits one window.
 //!
 //! One request at a time, as before the planner: the shards of a version
 //! must all be written before its index, and the stale ones deleted after,
@@ -65,7 +73,8 @@ fn listed_hash(s: &ShardData) -> Hash {
 pub struct Options {
     /// Name of the index ConfigMap (shards are named by the layout).
     pub name: String,
-    /// A round runs this long after the first change that asked for it.
+    /// Rounds start at least this far apart: a change after a quiet window
+    /// starts one at once, later ones wait for the window's end.
     pub coalesce_window: Duration,
     /// First retry delay after a failed round.
     pub retry_min: Duration,
@@ -231,6 +240,8 @@ pub struct Plan {
 /// A round in progress.
 #[derive(Debug)]
 struct Round {
+    /// When it started.
+    started: At,
     epoch: u64,
     /// `None` while the layout is being built.
     layout: Option<Arc<Layout>>,
@@ -258,6 +269,10 @@ pub struct Planner {
     state_gen: u64,
     layout: Option<(u64, Arc<Layout>)>,
     due: Option<At>,
+    /// When the last round that sent a request started (the window of
+    /// coalescing runs from it; a round that finds everything in sync
+    /// delays nothing).
+    last_start: Option<At>,
     attempts: u32,
     round: Option<Round>,
     /// A request was sent and not answered.
@@ -280,6 +295,7 @@ impl Planner {
             state_gen: 0,
             layout: None,
             due: None,
+            last_start: None,
             attempts: 0,
             round: None,
             in_flight: false,
@@ -292,9 +308,25 @@ impl Planner {
         RetryDelays::new(self.opts.retry_min, self.opts.retry_max).delay(self.attempts)
     }
 
-    /// A round one coalescing window from now, unless one is due already
-    /// (a burst is one round; a backoff is not shortened).
+    /// A round for a new state: now, or when the window of the last
+    /// writing round's start ends (a burst is one round per window); an
+    /// earlier due round stays, a backoff is not shortened.
     fn soon(&mut self, now: At) {
+        let at = self
+            .last_start
+            .map_or(now, |t| now.max(t + self.opts.coalesce_window));
+        self.due = Some(match self.due {
+            Some(due) if self.attempts > 0 => due,
+            Some(due) => due.min(at),
+            None => at,
+        });
+    }
+
+    /// A round for what the watch shows of our ConfigMaps (a repair, or
+    /// the echo of our own writes: every echo of a round is one round that
+    /// finds everything in sync): one window from now, unless one is due
+    /// already.
+    fn later(&mut self, now: At) {
         self.due.get_or_insert(now + self.opts.coalesce_window);
     }
 
@@ -333,18 +365,18 @@ impl Planner {
                 }
                 self.seen = fresh;
                 self.watch_listed = true;
-                self.soon(now);
+                self.later(now);
             }
             Input::Observed(o) => {
                 if !o.older_than(self.written_rv.get(&o.name).copied()) {
                     self.seen.insert(o.name.clone(), o);
-                    self.soon(now);
+                    self.later(now);
                 }
             }
             Input::Gone(o) => {
                 if !o.older_than(self.written_rv.get(&o.name).copied()) {
                     self.seen.remove(&o.name);
-                    self.soon(now);
+                    self.later(now);
                 }
             }
             Input::Built { generation, layout } => {
@@ -396,7 +428,7 @@ impl Planner {
         if !self.in_flight {
             if self.round.is_none() && self.due.is_some_and(|d| d <= now) {
                 self.due = None;
-                self.start();
+                self.start(now);
             }
             self.step();
         }
@@ -417,7 +449,7 @@ impl Planner {
         self.round.is_some()
     }
 
-    fn start(&mut self) {
+    fn start(&mut self, now: At) {
         if !self.leading || !self.watch_listed || !self.clusters_listed {
             // Not now; whatever changes that (a gained lease, a listed
             // cluster or watch) asks for a round itself.
@@ -431,6 +463,7 @@ impl Planner {
             }
         };
         self.round = Some(Round {
+            started: now,
             epoch: self.epoch,
             layout,
             next: 0,
@@ -471,6 +504,7 @@ impl Planner {
                 .is_some_and(|s| s.labelled && s.data.get(key).is_some_and(|h| *h == want));
             if !in_sync {
                 self.in_flight = true;
+                self.last_start = Some(round.started);
                 self.actions.push(Action::Apply {
                     name: name.clone(),
                     key: key.to_string(),
@@ -494,6 +528,7 @@ impl Planner {
         if let Some(name) = stale {
             round.deleted.insert(name.clone());
             self.in_flight = true;
+            self.last_start = Some(round.started);
             self.actions.push(Action::Delete { name, epoch });
             return;
         }

@@ -187,7 +187,7 @@ impl Script {
         self.input("AllClustersListed(true)", Input::AllClustersListed(true));
     }
 
-    fn watch_listed(&mut self) {
+    fn watch_listed(&mut self) -> Vec<Action> {
         let objs: Vec<Observed> = self
             .server
             .iter()
@@ -195,21 +195,21 @@ impl Script {
             .collect();
         let names: Vec<&String> = self.server.keys().collect();
         let what = format!("WatchListed {names:?}");
-        self.input(&what, Input::WatchListed(objs));
+        self.input(&what, Input::WatchListed(objs))
     }
 
     /// A new state: the next `Build` is answered with `layout`.
-    fn state(&mut self, generation: u64, layout: Arc<Layout>) {
+    fn state(&mut self, generation: u64, layout: Arc<Layout>) -> Vec<Action> {
         self.next = (generation, layout);
         self.input(
             &format!("StateChanged(gen {generation})"),
             Input::StateChanged { generation },
-        );
+        )
     }
 
     /// Someone else changes (`Some`) or deletes (`None`) an object; the
     /// watch reports it.
-    fn edit(&mut self, name: &str, text: Option<&str>) {
+    fn edit(&mut self, name: &str, text: Option<&str>) -> Vec<Action> {
         self.rv += 1;
         match text {
             Some(t) => {
@@ -217,14 +217,14 @@ impl Script {
                 self.input(
                     &format!("Observed {name} rv {} {t:?}", self.rv),
                     Input::Observed(obj(name, self.rv, t)),
-                );
+                )
             }
             None => {
                 let t = self.server.remove(name).unwrap_or_default();
                 self.input(
                     &format!("Gone {name} rv {}", self.rv),
                     Input::Gone(obj(name, self.rv, &t)),
-                );
+                )
             }
         }
     }
@@ -292,8 +292,8 @@ impl Script {
     fn published(first: Arc<Layout>) -> (Self, Vec<Observed>) {
         let mut s = Script::new(first);
         s.listed();
-        s.watch_listed();
-        let actions = s.at(100).poll();
+        let mut actions = s.watch_listed();
+        actions.extend(s.at(100).poll());
         let written = s.serve(actions);
         (s, written)
     }
@@ -369,8 +369,8 @@ fn a_shrink_deletes_stale_shards_after_the_index() {
     let (mut s, written) = Script::published(layout("v1", &["a", "b", "c"]));
     s.at(110).echoes(written);
     s.at(210).poll();
-    s.at(1000).state(2, layout("v2", &["abc"]));
-    let actions = s.at(1100).poll();
+    let mut actions = s.at(1000).state(2, layout("v2", &["abc"]));
+    actions.extend(s.at(1100).poll());
     s.serve(actions);
     // A foreign ConfigMap with our label is deleted too.
     s.at(2000).edit("snap-x", Some("foreign"));
@@ -388,8 +388,8 @@ fn a_shrink_deletes_stale_shards_after_the_index() {
 fn an_echo_of_our_own_older_write_is_ignored() {
     let (mut s, written) = Script::published(layout("v1", &["a"]));
     // A newer state is written before the watch delivers the older echoes.
-    s.at(110).state(2, layout("v2", &["b"]));
-    let actions = s.at(210).poll();
+    let mut actions = s.at(110).state(2, layout("v2", &["b"]));
+    actions.extend(s.at(210).poll());
     let newer = s.serve(actions);
     s.at(220).echoes(written);
     s.at(320).poll();
@@ -464,6 +464,64 @@ fn a_lost_lease_mid_round_sends_nothing_more() {
     s.golden("lost_lease");
     assert_eq!(s.count("Apply"), 2, "{}", s.out);
     assert_eq!(s.count("Retry"), 0);
+}
+
+/// A change after a quiet period starts a round at once (the leading
+/// edge); changes within the window of that round's start wait for its end
+/// and become one round (the trailing edge); a change after another quiet
+/// period is again at once.
+#[test]
+fn a_lone_change_starts_a_round_at_once_and_a_burst_waits_for_the_window() {
+    let (mut s, written) = Script::published(layout("v1", &["a"]));
+    s.at(110).echoes(written);
+    s.at(210).poll();
+    let lone = s.at(1000).state(2, layout("v2", &["b"]));
+    let written = s.serve(lone.clone());
+    s.at(1005).echoes(written);
+    let burst = s.at(1010).state(3, layout("v3", &["c"]));
+    s.at(1050).state(4, layout("v4", &["d"]));
+    let actions = s.at(1100).poll();
+    let written = s.serve(actions);
+    s.at(1110).echoes(written);
+    let quiet = s.at(1300).state(5, layout("v5", &["e"]));
+    s.serve(quiet.clone());
+    assert!(
+        lone.iter().any(|a| matches!(a, Action::Apply { .. })),
+        "the lone change waited: {lone:?}\n{}",
+        s.out
+    );
+    assert!(burst.is_empty(), "{burst:?}\n{}", s.out);
+    assert!(
+        quiet.iter().any(|a| matches!(a, Action::Apply { .. })),
+        "{}",
+        s.out
+    );
+    // v1, then v2 at once, v3 and v4 together at 1100, v5 at once.
+    assert_eq!(s.count("published v"), 4, "{}", s.out);
+    assert_eq!(s.count("Built(gen 3"), 0, "{}", s.out);
+    assert_eq!(s.server.get(NAME).map(String::as_str), Some("v5:snap-0"));
+    s.golden("leading_and_trailing");
+}
+
+/// A change while a round runs waits for it, and for the window of its
+/// start: the next round starts at the later of the two.
+#[test]
+fn a_change_during_a_round_gets_a_round_after_it() {
+    let (mut s, written) = Script::published(layout("v1", &["a"]));
+    s.at(110).echoes(written);
+    s.at(210).poll();
+    let actions = s.at(1000).state(2, layout("v2", &["b"]));
+    assert!(!actions.is_empty(), "{}", s.out);
+    // The round's first write is not answered yet.
+    let during = s.at(1020).state(3, layout("v3", &["c"]));
+    assert!(during.is_empty(), "{}", s.out);
+    let mut written = s.serve(actions);
+    let after = s.at(1100).poll();
+    assert!(!after.is_empty(), "{}", s.out);
+    written.extend(s.serve(after));
+    s.at(1110).echoes(written);
+    s.golden("change_during_round");
+    assert_eq!(s.server.get(NAME).map(String::as_str), Some("v3:snap-0"));
 }
 
 // ------------------------------------------- real layouts: writes per change

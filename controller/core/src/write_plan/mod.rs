@@ -8,7 +8,9 @@
 //! results back.
 //!
 //! ```text
-//!  Changed(keys, at) ─▶ pending{key: due = now + coalesce_window, first event}
+//!  Changed(keys, at) ─▶ pending{key: due, first event} (a pending key keeps its due)
+//!                      due = now, or the key's last write start + coalesce_window
+//!                      if that is later (leading and trailing edge)
 //!  poll(now):  due, not in flight, < concurrency, limiter token
 //!              desired == record's version, no repair owed ─▶ skip
 //!              desired ─▶ Apply     none, held (or repair owed) ─▶ Delete
@@ -25,6 +27,12 @@
 //!                     everything queued before it was attempted
 //!  Leadership{epoch, leading}: a new leading epoch ─▶ Load{epoch}; Loaded ─▶ resync
 //! ```
+//!
+//! Coalescing has a leading and a trailing edge: a change of a quiet key
+//! (no write of it started within `coalesce_window`) is written at once,
+//! and the changes that follow within the window wait for its end and
+//! become one write, so a key is written at most once per window and a
+//! burst of changes costs about one write per window it lasts, plus one.
 //!
 //! The planner keeps no copy of what the API server holds: it reads the
 //! one [`Record`] (per service: version and shard slots) as plain input.
@@ -77,7 +85,8 @@ pub type At = Duration;
 /// Tuning of the planner.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Per-key coalescing window.
+    /// Per-key coalescing window: writes of one key start at least this far
+    /// apart; a change of a key not written within it is written at once.
     pub coalesce_window: Duration,
     /// Maximum writes in flight.
     pub concurrency: usize,
@@ -365,10 +374,11 @@ impl Planner {
             ceiling: opts.qps,
             max_pause: opts.max_pause,
         });
+        let pending = Queue::new(opts.coalesce_window);
         Planner {
             opts,
             repair: HashSet::new(),
-            pending: Queue::default(),
+            pending,
             barriers: Vec::new(),
             seq: 0,
             limiter,
@@ -520,7 +530,7 @@ impl Planner {
     fn enqueue(&mut self, key: PackedKey, at: At, now: At) {
         let seq = self.seq;
         self.seq += 1;
-        let due = now + self.opts.coalesce_window;
+        let due = self.pending.due_of_change(&key, now);
         let updated = self.pending.modify(&key, |p| {
             if at < p.first_event {
                 p.first_event = at;
@@ -608,7 +618,7 @@ impl Planner {
             if !self.limiter.try_take(now) {
                 break;
             }
-            let Some(since) = self.pending.start(&key).map(|p| p.first_event) else {
+            let Some(since) = self.pending.start(&key, now).map(|p| p.first_event) else {
                 continue;
             };
             let epoch = self.epoch;
@@ -762,7 +772,9 @@ impl Planner {
     }
 
     /// The next due write (not while every write slot is taken: a finishing
-    /// write is an input then) or drift check.
+    /// write is an input then) or drift check. (No wake-up to prune the
+    /// write starts: the next poll does; the drift table's pruning wakes the
+    /// loop `drift_settle` after every write.)
     fn next_wake(&self) -> Option<At> {
         let full = self.pending.inflight.len() >= self.opts.concurrency.max(1);
         let write = if full {
@@ -779,6 +791,7 @@ impl Planner {
     }
 
     fn trim(&mut self, now: At) {
+        self.pending.prune_recent(now);
         self.pending.trim();
         self.drift.prune(now, self.opts.drift_settle);
         trim_set(&mut self.repair);

@@ -9,8 +9,17 @@
 //!
 //! A key changed while its write is in flight is "parked": in `entries`, not
 //! in `due`, until that write finishes.
+//!
+//! `recent` remembers when each key's last write started, for the keys
+//! whose write started less than a coalescing window ago (while in flight,
+//! the in-flight entry's `due` is its start): a change of such a key waits
+//! for the window's end, any other change is due at once (leading and
+//! trailing edge, see [`super::Planner`]). Older entries decide nothing and
+//! are dropped ([`Queue::prune_recent`]); the key is the one the in-flight
+//! table held, moved, not copied.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
 
 use super::At as Instant;
 
@@ -35,12 +44,39 @@ pub(crate) struct Queue {
     pub(crate) entries: HashMap<PackedKey, Pending>,
     pub(crate) due: BTreeMap<(Instant, u64), PackedKey>,
     seqs: HashMap<String, BTreeSet<u64>>,
-    /// Keys in flight, with the entry they were started from.
+    /// Keys in flight, with the entry they were started from (its `due`:
+    /// when the write started).
     pub(crate) inflight: HashMap<PackedKey, Pending>,
     inflight_per_cluster: HashMap<String, usize>,
+    /// When the last write of a key started, for the keys whose write
+    /// finished and started less than a window ago (older ones until the
+    /// next prune).
+    pub(crate) recent: HashMap<PackedKey, Instant>,
+    /// When [`Queue::prune_recent`] runs next (`None`: `recent` is empty).
+    recent_prune_at: Option<Instant>,
+    /// The coalescing window.
+    window: Duration,
 }
 
 impl Queue {
+    /// An empty queue coalescing over `window`.
+    pub(crate) fn new(window: Duration) -> Self {
+        Queue {
+            window,
+            ..Queue::default()
+        }
+    }
+
+    /// When a change of `key` at `now` is due: at once, unless a write of
+    /// it started less than a window ago (then when that window ends).
+    pub(crate) fn due_of_change(&self, key: &PackedKey, now: Instant) -> Instant {
+        let started = match self.inflight.get(key) {
+            Some(p) => Some(p.due),
+            None => self.recent.get(key).copied(),
+        };
+        started.map_or(now, |t| now.max(t + self.window))
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -113,10 +149,12 @@ impl Queue {
             .map(|(_, k)| k.clone())
     }
 
-    /// Takes `key` out of the queue and marks it in flight (its entry kept
-    /// for [`Queue::finished_started`]).
-    pub(crate) fn start(&mut self, key: &PackedKey) -> Option<&Pending> {
-        let p = self.remove(key)?;
+    /// Takes `key` out of the queue and marks it in flight at `now` (its
+    /// entry kept for [`Queue::finished_started`], with `due` = `now`).
+    pub(crate) fn start(&mut self, key: &PackedKey, now: Instant) -> Option<&Pending> {
+        let mut p = self.remove(key)?;
+        p.due = now;
+        self.recent.remove(key);
         self.inflight.insert(key.clone(), p);
         let cluster = key.cluster();
         match self.inflight_per_cluster.get_mut(cluster) {
@@ -132,14 +170,28 @@ impl Queue {
     /// schedulable. The entry the write was started from (`None`: `key`
     /// was not in flight).
     pub(crate) fn finished_started(&mut self, key: &PackedKey) -> Option<Pending> {
-        let started = self.inflight.remove(key)?;
+        let (key, started) = self.inflight.remove_entry(key)?;
         if let Some(n) = self.inflight_per_cluster.get_mut(key.cluster()) {
             *n = n.saturating_sub(1);
         }
-        if let Some(p) = self.entries.get(key) {
+        if let Some(p) = self.entries.get(&key) {
             self.due.insert((p.due, p.seq), key.clone());
         }
+        if self.recent_prune_at.is_none() {
+            self.recent_prune_at = Some(started.due + self.window);
+        }
+        self.recent.insert(key, started.due);
         Some(started)
+    }
+
+    /// Drops the write starts a window old or older (they delay nothing);
+    /// at most once per window, so an entry lives less than two windows.
+    pub(crate) fn prune_recent(&mut self, now: Instant) {
+        if self.recent_prune_at.is_some_and(|t| t <= now) {
+            let window = self.window;
+            self.recent.retain(|_, t| *t + window > now);
+            self.recent_prune_at = (!self.recent.is_empty()).then_some(now + window);
+        }
     }
 
     /// Whether a barrier `(cluster, bseq)` still waits: a key of `cluster`
@@ -159,6 +211,7 @@ impl Queue {
     pub(crate) fn trim(&mut self) {
         trim_map(&mut self.entries);
         trim_map(&mut self.inflight);
+        trim_map(&mut self.recent);
     }
 }
 
@@ -198,7 +251,7 @@ mod tests {
         assert!(q.modify(&a, |p| p.due = now + ms(40)));
         assert_eq!(q.first_due_key(now + ms(100)), Some(b.clone()));
         // Start b: out of the order, in flight; the barrier still waits.
-        assert_eq!(q.start(&b).map(|p| p.seq), Some(1));
+        assert_eq!(q.start(&b, now + ms(100)).map(|p| p.seq), Some(1));
         assert_eq!(q.first_due_key(now + ms(100)), Some(c.clone()));
         assert!(q.waiting("", 0), "a write of the cluster is in flight");
         // A change of b while in flight is parked, not schedulable.
@@ -213,5 +266,26 @@ mod tests {
         assert!(q.waiting("c2", 3) && !q.waiting("c2", 2));
         assert!(q.remove(&c).is_some());
         assert!(q.is_empty() && q.first_due().is_none() && q.due.is_empty());
+    }
+
+    #[test]
+    fn a_write_start_delays_changes_for_one_window_and_is_then_forgotten() {
+        let ms = Duration::from_millis;
+        let a = PackedKey::new(&ServiceKey::new("", "ns", "a"));
+        let mut q = Queue::new(ms(100));
+        let t0 = Instant::from_secs(5);
+        assert_eq!(q.due_of_change(&a, t0), t0, "never written: at once");
+        q.insert(a.clone(), pending(t0, 1));
+        q.start(&a, t0 + ms(10));
+        // In flight, and after the answer: the window of the start.
+        assert_eq!(q.due_of_change(&a, t0 + ms(20)), t0 + ms(110));
+        q.finished_started(&a);
+        assert_eq!(q.due_of_change(&a, t0 + ms(50)), t0 + ms(110));
+        assert_eq!(q.due_of_change(&a, t0 + ms(110)), t0 + ms(110));
+        q.prune_recent(t0 + ms(109));
+        assert_eq!(q.recent.len(), 1, "not a window old yet");
+        q.prune_recent(t0 + ms(110));
+        assert!(q.recent.is_empty() && q.recent_prune_at.is_none());
+        assert_eq!(q.due_of_change(&a, t0 + ms(120)), t0 + ms(120));
     }
 }

@@ -619,6 +619,7 @@ fn tables_shrink_after_a_large_first_sync() {
         ("drift keys", p.drift.keys.capacity()),
         ("parked", p.drift.parked.capacity()),
         ("last_done", p.drift.last_done.capacity()),
+        ("recent write starts", p.pending.recent.capacity()),
     ] {
         assert!(
             cap <= 64,
@@ -791,4 +792,264 @@ fn throttled_writes_halve_the_rate_and_pause_for_the_capped_retry_after() {
     s.at(2640).finished("c", applied("v1", 1));
     s.poll_rate();
     s.golden("throttled");
+}
+
+/// A change of a key no write of which started within the window is
+/// written at once (the leading edge); a second lone change after a quiet
+/// period longer than the window is again.
+#[test]
+fn a_lone_change_of_a_quiet_key_is_written_at_once() {
+    let mut s = Script::new(opts());
+    s.poll();
+    s.at(5).loaded(0, &[("web", "v0")]);
+    s.synced();
+    s.desire("web", Some("v1"));
+    s.at(10).changed(&["web"]);
+    let first = s.poll();
+    s.at(12).finished("web", applied("v1", 1));
+    s.poll();
+    // Quiet for longer than the window: at once again.
+    s.desire("web", Some("v2"));
+    s.at(400).changed(&["web"]);
+    let second = s.poll();
+    s.at(403).finished("web", applied("v2", 1));
+    s.poll();
+    for (what, actions) in [("first", first), ("second", second)] {
+        assert!(
+            matches!(actions.as_slice(), [Action::Apply { .. }]),
+            "{what} change not written at once: {actions:?}\n{}",
+            s.out
+        );
+    }
+    s.golden("lone_change");
+}
+
+/// Changes within the window of a write's start wait for the window's end
+/// and become one write (the trailing edge); once the key was quiet for a
+/// window, the next change is written at once again.
+#[test]
+fn changes_after_a_leading_write_wait_for_the_window_then_a_quiet_key_is_immediate_again() {
+    let mut s = Script::new(opts());
+    s.poll();
+    s.at(5).loaded(0, &[("web", "v0")]);
+    s.synced();
+    s.desire("web", Some("v1"));
+    s.at(10).changed(&["web"]);
+    s.poll();
+    s.at(13).finished("web", applied("v1", 1));
+    s.poll();
+    s.desire("web", Some("v2"));
+    s.at(40).changed(&["web"]);
+    s.poll();
+    s.desire("web", Some("v3"));
+    s.at(80).changed(&["web"]);
+    s.poll();
+    s.at(110).poll();
+    s.at(114).finished("web", applied("v3", 1));
+    s.poll();
+    // 150 ms after the last write started: quiet, written at once.
+    s.desire("web", Some("v4"));
+    s.at(260).changed(&["web"]);
+    let quiet = s.poll();
+    s.at(263).finished("web", applied("v4", 1));
+    s.poll();
+    assert!(
+        matches!(quiet.as_slice(), [Action::Apply { .. }]),
+        "{}",
+        s.out
+    );
+    s.golden("leading_and_trailing");
+}
+
+/// A change while the key's write is in flight is written after the
+/// answer: at the window's end when the write was quick, at once when the
+/// write took longer than the window.
+#[test]
+fn a_change_while_the_write_is_in_flight_is_written_after_the_answer() {
+    let mut s = Script::new(opts());
+    s.poll();
+    s.at(5).loaded(0, &[("web", "v0")]);
+    s.synced();
+    s.desire("web", Some("v1"));
+    s.at(10).changed(&["web"]);
+    s.poll();
+    s.desire("web", Some("v2"));
+    s.at(20).changed(&["web"]);
+    s.poll();
+    s.at(30).finished("web", applied("v1", 1));
+    s.poll();
+    s.at(110).poll();
+    // A slow write: the change waits for the answer, then goes at once.
+    s.desire("web", Some("v3"));
+    s.at(150).changed(&["web"]);
+    s.at(400).finished("web", applied("v2", 1));
+    let after = s.poll();
+    s.at(410).finished("web", applied("v3", 1));
+    s.poll();
+    assert!(
+        matches!(after.as_slice(), [Action::Apply { .. }]),
+        "{}",
+        s.out
+    );
+    assert_eq!(
+        s.record
+            .service(&PackedKey::new(&key("web")))
+            .map(|o| o.version.is("v3")),
+        Some(true)
+    );
+    s.golden("change_in_flight");
+}
+
+/// Drives one key through changes at the given times (ms), every write
+/// answered `write_ms` after it starts; the start of each write and the
+/// time each change was written (the start of the first write after it).
+fn run_changes(window_ms: u64, write_ms: u64, changes: &[u64]) -> (Vec<u64>, Vec<u64>) {
+    let mut world = World::default();
+    world.clusters.insert(String::new(), true);
+    let k = key("web");
+    let mut p = Planner::new(Options {
+        coalesce_window: Duration::from_millis(window_ms),
+        ..opts()
+    });
+    let mut record = Record::default();
+    let ms = At::from_millis;
+    p.poll(ms(0), &world, &record);
+    let ticket = record.list_begins();
+    record.listed(ticket, record::Listing::default());
+    p.handle(ms(0), Input::Loaded { epoch: 0 }, &world, &record);
+    p.handle(ms(0), Input::Synced(String::new()), &world, &record);
+    let mut starts = Vec::new();
+    // The write in flight: when it is answered, and the version it carries.
+    let mut in_flight: Option<(u64, String)> = None;
+    let (mut next, mut now) = (0, 0);
+    loop {
+        // Answers first, then changes, then the poll (as the writer does).
+        if let Some((_, v)) = in_flight.take_if(|(t, _)| *t <= now) {
+            record.service_written(&k, &v, 1);
+            p.handle(
+                ms(now),
+                Input::Finished {
+                    key: k.clone(),
+                    outcome: applied(&v, 1),
+                },
+                &world,
+                &record,
+            );
+        }
+        while next < changes.len() && changes[next] <= now {
+            world.versions.insert(k.clone(), format!("v{next}"));
+            p.handle(
+                ms(now),
+                Input::Changed(vec![(k.clone(), ms(changes[next]))]),
+                &world,
+                &record,
+            );
+            next += 1;
+        }
+        let (actions, wake) = p.poll(ms(now), &world, &record);
+        for a in actions {
+            if let Action::Apply { .. } = a {
+                starts.push(now);
+                in_flight = Some((now + write_ms, world.versions[&k].clone()));
+            }
+        }
+        if next >= changes.len() && in_flight.is_none() && p.idle() {
+            break;
+        }
+        let candidates = [
+            changes.get(next).copied(),
+            in_flight.as_ref().map(|(t, _)| *t),
+            wake.map(|w| w.as_millis() as u64).filter(|w| *w > now),
+        ];
+        match candidates.into_iter().flatten().min() {
+            Some(t) => now = t,
+            None => break,
+        }
+    }
+    // Change i is written by the first write starting at or after it.
+    let written = changes
+        .iter()
+        .map(|c| starts.iter().copied().find(|s| s >= c).unwrap_or(u64::MAX))
+        .collect();
+    (starts, written)
+}
+
+/// The writes the trailing-only rule of before made of the same changes
+/// (every write answered at once): a write one window after the first
+/// change not carried by an earlier write.
+fn trailing_only_writes(window_ms: u64, changes: &[u64]) -> usize {
+    let mut writes = 0;
+    let mut due = None;
+    for &c in changes {
+        match due {
+            Some(d) if c <= d => {}
+            _ => {
+                writes += 1;
+                due = Some(c + window_ms);
+            }
+        }
+    }
+    writes
+}
+
+/// A burst of changes 10 ms apart for a second: at most one write per
+/// window plus the leading one, and the last change is written no later
+/// than a window after it happened.
+#[test]
+fn a_burst_costs_one_write_per_window_plus_one() {
+    let changes: Vec<u64> = (0..=100).map(|i| 1000 + i * 10).collect();
+    let (starts, written) = run_changes(100, 2, &changes);
+    assert!(
+        starts.len() <= 1 + 1000 / 100,
+        "{} writes: {starts:?}",
+        starts.len()
+    );
+    assert_eq!(
+        starts.first(),
+        Some(&1000),
+        "the first change at once: {starts:?}"
+    );
+    let last = *changes.last().expect("changes");
+    assert!(
+        written.last().is_some_and(|w| *w <= last + 100),
+        "last change at {last} written at {:?}",
+        written.last()
+    );
+}
+
+proptest::proptest! {
+    /// For any changes of one key: writes start at least a window apart (at
+    /// most one per window, as before), a change is written at once when no
+    /// write started within the window before it and otherwise within the
+    /// window (or at the answer of a write in flight), the last state is
+    /// written, and there are at most twice the trailing-only rule's writes
+    /// (each of its windows meets at most two of ours; one more per burst
+    /// is the price of the leading edge: two changes 50 ms apart were one
+    /// write, they are two now).
+    #[test]
+    fn leading_and_trailing_coalescing_bounds(
+        gaps in proptest::collection::vec(0u64..300, 1..40),
+        write_ms in 0u64..150,
+    ) {
+        let window = 100;
+        let mut changes = Vec::new();
+        let mut t = 1000;
+        for g in gaps {
+            t += g;
+            changes.push(t);
+        }
+        let (starts, written) = run_changes(window, write_ms, &changes);
+        for pair in starts.windows(2) {
+            proptest::prop_assert!(pair[1] >= pair[0] + window, "{starts:?}");
+        }
+        for (c, w) in changes.iter().zip(&written) {
+            let before = starts.iter().copied().filter(|s| s < c).max();
+            let quiet = before.is_none_or(|s| s + window.max(write_ms) <= *c);
+            if quiet {
+                proptest::prop_assert_eq!(*w, *c, "quiet change at {} ({:?})", c, starts);
+            }
+            proptest::prop_assert!(*w <= c + window.max(write_ms), "change at {c} written at {w}: {starts:?}");
+        }
+        proptest::prop_assert!(starts.len() <= 2 * trailing_only_writes(window, &changes));
+    }
 }
