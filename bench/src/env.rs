@@ -73,9 +73,32 @@ impl Env {
     /// is then subject to API Priority and Fairness (flow schema
     /// `global-default`), where the admin (`system:masters`) is exempt.
     pub async fn start(backend: Backend, user: Option<&str>, history: usize) -> Result<Env> {
+        Self::start_with(backend, user, history, None).await
+    }
+
+    /// The real control plane with kwok's Nodes and Pods
+    /// ([`testenv::kwok`]: Deployments roll out, Pods answer on their
+    /// addresses) and the CRD, the controller as the admin.
+    pub async fn start_kwok(kwok: testenv::kwok::Options) -> Result<Env> {
+        Self::start_with(
+            Backend::Real,
+            None,
+            Options::default().history_size,
+            Some(kwok),
+        )
+        .await
+    }
+
+    async fn start_with(
+        backend: Backend,
+        user: Option<&str>,
+        history: usize,
+        kwok: Option<testenv::kwok::Options>,
+    ) -> Result<Env> {
         let api = Cluster::start(
             backend,
             Options {
+                kwok,
                 users: user
                     .map(|u| vec![(u.to_string(), Vec::new())])
                     .unwrap_or_default(),

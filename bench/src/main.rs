@@ -13,10 +13,14 @@
 //! (`.md`); the JSON is rewritten after every run, so a partial run keeps what
 //! it measured. `--size tiny` is the CI smoke size (seconds, no timing asserted).
 //! `kd-bench echo` is the echo client itself (spawned by the harness).
+//! `kd-bench --apiserver real --only gateways` (not a default: it needs kwok,
+//! nginx and HAProxy) measures how fast nginx, HAProxy and the Rust proxy
+//! follow Pods of real Deployments (see [`gateways`]).
 
 mod child;
 mod echo;
 mod env;
+mod gateways;
 mod load;
 mod multi;
 mod procfs;
@@ -44,7 +48,9 @@ struct Cli {
     /// Workload size.
     #[arg(long, value_enum, default_value_t = Size::Full)]
     size: Size,
-    /// Scenarios to run (comma separated).
+    /// Scenarios to run (comma separated). Not among the defaults:
+    /// `gateways` (real control plane with kwok, nginx, HAProxy and the Rust
+    /// proxy in front; needs `--apiserver real`).
     #[arg(long, value_delimiter = ',', default_values = ["sync", "churn", "recovery", "multi", "sweep"])]
     only: Vec<String>,
     /// Result JSON; the Markdown table goes next to it with `.md`.
@@ -140,6 +146,7 @@ struct RunSizes {
     multi: (usize, usize, usize, usize, f64),
     /// The churn of each sweep step, and the rates.
     sweep: (ChurnParams, Vec<f64>),
+    gateways: gateways::GatewayParams,
     timeout: Duration,
 }
 
@@ -168,6 +175,13 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
                 },
                 vec![20.0, 40.0],
             ),
+            gateways: gateways::GatewayParams {
+                replicas: 3,
+                rollouts: 1,
+                grace_s: 2,
+                clients: 4,
+                every: Duration::from_millis(5),
+            },
             timeout: Duration::from_secs(60),
         },
         Size::Full => RunSizes {
@@ -193,6 +207,14 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
                 },
                 vec![250.0, 500.0, 1000.0, 2000.0, 4000.0, 8000.0],
             ),
+            // 200 Pods Ready and 200 deleted per gateway.
+            gateways: gateways::GatewayParams {
+                replicas: 20,
+                rollouts: 10,
+                grace_s: 5,
+                clients: 4,
+                every: Duration::from_millis(5),
+            },
             timeout: Duration::from_secs(600),
         },
     };
@@ -321,8 +343,13 @@ async fn bench(cli: Cli) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     for s in &cli.only {
-        if !["sync", "churn", "recovery", "multi", "sweep"].contains(&s.as_str()) {
-            bail!("--only: unknown scenario {s:?} (sync, churn, recovery, multi, sweep)");
+        if !["sync", "churn", "recovery", "multi", "sweep", "gateways"].contains(&s.as_str()) {
+            bail!("--only: unknown scenario {s:?} (sync, churn, recovery, multi, sweep, gateways)");
+        }
+        if s == "gateways" && cli.apiserver != ApiServer::Real {
+            bail!(
+                "--only gateways: needs --apiserver real (kwok Pods, the real EndpointSlice controller)"
+            );
         }
         if (s == "recovery" || s == "multi") && cli.apiserver == ApiServer::Real {
             bail!(
@@ -403,6 +430,24 @@ async fn bench(cli: Cli) -> Result<()> {
         let (base, rates) = &p.sweep;
         let r = sweep::sweep(&opts, mode, base, rates).await;
         record(&mut doc, format!("sweep {}", mode.as_str()), r)?;
+    }
+    if wants("gateways") {
+        eprintln!("kd-bench: gateways ...");
+        // The gateway harness panics on a gateway that does not start.
+        let r = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(gateways::gateways(
+            &opts,
+            &p.gateways,
+        )))
+        .await
+        .unwrap_or_else(|panic| {
+            let msg = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(anyhow::anyhow!("panicked: {msg}"))
+        });
+        record(&mut doc, "gateways".to_string(), r)?;
     }
     let errors = doc["errors"].as_array().map(Vec::len).unwrap_or(0);
     eprintln!(
