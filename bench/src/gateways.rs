@@ -177,9 +177,36 @@ fn pod_ready(p: &Pod) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// Watches Pods, EndpointSlices and DiscoveredServices of [`NS`] into `seen`;
-/// returns the tasks (aborted by the caller) and a flag set once all three
-/// have listed.
+/// Watches Pods, EndpointSlices and DiscoveredServices of [`NS`] into `seen`
+/// on a runtime (one thread) and a client of their own, so that the client
+/// loops and the Pod servers of this process do not delay the watch events'
+/// timestamps. Shut the runtime down to stop.
+async fn start_watchers(
+    kubeconfig: &std::path::Path,
+    seen: Arc<Mutex<Seen>>,
+) -> Result<tokio::runtime::Runtime> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("kd-bench-watchers")
+        .enable_all()
+        .build()
+        .context("the watchers' runtime")?;
+    let yaml = std::fs::read_to_string(kubeconfig)
+        .with_context(|| format!("reading {}", kubeconfig.display()))?;
+    let client = rt
+        .spawn(async move {
+            let kc = kube::config::Kubeconfig::from_yaml(&yaml)?;
+            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+            let client = kube::Client::try_from(cfg)?;
+            watch_all(&client, seen);
+            anyhow::Ok(())
+        })
+        .await
+        .context("the watchers' runtime")?;
+    client.context("the watchers' client")?;
+    Ok(rt)
+}
+
 fn watch_all(client: &kube::Client, seen: Arc<Mutex<Seen>>) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
@@ -547,12 +574,17 @@ async fn one_gateway(
                 )),
             }
         }
-        // Delete -> last request.
+        // Delete -> last request. The address's first removal after this
+        // Pod's own addition (an address comes back with a later Pod).
         if let Some(del) = s.deleting.get(name).copied() {
             let slice = s.slice_unready.get(name).copied();
+            let added = ds_log
+                .iter()
+                .find(|(t, a, listed)| *listed && *a == ip && *t >= created)
+                .map_or(created, |(t, _, _)| *t);
             let dsvc = ds_log
                 .iter()
-                .find(|(t, a, listed)| !*listed && *a == ip && *t >= del)
+                .find(|(t, a, listed)| !*listed && *a == ip && *t >= added)
                 .map(|(t, _, _)| *t);
             match (slice, dsvc, last_hit) {
                 (Some(sl), Some(d), Some(h)) => {
@@ -660,7 +692,7 @@ pub async fn gateways(opts: &Opts, p: &GatewayParams) -> Result<Value> {
         .await
         .context("creating the namespace")?;
     let seen: Arc<Mutex<Seen>> = Arc::default();
-    let watchers = watch_all(&env.client, seen.clone());
+    let watchers = start_watchers(&env.kubeconfig()?, seen.clone()).await?;
     let cfg = env.path("ctl.yaml");
     std::fs::write(
         &cfg,
@@ -678,9 +710,7 @@ pub async fn gateways(opts: &Opts, p: &GatewayParams) -> Result<Value> {
         eprintln!("kd-bench: gateways: {} ...", gw.name());
         per.push(one_gateway(&env, &g, gw, p, &seen, opts.timeout).await?);
     }
-    for w in watchers {
-        w.abort();
-    }
+    watchers.shutdown_background();
     env.api.check_alive()?;
     Ok(json!({
         "scenario": "gateways",
