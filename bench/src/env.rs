@@ -73,15 +73,23 @@ impl Env {
     /// is then subject to API Priority and Fairness (flow schema
     /// `global-default`), where the admin (`system:masters`) is exempt.
     pub async fn start(backend: Backend, user: Option<&str>, history: usize) -> Result<Env> {
-        Env::start_opts(backend, user, history, None).await
+        Self::start_with(backend, user, history, None).await
     }
 
-    /// The real control plane with kwok's Nodes and Pods ([`testenv::kwok`]).
-    pub async fn start_with_kwok(user: Option<&str>, kwok: testenv::kwok::Options) -> Result<Env> {
-        Env::start_opts(Backend::Real, user, 0, Some(kwok)).await
+    /// The real control plane with kwok's Nodes and Pods
+    /// ([`testenv::kwok`]: Deployments roll out; Pods answer on their
+    /// addresses unless the options turn the Pod network off) and the CRD.
+    pub async fn start_kwok(user: Option<&str>, kwok: testenv::kwok::Options) -> Result<Env> {
+        Self::start_with(
+            Backend::Real,
+            user,
+            Options::default().history_size,
+            Some(kwok),
+        )
+        .await
     }
 
-    async fn start_opts(
+    async fn start_with(
         backend: Backend,
         user: Option<&str>,
         history: usize,

@@ -326,7 +326,7 @@ pub async fn kwok_scale(opts: &Opts, p: &ScaleParams) -> Result<Value> {
         api_qps: Some(p.api_qps),
         ..Default::default()
     };
-    let env = Env::start_with_kwok(opts.controller_user.as_deref(), kwok).await?;
+    let env = Env::start_kwok(opts.controller_user.as_deref(), kwok).await?;
     let cp = env
         .api
         .real()

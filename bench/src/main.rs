@@ -13,11 +13,15 @@
 //! (`.md`); the JSON is rewritten after every run, so a partial run keeps what
 //! it measured. `--size tiny` is the CI smoke size (seconds, no timing asserted).
 //! `kd-bench echo` is the echo client itself (spawned by the harness).
+//! `kd-bench --apiserver real --only gateways` (not a default: it needs kwok,
+//! nginx and HAProxy) measures how fast nginx, HAProxy and the Rust proxy
+//! follow Pods of real Deployments (see [`gateways`]).
 
 mod child;
 mod coalesce;
 mod echo;
 mod env;
+mod gateways;
 mod kwok_scale;
 mod load;
 mod multi;
@@ -48,9 +52,9 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = Size::Full)]
     size: Size,
     /// Scenarios to run (comma separated). Also, not run by default: `lone`
-    /// and `rollout` (the coalescing scenarios), and `kwok-scale` (the real
-    /// control plane with kwok and the Deployment controllers; needs
-    /// `--apiserver real`).
+    /// and `rollout` (the coalescing scenarios); with `--apiserver real`,
+    /// `kwok-scale` (10,000 kwok Pods through the real controllers) and
+    /// `gateways` (nginx, HAProxy and the Rust proxy in front of kwok Pods).
     #[arg(long, value_delimiter = ',', default_values = ["sync", "churn", "recovery", "multi", "sweep"])]
     only: Vec<String>,
     /// Result JSON; the Markdown table goes next to it with `.md`.
@@ -149,6 +153,7 @@ struct RunSizes {
     scale: kwok_scale::ScaleParams,
     /// `lone` and `rollout`.
     coalesce: CoalesceParams,
+    gateways: gateways::GatewayParams,
     timeout: Duration,
 }
 
@@ -191,6 +196,13 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
                 replicas: 3,
                 grace_ms: 1000,
             },
+            gateways: gateways::GatewayParams {
+                replicas: 3,
+                rollouts: 1,
+                grace_s: 2,
+                clients: 4,
+                every: Duration::from_millis(5),
+            },
             timeout: Duration::from_secs(60),
         },
         Size::Full => RunSizes {
@@ -231,6 +243,14 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
                 rollout_services: 100,
                 replicas: 10,
                 grace_ms: 5000,
+            },
+            // 200 Pods Ready and 200 deleted per gateway.
+            gateways: gateways::GatewayParams {
+                replicas: 20,
+                rollouts: 10,
+                grace_s: 5,
+                clients: 4,
+                every: Duration::from_millis(5),
             },
             timeout: Duration::from_secs(900),
         },
@@ -369,16 +389,17 @@ async fn bench(cli: Cli) -> Result<()> {
             "lone",
             "rollout",
             "kwok-scale",
+            "gateways",
         ]
         .contains(&s.as_str())
         {
             bail!(
-                "--only: unknown scenario {s:?} (sync, churn, recovery, multi, sweep, lone, rollout, kwok-scale)"
+                "--only: unknown scenario {s:?} (sync, churn, recovery, multi, sweep, lone, rollout, kwok-scale, gateways)"
             );
         }
-        if s == "kwok-scale" && cli.apiserver != ApiServer::Real {
+        if (s == "kwok-scale" || s == "gateways") && cli.apiserver != ApiServer::Real {
             bail!(
-                "--only kwok-scale: needs --apiserver real (kwok, kube-scheduler and the Deployment controllers run against the real control plane)"
+                "--only {s}: needs --apiserver real (kwok, kube-scheduler and the Deployment and EndpointSlice controllers run against the real control plane)"
             );
         }
         if (s == "recovery" || s == "multi") && cli.apiserver == ApiServer::Real {
@@ -492,6 +513,24 @@ async fn bench(cli: Cli) -> Result<()> {
             format!("kwok-scale {}x{}", sp.deployments, sp.replicas),
             r,
         )?;
+    }
+    if wants("gateways") {
+        eprintln!("kd-bench: gateways ...");
+        // The gateway harness panics on a gateway that does not start.
+        let r = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(gateways::gateways(
+            &opts,
+            &p.gateways,
+        )))
+        .await
+        .unwrap_or_else(|panic| {
+            let msg = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(anyhow::anyhow!("panicked: {msg}"))
+        });
+        record(&mut doc, "gateways".to_string(), r)?;
     }
     let errors = doc["errors"].as_array().map(Vec::len).unwrap_or(0);
     eprintln!(

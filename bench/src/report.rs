@@ -205,6 +205,42 @@ pub fn markdown(results: &Value) -> String {
         }
         out.push('\n');
     }
+    for r in of("gateways") {
+        out.push_str(&format!(
+            "### How fast the world follows: {} rollouts of {} replicas per gateway (grace {} s, window {} ms)\n\n\
+| gateway | Pods | ready -> first request p50 / p99 ms | (a) Pod Ready -> slice | (b) slice -> DiscoveredService | (c) DiscoveredService -> request | Pods | delete -> last request p50 / p99 ms | (a) delete -> slice | (b) slice -> DiscoveredService | (c) DiscoveredService -> last request | censored | requests ok / failed | per-Pod request interval ms |\n\
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+            r["rollouts_per_gateway"], r["replicas"], r["grace_s"], r["coalesce_window_ms"]
+        ));
+        let pp = |v: &Value| format!("{} / {}", f(&v["p50"], 0), f(&v["p99"], 0));
+        for g in r["gateways"].as_array().into_iter().flatten() {
+            let (u, d) = (&g["ready_split_ms"], &g["delete_split_ms"]);
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} |\n",
+                g["gateway"].as_str().unwrap_or(""),
+                g["pods_ready_measured"],
+                pp(&g["ready_to_first_request_ms"]),
+                pp(&u["a_pod_ready_to_endpointslice"]),
+                pp(&u["b_endpointslice_to_discoveredservice"]),
+                pp(&u["c_discoveredservice_to_first_request"]),
+                g["pods_deleted_measured"],
+                pp(&g["delete_to_last_request_ms"]),
+                pp(&d["a_pod_deleted_to_endpointslice"]),
+                pp(&d["b_endpointslice_to_discoveredservice"]),
+                pp(&d["c_discoveredservice_to_last_request"]),
+                g["deletes_censored_by_pod_removal"],
+                g["requests_ok"],
+                g["requests_failed"],
+                f(&g["mean_request_interval_per_pod_ms"], 0),
+            ));
+        }
+        if let Some(sk) = r["skipped"].as_object().filter(|m| !m.is_empty()) {
+            for (k, v) in sk {
+                out.push_str(&format!("\nSkipped {k}: {}\n", v.as_str().unwrap_or("")));
+            }
+        }
+        out.push('\n');
+    }
     for r in of("kwok-scale") {
         out.push_str(&kwok_scale(&r));
     }
@@ -296,6 +332,11 @@ mod tests {
             {"scenario": "multi", "clusters": 3, "services_per_cluster": 4, "endpoints_per_service": 5, "endpoints": 60,
              "first_sync": {"sync_s": 0.5}, "idle_restart": {"ds_api_writes": 0},
              "cluster_away_and_back": {"cluster": "c2", "services_rewritten": 2, "only_the_changed_rewritten": true}, "targets_met": {}},
+            {"scenario": "gateways", "replicas": 20, "rollouts_per_gateway": 10, "grace_s": 5, "coalesce_window_ms": 100,
+             "skipped": {"haproxy": "haproxy is not installed"},
+             "gateways": [{"gateway": "nginx", "pods_ready_measured": 200, "ready_to_first_request_ms": {"p50": 150.4, "p99": 410.0},
+                           "ready_split_ms": {"a_pod_ready_to_endpointslice": {"p50": 9.0, "p99": 30.0}},
+                           "requests_ok": 9000, "requests_failed": 0}]},
         ]});
         let md = markdown(&r);
         assert!(md.contains("| slices | 2 x 3 | 6 | 1.50 |"), "{md}");
@@ -308,6 +349,14 @@ mod tests {
         );
         assert!(
             md.contains("services rewritten | 2 (only the changed: yes)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| nginx | 200 | 150 / 410 | 9 / 30 | - / - |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("Skipped haproxy: haproxy is not installed"),
             "{md}"
         );
     }

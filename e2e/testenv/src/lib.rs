@@ -25,6 +25,7 @@
 
 pub mod audit;
 mod error;
+pub mod gateways;
 pub mod kwok;
 pub mod net;
 pub mod pki;

@@ -11,105 +11,11 @@
 use crate::controller_support;
 use crate::gateway_support;
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-
-use controller_support::{Backend as ApiBackend, Env, LIMIT, eventually};
+use controller_support::{Backend as ApiBackend, Env};
 use gateway_support::*;
 use testenv::both_backends;
 
 const NET: u8 = 2;
-
-fn haproxy_conf(dir: &Path, port: u16, backend: &str) -> String {
-    let d = dir.display();
-    format!(
-        "global\n    stats socket {d}/admin.sock mode 600 level admin expose-fd listeners\n\
-defaults\n    mode http\n    timeout connect 1s\n    timeout client 10s\n    timeout server 10s\n\
-frontend fe\n    bind 127.0.0.1:{port}\n    default_backend {backend}\n"
-    )
-}
-
-struct Haproxy {
-    addr: SocketAddr,
-    dir: PathBuf,
-    proc: Proc,
-    sync: Proc,
-}
-
-async fn start_haproxy(
-    env: &Env,
-    name: &str,
-    services: &[&str],
-    backend: &str,
-    extra: &[&str],
-) -> Haproxy {
-    let haproxy = system_bin("haproxy");
-    let dir = env.path(name);
-    std::fs::create_dir_all(&dir).expect("haproxy dir");
-    let port = free_port([127, 0, 0, 1].into());
-    let main = dir.join("haproxy.cfg");
-    let backends = dir.join("backends.cfg");
-    std::fs::write(&main, haproxy_conf(&dir, port, backend)).expect("write haproxy.cfg");
-    let kubeconfig = env.kubeconfig(&env.admin_token());
-    let sync_args = |once: bool| {
-        let mut c = sync_command("haproxy");
-        c.arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--output")
-            .arg(&backends);
-        c.arg("--haproxy-bin")
-            .arg(&haproxy)
-            .arg("--haproxy-conf")
-            .arg(&main);
-        c.arg("--socket").arg(dir.join("admin.sock"));
-        for s in services {
-            c.args(["--service", s]);
-        }
-        c.args(extra);
-        if once {
-            c.arg("--once");
-        } else {
-            c.arg("--master-socket").arg(dir.join("master.sock"));
-        }
-        c
-    };
-    run_ok("kube-discovery sync haproxy --once", &mut sync_args(true)).await;
-    let text = std::fs::read_to_string(&backends).expect("backends written by --once");
-    assert!(text.contains(&format!("backend {backend}\n")), "{text}");
-    let mut cmd = tokio::process::Command::new(&haproxy);
-    cmd.arg("-W")
-        .arg("-S")
-        .arg(dir.join("master.sock"))
-        .arg("-f")
-        .arg(&main)
-        .arg("-f")
-        .arg(&backends);
-    let mut proc = Proc::spawn(env, &format!("{name}-haproxy"), &mut cmd);
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let log = proc.log.clone();
-    eventually("haproxy listening", LIMIT, || {
-        let exited = proc.child.try_wait().ok().flatten();
-        let log = log.clone();
-        async move {
-            if let Some(s) = exited {
-                panic!(
-                    "haproxy exited with {s}: {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            tokio::net::TcpStream::connect(addr).await.ok().map(|_| ())
-        }
-    })
-    .await;
-    proc.assert_running();
-    let sync = Proc::spawn(env, &format!("{name}-sync"), &mut sync_args(false));
-    Haproxy {
-        addr,
-        dir,
-        proc,
-        sync,
-    }
-}
 
 #[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

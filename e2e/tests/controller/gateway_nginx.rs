@@ -10,114 +10,11 @@
 use crate::controller_support;
 use crate::gateway_support;
 
-use std::net::SocketAddr;
-use std::path::Path;
-
 use controller_support::{Backend as ApiBackend, Env, LIMIT, eventually};
 use gateway_support::*;
 use testenv::both_backends;
 
 const NET: u8 = 1;
-
-fn nginx_conf(dir: &Path, port: u16, upstreams: &Path, upstream: &str) -> String {
-    let d = dir.display();
-    format!(
-        "daemon off;\nmaster_process on;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/nginx-error.log notice;\n\
-events {{ worker_connections 512; }}\n\
-http {{\n  access_log off;\n  client_body_temp_path {d}/t-body;\n  proxy_temp_path {d}/t-proxy;\n  fastcgi_temp_path {d}/t-fcgi;\n  uwsgi_temp_path {d}/t-uwsgi;\n  scgi_temp_path {d}/t-scgi;\n\
-  include {};\n\
-  server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://{upstream};\n      proxy_connect_timeout 1s;\n      proxy_next_upstream error timeout;\n    }}\n  }}\n}}\n",
-        upstreams.display()
-    )
-}
-
-struct Nginx {
-    addr: SocketAddr,
-    upstreams: std::path::PathBuf,
-    proc: Proc,
-    sync: Proc,
-}
-
-/// Writes the nginx config, renders the upstreams once (`--once`), starts nginx, then the follow-mode sync.
-async fn start_nginx(
-    env: &Env,
-    name: &str,
-    services: &[&str],
-    upstream: &str,
-    extra: &[&str],
-) -> Nginx {
-    let nginx = system_bin("nginx");
-    let dir = env.path(name);
-    std::fs::create_dir_all(&dir).expect("nginx dir");
-    let port = free_port([127, 0, 0, 1].into());
-    let upstreams = dir.join("upstreams.conf");
-    let conf = dir.join("nginx.conf");
-    std::fs::write(&conf, nginx_conf(&dir, port, &upstreams, upstream)).expect("write nginx.conf");
-    let kubeconfig = env.kubeconfig(&env.admin_token());
-    let sync_args = |once: bool| {
-        let mut c = sync_command("nginx");
-        c.arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--output")
-            .arg(&upstreams);
-        c.arg("--nginx-bin")
-            .arg(&nginx)
-            .arg("--nginx-conf")
-            .arg(&conf)
-            .arg("--nginx-prefix")
-            .arg(&dir);
-        for s in services {
-            c.args(["--service", s]);
-        }
-        c.args(extra);
-        if once {
-            c.arg("--once");
-        }
-        c
-    };
-    run_ok("kube-discovery sync nginx --once", &mut sync_args(true)).await;
-    let text = std::fs::read_to_string(&upstreams).expect("upstreams written by --once");
-    assert!(text.contains(&format!("upstream {upstream} {{")), "{text}");
-    let mut cmd = tokio::process::Command::new(&nginx);
-    cmd.arg("-p")
-        .arg(&dir)
-        .arg("-c")
-        .arg(&conf)
-        .arg("-e")
-        .arg(dir.join("nginx-error.log"));
-    let mut proc = Proc::spawn(env, &format!("{name}-nginx"), &mut cmd);
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    eventually("nginx listening", LIMIT, || {
-        let exited = proc.child.try_wait().ok().flatten();
-        let err = std::fs::read_to_string(dir.join("nginx-error.log")).unwrap_or_default();
-        async move {
-            if let Some(s) = exited {
-                panic!("nginx exited with {s}: {err}");
-            }
-            tokio::net::TcpStream::connect(addr).await.ok().map(|_| ())
-        }
-    })
-    .await;
-    proc.assert_running();
-    let sync = Proc::spawn(env, &format!("{name}-sync"), &mut sync_args(false));
-    // Its first cycle (after the initial list) is done: later writes arrive as watch events.
-    eventually(
-        &format!("{name}-sync listed and rendered once"),
-        LIMIT,
-        || async {
-            let logs = sync.logs();
-            (logs.contains("upstreams unchanged") || logs.contains("upstreams applied"))
-                .then_some(())
-        },
-    )
-    .await;
-    Nginx {
-        addr,
-        upstreams,
-        proc,
-        sync,
-    }
-}
 
 #[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -8,7 +8,6 @@
 use crate::controller_support;
 use crate::gateway_support;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use controller_support::{Backend as ApiBackend, Env, LIMIT, eventually};
@@ -16,27 +15,6 @@ use gateway_support::*;
 use testenv::both_backends;
 
 const NET: u8 = 3;
-
-/// Starts the example proxy for `service` with extra flags; waits until it listens.
-async fn start_proxy(env: &Env, name: &str, service: &str, extra: &[&str]) -> (Proc, SocketAddr) {
-    let kubeconfig = env.kubeconfig(&env.admin_token());
-    let listen = free_port([127, 0, 0, 1].into());
-    let mut cmd = tokio::process::Command::new(gw_example("reverse_proxy"));
-    cmd.arg("--listen")
-        .arg(format!("127.0.0.1:{listen}"))
-        .arg("--service")
-        .arg(service)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(extra);
-    let proxy = Proc::spawn(env, name, &mut cmd);
-    let addr: SocketAddr = ([127, 0, 0, 1], listen).into();
-    eventually("reverse_proxy example listening", LIMIT, || async {
-        tokio::net::TcpStream::connect(addr).await.ok().map(|_| ())
-    })
-    .await;
-    (proxy, addr)
-}
 
 #[both_backends]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

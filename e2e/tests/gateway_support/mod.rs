@@ -16,9 +16,8 @@
 //! the `kube-discovery` binary); each test file declares both modules.
 #![allow(dead_code)]
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -43,6 +42,30 @@ pub fn sync_command(gateway: &str) -> tokio::process::Command {
     c
 }
 
+/// The gateways (nginx, HAProxy, the Rust proxy) and their process
+/// handling live in [`testenv::gateways`] (kd-bench starts them too).
+pub use testenv::gateways::{
+    Proc, free_port, nginx_conf, run_ok, start_haproxy, start_nginx, start_proxy, system_bin,
+};
+
+impl testenv::gateways::GatewayEnv for Env {
+    fn path(&self, name: &str) -> PathBuf {
+        Env::path(self, name)
+    }
+
+    fn admin_kubeconfig(&self) -> PathBuf {
+        self.kubeconfig(&self.admin_token())
+    }
+
+    fn kube_discovery_bin(&self) -> PathBuf {
+        crate::controller_support::bin()
+    }
+
+    fn example_bin(&self, name: &str) -> PathBuf {
+        gw_example(name)
+    }
+}
+
 /// An example of the client crate (`target/debug/examples/<name>`).
 pub fn gw_example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
@@ -54,25 +77,6 @@ pub fn gw_example(name: &str) -> PathBuf {
         p.display()
     );
     p
-}
-
-/// A gateway binary from the system (Debian package): FAILS when missing.
-pub fn system_bin(name: &str) -> PathBuf {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    dirs.extend(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from));
-    dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file()).unwrap_or_else(|| {
-        panic!("{name} is not installed: run `bash e2e/tools/install-gateways.sh` (Debian packages nginx-light/nginx and haproxy)")
-    })
-}
-
-/// A free TCP port on `ip` (bound and released; fine for tests on local addresses).
-pub fn free_port(ip: IpAddr) -> u16 {
-    std::net::TcpListener::bind((ip, 0))
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
 }
 
 /// A backend: answers every request with its name, records when it was hit.
@@ -275,100 +279,6 @@ pub async fn start_world(
     ctl.wait_ready().await;
     env.wait_nodes(NS, SVC, "http", &[&b1_ip.to_string()]).await;
     (env, ctl, vec![b1], port)
-}
-
-/// A child process (gateway or sync) with its log file. It runs in its own
-/// process group, and dropping it kills the whole group: nginx's workers
-/// outlive a killed master otherwise.
-pub struct Proc {
-    pub name: String,
-    pub child: tokio::process::Child,
-    pub log: PathBuf,
-}
-
-impl Proc {
-    pub fn spawn(env: &Env, name: &str, cmd: &mut tokio::process::Command) -> Proc {
-        let log = env.path(&format!("{name}.log"));
-        let f = std::fs::File::create(&log).expect("log file");
-        let f2 = f.try_clone().expect("log file");
-        let child = cmd
-            .env(
-                "RUST_LOG",
-                "info,kube_discovery_client=debug,kube_discovery=debug",
-            )
-            .env_remove("KUBECONFIG")
-            .stdout(Stdio::from(f2))
-            .stderr(Stdio::from(f))
-            .kill_on_drop(true)
-            .process_group(0)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
-        Proc {
-            name: name.to_string(),
-            child,
-            log,
-        }
-    }
-
-    pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Panics with the log when the process has exited.
-    pub fn assert_running(&mut self) {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!("{} exited with {status}:\n{}", self.name, self.logs());
-        }
-    }
-
-    /// SIGTERM and wait (bounded).
-    pub async fn stop(mut self) {
-        if let Some(pid) = self.child.id() {
-            let _ = std::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status();
-        }
-        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
-            .await
-            .is_err()
-        {
-            let _ = self.child.kill().await;
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        // Still running (not stopped): kill its process group (it leads it).
-        if let Some(pid) = self.child.id() {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", "--", &format!("-{pid}")])
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
-}
-
-/// Runs a one-shot command (e.g. `sync --once`), panicking with its output on failure.
-pub async fn run_ok(what: &str, cmd: &mut tokio::process::Command) -> String {
-    let out = tokio::time::timeout(
-        LIMIT,
-        cmd.env_remove("KUBECONFIG").kill_on_drop(true).output(),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("{what}: no exit within {LIMIT:?}"))
-    .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{text}",
-        out.status
-    );
-    text
 }
 
 /// Waits until a GET through the gateway answers 200 with `body`.
