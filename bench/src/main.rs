@@ -66,6 +66,11 @@ struct Cli {
     /// `kube_discovery.coalesce_window` in milliseconds.
     #[arg(long, default_value_t = 100)]
     window_ms: u64,
+    /// `kube_discovery.coalesce_leading_edge`: `true` writes a change to a
+    /// quiet service at once, `false` makes every change wait the window
+    /// (default: not set, the controller's default).
+    #[arg(long, value_name = "true|false")]
+    coalesce_leading_edge: Option<bool>,
     /// `kube_discovery.write_qps`, the ceiling of the controller's adaptive
     /// write limiter (ignored with `--controller-defaults`).
     #[arg(long, default_value_t = 10000.0)]
@@ -415,6 +420,7 @@ async fn bench(cli: Cli) -> Result<()> {
         },
         bin: child::controller_bin(cli.controller_bin.as_deref())?,
         window_ms: cli.window_ms,
+        leading_edge: cli.coalesce_leading_edge,
         write_qps: (!cli.controller_defaults).then_some(cli.write_qps),
         write_concurrency: cli.write_concurrency.filter(|_| !cli.controller_defaults),
         timeout: p.timeout,
@@ -426,7 +432,7 @@ async fn bench(cli: Cli) -> Result<()> {
         "started_unix": started, "size": format!("{:?}", cli.size).to_lowercase(),
         "machine": machine(), "controller_bin": opts.bin.display().to_string(), "git_head": git_head(),
         "apiserver": opts.apiserver.name(), "controller_user": opts.controller_user.clone().unwrap_or_else(|| "admin".into()),
-        "settings": {"coalesce_window_ms": opts.window_ms, "write_qps": opts.write_qps.map(|q| json!(q)).unwrap_or(json!("default")), "write_concurrency": opts.write_concurrency.map(|c| json!(c)).unwrap_or(json!("default (32)"))},
+        "settings": {"coalesce_window_ms": opts.window_ms, "coalesce_leading_edge": opts.leading_edge.map(|l| json!(l)).unwrap_or(json!("default (true)")), "write_qps": opts.write_qps.map(|q| json!(q)).unwrap_or(json!("default")), "write_concurrency": opts.write_concurrency.map(|c| json!(c)).unwrap_or(json!("default (32)"))},
         "runs": [], "errors": [],
     });
     let wants = |s: &str| cli.only.iter().any(|o| o == s);
@@ -614,5 +620,34 @@ mod tests {
                 .unwrap_or_default();
             assert!(e.contains(field), "{args:?}: {e}");
         }
+    }
+
+    #[test]
+    fn coalesce_leading_edge_reaches_the_controller_config_only_when_given() {
+        let block = |args: &[&str]| {
+            let mut v = vec!["kd-bench"];
+            v.extend_from_slice(args);
+            let cli = Cli::try_parse_from(v).expect("parses");
+            Opts {
+                apiserver: env::Backend::Sim,
+                bin: PathBuf::new(),
+                window_ms: cli.window_ms,
+                leading_edge: cli.coalesce_leading_edge,
+                write_qps: None,
+                write_concurrency: None,
+                timeout: Duration::from_secs(1),
+                controller_user: None,
+            }
+            .kube_discovery_block()
+        };
+        assert!(!block(&[]).contains("coalesce_leading_edge"));
+        assert!(
+            block(&["--coalesce-leading-edge", "false"])
+                .contains("  coalesce_leading_edge: false\n")
+        );
+        assert!(
+            block(&["--coalesce-leading-edge", "true"]).contains("  coalesce_leading_edge: true\n")
+        );
+        assert!(Cli::try_parse_from(["kd-bench", "--coalesce-leading-edge", "no"]).is_err());
     }
 }

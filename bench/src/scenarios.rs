@@ -51,6 +51,9 @@ pub struct Opts {
     pub bin: PathBuf,
     /// `kube_discovery.coalesce_window`, milliseconds.
     pub window_ms: u64,
+    /// `kube_discovery.coalesce_leading_edge` (`None`: not set, the
+    /// controller's default).
+    pub leading_edge: Option<bool>,
     /// `kube_discovery.write_qps` (`None`: not set, the controller's
     /// default adaptive limiter).
     pub write_qps: Option<f64>,
@@ -65,6 +68,9 @@ pub struct Opts {
 impl Opts {
     pub(crate) fn kube_discovery_block(&self) -> String {
         let mut b = format!("  coalesce_window: {}ms\n", self.window_ms);
+        if let Some(l) = self.leading_edge {
+            b.push_str(&format!("  coalesce_leading_edge: {l}\n"));
+        }
         if let Some(q) = self.write_qps {
             b.push_str(&format!("  write_qps: {q}\n"));
         }

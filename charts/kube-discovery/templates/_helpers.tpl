@@ -230,6 +230,7 @@ client:
 {{- $_ := set $kd "write_qps" $c.writeQps }}
 {{- $_ := set $kd "write_qps_start" $c.writeQpsStart }}
 {{- with $c.coalesceWindow }}{{ $_ := set $kd "coalesce_window" . }}{{ end }}
+{{- $_ := set $kd "coalesce_leading_edge" $c.coalesceLeadingEdge }}
 {{- $_ := set $kd "drain_terminating" $c.drainTerminating }}
 {{- $_ := set $kd "index_port_numbers" $c.indexPortNumbers }}
 {{- $_ := set $kd "topology" $c.topology }}

@@ -23,3 +23,21 @@ pub(crate) fn check(dir: &str, scenario: &str, out: &str) {
         path.display()
     );
 }
+
+/// Compares `out` with a golden file that records an earlier behaviour
+/// (`testdata/<dir>/<scenario>.txt`): never rewritten, not even under
+/// `UPDATE_GOLDEN`.
+pub(crate) fn check_fixed(dir: &str, scenario: &str, out: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(dir)
+        .join(format!("{scenario}.txt"));
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(
+        out,
+        want,
+        "{scenario}: the plan differs from the recorded one in {} (a record of \
+         earlier behaviour: fix the code, not the file)",
+        path.display()
+    );
+}

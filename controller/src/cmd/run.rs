@@ -114,6 +114,7 @@ impl RunOptions {
                 Some(
                     crate::write::snapshot_sink::SnapshotOptions {
                         watch_timeout: Some(watch_timeout),
+                        coalesce_leading_edge: plan.writes.coalesce_leading_edge,
                         ..crate::write::snapshot_sink::SnapshotOptions::new(
                             cm.namespace,
                             cm.name,
@@ -168,6 +169,7 @@ impl RunOptions {
             naming: plan.discoveredservices,
             writer: WriterOptions {
                 coalesce_window: plan.writes.coalesce_window,
+                coalesce_leading_edge: plan.writes.coalesce_leading_edge,
                 concurrency: plan.writes.concurrency,
                 qps: plan.writes.qps,
                 start_qps: plan.writes.start_qps,

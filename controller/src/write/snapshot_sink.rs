@@ -105,6 +105,9 @@ pub struct SnapshotOptions {
     pub max_shard_bytes: usize,
     /// Coalescing window (the writer's `coalesce_window`).
     pub coalesce_window: Duration,
+    /// Whether a state change after a quiet window starts a round at once
+    /// (the writer's `coalesce_leading_edge`).
+    pub coalesce_leading_edge: bool,
     /// First retry delay after a failed round.
     pub retry_min: Duration,
     /// Largest retry delay.
@@ -122,6 +125,7 @@ impl SnapshotOptions {
             name,
             max_shard_bytes: dump::DEFAULT_MAX_SHARD_BYTES,
             coalesce_window,
+            coalesce_leading_edge: true,
             retry_min: Duration::from_millis(200),
             retry_max: Duration::from_secs(5),
             watch_timeout: None,
@@ -262,6 +266,7 @@ impl Task {
         let planner = Planner::new(snapshot_plan::Options {
             name: opts.name.clone(),
             coalesce_window: opts.coalesce_window,
+            coalesce_leading_edge: opts.coalesce_leading_edge,
             retry_min: opts.retry_min,
             retry_max: opts.retry_max,
         });

@@ -201,6 +201,8 @@ fn chart_settings_reach_the_controller_config() {
         "--set",
         "controller.coalesceWindow=250ms",
         "--set",
+        "controller.coalesceLeadingEdge=false",
+        "--set",
         "controller.watchTimeout=60s",
         "--set",
         "controller.writeConcurrency=3",
@@ -254,6 +256,7 @@ fn chart_settings_reach_the_controller_config() {
         })
     );
     assert_eq!(s.coalesce_window, Duration::from_millis(250));
+    assert!(!s.coalesce_leading_edge);
     assert_eq!(s.watch_timeout, Duration::from_secs(60));
     assert_eq!(s.write_concurrency, 3);
     assert!((s.write_qps - 7.5).abs() < f64::EPSILON);

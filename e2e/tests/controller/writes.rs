@@ -208,3 +208,46 @@ async fn no_write_when_nothing_relevant_changed_and_none_after_restart(backend: 
         .await;
     ctl.stop().await;
 }
+
+/// `coalesce_leading_edge: false`: two changes of a service inside the
+/// window are one write of the latest (with the default leading edge the
+/// first one is written at once, the second a window later: two writes).
+#[both_backends]
+#[tokio::test]
+async fn trailing_edge_only_makes_two_changes_inside_the_window_one_write(backend: Backend) {
+    let env = Env::start(backend).await;
+    env.namespace("ns").await;
+    env.endpoints("ns", "web", &["10.4.0.1"], &[("http", 80)], json!({}))
+        .await;
+    let cfg = format!(
+        "discovery:\n  kubernetes:\n{}kube_discovery:\n  coalesce_window: 1s\n  coalesce_leading_edge: false\n",
+        env.service_block(&env.admin_token())
+    );
+    let ctl = Controller::start(&env, "trailing", &cfg, &[]).await;
+    ctl.wait_ready().await;
+    env.wait_nodes("ns", "web", "http", &["10.4.0.1"]).await;
+    // The first write's window passes: the service is quiet (with the
+    // leading edge, the next change would be written at once).
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let before = env.mark().await;
+    // A rolling update step: a new endpoint, then the old one leaves.
+    env.endpoints(
+        "ns",
+        "web",
+        &["10.4.0.1", "10.4.0.2"],
+        &[("http", 80)],
+        json!({}),
+    )
+    .await;
+    env.endpoints("ns", "web", &["10.4.0.2"], &[("http", 80)], json!({}))
+        .await;
+    env.wait_nodes("ns", "web", "http", &["10.4.0.2"]).await;
+    let writes: Vec<Value> = env
+        .dsvc_writes_since(before)
+        .await
+        .into_iter()
+        .filter(|w| w["name"] == "web")
+        .collect();
+    assert_eq!(writes.len(), 1, "{:?}", names(&writes));
+    ctl.stop().await;
+}

@@ -184,6 +184,9 @@ pub struct Writes {
     /// Writes of a service start at least this far apart; a change after a
     /// quiet window is written at once (also the snapshot's rounds).
     pub coalesce_window: Duration,
+    /// Whether a change after a quiet window is written at once (`false`:
+    /// every change waits the window).
+    pub coalesce_leading_edge: bool,
     /// Concurrent writes.
     pub concurrency: usize,
     /// The adaptive rate limit's ceiling (writes per second).
@@ -309,6 +312,7 @@ impl Config {
             configmap: s.sinks.configmap.clone(),
             writes: Writes {
                 coalesce_window: s.coalesce_window,
+                coalesce_leading_edge: s.coalesce_leading_edge,
                 concurrency: s.write_concurrency,
                 qps: s.write_qps,
                 start_qps: s.write_qps_start.min(s.write_qps),

@@ -335,6 +335,8 @@ pub(super) struct RawSettings {
     pub(super) adopt_instances: Option<Vec<String>>,
     #[garde(custom(check_duration(Duration::ZERO, Duration::from_secs(60))))]
     pub(super) coalesce_window: Option<String>,
+    #[garde(skip)]
+    pub(super) coalesce_leading_edge: Option<bool>,
     #[garde(custom(check_drain))]
     pub(super) drain_terminating: Option<Value>,
     #[garde(skip)]

@@ -1161,3 +1161,28 @@ kube_discovery: {external_name: {enabled: true}}
         "at least one regex",
     );
 }
+
+#[test]
+fn coalesce_leading_edge_is_on_by_default_and_takes_a_boolean() {
+    let c = ok("discovery: {kubernetes: {}}");
+    assert!(c.settings.coalesce_leading_edge);
+    assert_eq!(
+        c.redacted_json()["kube_discovery"]["coalesce_leading_edge"],
+        true
+    );
+    let c = ok("discovery: {kubernetes: {}}\nkube_discovery: {coalesce_leading_edge: false}");
+    assert!(!c.settings.coalesce_leading_edge);
+    assert_eq!(
+        c.redacted_json()["kube_discovery"]["coalesce_leading_edge"],
+        false
+    );
+    for bad in ["no", "\"false\"", "0"] {
+        has(
+            &errs(&format!(
+                "discovery: {{kubernetes: {{}}}}\nkube_discovery: {{coalesce_leading_edge: {bad}}}"
+            )),
+            "kube_discovery.coalesce_leading_edge",
+            "expected a boolean",
+        );
+    }
+}

@@ -464,6 +464,7 @@ fn validate_settings(
     }
     Settings {
         coalesce_window: dur(&raw.coalesce_window, d.coalesce_window),
+        coalesce_leading_edge: raw.coalesce_leading_edge.unwrap_or(d.coalesce_leading_edge),
         drain_terminating: raw
             .drain_terminating
             .as_ref()

@@ -262,6 +262,9 @@ pub struct LeaderElection {
 pub struct Settings {
     /// Per-key coalescing window (leading and trailing edge).
     pub coalesce_window: Duration,
+    /// A change after a quiet window is written at once (`false`: every
+    /// change waits the window).
+    pub coalesce_leading_edge: bool,
     /// Serving+terminating endpoints: off, fallback or always.
     pub drain_terminating: Drain,
     /// Index named ports under their number too.
@@ -305,6 +308,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             coalesce_window: Duration::from_millis(100),
+            coalesce_leading_edge: true,
             drain_terminating: Drain::Off,
             index_port_numbers: false,
             topology: false,
@@ -366,6 +370,7 @@ impl Settings {
             "instance": naming.instance,
             "adopt_instances": naming.adopt,
             "coalesce_window": format_duration(self.coalesce_window),
+            "coalesce_leading_edge": self.coalesce_leading_edge,
             "drain_terminating": self.drain_terminating.to_json(),
             "index_port_numbers": self.index_port_numbers,
             "topology": self.topology,

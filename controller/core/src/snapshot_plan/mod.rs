@@ -8,7 +8,8 @@
 //!
 //! ```text
 //!  StateChanged(gen) ─▶ due = now, or the last round's start + coalesce_window when
-//!                      that is later (unless a round is due already)
+//!                      that is later (unless a round is due already;
+//!                      coalesce_leading_edge false: now + coalesce_window)
 //!  WatchListed(all) / Observed / Gone ─▶ seen (an echo older than our write: ignored),
 //!                      due = now + coalesce_window (unless a round is due already)
 //!  Leadership{epoch, leading}: gained ─▶ due = now      lost ─▶ the round is dropped
@@ -26,7 +27,9 @@
 //! quiet window a new state starts a round at once; what changes within the
 //! window of a writing round's start waits for the window's end and becomes
 //! one round. What the watch shows of our ConfigMaps (repairs, and the
-//! echoes of our writes, which change nothing) waits one window.
+//! echoes of our writes, which change nothing) waits one window. With
+//! `coalesce_leading_edge: false` a new state waits one window too (the
+//! trailing-only rule of before).
 //!
 //! One request at a time, as before the planner: the shards of a version
 //! must all be written before its index, and the stale ones deleted after,
@@ -76,6 +79,9 @@ pub struct Options {
     /// Rounds start at least this far apart: a change after a quiet window
     /// starts one at once, later ones wait for the window's end.
     pub coalesce_window: Duration,
+    /// Whether a new state after a quiet window starts a round at once (the
+    /// leading edge). `false`: every round waits `coalesce_window`.
+    pub coalesce_leading_edge: bool,
     /// First retry delay after a failed round.
     pub retry_min: Duration,
     /// Largest retry delay.
@@ -310,8 +316,13 @@ impl Planner {
 
     /// A round for a new state: now, or when the window of the last
     /// writing round's start ends (a burst is one round per window); an
-    /// earlier due round stays, a backoff is not shortened.
+    /// earlier due round stays, a backoff is not shortened. Without the
+    /// leading edge: as [`Planner::later`].
     fn soon(&mut self, now: At) {
+        if !self.opts.coalesce_leading_edge {
+            self.later(now);
+            return;
+        }
         let at = self
             .last_start
             .map_or(now, |t| now.max(t + self.opts.coalesce_window));

@@ -4,16 +4,25 @@
 //! actions (`->`) and the next wake-up. The layouts are hand-made (short
 //! texts), so these tests do not depend on the dump format.
 
+use std::cell::Cell;
 use std::fmt::Write as _;
 
 use super::*;
 
 const NAME: &str = "snap";
 
+thread_local! {
+    /// Set while [`trailing_only_replays_the_plans_of_before`] runs the
+    /// older scripts: [`opts`] turns the leading edge off and the golden
+    /// files are the ones of before it (`testdata/snapshot_plan/trailing_only/`).
+    static TRAILING_ONLY: Cell<bool> = const { Cell::new(false) };
+}
+
 fn opts() -> Options {
     Options {
         name: NAME.to_string(),
         coalesce_window: Duration::from_millis(100),
+        coalesce_leading_edge: !TRAILING_ONLY.get(),
         retry_min: Duration::from_millis(200),
         retry_max: Duration::from_millis(800),
     }
@@ -275,7 +284,11 @@ impl Script {
     }
 
     fn golden(&self, scenario: &str) {
-        crate::golden::check("snapshot_plan", scenario, &self.out);
+        if TRAILING_ONLY.get() {
+            crate::golden::check_fixed("snapshot_plan/trailing_only", scenario, &self.out);
+        } else {
+            crate::golden::check("snapshot_plan", scenario, &self.out);
+        }
     }
 
     /// The server holds `layout` exactly (as our earlier run left it).
@@ -722,4 +735,21 @@ fn one_change_among_10000_small_services_is_two_writes() {
     let w = r.change("one service removed", &d);
     assert_eq!(w.len(), 2, "{w:?}");
     crate::golden::check("snapshot_plan", "small_services_writes", &r.out);
+}
+
+/// With `coalesce_leading_edge: false` the planner is the trailing-only one
+/// of before: the scripts older than the leading edge print exactly what
+/// they printed then (`testdata/snapshot_plan/trailing_only/`, copied from
+/// the commit before it and never rewritten).
+#[test]
+fn trailing_only_replays_the_plans_of_before() {
+    TRAILING_ONLY.set(true);
+    first_publish_waits_for_the_lease_the_clusters_and_the_watch();
+    an_idle_restart_writes_nothing();
+    an_edited_shard_is_rewritten_alone();
+    a_deleted_index_is_rewritten();
+    a_shrink_deletes_stale_shards_after_the_index();
+    an_echo_of_our_own_older_write_is_ignored();
+    a_failure_backs_off_and_the_round_is_retried();
+    a_lost_lease_mid_round_sends_nothing_more();
 }

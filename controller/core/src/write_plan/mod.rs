@@ -10,7 +10,8 @@
 //! ```text
 //!  Changed(keys, at) ─▶ pending{key: due, first event} (a pending key keeps its due)
 //!                      due = now, or the key's last write start + coalesce_window
-//!                      if that is later (leading and trailing edge)
+//!                      if that is later (leading and trailing edge;
+//!                      coalesce_leading_edge false: now + coalesce_window)
 //!  poll(now):  due, not in flight, < concurrency, limiter token
 //!              desired == record's version, no repair owed ─▶ skip
 //!              desired ─▶ Apply     none, held (or repair owed) ─▶ Delete
@@ -33,6 +34,13 @@
 //! and the changes that follow within the window wait for its end and
 //! become one write, so a key is written at most once per window and a
 //! burst of changes costs about one write per window it lasts, plus one.
+//! kube-proxy's `BoundedFrequencyRunner` follows the same rule (a sync at
+//! once when the last is `minSyncPeriod` old, else at last + period).
+//! `coalesce_leading_edge: false` is the trailing-only rule (every change
+//! due `now + coalesce_window`, the changes of one window one write; Istio's
+//! `PILOT_DEBOUNCE_AFTER` debounce is trailing-only too): a rolling
+//! update step (new Pod ready, old one terminating ~20 ms later) is one
+//! write instead of two, a lone change waits the whole window.
 //!
 //! The planner keeps no copy of what the API server holds: it reads the
 //! one [`Record`] (per service: version and shard slots) as plain input.
@@ -88,6 +96,11 @@ pub struct Options {
     /// Per-key coalescing window: writes of one key start at least this far
     /// apart; a change of a key not written within it is written at once.
     pub coalesce_window: Duration,
+    /// Whether a change of a quiet key is written at once (the leading
+    /// edge). `false`: every change waits `coalesce_window` (trailing edge
+    /// only: about half the writes of a rolling update, each change a
+    /// window later).
+    pub coalesce_leading_edge: bool,
     /// Maximum writes in flight.
     pub concurrency: usize,
     /// The ceiling of the adaptive rate limit ([`limiter`]), writes per
@@ -112,6 +125,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             coalesce_window: Duration::from_millis(100),
+            coalesce_leading_edge: true,
             concurrency: 8,
             qps: RateOptions::default().ceiling,
             start_qps: RateOptions::default().start,
@@ -530,7 +544,11 @@ impl Planner {
     fn enqueue(&mut self, key: PackedKey, at: At, now: At) {
         let seq = self.seq;
         self.seq += 1;
-        let due = self.pending.due_of_change(&key, now);
+        let due = if self.opts.coalesce_leading_edge {
+            self.pending.due_of_change(&key, now)
+        } else {
+            now + self.opts.coalesce_window
+        };
         let updated = self.pending.modify(&key, |p| {
             if at < p.first_event {
                 p.first_event = at;

@@ -3,6 +3,7 @@
 //! Each line: the time, what happened (`<-`) or a poll (`poll`), and the
 //! actions (`->`) with the next wake-up.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -306,7 +307,11 @@ impl Script {
     }
 
     fn golden(&self, scenario: &str) {
-        crate::golden::check("write_plan", scenario, &self.out);
+        if TRAILING_ONLY.get() {
+            crate::golden::check_fixed("write_plan/trailing_only", scenario, &self.out);
+        } else {
+            crate::golden::check("write_plan", scenario, &self.out);
+        }
     }
 }
 
@@ -347,9 +352,17 @@ fn applied(version: &str, shards: u32) -> Outcome {
     }
 }
 
+thread_local! {
+    /// Set while [`trailing_only_replays_the_plans_of_before`] runs the
+    /// older scripts: [`opts`] turns the leading edge off and the golden
+    /// files are the ones of before it (`testdata/write_plan/trailing_only/`).
+    static TRAILING_ONLY: Cell<bool> = const { Cell::new(false) };
+}
+
 fn opts() -> Options {
     Options {
         coalesce_window: Duration::from_millis(100),
+        coalesce_leading_edge: !TRAILING_ONLY.get(),
         concurrency: 2,
         qps: 0.0,
         start_qps: 0.0,
@@ -904,13 +917,19 @@ fn a_change_while_the_write_is_in_flight_is_written_after_the_answer() {
 /// answered `write_ms` after it starts; the start of each write and the
 /// time each change was written (the start of the first write after it).
 fn run_changes(window_ms: u64, write_ms: u64, changes: &[u64]) -> (Vec<u64>, Vec<u64>) {
+    let opts = Options {
+        coalesce_window: Duration::from_millis(window_ms),
+        ..opts()
+    };
+    run_changes_with(opts, write_ms, changes)
+}
+
+/// [`run_changes`] with the planner's options.
+fn run_changes_with(opts: Options, write_ms: u64, changes: &[u64]) -> (Vec<u64>, Vec<u64>) {
     let mut world = World::default();
     world.clusters.insert(String::new(), true);
     let k = key("web");
-    let mut p = Planner::new(Options {
-        coalesce_window: Duration::from_millis(window_ms),
-        ..opts()
-    });
+    let mut p = Planner::new(opts);
     let mut record = Record::default();
     let ms = At::from_millis;
     p.poll(ms(0), &world, &record);
@@ -1052,4 +1071,42 @@ proptest::proptest! {
         }
         proptest::prop_assert!(starts.len() <= 2 * trailing_only_writes(window, &changes));
     }
+}
+
+/// With `coalesce_leading_edge: false` the planner is the trailing-only one
+/// of before: the scripts older than the leading edge print exactly what
+/// they printed then (`testdata/write_plan/trailing_only/`, copied from the
+/// commit before it and never rewritten).
+#[test]
+fn trailing_only_replays_the_plans_of_before() {
+    TRAILING_ONLY.set(true);
+    first_sync_writes_each_service_once_and_is_synced_when_all_were_attempted();
+    a_refused_object_is_reported_and_retried_but_never_holds_readiness();
+    a_lost_lease_stops_dispatch_and_a_new_epoch_reloads_before_writing();
+    an_apply_superseded_by_a_removal_is_planned_again_as_a_delete();
+    drift_is_checked_after_the_write_settled_and_repaired_once();
+    an_idle_restart_writes_nothing();
+    a_first_list_barrier_before_the_start_up_list_waits_for_it();
+    a_shrink_deletes_the_surplus_shards_the_planner_remembers();
+    a_grow_is_remembered_and_a_later_delete_removes_every_shard();
+    a_drift_repair_of_one_shard_writes_only_that_shard_until_it_succeeds();
+    throttled_writes_halve_the_rate_and_pause_for_the_capped_retry_after();
+}
+
+/// A rolling update step of maxSurge 1: the new Pod turns Ready, the old
+/// one starts terminating 20 ms later. With the leading edge the first
+/// change is written at once and the second a window after it (two
+/// writes); without it both wait the window and are one write.
+#[test]
+fn two_changes_20ms_apart_are_two_writes_with_the_leading_edge_and_one_without() {
+    let changes = [1000, 1020];
+    let (starts, _) = run_changes_with(opts(), 2, &changes);
+    assert_eq!(starts, [1000, 1100], "leading edge");
+    let trailing = Options {
+        coalesce_leading_edge: false,
+        ..opts()
+    };
+    let (starts, written) = run_changes_with(trailing, 2, &changes);
+    assert_eq!(starts, [1100], "trailing edge only");
+    assert_eq!(written, [1100, 1100]);
 }

@@ -106,6 +106,7 @@ fn single_cluster_example_parses_into_run_options() {
     assert_eq!(p.home, c.conn, "single cluster writes where it reads");
     assert_eq!(p.http_addr, "0.0.0.0:8080".parse().unwrap());
     assert_eq!(p.writer.coalesce_window, Duration::from_millis(100));
+    assert!(p.writer.coalesce_leading_edge);
     assert!(!c.params.watch_services, "slices carry their owner");
     let dump = p.redacted_config.to_string();
     assert!(dump.contains("10.96.0.1"), "{dump}");
@@ -262,6 +263,17 @@ fn configmap_sink_options_carry_namespace_name_and_window() {
     assert_eq!(s.namespace, "kd");
     assert_eq!(s.name, "kube-discovery-nodes");
     assert_eq!(s.coalesce_window, Duration::from_millis(250));
+    assert!(s.coalesce_leading_edge);
     let off = parse(include_str!("../../../../examples/config.yaml"));
     assert!(run_options(&off, None, None).unwrap().snapshot.is_none());
+}
+
+#[test]
+fn coalesce_leading_edge_off_reaches_the_writer_and_the_snapshot() {
+    let cfg = parse(
+        "discovery:\n  kubernetes:\n    service: {schema: http, host: 127.0.0.1, port: 8001}\n    client: {token: abc}\nkube_discovery:\n  coalesce_leading_edge: false\n  sinks:\n    configmap: {enabled: true, namespace: kd}\n",
+    );
+    let p = run_options(&cfg, None, None).unwrap();
+    assert!(!p.writer.coalesce_leading_edge);
+    assert!(!p.snapshot.unwrap().coalesce_leading_edge);
 }

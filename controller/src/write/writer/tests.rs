@@ -219,6 +219,7 @@ pub(super) fn nodes(key: &ServiceKey, hosts: &[&str]) -> ServiceNodes {
 fn opts() -> WriterOptions {
     WriterOptions {
         coalesce_window: Duration::from_millis(100),
+        coalesce_leading_edge: true,
         concurrency: 2,
         qps: 0.0,
         start_qps: 0.0,
