@@ -200,6 +200,34 @@ async fn until<T>(
     }
 }
 
+/// Waits until every DiscoveredService equals its Service's ready Pods
+/// (the controller and the control plane alive meanwhile); the error names
+/// the `step` and one service that differs.
+async fn all_equal(
+    step: &str,
+    limit: Duration,
+    cp: &testenv::ControlPlane,
+    c: &mut Child,
+    pods: &Store<Pod>,
+    ds: &Store<DiscoveredService>,
+) -> Result<()> {
+    let mut last = None;
+    let r = until(
+        "every DiscoveredService equals its ready Pods",
+        limit,
+        || {
+            cp.check_alive()?;
+            c.sample()?;
+            let (n, ex) = mismatches(pods, ds);
+            last = ex;
+            Ok((n == 0).then_some(()))
+        },
+    )
+    .await;
+    r.map(drop)
+        .with_context(|| format!("{step}; for example {last:?}\n{}", c.log_tail()))
+}
+
 fn ready_pods(pods: &Store<Pod>) -> usize {
     wanted(pods).values().map(BTreeSet::len).sum()
 }
@@ -378,20 +406,7 @@ pub async fn kwok_scale(opts: &Opts, p: &ScaleParams) -> Result<Value> {
         watcher::Config::default(),
     )
     .await?;
-    let mut last = None;
-    until(
-        "every DiscoveredService equals its ready Pods",
-        limit,
-        || {
-            cp.check_alive()?;
-            c.sample()?;
-            let (n, ex) = mismatches(&pods, &ds);
-            last = ex;
-            Ok((n == 0).then_some(()))
-        },
-    )
-    .await
-    .with_context(|| format!("first sync; for example {last:?}\n{}", c.log_tail()))?;
+    all_equal("first sync", limit, cp, &mut c, &pods, &ds).await?;
     let sync_s = t.elapsed().as_secs_f64();
     let s2 = sample_all(&procs)?;
     let writes = |text: &str| metric_sum(text, "kube_discovery_writes_total", "result=\"applied\"");
@@ -437,19 +452,7 @@ pub async fn kwok_scale(opts: &Opts, p: &ScaleParams) -> Result<Value> {
     })
     .await?;
     let settled_s = t.elapsed().as_secs_f64();
-    until(
-        "every DiscoveredService equals its ready Pods after the rollouts",
-        limit,
-        || {
-            cp.check_alive()?;
-            c.sample()?;
-            let (n, ex) = mismatches(&pods, &ds);
-            last = ex;
-            Ok((n == 0).then_some(()))
-        },
-    )
-    .await
-    .with_context(|| format!("rolling; for example {last:?}\n{}", c.log_tail()))?;
+    all_equal("rolling", limit, cp, &mut c, &pods, &ds).await?;
     let converged_s = t.elapsed().as_secs_f64();
     let s3 = sample_all(&procs)?;
     let m3 = c.get("/metrics").await.map(|(_, b)| b).unwrap_or_default();
