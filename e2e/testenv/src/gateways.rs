@@ -53,7 +53,7 @@ pub fn free_port(ip: IpAddr) -> u16 {
 }
 
 /// Polls `f` every 50 ms until it returns `Some`, panicking with `what` after `limit`.
-async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,

@@ -48,22 +48,7 @@ pub fn bin() -> PathBuf {
 }
 
 /// Polls `f` every 50 ms until it returns `Some`, panicking with `what` after `limit`.
-pub async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = tokio::time::Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if start.elapsed() > limit {
-            panic!("timed out after {limit:?} waiting for: {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+pub use testenv::gateways::eventually;
 
 /// Upper bound of most waits.
 pub const LIMIT: Duration = Duration::from_secs(30);
