@@ -22,6 +22,8 @@
 //!              record/: what the API server holds of our objects, and the drift checks over it
 //!  snapshot_plan/ state changes, watched ConfigMaps, results, leadership, time ──▶ snapshot writes, when
 //!  backoff.rs  the reconnect policy of every watcher
+//!  xds/        one xDS (ADS) stream's requests + catalog changes ──▶ responses by name:
+//!              subscriptions, nonces, ACK/NACK, what the client holds (SotW and delta)
 //! ```
 
 #![warn(missing_docs)]
@@ -39,6 +41,7 @@ pub mod snapshot;
 pub mod snapshot_plan;
 pub mod source;
 pub mod write_plan;
+pub mod xds;
 pub mod yaml;
 
 /// The host type of [`Node`] (inline up to 24 bytes), re-exported so users of

@@ -1,0 +1,555 @@
+//! [`Stream`]: the per-kind subscription and what the client holds, and the rules of
+//! the doc that turn requests and catalog changes into responses.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sha2::{Digest, Sha256};
+
+use super::{Catalog, Event, Interest, Kind, Request, Response, Step};
+
+/// The wildcard name (the doc: "a wildcard subscription, which is triggered when
+/// subscribing to the special name \"*\"", for Listener and Cluster only).
+const WILDCARD: &str = "*";
+
+/// The state of one ADS stream (all kinds). Deterministic: nonces are "1", "2", ... per stream.
+#[derive(Debug, Default)]
+pub struct Stream {
+    /// Fixed by the first request: `Some(true)` for delta.
+    delta: Option<bool>,
+    /// The last nonce handed out (nonces count up per stream, over all kinds).
+    last_nonce: u64,
+    /// Kinds the client has requested at least once.
+    kinds: BTreeMap<Kind, KindState>,
+}
+
+/// One kind of one stream.
+#[derive(Debug, Default)]
+struct KindState {
+    /// Names subscribed explicitly (never "*" on a full-state kind).
+    explicit: BTreeSet<String>,
+    /// A wildcard subscription ("*", or the legacy empty first request).
+    wildcard: bool,
+    /// SotW: a request of this kind has named resources (ends the legacy wildcard rule).
+    named_ever: bool,
+    /// What the client holds: name -> version, as sent (ACKed or not: a NACKed version
+    /// is not sent again, the next change is).
+    held: BTreeMap<String, String>,
+    /// The nonce of the latest response of this kind.
+    last_nonce: Option<String>,
+}
+
+/// What a request's nonce and error mean.
+enum Reply {
+    /// No nonce, or one from before any response of this kind (a reconnect).
+    Fresh,
+    /// The latest nonce, no error.
+    Ack,
+    /// The latest nonce, with this error.
+    Nack(String),
+    /// Not the latest nonce of its kind.
+    Stale,
+}
+
+impl KindState {
+    /// Whether `name` is subscribed (explicitly, or as a member of the wildcard set `wc`).
+    fn covers(&self, name: &str, wc: &[&str]) -> bool {
+        self.explicit.contains(name) || (self.wildcard && wc.binary_search(&name).is_ok())
+    }
+
+    fn reply(&self, nonce: &str, error: Option<String>) -> Reply {
+        match &self.last_nonce {
+            _ if nonce.is_empty() => Reply::Fresh,
+            // A nonce on the first request of a kind comes from an earlier stream: the
+            // client's first request here, answered like one (ignoring it would leave a
+            // reconnecting client waiting forever).
+            None => Reply::Fresh,
+            Some(last) if last == nonce => match error {
+                Some(detail) => Reply::Nack(detail),
+                None => Reply::Ack,
+            },
+            Some(_) => Reply::Stale,
+        }
+    }
+}
+
+/// The wildcard set of `kind` when `wildcard` is on (sorted, for `binary_search`).
+fn wildcard_set(catalog: &impl Catalog, kind: Kind, wildcard: bool) -> Vec<&str> {
+    if wildcard {
+        let mut names = catalog.wildcard_names(kind);
+        // The trait promises sorted names; sorting again is cheap and keeps lookups right.
+        names.sort_unstable();
+        names
+    } else {
+        Vec::new()
+    }
+}
+
+/// The content hash of what the client holds: the first 16 hex characters of the SHA-256
+/// of the length-prefixed (name, version) pairs in name order. Equal content on every
+/// replica gives an equal version.
+fn held_version(held: &BTreeMap<String, String>) -> String {
+    let mut h = Sha256::new();
+    for (name, version) in held {
+        for s in [name, version] {
+            h.update((s.len() as u64).to_le_bytes());
+            h.update(s.as_bytes());
+        }
+    }
+    let mut out = hex::encode(h.finalize());
+    out.truncate(16);
+    out
+}
+
+impl Stream {
+    /// A new stream (no subscriptions).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether this stream speaks delta (fixed by its first request; mixing is a protocol
+    /// error the server answers with an error status).
+    pub fn is_delta(&self) -> Option<bool> {
+        self.delta
+    }
+
+    /// What this stream is subscribed to, per kind.
+    pub fn interest(&self, kind: Kind) -> Interest<'_> {
+        match self.kinds.get(&kind) {
+            Some(ks) if ks.wildcard => Interest::Wildcard,
+            Some(ks) if !ks.explicit.is_empty() => {
+                Interest::Names(ks.explicit.iter().map(String::as_str).collect())
+            }
+            _ => Interest::None,
+        }
+    }
+
+    /// A request from the client.
+    pub fn on_request(&mut self, req: Request, catalog: &impl Catalog) -> Step {
+        let kind = req.kind();
+        let delta = matches!(req, Request::Delta { .. });
+        match self.delta {
+            None => self.delta = Some(delta),
+            Some(d) if d != delta => {
+                let (got, stream) = if delta {
+                    ("an incremental (delta)", "state-of-the-world")
+                } else {
+                    ("a state-of-the-world", "incremental (delta)")
+                };
+                return Step {
+                    responses: Vec::new(),
+                    events: vec![Event::ProtocolError {
+                        kind,
+                        detail: format!(
+                            "{got} request for {} on a {stream} stream",
+                            kind.type_url()
+                        ),
+                    }],
+                };
+            }
+            Some(_) => {}
+        }
+        match req {
+            Request::Sotw {
+                kind,
+                names,
+                nonce,
+                error,
+                ..
+            } => self.sotw_request(kind, names, nonce, error, catalog),
+            Request::Delta {
+                kind,
+                subscribe,
+                unsubscribe,
+                initial_versions,
+                nonce,
+                error,
+            } => self.delta_request(
+                kind,
+                subscribe,
+                unsubscribe,
+                initial_versions,
+                nonce,
+                error,
+                catalog,
+            ),
+        }
+    }
+
+    /// Resources of `kind` named `names` changed in the catalog (added, updated or deleted;
+    /// the catalog already holds the new state). May list names this stream does not care
+    /// about (ignored). Produces at most one response per kind, holding the LATEST state
+    /// (a caller that was busy passes the union of what changed meanwhile).
+    pub fn on_change(&mut self, kind: Kind, names: &[&str], catalog: &impl Catalog) -> Step {
+        let mut step = Step::default();
+        if let Some(r) = self.change(kind, names, catalog) {
+            step.responses.push(r);
+        }
+        step
+    }
+
+    /// Changes of several kinds at once (say a new Cluster and its ClusterLoadAssignment):
+    /// like [`Stream::on_change`] per kind, the responses in [`Kind::ALL`] order whatever
+    /// the order of `changes` (CDS before EDS, LDS before RDS: the doc's "make before
+    /// break" sequencing, so no cluster is left warming).
+    pub fn on_changes(&mut self, changes: &[(Kind, &[&str])], catalog: &impl Catalog) -> Step {
+        let mut step = Step::default();
+        for kind in Kind::ALL {
+            let names: Vec<&str> = changes
+                .iter()
+                .filter(|(k, _)| *k == kind)
+                .flat_map(|(_, n)| n.iter().copied())
+                .collect();
+            if names.is_empty() {
+                continue;
+            }
+            if let Some(r) = self.change(kind, &names, catalog) {
+                step.responses.push(r);
+            }
+        }
+        step
+    }
+
+    fn next_nonce(&mut self) -> String {
+        self.last_nonce += 1;
+        self.last_nonce.to_string()
+    }
+
+    /// The response to a catalog change of `kind`, if the client lacks anything.
+    fn change(&mut self, kind: Kind, names: &[&str], catalog: &impl Catalog) -> Option<Response> {
+        let delta = self.delta?;
+        let ks = self.kinds.get(&kind)?;
+        let names: BTreeSet<&str> = names.iter().copied().collect();
+        let wc = wildcard_set(catalog, kind, ks.wildcard);
+        // Names the stream does not care about are ignored (no response at all).
+        let relevant: Vec<&str> = names
+            .into_iter()
+            .filter(|n| ks.covers(n, &wc) || ks.held.contains_key(*n))
+            .collect();
+        if relevant.is_empty() {
+            return None;
+        }
+        if delta {
+            let mut resources = Vec::new();
+            let mut removed = Vec::new();
+            for name in relevant {
+                let have = ks.held.get(name).map(String::as_str);
+                match catalog.version(kind, name).filter(|_| ks.covers(name, &wc)) {
+                    Some(v) if have == Some(v) => {}
+                    Some(v) => resources.push((name.to_string(), v.to_string())),
+                    // Deleted (or out of the wildcard set): the doc, "Deleting Resources":
+                    // "the server signals the client that a resource should be deleted via
+                    // the removed_resources field". The subscription stays.
+                    None if have.is_some() => removed.push(name.to_string()),
+                    None => {}
+                }
+            }
+            self.delta_response(kind, resources, removed, false)
+        } else if kind.is_full_state() {
+            let world = full_state(ks, &wc, catalog, kind);
+            if world == ks.held {
+                return None;
+            }
+            Some(self.sotw_full_response(kind, world))
+        } else {
+            let send: Vec<(String, String)> = relevant
+                .into_iter()
+                .filter_map(|n| {
+                    // A deleted EDS/RDS resource sends nothing: the doc, "Deleting
+                    // Resources": "for other resource types, the API provides no mechanism
+                    // for the server to tell the client that resources have been deleted".
+                    let v = catalog.version(kind, n)?;
+                    (ks.explicit.contains(n) && ks.held.get(n).map(String::as_str) != Some(v))
+                        .then(|| (n.to_string(), v.to_string()))
+                })
+                .collect();
+            if send.is_empty() {
+                return None;
+            }
+            Some(self.sotw_partial_response(kind, send))
+        }
+    }
+
+    fn sotw_request(
+        &mut self,
+        kind: Kind,
+        names: Vec<String>,
+        nonce: String,
+        error: Option<String>,
+        catalog: &impl Catalog,
+    ) -> Step {
+        let mut step = Step::default();
+        let first = !self.kinds.contains_key(&kind);
+        let ks = self.kinds.entry(kind).or_default();
+        match ks.reply(&nonce, error) {
+            // The doc, "Resource updates": "The management server should not send a
+            // DiscoveryResponse for any DiscoveryRequest that has a stale nonce." A SotW
+            // request repeats the whole subscription, so dropping it loses nothing: the
+            // client answers the newer response with its current names.
+            Reply::Stale => {
+                step.events.push(Event::StaleNonce { kind, nonce });
+                return step;
+            }
+            Reply::Ack => step.events.push(Event::Ack { kind, nonce }),
+            Reply::Nack(detail) => step.events.push(Event::Nack {
+                kind,
+                nonce,
+                detail,
+            }),
+            Reply::Fresh => {}
+        }
+        let full = kind.is_full_state();
+        // The doc, "How the client specifies what resources to return": on Listener and
+        // Cluster, "*" is the wildcard, and a kind whose requests have never named a
+        // resource is treated "identically to how it would treat the client having
+        // explicitly subscribed to \"*\"". Once a name was sent, an empty list means
+        // "no longer interested in any resources". Elsewhere "*" is an ordinary name.
+        ks.named_ever |= !names.is_empty();
+        let wildcard = full && (!ks.named_ever || names.iter().any(|n| n == WILDCARD));
+        let explicit: BTreeSet<String> = names
+            .into_iter()
+            .filter(|n| !(full && n == WILDCARD))
+            .collect();
+        let added: BTreeSet<String> = explicit.difference(&ks.explicit).cloned().collect();
+        let dropped: Vec<String> = ks.explicit.difference(&explicit).cloned().collect();
+        ks.explicit = explicit;
+        ks.wildcard = wildcard;
+        let wc = wildcard_set(catalog, kind, wildcard);
+        // The client forgets what it unsubscribed from (unless the wildcard still covers
+        // it). What only a dropped wildcard covered it cannot tell apart: the next
+        // complete set (full-state kinds) tells it.
+        for name in dropped {
+            if !ks.covers(&name, &wc) {
+                ks.held.remove(&name);
+            }
+        }
+        // The doc: "When the client sends a new request that changes the set of resources
+        // being requested, the server must resend any newly requested resources, even if
+        // it previously sent those resources".
+        let ks = &self.kinds[&kind];
+        if full {
+            let world = full_state(ks, &wc, catalog, kind);
+            let due = first || world != ks.held || added.iter().any(|n| world.contains_key(n));
+            if due {
+                step.responses.push(self.sotw_full_response(kind, world));
+            }
+        } else {
+            let send: Vec<(String, String)> = ks
+                .explicit
+                .iter()
+                .filter_map(|n| {
+                    let v = catalog.version(kind, n)?;
+                    (added.contains(n) || ks.held.get(n).map(String::as_str) != Some(v))
+                        .then(|| (n.clone(), v.to_string()))
+                })
+                .collect();
+            // The first request of a kind is always answered, even with nothing (a client
+            // initializing waits for it).
+            if first || !send.is_empty() {
+                step.responses.push(self.sotw_partial_response(kind, send));
+            }
+        }
+        step
+    }
+
+    /// A full-state SotW response: `world` becomes what the client holds.
+    fn sotw_full_response(&mut self, kind: Kind, world: BTreeMap<String, String>) -> Response {
+        let nonce = self.next_nonce();
+        let ks = self.kinds.entry(kind).or_default();
+        ks.held = world;
+        ks.last_nonce = Some(nonce.clone());
+        Response::Sotw {
+            kind,
+            version_info: held_version(&ks.held),
+            nonce,
+            names: ks.held.keys().cloned().collect(),
+        }
+    }
+
+    /// An EDS/RDS SotW response carrying only `send` (the client keeps the rest).
+    fn sotw_partial_response(&mut self, kind: Kind, send: Vec<(String, String)>) -> Response {
+        let nonce = self.next_nonce();
+        let ks = self.kinds.entry(kind).or_default();
+        let mut names = Vec::with_capacity(send.len());
+        for (name, version) in send {
+            names.push(name.clone());
+            ks.held.insert(name, version);
+        }
+        ks.last_nonce = Some(nonce.clone());
+        Response::Sotw {
+            kind,
+            version_info: held_version(&ks.held),
+            nonce,
+            names,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn delta_request(
+        &mut self,
+        kind: Kind,
+        subscribe: Vec<String>,
+        unsubscribe: Vec<String>,
+        initial_versions: BTreeMap<String, String>,
+        nonce: String,
+        error: Option<String>,
+        catalog: &impl Catalog,
+    ) -> Step {
+        let mut step = Step::default();
+        let first = !self.kinds.contains_key(&kind);
+        let ks = self.kinds.entry(kind).or_default();
+        match ks.reply(&nonce, error) {
+            // The doc, "Incremental xDS": "the server must honor changes to the
+            // subscription state even if the nonce is stale. The nonce may be used to
+            // correlate an ack/nack with a server response, but should *not* be used to
+            // reject stale requests." So only the ACK/NACK meaning is dropped.
+            Reply::Stale => step.events.push(Event::StaleNonce {
+                kind,
+                nonce: nonce.clone(),
+            }),
+            Reply::Ack => step.events.push(Event::Ack {
+                kind,
+                nonce: nonce.clone(),
+            }),
+            Reply::Nack(detail) => step.events.push(Event::Nack {
+                kind,
+                nonce: nonce.clone(),
+                detail,
+            }),
+            Reply::Fresh => {}
+        }
+        let full = kind.is_full_state();
+        // Names whose state must be told even if the client seems to hold it.
+        let mut forced: BTreeSet<String> = BTreeSet::new();
+        let mut star = false;
+        let initial = if first {
+            // The doc, "How the client specifies what resources to return" (incremental
+            // example): a first request with resource_names_subscribe unset is a
+            // subscription to "*"; on reconnect "the request must either specify \"*\" ...
+            // or (legacy behavior) the request must have no resources in both
+            // resource_names_subscribe and resource_names_unsubscribe".
+            ks.wildcard = full && subscribe.is_empty() && unsubscribe.is_empty();
+            // "On reconnect the Incremental xDS client may tell the server of its known
+            // resources to avoid resending them over the network".
+            ks.held = initial_versions.clone();
+            initial_versions
+        } else {
+            // Only the first request of a kind carries initial_resource_versions.
+            BTreeMap::new()
+        };
+        for name in subscribe {
+            if full && name == WILDCARD {
+                ks.wildcard = true;
+                star = true;
+            } else {
+                // The doc, "Subscribing to Resources": names "the server believes the client
+                // is already subscribed to, and furthermore has the most recent versions
+                // of. However, the server *must* still provide those resources".
+                ks.explicit.insert(name.clone());
+                forced.insert(name);
+            }
+        }
+        let mut dropped_star = false;
+        for name in unsubscribe {
+            if full && name == WILDCARD {
+                dropped_star |= std::mem::take(&mut ks.wildcard);
+            } else if ks.explicit.remove(&name) {
+                if ks.wildcard {
+                    // The doc, "Unsubscribing from Resources": with "*" and a specific
+                    // name, "the server must send a response that includes the specific
+                    // resource in either the removed_resources field (if it is not
+                    // included in the wildcard) or in the resources field (if it *is*)".
+                    forced.insert(name);
+                } else {
+                    // "a server does not need to send any response if a request does
+                    // nothing except unsubscribe from a resource": the client forgets it.
+                    forced.remove(&name);
+                    ks.held.remove(&name);
+                }
+            }
+            // Else a phantom unsubscription: "it can simply ignore" it.
+        }
+        if dropped_star {
+            // Ambiguous in the doc: it does not say what happens to what only the wildcard
+            // brought. The client knows its explicit names, so it drops the rest itself.
+            let explicit = &ks.explicit;
+            ks.held.retain(|n, _| explicit.contains(n));
+        }
+        let wc = wildcard_set(catalog, kind, ks.wildcard);
+        let mut candidates: BTreeSet<&str> = forced.iter().map(String::as_str).collect();
+        if first || star {
+            candidates.extend(ks.held.keys().map(String::as_str));
+            candidates.extend(ks.explicit.iter().map(String::as_str));
+            candidates.extend(wc.iter().copied());
+        }
+        let mut resources = Vec::new();
+        let mut removed = Vec::new();
+        for name in candidates {
+            let have = ks.held.get(name).map(String::as_str);
+            match catalog.version(kind, name) {
+                Some(v) if ks.covers(name, &wc) => {
+                    let must = forced.contains(name) || (star && wc.binary_search(&name).is_ok());
+                    // What initial_resource_versions says the client has is not sent again.
+                    let known = initial.get(name).map(String::as_str) == Some(v);
+                    if (must && !known) || have != Some(v) {
+                        resources.push((name.to_string(), v.to_string()));
+                    }
+                }
+                // The doc, "Knowing When a Requested Resource Does Not Exist": "When a
+                // resource subscribed to by a client does not exist, the server will send a
+                // DeltaDiscoveryResponse message that contains that resource's name in the
+                // removed_resources field." Also what the client holds (initial versions
+                // included) that is gone or no longer subscribed.
+                _ if have.is_some() || forced.contains(name) => removed.push(name.to_string()),
+                _ => {}
+            }
+        }
+        if let Some(r) = self.delta_response(kind, resources, removed, first) {
+            step.responses.push(r);
+        }
+        step
+    }
+
+    /// A delta response (`None` when there is nothing to say and `always` is off): the
+    /// client holds `resources` and forgets `removed` after it.
+    fn delta_response(
+        &mut self,
+        kind: Kind,
+        resources: Vec<(String, String)>,
+        removed: Vec<String>,
+        always: bool,
+    ) -> Option<Response> {
+        if resources.is_empty() && removed.is_empty() && !always {
+            return None;
+        }
+        let nonce = self.next_nonce();
+        let ks = self.kinds.entry(kind).or_default();
+        for (name, version) in &resources {
+            ks.held.insert(name.clone(), version.clone());
+        }
+        for name in &removed {
+            ks.held.remove(name);
+        }
+        ks.last_nonce = Some(nonce.clone());
+        Some(Response::Delta {
+            kind,
+            nonce,
+            system_version_info: held_version(&ks.held),
+            resources,
+            removed,
+        })
+    }
+}
+
+/// The complete subscribed set of a full-state kind that exists: name -> version.
+fn full_state(
+    ks: &KindState,
+    wc: &[&str],
+    catalog: &impl Catalog,
+    kind: Kind,
+) -> BTreeMap<String, String> {
+    wc.iter()
+        .copied()
+        .chain(ks.explicit.iter().map(String::as_str))
+        .filter_map(|n| Some((n.to_string(), catalog.version(kind, n)?.to_string())))
+        .collect()
+}

@@ -1,0 +1,894 @@
+//! Scripted streams in, responses and events out, as readable golden files
+//! (`testdata/xds/<scenario>.txt`; `UPDATE_GOLDEN=1` rewrites them). Each input is a
+//! `>` line; under it the responses (`<`, JSON) in send order and the events (`!`), or
+//! `-` when the input produced nothing. A proptest checks the property that matters: a
+//! client applying every response ends up holding exactly the catalog's versions of
+//! what it subscribed to.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use super::*;
+
+const C: Kind = Kind::Cluster;
+const E: Kind = Kind::ClusterLoadAssignment;
+const L: Kind = Kind::Listener;
+const R: Kind = Kind::RouteConfiguration;
+
+/// A catalog by hand: (kind, name) -> (version, canonical); aliases are not canonical,
+/// so they are not in the wildcard set.
+#[derive(Default, Clone)]
+struct TestCatalog {
+    res: BTreeMap<(Kind, String), (String, bool)>,
+}
+
+impl Catalog for TestCatalog {
+    fn version(&self, kind: Kind, name: &str) -> Option<&str> {
+        self.res
+            .get(&(kind, name.to_string()))
+            .map(|(v, _)| v.as_str())
+    }
+    fn wildcard_names(&self, kind: Kind) -> Vec<&str> {
+        self.res
+            .iter()
+            .filter(|((k, _), (_, canonical))| *k == kind && *canonical)
+            .map(|((_, n), _)| n.as_str())
+            .collect()
+    }
+}
+
+fn strings(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+struct Script {
+    stream: Stream,
+    catalog: TestCatalog,
+    out: String,
+    /// The latest nonce sent per kind (what a well-behaved client answers).
+    last: BTreeMap<Kind, String>,
+}
+
+impl Script {
+    fn new() -> Self {
+        Script {
+            stream: Stream::new(),
+            catalog: TestCatalog::default(),
+            out: String::new(),
+            last: BTreeMap::new(),
+        }
+    }
+
+    fn log(&mut self, what: &str, step: Step) -> Step {
+        writeln!(self.out, "> {what}").unwrap();
+        for r in &step.responses {
+            self.last.insert(r.kind(), r.nonce().to_string());
+            writeln!(self.out, "  < {}", serde_json::to_string(r).unwrap()).unwrap();
+        }
+        for e in &step.events {
+            writeln!(self.out, "  ! {}", serde_json::to_string(e).unwrap()).unwrap();
+        }
+        if step.responses.is_empty() && step.events.is_empty() {
+            writeln!(self.out, "  -").unwrap();
+        }
+        step
+    }
+
+    fn note(&mut self, what: &str) {
+        writeln!(self.out, "# {what}").unwrap();
+    }
+
+    fn last(&self, kind: Kind) -> String {
+        self.last.get(&kind).cloned().unwrap_or_default()
+    }
+
+    /// Sets a resource in the catalog (no notification: see [`Script::change`]).
+    fn set(&mut self, kind: Kind, name: &str, version: &str) {
+        self.catalog
+            .res
+            .insert((kind, name.to_string()), (version.to_string(), true));
+        writeln!(self.out, "= set {kind:?} {name} {version}").unwrap();
+    }
+
+    fn alias(&mut self, kind: Kind, name: &str, version: &str) {
+        self.catalog
+            .res
+            .insert((kind, name.to_string()), (version.to_string(), false));
+        writeln!(self.out, "= set {kind:?} {name} {version} (alias)").unwrap();
+    }
+
+    fn del(&mut self, kind: Kind, name: &str) {
+        self.catalog.res.remove(&(kind, name.to_string()));
+        writeln!(self.out, "= delete {kind:?} {name}").unwrap();
+    }
+
+    fn change(&mut self, kind: Kind, names: &[&str]) -> Step {
+        let step = self.stream.on_change(kind, names, &self.catalog);
+        self.log(&format!("on_change {kind:?} {names:?}"), step)
+    }
+
+    fn changes(&mut self, changes: &[(Kind, &[&str])]) -> Step {
+        let step = self.stream.on_changes(changes, &self.catalog);
+        self.log(&format!("on_changes {changes:?}"), step)
+    }
+
+    fn request(&mut self, req: Request) -> Step {
+        let what = serde_json::to_string(&req).unwrap();
+        let step = self.stream.on_request(req, &self.catalog);
+        self.log(&what, step)
+    }
+
+    fn sotw_with(&mut self, kind: Kind, names: &[&str], nonce: &str, error: Option<&str>) -> Step {
+        self.request(Request::Sotw {
+            kind,
+            version_info: String::new(),
+            names: strings(names),
+            nonce: nonce.to_string(),
+            error: error.map(str::to_string),
+        })
+    }
+
+    /// A SotW request answering the latest response of `kind` (ACK).
+    fn sotw(&mut self, kind: Kind, names: &[&str]) -> Step {
+        let n = self.last(kind);
+        self.sotw_with(kind, names, &n, None)
+    }
+
+    fn sotw_nack(&mut self, kind: Kind, names: &[&str], detail: &str) -> Step {
+        let n = self.last(kind);
+        self.sotw_with(kind, names, &n, Some(detail))
+    }
+
+    fn delta_with(
+        &mut self,
+        kind: Kind,
+        subscribe: &[&str],
+        unsubscribe: &[&str],
+        initial: &[(&str, &str)],
+        nonce: &str,
+        error: Option<&str>,
+    ) -> Step {
+        self.request(Request::Delta {
+            kind,
+            subscribe: strings(subscribe),
+            unsubscribe: strings(unsubscribe),
+            initial_versions: initial
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            nonce: nonce.to_string(),
+            error: error.map(str::to_string),
+        })
+    }
+
+    /// A spontaneous delta request (no nonce).
+    fn delta(&mut self, kind: Kind, subscribe: &[&str], unsubscribe: &[&str]) -> Step {
+        self.delta_with(kind, subscribe, unsubscribe, &[], "", None)
+    }
+
+    fn delta_ack(&mut self, kind: Kind) -> Step {
+        let n = self.last(kind);
+        self.delta_with(kind, &[], &[], &[], &n, None)
+    }
+
+    fn delta_nack(&mut self, kind: Kind, detail: &str) -> Step {
+        let n = self.last(kind);
+        self.delta_with(kind, &[], &[], &[], &n, Some(detail))
+    }
+
+    fn golden(&self, scenario: &str) {
+        crate::golden::check("xds", scenario, &self.out);
+    }
+}
+
+fn names_of(step: &Step) -> Vec<Vec<String>> {
+    step.responses
+        .iter()
+        .map(|r| match r {
+            Response::Sotw { names, .. } => names.clone(),
+            Response::Delta { resources, .. } => resources.iter().map(|(n, _)| n.clone()).collect(),
+        })
+        .collect()
+}
+
+#[test]
+fn nonces_are_fresh_per_response_and_acks_get_no_response_sotw() {
+    let mut s = Script::new();
+    s.set(C, "a", "c1");
+    s.set(E, "a", "e1");
+    let r = s.sotw(C, &[]);
+    assert_eq!(r.responses[0].nonce(), "1");
+    let r = s.sotw(E, &["a"]);
+    assert_eq!(r.responses[0].nonce(), "2");
+    let r = s.sotw(C, &[]);
+    assert!(r.responses.is_empty(), "an ACK gets no response: {r:?}");
+    assert_eq!(
+        r.events,
+        [Event::Ack {
+            kind: C,
+            nonce: "1".into()
+        }]
+    );
+    s.set(C, "a", "c2");
+    let r = s.change(C, &["a"]);
+    assert_eq!(r.responses[0].nonce(), "3");
+    s.sotw(C, &[]);
+    s.sotw(E, &["a"]);
+    s.golden("nonces_sotw");
+}
+
+#[test]
+fn nonces_are_fresh_per_response_and_acks_get_no_response_delta() {
+    let mut s = Script::new();
+    s.set(C, "a", "c1");
+    s.set(E, "a", "e1");
+    let r = s.delta(C, &[], &[]);
+    assert_eq!(r.responses[0].nonce(), "1");
+    let r = s.delta(E, &["a"], &[]);
+    assert_eq!(r.responses[0].nonce(), "2");
+    let r = s.delta_ack(C);
+    assert!(r.responses.is_empty(), "an ACK gets no response: {r:?}");
+    assert_eq!(
+        r.events,
+        [Event::Ack {
+            kind: C,
+            nonce: "1".into()
+        }]
+    );
+    s.set(C, "a", "c2");
+    let r = s.change(C, &["a"]);
+    assert_eq!(r.responses[0].nonce(), "3");
+    s.delta_ack(C);
+    s.delta_ack(E);
+    s.golden("nonces_delta");
+}
+
+#[test]
+fn stale_nonce_sotw_drops_the_request() {
+    let mut s = Script::new();
+    s.set(E, "a", "e1");
+    s.set(E, "b", "e1");
+    s.sotw(E, &["a"]);
+    s.set(E, "a", "e2");
+    s.change(E, &["a"]);
+    s.note("the client had not seen nonce 2 when it asked for b: stale, no response");
+    let r = s.sotw_with(E, &["a", "b"], "1", None);
+    assert!(r.responses.is_empty(), "{r:?}");
+    assert_eq!(
+        r.events,
+        [Event::StaleNonce {
+            kind: E,
+            nonce: "1".into()
+        }]
+    );
+    s.note("it answers nonce 2 with its current names: b is sent now");
+    let r = s.sotw(E, &["a", "b"]);
+    assert_eq!(names_of(&r), [["b"]]);
+    s.golden("stale_nonce_sotw");
+}
+
+#[test]
+fn stale_nonce_delta_still_changes_the_subscription() {
+    let mut s = Script::new();
+    s.set(E, "a", "e1");
+    s.set(E, "b", "e1");
+    s.delta(E, &["a"], &[]);
+    s.set(E, "a", "e2");
+    s.change(E, &["a"]);
+    s.note("a stale nonce: not an ACK, but the subscription to b is honored");
+    let r = s.delta_with(E, &["b"], &[], &[], "1", None);
+    assert_eq!(
+        r.events,
+        [Event::StaleNonce {
+            kind: E,
+            nonce: "1".into()
+        }]
+    );
+    assert_eq!(names_of(&r), [["b"]]);
+    s.golden("stale_nonce_delta");
+}
+
+#[test]
+fn ack_with_new_names_sends_only_them_sotw() {
+    let mut s = Script::new();
+    s.set(E, "a", "e1");
+    s.set(E, "b", "e1");
+    s.sotw(E, &["a"]);
+    let r = s.sotw(E, &["a", "b"]);
+    assert_eq!(r.events.len(), 1);
+    assert_eq!(names_of(&r), [["b"]]);
+    s.note("unsubscribing b: nothing to send");
+    let r = s.sotw(E, &["a"]);
+    assert!(r.responses.is_empty());
+    s.note("subscribing b again: it must be resent (the doc: newly requested resources)");
+    let r = s.sotw(E, &["a", "b"]);
+    assert_eq!(names_of(&r), [["b"]]);
+    s.golden("ack_new_names_sotw");
+}
+
+#[test]
+fn nack_then_good_update_sotw() {
+    let mut s = Script::new();
+    s.set(C, "a", "c1");
+    s.sotw(C, &[]);
+    s.set(C, "a", "bad");
+    s.change(C, &["a"]);
+    let r = s.sotw_nack(C, &[], "cluster a: invalid");
+    assert!(
+        r.responses.is_empty(),
+        "the same content is not sent again: {r:?}"
+    );
+    assert!(
+        matches!(&r.events[..], [Event::Nack { detail, .. }] if detail == "cluster a: invalid")
+    );
+    s.note("a no-op change: still nothing");
+    let r = s.change(C, &["a"]);
+    assert!(r.responses.is_empty());
+    s.set(C, "a", "c3");
+    let r = s.change(C, &["a"]);
+    assert_eq!(names_of(&r), [["a"]]);
+    s.sotw(C, &[]);
+    s.golden("nack_then_update_sotw");
+}
+
+#[test]
+fn nack_then_good_update_delta() {
+    let mut s = Script::new();
+    s.set(E, "a", "e1");
+    s.delta(E, &["a"], &[]);
+    s.set(E, "a", "bad");
+    s.change(E, &["a"]);
+    let r = s.delta_nack(E, "endpoint a: invalid");
+    assert!(
+        r.responses.is_empty(),
+        "the same content is not sent again: {r:?}"
+    );
+    assert!(matches!(&r.events[..], [Event::Nack { .. }]));
+    s.set(E, "a", "e3");
+    let r = s.change(E, &["a"]);
+    assert_eq!(names_of(&r), [["a"]]);
+    s.delta_ack(E);
+    s.golden("nack_then_update_delta");
+}
+
+#[test]
+fn empty_wildcard_is_answered_sotw() {
+    let mut s = Script::new();
+    let r = s.sotw(C, &[]);
+    assert_eq!(
+        names_of(&r),
+        [Vec::<String>::new()],
+        "zero clusters, but answered"
+    );
+    let r = s.sotw(L, &[]);
+    assert_eq!(r.responses.len(), 1);
+    s.note("EDS: a first request for names that do not exist is answered too");
+    let r = s.sotw(E, &["x"]);
+    assert_eq!(names_of(&r), [Vec::<String>::new()]);
+    s.golden("empty_wildcard_sotw");
+}
+
+#[test]
+fn empty_wildcard_is_answered_delta() {
+    let mut s = Script::new();
+    let r = s.delta(C, &[], &[]);
+    assert_eq!(r.responses.len(), 1, "zero clusters, but answered");
+    let r = s.delta(L, &["*"], &[]);
+    assert_eq!(r.responses.len(), 1);
+    s.golden("empty_wildcard_delta");
+}
+
+#[test]
+fn wildcard_and_names_sotw() {
+    let mut s = Script::new();
+    s.set(C, "a", "c1");
+    s.alias(C, "alias-a", "c1");
+    s.sotw(C, &[]);
+    assert_eq!(s.stream.interest(C), Interest::Wildcard);
+    s.set(C, "b", "c1");
+    let r = s.change(C, &["b"]);
+    assert_eq!(names_of(&r), [["a", "b"]], "the complete set");
+    s.note("\"*\" and an alias: wildcard kept, the alias added");
+    let r = s.sotw(C, &["*", "alias-a"]);
+    assert_eq!(names_of(&r), [["a", "alias-a", "b"]]);
+    assert_eq!(s.stream.interest(C), Interest::Wildcard);
+    s.note("only the alias: the wildcard is dropped, the complete set shrinks");
+    let r = s.sotw(C, &["alias-a"]);
+    assert_eq!(names_of(&r), [["alias-a"]]);
+    assert_eq!(s.stream.interest(C), Interest::Names(vec!["alias-a"]));
+    s.note("a change outside the subscription: nothing");
+    s.set(C, "b", "c2");
+    let r = s.change(C, &["b"]);
+    assert!(r.responses.is_empty());
+    s.note("empty after names: unsubscribed from everything, not wildcard (the doc)");
+    let r = s.sotw(C, &[]);
+    assert!(r.responses.is_empty());
+    assert_eq!(s.stream.interest(C), Interest::None);
+    let r = s.change(C, &["a", "b"]);
+    assert!(r.responses.is_empty());
+    s.golden("wildcard_sotw");
+}
+
+#[test]
+fn wildcard_and_names_delta() {
+    let mut s = Script::new();
+    s.set(C, "a", "c1");
+    s.alias(C, "alias-a", "c1");
+    s.delta(C, &[], &[]);
+    assert_eq!(s.stream.interest(C), Interest::Wildcard);
+    s.note("an ACK with an empty subscribe does not change anything");
+    s.delta_ack(C);
+    s.set(C, "b", "c1");
+    let r = s.change(C, &["b"]);
+    assert_eq!(names_of(&r), [["b"]], "only what changed");
+    s.note("an alias on top of the wildcard");
+    let r = s.delta(C, &["alias-a"], &[]);
+    assert_eq!(names_of(&r), [["alias-a"]]);
+    s.note("unsubscribing a name the wildcard does not cover: told removed (the doc)");
+    let r = s.delta(C, &[], &["alias-a"]);
+    assert!(
+        matches!(&r.responses[..], [Response::Delta { removed, .. }] if removed == &["alias-a"])
+    );
+    s.note("subscribing a name the wildcard covers, then unsubscribing it: told it stays");
+    s.delta(C, &["a"], &[]);
+    let r = s.delta(C, &[], &["a"]);
+    assert_eq!(names_of(&r), [["a"]]);
+    s.note("unsubscribing \"*\": no response, no more pushes");
+    let r = s.delta(C, &[], &["*"]);
+    assert!(r.responses.is_empty());
+    assert_eq!(s.stream.interest(C), Interest::None);
+    s.set(C, "b", "c2");
+    let r = s.change(C, &["a", "b"]);
+    assert!(r.responses.is_empty());
+    s.golden("wildcard_delta");
+}
+
+#[test]
+fn name_subscribed_before_it_exists_sotw() {
+    let mut s = Script::new();
+    s.sotw(E, &["a"]);
+    s.sotw(C, &["a"]);
+    s.set(C, "a", "c1");
+    s.set(E, "a", "e1");
+    let r = s.changes(&[(E, &["a"]), (C, &["a"])]);
+    assert_eq!(names_of(&r), [["a"], ["a"]]);
+    assert_eq!(r.responses[0].kind(), C, "CDS first");
+    s.golden("before_it_exists_sotw");
+}
+
+#[test]
+fn name_subscribed_before_it_exists_delta() {
+    let mut s = Script::new();
+    let r = s.delta(E, &["a"], &[]);
+    assert!(
+        matches!(&r.responses[..], [Response::Delta { removed, resources, .. }] if removed == &["a"] && resources.is_empty()),
+        "does not exist: {r:?}"
+    );
+    s.set(E, "a", "e1");
+    let r = s.change(E, &["a"]);
+    assert_eq!(names_of(&r), [["a"]]);
+    s.golden("before_it_exists_delta");
+}
+
+#[test]
+fn full_state_and_partial_kinds_sotw() {
+    let mut s = Script::new();
+    for n in ["a", "b"] {
+        s.set(C, n, "c1");
+        s.set(E, n, "e1");
+        s.set(L, n, "l1");
+        s.set(R, n, "r1");
+    }
+    s.sotw(C, &["a", "b"]);
+    s.sotw(E, &["a", "b"]);
+    s.sotw(L, &[]);
+    s.sotw(R, &["a", "b"]);
+    s.set(C, "a", "c2");
+    s.set(E, "a", "e2");
+    let r = s.change(C, &["a"]);
+    assert_eq!(names_of(&r), [["a", "b"]], "CDS: the complete set");
+    let r = s.change(E, &["a"]);
+    assert_eq!(names_of(&r), [["a"]], "EDS: what changed");
+    s.note("deleted: CDS/LDS omit it; EDS/RDS send nothing (the doc: no mechanism)");
+    s.del(C, "b");
+    s.del(E, "b");
+    s.del(L, "b");
+    s.del(R, "b");
+    let r = s.changes(&[(R, &["b"]), (L, &["b"]), (E, &["b"]), (C, &["b"])]);
+    assert_eq!(names_of(&r), [vec!["a"], vec!["a"]]);
+    assert_eq!(r.responses[0].kind(), C);
+    assert_eq!(r.responses[1].kind(), L);
+    s.note("b comes back: pushed again");
+    s.set(C, "b", "c1");
+    s.set(E, "b", "e9");
+    let r = s.changes(&[(E, &["b"]), (C, &["b"])]);
+    assert_eq!(names_of(&r), [vec!["a", "b"], vec!["b"]]);
+    s.golden("full_state_sotw");
+}
+
+#[test]
+fn deleted_keeps_subscription_and_unsubscribe_stops_delta() {
+    let mut s = Script::new();
+    s.set(E, "a", "e1");
+    s.set(E, "b", "e1");
+    s.delta(E, &["a", "b"], &[]);
+    s.del(E, "a");
+    let r = s.change(E, &["a"]);
+    assert!(matches!(&r.responses[..], [Response::Delta { removed, .. }] if removed == &["a"]));
+    assert_eq!(s.stream.interest(E), Interest::Names(vec!["a", "b"]));
+    s.set(E, "a", "e1");
+    let r = s.change(E, &["a"]);
+    assert_eq!(
+        names_of(&r),
+        [["a"]],
+        "pushed again, even at the old version"
+    );
+    s.note("unsubscribe: no response, and no more pushes of b");
+    let r = s.delta(E, &[], &["b"]);
+    assert!(r.responses.is_empty());
+    s.set(E, "b", "e2");
+    let r = s.change(E, &["b"]);
+    assert!(r.responses.is_empty());
+    s.note("a phantom unsubscription is ignored");
+    let r = s.delta(E, &[], &["zzz"]);
+    assert!(r.responses.is_empty());
+    s.note("resubscribing a name the client holds: sent anyway (the doc)");
+    let r = s.delta(E, &["a"], &[]);
+    assert_eq!(names_of(&r), [["a"]]);
+    s.golden("removed_and_unsubscribe_delta");
+}
+
+#[test]
+fn reconnect_with_initial_versions_delta() {
+    let mut s = Script::new();
+    s.set(C, "a", "c1");
+    s.set(C, "b", "c2");
+    s.set(C, "c", "c1");
+    s.set(E, "a", "e1");
+    s.set(E, "b", "e2");
+    s.note("wildcard: a is current, b is old, gone is gone, c is new");
+    let r = s.delta_with(
+        C,
+        &["*"],
+        &[],
+        &[("a", "c1"), ("b", "c1"), ("gone", "c1")],
+        "",
+        None,
+    );
+    assert!(
+        matches!(&r.responses[..], [Response::Delta { resources, removed, .. }]
+        if resources == &[("b".to_string(), "c2".to_string()), ("c".to_string(), "c1".to_string())]
+            && removed == &["gone"])
+    );
+    s.note("explicit: same rules");
+    let r = s.delta_with(
+        E,
+        &["a", "b", "gone"],
+        &[],
+        &[("a", "e1"), ("b", "e1"), ("gone", "e1")],
+        "",
+        None,
+    );
+    assert!(
+        matches!(&r.responses[..], [Response::Delta { resources, removed, .. }]
+        if resources == &[("b".to_string(), "e2".to_string())] && removed == &["gone"])
+    );
+    s.note("legacy wildcard (empty subscribe) with everything current: an empty answer");
+    let mut t = Script::new();
+    t.set(C, "a", "c1");
+    let r = t.delta_with(C, &[], &[], &[("a", "c1")], "", None);
+    assert_eq!(names_of(&r), [Vec::<String>::new()]);
+    s.out.push_str(&t.out);
+    s.golden("initial_versions_delta");
+}
+
+#[test]
+fn coalesced_changes_send_the_latest_once() {
+    for delta in [false, true] {
+        let mut s = Script::new();
+        s.set(E, "a", "e1");
+        s.set(E, "b", "e1");
+        if delta {
+            s.delta(E, &["a", "b"], &[]);
+        } else {
+            s.sotw(E, &["a", "b"]);
+        }
+        s.note("a changed twice, c (not subscribed) once, while the client was busy");
+        s.set(E, "a", "e2");
+        s.set(E, "a", "e3");
+        s.set(E, "c", "e1");
+        let r = s.change(E, &["a", "c", "a"]);
+        assert_eq!(names_of(&r), [["a"]]);
+        s.note("only names the stream does not care about: nothing");
+        let r = s.change(E, &["c", "d"]);
+        assert!(r.responses.is_empty());
+        s.note("a no-op change: nothing");
+        let r = s.change(E, &["a", "b"]);
+        assert!(r.responses.is_empty());
+        s.note("a change back to what the client holds, coalesced: nothing");
+        s.set(E, "b", "e2");
+        s.set(E, "b", "e1");
+        let r = s.change(E, &["b"]);
+        assert!(r.responses.is_empty());
+        s.golden(if delta {
+            "coalesced_delta"
+        } else {
+            "coalesced_sotw"
+        });
+    }
+}
+
+#[test]
+fn ordering_cds_before_eds_lds_before_rds() {
+    for delta in [false, true] {
+        let mut s = Script::new();
+        for k in [C, L] {
+            if delta {
+                s.delta(k, &[], &[]);
+            } else {
+                s.sotw(k, &[]);
+            }
+        }
+        for k in [E, R] {
+            if delta {
+                s.delta(k, &["x"], &[]);
+            } else {
+                s.sotw(k, &["x"]);
+            }
+        }
+        for k in Kind::ALL {
+            s.set(k, "x", "v1");
+        }
+        let r = s.changes(&[(R, &["x"]), (E, &["x"]), (L, &["x"]), (C, &["x"])]);
+        let kinds: Vec<Kind> = r.responses.iter().map(Response::kind).collect();
+        assert_eq!(kinds, Kind::ALL);
+        s.golden(if delta {
+            "ordering_delta"
+        } else {
+            "ordering_sotw"
+        });
+    }
+}
+
+#[test]
+fn mixing_variants_is_a_protocol_error() {
+    let mut s = Script::new();
+    s.set(C, "a", "c1");
+    s.sotw(C, &[]);
+    assert_eq!(s.stream.is_delta(), Some(false));
+    let r = s.delta(E, &["a"], &[]);
+    assert!(matches!(
+        &r.events[..],
+        [Event::ProtocolError { kind: E, .. }]
+    ));
+    assert!(r.responses.is_empty());
+    assert_eq!(s.stream.interest(E), Interest::None, "nothing changed");
+    let mut t = Script::new();
+    t.delta(C, &[], &[]);
+    assert_eq!(t.stream.is_delta(), Some(true));
+    let r = t.sotw(C, &["a"]);
+    assert!(matches!(
+        &r.events[..],
+        [Event::ProtocolError { kind: C, .. }]
+    ));
+    assert_eq!(t.stream.interest(C), Interest::Wildcard, "nothing changed");
+    s.out.push_str(&t.out);
+    s.golden("protocol_error");
+}
+
+#[test]
+fn interest_follows_the_subscriptions() {
+    let cat = TestCatalog::default();
+    let mut st = Stream::new();
+    assert_eq!(st.is_delta(), None);
+    for k in Kind::ALL {
+        assert_eq!(st.interest(k), Interest::None);
+    }
+    let req = |kind, names: &[&str]| Request::Sotw {
+        kind,
+        version_info: String::new(),
+        names: strings(names),
+        nonce: String::new(),
+        error: None,
+    };
+    st.on_request(req(C, &[]), &cat);
+    st.on_request(req(E, &["b", "a"]), &cat);
+    st.on_request(req(L, &["l"]), &cat);
+    st.on_request(req(R, &[]), &cat);
+    assert_eq!(st.interest(C), Interest::Wildcard);
+    assert_eq!(st.interest(E), Interest::Names(vec!["a", "b"]));
+    assert_eq!(st.interest(L), Interest::Names(vec!["l"]));
+    assert_eq!(
+        st.interest(R),
+        Interest::None,
+        "an empty RDS list is no interest"
+    );
+}
+
+#[test]
+fn type_urls_round_trip() {
+    for k in Kind::ALL {
+        assert_eq!(Kind::from_type_url(k.type_url()), Some(k));
+    }
+    assert_eq!(
+        Kind::from_type_url("type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"),
+        None
+    );
+    assert!(C.is_full_state() && L.is_full_state());
+    assert!(!E.is_full_state() && !R.is_full_state());
+}
+
+#[test]
+fn version_info_is_a_content_hash() {
+    let run = |order: &[&str]| {
+        let mut s = Script::new();
+        for n in order {
+            s.set(C, n, "c1");
+        }
+        match &s.sotw(C, &[]).responses[0] {
+            Response::Sotw { version_info, .. } => version_info.clone(),
+            r => panic!("{r:?}"),
+        }
+    };
+    let v = run(&["a", "b"]);
+    assert_eq!(v, run(&["b", "a"]), "the same content, the same version");
+    assert_ne!(v, run(&["a"]));
+    assert_eq!(v.len(), 16);
+}
+
+/// A delta client: applies responses, answers each with an ACK.
+#[derive(Default)]
+struct Client {
+    held: BTreeMap<String, String>,
+    explicit: BTreeSet<String>,
+    wildcard: bool,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Set(usize, u8),
+    Del(usize),
+    /// Notify the stream of these names (a busy server's union).
+    Notify(Vec<usize>),
+    Sub(usize),
+    Unsub(usize),
+    SubStar,
+    UnsubStar,
+}
+
+const POOL: [&str; 5] = ["a", "b", "c", "d", "alias-a"];
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        (0..POOL.len(), 0u8..3).prop_map(|(n, v)| Op::Set(n, v)),
+        (0..POOL.len()).prop_map(Op::Del),
+        proptest::collection::vec(0..POOL.len(), 1..4).prop_map(Op::Notify),
+        (0..POOL.len()).prop_map(Op::Sub),
+        (0..POOL.len()).prop_map(Op::Unsub),
+        Just(Op::SubStar),
+        Just(Op::UnsubStar),
+    ]
+}
+
+fn apply(client: &mut Client, step: &Step) -> Option<String> {
+    let mut nonce = None;
+    for r in &step.responses {
+        let Response::Delta {
+            resources,
+            removed,
+            nonce: n,
+            ..
+        } = r
+        else {
+            panic!("{r:?}");
+        };
+        for (name, v) in resources {
+            client.held.insert(name.clone(), v.clone());
+        }
+        for name in removed {
+            client.held.remove(name);
+        }
+        nonce = Some(n.clone());
+    }
+    nonce
+}
+
+proptest::proptest! {
+    /// For any script, a delta client that applies each response (and ACKs it) ends up
+    /// holding exactly the catalog's versions of what it subscribed to, once the server
+    /// has told the stream about every change.
+    #[test]
+    fn delta_client_converges(
+        wildcard_start in proptest::bool::ANY,
+        kind_cluster in proptest::bool::ANY,
+        ops in proptest::collection::vec(op(), 0..40),
+    ) {
+        let kind = if kind_cluster { C } else { E };
+        let mut cat = TestCatalog::default();
+        let mut st = Stream::new();
+        let mut client = Client::default();
+        let mut pending: BTreeSet<&str> = BTreeSet::new();
+        let first = Request::Delta {
+            kind,
+            subscribe: if wildcard_start { vec![] } else { vec!["a".to_string()] },
+            unsubscribe: vec![],
+            initial_versions: BTreeMap::new(),
+            nonce: String::new(),
+            error: None,
+        };
+        client.wildcard = wildcard_start && kind.is_full_state();
+        if !wildcard_start {
+            client.explicit.insert("a".to_string());
+        }
+        let step = st.on_request(first, &cat);
+        let mut ack = apply(&mut client, &step);
+        for op in ops {
+            let mut sub = vec![];
+            let mut unsub = vec![];
+            match op {
+                Op::Set(n, v) => {
+                    cat.res.insert((kind, POOL[n].to_string()), (format!("v{v}"), !POOL[n].starts_with("alias")));
+                    pending.insert(POOL[n]);
+                }
+                Op::Del(n) => {
+                    cat.res.remove(&(kind, POOL[n].to_string()));
+                    pending.insert(POOL[n]);
+                }
+                Op::Notify(ns) => {
+                    let names: Vec<&str> = ns.iter().map(|&n| POOL[n]).filter(|n| pending.remove(n)).collect();
+                    let step = st.on_change(kind, &names, &cat);
+                    ack = apply(&mut client, &step).or(ack);
+                }
+                Op::Sub(n) => {
+                    client.explicit.insert(POOL[n].to_string());
+                    sub.push(POOL[n].to_string());
+                }
+                Op::Unsub(n) => {
+                    // The client forgets an unsubscribed name unless a wildcard may cover it
+                    // (then the server tells it).
+                    if client.explicit.remove(POOL[n]) && !client.wildcard {
+                        client.held.remove(POOL[n]);
+                    }
+                    unsub.push(POOL[n].to_string());
+                }
+                Op::SubStar => {
+                    if kind.is_full_state() { client.wildcard = true; }
+                    sub.push("*".to_string());
+                }
+                Op::UnsubStar => {
+                    if kind.is_full_state() && client.wildcard {
+                        client.wildcard = false;
+                        let explicit = client.explicit.clone();
+                        client.held.retain(|n, _| explicit.contains(n));
+                    }
+                    unsub.push("*".to_string());
+                }
+            }
+            if !sub.is_empty() || !unsub.is_empty() || ack.is_some() {
+                let req = Request::Delta {
+                    kind,
+                    subscribe: sub,
+                    unsubscribe: unsub,
+                    initial_versions: BTreeMap::new(),
+                    nonce: ack.take().unwrap_or_default(),
+                    error: None,
+                };
+                let step = st.on_request(req, &cat);
+                ack = apply(&mut client, &step);
+            }
+        }
+        let names: Vec<&str> = std::mem::take(&mut pending).into_iter().collect();
+        let step = st.on_change(kind, &names, &cat);
+        apply(&mut client, &step);
+        let want: BTreeMap<String, String> = POOL
+            .iter()
+            .filter(|n| client.explicit.contains(**n) || (client.wildcard && !n.starts_with("alias")))
+            .filter_map(|n| Some((n.to_string(), cat.version(kind, n)?.to_string())))
+            .collect();
+        proptest::prop_assert_eq!(&client.held, &want);
+        // Nothing more to send: the stream agrees with the client.
+        let all: Vec<&str> = POOL.to_vec();
+        proptest::prop_assert!(st.on_change(kind, &all, &cat).responses.is_empty());
+    }
+}
