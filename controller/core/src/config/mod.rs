@@ -57,7 +57,7 @@ pub use validate::parse_config;
 pub use validated::{
     ClusterConfig, Config, ConfigMapSink, Connection, Credentials, DEFAULT_CA_FILE,
     DEFAULT_CONFIGMAP_NAME, DEFAULT_TOKEN_FILE, DEFAULT_WEIGHT, DiscoveredServicesSink,
-    HomeCluster, HttpSettings, LeaderElection, Schema, Settings, Sinks,
+    HomeCluster, HttpSettings, LeaderElection, Schema, Settings, Sinks, XdsSettings, XdsTls,
 };
 
 pub use crate::source::filter::{AnchoredRegex, LabelSelector, NamespaceFilter};

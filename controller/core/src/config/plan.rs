@@ -14,6 +14,7 @@
 //! | `sinks.discoveredservices.enabled/namespace_mode/namespace` | always on (`enabled: false` is refused): [`ObjectNaming`], `Source` or `Fixed(namespace)` |
 //! | `sinks.configmap.enabled/namespace/name` | `Option<`[`ConfigMapSink`]`>`: namespace and a name of at most [`MAX_CONFIGMAP_NAME_LEN`] |
 //! | `leader_election.enabled/lease_duration/renew_deadline/retry_period` | `Option<`[`LeasePlan`]`>` with effective, ordered [`LeaseTimings`] |
+//! | `xds.addr/auth_token_file/cert_file/key_file/client_ca_file` | `Option<`[`XdsSettings`]`>`: an address the HTTP server (`--http-addr` applied) does not take, TLS only with a certificate and its key |
 //! | `service`/`client` or `kubeconfig`/`context`, `--kubeconfig` | [`Connection`] (override applied), a token XOR a token file ([`super::Credentials`]) |
 
 use std::net::SocketAddr;
@@ -24,7 +25,10 @@ use serde_json::Value;
 
 use super::error::{ConfigErrors, Errors};
 use super::raw::KUBERNETES;
-use super::validated::{ClusterConfig, Config, ConfigMapSink, Connection, HttpSettings};
+use super::rules::addrs_conflict;
+use super::validated::{
+    ClusterConfig, Config, ConfigMapSink, Connection, HttpSettings, XdsSettings,
+};
 use crate::crd::{NamespaceMode, ObjectNaming};
 use crate::index::Index;
 use crate::model::{ServiceKey, SourceKind};
@@ -68,6 +72,8 @@ pub struct Plan {
     pub writes: Writes,
     /// HTTP server (`--http-addr` applied).
     pub http: HttpSettings,
+    /// xDS server (`None`: off); on every replica, leader or not.
+    pub xds: Option<XdsSettings>,
     /// Leader election, when enabled.
     pub leader_election: Option<LeasePlan>,
     /// `discovery.kubernetes` as configured (before overrides), tokens
@@ -298,6 +304,18 @@ impl Config {
                 "only valid in single-cluster mode (use discovery.kubernetes[].kubeconfig and kube_discovery.home)",
             );
         }
+        let http_addr = overrides.http_addr.unwrap_or(s.http.addr);
+        if let (Some(o), Some(x)) = (overrides.http_addr, &s.xds)
+            && addrs_conflict(o, x.addr)
+        {
+            errors.push(
+                "--http-addr",
+                format!(
+                    "{o} conflicts with kube_discovery.xds.addr {} (the same port on the same or every address); the two servers need different ports",
+                    x.addr
+                ),
+            );
+        }
         let clusters = self.resolve_clusters(overrides, &mut errors);
         let Some(clusters) = clusters else {
             return Err(ConfigErrors(errors.0));
@@ -318,9 +336,10 @@ impl Config {
                 start_qps: s.write_qps_start.min(s.write_qps),
             },
             http: HttpSettings {
-                addr: overrides.http_addr.unwrap_or(s.http.addr),
+                addr: http_addr,
                 auth_token_file: s.http.auth_token_file.clone(),
             },
+            xds: s.xds.clone(),
             leader_election,
             redacted_config: self.kubernetes_redacted_json(),
         })

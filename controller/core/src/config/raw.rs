@@ -19,7 +19,8 @@ use super::rules::{
     check_id, check_instance, check_kubeconfig, check_label_selector, check_namespace_mode,
     check_namespace_name, check_object_name, check_path_len, check_plain_context,
     check_plain_namespace, check_plain_path, check_port, check_qps, check_regex, check_regex_list,
-    check_schema, check_shared_size, check_socket_addr, check_token, check_weight, err, strip_ws,
+    check_schema, check_shared_size, check_socket_addr, check_token, check_weight, check_xds_addr,
+    check_xds_client_ca, check_xds_pair, err, strip_ws,
 };
 use super::secret::Secret;
 
@@ -366,6 +367,8 @@ pub(super) struct RawSettings {
     #[garde(dive)]
     pub(super) http: Option<RawHttp>,
     #[garde(dive)]
+    pub(super) xds: Option<RawXds>,
+    #[garde(dive)]
     pub(super) sinks: Option<RawSinks>,
     #[garde(dive)]
     pub(super) home: Option<RawHome>,
@@ -391,6 +394,37 @@ pub(super) struct RawHttp {
     pub(super) addr: Option<String>,
     #[garde(custom(check_plain_path))]
     pub(super) auth_token_file: Option<String>,
+}
+
+/// `kube_discovery.xds`: no `addr`, no xDS server.
+#[derive(Debug, Default, Deserialize, Validate)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawXds {
+    #[garde(custom(check_xds_addr(self.other_keys())))]
+    pub(super) addr: Option<String>,
+    #[garde(custom(check_plain_path))]
+    pub(super) auth_token_file: Option<String>,
+    #[garde(custom(check_plain_path), custom(check_xds_pair("key_file", self.key_file.is_some())))]
+    pub(super) cert_file: Option<String>,
+    #[garde(custom(check_plain_path), custom(check_xds_pair("cert_file", self.cert_file.is_some())))]
+    pub(super) key_file: Option<String>,
+    #[garde(custom(check_plain_path), custom(check_xds_client_ca(self.cert_file.is_some() || self.key_file.is_some())))]
+    pub(super) client_ca_file: Option<String>,
+}
+
+impl RawXds {
+    /// The keys other than `addr` that are set, in key order.
+    fn other_keys(&self) -> Vec<&'static str> {
+        [
+            ("auth_token_file", self.auth_token_file.is_some()),
+            ("cert_file", self.cert_file.is_some()),
+            ("key_file", self.key_file.is_some()),
+            ("client_ca_file", self.client_ca_file.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(k, set)| set.then_some(k))
+        .collect()
+    }
 }
 
 /// `kube_discovery.sinks`.

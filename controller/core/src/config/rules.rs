@@ -247,6 +247,60 @@ pub(super) fn check_socket_addr(v: &Option<String>, _: &()) -> garde::Result {
     }
 }
 
+/// `xds.addr`: `ip:port`; required once any other `xds` key is set (without
+/// it xDS is off, and TLS or a token set for nothing is a mistake to report).
+pub(super) fn check_xds_addr(
+    others: Vec<&'static str>,
+) -> impl FnOnce(&Option<String>, &()) -> garde::Result {
+    move |v, ctx| match v {
+        None if !others.is_empty() => err(format!(
+            "is required when {} is set (without addr xDS is off; remove the xds section to turn it off)",
+            others.join(", ")
+        )),
+        v => check_socket_addr(v, ctx),
+    }
+}
+
+/// `xds.cert_file` / `xds.key_file`: both or neither; reported on the missing
+/// one, naming the one that is set.
+pub(super) fn check_xds_pair(
+    other: &'static str,
+    other_set: bool,
+) -> impl FnOnce(&Option<String>, &()) -> garde::Result {
+    move |v, _| match v {
+        None if other_set => err(format!("is required when {other} is set")),
+        _ => Ok(()),
+    }
+}
+
+/// `xds.client_ca_file`: mTLS is TLS that also checks client certificates,
+/// so it needs the server's `cert_file` and `key_file`.
+pub(super) fn check_xds_client_ca(
+    tls_set: bool,
+) -> impl FnOnce(&Option<String>, &()) -> garde::Result {
+    move |v, _| match v {
+        Some(_) if !tls_set => err(
+            "needs cert_file and key_file (client certificates are checked on a TLS connection)",
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Two listen addresses one process cannot both bind: the same port (not 0,
+/// which picks a free one) on the same address, or one of them the
+/// wildcard of its family (`[::]` also takes IPv4 on a dual-stack host).
+pub(super) fn addrs_conflict(a: SocketAddr, b: SocketAddr) -> bool {
+    if a.port() != b.port() || a.port() == 0 {
+        return false;
+    }
+    let (x, y) = (a.ip(), b.ip());
+    let v6_any = |ip: IpAddr| ip.is_ipv6() && ip.is_unspecified();
+    x == y
+        || v6_any(x)
+        || v6_any(y)
+        || (x.is_ipv4() == y.is_ipv4() && (x.is_unspecified() || y.is_unspecified()))
+}
+
 pub(super) fn check_plain_path(v: &Option<String>, _: &()) -> garde::Result {
     match v {
         Some(p) if p.is_empty() || p.len() > 4096 => err("must be a path of 1..4096 characters"),

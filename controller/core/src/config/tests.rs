@@ -1186,3 +1186,198 @@ fn coalesce_leading_edge_is_on_by_default_and_takes_a_boolean() {
         );
     }
 }
+
+#[test]
+fn xds_is_off_without_an_addr_and_takes_its_keys() {
+    for yaml in [
+        "discovery: {kubernetes: {}}\n",
+        "discovery: {kubernetes: {}}\nkube_discovery: {xds: }\n",
+        "discovery: {kubernetes: {}}\nkube_discovery: {xds: {}}\n",
+    ] {
+        let c = ok(yaml);
+        assert_eq!(c.settings.xds, None, "{yaml}");
+        assert!(c.redacted_json()["kube_discovery"]["xds"].is_null());
+    }
+    let env = env_of(&[
+        ("KUBERNETES_SERVICE_HOST", "h"),
+        ("KUBERNETES_SERVICE_PORT", "1"),
+        ("TLS", "/tls"),
+    ]);
+    let yaml = r#"
+discovery: {kubernetes: {}}
+kube_discovery:
+  http: {addr: "0.0.0.0:8080"}
+  xds:
+    addr: "0.0.0.0:18000"
+    auth_token_file: /etc/kd/xds-token
+    cert_file: "${TLS}/tls.crt"
+    key_file: "${TLS}/tls.key"
+    client_ca_file: "${TLS}/ca.crt"
+"#;
+    let c = parse_config(yaml, &env).unwrap_or_else(|e| panic!("{e}"));
+    let want = XdsSettings {
+        addr: "0.0.0.0:18000".parse().unwrap(),
+        auth_token_file: Some("/etc/kd/xds-token".into()),
+        tls: Some(XdsTls {
+            cert_file: "/tls/tls.crt".into(),
+            key_file: "/tls/tls.key".into(),
+            client_ca_file: Some("/tls/ca.crt".into()),
+        }),
+    };
+    assert_eq!(c.settings.xds.as_ref(), Some(&want));
+    let plan = c
+        .resolve(&Overrides::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(plan.xds.as_ref(), Some(&want));
+    // The effective config shows the keys as written (expanded) and reads back
+    // as the same settings.
+    let shown = c.redacted_json()["kube_discovery"]["xds"].clone();
+    assert_eq!(
+        shown,
+        serde_json::json!({"addr": "0.0.0.0:18000", "auth_token_file": "/etc/kd/xds-token",
+            "cert_file": "/tls/tls.crt", "key_file": "/tls/tls.key", "client_ca_file": "/tls/ca.crt"})
+    );
+    let again = ok(&format!(
+        "discovery: {{kubernetes: {{}}}}\nkube_discovery: {{xds: {shown}}}\n"
+    ));
+    assert_eq!(again.settings.xds, Some(want));
+    // TLS without client certificates, no token; port 0 (a free port, as
+    // the tests bind) next to an HTTP port 0.
+    let c = ok(
+        "discovery: {kubernetes: {}}\nkube_discovery: {http: {addr: \"127.0.0.1:0\"}, xds: {addr: \"127.0.0.1:0\", cert_file: /c, key_file: /k}}\n",
+    );
+    assert_eq!(
+        c.settings.xds,
+        Some(XdsSettings {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            auth_token_file: None,
+            tls: Some(XdsTls {
+                cert_file: "/c".into(),
+                key_file: "/k".into(),
+                client_ca_file: None
+            }),
+        })
+    );
+    // Plaintext, on [::1].
+    let x = ok("discovery: {kubernetes: {}}\nkube_discovery: {xds: {addr: \"[::1]:18000\"}}\n")
+        .settings
+        .xds
+        .unwrap();
+    assert_eq!(
+        (x.addr.to_string(), x.auth_token_file, x.tls),
+        ("[::1]:18000".to_string(), None, None)
+    );
+}
+
+#[test]
+fn xds_rules_name_the_field() {
+    let kd = |s: &str| format!("discovery: {{kubernetes: {{}}}}\nkube_discovery:\n  {s}\n");
+    let only = |s: &str| {
+        let lines = errs(&kd(s));
+        assert_eq!(lines.len(), 1, "{s}: {lines:?}");
+        lines[0].clone()
+    };
+    assert_eq!(
+        only(r#"xds: {addr: "localhost:18000"}"#),
+        r#"kube_discovery.xds.addr: "localhost:18000" must be ip:port, e.g. 0.0.0.0:8080"#
+    );
+    assert_eq!(
+        only("xds: {auth_token_file: /t, cert_file: /c, key_file: /k}"),
+        "kube_discovery.xds.addr: is required when auth_token_file, cert_file, key_file is set (without addr xDS is off; remove the xds section to turn it off)"
+    );
+    assert_eq!(
+        only(r#"xds: {addr: "0.0.0.0:18000", cert_file: /c}"#),
+        "kube_discovery.xds.key_file: is required when cert_file is set"
+    );
+    assert_eq!(
+        only(r#"xds: {addr: "0.0.0.0:18000", key_file: /k, client_ca_file: /ca}"#),
+        "kube_discovery.xds.cert_file: is required when key_file is set"
+    );
+    assert_eq!(
+        only(r#"xds: {addr: "0.0.0.0:18000", client_ca_file: /ca}"#),
+        "kube_discovery.xds.client_ca_file: needs cert_file and key_file (client certificates are checked on a TLS connection)"
+    );
+    assert_eq!(
+        only(r#"xds: {addr: "0.0.0.0:18000", auth_token_file: ""}"#),
+        "kube_discovery.xds.auth_token_file: must be a path of 1..4096 characters"
+    );
+    assert_eq!(
+        only(r#"xds: {addr: "0.0.0.0:18000", cert_file: "${NOPE}/c", key_file: /k}"#),
+        "kube_discovery.xds.cert_file: environment variable NOPE is not set"
+    );
+    has(
+        &errs(&kd(r#"xds: {addr: "0.0.0.0:18000", port: 18000}"#)),
+        "kube_discovery.xds.port",
+        "unknown field `port`, expected one of `addr`, `auth_token_file`, `cert_file`, `key_file`, `client_ca_file`",
+    );
+    // The HTTP server's address (default 0.0.0.0:8080, or as set) is taken:
+    // the same address, or the same port where one of them is the wildcard.
+    for (http, xds) in [
+        (None, "0.0.0.0:8080"),
+        (None, "127.0.0.1:8080"),
+        (Some("10.0.0.1:9000"), "10.0.0.1:9000"),
+        (Some("127.0.0.1:9000"), "0.0.0.0:9000"),
+        (Some("127.0.0.1:9000"), "[::]:9000"),
+        (Some("[::1]:9000"), "[::1]:9000"),
+    ] {
+        let http_key = http
+            .map(|h| format!("http: {{addr: \"{h}\"}}\n  "))
+            .unwrap_or_default();
+        assert_eq!(
+            only(&format!("{http_key}xds: {{addr: \"{xds}\"}}")),
+            format!(
+                "kube_discovery.xds.addr: {xds} conflicts with kube_discovery.http.addr {} (the same port on the same or every address); the two servers need different ports",
+                http.unwrap_or("0.0.0.0:8080")
+            ),
+            "{http:?} {xds}"
+        );
+    }
+    // Different ports, different addresses, other families, port 0: fine.
+    for (http, xds) in [
+        ("0.0.0.0:8080", "0.0.0.0:18000"),
+        ("127.0.0.1:9000", "127.0.0.2:9000"),
+        ("0.0.0.0:9000", "[::1]:9000"),
+        ("127.0.0.1:0", "127.0.0.1:0"),
+    ] {
+        ok(&kd(&format!(
+            "http: {{addr: \"{http}\"}}\n  xds: {{addr: \"{xds}\"}}"
+        )));
+    }
+    // Every problem at once, one line each.
+    let lines = errs(&kd(
+        r#"xds: {addr: "0.0.0.0:8080", cert_file: "", client_ca_file: /ca}"#,
+    ));
+    has(
+        &lines,
+        "kube_discovery.xds.addr",
+        "conflicts with kube_discovery.http.addr",
+    );
+    has(&lines, "kube_discovery.xds.cert_file", "must be a path");
+    has(
+        &lines,
+        "kube_discovery.xds.key_file",
+        "is required when cert_file is set",
+    );
+    assert_eq!(lines.len(), 3, "{lines:?}");
+}
+
+#[test]
+fn the_http_addr_override_must_not_take_the_xds_addr() {
+    let c = ok("discovery: {kubernetes: {}}\nkube_discovery: {xds: {addr: \"0.0.0.0:18000\"}}\n");
+    let resolve = |addr: &str| {
+        c.resolve(&Overrides {
+            http_addr: Some(addr.parse().unwrap()),
+            ..Overrides::default()
+        })
+    };
+    assert_eq!(
+        resolve("127.0.0.1:18000").unwrap_err().to_string(),
+        "--http-addr: 127.0.0.1:18000 conflicts with kube_discovery.xds.addr 0.0.0.0:18000 (the same port on the same or every address); the two servers need different ports"
+    );
+    let p = resolve("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.http.addr, "127.0.0.1:0".parse().unwrap());
+    assert_eq!(
+        p.xds.map(|x| x.addr),
+        Some("0.0.0.0:18000".parse().unwrap())
+    );
+}

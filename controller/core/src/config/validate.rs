@@ -11,6 +11,7 @@
 //! from another key.
 
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -20,14 +21,14 @@ use super::duration::{format_duration, parse_duration};
 use super::error::{ConfigErrors, Errors};
 use super::raw::{
     self, KUBE_DISCOVERY, KUBERNETES, RawClient, RawCluster, RawDocument, RawExternalName,
-    RawKubernetes, RawService, RawSettings,
+    RawKubernetes, RawService, RawSettings, RawXds,
 };
-use super::rules::{Ctx, drain_of, strip_ws};
+use super::rules::{Ctx, addrs_conflict, drain_of, strip_ws};
 use super::secret::Secret;
 use super::validated::{
     ClusterConfig, Config, ConfigMapSink, Connection, Credentials, DEFAULT_CA_FILE,
     DEFAULT_CONFIGMAP_NAME, DEFAULT_TOKEN_FILE, DEFAULT_WEIGHT, DiscoveredServicesSink,
-    HomeCluster, HttpSettings, LeaderElection, Schema, Settings, Sinks,
+    HomeCluster, HttpSettings, LeaderElection, Schema, Settings, Sinks, XdsSettings, XdsTls,
 };
 use crate::crd::{DEFAULT_INSTANCE, ObjectNaming};
 use crate::source::filter::{AnchoredRegex, LabelSelector, NamespaceFilter};
@@ -382,6 +383,23 @@ fn validate_settings(
             "/unset",
         );
     }
+    if let Some(xds) = raw.xds.as_mut() {
+        for (v, key) in [
+            (&mut xds.auth_token_file, "auth_token_file"),
+            (&mut xds.cert_file, "cert_file"),
+            (&mut xds.key_file, "key_file"),
+            (&mut xds.client_ca_file, "client_ca_file"),
+        ] {
+            expand_opt(
+                v,
+                &format!("kube_discovery.xds.{key}"),
+                env,
+                errors,
+                "",
+                "/unset",
+            );
+        }
+    }
     if let Some(home) = raw.home.as_mut() {
         expand_opt(
             &mut home.kubeconfig,
@@ -432,6 +450,14 @@ fn validate_settings(
             .unwrap_or(default)
     };
     let http = raw.http.unwrap_or_default();
+    let http = HttpSettings {
+        addr: http
+            .addr
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(d.http.addr),
+        auth_token_file: http.auth_token_file.map(PathBuf::from),
+    };
+    let xds = raw.xds.and_then(|x| xds_settings(x, &http, errors));
     let sinks = raw.sinks.unwrap_or_default();
     let ds = sinks.discoveredservices.unwrap_or_default();
     let cm = sinks.configmap.unwrap_or_default();
@@ -488,13 +514,8 @@ fn validate_settings(
             .unwrap_or(d.write_concurrency),
         write_qps: raw.write_qps.unwrap_or(d.write_qps),
         write_qps_start: raw.write_qps_start.unwrap_or(d.write_qps_start),
-        http: HttpSettings {
-            addr: http
-                .addr
-                .and_then(|a| a.parse().ok())
-                .unwrap_or(d.http.addr),
-            auth_token_file: http.auth_token_file.map(PathBuf::from),
-        },
+        http,
+        xds,
         sinks: Sinks {
             discoveredservices: DiscoveredServicesSink {
                 enabled: ds.enabled.unwrap_or(true),
@@ -533,4 +554,33 @@ fn validate_settings(
             retry_period,
         },
     }
+}
+
+/// `kube_discovery.xds` (its keys already checked by the garde rules): `None`
+/// without an `addr` (off) or when its `addr` is also the HTTP server's
+/// (reported: one of the two servers could not listen).
+fn xds_settings(raw: RawXds, http: &HttpSettings, errors: &mut Errors) -> Option<XdsSettings> {
+    let addr: SocketAddr = raw.addr?.parse().ok()?;
+    if addrs_conflict(addr, http.addr) {
+        errors.push(
+            "kube_discovery.xds.addr",
+            format!(
+                "{addr} conflicts with kube_discovery.http.addr {} (the same port on the same or every address); the two servers need different ports",
+                http.addr
+            ),
+        );
+    }
+    let tls = match (raw.cert_file, raw.key_file) {
+        (Some(cert), Some(key)) => Some(XdsTls {
+            cert_file: PathBuf::from(cert),
+            key_file: PathBuf::from(key),
+            client_ca_file: raw.client_ca_file.map(PathBuf::from),
+        }),
+        _ => None,
+    };
+    Some(XdsSettings {
+        addr,
+        auth_token_file: raw.auth_token_file.map(PathBuf::from),
+        tls,
+    })
 }

@@ -201,6 +201,31 @@ pub struct HttpSettings {
     pub auth_token_file: Option<PathBuf>,
 }
 
+/// `kube_discovery.xds` (None: off): the xDS (ADS) server every replica
+/// runs for Envoy and proxyless gRPC clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XdsSettings {
+    /// Listen address (never the HTTP server's).
+    pub addr: SocketAddr,
+    /// Bearer token file clients send as `authorization: Bearer <token>`
+    /// gRPC metadata (`None`: no authentication).
+    pub auth_token_file: Option<PathBuf>,
+    /// TLS (`None`: plaintext).
+    pub tls: Option<XdsTls>,
+}
+
+/// `kube_discovery.xds.cert_file`/`key_file`/`client_ca_file`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XdsTls {
+    /// PEM certificate chain of the server.
+    pub cert_file: PathBuf,
+    /// PEM private key of the server.
+    pub key_file: PathBuf,
+    /// PEM CA bundle client certificates must chain to (`Some`: mTLS,
+    /// a client without a valid certificate is refused).
+    pub client_ca_file: Option<PathBuf>,
+}
+
 /// `kube_discovery.sinks.discoveredservices`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DiscoveredServicesSink {
@@ -296,6 +321,8 @@ pub struct Settings {
     pub write_qps_start: f64,
     /// HTTP server.
     pub http: HttpSettings,
+    /// xDS server (`None`: off).
+    pub xds: Option<XdsSettings>,
     /// Sinks.
     pub sinks: Sinks,
     /// Home cluster (multi-cluster mode).
@@ -335,6 +362,7 @@ impl Default for Settings {
                 addr: SocketAddr::from(([0, 0, 0, 0], 8080)),
                 auth_token_file: None,
             },
+            xds: None,
             sinks: Sinks {
                 discoveredservices: DiscoveredServicesSink {
                     enabled: true,
@@ -389,6 +417,15 @@ impl Settings {
             "write_qps_start": self.write_qps_start,
             "http": {"addr": self.http.addr.to_string(),
                      "auth_token_file": self.http.auth_token_file.as_ref().map(|p| p.display().to_string())},
+            "xds": self.xds.as_ref().map(|x| {
+                let tls = x.tls.as_ref();
+                let path = |p: Option<&PathBuf>| p.map(|p| p.display().to_string());
+                json!({"addr": x.addr.to_string(),
+                       "auth_token_file": path(x.auth_token_file.as_ref()),
+                       "cert_file": path(tls.map(|t| &t.cert_file)),
+                       "key_file": path(tls.map(|t| &t.key_file)),
+                       "client_ca_file": path(tls.and_then(|t| t.client_ca_file.as_ref()))})
+            }),
             "sinks": {
                 "discoveredservices": {"enabled": self.sinks.discoveredservices.enabled, "namespace_mode": mode, "namespace": ns},
                 "configmap": configmap,
