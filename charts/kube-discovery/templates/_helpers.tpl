@@ -99,6 +99,54 @@ else the generated `<fullname>-api-token` (with `create`), else none ("").
 {{- .Values.http.authTokenSecret.key | default "token" }}
 {{- end }}
 
+{{/*
+The Secret with the bearer token of the xDS server (only with `xds.enabled`):
+the given one, else the generated `<fullname>-xds-token` (with `create`), else
+none ("").
+*/}}
+{{- define "kube-discovery.xdsAuthSecretName" -}}
+{{- $a := .Values.xds.authTokenSecret }}
+{{- if .Values.xds.enabled }}
+{{- if $a.name }}
+{{- $a.name }}
+{{- else if $a.create }}
+{{- printf "%s-xds-token" (include "kube-discovery.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The xDS Service: `<fullname>-xds`. */}}
+{{- define "kube-discovery.xdsServiceName" -}}
+{{- printf "%s-xds" (include "kube-discovery.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Key of the token in that Secret. */}}
+{{- define "kube-discovery.xdsAuthSecretKey" -}}
+{{- .Values.xds.authTokenSecret.key | default "token" }}
+{{- end }}
+
+{{/* The xDS settings (`kube_discovery.xds`) as a YAML dict; "{}" when off. */}}
+{{- define "kube-discovery.xdsConfig" -}}
+{{- $x := .Values.xds }}
+{{- $out := dict }}
+{{- if $x.enabled }}
+{{- if eq (int $x.port) (int .Values.http.port) }}
+{{- fail (printf "xds.port: %d is also http.port; the xDS and HTTP servers need different ports" (int $x.port)) }}
+{{- end }}
+{{- if and $x.tls.clientCA.secretName (not $x.tls.secretName) }}
+{{- fail "xds.tls.clientCA.secretName needs xds.tls.secretName (client certificates are checked on a TLS connection)" }}
+{{- end }}
+{{- $_ := set $out "addr" (printf "0.0.0.0:%d" (int $x.port)) }}
+{{- if include "kube-discovery.xdsAuthSecretName" . }}{{ $_ := set $out "auth_token_file" "/etc/kube-discovery/xds-auth/token" }}{{ end }}
+{{- if $x.tls.secretName }}
+{{- $_ := set $out "cert_file" "/etc/kube-discovery/xds-tls/tls.crt" }}
+{{- $_ := set $out "key_file" "/etc/kube-discovery/xds-tls/tls.key" }}
+{{- end }}
+{{- if $x.tls.clientCA.secretName }}{{ $_ := set $out "client_ca_file" "/etc/kube-discovery/xds-client-ca/ca.crt" }}{{ end }}
+{{- end }}
+{{- toYaml $out }}
+{{- end }}
+
 {{- define "kube-discovery.leaseName" -}}
 {{- default (include "kube-discovery.fullname" .) .Values.controller.leaderElection.leaseName }}
 {{- end }}
@@ -219,6 +267,7 @@ client:
 {{- $http := dict "addr" (printf "0.0.0.0:%d" (int .Values.http.port)) }}
 {{- if include "kube-discovery.authSecretName" . }}{{ $_ := set $http "auth_token_file" "/etc/kube-discovery/http-auth/token" }}{{ end }}
 {{- $_ := set $kd "http" $http }}
+{{- if .Values.xds.enabled }}{{ $_ := set $kd "xds" (include "kube-discovery.xdsConfig" . | fromYaml) }}{{ end }}
 {{- $_ := set $kd "instance" (default (.Release.Name | replace "." "-") $c.instance) }}
 {{- with $c.adoptInstances }}{{ $_ := set $kd "adopt_instances" . }}{{ end }}
 {{- with $c.watchTimeout }}{{ $_ := set $kd "watch_timeout" . }}{{ end }}

@@ -19,3 +19,4 @@ mod render;
 mod sim;
 mod upgrade;
 mod values;
+mod xds;

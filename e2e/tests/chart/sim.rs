@@ -6,6 +6,8 @@
 //!   with kubectl v1.34 and the machine's kubectl, storing nothing;
 //! * `helm install` → `helm upgrade` (changed config rolls the checksum) →
 //!   `helm uninstall` leaving nothing behind but the CRD;
+//! * `xds.enabled`: the xDS Service and token Secret installed, the generated
+//!   token kept across an upgrade, both gone when xDS is turned off;
 //! * the controller binary run the way the chart runs it: the config read
 //!   back from the installed ConfigMap, the chart ServiceAccount's token, RBAC
 //!   enforced by the API server; `kubectl get dsvc -A` shows the expected object.
@@ -231,6 +233,16 @@ async fn chart_plain_rbac_applies_and_rendered_chart_passes_server_dry_run(backe
     for (file, args) in [
         ("default.yaml", vec![]),
         ("multi.yaml", vec!["-f", multi.as_str()]),
+        // xDS on with the objects it adds (Service with appProtocol, token
+        // Secret, TLS volumes; not the NetworkPolicy: kube-sim serves no
+        // networking.k8s.io).
+        (
+            "xds.yaml",
+            vec![
+                "--set",
+                "xds.enabled=true,xds.tls.secretName=xds-cert,xds.tls.clientCA.secretName=xds-cert",
+            ],
+        ),
     ] {
         let (path, count) = write_rendered(&env, file, &args);
         assert!(count >= 9, "{file}: {count} objects");
@@ -379,6 +391,87 @@ async fn chart_helm_install_upgrade_uninstall_leaves_only_the_crd(backend: Backe
 }
 
 /// The controller binary built by `./test.sh` (`cargo build --workspace --bins`).
+/// `xds.enabled`: the API server takes the xDS Service (`appProtocol: grpc`),
+/// and the generated xDS token survives an upgrade (`lookup`), as the API
+/// token does.
+#[both_backends]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chart_xds_service_and_token_survive_an_upgrade(backend: Backend) {
+    let env = Env::start(backend).await;
+    let chart = chart_dir().display().to_string();
+    let xds_token = |env: &Env| {
+        env.kubectl_ok(&[
+            "get",
+            "secret",
+            &format!("{FULLNAME}-xds-token"),
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.data.token}",
+        ])
+    };
+    env.helm_ok(&[
+        "install",
+        RELEASE,
+        &chart,
+        "--namespace",
+        NS,
+        "--create-namespace",
+        "--set",
+        "xds.enabled=true",
+    ]);
+    let before = xds_token(&env);
+    assert_eq!(before.len(), 44, "32 characters, base64: {before:?}");
+    let svc = env.kubectl_ok(&[
+        "get",
+        "service",
+        &format!("{FULLNAME}-xds"),
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.spec.ports[0].name} {.spec.ports[0].port} {.spec.ports[0].appProtocol} {.spec.selector}",
+    ]);
+    assert_eq!(
+        svc,
+        r#"grpc-xds 18000 grpc {"app.kubernetes.io/instance":"kd","app.kubernetes.io/name":"kube-discovery"}"#
+    );
+    env.helm_ok(&[
+        "upgrade",
+        RELEASE,
+        &chart,
+        "--namespace",
+        NS,
+        "--set",
+        "xds.enabled=true,xds.port=18001",
+    ]);
+    assert_eq!(
+        xds_token(&env),
+        before,
+        "the generated xDS token survives an upgrade (lookup)"
+    );
+    let config = env.kubectl_ok(&[
+        "get",
+        "configmap",
+        FULLNAME,
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.data.config\\.yaml}",
+    ]);
+    assert!(config.contains("addr: 0.0.0.0:18001"), "{config}");
+    // Turned off again (the defaults): the xDS objects go.
+    env.helm_ok(&[
+        "upgrade",
+        RELEASE,
+        &chart,
+        "--namespace",
+        NS,
+        "--reset-values",
+    ]);
+    assert!(!env.exists("service", &format!("{FULLNAME}-xds"), Some(NS)));
+    assert!(!env.exists("secret", &format!("{FULLNAME}-xds-token"), Some(NS)));
+}
+
 fn controller_bin() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
