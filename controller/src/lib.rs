@@ -59,6 +59,7 @@ pub mod k8s;
 pub mod serve;
 pub mod state;
 pub mod write;
+pub mod xds;
 
 /// Every error of the runtime. Display strings never contain credentials and
 /// carry their cause's text (`main` prints only the top error).
@@ -114,6 +115,9 @@ pub enum Error {
     /// The HTTP server could not start.
     #[error("HTTP server: {0}")]
     Http(#[from] HttpError),
+    /// The xDS server could not start.
+    #[error(transparent)]
+    Xds(#[from] xds::XdsError),
     /// A gateway sync (`kube-discovery sync ...`) failed.
     #[error("{0}")]
     Sync(#[source] kube_discovery_client::sync::Error),
@@ -308,6 +312,7 @@ impl Error {
             Error::Json(_) | Error::Yaml(_) => "serialization",
             Error::NoNodes { .. } => "not_found",
             Error::Http(_) => "http",
+            Error::Xds(_) => "xds",
             Error::Sync(_) => "sync",
             Error::Client(_) => "client",
             Error::Snapshot(_) => "snapshot",

@@ -83,6 +83,8 @@ pub struct RunOptions {
     pub unready_after: Duration,
     /// The most a graceful shutdown may take.
     pub shutdown_timeout: Duration,
+    /// The xDS server (`kube_discovery.xds`), when enabled.
+    pub xds: Option<crate::xds::XdsOptions>,
 }
 
 /// Builds the [`RunOptions`] for a validated configuration. `http_addr`
@@ -158,6 +160,24 @@ impl RunOptions {
                 index: c.new_index(),
             })
             .collect();
+        let xds = match &plan.xds {
+            Some(x) => Some(crate::xds::XdsOptions {
+                addr: x.addr,
+                token: match &x.auth_token_file {
+                    Some(p) => Some(Arc::new(crate::serve::http::ApiToken::from_setting(
+                        p,
+                        crate::xds::TOKEN_SETTING,
+                    )?)),
+                    None => None,
+                },
+                tls: x.tls.as_ref().map(|t| crate::xds::TlsFiles {
+                    cert_file: t.cert_file.clone(),
+                    key_file: t.key_file.clone(),
+                    client_ca_file: t.client_ca_file.clone(),
+                }),
+            }),
+            None => None,
+        };
         let auth_token = match &plan.http.auth_token_file {
             Some(p) => Some(Arc::new(crate::serve::http::ApiToken::from_file(p)?)),
             None => None,
@@ -184,6 +204,7 @@ impl RunOptions {
             watch_timeout,
             unready_after: plan.unready_after,
             shutdown_timeout: plan.shutdown_timeout,
+            xds,
         })
     }
 }
@@ -271,6 +292,8 @@ impl Supervisor {
 pub struct Running {
     /// The HTTP server's bound address.
     pub http_addr: SocketAddr,
+    /// The xDS server's bound address, when it runs.
+    pub xds_addr: Option<SocketAddr>,
     /// The process-wide state.
     pub shared: Arc<ControllerState>,
     shutdown: CancellationToken,
@@ -483,12 +506,25 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
         tasks.push(sup.spawn(name, source.run(shutdown.clone())));
     }
 
-    let state = AppState::new(
+    // xDS: every replica serves from its own watches (not only the leader).
+    let xds = match opts.xds {
+        Some(x) => {
+            let s = crate::xds::serve(x, shared.clone(), metrics.clone(), shutdown.clone()).await?;
+            tasks.push(sup.watch("xDS catalog", s.follower));
+            tasks.push(sup.watch("xDS server", s.server));
+            Some((s.addr, s.hub))
+        }
+        None => None,
+    };
+    let mut state = AppState::new(
         shared.clone(),
         Arc::new(metrics.registry_with_state(shared.clone())),
         opts.redacted_config,
         opts.auth_token,
     );
+    if let Some((_, hub)) = &xds {
+        state = state.with_xds(hub.clone());
+    }
     // The HTTP server outlives the sources slightly: it is cancelled by the
     // same token and drains open requests.
     let (http_addr, http) =
@@ -497,6 +533,7 @@ pub async fn start(opts: RunOptions) -> Result<Running> {
     tracing::info!(addr = %http_addr, "HTTP server listening");
     Ok(Running {
         http_addr,
+        xds_addr: xds.as_ref().map(|(a, _)| *a),
         shared,
         shutdown,
         elector_stop,

@@ -59,6 +59,8 @@ pub struct AppState {
     pub auth_token: Option<Arc<ApiToken>>,
     /// Slots of the dumps being built or sent ([`MAX_CONCURRENT_DUMPS`]).
     pub dumps: Arc<Semaphore>,
+    /// The xDS server's streams (`/v1/discovery/kubernetes/xds/clients`), when it runs.
+    pub xds: Option<Arc<crate::xds::hub::Hub>>,
 }
 
 /// Dumps built or being sent at once; more are answered `503` at once.
@@ -84,7 +86,14 @@ impl AppState {
             config: Arc::new(config),
             auth_token,
             dumps: Arc::new(Semaphore::new(MAX_CONCURRENT_DUMPS)),
+            xds: None,
         }
+    }
+
+    /// The state with the xDS server's hub (its clients are listed).
+    pub fn with_xds(mut self, hub: Arc<crate::xds::hub::Hub>) -> Self {
+        self.xds = Some(hub);
+        self
     }
 }
 
@@ -96,6 +105,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/discovery/kubernetes/dump", get(dump))
         .route("/v1/discovery/kubernetes/nodes", get(nodes))
+        .route("/v1/discovery/kubernetes/xds/clients", get(xds_clients))
         .with_state(state)
 }
 
@@ -381,6 +391,25 @@ fn internal_error(cause: &str) -> Response {
 #[derive(Deserialize)]
 struct NodesQuery {
     service: Option<String>,
+}
+
+/// The connected xDS clients (404 when xDS is off); the same token as the dump.
+async fn xds_clients(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    if !authorized(&st, &headers) {
+        return unauthorized();
+    }
+    match &st.xds {
+        Some(hub) => Json(json!({
+            "serving": hub.is_ready(),
+            "clients": hub.clients(),
+        }))
+        .into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": "xDS is off (kube_discovery.xds.addr is not set)"})),
+        )
+            .into_response(),
+    }
 }
 
 async fn nodes(

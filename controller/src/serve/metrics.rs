@@ -22,6 +22,9 @@
 //! | `kube_discovery_api_requests_in_flight` | gauge | client (`source`: a watched cluster's client, `writer`: the one writing DiscoveredServices, `home`: the drift watch, the Lease, Events and the ConfigMap snapshot), cluster (the watched cluster's id; `""` for `writer` and `home`): API requests started and not yet answered in full, open watches included (one per watched resource); read at scrape time |
 //! | `kube_discovery_write_rate_limit` | gauge | - (writes per second the adaptive limiter allows now: grows while writes succeed, halves on a 429, never above `write_qps`) |
 //! | `kube_discovery_writes_throttled_total` | counter | by (`apf`: rejected by API Priority and Fairness, `other`: another 429): 429 answers to the writer's requests |
+//! | `kube_discovery_xds_streams` | gauge | protocol (`sotw`/`delta`): open xDS streams |
+//! | `kube_discovery_xds_pushes_total`, `kube_discovery_xds_sent_bytes_total`, `kube_discovery_xds_nacks_total` | counter | type (`cds`/`eds`/`lds`/`rds`): xDS responses sent, their encoded bytes, and those clients rejected |
+//! | `kube_discovery_xds_push_latency_seconds` | histogram | - (a change reaching the xDS catalog -> its response handed to the stream) |
 //! | `kube_discovery_build_info` | gauge | version, os, arch (always 1) |
 //! | `kube_discovery_ready` | gauge | - (1 while `/readyz` answers 200; with [`Metrics::registry_with_state`]) |
 //! | `kube_discovery_leader` | gauge | - (1 while this replica writes: it holds the Lease, or leader election is off; with [`Metrics::registry_with_state`]) |
@@ -171,7 +174,25 @@ pub struct BuildLabels {
     pub arch: String,
 }
 
+/// Label set `{type}` of the xDS counters (`cds`, `eds`, `lds`, `rds`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct XdsTypeLabel {
+    /// The resource type.
+    pub r#type: &'static str,
+}
+
+/// Label set `{protocol}` of `kube_discovery_xds_streams` (`sotw`, `delta`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct XdsProtocolLabel {
+    /// The protocol variant.
+    pub protocol: &'static str,
+}
+
 type HistogramFamily = Family<ClusterLabel, Histogram, fn() -> Histogram>;
+
+fn push_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 14))
+}
 
 fn list_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 14))
@@ -222,6 +243,17 @@ pub struct Metrics {
     pub write_rate_limit: Gauge<f64, AtomicU64>,
     /// 429 answers to the writer's requests, by who sent them.
     pub writes_throttled: Family<ThrottleLabel, Counter>,
+    /// Open xDS streams, by protocol.
+    pub xds_streams: Family<XdsProtocolLabel, Gauge>,
+    /// xDS responses sent, by type.
+    pub xds_pushes: Family<XdsTypeLabel, Counter>,
+    /// Bytes of the xDS responses sent (encoded protobuf), by type.
+    pub xds_bytes: Family<XdsTypeLabel, Counter>,
+    /// xDS responses clients rejected (NACK), by type.
+    pub xds_nacks: Family<XdsTypeLabel, Counter>,
+    /// From a change reaching the xDS catalog to its response being handed
+    /// to the stream's transport.
+    pub xds_push_latency: Histogram,
     /// The API clients' in-flight counters ([`Metrics::track_client`]).
     in_flight: InFlight,
 }
@@ -248,6 +280,11 @@ impl Default for Metrics {
             build_info: Family::default(),
             write_rate_limit: Gauge::default(),
             writes_throttled: Family::default(),
+            xds_streams: Family::default(),
+            xds_pushes: Family::default(),
+            xds_bytes: Family::default(),
+            xds_nacks: Family::default(),
+            xds_push_latency: push_histogram(),
             in_flight: InFlight::default(),
         };
         m.build_info
@@ -297,6 +334,31 @@ impl Metrics {
 
     fn register(&self, r: &mut Registry) {
         r.register_collector(Box::new(self.in_flight.clone()));
+        r.register(
+            "xds_streams",
+            "Open xDS (ADS) streams, by protocol",
+            self.xds_streams.clone(),
+        );
+        r.register(
+            "xds_pushes",
+            "xDS responses sent, by resource type",
+            self.xds_pushes.clone(),
+        );
+        r.register(
+            "xds_sent_bytes",
+            "Bytes of xDS responses sent (encoded), by resource type",
+            self.xds_bytes.clone(),
+        );
+        r.register(
+            "xds_nacks",
+            "xDS responses rejected by clients (NACK), by resource type",
+            self.xds_nacks.clone(),
+        );
+        r.register(
+            "xds_push_latency_seconds",
+            "From a change reaching the xDS catalog to its response being sent",
+            self.xds_push_latency.clone(),
+        );
         r.register(
             "watch_events",
             "Watch events received",

@@ -23,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+pub mod ads;
 pub mod audit;
 mod error;
 pub mod gateways;

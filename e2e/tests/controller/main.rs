@@ -37,3 +37,4 @@ mod snapshot;
 mod sources;
 mod tls_rbac;
 mod writes;
+mod xds;

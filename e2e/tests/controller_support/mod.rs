@@ -487,6 +487,19 @@ impl Controller {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The xDS server's address (from its "xDS server listening" log line;
+    /// the config sets `kube_discovery.xds.addr`, port 0 for any).
+    pub async fn xds_addr(&self) -> SocketAddr {
+        eventually("controller xDS server listening", LIMIT, || async {
+            self.logs()
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find(|v| v["message"] == "xDS server listening")
+                .and_then(|v| v["addr"].as_str().and_then(|a| a.parse().ok()))
+        })
+        .await
+    }
+
     /// GET `path` on the controller's HTTP server: (status, body).
     pub async fn get(&self, path: &str) -> (u16, String) {
         http_get(self.http, path, None).await

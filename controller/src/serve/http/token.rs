@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use crate::SettingError;
 
-/// The setting the errors name.
+/// The setting the errors name (the HTTP API's; [`ApiToken::from_setting`]
+/// names another, e.g. xDS's).
 const SETTING: &str = "kube_discovery.http.auth_token_file";
 
 /// How old the cached token may get before the file is read again: a file
@@ -28,6 +29,8 @@ pub const RECHECK: Duration = Duration::from_secs(1);
 pub struct ApiToken {
     /// Where it is re-read from (`None`: a fixed token).
     path: Option<PathBuf>,
+    /// The setting it comes from (errors and logs name it).
+    setting: &'static str,
     cached: Mutex<Cached>,
 }
 
@@ -40,16 +43,16 @@ struct Cached {
 }
 
 /// The file's token (trimmed), or why there is none.
-fn read(path: &Path) -> Result<String, SettingError> {
+fn read(path: &Path, setting: &'static str) -> Result<String, SettingError> {
     let t = std::fs::read_to_string(path).map_err(|source| SettingError::Unreadable {
-        setting: SETTING,
+        setting,
         path: path.to_path_buf(),
         source,
     })?;
     let t = t.trim();
     if t.is_empty() {
         return Err(SettingError::EmptyFile {
-            setting: SETTING,
+            setting,
             path: path.to_path_buf(),
         });
     }
@@ -59,9 +62,15 @@ fn read(path: &Path) -> Result<String, SettingError> {
 impl ApiToken {
     /// Reads `path` (the start-up check: unreadable or empty is an error).
     pub fn from_file(path: &Path) -> Result<Self, SettingError> {
-        let token = read(path)?;
+        Self::from_setting(path, SETTING)
+    }
+
+    /// [`ApiToken::from_file`] for the token file of `setting`.
+    pub fn from_setting(path: &Path, setting: &'static str) -> Result<Self, SettingError> {
+        let token = read(path, setting)?;
         Ok(Self {
             path: Some(path.to_path_buf()),
+            setting,
             cached: Mutex::new(Cached {
                 token,
                 read_at: Instant::now(),
@@ -74,6 +83,7 @@ impl ApiToken {
     pub fn fixed(token: impl Into<String>) -> Self {
         Self {
             path: None,
+            setting: SETTING,
             cached: Mutex::new(Cached {
                 token: token.into(),
                 read_at: Instant::now(),
@@ -91,17 +101,17 @@ impl ApiToken {
             && c.read_at.elapsed() >= RECHECK
         {
             c.read_at = Instant::now();
-            match read(path) {
+            match read(path, self.setting) {
                 Ok(t) => {
                     if t != c.token {
-                        tracing::info!(file = %path.display(), "HTTP API token changed: the new one is required from now on");
+                        tracing::info!(file = %path.display(), setting = self.setting, "API token changed: the new one is required from now on");
                         c.token = t;
                     }
                     c.failing = false;
                 }
                 Err(e) => {
                     if !c.failing {
-                        tracing::warn!(error = %e, "HTTP API token not re-read; the last one stays in force");
+                        tracing::warn!(error = %e, "API token not re-read; the last one stays in force");
                     }
                     c.failing = true;
                 }

@@ -1,0 +1,455 @@
+//! The ADS gRPC service (tonic): state-of-the-world and incremental (delta)
+//! streams, both thin encoders around the pure per-stream machine
+//! (`kube_discovery_core::xds::Stream`): a request is decoded into the
+//! machine's [`Request`], its [`Response`]s are filled with bodies from the
+//! catalog and sent. The machine decides what to send and when; this file
+//! only moves bytes, checks the token and counts.
+
+use std::pin::Pin;
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::ControlPlane;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+    Resource as DeltaResource,
+    aggregated_discovery_service_server::{
+        AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+    },
+};
+use futures::Stream as FuturesStream;
+use kube_discovery_core::xds::{Event, Kind, Request, Response, Stream};
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Status, Streaming};
+
+use super::hub::{Hub, StreamHandle, short};
+use super::resources::Resource;
+use crate::serve::http::ApiToken;
+use crate::serve::metrics::Metrics;
+
+/// The largest request we decode: a reconnecting delta client lists every
+/// resource it holds in `initial_resource_versions` (about 60 bytes each:
+/// 16 MiB is some 250,000 names); gRPC's default of 4 MiB is too small for a
+/// big fleet's reconnect.
+pub const MAX_REQUEST_BYTES: usize = 16 << 20;
+
+/// The most streams one replica serves at once; more are refused with
+/// RESOURCE_EXHAUSTED (every server we run bounds its clients).
+pub const MAX_STREAMS: usize = 10_000;
+
+/// Responses queued per stream beyond the one being written: a slow client
+/// holds its changes as pending names in the hub instead.
+const QUEUE: usize = 1;
+
+/// The identifier sent as `control_plane.identifier`.
+const CONTROL_PLANE: &str = "kube-discovery";
+
+/// The ADS service.
+#[derive(Clone)]
+pub struct Ads {
+    hub: Arc<Hub>,
+    metrics: Metrics,
+    stop: CancellationToken,
+}
+
+type Out<T> = Pin<Box<dyn FuturesStream<Item = Result<T, Status>> + Send + 'static>>;
+
+impl Ads {
+    /// The service over `hub`; its streams end (UNAVAILABLE, so clients
+    /// reconnect elsewhere) when `stop` is cancelled.
+    pub fn new(hub: Arc<Hub>, metrics: Metrics, stop: CancellationToken) -> Self {
+        Self { hub, metrics, stop }
+    }
+
+    /// The tonic service, requests bounded by [`MAX_REQUEST_BYTES`].
+    pub fn into_service(self) -> AggregatedDiscoveryServiceServer<Self> {
+        AggregatedDiscoveryServiceServer::new(self).max_decoding_message_size(MAX_REQUEST_BYTES)
+    }
+
+    fn open<P: Protocol>(
+        &self,
+        peer: Option<std::net::SocketAddr>,
+        inbound: Streaming<P::Req>,
+    ) -> Result<Out<P::Resp>, Status> {
+        if self.hub.streams() >= MAX_STREAMS {
+            return Err(Status::resource_exhausted(format!(
+                "kube-discovery xDS serves at most {MAX_STREAMS} streams per replica"
+            )));
+        }
+        let handle = self
+            .hub
+            .connect(peer.map(|p| p.to_string()).unwrap_or_default());
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let (hub, metrics, stop) = (self.hub.clone(), self.metrics.clone(), self.stop.clone());
+        tokio::spawn(async move {
+            let id = handle.id;
+            metrics
+                .xds_streams
+                .get_or_create(&protocol_label::<P>())
+                .inc();
+            drive::<P>(&hub, &metrics, inbound, &tx, &handle, &stop).await;
+            metrics
+                .xds_streams
+                .get_or_create(&protocol_label::<P>())
+                .dec();
+            hub.disconnect(id);
+        });
+        Ok(Box::pin(ReceiverStream::new(rx)))
+    }
+}
+
+fn protocol_label<P: Protocol>() -> crate::serve::metrics::XdsProtocolLabel {
+    crate::serve::metrics::XdsProtocolLabel { protocol: P::NAME }
+}
+
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for Ads {
+    type StreamAggregatedResourcesStream = Out<DiscoveryResponse>;
+    type DeltaAggregatedResourcesStream = Out<DeltaDiscoveryResponse>;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: tonic::Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<tonic::Response<Self::StreamAggregatedResourcesStream>, Status> {
+        let peer = request.remote_addr();
+        self.open::<Sotw>(peer, request.into_inner())
+            .map(tonic::Response::new)
+    }
+
+    async fn delta_aggregated_resources(
+        &self,
+        request: tonic::Request<Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<tonic::Response<Self::DeltaAggregatedResourcesStream>, Status> {
+        let peer = request.remote_addr();
+        self.open::<Delta>(peer, request.into_inner())
+            .map(tonic::Response::new)
+    }
+}
+
+/// A decoded request: the client's node id (first request) and the
+/// machine's request, or the type URL we do not serve.
+struct Decoded {
+    node_id: Option<String>,
+    request: Result<Request, String>,
+}
+
+/// One protocol variant: how its messages map to the machine's.
+trait Protocol: Send + 'static {
+    type Req: Send + 'static;
+    type Resp: Send + 'static + Message;
+    const NAME: &'static str;
+    fn decode(req: Self::Req) -> Decoded;
+    fn encode(resp: Response, bodies: Vec<Option<Arc<Resource>>>) -> Self::Resp;
+    /// The names whose bodies `resp` needs.
+    fn names(resp: &Response) -> Vec<&str> {
+        match resp {
+            Response::Sotw { names, .. } => names.iter().map(String::as_str).collect(),
+            Response::Delta { resources, .. } => {
+                resources.iter().map(|(n, _)| n.as_str()).collect()
+            }
+        }
+    }
+}
+
+struct Sotw;
+struct Delta;
+
+fn kind_of(type_url: &str) -> Result<Kind, String> {
+    Kind::from_type_url(type_url).ok_or_else(|| type_url.to_string())
+}
+
+impl Protocol for Sotw {
+    type Req = DiscoveryRequest;
+    type Resp = DiscoveryResponse;
+    const NAME: &'static str = "sotw";
+
+    fn decode(r: DiscoveryRequest) -> Decoded {
+        Decoded {
+            node_id: r.node.map(|n| n.id),
+            request: kind_of(&r.type_url).map(|kind| Request::Sotw {
+                kind,
+                version_info: r.version_info,
+                names: r.resource_names,
+                nonce: r.response_nonce,
+                error: r.error_detail.map(|e| e.message),
+            }),
+        }
+    }
+
+    fn encode(resp: Response, bodies: Vec<Option<Arc<Resource>>>) -> DiscoveryResponse {
+        match resp {
+            Response::Sotw {
+                kind,
+                version_info,
+                nonce,
+                ..
+            } => DiscoveryResponse {
+                version_info,
+                resources: bodies
+                    .into_iter()
+                    .flatten()
+                    .map(|r| r.body.clone())
+                    .collect(),
+                type_url: kind.type_url().to_string(),
+                nonce,
+                control_plane: control_plane(),
+                ..Default::default()
+            },
+            // The machine answers a SotW request in SotW; a delta response
+            // here is a bug: send nothing the client could misread.
+            Response::Delta { kind, nonce, .. } => DiscoveryResponse {
+                type_url: kind.type_url().to_string(),
+                nonce,
+                ..Default::default()
+            },
+        }
+    }
+}
+
+impl Protocol for Delta {
+    type Req = DeltaDiscoveryRequest;
+    type Resp = DeltaDiscoveryResponse;
+    const NAME: &'static str = "delta";
+
+    fn decode(r: DeltaDiscoveryRequest) -> Decoded {
+        Decoded {
+            node_id: r.node.map(|n| n.id),
+            request: kind_of(&r.type_url).map(|kind| Request::Delta {
+                kind,
+                subscribe: r.resource_names_subscribe,
+                unsubscribe: r.resource_names_unsubscribe,
+                initial_versions: r.initial_resource_versions.into_iter().collect(),
+                nonce: r.response_nonce,
+                error: r.error_detail.map(|e| e.message),
+            }),
+        }
+    }
+
+    fn encode(resp: Response, bodies: Vec<Option<Arc<Resource>>>) -> DeltaDiscoveryResponse {
+        match resp {
+            Response::Delta {
+                kind,
+                nonce,
+                system_version_info,
+                resources,
+                removed,
+            } => DeltaDiscoveryResponse {
+                system_version_info,
+                resources: resources
+                    .into_iter()
+                    .zip(bodies)
+                    .filter_map(|((name, version), body)| {
+                        body.map(|b| DeltaResource {
+                            name,
+                            version,
+                            resource: Some(b.body.clone()),
+                            ..Default::default()
+                        })
+                    })
+                    .collect(),
+                type_url: kind.type_url().to_string(),
+                removed_resources: removed,
+                nonce,
+                control_plane: control_plane(),
+                ..Default::default()
+            },
+            Response::Sotw { kind, nonce, .. } => DeltaDiscoveryResponse {
+                type_url: kind.type_url().to_string(),
+                nonce,
+                ..Default::default()
+            },
+        }
+    }
+}
+
+fn control_plane() -> Option<ControlPlane> {
+    Some(ControlPlane {
+        identifier: CONTROL_PLANE.to_string(),
+    })
+}
+
+/// Fetches the bodies of `responses` under one catalog read lock.
+fn with_bodies<P: Protocol>(
+    hub: &Hub,
+    responses: Vec<Response>,
+) -> Vec<(Response, Vec<Option<Arc<Resource>>>)> {
+    let cat = hub.catalog();
+    responses
+        .into_iter()
+        .map(|r| {
+            let kind = match &r {
+                Response::Sotw { kind, .. } | Response::Delta { kind, .. } => *kind,
+            };
+            let bodies = P::names(&r)
+                .into_iter()
+                .map(|n| cat.get(kind, n).cloned())
+                .collect();
+            (r, bodies)
+        })
+        .collect()
+}
+
+/// Runs one stream until the client leaves, an error, or `stop`.
+async fn drive<P: Protocol>(
+    hub: &Hub,
+    metrics: &Metrics,
+    mut inbound: Streaming<P::Req>,
+    out: &mpsc::Sender<Result<P::Resp, Status>>,
+    handle: &StreamHandle,
+    stop: &CancellationToken,
+) {
+    // Nothing is answered before the first complete list: a restarting
+    // replica never hands out an empty or partial set.
+    tokio::select! {
+        _ = hub.wait_ready() => {}
+        _ = stop.cancelled() => return,
+        _ = out.closed() => return,
+    }
+    let mut machine = Stream::new();
+    let mut nacked: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut unknown_logged = std::collections::HashSet::new();
+    loop {
+        let step = tokio::select! {
+            biased;
+            _ = stop.cancelled() => {
+                let _ = out.try_send(Err(Status::unavailable("kube-discovery is shutting down; reconnect to another replica")));
+                return;
+            }
+            msg = inbound.message() => match msg {
+                Ok(Some(req)) => {
+                    let d = P::decode(req);
+                    if let Some(id) = d.node_id {
+                        let mut info = handle.info.lock().unwrap_or_else(PoisonError::into_inner);
+                        if info.node_id.is_empty() {
+                            tracing::info!(node = %id, peer = %info.peer, protocol = P::NAME, "xDS client connected");
+                            info.node_id = id;
+                            info.protocol = P::NAME;
+                        }
+                    }
+                    let request = match d.request {
+                        Ok(r) => r,
+                        Err(url) => {
+                            if unknown_logged.insert(url.clone()) {
+                                tracing::warn!(type_url = %url, "xDS request for a type kube-discovery does not serve (it serves CDS, EDS, LDS, RDS); ignored");
+                            }
+                            continue;
+                        }
+                    };
+                    let step = machine.on_request(request, &*hub.catalog());
+                    hub.route(handle.id, &machine);
+                    (step, None)
+                }
+                Ok(None) => return,
+                Err(status) => {
+                    tracing::debug!(error = %status, "xDS stream ended by the client");
+                    return;
+                }
+            },
+            _ = handle.notify.notified() => {
+                let pending = handle.take();
+                let names: Vec<(Kind, Vec<&str>)> = pending
+                    .names
+                    .iter()
+                    .map(|(k, n)| (*k, n.iter().map(String::as_str).collect()))
+                    .collect();
+                let changes: Vec<(Kind, &[&str])> =
+                    names.iter().map(|(k, n)| (*k, n.as_slice())).collect();
+                let step = machine.on_changes(&changes, &*hub.catalog());
+                (step, pending.since)
+            }
+        };
+        let (step, since) = step;
+        for event in step.events {
+            match event {
+                Event::Ack { kind, .. } => {
+                    tracing::trace!(node = %node(handle), r#type = short(kind), "xDS ACK");
+                }
+                Event::Nack { kind, detail, .. } => {
+                    metrics.xds_nacks.get_or_create(&type_label(kind)).inc();
+                    let mut info = handle.info.lock().unwrap_or_else(PoisonError::into_inner);
+                    info.nacks += 1;
+                    info.last_nack = Some(detail.clone());
+                    if nacked.insert(detail.clone()) {
+                        tracing::warn!(node = %info.node_id, r#type = short(kind), detail = %detail, "xDS client rejected an update (NACK)");
+                    }
+                }
+                Event::StaleNonce { kind, .. } => {
+                    tracing::debug!(node = %node(handle), r#type = short(kind), "xDS request with a stale nonce ignored");
+                }
+                Event::ProtocolError { kind, detail } => {
+                    tracing::warn!(node = %node(handle), r#type = short(kind), detail = %detail, "xDS protocol error; closing the stream");
+                    let _ = out
+                        .send(Err(Status::invalid_argument(format!(
+                            "xDS protocol error: {detail}"
+                        ))))
+                        .await;
+                    return;
+                }
+            }
+        }
+        for (resp, bodies) in with_bodies::<P>(hub, step.responses) {
+            let kind = match &resp {
+                Response::Sotw { kind, .. } | Response::Delta { kind, .. } => *kind,
+            };
+            let msg = P::encode(resp, bodies);
+            let bytes = msg.encoded_len() as u64;
+            if out.send(Ok(msg)).await.is_err() {
+                return;
+            }
+            let label = type_label(kind);
+            metrics.xds_pushes.get_or_create(&label).inc();
+            metrics.xds_bytes.get_or_create(&label).inc_by(bytes);
+            handle
+                .info
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pushes += 1;
+            if let Some(since) = since {
+                metrics
+                    .xds_push_latency
+                    .observe(since.elapsed().as_secs_f64());
+            }
+        }
+    }
+}
+
+fn node(h: &StreamHandle) -> String {
+    h.info
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .node_id
+        .clone()
+}
+
+fn type_label(kind: Kind) -> crate::serve::metrics::XdsTypeLabel {
+    crate::serve::metrics::XdsTypeLabel {
+        r#type: short(kind),
+    }
+}
+
+/// The bearer-token check of every call: `authorization: Bearer <token>`
+/// metadata, compared in constant time; anything else is UNAUTHENTICATED
+/// (the message never repeats what was sent).
+pub fn check_token(token: &ApiToken, req: &tonic::Request<()>) -> Result<(), Status> {
+    let got = req
+        .metadata()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match got {
+        Some(t) if token.matches(t.trim()) => Ok(()),
+        Some(_) => Err(Status::unauthenticated(
+            "kube-discovery xDS: wrong bearer token",
+        )),
+        None => Err(Status::unauthenticated(
+            "kube-discovery xDS: missing `authorization: Bearer <token>` metadata",
+        )),
+    }
+}
+
+/// HTTP/2 keepalive: a client that vanished without closing its connection
+/// is found within about 40 s and its stream freed.
+pub const KEEPALIVE: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(10));

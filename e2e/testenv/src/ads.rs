@@ -1,0 +1,262 @@
+//! A scriptable ADS client (state of the world and delta) for the tests and
+//! kd-bench: it sends exactly the requests a test writes, so protocol cases
+//! (ACK, NACK, stale nonces, reconnects with `initial_resource_versions`)
+//! can be driven one message at a time, and decodes what comes back.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::{HealthStatus, Node, address, socket_address};
+use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, lb_endpoint};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+    aggregated_discovery_service_client::AggregatedDiscoveryServiceClient,
+};
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+use tonic::transport::Channel;
+
+/// The type URL of Clusters.
+pub const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+/// The type URL of ClusterLoadAssignments.
+pub const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+/// The type URL of Listeners.
+pub const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+/// The type URL of RouteConfigurations.
+pub const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+
+/// A channel to `addr` (plain HTTP/2).
+pub async fn channel(addr: SocketAddr) -> Result<Channel, tonic::transport::Error> {
+    Channel::from_shared(format!("http://{addr}"))
+        .expect("valid URI")
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+}
+
+fn with_token<T>(msg: T, token: Option<&str>) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    if let Some(t) = token {
+        req.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {t}").parse().expect("ascii token"),
+        );
+    }
+    req
+}
+
+/// The node a test client presents.
+pub fn node(id: &str) -> Node {
+    Node {
+        id: id.to_string(),
+        cluster: "kd-test".to_string(),
+        ..Node::default()
+    }
+}
+
+/// A state-of-the-world ADS stream.
+#[derive(Debug)]
+pub struct Sotw {
+    tx: mpsc::Sender<DiscoveryRequest>,
+    rx: Streaming<DiscoveryResponse>,
+    node: Option<Node>,
+}
+
+impl Sotw {
+    /// Opens a stream (the call fails with the server's status, e.g.
+    /// UNAUTHENTICATED).
+    pub async fn open(
+        ch: Channel,
+        token: Option<&str>,
+        node_id: &str,
+    ) -> Result<Self, tonic::Status> {
+        let (tx, rx) = mpsc::channel(16);
+        let mut client =
+            AggregatedDiscoveryServiceClient::new(ch).max_decoding_message_size(usize::MAX);
+        let resp = client
+            .stream_aggregated_resources(with_token(ReceiverStream::new(rx), token))
+            .await?;
+        Ok(Self {
+            tx,
+            rx: resp.into_inner(),
+            node: Some(node(node_id)),
+        })
+    }
+
+    /// Sends a request (the node goes with the first one only, as Envoy does).
+    pub async fn send(
+        &mut self,
+        type_url: &str,
+        names: &[&str],
+        version: &str,
+        nonce: &str,
+        error: Option<&str>,
+    ) {
+        let req = DiscoveryRequest {
+            version_info: version.to_string(),
+            node: self.node.take(),
+            resource_names: names.iter().map(|s| s.to_string()).collect(),
+            type_url: type_url.to_string(),
+            response_nonce: nonce.to_string(),
+            error_detail: error.map(|m| RpcStatus {
+                code: 3,
+                message: m.to_string(),
+                ..RpcStatus::default()
+            }),
+            ..DiscoveryRequest::default()
+        };
+        self.tx.send(req).await.expect("stream open");
+    }
+
+    /// ACKs `resp`, keeping `names` subscribed.
+    pub async fn ack(&mut self, resp: &DiscoveryResponse, names: &[&str]) {
+        let (t, v, n) = (
+            resp.type_url.clone(),
+            resp.version_info.clone(),
+            resp.nonce.clone(),
+        );
+        self.send(&t, names, &v, &n, None).await;
+    }
+
+    /// The next response within `wait` (`Ok(None)`: none came).
+    pub async fn recv(
+        &mut self,
+        wait: Duration,
+    ) -> Result<Option<DiscoveryResponse>, tonic::Status> {
+        match tokio::time::timeout(wait, self.rx.message()).await {
+            Err(_) => Ok(None),
+            Ok(r) => r.map(|m| Some(m.expect("stream ended by the server"))),
+        }
+    }
+}
+
+/// An incremental (delta) ADS stream.
+#[derive(Debug)]
+pub struct Delta {
+    tx: mpsc::Sender<DeltaDiscoveryRequest>,
+    rx: Streaming<DeltaDiscoveryResponse>,
+    node: Option<Node>,
+}
+
+impl Delta {
+    /// Opens a stream.
+    pub async fn open(
+        ch: Channel,
+        token: Option<&str>,
+        node_id: &str,
+    ) -> Result<Self, tonic::Status> {
+        let (tx, rx) = mpsc::channel(16);
+        let mut client =
+            AggregatedDiscoveryServiceClient::new(ch).max_decoding_message_size(usize::MAX);
+        let resp = client
+            .delta_aggregated_resources(with_token(ReceiverStream::new(rx), token))
+            .await?;
+        Ok(Self {
+            tx,
+            rx: resp.into_inner(),
+            node: Some(node(node_id)),
+        })
+    }
+
+    /// Sends a request.
+    pub async fn send(
+        &mut self,
+        type_url: &str,
+        subscribe: &[&str],
+        unsubscribe: &[&str],
+        initial: &BTreeMap<String, String>,
+        nonce: &str,
+        error: Option<&str>,
+    ) {
+        let req = DeltaDiscoveryRequest {
+            node: self.node.take(),
+            type_url: type_url.to_string(),
+            resource_names_subscribe: subscribe.iter().map(|s| s.to_string()).collect(),
+            resource_names_unsubscribe: unsubscribe.iter().map(|s| s.to_string()).collect(),
+            initial_resource_versions: initial.clone().into_iter().collect(),
+            response_nonce: nonce.to_string(),
+            error_detail: error.map(|m| RpcStatus {
+                code: 3,
+                message: m.to_string(),
+                ..RpcStatus::default()
+            }),
+            ..DeltaDiscoveryRequest::default()
+        };
+        self.tx.send(req).await.expect("stream open");
+    }
+
+    /// ACKs `resp`.
+    pub async fn ack(&mut self, resp: &DeltaDiscoveryResponse) {
+        let (t, n) = (resp.type_url.clone(), resp.nonce.clone());
+        self.send(&t, &[], &[], &BTreeMap::new(), &n, None).await;
+    }
+
+    /// The next response within `wait` (`Ok(None)`: none came).
+    pub async fn recv(
+        &mut self,
+        wait: Duration,
+    ) -> Result<Option<DeltaDiscoveryResponse>, tonic::Status> {
+        match tokio::time::timeout(wait, self.rx.message()).await {
+            Err(_) => Ok(None),
+            Ok(r) => r.map(|m| Some(m.expect("stream ended by the server"))),
+        }
+    }
+}
+
+/// One endpoint of an assignment: `ip:port`, weight, and whether it drains.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ep {
+    /// `ip:port`.
+    pub addr: String,
+    /// The load-balancing weight.
+    pub weight: u32,
+    /// `health_status: DRAINING`.
+    pub draining: bool,
+    /// The locality's zone.
+    pub zone: String,
+}
+
+/// Decodes a ClusterLoadAssignment: its name and endpoints, sorted.
+pub fn assignment(any_value: &[u8]) -> (String, Vec<Ep>) {
+    let a = ClusterLoadAssignment::decode(any_value).expect("a ClusterLoadAssignment");
+    let mut eps = Vec::new();
+    for l in &a.endpoints {
+        let zone = l
+            .locality
+            .as_ref()
+            .map(|l| l.zone.clone())
+            .unwrap_or_default();
+        for e in &l.lb_endpoints {
+            let Some(lb_endpoint::HostIdentifier::Endpoint(ep)) = &e.host_identifier else {
+                continue;
+            };
+            let Some(address::Address::SocketAddress(s)) =
+                ep.address.as_ref().and_then(|a| a.address.clone())
+            else {
+                continue;
+            };
+            let port = match s.port_specifier {
+                Some(socket_address::PortSpecifier::PortValue(p)) => p,
+                _ => 0,
+            };
+            eps.push(Ep {
+                addr: format!("{}:{port}", s.address),
+                weight: e.load_balancing_weight.as_ref().map_or(0, |w| w.value),
+                draining: e.health_status == HealthStatus::Draining as i32,
+                zone: zone.clone(),
+            });
+        }
+    }
+    eps.sort();
+    (a.cluster_name, eps)
+}
+
+/// Decodes a Cluster's name.
+pub fn cluster_name(any_value: &[u8]) -> String {
+    Cluster::decode(any_value).expect("a Cluster").name
+}
