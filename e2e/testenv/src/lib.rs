@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod audit;
+pub mod envoy;
 mod error;
 pub mod gateways;
 pub mod kwok;
@@ -32,6 +33,7 @@ pub mod pki;
 pub mod process;
 pub mod proxy;
 pub mod real;
+pub mod xds_go;
 
 use std::path::Path;
 use std::time::Duration;
