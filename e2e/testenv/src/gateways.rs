@@ -85,16 +85,34 @@ pub struct Proc {
 impl Proc {
     /// Spawns `cmd` with its output in `<name>.log` in `env`'s scratch directory.
     pub fn spawn(env: &impl GatewayEnv, name: &str, cmd: &mut tokio::process::Command) -> Proc {
-        let log = env.path(&format!("{name}.log"));
+        Self::spawn_at(env.path(&format!("{name}.log")), name, cmd, false)
+    }
+
+    /// [`Proc::spawn`] with the log `<name>.log` in `dir`.
+    pub fn spawn_in(dir: &Path, name: &str, cmd: &mut tokio::process::Command) -> Proc {
+        Self::spawn_at(dir.join(format!("{name}.log")), name, cmd, false)
+    }
+
+    /// [`Proc::spawn_in`] with stdin and stdout piped (taken from
+    /// [`Proc::child`]), only stderr in the log: a peer driven by lines.
+    pub fn spawn_piped(dir: &Path, name: &str, cmd: &mut tokio::process::Command) -> Proc {
+        Self::spawn_at(dir.join(format!("{name}.log")), name, cmd, true)
+    }
+
+    fn spawn_at(log: PathBuf, name: &str, cmd: &mut tokio::process::Command, piped: bool) -> Proc {
         let f = std::fs::File::create(&log).expect("log file");
         let f2 = f.try_clone().expect("log file");
+        if piped {
+            cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+        } else {
+            cmd.stdout(Stdio::from(f2));
+        }
         let child = cmd
             .env(
                 "RUST_LOG",
                 "info,kube_discovery_client=debug,kube_discovery=debug",
             )
             .env_remove("KUBECONFIG")
-            .stdout(Stdio::from(f2))
             .stderr(Stdio::from(f))
             .kill_on_drop(true)
             .process_group(0)

@@ -25,6 +25,7 @@
 
 pub mod ads;
 pub mod audit;
+pub mod envoy;
 mod error;
 pub mod gateways;
 pub mod kwok;
@@ -33,6 +34,7 @@ pub mod pki;
 pub mod process;
 pub mod proxy;
 pub mod real;
+pub mod xds_go;
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,0 +1,208 @@
+//! The xDS peers of the harness ([`testenv::envoy`], [`testenv::xds_go`])
+//! proven against go-control-plane (`gcp-server`), before kube-discovery
+//! serves xDS itself: a real Envoy 1.40 on ADS (state of the world and delta)
+//! routes HTTP to the endpoints gcp-server gives it and follows a removal
+//! and a DRAINING mark (no more requests to either), with no update rejected; a proxyless grpc-go client
+//! on an `xds:///` target reaches exactly the three backends it is given,
+//! then exactly the two left after a scale-down (the third still runs).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use testenv::envoy::{AdsApi, Envoy, ads_bootstrap};
+use testenv::gateways::eventually;
+use testenv::xds_go::{Endpoint, GcpServer, GrpcBackend, GrpcClient, grpc_bootstrap};
+
+const LIMIT: Duration = Duration::from_secs(20);
+const CLUSTER: &str = "shop/web:http";
+
+/// An HTTP backend on 127.0.0.1 answering every request with its name.
+async fn http_backend(name: &'static str) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().fallback(move || async move { name });
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (addr, task)
+}
+
+/// The backend names of `n` requests through `addr` (errors as `error: ...`).
+async fn names(addr: SocketAddr, n: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(match testenv::net::http_get(addr).await {
+            Ok((200, body)) => body,
+            Ok((code, body)) => format!("status {code}: {body}"),
+            Err(e) => format!("error: {e}"),
+        });
+    }
+    out
+}
+
+async fn envoy_follows(api: AdsApi) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut backends = Vec::new();
+    for name in ["b0", "b1", "b2"] {
+        backends.push(http_backend(name).await.0);
+    }
+    let mut gcp = GcpServer::start(dir.path(), "gcp-server").await;
+    let eps = |n: usize| {
+        backends[..n]
+            .iter()
+            .map(|a| Endpoint::new(*a))
+            .collect::<Vec<_>>()
+    };
+    gcp.set(CLUSTER, &eps(3)).await;
+    let node = format!("envoy-{}", api.api_type());
+    let envoy = Envoy::start(
+        dir.path(),
+        "envoy",
+        &ads_bootstrap(&node, gcp.addr, api, CLUSTER),
+    )
+    .await;
+    let http = envoy.listener_addr("http").await;
+
+    // The cluster came over CDS, its endpoints over EDS: all three answer.
+    let hosts = envoy.clusters().await.remove(CLUSTER).unwrap_or_default();
+    let got: BTreeSet<String> = hosts.iter().map(|h| h.addr()).collect();
+    let want: BTreeSet<String> = backends.iter().map(ToString::to_string).collect();
+    assert_eq!(got, want, "{hosts:?}");
+    // An endpoint without health_status shows as HEALTHY.
+    assert!(
+        hosts
+            .iter()
+            .all(|h| h.weight == 1 && h.eds_health_status == "HEALTHY"),
+        "{hosts:?}"
+    );
+    let seen: BTreeSet<String> = names(http, 12).await.into_iter().collect();
+    assert_eq!(
+        seen,
+        BTreeSet::from(["b0".into(), "b1".into(), "b2".into()])
+    );
+
+    // b2 removed, b1 DRAINING: Envoy shows it and stops sending to b2.
+    let mut two = eps(2);
+    two[1].health = Some("DRAINING");
+    gcp.set(CLUSTER, &two).await;
+    let hosts = eventually("envoy drops b2 and marks b1 DRAINING", LIMIT, || async {
+        let hosts = envoy.clusters().await.remove(CLUSTER)?;
+        (hosts.len() == 2 && hosts.iter().any(|h| h.draining())).then_some(hosts)
+    })
+    .await;
+    let draining: Vec<String> = hosts
+        .iter()
+        .filter(|h| h.draining())
+        .map(|h| h.addr())
+        .collect();
+    assert_eq!(draining, vec![backends[1].to_string()], "{hosts:?}");
+    // Envoy 1.40 sends nothing to a DRAINING host either: only b0 answers
+    // (once its worker has the update too).
+    eventually("only b0 answers through envoy", LIMIT, || async {
+        names(http, 6).await.iter().all(|n| n == "b0").then_some(())
+    })
+    .await;
+    let after = names(http, 12).await;
+    assert!(after.iter().all(|n| n == "b0"), "{after:?}");
+
+    // Every update applied, none rejected; gcp-server saw no NACK.
+    let stats = envoy.stats("cluster").await;
+    let count = |name: &str| {
+        *stats
+            .get(name)
+            .unwrap_or_else(|| panic!("no stat {name}: {stats:?}"))
+    };
+    assert_eq!(count("cluster_manager.cds.update_rejected"), 0);
+    assert!(
+        count("cluster_manager.cds.update_success") >= 1,
+        "{stats:?}"
+    );
+    let eds = envoy.cluster_stats(CLUSTER).await;
+    assert_eq!(eds.get("update_rejected"), Some(&0), "{eds:?}");
+    // The first assignment and the change (delta: both; SotW: both too, the
+    // set touches only this assignment).
+    assert!(eds.get("update_success") >= Some(&2), "{eds:?}");
+    assert_eq!(gcp.nacks(), Vec::<String>::new());
+    let (sotw, delta) = gcp.streams();
+    match api {
+        AdsApi::Sotw => assert!(sotw >= 1 && delta == 0, "{}", gcp.proc.logs()),
+        AdsApi::Delta => assert!(sotw == 0 && delta >= 1, "{}", gcp.proc.logs()),
+    }
+    envoy.stop().await;
+}
+
+#[tokio::test]
+async fn envoy_sotw_follows_gcp_server() {
+    envoy_follows(AdsApi::Sotw).await;
+}
+
+#[tokio::test]
+async fn envoy_delta_follows_gcp_server() {
+    envoy_follows(AdsApi::Delta).await;
+}
+
+#[tokio::test]
+async fn grpc_client_follows_gcp_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut backends = Vec::new();
+    for i in 0..3 {
+        let port = testenv::process::free_port().unwrap();
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        backends.push(GrpcBackend::start(dir.path(), &format!("grpc-backend-{i}"), addr).await);
+    }
+    let addrs: Vec<String> = backends.iter().map(|b| b.addr.to_string()).collect();
+    let mut gcp = GcpServer::start(dir.path(), "gcp-server").await;
+    let cluster = "shop/web:grpc";
+    let eps = |n: usize| {
+        backends[..n]
+            .iter()
+            .map(|b| Endpoint::new(b.addr))
+            .collect::<Vec<_>>()
+    };
+    gcp.set(cluster, &eps(3)).await;
+    gcp.target("shop-web-grpc", cluster).await;
+    let mut client = GrpcClient::start(
+        dir.path(),
+        "xds-grpc-client",
+        "xds:///shop-web-grpc",
+        &grpc_bootstrap(gcp.addr, "grpc-client"),
+        100,
+    );
+
+    // Exactly the three backends answer.
+    eventually("the client reaches all three backends", LIMIT, || {
+        client.assert_running();
+        let seen: BTreeSet<String> = client.rpcs().into_iter().map(|r| r.backend).collect();
+        async move { (seen.len() >= 3).then_some(()) }
+    })
+    .await;
+    let rpcs = client.rpcs();
+    let seen: BTreeSet<&str> = rpcs.iter().map(|r| r.backend.as_str()).collect();
+    assert_eq!(seen, addrs.iter().map(String::as_str).collect(), "{rpcs:?}");
+    assert!(rpcs.iter().all(|r| r.ok), "{rpcs:?}");
+
+    // Scale-down to two: the third keeps running, the client stops calling it.
+    gcp.set(cluster, &eps(2)).await;
+    let mark = eventually("the client stops calling the third backend", LIMIT, || {
+        client.assert_running();
+        let n = client.count();
+        let tail = client.since(n.saturating_sub(30));
+        let done = n >= 30 && tail.iter().all(|r| r.backend != addrs[2]);
+        async move { done.then_some(n) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rpcs = client.stop().await;
+    let after = &rpcs[mark.saturating_sub(30)..];
+    let seen: BTreeSet<&str> = after.iter().map(|r| r.backend.as_str()).collect();
+    assert_eq!(
+        seen,
+        addrs[..2].iter().map(String::as_str).collect(),
+        "{after:?}"
+    );
+    let failed: Vec<_> = rpcs.iter().filter(|r| !r.ok).collect();
+    assert!(failed.is_empty(), "failed RPCs: {failed:?}");
+    assert_eq!(gcp.nacks(), Vec::<String>::new());
+}
