@@ -23,6 +23,7 @@ mod fault_ha;
 mod fault_io;
 mod fault_security;
 mod fault_suite;
+mod gateway_envoy;
 mod gateway_haproxy;
 mod gateway_nginx;
 mod gateway_rust_proxy;

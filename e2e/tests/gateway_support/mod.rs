@@ -238,11 +238,11 @@ pub async fn slice(env: &Env, eps: &[(Ipv4Addr, bool, bool, bool)], port: u16) {
     .expect("apply EndpointSlice");
 }
 
-fn ready(ip: Ipv4Addr) -> (Ipv4Addr, bool, bool, bool) {
+pub fn ready(ip: Ipv4Addr) -> (Ipv4Addr, bool, bool, bool) {
     (ip, true, true, false)
 }
 
-fn terminating(ip: Ipv4Addr) -> (Ipv4Addr, bool, bool, bool) {
+pub fn terminating(ip: Ipv4Addr) -> (Ipv4Addr, bool, bool, bool) {
     (ip, false, true, true)
 }
 
@@ -265,6 +265,16 @@ pub async fn start_world(
     backend: testenv::Backend,
     net: u8,
 ) -> (Env, Controller, Vec<Backend>, u16) {
+    start_world_with(backend, net, "").await
+}
+
+/// [`start_world`] with more `kube_discovery` settings (`extra`: lines
+/// indented by two spaces, e.g. the xDS server's).
+pub async fn start_world_with(
+    backend: testenv::Backend,
+    net: u8,
+    extra: &str,
+) -> (Env, Controller, Vec<Backend>, u16) {
     let env = Env::start(backend).await;
     env.namespace(NS).await;
     let b1_ip = ip(&env, net, 1);
@@ -272,7 +282,7 @@ pub async fn start_world(
     let b1 = Backend::start("b1", (b1_ip, port).into()).await;
     slice(&env, &[ready(b1_ip)], port).await;
     let cfg = format!(
-        "discovery:\n  kubernetes:\n{}    watch_endpoint_slices: true\nkube_discovery:\n  coalesce_window: 20ms\n  drain_terminating: true\n",
+        "discovery:\n  kubernetes:\n{}    watch_endpoint_slices: true\nkube_discovery:\n  coalesce_window: 20ms\n  drain_terminating: true\n{extra}",
         env.service_block(&env.admin_token())
     );
     let ctl = Controller::start(&env, "ctl", &cfg, &[]).await;
