@@ -380,3 +380,6 @@ pub fn diff(
     }
     out
 }
+
+#[cfg(test)]
+mod tests;

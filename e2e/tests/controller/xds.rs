@@ -281,3 +281,172 @@ async fn two_replicas_answer_the_same_versions_and_tokens_are_checked(backend: B
     a.stop().await;
     b.stop().await;
 }
+
+#[both_backends]
+#[tokio::test]
+async fn pushes_are_not_held_by_the_write_coalescing_window(backend: Backend) {
+    let env = Env::start(backend).await;
+    env.namespace("ns").await;
+    env.endpoints("ns", "web", &["10.3.3.1"], &[("http", 80)], json!({}))
+        .await;
+    let cfg = config(&env).replace("coalesce_window: 20ms", "coalesce_window: 5s");
+    let ctl = Controller::start(&env, "xds-window", &cfg, &[]).await;
+    env.wait_nodes("ns", "web", "http", &["10.3.3.1"]).await;
+    let ch = ads::channel(ctl.xds_addr().await).await.unwrap();
+    let mut c = ads::Sotw::open(ch, Some(TOKEN), "envoy-w").await.unwrap();
+    c.send(EDS, &["ns/web:http"], "", "", None).await;
+    let r = c.recv(WAIT).await.unwrap().expect("EDS");
+    c.ack(&r, &["ns/web:http"]).await;
+    // Two changes in a row: the object's second write waits for the window
+    // (5 s after the first), the xDS push does not.
+    env.endpoints("ns", "web", &["10.3.3.2"], &[("http", 80)], json!({}))
+        .await;
+    env.endpoints("ns", "web", &["10.3.3.3"], &[("http", 80)], json!({}))
+        .await;
+    let t = std::time::Instant::now();
+    loop {
+        let r = c.recv(WAIT).await.unwrap().expect("an EDS push");
+        c.ack(&r, &["ns/web:http"]).await;
+        if ads::assignment(&r.resources[0].value).1 == eps(&["10.3.3.3:80"]) {
+            break;
+        }
+    }
+    let pushed = t.elapsed();
+    let ds = env.dsvc("ns", "web").await.expect("the object");
+    assert_ne!(
+        ds["spec"]["ports"]["http"][0]["host"], "10.3.3.3",
+        "the object already has the second change: the test shows nothing"
+    );
+    assert!(pushed < Duration::from_secs(2), "the push took {pushed:?}");
+    // The object follows when its window ends.
+    env.wait_nodes("ns", "web", "http", &["10.3.3.3"]).await;
+    ctl.stop().await;
+}
+
+#[both_backends]
+#[tokio::test]
+async fn a_name_subscribed_before_it_exists_is_pushed_and_a_nack_is_followed_by_the_next_good_update(
+    backend: Backend,
+) {
+    let env = Env::start(backend).await;
+    env.namespace("ns").await;
+    let ctl = Controller::start(&env, "xds-nack", &config(&env), &[]).await;
+    let ch = ads::channel(ctl.xds_addr().await).await.unwrap();
+    let mut c = ads::Sotw::open(ch, Some(TOKEN), "envoy-n").await.unwrap();
+    let name = ["ns/later:http"];
+    c.send(EDS, &name, "", "", None).await;
+    // The first request is answered even with nothing to send.
+    let first = c.recv(WAIT).await.unwrap().expect("the first answer");
+    assert!(first.resources.is_empty());
+    c.ack(&first, &name).await;
+    env.endpoints("ns", "later", &["10.3.4.1"], &[("http", 80)], json!({}))
+        .await;
+    let r = c.recv(WAIT).await.unwrap().expect("pushed once it exists");
+    assert_eq!(
+        ads::assignment(&r.resources[0].value).1,
+        eps(&["10.3.4.1:80"])
+    );
+    // Reject it, twice (Envoy repeats a NACK on reconnect-free retries):
+    // nothing is re-sent, the rejection is logged once and counted.
+    for _ in 0..2 {
+        c.send(
+            EDS,
+            &name,
+            &first.version_info,
+            &r.nonce,
+            Some("rejected by the test"),
+        )
+        .await;
+    }
+    assert_eq!(c.recv(QUIET).await.unwrap(), None, "a NACK was answered");
+    // The next change is sent normally and accepted.
+    env.endpoints("ns", "later", &["10.3.4.2"], &[("http", 80)], json!({}))
+        .await;
+    let good = c
+        .recv(WAIT)
+        .await
+        .unwrap()
+        .expect("the next update after a NACK");
+    assert_eq!(
+        ads::assignment(&good.resources[0].value).1,
+        eps(&["10.3.4.2:80"])
+    );
+    c.ack(&good, &name).await;
+    let logged = ctl
+        .logs()
+        .matches("xDS client rejected an update (NACK)")
+        .count();
+    assert_eq!(logged, 1, "the NACK is logged once");
+    assert!(ctl.logs().contains("rejected by the test"));
+    let (_, metrics) = ctl.get("/metrics").await;
+    assert!(
+        metrics.contains("kube_discovery_xds_nacks_total{type=\"eds\"} 2"),
+        "{metrics}"
+    );
+    // The clients API shows the client, its NACKs and the last one's detail.
+    let (code, body) = ctl.get("/v1/discovery/kubernetes/xds/clients").await;
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let client = &v["clients"][0];
+    assert_eq!(client["nodeId"], "envoy-n", "{body}");
+    assert_eq!(client["protocol"], "sotw");
+    assert_eq!(client["nacks"], 2);
+    assert_eq!(client["lastNack"], "rejected by the test");
+    ctl.stop().await;
+}
+
+#[both_backends]
+#[tokio::test]
+async fn delta_unsubscribe_stops_pushes_and_a_big_reconnect_request_is_accepted(backend: Backend) {
+    let env = Env::start(backend).await;
+    env.namespace("ns").await;
+    for (name, ip) in [("a", "10.3.5.1"), ("b", "10.3.5.2")] {
+        env.endpoints("ns", name, &[ip], &[("http", 80)], json!({}))
+            .await;
+    }
+    let ctl = Controller::start(&env, "xds-unsub", &config(&env), &[]).await;
+    let addr = ctl.xds_addr().await;
+    let mut c = ads::Delta::open(ads::channel(addr).await.unwrap(), Some(TOKEN), "envoy-u")
+        .await
+        .unwrap();
+    let none = BTreeMap::new();
+    c.send(EDS, &["ns/a:http", "ns/b:http"], &[], &none, "", None)
+        .await;
+    let r = c.recv(WAIT).await.unwrap().expect("both");
+    assert_eq!(r.resources.len(), 2);
+    c.ack(&r).await;
+    c.send(EDS, &[], &["ns/b:http"], &none, "", None).await;
+    env.endpoints("ns", "b", &["10.3.5.20"], &[("http", 80)], json!({}))
+        .await;
+    assert!(
+        c.recv(QUIET).await.unwrap().is_none(),
+        "an unsubscribed name was pushed"
+    );
+    env.endpoints("ns", "a", &["10.3.5.10"], &[("http", 80)], json!({}))
+        .await;
+    let r = c.recv(WAIT).await.unwrap().expect("a still pushed");
+    let sent: Vec<&str> = r.resources.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(sent, ["ns/a:http"]);
+
+    // A reconnect that lists 200,000 resources it holds (about 8 MB, more
+    // than gRPC's default 4 MiB limit) is accepted and answered.
+    let held: BTreeMap<String, String> = (0..200_000)
+        .map(|i| {
+            (
+                format!("ns/gone-{i:06}:http"),
+                "0123456789abcdef".to_string(),
+            )
+        })
+        .collect();
+    let mut big = ads::Delta::open(ads::channel(addr).await.unwrap(), Some(TOKEN), "envoy-big")
+        .await
+        .unwrap();
+    big.send(EDS, &["ns/a:http"], &[], &held, "", None).await;
+    let r = big
+        .recv(WAIT)
+        .await
+        .expect("no error for a big request")
+        .expect("an answer");
+    assert_eq!(r.resources.len(), 1);
+    ctl.stop().await;
+}
