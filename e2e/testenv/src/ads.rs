@@ -39,6 +39,28 @@ pub async fn channel(addr: SocketAddr) -> Result<Channel, tonic::transport::Erro
         .await
 }
 
+/// A TLS channel to `addr` trusting `ca_pem`, presenting `identity`
+/// (certificate and key PEM) when given (mTLS).
+pub async fn tls_channel(
+    addr: SocketAddr,
+    ca_pem: &str,
+    identity: Option<(&str, &str)>,
+) -> Result<Channel, tonic::transport::Error> {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca_pem))
+        .domain_name(addr.ip().to_string());
+    if let Some((cert, key)) = identity {
+        tls = tls.identity(Identity::from_pem(cert, key));
+    }
+    Channel::from_shared(format!("https://{addr}"))
+        .expect("valid URI")
+        .tls_config(tls)?
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+}
+
 fn with_token<T>(msg: T, token: Option<&str>) -> tonic::Request<T> {
     let mut req = tonic::Request::new(msg);
     if let Some(t) = token {

@@ -24,6 +24,7 @@ mod fault_io;
 mod fault_security;
 mod fault_suite;
 mod gateway_envoy;
+mod gateway_grpc;
 mod gateway_haproxy;
 mod gateway_nginx;
 mod gateway_rust_proxy;
