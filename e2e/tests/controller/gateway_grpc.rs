@@ -4,6 +4,8 @@
 //! its RPCs reach exactly the ready backends (real grpc-go servers) and
 //! follow a scale-down with no failed RPC.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use crate::controller_support;
 use crate::gateway_support;
 
