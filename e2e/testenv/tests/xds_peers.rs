@@ -2,7 +2,8 @@
 //! proven against go-control-plane (`gcp-server`), before kube-discovery
 //! serves xDS itself: a real Envoy 1.40 on ADS (state of the world and delta)
 //! routes HTTP to the endpoints gcp-server gives it and follows a removal
-//! and a DRAINING mark (no more requests to either), with no update rejected; a proxyless grpc-go client
+//! and a DRAINING mark (no more requests to either) and the cluster's
+//! deletion, with no update rejected; a proxyless grpc-go client
 //! on an `xds:///` target reaches exactly the three backends it is given,
 //! then exactly the two left after a scale-down (the third still runs).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -130,6 +131,20 @@ async fn envoy_follows(api: AdsApi) {
         AdsApi::Sotw => assert!(sotw >= 1 && delta == 0, "{}", gcp.proc.logs()),
         AdsApi::Delta => assert!(sotw == 0 && delta >= 1, "{}", gcp.proc.logs()),
     }
+
+    // The cluster deleted: Envoy removes it (CDS), still nothing rejected.
+    gcp.delete(CLUSTER).await;
+    eventually("envoy removes the cluster", LIMIT, || async {
+        (!envoy.clusters().await.contains_key(CLUSTER)).then_some(())
+    })
+    .await;
+    let cds = envoy.stats("cluster_manager.cds.").await;
+    assert_eq!(
+        cds.get("cluster_manager.cds.update_rejected"),
+        Some(&0),
+        "{cds:?}"
+    );
+    assert_eq!(gcp.nacks(), Vec::<String>::new());
     envoy.stop().await;
 }
 
