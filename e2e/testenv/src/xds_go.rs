@@ -300,6 +300,34 @@ impl GrpcClient {
             .unwrap_or_default()
     }
 
+    /// Waits until `done` holds for the RPCs so far (checked every 50 ms);
+    /// returns their count then. Panics after `limit` with `what`, the last
+    /// RPCs and the client's log, or as soon as the client exits.
+    pub async fn wait_for(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        mut done: impl FnMut(&[Rpc]) -> bool,
+    ) -> usize {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            self.proc.assert_running();
+            let rpcs = self.rpcs();
+            if done(&rpcs) {
+                return rpcs.len();
+            }
+            if tokio::time::Instant::now() > deadline {
+                let last = &rpcs[rpcs.len().saturating_sub(10)..];
+                panic!(
+                    "timed out after {limit:?} waiting for: {what}\n{} RPCs, the last: {last:#?}\nlog:\n{}",
+                    rpcs.len(),
+                    self.proc.logs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Panics with the log when the client has exited.
     pub fn assert_running(&mut self) {
         self.proc.assert_running();

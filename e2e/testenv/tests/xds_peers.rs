@@ -187,12 +187,15 @@ async fn grpc_client_follows_gcp_server() {
     );
 
     // Exactly the three backends answer.
-    eventually("the client reaches all three backends", LIMIT, || {
-        client.assert_running();
-        let seen: BTreeSet<String> = client.rpcs().into_iter().map(|r| r.backend).collect();
-        async move { (seen.len() >= 3).then_some(()) }
-    })
-    .await;
+    client
+        .wait_for("the client reaches all three backends", LIMIT, |rpcs| {
+            rpcs.iter()
+                .map(|r| r.backend.as_str())
+                .collect::<BTreeSet<_>>()
+                .len()
+                >= 3
+        })
+        .await;
     let rpcs = client.rpcs();
     let seen: BTreeSet<&str> = rpcs.iter().map(|r| r.backend.as_str()).collect();
     assert_eq!(seen, addrs.iter().map(String::as_str).collect(), "{rpcs:?}");
@@ -200,14 +203,18 @@ async fn grpc_client_follows_gcp_server() {
 
     // Scale-down to two: the third keeps running, the client stops calling it.
     gcp.set(cluster, &eps(2)).await;
-    let mark = eventually("the client stops calling the third backend", LIMIT, || {
-        client.assert_running();
-        let n = client.count();
-        let tail = client.since(n.saturating_sub(30));
-        let done = n >= 30 && tail.iter().all(|r| r.backend != addrs[2]);
-        async move { done.then_some(n) }
-    })
-    .await;
+    let mark = client
+        .wait_for(
+            "the client stops calling the third backend",
+            LIMIT,
+            |rpcs| {
+                rpcs.len() >= 30
+                    && rpcs[rpcs.len() - 30..]
+                        .iter()
+                        .all(|r| r.backend != addrs[2])
+            },
+        )
+        .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let rpcs = client.stop().await;
     let after = &rpcs[mark.saturating_sub(30)..];
