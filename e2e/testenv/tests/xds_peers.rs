@@ -240,7 +240,7 @@ async fn grpc_client_follows_gcp_server() {
         )
         .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let rpcs = client.stop().await;
+    let rpcs = client.rpcs();
     let after = &rpcs[mark.saturating_sub(30)..];
     let seen: BTreeSet<&str> = after.iter().map(|r| r.backend.as_str()).collect();
     assert_eq!(
@@ -248,6 +248,23 @@ async fn grpc_client_follows_gcp_server() {
         addrs[..2].iter().map(String::as_str).collect(),
         "{after:?}"
     );
+
+    // The second one DRAINING: grpc-go 1.85 stops calling it too.
+    let mut two = eps(2);
+    two[1].health = Some("DRAINING");
+    gcp.set(cluster, &two).await;
+    let mark = client
+        .wait_for("the client calls only the first backend", LIMIT, |rpcs| {
+            rpcs.len() >= 30
+                && rpcs[rpcs.len() - 30..]
+                    .iter()
+                    .all(|r| r.backend == addrs[0])
+        })
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rpcs = client.stop().await;
+    let after = &rpcs[mark.saturating_sub(30)..];
+    assert!(after.iter().all(|r| r.backend == addrs[0]), "{after:?}");
     let failed: Vec<_> = rpcs.iter().filter(|r| !r.ok).collect();
     assert!(failed.is_empty(), "failed RPCs: {failed:?}");
     assert_eq!(gcp.nacks(), Vec::<String>::new());
@@ -298,4 +315,46 @@ async fn grpc_client_sends_its_token() {
         .await;
     let rpcs = client.stop().await;
     assert!(rpcs.iter().all(|r| r.ok), "{rpcs:?}");
+}
+
+/// A NACK shows: Envoy rejects an assignment with weight 0 (`update_rejected`
+/// 1, gcp-server logs the NACK with Envoy's reason) and takes the next good one.
+#[tokio::test]
+async fn envoy_nack_then_good_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let (b0, _t0) = http_backend("b0").await;
+    let (b1, _t1) = http_backend("b1").await;
+    let mut gcp = GcpServer::start(dir.path(), "gcp-server").await;
+    gcp.set(CLUSTER, &[Endpoint::new(b0)]).await;
+    let bootstrap = Bootstrap::new("envoy-nack", gcp.addr, AdsApi::Delta, CLUSTER);
+    let envoy = Envoy::start(dir.path(), "envoy", &bootstrap.yaml()).await;
+    let mut zero = Endpoint::new(b1);
+    zero.weight = 0;
+    gcp.set(CLUSTER, &[Endpoint::new(b0), zero]).await;
+    eventually("envoy rejects the weight-0 assignment", LIMIT, || async {
+        let s = envoy.cluster_stats(CLUSTER).await;
+        (s.get("update_rejected") == Some(&1)).then_some(())
+    })
+    .await;
+    let nacks = gcp.nacks();
+    assert_eq!(nacks.len(), 1, "{nacks:?}");
+    assert!(nacks[0].contains("LoadBalancingWeight"), "{nacks:?}");
+    let hosts = envoy.clusters().await.remove(CLUSTER).unwrap_or_default();
+    assert_eq!(
+        hosts.len(),
+        1,
+        "the rejected update is not applied: {hosts:?}"
+    );
+
+    gcp.set(CLUSTER, &[Endpoint::new(b0), Endpoint::new(b1)])
+        .await;
+    eventually("envoy takes the next good assignment", LIMIT, || async {
+        let hosts = envoy.clusters().await.remove(CLUSTER)?;
+        (hosts.len() == 2).then_some(())
+    })
+    .await;
+    let s = envoy.cluster_stats(CLUSTER).await;
+    assert_eq!(s.get("update_rejected"), Some(&1), "{s:?}");
+    assert_eq!(gcp.nacks().len(), 1);
+    envoy.stop().await;
 }

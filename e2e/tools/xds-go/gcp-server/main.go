@@ -319,7 +319,7 @@ func main() {
 	}
 	var nacks atomic.Int64
 	nack := func(kind string, id int64, typeURL string, msg string) {
-		fmt.Fprintf(os.Stderr, "gcp-server: NACK #%d on %s stream %d (%s): %s\n", nacks.Add(1), kind, id, typeURL, msg)
+		fmt.Fprintf(os.Stderr, "gcp-server: NACK #%d on %s stream %d (%s): %q\n", nacks.Add(1), kind, id, typeURL, msg)
 	}
 	cb := serverv3.CallbackFuncs{
 		StreamOpenFunc: func(_ context.Context, id int64, typ string) error {
