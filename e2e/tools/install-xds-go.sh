@@ -28,15 +28,21 @@ problem() {
   exit 0
 }
 
-command -v go >/dev/null 2>&1 || problem "Go >= 1.26 is needed on PATH to build ${programs[*]} (https://go.dev/dl/)"
+have_all=1
+for p in "${programs[@]}"; do [[ -x "$bin/$p" ]] || have_all=""; done
+if ! command -v go >/dev/null 2>&1; then
+  if [[ -n "$have_all" && "${CI:-}" != true ]]; then
+    echo "install-xds-go: WARNING: no Go on PATH: keeping ${programs[*]} in $bin unchecked against $mod" >&2
+    exit 0
+  fi
+  problem "Go >= 1.26 is needed on PATH to build ${programs[*]} (https://go.dev/dl/)"
+fi
 # shellcheck source=e2e/controlplane/env.sh
 source "$root/e2e/controlplane/env.sh"
 
 # The hash of everything the build reads from the module, and the Go version.
 want="$( (cd "$mod" && find . -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) -print0 \
   | LC_ALL=C sort -z | xargs -0 sha256sum; go version) | sha256sum | cut -d' ' -f1)"
-have_all=1
-for p in "${programs[@]}"; do [[ -x "$bin/$p" ]] || have_all=""; done
 if [[ -n "$have_all" && "$(cat "$stamp" 2>/dev/null)" == "$want" ]]; then
   echo "install-xds-go: ${programs[*]} up to date in $bin"
   exit 0

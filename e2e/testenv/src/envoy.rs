@@ -6,8 +6,9 @@
 //!
 //! The admin listener binds port 0 and Envoy writes the address it got to a
 //! file (`--admin-address-path`), so no port is guessed; `--use-dynamic-base-id`
-//! keeps parallel Envoys from sharing hot-restart memory. [`ads_bootstrap`] is
-//! the bootstrap of a plain ADS client (SotW or delta) with one HTTP listener.
+//! keeps parallel Envoys from sharing hot-restart memory. [`Bootstrap`] is
+//! the bootstrap of a plain ADS client (SotW or delta, CDS or a static EDS
+//! cluster, a bearer token or none) with one HTTP listener.
 //!
 //! Test-harness style, like [`crate::gateways`]: what does not start panics
 //! with the log.
@@ -68,22 +69,83 @@ impl AdsApi {
 /// The bootstrap of an Envoy that takes its clusters (CDS, EDS clusters) over
 /// ADS from `xds` (plaintext gRPC, `api`), as node `node_id`, and routes all
 /// HTTP requests of the listener `http` (127.0.0.1, port 0: see
-/// [`Envoy::listener_addr`]) to the cluster `route_to`.
+/// [`Envoy::listener_addr`]) to the cluster `route_to`: [`Bootstrap::new`].
 pub fn ads_bootstrap(node_id: &str, xds: SocketAddr, api: AdsApi, route_to: &str) -> String {
-    let api_type = api.api_type();
-    let (ip, port) = (xds.ip(), xds.port());
-    format!(
-        r#"node: {{id: "{node_id}", cluster: kd-test}}
+    Bootstrap::new(node_id, xds, api, route_to).yaml()
+}
+
+/// An Envoy bootstrap for an ADS server: one HTTP listener `http`
+/// (127.0.0.1, port 0) routing everything to one cluster.
+#[derive(Debug, Clone)]
+pub struct Bootstrap {
+    /// `node.id`.
+    pub node_id: String,
+    /// The ADS server (plaintext gRPC).
+    pub xds: SocketAddr,
+    /// SotW or delta.
+    pub api: AdsApi,
+    /// The cluster the listener routes to.
+    pub route_to: String,
+    /// `true`: clusters come over CDS (`cds_config: {ads: {}}`); `false`: no
+    /// CDS, `route_to` is a static cluster of type EDS (`eds_config: {ads: {}}`).
+    pub cds: bool,
+    /// Sent as `authorization: Bearer <token>` on the ADS stream
+    /// (`initial_metadata` of the gRPC service).
+    pub token: Option<String>,
+}
+
+impl Bootstrap {
+    /// CDS, no token.
+    pub fn new(node_id: &str, xds: SocketAddr, api: AdsApi, route_to: &str) -> Bootstrap {
+        Bootstrap {
+            node_id: node_id.to_string(),
+            xds,
+            api,
+            route_to: route_to.to_string(),
+            cds: true,
+            token: None,
+        }
+    }
+
+    /// The YAML.
+    pub fn yaml(&self) -> String {
+        let Bootstrap {
+            node_id,
+            xds,
+            api,
+            route_to,
+            cds,
+            token,
+        } = self;
+        let api_type = api.api_type();
+        let (ip, port) = (xds.ip(), xds.port());
+        let metadata = token
+            .as_ref()
+            .map(|t| format!(", initial_metadata: [{{key: authorization, value: \"Bearer {t}\"}}]"))
+            .unwrap_or_default();
+        let cds_config = if *cds {
+            "  cds_config: {resource_api_version: V3, ads: {}}\n"
+        } else {
+            ""
+        };
+        let eds_cluster = if *cds {
+            String::new()
+        } else {
+            format!(
+                "  - name: \"{route_to}\"\n    type: EDS\n    connect_timeout: 1s\n    eds_cluster_config: {{eds_config: {{resource_api_version: V3, ads: {{}}}}}}\n"
+            )
+        };
+        format!(
+            r#"node: {{id: "{node_id}", cluster: kd-test}}
 dynamic_resources:
   ads_config:
     api_type: {api_type}
     transport_api_version: V3
     set_node_on_first_message_only: true
-    grpc_services: [{{envoy_grpc: {{cluster_name: xds}}}}]
-  cds_config: {{resource_api_version: V3, ads: {{}}}}
-static_resources:
+    grpc_services: [{{envoy_grpc: {{cluster_name: xds}}{metadata}}}]
+{cds_config}static_resources:
   clusters:
-  - name: xds
+{eds_cluster}  - name: xds
     type: STATIC
     connect_timeout: 1s
     typed_extension_protocol_options:
@@ -103,7 +165,7 @@ static_resources:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: http
           route_config:
-            # The cluster comes over CDS after the listener is loaded.
+            # The cluster may come over CDS after the listener is loaded.
             validate_clusters: false
             virtual_hosts:
             - name: all
@@ -113,7 +175,8 @@ static_resources:
           - name: envoy.filters.http.router
             typed_config: {{"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
 "#
-    )
+        )
+    }
 }
 
 /// One endpoint of a cluster as Envoy's admin `/clusters?format=json` shows it.

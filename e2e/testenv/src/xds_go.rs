@@ -49,6 +49,25 @@ pub fn grpc_bootstrap(xds: SocketAddr, node_id: &str) -> String {
     .to_string()
 }
 
+/// [`grpc_bootstrap`] whose client sends `authorization: Bearer <token>`
+/// (the content of `token_file`, read per call) on its xDS calls, over
+/// plaintext: the channel credential `insecure_bearer_token_file` that
+/// `xds-grpc-client` registers (grpc-go's own `jwt_token_file` call
+/// credential needs TLS and a JWT).
+pub fn grpc_bootstrap_with_token(xds: SocketAddr, node_id: &str, token_file: &Path) -> String {
+    json!({
+        "xds_servers": [{
+            "server_uri": xds.to_string(),
+            "channel_creds": [{
+                "type": "insecure_bearer_token_file",
+                "config": {"token_file": token_file},
+            }],
+        }],
+        "node": {"id": node_id},
+    })
+    .to_string()
+}
+
 /// One endpoint of a [`GcpServer::set`]: address, weight, health status
 /// (`None`: unset, `UNKNOWN`; e.g. `Some("DRAINING")`).
 #[derive(Debug, Clone)]
@@ -93,8 +112,18 @@ pub struct GcpServer {
 impl GcpServer {
     /// Starts `gcp-server` on 127.0.0.1 (a port of its choice), log `<name>.log` in `dir`.
     pub async fn start(dir: &Path, name: &str) -> GcpServer {
+        Self::start_with(dir, name, None).await
+    }
+
+    /// [`GcpServer::start`]; with `token_file`, streams without
+    /// `authorization: Bearer <its content>` are refused (UNAUTHENTICATED,
+    /// logged as `refused a stream`).
+    pub async fn start_with(dir: &Path, name: &str, token_file: Option<&Path>) -> GcpServer {
         let mut cmd = tokio::process::Command::new(xds_go_bin("gcp-server"));
         cmd.args(["--listen", "127.0.0.1:0"]);
+        if let Some(f) = token_file {
+            cmd.arg("--token-file").arg(f);
+        }
         let mut proc = Proc::spawn_piped(dir, name, &mut cmd);
         let stdin = proc.child.stdin.take().expect("piped stdin");
         let mut stdout = BufReader::new(proc.child.stdout.take().expect("piped stdout")).lines();
@@ -156,6 +185,15 @@ impl GcpServer {
                 .count()
         };
         (n("sotw"), n("delta"))
+    }
+
+    /// How many streams it refused for a missing or wrong token.
+    pub fn refused(&self) -> usize {
+        self.proc
+            .logs()
+            .lines()
+            .filter(|l| l.contains(": refused a stream"))
+            .count()
     }
 
     /// The NACKs it logged (`gcp-server: NACK ...` lines).
@@ -298,6 +336,34 @@ impl GrpcClient {
             .get(n..)
             .map(<[Rpc]>::to_vec)
             .unwrap_or_default()
+    }
+
+    /// Waits until `done` holds for the RPCs so far (checked every 50 ms);
+    /// returns their count then. Panics after `limit` with `what`, the last
+    /// RPCs and the client's log, or as soon as the client exits.
+    pub async fn wait_for(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        mut done: impl FnMut(&[Rpc]) -> bool,
+    ) -> usize {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            self.proc.assert_running();
+            let rpcs = self.rpcs();
+            if done(&rpcs) {
+                return rpcs.len();
+            }
+            if tokio::time::Instant::now() > deadline {
+                let last = &rpcs[rpcs.len().saturating_sub(10)..];
+                panic!(
+                    "timed out after {limit:?} waiting for: {what}\n{} RPCs, the last: {last:#?}\nlog:\n{}",
+                    rpcs.len(),
+                    self.proc.logs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Panics with the log when the client has exited.

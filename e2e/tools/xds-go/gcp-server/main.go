@@ -20,6 +20,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -37,7 +38,10 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -253,6 +257,25 @@ func (c *caches) apply(line []byte) error {
 	}
 }
 
+// authorize checks the stream's `authorization: Bearer` metadata against
+// the content of tokenFile (no file: every stream is let in).
+func authorize(ctx context.Context, tokenFile string) error {
+	if tokenFile == "" {
+		return nil
+	}
+	want, err := os.ReadFile(tokenFile)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "reading the token file: %v", err)
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		if v == "Bearer "+strings.TrimSpace(string(want)) {
+			return nil
+		}
+	}
+	return status.Error(codes.Unauthenticated, "missing or wrong bearer token")
+}
+
 // streamKind names a stream by its type URL (empty: ADS).
 func streamKind(typeURL string) string {
 	if typeURL == "" {
@@ -275,6 +298,7 @@ func (quiet) Errorf(f string, a ...any) {
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "ip:port to serve ADS on")
+	tokenFile := flag.String("token-file", "", "if set: streams must send `authorization: Bearer <the file's content>` (re-read per stream), others get UNAUTHENTICATED")
 	flag.Parse()
 
 	c := &caches{
@@ -295,7 +319,7 @@ func main() {
 	}
 	var nacks atomic.Int64
 	nack := func(kind string, id int64, typeURL string, msg string) {
-		fmt.Fprintf(os.Stderr, "gcp-server: NACK #%d on %s stream %d (%s): %s\n", nacks.Add(1), kind, id, typeURL, msg)
+		fmt.Fprintf(os.Stderr, "gcp-server: NACK #%d on %s stream %d (%s): %q\n", nacks.Add(1), kind, id, typeURL, msg)
 	}
 	cb := serverv3.CallbackFuncs{
 		StreamOpenFunc: func(_ context.Context, id int64, typ string) error {
@@ -323,6 +347,13 @@ func main() {
 	defer cancel()
 	xds := serverv3.NewServer(ctx, mux, cb)
 	srv := grpc.NewServer(
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := authorize(ss.Context(), *tokenFile); err != nil {
+				fmt.Fprintf(os.Stderr, "gcp-server: refused a stream: %v\n", err)
+				return err
+			}
+			return h(srv, ss)
+		}),
 		grpc.MaxConcurrentStreams(1<<20),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
