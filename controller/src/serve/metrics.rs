@@ -23,6 +23,7 @@
 //! | `kube_discovery_write_rate_limit` | gauge | - (writes per second the adaptive limiter allows now: grows while writes succeed, halves on a 429, never above `write_qps`) |
 //! | `kube_discovery_writes_throttled_total` | counter | by (`apf`: rejected by API Priority and Fairness, `other`: another 429): 429 answers to the writer's requests |
 //! | `kube_discovery_xds_streams` | gauge | protocol (`sotw`/`delta`): open xDS streams |
+//! | `kube_discovery_xds_clients` | gauge | node_id, protocol: open xDS streams per client node id (gone with the client's last stream) |
 //! | `kube_discovery_xds_pushes_total`, `kube_discovery_xds_sent_bytes_total`, `kube_discovery_xds_nacks_total` | counter | type (`cds`/`eds`/`lds`/`rds`): xDS responses sent, their encoded bytes, and those clients rejected |
 //! | `kube_discovery_xds_push_latency_seconds` | histogram | - (a change reaching the xDS catalog -> its response handed to the stream) |
 //! | `kube_discovery_build_info` | gauge | version, os, arch (always 1) |
@@ -181,6 +182,15 @@ pub struct XdsTypeLabel {
     pub r#type: &'static str,
 }
 
+/// Label set `{node_id, protocol}` of `kube_discovery_xds_clients`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct XdsClientLabels {
+    /// The client's `node.id`.
+    pub node_id: String,
+    /// `sotw` or `delta`.
+    pub protocol: &'static str,
+}
+
 /// Label set `{protocol}` of `kube_discovery_xds_streams` (`sotw`, `delta`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct XdsProtocolLabel {
@@ -245,6 +255,9 @@ pub struct Metrics {
     pub writes_throttled: Family<ThrottleLabel, Counter>,
     /// Open xDS streams, by protocol.
     pub xds_streams: Family<XdsProtocolLabel, Gauge>,
+    /// Connected xDS clients: streams per node id (the series goes when its
+    /// last stream does).
+    pub xds_clients: Family<XdsClientLabels, Gauge>,
     /// xDS responses sent, by type.
     pub xds_pushes: Family<XdsTypeLabel, Counter>,
     /// Bytes of the xDS responses sent (encoded protobuf), by type.
@@ -281,6 +294,7 @@ impl Default for Metrics {
             write_rate_limit: Gauge::default(),
             writes_throttled: Family::default(),
             xds_streams: Family::default(),
+            xds_clients: Family::default(),
             xds_pushes: Family::default(),
             xds_bytes: Family::default(),
             xds_nacks: Family::default(),
@@ -338,6 +352,11 @@ impl Metrics {
             "xds_streams",
             "Open xDS (ADS) streams, by protocol",
             self.xds_streams.clone(),
+        );
+        r.register(
+            "xds_clients",
+            "Connected xDS clients: open streams per node id and protocol",
+            self.xds_clients.clone(),
         );
         r.register(
             "xds_pushes",

@@ -95,9 +95,29 @@ impl Ads {
                 .xds_streams
                 .get_or_create(&protocol_label::<P>())
                 .dec();
+            let node_id = std::mem::take(
+                &mut handle
+                    .info
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .node_id,
+            );
+            if !node_id.is_empty() {
+                let labels = client_labels::<P>(node_id);
+                if metrics.xds_clients.get_or_create(&labels).dec() <= 1 {
+                    metrics.xds_clients.remove(&labels);
+                }
+            }
             hub.disconnect(id);
         });
         Ok(Box::pin(ReceiverStream::new(rx)))
+    }
+}
+
+fn client_labels<P: Protocol>(node_id: String) -> crate::serve::metrics::XdsClientLabels {
+    crate::serve::metrics::XdsClientLabels {
+        node_id,
+        protocol: P::NAME,
     }
 }
 
@@ -323,8 +343,9 @@ async fn drive<P: Protocol>(
                     let d = P::decode(req);
                     if let Some(id) = d.node_id {
                         let mut info = handle.info.lock().unwrap_or_else(PoisonError::into_inner);
-                        if info.node_id.is_empty() {
+                        if info.node_id.is_empty() && !id.is_empty() {
                             tracing::info!(node = %id, peer = %info.peer, protocol = P::NAME, "xDS client connected");
+                            metrics.xds_clients.get_or_create(&client_labels::<P>(id.clone())).inc();
                             info.node_id = id;
                             info.protocol = P::NAME;
                         }

@@ -383,6 +383,10 @@ async fn a_name_subscribed_before_it_exists_is_pushed_and_a_nack_is_followed_by_
         metrics.contains("kube_discovery_xds_nacks_total{type=\"eds\"} 2"),
         "{metrics}"
     );
+    assert!(
+        metrics.contains("kube_discovery_xds_clients{node_id=\"envoy-n\",protocol=\"sotw\"} 1"),
+        "{metrics}"
+    );
     // The clients API shows the client, its NACKs and the last one's detail.
     let (code, body) = ctl.get("/v1/discovery/kubernetes/xds/clients").await;
     assert_eq!(code, 200, "{body}");
@@ -392,6 +396,17 @@ async fn a_name_subscribed_before_it_exists_is_pushed_and_a_nack_is_followed_by_
     assert_eq!(client["protocol"], "sotw");
     assert_eq!(client["nacks"], 2);
     assert_eq!(client["lastNack"], "rejected by the test");
+    // The client leaves: its series goes.
+    drop(c);
+    controller_support::eventually(
+        "the client's series removed",
+        controller_support::LIMIT,
+        || async {
+            let (_, m) = ctl.get("/metrics").await;
+            (!m.contains("node_id=\"envoy-n\"")).then_some(())
+        },
+    )
+    .await;
     ctl.stop().await;
 }
 
