@@ -338,7 +338,9 @@ impl Stream {
                 .iter()
                 .filter_map(|n| {
                     let v = catalog.version(kind, n)?;
-                    (added.contains(n) || ks.held.get(n).map(String::as_str) != Some(v))
+                    // A newly requested name is never held here (unsubscribing forgot
+                    // it), so it is sent too.
+                    (ks.held.get(n).map(String::as_str) != Some(v))
                         .then(|| (n.clone(), v.to_string()))
                 })
                 .collect();

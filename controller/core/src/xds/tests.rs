@@ -392,6 +392,9 @@ fn wildcard_and_names_sotw() {
     let r = s.sotw(C, &["*", "alias-a"]);
     assert_eq!(names_of(&r), [["a", "alias-a", "b"]]);
     assert_eq!(s.stream.interest(C), Interest::Wildcard);
+    s.note("naming a resource the wildcard already sent: resent (the doc: newly requested)");
+    let r = s.sotw(C, &["*", "alias-a", "a"]);
+    assert_eq!(names_of(&r), [["a", "alias-a", "b"]]);
     s.note("only the alias: the wildcard is dropped, the complete set shrinks");
     let r = s.sotw(C, &["alias-a"]);
     assert_eq!(names_of(&r), [["alias-a"]]);
