@@ -311,24 +311,32 @@ impl Stream {
             .collect();
         let added: BTreeSet<String> = explicit.difference(&ks.explicit).cloned().collect();
         let dropped: Vec<String> = ks.explicit.difference(&explicit).cloned().collect();
+        let was_wildcard = ks.wildcard;
+        // The client forgets what it unsubscribed from. With a wildcard (before or now)
+        // it cannot tell whether the wildcard covers a dropped name (nor what only a
+        // dropped wildcard covered), so it keeps what it has and the next complete set
+        // (full-state kinds) tells it: the SotW side of the doc's delta rule "the server
+        // must send a response that includes the specific resource".
+        if !was_wildcard && !wildcard {
+            for name in &dropped {
+                ks.held.remove(name);
+            }
+        }
         ks.explicit = explicit;
         ks.wildcard = wildcard;
         let wc = wildcard_set(catalog, kind, wildcard);
-        // The client forgets what it unsubscribed from (unless the wildcard still covers
-        // it). What only a dropped wildcard covered it cannot tell apart: the next
-        // complete set (full-state kinds) tells it.
-        for name in dropped {
-            if !ks.covers(&name, &wc) {
-                ks.held.remove(&name);
-            }
-        }
         // The doc: "When the client sends a new request that changes the set of resources
         // being requested, the server must resend any newly requested resources, even if
         // it previously sent those resources".
+        // A request answers what it changed (catalog changes reach the stream through
+        // on_change): an ACK or NACK of the same subscription gets no response.
+        let changed = first || !added.is_empty() || !dropped.is_empty() || was_wildcard != wildcard;
         let ks = &self.kinds[&kind];
         if full {
             let world = full_state(ks, &wc, catalog, kind);
-            let due = first || world != ks.held || added.iter().any(|n| world.contains_key(n));
+            let due = first
+                || (changed && world != ks.held)
+                || added.iter().any(|n| world.contains_key(n));
             if due {
                 step.responses.push(self.sotw_full_response(kind, world));
             }
@@ -336,13 +344,8 @@ impl Stream {
             let send: Vec<(String, String)> = ks
                 .explicit
                 .iter()
-                .filter_map(|n| {
-                    let v = catalog.version(kind, n)?;
-                    // A newly requested name is never held here (unsubscribing forgot
-                    // it), so it is sent too.
-                    (ks.held.get(n).map(String::as_str) != Some(v))
-                        .then(|| (n.clone(), v.to_string()))
-                })
+                .filter(|n| first || added.contains(*n))
+                .filter_map(|n| Some((n.clone(), catalog.version(kind, n)?.to_string())))
                 .collect();
             // The first request of a kind is always answered, even with nothing (a client
             // initializing waits for it).

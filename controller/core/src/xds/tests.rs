@@ -210,6 +210,9 @@ fn nonces_are_fresh_per_response_and_acks_get_no_response_sotw() {
         }]
     );
     s.set(C, "a", "c2");
+    s.note("an ACK while a change is on its way to on_change: still no response");
+    let r = s.sotw(C, &[]);
+    assert!(r.responses.is_empty(), "{r:?}");
     let r = s.change(C, &["a"]);
     assert_eq!(r.responses[0].nonce(), "3");
     s.sotw(C, &[]);
@@ -395,6 +398,9 @@ fn wildcard_and_names_sotw() {
     s.note("naming a resource the wildcard already sent: resent (the doc: newly requested)");
     let r = s.sotw(C, &["*", "alias-a", "a"]);
     assert_eq!(names_of(&r), [["a", "alias-a", "b"]]);
+    s.note("dropping the alias, wildcard kept: the client cannot tell if \"*\" covers it: told");
+    let r = s.sotw(C, &["*", "a"]);
+    assert_eq!(names_of(&r), [["a", "b"]]);
     s.note("only the alias: the wildcard is dropped, the complete set shrinks");
     let r = s.sotw(C, &["alias-a"]);
     assert_eq!(names_of(&r), [["alias-a"]]);
@@ -757,6 +763,9 @@ enum Op {
     Unsub(usize),
     SubStar,
     UnsubStar,
+    /// A new stream: the client resubscribes (delta: with its versions as
+    /// initial_resource_versions; SotW: with the nonce of the old stream).
+    Reconnect,
 }
 
 const POOL: [&str; 5] = ["a", "b", "c", "d", "alias-a"];
@@ -771,6 +780,7 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
         (0..POOL.len()).prop_map(Op::Unsub),
         Just(Op::SubStar),
         Just(Op::UnsubStar),
+        Just(Op::Reconnect),
     ]
 }
 
@@ -829,6 +839,7 @@ proptest::proptest! {
         for op in ops {
             let mut sub = vec![];
             let mut unsub = vec![];
+            let reconnect = matches!(op, Op::Reconnect);
             match op {
                 Op::Set(n, v) => {
                     cat.res.insert((kind, POOL[n].to_string()), (format!("v{v}"), !POOL[n].starts_with("alias")));
@@ -867,6 +878,27 @@ proptest::proptest! {
                     }
                     unsub.push("*".to_string());
                 }
+                Op::Reconnect => {}
+            }
+            if reconnect {
+                st = Stream::new();
+                let mut subscribe: Vec<String> = client.explicit.iter().cloned().collect();
+                if client.wildcard {
+                    subscribe.push("*".to_string());
+                }
+                // An empty first request of a full-state kind is the legacy wildcard.
+                client.wildcard |= subscribe.is_empty() && kind.is_full_state();
+                let req = Request::Delta {
+                    kind,
+                    subscribe,
+                    unsubscribe: vec![],
+                    initial_versions: client.held.clone(),
+                    nonce: String::new(),
+                    error: None,
+                };
+                let step = st.on_request(req, &cat);
+                ack = apply(&mut client, &step);
+                continue;
             }
             if !sub.is_empty() || !unsub.is_empty() || ack.is_some() {
                 let req = Request::Delta {
@@ -891,6 +923,149 @@ proptest::proptest! {
             .collect();
         proptest::prop_assert_eq!(&client.held, &want);
         // Nothing more to send: the stream agrees with the client.
+        let all: Vec<&str> = POOL.to_vec();
+        proptest::prop_assert!(st.on_change(kind, &all, &cat).responses.is_empty());
+    }
+}
+
+/// A SotW client: the names it requests (with "*"), what it holds.
+#[derive(Default)]
+struct SotwClient {
+    names: BTreeSet<String>,
+    named_ever: bool,
+    held: BTreeMap<String, String>,
+}
+
+impl SotwClient {
+    fn wildcard(&self, kind: Kind) -> bool {
+        kind.is_full_state() && (!self.named_ever || self.names.contains("*"))
+    }
+
+    /// Applies the responses (bodies at the catalog's version of now, as the encoder
+    /// fetches them); the nonce of the last one.
+    fn apply(&mut self, kind: Kind, step: &Step, cat: &TestCatalog) -> Option<String> {
+        let mut nonce = None;
+        for r in &step.responses {
+            let Response::Sotw {
+                names, nonce: n, ..
+            } = r
+            else {
+                panic!("{r:?}");
+            };
+            let got = names
+                .iter()
+                .map(|name| (name.clone(), cat.version(kind, name).unwrap().to_string()));
+            if kind.is_full_state() {
+                self.held = got.collect();
+            } else {
+                self.held.extend(got);
+            }
+            nonce = Some(n.clone());
+        }
+        nonce
+    }
+
+    fn request(&self, kind: Kind, nonce: &str) -> Request {
+        Request::Sotw {
+            kind,
+            version_info: String::new(),
+            names: self.names.iter().cloned().collect(),
+            nonce: nonce.to_string(),
+            error: None,
+        }
+    }
+}
+
+proptest::proptest! {
+    /// For any script, a SotW client that applies each response (and ACKs it) ends up
+    /// holding exactly the catalog's versions of what it subscribed to (EDS/RDS: of what
+    /// exists; the doc gives SotW no way to delete those).
+    #[test]
+    fn sotw_client_converges(
+        kind_cluster in proptest::bool::ANY,
+        ops in proptest::collection::vec(op(), 0..40),
+    ) {
+        let kind = if kind_cluster { C } else { E };
+        let mut cat = TestCatalog::default();
+        let mut st = Stream::new();
+        let mut client = SotwClient::default();
+        let mut pending: BTreeSet<&str> = BTreeSet::new();
+        let step = st.on_request(client.request(kind, ""), &cat);
+        proptest::prop_assert_eq!(step.responses.len(), 1, "the first request is answered");
+        let mut last = client.apply(kind, &step, &cat).unwrap_or_default();
+        for op in ops {
+            let before = client.names.clone();
+            match op {
+                Op::Set(n, v) => {
+                    cat.res.insert((kind, POOL[n].to_string()), (format!("v{v}"), !POOL[n].starts_with("alias")));
+                    pending.insert(POOL[n]);
+                }
+                Op::Del(n) => {
+                    cat.res.remove(&(kind, POOL[n].to_string()));
+                    pending.insert(POOL[n]);
+                }
+                Op::Notify(ns) => {
+                    let names: Vec<&str> = ns.iter().map(|&n| POOL[n]).filter(|n| pending.remove(n)).collect();
+                    let step = st.on_change(kind, &names, &cat);
+                    if let Some(n) = client.apply(kind, &step, &cat) {
+                        last = n;
+                        let step = st.on_request(client.request(kind, &last), &cat);
+                        proptest::prop_assert!(step.responses.is_empty(), "an ACK: {:?}", step);
+                    }
+                }
+                Op::Sub(n) => {
+                    client.names.insert(POOL[n].to_string());
+                }
+                Op::Unsub(n) => {
+                    client.names.remove(POOL[n]);
+                }
+                Op::SubStar => {
+                    client.names.insert("*".to_string());
+                }
+                Op::UnsubStar => {
+                    client.names.remove("*");
+                }
+                Op::Reconnect => {
+                    st = Stream::new();
+                    // The legacy wildcard rule starts again on a new stream.
+                    client.named_ever = !client.names.is_empty();
+                    let step = st.on_request(client.request(kind, &last), &cat);
+                    proptest::prop_assert_eq!(step.responses.len(), 1, "the first request is answered");
+                    last = client.apply(kind, &step, &cat).unwrap_or_default();
+                }
+            }
+            if client.names != before {
+                let was_wildcard = client.wildcard(kind);
+                client.named_ever |= !client.names.is_empty();
+                // The client forgets names it no longer requests, unless a wildcard
+                // (before or now) may cover them: then the next complete set tells.
+                let names = client.names.clone();
+                if !(was_wildcard || client.wildcard(kind)) {
+                    client.held.retain(|n, _| names.contains(n));
+                }
+                let step = st.on_request(client.request(kind, &last), &cat);
+                if let Some(n) = client.apply(kind, &step, &cat) {
+                    last = n;
+                    st.on_request(client.request(kind, &last), &cat);
+                }
+            }
+        }
+        let names: Vec<&str> = std::mem::take(&mut pending).into_iter().collect();
+        let step = st.on_change(kind, &names, &cat);
+        client.apply(kind, &step, &cat);
+        let wildcard = client.wildcard(kind);
+        let want: BTreeMap<String, String> = POOL
+            .iter()
+            .filter(|n| client.names.contains(**n) || (wildcard && !n.starts_with("alias")))
+            .filter_map(|n| Some((n.to_string(), cat.version(kind, n)?.to_string())))
+            .collect();
+        let held: BTreeMap<String, String> = client
+            .held
+            .iter()
+            .filter(|(n, _)| kind.is_full_state() || cat.version(kind, n).is_some())
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
+        proptest::prop_assert_eq!(&held, &want);
         let all: Vec<&str> = POOL.to_vec();
         proptest::prop_assert!(st.on_change(kind, &all, &cat).responses.is_empty());
     }
