@@ -20,6 +20,9 @@ pub struct Stream {
     last_nonce: u64,
     /// Kinds the client has requested at least once.
     kinds: BTreeMap<Kind, KindState>,
+    /// Clusters the last Cluster response added or changed at the client: their
+    /// ClusterLoadAssignments are sent again right after it (see [`Stream::on_changes`]).
+    rewarm: BTreeSet<String>,
 }
 
 /// One kind of one stream.
@@ -148,7 +151,7 @@ impl Stream {
             }
             Some(_) => {}
         }
-        match req {
+        let mut step = match req {
             Request::Sotw {
                 kind,
                 names,
@@ -172,25 +175,35 @@ impl Stream {
                 error,
                 catalog,
             ),
+        };
+        // A Cluster response may call for ClusterLoadAssignments (see `on_changes`).
+        if kind == Kind::Cluster {
+            self.change_into(Kind::ClusterLoadAssignment, &[], catalog, &mut step);
+            self.rewarm.clear();
         }
+        step
     }
 
     /// Resources of `kind` named `names` changed in the catalog (added, updated or deleted;
     /// the catalog already holds the new state). May list names this stream does not care
     /// about (ignored). Produces at most one response per kind, holding the LATEST state
-    /// (a caller that was busy passes the union of what changed meanwhile).
+    /// (a caller that was busy passes the union of what changed meanwhile); a Cluster
+    /// response may be followed by a ClusterLoadAssignment one (see [`Stream::on_changes`]).
     pub fn on_change(&mut self, kind: Kind, names: &[&str], catalog: &impl Catalog) -> Step {
-        let mut step = Step::default();
-        if let Some(r) = self.change(kind, names, catalog) {
-            step.responses.push(r);
-        }
-        step
+        self.on_changes(&[(kind, names)], catalog)
     }
 
     /// Changes of several kinds at once (say a new Cluster and its ClusterLoadAssignment):
     /// like [`Stream::on_change`] per kind, the responses in [`Kind::ALL`] order whatever
     /// the order of `changes` (CDS before EDS, LDS before RDS: the doc's "make before
-    /// break" sequencing, so no cluster is left warming).
+    /// break" sequencing).
+    ///
+    /// A Cluster response that adds or changes a cluster at the client is followed by that
+    /// cluster's ClusterLoadAssignment (same name) when the stream subscribes to it, even
+    /// unchanged: the doc, "Resource warming": "Warming of `Cluster` is completed only
+    /// when a new `ClusterLoadAssignment` response is supplied by management server even
+    /// though there is no change in endpoints". Without it an updated cluster stays
+    /// warming until Envoy's `initial_fetch_timeout`.
     pub fn on_changes(&mut self, changes: &[(Kind, &[&str])], catalog: &impl Catalog) -> Step {
         let mut step = Step::default();
         for kind in Kind::ALL {
@@ -199,14 +212,26 @@ impl Stream {
                 .filter(|(k, _)| *k == kind)
                 .flat_map(|(_, n)| n.iter().copied())
                 .collect();
-            if names.is_empty() {
-                continue;
-            }
-            if let Some(r) = self.change(kind, &names, catalog) {
-                step.responses.push(r);
-            }
+            self.change_into(kind, &names, catalog, &mut step);
         }
+        self.rewarm.clear();
         step
+    }
+
+    /// [`Stream::change`] of `kind` (plus, for ClusterLoadAssignment, the clusters to
+    /// re-warm), its response appended to `step`.
+    fn change_into(&mut self, kind: Kind, names: &[&str], catalog: &impl Catalog, step: &mut Step) {
+        let forced = if kind == Kind::ClusterLoadAssignment {
+            std::mem::take(&mut self.rewarm)
+        } else {
+            BTreeSet::new()
+        };
+        if names.is_empty() && forced.is_empty() {
+            return;
+        }
+        if let Some(r) = self.change(kind, names, &forced, catalog) {
+            step.responses.push(r);
+        }
     }
 
     fn next_nonce(&mut self) -> String {
@@ -214,11 +239,19 @@ impl Stream {
         self.last_nonce.to_string()
     }
 
-    /// The response to a catalog change of `kind`, if the client lacks anything.
-    fn change(&mut self, kind: Kind, names: &[&str], catalog: &impl Catalog) -> Option<Response> {
+    /// The response to a catalog change of `kind`, if the client lacks anything (or
+    /// `forced` names it must get again).
+    fn change(
+        &mut self,
+        kind: Kind,
+        names: &[&str],
+        forced: &BTreeSet<String>,
+        catalog: &impl Catalog,
+    ) -> Option<Response> {
         let delta = self.delta?;
         let ks = self.kinds.get(&kind)?;
-        let names: BTreeSet<&str> = names.iter().copied().collect();
+        let mut names: BTreeSet<&str> = names.iter().copied().collect();
+        names.extend(forced.iter().map(String::as_str));
         let wc = wildcard_set(catalog, kind, ks.wildcard);
         // Names the stream does not care about are ignored (no response at all).
         let relevant: Vec<&str> = names
@@ -234,7 +267,7 @@ impl Stream {
             for name in relevant {
                 let have = ks.held.get(name).map(String::as_str);
                 match catalog.version(kind, name).filter(|_| ks.covers(name, &wc)) {
-                    Some(v) if have == Some(v) => {}
+                    Some(v) if have == Some(v) && !forced.contains(name) => {}
                     Some(v) => resources.push((name.to_string(), v.to_string())),
                     // Deleted (or out of the wildcard set): the doc, "Deleting Resources":
                     // "the server signals the client that a resource should be deleted via
@@ -258,8 +291,9 @@ impl Stream {
                     // Resources": "for other resource types, the API provides no mechanism
                     // for the server to tell the client that resources have been deleted".
                     let v = catalog.version(kind, n)?;
-                    (ks.explicit.contains(n) && ks.held.get(n).map(String::as_str) != Some(v))
-                        .then(|| (n.to_string(), v.to_string()))
+                    (ks.explicit.contains(n)
+                        && (forced.contains(n) || ks.held.get(n).map(String::as_str) != Some(v)))
+                    .then(|| (n.to_string(), v.to_string()))
                 })
                 .collect();
             if send.is_empty() {
@@ -360,6 +394,16 @@ impl Stream {
     fn sotw_full_response(&mut self, kind: Kind, world: BTreeMap<String, String>) -> Response {
         let nonce = self.next_nonce();
         let ks = self.kinds.entry(kind).or_default();
+        if kind == Kind::Cluster {
+            // Clusters new or changed at the client (re)warm.
+            let old = &ks.held;
+            self.rewarm.extend(
+                world
+                    .iter()
+                    .filter(|(n, v)| old.get(*n) != Some(*v))
+                    .map(|(n, _)| n.clone()),
+            );
+        }
         ks.held = world;
         ks.last_nonce = Some(nonce.clone());
         Response::Sotw {
@@ -529,7 +573,11 @@ impl Stream {
         let nonce = self.next_nonce();
         let ks = self.kinds.entry(kind).or_default();
         for (name, version) in &resources {
-            ks.held.insert(name.clone(), version.clone());
+            let old = ks.held.insert(name.clone(), version.clone());
+            // A cluster new or changed at the client (re)warms.
+            if kind == Kind::Cluster && old.as_ref() != Some(version) {
+                self.rewarm.insert(name.clone());
+            }
         }
         for name in &removed {
             ks.held.remove(name);

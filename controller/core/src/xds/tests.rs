@@ -495,9 +495,16 @@ fn full_state_and_partial_kinds_sotw() {
     s.set(C, "a", "c2");
     s.set(E, "a", "e2");
     let r = s.change(C, &["a"]);
-    assert_eq!(names_of(&r), [["a", "b"]], "CDS: the complete set");
+    assert_eq!(
+        names_of(&r),
+        [vec!["a", "b"], vec!["a"]],
+        "CDS: the complete set, then EDS a (cluster a re-warms)"
+    );
     let r = s.change(E, &["a"]);
-    assert_eq!(names_of(&r), [["a"]], "EDS: what changed");
+    assert!(r.responses.is_empty(), "EDS a went out at its latest version");
+    s.set(E, "b", "e2");
+    let r = s.change(E, &["b"]);
+    assert_eq!(names_of(&r), [["b"]], "EDS: what changed");
     s.note("deleted: CDS/LDS omit it; EDS/RDS send nothing (the doc: no mechanism)");
     s.del(C, "b");
     s.del(E, "b");
@@ -656,6 +663,41 @@ fn ordering_cds_before_eds_lds_before_rds() {
         } else {
             "ordering_sotw"
         });
+    }
+}
+
+#[test]
+fn cluster_update_rewarms_its_assignment() {
+    for delta in [false, true] {
+        let mut s = Script::new();
+        s.set(C, "c", "c1");
+        s.set(C, "d", "c1");
+        s.set(E, "c", "e1");
+        s.set(E, "d", "e1");
+        if delta {
+            s.delta(C, &[], &[]);
+            s.delta(E, &["c", "d"], &[]);
+        } else {
+            s.sotw(C, &[]);
+            s.sotw(E, &["c", "d"]);
+        }
+        s.note("cluster c changes, its endpoints do not: EDS c is sent again after CDS");
+        s.set(C, "c", "c2");
+        let r = s.change(C, &["c"]);
+        let kinds: Vec<Kind> = r.responses.iter().map(Response::kind).collect();
+        assert_eq!(kinds, [C, E]);
+        assert_eq!(names_of(&r)[1], ["c"]);
+        s.note("cluster d is not touched: its endpoints are not sent");
+        s.note("both change at once: one CDS, one EDS");
+        s.set(C, "c", "c3");
+        s.set(E, "c", "e2");
+        let r = s.changes(&[(E, &["c"]), (C, &["c"])]);
+        let cds = if delta { vec!["c"] } else { vec!["c", "d"] };
+        assert_eq!(names_of(&r), [cds, vec!["c"]]);
+        s.note("a no-op cluster change: nothing at all");
+        let r = s.change(C, &["c"]);
+        assert!(r.responses.is_empty());
+        s.golden(if delta { "rewarm_delta" } else { "rewarm_sotw" });
     }
 }
 
