@@ -54,9 +54,10 @@ enum Reply {
 }
 
 impl KindState {
-    /// Whether `name` is subscribed (explicitly, or as a member of the wildcard set `wc`).
-    fn covers(&self, name: &str, wc: &[&str]) -> bool {
-        self.explicit.contains(name) || (self.wildcard && wc.binary_search(&name).is_ok())
+    /// Whether `name` of `kind` is subscribed (explicitly, or as a member of the wildcard
+    /// set).
+    fn covers(&self, name: &str, catalog: &impl Catalog, kind: Kind) -> bool {
+        self.explicit.contains(name) || (self.wildcard && catalog.in_wildcard(kind, name))
     }
 
     fn reply(&self, nonce: &str, error: Option<String>) -> Reply {
@@ -75,13 +76,10 @@ impl KindState {
     }
 }
 
-/// The wildcard set of `kind` when `wildcard` is on (sorted, for `binary_search`).
+/// The wildcard set of `kind` when `wildcard` is on.
 fn wildcard_set(catalog: &impl Catalog, kind: Kind, wildcard: bool) -> Vec<&str> {
     if wildcard {
-        let mut names = catalog.wildcard_names(kind);
-        // The trait promises sorted names; sorting again is cheap and keeps lookups right.
-        names.sort_unstable();
-        names
+        catalog.wildcard_names(kind)
     } else {
         Vec::new()
     }
@@ -252,11 +250,10 @@ impl Stream {
         let ks = self.kinds.get(&kind)?;
         let mut names: BTreeSet<&str> = names.iter().copied().collect();
         names.extend(forced.iter().map(String::as_str));
-        let wc = wildcard_set(catalog, kind, ks.wildcard);
         // Names the stream does not care about are ignored (no response at all).
         let relevant: Vec<&str> = names
             .into_iter()
-            .filter(|n| ks.covers(n, &wc) || ks.held.contains_key(*n))
+            .filter(|n| ks.held.contains_key(*n) || ks.covers(n, catalog, kind))
             .collect();
         if relevant.is_empty() {
             return None;
@@ -266,7 +263,10 @@ impl Stream {
             let mut removed = Vec::new();
             for name in relevant {
                 let have = ks.held.get(name).map(String::as_str);
-                match catalog.version(kind, name).filter(|_| ks.covers(name, &wc)) {
+                match catalog
+                    .version(kind, name)
+                    .filter(|_| ks.covers(name, catalog, kind))
+                {
                     Some(v) if have == Some(v) && !forced.contains(name) => {}
                     Some(v) => resources.push((name.to_string(), v.to_string())),
                     // Deleted (or out of the wildcard set): the doc, "Deleting Resources":
@@ -278,6 +278,7 @@ impl Stream {
             }
             self.delta_response(kind, resources, removed, false)
         } else if kind.is_full_state() {
+            let wc = wildcard_set(catalog, kind, ks.wildcard);
             let world = full_state(ks, &wc, catalog, kind);
             if world == ks.held {
                 return None;
@@ -358,7 +359,6 @@ impl Stream {
         }
         ks.explicit = explicit;
         ks.wildcard = wildcard;
-        let wc = wildcard_set(catalog, kind, wildcard);
         // The doc: "When the client sends a new request that changes the set of resources
         // being requested, the server must resend any newly requested resources, even if
         // it previously sent those resources".
@@ -367,6 +367,7 @@ impl Stream {
         let changed = first || !added.is_empty() || !dropped.is_empty() || was_wildcard != wildcard;
         let ks = &self.kinds[&kind];
         if full {
+            let wc = wildcard_set(catalog, kind, wildcard);
             let world = full_state(ks, &wc, catalog, kind);
             let due = first
                 || (changed && world != ks.held)
@@ -523,20 +524,19 @@ impl Stream {
             let explicit = &ks.explicit;
             ks.held.retain(|n, _| explicit.contains(n));
         }
-        let wc = wildcard_set(catalog, kind, ks.wildcard);
         let mut candidates: BTreeSet<&str> = forced.iter().map(String::as_str).collect();
         if first || star {
             candidates.extend(ks.held.keys().map(String::as_str));
             candidates.extend(ks.explicit.iter().map(String::as_str));
-            candidates.extend(wc.iter().copied());
+            candidates.extend(wildcard_set(catalog, kind, ks.wildcard));
         }
         let mut resources = Vec::new();
         let mut removed = Vec::new();
         for name in candidates {
             let have = ks.held.get(name).map(String::as_str);
             match catalog.version(kind, name) {
-                Some(v) if ks.covers(name, &wc) => {
-                    let must = forced.contains(name) || (star && wc.binary_search(&name).is_ok());
+                Some(v) if ks.covers(name, catalog, kind) => {
+                    let must = forced.contains(name) || (star && catalog.in_wildcard(kind, name));
                     // What initial_resource_versions says the client has is not sent again.
                     let known = initial.get(name).map(String::as_str) == Some(v);
                     if (must && !known) || have != Some(v) {

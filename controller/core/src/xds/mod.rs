@@ -75,6 +75,12 @@ pub trait Catalog {
     fn version(&self, kind: Kind, name: &str) -> Option<&str>;
     /// The names a wildcard subscription of `kind` gets (canonical names only), sorted.
     fn wildcard_names(&self, kind: Kind) -> Vec<&str>;
+    /// Whether `name` is one of [`Catalog::wildcard_names`]. The default searches that
+    /// list; a catalog with an index should answer directly, so a change reaching a delta
+    /// wildcard stream costs no walk over every resource.
+    fn in_wildcard(&self, kind: Kind, name: &str) -> bool {
+        self.wildcard_names(kind).binary_search(&name).is_ok()
+    }
 }
 
 /// One request of the client, decoded (both protocol variants).
