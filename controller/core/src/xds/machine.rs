@@ -20,6 +20,9 @@ pub struct Stream {
     last_nonce: u64,
     /// Kinds the client has requested at least once.
     kinds: BTreeMap<Kind, KindState>,
+    /// Clusters the last Cluster response added or changed at the client: their
+    /// ClusterLoadAssignments are sent again right after it (see [`Stream::on_changes`]).
+    rewarm: BTreeSet<String>,
 }
 
 /// One kind of one stream.
@@ -51,9 +54,10 @@ enum Reply {
 }
 
 impl KindState {
-    /// Whether `name` is subscribed (explicitly, or as a member of the wildcard set `wc`).
-    fn covers(&self, name: &str, wc: &[&str]) -> bool {
-        self.explicit.contains(name) || (self.wildcard && wc.binary_search(&name).is_ok())
+    /// Whether `name` of `kind` is subscribed (explicitly, or as a member of the wildcard
+    /// set).
+    fn covers(&self, name: &str, catalog: &impl Catalog, kind: Kind) -> bool {
+        self.explicit.contains(name) || (self.wildcard && catalog.in_wildcard(kind, name))
     }
 
     fn reply(&self, nonce: &str, error: Option<String>) -> Reply {
@@ -72,13 +76,10 @@ impl KindState {
     }
 }
 
-/// The wildcard set of `kind` when `wildcard` is on (sorted, for `binary_search`).
+/// The wildcard set of `kind` when `wildcard` is on.
 fn wildcard_set(catalog: &impl Catalog, kind: Kind, wildcard: bool) -> Vec<&str> {
     if wildcard {
-        let mut names = catalog.wildcard_names(kind);
-        // The trait promises sorted names; sorting again is cheap and keeps lookups right.
-        names.sort_unstable();
-        names
+        catalog.wildcard_names(kind)
     } else {
         Vec::new()
     }
@@ -148,7 +149,7 @@ impl Stream {
             }
             Some(_) => {}
         }
-        match req {
+        let mut step = match req {
             Request::Sotw {
                 kind,
                 names,
@@ -172,25 +173,35 @@ impl Stream {
                 error,
                 catalog,
             ),
+        };
+        // A Cluster response may call for ClusterLoadAssignments (see `on_changes`).
+        if kind == Kind::Cluster {
+            self.change_into(Kind::ClusterLoadAssignment, &[], catalog, &mut step);
+            self.rewarm.clear();
         }
+        step
     }
 
     /// Resources of `kind` named `names` changed in the catalog (added, updated or deleted;
     /// the catalog already holds the new state). May list names this stream does not care
     /// about (ignored). Produces at most one response per kind, holding the LATEST state
-    /// (a caller that was busy passes the union of what changed meanwhile).
+    /// (a caller that was busy passes the union of what changed meanwhile); a Cluster
+    /// response may be followed by a ClusterLoadAssignment one (see [`Stream::on_changes`]).
     pub fn on_change(&mut self, kind: Kind, names: &[&str], catalog: &impl Catalog) -> Step {
-        let mut step = Step::default();
-        if let Some(r) = self.change(kind, names, catalog) {
-            step.responses.push(r);
-        }
-        step
+        self.on_changes(&[(kind, names)], catalog)
     }
 
     /// Changes of several kinds at once (say a new Cluster and its ClusterLoadAssignment):
     /// like [`Stream::on_change`] per kind, the responses in [`Kind::ALL`] order whatever
     /// the order of `changes` (CDS before EDS, LDS before RDS: the doc's "make before
-    /// break" sequencing, so no cluster is left warming).
+    /// break" sequencing).
+    ///
+    /// A Cluster response that adds or changes a cluster at the client is followed by that
+    /// cluster's ClusterLoadAssignment (same name) when the stream subscribes to it, even
+    /// unchanged: the doc, "Resource warming": "Warming of `Cluster` is completed only
+    /// when a new `ClusterLoadAssignment` response is supplied by management server even
+    /// though there is no change in endpoints". Without it an updated cluster stays
+    /// warming until Envoy's `initial_fetch_timeout`.
     pub fn on_changes(&mut self, changes: &[(Kind, &[&str])], catalog: &impl Catalog) -> Step {
         let mut step = Step::default();
         for kind in Kind::ALL {
@@ -199,14 +210,26 @@ impl Stream {
                 .filter(|(k, _)| *k == kind)
                 .flat_map(|(_, n)| n.iter().copied())
                 .collect();
-            if names.is_empty() {
-                continue;
-            }
-            if let Some(r) = self.change(kind, &names, catalog) {
-                step.responses.push(r);
-            }
+            self.change_into(kind, &names, catalog, &mut step);
         }
+        self.rewarm.clear();
         step
+    }
+
+    /// [`Stream::change`] of `kind` (plus, for ClusterLoadAssignment, the clusters to
+    /// re-warm), its response appended to `step`.
+    fn change_into(&mut self, kind: Kind, names: &[&str], catalog: &impl Catalog, step: &mut Step) {
+        let forced = if kind == Kind::ClusterLoadAssignment {
+            std::mem::take(&mut self.rewarm)
+        } else {
+            BTreeSet::new()
+        };
+        if names.is_empty() && forced.is_empty() {
+            return;
+        }
+        if let Some(r) = self.change(kind, names, &forced, catalog) {
+            step.responses.push(r);
+        }
     }
 
     fn next_nonce(&mut self) -> String {
@@ -214,16 +237,23 @@ impl Stream {
         self.last_nonce.to_string()
     }
 
-    /// The response to a catalog change of `kind`, if the client lacks anything.
-    fn change(&mut self, kind: Kind, names: &[&str], catalog: &impl Catalog) -> Option<Response> {
+    /// The response to a catalog change of `kind`, if the client lacks anything (or
+    /// `forced` names it must get again).
+    fn change(
+        &mut self,
+        kind: Kind,
+        names: &[&str],
+        forced: &BTreeSet<String>,
+        catalog: &impl Catalog,
+    ) -> Option<Response> {
         let delta = self.delta?;
         let ks = self.kinds.get(&kind)?;
-        let names: BTreeSet<&str> = names.iter().copied().collect();
-        let wc = wildcard_set(catalog, kind, ks.wildcard);
+        let mut names: BTreeSet<&str> = names.iter().copied().collect();
+        names.extend(forced.iter().map(String::as_str));
         // Names the stream does not care about are ignored (no response at all).
         let relevant: Vec<&str> = names
             .into_iter()
-            .filter(|n| ks.covers(n, &wc) || ks.held.contains_key(*n))
+            .filter(|n| ks.held.contains_key(*n) || ks.covers(n, catalog, kind))
             .collect();
         if relevant.is_empty() {
             return None;
@@ -233,8 +263,11 @@ impl Stream {
             let mut removed = Vec::new();
             for name in relevant {
                 let have = ks.held.get(name).map(String::as_str);
-                match catalog.version(kind, name).filter(|_| ks.covers(name, &wc)) {
-                    Some(v) if have == Some(v) => {}
+                match catalog
+                    .version(kind, name)
+                    .filter(|_| ks.covers(name, catalog, kind))
+                {
+                    Some(v) if have == Some(v) && !forced.contains(name) => {}
                     Some(v) => resources.push((name.to_string(), v.to_string())),
                     // Deleted (or out of the wildcard set): the doc, "Deleting Resources":
                     // "the server signals the client that a resource should be deleted via
@@ -245,6 +278,7 @@ impl Stream {
             }
             self.delta_response(kind, resources, removed, false)
         } else if kind.is_full_state() {
+            let wc = wildcard_set(catalog, kind, ks.wildcard);
             let world = full_state(ks, &wc, catalog, kind);
             if world == ks.held {
                 return None;
@@ -258,8 +292,9 @@ impl Stream {
                     // Resources": "for other resource types, the API provides no mechanism
                     // for the server to tell the client that resources have been deleted".
                     let v = catalog.version(kind, n)?;
-                    (ks.explicit.contains(n) && ks.held.get(n).map(String::as_str) != Some(v))
-                        .then(|| (n.to_string(), v.to_string()))
+                    (ks.explicit.contains(n)
+                        && (forced.contains(n) || ks.held.get(n).map(String::as_str) != Some(v)))
+                    .then(|| (n.to_string(), v.to_string()))
                 })
                 .collect();
             if send.is_empty() {
@@ -311,24 +346,32 @@ impl Stream {
             .collect();
         let added: BTreeSet<String> = explicit.difference(&ks.explicit).cloned().collect();
         let dropped: Vec<String> = ks.explicit.difference(&explicit).cloned().collect();
-        ks.explicit = explicit;
-        ks.wildcard = wildcard;
-        let wc = wildcard_set(catalog, kind, wildcard);
-        // The client forgets what it unsubscribed from (unless the wildcard still covers
-        // it). What only a dropped wildcard covered it cannot tell apart: the next
-        // complete set (full-state kinds) tells it.
-        for name in dropped {
-            if !ks.covers(&name, &wc) {
-                ks.held.remove(&name);
+        let was_wildcard = ks.wildcard;
+        // The client forgets what it unsubscribed from. With a wildcard (before or now)
+        // it cannot tell whether the wildcard covers a dropped name (nor what only a
+        // dropped wildcard covered), so it keeps what it has and the next complete set
+        // (full-state kinds) tells it: the SotW side of the doc's delta rule "the server
+        // must send a response that includes the specific resource".
+        if !was_wildcard && !wildcard {
+            for name in &dropped {
+                ks.held.remove(name);
             }
         }
+        ks.explicit = explicit;
+        ks.wildcard = wildcard;
         // The doc: "When the client sends a new request that changes the set of resources
         // being requested, the server must resend any newly requested resources, even if
         // it previously sent those resources".
+        // A request answers what it changed (catalog changes reach the stream through
+        // on_change): an ACK or NACK of the same subscription gets no response.
+        let changed = first || !added.is_empty() || !dropped.is_empty() || was_wildcard != wildcard;
         let ks = &self.kinds[&kind];
         if full {
+            let wc = wildcard_set(catalog, kind, wildcard);
             let world = full_state(ks, &wc, catalog, kind);
-            let due = first || world != ks.held || added.iter().any(|n| world.contains_key(n));
+            let due = first
+                || (changed && world != ks.held)
+                || added.iter().any(|n| world.contains_key(n));
             if due {
                 step.responses.push(self.sotw_full_response(kind, world));
             }
@@ -336,11 +379,8 @@ impl Stream {
             let send: Vec<(String, String)> = ks
                 .explicit
                 .iter()
-                .filter_map(|n| {
-                    let v = catalog.version(kind, n)?;
-                    (added.contains(n) || ks.held.get(n).map(String::as_str) != Some(v))
-                        .then(|| (n.clone(), v.to_string()))
-                })
+                .filter(|n| first || added.contains(*n))
+                .filter_map(|n| Some((n.clone(), catalog.version(kind, n)?.to_string())))
                 .collect();
             // The first request of a kind is always answered, even with nothing (a client
             // initializing waits for it).
@@ -355,6 +395,16 @@ impl Stream {
     fn sotw_full_response(&mut self, kind: Kind, world: BTreeMap<String, String>) -> Response {
         let nonce = self.next_nonce();
         let ks = self.kinds.entry(kind).or_default();
+        if kind == Kind::Cluster {
+            // Clusters new or changed at the client (re)warm.
+            let old = &ks.held;
+            self.rewarm.extend(
+                world
+                    .iter()
+                    .filter(|(n, v)| old.get(*n) != Some(*v))
+                    .map(|(n, _)| n.clone()),
+            );
+        }
         ks.held = world;
         ks.last_nonce = Some(nonce.clone());
         Response::Sotw {
@@ -474,20 +524,19 @@ impl Stream {
             let explicit = &ks.explicit;
             ks.held.retain(|n, _| explicit.contains(n));
         }
-        let wc = wildcard_set(catalog, kind, ks.wildcard);
         let mut candidates: BTreeSet<&str> = forced.iter().map(String::as_str).collect();
         if first || star {
             candidates.extend(ks.held.keys().map(String::as_str));
             candidates.extend(ks.explicit.iter().map(String::as_str));
-            candidates.extend(wc.iter().copied());
+            candidates.extend(wildcard_set(catalog, kind, ks.wildcard));
         }
         let mut resources = Vec::new();
         let mut removed = Vec::new();
         for name in candidates {
             let have = ks.held.get(name).map(String::as_str);
             match catalog.version(kind, name) {
-                Some(v) if ks.covers(name, &wc) => {
-                    let must = forced.contains(name) || (star && wc.binary_search(&name).is_ok());
+                Some(v) if ks.covers(name, catalog, kind) => {
+                    let must = forced.contains(name) || (star && catalog.in_wildcard(kind, name));
                     // What initial_resource_versions says the client has is not sent again.
                     let known = initial.get(name).map(String::as_str) == Some(v);
                     if (must && !known) || have != Some(v) {
@@ -524,7 +573,11 @@ impl Stream {
         let nonce = self.next_nonce();
         let ks = self.kinds.entry(kind).or_default();
         for (name, version) in &resources {
-            ks.held.insert(name.clone(), version.clone());
+            let old = ks.held.insert(name.clone(), version.clone());
+            // A cluster new or changed at the client (re)warms.
+            if kind == Kind::Cluster && old.as_ref() != Some(version) {
+                self.rewarm.insert(name.clone());
+            }
         }
         for name in &removed {
             ks.held.remove(name);

@@ -3,10 +3,14 @@
 //! which turn protobuf requests into [`Request`]s and [`Response`]s into protobuf
 //! responses, fetching resource bodies by name from the catalog.
 //!
-//! It follows the xDS protocol document (envoy `api/xds_protocol.rst`; "the doc" in the
-//! comments): per kind it keeps the subscription (explicit names, wildcard) and what the
-//! client holds (name -> version, as sent), so it sends only what the client lacks, never
-//! the same content twice, and answers ACKs, NACKs and stale nonces as the doc says.
+//! It follows the xDS protocol document (envoy `docs/root/api-docs/xds_protocol.rst`;
+//! "the doc" in the comments): per kind it keeps the subscription (explicit names,
+//! wildcard) and what the client holds (name -> version, as sent), so it sends only what
+//! the client lacks, never the same content twice, and answers ACKs, NACKs and stale
+//! nonces as the doc says. A request is answered for what it changed (the first one of a
+//! kind always); catalog changes arrive through [`Stream::on_change`]. Several kinds due
+//! at once go out in [`Kind::ALL`] order, and a new or changed Cluster is followed by its
+//! ClusterLoadAssignment (Envoy completes a cluster's warming only then).
 //! `version_info` is a content hash of what the client holds, equal on every replica.
 
 use std::collections::BTreeMap;
@@ -75,6 +79,12 @@ pub trait Catalog {
     fn version(&self, kind: Kind, name: &str) -> Option<&str>;
     /// The names a wildcard subscription of `kind` gets (canonical names only), sorted.
     fn wildcard_names(&self, kind: Kind) -> Vec<&str>;
+    /// Whether `name` is one of [`Catalog::wildcard_names`]. The default searches that
+    /// list; a catalog with an index should answer directly, so a change reaching a delta
+    /// wildcard stream costs no walk over every resource.
+    fn in_wildcard(&self, kind: Kind, name: &str) -> bool {
+        self.wildcard_names(kind).binary_search(&name).is_ok()
+    }
 }
 
 /// One request of the client, decoded (both protocol variants).
