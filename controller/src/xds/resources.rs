@@ -154,6 +154,10 @@ impl kube_discovery_core::xds::Catalog for Catalog {
             .map(|(n, _)| n.as_str())
             .collect()
     }
+
+    fn in_wildcard(&self, kind: Kind, name: &str) -> bool {
+        self.get(kind, name).is_some_and(|r| r.wildcard)
+    }
 }
 
 /// The resources of one service, by (kind, name).

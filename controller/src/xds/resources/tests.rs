@@ -190,6 +190,9 @@ fn aliases_resolve_to_the_same_nodes_but_a_wildcard_gets_each_port_once() {
     c.apply(&s.key.clone(), Some(&s));
     assert_eq!(c.wildcard_names(Kind::Cluster), vec!["shop/cart:http"]);
     assert_eq!(c.wildcard_names(Kind::Listener), Vec::<&str>::new());
+    assert!(c.in_wildcard(Kind::Cluster, "shop/cart:http"));
+    assert!(!c.in_wildcard(Kind::Cluster, "shop/cart:web"));
+    assert!(!c.in_wildcard(Kind::Listener, "shop/cart:http"));
     let alias = c.get(Kind::ClusterLoadAssignment, "shop/cart:web").unwrap();
     let a = ClusterLoadAssignment::decode(alias.body.value.as_slice()).unwrap();
     assert_eq!(a.cluster_name, "shop/cart:web");
