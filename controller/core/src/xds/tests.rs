@@ -217,6 +217,11 @@ fn nonces_are_fresh_per_response_and_acks_get_no_response_sotw() {
     assert_eq!(r.responses[0].nonce(), "3");
     s.sotw(C, &[]);
     s.sotw(E, &["a"]);
+    s.note("an ACK that also names a new resource: it is sent");
+    s.set(E, "b", "e1");
+    let r = s.sotw(E, &["a", "b"]);
+    assert!(matches!(&r.events[..], [Event::Ack { .. }]));
+    assert_eq!(names_of(&r), [["b"]]);
     s.golden("nonces_sotw");
 }
 
@@ -243,6 +248,12 @@ fn nonces_are_fresh_per_response_and_acks_get_no_response_delta() {
     assert_eq!(r.responses[0].nonce(), "3");
     s.delta_ack(C);
     s.delta_ack(E);
+    s.note("an ACK that also subscribes: the new name is sent");
+    s.set(E, "b", "e1");
+    let n = s.last(E);
+    let r = s.delta_with(E, &["b"], &[], &[], &n, None);
+    assert_eq!(r.events, [Event::Ack { kind: E, nonce: n }]);
+    assert_eq!(names_of(&r), [["b"]]);
     s.golden("nonces_delta");
 }
 
