@@ -917,6 +917,11 @@ fn delta_settle(
         else {
             panic!("{r:?}");
         };
+        // The doc, "Duplicate Resource Names": never the same name twice in a response.
+        let mut seen = BTreeSet::new();
+        for name in resources.iter().map(|(n, _)| n).chain(removed) {
+            proptest::prop_assert!(seen.insert(name), "{} twice in {:?}", name, r);
+        }
         let client = clients.get_mut(kind).unwrap();
         for (name, v) in resources {
             client.held.insert(name.clone(), v.clone());
@@ -1099,6 +1104,8 @@ fn sotw_settle(
         else {
             panic!("{r:?}");
         };
+        let unique: BTreeSet<&String> = names.iter().collect();
+        proptest::prop_assert_eq!(unique.len(), names.len(), "a name twice in {:?}", r);
         let client = clients.get_mut(kind).unwrap();
         let got = names
             .iter()
