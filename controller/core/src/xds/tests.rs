@@ -217,6 +217,11 @@ fn nonces_are_fresh_per_response_and_acks_get_no_response_sotw() {
     assert_eq!(r.responses[0].nonce(), "3");
     s.sotw(C, &[]);
     s.sotw(E, &["a"]);
+    s.note("an ACK that also names a new resource: it is sent");
+    s.set(E, "b", "e1");
+    let r = s.sotw(E, &["a", "b"]);
+    assert!(matches!(&r.events[..], [Event::Ack { .. }]));
+    assert_eq!(names_of(&r), [["b"]]);
     s.golden("nonces_sotw");
 }
 
@@ -243,6 +248,12 @@ fn nonces_are_fresh_per_response_and_acks_get_no_response_delta() {
     assert_eq!(r.responses[0].nonce(), "3");
     s.delta_ack(C);
     s.delta_ack(E);
+    s.note("an ACK that also subscribes: the new name is sent");
+    s.set(E, "b", "e1");
+    let n = s.last(E);
+    let r = s.delta_with(E, &["b"], &[], &[], &n, None);
+    assert_eq!(r.events, [Event::Ack { kind: E, nonce: n }]);
+    assert_eq!(names_of(&r), [["b"]]);
     s.golden("nonces_delta");
 }
 
@@ -906,6 +917,11 @@ fn delta_settle(
         else {
             panic!("{r:?}");
         };
+        // The doc, "Duplicate Resource Names": never the same name twice in a response.
+        let mut seen = BTreeSet::new();
+        for name in resources.iter().map(|(n, _)| n).chain(removed) {
+            proptest::prop_assert!(seen.insert(name), "{} twice in {:?}", name, r);
+        }
         let client = clients.get_mut(kind).unwrap();
         for (name, v) in resources {
             client.held.insert(name.clone(), v.clone());
@@ -1088,6 +1104,8 @@ fn sotw_settle(
         else {
             panic!("{r:?}");
         };
+        let unique: BTreeSet<&String> = names.iter().collect();
+        proptest::prop_assert_eq!(unique.len(), names.len(), "a name twice in {:?}", r);
         let client = clients.get_mut(kind).unwrap();
         let got = names
             .iter()
