@@ -23,8 +23,10 @@ case "${KD_E2E_APISERVER:-both}" in
 esac
 
 if ! cargo nextest --version >/dev/null 2>&1; then
-  echo "test.sh: cargo-nextest missing; installing it with cargo install"
-  cargo install --locked cargo-nextest
+  # Unoptimized (--debug): a shorter build (docs/development.md has both
+  # measured); the runner spends its time waiting for tests, not computing.
+  echo "test.sh: cargo-nextest missing; installing cargo-nextest 0.9.151 with cargo install --debug"
+  cargo install --locked --debug cargo-nextest --version 0.9.151
 fi
 echo "test.sh: $(df -h . | awk 'NR==2 {print $4}') free on the build disk (a clean build needs ~4 GB, the real control plane ~1.2 GB more)"
 bash e2e/tools/install-tools.sh

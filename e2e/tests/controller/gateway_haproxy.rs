@@ -123,38 +123,12 @@ async fn haproxy_spreads_by_weight_and_applies_the_empty_policy(backend: ApiBack
     drop((light, heavy));
 }
 
-mod haproxy_rollout_restart_under_traffic_fails_no_request {
-    use super::*;
-
-    /// `kubectl rollout restart` of a Deployment of kwok Pods (maxSurge 1,
-    /// maxUnavailable 0, a grace period longer than the follow time, the
-    /// controller with `drain_terminating: true`) under continuous traffic
-    /// through the gateway: no request fails (issue 31). Real API server only
-    /// (kube-sim runs no Pods): test name `::real`.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn real() {
-        let (env, ctl) = start_rollout_world().await;
-        let mut gw = start_haproxy(
-            &env,
-            "hap",
-            &["web=shop/web:http"],
-            "web",
-            &["--empty-policy", "503"],
-        )
-        .await;
-        let report = rollout_restart_with_traffic(&env, gw.addr).await;
-        gw.sync.assert_running();
-        gw.proc.assert_running();
-        report.assert_no_failures("haproxy");
-        ctl.stop().await;
-    }
-}
-
 mod haproxy_rollout_variants_scale_and_flap_under_traffic {
     use super::*;
 
-    /// Issue 31's other rollouts under continuous traffic through haproxy, in one
+    /// Issue 31's rollouts under continuous traffic through haproxy, in one
     /// kwok world ([`rollout_variants_scale_and_flap`]): restarts with
+    /// maxSurge 1 / maxUnavailable 0,
     /// maxSurge 0 / maxUnavailable 1 and 25% / 25% (8 replicas) and a
     /// readiness flap fail no request (grace 5 s, `drain_terminating`);
     /// scale 8 -> 0 -> 3 -> 0 answers 503 only while no Pod serves; a
@@ -162,12 +136,7 @@ mod haproxy_rollout_variants_scale_and_flap_under_traffic {
     /// server only (kube-sim runs no Pods): test name `::real`.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn real() {
-        let (env, ctl) = start_rollout_world_with(&RolloutDeployment {
-            max_surge: serde_json::json!(0),
-            max_unavailable: serde_json::json!(1),
-            ..Default::default()
-        })
-        .await;
+        let (env, ctl) = start_rollout_world().await;
         let mut gw = start_haproxy(
             &env,
             "hap",

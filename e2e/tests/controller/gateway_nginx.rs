@@ -276,38 +276,12 @@ async fn controller_binary_runs_sync_nginx_once(backend: ApiBackend) {
     assert!(out.contains("WrittenNotReloaded"), "{out}");
 }
 
-mod nginx_rollout_restart_under_traffic_fails_no_request {
-    use super::*;
-
-    /// `kubectl rollout restart` of a Deployment of kwok Pods (maxSurge 1,
-    /// maxUnavailable 0, a grace period longer than the follow time, the
-    /// controller with `drain_terminating: true`) under continuous traffic
-    /// through the gateway: no request fails (issue 31). Real API server only
-    /// (kube-sim runs no Pods): test name `::real`.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn real() {
-        let (env, ctl) = start_rollout_world().await;
-        let mut gw = start_nginx(
-            &env,
-            "ngx",
-            &["web=shop/web:http"],
-            "web",
-            &["--empty-policy", "503"],
-        )
-        .await;
-        let report = rollout_restart_with_traffic(&env, gw.addr).await;
-        gw.sync.assert_running();
-        gw.proc.assert_running();
-        report.assert_no_failures("nginx");
-        ctl.stop().await;
-    }
-}
-
 mod nginx_rollout_variants_scale_and_flap_under_traffic {
     use super::*;
 
-    /// Issue 31's other rollouts under continuous traffic through nginx, in one
+    /// Issue 31's rollouts under continuous traffic through nginx, in one
     /// kwok world ([`rollout_variants_scale_and_flap`]): restarts with
+    /// maxSurge 1 / maxUnavailable 0,
     /// maxSurge 0 / maxUnavailable 1 and 25% / 25% (8 replicas) and a
     /// readiness flap fail no request (grace 5 s, `drain_terminating`);
     /// scale 8 -> 0 -> 3 -> 0 answers 503 only while no Pod serves; a
@@ -315,12 +289,7 @@ mod nginx_rollout_variants_scale_and_flap_under_traffic {
     /// server only (kube-sim runs no Pods): test name `::real`.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn real() {
-        let (env, ctl) = start_rollout_world_with(&RolloutDeployment {
-            max_surge: serde_json::json!(0),
-            max_unavailable: serde_json::json!(1),
-            ..Default::default()
-        })
-        .await;
+        let (env, ctl) = start_rollout_world().await;
         let mut gw = start_nginx(
             &env,
             "ngx",

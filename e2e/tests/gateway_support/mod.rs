@@ -830,137 +830,6 @@ pub async fn web_pods(env: &Env) -> Vec<String> {
         .collect()
 }
 
-/// What a rollout under traffic measured.
-#[derive(Debug)]
-pub struct RolloutReport {
-    pub requests: usize,
-    /// Non-2xx answers and connection errors, with what they were.
-    pub failures: Vec<String>,
-    /// From `kubectl rollout restart` to every old Pod removed by kwok.
-    pub rollout: Duration,
-    /// Requests answered by an old Pod after it was deleted (during its grace period).
-    pub old_after_restart: usize,
-    /// New Pods that answered at least one request.
-    pub new_answering: usize,
-}
-
-impl RolloutReport {
-    pub fn line(&self, gateway: &str) -> String {
-        format!(
-            "BENCH rollout gateway={gateway} requests={} failures={} rollout_ms={} old_pod_hits_after_restart={} new_pods_answering={}/3",
-            self.requests,
-            self.failures.len(),
-            self.rollout.as_millis(),
-            self.old_after_restart,
-            self.new_answering
-        )
-    }
-}
-
-/// `kubectl rollout restart deployment/web` while a client loop sends a
-/// request every 4 ms through the gateway at `gw`; waits until the new Pods
-/// are the only ones (every old Pod removed at the end of its grace period),
-/// keeps the traffic 1 s longer, and reports every failed request.
-pub async fn rollout_restart_with_traffic(env: &Env, gw: SocketAddr) -> RolloutReport {
-    eventually("the gateway answers from a Pod", LIMIT, || async {
-        matches!(get(gw).await, Ok((200, _))).then_some(())
-    })
-    .await;
-    let old = web_pods(env).await;
-    assert_eq!(old.len(), 3, "{old:?}");
-    let load = Load::start(
-        gw,
-        Duration::from_millis(4),
-        40_000,
-        Duration::from_secs(120),
-    );
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let kubeconfig = env.kubeconfig(&env.admin_token());
-    let home = env.path("kubectl-home");
-    std::fs::create_dir_all(&home).expect("kubectl home");
-    let t = Instant::now();
-    run_ok(
-        "kubectl rollout restart",
-        tokio::process::Command::new(repo_root().join(".tools/bin/kubectl"))
-            .args([
-                "rollout",
-                "restart",
-                "deployment/web",
-                "-n",
-                NS,
-                "--kubeconfig",
-            ])
-            .arg(&kubeconfig)
-            .env("HOME", &home),
-    )
-    .await;
-    let restarted = Instant::now();
-    let done = eventually(
-        "the rollout done: 3 new Pods, every old Pod gone",
-        Duration::from_secs(90),
-        || async {
-            env.assert_alive();
-            let now = web_pods(env).await;
-            (now.len() == 3 && now.iter().all(|p| !old.contains(p))).then_some(now)
-        },
-    )
-    .await;
-    let rollout = t.elapsed();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let samples = load.stop().await;
-    let failures = samples
-        .iter()
-        .filter(|s| !matches!(s.outcome, Ok((200, _))))
-        .map(|s| {
-            format!(
-                "+{:?}: {:?}",
-                s.start.saturating_duration_since(restarted),
-                s.outcome
-            )
-        })
-        .collect();
-    let answered =
-        |s: &Sample, names: &[String]| matches!(&s.outcome, Ok((200, b)) if names.contains(b));
-    RolloutReport {
-        requests: samples.len(),
-        failures,
-        rollout,
-        old_after_restart: samples
-            .iter()
-            .filter(|s| s.start > restarted && answered(s, &old))
-            .count(),
-        new_answering: done
-            .iter()
-            .filter(|n| samples.iter().any(|s| answered(s, std::slice::from_ref(n))))
-            .count(),
-    }
-}
-
-impl RolloutReport {
-    /// Zero failed requests, every new Pod served, the old ones drained.
-    pub fn assert_no_failures(&self, gateway: &str) {
-        eprintln!("{}", self.line(gateway));
-        // One request at a time for the ~8 s of the rollout: at least one
-        // every 40 ms on average even on a loaded machine (700-1,300 seen).
-        assert!(
-            self.requests >= 200,
-            "{gateway}: only {} requests",
-            self.requests
-        );
-        assert!(
-            self.failures.is_empty(),
-            "{gateway}: {} of {} requests failed during `kubectl rollout restart` (grace {ROLLOUT_GRACE_SECONDS} s, drain_terminating): {:?}",
-            self.failures.len(),
-            self.requests,
-            self.failures
-        );
-        assert_eq!(
-            self.new_answering, 3,
-            "{gateway}: not every new Pod got traffic"
-        );
-    }
-}
-
 // Rollout variants, scale 0 -> N -> 0 and a readiness flap under traffic (issue 31).
 
 /// The gateways' published reaction time: p99 from an EndpointSlice change
@@ -1531,12 +1400,13 @@ fn pod_hits(env: &Env, name: &str, from: Instant, to: Option<Instant>) -> usize 
 }
 
 /// The steps of issue 31's "rollouts with traffic" after the world of
-/// [`start_rollout_world_with`] (3 replicas, `maxSurge: 0`,
-/// `maxUnavailable: 1`, grace [`ROLLOUT_GRACE_SECONDS`]), each under a
+/// [`start_rollout_world`] (3 replicas, `maxSurge: 1`,
+/// `maxUnavailable: 0`, grace [`ROLLOUT_GRACE_SECONDS`]), each under a
 /// request every 4 ms through the gateway at `gw` (run with
 /// `--empty-policy 503`), each asserted and printed as a BENCH line:
 ///
-/// 1. `kubectl rollout restart` with maxSurge 0 / maxUnavailable 1: every request 200.
+/// 0. `kubectl rollout restart` with maxSurge 1 / maxUnavailable 0: every request 200.
+/// 1. Patched to maxSurge 0 / maxUnavailable 1, restart: every request 200.
 /// 2. Scaled to 8 and patched to 25% / 25% (2 / 2), restart: every request 200.
 /// 3. A readiness flap of one Pod (kwok's failing-probe annotation, which
 ///    kwok's stages honour; a patched Ready=False status is undone by kwok's
@@ -1559,9 +1429,23 @@ pub async fn rollout_variants_scale_and_flap(env: &Env, gw: SocketAddr, gateway:
     let timeline = PodTimeline::start(env).await;
     let mut reports = Vec::new();
 
-    // 1. maxSurge 0 / maxUnavailable 1.
+    // 0. maxSurge 1 / maxUnavailable 0 (the Deployment as created).
     let old = pod_names(&timeline);
     assert_eq!(old.len(), 3, "{gateway}: {old:?}");
+    let t = StepTraffic::start(gw, "restart maxSurge=1 maxUnavailable=0 replicas=3").await;
+    kubectl(env, &["rollout", "restart", "deployment/web"]).await;
+    wait_settled(env, &timeline, &old, 3).await;
+    let r = t.finish(&timeline).await;
+    r.assert_no_failures(gateway);
+    reports.push(r);
+
+    // 1. maxSurge 0 / maxUnavailable 1.
+    patch_web(
+        env,
+        json!({"spec": {"strategy": {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}}}),
+    )
+    .await;
+    let old = wait_settled(env, &timeline, &[], 3).await;
     let t = StepTraffic::start(gw, "restart maxSurge=0 maxUnavailable=1 replicas=3").await;
     kubectl(env, &["rollout", "restart", "deployment/web"]).await;
     wait_settled(env, &timeline, &old, 3).await;
