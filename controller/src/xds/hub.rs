@@ -105,6 +105,9 @@ pub struct Hub {
     routing: Mutex<Routing>,
     next_id: AtomicU64,
     ready: watch::Sender<bool>,
+    /// Why this replica stopped following (a watch failing for longer than
+    /// `unready_after`): its streams end and new ones are refused meanwhile.
+    stale: Mutex<Option<String>>,
 }
 
 impl Default for Hub {
@@ -114,9 +117,13 @@ impl Default for Hub {
             routing: Mutex::default(),
             next_id: AtomicU64::new(1),
             ready: watch::Sender::new(false),
+            stale: Mutex::new(None),
         }
     }
 }
+
+/// How often the hub checks whether the watches still work.
+const HEALTH_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Hub {
     /// The catalog, read-locked (hold it briefly: the follower waits).
@@ -134,6 +141,37 @@ impl Hub {
     /// Whether serving has started.
     pub fn is_ready(&self) -> bool {
         *self.ready.borrow()
+    }
+
+    /// Why this replica does not serve now (`None`: it follows).
+    pub fn stale(&self) -> Option<String> {
+        self.stale
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records whether the watches follow (`reason`: why not) and, when that
+    /// changes to not following, wakes every stream so it ends.
+    fn set_stale(&self, reason: Option<String>) {
+        let mut s = self.stale.lock().unwrap_or_else(PoisonError::into_inner);
+        if *s == reason {
+            return;
+        }
+        match &reason {
+            Some(r) => {
+                tracing::warn!(reason = %r, "xDS: this replica stopped following the API server; ending its streams, refusing new ones")
+            }
+            None => tracing::info!("xDS: following the API server again; serving"),
+        }
+        let wake = reason.is_some();
+        *s = reason;
+        drop(s);
+        if wake {
+            for h in self.lock().streams.values() {
+                h.notify.notify_one();
+            }
+        }
     }
 
     /// Registers a new stream.
@@ -285,6 +323,8 @@ impl Hub {
     ) {
         let mut rx = state.subscribe();
         let mut last: Vec<Arc<ServiceNodes>> = Vec::new();
+        let mut health = tokio::time::interval(HEALTH_CHECK);
+        health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             rx.mark_unchanged();
             // Listed first, then the desired state: a `true` read here means
@@ -301,9 +341,21 @@ impl Hub {
                 );
                 self.ready.send_replace(true);
             }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                r = rx.changed() => if r.is_err() { return },
+            // The watches' health: what `/readyz` says of them (not of the
+            // Lease: a replica that cannot lead still follows).
+            loop {
+                let failing: Vec<String> = state
+                    .failing_too_long(Instant::now())
+                    .into_iter()
+                    .filter(|u| u.cluster.is_some())
+                    .map(|u| u.to_string())
+                    .collect();
+                self.set_stale((!failing.is_empty()).then(|| failing.join("; ")));
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    r = rx.changed() => if r.is_err() { return } else { break },
+                    _ = health.tick() => {}
+                }
             }
         }
     }

@@ -74,6 +74,9 @@ impl Ads {
         peer: Option<std::net::SocketAddr>,
         inbound: Streaming<P::Req>,
     ) -> Result<Out<P::Resp>, Status> {
+        if let Some(reason) = self.hub.stale() {
+            return Err(unavailable(&reason));
+        }
         if self.hub.streams() >= MAX_STREAMS {
             return Err(Status::resource_exhausted(format!(
                 "kube-discovery xDS serves at most {MAX_STREAMS} streams per replica"
@@ -370,6 +373,10 @@ async fn drive<P: Protocol>(
                 }
             },
             _ = handle.notify.notified() => {
+                if let Some(reason) = hub.stale() {
+                    let _ = out.send(Err(unavailable(&reason))).await;
+                    return;
+                }
                 let pending = handle.take();
                 let names: Vec<(Kind, Vec<&str>)> = pending
                     .names
@@ -449,6 +456,15 @@ fn type_label(kind: Kind) -> crate::serve::metrics::XdsTypeLabel {
     crate::serve::metrics::XdsTypeLabel {
         r#type: short(kind),
     }
+}
+
+/// The status that ends (or refuses) a stream while this replica does not
+/// follow the API server: UNAVAILABLE, so the client keeps what it has and
+/// reconnects, through the Service, to a replica that follows.
+fn unavailable(reason: &str) -> Status {
+    Status::unavailable(format!(
+        "this kube-discovery replica stopped following the API server ({reason}); reconnect to another replica"
+    ))
 }
 
 /// The bearer-token check of every call: `authorization: Bearer <token>`

@@ -194,6 +194,94 @@ async fn a_broken_endpoint_watch_is_unready_while_services_watch(backend: Backen
     ctl.stop().await;
 }
 
+/// Issue 32: a replica whose EndpointSlice watch fails for longer than
+/// `unready_after` stops following; its xDS clients must not stay on its last
+/// state: open streams end with UNAVAILABLE (Envoy keeps what it has and
+/// reconnects, through the Service, to a replica that follows) and new ones
+/// are refused until the watch works again.
+#[both_backends]
+#[tokio::test]
+async fn a_broken_endpoint_watch_ends_the_xds_streams_until_it_works_again(backend: Backend) {
+    use testenv::ads;
+    let env = start(backend).await;
+    grant(&env, rules_without("")).await;
+    env.namespace("shop").await;
+    service(&env, "shop", "web").await;
+    env.slice(
+        "shop",
+        "web",
+        "web-1",
+        &[("10.29.0.1", true)],
+        &[("http", 8080)],
+    )
+    .await;
+    let token = env.api.user_token("kd").expect("token of kd");
+    let ctl = Controller::start(
+        &env,
+        "xds-stale",
+        &config(&env, &token, "  xds:\n    addr: 127.0.0.1:0\n"),
+        &[],
+    )
+    .await;
+    ctl.wait_ready().await;
+    let addr = ctl.xds_addr().await;
+    let mut c = ads::Sotw::open(ads::channel(addr).await.expect("channel"), None, "envoy")
+        .await
+        .expect("a stream");
+    c.send(ads::EDS, &["shop/web:http"], "", "", None).await;
+    let r = c.recv(LIMIT).await.expect("EDS").expect("an answer");
+    c.ack(&r, &["shop/web:http"]).await;
+
+    Api::<ClusterRole>::all(env.admin.clone())
+        .patch(
+            "kd",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"rules": rules_without("endpointslices")})),
+        )
+        .await
+        .expect("revoke endpointslices");
+    wait_unready(&ctl, "/readyz 503 once the EndpointSlice watch failed").await;
+    let ended = c.recv(Duration::from_secs(5)).await;
+    match ended {
+        Err(status) => {
+            assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+            assert!(status.message().contains("EndpointSlice"), "{status:?}");
+        }
+        Ok(r) => panic!("the stream stayed open on a replica that stopped following: {r:?}"),
+    }
+    let refused =
+        match ads::Sotw::open(ads::channel(addr).await.expect("channel"), None, "late").await {
+            Err(s) => s,
+            Ok(mut c) => {
+                c.send(ads::EDS, &["shop/web:http"], "", "", None).await;
+                c.recv(Duration::from_secs(5))
+                    .await
+                    .expect_err("a new stream served while stale")
+            }
+        };
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+
+    // Granted again: served again.
+    Api::<ClusterRole>::all(env.admin.clone())
+        .patch(
+            "kd",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"rules": rules_without("")})),
+        )
+        .await
+        .expect("grant endpointslices");
+    ctl.wait_ready().await;
+    eventually("xDS served again", LIMIT, || async {
+        let mut c = ads::Sotw::open(ads::channel(addr).await.ok()?, None, "back")
+            .await
+            .ok()?;
+        c.send(ads::EDS, &["shop/web:http"], "", "", None).await;
+        c.recv(Duration::from_secs(3)).await.ok()?
+    })
+    .await;
+    ctl.stop().await;
+}
+
 /// Issue 29, item 3: leader election on, but `leases` not granted: no
 /// replica can get (or read) the Lease. Before, every replica was a ready
 /// standby and nothing was written, silently. Now `/readyz` is 503 after
