@@ -50,6 +50,8 @@ const PORT: u16 = 8080;
 const WEIGHT: u32 = 50;
 /// How long the streams may take to hold every cluster before the changes.
 const SETUP_LIMIT: Duration = Duration::from_secs(300);
+/// How far behind its plan the driver may fall before it stops making changes.
+const DRIVE_SLACK: Duration = Duration::from_secs(30);
 
 /// One round: a number of streams, the changes each protocol run makes.
 #[derive(Debug, Clone)]
@@ -97,8 +99,10 @@ struct Gcp {
     child: tokio::process::Child,
     pid: u32,
     addr: SocketAddr,
-    stdin: ChildStdin,
-    /// Command sequence numbers written so far.
+    /// Lines to write to its stdin (a writer task: a server that reads its
+    /// commands slowly never blocks the driver).
+    stdin: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+    /// Commands queued so far.
     seq: u64,
     /// Highest answered command, and whether one failed.
     answered: Arc<AtomicU64>,
@@ -119,10 +123,18 @@ impl Gcp {
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
         let pid = child.id().ok_or_else(|| anyhow!("gcp-server has no pid"))?;
-        let stdin = child
+        let mut pipe = child
             .stdin
             .take()
             .ok_or_else(|| anyhow!("gcp-server stdin"))?;
+        let (stdin, mut lines) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+        tokio::spawn(async move {
+            while let Some(l) = lines.recv().await {
+                if pipe.write_all(&l).await.is_err() {
+                    return;
+                }
+            }
+        });
         let mut out = BufReader::new(child.stdout.take().ok_or_else(|| anyhow!("stdout"))?).lines();
         let first = tokio::time::timeout(Duration::from_secs(30), out.next_line())
             .await
@@ -149,14 +161,13 @@ impl Gcp {
         })
     }
 
-    /// Writes one command (one line).
-    async fn send(&mut self, cmd: &Value) -> Result<()> {
+    /// Queues one command (one line) for its stdin.
+    fn send(&mut self, cmd: &Value) -> Result<()> {
         let mut line = serde_json::to_vec(cmd)?;
         line.push(b'\n');
         self.stdin
-            .write_all(&line)
-            .await
-            .context("writing to gcp-server")?;
+            .send(line)
+            .map_err(|_| anyhow!("gcp-server's stdin is closed: see {}", self.log.display()))?;
         self.seq += 1;
         Ok(())
     }
@@ -447,6 +458,10 @@ async fn run_one(
     let n = changes.len();
     let commit: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
     let t0 = Instant::now();
+    // A server that cannot take the changes at the rate gets no more after
+    // the planned time plus [`DRIVE_SLACK`]: the rest are "not made".
+    let stop_at = t0 + Duration::from_secs_f64(n as f64 / p.rate) + DRIVE_SLACK;
+    let mut made = n;
     let start_nanos = now_nanos();
     let mut behind_max = Duration::ZERO;
     let rvs: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
@@ -461,7 +476,13 @@ async fn run_one(
             for (k, &(s, slot, ip)) in changes.iter().enumerate() {
                 let at = t0 + Duration::from_secs_f64(k as f64 / p.rate);
                 tokio::time::sleep_until(at).await;
-                let permit = sem.clone().acquire_owned().await?;
+                let Ok(permit) =
+                    tokio::time::timeout_at(stop_at, sem.clone().acquire_owned()).await
+                else {
+                    made = k;
+                    break;
+                };
+                let permit = permit?;
                 behind_max = behind_max.max(at.elapsed());
                 svcs[s].eps[slot].ip = ip;
                 let (svc, client, mode, commit, rvs) = (
@@ -495,11 +516,12 @@ async fn run_one(
                 behind_max = behind_max.max(at.elapsed());
                 svcs[s].eps[slot].ip = ip;
                 commit[k].store(now_nanos(), Ordering::Release);
-                g.send(&json!({"set": gcp_set(s, &svcs[s])})).await?;
+                g.send(&json!({"set": gcp_set(s, &svcs[s])}))?;
             }
         }
     }
     let drive_s = t0.elapsed().as_secs_f64();
+    let n = made;
     let all = client.wait_for("all_held", p.grace).await?.is_some();
     let window_s = t0.elapsed().as_secs_f64();
     let (s1, c1, h1) = (
@@ -555,11 +577,12 @@ async fn run_one(
     let server_cpu = s1.cpu_s - s0.cpu_s;
     let mut out = json!({
         "server": name, "protocol": proto.as_str(), "streams": streams, "changes": n,
+        "changes_not_made": changes.len() - n,
         "rate_target": p.rate, "rate_achieved": n as f64 / drive_s.max(1e-9),
         "driver_behind_max_ms": behind_max.as_secs_f64() * 1e3,
         "setup_s": setup_s, "client_setup_s": ready["setup_s"],
         "assignment_bytes": ready["start_bytes_per_assignment"],
-        "commit": if name == "kube-discovery" { "the write's commit in the API server's write log" } else { "command written to gcp-server's stdin" },
+        "commit": if name == "kube-discovery" { "the write's commit in the API server's write log" } else { "command queued for gcp-server's stdin" },
         "commits_from_write_log": from_log,
         "reached_every_stream": reached, "missed": n - reached, "all_held": all,
         "latency_last_stream_ms": percentiles(&mut lat),
@@ -676,7 +699,7 @@ pub async fn xds(opts: &Opts, mode: Mode, p: &XdsParams) -> Result<Value> {
         .enumerate()
         .map(|(i, s)| gcp_set(i, s))
         .collect();
-    gcp.send(&json!({"set": all})).await?;
+    gcp.send(&json!({"set": all}))?;
     gcp.settle(opts.timeout).await?;
     let gcp_load_s = t.elapsed().as_secs_f64();
     let (c_idle, g_idle) = (procfs::sample(c.pid)?, procfs::sample(gcp.pid)?);
@@ -690,10 +713,9 @@ pub async fn xds(opts: &Opts, mode: Mode, p: &XdsParams) -> Result<Value> {
             let changes = make_changes(&svcs, round.changes, offset, &mut extra);
             offset += round.changes;
             let start = svcs.clone();
-            let mut end = svcs.clone();
-            for &(s, slot, ip) in &changes {
-                end[s].eps[slot].ip = ip;
-            }
+            // The API server's state after the controller's run (the changes
+            // it made) is where the next round starts.
+            let mut next = None;
             for which in ["kube-discovery", "go-control-plane"] {
                 // Both servers start from the same state.
                 let mut state = start.clone();
@@ -713,8 +735,9 @@ pub async fn xds(opts: &Opts, mode: Mode, p: &XdsParams) -> Result<Value> {
                         .enumerate()
                         .map(|(i, s)| gcp_set(i, s))
                         .collect();
-                    gcp.send(&json!({"set": all})).await?;
-                    gcp.settle(opts.timeout).await?;
+                    gcp.send(&json!({"set": all}))?;
+                    // Also the end of the previous run's backlog, if it had one.
+                    gcp.settle(SETUP_LIMIT).await?;
                     Server::Gcp(&mut gcp)
                 };
                 let r = run_one(
@@ -735,11 +758,13 @@ pub async fn xds(opts: &Opts, mode: Mode, p: &XdsParams) -> Result<Value> {
                         failures.push(json!({"server": which, "protocol": proto.as_str(), "streams": round.streams, "error": format!("{e:#}")}));
                     }
                 }
-                drop(state);
+                if which == "kube-discovery" {
+                    next = Some(state);
+                }
                 // Let the server go quiet before the next run.
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            svcs = end;
+            svcs = next.unwrap_or(start);
         }
     }
     let (c_end, g_end) = (procfs::sample(c.pid)?, procfs::sample(gcp.pid)?);
