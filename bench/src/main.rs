@@ -16,6 +16,9 @@
 //! `kd-bench --apiserver real --only gateways` (not a default: it needs kwok,
 //! nginx and HAProxy) measures how fast nginx, HAProxy and the Rust proxy
 //! follow Pods of real Deployments (see [`gateways`]).
+//! `kd-bench --only xds` (not a default) measures the controller's xDS server
+//! against go-control-plane under churn (see [`xds`]); `kd-bench xds-client`
+//! is its ADS load (spawned by the harness).
 
 mod child;
 mod coalesce;
@@ -30,6 +33,8 @@ mod report;
 mod scenarios;
 mod stats;
 mod sweep;
+mod xds;
+mod xds_client;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -41,6 +46,7 @@ use serde_json::{Value, json};
 use crate::coalesce::CoalesceParams;
 use crate::load::Mode;
 use crate::scenarios::{ChurnParams, Opts};
+use crate::xds_client::Proto;
 
 /// Benchmarks of kube-discovery against kube-sim.
 #[derive(Debug, Parser)]
@@ -52,7 +58,8 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = Size::Full)]
     size: Size,
     /// Scenarios to run (comma separated). Also, not run by default: `lone`
-    /// and `rollout` (the coalescing scenarios); with `--apiserver real`,
+    /// and `rollout` (the coalescing scenarios), `xds` (the xDS server
+    /// against go-control-plane); with `--apiserver real`,
     /// `kwok-scale` (10,000 kwok Pods through the real controllers) and
     /// `gateways` (nginx, HAProxy and the Rust proxy in front of kwok Pods).
     #[arg(long, value_delimiter = ',', default_values = ["sync", "churn", "recovery", "multi", "sweep"])]
@@ -115,6 +122,13 @@ struct Cli {
     /// controller's path).
     #[arg(long, value_enum, default_value_t = ApiServer::KubeSim)]
     apiserver: ApiServer,
+    /// The `xds` scenario's services as `SERVICESxENDPOINTS`, overriding the size's.
+    #[arg(long)]
+    xds_size: Option<String>,
+    /// The `xds` scenario's rounds as `STREAMS:CHANGES:PROTOCOLS` (protocols
+    /// `sotw`, `delta`, joined by `+`), comma separated, overriding the size's.
+    #[arg(long, value_delimiter = ',')]
+    xds_rounds: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -135,6 +149,24 @@ enum Cmd {
         /// Watch EndpointSlices instead of Endpoints.
         #[arg(long)]
         slices: bool,
+    },
+    /// Run the ADS load client of the `xds` scenario (used by the harness).
+    XdsClient {
+        /// The ADS server.
+        #[arg(long)]
+        addr: std::net::SocketAddr,
+        /// `sotw` or `delta`.
+        #[arg(long)]
+        protocol: String,
+        /// Streams (one connection each).
+        #[arg(long)]
+        streams: usize,
+        /// The plan (JSON, written by the harness).
+        #[arg(long)]
+        plan: PathBuf,
+        /// Bearer token.
+        #[arg(long)]
+        token: Option<String>,
     },
 }
 
@@ -159,6 +191,7 @@ struct RunSizes {
     /// `lone` and `rollout`.
     coalesce: CoalesceParams,
     gateways: gateways::GatewayParams,
+    xds: xds::XdsParams,
     timeout: Duration,
 }
 
@@ -208,6 +241,17 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
                 clients: 4,
                 every: Duration::from_millis(5),
             },
+            xds: xds::XdsParams {
+                services: 50,
+                per: 5,
+                rate: 100.0,
+                rounds: vec![xds::Round {
+                    streams: 5,
+                    changes: 50,
+                    protocols: vec![Proto::Sotw, Proto::Delta],
+                }],
+                grace: Duration::from_secs(20),
+            },
             timeout: Duration::from_secs(60),
         },
         Size::Full => RunSizes {
@@ -256,6 +300,26 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
                 grace_s: 5,
                 clients: 4,
                 every: Duration::from_millis(5),
+            },
+            // Issue 32: 10,000 services x 10 endpoints, changes at 500/s
+            // (30 s with 100 streams, 20 s with 1,000 delta streams).
+            xds: xds::XdsParams {
+                services: 10_000,
+                per: 10,
+                rate: 500.0,
+                rounds: vec![
+                    xds::Round {
+                        streams: 100,
+                        changes: 15_000,
+                        protocols: vec![Proto::Sotw, Proto::Delta],
+                    },
+                    xds::Round {
+                        streams: 1000,
+                        changes: 10_000,
+                        protocols: vec![Proto::Delta],
+                    },
+                ],
+                grace: Duration::from_secs(60),
             },
             timeout: Duration::from_secs(900),
         },
@@ -323,6 +387,38 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
             );
         }
         p.sweep.1 = cli.sweep_rates.clone();
+    }
+    if let Some(x) = &cli.xds_size {
+        let (s, e) = x
+            .split_once('x')
+            .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
+            .filter(|(s, e)| *s >= 1 && *e >= 1)
+            .with_context(|| {
+                format!("--xds-size: {x:?} is not SERVICESxENDPOINTS (at least 1x1)")
+            })?;
+        p.xds.services = s;
+        p.xds.per = e;
+    }
+    if !cli.xds_rounds.is_empty() {
+        p.xds.rounds = cli
+            .xds_rounds
+            .iter()
+            .map(|r| {
+                let parts: Vec<&str> = r.split(':').collect();
+                let bad = || format!("--xds-rounds: {r:?} is not STREAMS:CHANGES:PROTOCOLS (e.g. 100:15000:sotw+delta)");
+                let [streams, changes, protos] = parts[..] else {
+                    bail!(bad());
+                };
+                let streams: usize = streams.parse().ok().filter(|n| *n >= 1).with_context(bad)?;
+                let changes: usize = changes.parse().ok().filter(|n| *n >= 1).with_context(bad)?;
+                let protocols = protos
+                    .split('+')
+                    .map(Proto::parse)
+                    .collect::<Result<Vec<_>>>()
+                    .with_context(bad)?;
+                Ok(xds::Round { streams, changes, protocols })
+            })
+            .collect::<Result<_>>()?;
     }
     if cli.write_concurrency == Some(0) {
         bail!("--write-concurrency: must be at least 1");
@@ -395,11 +491,12 @@ async fn bench(cli: Cli) -> Result<()> {
             "rollout",
             "kwok-scale",
             "gateways",
+            "xds",
         ]
         .contains(&s.as_str())
         {
             bail!(
-                "--only: unknown scenario {s:?} (sync, churn, recovery, multi, sweep, lone, rollout, kwok-scale, gateways)"
+                "--only: unknown scenario {s:?} (sync, churn, recovery, multi, sweep, lone, rollout, kwok-scale, gateways, xds)"
             );
         }
         if (s == "kwok-scale" || s == "gateways") && cli.apiserver != ApiServer::Real {
@@ -538,6 +635,27 @@ async fn bench(cli: Cli) -> Result<()> {
         });
         record(&mut doc, "gateways".to_string(), r)?;
     }
+    if wants("xds") {
+        let mode = modes.first().copied().unwrap_or(Mode::Slices);
+        let x = &p.xds;
+        eprintln!(
+            "kd-bench: xds {}x{} {} ...",
+            x.services,
+            x.per,
+            mode.as_str()
+        );
+        let r = xds::xds(&opts, mode, x).await;
+        // A run that failed inside the scenario (one server, one protocol)
+        // is an error of the whole document too.
+        if let Ok(v) = &r {
+            for f in v["failures"].as_array().into_iter().flatten() {
+                if let Some(a) = doc["errors"].as_array_mut() {
+                    a.push(json!({"run": format!("xds {} {} {}", f["server"], f["protocol"], f["streams"]), "error": f["error"]}));
+                }
+            }
+        }
+        record(&mut doc, format!("xds {}x{}", x.services, x.per), r)?;
+    }
     let errors = doc["errors"].as_array().map(Vec::len).unwrap_or(0);
     eprintln!(
         "kd-bench: results in {} and {}",
@@ -565,6 +683,13 @@ async fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Cmd::Echo { kubeconfig, slices }) => echo::run(&kubeconfig, slices).await,
+        Some(Cmd::XdsClient {
+            addr,
+            protocol,
+            streams,
+            plan,
+            token,
+        }) => xds_client::run(addr, Proto::parse(&protocol)?, streams, &plan, token).await,
         None => bench(cli).await,
     }
 }
@@ -601,6 +726,27 @@ mod tests {
         .expect("tiny");
         assert_eq!(p.sync, vec![(3, 4), (5, 6)]);
         assert_eq!((p.churn.rate, p.recovery.2), (9.0, 2.0));
+        let p = plan_of(&[
+            "--xds-size",
+            "30x4",
+            "--xds-rounds",
+            "7:20:delta+sotw,9:5:sotw",
+        ])
+        .expect("xds");
+        assert_eq!((p.xds.services, p.xds.per), (30, 4));
+        let rounds: Vec<(usize, usize, Vec<Proto>)> = p
+            .xds
+            .rounds
+            .iter()
+            .map(|r| (r.streams, r.changes, r.protocols.clone()))
+            .collect();
+        assert_eq!(
+            rounds,
+            [
+                (7, 20, vec![Proto::Delta, Proto::Sotw]),
+                (9, 5, vec![Proto::Sotw])
+            ]
+        );
     }
 
     #[test]
@@ -613,6 +759,11 @@ mod tests {
             (&["--churn-seconds=-1"][..], "--churn-seconds"),
             (&["--outage-seconds", "5000"][..], "--outage-seconds"),
             (&["--write-concurrency", "0"][..], "--write-concurrency"),
+            (&["--xds-size", "10"][..], "--xds-size"),
+            (&["--xds-size", "0x10"][..], "--xds-size"),
+            (&["--xds-rounds", "100:10"][..], "--xds-rounds"),
+            (&["--xds-rounds", "0:10:delta"][..], "--xds-rounds"),
+            (&["--xds-rounds", "5:10:grpc"][..], "--xds-rounds"),
         ] {
             let e = plan_of(args)
                 .err()

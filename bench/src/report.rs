@@ -244,6 +244,64 @@ pub fn markdown(results: &Value) -> String {
     for r in of("kwok-scale") {
         out.push_str(&kwok_scale(&r));
     }
+    for r in of("xds") {
+        out.push_str(&xds(&r));
+    }
+    out
+}
+
+/// The `xds` scenario: each (streams, protocol, server) run in a row.
+fn xds(r: &Value) -> String {
+    let mut out = format!(
+        "### xDS: {} services x {} endpoints, changes at {}/s, kube-discovery against go-control-plane\n\nLatency: a change's commit (controller: the API server's write log; go-control-plane: its command written) to the first / the last stream holding the new endpoints. CPU and RSS over the change phase; client: the ADS load process.\n\n| streams | protocol | server | changes | reached every stream | p50 ms (first / last) | p99 ms (first / last) | max ms | server CPU s | server RSS max MiB | client CPU s | bytes per change per stream | one assignment B | responses per stream |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        r["services"], r["endpoints_per_service"], r["rate"]
+    );
+    for x in r["runs"].as_array().into_iter().flatten() {
+        let (lf, ll) = (&x["latency_first_stream_ms"], &x["latency_last_stream_ms"]);
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} / {} | {} / {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            x["streams"],
+            x["protocol"].as_str().unwrap_or(""),
+            x["server"].as_str().unwrap_or(""),
+            x["changes"],
+            x["reached_every_stream"],
+            f(&lf["p50"], 1),
+            f(&ll["p50"], 1),
+            f(&lf["p99"], 1),
+            f(&ll["p99"], 1),
+            f(&ll["max"], 0),
+            f(&x["server_cpu_s"], 1),
+            f(&x["server_rss_mib_max"], 0),
+            f(&x["client_cpu_s"], 1),
+            f(&x["bytes_per_change_per_stream"], 0),
+            f(&x["assignment_bytes"], 0),
+            f(&x["responses_per_stream"], 0),
+        ));
+    }
+    for e in r["failures"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "\nFAILED: {} {} x {}: {}\n",
+            e["server"].as_str().unwrap_or(""),
+            e["protocol"].as_str().unwrap_or(""),
+            e["streams"],
+            e["error"].as_str().unwrap_or("")
+        ));
+    }
+    out.push('\n');
+    for t in r["targets"].as_array().into_iter().flatten() {
+        let mut t = t.clone();
+        let head = format!(
+            "{} streams, {}: ",
+            t["streams"],
+            t["protocol"].as_str().unwrap_or("")
+        );
+        if let Some(m) = t.as_object_mut() {
+            m.remove("streams");
+            m.remove("protocol");
+        }
+        out.push_str(&head);
+        out.push_str(&targets(&t));
+    }
     out
 }
 
@@ -337,6 +395,11 @@ mod tests {
              "gateways": [{"gateway": "nginx", "pods_ready_measured": 200, "ready_to_first_request_ms": {"p50": 150.4, "p99": 410.0},
                            "ready_split_ms": {"a_pod_ready_to_endpointslice": {"p50": 9.0, "p99": 30.0}},
                            "requests_ok": 9000, "requests_failed": 0}]},
+            {"scenario": "xds", "services": 10, "endpoints_per_service": 2, "rate": 5.0,
+             "runs": [{"streams": 3, "protocol": "delta", "server": "kube-discovery", "changes": 4, "reached_every_stream": 4,
+                       "latency_first_stream_ms": {"p50": 1.0, "p99": 2.0}, "latency_last_stream_ms": {"p50": 3.0, "p99": 4.0, "max": 5.0}}],
+             "failures": [{"server": "go-control-plane", "protocol": "delta", "streams": 3, "error": "boom"}],
+             "targets": [{"streams": 3, "protocol": "delta", "p99_le_50ms": true}]},
         ]});
         let md = markdown(&r);
         assert!(md.contains("| slices | 2 x 3 | 6 | 1.50 |"), "{md}");
@@ -357,6 +420,18 @@ mod tests {
         );
         assert!(
             md.contains("Skipped haproxy: haproxy is not installed"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 3 | delta | kube-discovery | 4 | 4 | 1.0 / 3.0 | 2.0 / 4.0 | 5 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("FAILED: go-control-plane delta x 3: boom"),
+            "{md}"
+        );
+        assert!(
+            md.contains("3 streams, delta: Targets: `p99_le_50ms` yes"),
             "{md}"
         );
     }

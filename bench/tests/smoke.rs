@@ -182,6 +182,89 @@ fn tiny_kwok_scale_on_the_real_control_plane() {
     assert!(md.contains("### kwok scale"), "{md}");
 }
 
+/// The xDS scenario (not in the default set; needs `.tools/bin/gcp-server`,
+/// built by `e2e/tools/install-xds-go.sh`): 50 services, 5 streams, 50
+/// changes, SotW and delta, against the controller and go-control-plane.
+/// Every change reaches every stream of both servers, and the figures the
+/// benchmark reports are there and plausible.
+#[test]
+fn tiny_run_of_the_xds_scenario() {
+    let (doc, md) = tiny_run(&["--only", "xds", "--modes", "slices"]);
+    assert!(md.contains("### xDS: 50 services x 5 endpoints"), "{md}");
+    let x = runs(&doc, "xds");
+    assert_eq!(x.len(), 1, "{doc:#}");
+    let x = x[0];
+    assert_eq!(x["failures"].as_array().map(Vec::len), Some(0), "{x:#}");
+    let all = x["runs"].as_array().expect("runs");
+    let mut seen = Vec::new();
+    for r in all {
+        seen.push(format!(
+            "{} {}",
+            r["server"].as_str().unwrap_or(""),
+            r["protocol"].as_str().unwrap_or("")
+        ));
+        assert_eq!(r["streams"], 5, "{r:#}");
+        assert_eq!(r["changes"], 50, "{r:#}");
+        assert_eq!(
+            r["reached_every_stream"], 50,
+            "every change on every stream: {r:#}"
+        );
+        assert_eq!(r["all_held"], true, "{r:#}");
+        assert_eq!(
+            r["unknown_assignments"], 0,
+            "only the planned endpoint sets: {r:#}"
+        );
+        let lat = &r["latency_last_stream_ms"];
+        assert_eq!(lat["count"], 50, "{r:#}");
+        let (first, last) = (
+            r["latency_first_stream_ms"]["p50"]
+                .as_f64()
+                .expect("first p50"),
+            lat["p50"].as_f64().expect("last p50"),
+        );
+        assert!(first <= last && last < 60_000.0, "{r:#}");
+        assert!(
+            r["server_cpu_s"].as_f64().is_some_and(|c| c >= 0.0),
+            "{r:#}"
+        );
+        assert!(
+            r["server_rss_mib_max"].as_f64().is_some_and(|m| m > 1.0),
+            "{r:#}"
+        );
+        assert!(r["client_cpu_s"].as_f64().is_some_and(|c| c > 0.0), "{r:#}");
+        // At least one assignment per change per stream went over the wire.
+        let one = r["assignment_bytes"].as_f64().expect("assignment size");
+        assert!(one > 50.0, "{r:#}");
+        assert!(
+            r["bytes_per_change_per_stream"]
+                .as_f64()
+                .is_some_and(|b| b >= one * 0.9),
+            "{r:#}"
+        );
+        if r["server"] == "kube-discovery" {
+            assert_eq!(r["commits_from_write_log"], 50, "{r:#}");
+            assert!(
+                r["controller_metrics"]["eds_pushes"]
+                    .as_f64()
+                    .is_some_and(|n| n >= 5.0),
+                "{r:#}"
+            );
+        }
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "go-control-plane delta",
+            "go-control-plane sotw",
+            "kube-discovery delta",
+            "kube-discovery sotw"
+        ],
+        "{x:#}"
+    );
+    assert_eq!(x["targets"].as_array().map(Vec::len), Some(2), "{x:#}");
+}
+
 /// Correctness figures of the sync and churn runs (`modes` of each).
 fn check_sync_and_churn(doc: &Value, modes: usize) {
     let sync = runs(doc, "sync");

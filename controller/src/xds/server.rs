@@ -332,6 +332,8 @@ async fn drive<P: Protocol>(
         _ = out.closed() => return,
     }
     let mut machine = Stream::new();
+    // The subscription epoch the hub's routing of this stream reflects.
+    let mut routed = None;
     let mut nacked: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut unknown_logged = std::collections::HashSet::new();
     loop {
@@ -363,7 +365,12 @@ async fn drive<P: Protocol>(
                         }
                     };
                     let step = machine.on_request(request, &*hub.catalog());
-                    hub.route(handle.id, &machine);
+                    // Only a changed subscription is re-indexed: an ACK (a SotW EDS
+                    // ACK repeats every name) leaves the routing as it is.
+                    if routed != Some(machine.subscription_epoch()) {
+                        hub.route(handle.id, &machine);
+                        routed = Some(machine.subscription_epoch());
+                    }
                     (step, None)
                 }
                 Ok(None) => return,

@@ -110,6 +110,39 @@ impl Sotw {
         })
     }
 
+    /// Opens a stream whose first request (`type_url`, `names`, with the
+    /// node) is already on its way when the call starts. A server that sends
+    /// its response headers only with its first response (grpc-go, hence
+    /// go-control-plane) answers [`Sotw::open`] only after a request, which
+    /// [`Sotw::open`] sends only once it returns: this is the way to open
+    /// a stream to such a server.
+    pub async fn open_with(
+        ch: Channel,
+        token: Option<&str>,
+        node_id: &str,
+        type_url: &str,
+        names: &[&str],
+    ) -> Result<Self, tonic::Status> {
+        let (tx, rx) = mpsc::channel(16);
+        let first = DiscoveryRequest {
+            node: Some(node(node_id)),
+            resource_names: names.iter().map(|s| s.to_string()).collect(),
+            type_url: type_url.to_string(),
+            ..DiscoveryRequest::default()
+        };
+        tx.send(first).await.expect("receiver held here");
+        let mut client =
+            AggregatedDiscoveryServiceClient::new(ch).max_decoding_message_size(usize::MAX);
+        let resp = client
+            .stream_aggregated_resources(with_token(ReceiverStream::new(rx), token))
+            .await?;
+        Ok(Self {
+            tx,
+            rx: resp.into_inner(),
+            node: None,
+        })
+    }
+
     /// Sends a request (the node goes with the first one only, as Envoy does).
     pub async fn send(
         &mut self,
@@ -182,6 +215,36 @@ impl Delta {
             tx,
             rx: resp.into_inner(),
             node: Some(node(node_id)),
+        })
+    }
+
+    /// Opens a stream whose first request (subscribing `type_url` to
+    /// `subscribe`, with the node) is already on its way when the call
+    /// starts: see [`Sotw::open_with`].
+    pub async fn open_with(
+        ch: Channel,
+        token: Option<&str>,
+        node_id: &str,
+        type_url: &str,
+        subscribe: &[&str],
+    ) -> Result<Self, tonic::Status> {
+        let (tx, rx) = mpsc::channel(16);
+        let first = DeltaDiscoveryRequest {
+            node: Some(node(node_id)),
+            type_url: type_url.to_string(),
+            resource_names_subscribe: subscribe.iter().map(|s| s.to_string()).collect(),
+            ..DeltaDiscoveryRequest::default()
+        };
+        tx.send(first).await.expect("receiver held here");
+        let mut client =
+            AggregatedDiscoveryServiceClient::new(ch).max_decoding_message_size(usize::MAX);
+        let resp = client
+            .delta_aggregated_resources(with_token(ReceiverStream::new(rx), token))
+            .await?;
+        Ok(Self {
+            tx,
+            rx: resp.into_inner(),
+            node: None,
         })
     }
 

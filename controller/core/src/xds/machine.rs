@@ -22,6 +22,9 @@ pub struct Stream {
     /// Clusters the last Cluster response added or changed at the client: their
     /// ClusterLoadAssignments are sent again right after it (see [`Stream::on_changes`]).
     rewarm: BTreeSet<String>,
+    /// Counts the requests that changed a subscription (see
+    /// [`Stream::subscription_epoch`]).
+    subscription_epoch: u64,
 }
 
 /// One kind of one stream.
@@ -162,6 +165,14 @@ impl Stream {
     /// error the server answers with an error status).
     pub fn is_delta(&self) -> Option<bool> {
         self.delta
+    }
+
+    /// Changes whenever [`Stream::interest`] may have changed (a request subscribed or
+    /// unsubscribed something, or a kind's first request); an ACK or NACK that repeats
+    /// the subscription leaves it alone. The server re-indexes the stream's names only
+    /// when it moves: a SotW EDS ACK repeats every subscribed name.
+    pub fn subscription_epoch(&self) -> u64 {
+        self.subscription_epoch
     }
 
     /// What this stream is subscribed to, per kind.
@@ -397,6 +408,8 @@ impl Stream {
             .collect();
         let added: BTreeSet<String> = explicit.difference(&ks.explicit).cloned().collect();
         let dropped: Vec<String> = ks.explicit.difference(&explicit).cloned().collect();
+        let resubscribed =
+            first || !added.is_empty() || !dropped.is_empty() || ks.wildcard != wildcard;
         let was_wildcard = ks.wildcard;
         // The client forgets what it unsubscribed from. With a wildcard (before or now)
         // it cannot tell whether the wildcard covers a dropped name (nor what only a
@@ -410,6 +423,7 @@ impl Stream {
         }
         ks.explicit = explicit;
         ks.wildcard = wildcard;
+        self.subscription_epoch += u64::from(resubscribed);
         // The doc: "When the client sends a new request that changes the set of resources
         // being requested, the server must resend any newly requested resources, even if
         // it previously sent those resources".
@@ -497,6 +511,9 @@ impl Stream {
     ) -> Step {
         let mut step = Step::default();
         let first = !self.kinds.contains_key(&kind);
+        // Any name (un)subscribed may change the interest; an ACK names none.
+        self.subscription_epoch +=
+            u64::from(first || !subscribe.is_empty() || !unsubscribe.is_empty());
         let ks = self.kinds.entry(kind).or_default();
         match ks.reply(&nonce, error) {
             // The doc, "Incremental xDS": "the server must honor changes to the

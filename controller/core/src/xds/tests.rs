@@ -191,6 +191,65 @@ fn names_of(step: &Step) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// The server re-indexes a stream's names only when the epoch moves: it must move on
+/// every change of the interest, and not on an ACK or NACK that repeats it (a SotW EDS
+/// ACK repeats every name: re-indexing 10,000 names per ACK was the cost).
+#[test]
+fn subscription_epoch_moves_with_the_interest_only() {
+    let mut s = Script::new();
+    s.set(C, "a", "c1");
+    s.set(E, "a", "e1");
+    s.set(E, "b", "e2");
+    let mut epoch = s.stream.subscription_epoch();
+    let mut moved = |s: &Script, what: &str, expect: bool| {
+        let now = s.stream.subscription_epoch();
+        assert_eq!(now != epoch, expect, "{what}: epoch {epoch} -> {now}");
+        epoch = now;
+    };
+    s.sotw(C, &[]);
+    moved(&s, "first CDS request (wildcard)", true);
+    s.sotw(C, &[]);
+    moved(&s, "CDS ACK", false);
+    s.sotw(E, &["a"]);
+    moved(&s, "first EDS request", true);
+    s.sotw(E, &["a"]);
+    moved(&s, "EDS ACK with the same name", false);
+    s.sotw_nack(E, &["a"], "bad");
+    moved(&s, "EDS NACK with the same name", false);
+    s.sotw(E, &["a", "b"]);
+    moved(&s, "EDS ACK adding a name", true);
+    s.sotw(E, &["b"]);
+    moved(&s, "EDS ACK dropping a name", true);
+    s.sotw(C, &["a"]);
+    moved(&s, "CDS from wildcard to a name", true);
+    s.sotw(C, &["a", "*"]);
+    moved(&s, "CDS wildcard again", true);
+
+    let mut d = Script::new();
+    d.set(E, "a", "e1");
+    let mut epoch = d.stream.subscription_epoch();
+    let mut moved = |d: &Script, what: &str, expect: bool| {
+        let now = d.stream.subscription_epoch();
+        assert_eq!(now != epoch, expect, "{what}: epoch {epoch} -> {now}");
+        epoch = now;
+    };
+    d.delta(E, &["a"], &[]);
+    moved(&d, "first delta EDS request", true);
+    d.delta_ack(E);
+    moved(&d, "delta ACK", false);
+    d.delta_nack(E, "bad");
+    moved(&d, "delta NACK", false);
+    d.delta(E, &["b"], &[]);
+    moved(&d, "delta subscribe", true);
+    d.delta(E, &[], &["a"]);
+    moved(&d, "delta unsubscribe", true);
+    d.delta(C, &[], &[]);
+    moved(&d, "first delta CDS request (wildcard)", true);
+    // Whatever moved it, the interest is what the requests said.
+    assert!(matches!(d.stream.interest(E), Interest::Names(n) if n == ["b"]));
+    assert!(matches!(d.stream.interest(C), Interest::Wildcard));
+}
+
 #[test]
 fn nonces_are_fresh_per_response_and_acks_get_no_response_sotw() {
     let mut s = Script::new();

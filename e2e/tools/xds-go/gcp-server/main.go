@@ -70,6 +70,11 @@ type target struct {
 
 type caches struct {
 	clusters, endpoints, listeners, routes *cachev3.LinearCache
+	// The Clusters set so far. A Cluster is a function of its name alone, so a
+	// set of a known cluster changes only its assignment: re-setting the Cluster
+	// would push every CDS subscriber an unchanged Cluster (in SotW, the whole
+	// set of them) on every endpoint change.
+	known map[string]bool
 }
 
 func ads() *corev3.ConfigSource {
@@ -224,12 +229,19 @@ func (c *caches) apply(line []byte) error {
 			if err != nil {
 				return fmt.Errorf("set %s: %w", a.Cluster, err)
 			}
-			cls[a.Cluster] = cluster(a.Cluster)
+			if !c.known[a.Cluster] {
+				cls[a.Cluster] = cluster(a.Cluster)
+			}
 			clas[a.Cluster] = cla
 		}
 		// Clusters first: a subscriber then asks for the assignment it is about to get.
-		if err := c.clusters.UpdateResources(cls, nil); err != nil {
-			return err
+		if len(cls) > 0 {
+			if err := c.clusters.UpdateResources(cls, nil); err != nil {
+				return err
+			}
+			for name := range cls {
+				c.known[name] = true
+			}
 		}
 		return c.endpoints.UpdateResources(clas, nil)
 	case len(cmd.Delete) > 0:
@@ -239,6 +251,9 @@ func (c *caches) apply(line []byte) error {
 		}
 		if err := c.endpoints.UpdateResources(nil, names); err != nil {
 			return err
+		}
+		for _, name := range names {
+			delete(c.known, name)
 		}
 		return c.clusters.UpdateResources(nil, names)
 	case cmd.Target != nil:
@@ -306,6 +321,7 @@ func main() {
 		endpoints: cachev3.NewLinearCache(resourcev3.EndpointType, cachev3.WithLogger(quiet{})),
 		listeners: cachev3.NewLinearCache(resourcev3.ListenerType, cachev3.WithLogger(quiet{})),
 		routes:    cachev3.NewLinearCache(resourcev3.RouteType, cachev3.WithLogger(quiet{})),
+		known:     map[string]bool{},
 	}
 	mux := &cachev3.MuxCache{
 		Classify:      func(r *cachev3.Request) string { return r.GetTypeUrl() },
