@@ -301,24 +301,20 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
                 clients: 4,
                 every: Duration::from_millis(5),
             },
-            // Issue 32: 10,000 services x 10 endpoints, changes at 500/s
-            // (30 s with 100 streams, 20 s with 1,000 delta streams).
+            // Issue 32: 10,000 services x 10 endpoints, changes at 500/s for
+            // 30 s with 100 streams. The 1,000-stream round
+            // (`--xds-rounds 1000:10000:delta`) needs more than 24 GiB today
+            // (BENCHMARKS.md): not a default, so a full run cannot exhaust the
+            // machine's memory.
             xds: xds::XdsParams {
                 services: 10_000,
                 per: 10,
                 rate: 500.0,
-                rounds: vec![
-                    xds::Round {
-                        streams: 100,
-                        changes: 15_000,
-                        protocols: vec![Proto::Sotw, Proto::Delta],
-                    },
-                    xds::Round {
-                        streams: 1000,
-                        changes: 10_000,
-                        protocols: vec![Proto::Delta],
-                    },
-                ],
+                rounds: vec![xds::Round {
+                    streams: 100,
+                    changes: 15_000,
+                    protocols: vec![Proto::Sotw, Proto::Delta],
+                }],
                 grace: Duration::from_secs(60),
             },
             timeout: Duration::from_secs(900),
