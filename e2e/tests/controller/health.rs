@@ -83,6 +83,19 @@ async fn grant(env: &Env, rules: Value) {
         .expect("create binding");
 }
 
+/// Replaces the rules of the ClusterRole `kd` with [`rules_without`]`(drop)`
+/// (revoke a resource, or `""`: grant everything again).
+async fn set_rules(env: &Env, drop: &str) {
+    Api::<ClusterRole>::all(env.admin.clone())
+        .patch(
+            "kd",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"rules": rules_without(drop)})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("set the rules of ClusterRole kd (without {drop:?}): {e}"));
+}
+
 /// A Service `ns/name` with one port `http`.
 async fn service(env: &Env, ns: &str, name: &str) {
     let svc: Service = serde_json::from_value(json!({
@@ -139,14 +152,7 @@ async fn a_broken_endpoint_watch_is_unready_while_services_watch(backend: Backen
     ctl.wait_ready().await;
     env.wait_nodes("shop", "web", "http", &["10.29.0.1"]).await;
 
-    Api::<ClusterRole>::all(env.admin.clone())
-        .patch(
-            "kd",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"rules": rules_without("endpointslices")})),
-        )
-        .await
-        .expect("revoke endpointslices");
+    set_rules(&env, "endpointslices").await;
     let readyz = wait_unready(
         &ctl,
         "/readyz 503 once the EndpointSlice watch failed for unready_after",
@@ -182,14 +188,7 @@ async fn a_broken_endpoint_watch_is_unready_while_services_watch(backend: Backen
     assert_eq!(metric_sum(&ctl, "kube_discovery_ready", &[]).await, 0.0);
 
     // Granted again: ready again.
-    Api::<ClusterRole>::all(env.admin.clone())
-        .patch(
-            "kd",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"rules": rules_without("")})),
-        )
-        .await
-        .expect("grant endpointslices");
+    set_rules(&env, "").await;
     ctl.wait_ready().await;
     ctl.stop().await;
 }
@@ -232,14 +231,7 @@ async fn a_broken_endpoint_watch_ends_the_xds_streams_until_it_works_again(backe
     let r = c.recv(LIMIT).await.expect("EDS").expect("an answer");
     c.ack(&r, &["shop/web:http"]).await;
 
-    Api::<ClusterRole>::all(env.admin.clone())
-        .patch(
-            "kd",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"rules": rules_without("endpointslices")})),
-        )
-        .await
-        .expect("revoke endpointslices");
+    set_rules(&env, "endpointslices").await;
     wait_unready(&ctl, "/readyz 503 once the EndpointSlice watch failed").await;
     let ended = c.recv(Duration::from_secs(5)).await;
     match ended {
@@ -262,14 +254,7 @@ async fn a_broken_endpoint_watch_ends_the_xds_streams_until_it_works_again(backe
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
 
     // Granted again: served again.
-    Api::<ClusterRole>::all(env.admin.clone())
-        .patch(
-            "kd",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"rules": rules_without("")})),
-        )
-        .await
-        .expect("grant endpointslices");
+    set_rules(&env, "").await;
     ctl.wait_ready().await;
     eventually("xDS served again", LIMIT, || async {
         let mut c = ads::Sotw::open(ads::channel(addr).await.ok()?, None, "back")
