@@ -331,9 +331,11 @@ async fn envoy_nack_then_good_update() {
     let mut zero = Endpoint::new(b1);
     zero.weight = 0;
     gcp.set(CLUSTER, &[Endpoint::new(b0), zero]).await;
+    // Envoy counts the rejection before its NACK reaches gcp-server's log:
+    // wait for both, or the log read races the stream.
     eventually("envoy rejects the weight-0 assignment", LIMIT, || async {
         let s = envoy.cluster_stats(CLUSTER).await;
-        (s.get("update_rejected") == Some(&1)).then_some(())
+        (s.get("update_rejected") == Some(&1) && !gcp.nacks().is_empty()).then_some(())
     })
     .await;
     let nacks = gcp.nacks();
