@@ -151,7 +151,32 @@ impl Borrow<ServiceKey> for ByKey {
 
 /// The desired services, ordered by key (what [`ControllerState::with_desired`] shows).
 #[derive(Debug, Default)]
-pub struct Desired(BTreeSet<ByKey>);
+pub struct Desired(BTreeSet<ByKey>, Journal);
+
+/// How many of the latest desired-state changes [`ControllerState::desired_since`]
+/// can tell one by one; a follower further behind gets the whole state.
+const JOURNAL: usize = 16_384;
+
+/// The keys of the latest desired-state changes, in order: the change numbered
+/// `next - keys.len() + i` is `keys[i]`. A follower of every change (the xDS
+/// hub) reads the keys changed since it last looked instead of diffing all
+/// services per wake (at 10,000 services and 500 changes/s that diff was 40 %
+/// of the controller's CPU, BENCHMARKS.md).
+#[derive(Debug, Default)]
+struct Journal {
+    next: u64,
+    keys: std::collections::VecDeque<ServiceKey>,
+}
+
+/// What changed in the desired state since a follower's last look.
+#[derive(Debug)]
+pub enum DesiredSince {
+    /// The services changed since then (once each, in key order) with their
+    /// desired nodes now (`None`: gone).
+    Changed(Vec<(ServiceKey, Option<Arc<ServiceNodes>>)>),
+    /// Too far behind (or a first look): every desired service, in key order.
+    All(Vec<Arc<ServiceNodes>>),
+}
 
 impl Desired {
     /// The desired nodes of `key`.
@@ -247,6 +272,11 @@ impl ControllerState {
         });
         {
             let mut d = write(&self.desired);
+            d.1.next += 1;
+            if d.1.keys.len() == JOURNAL {
+                d.1.keys.pop_front();
+            }
+            d.1.keys.push_back(key.clone());
             match value {
                 // `replace`, not `insert`: an equal entry (same key) is
                 // swapped for the new value.
@@ -275,6 +305,26 @@ impl ControllerState {
     /// view across clusters, without cloning).
     pub fn with_desired<R>(&self, f: impl FnOnce(&Desired) -> R) -> R {
         f(&read(&self.desired))
+    }
+
+    /// What changed since the cursor `since` (`None`: nothing seen yet), and
+    /// the cursor to pass next time; one read lock, so consistent with it.
+    pub fn desired_since(&self, since: Option<u64>) -> (u64, DesiredSince) {
+        let d = read(&self.desired);
+        let j = &d.1;
+        let first = j.next - j.keys.len() as u64;
+        let changed = match since {
+            Some(s) if s >= first && s <= j.next => {
+                let keys: BTreeSet<&ServiceKey> = j.keys.range((s - first) as usize..).collect();
+                DesiredSince::Changed(
+                    keys.into_iter()
+                        .map(|k| (k.clone(), d.get(k).cloned()))
+                        .collect(),
+                )
+            }
+            _ => DesiredSince::All(d.values().cloned().collect()),
+        };
+        (j.next, changed)
     }
 
     /// The desired nodes of `key` (`None`: the source is gone). The `Arc`, not

@@ -24,7 +24,7 @@ use serde::Serialize;
 use tokio::sync::{Notify, watch};
 
 use super::resources::Catalog;
-use crate::state::ControllerState;
+use crate::state::{ControllerState, DesiredSince};
 
 /// What a stream has waiting: changed names per kind, and since when.
 #[derive(Debug, Default)]
@@ -322,7 +322,8 @@ impl Hub {
         stop: tokio_util::sync::CancellationToken,
     ) {
         let mut rx = state.subscribe();
-        let mut last: Vec<Arc<ServiceNodes>> = Vec::new();
+        let mut last = BTreeMap::new();
+        let mut cursor = None;
         let mut health = tokio::time::interval(HEALTH_CHECK);
         health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -330,10 +331,9 @@ impl Hub {
             // Listed first, then the desired state: a `true` read here means
             // the state read next holds the whole first list.
             let listed = state.clusters().values().all(|c| c.listed);
-            let now: Vec<Arc<ServiceNodes>> = state.with_desired(|d| d.values().cloned().collect());
-            let diff = diff(&last, &now);
-            last = now;
-            self.apply(&diff);
+            let (next, since) = state.desired_since(cursor);
+            cursor = Some(next);
+            self.apply(&advance(&mut last, since));
             if listed && !self.is_ready() {
                 tracing::info!(
                     clusters = self.catalog().len(Kind::Cluster),
@@ -387,6 +387,38 @@ pub fn short(kind: Kind) -> &'static str {
         Kind::ClusterLoadAssignment => "eds",
         Kind::Listener => "lds",
         Kind::RouteConfiguration => "rds",
+    }
+}
+
+/// Brings `last` (what the catalog holds, by service) to what `since` says and
+/// returns the services that differ, in key order (see [`diff`]). A change
+/// back to the same content (same version) is none.
+pub fn advance(
+    last: &mut BTreeMap<ServiceKey, Arc<ServiceNodes>>,
+    since: DesiredSince,
+) -> Vec<(ServiceKey, Option<Arc<ServiceNodes>>)> {
+    match since {
+        DesiredSince::All(now) => {
+            let old: Vec<Arc<ServiceNodes>> = last.values().cloned().collect();
+            let out = diff(&old, &now);
+            *last = now.into_iter().map(|n| (n.key.clone(), n)).collect();
+            out
+        }
+        DesiredSince::Changed(changed) => changed
+            .into_iter()
+            .filter(|(key, now)| {
+                let same = match (last.get(key), now) {
+                    (Some(o), Some(n)) => Arc::ptr_eq(o, n) || o.version == n.version,
+                    (None, None) => true,
+                    _ => false,
+                };
+                match now {
+                    Some(n) => last.insert(key.clone(), n.clone()),
+                    None => last.remove(key),
+                };
+                !same
+            })
+            .collect(),
     }
 }
 

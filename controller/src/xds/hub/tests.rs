@@ -162,3 +162,75 @@ fn diff_reports_changed_added_and_removed_services_in_key_order() {
     // The same content in another allocation is no change.
     assert!(diff(&old, &[a, b_same]).is_empty());
 }
+
+/// Following the journal of changes gives what diffing whole snapshots gives,
+/// also for a follower that fell behind the journal (it gets everything).
+#[test]
+fn following_the_changes_equals_diffing_the_whole_state() {
+    let state = ControllerState::new([""]);
+    let mut last = BTreeMap::new();
+    let (cursor, since) = state.desired_since(None);
+    assert!(advance(&mut last, since).is_empty());
+    let (a, b, c) = (
+        svc("a", &["1.1.1.1"]),
+        svc("b", &["1.1.1.2"]),
+        svc("c", &["1.1.1.3"]),
+    );
+    for s in [&a, &b, &c] {
+        state.set_desired_arc(&s.key, Some(s.clone()));
+    }
+    // b changes and changes back (same content, another allocation): no change;
+    // c goes; a changes.
+    state.set_desired_arc(&b.key, Some(svc("b", &["9.9.9.9"])));
+    state.set_desired_arc(&b.key, Some(svc("b", &["1.1.1.2"])));
+    state.set_desired_arc(&c.key, None);
+    let a2 = svc("a", &["1.1.1.9"]);
+    state.set_desired_arc(&a.key, Some(a2.clone()));
+    let (cursor2, since) = state.desired_since(Some(cursor));
+    assert!(matches!(since, DesiredSince::Changed(_)), "{since:?}");
+    let got: Vec<(String, bool)> = advance(&mut last, since)
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.is_some()))
+        .collect();
+    assert_eq!(got, [("ns/a".into(), true), ("ns/b".into(), true)]);
+    let (_, since) = state.desired_since(Some(cursor2));
+    assert!(advance(&mut last, since).is_empty(), "nothing since");
+
+    // A follower that starts from the whole state ends where this one did.
+    let mut fresh = BTreeMap::new();
+    let (_, since) = state.desired_since(None);
+    assert!(matches!(since, DesiredSince::All(_)));
+    advance(&mut fresh, since);
+    let keys = |m: &BTreeMap<ServiceKey, Arc<ServiceNodes>>| -> Vec<(String, String)> {
+        m.values()
+            .map(|v| (v.key.to_string(), v.version.clone()))
+            .collect()
+    };
+    assert_eq!(keys(&fresh), keys(&last));
+}
+
+/// A follower further behind than the journal holds gets the whole state, and
+/// the diff against what it had.
+#[test]
+fn a_follower_behind_the_journal_gets_the_whole_state() {
+    let state = ControllerState::new([""]);
+    let mut last = BTreeMap::new();
+    let a = svc("a", &["1.1.1.1"]);
+    state.set_desired_arc(&a.key, Some(a.clone()));
+    let (cursor, since) = state.desired_since(None);
+    advance(&mut last, since);
+    for i in 0..20_000 {
+        let b = svc("b", &[&format!("10.0.{}.{}", i / 250, i % 250)]);
+        state.set_desired_arc(&b.key.clone(), Some(b));
+    }
+    let (_, since) = state.desired_since(Some(cursor));
+    assert!(
+        matches!(since, DesiredSince::All(_)),
+        "the journal is bounded"
+    );
+    let got: Vec<String> = advance(&mut last, since)
+        .iter()
+        .map(|(k, _)| k.to_string())
+        .collect();
+    assert_eq!(got, ["ns/b"]);
+}
