@@ -41,6 +41,16 @@ struct KindState {
     held: Held,
     /// The nonce of the latest response of this kind.
     last_nonce: Option<String>,
+    /// The latest response of this kind is not answered yet (no ACK or NACK of its
+    /// nonce): catalog changes wait in `deferred` meanwhile and go out together, in their
+    /// latest state, once it is. One response in flight per kind is the client's own
+    /// pace: a SotW EDS ACK repeats every subscribed name, so answering each change
+    /// separately costs O(names) per change per stream (BENCHMARKS.md, xDS).
+    awaiting: bool,
+    /// Names changed in the catalog while `awaiting`.
+    deferred: BTreeSet<String>,
+    /// Names to send again even if unchanged (re-warming clusters) while `awaiting`.
+    deferred_forced: BTreeSet<String>,
 }
 
 /// What a request's nonce and error mean.
@@ -62,7 +72,17 @@ impl KindState {
         self.explicit.contains(name) || (self.wildcard && catalog.in_wildcard(kind, name))
     }
 
-    fn reply(&self, nonce: &str, error: Option<String>) -> Reply {
+    /// What a request's nonce and error mean; a request that answers the latest response
+    /// (or starts afresh) ends `awaiting`.
+    fn reply(&mut self, nonce: &str, error: Option<String>) -> Reply {
+        let reply = self.classify(nonce, error);
+        if !matches!(reply, Reply::Stale) {
+            self.awaiting = false;
+        }
+        reply
+    }
+
+    fn classify(&self, nonce: &str, error: Option<String>) -> Reply {
         match &self.last_nonce {
             _ if nonce.is_empty() => Reply::Fresh,
             // A nonce on the first request of a kind comes from an earlier stream: the
@@ -236,6 +256,18 @@ impl Stream {
                 catalog,
             ),
         };
+        // What changed while the previous response was unanswered goes out now (unless
+        // this request's own answer is in flight again).
+        if let Some(ks) = self.kinds.get_mut(&kind).filter(|ks| !ks.awaiting) {
+            let names = std::mem::take(&mut ks.deferred);
+            let forced = std::mem::take(&mut ks.deferred_forced);
+            if !names.is_empty() || !forced.is_empty() {
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                if let Some(r) = self.change(kind, &names, &forced, catalog) {
+                    step.responses.push(r);
+                }
+            }
+        }
         // A Cluster response may call for ClusterLoadAssignments (see `on_changes`).
         if kind == Kind::Cluster {
             self.change_into(Kind::ClusterLoadAssignment, &[], catalog, &mut step);
@@ -309,7 +341,13 @@ impl Stream {
         catalog: &impl Catalog,
     ) -> Option<Response> {
         let delta = self.delta?;
-        let ks = self.kinds.get(&kind)?;
+        let ks = self.kinds.get_mut(&kind)?;
+        if ks.awaiting {
+            ks.deferred.extend(names.iter().map(|n| n.to_string()));
+            ks.deferred_forced.extend(forced.iter().cloned());
+            return None;
+        }
+        let ks = &*ks;
         let mut names: BTreeSet<&str> = names.iter().copied().collect();
         names.extend(forced.iter().map(String::as_str));
         // Names the stream does not care about are ignored (no response at all).
@@ -402,6 +440,11 @@ impl Stream {
         // "no longer interested in any resources". Elsewhere "*" is an ordinary name.
         ks.named_ever |= !names.is_empty();
         let wildcard = full && (!ks.named_ever || names.iter().any(|n| n == WILDCARD));
+        // The common case, checked without building sets: an ACK or NACK repeating the
+        // subscription (a SotW EDS ACK names every resource, on every response).
+        if !first && wildcard == ks.wildcard && same_names(&names, &ks.explicit, full) {
+            return step;
+        }
         let explicit: BTreeSet<String> = names
             .into_iter()
             .filter(|n| !(full && n == WILDCARD))
@@ -472,6 +515,7 @@ impl Stream {
         }
         ks.held.replace(world);
         ks.last_nonce = Some(nonce.clone());
+        ks.awaiting = true;
         Response::Sotw {
             kind,
             version_info: ks.held.version(),
@@ -490,6 +534,7 @@ impl Stream {
             ks.held.insert(name, version);
         }
         ks.last_nonce = Some(nonce.clone());
+        ks.awaiting = true;
         Response::Sotw {
             kind,
             version_info: ks.held.version(),
@@ -651,6 +696,7 @@ impl Stream {
             ks.held.remove(name);
         }
         ks.last_nonce = Some(nonce.clone());
+        ks.awaiting = true;
         Some(Response::Delta {
             kind,
             nonce,
@@ -659,6 +705,16 @@ impl Stream {
             removed,
         })
     }
+}
+
+/// Whether `names` (minus "*" on a full-state kind) are exactly `explicit`.
+fn same_names(names: &[String], explicit: &BTreeSet<String>, full: bool) -> bool {
+    let named: std::collections::HashSet<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !(full && *n == WILDCARD))
+        .collect();
+    named.len() == explicit.len() && named.iter().all(|n| explicit.contains(*n))
 }
 
 /// The complete subscribed set of a full-state kind that exists: name -> version.

@@ -47,6 +47,13 @@ struct Script {
     out: String,
     /// The latest nonce sent per kind (what a well-behaved client answers).
     last: BTreeMap<Kind, String>,
+    /// Kinds whose latest response the script has not answered (ACK or NACK).
+    unanswered: BTreeSet<Kind>,
+    /// The names of the latest SotW request per kind (what its ACK repeats).
+    sotw_names: BTreeMap<Kind, Vec<String>>,
+    /// [`Script::change`] first answers what is unanswered, as a client keeping up
+    /// does (logged); off to script a busy client.
+    auto_ack: bool,
 }
 
 impl Script {
@@ -56,6 +63,9 @@ impl Script {
             catalog: TestCatalog::default(),
             out: String::new(),
             last: BTreeMap::new(),
+            unanswered: BTreeSet::new(),
+            sotw_names: BTreeMap::new(),
+            auto_ack: true,
         }
     }
 
@@ -63,6 +73,7 @@ impl Script {
         writeln!(self.out, "> {what}").unwrap();
         for r in &step.responses {
             self.last.insert(r.kind(), r.nonce().to_string());
+            self.unanswered.insert(r.kind());
             writeln!(self.out, "  < {}", serde_json::to_string(r).unwrap()).unwrap();
         }
         for e in &step.events {
@@ -102,17 +113,48 @@ impl Script {
         writeln!(self.out, "= delete {kind:?} {name}").unwrap();
     }
 
+    /// Answers (ACKs) every kind whose latest response is unanswered.
+    fn catch_up(&mut self) {
+        for kind in std::mem::take(&mut self.unanswered) {
+            if self.stream.is_delta() == Some(true) {
+                self.delta_ack(kind);
+            } else {
+                let names = self.sotw_names.get(&kind).cloned().unwrap_or_default();
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                self.sotw(kind, &names);
+            }
+        }
+    }
+
     fn change(&mut self, kind: Kind, names: &[&str]) -> Step {
+        if self.auto_ack {
+            self.catch_up();
+        }
         let step = self.stream.on_change(kind, names, &self.catalog);
         self.log(&format!("on_change {kind:?} {names:?}"), step)
     }
 
     fn changes(&mut self, changes: &[(Kind, &[&str])]) -> Step {
+        if self.auto_ack {
+            self.catch_up();
+        }
         let step = self.stream.on_changes(changes, &self.catalog);
         self.log(&format!("on_changes {changes:?}"), step)
     }
 
     fn request(&mut self, req: Request) -> Step {
+        let (kind, nonce) = match &req {
+            Request::Sotw {
+                kind, names, nonce, ..
+            } => {
+                self.sotw_names.insert(*kind, names.clone());
+                (*kind, nonce)
+            }
+            Request::Delta { kind, nonce, .. } => (*kind, nonce),
+        };
+        if nonce.is_empty() || *nonce == self.last(kind) {
+            self.unanswered.remove(&kind);
+        }
         let what = serde_json::to_string(&req).unwrap();
         let step = self.stream.on_request(req, &self.catalog);
         self.log(&what, step)
@@ -1275,5 +1317,84 @@ proptest::proptest! {
         }
         let all: Vec<(Kind, &[&str])> = KINDS.iter().map(|k| (*k, &POOL[..])).collect();
         proptest::prop_assert!(st.on_changes(&all, &cat).responses.is_empty());
+    }
+}
+
+/// One response in flight per kind: changes while the client has not answered the
+/// latest response wait, and go out together at their latest state when it answers
+/// (ACK or NACK; a stale nonce answers nothing). A re-warm (CDS change while EDS is in
+/// flight) waits for the EDS answer the same way.
+#[test]
+fn changes_wait_for_the_answer_to_the_response_in_flight() {
+    for delta in [false, true] {
+        let mut s = Script::new();
+        s.auto_ack = false;
+        s.set(C, "c", "c1");
+        for n in ["a", "b", "c"] {
+            s.set(E, n, "e1");
+        }
+        let sub = ["a", "b", "c"];
+        if delta {
+            s.delta(C, &[], &[]);
+            s.delta_ack(C);
+            s.delta(E, &sub, &[]);
+        } else {
+            s.sotw(C, &[]);
+            s.sotw(C, &[]);
+            s.sotw(E, &sub);
+        }
+        s.note("a and b change while EDS nonce 2 is unanswered: held");
+        s.set(E, "a", "e2");
+        assert!(s.change(E, &["a"]).responses.is_empty());
+        s.set(E, "a", "e3");
+        s.set(E, "b", "e2");
+        assert!(s.change(E, &["a", "b"]).responses.is_empty());
+        s.note("a stale nonce answers nothing: still held");
+        let r = if delta {
+            s.delta_with(E, &[], &[], &[], "1", None)
+        } else {
+            s.sotw_with(E, &sub, "1", None)
+        };
+        assert!(r.responses.is_empty(), "{r:?}");
+        s.note("the ACK of nonce 2: both go out, at their latest versions, once");
+        let r = if delta {
+            s.delta_ack(E)
+        } else {
+            s.sotw(E, &sub)
+        };
+        assert_eq!(names_of(&r), [["a", "b"]]);
+        let held: Vec<(String, String)> = match &r.responses[0] {
+            Response::Delta { resources, .. } => resources.clone(),
+            Response::Sotw { names, .. } => names
+                .iter()
+                .map(|n| (n.clone(), s.catalog.version(E, n).unwrap().to_string()))
+                .collect(),
+        };
+        assert_eq!(held, [("a".into(), "e3".into()), ("b".into(), "e2".into())]);
+        s.note("a NACK answers too: what changed meanwhile goes out");
+        s.set(E, "b", "e3");
+        assert!(s.change(E, &["b"]).responses.is_empty());
+        let r = if delta {
+            s.delta_nack(E, "bad")
+        } else {
+            s.sotw_nack(E, &sub, "bad")
+        };
+        assert_eq!(names_of(&r), [["b"]]);
+        s.note("cluster c changes while EDS is in flight: CDS now, EDS c at the EDS answer");
+        s.set(C, "c", "c2");
+        let r = s.change(C, &["c"]);
+        let kinds: Vec<Kind> = r.responses.iter().map(Response::kind).collect();
+        assert_eq!(kinds, [C]);
+        let r = if delta {
+            s.delta_ack(E)
+        } else {
+            s.sotw(E, &sub)
+        };
+        assert_eq!(names_of(&r), [["c"]], "the re-warm, sent at the EDS answer");
+        s.golden(if delta {
+            "in_flight_delta"
+        } else {
+            "in_flight_sotw"
+        });
     }
 }
