@@ -51,6 +51,10 @@ struct KindState {
     deferred: BTreeSet<String>,
     /// Names to send again even if unchanged (re-warming clusters) while `awaiting`.
     deferred_forced: BTreeSet<String>,
+    /// SotW: the names of the latest request, as sent. A client repeats them in the same
+    /// order on every ACK, so comparing the lists (no hashing, no sets) tells an
+    /// unchanged subscription in O(bytes).
+    last_names: Vec<String>,
 }
 
 /// What a request's nonce and error mean.
@@ -441,10 +445,16 @@ impl Stream {
         ks.named_ever |= !names.is_empty();
         let wildcard = full && (!ks.named_ever || names.iter().any(|n| n == WILDCARD));
         // The common case, checked without building sets: an ACK or NACK repeating the
-        // subscription (a SotW EDS ACK names every resource, on every response).
-        if !first && wildcard == ks.wildcard && same_names(&names, &ks.explicit, full) {
+        // subscription (a SotW EDS ACK names every resource, on every response): the
+        // same list as last time, or else the same set.
+        if !first
+            && wildcard == ks.wildcard
+            && (names == ks.last_names || same_names(&names, &ks.explicit, full))
+        {
+            ks.last_names = names;
             return step;
         }
+        ks.last_names.clone_from(&names);
         let explicit: BTreeSet<String> = names
             .into_iter()
             .filter(|n| !(full && n == WILDCARD))

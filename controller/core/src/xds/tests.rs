@@ -1398,3 +1398,23 @@ fn changes_wait_for_the_answer_to_the_response_in_flight() {
         });
     }
 }
+
+/// An ACK repeating the subscription in another order changes nothing; one that repeats
+/// a name in place of another drops the other (the fast paths must not take it for
+/// the same set).
+#[test]
+fn sotw_ack_in_another_order_or_with_a_repeated_name() {
+    let mut s = Script::new();
+    s.set(E, "a", "e1");
+    s.set(E, "b", "e1");
+    s.sotw(E, &["a", "b"]);
+    let epoch = s.stream.subscription_epoch();
+    let r = s.sotw(E, &["b", "a"]);
+    assert!(r.responses.is_empty(), "{r:?}");
+    assert_eq!(s.stream.subscription_epoch(), epoch);
+    let r = s.sotw(E, &["a", "a"]);
+    assert!(r.responses.is_empty(), "{r:?}");
+    assert_eq!(s.stream.interest(E), Interest::Names(vec!["a"]));
+    let r = s.sotw(E, &["a", "b"]);
+    assert_eq!(names_of(&r), [["b"]], "b is newly requested again");
+}
