@@ -170,6 +170,13 @@ async fn hand_edits_deletes_and_orphans_are_repaired_with_exactly_the_needed_wri
         .expect("hand edit");
     let took = wait_restored(&env, "a", &orig("a"), t).await;
     assert!(took <= RESTORE, "edit of a restored after {took:?}");
+    // The content is back after the removal; the generation stamp comes
+    // right after it (counting before it raced: 3 writes seen, CI).
+    eventually("drift/a observedGeneration = generation", LIMIT, || async {
+        let o = env.dsvc(NS, "a").await?;
+        (o["status"]["observedGeneration"] == o["metadata"]["generation"]).then_some(())
+    })
+    .await;
     // The edit, then ours: apply (spec and status in one request), removal
     // of the added key (server-side apply never removes a key it does not
     // own), and the apply that stamps the generation the removal produced
