@@ -160,7 +160,7 @@ const JOURNAL: usize = 16_384;
 /// The keys of the latest desired-state changes, in order: the change numbered
 /// `next - keys.len() + i` is `keys[i]`. A follower of every change (the xDS
 /// hub) reads the keys changed since it last looked instead of diffing all
-/// services per wake (at 10,000 services and 500 changes/s that diff was 40 %
+/// services per wake (at 10,000 services and 500 changes/s that diff was 37 %
 /// of the controller's CPU, BENCHMARKS.md).
 #[derive(Debug, Default)]
 struct Journal {

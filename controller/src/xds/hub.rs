@@ -408,7 +408,7 @@ pub fn advance(
             .into_iter()
             .filter(|(key, now)| {
                 let same = match (last.get(key), now) {
-                    (Some(o), Some(n)) => Arc::ptr_eq(o, n) || o.version == n.version,
+                    (Some(o), Some(n)) => same_content(o, n),
                     (None, None) => true,
                     _ => false,
                 };
@@ -420,6 +420,12 @@ pub fn advance(
             })
             .collect(),
     }
+}
+
+/// Whether two desired values of a service publish the same thing (`version`
+/// covers the nodes, the extras and the owner).
+fn same_content(o: &Arc<ServiceNodes>, n: &Arc<ServiceNodes>) -> bool {
+    Arc::ptr_eq(o, n) || o.version == n.version
 }
 
 /// The services that differ between two key-sorted snapshots of the desired
@@ -435,8 +441,7 @@ pub fn diff(
         match (old.get(i), new.get(j)) {
             (Some(o), Some(n)) => match o.key.cmp(&n.key) {
                 Equal => {
-                    // `version` covers the nodes, the extras and the owner.
-                    if !Arc::ptr_eq(o, n) && o.version != n.version {
+                    if !same_content(o, n) {
                         out.push((n.key.clone(), Some(n.clone())));
                     }
                     i += 1;
