@@ -15,6 +15,7 @@
 pub mod hub;
 pub mod resources;
 pub mod server;
+pub mod wire;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

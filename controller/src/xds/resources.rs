@@ -45,6 +45,8 @@ use kube_discovery_core::xds::Kind;
 use kube_discovery_core::{Node, ServiceKey, ServiceNodes};
 use sha2::{Digest, Sha256};
 
+use super::wire::SharedAny;
+
 /// `appProtocol`s whose upstreams speak HTTP/2 without TLS: their clusters
 /// tell Envoy so (Kubernetes' `kubernetes.io/h2c`, and what gRPC services
 /// are commonly marked with).
@@ -58,8 +60,8 @@ const HTTP_PROTOCOL_OPTIONS: &str = "envoy.extensions.upstreams.http.v3.HttpProt
 pub struct Resource {
     /// The content hash of `body`.
     pub version: String,
-    /// The encoded resource.
-    pub body: Any,
+    /// The encoded resource, shared by every response that carries it.
+    pub body: SharedAny,
     /// Whether a wildcard subscription gets it (a port key's own name; not
     /// an alias, not the gRPC Listener and RouteConfiguration).
     pub wildcard: bool,
@@ -74,7 +76,10 @@ impl Resource {
             .finalize();
         Self {
             version: hex::encode(&digest[..8]),
-            body,
+            body: SharedAny {
+                type_url: body.type_url.into(),
+                value: body.value.into(),
+            },
             wildcard,
         }
     }

@@ -5,20 +5,12 @@
 //! catalog and sent. The machine decides what to send and when; this file
 //! only moves bytes, checks the token and counts.
 
-use std::pin::Pin;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::ControlPlane;
-use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
-    Resource as DeltaResource,
-    aggregated_discovery_service_server::{
-        AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
-    },
-};
-use futures::Stream as FuturesStream;
-use kube_discovery_core::xds::{Event, Kind, Request, Response, Stream};
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+use kube_discovery_core::xds::{ByteString, Event, Kind, Request, Response, Stream};
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -27,6 +19,7 @@ use tonic::{Status, Streaming};
 
 use super::hub::{Hub, StreamHandle, short};
 use super::resources::Resource;
+use super::wire::{self, AdsServer, DeltaResource, DeltaResponse, Out, SotwRequest, SotwResponse};
 use crate::serve::http::ApiToken;
 use crate::serve::metrics::Metrics;
 
@@ -55,8 +48,6 @@ pub struct Ads {
     stop: CancellationToken,
 }
 
-type Out<T> = Pin<Box<dyn FuturesStream<Item = Result<T, Status>> + Send + 'static>>;
-
 impl Ads {
     /// The service over `hub`; its streams end (UNAVAILABLE, so clients
     /// reconnect elsewhere) when `stop` is cancelled.
@@ -65,8 +56,8 @@ impl Ads {
     }
 
     /// The tonic service, requests bounded by [`MAX_REQUEST_BYTES`].
-    pub fn into_service(self) -> AggregatedDiscoveryServiceServer<Self> {
-        AggregatedDiscoveryServiceServer::new(self).max_decoding_message_size(MAX_REQUEST_BYTES)
+    pub fn into_service(self) -> AdsServer<Self> {
+        AdsServer::new(self, MAX_REQUEST_BYTES)
     }
 
     fn open<P: Protocol>(
@@ -128,35 +119,37 @@ fn protocol_label<P: Protocol>() -> crate::serve::metrics::XdsProtocolLabel {
     crate::serve::metrics::XdsProtocolLabel { protocol: P::NAME }
 }
 
-#[tonic::async_trait]
-impl AggregatedDiscoveryService for Ads {
-    type StreamAggregatedResourcesStream = Out<DiscoveryResponse>;
-    type DeltaAggregatedResourcesStream = Out<DeltaDiscoveryResponse>;
-
-    async fn stream_aggregated_resources(
+impl wire::Ads for Ads {
+    fn sotw(
         &self,
-        request: tonic::Request<Streaming<DiscoveryRequest>>,
-    ) -> Result<tonic::Response<Self::StreamAggregatedResourcesStream>, Status> {
+        request: tonic::Request<Streaming<SotwRequest>>,
+    ) -> Result<Out<SotwResponse>, Status> {
         let peer = request.remote_addr();
         self.open::<Sotw>(peer, request.into_inner())
-            .map(tonic::Response::new)
     }
 
-    async fn delta_aggregated_resources(
+    fn delta(
         &self,
         request: tonic::Request<Streaming<DeltaDiscoveryRequest>>,
-    ) -> Result<tonic::Response<Self::DeltaAggregatedResourcesStream>, Status> {
+    ) -> Result<Out<DeltaResponse>, Status> {
         let peer = request.remote_addr();
         self.open::<Delta>(peer, request.into_inner())
-            .map(tonic::Response::new)
     }
 }
 
 /// A decoded request: the client's node id (first request) and the
-/// machine's request, or the type URL we do not serve.
+/// machine's request, or why not.
 struct Decoded {
     node_id: Option<String>,
-    request: Result<Request, String>,
+    request: Result<Request, Undecodable>,
+}
+
+/// A request the machine does not get.
+enum Undecodable {
+    /// A type URL we do not serve (ignored, logged once).
+    Type(String),
+    /// A malformed request: the stream ends with INVALID_ARGUMENT.
+    Invalid(String),
 }
 
 /// One protocol variant: how its messages map to the machine's.
@@ -180,36 +173,53 @@ trait Protocol: Send + 'static {
 struct Sotw;
 struct Delta;
 
-fn kind_of(type_url: &str) -> Result<Kind, String> {
-    Kind::from_type_url(type_url).ok_or_else(|| type_url.to_string())
+fn kind_of(type_url: &str) -> Result<Kind, Undecodable> {
+    Kind::from_type_url(type_url).ok_or_else(|| Undecodable::Type(type_url.to_string()))
+}
+
+/// `resource_names` as UTF-8 strings sharing the request's buffer.
+fn utf8_names(names: Vec<bytes::Bytes>) -> Result<Vec<ByteString>, Undecodable> {
+    names
+        .into_iter()
+        .enumerate()
+        .map(|(i, n)| {
+            ByteString::try_from(n).map_err(|_| {
+                Undecodable::Invalid(format!(
+                    "DiscoveryRequest.resource_names[{i}] is not valid UTF-8"
+                ))
+            })
+        })
+        .collect()
 }
 
 impl Protocol for Sotw {
-    type Req = DiscoveryRequest;
-    type Resp = DiscoveryResponse;
+    type Req = SotwRequest;
+    type Resp = SotwResponse;
     const NAME: &'static str = "sotw";
 
-    fn decode(r: DiscoveryRequest) -> Decoded {
+    fn decode(r: SotwRequest) -> Decoded {
         Decoded {
             node_id: r.node.map(|n| n.id),
-            request: kind_of(&r.type_url).map(|kind| Request::Sotw {
-                kind,
-                version_info: r.version_info,
-                names: r.resource_names,
-                nonce: r.response_nonce,
-                error: r.error_detail.map(|e| e.message),
+            request: kind_of(&r.type_url).and_then(|kind| {
+                Ok(Request::Sotw {
+                    kind,
+                    version_info: r.version_info,
+                    names: utf8_names(r.resource_names)?,
+                    nonce: r.response_nonce,
+                    error: r.error_detail.map(|e| e.message),
+                })
             }),
         }
     }
 
-    fn encode(resp: Response, bodies: Vec<Option<Arc<Resource>>>) -> DiscoveryResponse {
+    fn encode(resp: Response, bodies: Vec<Option<Arc<Resource>>>) -> SotwResponse {
         match resp {
             Response::Sotw {
                 kind,
                 version_info,
                 nonce,
                 ..
-            } => DiscoveryResponse {
+            } => SotwResponse {
                 version_info,
                 resources: bodies
                     .into_iter()
@@ -219,11 +229,10 @@ impl Protocol for Sotw {
                 type_url: kind.type_url().to_string(),
                 nonce,
                 control_plane: control_plane(),
-                ..Default::default()
             },
             // The machine answers a SotW request in SotW; a delta response
             // here is a bug: send nothing the client could misread.
-            Response::Delta { kind, nonce, .. } => DiscoveryResponse {
+            Response::Delta { kind, nonce, .. } => SotwResponse {
                 type_url: kind.type_url().to_string(),
                 nonce,
                 ..Default::default()
@@ -234,7 +243,7 @@ impl Protocol for Sotw {
 
 impl Protocol for Delta {
     type Req = DeltaDiscoveryRequest;
-    type Resp = DeltaDiscoveryResponse;
+    type Resp = DeltaResponse;
     const NAME: &'static str = "delta";
 
     fn decode(r: DeltaDiscoveryRequest) -> Decoded {
@@ -251,7 +260,7 @@ impl Protocol for Delta {
         }
     }
 
-    fn encode(resp: Response, bodies: Vec<Option<Arc<Resource>>>) -> DeltaDiscoveryResponse {
+    fn encode(resp: Response, bodies: Vec<Option<Arc<Resource>>>) -> DeltaResponse {
         match resp {
             Response::Delta {
                 kind,
@@ -259,7 +268,7 @@ impl Protocol for Delta {
                 system_version_info,
                 resources,
                 removed,
-            } => DeltaDiscoveryResponse {
+            } => DeltaResponse {
                 system_version_info,
                 resources: resources
                     .into_iter()
@@ -269,7 +278,6 @@ impl Protocol for Delta {
                             name,
                             version,
                             resource: Some(b.body.clone()),
-                            ..Default::default()
                         })
                     })
                     .collect(),
@@ -277,9 +285,8 @@ impl Protocol for Delta {
                 removed_resources: removed,
                 nonce,
                 control_plane: control_plane(),
-                ..Default::default()
             },
-            Response::Sotw { kind, nonce, .. } => DeltaDiscoveryResponse {
+            Response::Sotw { kind, nonce, .. } => DeltaResponse {
                 type_url: kind.type_url().to_string(),
                 nonce,
                 ..Default::default()
@@ -357,11 +364,16 @@ async fn drive<P: Protocol>(
                     }
                     let request = match d.request {
                         Ok(r) => r,
-                        Err(url) => {
+                        Err(Undecodable::Type(url)) => {
                             if unknown_logged.insert(url.clone()) {
                                 tracing::warn!(type_url = %url, "xDS request for a type kube-discovery does not serve (it serves CDS, EDS, LDS, RDS); ignored");
                             }
                             continue;
+                        }
+                        Err(Undecodable::Invalid(detail)) => {
+                            tracing::warn!(node = %node(handle), detail = %detail, "malformed xDS request; closing the stream");
+                            let _ = out.send(Err(Status::invalid_argument(detail))).await;
+                            return;
                         }
                     };
                     let step = machine.on_request(request, &*hub.catalog());

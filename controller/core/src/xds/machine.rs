@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Catalog, Event, Interest, Kind, Request, Response, Step};
+use super::{ByteString, Catalog, Event, Interest, Kind, Request, Response, Step};
 use crate::model::version::element_hash;
 
 /// The wildcard name (the doc: "a wildcard subscription, which is triggered when
@@ -54,7 +54,7 @@ struct KindState {
     /// SotW: the names of the latest request, as sent. A client repeats them in the same
     /// order on every ACK, so comparing the lists (no hashing, no sets) tells an
     /// unchanged subscription in O(bytes).
-    last_names: Vec<String>,
+    last_names: Vec<ByteString>,
 }
 
 /// What a request's nonce and error mean.
@@ -411,7 +411,7 @@ impl Stream {
     fn sotw_request(
         &mut self,
         kind: Kind,
-        names: Vec<String>,
+        names: Vec<ByteString>,
         nonce: String,
         error: Option<String>,
         catalog: &impl Catalog,
@@ -454,11 +454,12 @@ impl Stream {
             ks.last_names = names;
             return step;
         }
-        ks.last_names.clone_from(&names);
         let explicit: BTreeSet<String> = names
-            .into_iter()
-            .filter(|n| !(full && n == WILDCARD))
+            .iter()
+            .filter(|n| !(full && *n == WILDCARD))
+            .map(|n| String::from(&**n))
             .collect();
+        ks.last_names = names;
         let added: BTreeSet<String> = explicit.difference(&ks.explicit).cloned().collect();
         let dropped: Vec<String> = ks.explicit.difference(&explicit).cloned().collect();
         let resubscribed =
@@ -718,10 +719,10 @@ impl Stream {
 }
 
 /// Whether `names` (minus "*" on a full-state kind) are exactly `explicit`.
-fn same_names(names: &[String], explicit: &BTreeSet<String>, full: bool) -> bool {
+fn same_names(names: &[ByteString], explicit: &BTreeSet<String>, full: bool) -> bool {
     let named: std::collections::HashSet<&str> = names
         .iter()
-        .map(String::as_str)
+        .map(|n| &**n)
         .filter(|n| !(full && *n == WILDCARD))
         .collect();
     named.len() == explicit.len() && named.iter().all(|n| explicit.contains(*n))

@@ -15,6 +15,8 @@
 
 use std::collections::BTreeMap;
 
+pub use bytestring::ByteString;
+
 mod machine;
 #[cfg(test)]
 mod tests;
@@ -97,7 +99,9 @@ pub enum Request {
         /// `version_info`: the version the client last ACKed ("" on the first request).
         version_info: String,
         /// `resource_names` (empty on a full-state kind's first request = wildcard; "*" = wildcard).
-        names: Vec<String>,
+        /// `ByteString`s, so a server can hand over slices of the received message: a SotW
+        /// EDS ACK repeats every subscribed name, on every response.
+        names: Vec<ByteString>,
         /// `response_nonce` ("" on the first request of a type).
         nonce: String,
         /// `error_detail.message` when the request is a NACK.

@@ -41,6 +41,10 @@ fn strings(names: &[&str]) -> Vec<String> {
     names.iter().map(|s| s.to_string()).collect()
 }
 
+fn byte_strings(names: &[&str]) -> Vec<ByteString> {
+    names.iter().map(|s| ByteString::from(*s)).collect()
+}
+
 struct Script {
     stream: Stream,
     catalog: TestCatalog,
@@ -50,7 +54,7 @@ struct Script {
     /// Kinds whose latest response the script has not answered (ACK or NACK).
     unanswered: BTreeSet<Kind>,
     /// The names of the latest SotW request per kind (what its ACK repeats).
-    sotw_names: BTreeMap<Kind, Vec<String>>,
+    sotw_names: BTreeMap<Kind, Vec<ByteString>>,
     /// [`Script::change`] first answers what is unanswered, as a client keeping up
     /// does (logged); off to script a busy client.
     auto_ack: bool,
@@ -120,7 +124,7 @@ impl Script {
                 self.delta_ack(kind);
             } else {
                 let names = self.sotw_names.get(&kind).cloned().unwrap_or_default();
-                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                let names: Vec<&str> = names.iter().map(|n| &**n).collect();
                 self.sotw(kind, &names);
             }
         }
@@ -164,7 +168,7 @@ impl Script {
         self.request(Request::Sotw {
             kind,
             version_info: String::new(),
-            names: strings(names),
+            names: byte_strings(names),
             nonce: nonce.to_string(),
             error: error.map(str::to_string),
         })
@@ -853,7 +857,7 @@ fn interest_follows_the_subscriptions() {
     let req = |kind, names: &[&str]| Request::Sotw {
         kind,
         version_info: String::new(),
-        names: strings(names),
+        names: byte_strings(names),
         nonce: String::new(),
         error: None,
     };
@@ -1183,7 +1187,11 @@ impl SotwClient {
         Request::Sotw {
             kind,
             version_info: String::new(),
-            names: self.names.iter().cloned().collect(),
+            names: self
+                .names
+                .iter()
+                .map(|n| ByteString::from(n.as_str()))
+                .collect(),
             nonce: self.last.clone(),
             error: None,
         }

@@ -29,7 +29,7 @@ fn subscribed(hub: &Hub, names: &[&str]) -> (Arc<StreamHandle>, Stream) {
         Request::Sotw {
             kind: Kind::ClusterLoadAssignment,
             version_info: String::new(),
-            names: names.iter().map(|s| s.to_string()).collect(),
+            names: names.iter().map(|s| (*s).into()).collect(),
             nonce: String::new(),
             error: None,
         },

@@ -28,12 +28,12 @@ fn zoned(host: &str, port: i32, weight: u32, zone: &str) -> Node {
 
 fn cla(r: &BTreeMap<(Kind, String), Resource>, name: &str) -> ClusterLoadAssignment {
     let any = &r[&(Kind::ClusterLoadAssignment, name.to_string())].body;
-    ClusterLoadAssignment::decode(any.value.as_slice()).unwrap()
+    ClusterLoadAssignment::decode(any.value.as_ref()).unwrap()
 }
 
 fn cluster(r: &BTreeMap<(Kind, String), Resource>, name: &str) -> Cluster {
     let any = &r[&(Kind::Cluster, name.to_string())].body;
-    Cluster::decode(any.value.as_slice()).unwrap()
+    Cluster::decode(any.value.as_ref()).unwrap()
 }
 
 /// (zone, locality weight, [(host, port, weight, health)]) of an assignment.
@@ -194,12 +194,12 @@ fn aliases_resolve_to_the_same_nodes_but_a_wildcard_gets_each_port_once() {
     assert!(!c.in_wildcard(Kind::Cluster, "shop/cart:web"));
     assert!(!c.in_wildcard(Kind::Listener, "shop/cart:http"));
     let alias = c.get(Kind::ClusterLoadAssignment, "shop/cart:web").unwrap();
-    let a = ClusterLoadAssignment::decode(alias.body.value.as_slice()).unwrap();
+    let a = ClusterLoadAssignment::decode(alias.body.value.as_ref()).unwrap();
     assert_eq!(a.cluster_name, "shop/cart:web");
     assert_eq!(flat(&a)[0].2[0].0, "10.0.0.1");
     // appProtocol h2c: the cluster speaks HTTP/2 upstream.
     let any = &c.get(Kind::Cluster, "shop/cart:http").unwrap().body;
-    let cl = Cluster::decode(any.value.as_slice()).unwrap();
+    let cl = Cluster::decode(any.value.as_ref()).unwrap();
     assert!(
         cl.typed_extension_protocol_options
             .contains_key(HTTP_PROTOCOL_OPTIONS)
