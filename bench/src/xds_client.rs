@@ -90,6 +90,9 @@ enum Content {
 
 struct Shared {
     plan: Plan,
+    /// `plan.names` as static `Bytes` (leaked once): a SotW ACK names them
+    /// all, and a clone of a static `Bytes` costs nothing.
+    names: Vec<bytes::Bytes>,
     index: HashMap<String, usize>,
     /// Per cluster, per sequence: the endpoint set (0 = start).
     sets: Vec<Vec<Vec<String>>>,
@@ -134,8 +137,14 @@ impl Shared {
             change_of[*svc].push(c);
         }
         let changes = plan.changes.len();
+        let names = plan
+            .names
+            .iter()
+            .map(|n| bytes::Bytes::from_static(Box::leak(n.clone().into_boxed_str()).as_bytes()))
+            .collect();
         Shared {
             plan,
+            names,
             index,
             sets,
             change_of,
@@ -279,11 +288,11 @@ async fn sotw_stream(
     opening: std::result::Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError>,
 ) -> Result<()> {
     let ch = ads::channel(addr).await.context("connecting")?;
-    let mut s = ads::Sotw::open_with(ch, token.as_deref(), &format!("kd-bench-{id}"), CDS, &[])
+    let mut s = ads::SotwLoad::open(ch, token.as_deref(), &format!("kd-bench-{id}"), CDS, &[])
         .await
         .context("opening a SotW stream")?;
     drop(opening);
-    let names: Vec<&str> = sh.plan.names.iter().map(String::as_str).collect();
+    let names = &sh.names;
     let mut held = Held::new(names.len());
     let mut eds_sent = false;
     loop {
@@ -294,7 +303,7 @@ async fn sotw_stream(
         if r.type_url == CDS {
             s.ack(&r, &[]).await;
             if !eds_sent {
-                s.send(EDS, &names, "", "", None).await;
+                s.send(EDS, names, "", "").await;
                 eds_sent = true;
             }
         } else if r.type_url == EDS {
@@ -303,7 +312,7 @@ async fn sotw_stream(
             for res in &r.resources {
                 held.receive(&sh, &res.value);
             }
-            s.ack(&r, &names).await;
+            s.ack(&r, names).await;
         }
     }
 }

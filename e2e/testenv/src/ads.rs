@@ -190,6 +190,109 @@ impl Sotw {
     }
 }
 
+/// A `DiscoveryRequest` whose names are shared `Bytes`: kd-bench's SotW load
+/// ACKs every response naming all 10,000 resources, and cloning 10,000
+/// `String`s per ACK made the load client, not the server, the busiest
+/// process of the run (BENCHMARKS.md, xDS). Same field numbers as envoy-types'
+/// message.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SharedNamesRequest {
+    /// `version_info`.
+    #[prost(string, tag = "1")]
+    pub version_info: String,
+    /// `node`.
+    #[prost(message, optional, tag = "2")]
+    pub node: Option<Node>,
+    /// `resource_names`.
+    #[prost(bytes = "bytes", repeated, tag = "3")]
+    pub resource_names: Vec<bytes::Bytes>,
+    /// `type_url`.
+    #[prost(string, tag = "4")]
+    pub type_url: String,
+    /// `response_nonce`.
+    #[prost(string, tag = "5")]
+    pub response_nonce: String,
+}
+
+/// A state-of-the-world ADS stream for load: requests name resources with
+/// shared `Bytes` ([`SharedNamesRequest`]), responses are envoy-types'.
+#[derive(Debug)]
+pub struct SotwLoad {
+    tx: mpsc::Sender<SharedNamesRequest>,
+    rx: Streaming<DiscoveryResponse>,
+}
+
+impl SotwLoad {
+    /// Opens a stream whose first request (`type_url`, `names`, the node) is
+    /// on its way when the call starts (see [`Sotw::open_with`]).
+    pub async fn open(
+        ch: Channel,
+        token: Option<&str>,
+        node_id: &str,
+        type_url: &str,
+        names: &[bytes::Bytes],
+    ) -> Result<Self, tonic::Status> {
+        let (tx, rx) = mpsc::channel(16);
+        let first = SharedNamesRequest {
+            node: Some(node(node_id)),
+            resource_names: names.to_vec(),
+            type_url: type_url.to_string(),
+            ..SharedNamesRequest::default()
+        };
+        tx.send(first).await.expect("receiver held here");
+        let mut grpc = tonic::client::Grpc::new(ch).max_decoding_message_size(usize::MAX);
+        grpc.ready()
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+            "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources",
+        );
+        let codec = tonic_prost::ProstCodec::<SharedNamesRequest, DiscoveryResponse>::default();
+        let resp = grpc
+            .streaming(with_token(ReceiverStream::new(rx), token), path, codec)
+            .await?;
+        Ok(Self {
+            tx,
+            rx: resp.into_inner(),
+        })
+    }
+
+    /// Sends a request.
+    pub async fn send(
+        &mut self,
+        type_url: &str,
+        names: &[bytes::Bytes],
+        version: &str,
+        nonce: &str,
+    ) {
+        let req = SharedNamesRequest {
+            version_info: version.to_string(),
+            node: None,
+            resource_names: names.to_vec(),
+            type_url: type_url.to_string(),
+            response_nonce: nonce.to_string(),
+        };
+        self.tx.send(req).await.expect("stream open");
+    }
+
+    /// ACKs `resp`, keeping `names` subscribed.
+    pub async fn ack(&mut self, resp: &DiscoveryResponse, names: &[bytes::Bytes]) {
+        self.send(&resp.type_url, names, &resp.version_info, &resp.nonce)
+            .await;
+    }
+
+    /// The next response within `wait` (`Ok(None)`: none came).
+    pub async fn recv(
+        &mut self,
+        wait: Duration,
+    ) -> Result<Option<DiscoveryResponse>, tonic::Status> {
+        match tokio::time::timeout(wait, self.rx.message()).await {
+            Err(_) => Ok(None),
+            Ok(r) => r.map(|m| Some(m.expect("stream ended by the server"))),
+        }
+    }
+}
+
 /// An incremental (delta) ADS stream.
 #[derive(Debug)]
 pub struct Delta {
