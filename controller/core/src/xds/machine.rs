@@ -10,6 +10,14 @@ use crate::model::version::element_hash;
 /// subscribing to the special name \"*\"", for Listener and Cluster only).
 const WILDCARD: &str = "*";
 
+/// The most resources one response carries (delta, and SotW ClusterLoadAssignment and
+/// RouteConfiguration): a first response of 10,000 assignments goes out as ten, each
+/// after the client answered the one before (the one-unanswered-response pacing of
+/// `KindState::awaiting`), so a stream has one chunk in flight, not its whole state
+/// (BENCHMARKS.md, xDS at 1,000 streams). SotW Cluster and Listener responses carry the
+/// complete set, as the doc requires, and are never split.
+pub const MAX_RESOURCES_PER_RESPONSE: usize = 1_000;
+
 /// The state of one ADS stream (all kinds). Deterministic: nonces are "1", "2", ... per stream.
 #[derive(Debug, Default)]
 pub struct Stream {
@@ -25,6 +33,8 @@ pub struct Stream {
     /// Counts the requests that changed a subscription (see
     /// [`Stream::subscription_epoch`]).
     subscription_epoch: u64,
+    /// [`MAX_RESOURCES_PER_RESPONSE`] unless set (tests).
+    max_resources: Option<usize>,
 }
 
 /// One kind of one stream.
@@ -183,6 +193,27 @@ impl Stream {
     /// A new stream (no subscriptions).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A stream whose responses carry at most `max` resources (at least 1).
+    pub fn with_max_resources(max: usize) -> Self {
+        Self {
+            max_resources: Some(max.max(1)),
+            ..Self::default()
+        }
+    }
+
+    /// Keeps the first [`MAX_RESOURCES_PER_RESPONSE`] of `list`; the rest is sent after
+    /// the client answers this response (as names that must be sent even if unchanged).
+    fn cap(&mut self, kind: Kind, list: &mut Vec<(String, String)>) {
+        let max = self.max_resources.unwrap_or(MAX_RESOURCES_PER_RESPONSE);
+        if list.len() <= max {
+            return;
+        }
+        let rest = list.split_off(max);
+        let ks = self.kinds.entry(kind).or_default();
+        ks.deferred_forced
+            .extend(rest.into_iter().map(|(name, _)| name));
     }
 
     /// Whether this stream speaks delta (fixed by its first request; mixing is a protocol
@@ -536,7 +567,8 @@ impl Stream {
     }
 
     /// An EDS/RDS SotW response carrying only `send` (the client keeps the rest).
-    fn sotw_partial_response(&mut self, kind: Kind, send: Vec<(String, String)>) -> Response {
+    fn sotw_partial_response(&mut self, kind: Kind, mut send: Vec<(String, String)>) -> Response {
+        self.cap(kind, &mut send);
         let nonce = self.next_nonce();
         let ks = self.kinds.entry(kind).or_default();
         let mut names = Vec::with_capacity(send.len());
@@ -687,13 +719,14 @@ impl Stream {
     fn delta_response(
         &mut self,
         kind: Kind,
-        resources: Vec<(String, String)>,
+        mut resources: Vec<(String, String)>,
         removed: Vec<String>,
         always: bool,
     ) -> Option<Response> {
         if resources.is_empty() && removed.is_empty() && !always {
             return None;
         }
+        self.cap(kind, &mut resources);
         let nonce = self.next_nonce();
         let ks = self.kinds.entry(kind).or_default();
         for (name, version) in &resources {

@@ -21,7 +21,7 @@ mod machine;
 #[cfg(test)]
 mod tests;
 
-pub use machine::Stream;
+pub use machine::{MAX_RESOURCES_PER_RESPONSE, Stream};
 
 /// The resource types we serve, in the order pushes are sent when several are due at once
 /// (xDS "eventual consistency considerations": CDS before EDS, LDS before RDS).

@@ -1426,3 +1426,69 @@ fn sotw_ack_in_another_order_or_with_a_repeated_name() {
     let r = s.sotw(E, &["a", "b"]);
     assert_eq!(names_of(&r), [["b"]], "b is newly requested again");
 }
+
+/// A response never carries more than the cap: a big first answer goes out in chunks,
+/// each once the client answered the one before (ACK or NACK); a resource that changes
+/// meanwhile goes out once, at its latest version; nothing is sent twice or left out.
+#[test]
+fn big_answers_go_out_in_chunks() {
+    for delta in [false, true] {
+        let mut s = Script::new();
+        s.stream = Stream::with_max_resources(2);
+        s.auto_ack = false;
+        s.set(C, "c", "c1");
+        let sub = ["a", "b", "c", "d", "e"];
+        for n in sub {
+            s.set(E, n, "e1");
+        }
+        if delta {
+            s.delta(C, &[], &[]);
+            s.delta_ack(C);
+            s.note("five names subscribed, two per response");
+            let r = s.delta(E, &sub, &[]);
+            assert_eq!(names_of(&r), [["a", "b"]]);
+        } else {
+            s.sotw(C, &[]);
+            s.sotw(C, &[]);
+            s.note("five names subscribed, two per response");
+            let r = s.sotw(E, &sub);
+            assert_eq!(names_of(&r), [["a", "b"]]);
+        }
+        s.note("a (sent) and d (not yet) change before the answer: held with the rest");
+        s.set(E, "a", "e2");
+        s.set(E, "d", "e2");
+        assert!(s.change(E, &["a", "d"]).responses.is_empty());
+        let ack = |s: &mut Script| {
+            if delta {
+                s.delta_ack(E)
+            } else {
+                s.sotw(E, &sub)
+            }
+        };
+        let mut sent = Vec::new();
+        for _ in 0..4 {
+            let r = ack(&mut s);
+            if r.responses.is_empty() {
+                break;
+            }
+            let names = names_of(&r);
+            assert_eq!(names.len(), 1);
+            assert!(names[0].len() <= 2, "{names:?}");
+            sent.extend(
+                names[0]
+                    .iter()
+                    .map(|n| (n.clone(), s.catalog.version(E, n).unwrap().to_string())),
+            );
+        }
+        sent.sort();
+        assert_eq!(
+            sent,
+            [("a", "e2"), ("c", "e1"), ("d", "e2"), ("e", "e1")]
+                .map(|(n, v)| (n.to_string(), v.to_string())),
+            "the rest, each once, a and d at their latest version"
+        );
+        s.note("everything held: an ACK gets nothing more");
+        assert!(ack(&mut s).responses.is_empty());
+        s.golden(if delta { "chunks_delta" } else { "chunks_sotw" });
+    }
+}
