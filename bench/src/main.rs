@@ -303,9 +303,9 @@ fn plan(cli: &Cli) -> Result<RunSizes> {
             },
             // Issue 32: 10,000 services x 10 endpoints, changes at 500/s for
             // 30 s with 100 streams. The 1,000-stream round
-            // (`--xds-rounds 1000:10000:delta`) needs more than 24 GiB today
-            // (BENCHMARKS.md): not a default, so a full run cannot exhaust the
-            // machine's memory.
+            // (`--xds-rounds 1000:10000:delta`) peaks at ~6 GiB in the
+            // controller and ~6 GiB in the load client (BENCHMARKS.md): not a
+            // default, so a full run fits a smaller machine.
             xds: xds::XdsParams {
                 services: 10_000,
                 per: 10,
