@@ -203,10 +203,15 @@ impl Stream {
         }
     }
 
+    /// The most resources one of this stream's responses carries.
+    pub fn max_resources(&self) -> usize {
+        self.max_resources.unwrap_or(MAX_RESOURCES_PER_RESPONSE)
+    }
+
     /// Keeps the first [`MAX_RESOURCES_PER_RESPONSE`] of `list`; the rest is sent after
     /// the client answers this response (as names that must be sent even if unchanged).
     fn cap(&mut self, kind: Kind, list: &mut Vec<(String, String)>) {
-        let max = self.max_resources.unwrap_or(MAX_RESOURCES_PER_RESPONSE);
+        let max = self.max_resources();
         if list.len() <= max {
             return;
         }

@@ -1004,14 +1004,28 @@ struct Client {
 }
 
 /// Applies `step` to the delta clients and ACKs every response, until quiet. An ACK
-/// never gets a response.
+/// gets no response, unless the stream splits answers smaller than the pool (then it
+/// may get the next chunk, applied and ACKed the same way).
 fn delta_settle(
     st: &mut Stream,
     cat: &TestCatalog,
     clients: &mut BTreeMap<Kind, Client>,
     step: Step,
 ) -> Result<(), proptest::test_runner::TestCaseError> {
-    for r in &step.responses {
+    let chunked = st.max_resources() < POOL.len();
+    let mut queue: std::collections::VecDeque<Response> = step.responses.into();
+    let mut answered = 0;
+    while let Some(r) = queue.pop_front() {
+        let r = &r;
+        answered += 1;
+        proptest::prop_assert!(answered < 100, "no end of responses: {:?}", r);
+        if let Response::Delta { resources, .. } = r {
+            proptest::prop_assert!(
+                resources.len() <= st.max_resources(),
+                "over the cap: {:?}",
+                r
+            );
+        }
         let Response::Delta {
             kind,
             resources,
@@ -1043,7 +1057,8 @@ fn delta_settle(
             error: None,
         };
         let step = st.on_request(ack, cat);
-        proptest::prop_assert!(step.responses.is_empty(), "an ACK: {:?}", step);
+        proptest::prop_assert!(chunked || step.responses.is_empty(), "an ACK: {:?}", step);
+        queue.extend(step.responses);
     }
     Ok(())
 }
@@ -1053,8 +1068,9 @@ fn delta_settle(
 fn delta_open(
     cat: &TestCatalog,
     clients: &mut BTreeMap<Kind, Client>,
+    max: usize,
 ) -> Result<Stream, proptest::test_runner::TestCaseError> {
-    let mut st = Stream::new();
+    let mut st = Stream::with_max_resources(max);
     for kind in KINDS {
         let client = clients.get_mut(&kind).unwrap();
         let mut subscribe: Vec<String> = client.explicit.iter().cloned().collect();
@@ -1090,6 +1106,8 @@ proptest::proptest! {
     fn delta_client_converges(
         first_names in proptest::collection::btree_set(0..POOL.len(), 0..2),
         ops in proptest::collection::vec(op(), 0..50),
+        // Also with answers split into chunks of one or two resources.
+        max in proptest::prop_oneof![proptest::strategy::Just(MAX_RESOURCES_PER_RESPONSE), 1usize..=2],
     ) {
         let mut cat = TestCatalog::default();
         let mut clients: BTreeMap<Kind, Client> = BTreeMap::new();
@@ -1098,7 +1116,7 @@ proptest::proptest! {
             clients.insert(kind, Client { explicit, ..Client::default() });
         }
         let mut pending: BTreeSet<(Kind, &str)> = BTreeSet::new();
-        let mut st = delta_open(&cat, &mut clients)?;
+        let mut st = delta_open(&cat, &mut clients, max)?;
         for (k, op) in ops {
             let kind = KINDS[k];
             edit(&mut cat, kind, &op, &mut pending);
@@ -1142,7 +1160,7 @@ proptest::proptest! {
                     }
                     unsub.push("*".to_string());
                 }
-                Op::Reconnect => st = delta_open(&cat, &mut clients)?,
+                Op::Reconnect => st = delta_open(&cat, &mut clients, max)?,
             }
             if !sub.is_empty() || !unsub.is_empty() {
                 let req = Request::Delta {
@@ -1206,7 +1224,13 @@ fn sotw_settle(
     clients: &mut BTreeMap<Kind, SotwClient>,
     step: Step,
 ) -> Result<(), proptest::test_runner::TestCaseError> {
-    for r in &step.responses {
+    let chunked = st.max_resources() < POOL.len();
+    let mut queue: std::collections::VecDeque<Response> = step.responses.into();
+    let mut answered = 0;
+    while let Some(r) = queue.pop_front() {
+        let r = &r;
+        answered += 1;
+        proptest::prop_assert!(answered < 100, "no end of responses: {:?}", r);
         let Response::Sotw {
             kind, names, nonce, ..
         } = r
@@ -1226,7 +1250,8 @@ fn sotw_settle(
         }
         client.last = nonce.clone();
         let step = st.on_request(client.request(*kind), cat);
-        proptest::prop_assert!(step.responses.is_empty(), "an ACK: {:?}", step);
+        proptest::prop_assert!(chunked || step.responses.is_empty(), "an ACK: {:?}", step);
+        queue.extend(step.responses);
     }
     Ok(())
 }
@@ -1236,8 +1261,9 @@ fn sotw_settle(
 fn sotw_open(
     cat: &TestCatalog,
     clients: &mut BTreeMap<Kind, SotwClient>,
+    max: usize,
 ) -> Result<Stream, proptest::test_runner::TestCaseError> {
-    let mut st = Stream::new();
+    let mut st = Stream::with_max_resources(max);
     for kind in KINDS {
         let client = clients.get_mut(&kind).unwrap();
         // The legacy wildcard rule starts again on a new stream.
@@ -1262,6 +1288,8 @@ proptest::proptest! {
     fn sotw_client_converges(
         first_names in proptest::collection::btree_set(0..POOL.len(), 0..2),
         ops in proptest::collection::vec(op(), 0..50),
+        // Also with answers split into chunks of one or two resources.
+        max in proptest::prop_oneof![proptest::strategy::Just(MAX_RESOURCES_PER_RESPONSE), 1usize..=2],
     ) {
         let mut cat = TestCatalog::default();
         let mut clients: BTreeMap<Kind, SotwClient> = BTreeMap::new();
@@ -1270,7 +1298,7 @@ proptest::proptest! {
             clients.insert(kind, SotwClient { names, ..SotwClient::default() });
         }
         let mut pending: BTreeSet<(Kind, &str)> = BTreeSet::new();
-        let mut st = sotw_open(&cat, &mut clients)?;
+        let mut st = sotw_open(&cat, &mut clients, max)?;
         for (k, op) in ops {
             let kind = KINDS[k];
             edit(&mut cat, kind, &op, &mut pending);
@@ -1295,7 +1323,7 @@ proptest::proptest! {
                 Op::UnsubStar => {
                     client.names.remove("*");
                 }
-                Op::Reconnect => st = sotw_open(&cat, &mut clients)?,
+                Op::Reconnect => st = sotw_open(&cat, &mut clients, max)?,
             }
             let client = clients.get_mut(&kind).unwrap();
             if client.names != before {
