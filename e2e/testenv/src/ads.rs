@@ -183,10 +183,15 @@ impl Sotw {
         &mut self,
         wait: Duration,
     ) -> Result<Option<DiscoveryResponse>, tonic::Status> {
-        match tokio::time::timeout(wait, self.rx.message()).await {
-            Err(_) => Ok(None),
-            Ok(r) => r.map(|m| Some(m.expect("stream ended by the server"))),
-        }
+        next(&mut self.rx, wait).await
+    }
+}
+
+/// The next message of `rx` within `wait` (`Ok(None)`: none came).
+async fn next<T>(rx: &mut Streaming<T>, wait: Duration) -> Result<Option<T>, tonic::Status> {
+    match tokio::time::timeout(wait, rx.message()).await {
+        Err(_) => Ok(None),
+        Ok(r) => r.map(|m| Some(m.expect("stream ended by the server"))),
     }
 }
 
@@ -286,10 +291,7 @@ impl SotwLoad {
         &mut self,
         wait: Duration,
     ) -> Result<Option<DiscoveryResponse>, tonic::Status> {
-        match tokio::time::timeout(wait, self.rx.message()).await {
-            Err(_) => Ok(None),
-            Ok(r) => r.map(|m| Some(m.expect("stream ended by the server"))),
-        }
+        next(&mut self.rx, wait).await
     }
 }
 
@@ -389,10 +391,7 @@ impl Delta {
         &mut self,
         wait: Duration,
     ) -> Result<Option<DeltaDiscoveryResponse>, tonic::Status> {
-        match tokio::time::timeout(wait, self.rx.message()).await {
-            Err(_) => Ok(None),
-            Ok(r) => r.map(|m| Some(m.expect("stream ended by the server"))),
-        }
+        next(&mut self.rx, wait).await
     }
 }
 

@@ -1003,29 +1003,50 @@ struct Client {
     wildcard: bool,
 }
 
-/// Applies `step` to the delta clients and ACKs every response, until quiet. An ACK
-/// gets no response, unless the stream splits answers smaller than the pool (then it
-/// may get the next chunk, applied and ACKed the same way).
+type Checked<T> = Result<T, proptest::test_runner::TestCaseError>;
+
+/// Hands each response of `step` to `answer` (the client applies it and answers; the
+/// step of its answer is returned), then each response those answers draw, until
+/// quiet. An answer draws no response, unless the stream splits answers smaller than
+/// the pool (then the next chunk). No response carries more than the cap, except SotW
+/// full-state ones.
+fn settle(
+    st: &mut Stream,
+    step: Step,
+    mut answer: impl FnMut(&mut Stream, &Response) -> Checked<Step>,
+) -> Checked<()> {
+    let max = st.max_resources();
+    let mut queue: std::collections::VecDeque<Response> = step.responses.into();
+    let mut answered = 0;
+    while let Some(r) = queue.pop_front() {
+        answered += 1;
+        proptest::prop_assert!(answered < 100, "no end of responses: {:?}", r);
+        let carried = match &r {
+            Response::Delta { resources, .. } => resources.len(),
+            Response::Sotw { kind, .. } if kind.is_full_state() => 0,
+            Response::Sotw { names, .. } => names.len(),
+        };
+        proptest::prop_assert!(carried <= max, "over the cap: {:?}", r);
+        let step = answer(st, &r)?;
+        proptest::prop_assert!(
+            max < POOL.len() || step.responses.is_empty(),
+            "an ACK: {:?}",
+            step
+        );
+        queue.extend(step.responses);
+    }
+    Ok(())
+}
+
+/// Applies `step` to the delta clients and ACKs every response, until quiet (see
+/// [`settle`]).
 fn delta_settle(
     st: &mut Stream,
     cat: &TestCatalog,
     clients: &mut BTreeMap<Kind, Client>,
     step: Step,
-) -> Result<(), proptest::test_runner::TestCaseError> {
-    let chunked = st.max_resources() < POOL.len();
-    let mut queue: std::collections::VecDeque<Response> = step.responses.into();
-    let mut answered = 0;
-    while let Some(r) = queue.pop_front() {
-        let r = &r;
-        answered += 1;
-        proptest::prop_assert!(answered < 100, "no end of responses: {:?}", r);
-        if let Response::Delta { resources, .. } = r {
-            proptest::prop_assert!(
-                resources.len() <= st.max_resources(),
-                "over the cap: {:?}",
-                r
-            );
-        }
+) -> Checked<()> {
+    settle(st, step, |st, r| {
         let Response::Delta {
             kind,
             resources,
@@ -1056,11 +1077,8 @@ fn delta_settle(
             nonce: nonce.clone(),
             error: None,
         };
-        let step = st.on_request(ack, cat);
-        proptest::prop_assert!(chunked || step.responses.is_empty(), "an ACK: {:?}", step);
-        queue.extend(step.responses);
-    }
-    Ok(())
+        Ok(st.on_request(ack, cat))
+    })
 }
 
 /// Opens a delta stream: every kind's first request (subscriptions and versions of
@@ -1217,20 +1235,14 @@ impl SotwClient {
 }
 
 /// Applies `step` to the SotW clients (bodies at the catalog's version of now, as the
-/// encoder fetches them) and ACKs every response. An ACK never gets a response.
+/// encoder fetches them) and ACKs every response, until quiet (see [`settle`]).
 fn sotw_settle(
     st: &mut Stream,
     cat: &TestCatalog,
     clients: &mut BTreeMap<Kind, SotwClient>,
     step: Step,
-) -> Result<(), proptest::test_runner::TestCaseError> {
-    let chunked = st.max_resources() < POOL.len();
-    let mut queue: std::collections::VecDeque<Response> = step.responses.into();
-    let mut answered = 0;
-    while let Some(r) = queue.pop_front() {
-        let r = &r;
-        answered += 1;
-        proptest::prop_assert!(answered < 100, "no end of responses: {:?}", r);
+) -> Checked<()> {
+    settle(st, step, |st, r| {
         let Response::Sotw {
             kind, names, nonce, ..
         } = r
@@ -1249,11 +1261,8 @@ fn sotw_settle(
             client.held.extend(got);
         }
         client.last = nonce.clone();
-        let step = st.on_request(client.request(*kind), cat);
-        proptest::prop_assert!(chunked || step.responses.is_empty(), "an ACK: {:?}", step);
-        queue.extend(step.responses);
-    }
-    Ok(())
+        Ok(st.on_request(client.request(*kind), cat))
+    })
 }
 
 /// Opens a SotW stream: every kind's first request (with the nonce of the old stream,
