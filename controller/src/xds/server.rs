@@ -509,3 +509,29 @@ pub fn check_token(token: &ApiToken, req: &tonic::Request<()>) -> Result<(), Sta
 /// HTTP/2 keepalive: a client that vanished without closing its connection
 /// is found within about 40 s and its stream freed.
 pub const KEEPALIVE: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(10));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A name that is not UTF-8 is refused with an error naming the field and its
+    /// position; valid names pass through as they are.
+    #[test]
+    fn resource_names_must_be_utf8() {
+        let ok = utf8_names(vec!["ns/a:http".into(), "*".into()])
+            .ok()
+            .unwrap();
+        assert_eq!(ok, ["ns/a:http", "*"]);
+        let bad = vec![
+            bytes::Bytes::from("ns/a:http"),
+            bytes::Bytes::from(vec![0xff, 0xfe]),
+        ];
+        match utf8_names(bad) {
+            Err(Undecodable::Invalid(detail)) => assert_eq!(
+                detail,
+                "DiscoveryRequest.resource_names[1] is not valid UTF-8"
+            ),
+            _ => panic!("a non-UTF-8 name must be refused"),
+        }
+    }
+}
